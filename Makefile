@@ -1,0 +1,44 @@
+# The README's two commands: `make demo` and `make test`. Both start from a
+# fresh clone: they create .venv, install pressrun with pinned dependencies and
+# the system programs it needs, then run.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck contracts unit bench setup system clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip==25.3
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+system:
+	./scripts/setup-system.sh
+
+setup: $(STAMP) system
+
+demo: setup
+	$(BIN)/pressrun demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+contracts: $(STAMP)
+	$(BIN)/lint-imports
+
+unit: setup
+	$(BIN)/pytest -q
+
+test: lint typecheck contracts unit
+
+bench: setup
+	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

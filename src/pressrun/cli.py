@@ -1,0 +1,90 @@
+"""The `pressrun` command line.
+
+Each component owns its subcommands: its module ``pressrun.<component>.cli``
+defines ``register(subparsers)`` for top-level commands and/or
+``register_serve(serve_subparsers)`` for ``pressrun serve <service>``. The
+handler a subcommand sets with ``set_defaults(func=...)`` takes the parsed
+arguments and returns the process exit code. Heavy imports (libtorrent,
+matplotlib) happen inside handlers so ``pressrun --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from pressrun import __version__
+
+# Modules that register top-level commands, in help order.
+COMMAND_MODULES = (
+    "pressrun.content.cli",  # keys, publish, verify
+    "pressrun.clients.cli",  # get, seed
+    "pressrun.sim.cli",  # sim
+    "pressrun.demo",  # demo
+)
+# Modules that register `pressrun serve <service>`.
+SERVE_MODULES = (
+    "pressrun.origin.cli",
+    "pressrun.balancer.cli",
+    "pressrun.tracker.cli",
+)
+
+
+def _present(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, every component's subcommands included."""
+    parser = argparse.ArgumentParser(
+        prog="pressrun",
+        description="Deliver e-magazine issues to many readers at once: "
+        "scored origins, a BitTorrent swarm, FLUTE multicast.",
+    )
+    parser.add_argument("--version", action="version", version=f"pressrun {__version__}")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log verbosity (default INFO)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        if _present(name):
+            register: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None] = (
+                importlib.import_module(name).register
+            )
+            register(sub)
+    serve = sub.add_parser("serve", help="run a pressrun service (origin, balancer, tracker)")
+    serve_sub = serve.add_subparsers(dest="service", metavar="SERVICE", required=True)
+    for name in SERVE_MODULES:
+        if _present(name):
+            importlib.import_module(name).register_serve(serve_sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `pressrun` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
