@@ -1,0 +1,221 @@
+"""The scoring-algorithm interface, its registry, and a ranked index.
+
+An algorithm sees origin statuses as they are refreshed, ranks the origins holding an
+issue, and is told which origin was picked. It is pure: no clock (every entry point
+takes `now`), no I/O, randomness only from the `random.Random` it is given. The
+service and the simulator drive the same classes.
+
+Most algorithms are "score the origins, pick the best". For those, `ScoredAlgorithm`
+keeps, per issue, a max-heap of scores with lazy invalidation, so a decision costs
+O(k log n) instead of scoring every origin: a pick changes only the picked origin's
+score and a refresh only the refreshed origin's, so only that entry is re-pushed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence, Set
+from typing import ClassVar
+
+from pressrun.balancer.events import OriginSpec, OriginStatus
+
+Params = Mapping[str, float]
+
+
+class ScoringAlgorithm(ABC):
+    """A balancing algorithm: feeds on statuses, ranks origins, learns from picks."""
+
+    name: ClassVar[str]
+    #: one line for `--help` and /v1/origins: what it is and where it comes from
+    summary: ClassVar[str]
+
+    def __init__(
+        self, origins: Sequence[OriginSpec], rng: random.Random, params: Params | None = None
+    ) -> None:
+        self.specs: dict[str, OriginSpec] = {o.name: o for o in origins}
+        self.rng = rng
+        self.params: dict[str, float] = dict(params or {})
+        # Latest status of each origin in rotation; an origin out of rotation is absent.
+        self.statuses: dict[str, OriginStatus] = {}
+
+    def param(self, key: str, default: float) -> float:
+        """An algorithm parameter from config, or its documented default."""
+        return float(self.params.get(key, default))
+
+    def handle_status(self, status: OriginStatus, *, now: float) -> None:
+        """A fresh status of one origin (a "data refresh" in the paper's pseudocode)."""
+        self.statuses[status.name] = status
+
+    def handle_origin_down(self, name: str, *, now: float) -> None:
+        """The origin left the rotation; forget its status until it comes back."""
+        self.statuses.pop(name, None)
+
+    @abstractmethod
+    def rank(
+        self, issue_id: str, *, exclude: Set[str] = frozenset(), k: int = 3, now: float
+    ) -> list[tuple[str, float]]:
+        """Up to `k` origins holding `issue_id`, best first, with their scores.
+
+        Empty when none is eligible. Ranking does not change state; `handle_pick` does.
+        """
+
+    @abstractmethod
+    def handle_pick(self, name: str, issue_id: str, *, now: float) -> None:
+        """The balancer sent a client to `name` for `issue_id`."""
+
+    def score(self, name: str, issue_id: str | None) -> float | None:
+        """The origin's current score for an issue (None if not scored), for display."""
+        return None
+
+    def holders(self, issue_id: str) -> list[str]:
+        """Origins in rotation that hold the issue, in a stable order."""
+        return sorted(n for n, s in self.statuses.items() if issue_id in s.issues)
+
+
+class ScoredAlgorithm(ScoringAlgorithm):
+    """An algorithm that is an argmax of a per-origin score ("best" dispatch, 003)."""
+
+    def __init__(
+        self, origins: Sequence[OriginSpec], rng: random.Random, params: Params | None = None
+    ) -> None:
+        super().__init__(origins, rng, params)
+        self._index: dict[str, _RankedIndex] = {}
+
+    @abstractmethod
+    def compute_score(self, name: str, status: OriginStatus, issue_id: str) -> float:
+        """The score of one origin for one issue; higher is better."""
+
+    def eligible(self, name: str, status: OriginStatus, issue_id: str) -> bool:
+        """Whether the origin may be picked at all (default: it holds the issue)."""
+        return issue_id in status.issues
+
+    def score(self, name: str, issue_id: str | None) -> float | None:
+        status = self.statuses.get(name)
+        if status is None:
+            return None
+        if issue_id is None:
+            issue_id = ""
+        return self.compute_score(name, status, issue_id)
+
+    def touch(self, name: str) -> None:
+        """The origin's score changed for every issue: re-index it."""
+        for issue_id, index in self._index.items():
+            self._reindex(index, name, issue_id)
+
+    def touch_all(self) -> None:
+        """Every score may have changed (e.g. shared weights moved): rebuild lazily."""
+        self._index.clear()
+
+    def _reindex(self, index: _RankedIndex, name: str, issue_id: str) -> None:
+        status = self.statuses.get(name)
+        if status is None or not self.eligible(name, status, issue_id):
+            index.remove(name)
+        else:
+            index.put(name, self.compute_score(name, status, issue_id))
+
+    def handle_status(self, status: OriginStatus, *, now: float) -> None:
+        super().handle_status(status, now=now)
+        self.on_refresh(status.name, status, now=now)
+        self.touch(status.name)
+
+    def on_refresh(self, name: str, status: OriginStatus, *, now: float) -> None:
+        """Hook run on each refresh of one origin, before it is re-indexed."""
+
+    def handle_origin_down(self, name: str, *, now: float) -> None:
+        super().handle_origin_down(name, now=now)
+        for index in self._index.values():
+            index.remove(name)
+
+    def rank(
+        self, issue_id: str, *, exclude: Set[str] = frozenset(), k: int = 3, now: float
+    ) -> list[tuple[str, float]]:
+        index = self._index.get(issue_id)
+        if index is None:
+            index = _RankedIndex()
+            for name in self.statuses:
+                self._reindex(index, name, issue_id)
+            self._index[issue_id] = index
+        return index.top(k, exclude)
+
+    def handle_pick(self, name: str, issue_id: str, *, now: float) -> None:
+        self.on_pick(name, issue_id, now=now)
+        self.touch(name)
+
+    def on_pick(self, name: str, issue_id: str, *, now: float) -> None:
+        """Hook run after a pick, before the picked origin is re-indexed."""
+
+
+class _RankedIndex:
+    """Max-heap of (score, name) with lazy deletion; ties go to the smaller name."""
+
+    __slots__ = ("_heap", "_live")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, str]] = []
+        self._live: dict[str, float] = {}
+
+    def put(self, name: str, score: float) -> None:
+        if self._live.get(name) == score:
+            return
+        self._live[name] = score
+        heapq.heappush(self._heap, (-score, name))
+        if len(self._heap) > 4 * len(self._live) + 64:
+            self._heap = [(-s, n) for n, s in self._live.items()]
+            heapq.heapify(self._heap)
+
+    def remove(self, name: str) -> None:
+        self._live.pop(name, None)
+
+    def top(self, k: int, exclude: Set[str]) -> list[tuple[str, float]]:
+        found: list[tuple[str, float]] = []
+        popped: list[tuple[float, str]] = []
+        heap = self._heap
+        while heap and len(found) < k:
+            entry = heapq.heappop(heap)
+            neg, name = entry
+            if self._live.get(name) != -neg:
+                continue  # stale: the origin was re-scored or removed since
+            popped.append(entry)
+            if name not in exclude:
+                found.append((name, -neg))
+        for entry in popped:
+            heapq.heappush(heap, entry)
+        return found
+
+
+AlgorithmFactory = Callable[[Sequence[OriginSpec], random.Random, Params | None], ScoringAlgorithm]
+_REGISTRY: dict[str, type[ScoringAlgorithm]] = {}
+
+
+def register_algorithm(cls: type[ScoringAlgorithm]) -> type[ScoringAlgorithm]:
+    """Class decorator: make an algorithm available by its `name`."""
+    if cls.name in _REGISTRY:
+        raise ValueError(f"algorithm {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def algorithm_names() -> list[str]:
+    """Every registered algorithm's name, sorted."""
+    return sorted(_REGISTRY)
+
+
+def algorithm_class(name: str) -> type[ScoringAlgorithm]:
+    """The class registered under `name`; KeyError names the choices."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        choices = ", ".join(algorithm_names())
+        raise KeyError(f"unknown algorithm {name!r}; choose one of: {choices}") from None
+
+
+def make_algorithm(
+    name: str,
+    origins: Sequence[OriginSpec],
+    rng: random.Random,
+    params: Params | None = None,
+) -> ScoringAlgorithm:
+    """A new instance of the algorithm registered under `name`."""
+    return algorithm_class(name)(origins, rng, params)

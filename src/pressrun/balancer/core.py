@@ -1,0 +1,255 @@
+"""The balancer's decision core: origin rotation, polling schedule, directives.
+
+State per origin: UNKNOWN (never answered), UP (its latest status is in the
+algorithm's view) or DOWN (a poll failed, or no good status for `stale_after_s`).
+Transitions::
+
+    UNKNOWN --status--> UP --poll failed / stale--> DOWN --status--> UP
+
+An origin is out of rotation unless UP (ARCHITECTURE.md: "an origin that does not
+answer is taken out until it answers again"; MistServer takes up to 25 s to notice,
+we notice at the first failed poll).
+
+Each origin is polled every `poll_interval_s`: the core says when with
+`next_deadline()`, and `handle_timer(now)` returns the `PollOrigin` effects due. The
+adapter performs them and feeds back `StatusReceived` or `PollFailed`.
+
+A directive request is answered by ranking the origins that hold the issue with the
+configured scoring algorithm, leaving out those the client reports as failed (the
+WSDM retry rule of 003_fb4a16d3be88866e.txt: re-select excluding the failed path),
+and telling the algorithm which origin was picked (for Algorithm 2 this is where the
+bandwidth inflation grows). A `ModePolicy` may turn an origin directive into a swarm or
+multicast one; by default every directive is `origin`.
+
+Pure: no clock, no I/O; every entry point takes `now`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from pressrun.balancer.algorithms import ScoringAlgorithm
+from pressrun.balancer.config import BalancerConfig
+from pressrun.balancer.events import (
+    DeliveryMode,
+    Directive,
+    DirectiveRequested,
+    Effect,
+    NoDirective,
+    OriginCameBack,
+    OriginSpec,
+    OriginStatus,
+    OriginWentDown,
+    PollFailed,
+    PollOrigin,
+    RankedOrigin,
+    Refusal,
+    StatusReceived,
+    SwarmInfo,
+)
+
+
+class LocalProtocolError(Exception):
+    """The caller misused the core (e.g. a status for an origin it does not know)."""
+
+
+class OriginState(Enum):
+    """Where an origin stands in the rotation."""
+
+    UNKNOWN = "unknown"
+    UP = "up"
+    DOWN = "down"
+
+
+@dataclass(slots=True)
+class OriginRecord:
+    """The core's view of one origin."""
+
+    spec: OriginSpec
+    state: OriginState = OriginState.UNKNOWN
+    status: OriginStatus | None = None
+    last_status_at: float | None = None
+    next_poll_at: float = 0.0
+    polling: bool = False
+    down_reason: str = "not polled yet"
+    picks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModeDecision:
+    """What a mode policy says for one request."""
+
+    mode: DeliveryMode
+    swarm: SwarmInfo | None = None
+
+
+class ModePolicy(Protocol):
+    """Chooses the delivery mode of each directive (e.g. from demand per issue)."""
+
+    def decide(self, issue_id: str, *, now: float) -> ModeDecision:
+        """The mode for a client asking now; called once per directive request."""
+        ...
+
+
+class OriginOnly:
+    """The default mode policy: always the origin path."""
+
+    def decide(self, issue_id: str, *, now: float) -> ModeDecision:
+        """Always `origin`."""
+        return ModeDecision(DeliveryMode.ORIGIN)
+
+
+class BalancerCore:
+    """Origin rotation, polling and directive decisions, driven with explicit `now`."""
+
+    def __init__(
+        self,
+        config: BalancerConfig,
+        origins: Sequence[OriginSpec],
+        algorithm: ScoringAlgorithm,
+        mode_policy: ModePolicy | None = None,
+        *,
+        now: float = 0.0,
+    ) -> None:
+        if not origins:
+            raise LocalProtocolError("the balancer needs at least one origin")
+        names = [o.name for o in origins]
+        if len(set(names)) != len(names):
+            raise LocalProtocolError(f"origin names must be unique: {names}")
+        self.config = config
+        self.algorithm = algorithm
+        self.mode_policy: ModePolicy = mode_policy or OriginOnly()
+        self.origins: dict[str, OriginRecord] = {
+            o.name: OriginRecord(spec=o, next_poll_at=now) for o in origins
+        }
+        self.directives_answered = 0
+        self.refusals: dict[Refusal, int] = dict.fromkeys(Refusal, 0)
+
+    # --- timers -------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When `handle_timer` must next run: the next poll or staleness check."""
+        deadlines: list[float] = []
+        for rec in self.origins.values():
+            if not rec.polling:
+                deadlines.append(rec.next_poll_at)
+            if rec.state is OriginState.UP and rec.last_status_at is not None:
+                deadlines.append(rec.last_status_at + self.config.stale_after_s)
+        return min(deadlines) if deadlines else None
+
+    def handle_timer(self, *, now: float) -> list[Effect]:
+        """Polls that are due, and origins that went stale, as effects."""
+        effects: list[Effect] = []
+        for rec in self.origins.values():
+            if (
+                rec.state is OriginState.UP
+                and rec.last_status_at is not None
+                and now >= rec.last_status_at + self.config.stale_after_s
+            ):
+                age = now - rec.last_status_at
+                effects.extend(self._take_down(rec, f"no status for {age:.1f} s", now=now))
+            if not rec.polling and now >= rec.next_poll_at:
+                rec.polling = True
+                effects.append(PollOrigin(rec.spec.name, rec.spec.url))
+        return effects
+
+    # --- inputs -------------------------------------------------------------
+
+    def _record(self, name: str) -> OriginRecord:
+        try:
+            return self.origins[name]
+        except KeyError:
+            raise LocalProtocolError(f"unknown origin {name!r}") from None
+
+    def handle_status_received(self, msg: StatusReceived, *, now: float) -> list[Effect]:
+        """An origin's status arrived: it is in rotation with these numbers."""
+        rec = self._record(msg.status.name)
+        rec.polling = False
+        rec.next_poll_at = now + self.config.poll_interval_s
+        rec.status = msg.status
+        rec.last_status_at = now
+        came_back = rec.state is not OriginState.UP
+        rec.state = OriginState.UP
+        self.algorithm.handle_status(msg.status, now=now)
+        return [OriginCameBack(rec.spec.name)] if came_back else []
+
+    def handle_poll_failed(self, msg: PollFailed, *, now: float) -> list[Effect]:
+        """A poll failed: the origin is out of rotation until it answers again."""
+        rec = self._record(msg.name)
+        rec.polling = False
+        rec.next_poll_at = now + self.config.poll_interval_s
+        return self._take_down(rec, msg.reason, now=now)
+
+    def _take_down(self, rec: OriginRecord, reason: str, *, now: float) -> list[Effect]:
+        rec.down_reason = reason
+        if rec.state is OriginState.DOWN:
+            return []
+        was_up = rec.state is OriginState.UP
+        rec.state = OriginState.DOWN
+        self.algorithm.handle_origin_down(rec.spec.name, now=now)
+        return [OriginWentDown(rec.spec.name, reason)] if was_up else []
+
+    def handle_directive_requested(
+        self, msg: DirectiveRequested, *, now: float
+    ) -> Directive | NoDirective:
+        """Answer a client: a directive with origins in preference order, or a refusal."""
+        issue = msg.issue_id
+        holders_known = any(
+            rec.status is not None and issue in rec.status.issues for rec in self.origins.values()
+        )
+        ranked = self.algorithm.rank(
+            issue, exclude=msg.failed, k=self.config.directive_origins, now=now
+        )
+        if not ranked:
+            return self._refuse(issue, msg.failed, holders_known)
+        picked = ranked[0][0]
+        self.algorithm.handle_pick(picked, issue, now=now)
+        self.origins[picked].picks += 1
+        self.directives_answered += 1
+        decision = self.mode_policy.decide(issue, now=now)
+        fallbacks: tuple[DeliveryMode, ...] = (
+            (DeliveryMode.ORIGIN,) if decision.mode is not DeliveryMode.ORIGIN else ()
+        )
+        return Directive(
+            issue_id=issue,
+            mode=decision.mode,
+            origins=tuple(
+                RankedOrigin(name, self.origins[name].spec.url, score) for name, score in ranked
+            ),
+            swarm=decision.swarm,
+            fallbacks=fallbacks,
+            expires_in_s=self.config.expires_in_s,
+            algorithm=self.algorithm.name,
+        )
+
+    def _refuse(self, issue: str, failed: frozenset[str], holders_known: bool) -> NoDirective:
+        up_holders = [
+            name
+            for name, rec in self.origins.items()
+            if rec.state is OriginState.UP and rec.status is not None and issue in rec.status.issues
+        ]
+        retry = self.config.retry_after_s
+        if not holders_known:
+            if any(rec.state is OriginState.UP for rec in self.origins.values()):
+                reason, message = Refusal.UNKNOWN_ISSUE, f"no origin holds issue {issue!r}"
+            else:
+                reason = Refusal.NO_ORIGIN_UP
+                message = "no origin is answering; retry shortly"
+        elif up_holders and not set(up_holders) <= failed:
+            reason = Refusal.ALL_FULL
+            message = f"every origin holding {issue!r} is full; retry in {retry:g} s"
+        else:
+            reason = Refusal.NO_ORIGIN_UP
+            tried = f" (the client could not use: {', '.join(sorted(failed))})" if failed else ""
+            message = f"no origin holding {issue!r} is available{tried}; retry in {retry:g} s"
+        self.refusals[reason] += 1
+        return NoDirective(issue, reason, message, retry)
+
+    # --- views --------------------------------------------------------------
+
+    def origin_states(self) -> dict[str, OriginState]:
+        """Each origin's state in the rotation."""
+        return {name: rec.state for name, rec in self.origins.items()}

@@ -1,0 +1,147 @@
+"""Messages into and out of the balancer core (frozen dataclasses, no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+@dataclass(frozen=True, slots=True)
+class OriginSpec:
+    """An origin the operator configured: its name, base URL and static weight."""
+
+    name: str
+    url: str
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class OriginStatus:
+    """One report of an origin's status agent (000_9aae53f3113e9bd8.txt, section 4).
+
+    Fractions are 0..1 of the resource in use; bandwidths are bytes per second.
+    """
+
+    name: str
+    cpu_fraction: float
+    ram_fraction: float
+    out_bytes_per_s: float
+    capacity_bytes_per_s: float
+    active_transfers: int = 0
+    issues: frozenset[str] = frozenset()
+    cached_issues: frozenset[str] = frozenset()
+    mean_transfer_bytes_per_s: float | None = None
+    mean_transfer_bytes_per_s_by_issue: Mapping[str, float] = field(default_factory=dict)
+
+
+class DeliveryMode(Enum):
+    """How a client is told to fetch an issue (ARCHITECTURE.md, the directive)."""
+
+    ORIGIN = "origin"
+    SWARM = "swarm"
+    MULTICAST = "multicast"
+
+
+@dataclass(frozen=True, slots=True)
+class RankedOrigin:
+    """An origin in a directive, with the score it had when ranked."""
+
+    name: str
+    url: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmInfo:
+    """What a client needs to join an issue's swarm."""
+
+    torrent_url: str
+    tracker_url: str
+    info_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Directive:
+    """The balancer's answer: how to fetch an issue, in preference order."""
+
+    issue_id: str
+    mode: DeliveryMode
+    origins: tuple[RankedOrigin, ...]
+    swarm: SwarmInfo | None
+    fallbacks: tuple[DeliveryMode, ...]
+    expires_in_s: float
+    algorithm: str
+
+
+class Refusal(Enum):
+    """Why no directive could be given."""
+
+    UNKNOWN_ISSUE = "unknown_issue"
+    NO_ORIGIN_UP = "no_origin_up"
+    ALL_FULL = "all_full"
+
+
+@dataclass(frozen=True, slots=True)
+class NoDirective:
+    """A refusal: the reason, a one-line message for a person, when to retry."""
+
+    issue_id: str
+    reason: Refusal
+    message: str
+    retry_after_s: float
+
+
+# --- inputs -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReceived:
+    """A poll of an origin's /stats answered."""
+
+    status: OriginStatus
+
+
+@dataclass(frozen=True, slots=True)
+class PollFailed:
+    """A poll of an origin's /stats failed (timeout, refused, malformed)."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DirectiveRequested:
+    """A client asks how to fetch an issue; `failed` names origins it could not use."""
+
+    issue_id: str
+    failed: frozenset[str] = frozenset()
+
+
+# --- effects ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PollOrigin:
+    """Effect: fetch this origin's status now and feed the answer back."""
+
+    name: str
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class OriginWentDown:
+    """Notification: an origin left the rotation."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class OriginCameBack:
+    """Notification: an origin answered again and is back in rotation."""
+
+    name: str
+
+
+Effect = PollOrigin | OriginWentDown | OriginCameBack
