@@ -1,0 +1,428 @@
+"""The tracker's asyncio adapter: aiohttp handlers around ``TrackerCore``, one timer.
+
+Endpoints: ``/announce`` (BEP 3/23), ``/scrape`` (BEP 48), ``/v1/swarms`` (JSON),
+``/v1/swarms/<info_hash hex>``, ``/v1/swarms/<info_hash hex>/needed``, ``/metrics``
+(Prometheus, own registry), ``/healthz``. Announce and scrape errors are bencoded
+``failure reason`` answers with HTTP 200, never a 500: BitTorrent clients read the
+body of a 200 and ignore the rest.
+
+The clock is wall-clock epoch seconds (``time.time``): records live in SQLite across
+restarts and in Redis across processes, where a per-process monotonic clock means
+nothing. Tests inject their own clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import signal
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from pressrun.tracker.codec import (
+    QueryError,
+    encode_announce_reply,
+    encode_failure,
+    encode_scrape_reply,
+    parse_announce_query,
+    parse_scrape_query,
+)
+from pressrun.tracker.config import TrackerConfig
+from pressrun.tracker.core import AnnounceHandled, PeerExpired, TrackerCore
+from pressrun.tracker.events import AnnounceEvent, PeerRecord, SwarmStats, TrackerEvent
+from pressrun.tracker.store import SqliteStore, TrackerStore
+
+log = logging.getLogger(__name__)
+
+BENCODE_TYPE = "text/plain"
+
+
+def wall_clock() -> float:
+    """Epoch seconds: the only clock that means the same after a restart and in
+    another tracker process sharing the Redis store."""
+    return time.time()  # noqa: TID251
+
+
+class _SwarmCollector(Collector):
+    """Swarm sizes, read from the core when Prometheus scrapes."""
+
+    def __init__(self, core: TrackerCore) -> None:
+        self.core = core
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        peers = GaugeMetricFamily(
+            "pressrun_tracker_swarm_peers", "Active peers per swarm", labels=["info_hash", "role"]
+        )
+        swarms = GaugeMetricFamily("pressrun_tracker_swarms", "Swarms the tracker knows")
+        hashes = self.core.info_hashes()
+        for info_hash in hashes:
+            seeds, leechers, _ = self.core.counts(info_hash)
+            peers.add_metric([info_hash.hex(), "seed"], seeds)
+            peers.add_metric([info_hash.hex(), "leecher"], leechers)
+        swarms.add_metric([], len(hashes))
+        return [peers, swarms]
+
+
+class TrackerMetrics:
+    """The tracker's Prometheus metrics, in a registry of its own."""
+
+    def __init__(self, core: TrackerCore) -> None:
+        self.registry = CollectorRegistry()
+        self.announces = Counter(
+            "pressrun_tracker_announces",
+            "Announces answered, by event",
+            ["event"],
+            registry=self.registry,
+        )
+        self.failures = Counter(
+            "pressrun_tracker_failures",
+            "Requests answered with a failure reason, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.scrapes = Counter(
+            "pressrun_tracker_scrapes", "Scrapes answered", registry=self.registry
+        )
+        self.expired = Counter(
+            "pressrun_tracker_expired_peers", "Peers expired after the TTL", registry=self.registry
+        )
+        self.left = Counter(
+            "pressrun_tracker_left_peers",
+            "Peers that left (stopped or expired), by rule",
+            ["rule"],
+            registry=self.registry,
+        )
+        self.registry.register(_SwarmCollector(core))
+
+
+def _peer_json(record: PeerRecord) -> dict[str, Any]:
+    return {
+        "peer_id": record.peer_id.hex(),
+        "ip": record.ip,
+        "port": record.port,
+        "family": record.family.value,
+        "state": "left" if not record.active else ("seed" if record.left == 0 else "leecher"),
+        "left": record.left,
+        "uploaded_bytes": record.uploaded_total,
+        "downloaded_bytes": record.downloaded_total,
+        "ratio": (
+            round(record.uploaded_total / record.downloaded_total, 4)
+            if record.downloaded_total
+            else None
+        ),
+        "completed": record.completed_count,
+        "leave_rule": record.leave_rule.value if record.leave_rule else None,
+        "left_fairly": bool(record.leave_rule and record.leave_rule.fair and not record.active),
+    }
+
+
+def swarm_json(stats: SwarmStats, records: Sequence[PeerRecord] | None) -> dict[str, Any]:
+    """One swarm as ``/v1/swarms`` shows it (peers only when ``records`` is given)."""
+    body: dict[str, Any] = {
+        "info_hash": stats.info_hash.hex(),
+        "seeds": stats.seeds,
+        "leechers": stats.leechers,
+        "completed": stats.completed,
+        "uploaded_bytes": stats.uploaded_bytes,
+        "downloaded_bytes": stats.downloaded_bytes,
+        "left_by_rule": stats.left_by_rule,
+        "left_fairly": stats.left_fairly,
+        "needs_seeds": stats.needs_seeds,
+    }
+    if records is not None:
+        body["peers"] = [
+            _peer_json(r) for r in sorted(records, key=lambda r: (r.peer_id, r.family.value))
+        ]
+    return body
+
+
+class TrackerService:
+    """The tracker over HTTP: feeds the core, persists what it returns, one timer."""
+
+    def __init__(
+        self,
+        core: TrackerCore,
+        store: TrackerStore,
+        *,
+        clock: Callable[[], float] = wall_clock,
+    ) -> None:
+        self.core = core
+        self.store = store
+        self.clock = clock
+        self.metrics = TrackerMetrics(core)
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_for: float | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._refresh_task: asyncio.Task[None] | None = None
+        self._runner: web.AppRunner | None = None
+
+    # -- life cycle ---------------------------------------------------------------
+
+    def make_app(self) -> web.Application:
+        """The aiohttp application with every route."""
+        app = web.Application()
+        app.router.add_get("/announce", self.announce)
+        app.router.add_get("/scrape", self.scrape)
+        app.router.add_get("/v1/swarms", self.swarms)
+        app.router.add_get("/v1/swarms/{info_hash}", self.swarm)
+        app.router.add_get("/v1/swarms/{info_hash}/needed", self.needed)
+        app.router.add_get("/metrics", self.metrics_handler)
+        app.router.add_get("/healthz", self.healthz)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Load state, listen, and answer the port actually bound."""
+        opener = getattr(self.store, "open", None)
+        if opener is not None:
+            await opener()
+        self.core.restore(await self.store.load_all())
+        self._runner = web.AppRunner(self.make_app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        bound: int = sockets[0].getsockname()[1] if sockets else port
+        self._rearm()
+        if self.store.shared:
+            self._refresh_task = asyncio.get_running_loop().create_task(self._refresh_loop())
+        return bound
+
+    async def close(self) -> None:
+        """Stop answering, then flush the store and close it."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._refresh_task is not None:
+            self._refresh_task.cancel()
+            await asyncio.gather(self._refresh_task, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.store.close()
+
+    async def _refresh_loop(self) -> None:
+        """Shared store: reload every swarm each interval, so this instance also
+        expires peers that only ever talked to an instance that has since died."""
+        while True:
+            await asyncio.sleep(self.core.config.interval_s)
+            try:
+                await self._reload_all()
+                self._rearm()
+            except Exception:  # keep refreshing; Redis may come back
+                log.exception("refreshing swarms from the shared store failed")
+
+    async def _reload_all(self) -> None:
+        by_swarm: dict[bytes, list[PeerRecord]] = {}
+        for record in await self.store.load_all():
+            by_swarm.setdefault(record.info_hash, []).append(record)
+        for info_hash, records in by_swarm.items():
+            self.core.load_swarm(info_hash, records)
+
+    # -- timer --------------------------------------------------------------------
+
+    def _rearm(self) -> None:
+        deadline = self.core.next_deadline()
+        if deadline is None:
+            return
+        if self._armed_for is not None and self._armed_for <= deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        delay = max(0.0, deadline - self.clock())
+        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+        self._armed_for = deadline
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._armed_for = None
+        expired = self.core.handle_timer(now=self.clock())
+        if expired:
+            self._spawn(self._persist_expired(expired))
+        self._rearm()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _persist_expired(self, expired: list[PeerExpired]) -> None:
+        self.metrics.expired.inc(len(expired))
+        self.metrics.left.labels("expired").inc(len(expired))
+        refused = await self.store.save([e.record for e in expired], [e.logged for e in expired])
+        # Another instance saw these peers more recently: adopt its view instead.
+        for info_hash in {r.info_hash for r in refused}:
+            self.core.load_swarm(info_hash, await self.store.load_swarm(info_hash))
+
+    # -- handlers -----------------------------------------------------------------
+
+    @staticmethod
+    def _raw_query(request: web.Request) -> str:
+        # The request-target as sent: aiohttp's request.query would decode %XX as
+        # UTF-8 and corrupt binary info_hash/peer_id values.
+        _, _, query = request.raw_path.partition("?")
+        return query
+
+    def _failure(self, code: str, reason: str) -> web.Response:
+        self.metrics.failures.labels(code).inc()
+        return web.Response(body=encode_failure(reason), content_type=BENCODE_TYPE)
+
+    async def announce(self, request: web.Request) -> web.Response:
+        """``GET /announce``: BEP 3 with BEP 23 compact lists."""
+        try:
+            req = parse_announce_query(self._raw_query(request))
+        except QueryError as err:
+            return self._failure(err.code.value, err.reason)
+        remote = request.remote
+        if not remote:
+            return self._failure("no_address", "the tracker cannot tell your address")
+        try:
+            handled = await self._handle_announce(req, remote)
+        except Exception:
+            log.exception("announce failed")
+            return self._failure("internal", "tracker error; try again later")
+        self.metrics.announces.labels(req.event.value or "none").inc()
+        if req.event is AnnounceEvent.STOPPED and handled.record.leave_rule is not None:
+            self.metrics.left.labels(handled.record.leave_rule.value).inc()
+        return web.Response(body=encode_announce_reply(handled.reply), content_type=BENCODE_TYPE)
+
+    async def _handle_announce(self, req: Any, remote: str) -> AnnounceHandled:
+        store = self.store
+        if isinstance(store, SqliteStore):
+            # The core is the truth; the store copies it behind (fast path, no await).
+            handled = self.core.handle_announce(req, remote=remote, now=self.clock())
+            logged: list[TrackerEvent] = [handled.logged] if handled.logged else []
+            store.queue([handled.record], logged)
+            self._rearm()
+            return handled
+        for _attempt in range(3):
+            self.core.load_swarm(req.info_hash, await store.load_swarm(req.info_hash))
+            handled = self.core.handle_announce(req, remote=remote, now=self.clock())
+            logged = [handled.logged] if handled.logged else []
+            refused = await store.save([handled.record], logged)
+            if not refused:
+                self._rearm()
+                return handled
+        raise RuntimeError("announce lost three races for the same peer record")
+
+    async def scrape(self, request: web.Request) -> web.Response:
+        """``GET /scrape`` (BEP 48): the named swarms, or every swarm."""
+        try:
+            hashes = parse_scrape_query(self._raw_query(request))
+        except QueryError as err:
+            return self._failure(err.code.value, err.reason)
+        try:
+            if self.store.shared:
+                if hashes:
+                    for info_hash in hashes:
+                        self.core.load_swarm(info_hash, await self.store.load_swarm(info_hash))
+                else:
+                    await self._reload_all()
+            stats = [self._counts_stats(h) for h in (hashes or tuple(self.core.info_hashes()))]
+        except Exception:
+            log.exception("scrape failed")
+            return self._failure("internal", "tracker error; try again later")
+        self.metrics.scrapes.inc()
+        body = encode_scrape_reply(stats, min_interval_s=self.core.config.min_interval_s)
+        return web.Response(body=body, content_type=BENCODE_TYPE)
+
+    def _counts_stats(self, info_hash: bytes) -> SwarmStats:
+        seeds, leechers, completed = self.core.counts(info_hash)
+        return SwarmStats(info_hash, seeds, leechers, completed, 0, 0, {}, 0, False)
+
+    async def swarms(self, request: web.Request) -> web.Response:
+        """``GET /v1/swarms[?peers=0]``: every swarm, with its peers unless peers=0."""
+        if self.store.shared:
+            await self._reload_all()
+        with_peers = request.query.get("peers", "1") != "0"
+        body = []
+        for info_hash in self.core.info_hashes():
+            stats = self.core.stats(info_hash)
+            assert stats is not None
+            body.append(swarm_json(stats, self.core.records(info_hash) if with_peers else None))
+        return web.json_response({"swarms": body})
+
+    async def _one(self, request: web.Request) -> SwarmStats:
+        try:
+            info_hash = bytes.fromhex(request.match_info["info_hash"])
+            if len(info_hash) != 20:
+                raise ValueError
+        except ValueError:
+            raise web.HTTPBadRequest(
+                text='{"error": "info_hash must be 40 hex digits"}',
+                content_type="application/json",
+            ) from None
+        if self.store.shared:
+            self.core.load_swarm(info_hash, await self.store.load_swarm(info_hash))
+        stats = self.core.stats(info_hash)
+        if stats is None:
+            raise web.HTTPNotFound(
+                text='{"error": "the tracker has seen no announce for this info_hash"}',
+                content_type="application/json",
+            )
+        return stats
+
+    async def swarm(self, request: web.Request) -> web.Response:
+        """``GET /v1/swarms/<hex>``: one swarm with its peers."""
+        stats = await self._one(request)
+        return web.json_response(swarm_json(stats, self.core.records(stats.info_hash)))
+
+    async def needed(self, request: web.Request) -> web.Response:
+        """``GET /v1/swarms/<hex>/needed``: whether seeds are still needed."""
+        stats = await self._one(request)
+        return web.json_response(
+            {
+                "info_hash": stats.info_hash.hex(),
+                "needs_seeds": stats.needs_seeds,
+                "seeds": stats.seeds,
+                "leechers": stats.leechers,
+            }
+        )
+
+    async def metrics_handler(self, request: web.Request) -> web.Response:
+        """``GET /metrics``: Prometheus text format."""
+        return web.Response(
+            body=generate_latest(self.metrics.registry),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """``GET /healthz``: ok."""
+        return web.Response(text="ok")
+
+
+async def serve(
+    config: TrackerConfig,
+    store: TrackerStore,
+    *,
+    host: str,
+    port: int,
+    seed: int | None = None,
+    ready: Callable[[int], None] | None = None,
+) -> None:
+    """Run the tracker until SIGTERM or SIGINT, then flush and exit cleanly."""
+    core = TrackerCore(config, random.Random(seed))
+    service = TrackerService(core, store)
+    bound = await service.start(host, port)
+    if ready is not None:
+        ready(bound)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        log.info("tracker stopping: flushing the store")
+        await service.close()

@@ -1,0 +1,44 @@
+"""The tracker's configuration, with documented defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TrackerConfig:
+    """How the tracker core answers announces and when it forgets peers.
+
+    interval_s: the ``interval`` announces answer (how often a client re-announces).
+    min_interval_s: the ``min interval``; libtorrent honours the larger of this and its
+        own ``min_announce_interval`` setting.
+    peer_ttl_s: a peer that has not announced for this long is expired (it left by
+        the rule ``expired``); default 2.5 x interval_s, so one lost announce is not
+        fatal but two are.
+    default_numwant: peers handed out when the client does not say ``numwant``
+        (BEP 3 suggests 50).
+    max_numwant: the cap on ``numwant``; a request for more gets this many.
+    """
+
+    interval_s: int = 30
+    min_interval_s: int = 5
+    peer_ttl_s: float | None = None
+    default_numwant: int = 50
+    max_numwant: int = 200
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0:
+            raise ValueError("interval_s must be positive")
+        if not 0 < self.min_interval_s <= self.interval_s:
+            raise ValueError("min_interval_s must be positive and at most interval_s")
+        if self.peer_ttl_s is not None and self.peer_ttl_s <= self.interval_s:
+            raise ValueError("peer_ttl_s must be longer than interval_s")
+        if self.max_numwant < 1:
+            raise ValueError("max_numwant must be at least 1")
+        if self.default_numwant < 0:
+            raise ValueError("default_numwant must not be negative")
+
+    @property
+    def ttl_s(self) -> float:
+        """The effective peer time-to-live in seconds."""
+        return self.peer_ttl_s if self.peer_ttl_s is not None else 2.5 * self.interval_s

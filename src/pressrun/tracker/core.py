@@ -1,0 +1,442 @@
+"""The tracker's decisions: announces, peer lists, expiry, fairness accounting. Pure.
+
+A swarm is the set of peers of one torrent (one issue), filed by (peer_id, address
+family) as FIELD-NOTES.md advises: a dual-stack client announces once per family.
+Each peer has a ``PeerRecord`` that outlives its presence, so the tracker can say how
+much every peer uploaded and downloaded in total and by which rule it left.
+
+Life of a record (BEP 3 events):
+
+    (none) --announce--> active --stopped--> left (leave_rule from the peer)
+                           |  ^                |
+                           |  +---announce-----+   (a later session: totals go on)
+                           +--no announce for peer_ttl_s--> left (rule ``expired``)
+
+The fair-exit rule of 004_3e4b985b4cf14853.txt (III.A): "once a node has uploaded as
+much content as it has downloaded, it can leave the network". The peer decides; its
+``stopped`` announce names the rule (``leave_rule=ratio|not_needed|max_seed_time|
+user``), and ``ratio`` and ``not_needed`` count as leaving fairly. ``needs_seeds`` is
+the tracker's half of "nobody needs me any more".
+
+Accounting (``accumulate``): announce counters are cumulative per client session and
+restart at zero when the client restarts. The tracker keeps the last counters of the
+current session and adds only what grew. An announce continues the stored session
+when the record exists, neither counter went backwards, and either both sides have a
+BEP 7 ``key`` and it is the same, or (no key) the previous session did not end with
+``stopped`` and this is not a ``started``. Otherwise it opens a new session whose
+counters began at zero, so its whole counters are new bytes. Counters going
+backwards always mean a new session, so a restarted client is never subtracted and a
+repeated announce is never added twice.
+
+Time: ``now`` is whatever clock the adapter feeds, the same for every call. The
+aiohttp adapter uses epoch seconds because records are shared across restarts and,
+with Redis, across tracker processes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import ipaddress
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from pressrun.tracker.config import TrackerConfig
+from pressrun.tracker.events import (
+    AddressFamily,
+    AnnounceEvent,
+    AnnounceReply,
+    AnnounceRequest,
+    LeaveRule,
+    PeerContact,
+    PeerRecord,
+    SwarmStats,
+    TrackerEvent,
+)
+
+PeerKey = tuple[bytes, AddressFamily]
+
+
+class LocalProtocolError(Exception):
+    """The caller misused the core (a bug in the adapter, not a peer's fault)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AnnounceHandled:
+    """What one announce produced: the answer, the record to persist, a log entry."""
+
+    reply: AnnounceReply
+    record: PeerRecord
+    logged: TrackerEvent | None
+
+
+@dataclass(frozen=True, slots=True)
+class PeerExpired:
+    """A peer stopped announcing for longer than the TTL; its record is now inactive."""
+
+    record: PeerRecord
+    logged: TrackerEvent
+
+
+def effective_address(request_ip: str | None, remote: str) -> str:
+    """The address a peer is reachable at.
+
+    The request's remote address, except that a loopback remote may name another
+    address with ``ip=`` (tests and the emulation run many peers behind 127.0.0.1 or a
+    local relay). An IPv4-mapped IPv6 remote is reported as IPv4.
+    """
+    try:
+        addr = ipaddress.ip_address(remote)
+    except ValueError:
+        raise LocalProtocolError(f"remote address {remote!r} is not an IP address") from None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    if request_ip is not None and addr.is_loopback:
+        return str(ipaddress.ip_address(request_ip))
+    return str(addr)
+
+
+def family_of(ip: str) -> AddressFamily:
+    """IPv4 or IPv6, for an address already validated."""
+    return AddressFamily.IPV6 if ":" in ip else AddressFamily.IPV4
+
+
+def continues_session(prev: PeerRecord | None, req: AnnounceRequest) -> bool:
+    """Whether ``req`` carries the counters of ``prev``'s client session (module doc)."""
+    if prev is None:
+        return False
+    if req.uploaded < prev.session_uploaded or req.downloaded < prev.session_downloaded:
+        return False
+    if req.key is not None and prev.session_key is not None:
+        return req.key == prev.session_key
+    return not prev.session_stopped and req.event is not AnnounceEvent.STARTED
+
+
+def accumulate(prev: PeerRecord | None, req: AnnounceRequest, *, ip: str, now: float) -> PeerRecord:
+    """The peer's record after ``req``: totals grown by the new bytes only."""
+    family = family_of(ip)
+    stopped = req.event is AnnounceEvent.STOPPED
+    if prev is None:
+        base_up = base_down = total_up = total_down = 0
+        completed, first_seen, version = 0, now, 0
+        was_leecher = True
+    else:
+        total_up, total_down = prev.uploaded_total, prev.downloaded_total
+        if continues_session(prev, req):
+            base_up, base_down = prev.session_uploaded, prev.session_downloaded
+        else:
+            base_up = base_down = 0
+        completed, first_seen, version = prev.completed_count, prev.first_seen, prev.version
+        # A repeated `completed` (a retried announce) must not count twice.
+        was_leecher = prev.left > 0 or not prev.active
+    if req.event is AnnounceEvent.COMPLETED and was_leecher:
+        completed += 1
+    return PeerRecord(
+        info_hash=req.info_hash,
+        peer_id=req.peer_id,
+        family=family,
+        ip=ip,
+        port=req.port,
+        left=req.left,
+        uploaded_total=total_up + (req.uploaded - base_up),
+        downloaded_total=total_down + (req.downloaded - base_down),
+        session_uploaded=req.uploaded,
+        session_downloaded=req.downloaded,
+        session_key=req.key,
+        active=not stopped,
+        session_stopped=stopped,
+        completed_count=completed,
+        first_seen=first_seen,
+        last_seen=now,
+        leave_rule=(req.leave_rule or LeaveRule.UNSPECIFIED) if stopped else None,
+        left_at=now if stopped else None,
+        version=version + 1,
+    )
+
+
+class _IndexedKeys:
+    """A set of peer keys that also supports O(1) random access (for sampling)."""
+
+    __slots__ = ("items", "pos")
+
+    def __init__(self) -> None:
+        self.items: list[PeerKey] = []
+        self.pos: dict[PeerKey, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, key: PeerKey) -> None:
+        if key not in self.pos:
+            self.pos[key] = len(self.items)
+            self.items.append(key)
+
+    def discard(self, key: PeerKey) -> None:
+        index = self.pos.pop(key, None)
+        if index is None:
+            return
+        last = self.items.pop()
+        if index < len(self.items):
+            self.items[index] = last
+            self.pos[last] = index
+
+
+@dataclass(slots=True)
+class Swarm:
+    """One torrent's records, with its active seeds and leechers indexed."""
+
+    info_hash: bytes
+    records: dict[PeerKey, PeerRecord] = field(default_factory=dict)
+    seeds: _IndexedKeys = field(default_factory=_IndexedKeys)
+    leechers: _IndexedKeys = field(default_factory=_IndexedKeys)
+
+    def put(self, record: PeerRecord) -> None:
+        """File ``record``, moving its key between seeds, leechers and neither."""
+        key = record.peer_key
+        self.records[key] = record
+        self.seeds.discard(key)
+        self.leechers.discard(key)
+        if record.active:
+            (self.seeds if record.left == 0 else self.leechers).add(key)
+
+    def stats(self) -> SwarmStats:
+        """Counts and totals; bytes are summed per peer_id, the largest family's."""
+        up: dict[bytes, int] = {}
+        down: dict[bytes, int] = {}
+        by_rule = {rule.value: 0 for rule in LeaveRule}
+        completed = 0
+        for record in self.records.values():
+            up[record.peer_id] = max(up.get(record.peer_id, 0), record.uploaded_total)
+            down[record.peer_id] = max(down.get(record.peer_id, 0), record.downloaded_total)
+            completed += record.completed_count
+            if not record.active and record.leave_rule is not None:
+                by_rule[record.leave_rule.value] += 1
+        seeds, leechers = len(self.seeds), len(self.leechers)
+        return SwarmStats(
+            info_hash=self.info_hash,
+            seeds=seeds,
+            leechers=leechers,
+            completed=completed,
+            uploaded_bytes=sum(up.values()),
+            downloaded_bytes=sum(down.values()),
+            left_by_rule=by_rule,
+            left_fairly=sum(n for rule, n in by_rule.items() if LeaveRule(rule).fair),
+            needs_seeds=needs_seeds(seeds=seeds, leechers=leechers),
+        )
+
+
+def needs_seeds(*, seeds: int, leechers: int) -> bool:
+    """Whether the swarm still wants its seeds: someone is downloading and the seeds
+    do not outnumber the leechers (so one seed leaving would leave fewer seeds than
+    leechers). A seed for which this is false may leave by ``not_needed``.
+    """
+    return leechers > 0 and seeds <= leechers
+
+
+class TrackerCore:
+    """Announce handling, peer selection, expiry and accounting over all swarms.
+
+    Holds every record in memory. With the SQLite store the core is the truth and the
+    store its write-behind copy; with Redis the adapter reloads a swarm from the store
+    before each announce (``load_swarm``) so several processes share one view.
+    """
+
+    def __init__(self, config: TrackerConfig, rng: random.Random) -> None:
+        self.config = config
+        self._rng = rng
+        self._swarms: dict[bytes, Swarm] = {}
+        # (deadline, info_hash, peer_id, family number) of active peers; entries made
+        # stale by a later announce are skipped lazily. Plain comparable items only.
+        self._expiry: list[tuple[float, bytes, bytes, int]] = []
+
+    # -- state in and out -------------------------------------------------------
+
+    def restore(self, records: Iterable[PeerRecord]) -> None:
+        """Adopt records read from a store at start-up (or refreshed from a shared one)."""
+        for record in records:
+            self._file(record)
+
+    def load_swarm(self, info_hash: bytes, records: Iterable[PeerRecord]) -> None:
+        """Replace one swarm's records with a fresher view from a shared store."""
+        old = self._swarms.pop(info_hash, None)
+        swarm = self._swarms[info_hash] = Swarm(info_hash)
+        for record in records:
+            previous = old.records.get(record.peer_key) if old is not None else None
+            swarm.put(record)
+            if record.active and (previous is None or previous.last_seen != record.last_seen):
+                self._arm(record)
+
+    def _file(self, record: PeerRecord) -> None:
+        swarm = self._swarms.get(record.info_hash)
+        if swarm is None:
+            swarm = self._swarms[record.info_hash] = Swarm(record.info_hash)
+        swarm.put(record)
+        if record.active:
+            self._arm(record)
+
+    def _arm(self, record: PeerRecord) -> None:
+        deadline = record.last_seen + self.config.ttl_s
+        entry = (deadline, record.info_hash, record.peer_id, record.family.value)
+        heapq.heappush(self._expiry, entry)
+
+    def record(self, info_hash: bytes, key: PeerKey) -> PeerRecord | None:
+        """The record of one peer, if the tracker has seen it."""
+        swarm = self._swarms.get(info_hash)
+        return swarm.records.get(key) if swarm is not None else None
+
+    def records(self, info_hash: bytes) -> list[PeerRecord]:
+        """Every record of one swarm, active or not."""
+        swarm = self._swarms.get(info_hash)
+        return list(swarm.records.values()) if swarm is not None else []
+
+    def info_hashes(self) -> list[bytes]:
+        """Every swarm the tracker knows, sorted."""
+        return sorted(self._swarms)
+
+    def stats(self, info_hash: bytes) -> SwarmStats | None:
+        """One swarm's counts and totals, or None for an unknown swarm."""
+        swarm = self._swarms.get(info_hash)
+        return swarm.stats() if swarm is not None else None
+
+    def counts(self, info_hash: bytes) -> tuple[int, int, int]:
+        """(seeds, leechers, completed) cheaply, for scrape; zeros for an unknown swarm."""
+        swarm = self._swarms.get(info_hash)
+        if swarm is None:
+            return (0, 0, 0)
+        completed = sum(r.completed_count for r in swarm.records.values())
+        return (len(swarm.seeds), len(swarm.leechers), completed)
+
+    # -- inputs -----------------------------------------------------------------
+
+    def handle_announce(self, req: AnnounceRequest, *, remote: str, now: float) -> AnnounceHandled:
+        """Account for one announce and choose the peers to hand back."""
+        ip = effective_address(req.ip, remote)
+        family = family_of(ip)
+        swarm = self._swarms.get(req.info_hash)
+        if swarm is None:
+            swarm = self._swarms[req.info_hash] = Swarm(req.info_hash)
+        prev = swarm.records.get((req.peer_id, family))
+        record = accumulate(prev, req, ip=ip, now=now)
+        swarm.put(record)
+        if record.active:
+            self._arm(record)
+        logged = None
+        if req.event is not AnnounceEvent.NONE:
+            logged = TrackerEvent(
+                at=now,
+                info_hash=req.info_hash,
+                peer_id=req.peer_id,
+                family=family,
+                event=req.event.value,
+                uploaded_total=record.uploaded_total,
+                downloaded_total=record.downloaded_total,
+                left=record.left,
+                leave_rule=record.leave_rule,
+            )
+        peers: tuple[PeerContact, ...] = ()
+        if record.active:
+            peers = self._select_peers(swarm, record, self._numwant(req.numwant))
+        reply = AnnounceReply(
+            interval_s=self.config.interval_s,
+            min_interval_s=self.config.min_interval_s,
+            complete=len(swarm.seeds),
+            incomplete=len(swarm.leechers),
+            peers=peers,
+            compact=req.compact,
+        )
+        return AnnounceHandled(reply=reply, record=record, logged=logged)
+
+    def _numwant(self, asked: int | None) -> int:
+        if asked is None:
+            return min(self.config.default_numwant, self.config.max_numwant)
+        return min(asked, self.config.max_numwant)
+
+    def _select_peers(
+        self, swarm: Swarm, requester: PeerRecord, numwant: int
+    ) -> tuple[PeerContact, ...]:
+        """A uniform random sample of other active peers; a seed gets only leechers.
+
+        Never the requester itself: not its peer_id (in any family) nor its address.
+        """
+        if numwant <= 0:
+            return ()
+        pools = (
+            [swarm.leechers.items]
+            if requester.left == 0
+            else [
+                swarm.leechers.items,
+                swarm.seeds.items,
+            ]
+        )
+        total = sum(len(pool) for pool in pools)
+        # Draw a few extra so that dropping the requester (and its other family)
+        # still leaves numwant when the swarm has that many.
+        picks = self._rng.sample(range(total), min(total, numwant + 2))
+        chosen: list[PeerContact] = []
+        for index in picks:
+            pool = pools[0]
+            if index >= len(pool):
+                index -= len(pool)
+                pool = pools[1]
+            record = swarm.records[pool[index]]
+            if record.peer_id == requester.peer_id or (
+                record.ip == requester.ip and record.port == requester.port
+            ):
+                continue
+            chosen.append(PeerContact(record.peer_id, record.ip, record.port, record.family))
+            if len(chosen) == numwant:
+                break
+        return tuple(chosen)
+
+    # -- timers -----------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When the next active peer would expire, or None with no active peers."""
+        while self._expiry:
+            deadline, info_hash, peer_id, family = self._expiry[0]
+            record = self.record(info_hash, (peer_id, AddressFamily(family)))
+            if record is not None and record.active:
+                if record.last_seen + self.config.ttl_s == deadline:
+                    return deadline
+                if record.last_seen + self.config.ttl_s < deadline:
+                    # A fresher view moved last_seen back (shared store): re-arm.
+                    fresher = (record.last_seen + self.config.ttl_s, info_hash, peer_id, family)
+                    heapq.heapreplace(self._expiry, fresher)
+                    continue
+            heapq.heappop(self._expiry)  # stale: the peer announced again or left
+        return None
+
+    def handle_timer(self, *, now: float) -> list[PeerExpired]:
+        """Expire every active peer silent for the TTL or longer."""
+        expired: list[PeerExpired] = []
+        while True:
+            deadline = self.next_deadline()
+            if deadline is None or deadline > now:
+                return expired
+            _, info_hash, peer_id, family = heapq.heappop(self._expiry)
+            swarm = self._swarms[info_hash]
+            old = swarm.records[(peer_id, AddressFamily(family))]
+            record = replace(
+                old,
+                active=False,
+                leave_rule=LeaveRule.EXPIRED,
+                left_at=now,
+                version=old.version + 1,
+            )
+            swarm.put(record)
+            expired.append(
+                PeerExpired(
+                    record=record,
+                    logged=TrackerEvent(
+                        at=now,
+                        info_hash=info_hash,
+                        peer_id=record.peer_id,
+                        family=record.family,
+                        event="expired",
+                        uploaded_total=record.uploaded_total,
+                        downloaded_total=record.downloaded_total,
+                        left=record.left,
+                        leave_rule=LeaveRule.EXPIRED,
+                    ),
+                )
+            )

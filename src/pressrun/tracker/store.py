@@ -1,0 +1,537 @@
+"""Where the tracker keeps its records: SQLite (one process) or Redis (several).
+
+``TrackerStore`` is the protocol the adapter talks to. Two implementations:
+
+- ``SqliteStore``: a file in WAL mode (default ``tracker.db``), kept across restarts.
+  The core in memory is the truth and the file its write-behind copy: ``save`` only
+  queues, and a flush every ``flush_interval_s`` (default 0.1 s) writes every changed
+  record and the event log in one transaction with ``synchronous=NORMAL``. Trade-off:
+  a crash of the process (SIGKILL, power loss) loses at most the last flush interval of
+  announces; a SIGTERM flushes first and loses nothing. Peers re-announce every
+  interval and their counters are cumulative, so what a crash loses comes back with
+  their next announce, except events such as ``stopped`` of peers that then left.
+- ``RedisStore``: records in Redis hashes shared by every tracker instance. ``shared``
+  is true: the adapter reloads a swarm before each announce and writes at once. Every
+  record carries a version; a Lua script refuses a write older than what is stored, so
+  two instances (or an expiry racing an announce) never overwrite a newer record with
+  an older one. The refused records come back as conflicts and the adapter reloads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol
+
+from pressrun.tracker.events import AddressFamily, LeaveRule, PeerRecord, TrackerEvent
+
+RecordKey = tuple[bytes, bytes, AddressFamily]
+
+
+class TrackerStore(Protocol):
+    """Persistence of peer records and the event log."""
+
+    @property
+    def shared(self) -> bool:
+        """True when other processes write the same records (reload before deciding)."""
+        ...
+
+    async def load_all(self) -> list[PeerRecord]:
+        """Every record of every swarm."""
+        ...
+
+    async def load_swarm(self, info_hash: bytes) -> list[PeerRecord]:
+        """Every record of one swarm."""
+        ...
+
+    async def save(
+        self, records: Sequence[PeerRecord], events: Sequence[TrackerEvent] = ()
+    ) -> list[PeerRecord]:
+        """Store records (and log events); answer the records refused as stale."""
+        ...
+
+    async def flush(self) -> None:
+        """Make everything saved so far durable (a no-op where saves are immediate)."""
+        ...
+
+    async def close(self) -> None:
+        """Flush and release the connection."""
+        ...
+
+
+def record_to_json(record: PeerRecord) -> dict[str, Any]:
+    """A record as JSON-friendly values (bytes as hex)."""
+    return {
+        "info_hash": record.info_hash.hex(),
+        "peer_id": record.peer_id.hex(),
+        "family": record.family.value,
+        "ip": record.ip,
+        "port": record.port,
+        "left": record.left,
+        "uploaded_total": record.uploaded_total,
+        "downloaded_total": record.downloaded_total,
+        "session_uploaded": record.session_uploaded,
+        "session_downloaded": record.session_downloaded,
+        "session_key": record.session_key,
+        "active": record.active,
+        "session_stopped": record.session_stopped,
+        "completed_count": record.completed_count,
+        "first_seen": record.first_seen,
+        "last_seen": record.last_seen,
+        "leave_rule": record.leave_rule.value if record.leave_rule else None,
+        "left_at": record.left_at,
+        "version": record.version,
+    }
+
+
+def record_from_json(data: dict[str, Any]) -> PeerRecord:
+    """The inverse of ``record_to_json``."""
+    return PeerRecord(
+        info_hash=bytes.fromhex(data["info_hash"]),
+        peer_id=bytes.fromhex(data["peer_id"]),
+        family=AddressFamily(data["family"]),
+        ip=data["ip"],
+        port=int(data["port"]),
+        left=int(data["left"]),
+        uploaded_total=int(data["uploaded_total"]),
+        downloaded_total=int(data["downloaded_total"]),
+        session_uploaded=int(data["session_uploaded"]),
+        session_downloaded=int(data["session_downloaded"]),
+        session_key=data["session_key"],
+        active=bool(data["active"]),
+        session_stopped=bool(data["session_stopped"]),
+        completed_count=int(data["completed_count"]),
+        first_seen=float(data["first_seen"]),
+        last_seen=float(data["last_seen"]),
+        leave_rule=LeaveRule(data["leave_rule"]) if data["leave_rule"] else None,
+        left_at=data["left_at"],
+        version=int(data["version"]),
+    )
+
+
+# ---------------------------------------------------------------------------
+# SQLite
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS peers (
+    info_hash BLOB NOT NULL,
+    peer_id BLOB NOT NULL,
+    family INTEGER NOT NULL,
+    ip TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    left_bytes INTEGER NOT NULL,
+    uploaded_total INTEGER NOT NULL,
+    downloaded_total INTEGER NOT NULL,
+    session_uploaded INTEGER NOT NULL,
+    session_downloaded INTEGER NOT NULL,
+    session_key TEXT,
+    active INTEGER NOT NULL,
+    session_stopped INTEGER NOT NULL,
+    completed_count INTEGER NOT NULL,
+    first_seen REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    leave_rule TEXT,
+    left_at REAL,
+    version INTEGER NOT NULL,
+    PRIMARY KEY (info_hash, peer_id, family)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    info_hash BLOB NOT NULL,
+    peer_id BLOB NOT NULL,
+    family INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    uploaded_total INTEGER NOT NULL,
+    downloaded_total INTEGER NOT NULL,
+    left_bytes INTEGER NOT NULL,
+    leave_rule TEXT
+);
+CREATE INDEX IF NOT EXISTS events_by_swarm ON events (info_hash, at);
+"""
+
+_COLUMNS = (
+    "info_hash, peer_id, family, ip, port, left_bytes, uploaded_total, downloaded_total, "
+    "session_uploaded, session_downloaded, session_key, active, session_stopped, "
+    "completed_count, first_seen, last_seen, leave_rule, left_at, version"
+)
+
+
+def _record_row(r: PeerRecord) -> tuple[object, ...]:
+    return (
+        r.info_hash,
+        r.peer_id,
+        r.family.value,
+        r.ip,
+        r.port,
+        r.left,
+        r.uploaded_total,
+        r.downloaded_total,
+        r.session_uploaded,
+        r.session_downloaded,
+        r.session_key,
+        int(r.active),
+        int(r.session_stopped),
+        r.completed_count,
+        r.first_seen,
+        r.last_seen,
+        r.leave_rule.value if r.leave_rule else None,
+        r.left_at,
+        r.version,
+    )
+
+
+def _row_record(row: Sequence[Any]) -> PeerRecord:
+    return PeerRecord(
+        info_hash=bytes(row[0]),
+        peer_id=bytes(row[1]),
+        family=AddressFamily(row[2]),
+        ip=row[3],
+        port=row[4],
+        left=row[5],
+        uploaded_total=row[6],
+        downloaded_total=row[7],
+        session_uploaded=row[8],
+        session_downloaded=row[9],
+        session_key=row[10],
+        active=bool(row[11]),
+        session_stopped=bool(row[12]),
+        completed_count=row[13],
+        first_seen=row[14],
+        last_seen=row[15],
+        leave_rule=LeaveRule(row[16]) if row[16] else None,
+        left_at=row[17],
+        version=row[18],
+    )
+
+
+def _event_row(e: TrackerEvent) -> tuple[object, ...]:
+    return (
+        e.at,
+        e.info_hash,
+        e.peer_id,
+        e.family.value,
+        e.event,
+        e.uploaded_total,
+        e.downloaded_total,
+        e.left,
+        e.leave_rule.value if e.leave_rule else None,
+    )
+
+
+class SqliteStore:
+    """Records in one SQLite file (WAL, synchronous=NORMAL), written behind.
+
+    All SQLite calls run on one worker thread, so the event loop never waits on the
+    disk. ``save`` queues; a flush is scheduled ``flush_interval_s`` after the first
+    queued change, and ``flush``/``close`` write whatever is queued.
+    """
+
+    def __init__(self, path: str | Path, *, flush_interval_s: float = 0.1) -> None:
+        self.path = Path(path)
+        self.flush_interval_s = flush_interval_s
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracker-sqlite")
+        self._db: sqlite3.Connection | None = None
+        self._dirty: dict[RecordKey, PeerRecord] = {}
+        self._events: list[TrackerEvent] = []
+        self._flush_handle: asyncio.TimerHandle | None = None
+        self._flush_lock = asyncio.Lock()
+        self._flush_tasks: set[asyncio.Task[None]] = set()
+        self.flushes = 0
+
+    @property
+    def shared(self) -> bool:
+        """SQLite belongs to one tracker process."""
+        return False
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _open(self) -> None:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(_SCHEMA)
+        self._db = db
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._open()
+        assert self._db is not None
+        return self._db
+
+    async def open(self) -> None:
+        """Create the file and tables if needed."""
+        await self._run(self._conn)
+
+    def _select(self, where: str, args: tuple[object, ...]) -> list[PeerRecord]:
+        rows = self._conn().execute(f"SELECT {_COLUMNS} FROM peers {where}", args).fetchall()
+        return [_row_record(row) for row in rows]
+
+    async def load_all(self) -> list[PeerRecord]:
+        """Every stored record (queued changes included)."""
+        stored: list[PeerRecord] = await self._run(self._select, "", ())
+        return self._overlay(stored, None)
+
+    async def load_swarm(self, info_hash: bytes) -> list[PeerRecord]:
+        """One swarm's stored records (queued changes included)."""
+        stored: list[PeerRecord] = await self._run(
+            self._select, "WHERE info_hash = ?", (info_hash,)
+        )
+        return self._overlay(stored, info_hash)
+
+    def _overlay(self, stored: list[PeerRecord], info_hash: bytes | None) -> list[PeerRecord]:
+        merged = {(r.info_hash, r.peer_id, r.family): r for r in stored}
+        for key, record in self._dirty.items():
+            if info_hash is None or key[0] == info_hash:
+                merged[key] = record
+        return list(merged.values())
+
+    async def load_events(self, info_hash: bytes) -> list[TrackerEvent]:
+        """The event log of one swarm, oldest first (after a flush)."""
+        await self.flush()
+
+        def select() -> list[TrackerEvent]:
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT at, info_hash, peer_id, family, event, uploaded_total, "
+                    "downloaded_total, left_bytes, leave_rule FROM events "
+                    "WHERE info_hash = ? ORDER BY id",
+                    (info_hash,),
+                )
+                .fetchall()
+            )
+            return [
+                TrackerEvent(
+                    at=r[0],
+                    info_hash=bytes(r[1]),
+                    peer_id=bytes(r[2]),
+                    family=AddressFamily(r[3]),
+                    event=r[4],
+                    uploaded_total=r[5],
+                    downloaded_total=r[6],
+                    left=r[7],
+                    leave_rule=LeaveRule(r[8]) if r[8] else None,
+                )
+                for r in rows
+            ]
+
+        result: list[TrackerEvent] = await self._run(select)
+        return result
+
+    async def save(
+        self, records: Sequence[PeerRecord], events: Sequence[TrackerEvent] = ()
+    ) -> list[PeerRecord]:
+        """Queue records and events; nothing is refused (one writer)."""
+        self.queue(records, events)
+        return []
+
+    def queue(self, records: Sequence[PeerRecord], events: Sequence[TrackerEvent] = ()) -> None:
+        """Queue without awaiting (the announce path's fast form of ``save``)."""
+        for record in records:
+            self._dirty[(record.info_hash, record.peer_id, record.family)] = record
+        self._events.extend(events)
+        if self._flush_handle is None and (self._dirty or self._events):
+            loop = asyncio.get_running_loop()
+            self._flush_handle = loop.call_later(self.flush_interval_s, self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._flush_handle = None
+        task = asyncio.get_running_loop().create_task(self.flush())
+        self._flush_tasks.add(task)
+        task.add_done_callback(self._flush_tasks.discard)
+
+    def _write(self, rows: list[tuple[object, ...]], events: list[tuple[object, ...]]) -> None:
+        db = self._conn()
+        db.execute("BEGIN")
+        try:
+            marks = ", ".join("?" * 19)
+            db.executemany(f"INSERT OR REPLACE INTO peers ({_COLUMNS}) VALUES ({marks})", rows)
+            db.executemany(
+                "INSERT INTO events (at, info_hash, peer_id, family, event, uploaded_total, "
+                "downloaded_total, left_bytes, leave_rule) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                events,
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    async def flush(self) -> None:
+        """Write every queued change in one transaction."""
+        async with self._flush_lock:
+            if not self._dirty and not self._events:
+                return
+            dirty, self._dirty = self._dirty, {}
+            events, self._events = self._events, []
+            rows = [_record_row(r) for r in dirty.values()]
+            try:
+                await self._run(self._write, rows, [_event_row(e) for e in events])
+            except BaseException:
+                # Keep what failed queued (newer changes win) so a later flush retries.
+                for key, record in dirty.items():
+                    self._dirty.setdefault(key, record)
+                self._events[:0] = events
+                raise
+            self.flushes += 1
+
+    async def close(self) -> None:
+        """Flush what is queued and close the file."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        await self.flush()
+        if self._db is not None:
+            await self._run(self._db.close)
+            self._db = None
+        self._executor.shutdown(wait=True)
+
+
+# ---------------------------------------------------------------------------
+# Redis
+
+# KEYS[1] the swarm's hash, KEYS[2] the set of swarms, KEYS[3] the swarm's event list.
+# ARGV: swarm hex, then triples (field, json, version), then events as JSON strings.
+# Writes each record unless the stored one has the same or a newer version; answers
+# the fields refused.
+_SAVE_LUA = """
+local refused = {}
+local n = tonumber(ARGV[2])
+for i = 0, n - 1 do
+  local field = ARGV[3 + 3 * i]
+  local body = ARGV[4 + 3 * i]
+  local version = tonumber(ARGV[5 + 3 * i])
+  local current = redis.call('HGET', KEYS[1], field)
+  if current and cjson.decode(current)['version'] >= version then
+    table.insert(refused, field)
+  else
+    redis.call('HSET', KEYS[1], field, body)
+  end
+end
+redis.call('SADD', KEYS[2], ARGV[1])
+for i = 3 + 3 * n, #ARGV do
+  redis.call('RPUSH', KEYS[3], ARGV[i])
+end
+if #ARGV >= 3 + 3 * n then
+  redis.call('LTRIM', KEYS[3], -10000, -1)
+end
+return refused
+"""
+
+
+class RedisStore:
+    """Records in Redis, shared by every tracker instance pointed at it.
+
+    Layout under ``prefix`` (default ``pressrun:tracker:``): ``swarms`` is the set of
+    info-hashes (hex); ``peers:<hex>`` a hash from ``<peer_id hex>:<family>`` to the
+    record as JSON; ``events:<hex>`` the last 10,000 events as JSON.
+    """
+
+    def __init__(self, url: str, *, prefix: str = "pressrun:tracker:") -> None:
+        import redis.asyncio as aioredis
+
+        self.url = url
+        self.prefix = prefix
+        self._redis: Any = aioredis.Redis.from_url(url)
+        self._save_script: Any = self._redis.register_script(_SAVE_LUA)
+
+    @property
+    def shared(self) -> bool:
+        """Other instances write the same records."""
+        return True
+
+    def _field(self, record: PeerRecord) -> str:
+        return f"{record.peer_id.hex()}:{record.family.value}"
+
+    async def open(self) -> None:
+        """Check that Redis answers (raises redis.ConnectionError if not)."""
+        await self._redis.ping()
+
+    async def load_swarm(self, info_hash: bytes) -> list[PeerRecord]:
+        """One swarm's records as every instance last wrote them."""
+        raw: dict[bytes, bytes] = await self._redis.hgetall(f"{self.prefix}peers:{info_hash.hex()}")
+        return [record_from_json(json.loads(body)) for body in raw.values()]
+
+    async def load_all(self) -> list[PeerRecord]:
+        """Every record of every swarm."""
+        members: set[bytes] = await self._redis.smembers(f"{self.prefix}swarms")
+        records: list[PeerRecord] = []
+        for hex_hash in sorted(members):
+            records.extend(await self.load_swarm(bytes.fromhex(hex_hash.decode())))
+        return records
+
+    async def load_events(self, info_hash: bytes) -> list[TrackerEvent]:
+        """The last events of one swarm, oldest first."""
+        raw: list[bytes] = await self._redis.lrange(f"{self.prefix}events:{info_hash.hex()}", 0, -1)
+        events = []
+        for body in raw:
+            d = json.loads(body)
+            events.append(
+                TrackerEvent(
+                    at=d["at"],
+                    info_hash=bytes.fromhex(d["info_hash"]),
+                    peer_id=bytes.fromhex(d["peer_id"]),
+                    family=AddressFamily(d["family"]),
+                    event=d["event"],
+                    uploaded_total=d["uploaded_total"],
+                    downloaded_total=d["downloaded_total"],
+                    left=d["left"],
+                    leave_rule=LeaveRule(d["leave_rule"]) if d["leave_rule"] else None,
+                )
+            )
+        return events
+
+    async def save(
+        self, records: Sequence[PeerRecord], events: Sequence[TrackerEvent] = ()
+    ) -> list[PeerRecord]:
+        """Write records at once, refusing any older than the stored one."""
+        refused: list[PeerRecord] = []
+        by_swarm: dict[bytes, tuple[list[PeerRecord], list[TrackerEvent]]] = {}
+        for record in records:
+            by_swarm.setdefault(record.info_hash, ([], []))[0].append(record)
+        for event in events:
+            by_swarm.setdefault(event.info_hash, ([], []))[1].append(event)
+        for info_hash, (swarm_records, swarm_events) in by_swarm.items():
+            hex_hash = info_hash.hex()
+            args: list[object] = [hex_hash, len(swarm_records)]
+            fields = {}
+            for record in swarm_records:
+                field = self._field(record)
+                fields[field] = record
+                args += [field, json.dumps(record_to_json(record)), record.version]
+            for event in swarm_events:
+                args.append(
+                    json.dumps(
+                        {
+                            "at": event.at,
+                            "info_hash": hex_hash,
+                            "peer_id": event.peer_id.hex(),
+                            "family": event.family.value,
+                            "event": event.event,
+                            "uploaded_total": event.uploaded_total,
+                            "downloaded_total": event.downloaded_total,
+                            "left": event.left,
+                            "leave_rule": event.leave_rule.value if event.leave_rule else None,
+                        }
+                    )
+                )
+            keys = [
+                f"{self.prefix}peers:{hex_hash}",
+                f"{self.prefix}swarms",
+                f"{self.prefix}events:{hex_hash}",
+            ]
+            answer: list[bytes] = await self._save_script(keys=keys, args=args)
+            refused.extend(fields[field.decode()] for field in answer)
+        return refused
+
+    async def flush(self) -> None:
+        """Nothing to do: every save is already in Redis."""
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._redis.aclose()
