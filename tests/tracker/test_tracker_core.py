@@ -1,0 +1,267 @@
+"""The tracker core driven synchronously with an explicit `now` (no sockets, no clock)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pressrun.tracker.config import TrackerConfig
+from pressrun.tracker.core import TrackerCore, accumulate, needs_seeds
+from pressrun.tracker.events import AnnounceEvent, AnnounceRequest, LeaveRule
+
+IH = bytes(range(20))
+IH2 = bytes(range(1, 21))
+
+
+def pid(n: int) -> bytes:
+    return b"-PR0001-" + f"{n:012d}".encode()
+
+
+def req(
+    n: int,
+    *,
+    left: int = 100,
+    up: int = 0,
+    down: int = 0,
+    event: AnnounceEvent = AnnounceEvent.NONE,
+    numwant: int | None = None,
+    key: str | None = None,
+    rule: LeaveRule | None = None,
+    ih: bytes = IH,
+    compact: bool = True,
+) -> AnnounceRequest:
+    return AnnounceRequest(
+        info_hash=ih,
+        peer_id=pid(n),
+        port=10000 + n,
+        uploaded=up,
+        downloaded=down,
+        left=left,
+        event=event,
+        compact=compact,
+        numwant=numwant,
+        ip="127.0.0.1",
+        key=key,
+        leave_rule=rule,
+    )
+
+
+def make_core(**kw: object) -> TrackerCore:
+    return TrackerCore(TrackerConfig(**kw), random.Random(7))  # type: ignore[arg-type]
+
+
+def test_announce_returns_others_never_self() -> None:
+    core = make_core()
+    first = core.handle_announce(req(1, event=AnnounceEvent.STARTED), remote="127.0.0.1", now=0)
+    assert first.reply.peers == ()
+    assert (first.reply.complete, first.reply.incomplete) == (0, 1)
+    second = core.handle_announce(
+        req(2, left=0, event=AnnounceEvent.STARTED), remote="127.0.0.1", now=1
+    )
+    assert [p.port for p in second.reply.peers] == [10001]
+    assert (second.reply.complete, second.reply.incomplete) == (1, 1)
+    third = core.handle_announce(req(1), remote="127.0.0.1", now=2)
+    assert [p.peer_id for p in third.reply.peers] == [pid(2)]
+    assert third.reply.interval_s == 30 and third.reply.min_interval_s == 5
+
+
+def test_seed_gets_only_leechers() -> None:
+    core = make_core()
+    for n in range(5):
+        core.handle_announce(req(n, left=0), remote="127.0.0.1", now=0)
+    for n in range(5, 8):
+        core.handle_announce(req(n, left=10), remote="127.0.0.1", now=0)
+    seed = core.handle_announce(req(0, left=0), remote="127.0.0.1", now=1)
+    assert {p.peer_id for p in seed.reply.peers} == {pid(5), pid(6), pid(7)}
+
+
+def test_numwant_cap_and_default() -> None:
+    core = make_core(max_numwant=10)
+    for n in range(30):
+        core.handle_announce(req(n), remote="127.0.0.1", now=0)
+    huge = core.handle_announce(req(100, numwant=10**9), remote="127.0.0.1", now=1)
+    assert len(huge.reply.peers) == 10
+    assert len({p.peer_id for p in huge.reply.peers}) == 10
+    default = core.handle_announce(req(101), remote="127.0.0.1", now=1)
+    assert len(default.reply.peers) == 10  # default 50, capped at max 10
+    three = core.handle_announce(req(102, numwant=3), remote="127.0.0.1", now=1)
+    assert len(three.reply.peers) == 3
+    zero = core.handle_announce(req(103, numwant=0), remote="127.0.0.1", now=1)
+    assert zero.reply.peers == ()
+
+
+def test_ip_param_only_trusted_from_loopback() -> None:
+    core = make_core()
+    r = replace(req(1), ip="10.0.0.7")
+    assert core.handle_announce(r, remote="127.0.0.1", now=0).record.ip == "10.0.0.7"
+    assert core.handle_announce(r, remote="192.0.2.5", now=0).record.ip == "192.0.2.5"
+    mapped = core.handle_announce(replace(req(2), ip=None), remote="::ffff:192.0.2.9", now=0)
+    assert mapped.record.ip == "192.0.2.9"
+
+
+def test_ipv6_peer_is_a_separate_record_and_goes_to_peers6() -> None:
+    core = make_core()
+    core.handle_announce(replace(req(1), ip="::1"), remote="::1", now=0)
+    core.handle_announce(req(2), remote="127.0.0.1", now=0)
+    third = core.handle_announce(req(3), remote="127.0.0.1", now=0)
+    families = sorted(p.family.value for p in third.reply.peers)
+    assert families == [4, 6]
+
+
+def test_expiry_with_stepped_now() -> None:
+    core = make_core(interval_s=10, peer_ttl_s=25)
+    core.handle_announce(req(1), remote="127.0.0.1", now=0)
+    core.handle_announce(req(2), remote="127.0.0.1", now=5)
+    assert core.next_deadline() == 25
+    assert core.handle_timer(now=24.9) == []
+    core.handle_announce(req(1), remote="127.0.0.1", now=20)  # peer 1 stays alive
+    assert core.next_deadline() == 30  # peer 2's deadline
+    expired = core.handle_timer(now=30)
+    assert [e.record.peer_id for e in expired] == [pid(2)]
+    assert expired[0].record.leave_rule is LeaveRule.EXPIRED
+    assert not expired[0].record.active
+    assert core.counts(IH)[:2] == (0, 1)
+    assert core.next_deadline() == 45
+    assert [e.record.peer_id for e in core.handle_timer(now=100)] == [pid(1)]
+    assert core.next_deadline() is None
+    stats = core.stats(IH)
+    assert stats is not None and stats.left_by_rule["expired"] == 2 and stats.left_fairly == 0
+
+
+def test_completed_counted_once() -> None:
+    core = make_core()
+    core.handle_announce(req(1, event=AnnounceEvent.STARTED), remote="127.0.0.1", now=0)
+    done = req(1, left=0, down=100, event=AnnounceEvent.COMPLETED)
+    core.handle_announce(done, remote="127.0.0.1", now=1)
+    core.handle_announce(done, remote="127.0.0.1", now=2)  # a retried `completed`
+    seeds, leechers, completed = core.counts(IH)
+    assert (seeds, leechers, completed) == (1, 0, 1)
+
+
+def test_stopped_with_leave_rule_and_fair_counts() -> None:
+    core = make_core()
+    for n, rule in enumerate(
+        [LeaveRule.RATIO, LeaveRule.NOT_NEEDED, LeaveRule.MAX_SEED_TIME, LeaveRule.USER, None]
+    ):
+        core.handle_announce(req(n, left=0, up=100, down=100), remote="127.0.0.1", now=0)
+        h = core.handle_announce(
+            req(n, left=0, up=150, down=100, event=AnnounceEvent.STOPPED, rule=rule),
+            remote="127.0.0.1",
+            now=1,
+        )
+        assert h.reply.peers == ()
+        assert h.logged is not None and h.logged.event == "stopped"
+    stats = core.stats(IH)
+    assert stats is not None
+    assert stats.left_by_rule == {
+        "ratio": 1,
+        "not_needed": 1,
+        "max_seed_time": 1,
+        "user": 1,
+        "unspecified": 1,
+        "expired": 0,
+    }
+    assert stats.left_fairly == 2
+    assert (stats.seeds, stats.leechers) == (0, 0)
+    assert stats.uploaded_bytes == 5 * 150 and stats.downloaded_bytes == 5 * 100
+    assert core.next_deadline() is None  # nobody active is left to expire
+
+
+def test_accumulation_across_sessions() -> None:
+    core = make_core()
+    a = "aaaa1111"
+    steps = [
+        (req(1, up=0, down=0, key=a, event=AnnounceEvent.STARTED), 0, 0),
+        (req(1, up=50, down=200, key=a), 50, 200),
+        (req(1, up=50, down=200, key=a), 50, 200),  # repeated: nothing new
+        (req(1, up=80, down=300, key=a, event=AnnounceEvent.STARTED), 80, 300),  # retry
+        # the client restarted (new key), counters from zero again
+        (req(1, up=10, down=5, key="bbbb2222", event=AnnounceEvent.STARTED), 90, 305),
+        (req(1, up=30, down=5, key="bbbb2222"), 110, 305),
+        # no key at all: counters going backwards mean a new session
+        (req(1, up=4, down=1), 114, 306),
+        (req(1, up=9, down=1, event=AnnounceEvent.STOPPED, rule=LeaveRule.RATIO), 119, 306),
+        # after stopped without keys: a new session starts from zero
+        (req(1, up=12, down=0, event=AnnounceEvent.STARTED), 131, 306),
+    ]
+    for i, (r, up, down) in enumerate(steps):
+        rec = core.handle_announce(r, remote="127.0.0.1", now=i).record
+        assert (rec.uploaded_total, rec.downloaded_total) == (up, down), i
+
+
+def test_expired_peer_coming_back_continues_its_session() -> None:
+    core = make_core(interval_s=10, peer_ttl_s=25)
+    core.handle_announce(req(1, up=100, key="k1"), remote="127.0.0.1", now=0)
+    assert len(core.handle_timer(now=30)) == 1
+    back = core.handle_announce(req(1, up=120, key="k1"), remote="127.0.0.1", now=31)
+    assert back.record.active and back.record.uploaded_total == 120
+    assert back.record.leave_rule is None
+
+
+def test_swarms_are_separate() -> None:
+    core = make_core()
+    core.handle_announce(req(1, ih=IH), remote="127.0.0.1", now=0)
+    other = core.handle_announce(req(2, ih=IH2), remote="127.0.0.1", now=0)
+    assert other.reply.peers == ()
+    assert core.info_hashes() == sorted([IH, IH2])
+
+
+def test_restore_rebuilds_the_same_view() -> None:
+    core = make_core()
+    for n in range(6):
+        core.handle_announce(req(n, left=n % 2, up=n * 10), remote="127.0.0.1", now=n)
+    records = [r for h in core.info_hashes() for r in core.records(h)]
+    again = make_core()
+    again.restore(records)
+    assert again.stats(IH) == core.stats(IH)
+    assert again.next_deadline() == core.next_deadline()
+
+
+def test_needs_seeds_rule() -> None:
+    assert not needs_seeds(seeds=3, leechers=0)
+    assert needs_seeds(seeds=1, leechers=1)
+    assert needs_seeds(seeds=2, leechers=3)
+    assert not needs_seeds(seeds=4, leechers=3)
+
+
+counters = st.integers(min_value=0, max_value=10**6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),  # does the client restart before this announce?
+            counters,  # bytes uploaded since the last announce
+            counters,  # bytes downloaded since the last announce
+            st.booleans(),  # does the announce repeat (same counters, e.g. a retry)?
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_totals_equal_the_bytes_moved_whatever_the_restarts(
+    script: list[tuple[bool, int, int, bool]],
+) -> None:
+    """With keys, totals equal exactly the bytes the client moved: restarts are not
+    subtracted and repeated announces are not added twice (fairness accounting)."""
+    prev = None
+    session = 0
+    up = down = true_up = true_down = 0
+    for restart, d_up, d_down, repeat in script:
+        if restart:
+            session += 1
+            up = down = 0
+        up += d_up
+        down += d_down
+        true_up += d_up
+        true_down += d_down
+        event = AnnounceEvent.STARTED if restart else AnnounceEvent.NONE
+        r = req(1, up=up, down=down, key=f"s{session}", event=event)
+        prev = accumulate(prev, r, ip="127.0.0.1", now=0)
+        if repeat:
+            prev = accumulate(prev, r, ip="127.0.0.1", now=0)
+        assert (prev.uploaded_total, prev.downloaded_total) == (true_up, true_down)
