@@ -265,3 +265,16 @@ def test_totals_equal_the_bytes_moved_whatever_the_restarts(
         if repeat:
             prev = accumulate(prev, r, ip="127.0.0.1", now=0)
         assert (prev.uploaded_total, prev.downloaded_total) == (true_up, true_down)
+
+
+def test_restored_peers_get_a_full_ttl_after_downtime() -> None:
+    core = make_core(interval_s=10, peer_ttl_s=25)
+    core.handle_announce(req(1), remote="127.0.0.1", now=0)
+    records = core.records(IH)
+    again = make_core(interval_s=10, peer_ttl_s=25)
+    again.restore(records, now=1000)  # the tracker was down for 1000 s
+    assert again.next_deadline() == 1025
+    assert again.handle_timer(now=1024) == []
+    back = again.handle_announce(req(1), remote="127.0.0.1", now=1010)
+    assert back.record.active and again.next_deadline() == 1035
+    assert [e.record.peer_id for e in again.handle_timer(now=1035)] == [pid(1)]

@@ -182,7 +182,7 @@ class TrackerService:
         opener = getattr(self.store, "open", None)
         if opener is not None:
             await opener()
-        self.core.restore(await self.store.load_all())
+        self.core.restore(await self.store.load_all(), now=self.clock())
         self._runner = web.AppRunner(self.make_app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_address=True)

@@ -53,7 +53,10 @@ def run_tracker(args: argparse.Namespace) -> int:
     """Run the tracker until SIGTERM/SIGINT; 0 on a clean stop, 2 on bad flags."""
     import asyncio
     import logging
+    import sqlite3
     import sys
+
+    from redis.exceptions import RedisError
 
     from pressrun.tracker.aio import serve
     from pressrun.tracker.config import TrackerConfig
@@ -88,10 +91,11 @@ def run_tracker(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main())
-    except OSError as err:
+    except (OSError, sqlite3.Error, RedisError) as err:
         print(
             f"pressrun serve tracker: cannot start: {err}; check --port/--host, "
-            "the --db path or that Redis answers at --redis",
+            "that the --db file's folder exists and is writable, or that Redis answers "
+            "at --redis",
             file=sys.stderr,
         )
         return 1

@@ -248,11 +248,20 @@ class TrackerCore:
         # (deadline, info_hash, peer_id, family number) of active peers; entries made
         # stale by a later announce are skipped lazily. Plain comparable items only.
         self._expiry: list[tuple[float, bytes, bytes, int]] = []
+        # After a restart every peer restored as active gets a full TTL to announce
+        # again, however long the tracker was down (see restore).
+        self._grace_until = float("-inf")
 
     # -- state in and out -------------------------------------------------------
 
-    def restore(self, records: Iterable[PeerRecord]) -> None:
-        """Adopt records read from a store at start-up (or refreshed from a shared one)."""
+    def restore(self, records: Iterable[PeerRecord], *, now: float | None = None) -> None:
+        """Adopt records read from a store at start-up.
+
+        With ``now``, no restored peer expires before ``now + ttl``: the tracker was
+        not there to hear the announces they made while it was down.
+        """
+        if now is not None:
+            self._grace_until = max(self._grace_until, now + self.config.ttl_s)
         for record in records:
             self._file(record)
 
@@ -274,8 +283,11 @@ class TrackerCore:
         if record.active:
             self._arm(record)
 
+    def _deadline(self, record: PeerRecord) -> float:
+        return max(record.last_seen + self.config.ttl_s, self._grace_until)
+
     def _arm(self, record: PeerRecord) -> None:
-        deadline = record.last_seen + self.config.ttl_s
+        deadline = self._deadline(record)
         entry = (deadline, record.info_hash, record.peer_id, record.family.value)
         heapq.heappush(self._expiry, entry)
 
@@ -396,11 +408,12 @@ class TrackerCore:
             deadline, info_hash, peer_id, family = self._expiry[0]
             record = self.record(info_hash, (peer_id, AddressFamily(family)))
             if record is not None and record.active:
-                if record.last_seen + self.config.ttl_s == deadline:
+                current = self._deadline(record)
+                if current == deadline:
                     return deadline
-                if record.last_seen + self.config.ttl_s < deadline:
+                if current < deadline:
                     # A fresher view moved last_seen back (shared store): re-arm.
-                    fresher = (record.last_seen + self.config.ttl_s, info_hash, peer_id, family)
+                    fresher = (current, info_hash, peer_id, family)
                     heapq.heapreplace(self._expiry, fresher)
                     continue
             heapq.heappop(self._expiry)  # stale: the peer announced again or left
