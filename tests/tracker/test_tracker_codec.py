@@ -207,6 +207,12 @@ def test_announce_query_fuzz_only_raises_the_typed_error(raw: str) -> None:
         assert isinstance(err.code, FailureCode)
 
 
+def test_lone_surrogates_and_raw_bytes_are_typed_errors() -> None:
+    for raw in ("\ud800", "info_hash=\udcff", b"\xff\xfe=\x00"):
+        with pytest.raises(QueryError):
+            parse_announce_query(raw)
+
+
 @settings(max_examples=500, deadline=None)
 @given(
     st.dictionaries(

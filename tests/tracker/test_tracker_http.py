@@ -243,3 +243,16 @@ async def test_cli_sigterm_flushes_and_restart_keeps_totals(tmp_path: Path) -> N
     (swarm,) = swarms
     assert (swarm["uploaded_bytes"], swarm["downloaded_bytes"]) == (1000, 1000)
     assert (swarm["seeds"], swarm["leechers"]) == (1, 1)
+
+
+async def test_ipv6_peer_goes_to_peers6(tracker: LiveTracker) -> None:
+    await tracker.announce(announce_query(IH, pid(1), 7001, ip="%3A%3A1"))
+    await tracker.announce(announce_query(IH, pid(2), 7002))
+    answer = await tracker.announce(announce_query(IH, pid(3), 7003, compact=1))
+    assert answer[b"peers6"] == bytes(15) + b"\x01" + (7001).to_bytes(2, "big")
+    assert answer[b"peers"] == bytes([127, 0, 0, 1]) + (7002).to_bytes(2, "big")
+    full = await tracker.announce(announce_query(IH, pid(3), 7003))
+    assert {(p[b"ip"], p[b"port"]) for p in full[b"peers"]} == {  # type: ignore[index,union-attr]
+        (b"::1", 7001),
+        (b"127.0.0.1", 7002),
+    }
