@@ -278,3 +278,16 @@ def test_restored_peers_get_a_full_ttl_after_downtime() -> None:
     back = again.handle_announce(req(1), remote="127.0.0.1", now=1010)
     assert back.record.active and again.next_deadline() == 1035
     assert [e.record.peer_id for e in again.handle_timer(now=1035)] == [pid(1)]
+
+
+def test_shared_view_reload_rearms_a_peer_expired_locally() -> None:
+    """An instance expired a peer from a stale view, but the shared store says it is
+    still active: after reloading, the peer must be armed to expire again."""
+    core = make_core(interval_s=10, peer_ttl_s=25)
+    core.handle_announce(req(1), remote="127.0.0.1", now=0)
+    shared = core.records(IH)
+    assert len(core.handle_timer(now=25)) == 1  # local expiry, refused by the store
+    core.load_swarm(IH, shared)
+    assert core.counts(IH)[:2] == (0, 1)
+    assert core.next_deadline() == 25
+    assert len(core.handle_timer(now=26)) == 1

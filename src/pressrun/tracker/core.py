@@ -272,7 +272,10 @@ class TrackerCore:
         for record in records:
             previous = old.records.get(record.peer_key) if old is not None else None
             swarm.put(record)
-            if record.active and (previous is None or previous.last_seen != record.last_seen):
+            # Arm unless the entry armed for the same record is still in the heap.
+            if record.active and (
+                previous is None or not previous.active or previous.last_seen != record.last_seen
+            ):
                 self._arm(record)
 
     def _file(self, record: PeerRecord) -> None:
