@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import aiohttp
@@ -70,3 +71,27 @@ async def test_stale_write_is_refused(redis_url: str, http: aiohttp.ClientSessio
     finally:
         await a_service.close()
         await b_service.close()
+
+
+async def test_redis_gone_gives_failure_reason_not_500(
+    redis_url: str, http: aiohttp.ClientSession
+) -> None:
+    import redis.asyncio as aioredis
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    service, port = await start_tracker(RedisStore(redis_url, prefix="g:"))
+    live = LiveTracker(service, port, http)
+    try:
+        await live.announce(announce_query(IH, pid(1), 7001))
+        admin = aioredis.Redis.from_url(redis_url)
+        # The server closes the connection as it shuts down.
+        with contextlib.suppress(RedisConnectionError):
+            await admin.shutdown(nosave=True)
+        await admin.aclose()
+        status, body = await live.get_raw("/announce?" + announce_query(IH, pid(2), 7002))
+        assert status == 200 and b"failure reason" in body
+        async with http.get(live.base + "/v1/swarms") as resp:
+            assert resp.status == 503
+            assert "error" in await resp.json()
+    finally:
+        await service.close()

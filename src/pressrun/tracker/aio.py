@@ -14,6 +14,7 @@ nothing. Tests inject their own clock.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import signal
@@ -36,7 +37,13 @@ from pressrun.tracker.codec import (
 )
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import AnnounceHandled, PeerExpired, TrackerCore
-from pressrun.tracker.events import AnnounceEvent, PeerRecord, SwarmStats, TrackerEvent
+from pressrun.tracker.events import (
+    AnnounceEvent,
+    AnnounceRequest,
+    PeerRecord,
+    SwarmStats,
+    TrackerEvent,
+)
 from pressrun.tracker.store import SqliteStore, TrackerStore
 
 log = logging.getLogger(__name__)
@@ -141,6 +148,15 @@ def swarm_json(stats: SwarmStats, records: Sequence[PeerRecord] | None) -> dict[
             _peer_json(r) for r in sorted(records, key=lambda r: (r.peer_id, r.family.value))
         ]
     return body
+
+
+def _store_unavailable(err: Exception) -> web.HTTPServiceUnavailable:
+    log.error("the shared store did not answer: %s", err)
+    return web.HTTPServiceUnavailable(
+        text=json.dumps({"error": f"the tracker's shared store did not answer ({err}); retry"}),
+        content_type="application/json",
+        headers={"Retry-After": "5"},
+    )
 
 
 class TrackerService:
@@ -258,10 +274,18 @@ class TrackerService:
     async def _persist_expired(self, expired: list[PeerExpired]) -> None:
         self.metrics.expired.inc(len(expired))
         self.metrics.left.labels("expired").inc(len(expired))
-        refused = await self.store.save([e.record for e in expired], [e.logged for e in expired])
-        # Another instance saw these peers more recently: adopt its view instead.
-        for info_hash in {r.info_hash for r in refused}:
-            self.core.load_swarm(info_hash, await self.store.load_swarm(info_hash))
+        try:
+            refused = await self.store.save(
+                [e.record for e in expired], [e.logged for e in expired]
+            )
+            # Another instance saw these peers more recently: adopt its view instead.
+            for info_hash in {r.info_hash for r in refused}:
+                self.core.load_swarm(info_hash, await self.store.load_swarm(info_hash))
+        except Exception:
+            # SQLite keeps the queue for the next flush; with Redis the next refresh
+            # or announce reloads the swarm and the peer expires again.
+            log.exception("saving %d expired peers failed", len(expired))
+        self._rearm()
 
     # -- handlers -----------------------------------------------------------------
 
@@ -295,7 +319,7 @@ class TrackerService:
             self.metrics.left.labels(handled.record.leave_rule.value).inc()
         return web.Response(body=encode_announce_reply(handled.reply), content_type=BENCODE_TYPE)
 
-    async def _handle_announce(self, req: Any, remote: str) -> AnnounceHandled:
+    async def _handle_announce(self, req: AnnounceRequest, remote: str) -> AnnounceHandled:
         store = self.store
         if isinstance(store, SqliteStore):
             # The core is the truth; the store copies it behind (fast path, no await).
@@ -342,7 +366,10 @@ class TrackerService:
     async def swarms(self, request: web.Request) -> web.Response:
         """``GET /v1/swarms[?peers=0]``: every swarm, with its peers unless peers=0."""
         if self.store.shared:
-            await self._reload_all()
+            try:
+                await self._reload_all()
+            except Exception as err:
+                raise _store_unavailable(err) from err
         with_peers = request.query.get("peers", "1") != "0"
         body = []
         for info_hash in self.core.info_hashes():
@@ -362,7 +389,10 @@ class TrackerService:
                 content_type="application/json",
             ) from None
         if self.store.shared:
-            self.core.load_swarm(info_hash, await self.store.load_swarm(info_hash))
+            try:
+                self.core.load_swarm(info_hash, await self.store.load_swarm(info_hash))
+            except Exception as err:
+                raise _store_unavailable(err) from err
         stats = self.core.stats(info_hash)
         if stats is None:
             raise web.HTTPNotFound(
