@@ -16,7 +16,9 @@ import asyncio
 import os
 import random
 import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +27,13 @@ from urllib.parse import quote_from_bytes
 
 import aiohttp
 from yarl import URL
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def build_queries(peers: int, swarms: int, rng: random.Random) -> list[str]:
@@ -78,10 +87,10 @@ async def load(base: str, queries: list[str], connections: int, seconds: float) 
     return counted / elapsed
 
 
-async def start_tracker(db: Path, flush_s: float) -> tuple[asyncio.subprocess.Process, int]:
+async def start_tracker(store_args: list[str]) -> tuple[asyncio.subprocess.Process, int]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pressrun.cli", "--log-level", "WARNING", "serve", "tracker",
-        "--port", "0", "--db", str(db), "--max-numwant", "50", "--flush-interval-s", str(flush_s),
+        "--port", "0", "--max-numwant", "50", *store_args,
         stdout=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -101,13 +110,32 @@ async def main() -> None:
     parser.add_argument(
         "--flush-interval-s", type=float, default=0.1, help="the tracker's SQLite write-behind"
     )
+    parser.add_argument(
+        "--redis",
+        action="store_true",
+        help="measure the Redis backend instead (starts a throwaway redis-server)",
+    )
     args = parser.parse_args()
     queries = build_queries(args.peers, args.swarms, random.Random(1))
     rates = []
     with tempfile.TemporaryDirectory() as tmp:
+        redis_proc = None
+        if args.redis:
+            redis_port = free_port()
+            redis_proc = subprocess.Popen(
+                ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--dir", tmp],
+                stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+            redis_url = f"redis://127.0.0.1:{redis_port}/0"
+            await asyncio.sleep(0.5)
         for run in range(args.runs):
-            db = Path(tmp) / f"run{run}.db"
-            proc, port = await start_tracker(db, args.flush_interval_s)
+            if args.redis:
+                store_args = ["--redis", redis_url, "--redis-prefix", f"bench{run}:"]
+            else:
+                db = Path(tmp) / f"run{run}.db"
+                store_args = ["--db", str(db), "--flush-interval-s", str(args.flush_interval_s)]
+            proc, port = await start_tracker(store_args)
             try:
                 rate = await load(
                     f"http://127.0.0.1:{port}", queries, args.connections, args.seconds
@@ -117,11 +145,14 @@ async def main() -> None:
                 await proc.wait()
             rates.append(rate)
             print(f"run {run + 1}: {rate:,.0f} announces/s", flush=True)
+        if redis_proc is not None:
+            redis_proc.terminate()
+            redis_proc.wait()
     median = statistics.median(rates)
+    backend = "Redis" if args.redis else f"SQLite, flush every {args.flush_interval_s} s"
     print(
-        f"tracker announces/s (SQLite, HTTP loopback, {args.connections} keep-alive "
-        f"connections, {args.peers} peers in {args.swarms} swarms, flush every "
-        f"{args.flush_interval_s} s): median {median:,.0f} "
+        f"tracker announces/s ({backend}, HTTP loopback, {args.connections} keep-alive "
+        f"connections, {args.peers} peers in {args.swarms} swarms): median {median:,.0f} "
         f"of {args.runs} runs; target >= 2,000"
     )
 

@@ -291,3 +291,16 @@ def test_shared_view_reload_rearms_a_peer_expired_locally() -> None:
     assert core.counts(IH)[:2] == (0, 1)
     assert core.next_deadline() == 25
     assert len(core.handle_timer(now=26)) == 1
+
+
+def test_load_swarm_replaces_the_view() -> None:
+    core = make_core()
+    for n in range(4):
+        core.handle_announce(req(n, left=n % 2), remote="127.0.0.1", now=0)
+    records = core.records(IH)
+    fresher = [replace(r, left=0, version=r.version + 1) for r in records[:2]]
+    core.load_swarm(IH, fresher)
+    assert sorted(r.peer_id for r in core.records(IH)) == [pid(0), pid(1)]
+    assert core.counts(IH)[:2] == (2, 0)
+    core.load_swarm(IH, fresher)  # the same objects again: nothing changes
+    assert core.counts(IH)[:2] == (2, 0)

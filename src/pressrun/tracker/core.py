@@ -199,6 +199,12 @@ class Swarm:
         if record.active:
             (self.seeds if record.left == 0 else self.leechers).add(key)
 
+    def drop(self, key: PeerKey) -> None:
+        """Forget a record (a shared store no longer has it)."""
+        self.records.pop(key, None)
+        self.seeds.discard(key)
+        self.leechers.discard(key)
+
     def stats(self) -> SwarmStats:
         """Counts and totals; bytes are summed per peer_id, the largest family's."""
         up: dict[bytes, int] = {}
@@ -266,17 +272,30 @@ class TrackerCore:
             self._file(record)
 
     def load_swarm(self, info_hash: bytes, records: Iterable[PeerRecord]) -> None:
-        """Replace one swarm's records with a fresher view from a shared store."""
-        old = self._swarms.pop(info_hash, None)
-        swarm = self._swarms[info_hash] = Swarm(info_hash)
+        """Replace one swarm's records with a fresher view from a shared store.
+
+        Records identical (the same object) to what the swarm holds are skipped, so a
+        store that reuses unchanged records makes this cheap for a large swarm.
+        """
+        swarm = self._swarms.get(info_hash)
+        if swarm is None:
+            swarm = self._swarms[info_hash] = Swarm(info_hash)
+        seen: set[PeerKey] = set()
         for record in records:
-            previous = old.records.get(record.peer_key) if old is not None else None
+            key = record.peer_key
+            seen.add(key)
+            previous = swarm.records.get(key)
+            if previous is record:
+                continue
             swarm.put(record)
             # Arm unless the entry armed for the same record is still in the heap.
             if record.active and (
                 previous is None or not previous.active or previous.last_seen != record.last_seen
             ):
                 self._arm(record)
+        if len(seen) != len(swarm.records):
+            for key in [k for k in swarm.records if k not in seen]:
+                swarm.drop(key)
 
     def _file(self, record: PeerRecord) -> None:
         swarm = self._swarms.get(record.info_hash)

@@ -424,6 +424,14 @@ return refused
 """
 
 
+# KEYS[1] a swarm's hash: every record as one JSON array, so the client parses one
+# bulk string instead of one per peer (the pure-Python RESP parser dominated).
+_LOAD_LUA = """
+local values = redis.call('HVALS', KEYS[1])
+return '[' .. table.concat(values, ',') .. ']'
+"""
+
+
 class RedisStore:
     """Records in Redis, shared by every tracker instance pointed at it.
 
@@ -439,6 +447,10 @@ class RedisStore:
         self.prefix = prefix
         self._redis: Any = aioredis.Redis.from_url(url)
         self._save_script: Any = self._redis.register_script(_SAVE_LUA)
+        self._load_script: Any = self._redis.register_script(_LOAD_LUA)
+        # Records already built, by (info_hash, peer_id hex, family, version): most of a
+        # swarm is unchanged between two announces, and a frozen record can be reused.
+        self._built: dict[tuple[str, str, int, int], PeerRecord] = {}
 
     @property
     def shared(self) -> bool:
@@ -454,8 +466,18 @@ class RedisStore:
 
     async def load_swarm(self, info_hash: bytes) -> list[PeerRecord]:
         """One swarm's records as every instance last wrote them."""
-        raw: dict[bytes, bytes] = await self._redis.hgetall(f"{self.prefix}peers:{info_hash.hex()}")
-        return [record_from_json(json.loads(body)) for body in raw.values()]
+        raw: bytes = await self._load_script(keys=[f"{self.prefix}peers:{info_hash.hex()}"])
+        records = []
+        built = self._built
+        for data in json.loads(raw):
+            key = (data["info_hash"], data["peer_id"], data["family"], data["version"])
+            record = built.get(key)
+            if record is None:
+                record = built[key] = record_from_json(data)
+            records.append(record)
+        if len(built) > 100_000:  # bounded: forget and rebuild as needed
+            built.clear()
+        return records
 
     async def load_all(self) -> list[PeerRecord]:
         """Every record of every swarm."""
