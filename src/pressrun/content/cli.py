@@ -1,0 +1,201 @@
+"""``pressrun keys new``, ``pressrun publish`` and ``pressrun verify``.
+
+Every failure a user can cause prints one line on stderr, ``pressrun <command>:
+<what went wrong and what to do>``, and exits 1 (argparse's own usage errors exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+LARGE_FILE_BYTES = 8 << 20  # show a progress bar when hashing at least this much
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add ``keys``, ``publish`` and ``verify`` to the top-level commands."""
+    keys = subparsers.add_parser("keys", help="publisher key pairs (Ed25519)")
+    keys_sub = keys.add_subparsers(dest="keys_command", metavar="KEYS_COMMAND", required=True)
+    new = keys_sub.add_parser(
+        "new",
+        help="make a publisher key pair",
+        description="Write a new Ed25519 key pair: the secret seed (64 hex) to OUT with "
+        "mode 0600 and the public key (64 hex) to OUT.pub.",
+    )
+    new.add_argument("--out", required=True, type=Path, help="secret key file to write")
+    new.add_argument("--force", action="store_true", help="replace existing key files")
+    new.set_defaults(func=run_keys_new)
+
+    pub = subparsers.add_parser(
+        "publish",
+        help="make a signed issue bundle (file, torrent, manifest)",
+        description="Copy FILE into CONTENT/<issue>/, make <issue>.torrent (v1, origins "
+        "as web seeds) and the signed manifest.json. Atomic: a failure leaves nothing.",
+    )
+    pub.add_argument("file", type=Path, metavar="FILE", help="the issue (PDF, EPUB, ...)")
+    pub.add_argument("--issue", required=True, help="issue id, e.g. weekly-2026-47")
+    pub.add_argument("--title", required=True, help="title shown to readers")
+    pub.add_argument("--key", required=True, type=Path, help="publisher secret key file")
+    pub.add_argument("--content", required=True, type=Path, help="content folder (CONTENT)")
+    pub.add_argument(
+        "--web-seed",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="origin base URL (http://host:port); repeatable; the torrent gets the web "
+        "seed URL/content/<issue>/<file>",
+    )
+    pub.add_argument(
+        "--tracker", action="append", default=[], metavar="URL", help="announce URL; repeatable"
+    )
+    pub.add_argument(
+        "--piece-size",
+        type=int,
+        default=262144,
+        metavar="BYTES",
+        help="piece size, a power of two (default 262144)",
+    )
+    pub.add_argument("--force", action="store_true", help="replace an existing bundle")
+    pub.set_defaults(func=run_publish)
+
+    ver = subparsers.add_parser(
+        "verify",
+        help="check an issue bundle or a copy against its signed manifest",
+        description="Check the manifest's signature, every piece hash, the whole-file "
+        "hash and the torrent's info-hash. TARGET is a bundle folder, its manifest.json, "
+        "or an issue file with manifest.json beside it.",
+    )
+    ver.add_argument("target", type=Path, metavar="TARGET")
+    ver.add_argument(
+        "--publisher-key",
+        action="append",
+        default=[],
+        metavar="HEX_OR_PUBFILE",
+        help="trusted publisher public key (64 hex or a .pub file); repeatable; "
+        "without it only the signature's consistency is checked",
+    )
+    ver.set_defaults(func=run_verify)
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"pressrun {command}: {message}", file=sys.stderr)
+    return 1
+
+
+@contextmanager
+def _bytes_progress(description: str, total: int) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar on stderr for big files on a terminal; else no callback."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    console = Console(stderr=True)
+    if total < LARGE_FILE_BYTES or not console.is_terminal:
+        yield None
+        return
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda done: bar.update(task, completed=done)
+
+
+def run_keys_new(args: argparse.Namespace) -> int:
+    """``pressrun keys new``: write the key pair and print both paths and the public key."""
+    from pressrun.content.keys import KeyFileError, generate_keypair, load_public_key
+
+    try:
+        secret, public = generate_keypair(args.out, force=args.force)
+        key_hex = load_public_key(str(public)).hex()
+    except KeyFileError as err:
+        return _fail("keys new", str(err))
+    print(f"secret key: {secret} (mode 0600; keep it private)")
+    print(f"public key: {public} {key_hex}")
+    return 0
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    """``pressrun publish``: make the bundle; print its path and info-hash."""
+    import json
+
+    from pressrun.content.bundle import MANIFEST_NAME
+    from pressrun.content.publish import PublishError, publish
+
+    try:
+        size = args.file.stat().st_size
+    except OSError:
+        size = 0  # publish() reports the problem
+    try:
+        with _bytes_progress("hashing", size) as on_bytes:
+            bundle = publish(
+                args.file,
+                issue_id=args.issue,
+                title=args.title,
+                key_path=args.key,
+                content_dir=args.content,
+                web_seeds=args.web_seed,
+                trackers=args.tracker,
+                piece_size=args.piece_size,
+                force=args.force,
+                progress=(
+                    None
+                    if on_bytes is None
+                    else lambda stage, done, total: on_bytes(done) if stage == "hashing" else None
+                ),
+            )
+    except PublishError as err:
+        return _fail("publish", str(err))
+    manifest = json.loads((bundle / MANIFEST_NAME).read_bytes())["manifest"]
+    print(f"bundle: {bundle}")
+    print(f"info-hash: {manifest['info_hash']}")
+    print(
+        f"{manifest['size_bytes']} bytes in {len(manifest['piece_sha256'])} pieces of "
+        f"{manifest['piece_size_bytes']}; sha256 {manifest['sha256']}"
+    )
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """``pressrun verify``: one OK line (exit 0) or one error line (exit 1)."""
+    from pressrun.content.bundle import verify_issue
+    from pressrun.content.keys import KeyFileError, load_public_key
+    from pressrun.content.manifest import ManifestError
+
+    try:
+        trusted = [load_public_key(k) for k in args.publisher_key] or None
+    except KeyFileError as err:
+        return _fail("verify", str(err))
+    target: Path = args.target
+    size = 0
+    try:
+        if target.is_file() and target.name != "manifest.json":
+            size = target.stat().st_size
+        elif target.is_dir():
+            size = sum(p.stat().st_size for p in target.iterdir() if p.is_file())
+    except OSError:
+        size = 0
+    try:
+        with _bytes_progress("verifying", size) as on_bytes:
+            report = verify_issue(target, trusted, on_bytes=on_bytes)
+    except ManifestError as err:
+        return _fail("verify", str(err))
+    except OSError as err:
+        return _fail("verify", f"cannot read {err.filename or target}: {err.strerror}")
+    print(report.summary())
+    return 0

@@ -1,0 +1,429 @@
+"""Bytes <-> issue metadata: the signed manifest's JSON and the torrent's bencode.
+
+Pure: hashlib, json and re only; no file, socket, clock or crypto library. Everything
+that reads a file or checks a signature lives in ``manifest.py`` / ``bundle.py`` and
+calls into here, so the simulator and the clients' piece checks can use the same
+definitions without touching the disk.
+
+The contract these functions implement is docs/protocols.md ("Signed manifest"):
+
+- the manifest is a JSON object with exactly the format-1 fields;
+- the signature covers its canonical bytes,
+  ``json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
+  encoded as UTF-8; so parsing a manifest and re-serialising it must give back the
+  same value for every field, which is why the parser refuses anything it could not
+  reproduce (unknown fields, floats for integers, upper-case hex);
+- pieces are the torrent's pieces: ``piece_size_bytes`` each, the last one shorter.
+
+The torrent side is just enough bencode (BEP 3) to find the raw ``info`` dictionary
+and its SHA-1 (the v1 info-hash) and the few fields a bundle check compares.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+FORMAT = 1
+# docs/protocols.md: issue ids and bundle file names.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+CREATED_AT_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+MAX_TITLE_CHARS = 1000
+
+_FIELDS = (
+    "format",
+    "issue_id",
+    "title",
+    "file_name",
+    "size_bytes",
+    "piece_size_bytes",
+    "piece_sha256",
+    "sha256",
+    "info_hash",
+    "publisher_key",
+    "created_at",
+)
+
+
+class ManifestError(Exception):
+    """A manifest (or the bundle around it) that cannot be trusted or used.
+
+    The message is one line a person understands, ready to print after the
+    command name.
+    """
+
+
+def valid_issue_id(s: str) -> bool:
+    """True if ``s`` may be an issue id (``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$``)."""
+    return NAME_RE.fullmatch(s) is not None
+
+
+def valid_file_name(s: str) -> bool:
+    """True if ``s`` may name a file in a bundle (same rule as issue ids)."""
+    return NAME_RE.fullmatch(s) is not None
+
+
+def is_hex(s: str, n_chars: int) -> bool:
+    """True if ``s`` is exactly ``n_chars`` lower-case hex digits."""
+    return len(s) == n_chars and all(c in "0123456789abcdef" for c in s)
+
+
+def num_pieces_for(size_bytes: int, piece_size_bytes: int) -> int:
+    """How many pieces of ``piece_size_bytes`` (the last shorter) cover ``size_bytes``."""
+    return -(-size_bytes // piece_size_bytes)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What the publisher signs about one issue (docs/protocols.md, format 1).
+
+    Construct it through :func:`manifest_from_dict` (or
+    ``SignedManifest.from_json_bytes``) when the data comes from outside: the
+    constructor itself does not validate.
+    """
+
+    format: int
+    issue_id: str
+    title: str
+    file_name: str
+    size_bytes: int
+    piece_size_bytes: int
+    piece_sha256: tuple[str, ...]
+    sha256: str
+    info_hash: str
+    publisher_key: str
+    created_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest as the JSON object of the contract (piece hashes as a list)."""
+        return {
+            "format": self.format,
+            "issue_id": self.issue_id,
+            "title": self.title,
+            "file_name": self.file_name,
+            "size_bytes": self.size_bytes,
+            "piece_size_bytes": self.piece_size_bytes,
+            "piece_sha256": list(self.piece_sha256),
+            "sha256": self.sha256,
+            "info_hash": self.info_hash,
+            "publisher_key": self.publisher_key,
+            "created_at": self.created_at,
+        }
+
+    def canonical_bytes(self) -> bytes:
+        """The exact bytes the Ed25519 signature covers."""
+        return canonical_json(self.to_dict())
+
+    @property
+    def num_pieces(self) -> int:
+        """Number of pieces (the torrent's piece count)."""
+        return len(self.piece_sha256)
+
+    @property
+    def publisher_key_bytes(self) -> bytes:
+        """The publisher's 32-byte Ed25519 public key."""
+        return bytes.fromhex(self.publisher_key)
+
+    def piece_span(self, index: int) -> tuple[int, int]:
+        """``(offset, length)`` of piece ``index`` in the file; IndexError outside."""
+        if not 0 <= index < self.num_pieces:
+            raise IndexError(f"piece {index} out of range 0..{self.num_pieces - 1}")
+        offset = index * self.piece_size_bytes
+        return offset, min(self.piece_size_bytes, self.size_bytes - offset)
+
+    def pieces_overlapping(self, start: int, end: int) -> range:
+        """Indices of the pieces that intersect the byte range ``[start, end)``.
+
+        The range is clipped to the file; an empty or inverted range gives an empty
+        ``range``. Useful for "which pieces does this HTTP Range touch".
+        """
+        if start < 0 or end < 0:
+            raise ValueError(f"byte range [{start}, {end}) has a negative bound")
+        end = min(end, self.size_bytes)
+        if start >= end:
+            return range(0)
+        return range(start // self.piece_size_bytes, num_pieces_for(end, self.piece_size_bytes))
+
+
+def canonical_json(obj: dict[str, Any]) -> bytes:
+    """The canonical encoding of docs/protocols.md: sorted keys, no spaces, UTF-8."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
+
+
+def piece_ok(manifest: Manifest, index: int, data: bytes) -> bool:
+    """True if ``data`` is exactly piece ``index`` as the manifest names it.
+
+    An index outside the file is simply not OK (a peer may claim anything).
+    """
+    if not 0 <= index < manifest.num_pieces:
+        return False
+    _, length = manifest.piece_span(index)
+    return len(data) == length and hashlib.sha256(data).hexdigest() == manifest.piece_sha256[index]
+
+
+def _want_int(d: dict[str, Any], key: str, *, minimum: int) -> int:
+    v = d[key]
+    # bool is an int in Python but not in JSON; 1.0 would re-serialise as "1.0".
+    if type(v) is not int:
+        raise ManifestError(f"manifest field {key} must be an integer, not {_json_type(v)}")
+    if v < minimum:
+        raise ManifestError(f"manifest field {key} must be at least {minimum}, not {v}")
+    return v
+
+
+def _want_str(d: dict[str, Any], key: str) -> str:
+    v = d[key]
+    if not isinstance(v, str):
+        raise ManifestError(f"manifest field {key} must be a string, not {_json_type(v)}")
+    return v
+
+
+def _want_hex(d: dict[str, Any], key: str, n_chars: int) -> str:
+    v = _want_str(d, key)
+    if not is_hex(v, n_chars):
+        raise ManifestError(f"manifest field {key} must be {n_chars} lower-case hex digits")
+    return v
+
+
+def _json_type(v: object) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    if v is None:
+        return "null"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, dict):
+        return "an object"
+    return names.get(type(v), type(v).__name__)
+
+
+def manifest_from_dict(d: object) -> Manifest:
+    """Validate a decoded ``manifest`` object and build the :class:`Manifest`.
+
+    Raises ManifestError (one line) on a missing or unknown field, a wrong type, bad
+    hex, a bad name, or a piece list that does not fit size and piece size.
+    """
+    if not isinstance(d, dict):
+        raise ManifestError(f"manifest must be a JSON object, not {_json_type(d)}")
+    missing = [k for k in _FIELDS if k not in d]
+    if missing:
+        raise ManifestError(f"manifest is missing field(s): {', '.join(missing)}")
+    unknown = sorted(str(k) for k in d if k not in _FIELDS)
+    if unknown:
+        raise ManifestError(f"manifest has unknown field(s): {', '.join(unknown)}")
+    fmt = _want_int(d, "format", minimum=0)
+    if fmt != FORMAT:
+        raise ManifestError(
+            f"manifest format {fmt} is not supported (this pressrun reads format {FORMAT})"
+        )
+    issue_id = _want_str(d, "issue_id")
+    if not valid_issue_id(issue_id):
+        raise ManifestError(f"manifest issue_id {issue_id!r} is not a valid issue id")
+    title = _want_str(d, "title")
+    if len(title) > MAX_TITLE_CHARS:
+        raise ManifestError(f"manifest title is longer than {MAX_TITLE_CHARS} characters")
+    try:
+        title.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ManifestError("manifest title is not valid Unicode (lone surrogate)") from None
+    file_name = _want_str(d, "file_name")
+    if not valid_file_name(file_name):
+        raise ManifestError(f"manifest file_name {file_name!r} is not a valid file name")
+    size_bytes = _want_int(d, "size_bytes", minimum=1)
+    piece_size = _want_int(d, "piece_size_bytes", minimum=1)
+    raw_pieces = d["piece_sha256"]
+    if not isinstance(raw_pieces, list):
+        raise ManifestError(
+            f"manifest field piece_sha256 must be a list, not {_json_type(raw_pieces)}"
+        )
+    expected = num_pieces_for(size_bytes, piece_size)
+    if len(raw_pieces) != expected:
+        raise ManifestError(
+            f"manifest lists {len(raw_pieces)} piece hashes but {size_bytes} bytes in "
+            f"pieces of {piece_size} make {expected}"
+        )
+    for i, h in enumerate(raw_pieces):
+        if not isinstance(h, str) or not is_hex(h, 64):
+            raise ManifestError(f"manifest piece_sha256[{i}] is not 64 lower-case hex digits")
+    created_at = _want_str(d, "created_at")
+    if not CREATED_AT_RE.fullmatch(created_at):
+        raise ManifestError(
+            f"manifest created_at {created_at!r} is not a UTC time like 2026-11-22T20:00:00Z"
+        )
+    return Manifest(
+        format=fmt,
+        issue_id=issue_id,
+        title=title,
+        file_name=file_name,
+        size_bytes=size_bytes,
+        piece_size_bytes=piece_size,
+        piece_sha256=tuple(raw_pieces),
+        sha256=_want_hex(d, "sha256", 64),
+        info_hash=_want_hex(d, "info_hash", 40),
+        publisher_key=_want_hex(d, "publisher_key", 64),
+        created_at=created_at,
+    )
+
+
+def decode_signed(data: bytes) -> tuple[Manifest, bytes]:
+    """Parse ``manifest.json`` bytes into the manifest and the 64-byte signature.
+
+    Checks the shape only; the signature itself is checked by
+    ``SignedManifest.verify`` (it needs the crypto library).
+    """
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ManifestError("manifest.json is not UTF-8 text") from None
+    except ValueError as err:  # json.JSONDecodeError, RecursionError-free for depth
+        raise ManifestError(f"manifest.json is not valid JSON ({err})") from None
+    except RecursionError:
+        raise ManifestError("manifest.json is nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise ManifestError(f"manifest.json must hold a JSON object, not {_json_type(doc)}")
+    missing = [k for k in ("manifest", "signature") if k not in doc]
+    if missing:
+        raise ManifestError(f"manifest.json is missing {' and '.join(missing)}")
+    unknown = sorted(str(k) for k in doc if k not in ("manifest", "signature"))
+    if unknown:
+        raise ManifestError(f"manifest.json has unknown field(s): {', '.join(unknown)}")
+    manifest = manifest_from_dict(doc["manifest"])
+    sig = doc["signature"]
+    if not isinstance(sig, str) or not is_hex(sig, 128):
+        raise ManifestError("manifest signature must be 128 lower-case hex digits")
+    return manifest, bytes.fromhex(sig)
+
+
+def encode_signed(manifest: Manifest, signature: bytes) -> bytes:
+    """``manifest.json`` bytes: indented for people, newline-terminated.
+
+    The layout does not matter to verification, which re-derives the canonical bytes.
+    """
+    doc = {"manifest": manifest.to_dict(), "signature": signature.hex()}
+    return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+# --- Torrent files (BEP 3 bencode), only what a bundle check needs ------------------
+
+Bencoded: TypeAlias = "int | bytes | list[Bencoded] | dict[bytes, Bencoded]"
+MAX_BENCODE_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class TorrentMeta:
+    """The fields of a single-file v1 torrent that a bundle check compares."""
+
+    info_hash: str  # 40 hex: SHA-1 of the raw bencoded info dictionary
+    name: str
+    length: int
+    piece_length: int
+    num_pieces: int
+    web_seeds: tuple[str, ...]
+    trackers: tuple[str, ...]
+
+
+def _bdecode(data: bytes, i: int, depth: int) -> tuple[Bencoded, int]:
+    if depth > MAX_BENCODE_DEPTH:
+        raise ManifestError("torrent file is nested too deeply")
+    if i >= len(data):
+        raise ManifestError("torrent file ends early")
+    c = data[i : i + 1]
+    if c == b"i":
+        j = data.find(b"e", i)
+        digits = data[i + 1 : j] if j > 0 else b""
+        if not re.fullmatch(rb"-?(0|[1-9][0-9]{0,63})", digits) or digits == b"-0":
+            raise ManifestError(f"torrent file has a bad integer at byte {i}")
+        return int(digits), j + 1
+    if c == b"l":
+        items: list[Bencoded] = []
+        i += 1
+        while data[i : i + 1] != b"e":
+            v, i = _bdecode(data, i, depth + 1)
+            items.append(v)
+        return items, i + 1
+    if c == b"d":
+        out: dict[bytes, Bencoded] = {}
+        i += 1
+        while data[i : i + 1] != b"e":
+            k, i = _bdecode(data, i, depth + 1)
+            if not isinstance(k, bytes):
+                raise ManifestError(f"torrent file has a non-string key at byte {i}")
+            out[k], i = _bdecode(data, i, depth + 1)
+        return out, i + 1
+    j = data.find(b":", i)
+    digits = data[i:j] if j > 0 else b""
+    if not re.fullmatch(rb"0|[1-9][0-9]{0,15}", digits):
+        raise ManifestError(f"torrent file is not bencode (bad byte at {i})")
+    end = j + 1 + int(digits)
+    if end > len(data):
+        raise ManifestError("torrent file ends early")
+    return data[j + 1 : end], end
+
+
+def parse_torrent(data: bytes) -> TorrentMeta:
+    """Read a single-file v1 torrent; ManifestError if it is not one.
+
+    The info-hash is the SHA-1 of the info dictionary's bytes exactly as they appear
+    in the file (BEP 3), not of a re-encoding.
+    """
+    if data[:1] != b"d":
+        raise ManifestError("torrent file is not a bencoded dictionary")
+    i = 1
+    info_span: tuple[int, int] | None = None
+    top: dict[bytes, Bencoded] = {}
+    while data[i : i + 1] != b"e":
+        key, i = _bdecode(data, i, 1)
+        if not isinstance(key, bytes):
+            raise ManifestError("torrent file has a non-string key")
+        start = i
+        top[key], i = _bdecode(data, i, 1)
+        if key == b"info":
+            info_span = (start, i)
+    if i + 1 != len(data):
+        raise ManifestError("torrent file has trailing bytes after the dictionary")
+    if info_span is None:
+        raise ManifestError("torrent file has no info dictionary")
+    info = top[b"info"]
+    if not isinstance(info, dict):
+        raise ManifestError("torrent info is not a dictionary")
+    name, length, plen, pieces = (
+        info.get(b"name"),
+        info.get(b"length"),
+        info.get(b"piece length"),
+        info.get(b"pieces"),
+    )
+    if not (
+        isinstance(name, bytes)
+        and isinstance(length, int)
+        and isinstance(plen, int)
+        and isinstance(pieces, bytes)
+    ):
+        raise ManifestError("torrent is not a single-file v1 torrent (name/length/pieces)")
+    if len(pieces) % 20:
+        raise ManifestError("torrent piece list is not a whole number of SHA-1 hashes")
+    url_list = top.get(b"url-list", [])
+    seeds = [url_list] if isinstance(url_list, bytes) else url_list
+    trackers: list[bytes] = []
+    announce = top.get(b"announce")
+    if isinstance(announce, bytes):
+        trackers.append(announce)
+    tiers = top.get(b"announce-list")
+    if isinstance(tiers, list):
+        for tier in tiers:
+            if isinstance(tier, list):
+                trackers.extend(t for t in tier if isinstance(t, bytes) and t not in trackers)
+    return TorrentMeta(
+        info_hash=hashlib.sha1(data[info_span[0] : info_span[1]]).hexdigest(),
+        name=name.decode("utf-8", "replace"),
+        length=length,
+        piece_length=plen,
+        num_pieces=len(pieces) // 20,
+        web_seeds=tuple(s.decode("utf-8", "replace") for s in seeds if isinstance(s, bytes))
+        if isinstance(seeds, list)
+        else (),
+        trackers=tuple(t.decode("utf-8", "replace") for t in trackers),
+    )

@@ -1,0 +1,307 @@
+"""``publish``: turn an issue file into a signed bundle (docs/protocols.md).
+
+The bundle ``CONTENT/<issue_id>/`` holds the file, ``<issue_id>.torrent`` (v1, made
+by libtorrent, the origins as BEP 19 web seeds) and ``manifest.json``. It is built in
+a hidden temp folder inside CONTENT and renamed into place, so the origins that scan
+CONTENT see either no bundle or a complete one; on any failure the temp folder is
+removed and an existing bundle is left as it was.
+
+One read of the source file both copies it into the bundle and hashes it (per-piece
+and whole-file SHA-256), so the manifest describes the bytes in the bundle even if the
+source changes meanwhile; libtorrent then hashes the bundle's copy for the torrent
+(FIELD-NOTES.md: ``list_files`` / ``create_torrent(..., v1_only)`` /
+``set_piece_hashes`` / ``bencode(generate())``; ``generate_buf()`` is broken in the
+2.1.1 wheel).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pressrun import __version__
+from pressrun.content.codec import (
+    FORMAT,
+    Manifest,
+    ManifestError,
+    parse_torrent,
+    valid_file_name,
+    valid_issue_id,
+)
+from pressrun.content.keys import KeyFileError, load_signing_key
+from pressrun.content.manifest import sign_manifest
+
+__all__ = ["DEFAULT_PIECE_SIZE", "ProgressCallback", "PublishError", "publish", "web_seed_url"]
+
+DEFAULT_PIECE_SIZE = 262144  # FIELD-NOTES: 256 KiB beat 64 KiB and 1 MiB for 20 MB
+MIN_PIECE_SIZE = 16384  # one BitTorrent block
+MAX_PIECE_SIZE = 64 << 20
+COPY_CHUNK_BYTES = 1 << 20
+
+# progress(stage, done, total): stage is "hashing" (copy + SHA-256, bytes) or
+# "torrent" (libtorrent's SHA-1 pass, pieces).
+ProgressCallback = Callable[[str, int, int], None]
+
+
+class PublishError(Exception):
+    """Publishing failed; the message is one line saying what and what to do."""
+
+
+def web_seed_url(origin_base_url: str, issue_id: str, file_name: str) -> str:
+    """The BEP 19 URL of an issue on an origin: ``BASE/content/<issue_id>/<file_name>``."""
+    return f"{origin_base_url.rstrip('/')}/content/{issue_id}/{file_name}"
+
+
+def _check_url(url: str, what: str, schemes: Sequence[str]) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in schemes or not parts.netloc:
+        raise PublishError(
+            f"{what} {url!r} is not a URL ({' or '.join(schemes)}://host[:port]/...)"
+        )
+
+
+def _check_inputs(
+    file: Path,
+    issue_id: str,
+    title: str,
+    piece_size: int,
+    web_seeds: Sequence[str],
+    trackers: Sequence[str],
+) -> int:
+    """Everything that can be refused before any byte is written; returns the size."""
+    if not valid_issue_id(issue_id):
+        raise PublishError(
+            f"issue id {issue_id!r} is not allowed: use 1-128 letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit"
+        )
+    if not valid_file_name(file.name):
+        raise PublishError(
+            f"file name {file.name!r} is not allowed in a bundle: rename it to letters, "
+            "digits, '.', '_' or '-' (at most 128, starting with a letter or digit)"
+        )
+    if not title.strip():
+        raise PublishError("the title is empty; pass --title")
+    if len(title) > 1000:
+        raise PublishError("the title is longer than 1000 characters")
+    if piece_size < MIN_PIECE_SIZE or piece_size > MAX_PIECE_SIZE or piece_size & (piece_size - 1):
+        raise PublishError(
+            f"piece size {piece_size} must be a power of two from {MIN_PIECE_SIZE} "
+            f"to {MAX_PIECE_SIZE} bytes"
+        )
+    for url in web_seeds:
+        _check_url(url, "web seed", ("http", "https"))
+        if urlsplit(url).query:
+            # FIELD-NOTES: libtorrent refuses query strings on loopback web seeds.
+            raise PublishError(f"web seed {url!r} has a query string; give the origin's base URL")
+    for url in trackers:
+        _check_url(url, "tracker", ("http", "https", "udp"))
+    try:
+        st = file.stat()
+    except FileNotFoundError:
+        raise PublishError(f"issue file {file} does not exist") from None
+    except OSError as err:
+        raise PublishError(f"cannot read issue file {file}: {err.strerror}") from None
+    if not file.is_file():
+        raise PublishError(f"{file} is not a regular file")
+    if st.st_size == 0:
+        raise PublishError(f"issue file {file} is empty; there is nothing to publish")
+    return st.st_size
+
+
+def _copy_and_hash(
+    src: Path, dst: Path, piece_size: int, progress: ProgressCallback | None
+) -> tuple[int, list[str], str]:
+    """Copy ``src`` to ``dst`` hashing as it goes; (size, piece SHA-256s, file SHA-256)."""
+    total = src.stat().st_size
+    whole = hashlib.sha256()
+    pieces: list[str] = []
+    piece = hashlib.sha256()
+    in_piece = 0
+    done = 0
+    with open(src, "rb") as fin, open(dst, "xb") as fout:
+        while chunk := fin.read(COPY_CHUNK_BYTES):
+            fout.write(chunk)
+            whole.update(chunk)
+            view = memoryview(chunk)
+            while view:
+                take = min(piece_size - in_piece, len(view))
+                piece.update(view[:take])
+                in_piece += take
+                view = view[take:]
+                if in_piece == piece_size:
+                    pieces.append(piece.hexdigest())
+                    piece = hashlib.sha256()
+                    in_piece = 0
+            done += len(chunk)
+            if progress is not None:
+                progress("hashing", done, max(total, done))
+        fout.flush()
+        os.fsync(fout.fileno())
+    if in_piece:
+        pieces.append(piece.hexdigest())
+    return done, pieces, whole.hexdigest()
+
+
+def _make_torrent(
+    file: Path,
+    *,
+    issue_id: str,
+    piece_size: int,
+    web_seeds: Sequence[str],
+    trackers: Sequence[str],
+    progress: ProgressCallback | None,
+) -> bytes:
+    """A v1 torrent of the single file ``file`` (already in the bundle folder)."""
+    import libtorrent as lt
+
+    ct = lt.create_torrent(lt.list_files(str(file)), piece_size, lt.create_torrent.v1_only)
+    for base in web_seeds:
+        ct.add_url_seed(web_seed_url(base, issue_id, file.name))
+    for url in trackers:
+        ct.add_tracker(url, 0)
+    ct.set_creator(f"pressrun {__version__}")
+    n = ct.num_pieces()
+
+    def on_piece(index: int) -> None:
+        if progress is not None:
+            progress("torrent", index + 1, n)
+
+    lt.set_piece_hashes(ct, str(file.parent), on_piece)
+    data: bytes = lt.bencode(ct.generate())
+    return data
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(
+    file: Path,
+    *,
+    issue_id: str,
+    title: str,
+    key_path: Path,
+    content_dir: Path,
+    web_seeds: Sequence[str] = (),
+    trackers: Sequence[str] = (),
+    piece_size: int = DEFAULT_PIECE_SIZE,
+    force: bool = False,
+    progress: ProgressCallback | None = None,
+) -> Path:
+    """Make the signed bundle ``content_dir/<issue_id>/`` for ``file``; returns its path.
+
+    ``web_seeds`` are origin base URLs (``http://host:port``); each becomes the web
+    seed ``BASE/content/<issue_id>/<file_name>``. An existing bundle for the issue is
+    an error unless ``force``, in which case it is replaced atomically. Every failure
+    raises PublishError (one line) and leaves CONTENT as it was.
+    """
+    file, key_path, content_dir = Path(file), Path(key_path), Path(content_dir)
+    _check_inputs(file, issue_id, title, piece_size, web_seeds, trackers)
+    try:
+        signing_key = load_signing_key(key_path)
+    except KeyFileError as err:
+        raise PublishError(str(err)) from None
+    final = content_dir / issue_id
+    if (final.exists() or final.is_symlink()) and not force:
+        raise PublishError(f"a bundle for issue {issue_id} already exists at {final}; pass --force")
+    try:
+        content_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PublishError(f"cannot create content folder {content_dir}: {err.strerror}") from None
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{issue_id}.publishing-", dir=content_dir))
+    try:
+        os.chmod(tmp, 0o755)
+        copy = tmp / file.name
+        size, piece_hashes, whole = _copy_and_hash(file, copy, piece_size, progress)
+        if size == 0:
+            raise PublishError(f"issue file {file} is empty; there is nothing to publish")
+        torrent = _make_torrent(
+            copy,
+            issue_id=issue_id,
+            piece_size=piece_size,
+            web_seeds=web_seeds,
+            trackers=trackers,
+            progress=progress,
+        )
+        meta = parse_torrent(torrent)
+        if meta.num_pieces != len(piece_hashes) or meta.length != size:
+            raise PublishError(
+                f"libtorrent made {meta.num_pieces} pieces of {meta.length} bytes but the "
+                f"file has {len(piece_hashes)} pieces of {size}; the file changed while "
+                "publishing?"
+            )
+        (tmp / f"{issue_id}.torrent").write_bytes(torrent)
+        manifest = Manifest(
+            format=FORMAT,
+            issue_id=issue_id,
+            title=title,
+            file_name=file.name,
+            size_bytes=size,
+            piece_size_bytes=piece_size,
+            piece_sha256=tuple(piece_hashes),
+            sha256=whole,
+            info_hash=meta.info_hash,
+            publisher_key=bytes(signing_key.verify_key).hex(),
+            created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
+        signed = sign_manifest(manifest, signing_key)
+        signed.verify()  # never write a manifest this code itself would reject
+        with open(tmp / "manifest.json", "xb") as f:
+            f.write(signed.to_json_bytes())
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        _move_into_place(tmp, final)
+        _fsync_dir(content_dir)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, PublishError):
+            raise
+        if isinstance(err, ManifestError):
+            raise PublishError(str(err)) from None
+        if isinstance(err, OSError):
+            where = f" ({err.filename})" if err.filename else ""
+            raise PublishError(
+                f"could not write the bundle: {err.strerror or err}{where}"
+            ) from None
+        if isinstance(err, Exception):
+            raise PublishError(f"could not make the torrent: {err}") from None
+        raise
+    return final
+
+
+def _move_into_place(tmp: Path, final: Path) -> None:
+    """Rename the finished temp folder to ``final``, replacing an old bundle if any.
+
+    rename() cannot replace a non-empty folder, so an old bundle is first renamed
+    aside, then the new one in, then the old one removed; if the second rename fails
+    the old bundle is put back.
+    """
+    if not (final.exists() or final.is_symlink()):
+        os.rename(tmp, final)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{final.name}.replaced-", dir=final.parent))
+    old.rmdir()
+    os.rename(final, old)
+    try:
+        os.rename(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.rename(old, final)
+        raise
+    if old.is_symlink() or not old.is_dir():
+        old.unlink()
+    else:
+        shutil.rmtree(old, ignore_errors=True)
