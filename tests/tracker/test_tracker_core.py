@@ -304,3 +304,51 @@ def test_load_swarm_replaces_the_view() -> None:
     assert core.counts(IH)[:2] == (2, 0)
     core.load_swarm(IH, fresher)  # the same objects again: nothing changes
     assert core.counts(IH)[:2] == (2, 0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=7),  # which peer
+            st.sampled_from(list(AnnounceEvent)),
+            st.integers(min_value=0, max_value=2),  # left: 0 means seed
+            st.integers(min_value=0, max_value=12),  # numwant
+            st.floats(min_value=0, max_value=40),  # time step before the announce
+        ),
+        max_size=40,
+    )
+)
+def test_swarm_invariants_under_random_announces_and_timers(
+    script: list[tuple[int, AnnounceEvent, int, int, float]],
+) -> None:
+    """Whatever the order of announces and expiries: answers never name the requester
+    or a departed peer, respect numwant, and the counts match the records."""
+    core = make_core(interval_s=10, peer_ttl_s=25, max_numwant=5)
+    now = 0.0
+    for n, event, left, numwant, step in script:
+        now += step
+        core.handle_timer(now=now)
+        handled = core.handle_announce(
+            req(n, left=left, event=event, numwant=numwant), remote="127.0.0.1", now=now
+        )
+        reply = handled.reply
+        active = {r.peer_id: r for r in core.records(IH) if r.active}
+        assert pid(n) not in {p.peer_id for p in reply.peers}
+        assert len(reply.peers) <= min(numwant, 5)
+        assert all(p.peer_id in active for p in reply.peers)
+        if left == 0:  # a seed is sent only leechers
+            assert all(active[p.peer_id].left > 0 for p in reply.peers)
+        if event is AnnounceEvent.STOPPED:
+            assert reply.peers == ()
+        else:  # as many as asked for, when the swarm has them
+            pool = [r for r in active.values() if r.peer_id != pid(n) and (left > 0 or r.left)]
+            assert len(reply.peers) == min(numwant, 5, len(pool))
+        seeds = sum(1 for r in active.values() if r.left == 0)
+        assert (reply.complete, reply.incomplete) == (seeds, len(active) - seeds)
+        deadline = core.next_deadline()
+        if active:
+            oldest = min(r.last_seen for r in active.values())
+            assert deadline == oldest + 25
+        else:
+            assert deadline is None
