@@ -374,7 +374,8 @@ def test_progress_callback_reports_both_stages(tmp_path: Path, keypair: tuple[Pa
         progress=lambda stage, done, total: seen.setdefault(stage, []).append((done, total)),
     )
     assert seen["hashing"][-1] == (3_000_000, 3_000_000)
-    assert seen["torrent"][-1] == (12, 12)
+    assert seen["torrent"][-1] == (3_000_000, 3_000_000)
+    assert len(seen["torrent"]) == 12  # one call per 256 KiB piece
 
 
 def test_list_bundles_skips_broken_and_temp_folders(

@@ -87,24 +87,29 @@ def _fail(command: str, message: str) -> int:
 
 
 @contextmanager
-def _bytes_progress(description: str, total: int) -> Iterator[Callable[[int], None] | None]:
-    """A rich progress bar on stderr for big files on a terminal; else no callback."""
+def _progress_bar(total_bytes: int) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A rich progress bar on stderr, one row per stage, for big files on a terminal.
+
+    Yields ``update(stage, done_bytes, total_bytes)``, or None when no bar is shown
+    (small file, or stderr is not a terminal: logs and pipes stay clean).
+    """
     from rich.console import Console
     from rich.progress import (
         BarColumn,
         DownloadColumn,
         Progress,
+        TaskID,
         TextColumn,
         TimeRemainingColumn,
         TransferSpeedColumn,
     )
 
     console = Console(stderr=True)
-    if total < LARGE_FILE_BYTES or not console.is_terminal:
+    if total_bytes < LARGE_FILE_BYTES or not console.is_terminal:
         yield None
         return
     with Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description:<9}"),
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
@@ -112,8 +117,20 @@ def _bytes_progress(description: str, total: int) -> Iterator[Callable[[int], No
         console=console,
         transient=True,
     ) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda done: bar.update(task, completed=done)
+        tasks: dict[str, TaskID] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        yield update
+
+
+def _stage(
+    progress: Callable[[str, int, int], None], stage: str, total: int
+) -> Callable[[int], None]:
+    return lambda done: progress(stage, done, max(total, done))
 
 
 def run_keys_new(args: argparse.Namespace) -> int:
@@ -142,7 +159,7 @@ def run_publish(args: argparse.Namespace) -> int:
     except OSError:
         size = 0  # publish() reports the problem
     try:
-        with _bytes_progress("hashing", size) as on_bytes:
+        with _progress_bar(size) as progress:
             bundle = publish(
                 args.file,
                 issue_id=args.issue,
@@ -153,11 +170,7 @@ def run_publish(args: argparse.Namespace) -> int:
                 trackers=args.tracker,
                 piece_size=args.piece_size,
                 force=args.force,
-                progress=(
-                    None
-                    if on_bytes is None
-                    else lambda stage, done, total: on_bytes(done) if stage == "hashing" else None
-                ),
+                progress=progress,
             )
     except PublishError as err:
         return _fail("publish", str(err))
@@ -182,16 +195,18 @@ def run_verify(args: argparse.Namespace) -> int:
     except KeyFileError as err:
         return _fail("verify", str(err))
     target: Path = args.target
-    size = 0
+    # Only to size the progress bar: the issue file, or the biggest file in its bundle.
     try:
         if target.is_file() and target.name != "manifest.json":
             size = target.stat().st_size
-        elif target.is_dir():
-            size = sum(p.stat().st_size for p in target.iterdir() if p.is_file())
+        else:
+            folder = target if target.is_dir() else target.parent
+            size = max((p.stat().st_size for p in folder.iterdir() if p.is_file()), default=0)
     except OSError:
         size = 0
     try:
-        with _bytes_progress("verifying", size) as on_bytes:
+        with _progress_bar(size) as progress:
+            on_bytes = None if progress is None else _stage(progress, "verifying", size)
             report = verify_issue(target, trusted, on_bytes=on_bytes)
     except ManifestError as err:
         return _fail("verify", str(err))

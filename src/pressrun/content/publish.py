@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -35,18 +36,20 @@ from pressrun.content.codec import (
     valid_file_name,
     valid_issue_id,
 )
-from pressrun.content.keys import KeyFileError, load_signing_key
+from pressrun.content.keys import KeyFileError, is_private_mode, load_signing_key
 from pressrun.content.manifest import sign_manifest
 
 __all__ = ["DEFAULT_PIECE_SIZE", "ProgressCallback", "PublishError", "publish", "web_seed_url"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PIECE_SIZE = 262144  # FIELD-NOTES: 256 KiB beat 64 KiB and 1 MiB for 20 MB
 MIN_PIECE_SIZE = 16384  # one BitTorrent block
 MAX_PIECE_SIZE = 64 << 20
 COPY_CHUNK_BYTES = 1 << 20
 
-# progress(stage, done, total): stage is "hashing" (copy + SHA-256, bytes) or
-# "torrent" (libtorrent's SHA-1 pass, pieces).
+# progress(stage, done_bytes, total_bytes): stage is "hashing" (the copy and its
+# SHA-256 pass) or "torrent" (libtorrent's SHA-1 pass over the copy).
 ProgressCallback = Callable[[str, int, int], None]
 
 
@@ -167,11 +170,11 @@ def _make_torrent(
     for url in trackers:
         ct.add_tracker(url, 0)
     ct.set_creator(f"pressrun {__version__}")
-    n = ct.num_pieces()
+    size = file.stat().st_size
 
     def on_piece(index: int) -> None:
         if progress is not None:
-            progress("torrent", index + 1, n)
+            progress("torrent", min((index + 1) * piece_size, size), size)
 
     lt.set_piece_hashes(ct, str(file.parent), on_piece)
     data: bytes = lt.bencode(ct.generate())
@@ -210,6 +213,8 @@ def publish(
     _check_inputs(file, issue_id, title, piece_size, web_seeds, trackers)
     try:
         signing_key = load_signing_key(key_path)
+        if not is_private_mode(key_path):
+            log.warning("secret key %s is readable by other users; chmod 600 it", key_path)
     except KeyFileError as err:
         raise PublishError(str(err)) from None
     final = content_dir / issue_id
@@ -263,6 +268,8 @@ def publish(
             f.flush()
             os.fsync(f.fileno())
         _fsync_dir(tmp)
+        if not force and (final.exists() or final.is_symlink()):
+            raise PublishError(f"a bundle for issue {issue_id} appeared at {final} meanwhile")
         _move_into_place(tmp, final)
         _fsync_dir(content_dir)
     except BaseException as err:
