@@ -132,7 +132,7 @@ def test_announce_parses_binary_info_hash_from_raw_query() -> None:
     assert r.info_hash == IH and r.peer_id == PID
     assert (r.port, r.uploaded, r.downloaded, r.left) == (6881, 1, 2, 3)
     assert r.event is AnnounceEvent.STARTED and r.compact and r.numwant == 5
-    assert r.key == "ab12" and r.leave_rule is LeaveRule.RATIO
+    assert r.key == b"ab12".hex() and r.leave_rule is LeaveRule.RATIO
     # Unencoded unreserved bytes and lower-case escapes decode the same.
     raw = (
         "info_hash="
@@ -166,7 +166,7 @@ def test_announce_parses_binary_info_hash_from_raw_query() -> None:
         ({"compact": "yes"}, FailureCode.BAD_COMPACT),
         ({"numwant": "many"}, FailureCode.BAD_NUMBER),
         ({"ip": "not-an-ip"}, FailureCode.BAD_IP),
-        ({"key": "a b"}, FailureCode.BAD_KEY),
+        ({"key": "k" * 65}, FailureCode.BAD_KEY),
         ({"leave_rule": "bored"}, FailureCode.BAD_LEAVE_RULE),
         ({"leave_rule": "expired"}, FailureCode.BAD_LEAVE_RULE),  # the tracker's own rule
     ],
@@ -178,6 +178,21 @@ def test_announce_rejects_with_typed_code(change: dict[str, object], code: Failu
         parse_announce_query(query)
     assert info.value.code is code
     assert info.value.reason
+
+
+def test_real_client_queries() -> None:
+    """Announces exactly as third-party clients send them."""
+    aria2c = (
+        "info_hash=%92%26%F6%D6%1BK%F0%BD%87RJ%A6%F9%A9%C0%BAR%B6Tr"
+        "&peer_id=A2-1-36-0-o%16V%1F%0Dd%86%F1%03%83&uploaded=0&downloaded=0&left=0"
+        "&compact=1&key=V%1F%0Dd%86%F1%03%83&numwant=50&no_peer_id=1&port=51413"
+        "&event=started&supportcrypto=1"
+    )
+    r = parse_announce_query(aria2c)
+    assert r.info_hash.hex() == "9226f6d61b4bf0bd87524aa6f9a9c0ba52b65472"
+    assert r.peer_id.startswith(b"A2-1-36-0-") and r.port == 51413 and r.compact
+    assert r.key == bytes.fromhex("561f0d6486f10383").hex()
+    assert r.event is AnnounceEvent.STARTED and r.numwant == 50
 
 
 def test_announce_duplicates_and_numwant_extremes() -> None:

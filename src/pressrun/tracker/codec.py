@@ -332,12 +332,15 @@ def parse_announce_query(raw_query: str | bytes) -> AnnounceRequest:
         except (UnicodeDecodeError, ValueError):
             raise QueryError(FailureCode.BAD_IP, "ip must be an IPv4 or IPv6 address") from None
 
+    # BEP 7's key is opaque: libtorrent sends hex digits, aria2c raw bytes. Only
+    # equality matters (telling a restarted client from a continuing one), so keep it
+    # as hex of whatever bytes came.
     key: str | None = None
     key_raw = _single(params, b"key")
     if key_raw:
-        if len(key_raw) > 64 or not key_raw.isascii() or not key_raw.isalnum():
-            raise QueryError(FailureCode.BAD_KEY, "key must be up to 64 letters or digits")
-        key = key_raw.decode("ascii")
+        if len(key_raw) > 64:
+            raise QueryError(FailureCode.BAD_KEY, "key must be at most 64 bytes")
+        key = key_raw.hex()
 
     leave_rule: LeaveRule | None = None
     rule_raw = _single(params, b"leave_rule")

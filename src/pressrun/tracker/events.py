@@ -57,8 +57,8 @@ class AnnounceRequest:
 
     ``numwant`` is what the client asked for (``None`` when absent); the core caps it.
     ``ip`` is the ``ip=`` parameter as given; the adapter decides whether to trust it.
-    ``key`` is the BEP 7 session key, used to tell a restarted client from a
-    continuing one. ``leave_rule`` is the pressrun extension on ``stopped``.
+    ``key`` is the BEP 7 session key (as hex of the bytes sent), used to tell a
+    restarted client from a continuing one. ``leave_rule`` is the pressrun extension on ``stopped``.
     """
 
     info_hash: bytes
