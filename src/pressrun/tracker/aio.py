@@ -203,9 +203,8 @@ class TrackerService:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_address=True)
         await site.start()
-        server = getattr(site, "_server", None)
-        sockets = getattr(server, "sockets", None) or []
-        bound: int = sockets[0].getsockname()[1] if sockets else port
+        # The port actually bound (the one asked for, or the kernel's pick for 0).
+        bound: int = self._runner.addresses[0][1]
         self._rearm()
         if self.store.shared:
             self._refresh_task = asyncio.get_running_loop().create_task(self._refresh_loop())
