@@ -171,6 +171,7 @@ def test_trusted_keys() -> None:
         (lambda d: d.update(piece_sha256=["ab" * 32]), "lists 1 piece hashes but 100 bytes"),
         (lambda d: d.update(piece_sha256="ab"), "piece_sha256 must be a list"),
         (lambda d: d.update(created_at="yesterday"), "is not a UTC time"),
+        (lambda d: d.update(title="\ud800"), "lone surrogate"),
     ],
 )
 def test_malformed_manifest_fields(change: object, message: str) -> None:

@@ -284,6 +284,7 @@ def _leftovers(content: Path) -> list[str]:
         ("missing-key", "secret key file"),
         ("bad-piece-size", "must be a power of two"),
         ("bad-web-seed", "is not a URL"),
+        ("bad-title", "title is not valid UTF-8"),
     ],
 )
 def test_publish_errors_are_one_line_and_leave_nothing(
@@ -315,6 +316,8 @@ def test_publish_errors_are_one_line_and_leave_nothing(
         args += ["--piece-size", "100000"]
     elif case == "bad-web-seed":
         args += ["--web-seed", "origin-a:8001"]
+    elif case == "bad-title":
+        args[5] = "Weekly \udcff"  # how a non-UTF-8 argv byte arrives
     rc, out, err = run_cli(capsys, *args)
     assert_one_line_error(rc, err, "publish", fragment)
     assert out == ""

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from pressrun import __version__
 from pressrun.content.codec import (
     FORMAT,
+    MAX_TITLE_CHARS,
     Manifest,
     ManifestError,
     parse_torrent,
@@ -91,8 +92,13 @@ def _check_inputs(
         )
     if not title.strip():
         raise PublishError("the title is empty; pass --title")
-    if len(title) > 1000:
-        raise PublishError("the title is longer than 1000 characters")
+    if len(title) > MAX_TITLE_CHARS:
+        raise PublishError(f"the title is longer than {MAX_TITLE_CHARS} characters")
+    try:
+        title.encode("utf-8")
+    except UnicodeEncodeError:
+        # Non-UTF-8 bytes on the command line arrive as lone surrogates.
+        raise PublishError("the title is not valid UTF-8 text") from None
     if piece_size < MIN_PIECE_SIZE or piece_size > MAX_PIECE_SIZE or piece_size & (piece_size - 1):
         raise PublishError(
             f"piece size {piece_size} must be a power of two from {MIN_PIECE_SIZE} "
@@ -181,6 +187,13 @@ def _make_torrent(
     return data
 
 
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -243,11 +256,10 @@ def publish(
         meta = parse_torrent(torrent)
         if meta.num_pieces != len(piece_hashes) or meta.length != size:
             raise PublishError(
-                f"libtorrent made {meta.num_pieces} pieces of {meta.length} bytes but the "
-                f"file has {len(piece_hashes)} pieces of {size}; the file changed while "
-                "publishing?"
+                f"libtorrent's torrent has {meta.num_pieces} pieces over {meta.length} bytes "
+                f"but the copied file {len(piece_hashes)} over {size}; please report this"
             )
-        (tmp / f"{issue_id}.torrent").write_bytes(torrent)
+        _write_synced(tmp / f"{issue_id}.torrent", torrent)
         manifest = Manifest(
             format=FORMAT,
             issue_id=issue_id,
@@ -263,10 +275,7 @@ def publish(
         )
         signed = sign_manifest(manifest, signing_key)
         signed.verify()  # never write a manifest this code itself would reject
-        with open(tmp / "manifest.json", "xb") as f:
-            f.write(signed.to_json_bytes())
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(tmp / "manifest.json", signed.to_json_bytes())
         _fsync_dir(tmp)
         if not force and (final.exists() or final.is_symlink()):
             raise PublishError(f"a bundle for issue {issue_id} appeared at {final} meanwhile")
