@@ -401,3 +401,39 @@ def test_bundle_in_a_folder_named_after_another_issue(published: Published) -> N
     published.bundle.rename(moved)
     with pytest.raises(BundleError, match="holds the manifest of issue weekly-2026-47"):
         Bundle.load(moved)
+
+
+@pytest.mark.parametrize(
+    ("size", "piece"),
+    [
+        (1, 16384),
+        (16383, 16384),
+        (16384, 16384),
+        (16385, 16384),
+        (3 * 16384, 16384),
+        (5 * 1024 * 1024 + 3, 2 * 1024 * 1024),  # pieces span several 1 MiB read chunks
+    ],
+)
+def test_piece_boundaries_agree_with_libtorrent(
+    tmp_path: Path, keypair: tuple[Path, Path], size: int, piece: int
+) -> None:
+    source = tmp_path / "edge.pdf"
+    data = make_issue(source, size, seed=size)
+    bundle = publish(
+        source,
+        issue_id="edge",
+        title="Edge",
+        key_path=keypair[0],
+        content_dir=tmp_path / "c",
+        piece_size=piece,
+    )
+    m = Bundle.load(bundle).manifest
+    ti = lt.torrent_info(str(bundle / "edge.torrent"))
+    assert m.num_pieces == ti.num_pieces() == -(-size // piece)
+    for i in range(m.num_pieces):
+        offset, length = m.piece_span(i)
+        assert length == ti.piece_size(i)
+        chunk = data[offset : offset + length]
+        assert m.piece_sha256[i] == hashlib.sha256(chunk).hexdigest()
+        assert bytes(ti.hash_for_piece(i)) == hashlib.sha1(chunk).digest()
+    verify_issue(bundle)
