@@ -197,14 +197,11 @@ class BalancerCore:
     ) -> Directive | NoDirective:
         """Answer a client: a directive with origins in preference order, or a refusal."""
         issue = msg.issue_id
-        holders_known = any(
-            rec.status is not None and issue in rec.status.issues for rec in self.origins.values()
-        )
         ranked = self.algorithm.rank(
             issue, exclude=msg.failed, k=self.config.directive_origins, now=now
         )
         if not ranked:
-            return self._refuse(issue, msg.failed, holders_known)
+            return self._refuse(issue, msg.failed)
         picked = ranked[0][0]
         self.algorithm.handle_pick(picked, issue, now=now)
         self.origins[picked].picks += 1
@@ -225,7 +222,11 @@ class BalancerCore:
             algorithm=self.algorithm.name,
         )
 
-    def _refuse(self, issue: str, failed: frozenset[str], holders_known: bool) -> NoDirective:
+    def _refuse(self, issue: str, failed: frozenset[str]) -> NoDirective:
+        # Only a refusal looks at every origin: a directive must not cost O(origins).
+        holders_known = any(
+            rec.status is not None and issue in rec.status.issues for rec in self.origins.values()
+        )
         up_holders = [
             name
             for name, rec in self.origins.items()

@@ -171,12 +171,18 @@ class _RankedIndex:
     def top(self, k: int, exclude: Set[str]) -> list[tuple[str, float]]:
         found: list[tuple[str, float]] = []
         popped: list[tuple[float, str]] = []
+        seen: set[str] = set()
         heap = self._heap
+        live = self._live
         while heap and len(found) < k:
             entry = heapq.heappop(heap)
             neg, name = entry
-            if self._live.get(name) != -neg:
-                continue  # stale: the origin was re-scored or removed since
+            if live.get(name) != -neg or name in seen:
+                # Stale (re-scored or removed since), or a second live copy: an origin
+                # removed and put back with its old score, or re-scored a -> b -> a,
+                # has two entries that both match `_live`. Drop it either way.
+                continue
+            seen.add(name)
             popped.append(entry)
             if name not in exclude:
                 found.append((name, -neg))

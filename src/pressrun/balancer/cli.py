@@ -1,0 +1,216 @@
+"""``pressrun serve balancer``: the front door that scores origins and answers directives."""
+
+from __future__ import annotations
+
+import argparse
+import string
+from typing import Any
+
+from pressrun.balancer.events import OriginSpec
+
+
+class OriginListError(ValueError):
+    """The ``--origins`` list is malformed."""
+
+
+def default_origin_name(index: int) -> str:
+    """origin-a, origin-b, ..., origin-z, origin-aa, origin-ab, ..."""
+    letters = string.ascii_lowercase
+    name = ""
+    n = index
+    while True:
+        name = letters[n % 26] + name
+        n = n // 26 - 1
+        if n < 0:
+            return f"origin-{name}"
+
+
+def parse_origins(text: str) -> tuple[OriginSpec, ...]:
+    """``URL``, ``name=URL`` or ``name=URL@weight``, comma-separated, in order.
+
+    Unnamed origins are called origin-a, origin-b, ... by their position in the list.
+    """
+    from pressrun.balancer.codec import ORIGIN_NAME_RE
+
+    specs: list[OriginSpec] = []
+    for index, item in enumerate(text.split(",")):
+        item = item.strip()
+        if not item:
+            raise OriginListError("--origins has an empty entry (two commas in a row?)")
+        name = default_origin_name(index)
+        if "=" in item:
+            name, _, item = item.partition("=")
+            if not ORIGIN_NAME_RE.match(name):
+                raise OriginListError(
+                    f"origin name {name!r} must be letters, digits, '.', '_' or '-'"
+                )
+        weight = 1.0
+        url = item
+        if "@" in item:
+            url, _, weight_text = item.rpartition("@")
+            try:
+                weight = float(weight_text)
+            except ValueError:
+                raise OriginListError(
+                    f"weight {weight_text!r} of origin {name!r} is not a number"
+                ) from None
+            if not weight >= 0 or weight == float("inf"):
+                raise OriginListError(f"weight of origin {name!r} must be 0 or more")
+        if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1]) == 0:
+            raise OriginListError(f"origin {name!r}: {url!r} is not an http:// or https:// URL")
+        specs.append(OriginSpec(name, url.rstrip("/"), weight))
+    names = [s.name for s in specs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise OriginListError(f"origin names must be unique: {', '.join(duplicates)} repeated")
+    return tuple(specs)
+
+
+def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add ``pressrun serve balancer`` to the serve subcommands."""
+    from pressrun.balancer.algorithms import algorithm_class, algorithm_names
+
+    choices = algorithm_names()
+    listing = "; ".join(f"{n}: {algorithm_class(n).summary}" for n in choices)
+    p = serve_subparsers.add_parser(
+        "balancer",
+        help="score origins from their /stats and answer delivery directives",
+        description="Polls every origin's /stats, scores the origins with the chosen "
+        "algorithm and answers GET /v1/issues/<id>/directive (JSON), GET /issues/<id> "
+        "(302 to an origin), GET /v1/origins, GET /v1/algorithms, /metrics, /healthz. "
+        "An origin that does not answer is out of rotation until it answers again.",
+    )
+    p.add_argument(
+        "--origins",
+        required=True,
+        metavar="LIST",
+        help="comma-separated origins, each URL, name=URL or name=URL@weight "
+        "(e.g. a=http://127.0.0.1:8001@5,b=http://127.0.0.1:8002); unnamed origins are "
+        "origin-a, origin-b, ... in order; weights (default 1) are used by wrr and wlc",
+    )
+    p.add_argument(
+        "--algorithm",
+        default="alg2",
+        choices=choices,
+        metavar="NAME",
+        help=f"scoring algorithm (default alg2). {listing}",
+    )
+    p.add_argument(
+        "--poll-interval-s",
+        type=float,
+        default=1.0,
+        help="how often each origin's /stats is polled, seconds (default 1.0)",
+    )
+    p.add_argument(
+        "--stale-after-s",
+        type=float,
+        default=None,
+        help="an origin with no good status for this long is out of rotation even if no "
+        "poll failed outright (default 3.5 x the poll interval)",
+    )
+    p.add_argument(
+        "--poll-timeout-s",
+        type=float,
+        default=None,
+        help="timeout of one /stats poll (default 0.8 x the poll interval)",
+    )
+    p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0: any)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument(
+        "--directive-origins",
+        type=int,
+        default=3,
+        help="origins listed in a directive, best first (default 3)",
+    )
+    p.add_argument(
+        "--expires-in-s",
+        type=float,
+        default=5.0,
+        help="how long a client may act on a directive before asking again (default 5)",
+    )
+    p.add_argument(
+        "--retry-after-s",
+        type=float,
+        default=2.0,
+        help="Retry-After of a 503 when no origin is available (default 2)",
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an algorithm parameter, repeatable (e.g. w_max=10 for weighted, "
+        "inflation_decay=0.9 for alg2)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the random numbers of algorithms that draw them (default: random)",
+    )
+    p.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log every HTTP request (off by default: it slows directives down)",
+    )
+    p.set_defaults(func=run_balancer)
+
+
+def _parse_params(items: list[str]) -> dict[str, float]:
+    params: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param {item!r} must be KEY=VALUE")
+        try:
+            params[key] = float(value)
+        except ValueError:
+            raise ValueError(f"--param {item!r}: {value!r} is not a number") from None
+    return params
+
+
+def run_balancer(args: argparse.Namespace) -> int:
+    """Run the balancer until SIGTERM/SIGINT; 0 on a clean stop, 2 on bad flags."""
+    import asyncio
+    import sys
+
+    from pressrun.balancer.aio import BalancerServiceConfig, serve
+    from pressrun.balancer.config import BalancerConfig
+
+    try:
+        origins = parse_origins(args.origins)
+        stale = args.stale_after_s if args.stale_after_s is not None else 3.5 * args.poll_interval_s
+        balancer = BalancerConfig(
+            poll_interval_s=args.poll_interval_s,
+            stale_after_s=stale,
+            directive_origins=args.directive_origins,
+            expires_in_s=args.expires_in_s,
+            retry_after_s=args.retry_after_s,
+            algorithm=args.algorithm,
+        )
+        if args.poll_timeout_s is not None and args.poll_timeout_s <= 0:
+            raise ValueError("--poll-timeout-s must be positive")
+        if args.expires_in_s <= 0:
+            raise ValueError("--expires-in-s must be positive")
+        config = BalancerServiceConfig(
+            origins=origins,
+            balancer=balancer,
+            host=args.host,
+            port=args.port,
+            seed=args.seed,
+            algorithm_params=_parse_params(args.param),
+            poll_timeout_s=args.poll_timeout_s,
+            access_log=args.access_log,
+        )
+    except ValueError as err:
+        print(f"pressrun serve balancer: {err}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(config))
+    except OSError as err:
+        print(
+            f"pressrun serve balancer: cannot listen on {args.host}:{args.port}: {err}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -1,0 +1,233 @@
+"""JSON <-> balancer messages, pure.
+
+- :func:`decode_status`: an origin's ``/stats`` JSON (docs/protocols.md) -> `OriginStatus`,
+  percents turned into fractions. Validation is strict: a wrong type, a missing field, a
+  negative or non-finite number, a bad issue id raise :class:`StatusFormatError` naming
+  the field, and the adapter feeds the origin a `PollFailed` with that reason. A
+  malformed status must never reach the scoring algorithms: one NaN in a heap of scores
+  breaks every comparison after it.
+- :func:`encode_status`: the inverse, for ``/v1/origins`` (same units as ``/stats``).
+- :func:`encode_directive` / :func:`encode_refusal`: `Directive` / `NoDirective` -> the
+  JSON dicts of docs/protocols.md ("Balancer HTTP").
+- :func:`parse_failed`: the ``failed=`` list of a directive request.
+
+No I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pressrun.balancer.events import Directive, NoDirective, OriginStatus
+
+#: issue ids and file names (docs/protocols.md, "Issue bundle on disk")
+# (\Z, not $: "$" also matches before a trailing newline)
+ISSUE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+#: origin names in `failed=` lists (same alphabet as issue ids)
+ORIGIN_NAME_RE = ISSUE_ID_RE
+
+
+class StatusFormatError(ValueError):
+    """An origin's /stats answer is not what docs/protocols.md says.
+
+    `field` names the offending field ("" for the document as a whole).
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        where = f"field {field!r} " if field else ""
+        super().__init__(f"malformed /stats: {where}{problem}")
+
+
+class RequestFormatError(ValueError):
+    """A client's request is malformed (answered 400)."""
+
+
+def _number(doc: Mapping[str, Any], key: str, *, positive: bool = False) -> float:
+    if key not in doc:
+        raise StatusFormatError(key, "is missing")
+    value = doc[key]
+    # bool is an int subclass: `true` is not a number of bytes.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise StatusFormatError(key, f"must be a number, not {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise StatusFormatError(key, "must be finite")
+    if number < 0:
+        raise StatusFormatError(key, f"must not be negative (got {number:g})")
+    if positive and number == 0:
+        raise StatusFormatError(key, "must be positive")
+    return number
+
+
+def _optional_number(doc: Mapping[str, Any], key: str, *, positive: bool = False) -> float | None:
+    if doc.get(key) is None:
+        return None
+    return _number(doc, key, positive=positive)
+
+
+def _percent(doc: Mapping[str, Any], key: str) -> float:
+    value = _number(doc, key)
+    if value > 100.0:
+        raise StatusFormatError(key, f"must be a percentage 0..100 (got {value:g})")
+    return value / 100.0
+
+
+def _count(doc: Mapping[str, Any], key: str, *, required: bool = True) -> int | None:
+    if key not in doc:
+        if required:
+            raise StatusFormatError(key, "is missing")
+        return None
+    value = doc[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StatusFormatError(key, f"must be an integer, not {type(value).__name__}")
+    if value < 0:
+        raise StatusFormatError(key, f"must not be negative (got {value})")
+    return value
+
+
+def _issue_set(doc: Mapping[str, Any], key: str) -> frozenset[str]:
+    if key not in doc:
+        raise StatusFormatError(key, "is missing")
+    value = doc[key]
+    if not isinstance(value, list):
+        raise StatusFormatError(key, f"must be a list of issue ids, not {type(value).__name__}")
+    for item in value:
+        if not isinstance(item, str) or not ISSUE_ID_RE.match(item):
+            raise StatusFormatError(key, f"holds an invalid issue id {item!r}")
+    return frozenset(value)
+
+
+def _rates_by_issue(doc: Mapping[str, Any], key: str) -> dict[str, float]:
+    if key not in doc:
+        raise StatusFormatError(key, "is missing")
+    value = doc[key]
+    if not isinstance(value, dict):
+        raise StatusFormatError(key, f"must be an object, not {type(value).__name__}")
+    rates: dict[str, float] = {}
+    for issue in value:
+        if not ISSUE_ID_RE.match(issue):
+            raise StatusFormatError(key, f"has an invalid issue id {issue!r}")
+        try:
+            rates[issue] = _number(value, issue)
+        except StatusFormatError as err:
+            raise StatusFormatError(f"{key}.{issue}", err.problem) from None
+    return rates
+
+
+def decode_status(payload: bytes | str | Mapping[str, Any], *, origin_name: str) -> OriginStatus:
+    """An origin's ``/stats`` answer as an `OriginStatus`, or `StatusFormatError`.
+
+    The status is filed under `origin_name`, the balancer's name for the origin (the
+    origin's own ``name`` field is checked to be a string but may differ: the operator
+    names origins on the balancer's command line).
+    """
+    if isinstance(payload, bytes | str):
+        try:
+            doc = json.loads(payload)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise StatusFormatError("", f"not JSON ({err})") from None
+    else:
+        doc = payload
+    if not isinstance(doc, Mapping):
+        raise StatusFormatError("", f"must be a JSON object, not {type(doc).__name__}")
+    name = doc.get("name")
+    if not isinstance(name, str):
+        raise StatusFormatError("name", "must be a string")
+    # Fields the balancer does not score with are still checked when present.
+    _optional_number(doc, "interval_s", positive=True)
+    _optional_number(doc, "egress_cap_bytes_per_s", positive=True)
+    _count(doc, "bytes_sent_total", required=False)
+    _count(doc, "transfers_total", required=False)
+    active = _count(doc, "active_transfers")
+    assert active is not None  # required=True
+    return OriginStatus(
+        name=origin_name,
+        cpu_fraction=_percent(doc, "cpu_percent"),
+        ram_fraction=_percent(doc, "ram_percent"),
+        out_bytes_per_s=_number(doc, "out_bytes_per_s"),
+        capacity_bytes_per_s=_number(doc, "capacity_bytes_per_s", positive=True),
+        active_transfers=active,
+        issues=_issue_set(doc, "issues"),
+        cached_issues=_issue_set(doc, "cached_issues"),
+        mean_transfer_bytes_per_s=_optional_number(doc, "mean_transfer_bytes_per_s"),
+        mean_transfer_bytes_per_s_by_issue=_rates_by_issue(
+            doc, "mean_transfer_bytes_per_s_by_issue"
+        ),
+    )
+
+
+def encode_status(status: OriginStatus) -> dict[str, Any]:
+    """An `OriginStatus` in the units of ``/stats`` (percent, bytes/s); sorted lists."""
+    return {
+        "name": status.name,
+        "cpu_percent": status.cpu_fraction * 100.0,
+        "ram_percent": status.ram_fraction * 100.0,
+        "out_bytes_per_s": status.out_bytes_per_s,
+        "capacity_bytes_per_s": status.capacity_bytes_per_s,
+        "active_transfers": status.active_transfers,
+        "issues": sorted(status.issues),
+        "cached_issues": sorted(status.cached_issues),
+        "mean_transfer_bytes_per_s": status.mean_transfer_bytes_per_s,
+        "mean_transfer_bytes_per_s_by_issue": dict(
+            sorted(status.mean_transfer_bytes_per_s_by_issue.items())
+        ),
+    }
+
+
+def json_score(score: float | None) -> float | None:
+    """A score as JSON can carry it: JSON has no infinities or NaN."""
+    if score is None or not math.isfinite(score):
+        return None
+    return score
+
+
+def encode_directive(directive: Directive) -> dict[str, Any]:
+    """A `Directive` as the JSON object of docs/protocols.md."""
+    swarm = directive.swarm
+    return {
+        "issue_id": directive.issue_id,
+        "mode": directive.mode.value,
+        "origins": [
+            {"name": o.name, "url": o.url, "score": json_score(o.score)} for o in directive.origins
+        ],
+        "swarm": None
+        if swarm is None
+        else {
+            "torrent_url": swarm.torrent_url,
+            "tracker_url": swarm.tracker_url,
+            "info_hash": swarm.info_hash,
+        },
+        "fallbacks": [mode.value for mode in directive.fallbacks],
+        "expires_in_s": directive.expires_in_s,
+        "algorithm": directive.algorithm,
+    }
+
+
+def encode_refusal(refusal: NoDirective) -> dict[str, Any]:
+    """A `NoDirective` as the error JSON of docs/protocols.md: ``{"error": ...}``."""
+    return {"error": refusal.message}
+
+
+def parse_failed(values: list[str]) -> frozenset[str]:
+    """The origin names of ``failed=a,b`` (the parameter may repeat).
+
+    An empty value names nothing; an empty item inside a list (``a,,b``) or a name
+    outside the id alphabet is a `RequestFormatError`.
+    """
+    names: set[str] = set()
+    for value in values:
+        if not value:
+            continue
+        for name in value.split(","):
+            if not ORIGIN_NAME_RE.match(name):
+                raise RequestFormatError(
+                    f"failed= must list origin names separated by commas; {name!r} is not one"
+                )
+            names.add(name)
+    return frozenset(names)
