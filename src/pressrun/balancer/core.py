@@ -94,12 +94,15 @@ class ModePolicy(Protocol):
         ...
 
 
+_ORIGIN_MODE = ModeDecision(DeliveryMode.ORIGIN)
+
+
 class OriginOnly:
     """The default mode policy: always the origin path."""
 
     def decide(self, issue_id: str, *, now: float) -> ModeDecision:
         """Always `origin`."""
-        return ModeDecision(DeliveryMode.ORIGIN)
+        return _ORIGIN_MODE
 
 
 class BalancerCore:
@@ -203,23 +206,23 @@ class BalancerCore:
         if not ranked:
             return self._refuse(issue, msg.failed)
         picked = ranked[0][0]
+        origins = self.origins
         self.algorithm.handle_pick(picked, issue, now=now)
-        self.origins[picked].picks += 1
+        origins[picked].picks += 1
         self.directives_answered += 1
         decision = self.mode_policy.decide(issue, now=now)
         fallbacks: tuple[DeliveryMode, ...] = (
             (DeliveryMode.ORIGIN,) if decision.mode is not DeliveryMode.ORIGIN else ()
         )
         return Directive(
-            issue_id=issue,
-            mode=decision.mode,
-            origins=tuple(
-                RankedOrigin(name, self.origins[name].spec.url, score) for name, score in ranked
-            ),
-            swarm=decision.swarm,
-            fallbacks=fallbacks,
-            expires_in_s=self.config.expires_in_s,
-            algorithm=self.algorithm.name,
+            issue,
+            decision.mode,
+            # (a list comprehension, not a generator: this is the hot path)
+            tuple([RankedOrigin(name, origins[name].spec.url, score) for name, score in ranked]),
+            decision.swarm,
+            fallbacks,
+            self.config.expires_in_s,
+            self.algorithm.name,
         )
 
     def _refuse(self, issue: str, failed: frozenset[str]) -> NoDirective:

@@ -99,20 +99,31 @@ class Alg2(ScoredAlgorithm):
         self.max_estimate = self.param("max_estimate_bytes_per_s", MAX_ESTIMATE_BYTES_PER_S)
         #: the predicted load not yet visible in statuses, per origin, bytes/s
         self.inflation: dict[str, float] = {}
+        # name -> (status, inflation, score without the cache bonus). A pick re-scores
+        # the picked origin for every issue indexed; only the cache bonus depends on
+        # the issue, so the rest is computed once per (status, inflation).
+        self._base: dict[str, tuple[OriginStatus, float, float]] = {}
 
-    def compute_score(self, name: str, status: OriginStatus, issue_id: str) -> float:
+    def base_score(self, name: str, status: OriginStatus) -> float:
+        """Figure 2 without line 4 (the cache bonus): CPU, RAM and bandwidth points."""
+        inflation = self.inflation.get(name, 0.0)
+        memo = self._base.get(name)
+        if memo is not None and memo[0] is status and memo[1] == inflation:
+            return memo[2]
         score = (
             _rate_left(status.cpu_fraction) * self.cpu_points
             + _rate_left(status.ram_fraction) * self.ram_points
+            + bandwidth_points(
+                status.out_bytes_per_s, status.capacity_bytes_per_s, inflation, self.bw_points
+            )
         )
+        self._base[name] = (status, inflation, score)
+        return score
+
+    def compute_score(self, name: str, status: OriginStatus, issue_id: str) -> float:
+        score = self.base_score(name, status)
         if issue_id in status.cached_issues:
             score += self.cache_bonus
-        score += bandwidth_points(
-            status.out_bytes_per_s,
-            status.capacity_bytes_per_s,
-            self.inflation.get(name, 0.0),
-            self.bw_points,
-        )
         return score
 
     def on_refresh(self, name: str, status: OriginStatus, *, now: float) -> None:
