@@ -557,6 +557,10 @@ def test_lazy_heap_ranking_equals_a_brute_force_sort(
     name: str, sequence: list[tuple[object, ...]]
 ) -> None:
     def check(alg: ScoringAlgorithm, op: tuple[object, ...]) -> None:
+        # Only at "rank" ops: ranking drops stale heap entries, so checking after every
+        # op would clean up the very states a bug needs (e.g. two live copies).
+        if op[0] != "rank":
+            return
         assert isinstance(alg, ScoredAlgorithm)
         for issue in ISSUES:
             for exclude in (frozenset(), frozenset({"a", "c"})):
