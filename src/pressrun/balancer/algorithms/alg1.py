@@ -98,4 +98,6 @@ class Alg1(ScoredAlgorithm):
     def compute_score(self, name: str, status: OriginStatus, issue_id: str) -> float:
         w = self.weights.get(name) or Alg1Weights()
         cpu, ram, bw = used_shares(status)
-        return (1.0 - cpu) * w.cpu + (1.0 - ram) * w.ram + (1.0 - bw) * w.bw
+        score = (1.0 - cpu) * w.cpu + (1.0 - ram) * w.ram + (1.0 - bw) * w.bw
+        # Renormalised weights can sum to 1 + 2e-16; the paper's scale is 0..1.
+        return min(score, 1.0)
