@@ -381,3 +381,24 @@ def test_serve_balancer_bad_flags_exit_2() -> None:
     )
     assert result.returncode == 2
     assert "not a number" in result.stderr
+
+
+async def test_an_oversized_stats_answer_is_malformed(
+    origins: list[FakeOrigin], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pressrun.balancer import aio
+
+    monkeypatch.setattr(aio, "MAX_STATS_BYTES", 100)  # a real /stats is ~400 bytes
+    running = await start_balancer(
+        BalancerServiceConfig(
+            origins=(OriginSpec("a", origins[0].url),),
+            balancer=BalancerConfig(poll_interval_s=INTERVAL_S, stale_after_s=1.0),
+        )
+    )
+    try:
+        rec = running.core.origins["a"]
+        await wait_for(lambda: rec.state is OriginState.DOWN)
+        assert rec.down_reason.startswith("malformed /stats: ")
+        assert "more than 100" in rec.down_reason
+    finally:
+        await running.stop()

@@ -130,6 +130,24 @@ class BalancerServiceConfig:
         return 0.8 * self.balancer.poll_interval_s
 
 
+#: a /stats answer larger than this is malformed (it is a few hundred bytes per issue)
+MAX_STATS_BYTES = 4 * 1024 * 1024
+
+
+async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body, or `StatusFormatError` once it grows past `limit` bytes."""
+    if resp.content_length is not None and resp.content_length > limit:
+        raise StatusFormatError("", f"{resp.content_length} bytes, more than {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await resp.content.read(65536):
+        size += len(chunk)
+        if size > limit:
+            raise StatusFormatError("", f"more than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class ManifestUnavailable(Exception):
     """No origin answered a usable manifest for an issue."""
 
@@ -382,7 +400,7 @@ class BalancerService:
             async with self._http.get(url + "/stats", timeout=self._poll_timeout) as resp:
                 if resp.status != 200:
                     raise StatusFormatError("", f"HTTP {resp.status} instead of 200")
-                body = await resp.read()
+                body = await _read_limited(resp, MAX_STATS_BYTES)
             status = decode_status(body, origin_name=name)
         except TimeoutError:
             reason = f"no answer within {self.config.effective_poll_timeout_s():g} s"
@@ -390,6 +408,13 @@ class BalancerService:
             reason = str(err) or type(err).__name__
         except StatusFormatError as err:
             reason = str(err)
+        except OSError as err:
+            reason = str(err) or type(err).__name__
+        except Exception as err:
+            # Whatever happened, the core must hear back: an origin whose poll never
+            # ends would stay "polling" and never be polled again.
+            log.exception("polling %s/stats failed unexpectedly", url)
+            reason = f"{type(err).__name__}: {err}"
         elapsed = time.perf_counter() - started
         core = self.core
         now = self._now()
@@ -509,7 +534,7 @@ class BalancerService:
             except TimeoutError:
                 problems.append(f"{manifest_url}: no answer within {timeout.total:g} s")
                 continue
-            except aiohttp.ClientError as err:
+            except (aiohttp.ClientError, OSError) as err:
                 problems.append(f"{manifest_url}: {err}")
                 continue
             except (ValueError, KeyError, TypeError) as err:
