@@ -217,6 +217,7 @@ class BalancerService:
         self._timer: asyncio.TimerHandle | None = None
         self._armed_for: float | None = None
         self._rearm_pending = False
+        self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._poll_timeout = aiohttp.ClientTimeout(total=config.effective_poll_timeout_s())
         self._file_names: dict[str, str] = {}
@@ -292,6 +293,7 @@ class BalancerService:
 
     async def close(self) -> None:
         """Stop polling and answering; close the client session."""
+        self._closed = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -337,7 +339,7 @@ class BalancerService:
 
     def _rearm(self) -> None:
         self._rearm_pending = False
-        if self._loop is None or self._core is None:
+        if self._loop is None or self._core is None or self._closed:
             return
         deadline = self._core.next_deadline()
         if deadline == self._armed_for:
@@ -364,7 +366,8 @@ class BalancerService:
     def _apply(self, effects: Sequence[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, PollOrigin):
-                self._spawn(self._poll(effect.name, effect.url))
+                if not self._closed:
+                    self._spawn(self._poll(effect.name, effect.url))
             elif isinstance(effect, OriginWentDown):
                 url = self.core.origins[effect.name].spec.url
                 log.warning(
