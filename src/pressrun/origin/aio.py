@@ -1,0 +1,497 @@
+"""The origin's asyncio adapter: aiohttp handlers, sendfile transfers, one stats timer.
+
+Endpoints (docs/protocols.md, "Origin HTTP"; docs/origin.md):
+
+- ``GET/HEAD /content/<issue_id>/<name>``: a bundle file, from ``CONTENT/<issue_id>/``.
+  Both names must match `pressrun.origin.core.NAME_RE`, so no path can leave the
+  content directory. Single ranges give 206, malformed or unsatisfiable ones 416,
+  several ranges the whole file (200). Strong ETag, If-None-Match (304), If-Range.
+  Without an egress cap the body goes out with ``loop.sendfile`` (sendfile(2)) in
+  chunks of ``sendfile_chunk_bytes``; with a cap, in chunks of ``cap_chunk_bytes``
+  paced by one `TokenBucket` shared by every transfer. A busy origin slows down: a
+  valid request is never refused (libtorrent drops a web seed for good after one 503).
+- ``GET /stats``: the status agent's JSON; ``GET /metrics``: Prometheus text from a
+  registry of this app only; ``GET /healthz``: ``ok``.
+
+A client that goes away mid-transfer (libtorrent closes web-seed connections mid-range
+as a matter of course) ends its transfer quietly: a DEBUG line, and the INFO transfer
+line says ``client gone``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from email.utils import formatdate
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+from aiohttp import hdrs, web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from pressrun.origin.config import OriginConfig
+from pressrun.origin.core import (
+    ByteSpan,
+    RangeNotSatisfiable,
+    TokenBucket,
+    TrafficMeter,
+    content_type_for,
+    if_range_holds,
+    make_etag,
+    none_match,
+    parse_range,
+    valid_name,
+)
+
+log = logging.getLogger("pressrun.origin")
+
+#: transfer durations (s) for the histogram: a 256 KiB web-seed piece on loopback to a
+#: 100 MB issue over a slow link
+DURATION_BUCKETS_S = (0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900)
+
+
+class IssueCatalog:
+    """The issues on disk: every directory in CONTENT whose name is a valid issue id.
+
+    ``pressrun publish`` builds a bundle in a hidden folder (``.<id>.publishing-*``,
+    not a valid id) and renames it into place, so a valid folder is a whole bundle.
+    A rename into or out of CONTENT changes its mtime: the list is rescanned then.
+    """
+
+    def __init__(self, content_dir: Path) -> None:
+        self.content_dir = content_dir
+        self._stamp: int | None = None
+        self.issues: list[str] = []
+
+    def refresh(self) -> list[str]:
+        """Rescan when the content directory changed; return the sorted issue ids."""
+        try:
+            stamp = os.stat(self.content_dir).st_mtime_ns
+        except OSError:
+            self._stamp, self.issues = None, []
+            return self.issues
+        if stamp != self._stamp:
+            found: list[str] = []
+            with contextlib.suppress(OSError), os.scandir(self.content_dir) as entries:
+                for entry in entries:
+                    if valid_name(entry.name) and entry.is_dir():
+                        found.append(entry.name)
+            self._stamp, self.issues = stamp, sorted(found)
+        return self.issues
+
+
+class OriginMetrics:
+    """Prometheus metrics of one origin, in its own registry (not the global one)."""
+
+    def __init__(self, config: OriginConfig) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.bytes_sent = Counter(
+            "pressrun_origin_sent_bytes",
+            "Body bytes handed to the network, by issue",
+            ["issue"],
+            registry=r,
+        )
+        self.requests = Counter(
+            "pressrun_origin_requests",
+            "HTTP requests answered, by endpoint and status code",
+            ["endpoint", "code"],
+            registry=r,
+        )
+        self.active = Gauge(
+            "pressrun_origin_active_transfers", "Transfers sending a body now", registry=r
+        )
+        self.duration = Histogram(
+            "pressrun_origin_transfer_duration_seconds",
+            "Time from the first to the last byte of a transfer (complete or not)",
+            buckets=DURATION_BUCKETS_S,
+            registry=r,
+        )
+        self.out_rate = Gauge(
+            "pressrun_origin_out_bytes_per_second",
+            "Outbound body bytes per second over the last stats interval",
+            registry=r,
+        )
+        capacity = Gauge(
+            "pressrun_origin_capacity_bytes_per_second",
+            "Link capacity the operator configured (--capacity-mbps)",
+            registry=r,
+        )
+        capacity.set(config.capacity_bytes_per_s)
+        cap = Gauge(
+            "pressrun_origin_egress_cap_bytes_per_second",
+            "Egress cap enforced on all transfers (0: no cap)",
+            registry=r,
+        )
+        cap.set(config.egress_cap_bytes_per_s or 0.0)
+
+    def exposition(self) -> bytes:
+        """The registry in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+class OriginService:
+    """One origin: the aiohttp app, the traffic meter, the egress bucket, the timer."""
+
+    def __init__(self, config: OriginConfig, *, name: str) -> None:
+        self.config = config
+        self.name = name
+        self.content_dir = Path(config.content_dir)
+        self.catalog = IssueCatalog(self.content_dir)
+        self.metrics = OriginMetrics(config)
+        self._loop = asyncio.get_running_loop()
+        now = self._loop.time()
+        self.meter = TrafficMeter(
+            interval_s=config.stats_interval_s, cache_window_s=config.cache_window_s, now=now
+        )
+        cap = config.egress_cap_bytes_per_s
+        self.bucket = TokenBucket(cap, config.cap_burst_bytes, now=now) if cap is not None else None
+        self.cpu_percent = 0.0
+        self.ram_percent = 0.0
+        psutil.cpu_percent(interval=None)  # prime: the next call covers the interval
+        self._sample_host()
+        self.catalog.refresh()
+        self._timer: asyncio.TimerHandle | None = None
+        self.transfers_cut = 0
+
+    # -- lifecycle
+
+    def make_app(self) -> web.Application:
+        """The aiohttp application with every route."""
+        app = web.Application(middlewares=[self._count_requests])
+        app.router.add_get("/content/{issue_id}/{name}", self.content, name="content")
+        # Anything else under /content/ (extra segments, empty names): a clear 404.
+        app.router.add_get("/content/{tail:.*}", self.content_not_found, name="content-other")
+        app.router.add_get("/stats", self.stats, name="stats")
+        app.router.add_get("/metrics", self.metrics_handler, name="metrics")
+        app.router.add_get("/healthz", self.healthz, name="healthz")
+        return app
+
+    def start_timer(self) -> None:
+        """Arm the stats timer at the meter's next deadline."""
+        self._timer = self._loop.call_at(self.meter.next_deadline(), self._on_timer)
+
+    def stop_timer(self) -> None:
+        """Disarm the stats timer."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self) -> None:
+        report = self.meter.handle_timer(now=self._loop.time())
+        self.metrics.out_rate.set(report.out_bytes_per_s)
+        self._sample_host()
+        self.catalog.refresh()
+        self.start_timer()
+
+    def _sample_host(self) -> None:
+        # System-wide figures, like the paper's agent: the machine is what runs out.
+        self.cpu_percent = float(psutil.cpu_percent(interval=None))
+        self.ram_percent = float(psutil.virtual_memory().percent)
+
+    # -- middleware
+
+    @web.middleware
+    async def _count_requests(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        route = request.match_info.route.name or "other"
+        endpoint = "content" if route.startswith("content") else route
+        try:
+            response: web.StreamResponse = await handler(request)
+        except web.HTTPException as exc:
+            self.metrics.requests.labels(endpoint, str(exc.status)).inc()
+            raise
+        self.metrics.requests.labels(endpoint, str(response.status)).inc()
+        return response
+
+    # -- content
+
+    @staticmethod
+    def _not_found(text: str) -> web.Response:
+        return web.Response(status=404, text=text + "\n")
+
+    async def content_not_found(self, request: web.Request) -> web.Response:
+        """404 for a /content/ path that is not ``/content/<issue_id>/<name>``."""
+        return self._not_found(
+            f"not found: {request.path!r} is not /content/<issue_id>/<file name>"
+        )
+
+    def _open(self, issue: str, name: str) -> tuple[IO[bytes], os.stat_result] | web.Response:
+        """The open file and its stat, or the 404 to answer."""
+        if not valid_name(issue):
+            return self._not_found(f"unknown issue {issue!r}: not a valid issue id")
+        if not valid_name(name):
+            return self._not_found(f"issue {issue!r} has no file {name!r}: not a valid name")
+        issue_dir = self.content_dir / issue
+        if not issue_dir.is_dir():
+            return self._not_found(f"unknown issue {issue!r}: this origin does not hold it")
+        try:
+            fobj = open(issue_dir / name, "rb")  # noqa: SIM115 - closed by the caller
+        except OSError:
+            return self._not_found(f"issue {issue!r} has no file {name!r}")
+        st = os.fstat(fobj.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            fobj.close()
+            return self._not_found(f"issue {issue!r} has no file {name!r}")
+        return fobj, st
+
+    async def content(self, request: web.Request) -> web.StreamResponse:
+        """``GET/HEAD /content/<issue_id>/<name>``."""
+        issue = request.match_info["issue_id"]
+        name = request.match_info["name"]
+        opened = self._open(issue, name)
+        if isinstance(opened, web.Response):
+            return opened
+        fobj, st = opened
+        try:
+            return await self._answer(request, issue, name, fobj, st)
+        finally:
+            fobj.close()
+
+    async def _answer(
+        self,
+        request: web.Request,
+        issue: str,
+        name: str,
+        fobj: IO[bytes],
+        st: os.stat_result,
+    ) -> web.StreamResponse:
+        size = st.st_size
+        etag = make_etag(size, st.st_mtime_ns, st.st_ino)
+        last_modified = formatdate(st.st_mtime, usegmt=True)
+        headers = {
+            hdrs.ETAG: etag,
+            hdrs.LAST_MODIFIED: last_modified,
+            hdrs.ACCEPT_RANGES: "bytes",
+        }
+        if none_match(request.headers.get(hdrs.IF_NONE_MATCH), etag):
+            return web.Response(status=304, headers=headers)
+        span: ByteSpan | None = None
+        range_header = request.headers.get(hdrs.RANGE)
+        if range_header is not None and if_range_holds(
+            request.headers.get(hdrs.IF_RANGE), etag, last_modified
+        ):
+            try:
+                span = parse_range(range_header, size)
+            except RangeNotSatisfiable as err:
+                headers[hdrs.CONTENT_RANGE] = f"bytes */{size}"
+                return web.Response(status=416, text=f"{err}\n", headers=headers)
+        headers[hdrs.CONTENT_TYPE] = content_type_for(name)
+        if span is None:
+            status, offset, count = 200, 0, size
+        else:
+            status, offset, count = 206, span.first, span.length
+            headers[hdrs.CONTENT_RANGE] = span.content_range()
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = count
+        if request.method == hdrs.METH_HEAD or count == 0:
+            await response.prepare(request)
+            await response.write_eof()
+            return response
+        await self._transfer(request, response, issue, name, fobj, offset, count, size)
+        return response
+
+    async def _transfer(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        issue: str,
+        name: str,
+        fobj: IO[bytes],
+        offset: int,
+        count: int,
+        size: int,
+    ) -> None:
+        """Send `count` bytes from `offset`, counted as they go; log one line at the end."""
+        loop = self._loop
+        started = loop.time()
+        tid = self.meter.transfer_started(issue, now=started)
+        self.metrics.active.inc()
+        outcome = "complete"
+        try:
+            await response.prepare(request)
+            transport = request.transport
+            if transport is None:
+                raise ConnectionResetError("connection lost before the body")
+            position, end = offset, offset + count
+            bucket = self.bucket
+            cfg = self.config
+            chunk = cfg.sendfile_chunk_bytes if bucket is None else cfg.cap_chunk_bytes
+            counter = self.metrics.bytes_sent.labels(issue)
+            while position < end:
+                n = min(chunk, end - position)
+                if bucket is not None:
+                    wait_s = bucket.take(n, now=loop.time())
+                    if wait_s > 0:
+                        await asyncio.sleep(wait_s)
+                if transport.is_closing():
+                    raise ConnectionResetError("client closed the connection")
+                sent = await loop.sendfile(transport, fobj, position, n)
+                position += sent
+                self.meter.bytes_sent(tid, sent, now=loop.time())
+                counter.inc(sent)
+                if sent < n:
+                    raise ConnectionResetError("file shrank or connection lost mid-chunk")
+            await response.write_eof()
+        except (ConnectionError, RuntimeError) as err:
+            # ConnectionResetError / BrokenPipeError from sendfile, RuntimeError
+            # "Transport is closing" from loop.sendfile: the client left. Normal for
+            # web seeds; nothing to report above DEBUG.
+            outcome = "client gone"
+            log.debug("%s/%s: client %s left mid-transfer: %r", issue, name, request.remote, err)
+        except asyncio.CancelledError:
+            outcome = "cut at shutdown"
+            self.transfers_cut += 1
+            raise
+        finally:
+            ended = loop.time()
+            sent_total = self.meter.transfer_ended(tid, now=ended)
+            self.metrics.active.dec()
+            seconds = ended - started
+            self.metrics.duration.observe(seconds)
+            rate = sent_total / seconds if seconds > 0 else 0.0
+            log.info(
+                "transfer %s issue=%s file=%s range=%d-%d/%d bytes=%d seconds=%.3f "
+                "rate=%.2fMB/s client=%s",
+                outcome,
+                issue,
+                name,
+                offset,
+                offset + count - 1,
+                size,
+                sent_total,
+                seconds,
+                rate / 1e6,
+                request.remote,
+            )
+
+    # -- status agent, metrics, health
+
+    def stats_document(self) -> dict[str, Any]:
+        """The ``/stats`` JSON of docs/protocols.md."""
+        report = self.meter.last_report
+        issues = self.catalog.refresh()
+        on_disk = set(issues)
+        now = self._loop.time()
+        return {
+            "name": self.name,
+            "cpu_percent": self.cpu_percent,
+            "ram_percent": self.ram_percent,
+            "out_bytes_per_s": report.out_bytes_per_s,
+            "interval_s": round(report.interval_s, 6),
+            "capacity_bytes_per_s": self.config.capacity_bytes_per_s,
+            "egress_cap_bytes_per_s": self.config.egress_cap_bytes_per_s,
+            "active_transfers": self.meter.active_transfers,
+            "issues": issues,
+            "cached_issues": [i for i in self.meter.cached_issues(now=now) if i in on_disk],
+            "mean_transfer_bytes_per_s": report.mean_transfer_bytes_per_s,
+            "mean_transfer_bytes_per_s_by_issue": {
+                issue: rate
+                for issue, rate in report.mean_transfer_bytes_per_s_by_issue.items()
+                if issue in on_disk
+            },
+            "bytes_sent_total": self.meter.bytes_sent_total,
+            "transfers_total": self.meter.transfers_total,
+        }
+
+    async def stats(self, request: web.Request) -> web.Response:
+        """``GET /stats``."""
+        return web.json_response(self.stats_document())
+
+    async def metrics_handler(self, request: web.Request) -> web.Response:
+        """``GET /metrics``."""
+        return web.Response(
+            body=self.metrics.exposition(), headers={hdrs.CONTENT_TYPE: CONTENT_TYPE_LATEST}
+        )
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """``GET /healthz``."""
+        return web.Response(text="ok")
+
+
+@dataclass(slots=True)
+class RunningOrigin:
+    """A started origin: where it listens and how to stop it."""
+
+    service: OriginService
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    @property
+    def name(self) -> str:
+        """The origin's name in ``/stats``."""
+        return self.service.name
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``, no trailing slash."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        """Stop listening, let transfers finish for the grace period, cut the rest."""
+        active = self.service.meter.active_transfers
+        await self.runner.cleanup()
+        self.service.stop_timer()
+        log.info(
+            "origin %s stopped: %d transfer(s) running at stop, %d cut after %.1f s grace; "
+            "%d bytes in %d transfers since start",
+            self.name,
+            active,
+            self.service.transfers_cut,
+            self.service.config.shutdown_grace_s,
+            self.service.meter.bytes_sent_total,
+            self.service.meter.transfers_total,
+        )
+
+
+async def start_origin(config: OriginConfig) -> RunningOrigin:
+    """Start an origin on the running loop; return once it accepts connections."""
+    content_dir = Path(config.content_dir)
+    if not content_dir.is_dir():
+        raise FileNotFoundError(
+            f"content directory {content_dir} does not exist: publish an issue into it "
+            "first (pressrun publish) or pass the right --content"
+        )
+    # The name may depend on the port, which is known only after binding.
+    service = OriginService(config, name=config.name or "origin")
+    runner = web.AppRunner(
+        service.make_app(),
+        access_log=None,  # one INFO line per transfer instead (see _transfer)
+        shutdown_timeout=config.shutdown_grace_s,
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port)
+    await site.start()
+    port = config.port
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            port = int(address[1])
+            break
+    if config.name is None:
+        service.name = f"origin-{port}"
+    service.start_timer()
+    running = RunningOrigin(service=service, runner=runner, host=config.host, port=port)
+    cap = config.egress_cap_mbps
+    log.info(
+        "origin %s serving %s on %s (capacity %g Mbit/s, egress cap %s, %d issues)",
+        running.name,
+        content_dir,
+        running.url,
+        config.capacity_mbps,
+        f"{cap:g} Mbit/s" if cap is not None else "none",
+        len(service.catalog.issues),
+    )
+    return running

@@ -1,0 +1,427 @@
+"""The origin's decisions, pure: names, byte ranges, validators, the egress token bucket
+and the status agent's rolling window.
+
+Nothing here reads a clock, opens a file or a socket: every time-dependent entry point
+takes ``now`` (monotonic seconds), so the simulator and the tests drive it with stepped
+time and the asyncio adapter (:mod:`pressrun.origin.aio`) feeds it ``loop.time()``.
+
+- Names: issue ids and file names match ``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$``
+  (docs/protocols.md). No name that passes can hold ``/``, start with ``.`` or be ``..``,
+  so a path built from two valid names never leaves the content directory.
+- Ranges (RFC 9110 §14): one ``bytes=a-b``, ``a-`` or ``-n`` range is a `ByteSpan`
+  (206); a malformed or unsatisfiable range raises `RangeNotSatisfiable` (416); a
+  request naming several ranges is answered with the whole file (200, which RFC 9110
+  §14.2 allows: a server may ignore Range), unless one of them is malformed (416). A
+  Range with a unit other than ``bytes`` is ignored (§14.2: "MUST ignore ... a range
+  unit it does not understand").
+- Validators (RFC 9110 §8.8, §13.1): a strong ETag from size, mtime and inode;
+  If-None-Match uses the weak comparison, If-Range the strong one.
+- `TokenBucket`: the one egress cap shared by every transfer of a process. A debt
+  bucket: `take` always grants, and answers how long the caller must wait before it
+  may send; callers that take in turn are released in turn, so concurrent transfers
+  share the rate and the total released by time t never exceeds rate*t + burst.
+- `TrafficMeter`: the status agent of 000_9aae53f3113e9bd8.txt (sections 4-5): the
+  outbound rate over the last interval, the mean rate per transfer active in it
+  (overall and per issue: Algorithm 2's "average bandwidth used for that particular
+  asset ... or an average of all sessions"), and which issues were served recently
+  (the cache bonus). It is a timer core: ``next_deadline()`` says when the current
+  interval closes, ``handle_timer(now=...)`` closes it and returns its `IntervalReport`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+#: issue ids and bundle file names (docs/protocols.md, "Issue bundle on disk").
+#: ``\Z``, not ``$``: ``$`` also matches before a trailing newline.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+
+
+def valid_name(name: str) -> bool:
+    """True when `name` is a valid issue id or bundle file name."""
+    return NAME_RE.match(name) is not None
+
+
+# --------------------------------------------------------------------------- ranges
+
+
+@dataclass(frozen=True, slots=True)
+class ByteSpan:
+    """The bytes ``first..last`` (both inclusive) of a file of `size_bytes` bytes."""
+
+    first: int
+    last: int
+    size_bytes: int
+
+    @property
+    def length(self) -> int:
+        """How many bytes the span holds."""
+        return self.last - self.first + 1
+
+    def content_range(self) -> str:
+        """The ``Content-Range`` value of a 206 answer for this span."""
+        return f"bytes {self.first}-{self.last}/{self.size_bytes}"
+
+
+class RangeNotSatisfiable(ValueError):
+    """The Range header is malformed or names no byte of the file: answer 416."""
+
+
+_DIGITS = re.compile(r"^[0-9]{1,19}\Z")
+
+
+def _parse_spec(spec: str, size: int) -> ByteSpan:
+    """One range-spec (``a-b``, ``a-``, ``-n``) against a file of `size` bytes."""
+    first_s, sep, last_s = spec.partition("-")
+    first_s, last_s = first_s.strip(), last_s.strip()
+    if not sep or (not first_s and not last_s):
+        raise RangeNotSatisfiable(f"malformed range {spec!r}")
+    if not first_s:
+        # suffix range: the last n bytes
+        if not _DIGITS.match(last_s):
+            raise RangeNotSatisfiable(f"malformed suffix range {spec!r}")
+        suffix = int(last_s)
+        if suffix == 0 or size == 0:
+            raise RangeNotSatisfiable(f"suffix range {spec!r} names no byte of {size}")
+        return ByteSpan(max(0, size - suffix), size - 1, size)
+    if not _DIGITS.match(first_s) or (last_s and not _DIGITS.match(last_s)):
+        raise RangeNotSatisfiable(f"malformed range {spec!r}")
+    first = int(first_s)
+    if last_s and int(last_s) < first:
+        raise RangeNotSatisfiable(f"malformed range {spec!r}: last byte before first")
+    last = int(last_s) if last_s else size - 1
+    if first >= size:
+        raise RangeNotSatisfiable(f"range {spec!r} starts past the end ({size} bytes)")
+    return ByteSpan(first, min(last, size - 1), size)
+
+
+def parse_range(header: str | None, size_bytes: int) -> ByteSpan | None:
+    """What a ``Range`` header asks of a file of `size_bytes` bytes.
+
+    Returns the single `ByteSpan` to answer with 206, or None to answer the whole file
+    with 200 (no header, a unit other than bytes, or several ranges). Raises
+    `RangeNotSatisfiable` (416) for a malformed or unsatisfiable range.
+    """
+    if header is None:
+        return None
+    unit, eq, ranges = header.strip().partition("=")
+    if not eq:
+        raise RangeNotSatisfiable(f"malformed Range header {header!r}")
+    if unit.strip().lower() != "bytes":
+        return None
+    # RFC 9110 §5.6.1: a list may hold empty elements, which recipients skip.
+    specs = [s for s in ranges.split(",") if s.strip()]
+    if not specs:
+        raise RangeNotSatisfiable(f"malformed Range header {header!r}")
+    if len(specs) > 1:
+        # Several ranges: every one must be well-formed, then the whole file is
+        # answered (200). Unsatisfiable parts are fine: the whole file is the answer.
+        for spec in specs:
+            try:
+                _parse_spec(spec, size_bytes)
+            except RangeNotSatisfiable as err:
+                if "malformed" in str(err):
+                    raise
+        return None
+    return _parse_spec(specs[0], size_bytes)
+
+
+# ----------------------------------------------------------------------- validators
+
+
+def make_etag(size_bytes: int, mtime_ns: int, inode: int) -> str:
+    """A strong entity tag for one version of a file (quotes included)."""
+    return f'"{size_bytes:x}-{mtime_ns:x}-{inode:x}"'
+
+
+def _entity_tags(header: str) -> list[str]:
+    return [t.strip() for t in header.split(",") if t.strip()]
+
+
+def none_match(header: str | None, etag: str) -> bool:
+    """True when ``If-None-Match`` matches `etag` (weak comparison): answer 304."""
+    if header is None:
+        return False
+    opaque = etag.removeprefix("W/")
+    return any(tag == "*" or tag.removeprefix("W/") == opaque for tag in _entity_tags(header))
+
+
+def if_range_holds(header: str | None, etag: str, last_modified: str) -> bool:
+    """True when a Range may be honoured under ``If-Range`` (RFC 9110 §13.1.5).
+
+    No header: yes. An entity tag: only a strong match. A date: only the exact
+    ``Last-Modified`` value we send (our ETag is the stronger validator anyway).
+    """
+    if header is None:
+        return True
+    value = header.strip()
+    if value.startswith('"') or value.startswith("W/"):
+        return value == etag and not etag.startswith("W/")
+    return value == last_modified
+
+
+#: Content-Type by file extension; everything else is application/octet-stream.
+CONTENT_TYPES: dict[str, str] = {
+    "pdf": "application/pdf",
+    "epub": "application/epub+zip",
+    "torrent": "application/x-bittorrent",
+    "json": "application/json",
+    "txt": "text/plain; charset=utf-8",
+    "html": "text/html; charset=utf-8",
+    "cbz": "application/vnd.comicbook+zip",
+    "zip": "application/zip",
+    "mobi": "application/x-mobipocket-ebook",
+    "jpg": "image/jpeg",
+    "jpeg": "image/jpeg",
+    "png": "image/png",
+    "mp4": "video/mp4",
+    "bin": "application/octet-stream",
+}
+
+
+def content_type_for(name: str) -> str:
+    """The Content-Type to answer for a bundle file named `name`."""
+    _, dot, ext = name.rpartition(".")
+    if not dot:
+        return "application/octet-stream"
+    return CONTENT_TYPES.get(ext.lower(), "application/octet-stream")
+
+
+# ---------------------------------------------------------------------- token bucket
+
+
+class TokenBucket:
+    """A token bucket of `rate_bytes_per_s` refill and `burst_bytes` depth, with debt.
+
+    `take(n, now=...)` grants `n` bytes at once and answers how many seconds the caller
+    must wait before sending them. Tokens may go negative: the debt is what callers
+    already granted still wait for, so a caller who takes later is released later
+    (release times are monotone in the order of `take`), and the bytes released by
+    time t never exceed ``burst + rate * (t - t0)``. `n` may exceed `burst_bytes`.
+    """
+
+    def __init__(self, rate_bytes_per_s: float, burst_bytes: float, *, now: float = 0.0) -> None:
+        if not (rate_bytes_per_s > 0 and math.isfinite(rate_bytes_per_s)):
+            raise ValueError("rate_bytes_per_s must be a positive finite number")
+        if not (burst_bytes >= 0 and math.isfinite(burst_bytes)):
+            raise ValueError("burst_bytes must be a non-negative finite number")
+        self.rate_bytes_per_s = float(rate_bytes_per_s)
+        self.burst_bytes = float(burst_bytes)
+        self._tokens = float(burst_bytes)
+        self._last = now
+
+    def _refill(self, now: float) -> None:
+        # A clock that steps back (it should not) refills nothing.
+        elapsed = max(0.0, now - self._last)
+        self._last = max(self._last, now)
+        self._tokens = min(self.burst_bytes, self._tokens + elapsed * self.rate_bytes_per_s)
+
+    def take(self, n: int, *, now: float) -> float:
+        """Grant `n` bytes; return the seconds to wait (from `now`) before sending them."""
+        if n < 0:
+            raise ValueError("cannot take a negative number of bytes")
+        self._refill(now)
+        self._tokens -= n
+        if self._tokens >= 0:
+            return 0.0
+        return -self._tokens / self.rate_bytes_per_s
+
+    def tokens(self, *, now: float) -> float:
+        """Tokens available at `now` (negative: debt still to be waited out)."""
+        self._refill(now)
+        return self._tokens
+
+
+# ---------------------------------------------------------------- the status agent
+
+#: A transfer active for less than this in an interval counts as active this long,
+#: so one that sent a chunk in its first microsecond does not report a rate of TB/s.
+MIN_ACTIVE_S = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalReport:
+    """What the origin sent in one closed interval ``(start, end]``.
+
+    out_bytes_per_s: bytes sent by every transfer / interval length.
+    mean_transfer_bytes_per_s: the mean, over the transfers active at any time in the
+        interval, of (bytes it sent in the interval / time it was active in it); None
+        when no transfer was active.
+    mean_transfer_bytes_per_s_by_issue: the same mean per issue.
+    """
+
+    start: float
+    end: float
+    out_bytes: int
+    transfers_seen: int
+    mean_transfer_bytes_per_s: float | None
+    mean_transfer_bytes_per_s_by_issue: dict[str, float]
+
+    @property
+    def interval_s(self) -> float:
+        """The interval's length in seconds."""
+        return self.end - self.start
+
+    @property
+    def out_bytes_per_s(self) -> float:
+        """Outbound bytes per second over the interval."""
+        length = self.interval_s
+        return self.out_bytes / length if length > 0 else 0.0
+
+
+@dataclass(slots=True)
+class _Transfer:
+    issue: str
+    started_at: float
+    ended_at: float | None = None
+    bytes_in_interval: int = 0
+    bytes_total: int = 0
+
+
+@dataclass(slots=True)
+class _IssueState:
+    last_served: float
+    active: int = 0
+    bytes_total: int = 0
+
+
+@dataclass(slots=True)
+class TrafficMeter:
+    """Byte counters of every transfer, closed into an `IntervalReport` each interval.
+
+    Feed it `transfer_started` / `bytes_sent` / `transfer_ended` with ``now``; call
+    `handle_timer` when `next_deadline` has come. Transfers that ended are kept until
+    the interval they ended in is closed, so a short transfer still counts.
+    """
+
+    interval_s: float
+    cache_window_s: float
+    now: float
+    _interval_start: float = field(init=False)
+    _next_id: int = field(init=False, default=1)
+    _transfers: dict[int, _Transfer] = field(init=False, default_factory=dict)
+    _issues: dict[str, _IssueState] = field(init=False, default_factory=dict)
+    _bytes_in_interval: int = field(init=False, default=0)
+    bytes_sent_total: int = field(init=False, default=0)
+    transfers_total: int = field(init=False, default=0)
+    active_transfers: int = field(init=False, default=0)
+    last_report: IntervalReport = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.interval_s > 0:
+            raise ValueError("interval_s must be positive")
+        if self.cache_window_s < 0:
+            raise ValueError("cache_window_s must not be negative")
+        self._interval_start = self.now
+        # Before the first interval closes: nothing sent, no transfer seen.
+        self.last_report = IntervalReport(
+            start=self.now - self.interval_s,
+            end=self.now,
+            out_bytes=0,
+            transfers_seen=0,
+            mean_transfer_bytes_per_s=None,
+            mean_transfer_bytes_per_s_by_issue={},
+        )
+
+    # -- events in
+
+    def transfer_started(self, issue: str, *, now: float) -> int:
+        """A transfer of a file of `issue` starts; returns its id for the other calls."""
+        tid = self._next_id
+        self._next_id += 1
+        self._transfers[tid] = _Transfer(issue=issue, started_at=now)
+        state = self._issues.get(issue)
+        if state is None:
+            state = self._issues[issue] = _IssueState(last_served=now)
+        state.active += 1
+        state.last_served = max(state.last_served, now)
+        self.transfers_total += 1
+        self.active_transfers += 1
+        return tid
+
+    def bytes_sent(self, transfer_id: int, n: int, *, now: float) -> None:
+        """The transfer `transfer_id` has handed `n` more bytes to the network."""
+        transfer = self._transfers[transfer_id]
+        transfer.bytes_in_interval += n
+        transfer.bytes_total += n
+        self._bytes_in_interval += n
+        self.bytes_sent_total += n
+        state = self._issues[transfer.issue]
+        state.bytes_total += n
+        state.last_served = max(state.last_served, now)
+
+    def transfer_ended(self, transfer_id: int, *, now: float) -> int:
+        """The transfer ended (complete, cut or failed); returns the bytes it sent."""
+        transfer = self._transfers[transfer_id]
+        if transfer.ended_at is not None:
+            return transfer.bytes_total
+        transfer.ended_at = now
+        self.active_transfers -= 1
+        state = self._issues[transfer.issue]
+        state.active -= 1
+        state.last_served = max(state.last_served, now)
+        return transfer.bytes_total
+
+    # -- timer
+
+    def next_deadline(self) -> float:
+        """When the current interval closes."""
+        return self._interval_start + self.interval_s
+
+    def handle_timer(self, *, now: float) -> IntervalReport:
+        """Close the interval ``(start, now]`` and return its report.
+
+        Called at or after `next_deadline`; a late call (a busy loop) closes a longer
+        interval and the rates are over its real length.
+        """
+        start = self._interval_start
+        end = max(now, start)
+        rates: list[float] = []
+        by_issue: dict[str, list[float]] = {}
+        for tid in list(self._transfers):
+            transfer = self._transfers[tid]
+            active_from = max(transfer.started_at, start)
+            active_to = end if transfer.ended_at is None else min(transfer.ended_at, end)
+            active_s = max(active_to - active_from, MIN_ACTIVE_S)
+            rate = transfer.bytes_in_interval / active_s
+            rates.append(rate)
+            by_issue.setdefault(transfer.issue, []).append(rate)
+            transfer.bytes_in_interval = 0
+            if transfer.ended_at is not None:
+                del self._transfers[tid]
+        report = IntervalReport(
+            start=start,
+            end=end,
+            out_bytes=self._bytes_in_interval,
+            transfers_seen=len(rates),
+            mean_transfer_bytes_per_s=sum(rates) / len(rates) if rates else None,
+            mean_transfer_bytes_per_s_by_issue={
+                issue: sum(values) / len(values) for issue, values in sorted(by_issue.items())
+            },
+        )
+        self._bytes_in_interval = 0
+        self._interval_start = end
+        self.last_report = report
+        # Forget issues neither active nor served within the cache window.
+        horizon = end - self.cache_window_s
+        for issue in [i for i, s in self._issues.items() if s.active == 0]:
+            if self._issues[issue].last_served < horizon:
+                del self._issues[issue]
+        return report
+
+    # -- queries
+
+    def cached_issues(self, *, now: float) -> list[str]:
+        """Issues being served now or served within the cache window, sorted."""
+        horizon = now - self.cache_window_s
+        return sorted(
+            issue
+            for issue, state in self._issues.items()
+            if state.active > 0 or state.last_served >= horizon
+        )
+
+    def transfer_bytes(self, transfer_id: int) -> int:
+        """Bytes the transfer has sent so far."""
+        return self._transfers[transfer_id].bytes_total
