@@ -1,18 +1,25 @@
-"""The balancer service over real HTTP on 127.0.0.1: real /stats servers, real polls.
+"""The balancer service over real HTTP on 127.0.0.1.
 
-The origins here are small aiohttp servers answering /stats and manifest.json
-(tests/balancer/fake_origin.py): they let a test set any status, a malformed one or a
-hung one. `pressrun.origin` had not landed when these were written.
+Two kinds of origins:
+
+- real ones (`pressrun.origin.start_origin`) serving a bundle made by the real
+  `pressrun.content.publish`: the directive, failed=, the 302 (and the file behind it),
+  /v1/origins, /metrics, an origin stopped and restarted;
+- small aiohttp /stats servers (tests/balancer/fake_origin.py) where a test needs a
+  status it chooses (exact scores), a malformed, oversized or hung one: three real
+  origins on one machine report the same CPU and RAM.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -24,6 +31,9 @@ from pressrun.balancer.cli import OriginListError, default_origin_name, parse_or
 from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.core import OriginState
 from pressrun.balancer.events import OriginSpec
+from pressrun.content.keys import generate_keypair
+from pressrun.content.publish import publish
+from pressrun.origin import OriginConfig, RunningOrigin, start_origin
 
 INTERVAL_S = 0.2
 ISSUE = "weekly-2026-47"
@@ -298,6 +308,138 @@ async def test_each_algorithm_answers_over_http(
             assert len(doc["origins"]) == 3  # type: ignore[arg-type]
         finally:
             await running.stop()
+
+
+# --- real origins (pressrun.origin) serving a published bundle ---------------------
+
+REAL_NAMES = ("origin-a", "origin-b", "origin-c")
+
+
+@pytest.fixture
+def published(tmp_path: Path) -> tuple[Path, bytes]:
+    """A content folder holding ISSUE as `pressrun publish` makes it; and its bytes."""
+    source = tmp_path / FILE
+    data = random.Random(47).randbytes(300_001)
+    source.write_bytes(data)
+    key, _ = generate_keypair(tmp_path / "publisher.key")
+    content = tmp_path / "content"
+    publish(source, issue_id=ISSUE, title="Weekly 47", key_path=key, content_dir=content)
+    return content, data
+
+
+async def start_real_origin(content: Path, name: str, port: int = 0) -> RunningOrigin:
+    return await start_origin(
+        OriginConfig(content_dir=content, port=port, name=name, stats_interval_s=INTERVAL_S)
+    )
+
+
+@pytest.fixture
+async def real_origins(published: tuple[Path, bytes]) -> AsyncIterator[list[RunningOrigin]]:
+    content, _ = published
+    started = [await start_real_origin(content, name) for name in REAL_NAMES]
+    yield started
+    for origin in started:
+        await origin.stop()
+
+
+@pytest.fixture
+async def real_balancer(real_origins: list[RunningOrigin]) -> AsyncIterator[RunningBalancer]:
+    config = BalancerServiceConfig(
+        origins=tuple(OriginSpec(o.name, o.url) for o in real_origins),
+        balancer=BalancerConfig(poll_interval_s=INTERVAL_S, stale_after_s=3.5 * INTERVAL_S),
+    )
+    running = await start_balancer(config)
+    await running.wait_until_up(3, timeout_s=5.0)
+    yield running
+    await running.stop()
+
+
+async def test_real_origins_directive_and_failed(
+    real_balancer: RunningBalancer,
+    real_origins: list[RunningOrigin],
+    http: aiohttp.ClientSession,
+) -> None:
+    base = f"{real_balancer.url}/v1/issues/{ISSUE}/directive"
+    doc, _ = await get_json(http, base)
+    urls = {o.name: o.url for o in real_origins}
+    listed = doc["origins"]
+    assert isinstance(listed, list)
+    assert sorted(o["name"] for o in listed) == sorted(REAL_NAMES)
+    assert all(o["url"] == urls[o["name"]] for o in listed)
+    scores = [o["score"] for o in listed]
+    assert scores == sorted(scores, reverse=True)
+    assert all(0.0 <= score <= 3200.0 for score in scores)
+    assert (doc["mode"], doc["algorithm"], doc["swarm"]) == ("origin", "alg2", None)
+    first = listed[0]["name"]
+    assert real_balancer.core.origins[first].picks == 1
+    doc, _ = await get_json(http, f"{base}?failed={first}")
+    assert first not in [o["name"] for o in doc["origins"]]  # type: ignore[attr-defined]
+    assert len(doc["origins"]) == 2  # type: ignore[arg-type]
+    await get_json(http, f"{base}?failed={','.join(REAL_NAMES)}", 503)
+    await get_json(http, f"{real_balancer.url}/v1/issues/weekly-1999-01/directive", 404)
+
+
+async def test_real_origins_redirect_leads_to_the_published_file(
+    real_balancer: RunningBalancer,
+    published: tuple[Path, bytes],
+    http: aiohttp.ClientSession,
+) -> None:
+    _, data = published
+    async with http.get(f"{real_balancer.url}/issues/{ISSUE}", allow_redirects=False) as resp:
+        assert resp.status == 302
+        location = resp.headers["Location"]
+    assert location.endswith(f"/content/{ISSUE}/{FILE}")
+    async with http.get(location) as resp:
+        assert resp.status == 200
+        assert await resp.read() == data
+    # and a client following redirects gets the same bytes
+    async with http.get(f"{real_balancer.url}/issues/{ISSUE}") as resp:
+        assert await resp.read() == data
+
+
+async def test_real_origins_view_and_metrics(
+    real_balancer: RunningBalancer, http: aiohttp.ClientSession
+) -> None:
+    doc, _ = await get_json(http, f"{real_balancer.url}/v1/origins?issue={ISSUE}")
+    listed = doc["origins"]
+    assert isinstance(listed, list)
+    for view in listed:
+        assert view["state"] == "up"
+        status = view["status"]
+        assert status["name"] == view["name"]  # the balancer's name for it
+        assert status["issues"] == [ISSUE]
+        assert 0.0 <= status["cpu_percent"] <= 100.0
+        assert status["capacity_bytes_per_s"] == 125_000_000.0  # 1000 Mbit/s default
+        assert 0.0 <= view["score"] <= 3200.0
+        assert view["last_status_age_s"] < 1.0
+    async with http.get(f"{real_balancer.url}/metrics") as resp:
+        text = await resp.text()
+    for name in REAL_NAMES:
+        assert f'pressrun_balancer_origin_up{{origin="{name}"}} 1.0' in text
+
+
+async def test_real_origin_stopped_leaves_rotation_and_returns_when_restarted(
+    real_balancer: RunningBalancer,
+    real_origins: list[RunningOrigin],
+    published: tuple[Path, bytes],
+    http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="pressrun.balancer.aio")
+    b = real_origins[1]
+    rec = real_balancer.core.origins[b.name]
+    await b.stop()
+    took = await wait_for(lambda: rec.state is OriginState.DOWN)
+    assert took < INTERVAL_S + 0.5
+    assert f"origin {b.url} did not answer /stats" in caplog.text
+    for _ in range(5):
+        doc, _ = await get_json(http, f"{real_balancer.url}/v1/issues/{ISSUE}/directive")
+        assert b.name not in [o["name"] for o in doc["origins"]]  # type: ignore[attr-defined]
+    content, _ = published
+    real_origins[1] = await start_real_origin(content, b.name, port=b.port)
+    await wait_for(lambda: rec.state is OriginState.UP)
+    doc, _ = await get_json(http, f"{real_balancer.url}/v1/issues/{ISSUE}/directive?failed=a")
+    assert b.name in [o["name"] for o in doc["origins"]]  # type: ignore[attr-defined]
 
 
 # --- the command line ----------------------------------------------------------------
