@@ -257,3 +257,76 @@ def test_alg2_inflation_spreads_clients_through_the_core_between_polls() -> None
         assert isinstance(result, Directive)
         picks.append(result.origins[0].name)
     assert picks == ["a", "b", "a", "b"]
+
+
+# --- Hypothesis: whatever happens, a directive names only usable origins ------------
+
+NAMES = ("a", "b", "c", "d")
+core_ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("status"),
+            st.sampled_from(NAMES),
+            st.floats(0, 1),
+            st.frozensets(st.sampled_from(("i", "j")), min_size=1),
+        ),
+        st.tuples(st.just("fail"), st.sampled_from(NAMES)),
+        st.tuples(st.just("wait"), st.floats(0.0, 2.0)),
+        st.tuples(
+            st.just("ask"), st.sampled_from(("i", "j", "k")), st.frozensets(st.sampled_from(NAMES))
+        ),
+    ),
+    max_size=50,
+)
+
+
+@pytest.mark.parametrize("algorithm", algorithm_names())
+@settings(max_examples=40, deadline=None)
+@given(ops=core_ops)
+def test_directives_name_only_up_holders_not_failed(
+    algorithm: str, ops: list[tuple[object, ...]]
+) -> None:
+    core = make_core(algorithm, names=NAMES)
+    now = 0.0
+    for op in ops:
+        if op[0] == "status":
+            _, name, cpu, issues = op
+            core.handle_status_received(
+                StatusReceived(status(str(name), cpu=float(cpu), issues=issues)),  # type: ignore[arg-type]
+                now=now,
+            )
+        elif op[0] == "fail":
+            core.handle_poll_failed(PollFailed(str(op[1]), "refused"), now=now)
+        elif op[0] == "wait":
+            now += float(op[1])  # type: ignore[arg-type]
+            core.handle_timer(now=now)
+            # after the timer ran, no origin is UP on a status older than stale_after_s
+            for rec in core.origins.values():
+                if rec.state is OriginState.UP:
+                    assert rec.last_status_at is not None
+                    assert now < rec.last_status_at + CONFIG.stale_after_s
+        else:
+            _, issue, failed = op
+            assert isinstance(issue, str) and isinstance(failed, frozenset)
+            result = core.handle_directive_requested(DirectiveRequested(issue, failed), now=now)
+            usable = {
+                n
+                for n, rec in core.origins.items()
+                if rec.state is OriginState.UP
+                and rec.status is not None
+                and issue in rec.status.issues
+                and n not in failed
+            }
+            if isinstance(result, Directive):
+                names = [o.name for o in result.origins]
+                assert len(names) == len(set(names))
+                assert set(names) <= usable
+                assert len(names) == min(CONFIG.directive_origins, len(usable))
+            else:
+                assert not usable
+                ever_held = any(
+                    rec.status is not None and issue in rec.status.issues
+                    for rec in core.origins.values()
+                )
+                if result.reason is Refusal.UNKNOWN_ISSUE:
+                    assert not ever_held
