@@ -1,0 +1,1 @@
+"""Discrete-event simulator: drives the balancer's own core with virtual time."""

@@ -1,0 +1,269 @@
+"""What a run measured: the paper's table, the SLB penalty, EBU, TTFB and completion.
+
+- The table of 000_9aae53f3113e9bd8.txt (Tables 1-5): per machine the time-averaged
+  CPU and RAM in use, average MB/s sent (10^6 bytes), clients sent there, clients
+  served successfully; the "All" row averages the machines' averages (as the paper's
+  does) and sums the client counts.
+- SLB penalty (002_ac8183302b4db82b.txt, slide 10)::
+
+      penalty = (response_mean / response_max) * (request_errors / requests_total)
+
+  with the response time taken as time to first byte and an error a failed request.
+- EBU, Eq. (10) of 003_fb4a16d3be88866e.txt::
+
+      U = sum_i bandwidth_required(C_i) / (sum_j bandwidth(L_j) * T_c)
+
+  bandwidth_required(C_i) is the asset's size (what the application needed, not what
+  the links carried), bandwidth(L_j) each server's true link rate, T_c the time from
+  the first request to the last client's end.
+- Time to first byte and completion time (request to end of play-through) percentiles.
+- The capacity bound: if the peak concurrent demand of the workload exceeds the sum of
+  the servers' true capacities, not every client can be served whatever the
+  algorithm; `capacity_bound` says so and how many clients a fluid admission in
+  arrival order would fit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pressrun.sim.model import ClientState
+from pressrun.sim.run import RunResult
+from pressrun.sim.scenario import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class MachineRow:
+    """One row of the paper's table."""
+
+    name: str
+    avg_cpu: float
+    avg_ram: float
+    avg_mb_per_s: float
+    clients_total: int
+    clients_ok: int
+    crashes: int
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0..100), nearest rank; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, math.ceil(q / 100.0 * len(ordered)) - 1))
+    return ordered[k]
+
+
+def machine_rows(result: RunResult) -> list[MachineRow]:
+    """The per-machine rows, then "All"."""
+    span = max(result.end_s, 1e-9)
+    totals: dict[str, int] = dict.fromkeys(result.servers, 0)
+    ok: dict[str, int] = dict.fromkeys(result.servers, 0)
+    for c in result.clients:
+        if c.server is None:
+            continue
+        totals[c.server] += 1
+        if c.state is ClientState.DONE:
+            ok[c.server] += 1
+    rows = [
+        MachineRow(
+            name,
+            s.cpu_area / span,
+            s.ram_area / span,
+            s.bytes_out / span / 1e6,
+            totals[name],
+            ok[name],
+            s.crashes,
+        )
+        for name, s in result.servers.items()
+    ]
+    n = len(rows)
+    rows.append(
+        MachineRow(
+            "All",
+            sum(r.avg_cpu for r in rows) / n,
+            sum(r.avg_ram for r in rows) / n,
+            sum(r.avg_mb_per_s for r in rows) / n,
+            len(result.clients),
+            sum(1 for c in result.clients if c.state is ClientState.DONE),
+            sum(r.crashes for r in rows),
+        )
+    )
+    return rows
+
+
+def capacity_bound(scenario: Scenario, result: RunResult) -> dict[str, Any]:
+    """Peak demand against total true capacity, and the fluid arrival-order admission count.
+
+    Total capacity counts each server's link and its CPU (cores left by the idle load,
+    over the steady per-client cost, times the bitrate). If the peak demand fits, every
+    client can be served and the bound is the client count.
+    """
+    clients = sorted(result.clients, key=lambda c: c.requested_at)
+    capacity = 0.0
+    for s in scenario.servers:
+        rate = min(a.bitrate_bytes_per_s for a in scenario.assets)
+        cpu_clients = (
+            s.cores * (1.0 - s.cpu_idle - s.cpu_noise) / max(s.cpu_per_client_cores, 1e-12)
+        )
+        capacity += min(s.link_bytes_per_s, cpu_clients * rate)
+    events: list[tuple[float, float]] = []
+    for c in clients:
+        events.append((c.requested_at, c.asset.bitrate_bytes_per_s))
+        events.append((c.requested_at + c.asset.duration_s, -c.asset.bitrate_bytes_per_s))
+    events.sort()
+    load = peak = 0.0
+    for _, d in events:
+        load += d
+        peak = max(peak, load)
+    admitted = len(clients)
+    if peak > capacity * (1 + 1e-9):
+        # Fluid admission in arrival order: admit a client if it fits now.
+        import heapq
+
+        ends: list[tuple[float, float]] = []
+        load = 0.0
+        admitted = 0
+        for c in clients:
+            while ends and ends[0][0] <= c.requested_at:
+                load -= heapq.heappop(ends)[1]
+            r = c.asset.bitrate_bytes_per_s
+            if load + r <= capacity:
+                load += r
+                admitted += 1
+                heapq.heappush(ends, (c.requested_at + c.asset.duration_s, r))
+    return {
+        "peak_demand_mb_per_s": peak / 1e6,
+        "capacity_mb_per_s": capacity / 1e6,
+        "all_servable": peak <= capacity * (1 + 1e-9),
+        "bound_clients": admitted,
+    }
+
+
+def summarize(result: RunResult) -> dict[str, Any]:
+    """The run's table and metrics as plain data (what --json writes)."""
+    rows = machine_rows(result)
+    clients = result.clients
+    total = len(clients)
+    errors = sum(1 for c in clients if c.state is not ClientState.DONE)
+    ttfb = [c.first_byte_at - c.requested_at for c in clients if c.first_byte_at is not None]
+    mean = sum(ttfb) / len(ttfb) if ttfb else 0.0
+    peak = max(ttfb) if ttfb else 0.0
+    penalty = (mean / peak if peak > 0 else 0.0) * (errors / total if total else 0.0)
+    done = [c for c in clients if c.state is ClientState.DONE and c.ended_at is not None]
+    completion = [c.ended_at - c.requested_at for c in done if c.ended_at is not None]
+    required = sum(c.asset.size_bytes for c in clients)
+    links = sum(s.link_bytes_per_s for s in result.scenario.servers)
+    first = min((c.requested_at for c in clients), default=0.0)
+    last = max((c.ended_at or c.requested_at for c in clients), default=0.0)
+    t_c = max(last - first, 1e-9)
+    ebu = required / (links * t_c)
+    stalls = [c.stall_s for c in clients if c.first_server is not None]
+    return {
+        "scenario": result.scenario.name,
+        "algorithm": result.algorithm,
+        "seed": result.seed,
+        "machines": [
+            {
+                "name": r.name,
+                "avg_cpu": r.avg_cpu,
+                "avg_ram": r.avg_ram,
+                "avg_mb_per_s": r.avg_mb_per_s,
+                "clients_total": r.clients_total,
+                "clients_successful": r.clients_ok,
+                "crashes": r.crashes,
+            }
+            for r in rows
+        ],
+        "clients": total,
+        "successful": total - errors,
+        "failed": errors,
+        "failovers": sum(c.failovers for c in clients),
+        "refusals": result.refusals,
+        "slb_penalty": penalty,
+        "ebu": ebu,
+        "ttfb_s": {q: percentile(ttfb, q) for q in (50, 90, 99)},
+        "completion_s": {q: percentile(completion, q) for q in (50, 90, 99)},
+        "stall_s_p99": percentile(stalls, 99),
+        "capacity": capacity_bound(result.scenario, result),
+        "events": result.events,
+    }
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f}%"
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """The paper's table for one run, plus the run's metrics, as text."""
+    lines = [
+        f"scenario {summary['scenario']}, algorithm {summary['algorithm']}, seed {summary['seed']}",
+        f"{'Machine':8} {'Avg CPU':>8} {'Avg RAM':>8} {'Avg MB/s':>9} {'Clients':>8} "
+        f"{'Successful':>10} {'Crashes':>7}",
+    ]
+    for m in summary["machines"]:
+        lines.append(
+            f"{m['name']:8} {_pct(m['avg_cpu']):>8} {_pct(m['avg_ram']):>8} "
+            f"{m['avg_mb_per_s']:9.2f} {m['clients_total']:8d} {m['clients_successful']:10d} "
+            f"{m['crashes']:7d}"
+        )
+    lines.append(_metrics_line(summary))
+    return "\n".join(lines)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _metrics_line(s: dict[str, Any]) -> str:
+    cap = s["capacity"]
+    bound = (
+        "capacity serves all"
+        if cap["all_servable"]
+        else f"capacity bound {cap['bound_clients']} clients"
+        f" (peak {cap['peak_demand_mb_per_s']:.1f} > {cap['capacity_mb_per_s']:.1f} MB/s)"
+    )
+    return (
+        f"successful {s['successful']}/{s['clients']}, failovers {s['failovers']}, "
+        f"refusals {s['refusals']}, SLB penalty {s['slb_penalty']:.4f}, EBU {s['ebu']:.3f}, "
+        f"TTFB p50/p90/p99 {_fmt(s['ttfb_s'][50])}/{_fmt(s['ttfb_s'][90])}/"
+        f"{_fmt(s['ttfb_s'][99])} s, completion p50/p99 {_fmt(s['completion_s'][50])}/"
+        f"{_fmt(s['completion_s'][99])} s; {bound}"
+    )
+
+
+def format_comparison(summaries: list[dict[str, Any]]) -> str:
+    """One line per algorithm: clients per machine (ok/total), crashes, metrics."""
+    if not summaries:
+        return ""
+    names = [m["name"] for m in summaries[0]["machines"][:-1]]
+    head = f"{'algorithm':10} " + " ".join(f"{n:>11}" for n in names)
+    head += (
+        f" {'successful':>11} {'crashes':>7} {'failover':>8} {'refused':>7}"
+        f" {'SLB pen':>8} {'EBU':>6} {'TTFB p99':>8} {'CPU':>5}"
+    )
+    lines = [f"scenario {summaries[0]['scenario']}, seed {summaries[0]['seed']}", head]
+    for s in summaries:
+        cells = " ".join(
+            f"{m['clients_successful']:>5}/{m['clients_total']:<5}" for m in s["machines"][:-1]
+        )
+        all_row = s["machines"][-1]
+        lines.append(
+            f"{s['algorithm']:10} {cells} {s['successful']:>5}/{s['clients']:<5} "
+            f"{all_row['crashes']:>7} {s['failovers']:>8} {s['refusals']:>7} "
+            f"{s['slb_penalty']:8.4f} {s['ebu']:6.3f} {_fmt(s['ttfb_s'][99]):>8} "
+            f"{_pct(all_row['avg_cpu']):>5}"
+        )
+    cap = summaries[0]["capacity"]
+    lines.append(
+        f"capacity: peak demand {cap['peak_demand_mb_per_s']:.1f} MB/s vs "
+        f"{cap['capacity_mb_per_s']:.1f} MB/s of true capacity; "
+        + (
+            "every client can be served"
+            if cap["all_servable"]
+            else f"at most about {cap['bound_clients']} clients can be served"
+        )
+    )
+    return "\n".join(lines)

@@ -1,0 +1,522 @@
+"""Scenario files: TOML in, a validated `Scenario` out, with errors that say what to fix.
+
+A scenario names its servers, assets, arrival patterns, failures, the balancer's
+polling and the client model. docs/simulator.md documents every field with an example;
+the built-in scenarios live in `pressrun/sim/scenarios/*.toml`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pressrun.sim.model import AssetSpec, ServerSpec
+
+
+class ScenarioError(ValueError):
+    """A scenario file is missing, malformed or inconsistent; the message says where."""
+
+
+@dataclass(frozen=True, slots=True)
+class BalancerSetup:
+    """How the simulated balancer polls (passed to `BalancerConfig`) and its algorithm params."""
+
+    poll_interval_s: float = 1.0
+    stale_after_s: float = 3.5
+    status_delay_s: float = 0.01
+    poll_timeout_s: float = 1.0
+    retry_after_s: float = 2.0
+    params: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientModel:
+    """How clients behave.
+
+    stall_tolerance_s: total stall after which a play-through counts as failed.
+    failover_stall_s: 0 is the paper's harness (a client stays where it was sent);
+        > 0 is pressrun's client: after this much stall on one origin, or when the
+        origin drops it, it asks again naming that origin (`failed=`, WSDM of 003).
+    max_wait_s: a client refused ("full") retries after the balancer's Retry-After
+        until this long after its first request, then gives up.
+    rtt_s: client <-> balancer and client <-> server round trip.
+    first_chunk_bytes: what must arrive before the first byte counts as delivered
+        for the time-to-first-byte metric (a player's first segment).
+    """
+
+    stall_tolerance_s: float = 10.0
+    failover_stall_s: float = 0.0
+    max_wait_s: float = 60.0
+    rtt_s: float = 0.002
+    first_chunk_bytes: float = 65536.0
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One client request: when, and for which asset (None: drawn by popularity)."""
+
+    at_s: float
+    asset: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A server down at `down_at_s` (dropping its clients), back at `up_at_s`."""
+
+    server: str
+    down_at_s: float
+    up_at_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A complete, validated scenario."""
+
+    name: str
+    description: str
+    duration_s: float
+    tick_s: float
+    servers: tuple[ServerSpec, ...]
+    assets: tuple[AssetSpec, ...]
+    arrival_specs: tuple[Mapping[str, Any], ...]
+    failures: tuple[Failure, ...]
+    balancer: BalancerSetup
+    clients: ClientModel
+    source: str
+
+    def arrivals(self, rng: random.Random) -> list[Arrival]:
+        """Every request of the scenario, in time order (random parts drawn from `rng`)."""
+        out: list[Arrival] = []
+        for i, spec in enumerate(self.arrival_specs):
+            out.extend(_expand_arrivals(spec, rng, f"arrivals[{i}]", self.source))
+        out.sort(key=lambda a: a.at_s)
+        return out
+
+
+# --- loading ------------------------------------------------------------------
+
+
+def builtin_names() -> list[str]:
+    """The built-in scenario names (files in pressrun/sim/scenarios)."""
+    root = resources.files("pressrun.sim") / "scenarios"
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """A built-in scenario by name, or a TOML file by path."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ScenarioError(f"scenario file {name_or_path} does not exist")
+        text = path.read_text(encoding="utf-8")
+        source = str(path)
+    else:
+        res = resources.files("pressrun.sim") / "scenarios" / f"{name_or_path}.toml"
+        if not res.is_file():
+            choices = ", ".join(builtin_names())
+            raise ScenarioError(
+                f"no built-in scenario {name_or_path!r} and no such file; "
+                f"built-in scenarios: {choices}"
+            )
+        text = res.read_text(encoding="utf-8")
+        source = f"built-in {name_or_path}"
+    base = path.parent if path.exists() else Path.cwd()
+    return parse_scenario(text, source=source, base_dir=base)
+
+
+def parse_scenario(
+    text: str, *, source: str = "<string>", base_dir: Path | None = None
+) -> Scenario:
+    """Parse and validate scenario TOML text."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{source}: not valid TOML: {exc}") from None
+    return _build(doc, source, base_dir or Path.cwd())
+
+
+_TOP_KEYS = {
+    "name",
+    "description",
+    "duration_s",
+    "tick_s",
+    "balancer",
+    "clients",
+    "servers",
+    "assets",
+    "arrivals",
+    "failures",
+    "popularity",
+}
+
+
+def _err(source: str, where: str, msg: str) -> ScenarioError:
+    return ScenarioError(f"{source}: {where}: {msg}")
+
+
+def _number(
+    table: Mapping[str, Any],
+    key: str,
+    default: float | None,
+    source: str,
+    where: str,
+    *,
+    minimum: float | None = 0.0,
+    positive: bool = False,
+) -> float:
+    if key not in table:
+        if default is None:
+            raise _err(source, where, f"missing required field {key!r}")
+        return default
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _err(source, f"{where}.{key}", f"must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise _err(source, f"{where}.{key}", "must be finite")
+    if positive and value <= 0:
+        raise _err(source, f"{where}.{key}", f"must be > 0, got {value:g}")
+    if minimum is not None and value < minimum:
+        raise _err(source, f"{where}.{key}", f"must be >= {minimum:g}, got {value:g}")
+    return value
+
+
+def _check_keys(table: Mapping[str, Any], allowed: set[str], source: str, where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise _err(
+            source,
+            where,
+            f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}",
+        )
+
+
+def _table(doc: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any]:
+    value = doc.get(key, {})
+    if not isinstance(value, dict):
+        raise _err(source, key, "must be a table")
+    return value
+
+
+def _array(doc: Mapping[str, Any], key: str, source: str) -> list[Mapping[str, Any]]:
+    value = doc.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise _err(source, key, f"must be an array of tables ([[{key}]])")
+    return value
+
+
+def _expand(
+    items: list[Mapping[str, Any]], source: str, what: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """Entries with `count = N` become N entries named name-1 .. name-N."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for i, item in enumerate(items):
+        where = f"{what}[{i}]"
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise _err(source, where, "needs a non-empty string 'name'")
+        body = dict(item)
+        body.pop("name")
+        count = body.pop("count", None)
+        if count is None:
+            out.append((name, body))
+            continue
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise _err(source, f"{where}.count", f"must be a positive integer, got {count!r}")
+        for k in range(1, count + 1):
+            out.append((f"{name}-{k}", body))
+    return out
+
+
+def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
+    _check_keys(doc, _TOP_KEYS, source, "top level")
+    name = doc.get("name", "unnamed")
+    if not isinstance(name, str):
+        raise _err(source, "name", "must be a string")
+    description = str(doc.get("description", ""))
+    duration = _number(doc, "duration_s", None, source, "top level", positive=True)
+    tick = _number(doc, "tick_s", 1.0, source, "top level", positive=True)
+
+    bal = _table(doc, "balancer", source)
+    _check_keys(
+        bal,
+        {
+            "poll_interval_s",
+            "stale_after_s",
+            "status_delay_s",
+            "poll_timeout_s",
+            "retry_after_s",
+            "params",
+        },
+        source,
+        "balancer",
+    )
+    params_doc = bal.get("params", {})
+    if not isinstance(params_doc, dict):
+        raise _err(source, "balancer.params", "must be a table of tables, one per algorithm")
+    params: dict[str, dict[str, float]] = {}
+    for alg, table in params_doc.items():
+        if not isinstance(table, dict):
+            raise _err(source, f"balancer.params.{alg}", "must be a table of numbers")
+        params[alg] = {
+            k: _number(table, k, None, source, f"balancer.params.{alg}", minimum=None)
+            for k in table
+        }
+    poll = _number(bal, "poll_interval_s", 1.0, source, "balancer", positive=True)
+    balancer = BalancerSetup(
+        poll_interval_s=poll,
+        stale_after_s=_number(
+            bal, "stale_after_s", max(3.5, 3.5 * poll), source, "balancer", positive=True
+        ),
+        status_delay_s=_number(bal, "status_delay_s", 0.01, source, "balancer"),
+        poll_timeout_s=_number(bal, "poll_timeout_s", 1.0, source, "balancer", positive=True),
+        retry_after_s=_number(bal, "retry_after_s", 2.0, source, "balancer", positive=True),
+        params=params,
+    )
+    if balancer.stale_after_s <= balancer.poll_interval_s:
+        raise _err(source, "balancer.stale_after_s", "must be longer than poll_interval_s")
+
+    cl = _table(doc, "clients", source)
+    allowed_client = {f.name for f in fields(ClientModel)}
+    _check_keys(cl, allowed_client, source, "clients")
+    clients = ClientModel(**{k: _number(cl, k, None, source, "clients") for k in cl})
+
+    # assets
+    asset_items = _expand(_array(doc, "assets", source), source, "assets")
+    if not asset_items:
+        raise _err(source, "assets", "at least one [[assets]] entry is needed")
+    pop = _table(doc, "popularity", source)
+    _check_keys(pop, {"law", "s"}, source, "popularity")
+    law = pop.get("law", "weights")
+    if law not in ("weights", "zipf", "uniform"):
+        raise _err(source, "popularity.law", f"must be 'weights', 'zipf' or 'uniform', got {law!r}")
+    zipf_s = _number(pop, "s", 1.0, source, "popularity")
+    allowed_asset = {"bitrate_bytes_per_s", "duration_s", "popularity", "count"}
+    assets: list[AssetSpec] = []
+    for rank, (aname, body) in enumerate(asset_items, start=1):
+        where = f"assets.{aname}"
+        _check_keys(body, allowed_asset, source, where)
+        if law == "zipf":
+            weight = 1.0 / rank**zipf_s
+        elif law == "uniform":
+            weight = 1.0
+        else:
+            weight = _number(body, "popularity", 1.0, source, where)
+        assets.append(
+            AssetSpec(
+                aname,
+                bitrate_bytes_per_s=_number(
+                    body, "bitrate_bytes_per_s", 100_000.0, source, where, positive=True
+                ),
+                duration_s=_number(body, "duration_s", 600.0, source, where, positive=True),
+                popularity=weight,
+            )
+        )
+    asset_names = {a.name for a in assets}
+    if len(asset_names) != len(assets):
+        raise _err(source, "assets", "asset names must be unique")
+    if sum(a.popularity for a in assets) <= 0:
+        raise _err(source, "assets", "popularities must not all be 0")
+
+    # servers
+    server_items = _expand(_array(doc, "servers", source), source, "servers")
+    if not server_items:
+        raise _err(source, "servers", "at least one [[servers]] entry is needed")
+    numeric = {
+        f.name
+        for f in fields(ServerSpec)
+        if f.name not in ("name", "assets", "cached", "told_bytes_per_s", "crash_ram_fraction")
+    }
+    servers: list[ServerSpec] = []
+    for sname, body in server_items:
+        where = f"servers.{sname}"
+        _check_keys(
+            body,
+            numeric | {"assets", "cached", "told_bytes_per_s", "crash_ram_fraction", "count"},
+            source,
+            where,
+        )
+        kwargs: dict[str, Any] = {}
+        for key in numeric:
+            if key in body:
+                kwargs[key] = _number(
+                    body,
+                    key,
+                    None,
+                    source,
+                    where,
+                    positive=key in ("cores", "ram_bytes", "link_bytes_per_s"),
+                )
+        for key in ("told_bytes_per_s", "crash_ram_fraction"):
+            if key in body:
+                kwargs[key] = _number(body, key, None, source, where, positive=True)
+        for key in ("assets", "cached"):
+            if key in body:
+                value = body[key]
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise _err(source, f"{where}.{key}", "must be a list of asset names")
+                missing = sorted(set(value) - asset_names)
+                if missing:
+                    raise _err(source, f"{where}.{key}", f"unknown asset(s) {', '.join(missing)}")
+                kwargs[key] = tuple(value)
+        if kwargs.get("cpu_idle", 0.0) >= 1.0 or kwargs.get("ram_idle", 0.0) >= 1.0:
+            raise _err(source, where, "cpu_idle and ram_idle are fractions and must be < 1")
+        servers.append(ServerSpec(sname, **kwargs))
+    if len({s.name for s in servers}) != len(servers):
+        raise _err(source, "servers", "server names must be unique")
+    held = set()
+    for s in servers:
+        held |= set(s.assets) if s.assets is not None else asset_names
+    orphans = sorted(asset_names - held)
+    if orphans:
+        raise _err(source, "assets", f"no server holds {', '.join(orphans)}")
+
+    # arrivals
+    arrival_specs = _array(doc, "arrivals", source)
+    if not arrival_specs:
+        raise _err(source, "arrivals", "at least one [[arrivals]] entry is needed")
+    checked: list[dict[str, Any]] = []
+    for i, spec in enumerate(arrival_specs):
+        item = dict(spec)
+        where = f"arrivals[{i}]"
+        asset = item.get("asset")
+        if asset is not None and asset not in asset_names:
+            raise _err(source, f"{where}.asset", f"unknown asset {asset!r}")
+        if item.get("kind") == "log" and "path" in item:
+            p = Path(str(item["path"]))
+            item["path"] = str(p if p.is_absolute() else base_dir / p)
+        _expand_arrivals(item, random.Random(0), where, source, validate_only=True)
+        checked.append(item)
+
+    # failures
+    failures: list[Failure] = []
+    server_names = {s.name for s in servers}
+    for i, f in enumerate(_array(doc, "failures", source)):
+        where = f"failures[{i}]"
+        _check_keys(f, {"server", "down_at_s", "up_at_s"}, source, where)
+        if f.get("server") not in server_names:
+            raise _err(source, f"{where}.server", f"unknown server {f.get('server')!r}")
+        down = _number(f, "down_at_s", None, source, where)
+        up = _number(f, "up_at_s", -1.0, source, where, minimum=None)
+        if up >= 0 and up <= down:
+            raise _err(source, f"{where}.up_at_s", "must be after down_at_s")
+        failures.append(Failure(str(f["server"]), down, up if up >= 0 else None))
+
+    return Scenario(
+        name=name,
+        description=description,
+        duration_s=duration,
+        tick_s=tick,
+        servers=tuple(servers),
+        assets=tuple(assets),
+        arrival_specs=tuple(checked),
+        failures=tuple(failures),
+        balancer=balancer,
+        clients=clients,
+        source=source,
+    )
+
+
+# --- arrivals -------------------------------------------------------------------
+
+_KINDS = {
+    "rate": {"kind", "rate_per_s", "start_s", "end_s", "poisson", "asset"},
+    "burst": {"kind", "count", "at_s", "spread_s", "asset"},
+    "waves": {"kind", "count", "every_s", "waves", "start_s", "spread_s", "asset"},
+    "log": {"kind", "path", "time_scale", "start_s", "asset"},
+}
+
+# Common Log Format: host ident user [date] "METHOD path PROTO" status bytes
+_CLF = re.compile(r'^\S+ \S+ \S+ \[([^\]]+)\] "(?:\S+) (\S+)[^"]*" (\d{3}) \S+')
+
+
+def _expand_arrivals(
+    spec: Mapping[str, Any],
+    rng: random.Random,
+    where: str,
+    source: str,
+    *,
+    validate_only: bool = False,
+) -> list[Arrival]:
+    kind = spec.get("kind")
+    if kind not in _KINDS:
+        raise _err(
+            source, f"{where}.kind", f"must be one of {', '.join(sorted(_KINDS))}, got {kind!r}"
+        )
+    _check_keys(spec, _KINDS[kind], source, where)
+    asset = spec.get("asset")
+    if kind == "rate":
+        rate = _number(spec, "rate_per_s", None, source, where, positive=True)
+        start = _number(spec, "start_s", 0.0, source, where)
+        end = _number(spec, "end_s", None, source, where)
+        if end <= start:
+            raise _err(source, f"{where}.end_s", "must be after start_s")
+        poisson = bool(spec.get("poisson", False))
+        if validate_only:
+            return []
+        times: list[float] = []
+        t = start
+        while True:
+            t += rng.expovariate(rate) if poisson else 0.0
+            if t >= end:
+                break
+            times.append(t)
+            if not poisson:
+                t += 1.0 / rate
+        return [Arrival(t, asset) for t in times]
+    if kind == "burst":
+        count = int(_number(spec, "count", None, source, where, positive=True))
+        at = _number(spec, "at_s", 0.0, source, where)
+        spread = _number(spec, "spread_s", 0.0, source, where)
+        if validate_only:
+            return []
+        return [Arrival(at + spread * k / count, asset) for k in range(count)]
+    if kind == "waves":
+        count = int(_number(spec, "count", None, source, where, positive=True))
+        every = _number(spec, "every_s", None, source, where, positive=True)
+        waves = int(_number(spec, "waves", None, source, where, positive=True))
+        start = _number(spec, "start_s", 0.0, source, where)
+        spread = _number(spec, "spread_s", 0.0, source, where)
+        if validate_only:
+            return []
+        return [
+            Arrival(start + w * every + spread * k / count, asset)
+            for w in range(waves)
+            for k in range(count)
+        ]
+    # a replayed access log (Common Log Format), as 002 replays Wikipedia with servload
+    path = spec.get("path")
+    if not isinstance(path, str):
+        raise _err(source, f"{where}.path", "must be the path of a Common Log Format file")
+    scale = _number(spec, "time_scale", 1.0, source, where, positive=True)
+    start = _number(spec, "start_s", 0.0, source, where)
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        raise _err(source, f"{where}.path", f"cannot read {path}: {exc.strerror}") from None
+    stamps: list[tuple[float, str]] = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        m = _CLF.match(line)
+        if m is None:
+            raise _err(source, f"{where}.path", f"{path}:{lineno}: not a Common Log Format line")
+        try:
+            when = datetime.strptime(m.group(1), "%d/%b/%Y:%H:%M:%S %z").timestamp()
+        except ValueError:
+            raise _err(
+                source, f"{where}.path", f"{path}:{lineno}: bad date {m.group(1)!r}"
+            ) from None
+        stamps.append((when, m.group(2).rstrip("/").rsplit("/", 1)[-1]))
+    if not stamps:
+        raise _err(source, f"{where}.path", f"{path} holds no requests")
+    t0 = min(s for s, _ in stamps)
+    return [Arrival(start + (s - t0) * scale, asset or name) for s, name in stamps]
