@@ -5,9 +5,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from balancer.helpers import specs, status
-from pressrun.balancer.algorithms import make_algorithm
+from pressrun.balancer.algorithms import algorithm_names, make_algorithm
 from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.core import (
     BalancerCore,
