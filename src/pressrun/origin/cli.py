@@ -49,6 +49,19 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         default=5.0,
         help="on SIGTERM/SIGINT, transfers still running after this long are cut (default 5)",
     )
+    p.add_argument(
+        "--sendfile-chunk-kib",
+        type=int,
+        default=1024,
+        help="without a cap, hand each transfer to sendfile(2) in chunks of this many KiB; "
+        "the byte counters behind /stats move once per chunk (default 1024)",
+    )
+    p.add_argument(
+        "--cap-chunk-kib",
+        type=int,
+        default=64,
+        help="with a cap, the size of each paced write in KiB (default 64)",
+    )
     p.set_defaults(func=run_origin)
 
 
@@ -71,6 +84,8 @@ def run_origin(args: argparse.Namespace) -> int:
             stats_interval_s=args.stats_interval_s,
             cache_window_s=args.cache_window_s,
             shutdown_grace_s=args.shutdown_grace_s,
+            sendfile_chunk_bytes=args.sendfile_chunk_kib * 1024,
+            cap_chunk_bytes=args.cap_chunk_kib * 1024,
         )
     except ValueError as err:
         print(f"pressrun serve origin: {err}", file=sys.stderr)

@@ -49,7 +49,7 @@ class OriginConfig:
     stats_interval_s: float = 1.0
     cache_window_s: float = 300.0
     shutdown_grace_s: float = 5.0
-    sendfile_chunk_bytes: int = 4 * 1024 * 1024
+    sendfile_chunk_bytes: int = 1024 * 1024
     cap_chunk_bytes: int = 64 * 1024
     cap_burst_s: float = 0.05
 
