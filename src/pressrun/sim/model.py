@@ -53,7 +53,7 @@ class ServerSpec:
     ram_backlog_bytes: float = 0.0
     link_bytes_per_s: float = 125e6
     told_bytes_per_s: float | None = None
-    startup_cpu_factor: float = 1.5
+    startup_cpu_factor: float = 1.0
     startup_s: float = 3.0
     cache_miss_cpu_factor: float = 1.5
     crash_ram_fraction: float | None = None

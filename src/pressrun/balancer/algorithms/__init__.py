@@ -4,7 +4,7 @@ Importing this package registers every algorithm; `make_algorithm(name, ...)` bu
 one. See each module's docstring for the formula it implements and its source.
 """
 
-from pressrun.balancer.algorithms import alg1, alg2, classic, weighted
+from pressrun.balancer.algorithms import alg1, alg2, classic, headroom, mist, p2c, weighted
 from pressrun.balancer.algorithms.base import (
     ScoredAlgorithm,
     ScoringAlgorithm,
@@ -22,7 +22,10 @@ __all__ = [
     "algorithm_class",
     "algorithm_names",
     "classic",
+    "headroom",
     "make_algorithm",
+    "mist",
+    "p2c",
     "register_algorithm",
     "weighted",
 ]
