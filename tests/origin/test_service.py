@@ -571,3 +571,56 @@ async def test_stop_lets_short_transfers_finish(content: Path, http: aiohttp.Cli
 async def test_missing_content_dir_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="does not exist"):
         await start_origin(OriginConfig(content_dir=tmp_path / "nope"))
+
+
+async def test_out_of_file_descriptors_waits_instead_of_refusing(
+    origin: RunningOrigin,
+    http: aiohttp.ClientSession,
+    body: bytes,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import builtins
+    import errno
+
+    from pressrun.origin import aio
+
+    failures = [2]
+
+    def scarce_open(path: object, mode: str = "r") -> object:
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        return builtins.open(path, mode)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(aio, "open", scarce_open, raising=False)
+    t0 = time.perf_counter()
+    async with http.get(url(origin)) as resp:
+        assert resp.status == 200
+        assert await resp.read() == body
+    assert time.perf_counter() - t0 >= 0.1
+    assert failures == [0]
+
+
+async def test_a_file_truncated_mid_transfer_ends_the_answer_short(
+    content: Path, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="pressrun.origin")
+    path = content / ISSUE / "shrinking.bin"
+    path.write_bytes(os.urandom(2_000_000))
+    origin = await _origin(content, egress_cap_mbps=8.0)  # 1 MB/s
+    try:
+        async with http.get(url(origin, "shrinking.bin")) as resp:
+            assert resp.status == 200
+            await resp.content.readexactly(100_000)
+            os.truncate(path, 500_000)
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await resp.read()
+        for _ in range(50):
+            if origin.service.meter.active_transfers == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert origin.service.meter.active_transfers == 0
+    finally:
+        await origin.stop()
+    assert any("ended at byte 500000" in r.getMessage() for r in caplog.records)
+    assert any("transfer file shrank" in r.getMessage() for r in caplog.records)

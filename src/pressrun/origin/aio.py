@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import stat
@@ -142,6 +143,10 @@ class OriginMetrics:
         return generate_latest(self.registry)
 
 
+class _FileShrank(Exception):
+    """The file ended before the bytes the answer promised."""
+
+
 class OriginService:
     """One origin: the aiohttp app, the traffic meter, the egress bucket, the timer."""
 
@@ -227,8 +232,13 @@ class OriginService:
             f"not found: {request.path!r} is not /content/<issue_id>/<file name>"
         )
 
-    def _open(self, issue: str, name: str) -> tuple[IO[bytes], os.stat_result] | web.Response:
-        """The open file and its stat, or the 404 to answer."""
+    async def _open(self, issue: str, name: str) -> tuple[IO[bytes], os.stat_result] | web.Response:
+        """The open file and its stat, or the 404 to answer.
+
+        Out of file descriptors (EMFILE/ENFILE) is "busy", not "missing": the request
+        waits for a descriptor instead of being refused (a refused web seed is dropped
+        for good by libtorrent).
+        """
         if not valid_name(issue):
             return self._not_found(f"unknown issue {issue!r}: not a valid issue id")
         if not valid_name(name):
@@ -236,10 +246,18 @@ class OriginService:
         issue_dir = self.content_dir / issue
         if not issue_dir.is_dir():
             return self._not_found(f"unknown issue {issue!r}: this origin does not hold it")
-        try:
-            fobj = open(issue_dir / name, "rb")  # noqa: SIM115 - closed by the caller
-        except OSError:
-            return self._not_found(f"issue {issue!r} has no file {name!r}")
+        waited_s = 0.0
+        while True:
+            try:
+                fobj = open(issue_dir / name, "rb")  # noqa: SIM115 - closed by the caller
+                break
+            except OSError as err:
+                if err.errno not in (errno.EMFILE, errno.ENFILE):
+                    return self._not_found(f"issue {issue!r} has no file {name!r}")
+                if waited_s == 0.0:
+                    log.warning("out of file descriptors: %s/%s waits for one", issue, name)
+                await asyncio.sleep(0.05)
+                waited_s += 0.05
         st = os.fstat(fobj.fileno())
         if not stat.S_ISREG(st.st_mode):
             fobj.close()
@@ -250,7 +268,7 @@ class OriginService:
         """``GET/HEAD /content/<issue_id>/<name>``."""
         issue = request.match_info["issue_id"]
         name = request.match_info["name"]
-        opened = self._open(issue, name)
+        opened = await self._open(issue, name)
         if isinstance(opened, web.Response):
             return opened
         fobj, st = opened
@@ -337,17 +355,30 @@ class OriginService:
                         await asyncio.sleep(wait_s)
                 if transport.is_closing():
                     raise ConnectionResetError("client closed the connection")
-                sent = await loop.sendfile(transport, fobj, position, n)
+                try:
+                    sent = await loop.sendfile(transport, fobj, position, n)
+                except RuntimeError:
+                    # loop.sendfile's "Transport is closing": the client left.
+                    if transport.is_closing():
+                        raise ConnectionResetError("client closed the connection") from None
+                    raise
                 position += sent
                 self.meter.bytes_sent(tid, sent, now=loop.time())
                 counter.inc(sent)
                 if sent < n:
-                    raise ConnectionResetError("file shrank or connection lost mid-chunk")
+                    raise _FileShrank(f"{issue}/{name} ended at byte {position} of {end}")
             await response.write_eof()
-        except (ConnectionError, RuntimeError) as err:
-            # ConnectionResetError / BrokenPipeError from sendfile, RuntimeError
-            # "Transport is closing" from loop.sendfile: the client left. Normal for
-            # web seeds; nothing to report above DEBUG.
+        except _FileShrank as err:
+            # The file was truncated under us (replaced files are safe: the open
+            # descriptor keeps the old version). The client sees a short body.
+            outcome = "file shrank"
+            log.warning("%s; the connection is closed short", err)
+            transport = request.transport
+            if transport is not None:
+                transport.close()
+        except ConnectionError as err:
+            # ConnectionResetError / BrokenPipeError: the client left. Normal for web
+            # seeds (libtorrent closes mid-range); nothing to report above DEBUG.
             outcome = "client gone"
             log.debug("%s/%s: client %s left mid-transfer: %r", issue, name, request.remote, err)
         except asyncio.CancelledError:

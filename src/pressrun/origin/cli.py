@@ -90,12 +90,24 @@ def run_origin(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"pressrun serve origin: {err}", file=sys.stderr)
         return 2
+    _raise_open_files_limit()
     try:
         asyncio.run(serve_until_signal(config))
     except (FileNotFoundError, OSError) as err:
         print(f"pressrun serve origin: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def _raise_open_files_limit() -> None:
+    """Raise the soft limit on open files to the hard one: one per transfer."""
+    import contextlib
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 async def serve_until_signal(config: Any) -> None:
