@@ -1,0 +1,571 @@
+"""The client's asyncio adapter: directives, manifest, Range requests, the library.
+
+`fetch_issue` is the whole download of one issue:
+
+1. ask the balancer for a directive (``GET /v1/issues/<id>/directive``);
+2. fetch ``manifest.json`` from the first origin, check its Ed25519 signature against
+   the trusted publisher keys (given, else the library's ``trusted-publishers``, else
+   trust on first use: the key is recorded there and a warning printed);
+3. prepare ``LIBRARY/.partial/<id>/<file>``; pieces a previous run verified (the
+   sidecar ``state.json``) are hashed again from disk and kept if they still match;
+4. run ``config.concurrency`` workers; each asks the balancer for a fresh directive
+   per section (naming failed origins in ``failed=``), takes the next section from
+   the plan (:class:`pressrun.clients.core.DownloadPlan`) and fetches it with one
+   Range request, hashing each piece as it completes: a good piece is written with
+   ``pwrite`` and recorded in the state file, a bad one fails the origin and ends the
+   section; an error, reset, 416 or a stall (no byte for ``stall_timeout_s``) fails
+   the origin and the pieces not yet verified go back to the plan;
+5. hash the whole file against the manifest and move it, with the manifest, into
+   ``LIBRARY/<id>/`` in one rename.
+
+Every way it can fail ends in `FetchError` with one line for a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import aiohttp
+
+from pressrun.clients.codec import (
+    ClientDirective,
+    DirectiveFormatError,
+    ResumeState,
+    decode_directive,
+    decode_error,
+)
+from pressrun.clients.config import ClientConfig
+from pressrun.clients.core import DownloadPlan
+from pressrun.clients.events import (
+    DownloadGaveUp,
+    Event,
+    OriginFailed,
+    PlanState,
+    Section,
+)
+from pressrun.clients.library import Library, LibraryError
+from pressrun.content.manifest import (
+    Manifest,
+    ManifestError,
+    SignedManifest,
+    check_file,
+    piece_ok,
+)
+
+__all__ = ["FetchError", "FetchResult", "Progress", "fetch_issue"]
+
+log = logging.getLogger("pressrun.clients")
+
+#: a manifest is about 70 bytes per piece; 32 MiB is far beyond any real one
+MAX_MANIFEST_BYTES = 32 * 1024 * 1024
+#: read size of a section's body
+READ_CHUNK_BYTES = 64 * 1024
+#: full passes (download + whole-file check) before giving up on a file that keeps
+#: failing its final check
+MAX_PASSES = 3
+
+
+class FetchError(Exception):
+    """The issue could not be fetched; the message is one line for a person."""
+
+
+class Progress(Protocol):
+    """What `fetch_issue` reports as it goes (the CLI's progress bar, the demo)."""
+
+    def started(self, issue_id: str, total_bytes: int, done_bytes: int) -> None:
+        """The manifest is known: the size and what a resume already has."""
+
+    def advanced(self, done_bytes: int, origin: str | None) -> None:
+        """Bytes received so far (verified plus pieces in progress), and from where."""
+
+    def notice(self, text: str) -> None:
+        """A one-line message for the person (warnings, handoffs, failed origins)."""
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """A finished download: the file is in the library and verified."""
+
+    issue_id: str
+    path: Path
+    seconds: float
+    size_bytes: int
+    bytes_by_origin: dict[str, int]
+    handoffs: int
+    sections: int
+    failures: int
+    resumed_bytes: int
+    verified: bool = True
+
+    @property
+    def origins_used(self) -> tuple[str, ...]:
+        """The origins that delivered verified pieces, by name."""
+        return tuple(sorted(name for name, n in self.bytes_by_origin.items() if n > 0))
+
+
+class _DirectiveUnavailable(Exception):
+    def __init__(self, reason: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+def _describe(err: BaseException) -> str:
+    """One line for a transport error."""
+    if isinstance(err, aiohttp.ServerTimeoutError | asyncio.TimeoutError):
+        return "stalled (no bytes within the timeout)"
+    if isinstance(err, aiohttp.ClientConnectorError):
+        return f"cannot connect ({err.os_error.strerror or err.os_error})"
+    if isinstance(err, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return "the connection was cut mid-transfer"
+    if isinstance(err, ConnectionResetError):
+        return "the connection was reset"
+    text = str(err) or type(err).__name__
+    return " ".join(text.split())[:200]
+
+
+@dataclass
+class _Fetch:
+    """One download in progress: the state shared by its workers."""
+
+    issue_id: str
+    balancer_url: str
+    library: Library
+    config: ClientConfig
+    trusted_keys: Collection[bytes] | None
+    progress: Progress | None
+    session: aiohttp.ClientSession
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    first_contact: bool = True
+    origin_urls: dict[str, str] = field(default_factory=dict)
+    bytes_by_origin: dict[str, int] = field(default_factory=dict)
+    verified_bytes: int = 0
+    in_progress: dict[int, int] = field(default_factory=dict)
+
+    def now(self) -> float:
+        return self.loop.time()
+
+    def notice(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.notice(text)
+        else:
+            log.warning("%s", text)
+
+    # -- balancer
+
+    async def directive(self, failed: frozenset[str]) -> ClientDirective:
+        """A directive; `FetchError` for a fatal answer, `_DirectiveUnavailable` else."""
+        url = f"{self.balancer_url}/v1/issues/{self.issue_id}/directive"
+        params = {"failed": ",".join(sorted(failed))} if failed else None
+        timeout = aiohttp.ClientTimeout(total=self.config.balancer_timeout_s)
+        try:
+            async with self.session.get(url, params=params, timeout=timeout) as resp:
+                body = await resp.content.read(1 << 20)
+                status = resp.status
+                retry_after = resp.headers.get("Retry-After")
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            reason = f"the balancer at {self.balancer_url} is unreachable: {_describe(err)}"
+            if self.first_contact:
+                raise FetchError(reason) from None
+            raise _DirectiveUnavailable(reason) from None
+        self.first_contact = False
+        message = decode_error(body) or f"HTTP {status}"
+        if status == 404:
+            raise FetchError(
+                f"issue {self.issue_id!r} is unknown to the balancer at "
+                f"{self.balancer_url}: {message}"
+            )
+        if status == 400:
+            raise FetchError(f"the balancer refused the request: {message}")
+        if status == 503:
+            wait: float | None = None
+            with contextlib.suppress(TypeError, ValueError):
+                wait = max(0.0, float(retry_after))  # type: ignore[arg-type]
+            raise _DirectiveUnavailable(
+                f"the balancer has no origin for {self.issue_id} now: {message}",
+                retry_after_s=wait,
+            )
+        if status != 200:
+            raise _DirectiveUnavailable(f"the balancer answered {message}")
+        try:
+            directive = decode_directive(body)
+        except DirectiveFormatError as err:
+            raise _DirectiveUnavailable(f"the balancer's answer is malformed: {err}") from None
+        for origin in directive.origins:
+            self.origin_urls[origin.name] = origin.url
+        if not directive.origins:
+            raise _DirectiveUnavailable(
+                f"the balancer's {directive.mode!r} directive lists no origin "
+                "(this client downloads from origins only)"
+            )
+        return directive
+
+    # -- manifest
+
+    async def manifest(self) -> tuple[Manifest, bytes]:
+        """The verified manifest and its bytes, from the first origin that serves it."""
+        failed: dict[str, str] = {}
+        attempts = 0
+        while True:
+            try:
+                directive = await self.directive(frozenset(failed))
+            except _DirectiveUnavailable as err:
+                attempts += 1
+                if attempts >= self.config.max_attempts_without_progress:
+                    raise FetchError(
+                        f"could not get the manifest of {self.issue_id} after {attempts} "
+                        f"attempts; the last: {err.reason}"
+                    ) from None
+                await asyncio.sleep(err.retry_after_s or self.config.retry_backoff_s)
+                failed.clear()  # the balancer may have nothing else: try them again
+                continue
+            origin = next((o for o in directive.origins if o.name not in failed), None)
+            if origin is None:
+                origin = directive.origins[0]
+            url = f"{origin.url}/content/{self.issue_id}/manifest.json"
+            try:
+                data = await self._get_small(url, MAX_MANIFEST_BYTES)
+            except _DirectiveUnavailable as err:
+                attempts += 1
+                failed[origin.name] = err.reason
+                self.notice(f"origin {origin.name}: {err.reason}; asking for another")
+                if attempts >= self.config.max_attempts_without_progress:
+                    raise FetchError(
+                        f"no origin served the manifest of {self.issue_id} "
+                        f"({attempts} attempts; the last: {origin.name}: {err.reason})"
+                    ) from None
+                await asyncio.sleep(self.config.retry_backoff_s)
+                continue
+            return self._verified_manifest(data, origin.name), data
+
+    async def _get_small(self, url: str, limit: int) -> bytes:
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=self.config.connect_timeout_s,
+            sock_read=self.config.stall_timeout_s,
+        )
+        try:
+            async with self.session.get(url, timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise _DirectiveUnavailable(f"GET {url} answered HTTP {resp.status}")
+                data = await resp.content.read(limit + 1)
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            raise _DirectiveUnavailable(f"GET {url}: {_describe(err)}") from None
+        if len(data) > limit:
+            raise _DirectiveUnavailable(f"GET {url}: larger than {limit} bytes")
+        return data
+
+    def _verified_manifest(self, data: bytes, origin: str) -> Manifest:
+        where = f"the manifest of {self.issue_id} from origin {origin}"
+        try:
+            signed = SignedManifest.from_json_bytes(data)
+            if self.trusted_keys is not None:
+                manifest = signed.verify(self.trusted_keys)
+            else:
+                keys = self.library.trusted_keys()
+                if keys:
+                    manifest = signed.verify(keys)
+                else:
+                    manifest = signed.verify(None)
+                    self.library.trust(
+                        manifest.publisher_key_bytes,
+                        f"trusted on first use, issue {self.issue_id}",
+                    )
+                    self.notice(
+                        f"warning: trusting publisher key {manifest.publisher_key} on first "
+                        f"use (recorded in {self.library.trusted_path}); pass "
+                        "--publisher-key to pin the key you expect"
+                    )
+        except ManifestError as err:
+            raise FetchError(f"{where} is rejected: {err}; nothing was saved") from None
+        except LibraryError as err:
+            raise FetchError(str(err)) from None
+        if manifest.issue_id != self.issue_id:
+            raise FetchError(
+                f"{where} is for issue {manifest.issue_id!r}, not {self.issue_id!r}; "
+                "nothing was saved"
+            )
+        return manifest
+
+    # -- the download
+
+    async def run(self) -> FetchResult:
+        started_at = self.now()
+        try:
+            self.library.ensure()
+        except LibraryError as err:
+            raise FetchError(str(err)) from None
+        manifest, manifest_json = await self.manifest()
+        m = manifest
+        state = self.library.load_state(m.issue_id)
+        fresh = state is None or not state.matches(
+            m.issue_id, m.file_name, m.sha256, m.size_bytes, m.piece_size_bytes
+        )
+        try:
+            path = self.library.prepare_partial(
+                m.issue_id, m.file_name, m.size_bytes, manifest_json, fresh
+            )
+        except OSError as err:
+            raise FetchError(f"cannot write the partial download: {err}") from None
+        kept: list[int] = []
+        if state is not None and not fresh:
+            kept = await asyncio.to_thread(_still_good, m, path, sorted(state.verified))
+        plan = DownloadPlan(
+            size_bytes=m.size_bytes,
+            piece_size_bytes=m.piece_size_bytes,
+            config=self.config,
+            verified=kept,
+            now=self.now(),
+        )
+        self.verified_bytes = plan.verified_bytes
+        resumed = self.verified_bytes
+        if kept:
+            self.notice(
+                f"resuming {m.issue_id}: {len(kept)} of {m.num_pieces} pieces already "
+                "verified on disk"
+            )
+        self._save(plan, m)
+        if self.progress is not None:
+            self.progress.started(m.issue_id, m.size_bytes, self.verified_bytes)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            for _ in range(MAX_PASSES):
+                await self._download(plan, m, fd)
+                if plan.state is PlanState.GAVE_UP:
+                    raise FetchError(
+                        f"could not download {m.issue_id}: {plan.give_up_reason}; the "
+                        f"{len(plan.verified)} verified pieces are kept for a resume"
+                    )
+                os.fsync(fd)
+                check = await asyncio.to_thread(check_file, m, path)
+                if check.matches(m):
+                    break
+                if not check.bad_pieces:
+                    raise FetchError(
+                        f"{m.issue_id}: every piece matches but the whole file does not "
+                        "match the manifest's SHA-256 (a publisher error); nothing was saved"
+                    )
+                self._apply(plan.handle_pieces_lost(check.bad_pieces, now=self.now()))
+                self.verified_bytes = plan.verified_bytes
+                self._save(plan, m)
+            else:
+                raise FetchError(f"{m.issue_id}: the file kept failing its final check")
+        finally:
+            os.close(fd)
+        try:
+            final = self.library.install(m.issue_id, m.file_name, manifest_json)
+        except OSError as err:
+            raise FetchError(f"cannot move {m.file_name} into the library: {err}") from None
+        return FetchResult(
+            issue_id=m.issue_id,
+            path=final,
+            seconds=self.now() - started_at,
+            size_bytes=m.size_bytes,
+            bytes_by_origin=dict(self.bytes_by_origin),
+            handoffs=plan.handoffs,
+            sections=plan.sections_started,
+            failures=plan.failures_total,
+            resumed_bytes=resumed,
+        )
+
+    async def _download(self, plan: DownloadPlan, m: Manifest, fd: int) -> None:
+        while plan.state is PlanState.DOWNLOADING:
+            workers = [
+                asyncio.create_task(self._worker(n, plan, m, fd))
+                for n in range(self.config.concurrency)
+            ]
+            try:
+                await asyncio.gather(*workers)
+            finally:
+                for task in workers:
+                    task.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+
+    async def _worker(self, worker: int, plan: DownloadPlan, m: Manifest, fd: int) -> None:
+        # A worker ends when nothing is left to assign; pieces a failing section
+        # releases are picked up by that section's own worker on its next turn.
+        while plan.state is PlanState.DOWNLOADING and plan.has_unassigned():
+            delay = plan.not_before - self.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue
+            try:
+                directive = await self.directive(plan.failed_origins(now=self.now()))
+            except _DirectiveUnavailable as err:
+                self._apply(
+                    plan.handle_directive_failed(
+                        err.reason, now=self.now(), retry_after_s=err.retry_after_s
+                    )
+                )
+                continue
+            origin = plan.pick_origin([o.name for o in directive.origins], now=self.now())
+            if origin is None:
+                self._apply(
+                    plan.handle_directive_failed(
+                        "every origin the balancer offered has failed", now=self.now()
+                    )
+                )
+                continue
+            started = plan.start_section(origin, now=self.now())
+            if started is None:
+                return
+            if started.handed_off_from is not None:
+                log.info(
+                    "%s: section %d handed off from %s to %s",
+                    self.issue_id,
+                    started.section.section_id,
+                    started.handed_off_from,
+                    origin,
+                )
+            await self._fetch_section(worker, plan, m, fd, started.section)
+
+    async def _fetch_section(
+        self, worker: int, plan: DownloadPlan, m: Manifest, fd: int, section: Section
+    ) -> None:
+        url = f"{self.origin_urls[section.origin]}/content/{m.issue_id}/{m.file_name}"
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=self.config.connect_timeout_s,
+            sock_read=self.config.stall_timeout_s,
+        )
+        sid = section.section_id
+        self.in_progress[worker] = 0
+        try:
+            async with self.session.get(
+                url, headers={"Range": section.range_header()}, timeout=timeout
+            ) as resp:
+                problem = _check_answer(resp, section, m.size_bytes)
+                if problem is not None:
+                    self._apply(plan.handle_section_failed(sid, problem, now=self.now()))
+                    return
+                buf = bytearray()
+                for index in section.pieces:
+                    offset, length = m.piece_span(index)
+                    buf.clear()
+                    while len(buf) < length:
+                        chunk = await resp.content.read(min(READ_CHUNK_BYTES, length - len(buf)))
+                        if not chunk:
+                            break
+                        buf += chunk
+                        self.in_progress[worker] = len(buf)
+                        self._advanced(section.origin)
+                    if len(buf) < length:
+                        break  # a short body: handle_section_finished fails the section
+                    if not piece_ok(m, index, bytes(buf)):
+                        self.in_progress[worker] = 0
+                        self._apply(plan.handle_piece_corrupt(sid, index, now=self.now()))
+                        return
+                    os.pwrite(fd, buf, offset)
+                    self.in_progress[worker] = 0
+                    self.verified_bytes += length
+                    self.bytes_by_origin[section.origin] = (
+                        self.bytes_by_origin.get(section.origin, 0) + length
+                    )
+                    self._apply(plan.handle_piece_verified(sid, index, now=self.now()))
+                    self._save(plan, m)
+                self._apply(plan.handle_section_finished(sid, now=self.now()))
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            if sid in plan.sections:
+                self._apply(plan.handle_section_failed(sid, _describe(err), now=self.now()))
+        finally:
+            self.in_progress.pop(worker, None)
+            self._advanced(None)
+
+    # -- bookkeeping
+
+    def _advanced(self, origin: str | None) -> None:
+        if self.progress is not None:
+            self.progress.advanced(self.verified_bytes + sum(self.in_progress.values()), origin)
+
+    def _apply(self, events: Sequence[Event]) -> None:
+        for event in events:
+            if isinstance(event, OriginFailed):
+                self.notice(f"origin {event.origin} failed: {event.reason}; moving on")
+            elif isinstance(event, DownloadGaveUp):
+                log.info("%s: %s", self.issue_id, event.reason)
+
+    def _save(self, plan: DownloadPlan, m: Manifest) -> None:
+        try:
+            self.library.save_state(
+                ResumeState(
+                    issue_id=m.issue_id,
+                    file_name=m.file_name,
+                    sha256=m.sha256,
+                    size_bytes=m.size_bytes,
+                    piece_size_bytes=m.piece_size_bytes,
+                    verified=frozenset(plan.verified),
+                )
+            )
+        except OSError as err:
+            raise FetchError(f"cannot record the download state: {err}") from None
+
+
+def _check_answer(resp: aiohttp.ClientResponse, section: Section, size_bytes: int) -> str | None:
+    """Why an origin's answer to a section's Range request is unusable, or None."""
+    if resp.status == 416:
+        return (
+            f"answered 416 Range Not Satisfiable to {section.range_header()} "
+            f"(its copy is not the {size_bytes}-byte file of the manifest)"
+        )
+    whole = section.start_byte == 0 and section.end_byte == size_bytes
+    if resp.status == 200 and whole:
+        return None if resp.content_length in (None, size_bytes) else "a wrong-size file"
+    if resp.status != 206:
+        return f"answered HTTP {resp.status} to {section.range_header()}"
+    expected = f"bytes {section.start_byte}-{section.end_byte - 1}/{size_bytes}"
+    got = resp.headers.get("Content-Range", "")
+    if got.strip() != expected:
+        return f"answered Content-Range {got!r}, expected {expected!r}"
+    return None
+
+
+def _still_good(m: Manifest, path: Path, indices: Sequence[int]) -> list[int]:
+    """Of the pieces a state file lists as verified, those still good on disk."""
+    good: list[int] = []
+    with open(path, "rb") as f:
+        for index in indices:
+            if not 0 <= index < m.num_pieces:
+                continue
+            offset, length = m.piece_span(index)
+            f.seek(offset)
+            if hashlib.sha256(f.read(length)).hexdigest() == m.piece_sha256[index]:
+                good.append(index)
+    return good
+
+
+async def fetch_issue(
+    issue_id: str,
+    *,
+    balancer_url: str,
+    library: Path | str,
+    config: ClientConfig,
+    trusted_keys: Collection[bytes] | None,
+    progress: Progress | None = None,
+) -> FetchResult:
+    """Download ``issue_id`` through the balancer into ``library``; verified or not at all.
+
+    ``trusted_keys``: the publisher keys to accept; None: the library's
+    ``trusted-publishers`` file, or trust on first use when it has none. Raises
+    `FetchError` (one line) when the issue cannot be fetched; the pieces verified so
+    far stay in ``LIBRARY/.partial/`` for the next attempt.
+    """
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+        fetch = _Fetch(
+            issue_id=issue_id,
+            balancer_url=balancer_url.rstrip("/"),
+            library=Library(library),
+            config=config,
+            trusted_keys=trusted_keys,
+            progress=progress,
+            session=session,
+        )
+        return await fetch.run()

@@ -1,0 +1,140 @@
+"""Bytes <-> the client's messages: the balancer's directive JSON and the resume state.
+
+Pure: json only. The directive is docs/protocols.md ("Balancer HTTP"); the resume
+state is the client's own sidecar file, ``LIBRARY/.partial/<issue>/state.json``:
+
+```json
+{"format": 1, "issue_id": "...", "file_name": "...", "sha256": "<whole-file hash>",
+ "size_bytes": 41943040, "piece_size_bytes": 262144, "verified": [0, 1, 2]}
+```
+
+It names the manifest it belongs to by the whole-file hash, so a partial download of
+an older version of an issue is never mixed with a newer one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+STATE_FORMAT = 1
+
+
+class DirectiveFormatError(ValueError):
+    """The balancer's answer is not the directive JSON of docs/protocols.md."""
+
+
+@dataclass(frozen=True, slots=True)
+class DirectiveOrigin:
+    """One origin of a directive: its name and base URL."""
+
+    name: str
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDirective:
+    """What the client uses of a directive: the mode and the origins, best first."""
+
+    issue_id: str
+    mode: str
+    origins: tuple[DirectiveOrigin, ...]
+    expires_in_s: float
+
+
+def decode_directive(data: bytes) -> ClientDirective:
+    """Parse a 200 directive answer; DirectiveFormatError on anything malformed."""
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DirectiveFormatError(f"the directive is not JSON ({err})") from None
+    if not isinstance(doc, dict):
+        raise DirectiveFormatError("the directive is not a JSON object")
+    issue_id, mode, origins = doc.get("issue_id"), doc.get("mode"), doc.get("origins")
+    if not isinstance(issue_id, str) or not isinstance(mode, str):
+        raise DirectiveFormatError("the directive lacks issue_id or mode")
+    if not isinstance(origins, list):
+        raise DirectiveFormatError("the directive's origins is not a list")
+    parsed: list[DirectiveOrigin] = []
+    for item in origins:
+        if not isinstance(item, dict):
+            raise DirectiveFormatError("an origin of the directive is not an object")
+        name, url = item.get("name"), item.get("url")
+        if not isinstance(name, str) or not isinstance(url, str) or not name:
+            raise DirectiveFormatError("an origin of the directive lacks name or url")
+        if not url.startswith(("http://", "https://")):
+            raise DirectiveFormatError(f"origin {name!r} has no http(s) URL: {url!r}")
+        parsed.append(DirectiveOrigin(name, url.rstrip("/")))
+    expires = doc.get("expires_in_s", 0.0)
+    if isinstance(expires, bool) or not isinstance(expires, int | float):
+        raise DirectiveFormatError("the directive's expires_in_s is not a number")
+    return ClientDirective(issue_id, mode, tuple(parsed), float(expires))
+
+
+def decode_error(data: bytes) -> str | None:
+    """The one-line message of an ``{"error": "..."}`` answer, or None."""
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("error"), str):
+        return " ".join(str(doc["error"]).split())[:500]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeState:
+    """The sidecar of a partial download: which pieces of which file are verified."""
+
+    issue_id: str
+    file_name: str
+    sha256: str
+    size_bytes: int
+    piece_size_bytes: int
+    verified: frozenset[int]
+
+    def to_json_bytes(self) -> bytes:
+        """The state file's bytes."""
+        doc: dict[str, Any] = {
+            "format": STATE_FORMAT,
+            "issue_id": self.issue_id,
+            "file_name": self.file_name,
+            "sha256": self.sha256,
+            "size_bytes": self.size_bytes,
+            "piece_size_bytes": self.piece_size_bytes,
+            "verified": sorted(self.verified),
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json_bytes(cls, data: bytes) -> ResumeState | None:
+        """Parse a state file; None when it is unreadable (start afresh, then)."""
+        try:
+            doc = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
+            return None
+        try:
+            verified = doc["verified"]
+            state = cls(
+                issue_id=str(doc["issue_id"]),
+                file_name=str(doc["file_name"]),
+                sha256=str(doc["sha256"]),
+                size_bytes=int(doc["size_bytes"]),
+                piece_size_bytes=int(doc["piece_size_bytes"]),
+                verified=frozenset(int(i) for i in verified if type(i) is int),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        return state
+
+    def matches(self, issue_id: str, file_name: str, sha256: str, size: int, piece: int) -> bool:
+        """True if this state belongs to exactly that manifest."""
+        return (self.issue_id, self.file_name, self.sha256, self.size_bytes) == (
+            issue_id,
+            file_name,
+            sha256,
+            size,
+        ) and self.piece_size_bytes == piece

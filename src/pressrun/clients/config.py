@@ -1,0 +1,121 @@
+"""The client's configuration: a frozen dataclass and the two profiles."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """How one client downloads an issue.
+
+    profile: ``desktop`` or ``mobile`` (informational; the fields below are what act).
+    concurrency: sections downloaded at once, each on its own connection and each
+        with its own directive (so two sections may come from two origins).
+    section_bytes: the size of a section (a Range request that one directive
+        covers), rounded up to whole pieces; None: automatic, the file split into
+        ``max_sections`` sections (see :meth:`section_size_for`).
+    max_sections: the automatic section count: 3 sections means a download is
+        handed over at most twice. 001_524169374db25375.txt found handing off about
+        half of the transfers best and "excessive handoffs" worse than none, so a
+        handoff is there to let the balancer move a long download, not to chop it.
+    max_section_bytes: an upper bound on the automatic section size (None: none).
+        The mobile profile caps it so that a dropped radio link costs little.
+    stall_timeout_s: an origin that sends no byte for this long is failed.
+    connect_timeout_s: timeout of a TCP connect (origin or balancer).
+    balancer_timeout_s: timeout of one directive request.
+    max_attempts_without_progress: give up after this many failures in a row (a
+        failed origin, a refusal or an unreachable balancer) with no piece verified
+        in between.
+    failed_ttl_s: how long an origin named in ``failed=`` stays excluded; after that
+        it may be tried again (it may have come back).
+    retry_backoff_s: the wait after a failure, doubled per failure in a row, up to
+        ``retry_backoff_max_s``; a 503's Retry-After takes precedence.
+    metered: the connection costs money per byte (mobile); a later swarm mode uses it
+        to upload nothing. The origin mode ignores it.
+    """
+
+    profile: str = "desktop"
+    concurrency: int = 2
+    section_bytes: int | None = None
+    max_sections: int = 3
+    max_section_bytes: int | None = None
+    stall_timeout_s: float = 10.0
+    connect_timeout_s: float = 5.0
+    balancer_timeout_s: float = 5.0
+    max_attempts_without_progress: int = 8
+    failed_ttl_s: float = 30.0
+    retry_backoff_s: float = 0.25
+    retry_backoff_max_s: float = 4.0
+    metered: bool = False
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if self.section_bytes is not None and self.section_bytes < 1:
+            raise ValueError("section_bytes must be positive (or None: automatic)")
+        if self.max_sections < 1:
+            raise ValueError("max_sections must be at least 1")
+        if self.max_section_bytes is not None and self.max_section_bytes < 1:
+            raise ValueError("max_section_bytes must be positive (or None)")
+        for name in ("stall_timeout_s", "connect_timeout_s", "balancer_timeout_s"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a positive number")
+        if self.max_attempts_without_progress < 1:
+            raise ValueError("max_attempts_without_progress must be at least 1")
+        if self.failed_ttl_s < 0 or self.retry_backoff_s < 0 or self.retry_backoff_max_s < 0:
+            raise ValueError("failed_ttl_s and the backoffs must not be negative")
+
+    def section_size_for(self, size_bytes: int, piece_size_bytes: int) -> int:
+        """The section size in bytes for a file: whole pieces, at least one piece.
+
+        Automatic: ``max(piece, ceil(size / max_sections))`` rounded up to pieces,
+        then capped by ``max_section_bytes`` (rounded down to pieces, at least one).
+        """
+        if self.section_bytes is not None:
+            wanted = self.section_bytes
+        else:
+            wanted = max(piece_size_bytes, -(-size_bytes // self.max_sections))
+            if self.max_section_bytes is not None:
+                capped = (self.max_section_bytes // piece_size_bytes) * piece_size_bytes
+                wanted = min(wanted, max(piece_size_bytes, capped))
+        pieces = max(1, -(-wanted // piece_size_bytes))
+        return pieces * piece_size_bytes
+
+    def with_section_mb(self, section_mb: float | None) -> ClientConfig:
+        """This config with ``--section-mb`` applied (None: unchanged)."""
+        if section_mb is None:
+            return self
+        if not (section_mb > 0 and math.isfinite(section_mb)):
+            raise ValueError("--section-mb must be a positive number")
+        return replace(self, section_bytes=max(1, int(section_mb * MIB)))
+
+
+#: A desktop on a fixed line: two sections at once, the file in three sections.
+DESKTOP = ClientConfig(profile="desktop")
+
+#: A phone: one connection, sections of at most 8 MiB (a dropped radio link loses
+#: at most a piece and costs one re-ask), quicker stall detection, metered.
+MOBILE = ClientConfig(
+    profile="mobile",
+    concurrency=1,
+    max_section_bytes=8 * MIB,
+    stall_timeout_s=8.0,
+    metered=True,
+)
+
+PROFILES: dict[str, ClientConfig] = {"desktop": DESKTOP, "mobile": MOBILE}
+
+
+def profile(name: str) -> ClientConfig:
+    """The config of a named profile; ValueError for an unknown name."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown profile {name!r}: choose one of {', '.join(sorted(PROFILES))}"
+        ) from None

@@ -1,0 +1,297 @@
+"""The download plan of one issue: sections, handoffs, failed origins, giving up.
+
+Pure: no socket, clock or task. The adapter (:mod:`pressrun.clients.aio`) asks the
+plan what to fetch, tells it what happened with ``now``, and acts on the returned
+events. State:
+
+- every manifest piece is *pending*, *in flight* (in a started section) or
+  *verified* (its SHA-256 matched and it is on disk);
+- a *section* is a run of consecutive pending pieces, at most ``section_size``
+  bytes, stopping at the first piece that is verified or in flight; so a section
+  never asks for a verified byte, and on the happy path every byte is asked for
+  exactly once;
+- each section starts with a fresh directive from the balancer, so a long download
+  can move to another origin between sections: the section handoff of
+  001_524169374db25375.txt, where a long transfer is split into sections and each
+  section may be served by a different server. Their measurements put the best at
+  about half of the transfers handed off once and show that excessive handoffs hurt;
+  hence the default of three sections per file (at most two handoffs, see
+  `ClientConfig.section_size_for`);
+- an origin that failed (error, reset, stall, corrupt piece, unsatisfiable range) is
+  remembered for ``failed_ttl_s`` and named in ``failed=`` on every directive request
+  meanwhile: the WSDM retry rule of 003_fb4a16d3be88866e.txt (a retry re-selects a path
+  excluding the one marked failed). Pieces verified before the failure are kept; the
+  section's other pieces go back to pending and the next section picks them up;
+- failures in a row without a verified piece in between are counted; at
+  ``max_attempts_without_progress`` the plan gives up with a one-line reason. Each
+  failure also pushes the next attempt back (``not_before``) by an exponential backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from pressrun.clients.config import ClientConfig
+from pressrun.clients.events import (
+    DownloadComplete,
+    DownloadGaveUp,
+    Event,
+    LocalProtocolError,
+    OriginFailed,
+    PiecesReleased,
+    PlanState,
+    Section,
+    SectionStarted,
+)
+
+__all__ = ["DownloadPlan"]
+
+
+class DownloadPlan:
+    """What remains of one download and what to fetch next (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        size_bytes: int,
+        piece_size_bytes: int,
+        config: ClientConfig,
+        verified: Iterable[int] = (),
+        now: float,
+    ) -> None:
+        if size_bytes < 1 or piece_size_bytes < 1:
+            raise LocalProtocolError("size_bytes and piece_size_bytes must be positive")
+        self.size_bytes = size_bytes
+        self.piece_size_bytes = piece_size_bytes
+        self.num_pieces = -(-size_bytes // piece_size_bytes)
+        self.config = config
+        self.section_size_bytes = config.section_size_for(size_bytes, piece_size_bytes)
+        self._section_pieces = self.section_size_bytes // piece_size_bytes
+        self.verified: set[int] = set()
+        for index in verified:
+            if not 0 <= index < self.num_pieces:
+                raise LocalProtocolError(f"verified piece {index} is outside the file")
+            self.verified.add(index)
+        # piece -> section id, for pieces in flight
+        self._in_flight: dict[int, int] = {}
+        self.sections: dict[int, Section] = {}
+        self._next_id = 0
+        self._failed_until: dict[str, float] = {}
+        self._last_origin: str | None = None
+        self.handoffs = 0
+        self.sections_started = 0
+        self.failures_in_a_row = 0
+        self.failures_total = 0
+        self.not_before = now
+        self.give_up_reason: str | None = None
+        self.state = PlanState.COMPLETE if self._all_verified() else PlanState.DOWNLOADING
+
+    # ------------------------------------------------------------------ queries
+
+    def piece_span(self, index: int) -> tuple[int, int]:
+        """``(offset, length)`` of piece ``index``."""
+        if not 0 <= index < self.num_pieces:
+            raise LocalProtocolError(f"piece {index} is outside the file")
+        offset = index * self.piece_size_bytes
+        return offset, min(self.piece_size_bytes, self.size_bytes - offset)
+
+    @property
+    def verified_bytes(self) -> int:
+        """Bytes in verified pieces."""
+        return sum(self.piece_span(i)[1] for i in self.verified)
+
+    def remaining_ranges(self) -> list[tuple[int, int]]:
+        """The byte ranges ``[start, end)`` not yet verified, merged, in order."""
+        ranges: list[tuple[int, int]] = []
+        for index in range(self.num_pieces):
+            if index in self.verified:
+                continue
+            start, length = self.piece_span(index)
+            if ranges and ranges[-1][1] == start:
+                ranges[-1] = (ranges[-1][0], start + length)
+            else:
+                ranges.append((start, start + length))
+        return ranges
+
+    def has_unassigned(self) -> bool:
+        """True if some piece is neither verified nor in flight."""
+        return any(
+            i not in self.verified and i not in self._in_flight for i in range(self.num_pieces)
+        )
+
+    def failed_origins(self, *, now: float) -> frozenset[str]:
+        """The origins to name in ``failed=`` now (failed less than ``failed_ttl_s`` ago)."""
+        return frozenset(name for name, until in self._failed_until.items() if now < until)
+
+    def pick_origin(self, candidates: Sequence[str], *, now: float) -> str | None:
+        """The first of the directive's origins (preference order) not failed now."""
+        failed = self.failed_origins(now=now)
+        for name in candidates:
+            if name not in failed:
+                return name
+        return None
+
+    def _all_verified(self) -> bool:
+        return len(self.verified) == self.num_pieces
+
+    # ------------------------------------------------------------------- inputs
+
+    def start_section(self, origin: str, *, now: float) -> SectionStarted | None:
+        """Hand the next run of pending pieces to ``origin``; None if nothing is left
+        to assign (every piece verified or in flight) or the plan is over."""
+        if self.state is not PlanState.DOWNLOADING:
+            return None
+        first = next(
+            (
+                i
+                for i in range(self.num_pieces)
+                if i not in self.verified and i not in self._in_flight
+            ),
+            None,
+        )
+        if first is None:
+            return None
+        end = first
+        limit = min(self.num_pieces, first + self._section_pieces)
+        while end < limit and end not in self.verified and end not in self._in_flight:
+            end += 1
+        start_byte = self.piece_span(first)[0]
+        last_offset, last_length = self.piece_span(end - 1)
+        section = Section(
+            section_id=self._next_id,
+            origin=origin,
+            first_piece=first,
+            end_piece=end,
+            start_byte=start_byte,
+            end_byte=last_offset + last_length,
+        )
+        self._next_id += 1
+        self.sections[section.section_id] = section
+        for index in section.pieces:
+            self._in_flight[index] = section.section_id
+        self.sections_started += 1
+        handed_off_from = None
+        if self._last_origin is not None and self._last_origin != origin:
+            handed_off_from = self._last_origin
+            self.handoffs += 1
+        self._last_origin = origin
+        return SectionStarted(section, handed_off_from)
+
+    def handle_piece_verified(self, section_id: int, index: int, *, now: float) -> list[Event]:
+        """Piece ``index`` of the section arrived, matched its SHA-256 and is on disk."""
+        section = self._section(section_id)
+        if index not in section.pieces:
+            raise LocalProtocolError(f"piece {index} is not in section {section_id}")
+        if self._in_flight.get(index) != section_id:
+            raise LocalProtocolError(f"piece {index} was already settled")
+        del self._in_flight[index]
+        self.verified.add(index)
+        self.failures_in_a_row = 0
+        self.not_before = now
+        events: list[Event] = []
+        if not any(self._in_flight.get(i) == section_id for i in section.pieces):
+            del self.sections[section_id]
+        if self._all_verified():
+            self.state = PlanState.COMPLETE
+            events.append(DownloadComplete())
+        return events
+
+    def handle_piece_corrupt(self, section_id: int, index: int, *, now: float) -> list[Event]:
+        """Piece ``index`` came from the section's origin with the wrong SHA-256: the
+        piece is discarded, the origin failed, the section ended (its unverified pieces
+        are fetched again from elsewhere)."""
+        section = self._section(section_id)
+        if index not in section.pieces:
+            raise LocalProtocolError(f"piece {index} is not in section {section_id}")
+        return self.handle_section_failed(
+            section_id, f"piece {index} failed its SHA-256 check", now=now
+        )
+
+    def handle_section_failed(
+        self, section_id: int, reason: str, *, now: float, origin_at_fault: bool = True
+    ) -> list[Event]:
+        """The section's transfer ended early (error, reset, stall, bad answer).
+
+        Verified pieces stay; the rest go back to pending. With ``origin_at_fault`` the
+        origin is named in ``failed=`` for ``failed_ttl_s``.
+        """
+        section = self._section(section_id)
+        released = self._release(section)
+        events: list[Event] = [PiecesReleased(section_id, released)] if released else []
+        if origin_at_fault:
+            events.append(self._mark_failed(section.origin, reason, now=now))
+        events.extend(self._count_failure(f"origin {section.origin}: {reason}", now=now))
+        return events
+
+    def handle_section_finished(self, section_id: int, *, now: float) -> list[Event]:
+        """The section's response ended. Every piece should be verified by now; any
+        that is not (a short body) fails the section."""
+        section = self.sections.get(section_id)
+        if section is None:
+            return []  # every piece verified: the section was closed then
+        return self.handle_section_failed(
+            section_id, "the response ended before the section was complete", now=now
+        )
+
+    def handle_directive_failed(
+        self, reason: str, *, now: float, retry_after_s: float | None = None
+    ) -> list[Event]:
+        """The balancer could not give a usable directive (unreachable, 503, or every
+        origin it listed has failed)."""
+        events = self._count_failure(reason, now=now)
+        if retry_after_s is not None:
+            self.not_before = max(self.not_before, now + retry_after_s)
+        return events
+
+    def handle_origin_failed(self, origin: str, reason: str, *, now: float) -> list[Event]:
+        """An origin failed outside a section (e.g. its manifest request)."""
+        return [self._mark_failed(origin, reason, now=now), *self._count_failure(reason, now=now)]
+
+    def handle_pieces_lost(self, indices: Iterable[int], *, now: float) -> list[Event]:
+        """Verified pieces turned out bad on disk (the final check): fetch them again."""
+        lost = [i for i in indices if i in self.verified]
+        for index in lost:
+            self.verified.discard(index)
+        if lost and self.state is PlanState.COMPLETE:
+            self.state = PlanState.DOWNLOADING
+        return self._count_failure(f"{len(lost)} verified pieces were bad on disk", now=now)
+
+    # ---------------------------------------------------------------- internals
+
+    def _section(self, section_id: int) -> Section:
+        section = self.sections.get(section_id)
+        if section is None:
+            raise LocalProtocolError(f"no open section {section_id}")
+        return section
+
+    def _release(self, section: Section) -> tuple[int, ...]:
+        released = tuple(i for i in section.pieces if self._in_flight.get(i) == section.section_id)
+        for index in released:
+            del self._in_flight[index]
+        del self.sections[section.section_id]
+        return released
+
+    def _mark_failed(self, origin: str, reason: str, *, now: float) -> OriginFailed:
+        until = now + self.config.failed_ttl_s
+        self._failed_until[origin] = max(until, self._failed_until.get(origin, until))
+        return OriginFailed(origin, reason, until)
+
+    def _count_failure(self, reason: str, *, now: float) -> list[Event]:
+        self.failures_in_a_row += 1
+        self.failures_total += 1
+        backoff = min(
+            self.config.retry_backoff_max_s,
+            self.config.retry_backoff_s * 2 ** (self.failures_in_a_row - 1),
+        )
+        self.not_before = max(self.not_before, now + backoff)
+        if (
+            self.state is PlanState.DOWNLOADING
+            and self.failures_in_a_row >= self.config.max_attempts_without_progress
+        ):
+            self.state = PlanState.GAVE_UP
+            self.give_up_reason = (
+                f"gave up after {self.failures_in_a_row} failed attempts in a row "
+                f"without progress; the last: {reason}"
+            )
+            return [DownloadGaveUp(self.give_up_reason)]
+        return []

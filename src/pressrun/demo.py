@@ -1,0 +1,410 @@
+"""``pressrun demo``: three origins, a balancer and about twenty clients on 127.0.0.1.
+
+The origins are shaped like the machines of 000_9aae53f3113e9bd8.txt (section 5):
+
+- **A** a dedicated, powerful server: gigabit stated, no cap;
+- **B** a shared server with background tasks: gigabit stated, and a real CPU burner
+  process (a separate ``python`` busy loop, niced) running beside it for the whole
+  demo;
+- **C** an underpowered remote machine with a small link: a real token-bucket egress
+  cap of 24 Mbit/s (3 MB/s) on all its transfers, stated correctly to the balancer (as
+  in the paper's waves-2 / burst-2 re-runs).
+
+A balancer with Algorithm 2 polls them; a fresh Ed25519 key signs a generated sample
+issue (32 MiB) published into the content folder all three serve; then the clients
+run `pressrun.clients.aio.fetch_issue` concurrently, each into its own library. The
+demo prints a table per origin (transfers, MB served) and per client (seconds, origins
+used, handoffs, verified against the source file's SHA-256), and exits 0; anything
+that fails ends it with a one-line message and exit code 1. Temp folders and the
+burner process are removed in every case.
+
+The services run in-process through `start_origin` / `start_balancer` (ports read
+back from the bound sockets, no fixed ports, nothing to leak if the demo is killed).
+On one host the origins' ``cpu_percent`` is system-wide, so B's burner raises the
+CPU figure all three report (docs/demo.md).
+
+`Testbed` is the same set-up for the integration tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pressrun.balancer.aio import RunningBalancer
+    from pressrun.clients.aio import FetchResult
+    from pressrun.origin.aio import RunningOrigin
+
+MIB = 1024 * 1024
+DEMO_ISSUE = "weekly-2026-47"
+
+
+@dataclass(frozen=True)
+class OriginShape:
+    """One origin of a test bed: its name, stated capacity, real cap, content."""
+
+    name: str
+    capacity_mbps: float = 1000.0
+    egress_cap_mbps: float | None = None
+    content_dir: Path | None = None  # None: the test bed's shared folder
+    description: str = ""
+
+
+#: Machines A, B and C of 000_9aae53f3113e9bd8.txt.
+DEMO_SHAPES = (
+    OriginShape("origin-a", 1000.0, None, description="A: dedicated, gigabit"),
+    OriginShape("origin-b", 1000.0, None, description="B: shared, CPU burner beside it"),
+    OriginShape("origin-c", 24.0, 24.0, description="C: small link, 3 MB/s cap"),
+)
+
+
+def start_cpu_burner() -> subprocess.Popen[bytes]:
+    """A real background load: a separate Python process in a busy loop (niced)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import os; os.nice(5)\nwhile True: pass"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a process this module started, then kill it if it lingers."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=3)
+
+
+@dataclass
+class Testbed:
+    """Origins and a balancer on 127.0.0.1 for the demo and the integration tests.
+
+    Use as ``async with Testbed(root, shapes) as bed:``; ``await bed.publish(...)`` a
+    sample issue, ``await bed.start_balancer()``, then point clients at
+    ``bed.balancer.url``. Everything started is stopped on exit.
+    """
+
+    root: Path
+    shapes: tuple[OriginShape, ...]
+    poll_interval_s: float = 0.5
+    origins: dict[str, RunningOrigin] = field(default_factory=dict)
+    balancer: RunningBalancer | None = None
+
+    @property
+    def content_dir(self) -> Path:
+        """The shared content folder."""
+        return self.root / "content"
+
+    def content_of(self, name: str) -> Path:
+        """The content folder an origin serves."""
+        shape = next(s for s in self.shapes if s.name == name)
+        return shape.content_dir or self.content_dir
+
+    async def __aenter__(self) -> Testbed:
+        from pressrun.origin import OriginConfig, start_origin
+
+        self.content_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for shape in self.shapes:
+                content = shape.content_dir or self.content_dir
+                content.mkdir(parents=True, exist_ok=True)
+                self.origins[shape.name] = await start_origin(
+                    OriginConfig(
+                        content_dir=content,
+                        name=shape.name,
+                        capacity_mbps=shape.capacity_mbps,
+                        egress_cap_mbps=shape.egress_cap_mbps,
+                        stats_interval_s=self.poll_interval_s,
+                        shutdown_grace_s=0.0,
+                    )
+                )
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop the balancer and every origin still running."""
+        if self.balancer is not None:
+            await self.balancer.stop()
+            self.balancer = None
+        for name in list(self.origins):
+            await self.stop_origin(name)
+
+    async def stop_origin(self, name: str) -> None:
+        """Stop one origin at once (transfers in progress are cut)."""
+        origin = self.origins.pop(name, None)
+        if origin is not None:
+            await origin.stop()
+
+    async def publish(
+        self,
+        data: bytes,
+        *,
+        issue_id: str,
+        key_path: Path,
+        file_name: str | None = None,
+        piece_size: int = 262144,
+    ) -> Path:
+        """Publish ``data`` as ``issue_id`` into the shared folder, then copy the
+        bundle into every origin with a folder of its own; returns the bundle path."""
+        from pressrun.content.publish import publish
+
+        source_dir = self.root / "source"
+        source_dir.mkdir(exist_ok=True)
+        source = source_dir / (file_name or f"{issue_id}.pdf")
+        source.write_bytes(data)
+        urls = [o.url for o in self.origins.values()]
+        bundle = await asyncio.to_thread(
+            publish,
+            source,
+            issue_id=issue_id,
+            title=f"Sample issue {issue_id}",
+            key_path=key_path,
+            content_dir=self.content_dir,
+            web_seeds=urls,
+            piece_size=piece_size,
+        )
+        for shape in self.shapes:
+            if shape.content_dir is not None and shape.content_dir != self.content_dir:
+                await asyncio.to_thread(
+                    shutil.copytree, bundle, shape.content_dir / issue_id, dirs_exist_ok=True
+                )
+        return bundle
+
+    async def start_balancer(self, algorithm: str = "alg2") -> RunningBalancer:
+        """Start the balancer over the running origins and wait until all are up."""
+        from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
+        from pressrun.balancer.config import BalancerConfig
+        from pressrun.balancer.events import OriginSpec
+
+        self.balancer = await start_balancer(
+            BalancerServiceConfig(
+                origins=tuple(OriginSpec(n, o.url) for n, o in self.origins.items()),
+                balancer=BalancerConfig(
+                    poll_interval_s=self.poll_interval_s,
+                    stale_after_s=3.5 * self.poll_interval_s,
+                    algorithm=algorithm,
+                ),
+                seed=47,
+            )
+        )
+        await self.balancer.wait_until_up(len(self.origins), timeout_s=10.0)
+        # one more poll, so every origin's issue list includes what was just published
+        await asyncio.sleep(2 * self.poll_interval_s)
+        return self.balancer
+
+
+# ----------------------------------------------------------------------- the demo
+
+
+@dataclass(frozen=True)
+class ClientRow:
+    """One demo client's outcome."""
+
+    number: int
+    result: FetchResult | None
+    error: str | None
+    sha_ok: bool
+
+
+async def run_demo(
+    *, clients: int, size_mib: int, stagger_s: float, keep: Path | None
+) -> tuple[list[ClientRow], list[dict[str, Any]], float]:
+    """Run the demo; returns the client rows, the origins' /stats and the wall time."""
+    from pressrun.clients.aio import FetchError, fetch_issue
+    from pressrun.clients.config import DESKTOP
+    from pressrun.content.keys import generate_keypair, load_public_key
+
+    root = Path(tempfile.mkdtemp(prefix="pressrun-demo-")) if keep is None else keep
+    burner = start_cpu_burner()
+    try:
+        async with Testbed(root, DEMO_SHAPES) as bed:
+            key, pub = generate_keypair(root / "publisher.key")
+            data = random.Random(2026).randbytes(size_mib * MIB)
+            want_sha = hashlib.sha256(data).hexdigest()
+            await bed.publish(data, issue_id=DEMO_ISSUE, key_path=key)
+            del data
+            balancer = await bed.start_balancer("alg2")
+            trusted = {load_public_key(pub)}
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+
+            async def one(number: int) -> ClientRow:
+                await asyncio.sleep(number * stagger_s)
+                try:
+                    result = await fetch_issue(
+                        DEMO_ISSUE,
+                        balancer_url=balancer.url,
+                        library=root / f"library-{number:02d}",
+                        config=DESKTOP,
+                        trusted_keys=trusted,
+                    )
+                except FetchError as err:
+                    return ClientRow(number, None, str(err), False)
+                sha = await asyncio.to_thread(_sha256_file, result.path)
+                return ClientRow(number, result, None, sha == want_sha)
+
+            rows = await asyncio.gather(*(one(n) for n in range(1, clients + 1)))
+            wall = loop.time() - started
+            stats = [o.service.stats_document() for o in bed.origins.values()]
+            return list(rows), stats, wall
+    finally:
+        stop_process(burner)
+        if keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(MIB):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def print_tables(rows: list[ClientRow], stats: list[dict[str, Any]], wall_s: float) -> None:
+    """The demo's two tables (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    by_origin: dict[str, int] = {}
+    for row in rows:
+        if row.result is not None:
+            for name, n in row.result.bytes_by_origin.items():
+                by_origin[name] = by_origin.get(name, 0) + n
+    shapes = {s.name: s for s in DEMO_SHAPES}
+    origins = Table(title="Origins (000_9aae53f3113e9bd8.txt machines A, B, C)")
+    origins.add_column("origin")
+    origins.add_column("shape")
+    origins.add_column("transfers", justify="right")
+    origins.add_column("MB served", justify="right")
+    origins.add_column("MB in verified pieces", justify="right")
+    for doc in stats:
+        name = str(doc["name"])
+        origins.add_row(
+            name,
+            shapes[name].description if name in shapes else "",
+            str(doc["transfers_total"]),
+            f"{doc['bytes_sent_total'] / 1e6:.1f}",
+            f"{by_origin.get(name, 0) / 1e6:.1f}",
+        )
+    console.print(origins)
+    clients = Table(title=f"Clients ({len(rows)}, all started within the first seconds)")
+    clients.add_column("client", justify="right")
+    clients.add_column("seconds", justify="right")
+    clients.add_column("origins used (MB)")
+    clients.add_column("handoffs", justify="right")
+    clients.add_column("verified")
+    for row in rows:
+        if row.result is None:
+            clients.add_row(str(row.number), "-", row.error or "", "-", "[red]no")
+            continue
+        used = ", ".join(
+            f"{n.removeprefix('origin-')} {b / 1e6:.0f}"
+            for n, b in sorted(row.result.bytes_by_origin.items())
+        )
+        clients.add_row(
+            str(row.number),
+            f"{row.result.seconds:.1f}",
+            used,
+            str(row.result.handoffs),
+            "[green]yes" if row.sha_ok and row.result.verified else "[red]NO",
+        )
+    console.print(clients)
+    done = [r.result.seconds for r in rows if r.result is not None]
+    if done:
+        console.print(
+            f"{len(done)}/{len(rows)} clients verified; seconds per client: "
+            f"min {min(done):.1f}, median {sorted(done)[len(done) // 2]:.1f}, "
+            f"max {max(done):.1f}; all done {wall_s:.1f} s after the first started"
+        )
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add ``pressrun demo``."""
+    p = subparsers.add_parser(
+        "demo",
+        help="three origins (machines A, B, C), a balancer and 20 clients on 127.0.0.1",
+        description="Start three origins shaped like machines A, B and C of "
+        "000_9aae53f3113e9bd8.txt (B with a real CPU burner beside it, C with a 3 MB/s "
+        "egress cap), a balancer with Algorithm 2, publish a generated sample issue, run "
+        "concurrent clients and print per-origin and per-client tables.",
+    )
+    p.add_argument("--clients", type=int, default=20, help="concurrent clients (default 20)")
+    p.add_argument("--size-mib", type=int, default=32, help="sample issue size (default 32)")
+    p.add_argument(
+        "--stagger-s",
+        type=float,
+        default=0.05,
+        help="delay between client starts, seconds (default 0.05: a burst)",
+    )
+    p.add_argument(
+        "--keep",
+        default=None,
+        metavar="DIR",
+        help="work in DIR and keep it (default: a temp folder, removed at the end)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo; 0 when every client ends with a verified file."""
+    import logging
+
+    if args.clients < 1 or args.size_mib < 1 or args.stagger_s < 0:
+        print("pressrun demo: --clients and --size-mib must be positive", file=sys.stderr)
+        return 2
+    # the services' per-transfer INFO lines would drown the tables
+    for name in ("pressrun.origin", "pressrun.balancer", "aiohttp.access"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    keep = Path(args.keep) if args.keep else None
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    print(
+        f"pressrun demo: 3 origins, balancer (alg2), {args.clients} clients, "
+        f"a {args.size_mib} MiB issue; starting ...",
+        flush=True,
+    )
+    try:
+        rows, stats, wall = asyncio.run(
+            run_demo(
+                clients=args.clients, size_mib=args.size_mib, stagger_s=args.stagger_s, keep=keep
+            )
+        )
+    except Exception as err:  # every failure ends in one line and exit code 1
+        print(f"pressrun demo: failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    print_tables(rows, stats, wall)
+    bad = [r for r in rows if r.result is None or not r.sha_ok]
+    if bad:
+        first = bad[0]
+        print(
+            f"pressrun demo: {len(bad)} of {len(rows)} clients did not end with a verified "
+            f"file (client {first.number}: {first.error or 'SHA-256 mismatch'})",
+            file=sys.stderr,
+        )
+        return 1
+    with contextlib.suppress(OSError):
+        os.sync()
+    return 0
