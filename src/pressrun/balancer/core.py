@@ -129,6 +129,7 @@ class BalancerCore:
             o.name: OriginRecord(spec=o, next_poll_at=now) for o in origins
         }
         self.directives_answered = 0
+        self._ranked_cache: dict[str, dict[str, RankedOrigin]] = {}
         self.refusals: dict[Refusal, int] = dict.fromkeys(Refusal, 0)
 
     # --- timers -------------------------------------------------------------
@@ -217,13 +218,29 @@ class BalancerCore:
         return Directive(
             issue,
             decision.mode,
-            # (a list comprehension, not a generator: this is the hot path)
-            tuple([RankedOrigin(name, origins[name].spec.url, score) for name, score in ranked]),
+            self._ranked_origins(issue, ranked),
             decision.swarm,
             fallbacks,
             self.config.expires_in_s,
             self.algorithm.name,
         )
+
+    def _ranked_origins(
+        self, issue: str, ranked: list[tuple[str, float]]
+    ) -> tuple[RankedOrigin, ...]:
+        # Hot path: between two requests for an issue only the picked origin's score
+        # moves, so the other entries are the same frozen objects as last time
+        # (building a frozen dataclass costs more than looking one up).
+        cache = self._ranked_cache.get(issue)
+        if cache is None:
+            cache = self._ranked_cache[issue] = {}
+        out = []
+        for name, score in ranked:
+            entry = cache.get(name)
+            if entry is None or entry.score != score:
+                entry = cache[name] = RankedOrigin(name, self.origins[name].spec.url, score)
+            out.append(entry)
+        return tuple(out)
 
     def _refuse(self, issue: str, failed: frozenset[str]) -> NoDirective:
         # Only a refusal looks at every origin: a directive must not cost O(origins).
