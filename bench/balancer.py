@@ -344,6 +344,8 @@ def main() -> int:
     parser.add_argument("--skip-core", action="store_true", help="skip the core benchmark")
     parser.add_argument("--skip-http", action="store_true", help="skip the HTTP benchmark")
     args = parser.parse_args()
+    # Other work on the machine halves these numbers: say how busy it was.
+    print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     ok = True
     if not args.skip_core:
         core = bench_core(args.runs)
@@ -351,6 +353,7 @@ def main() -> int:
     if not args.skip_http:
         rate = bench_http(args.runs, args.seconds, args.clients, args.connections, args.access_log)
         ok &= rate >= HTTP_TARGET
+    print("load average at end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print("all targets met" if ok else "a target was missed")
     return 0 if ok else 1
 
