@@ -34,6 +34,7 @@ import contextlib
 import hashlib
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -217,6 +218,85 @@ class Testbed:
 # ----------------------------------------------------------------------- the demo
 
 
+@dataclass
+class ServiceProcess:
+    """A ``pressrun serve ...`` child process and the URL it listens on.
+
+    Started with ``--port 0``; the URL is read from the service's own start-up log line
+    ("... on http://127.0.0.1:PORT ..."), so no port is guessed. Its stderr is drained
+    for as long as it runs (the last lines are kept for error messages).
+    """
+
+    name: str
+    proc: asyncio.subprocess.Process
+    url: str
+    tail: list[str]
+    drain: asyncio.Task[None]
+
+    @classmethod
+    async def start(cls, name: str, args: list[str], timeout_s: float = 20.0) -> ServiceProcess:
+        """Run ``pressrun --log-level INFO serve ARGS`` and wait for its URL."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "pressrun.cli",
+            "--log-level",
+            "INFO",
+            "serve",
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert proc.stderr is not None
+        tail: list[str] = []
+        pattern = re.compile(r" on (http://127\.0\.0\.1:\d+)")
+
+        async def first_url() -> str:
+            assert proc.stderr is not None
+            while line := await proc.stderr.readline():
+                text = line.decode(errors="replace").rstrip()
+                tail.append(text)
+                del tail[:-20]
+                found = pattern.search(text)
+                if found:
+                    return found.group(1)
+            raise RuntimeError(
+                f"{name} exited before listening: {' | '.join(tail[-3:]) or 'no output'}"
+            )
+
+        try:
+            url = await asyncio.wait_for(first_url(), timeout_s)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
+
+        async def drain() -> None:
+            assert proc.stderr is not None
+            while line := await proc.stderr.readline():
+                tail.append(line.decode(errors="replace").rstrip())
+                del tail[:-20]
+
+        return cls(name, proc, url, tail, asyncio.create_task(drain()))
+
+    async def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 5 s."""
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.terminate()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 5.0)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()
+                await self.proc.wait()
+        self.drain.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.drain
+
+
 @dataclass(frozen=True)
 class ClientRow:
     """One demo client's outcome."""
@@ -230,48 +310,135 @@ class ClientRow:
 async def run_demo(
     *, clients: int, size_mib: int, stagger_s: float, keep: Path | None
 ) -> tuple[list[ClientRow], list[dict[str, Any]], float]:
-    """Run the demo; returns the client rows, the origins' /stats and the wall time."""
+    """Run the demo; returns the client rows, the origins' /stats and the wall time.
+
+    Origins and balancer are ``pressrun serve`` child processes (each its own event
+    loop, as on separate machines); the clients run in this process.
+    """
+    import aiohttp
+
     from pressrun.clients.aio import FetchError, fetch_issue
     from pressrun.clients.config import DESKTOP
     from pressrun.content.keys import generate_keypair, load_public_key
+    from pressrun.content.publish import publish
 
     root = Path(tempfile.mkdtemp(prefix="pressrun-demo-")) if keep is None else keep
+    content = root / "content"
+    content.mkdir(parents=True, exist_ok=True)
     burner = start_cpu_burner()
+    services: list[ServiceProcess] = []
     try:
-        async with Testbed(root, DEMO_SHAPES) as bed:
-            key, pub = generate_keypair(root / "publisher.key")
-            data = random.Random(2026).randbytes(size_mib * MIB)
-            want_sha = hashlib.sha256(data).hexdigest()
-            await bed.publish(data, issue_id=DEMO_ISSUE, key_path=key)
-            del data
-            balancer = await bed.start_balancer("alg2")
-            trusted = {load_public_key(pub)}
-            loop = asyncio.get_running_loop()
-            started = loop.time()
+        for shape in DEMO_SHAPES:
+            args = [
+                "origin",
+                "--content",
+                str(content),
+                "--port",
+                "0",
+                "--name",
+                shape.name,
+                "--capacity-mbps",
+                f"{shape.capacity_mbps:g}",
+                "--stats-interval-s",
+                "0.5",
+                "--shutdown-grace-s",
+                "0",
+            ]
+            if shape.egress_cap_mbps is not None:
+                args += ["--egress-cap-mbps", f"{shape.egress_cap_mbps:g}"]
+            services.append(await ServiceProcess.start(shape.name, args))
+        origins = services[:]
+        key, pub = generate_keypair(root / "publisher.key")
+        data = random.Random(2026).randbytes(size_mib * MIB)
+        want_sha = hashlib.sha256(data).hexdigest()
+        source = root / "source" / f"{DEMO_ISSUE}.pdf"
+        source.parent.mkdir(exist_ok=True)
+        source.write_bytes(data)
+        del data
+        await asyncio.to_thread(
+            publish,
+            source,
+            issue_id=DEMO_ISSUE,
+            title="Weekly, issue 47 (generated sample)",
+            key_path=key,
+            content_dir=content,
+            web_seeds=[o.url for o in origins],
+        )
+        listing = ",".join(f"{o.name}={o.url}" for o in origins)
+        balancer = await ServiceProcess.start(
+            "balancer",
+            [
+                "balancer",
+                "--origins",
+                listing,
+                "--algorithm",
+                "alg2",
+                "--port",
+                "0",
+                "--poll-interval-s",
+                "0.5",
+                "--seed",
+                "47",
+            ],
+        )
+        services.append(balancer)
+        await _wait_for_directive(balancer.url, DEMO_ISSUE, timeout_s=15.0)
+        trusted = {load_public_key(pub)}
+        loop = asyncio.get_running_loop()
+        started = loop.time()
 
-            async def one(number: int) -> ClientRow:
-                await asyncio.sleep(number * stagger_s)
-                try:
-                    result = await fetch_issue(
-                        DEMO_ISSUE,
-                        balancer_url=balancer.url,
-                        library=root / f"library-{number:02d}",
-                        config=DESKTOP,
-                        trusted_keys=trusted,
-                    )
-                except FetchError as err:
-                    return ClientRow(number, None, str(err), False)
-                sha = await asyncio.to_thread(_sha256_file, result.path)
-                return ClientRow(number, result, None, sha == want_sha)
+        async def one(number: int) -> ClientRow:
+            await asyncio.sleep(number * stagger_s)
+            try:
+                result = await fetch_issue(
+                    DEMO_ISSUE,
+                    balancer_url=balancer.url,
+                    library=root / f"library-{number:02d}",
+                    config=DESKTOP,
+                    trusted_keys=trusted,
+                )
+            except FetchError as err:
+                return ClientRow(number, None, str(err), False)
+            sha = await asyncio.to_thread(_sha256_file, result.path)
+            return ClientRow(number, result, None, sha == want_sha)
 
-            rows = await asyncio.gather(*(one(n) for n in range(1, clients + 1)))
-            wall = loop.time() - started
-            stats = [o.service.stats_document() for o in bed.origins.values()]
-            return list(rows), stats, wall
+        rows = await asyncio.gather(*(one(n) for n in range(1, clients + 1)))
+        wall = loop.time() - started
+        stats: list[dict[str, Any]] = []
+        async with aiohttp.ClientSession() as http:
+            for origin in origins:
+                async with http.get(f"{origin.url}/stats") as resp:
+                    stats.append(await resp.json())
+        return list(rows), stats, wall
     finally:
+        for service in reversed(services):
+            await service.stop()
         stop_process(burner)
         if keep is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+async def _wait_for_directive(balancer_url: str, issue_id: str, timeout_s: float) -> None:
+    """Until the balancer answers a directive for the issue (all origins polled)."""
+    import aiohttp
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    last = "no answer"
+    async with aiohttp.ClientSession() as http:
+        while loop.time() < deadline:
+            try:
+                async with http.get(f"{balancer_url}/v1/origins") as resp:
+                    doc = await resp.json()
+                up = [o for o in doc["origins"] if o.get("state") == "up"]
+                held = [o for o in up if issue_id in (o.get("status") or {}).get("issues", [])]
+                if len(held) == len(doc["origins"]):
+                    return
+                last = f"{len(held)} of {len(doc['origins'])} origins up with the issue"
+            except (aiohttp.ClientError, OSError, ValueError, KeyError) as err:
+                last = str(err)
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"the balancer did not see every origin in {timeout_s:g} s ({last})")
 
 
 def _sha256_file(path: Path) -> str:
@@ -376,7 +543,7 @@ def run(args: argparse.Namespace) -> int:
         print("pressrun demo: --clients and --size-mib must be positive", file=sys.stderr)
         return 2
     # the services' per-transfer INFO lines would drown the tables
-    for name in ("pressrun.origin", "pressrun.balancer", "aiohttp.access"):
+    for name in ("pressrun.origin", "pressrun.balancer", "pressrun.clients", "aiohttp.access"):
         logging.getLogger(name).setLevel(logging.WARNING)
     keep = Path(args.keep) if args.keep else None
     if keep is not None:
