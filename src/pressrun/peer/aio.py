@@ -1,0 +1,765 @@
+"""The peer's asyncio adapter: one libtorrent session per peer, driven by alerts.
+
+`fetch_via_swarm` is what a client calls when the balancer's directive says ``swarm``
+(docs/swarm.md has the whole story, this is the reference):
+
+    result = await fetch_via_swarm(
+        torrent=torrent_bytes,          # the issue's .torrent (bytes or a path)
+        manifest=manifest,              # the *verified* content.manifest.Manifest
+        partial_dir=library / ".partial" / issue_id,
+        tracker_url=directive.swarm.tracker_url,   # None: the torrent's own trackers
+        web_seeds=[origin_web_seed_url, ...],      # added to the torrent's own
+        config=profile_config("desktop"),
+        on_progress=callback,           # SwarmProgress, every status poll
+    )
+    if result.completed: result.path is the verified issue (same path as the
+        origin downloader's partial file: partial_dir / manifest.file_name)
+    elif result.stalled: fetch result.missing_spans from origins into result.path;
+        result.have_pieces were checked against the manifest and are kept.
+
+The session: DHT, LSD, UPnP and NAT-PMP off; several connections per IP (every
+loopback peer is 127.0.0.1); web-seed requests of at most 1 MiB (the 16 MiB default
+makes the first request reserve most of the file for a slow origin); a low
+``min_announce_interval``; every address in libtorrent's global peer class so the
+profile's rate limits apply on loopback and LAN as well (FIELD-NOTES.md, libtorrent).
+
+Alerts come through ``session.set_alert_fd`` on a pipe watched with
+``loop.add_reader`` (never ``set_alert_notify`` with a Python callback: it deadlocks
+against calls that hold the GIL), and status comes from ``post_torrent_updates`` /
+``post_peer_info``, asked for by the core's timer. The session is destroyed in a
+worker thread: its destructor blocks while it announces ``stopped``.
+
+Resume: libtorrent's resume data (pieces held, all-time upload/download) is saved
+next to the file as ``<file>.swarm-resume`` while pieces arrive and at exit; a peer
+killed before any save, or started on a partial file another downloader wrote,
+rechecks the file instead. When a stalled peer hands its file over to the origin
+downloader, the resume file is removed (the file is about to change under it), so a
+later join rechecks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import quote_from_bytes
+
+import aiohttp
+import libtorrent as lt
+import yarl
+
+from pressrun.content.codec import Manifest
+from pressrun.content.manifest import check_file, piece_ok
+from pressrun.peer.config import PeerConfig
+from pressrun.peer.core import PeerCore, share_ratio
+from pressrun.peer.events import (
+    AskSwarmCounts,
+    DropWebSeeds,
+    Effect,
+    Leave,
+    LeaveRule,
+    PeerPhase,
+    PollStatus,
+    Progress,
+    RestoreWebSeeds,
+    SaveResumeData,
+    Stalled,
+    SwarmCounts,
+)
+from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, SwarmView, make_uploader_policy
+from pressrun.tracker.codec import CodecError, bdecode
+
+log = logging.getLogger(__name__)
+
+RESUME_SUFFIX = ".swarm-resume"
+_ALERT_MASK = (
+    lt.alert.category_t.error_notification
+    | lt.alert.category_t.status_notification
+    | lt.alert.category_t.storage_notification
+    | lt.alert.category_t.tracker_notification
+    | lt.alert.category_t.piece_progress_notification
+)
+_LEAVE_ANNOUNCE_TIMEOUT_S = 5.0
+
+
+class SwarmError(Exception):
+    """The swarm download cannot go on (bad torrent, a copy that fails the manifest)."""
+
+
+def resume_path_for(partial_dir: Path, file_name: str) -> Path:
+    """Where the peer keeps libtorrent's resume data for this file."""
+    return partial_dir / (file_name + RESUME_SUFFIX)
+
+
+def session_settings(config: PeerConfig, *, listen_interfaces: str) -> dict[str, Any]:
+    """libtorrent settings for one peer (module docstring, FIELD-NOTES.md)."""
+    return {
+        "listen_interfaces": listen_interfaces,
+        "enable_dht": False,
+        "enable_lsd": False,
+        "enable_upnp": False,
+        "enable_natpmp": False,
+        "allow_multiple_connections_per_ip": True,
+        "urlseed_max_request_bytes": 1 << 20,
+        "urlseed_wait_retry": 2,
+        "min_announce_interval": 1,
+        "stop_tracker_timeout": 2,
+        "aio_threads": 2,
+        "hashing_threads": 1,
+        "alert_mask": int(_ALERT_MASK),
+        "alert_queue_size": 10000,
+        "upload_rate_limit": config.upload_limit_bps,
+        "download_rate_limit": config.download_limit_bps,
+        "user_agent": "pressrun-peer/0.1 libtorrent/2.1",
+    }
+
+
+def _global_class_filter() -> Any:
+    # Every address (loopback and private ranges included) into the global peer class,
+    # whose rate limits are the session's: libtorrent's default puts local addresses
+    # in a class without limits.
+    everyone = 1 << lt.session.global_peer_class_id
+    f = lt.ip_filter()
+    f.add_rule("0.0.0.0", "255.255.255.255", everyone)
+    f.add_rule("::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", everyone)
+    return f
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmProgress:
+    """A progress report for a client's progress bar."""
+
+    phase: PeerPhase
+    done_bytes: int
+    wanted_bytes: int
+    uploaded_bytes: int
+    downloaded_bytes: int
+    bytes_from_web_seeds: int
+    connected_peers: int
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmResult:
+    """How a swarm fetch ended.
+
+    completed: the file at ``path`` is the issue, checked against the manifest
+        (SHA-256 of every piece and of the whole file).
+    stalled: no progress for ``stall_after_s``; ``have_pieces`` (each checked against
+        the manifest) are in ``path`` at their offsets, ``missing_spans`` are the byte
+        ranges [start, end) still to fetch from origins.
+    bytes_from_peers / bytes_from_web_seeds: payload downloaded from BitTorrent peers /
+        from the origins' web seeds (counted per connection at each status poll: the
+        last fraction of a second of a connection that closed between polls is counted
+        as from peers; the origins' own counters are exact).
+    uploaded_bytes / downloaded_bytes / ratio: all-time payload totals of this
+        download (across restarts), ratio = uploaded / downloaded (None if nothing
+        came down).
+    leave_rule: the rule that let the peer go (None if it never left, e.g. an error).
+    """
+
+    issue_id: str
+    path: Path
+    completed: bool
+    stalled: bool
+    have_pieces: tuple[int, ...]
+    missing_spans: tuple[tuple[int, int], ...]
+    bytes_from_peers: int
+    bytes_from_web_seeds: int
+    uploaded_bytes: int
+    downloaded_bytes: int
+    ratio: float | None
+    leave_rule: LeaveRule | None
+    download_s: float | None
+    seeding_s: float | None
+    listen_port: int | None
+
+
+def scrape_url(announce_url: str) -> str | None:
+    """The BEP 48 scrape URL of an announce URL (``.../announce`` -> ``.../scrape``)."""
+    head, sep, tail = announce_url.rpartition("/")
+    if not sep or not tail.startswith("announce"):
+        return None
+    return f"{head}/scrape{tail[len('announce') :]}"
+
+
+def parse_scrape(body: bytes, info_hash: bytes) -> SwarmCounts | None:
+    """Seeds and leechers of one swarm from a bencoded scrape answer (None if absent)."""
+    decoded = bdecode(body)
+    if not isinstance(decoded, dict):
+        raise ValueError("scrape answer is not a dictionary")
+    files = decoded.get(b"files")
+    if not isinstance(files, dict):
+        return None
+    entry = files.get(info_hash)
+    if not isinstance(entry, dict):
+        return None
+    seeds, leechers = entry.get(b"complete"), entry.get(b"incomplete")
+    if not isinstance(seeds, int) or not isinstance(leechers, int):
+        raise ValueError("scrape answer without complete/incomplete")
+    return SwarmCounts(seeds=seeds, leechers=leechers)
+
+
+def missing_spans(manifest: Manifest, have: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """Byte ranges [start, end) of the pieces not in ``have``, adjacent ones merged."""
+    held = set(have)
+    spans: list[tuple[int, int]] = []
+    for index in range(manifest.num_pieces):
+        if index in held:
+            continue
+        start, length = manifest.piece_span(index)
+        if spans and spans[-1][1] == start:
+            spans[-1] = (spans[-1][0], start + length)
+        else:
+            spans.append((start, start + length))
+    return tuple(spans)
+
+
+def verified_pieces(manifest: Manifest, path: Path, candidates: Sequence[int]) -> list[int]:
+    """The candidate pieces whose bytes in ``path`` match the manifest's SHA-256."""
+    good: list[int] = []
+    try:
+        with open(path, "rb") as f:
+            for index in candidates:
+                start, length = manifest.piece_span(index)
+                f.seek(start)
+                if piece_ok(manifest, index, f.read(length)):
+                    good.append(index)
+    except FileNotFoundError:
+        return []
+    return good
+
+
+class SwarmPeer:
+    """One peer in one issue's swarm: a libtorrent session, its core, its alerts.
+
+    ``await peer.start()`` (listens, adds the torrent), ``await peer.downloaded()``
+    (True once the copy is verified, False on a stall), ``await peer.finished()``
+    (the `SwarmResult` once it left by a rule), ``await peer.stop()`` (leave now by
+    `LeaveRule.USER`, or hand the file over after a stall), ``await peer.close()``.
+    """
+
+    def __init__(
+        self,
+        *,
+        torrent: bytes | Path,
+        manifest: Manifest,
+        partial_dir: Path,
+        config: PeerConfig,
+        tracker_url: str | None = None,
+        web_seeds: Sequence[str] = (),
+        listen_interfaces: str = "0.0.0.0:0",
+        uploader_policy: str = DEFAULT_UPLOADER_POLICY,
+        on_progress: Callable[[SwarmProgress], None] | None = None,
+    ) -> None:
+        data = torrent if isinstance(torrent, bytes) else Path(torrent).read_bytes()
+        self._info = lt.torrent_info(cast(bytes, lt.bdecode(data)))
+        info_hash = str(self._info.info_hashes().v1)
+        if info_hash != manifest.info_hash:
+            raise SwarmError(
+                f"the torrent's info-hash {info_hash} is not the manifest's "
+                f"{manifest.info_hash}; refusing to join that swarm"
+            )
+        if self._info.num_pieces() != manifest.num_pieces:
+            raise SwarmError("the torrent's pieces do not match the manifest's")
+        self.manifest = manifest
+        self.config = config
+        self.partial_dir = partial_dir
+        self.path = partial_dir / manifest.file_name
+        self.resume_path = resume_path_for(partial_dir, manifest.file_name)
+        self.tracker_url = tracker_url
+        self.web_seeds = list(dict.fromkeys([*self._info_web_seeds(), *web_seeds]))
+        self.listen_interfaces = listen_interfaces
+        self.policy = make_uploader_policy(uploader_policy)
+        self.on_progress = on_progress
+        self.listen_port: int | None = None
+        self.core: PeerCore | None = None
+        self.bytes_from_web_seeds = 0
+        self._web_conn_bytes: dict[tuple[str, int], int] = {}
+        self._session: Any = None
+        self._handle: Any = None
+        self._pipe: tuple[int, int] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listening: asyncio.Future[int] | None = None
+        self._downloaded: asyncio.Future[bool] | None = None
+        self._left: asyncio.Future[Leave] | None = None
+        self._tracker_replied: asyncio.Event = asyncio.Event()
+        self._resume_saved: asyncio.Event = asyncio.Event()
+        self._removed: asyncio.Event = asyncio.Event()
+        self._started_at = 0.0
+        self._verified_at: float | None = None
+        self._stalled = False
+        self._last_progress: Progress | None = None
+        self._last_plan: tuple[int, ...] | None = None
+        self._verify_task: asyncio.Task[None] | None = None
+        self._scrape_task: asyncio.Task[None] | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._peer_id = ""
+
+    def _info_web_seeds(self) -> list[str]:
+        return [str(cast(dict[str, Any], w)["url"]) for w in self._info.web_seeds()]
+
+    # --- lifecycle ----------------------------------------------------------
+
+    async def start(self) -> int:
+        """Start the session, add the torrent (with resume data if any); the listen port."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._listening = loop.create_future()
+        self._downloaded = loop.create_future()
+        self._left = loop.create_future()
+        self._started_at = loop.time()
+        self.core = PeerCore(self.config, now=self._started_at)
+        self.partial_dir.mkdir(parents=True, exist_ok=True)
+        settings = session_settings(self.config, listen_interfaces=self.listen_interfaces)
+        # a plain dict is the settings pack the binding takes (its stubs say otherwise)
+        ses = lt.session(settings)  # type: ignore[call-overload]
+        ses.set_peer_class_filter(_global_class_filter())
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        self._pipe = (r, w)
+        ses.set_alert_fd(w)
+        loop.add_reader(r, self._on_alert_fd)
+        self._session = ses
+        self._handle = ses.add_torrent(self._add_params())
+        self._peer_id = ""
+        self._rearm()
+        self._on_alert_fd()  # alerts posted before the reader was attached
+        return await asyncio.wait_for(asyncio.shield(self._listening), timeout=10)
+
+    def _add_params(self) -> Any:
+        atp = None
+        if self.resume_path.exists():
+            try:
+                atp = lt.read_resume_data(self.resume_path.read_bytes())
+            except Exception as err:  # a torn or foreign resume file: recheck instead
+                log.warning("ignoring resume data %s: %s", self.resume_path, err)
+                atp = None
+        if atp is None:
+            atp = lt.add_torrent_params()
+        atp.ti = self._info
+        atp.save_path = str(self.partial_dir)
+        if self.tracker_url is not None:
+            atp.trackers = [self.tracker_url]
+        atp.url_seeds = list(self.web_seeds)
+        return atp
+
+    async def downloaded(self) -> bool:
+        """True once the copy is verified against the manifest, False on a stall."""
+        assert self._downloaded is not None, "start() first"
+        return await asyncio.shield(self._downloaded)
+
+    async def finished(self) -> SwarmResult:
+        """Wait until a rule lets the peer go, leave the swarm, and say how it went."""
+        assert self._left is not None, "start() first"
+        leave = await asyncio.shield(self._left)
+        await self._leave_swarm(leave.rule)
+        return self.result()
+
+    async def stop(self) -> SwarmResult:
+        """Leave now: by `LeaveRule.USER` (or hand the file over if it stalled)."""
+        assert self.core is not None and self._loop is not None
+        if self._left is not None and not self._left.done():
+            self._apply(self.core.handle_user_stop(now=self._loop.time()))
+        assert self._left is not None
+        leave = await asyncio.shield(self._left)
+        await self._leave_swarm(leave.rule)
+        return self.result()
+
+    async def close(self) -> None:
+        """Release the session (in a thread: its destructor announces ``stopped``)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for task in (self._verify_task, self._scrape_task):
+            if task is not None:
+                task.cancel()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        ses, self._session = self._session, None
+        self._handle = None
+        if self._pipe is not None and self._loop is not None:
+            self._loop.remove_reader(self._pipe[0])
+        if ses is not None:
+            await asyncio.to_thread(_drop, ses)
+        if self._pipe is not None:
+            for fd in self._pipe:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._pipe = None
+
+    def result(self) -> SwarmResult:
+        """The outcome so far (final after `finished` / `stop`)."""
+        assert self.core is not None
+        p = self._last_progress
+        up = p.uploaded_bytes if p else 0
+        down = p.downloaded_bytes if p else 0
+        completed = self.core.phase in (PeerPhase.SEEDING, PeerPhase.LEFT) and (
+            self._verified_at is not None
+        )
+        have = tuple(range(self.manifest.num_pieces)) if completed else self._handover_pieces
+        return SwarmResult(
+            issue_id=self.manifest.issue_id,
+            path=self.path,
+            completed=completed,
+            stalled=self._stalled and not completed,
+            have_pieces=have,
+            missing_spans=() if completed else missing_spans(self.manifest, have),
+            bytes_from_peers=max(0, down - self.bytes_from_web_seeds),
+            bytes_from_web_seeds=self.bytes_from_web_seeds,
+            uploaded_bytes=up,
+            downloaded_bytes=down,
+            ratio=share_ratio(up, down),
+            leave_rule=self.core.left.rule if self.core.left else None,
+            download_s=(self._verified_at - self._started_at) if self._verified_at else None,
+            seeding_s=self._seeding_s(),
+            listen_port=self.listen_port,
+        )
+
+    _handover_pieces: tuple[int, ...] = ()
+    _left_at: float | None = None
+
+    def _seeding_s(self) -> float | None:
+        if self._verified_at is None or self._loop is None:
+            return None
+        end = self._left_at if self._left_at is not None else self._loop.time()
+        return end - self._verified_at
+
+    # --- leaving ------------------------------------------------------------
+
+    async def _leave_swarm(self, rule: LeaveRule) -> None:
+        """Save resume data, name the rule to the tracker, remove the torrent."""
+        if self._handle is None or self._session is None or self._removed.is_set():
+            return
+        assert self._loop is not None
+        self._left_at = self._loop.time()
+        handle = self._handle
+        handle.pause()
+        await self._save_resume(wait=True)
+        if self._stalled and self._verified_at is None:
+            # Hand the file over: the origin downloader will fill it in.
+            pieces = [i for i, have in enumerate(handle.status().pieces) if have]
+            self._handover_pieces = tuple(
+                await asyncio.to_thread(verified_pieces, self.manifest, self.path, pieces)
+            )
+        # libtorrent sends `stopped` only to a tracker it has announced to: move to the
+        # URL that names the rule, announce there, then remove (docs/tracker.md).
+        urls = [str(t["url"]) for t in handle.trackers()]
+        if urls:
+            sep = "&" if "?" in urls[0] else "?"
+            handle.resume()
+            self._tracker_replied.clear()
+            handle.replace_trackers(
+                [lt.announce_entry(f"{u}{sep}leave_rule={rule.tracker_value}") for u in urls]
+            )
+            handle.force_reannounce()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._tracker_replied.wait(), _LEAVE_ANNOUNCE_TIMEOUT_S)
+        self._session.remove_torrent(handle)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._removed.wait(), _LEAVE_ANNOUNCE_TIMEOUT_S)
+        if self._stalled and self._verified_at is None:
+            self.resume_path.unlink(missing_ok=True)
+
+    async def _save_resume(self, *, wait: bool) -> None:
+        if self._handle is None:
+            return
+        self._resume_saved.clear()
+        self._handle.save_resume_data(lt.save_resume_flags_t.flush_disk_cache)
+        if wait:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._resume_saved.wait(), 5.0)
+
+    # --- the core's effects -------------------------------------------------
+
+    def _apply(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, PollStatus):
+                if self._session is not None:
+                    self._session.post_torrent_updates()
+            elif isinstance(effect, AskSwarmCounts):
+                self._ask_counts()
+            elif isinstance(effect, DropWebSeeds):
+                if self._handle is not None:
+                    for url in self.web_seeds:
+                        self._handle.remove_url_seed(url)
+            elif isinstance(effect, RestoreWebSeeds):
+                if self._handle is not None:
+                    for url in self.web_seeds:
+                        # remove first: re-adding is how a disabled web seed comes back
+                        self._handle.remove_url_seed(url)
+                        self._handle.add_url_seed(url)
+            elif isinstance(effect, SaveResumeData):
+                if self._handle is not None:
+                    self._handle.save_resume_data(lt.save_resume_flags_t.flush_disk_cache)
+            elif isinstance(effect, Stalled):
+                log.info(
+                    "%s: no swarm progress for %.1f s with %d pieces",
+                    self.manifest.issue_id,
+                    effect.idle_s,
+                    effect.pieces_have,
+                )
+                self._stalled = True
+                if self._downloaded is not None and not self._downloaded.done():
+                    self._downloaded.set_result(False)
+            elif isinstance(effect, Leave) and self._left is not None and not self._left.done():
+                self._left.set_result(effect)
+
+    def _ask_counts(self) -> None:
+        # BEP 48 scrape over our own HTTP client: libtorrent's scrape_tracker() fails
+        # against this tracker with an empty error in 2.1.1, and a plain scrape works
+        # with any tracker.
+        if self._scrape_task is not None and not self._scrape_task.done():
+            return
+        if self._handle is None or self._loop is None:
+            return
+        urls = [scrape_url(str(t["url"])) for t in self._handle.trackers()]
+        usable = [u for u in urls if u is not None]
+        if usable:
+            self._scrape_task = self._loop.create_task(self._scrape(usable[0]))
+
+    async def _scrape(self, url: str) -> None:
+        info_hash = bytes.fromhex(self.manifest.info_hash)
+        target = (
+            f"{url}{'&' if '?' in url else '?'}info_hash={quote_from_bytes(info_hash, safe='')}"
+        )
+        try:
+            if self._http is None:
+                self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+            async with self._http.get(yarl.URL(target, encoded=True)) as resp:
+                body = await resp.read()
+            counts = parse_scrape(body, info_hash)
+        except (aiohttp.ClientError, TimeoutError, ValueError, CodecError) as err:
+            log.debug("scrape %s failed: %s", url, err)
+            return
+        if counts is not None and self.core is not None and self._loop is not None:
+            self._apply(self.core.handle_swarm_counts(counts, now=self._loop.time()))
+            self._rearm()
+
+    def _rearm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.core is None or self._loop is None:
+            return
+        deadline = self.core.next_deadline()
+        if deadline is not None:
+            self._timer = self._loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        assert self.core is not None and self._loop is not None
+        self._apply(self.core.handle_timer(now=self._loop.time()))
+        self._rearm()
+
+    # --- alerts -------------------------------------------------------------
+
+    def _on_alert_fd(self) -> None:
+        if self._pipe is None:
+            return
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while os.read(self._pipe[0], 4096):
+                pass
+        if self._session is None:
+            return
+        for alert in self._session.pop_alerts():
+            try:
+                self._on_alert(alert)
+            except Exception:  # one odd alert must not kill the peer
+                log.exception("peer: error handling %s", type(alert).__name__)
+        self._rearm()
+
+    def _on_alert(self, a: Any) -> None:
+        assert self.core is not None and self._loop is not None
+        now = self._loop.time()
+        if isinstance(a, lt.state_update_alert):
+            for st in a.status:
+                self._on_status(st, now)
+        elif isinstance(a, lt.listen_succeeded_alert):
+            tcp = a.socket_type == lt.socket_type_t.tcp
+            if tcp and self._listening is not None and not self._listening.done():
+                self.listen_port = int(a.port)
+                self._listening.set_result(self.listen_port)
+        elif isinstance(a, lt.listen_failed_alert):
+            if self._listening is not None and not self._listening.done():
+                self._listening.set_exception(SwarmError(f"cannot listen: {a.message()}"))
+        elif isinstance(a, lt.torrent_finished_alert):
+            self._apply(self.core.handle_download_finished(now=now))
+            self._start_verify()
+        elif isinstance(a, lt.tracker_reply_alert | lt.tracker_error_alert):
+            self._tracker_replied.set()
+        elif isinstance(a, lt.url_seed_alert):
+            log.info("web seed %s failed: %s", a.server_url, a.error_message)
+            self._apply(self.core.handle_web_seed_failed(now=now))
+        elif isinstance(a, lt.save_resume_data_alert):
+            self._write_resume(a.params)
+            self._resume_saved.set()
+        elif isinstance(a, lt.save_resume_data_failed_alert):
+            self._resume_saved.set()
+        elif isinstance(a, lt.torrent_removed_alert):
+            self._removed.set()
+        elif isinstance(a, lt.hash_failed_alert):
+            log.info("piece %d failed libtorrent's hash check", a.piece_index)
+
+    def _on_status(self, st: Any, now: float) -> None:
+        assert self.core is not None
+        previous = self._last_progress
+        if self._handle is not None:
+            # (peer_info_alert cannot be read from Python in the 2.1.1 binding: it has
+            # no converter for its vector; the synchronous call is fine without
+            # set_alert_notify, FIELD-NOTES.md)
+            self._on_peer_info(self._handle.get_peer_info())
+        progress = Progress(
+            done_bytes=int(st.total_wanted_done),
+            wanted_bytes=int(st.total_wanted),
+            pieces_have=int(st.num_pieces),
+            pieces_total=self.manifest.num_pieces,
+            uploaded_bytes=int(st.all_time_upload),
+            downloaded_bytes=int(st.all_time_download),
+            connected_peers=max(0, int(st.num_peers) - self._web_connections),
+        )
+        self._last_progress = progress
+        self._apply(self.core.handle_progress(progress, now=now))
+        if st.is_seeding and self.core.phase is PeerPhase.DOWNLOADING:
+            # A complete file found at start (resume data or recheck): no finished alert.
+            self._apply(self.core.handle_download_finished(now=now))
+            self._start_verify()
+        if self.core.phase is PeerPhase.DOWNLOADING and (
+            previous is None or previous.pieces_have != progress.pieces_have
+        ):
+            self._plan(st)
+        if self.on_progress is not None:
+            self.on_progress(
+                SwarmProgress(
+                    phase=self.core.phase,
+                    done_bytes=progress.done_bytes,
+                    wanted_bytes=progress.wanted_bytes,
+                    uploaded_bytes=progress.uploaded_bytes,
+                    downloaded_bytes=progress.downloaded_bytes,
+                    bytes_from_web_seeds=self.bytes_from_web_seeds,
+                    connected_peers=progress.connected_peers,
+                )
+            )
+
+    _web_connections = 0
+
+    def _on_peer_info(self, peers: Sequence[Any]) -> None:
+        # Bytes from web seeds, per connection: a connection's total only grows, so a
+        # total below the last one seen is a new connection to the same origin.
+        web = 0
+        for pi in peers:
+            if pi.connection_type == lt.peer_info.standard_bittorrent:
+                continue
+            web += 1
+            key = (str(pi.ip[0]), int(pi.ip[1]))
+            total = int(pi.total_download)
+            last = self._web_conn_bytes.get(key, 0)
+            self.bytes_from_web_seeds += total - last if total >= last else total
+            self._web_conn_bytes[key] = total
+        self._web_connections = web
+
+    def _plan(self, st: Any) -> None:
+        assert self._loop is not None
+        if self._handle is None:
+            return
+        view = SwarmView(
+            peer_id=self._peer_id,
+            info_hash=self.manifest.info_hash,
+            have=tuple(bool(b) for b in st.pieces),
+            connected_peers=int(st.num_peers),
+        )
+        plan = self.policy.plan(view, now=self._loop.time())
+        if plan is not None and plan.piece_priorities != self._last_plan:
+            self._last_plan = plan.piece_priorities
+            self._handle.prioritize_pieces(list(plan.piece_priorities))
+
+    def _write_resume(self, params: Any) -> None:
+        data = lt.write_resume_data_buf(params)
+        tmp = self.resume_path.with_name(self.resume_path.name + ".tmp")
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, self.resume_path)
+        except OSError as err:
+            log.warning("cannot save resume data %s: %s", self.resume_path, err)
+
+    # --- verification -------------------------------------------------------
+
+    def _start_verify(self) -> None:
+        if self._verify_task is None:
+            self._verify_task = asyncio.get_running_loop().create_task(self._verify())
+
+    async def _verify(self) -> None:
+        assert self.core is not None and self._loop is not None
+        found = await asyncio.to_thread(check_file, self.manifest, self.path)
+        if not found.matches(self.manifest):
+            err = SwarmError(
+                f"{self.path} holds every piece by the torrent's hashes but not the "
+                f"manifest's (bad pieces {list(found.bad_pieces[:10])}, size "
+                f"{found.size_bytes}); the torrent and manifest disagree"
+            )
+            for fut in (self._downloaded, self._left):
+                if fut is not None and not fut.done():
+                    fut.set_exception(err)
+            return
+        now = self._loop.time()
+        self._verified_at = now
+        if self._downloaded is not None and not self._downloaded.done():
+            self._downloaded.set_result(True)
+        self._apply(self.core.handle_verified(now=now))
+        self._rearm()
+
+
+def _drop(session: Any) -> None:
+    del session
+
+
+async def fetch_via_swarm(
+    *,
+    torrent: bytes | Path,
+    manifest: Manifest,
+    partial_dir: Path,
+    config: PeerConfig,
+    tracker_url: str | None = None,
+    web_seeds: Sequence[str] = (),
+    listen_interfaces: str = "0.0.0.0:0",
+    uploader_policy: str = DEFAULT_UPLOADER_POLICY,
+    on_progress: Callable[[SwarmProgress], None] | None = None,
+    on_verified: Callable[[Path], None] | None = None,
+) -> SwarmResult:
+    """Download an issue from its swarm, seed it by the fair-exit rules, leave.
+
+    Returns when the peer has left: after a verified download and seeding until a
+    rule let it go (``result.completed``), or after a stall (``result.stalled``:
+    fetch ``result.missing_spans`` from origins into ``result.path``). ``on_verified``
+    is called with the path as soon as the copy is verified (the reader may open it
+    while the peer seeds). Raises `SwarmError` for a torrent that is not the
+    manifest's or a copy that fails the manifest.
+    """
+    peer = SwarmPeer(
+        torrent=torrent,
+        manifest=manifest,
+        partial_dir=partial_dir,
+        config=config,
+        tracker_url=tracker_url,
+        web_seeds=web_seeds,
+        listen_interfaces=listen_interfaces,
+        uploader_policy=uploader_policy,
+        on_progress=on_progress,
+    )
+    try:
+        await peer.start()
+        ok = await peer.downloaded()
+        if not ok:
+            return await peer.stop()
+        if on_verified is not None:
+            on_verified(peer.path)
+        return await peer.finished()
+    finally:
+        await peer.close()

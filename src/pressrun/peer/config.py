@@ -1,0 +1,124 @@
+"""The peer's configuration and its two profiles (desktop, mobile), with documented defaults."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from enum import Enum
+
+
+class ProfileName(Enum):
+    """The client profiles of ARCHITECTURE.md."""
+
+    DESKTOP = "desktop"
+    MOBILE = "mobile"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerConfig:
+    """How one peer downloads, seeds and leaves (docs/swarm.md).
+
+    profile: desktop or mobile (see `desktop_profile` / `mobile_profile`).
+    share_ratio: the fair-exit rule of 004 (III.A): after finishing, seed until
+        uploaded >= share_ratio x downloaded. 1.0 is the paper's "as much as it has
+        downloaded".
+    not_needed_seeds_per_leecher: the "nobody needs me any more" rule: a finished peer
+        may leave when the tracker counts no leechers, or when the other seeds
+        (seeds - 1) number at least this many per leecher. 1.0 matches the tracker's
+        ``needs_seeds`` (``leechers > 0 and seeds <= leechers``). 0 disables the rule.
+    max_seed_time_s: a finished peer leaves after seeding this long, whatever its ratio
+        (None: no bound).
+    seed_after_download: False for a peer that never seeds (mobile on a metered link):
+        it leaves as soon as its copy is verified, by the ratio rule if it already
+        holds, else by `metered`.
+    metered: the link is metered (mobile data): implies seed_after_download=False.
+    upload_limit_bps / download_limit_bps: libtorrent's session rate limits in bytes/s
+        (0: unlimited); they apply to loopback and LAN peers too (the peer moves every
+        address into libtorrent's global peer class).
+    stall_after_s: no download progress for this long reports `Stalled` (the client
+        falls back to origin sections, keeping the pieces it has).
+    status_interval_s: how often the torrent's status is polled (progress, ratio).
+    counts_interval_s: how often a seeding peer asks the tracker for its counts (scrape).
+    drop_web_seeds: remove the origins' web seeds once this peer holds its share of
+        the pieces (pieces / swarm size x web_seed_share_factor), so the origins send
+        about one copy in all and the peers the rest (FIELD-NOTES.md, libtorrent).
+    web_seed_share_factor: how many shares a peer takes from the web seeds first.
+    web_seed_stall_s: with web seeds dropped, no progress for this long puts them back
+        (the stall guard); they stay back for web_seed_hold_s before another drop.
+    web_seed_hold_s: see web_seed_stall_s.
+    web_seed_retry_s: a web seed that libtorrent disabled (one non-2xx answer disables
+        it for the session) is put back after this delay.
+    resume_save_interval_s: at most one resume-data save per interval while pieces
+        arrive (and one at exit).
+    """
+
+    profile: ProfileName = ProfileName.DESKTOP
+    share_ratio: float = 1.0
+    not_needed_seeds_per_leecher: float = 1.0
+    max_seed_time_s: float | None = 1800.0
+    seed_after_download: bool = True
+    metered: bool = False
+    upload_limit_bps: int = 0
+    download_limit_bps: int = 0
+    stall_after_s: float = 20.0
+    status_interval_s: float = 0.5
+    counts_interval_s: float = 2.0
+    drop_web_seeds: bool = True
+    web_seed_share_factor: float = 1.0
+    web_seed_stall_s: float = 2.0
+    web_seed_hold_s: float = 4.0
+    web_seed_retry_s: float = 1.0
+    resume_save_interval_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not (self.share_ratio >= 0 and math.isfinite(self.share_ratio)):
+            raise ValueError("share_ratio must be a finite number >= 0")
+        if not (self.not_needed_seeds_per_leecher >= 0):
+            raise ValueError("not_needed_seeds_per_leecher must be >= 0")
+        if self.max_seed_time_s is not None and not self.max_seed_time_s >= 0:
+            raise ValueError("max_seed_time_s must be >= 0 (or None)")
+        if self.upload_limit_bps < 0 or self.download_limit_bps < 0:
+            raise ValueError("rate limits must be >= 0 (0: unlimited)")
+        for name in (
+            "stall_after_s",
+            "status_interval_s",
+            "counts_interval_s",
+            "web_seed_stall_s",
+            "web_seed_retry_s",
+            "resume_save_interval_s",
+        ):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive")
+        if self.web_seed_hold_s < 0 or not self.web_seed_share_factor > 0:
+            raise ValueError("web_seed_hold_s must be >= 0 and web_seed_share_factor > 0")
+
+    @property
+    def seeds(self) -> bool:
+        """True if this peer seeds after downloading at all."""
+        return self.seed_after_download and not self.metered
+
+
+def desktop_profile(**overrides: object) -> PeerConfig:
+    """Desktop: no rate limits by default, seeds to ratio 1.0, at most 30 minutes,
+    or until nobody needs it; `pressrun seed` keeps seeding in the background."""
+    return replace(PeerConfig(profile=ProfileName.DESKTOP), **overrides)  # type: ignore[arg-type]
+
+
+def mobile_profile(*, metered: bool = False, **overrides: object) -> PeerConfig:
+    """Mobile: uploads capped at 256 KiB/s, seeds only to meet the ratio (or until
+    nobody needs it), at most 5 minutes; on a metered link never seeds."""
+    base = PeerConfig(
+        profile=ProfileName.MOBILE,
+        metered=metered,
+        upload_limit_bps=256 * 1024,
+        max_seed_time_s=300.0,
+    )
+    return replace(base, **overrides)  # type: ignore[arg-type]
+
+
+def profile_config(name: str, *, metered: bool = False, **overrides: object) -> PeerConfig:
+    """The config of a profile by name (`desktop` or `mobile`)."""
+    profile = ProfileName(name)
+    if profile is ProfileName.MOBILE:
+        return mobile_profile(metered=metered, **overrides)
+    return desktop_profile(metered=metered, **overrides)

@@ -1,0 +1,285 @@
+"""The peer's decisions, pure: the fair-exit rule, the stall detector, web-seed use.
+
+Policy (docs/swarm.md):
+
+- **Fair exit** (004_3e4b985b4cf14853.txt, III.A: "once a node has uploaded as much
+  content as it has downloaded, it can leave the network"): a finished, verified peer
+  seeds until ``uploaded >= share_ratio x downloaded`` (`LeaveRule.RATIO`). In a closed
+  swarm not everyone can get there (total upload = total download minus what the
+  origins sent, so the mean ratio is 1 minus the origins' share), hence two escape
+  hatches: the tracker's counts say nobody needs this seed any more
+  (`LeaveRule.NOT_NEEDED`: no leechers, or the other seeds number at least
+  ``not_needed_seeds_per_leecher`` per leecher; with 1.0 that is the tracker's own
+  ``needs_seeds`` false), or it has seeded for ``max_seed_time_s``
+  (`LeaveRule.MAX_SEED_TIME`). A peer that does not seed (mobile on a metered link)
+  leaves as soon as its copy is verified (`LeaveRule.METERED`, unless the ratio already
+  holds). `fair_to_leave` is the rule; the rules are tried in that order, so the
+  reported rule is the most honourable one that holds.
+- **Stall detector**: while downloading, no growth of the verified bytes for
+  ``stall_after_s`` emits `Stalled` once (again only after progress resumes); the
+  client then fetches the missing pieces from origins.
+- **Web seeds** (FIELD-NOTES.md, libtorrent): the origins are BEP 19 web seeds so the
+  swarm always has a source. Once a downloading peer holds its share of the pieces
+  (pieces / swarm size x ``web_seed_share_factor``, the swarm size being the larger of
+  the tracker's seeds + leechers and the connected peers + 1) and has a peer to trade
+  with, it drops the web seeds (`DropWebSeeds`) so the origins send about one copy in
+  all; a guard puts them back (`RestoreWebSeeds`) after ``web_seed_stall_s`` without
+  progress and keeps them for ``web_seed_hold_s``. A web seed that libtorrent disabled
+  (one non-2xx answer disables it for the session) is put back after
+  ``web_seed_retry_s``.
+
+Phases: DOWNLOADING -> (libtorrent says finished) VERIFYING -> (manifest check passed)
+SEEDING -> (a rule, or the user) LEFT. Timers (status polls, tracker counts, stall,
+guards, resume saves, the seeding bound) all go through `next_deadline()` /
+`handle_timer(now=)`. No clock, no I/O: every entry point takes ``now``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pressrun.peer.config import PeerConfig
+from pressrun.peer.events import (
+    AskSwarmCounts,
+    DropWebSeeds,
+    Effect,
+    Leave,
+    LeaveRule,
+    PeerPhase,
+    PollStatus,
+    Progress,
+    RestoreWebSeeds,
+    SaveResumeData,
+    Stalled,
+    SwarmCounts,
+)
+
+
+class LocalProtocolError(Exception):
+    """The caller used the core out of order (e.g. verified before finishing)."""
+
+
+def share_ratio(uploaded_bytes: int, downloaded_bytes: int) -> float | None:
+    """uploaded / downloaded, or None when nothing was downloaded."""
+    if downloaded_bytes <= 0:
+        return None
+    return uploaded_bytes / downloaded_bytes
+
+
+def not_needed(counts: SwarmCounts, seeds_per_leecher: float) -> bool:
+    """True if the tracker's counts say a (counted) seed is no longer needed.
+
+    No leechers at all, or the other seeds (``seeds - 1``: this peer is one of them)
+    number at least ``seeds_per_leecher`` per leecher. ``seeds_per_leecher`` 0 disables
+    the rule. With 1.0 this is the tracker's ``needs_seeds`` false (docs/tracker.md).
+    """
+    if seeds_per_leecher <= 0:
+        return False
+    if counts.leechers <= 0:
+        return True
+    return counts.seeds - 1 >= seeds_per_leecher * counts.leechers
+
+
+def fair_to_leave(
+    config: PeerConfig,
+    *,
+    uploaded_bytes: int,
+    downloaded_bytes: int,
+    counts: SwarmCounts | None,
+    seeding_for_s: float,
+) -> LeaveRule | None:
+    """The rule that lets a finished peer leave now, or None if it must keep seeding.
+
+    Tried in order: ratio (004's fairness), not needed (the tracker's fresh counts),
+    the maximum seeding time, and for a peer that never seeds, metered.
+    """
+    if uploaded_bytes >= config.share_ratio * downloaded_bytes:
+        return LeaveRule.RATIO
+    if counts is not None and not_needed(counts, config.not_needed_seeds_per_leecher):
+        return LeaveRule.NOT_NEEDED
+    if config.max_seed_time_s is not None and seeding_for_s >= config.max_seed_time_s:
+        return LeaveRule.MAX_SEED_TIME
+    if not config.seeds:
+        return LeaveRule.METERED
+    return None
+
+
+class PeerCore:
+    """One peer's fairness, stall and web-seed decisions for one issue."""
+
+    def __init__(self, config: PeerConfig, *, now: float) -> None:
+        self.config = config
+        self.phase = PeerPhase.DOWNLOADING
+        self.progress: Progress | None = None
+        self.counts: SwarmCounts | None = None
+        self._counts_at = -math.inf
+        self._last_done = -1
+        self._last_pieces = 0
+        self.last_progress_at = now
+        self._stall_reported = False
+        self.web_seeds_on = True
+        self._web_hold_until = now
+        self._web_retry_at: float | None = None
+        self._next_status_at = now
+        self._next_counts_at = now + config.counts_interval_s
+        self._resume_dirty = False
+        self._last_resume_save = now
+        self.seeding_since: float | None = None
+        self.left: Leave | None = None
+        self.stalls = 0
+        self.web_seed_drops = 0
+        self.web_seed_restores = 0
+
+    # --- inputs -------------------------------------------------------------
+
+    def handle_progress(self, progress: Progress, *, now: float) -> list[Effect]:
+        """A status snapshot; may drop the web seeds or (seeding) let the peer go."""
+        if self.phase is PeerPhase.LEFT:
+            return []
+        self.progress = progress
+        if progress.done_bytes > self._last_done:
+            self._last_done = progress.done_bytes
+            self.last_progress_at = now
+            self._stall_reported = False
+        if progress.pieces_have > self._last_pieces:
+            self._last_pieces = progress.pieces_have
+            self._resume_dirty = True
+        effects: list[Effect] = []
+        if self.phase is PeerPhase.DOWNLOADING and self._may_drop_web_seeds(progress, now):
+            self.web_seeds_on = False
+            self.web_seed_drops += 1
+            effects.append(DropWebSeeds())
+        effects += self._check_leave(now)
+        return effects
+
+    def handle_swarm_counts(self, counts: SwarmCounts, *, now: float) -> list[Effect]:
+        """The tracker's seeds/leechers for this swarm."""
+        if self.phase is PeerPhase.LEFT:
+            return []
+        self.counts = counts
+        self._counts_at = now
+        return self._check_leave(now)
+
+    def handle_web_seed_failed(self, *, now: float) -> list[Effect]:
+        """libtorrent disabled a web seed (a non-2xx answer or an error): retry later."""
+        if self._web_retry_at is None and self.phase is PeerPhase.DOWNLOADING:
+            self._web_retry_at = now + self.config.web_seed_retry_s
+        return []
+
+    def handle_download_finished(self, *, now: float) -> list[Effect]:
+        """libtorrent holds every piece (each checked against the torrent's SHA-1)."""
+        if self.phase is not PeerPhase.DOWNLOADING:
+            return []
+        self.phase = PeerPhase.VERIFYING
+        return [SaveResumeData()]
+
+    def handle_verified(self, *, now: float) -> list[Effect]:
+        """Our manifest's SHA-256 of every piece and of the whole file matched: seed."""
+        if self.phase is not PeerPhase.VERIFYING:
+            raise LocalProtocolError(f"verified while {self.phase.value}")
+        self.phase = PeerPhase.SEEDING
+        self.seeding_since = now
+        self._next_counts_at = now + self.config.counts_interval_s
+        # Fresh counts only: ones asked for before this peer was a seed may be stale.
+        return [AskSwarmCounts(), *self._check_leave(now)]
+
+    def handle_user_stop(self, *, now: float) -> list[Effect]:
+        """The user (or the program) stops the peer."""
+        if self.phase is PeerPhase.LEFT:
+            return []
+        return [self._leave(LeaveRule.USER)]
+
+    # --- timers -------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When `handle_timer` must next run; None once the peer has left."""
+        if self.phase is PeerPhase.LEFT:
+            return None
+        cfg = self.config
+        deadlines = [self._next_status_at, self._next_counts_at]
+        if self.phase is PeerPhase.DOWNLOADING:
+            if not self._stall_reported:
+                deadlines.append(self.last_progress_at + cfg.stall_after_s)
+            if not self.web_seeds_on:
+                deadlines.append(self.last_progress_at + cfg.web_seed_stall_s)
+            if self._web_retry_at is not None:
+                deadlines.append(self._web_retry_at)
+        if self._resume_dirty:
+            deadlines.append(self._last_resume_save + cfg.resume_save_interval_s)
+        if self.phase is PeerPhase.SEEDING and cfg.max_seed_time_s is not None:
+            assert self.seeding_since is not None
+            deadlines.append(self.seeding_since + cfg.max_seed_time_s)
+        return min(deadlines)
+
+    def handle_timer(self, *, now: float) -> list[Effect]:
+        """Run every timer that is due."""
+        if self.phase is PeerPhase.LEFT:
+            return []
+        cfg = self.config
+        effects: list[Effect] = []
+        if now >= self._next_status_at:
+            self._next_status_at = max(self._next_status_at + cfg.status_interval_s, now)
+            effects.append(PollStatus())
+        if now >= self._next_counts_at:
+            self._next_counts_at = max(self._next_counts_at + cfg.counts_interval_s, now)
+            effects.append(AskSwarmCounts())
+        if self.phase is PeerPhase.DOWNLOADING:
+            idle_s = now - self.last_progress_at
+            if not self._stall_reported and idle_s >= cfg.stall_after_s:
+                self._stall_reported = True
+                self.stalls += 1
+                effects.append(Stalled(idle_s, self._last_pieces))
+            restore = not self.web_seeds_on and idle_s >= cfg.web_seed_stall_s
+            retry = self._web_retry_at is not None and now >= self._web_retry_at
+            if retry:
+                self._web_retry_at = None
+            if restore or (retry and self.web_seeds_on):
+                if restore:
+                    self.web_seeds_on = True
+                    self.web_seed_restores += 1
+                    self._web_hold_until = now + cfg.web_seed_hold_s
+                effects.append(RestoreWebSeeds())
+        if self._resume_dirty and now >= self._last_resume_save + cfg.resume_save_interval_s:
+            self._resume_dirty = False
+            self._last_resume_save = now
+            effects.append(SaveResumeData())
+        effects += self._check_leave(now)
+        return effects
+
+    # --- internals ----------------------------------------------------------
+
+    def _swarm_size(self, progress: Progress) -> int:
+        counted = self.counts.seeds + self.counts.leechers if self.counts else 0
+        return max(counted, progress.connected_peers + 1, 1)
+
+    def _may_drop_web_seeds(self, progress: Progress, now: float) -> bool:
+        cfg = self.config
+        if not (cfg.drop_web_seeds and self.web_seeds_on and now >= self._web_hold_until):
+            return False
+        if progress.connected_peers <= 0 or progress.pieces_total <= 0:
+            return False
+        share = math.ceil(
+            progress.pieces_total / self._swarm_size(progress) * cfg.web_seed_share_factor
+        )
+        return progress.pieces_have >= min(share, progress.pieces_total)
+
+    def _check_leave(self, now: float) -> list[Effect]:
+        if self.phase is not PeerPhase.SEEDING or self.progress is None:
+            return []
+        assert self.seeding_since is not None
+        fresh = self.counts if self._counts_at >= self.seeding_since else None
+        rule = fair_to_leave(
+            self.config,
+            uploaded_bytes=self.progress.uploaded_bytes,
+            downloaded_bytes=self.progress.downloaded_bytes,
+            counts=fresh,
+            seeding_for_s=now - self.seeding_since,
+        )
+        return [] if rule is None else [self._leave(rule)]
+
+    def _leave(self, rule: LeaveRule) -> Leave:
+        self.phase = PeerPhase.LEFT
+        p = self.progress
+        ratio = share_ratio(p.uploaded_bytes, p.downloaded_bytes) if p else None
+        self.left = Leave(rule, ratio)
+        return self.left

@@ -1,0 +1,115 @@
+"""Uploader choice: who uploads which piece to whom. The hook for the Chord ring.
+
+ARCHITECTURE.md: "a tracker and a Chord ring decide who uploads which piece to whom"
+(004_3e4b985b4cf14853.txt, III.A: every node of a central ring is responsible for
+pieces, and supernodes decide which node uploads a piece). That ring comes in a later
+issue. Until then the default policy is libtorrent's own picking (rarest first,
+tit-for-tat unchoking), and this module is the one place a ring-driven policy plugs in,
+in the house shape of pluggable algorithms (STYLE.md, after aioquic's congestion
+controllers): an ABC, a name -> factory registry, one module per policy.
+
+The contract. The peer adapter (`pressrun.peer.aio`) calls `UploaderPolicy.plan` with
+a `SwarmView` after every status poll (``status_interval_s``) and applies what it
+returns to its torrent:
+
+- ``PiecePlan.piece_priorities``: libtorrent priorities 1..7 per piece, in piece
+  order (``torrent_handle.prioritize_pieces``); a ring policy raises the pieces this
+  node is responsible for so it fetches and then serves them first. Never 0 for
+  "later": two finished peers drop their connection and libtorrent waits
+  ``min_reconnect_time`` (60 s) before reconnecting (FIELD-NOTES.md). Checked here.
+- None: leave libtorrent's choice alone (what the default policy always answers).
+
+A policy must be pure like a core (no clock, no I/O; ``now`` is passed in), so the
+simulator can drive it too. To add one: write ``pressrun/peer/<name>_policy.py`` with
+a subclass, and register it with `register_uploader_policy("<name>", Factory)`; the
+peer picks it by name (``fetch_via_swarm(..., uploader_policy="<name>")``,
+``pressrun seed --uploader-policy``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+MIN_PRIORITY = 1  # never 0: see the module docstring
+MAX_PRIORITY = 7
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmView:
+    """What a policy may look at: this peer's pieces and who it is.
+
+    peer_id: this peer's 20-byte BitTorrent peer id, hex (its position on a ring).
+    info_hash: the swarm's v1 info-hash, hex.
+    have: per piece, True if this peer holds it (verified).
+    connected_peers: BitTorrent peers connected now.
+    """
+
+    peer_id: str
+    info_hash: str
+    have: tuple[bool, ...]
+    connected_peers: int
+
+
+@dataclass(frozen=True, slots=True)
+class PiecePlan:
+    """Piece priorities for this peer's torrent, 1 (lowest) to 7 (highest)."""
+
+    piece_priorities: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        bad = [p for p in self.piece_priorities if not MIN_PRIORITY <= p <= MAX_PRIORITY]
+        if bad:
+            raise ValueError(
+                f"piece priorities must be {MIN_PRIORITY}..{MAX_PRIORITY} "
+                f"(0 stalls finished peers), got {bad[:5]}"
+            )
+
+
+class UploaderPolicy(ABC):
+    """Decides which pieces this peer asks for first (and so who serves what)."""
+
+    name: str
+
+    @abstractmethod
+    def plan(self, view: SwarmView, *, now: float) -> PiecePlan | None:
+        """The piece plan for this peer now, or None to leave libtorrent's choice."""
+
+
+class LibtorrentPicker(UploaderPolicy):
+    """The default: libtorrent's own rarest-first picking and tit-for-tat unchoking."""
+
+    name = "libtorrent"
+
+    def plan(self, view: SwarmView, *, now: float) -> PiecePlan | None:
+        """Always None: libtorrent decides."""
+        return None
+
+
+_REGISTRY: dict[str, Callable[[], UploaderPolicy]] = {"libtorrent": LibtorrentPicker}
+
+DEFAULT_UPLOADER_POLICY = "libtorrent"
+
+
+def register_uploader_policy(name: str, factory: Callable[[], UploaderPolicy]) -> None:
+    """Make a policy available by name (a later module: the Chord ring's)."""
+    if name in _REGISTRY:
+        raise ValueError(f"an uploader policy named {name!r} is already registered")
+    _REGISTRY[name] = factory
+
+
+def uploader_policy_names() -> list[str]:
+    """Registered policy names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def make_uploader_policy(name: str = DEFAULT_UPLOADER_POLICY) -> UploaderPolicy:
+    """A new policy by its registered name."""
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown uploader policy {name!r}; known: {', '.join(uploader_policy_names())}"
+        ) from None
+    return factory()
