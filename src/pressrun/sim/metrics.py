@@ -238,23 +238,27 @@ def format_comparison(summaries: list[dict[str, Any]]) -> str:
     """One line per algorithm: clients per machine (ok/total), crashes, metrics."""
     if not summaries:
         return ""
+    # Per-machine cells (successful/total) only while they fit on a line.
     names = [m["name"] for m in summaries[0]["machines"][:-1]]
+    if len(names) > 6:
+        names = []
     head = f"{'algorithm':10} " + " ".join(f"{n:>11}" for n in names)
     head += (
         f" {'successful':>11} {'crashes':>7} {'failover':>8} {'refused':>7}"
-        f" {'SLB pen':>8} {'EBU':>6} {'TTFB p99':>8} {'CPU':>5}"
+        f" {'SLB pen':>8} {'EBU':>6} {'TTFB p99':>8} {'stall p99':>9} {'CPU':>5}"
     )
     lines = [f"scenario {summaries[0]['scenario']}, seed {summaries[0]['seed']}", head]
     for s in summaries:
         cells = " ".join(
-            f"{m['clients_successful']:>5}/{m['clients_total']:<5}" for m in s["machines"][:-1]
+            f"{m['clients_successful']:>5}/{m['clients_total']:<5}"
+            for m in s["machines"][: len(names)]
         )
         all_row = s["machines"][-1]
         lines.append(
             f"{s['algorithm']:10} {cells} {s['successful']:>5}/{s['clients']:<5} "
             f"{all_row['crashes']:>7} {s['failovers']:>8} {s['refusals']:>7} "
             f"{s['slb_penalty']:8.4f} {s['ebu']:6.3f} {_fmt(s['ttfb_s'][99]):>8} "
-            f"{_pct(all_row['avg_cpu']):>5}"
+            f"{_fmt(s['stall_s_p99']):>9} {_pct(all_row['avg_cpu']):>5}"
         )
     cap = summaries[0]["capacity"]
     lines.append(

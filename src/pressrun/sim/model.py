@@ -101,6 +101,8 @@ class Client:
     cid: int
     asset: AssetSpec
     requested_at: float
+    waiting_since: float = 0.0
+    dropped_at: float | None = None
     state: ClientState = ClientState.ASKING
     server: str | None = None
     first_server: str | None = None

@@ -181,7 +181,7 @@ class Simulation:
         asset = self.assets.get(asset_name) if asset_name else None
         if asset is None:
             asset = self._draw_asset()
-        client = Client(len(self.clients), asset, self.loop.now)
+        client = Client(len(self.clients), asset, self.loop.now, waiting_since=self.loop.now)
         self.clients.append(client)
         self._ask(client)
 
@@ -192,7 +192,7 @@ class Simulation:
         )
         if not isinstance(answer, Directive):
             client.refusals += 1
-            if now + answer.retry_after_s - client.requested_at > self.model.max_wait_s:
+            if now + answer.retry_after_s - client.waiting_since > self.model.max_wait_s:
                 self._fail(client, f"refused: {answer.reason.value}")
                 return
             client.failed.clear()
@@ -211,6 +211,12 @@ class Simulation:
         if client.first_server is None:
             client.first_server = name
             client.end_at = now + client.asset.duration_s
+        elif client.dropped_at is not None:
+            # Playback stood still from the drop (or failover) to this reconnection.
+            gap = now - client.dropped_at
+            client.stall_s += gap
+            client.end_at += gap
+            client.dropped_at = None
         client.server = name
         client.state = ClientState.PLAYING
         server.add(client, now)
@@ -267,11 +273,11 @@ class Simulation:
     def _failover(self, client: Client, name: str) -> None:
         client.failovers += 1
         client.epoch += 1
+        client.waiting_since = self.loop.now
         client.failed.add(name)
         client.state = ClientState.ASKING
         if client.first_server is not None:
-            # time spent reconnecting is stall too; the play-through ends that much later
-            client.end_at += self.model.rtt_s * 2
+            client.dropped_at = self.loop.now
         self.loop.after(self.model.rtt_s, self._ask, client)
 
     # --- servers ----------------------------------------------------------------
