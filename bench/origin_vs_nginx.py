@@ -20,6 +20,7 @@ the cores, identically for both servers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import select
@@ -32,6 +33,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESSRUN = ROOT / ".venv" / "bin" / "pressrun"
@@ -171,18 +174,35 @@ def one_round(url: str, clients: int, downloads: int, size_bytes: int) -> float:
     return clients * downloads * size_bytes / wall
 
 
-def measure(servers: dict[str, str], args: argparse.Namespace, size_bytes: int) -> dict[str, float]:
-    """Median throughput of each server; rounds alternate between servers, so a
-    slow patch of the machine hits both alike."""
-    for url in servers.values():
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its children (nginx's workers)."""
+    proc = psutil.Process(pid)
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = p.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def measure(
+    servers: dict[str, tuple[str, int]], args: argparse.Namespace, size_bytes: int
+) -> dict[str, tuple[float, float]]:
+    """Median throughput of each server and its CPU seconds per GB sent; rounds
+    alternate between servers, so a slow patch of the machine hits both alike."""
+    for url, _ in servers.values():
         one_round(url, 2, 1, size_bytes)  # warm-up: page cache, code paths
     rates: dict[str, list[float]] = {label: [] for label in servers}
+    cpu: dict[str, float] = dict.fromkeys(servers, 0.0)
     for i in range(args.rounds):
-        for label, url in servers.items():
+        for label, (url, pid) in servers.items():
+            before = cpu_seconds(pid)
             rate = one_round(url, args.clients, args.downloads_per_client, size_bytes)
+            cpu[label] += cpu_seconds(pid) - before
             rates[label].append(rate)
             print(f"  round {i + 1} {label:>16}: {rate / 1e6:8.1f} MB/s", flush=True)
-    return {label: statistics.median(r) for label, r in rates.items()}
+    gigabytes = args.rounds * args.clients * args.downloads_per_client * size_bytes / 1e9
+    return {label: (statistics.median(r), cpu[label] / gigabytes) for label, r in rates.items()}
 
 
 def cap_round(url: str, clients: int, bytes_per_client: int) -> float:
@@ -277,18 +297,26 @@ def main() -> int:
             wait_http(f"{origin_url}/healthz")
             nginx, nginx_url = start_nginx(content, tmpdir / "nginx", args.nginx_workers)
             try:
-                medians = measure(
-                    {"pressrun origin": origin_url, "nginx": nginx_url}, args, size_bytes
+                results = measure(
+                    {
+                        "pressrun origin": (origin_url, origin.pid),
+                        "nginx": (nginx_url, nginx.pid),
+                    },
+                    args,
+                    size_bytes,
                 )
             finally:
                 stop(nginx)
         finally:
             stop(origin)
-    ours, theirs = medians["pressrun origin"], medians["nginx"]
-    print(f"pressrun origin: {ours / 1e6:8.1f} MB/s (median of {args.rounds})")
+    (ours, ours_cpu), (theirs, theirs_cpu) = results["pressrun origin"], results["nginx"]
+    print(
+        f"pressrun origin: {ours / 1e6:8.1f} MB/s (median of {args.rounds}), "
+        f"{ours_cpu:.3f} CPU-s per GB sent"
+    )
     print(
         f"nginx:           {theirs / 1e6:8.1f} MB/s (median of {args.rounds}, "
-        f"worker_processes {args.nginx_workers})"
+        f"worker_processes {args.nginx_workers}), {theirs_cpu:.3f} CPU-s per GB sent"
     )
     print(f"ratio ours/nginx: {ours / theirs:.2f} (target >= 0.7)")
     return 0
