@@ -624,3 +624,15 @@ async def test_a_file_truncated_mid_transfer_ends_the_answer_short(
         await origin.stop()
     assert any("ended at byte 500000" in r.getMessage() for r in caplog.records)
     assert any("transfer file shrank" in r.getMessage() for r in caplog.records)
+
+
+def test_system_cpu_sees_a_busy_core() -> None:
+    from pressrun.origin.aio import SystemCpu
+
+    cpu = SystemCpu()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.3:
+        pass
+    percent = cpu.sample()
+    # one busy core of os.cpu_count(): at least half of its share shows
+    assert 50.0 / (os.cpu_count() or 1) <= percent <= 100.0

@@ -93,6 +93,36 @@ class IssueCatalog:
         return self.issues
 
 
+class SystemCpu:
+    """System-wide CPU use between two samples, in percent of all CPUs.
+
+    psutil's own ``cpu_percent(interval=None)`` keeps one baseline per process, so two
+    origins in one process (the demo, the tests) would each reset the other's; this
+    keeps its own. Busy time is psutil's: everything but idle and iowait.
+    """
+
+    def __init__(self) -> None:
+        self._last = psutil.cpu_times()
+
+    @staticmethod
+    def _busy_total(times: Any) -> tuple[float, float]:
+        # Linux counts guest time inside user/nice too (psutil subtracts it likewise).
+        guest = float(getattr(times, "guest", 0.0)) + float(getattr(times, "guest_nice", 0.0))
+        total = float(sum(times)) - guest
+        idle = float(times.idle) + float(getattr(times, "iowait", 0.0))
+        return total - idle, total
+
+    def sample(self) -> float:
+        """CPU use since the previous sample (or since construction), 0..100."""
+        now = psutil.cpu_times()
+        busy0, total0 = self._busy_total(self._last)
+        busy1, total1 = self._busy_total(now)
+        self._last = now
+        if total1 <= total0:
+            return 0.0
+        return round(min(100.0, max(0.0, 100.0 * (busy1 - busy0) / (total1 - total0))), 1)
+
+
 class OriginMetrics:
     """Prometheus metrics of one origin, in its own registry (not the global one)."""
 
@@ -165,7 +195,7 @@ class OriginService:
         self.bucket = TokenBucket(cap, config.cap_burst_bytes, now=now) if cap is not None else None
         self.cpu_percent = 0.0
         self.ram_percent = 0.0
-        psutil.cpu_percent(interval=None)  # prime: the next call covers the interval
+        self._cpu = SystemCpu()
         self._sample_host()
         self.catalog.refresh()
         self._timer: asyncio.TimerHandle | None = None
@@ -203,7 +233,7 @@ class OriginService:
 
     def _sample_host(self) -> None:
         # System-wide figures, like the paper's agent: the machine is what runs out.
-        self.cpu_percent = float(psutil.cpu_percent(interval=None))
+        self.cpu_percent = self._cpu.sample()
         self.ram_percent = float(psutil.virtual_memory().percent)
 
     # -- middleware
