@@ -98,13 +98,22 @@ class Testbed:
 
     Use as ``async with Testbed(root, shapes) as bed:``; ``await bed.publish(...)`` a
     sample issue, ``await bed.start_balancer()``, then point clients at
-    ``bed.balancer.url``. Everything started is stopped on exit.
+    ``bed.balancer.url``. Everything started is stopped on exit. With
+    ``processes=True`` each origin is a ``pressrun serve origin`` child process, so
+    `kill_origin` is a real SIGKILL (connections reset mid-transfer); otherwise they
+    run in this event loop through `start_origin`.
     """
+
+    __test__ = False  # not a pytest test class
 
     root: Path
     shapes: tuple[OriginShape, ...]
     poll_interval_s: float = 0.5
+    poll_timeout_s: float | None = None
+    processes: bool = False
     origins: dict[str, RunningOrigin] = field(default_factory=dict)
+    origin_processes: dict[str, ServiceProcess] = field(default_factory=dict)
+    urls: dict[str, str] = field(default_factory=dict)
     balancer: RunningBalancer | None = None
 
     @property
@@ -118,27 +127,54 @@ class Testbed:
         return shape.content_dir or self.content_dir
 
     async def __aenter__(self) -> Testbed:
-        from pressrun.origin import OriginConfig, start_origin
-
         self.content_dir.mkdir(parents=True, exist_ok=True)
         try:
             for shape in self.shapes:
-                content = shape.content_dir or self.content_dir
-                content.mkdir(parents=True, exist_ok=True)
-                self.origins[shape.name] = await start_origin(
-                    OriginConfig(
-                        content_dir=content,
-                        name=shape.name,
-                        capacity_mbps=shape.capacity_mbps,
-                        egress_cap_mbps=shape.egress_cap_mbps,
-                        stats_interval_s=self.poll_interval_s,
-                        shutdown_grace_s=0.0,
-                    )
-                )
+                await self._start_origin(shape)
         except BaseException:
             await self.close()
             raise
         return self
+
+    async def _start_origin(self, shape: OriginShape) -> None:
+        from pressrun.origin import OriginConfig, start_origin
+
+        content = shape.content_dir or self.content_dir
+        content.mkdir(parents=True, exist_ok=True)
+        if self.processes:
+            args = [
+                "origin",
+                "--content",
+                str(content),
+                "--port",
+                "0",
+                "--name",
+                shape.name,
+                "--capacity-mbps",
+                f"{shape.capacity_mbps:g}",
+                "--stats-interval-s",
+                f"{self.poll_interval_s:g}",
+                "--shutdown-grace-s",
+                "0",
+            ]
+            if shape.egress_cap_mbps is not None:
+                args += ["--egress-cap-mbps", f"{shape.egress_cap_mbps:g}"]
+            proc = await ServiceProcess.start(shape.name, args)
+            self.origin_processes[shape.name] = proc
+            self.urls[shape.name] = proc.url
+            return
+        running = await start_origin(
+            OriginConfig(
+                content_dir=content,
+                name=shape.name,
+                capacity_mbps=shape.capacity_mbps,
+                egress_cap_mbps=shape.egress_cap_mbps,
+                stats_interval_s=self.poll_interval_s,
+                shutdown_grace_s=0.0,
+            )
+        )
+        self.origins[shape.name] = running
+        self.urls[shape.name] = running.url
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
@@ -148,14 +184,36 @@ class Testbed:
         if self.balancer is not None:
             await self.balancer.stop()
             self.balancer = None
-        for name in list(self.origins):
+        for name in list(self.urls):
             await self.stop_origin(name)
 
     async def stop_origin(self, name: str) -> None:
-        """Stop one origin at once (transfers in progress are cut)."""
+        """Stop one origin cleanly (in-process: transfers are cut after no grace)."""
+        self.urls.pop(name, None)
         origin = self.origins.pop(name, None)
         if origin is not None:
             await origin.stop()
+        proc = self.origin_processes.pop(name, None)
+        if proc is not None:
+            await proc.stop()
+
+    async def kill_origin(self, name: str) -> None:
+        """SIGKILL an origin child process (``processes=True`` only)."""
+        proc = self.origin_processes[name]
+        with contextlib.suppress(ProcessLookupError):
+            proc.proc.kill()
+        await self.stop_origin(name)
+
+    async def stats(self, name: str) -> dict[str, Any]:
+        """An origin's ``/stats`` document, over HTTP."""
+        import aiohttp
+
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{self.urls[name]}/stats") as resp,
+        ):
+            doc: dict[str, Any] = await resp.json()
+            return doc
 
     async def publish(
         self,
@@ -174,7 +232,6 @@ class Testbed:
         source_dir.mkdir(exist_ok=True)
         source = source_dir / (file_name or f"{issue_id}.pdf")
         source.write_bytes(data)
-        urls = [o.url for o in self.origins.values()]
         bundle = await asyncio.to_thread(
             publish,
             source,
@@ -182,7 +239,7 @@ class Testbed:
             title=f"Sample issue {issue_id}",
             key_path=key_path,
             content_dir=self.content_dir,
-            web_seeds=urls,
+            web_seeds=list(self.urls.values()),
             piece_size=piece_size,
         )
         for shape in self.shapes:
@@ -200,16 +257,17 @@ class Testbed:
 
         self.balancer = await start_balancer(
             BalancerServiceConfig(
-                origins=tuple(OriginSpec(n, o.url) for n, o in self.origins.items()),
+                origins=tuple(OriginSpec(n, url) for n, url in self.urls.items()),
                 balancer=BalancerConfig(
                     poll_interval_s=self.poll_interval_s,
                     stale_after_s=3.5 * self.poll_interval_s,
                     algorithm=algorithm,
                 ),
                 seed=47,
+                poll_timeout_s=self.poll_timeout_s,
             )
         )
-        await self.balancer.wait_until_up(len(self.origins), timeout_s=10.0)
+        await self.balancer.wait_until_up(len(self.urls), timeout_s=10.0)
         # one more poll, so every origin's issue list includes what was just published
         await asyncio.sleep(2 * self.poll_interval_s)
         return self.balancer
