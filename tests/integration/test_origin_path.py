@@ -68,8 +68,8 @@ async def stats(bed: Testbed, name: str) -> dict[str, Any]:
 async def test_ten_clients_one_origin_killed_mid_run(
     bed_factory: Any, tmp_path: Path, keys: Keys, data: bytes
 ) -> None:
-    # 8 Mbit/s = 1 MB/s per origin: 10 x 2 MiB take several seconds, room for a kill
-    shapes = tuple(OriginShape(f"origin-{x}", 8.0, 8.0) for x in "abc")
+    # 16 Mbit/s = 2 MB/s per origin: 10 x 2 MiB take a few seconds, room for a kill
+    shapes = tuple(OriginShape(f"origin-{x}", 16.0, 16.0) for x in "abc")
     bed: Testbed = await bed_factory(shapes, processes=True)
     assert bed.balancer is not None
     clients = [
@@ -105,6 +105,40 @@ async def test_ten_clients_one_origin_killed_mid_run(
     # the clients cut off by the kill reported it and carried on elsewhere
     assert sum(r.failures for r in results) >= 1
     assert any(set(r.origins_used) - {"origin-a"} and "origin-a" in r.origins_used for r in results)
+
+
+async def test_stalled_origin_is_failed_and_the_download_moves_on(
+    bed_factory: Any, tmp_path: Path, keys: Keys, data: bytes
+) -> None:
+    # origin-a is frozen (SIGSTOP) mid-transfer: its connections stay open, no byte comes
+    shapes = (OriginShape("origin-a", 8.0, 8.0), OriginShape("origin-b", 8.0, 8.0))
+    bed: Testbed = await bed_factory(shapes, processes=True)
+    assert bed.balancer is not None
+    progress = Recorder()
+    task = asyncio.create_task(
+        fetch_issue(
+            ISSUE,
+            balancer_url=bed.balancer.url,
+            library=tmp_path / "lib",
+            config=config(stall_timeout_s=1.0, concurrency=2, section_bytes=6 * PIECE),
+            trusted_keys=keys.trusted,
+            progress=progress,
+        )
+    )
+    frozen = bed.origin_processes["origin-a"].proc
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 15
+    while (await stats(bed, "origin-a"))["active_transfers"] == 0:
+        assert loop.time() < deadline and not task.done()
+        await asyncio.sleep(0.02)
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        result = await asyncio.wait_for(task, 30)
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    assert_in_library(tmp_path / "lib", data)
+    assert result.failures >= 1
+    assert any("origin-a failed" in n and "stalled" in n for n in progress.notices)
 
 
 # --------------------------------------------------------------------- (b)
