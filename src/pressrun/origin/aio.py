@@ -366,6 +366,15 @@ class OriginService:
         started = loop.time()
         tid = self.meter.transfer_started(issue, now=started)
         self.metrics.active.inc()
+        log.debug(
+            "transfer start issue=%s file=%s range=%d-%d/%d client=%s",
+            issue,
+            name,
+            offset,
+            offset + count - 1,
+            size,
+            request.remote,
+        )
         outcome = "complete"
         try:
             await response.prepare(request)
