@@ -338,3 +338,16 @@ def test_sections_never_overlap_verified_or_in_flight_pieces_under_failures(
     # bookkeeping agrees: remaining ranges are exactly the unverified pieces
     remaining = sum(end - start for start, end in p.remaining_ranges())
     assert remaining == p.size_bytes - p.verified_bytes
+
+
+def test_no_origin_left_forgives_the_failed_marks() -> None:
+    config = replace(DESKTOP, max_attempts_without_progress=5)
+    p = plan(config=config)
+    s = start(p, "origin-a")
+    p.handle_section_failed(s.section_id, "reset", now=0.0)
+    assert p.failed_origins(now=1.0) == {"origin-a"}
+    # the balancer has nothing but origin-a: a 503 to failed=origin-a
+    p.handle_directive_failed("503", now=1.0, retry_after_s=1.0, no_origin_left=True)
+    assert p.failed_origins(now=1.0) == frozenset()
+    assert p.pick_origin(["origin-a"], now=2.0) == "origin-a"
+    assert p.failures_in_a_row == 2  # still counted toward giving up

@@ -112,10 +112,15 @@ class FetchResult:
 
 
 class _DirectiveUnavailable(Exception):
-    def __init__(self, reason: str, *, retry_after_s: float | None = None) -> None:
+    """No usable directive now; ``refused``: the balancer's 503 (no origin left)."""
+
+    def __init__(
+        self, reason: str, *, retry_after_s: float | None = None, refused: bool = False
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after_s = retry_after_s
+        self.refused = refused
 
 
 def _describe(err: BaseException) -> str:
@@ -192,6 +197,7 @@ class _Fetch:
             raise _DirectiveUnavailable(
                 f"the balancer has no origin for {self.issue_id} now: {message}",
                 retry_after_s=wait,
+                refused=True,
             )
         if status != 200:
             raise _DirectiveUnavailable(f"the balancer answered {message}")
@@ -397,12 +403,16 @@ class _Fetch:
             if delay > 0:
                 await asyncio.sleep(delay)
                 continue
+            failed = plan.failed_origins(now=self.now())
             try:
-                directive = await self.directive(plan.failed_origins(now=self.now()))
+                directive = await self.directive(failed)
             except _DirectiveUnavailable as err:
                 self._apply(
                     plan.handle_directive_failed(
-                        err.reason, now=self.now(), retry_after_s=err.retry_after_s
+                        err.reason,
+                        now=self.now(),
+                        retry_after_s=err.retry_after_s,
+                        no_origin_left=err.refused and bool(failed),
                     )
                 )
                 continue
@@ -410,7 +420,9 @@ class _Fetch:
             if origin is None:
                 self._apply(
                     plan.handle_directive_failed(
-                        "every origin the balancer offered has failed", now=self.now()
+                        "every origin the balancer offered has failed",
+                        now=self.now(),
+                        no_origin_left=True,
                     )
                 )
                 continue

@@ -171,6 +171,6 @@ def run_get(args: argparse.Namespace) -> int:
         print(
             f"{result.path}: {result.size_bytes / 1e6:.1f} MB verified in "
             f"{result.seconds:.1f} s ({origins or 'nothing new'}; "
-            f"{result.handoffs} handoffs)"
+            f"{result.handoffs} handoff{'' if result.handoffs == 1 else 's'})"
         )
     return 0

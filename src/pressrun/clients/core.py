@@ -234,10 +234,24 @@ class DownloadPlan:
         )
 
     def handle_directive_failed(
-        self, reason: str, *, now: float, retry_after_s: float | None = None
+        self,
+        reason: str,
+        *,
+        now: float,
+        retry_after_s: float | None = None,
+        no_origin_left: bool = False,
     ) -> list[Event]:
         """The balancer could not give a usable directive (unreachable, 503, or every
-        origin it listed has failed)."""
+        origin it listed has failed).
+
+        ``no_origin_left``: the balancer had no origin besides those named in
+        ``failed=`` (its 503, or a list of failed ones only). Then the failed marks are
+        forgiven, so the next request names none: with no other path left, a retry
+        of a failed one is the only way on (a transient failure of every origin must
+        not end the download), and the failure still counts toward giving up.
+        """
+        if no_origin_left:
+            self._failed_until.clear()
         events = self._count_failure(reason, now=now)
         if retry_after_s is not None:
             self.not_before = max(self.not_before, now + retry_after_s)

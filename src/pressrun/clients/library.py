@@ -47,6 +47,7 @@ def write_atomic(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Write ``data`` to ``path`` through a temp file and a rename."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; library files are for every reader
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             if sync:
