@@ -544,3 +544,22 @@ async def test_an_oversized_stats_answer_is_malformed(
         assert "more than 100" in rec.down_reason
     finally:
         await running.stop()
+
+
+async def test_access_log_only_when_asked(
+    origins: list[FakeOrigin], http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="aiohttp.access")
+    specs = tuple(OriginSpec(o.name, o.url) for o in origins)
+    quiet = await start_balancer(BalancerServiceConfig(origins=specs))
+    loud = await start_balancer(BalancerServiceConfig(origins=specs, access_log=True))
+    try:
+        async with http.get(f"{quiet.url}/healthz") as resp:
+            assert resp.status == 200
+        assert "GET /healthz" not in caplog.text
+        async with http.get(f"{loud.url}/healthz") as resp:
+            assert resp.status == 200
+        await wait_for(lambda: "GET /healthz" in caplog.text)
+    finally:
+        await quiet.stop()
+        await loud.stop()
