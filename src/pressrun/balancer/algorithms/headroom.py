@@ -32,7 +32,7 @@ and, when none is left, the answer is "full" (the client retries after Retry-Aft
 An origin whose costs are not measured yet (no status with transfers) takes at most
 `probe_transfers` (minus those it has) until they are: the first status with clients
 on it tells how many it can hold, before a burst can bury it. Defaults: slack 0.05,
-u_bw 0.9, cpu_target 0.85, ram_target 0.85, probe_transfers 10, cache_bonus_slots 2,
+u_bw 0.95, cpu_target 0.85, ram_target 0.85, probe_transfers 10, cache_bonus_slots 2,
 cost EWMA weight 0.3. Pair it with clients that re-ask naming a failed origin (WSDM of
 003): the core then ranks without it.
 """
@@ -77,7 +77,7 @@ class Headroom(ScoredAlgorithm):
     ) -> None:
         super().__init__(origins, rng, params)
         self.slack = self.param("slack", 0.05)
-        self.u_bw = self.param("u_bw", 0.9)
+        self.u_bw = self.param("u_bw", 0.95)
         self.cpu_target = self.param("cpu_target", 0.85)
         self.ram_target = self.param("ram_target", 0.85)
         self.probe = self.param("probe_transfers", 10.0)
