@@ -475,7 +475,12 @@ class _Fetch:
                         self.in_progress[worker] = 0
                         self._apply(plan.handle_piece_corrupt(sid, index, now=self.now()))
                         return
-                    os.pwrite(fd, buf, offset)
+                    try:
+                        os.pwrite(fd, buf, offset)
+                    except OSError as err:  # the disk, not the origin: final
+                        raise FetchError(
+                            f"cannot write to the partial download: {err.strerror or err}"
+                        ) from None
                     self.in_progress[worker] = 0
                     self.verified_bytes += length
                     self.bytes_by_origin[section.origin] = (

@@ -1,0 +1,76 @@
+"""Directive JSON and the resume state file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pressrun.clients.codec import (
+    DirectiveFormatError,
+    DirectiveOrigin,
+    ResumeState,
+    decode_directive,
+    decode_error,
+)
+
+DIRECTIVE = {
+    "issue_id": "weekly-2026-47",
+    "mode": "origin",
+    "origins": [
+        {"name": "origin-a", "url": "http://127.0.0.1:8001/", "score": 2950.0},
+        {"name": "origin-c", "url": "http://127.0.0.1:8003", "score": None},
+    ],
+    "swarm": None,
+    "fallbacks": ["origin"],
+    "expires_in_s": 5.0,
+    "algorithm": "alg2",
+}
+
+
+def test_directive_of_the_protocol_page() -> None:
+    d = decode_directive(json.dumps(DIRECTIVE).encode())
+    assert d.issue_id == "weekly-2026-47" and d.mode == "origin"
+    assert d.origins == (
+        DirectiveOrigin("origin-a", "http://127.0.0.1:8001"),
+        DirectiveOrigin("origin-c", "http://127.0.0.1:8003"),
+    )
+    assert d.expires_in_s == 5.0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"origins": "x"},
+        {"origins": [{"name": "a"}]},
+        {"origins": [{"name": "a", "url": "ftp://x"}]},
+        {"mode": 3},
+        {"expires_in_s": True},
+    ],
+)
+def test_malformed_directives(change: dict[str, object]) -> None:
+    with pytest.raises(DirectiveFormatError):
+        decode_directive(json.dumps({**DIRECTIVE, **change}).encode())
+    with pytest.raises(DirectiveFormatError):
+        decode_directive(b"<html>")
+
+
+def test_error_body() -> None:
+    assert decode_error(b'{"error": "no origin holds\\n issue x"}') == "no origin holds issue x"
+    assert decode_error(b"oops") is None
+
+
+@given(st.frozensets(st.integers(min_value=0, max_value=10_000)))
+def test_resume_state_round_trip(verified: frozenset[int]) -> None:
+    state = ResumeState("i", "i.pdf", "ab" * 32, 123456, 65536, verified)
+    assert ResumeState.from_json_bytes(state.to_json_bytes()) == state
+    assert state.matches("i", "i.pdf", "ab" * 32, 123456, 65536)
+    assert not state.matches("i", "i.pdf", "cd" * 32, 123456, 65536)
+
+
+def test_unreadable_state_is_none() -> None:
+    assert ResumeState.from_json_bytes(b"{") is None
+    assert ResumeState.from_json_bytes(b'{"format": 2}') is None
+    assert ResumeState.from_json_bytes(b'{"format": 1, "issue_id": "i"}') is None
