@@ -391,3 +391,39 @@ def test_cli_rejects_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
     assert "no built-in scenario 'nope'" in capsys.readouterr().err
     assert main(["sim", "balancer", "--scenario", "burst", "--algorithm", "nope"]) == 2
     assert "unknown algorithm 'nope'" in capsys.readouterr().err
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.booleans(), st.floats(min_value=1e3, max_value=1e6)), min_size=1, max_size=40
+    )
+)
+def test_fluid_share_never_exceeds_link_or_cores(ops: list[tuple[bool, float]]) -> None:
+    spec = ServerSpec("s", cores=2, cpu_per_client_cores=0.1, link_bytes_per_s=2e6)
+    server = Server(spec, random.Random(1))
+    active: list[Client] = []
+    now = 0.0
+    for i, (add, rate) in enumerate(ops):
+        now += 1.0
+        if add or not active:
+            c = Client(i, AssetSpec(f"a{i}", bitrate_bytes_per_s=rate), now)
+            server.add(c, now)
+            active.append(c)
+        else:
+            assert server.remove(active.pop(0), now) >= 0.0
+        assert 0.0 < server.phi <= 1.0
+        assert server.out_bytes_per_s() <= spec.link_bytes_per_s * (1 + 1e-9)
+        assert server.cpu_fraction() <= 1.0
+        assert server.demand == pytest.approx(sum(c.asset.bitrate_bytes_per_s for c in active))
+    assert server.stall_u >= 0.0
+
+
+def test_count_expands_and_zipf_weights_fall_as_one_over_rank() -> None:
+    text = MINIMAL.replace('[[assets]]\nname = "a"', '[[assets]]\nname = "a"\ncount = 4')
+    text = text.replace('[[servers]]\nname = "s"', '[[servers]]\nname = "s"\ncount = 3')
+    text += '\n[popularity]\nlaw = "zipf"\ns = 1.0\n'
+    scenario = parse_scenario(text)
+    assert [s.name for s in scenario.servers] == ["s-1", "s-2", "s-3"]
+    assert [a.name for a in scenario.assets] == ["a-1", "a-2", "a-3", "a-4"]
+    assert [a.popularity for a in scenario.assets] == pytest.approx([1, 1 / 2, 1 / 3, 1 / 4])
