@@ -347,7 +347,10 @@ class SwarmPeer:
         atp.save_path = str(self.partial_dir)
         if self.tracker_url is not None:
             atp.trackers = [self.tracker_url]
-        atp.url_seeds = list(self.web_seeds)
+        # Only the origins the torrent does not name already: libtorrent keeps a
+        # duplicate as a second web seed, which remove_url_seed() does not remove.
+        in_torrent = set(self._info_web_seeds())
+        atp.url_seeds = [u for u in self.web_seeds if u not in in_torrent]
         return atp
 
     async def downloaded(self) -> bool:
@@ -487,6 +490,13 @@ class SwarmPeer:
             elif isinstance(effect, AskSwarmCounts):
                 self._ask_counts()
             elif isinstance(effect, DropWebSeeds):
+                p = self._last_progress
+                log.debug(
+                    "%s: dropping web seeds with %s pieces, %d bytes from them",
+                    self.manifest.issue_id,
+                    p.pieces_have if p else "?",
+                    self.bytes_from_web_seeds,
+                )
                 if self._handle is not None:
                     for url in self.web_seeds:
                         self._handle.remove_url_seed(url)
@@ -624,6 +634,8 @@ class SwarmPeer:
             uploaded_bytes=int(st.all_time_upload),
             downloaded_bytes=int(st.all_time_download),
             connected_peers=max(0, int(st.num_peers) - self._web_connections),
+            web_seed_bytes=self.bytes_from_web_seeds,
+            tradable_pieces=self._tradable(st),
         )
         self._last_progress = progress
         self._apply(self.core.handle_progress(progress, now=now))
@@ -649,6 +661,15 @@ class SwarmPeer:
             )
 
     _web_connections = 0
+
+    def _tradable(self, st: Any) -> int | None:
+        # Pieces this peer lacks that some connected BitTorrent peer holds. libtorrent's
+        # availability counts web seeds too (they hold everything), so subtract them.
+        if self._handle is None or st.is_seeding:
+            return None
+        avail = self._handle.piece_availability()
+        web = self._web_connections
+        return sum(1 for have, n in zip(st.pieces, avail, strict=False) if not have and n > web)
 
     def _on_peer_info(self, peers: Sequence[Any]) -> None:
         # Bytes from web seeds, per connection: a connection's total only grows, so a

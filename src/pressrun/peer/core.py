@@ -15,7 +15,8 @@ Policy (docs/swarm.md):
   leaves as soon as its copy is verified (`LeaveRule.METERED`, unless the ratio already
   holds). `fair_to_leave` is the rule; the rules are tried in that order, so the
   reported rule is the most honourable one that holds.
-- **Stall detector**: while downloading, no growth of the verified bytes for
+- **Stall detector**: while downloading, no growth of the payload received or of the
+  verified bytes for
   ``stall_after_s`` emits `Stalled` once (again only after progress resumes); the
   client then fetches the missing pieces from origins.
 - **Web seeds** (FIELD-NOTES.md, libtorrent): the origins are BEP 19 web seeds so the
@@ -23,8 +24,9 @@ Policy (docs/swarm.md):
   (pieces / swarm size x ``web_seed_share_factor``, the swarm size being the larger of
   the tracker's seeds + leechers and the connected peers + 1) and has a peer to trade
   with, it drops the web seeds (`DropWebSeeds`) so the origins send about one copy in
-  all; a guard puts them back (`RestoreWebSeeds`) after ``web_seed_stall_s`` without
-  progress and keeps them for ``web_seed_hold_s``. A web seed that libtorrent disabled
+  all; a guard puts them back (`RestoreWebSeeds`) at once when no connected peer holds
+  a piece it lacks (starved: only the origins can help), or after ``web_seed_stall_s``
+  without progress, and keeps them for ``web_seed_hold_s``. A web seed that libtorrent disabled
   (one non-2xx answer disables it for the session) is put back after
   ``web_seed_retry_s``.
 
@@ -114,6 +116,7 @@ class PeerCore:
         self.counts: SwarmCounts | None = None
         self._counts_at = -math.inf
         self._last_done = -1
+        self._last_down = -1
         self._last_pieces = 0
         self.last_progress_at = now
         self._stall_reported = False
@@ -137,18 +140,24 @@ class PeerCore:
         if self.phase is PeerPhase.LEFT:
             return []
         self.progress = progress
-        if progress.done_bytes > self._last_done:
-            self._last_done = progress.done_bytes
+        # Progress is payload arriving (partial pieces count: a slow web seed fills a
+        # piece for seconds before it completes) or a piece completing.
+        if progress.done_bytes > self._last_done or progress.downloaded_bytes > self._last_down:
+            self._last_done = max(self._last_done, progress.done_bytes)
+            self._last_down = max(self._last_down, progress.downloaded_bytes)
             self.last_progress_at = now
             self._stall_reported = False
         if progress.pieces_have > self._last_pieces:
             self._last_pieces = progress.pieces_have
             self._resume_dirty = True
         effects: list[Effect] = []
-        if self.phase is PeerPhase.DOWNLOADING and self._may_drop_web_seeds(progress, now):
-            self.web_seeds_on = False
-            self.web_seed_drops += 1
-            effects.append(DropWebSeeds())
+        if self.phase is PeerPhase.DOWNLOADING:
+            if self._may_drop_web_seeds(progress, now):
+                self.web_seeds_on = False
+                self.web_seed_drops += 1
+                effects.append(DropWebSeeds())
+            elif not self.web_seeds_on and self._starved(progress):
+                effects.append(self._restore_web_seeds(now))
         effects += self._check_leave(now)
         return effects
 
@@ -233,11 +242,9 @@ class PeerCore:
             retry = self._web_retry_at is not None and now >= self._web_retry_at
             if retry:
                 self._web_retry_at = None
-            if restore or (retry and self.web_seeds_on):
-                if restore:
-                    self.web_seeds_on = True
-                    self.web_seed_restores += 1
-                    self._web_hold_until = now + cfg.web_seed_hold_s
+            if restore:
+                effects.append(self._restore_web_seeds(now))
+            elif retry and self.web_seeds_on:
                 effects.append(RestoreWebSeeds())
         if self._resume_dirty and now >= self._last_resume_save + cfg.resume_save_interval_s:
             self._resume_dirty = False
@@ -258,10 +265,21 @@ class PeerCore:
             return False
         if progress.connected_peers <= 0 or progress.pieces_total <= 0:
             return False
-        share = math.ceil(
-            progress.pieces_total / self._swarm_size(progress) * cfg.web_seed_share_factor
-        )
-        return progress.pieces_have >= min(share, progress.pieces_total)
+        if progress.tradable_pieces == 0:
+            return False  # nothing to trade: the origins are the only source now
+        fraction = min(1.0, cfg.web_seed_share_factor / self._swarm_size(progress))
+        # Bytes from the web seeds, not pieces held: pieces from peers are not this
+        # peer's contribution of origin data to the swarm.
+        return progress.web_seed_bytes >= progress.wanted_bytes * fraction
+
+    def _restore_web_seeds(self, now: float) -> RestoreWebSeeds:
+        self.web_seeds_on = True
+        self.web_seed_restores += 1
+        self._web_hold_until = now + self.config.web_seed_hold_s
+        return RestoreWebSeeds()
+
+    def _starved(self, progress: Progress) -> bool:
+        return progress.tradable_pieces == 0 and progress.done_bytes < progress.wanted_bytes
 
     def _check_leave(self, now: float) -> list[Effect]:
         if self.phase is not PeerPhase.SEEDING or self.progress is None:

@@ -52,6 +52,9 @@ class Progress:
         download (libtorrent's all_time_upload / all_time_download, kept in the
         resume data), the figures of the fair-exit rule.
     connected_peers: BitTorrent peers connected now (web seeds not counted).
+    web_seed_bytes: payload received from the origins' web seeds so far.
+    tradable_pieces: pieces this peer lacks that a connected peer holds (None:
+        unknown); 0 while downloading means only the origins can help.
     """
 
     done_bytes: int
@@ -61,6 +64,8 @@ class Progress:
     uploaded_bytes: int
     downloaded_bytes: int
     connected_peers: int
+    web_seed_bytes: int = 0
+    tradable_pieces: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
