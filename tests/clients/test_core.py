@@ -233,6 +233,7 @@ def test_gives_up_after_n_failures_without_progress() -> None:
     assert len(gave_up) == 1 and "3 failed attempts" in gave_up[0].reason
     assert "503: every origin down" in gave_up[0].reason
     assert p.start_section("origin-b", now=20.0) is None
+    assert p.next_deadline() is None
 
 
 def test_progress_resets_the_failure_count() -> None:
@@ -250,7 +251,7 @@ def test_progress_resets_the_failure_count() -> None:
 def test_retry_after_sets_not_before() -> None:
     p = plan()
     p.handle_directive_failed("503", now=5.0, retry_after_s=2.0)
-    assert p.not_before == 7.0
+    assert p.not_before == 7.0 == p.next_deadline()
 
 
 # ----------------------------------------------------------------- properties

@@ -485,3 +485,54 @@ async def test_killed_get_process_resumes(
     assert_in_library(library, data)
     assert result.resumed_bytes >= sum(min(PIECE, SIZE - i * PIECE) for i in kept)
     assert sum(result.bytes_by_origin.values()) == SIZE - result.resumed_bytes
+
+
+# ----------------------------------------------------------------- the command
+
+
+async def run_get(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pressrun.cli",
+        "get",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_get_command_mobile_profile_in_sections(
+    bed_factory: Any, tmp_path: Path, keys: Keys, data: bytes
+) -> None:
+    bed: Testbed = await bed_factory((OriginShape("origin-a"), OriginShape("origin-b")))
+    assert bed.balancer is not None
+    library = tmp_path / "lib"
+    code, out, err = await run_get(
+        ISSUE,
+        "--balancer",
+        bed.balancer.url,
+        "--library",
+        str(library),
+        "--profile",
+        "mobile",
+        "--section-mb",
+        "0.5",
+        "--publisher-key",
+        str(keys.public),
+    )
+    assert code == 0, err
+    assert_in_library(library, data)
+    # not a terminal: no bar, one summary line
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(str(library / ISSUE / FILE))
+    assert f"{SIZE / 1e6:.1f} MB verified" in lines[0]
+    # bad flags: exit code 2, one line
+    for bad in (["--section-mb", "0"], ["--publisher-key", "not-a-key"]):
+        code, _, err = await run_get(
+            ISSUE, "--balancer", bed.balancer.url, "--library", str(library), *bad
+        )
+        assert code == 2 and len(err.strip().splitlines()) == 1

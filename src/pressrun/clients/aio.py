@@ -399,7 +399,8 @@ class _Fetch:
         # A worker ends when nothing is left to assign; pieces a failing section
         # releases are picked up by that section's own worker on its next turn.
         while plan.state is PlanState.DOWNLOADING and plan.has_unassigned():
-            delay = plan.not_before - self.now()
+            deadline = plan.next_deadline()
+            delay = 0.0 if deadline is None else deadline - self.now()
             if delay > 0:
                 await asyncio.sleep(delay)
                 continue

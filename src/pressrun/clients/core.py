@@ -131,6 +131,13 @@ class DownloadPlan:
                 return name
         return None
 
+    def next_deadline(self) -> float | None:
+        """When the next attempt may start (after a failure's backoff or a 503's
+        Retry-After); None once the plan is over."""
+        if self.state is not PlanState.DOWNLOADING:
+            return None
+        return self.not_before
+
     def _all_verified(self) -> bool:
         return len(self.verified) == self.num_pieces
 
