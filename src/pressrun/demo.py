@@ -18,12 +18,14 @@ used, handoffs, verified against the source file's SHA-256), and exits 0; anythi
 that fails ends it with a one-line message and exit code 1. Temp folders and the
 burner process are removed in every case.
 
-The services run in-process through `start_origin` / `start_balancer` (ports read
-back from the bound sockets, no fixed ports, nothing to leak if the demo is killed).
-On one host the origins' ``cpu_percent`` is system-wide, so B's burner raises the
-CPU figure all three report (docs/demo.md).
+The origins and the balancer are ``pressrun serve`` child processes started with
+``--port 0`` (their URLs read from their start-up lines: no fixed ports), each with its
+own event loop as on separate machines; the clients run in the demo's process. On one
+host the origins' ``cpu_percent`` is system-wide, so B's burner raises the CPU figure
+all three report (docs/demo.md).
 
-`Testbed` is the same set-up for the integration tests.
+`Testbed` is a similar set-up for the integration tests (origins in-process or as
+child processes, the balancer in-process).
 """
 
 from __future__ import annotations
@@ -367,8 +369,9 @@ class ClientRow:
 
 async def run_demo(
     *, clients: int, size_mib: int, stagger_s: float, keep: Path | None
-) -> tuple[list[ClientRow], list[dict[str, Any]], float]:
-    """Run the demo; returns the client rows, the origins' /stats and the wall time.
+) -> tuple[list[ClientRow], list[dict[str, Any]], float, float]:
+    """Run the demo; returns the client rows, the origins' /stats, the wall time and
+    the CPU seconds B's background burner used.
 
     Origins and balancer are ``pressrun serve`` child processes (each its own event
     loop, as on separate machines); the clients run in this process.
@@ -462,12 +465,13 @@ async def run_demo(
 
         rows = await asyncio.gather(*(one(n) for n in range(1, clients + 1)))
         wall = loop.time() - started
+        burner_cpu_s = _cpu_seconds(burner.pid)
         stats: list[dict[str, Any]] = []
         async with aiohttp.ClientSession() as http:
             for origin in origins:
                 async with http.get(f"{origin.url}/stats") as resp:
                     stats.append(await resp.json())
-        return list(rows), stats, wall
+        return list(rows), stats, wall, burner_cpu_s
     finally:
         for service in reversed(services):
             await service.stop()
@@ -497,6 +501,17 @@ async def _wait_for_directive(balancer_url: str, issue_id: str, timeout_s: float
                 last = str(err)
             await asyncio.sleep(0.2)
     raise RuntimeError(f"the balancer did not see every origin in {timeout_s:g} s ({last})")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far."""
+    import psutil
+
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(times.user + times.system)
 
 
 def _sha256_file(path: Path) -> str:
@@ -612,7 +627,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        rows, stats, wall = asyncio.run(
+        rows, stats, wall, burner_cpu_s = asyncio.run(
             run_demo(
                 clients=args.clients, size_mib=args.size_mib, stagger_s=args.stagger_s, keep=keep
             )
@@ -621,6 +636,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"pressrun demo: failed: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
     print_tables(rows, stats, wall)
+    print(
+        f"origin-b's background load: the burner process used {burner_cpu_s:.1f} CPU-seconds "
+        "(niced busy loop, running from before the origins started until the end)"
+    )
     bad = [r for r in rows if r.result is None or not r.sha_ok]
     if bad:
         first = bad[0]
