@@ -158,11 +158,12 @@ class _Fetch:
     def now(self) -> float:
         return self.loop.time()
 
-    def notice(self, text: str) -> None:
+    def notice(self, text: str, *, level: int = logging.WARNING) -> None:
+        """Tell the person (through the progress object), or log at ``level``."""
         if self.progress is not None:
             self.progress.notice(text)
         else:
-            log.warning("%s", text)
+            log.log(level, "%s: %s", self.issue_id, text)
 
     # -- balancer
 
@@ -336,7 +337,8 @@ class _Fetch:
         if kept:
             self.notice(
                 f"resuming {m.issue_id}: {len(kept)} of {m.num_pieces} pieces already "
-                "verified on disk"
+                "verified on disk",
+                level=logging.INFO,
             )
         self._save(plan, m)
         if self.progress is not None:
@@ -431,12 +433,11 @@ class _Fetch:
             if started is None:
                 return
             if started.handed_off_from is not None:
-                log.info(
-                    "%s: section %d handed off from %s to %s",
-                    self.issue_id,
-                    started.section.section_id,
-                    started.handed_off_from,
-                    origin,
+                s = started.section
+                self.notice(
+                    f"handoff: bytes {s.start_byte}-{s.end_byte - 1} from {origin} "
+                    f"(the previous section came from {started.handed_off_from})",
+                    level=logging.INFO,
                 )
             await self._fetch_section(worker, plan, m, fd, started.section)
 

@@ -141,9 +141,9 @@ def run_get(args: argparse.Namespace) -> int:
             return fail(str(err), 2)
     console = Console(stderr=True)
     show_bar = not args.quiet and console.is_terminal
-    if not show_bar:
-        # the client's own INFO lines (handoffs) are for the bar's absence at DEBUG only
-        logging.getLogger("pressrun.clients").setLevel(logging.WARNING)
+    # what the client has to say goes through the progress object (above the bar, or
+    # to stderr); log lines would break the bar's live display
+    logging.getLogger("pressrun.clients").setLevel(logging.ERROR)
     progress: Any = _RichProgress(console) if show_bar else _PlainNotices(args.quiet)
 
     async def go() -> Any:
