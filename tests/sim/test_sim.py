@@ -427,3 +427,24 @@ def test_count_expands_and_zipf_weights_fall_as_one_over_rank() -> None:
     assert [s.name for s in scenario.servers] == ["s-1", "s-2", "s-3"]
     assert [a.name for a in scenario.assets] == ["a-1", "a-2", "a-3", "a-4"]
     assert [a.popularity for a in scenario.assets] == pytest.approx([1, 1 / 2, 1 / 3, 1 / 4])
+
+
+def test_headroom_with_a_fixed_need_treats_elastic_downloads_as_served() -> None:
+    # Downloads run as fast as the link allows: 10 transfers share 10 MB/s. Inferring the
+    # need from the fastest transfer seen (1 transfer, 10 MB/s) would call this origin
+    # under-served; a fixed need of 0.5 MB/s per transfer says it has room for ~9 more.
+    def origin(n: int) -> OriginStatus:
+        return OriginStatus(
+            "o", 0.1, 0.1, 10e6, 10e6, n, frozenset({"i"}), frozenset(), 10e6 / n, {"i": 10e6 / n}
+        )
+
+    inferred = make_algorithm("headroom", [OriginSpec("o", "")], random.Random(1))
+    fixed = make_algorithm(
+        "headroom", [OriginSpec("o", "")], random.Random(1), {"need_bytes_per_s": 0.5e6}
+    )
+    for alg in (inferred, fixed):
+        alg.handle_status(_status("o", 0.0, 10e6), now=0.0)
+        alg.handle_status(origin(1), now=1.0)
+        alg.handle_status(origin(10), now=2.0)
+    assert inferred.rank("i", now=2.0) == []
+    assert fixed.rank("i", now=2.0)

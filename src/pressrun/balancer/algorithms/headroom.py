@@ -35,6 +35,13 @@ on it tells how many it can hold, before a burst can bury it. Defaults: slack 0.
 u_bw 0.95, cpu_target 0.85, ram_target 0.85, probe_transfers 10, cache_bonus_slots 2,
 cost EWMA weight 0.3. Pair it with clients that re-ask naming a failed origin (WSDM of
 003): the core then ranks without it.
+
+`r` inferred from the fastest healthy origin fits paced transfers (media played in
+real time: every healthy transfer runs at the bitrate). Elastic downloads (a file sent
+as fast as the link allows) have no such rate: every busy origin would look
+under-served. For those set the parameter `need_bytes_per_s` to the slowest rate a
+transfer may get (e.g. issue size / acceptable download time); it replaces `r`, and
+``free_bw = u_bw * cap / r - n - pending`` counts transfers instead of bytes.
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ class Headroom(ScoredAlgorithm):
         self.probe = self.param("probe_transfers", 10.0)
         self.cache_bonus = self.param("cache_bonus_slots", 2.0)
         self.alpha = self.param("cost_ewma", 0.3)
+        self.fixed_need = self.param("need_bytes_per_s", 0.0)
         self.models: dict[str, OriginModel] = {}
         self.rate_by_issue: dict[str, float] = {}
         self.rate_any = 0.0
@@ -96,6 +104,8 @@ class Headroom(ScoredAlgorithm):
 
     def need(self, issue_id: str) -> float:
         """The rate one transfer of the issue needs (bytes/s)."""
+        if self.fixed_need > 0:
+            return self.fixed_need
         r = self.rate_by_issue.get(issue_id)
         if r:
             return r
@@ -132,7 +142,7 @@ class Headroom(ScoredAlgorithm):
             m.cost_ram = (
                 ram_cost if m.cost_ram is None else m.cost_ram + a * (ram_cost - m.cost_ram)
             )
-            need = (
+            need = self.fixed_need or (
                 max(
                     (
                         self.rate_by_issue.get(i, 0.0)
@@ -160,7 +170,11 @@ class Headroom(ScoredAlgorithm):
         cap = status.capacity_bytes_per_s
         if m.learned_bytes_per_s is not None:
             cap = min(cap, m.learned_bytes_per_s)
-        free = (self.u_bw * cap - status.out_bytes_per_s - m.pending_bytes) / r
+        if self.fixed_need > 0:
+            # Elastic transfers fill the link whatever their number: count them instead.
+            free = self.u_bw * cap / r - status.active_transfers - m.pending
+        else:
+            free = (self.u_bw * cap - status.out_bytes_per_s - m.pending_bytes) / r
         if m.under_served:
             free = min(free, 0.0)
         if m.cost_cpu > 0:
