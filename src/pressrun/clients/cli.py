@@ -90,7 +90,7 @@ class _RichProgress:
             self.bar.update(self.task, completed=done_bytes, origin=self.origin)
 
     def notice(self, text: str) -> None:
-        self.bar.console.print(text, markup=False, highlight=False)
+        self.bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 class _PlainNotices:
