@@ -272,25 +272,16 @@ class _Fetch:
 
     def _verified_manifest(self, data: bytes, origin: str) -> Manifest:
         where = f"the manifest of {self.issue_id} from origin {origin}"
+        first_use = False
         try:
             signed = SignedManifest.from_json_bytes(data)
             if self.trusted_keys is not None:
                 manifest = signed.verify(self.trusted_keys)
             else:
                 keys = self.library.trusted_keys()
-                if keys:
-                    manifest = signed.verify(keys)
-                else:
-                    manifest = signed.verify(None)
-                    self.library.trust(
-                        manifest.publisher_key_bytes,
-                        f"trusted on first use, issue {self.issue_id}",
-                    )
-                    self.notice(
-                        f"warning: trusting publisher key {manifest.publisher_key} on first "
-                        f"use (recorded in {self.library.trusted_path}); pass "
-                        "--publisher-key to pin the key you expect"
-                    )
+                # no trusted-publishers yet: only self-consistency (trust on first use)
+                manifest = signed.verify(keys or None)
+                first_use = not keys
         except ManifestError as err:
             raise FetchError(f"{where} is rejected: {err}; nothing was saved") from None
         except LibraryError as err:
@@ -299,6 +290,21 @@ class _Fetch:
             raise FetchError(
                 f"{where} is for issue {manifest.issue_id!r}, not {self.issue_id!r}; "
                 "nothing was saved"
+            )
+        if first_use:
+            try:
+                self.library.trust(
+                    manifest.publisher_key_bytes, f"trusted on first use, issue {self.issue_id}"
+                )
+            except OSError as err:
+                raise FetchError(
+                    f"cannot record the publisher key in {self.library.trusted_path}: "
+                    f"{err.strerror or err}"
+                ) from None
+            self.notice(
+                f"warning: trusting publisher key {manifest.publisher_key} on first use "
+                f"(recorded in {self.library.trusted_path}); pass --publisher-key to pin "
+                "the key you expect"
             )
         return manifest
 
