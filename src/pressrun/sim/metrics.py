@@ -13,9 +13,9 @@
 
       U = sum_i bandwidth_required(C_i) / (sum_j bandwidth(L_j) * T_c)
 
-  bandwidth_required(C_i) is the asset's size (what the application needed, not what
-  the links carried), bandwidth(L_j) each server's true link rate, T_c the time from
-  the first request to the last client's end.
+  over the successful play-throughs: bandwidth_required(C_i) is the asset's size (what
+  the application needed, not what the links carried), bandwidth(L_j) each server's
+  true link rate, T_c the time from the first request to the last successful end.
 - Time to first byte and completion time (request to end of play-through) percentiles.
 - The capacity bound: if the peak concurrent demand of the workload exceeds the sum of
   the servers' true capacities, not every client can be served whatever the
@@ -154,10 +154,11 @@ def summarize(result: RunResult) -> dict[str, Any]:
     penalty = (mean / peak if peak > 0 else 0.0) * (errors / total if total else 0.0)
     done = [c for c in clients if c.state is ClientState.DONE and c.ended_at is not None]
     completion = [c.ended_at - c.requested_at for c in done if c.ended_at is not None]
-    required = sum(c.asset.size_bytes for c in clients)
+    # Eq. (10) counts the connections transferred: the successful play-throughs.
+    required = sum(c.asset.size_bytes for c in done)
     links = sum(s.link_bytes_per_s for s in result.scenario.servers)
     first = min((c.requested_at for c in clients), default=0.0)
-    last = max((c.ended_at or c.requested_at for c in clients), default=0.0)
+    last = max((c.ended_at for c in done if c.ended_at is not None), default=first)
     t_c = max(last - first, 1e-9)
     ebu = required / (links * t_c)
     stalls = [c.stall_s for c in clients if c.first_server is not None]
