@@ -448,3 +448,23 @@ def test_headroom_with_a_fixed_need_treats_elastic_downloads_as_served() -> None
         alg.handle_status(origin(10), now=2.0)
     assert inferred.rank("i", now=2.0) == []
     assert fixed.rank("i", now=2.0)
+
+
+def test_a_failed_server_leaves_the_rotation_until_it_answers_again() -> None:
+    sim = Simulation(load_scenario("failure"), "alg2", 1)
+    failed_polls: list[float] = []
+    original = sim.core.handle_poll_failed
+
+    def spy(msg: Any, *, now: float) -> list[Any]:
+        effects = original(msg, now=now)
+        failed_polls.append(now)
+        assert sim.core.origin_states()[msg.name].value == "down"
+        return effects
+
+    sim.core.handle_poll_failed = spy  # type: ignore[method-assign]
+    result = sim.run()
+    # A is down from 400 s to 700 s: its polls fail in that window only.
+    assert failed_polls and 400.0 <= min(failed_polls) <= 402.0
+    assert max(failed_polls) <= 701.0
+    assert sim.core.origin_states()["A"].value == "up"
+    assert result.crashes["A"] == 1
