@@ -53,7 +53,7 @@ import aiohttp
 import libtorrent as lt
 import yarl
 
-from pressrun.content.codec import Manifest
+from pressrun.content.codec import Manifest, parse_torrent
 from pressrun.content.manifest import check_file, piece_ok
 from pressrun.peer.config import PeerConfig
 from pressrun.peer.core import PeerCore, share_ratio
@@ -258,6 +258,7 @@ class SwarmPeer:
     ) -> None:
         data = torrent if isinstance(torrent, bytes) else Path(torrent).read_bytes()
         self._info = lt.torrent_info(cast(bytes, lt.bdecode(data)))
+        self._meta = parse_torrent(data)
         info_hash = str(self._info.info_hashes().v1)
         if info_hash != manifest.info_hash:
             raise SwarmError(
@@ -302,7 +303,7 @@ class SwarmPeer:
         self._peer_id = ""
 
     def _info_web_seeds(self) -> list[str]:
-        return [str(cast(dict[str, Any], w)["url"]) for w in self._info.web_seeds()]
+        return list(self._meta.web_seeds)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -328,6 +329,12 @@ class SwarmPeer:
         loop.add_reader(r, self._on_alert_fd)
         self._session = ses
         self._handle = ses.add_torrent(self._add_params())
+        # Resume data carries the web seeds of the moment it was saved (maybe dropped),
+        # and libtorrent lets them replace the torrent's: start with every origin.
+        present = set(self._handle.url_seeds())
+        for url in self.web_seeds:
+            if url not in present:
+                self._handle.add_url_seed(url)
         self._peer_id = ""
         self._rearm()
         self._on_alert_fd()  # alerts posted before the reader was attached
@@ -443,6 +450,7 @@ class SwarmPeer:
             return
         assert self._loop is not None
         self._left_at = self._loop.time()
+        self._refresh_totals()
         handle = self._handle
         handle.pause()
         await self._save_resume(wait=True)
@@ -604,7 +612,9 @@ class SwarmPeer:
             self._apply(self.core.handle_download_finished(now=now))
             self._start_verify()
         elif isinstance(a, lt.tracker_reply_alert | lt.tracker_error_alert):
-            self._tracker_replied.set()
+            # only the announce to the URL that names the leave rule counts
+            if "leave_rule=" in str(a.tracker_url()):
+                self._tracker_replied.set()
         elif isinstance(a, lt.url_seed_alert):
             log.info("web seed %s failed: %s", a.server_url, a.error_message)
             self._apply(self.core.handle_web_seed_failed(now=now))
@@ -631,8 +641,10 @@ class SwarmPeer:
             wanted_bytes=int(st.total_wanted),
             pieces_have=int(st.num_pieces),
             pieces_total=self.manifest.num_pieces,
-            uploaded_bytes=int(st.all_time_upload),
-            downloaded_bytes=int(st.all_time_download),
+            # all_time_* carry earlier sessions (resume data) but lag the session's
+            # own counters by up to a second tick
+            uploaded_bytes=max(int(st.all_time_upload), int(st.total_payload_upload)),
+            downloaded_bytes=max(int(st.all_time_download), int(st.total_payload_download)),
             connected_peers=max(0, int(st.num_peers) - self._web_connections),
             web_seed_bytes=self.bytes_from_web_seeds,
             tradable_pieces=self._tradable(st),
@@ -661,6 +673,13 @@ class SwarmPeer:
             )
 
     _web_connections = 0
+
+    def _refresh_totals(self) -> None:
+        # A synchronous status read (a download can finish between two polls).
+        if self._handle is None or self.core is None or self._loop is None:
+            return
+        st = self._handle.status()
+        self._on_status(st, self._loop.time())
 
     def _tradable(self, st: Any) -> int | None:
         # Pieces this peer lacks that some connected BitTorrent peer holds. libtorrent's
@@ -733,6 +752,7 @@ class SwarmPeer:
         self._verified_at = now
         if self._downloaded is not None and not self._downloaded.done():
             self._downloaded.set_result(True)
+        self._refresh_totals()  # the rules must see the totals of now, not of the last poll
         self._apply(self.core.handle_verified(now=now))
         self._rearm()
 

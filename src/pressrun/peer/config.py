@@ -50,6 +50,9 @@ class PeerConfig:
         it for the session) is put back after this delay.
     resume_save_interval_s: at most one resume-data save per interval while pieces
         arrive (and one at exit).
+    seed_until_stopped: no rule lets the peer go; it seeds until stopped
+        (`LeaveRule.USER`): `pressrun seed --until-stopped`, the desktop seeding in the
+        background.
     """
 
     profile: ProfileName = ProfileName.DESKTOP
@@ -69,6 +72,7 @@ class PeerConfig:
     web_seed_hold_s: float = 4.0
     web_seed_retry_s: float = 1.0
     resume_save_interval_s: float = 2.0
+    seed_until_stopped: bool = False
 
     def __post_init__(self) -> None:
         if not (self.share_ratio >= 0 and math.isfinite(self.share_ratio)):

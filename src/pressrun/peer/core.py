@@ -93,8 +93,11 @@ def fair_to_leave(
     """The rule that lets a finished peer leave now, or None if it must keep seeding.
 
     Tried in order: ratio (004's fairness), not needed (the tracker's fresh counts),
-    the maximum seeding time, and for a peer that never seeds, metered.
+    the maximum seeding time, and for a peer that never seeds, metered. A peer told
+    to seed until stopped never leaves by a rule.
     """
+    if config.seed_until_stopped and config.seeds:
+        return None
     if uploaded_bytes >= config.share_ratio * downloaded_bytes:
         return LeaveRule.RATIO
     if counts is not None and not_needed(counts, config.not_needed_seeds_per_leecher):
