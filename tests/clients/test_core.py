@@ -352,3 +352,110 @@ def test_no_origin_left_forgives_the_failed_marks() -> None:
     assert p.failed_origins(now=1.0) == frozenset()
     assert p.pick_origin(["origin-a"], now=2.0) == "origin-a"
     assert p.failures_in_a_row == 2  # still counted toward giving up
+
+
+# ------------------------------------------------------- taking over a slow section
+
+
+def test_steal_takes_the_back_half_of_a_slow_section() -> None:
+    config = replace(DESKTOP, section_bytes=8 * PIECE, steal_after_s=4.0)
+    p = plan(size=8 * PIECE, config=config)
+    s = start(p, "origin-c", now=0.0)
+    assert not p.has_unassigned()
+    p.handle_piece_verified(s.section_id, 0, now=2.0)  # 1 piece in 2 s: 14 s to go
+    assert p.worth_stealing(now=2.0)
+    # never to the slow section's own origin
+    assert p.steal_section(["origin-c"], now=2.0) is None
+    started = p.steal_section(["origin-c", "origin-a"], now=2.0)
+    assert started is not None and started.handed_off_from == "origin-c"
+    stolen = started.section
+    assert stolen.origin == "origin-a" and (stolen.first_piece, stolen.end_piece) == (5, 8)
+    assert stolen.range_header() == f"bytes={5 * PIECE}-{8 * PIECE - 1}"
+    assert p.section_end(s.section_id) == 5 and p.handoffs == 1
+    for index in (1, 2, 3, 4):
+        p.handle_piece_verified(s.section_id, index, now=3.0)
+    assert p.section_end(s.section_id) == 0  # closed: its worker stops reading
+    finish(p, stolen, now=3.0)
+    assert p.state is PlanState.COMPLETE
+
+
+def test_no_steal_from_a_section_that_goes_well_or_just_started() -> None:
+    config = replace(DESKTOP, section_bytes=8 * PIECE, steal_after_s=4.0, steal_min_elapsed_s=1.0)
+    p = plan(size=8 * PIECE, config=config)
+    s = start(p, "origin-a", now=0.0)
+    assert not p.worth_stealing(now=0.5)  # too early to judge
+    for index in range(6):
+        p.handle_piece_verified(s.section_id, index, now=1.5)  # 4 pieces/s: 0.5 s left
+    assert not p.worth_stealing(now=1.5)
+    assert p.steal_section(["origin-b"], now=1.5) is None
+    # a section with one piece left keeps it (that piece is on the wire)
+    p.handle_piece_verified(s.section_id, 6, now=30.0)
+    assert p.steal_section(["origin-b"], now=60.0) is None
+    assert not replace(config, steal_after_s=None).steal_after_s
+
+
+@given(plans(), st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), max_size=60))
+@settings(max_examples=200, deadline=None)
+def test_steals_and_failures_never_overlap_and_every_piece_verifies_once(
+    case: tuple[DownloadPlan, set[int]], script: list[tuple[int, int]]
+) -> None:
+    p, before = case
+    p = DownloadPlan(
+        size_bytes=p.size_bytes,
+        piece_size_bytes=p.piece_size_bytes,
+        config=replace(
+            p.config,
+            steal_after_s=0.5,
+            steal_min_elapsed_s=0.0,
+            max_attempts_without_progress=10**6,
+        ),
+        verified=before,
+        now=0.0,
+    )
+    verified_count = dict.fromkeys(range(p.num_pieces), 0)
+    for index in before:
+        verified_count[index] = 1
+    now = 0.0
+
+    def verify_next(sid: int, k: int) -> None:
+        section = p.sections[sid]
+        for index in [i for i in section.pieces if i not in p.verified][:k]:
+            p.handle_piece_verified(sid, index, now=now)
+            verified_count[index] += 1
+            if sid not in p.sections:
+                break
+
+    steps = [*script, *([(0, 5)] * (4 * p.num_pieces + 8))]  # then drive it home
+    for action, k in steps:
+        if p.state is not PlanState.DOWNLOADING:
+            break
+        now += 1.0
+        origin = "abc"[int(now) % 3]
+        if action == 0 or not p.sections:
+            p.start_section(origin, now=now)
+        elif action == 1:
+            started = p.steal_section(["a", "b", "c"], now=now)
+            if started is not None:
+                s = started.section
+                assert all(i not in p.verified for i in s.pieces)
+        if p.sections:
+            sid = min(p.sections)
+            if action == 2 and k == 0:
+                p.handle_section_failed(sid, "reset", now=now)
+            else:
+                verify_next(sid, k)
+        # no piece is in two open sections, and none is verified and in one
+        seen: set[int] = set()
+        for s in p.sections.values():
+            for index in range(s.first_piece, p.section_end(s.section_id)):
+                if index in p.verified:
+                    continue
+                assert index not in seen
+                seen.add(index)
+    while p.state is PlanState.DOWNLOADING:
+        now += 1.0
+        if not p.sections:
+            assert p.start_section("a", now=now) is not None
+        verify_next(min(p.sections), 5)
+    assert p.state is PlanState.COMPLETE
+    assert all(n == 1 for n in verified_count.values())

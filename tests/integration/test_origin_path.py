@@ -536,3 +536,31 @@ async def test_get_command_mobile_profile_in_sections(
             ISSUE, "--balancer", bed.balancer.url, "--library", str(library), *bad
         )
         assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+async def test_idle_worker_takes_over_a_section_stuck_on_a_slow_origin(
+    bed_factory: Any, tmp_path: Path, keys: Keys, data: bytes
+) -> None:
+    # rr over sorted names: manifest from origin-a, section 0 (the first MiB) from
+    # origin-b, capped at 0.5 MB/s, section 1 from origin-a at full speed; origin-a's
+    # worker is then idle and takes over the back half of origin-b's section
+    shapes = (OriginShape("origin-a"), OriginShape("origin-b", 4.0, 4.0))
+    bed: Testbed = await bed_factory(shapes, algorithm="rr")
+    assert bed.balancer is not None
+    progress = Recorder()
+    result = await fetch_issue(
+        ISSUE,
+        balancer_url=bed.balancer.url,
+        library=tmp_path / "lib",
+        config=config(
+            concurrency=2, section_bytes=16 * PIECE, steal_after_s=0.5, steal_min_elapsed_s=0.3
+        ),
+        trusted_keys=keys.trusted,
+        progress=progress,
+    )
+    assert_in_library(tmp_path / "lib", data)
+    assert any(n.startswith("took over") and "origin-b" in n for n in progress.notices)
+    # origin-b delivered only part of its section; the rest came from origin-a
+    assert 0 < result.bytes_by_origin["origin-b"] < 16 * PIECE
+    assert result.bytes_by_origin["origin-a"] == SIZE - result.bytes_by_origin["origin-b"]
+    assert result.handoffs >= 2

@@ -71,6 +71,8 @@ READ_CHUNK_BYTES = 64 * 1024
 #: full passes (download + whole-file check) before giving up on a file that keeps
 #: failing its final check
 MAX_PASSES = 3
+#: how often an idle worker looks for a slow section to take over
+STEAL_CHECK_S = 0.25
 
 
 class FetchError(Exception):
@@ -404,9 +406,17 @@ class _Fetch:
                 await asyncio.gather(*workers, return_exceptions=True)
 
     async def _worker(self, worker: int, plan: DownloadPlan, m: Manifest, fd: int) -> None:
-        # A worker ends when nothing is left to assign; pieces a failing section
-        # releases are picked up by that section's own worker on its next turn.
-        while plan.state is PlanState.DOWNLOADING and plan.has_unassigned():
+        # A worker ends when nothing is left to assign and no open section is worth
+        # taking over; pieces a failing section releases are picked up by that
+        # section's own worker on its next turn.
+        while plan.state is PlanState.DOWNLOADING:
+            stealing = not plan.has_unassigned()
+            if stealing:
+                if not plan.sections or self.config.steal_after_s is None:
+                    return
+                if not plan.worth_stealing(now=self.now()):
+                    await asyncio.sleep(STEAL_CHECK_S)
+                    continue
             deadline = plan.next_deadline()
             delay = 0.0 if deadline is None else deadline - self.now()
             if delay > 0:
@@ -425,23 +435,33 @@ class _Fetch:
                     )
                 )
                 continue
-            origin = plan.pick_origin([o.name for o in directive.origins], now=self.now())
-            if origin is None:
-                self._apply(
-                    plan.handle_directive_failed(
-                        "every origin the balancer offered has failed",
-                        now=self.now(),
-                        no_origin_left=True,
+            names = [o.name for o in directive.origins]
+            if stealing:
+                started = plan.steal_section(names, now=self.now())
+                if started is None:
+                    await asyncio.sleep(STEAL_CHECK_S)
+                    continue
+                origin = started.section.origin
+            else:
+                picked = plan.pick_origin(names, now=self.now())
+                if picked is None:
+                    self._apply(
+                        plan.handle_directive_failed(
+                            "every origin the balancer offered has failed",
+                            now=self.now(),
+                            no_origin_left=True,
+                        )
                     )
-                )
-                continue
-            started = plan.start_section(origin, now=self.now())
-            if started is None:
-                return
+                    continue
+                origin = picked
+                started = plan.start_section(origin, now=self.now())
+                if started is None:
+                    continue
             if started.handed_off_from is not None:
                 s = started.section
+                what = "took over" if stealing else "handoff:"
                 self.notice(
-                    f"handoff: bytes {s.start_byte}-{s.end_byte - 1} from {origin} "
+                    f"{what} bytes {s.start_byte}-{s.end_byte - 1} from {origin} "
                     f"(the previous section came from {started.handed_off_from})",
                     level=logging.INFO,
                 )
@@ -468,6 +488,10 @@ class _Fetch:
                     return
                 buf = bytearray()
                 for index in section.pieces:
+                    if index >= plan.section_end(sid):
+                        # another worker took over the rest of this section
+                        resp.close()
+                        break
                     offset, length = m.piece_span(index)
                     buf.clear()
                     while len(buf) < length:

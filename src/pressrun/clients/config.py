@@ -36,6 +36,11 @@ class ClientConfig:
         ``retry_backoff_max_s``; a 503's Retry-After takes precedence.
     metered: the connection costs money per byte (mobile); a later swarm mode uses it
         to upload nothing. The origin mode ignores it.
+    steal_after_s: a worker with nothing left to assign takes over the back half of
+        another worker's section when that section, at the rate it has shown, still
+        needs more than this many seconds (a section stuck on a slow origin is handed
+        off mid-way instead of holding up the whole download); None: never.
+    steal_min_elapsed_s: a section is judged only after it ran this long.
     """
 
     profile: str = "desktop"
@@ -51,6 +56,8 @@ class ClientConfig:
     retry_backoff_s: float = 0.25
     retry_backoff_max_s: float = 4.0
     metered: bool = False
+    steal_after_s: float | None = 4.0
+    steal_min_elapsed_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -67,6 +74,8 @@ class ClientConfig:
                 raise ValueError(f"{name} must be a positive number")
         if self.max_attempts_without_progress < 1:
             raise ValueError("max_attempts_without_progress must be at least 1")
+        if self.steal_after_s is not None and not self.steal_after_s > 0:
+            raise ValueError("steal_after_s must be positive (or None: never)")
         if self.failed_ttl_s < 0 or self.retry_backoff_s < 0 or self.retry_backoff_max_s < 0:
             raise ValueError("failed_ttl_s and the backoffs must not be negative")
 

@@ -22,6 +22,11 @@ events. State:
   meanwhile: the WSDM retry rule of 003_fb4a16d3be88866e.txt (a retry re-selects a path
   excluding the one marked failed). Pieces verified before the failure are kept; the
   section's other pieces go back to pending and the next section picks them up;
+- a worker with nothing left to assign may take over the back half of a section that,
+  at the rate it has shown so far, still needs more than ``steal_after_s``: the section
+  is cut short (its worker stops at the new end) and the rest starts on another origin.
+  This is the handoff of 001 applied where it pays, to a transfer stuck on a slow
+  server, without extra handoffs for sections that go well;
 - failures in a row without a verified piece in between are counted; at
   ``max_attempts_without_progress`` the plan gives up with a one-line reason. Each
   failure also pushes the next attempt back (``not_before``) by an exponential backoff.
@@ -75,6 +80,8 @@ class DownloadPlan:
         # piece -> section id, for pieces in flight
         self._in_flight: dict[int, int] = {}
         self.sections: dict[int, Section] = {}
+        # section id -> (started at, verified bytes so far): its observed rate
+        self._progress: dict[int, tuple[float, int]] = {}
         self._next_id = 0
         self._failed_until: dict[str, float] = {}
         self._last_origin: str | None = None
@@ -174,6 +181,7 @@ class DownloadPlan:
         )
         self._next_id += 1
         self.sections[section.section_id] = section
+        self._progress[section.section_id] = (now, 0)
         for index in section.pieces:
             self._in_flight[index] = section.section_id
         self.sections_started += 1
@@ -184,6 +192,95 @@ class DownloadPlan:
         self._last_origin = origin
         return SectionStarted(section, handed_off_from)
 
+    def section_end(self, section_id: int) -> int:
+        """The current end piece (exclusive) of an open section: a steal may have
+        moved it down since the section started; 0 once the section is closed."""
+        section = self.sections.get(section_id)
+        return 0 if section is None else section.end_piece
+
+    def _seconds_left(self, section_id: int, *, now: float) -> float | None:
+        """How long the section still needs at its observed rate; None when it ran
+        less than ``steal_min_elapsed_s``."""
+        started_at, done = self._progress[section_id]
+        elapsed = now - started_at
+        if elapsed < self.config.steal_min_elapsed_s:
+            return None
+        left = sum(self.piece_span(i)[1] for i in self._pending_of(section_id))
+        if done == 0:
+            return float("inf")
+        return left / (done / elapsed)
+
+    def _pending_of(self, section_id: int) -> list[int]:
+        section = self.sections[section_id]
+        return [i for i in section.pieces if self._in_flight.get(i) == section_id]
+
+    def worth_stealing(self, *, now: float) -> bool:
+        """True if some open section would be taken over now (`steal_section`)."""
+        if self.config.steal_after_s is None:
+            return False
+        for section_id in self.sections:
+            if len(self._pending_of(section_id)) < 2:
+                continue
+            left = self._seconds_left(section_id, now=now)
+            if left is not None and left > self.config.steal_after_s:
+                return True
+        return False
+
+    def steal_section(self, candidates: Sequence[str], *, now: float) -> SectionStarted | None:
+        """Take over the back half of the slowest open section, for the first of
+        ``candidates`` (a directive's origins) that is neither failed nor that
+        section's origin; None when no section is worth it (see ``steal_after_s``)."""
+        if self.state is not PlanState.DOWNLOADING or self.config.steal_after_s is None:
+            return None
+        victim: Section | None = None
+        worst = self.config.steal_after_s
+        for section_id, section in self.sections.items():
+            if len(self._pending_of(section_id)) < 2:
+                continue  # the piece being received stays with its worker
+            left = self._seconds_left(section_id, now=now)
+            if left is not None and left > worst:
+                victim, worst = section, left
+        if victim is None:
+            return None
+        failed = self.failed_origins(now=now)
+        origin = next((o for o in candidates if o not in failed and o != victim.origin), None)
+        if origin is None:
+            return None
+        pending = self._pending_of(victim.section_id)
+        # The victim keeps the first half (it receives pieces in order: the lowest
+        # pending piece is the one on the wire); the thief takes the rest, which is a
+        # run of consecutive pieces (pending pieces of one section are consecutive).
+        cut = pending[(len(pending) + 1) // 2]
+        if pending[-1] - cut + 1 != len(pending) - pending.index(cut):
+            return None  # not one run (pieces verified out of order): leave it
+        last_offset, last_length = self.piece_span(cut - 1)
+        self.sections[victim.section_id] = Section(
+            section_id=victim.section_id,
+            origin=victim.origin,
+            first_piece=victim.first_piece,
+            end_piece=cut,
+            start_byte=victim.start_byte,
+            end_byte=last_offset + last_length,
+        )
+        end = victim.end_piece
+        stolen = Section(
+            section_id=self._next_id,
+            origin=origin,
+            first_piece=cut,
+            end_piece=end,
+            start_byte=self.piece_span(cut)[0],
+            end_byte=victim.end_byte,
+        )
+        self._next_id += 1
+        self.sections[stolen.section_id] = stolen
+        self._progress[stolen.section_id] = (now, 0)
+        for index in stolen.pieces:
+            self._in_flight[index] = stolen.section_id
+        self.sections_started += 1
+        self.handoffs += 1
+        self._last_origin = origin
+        return SectionStarted(stolen, victim.origin)
+
     def handle_piece_verified(self, section_id: int, index: int, *, now: float) -> list[Event]:
         """Piece ``index`` of the section arrived, matched its SHA-256 and is on disk."""
         section = self._section(section_id)
@@ -193,11 +290,14 @@ class DownloadPlan:
             raise LocalProtocolError(f"piece {index} was already settled")
         del self._in_flight[index]
         self.verified.add(index)
+        started_at, done = self._progress[section_id]
+        self._progress[section_id] = (started_at, done + self.piece_span(index)[1])
         self.failures_in_a_row = 0
         self.not_before = now
         events: list[Event] = []
         if not any(self._in_flight.get(i) == section_id for i in section.pieces):
             del self.sections[section_id]
+            del self._progress[section_id]
         if self._all_verified():
             self.state = PlanState.COMPLETE
             events.append(DownloadComplete())
@@ -290,6 +390,7 @@ class DownloadPlan:
         for index in released:
             del self._in_flight[index]
         del self.sections[section.section_id]
+        del self._progress[section.section_id]
         return released
 
     def _mark_failed(self, origin: str, reason: str, *, now: float) -> OriginFailed:
