@@ -273,19 +273,23 @@ def test_web_seeds_dropped_at_the_share_and_restored_when_starved() -> None:
     assert of(effects, DropWebSeeds) and not core.web_seeds_on
     # starved: no connected peer holds a piece it lacks -> origins back at once
     effects = core.handle_progress(progress(down=13 * MB, web=11 * MB, tradable=0), now=3.0)
+    assert not of(effects, RestoreWebSeeds)  # starved for a moment only
+    effects = core.handle_progress(progress(down=13 * MB, web=11 * MB, tradable=0), now=3.5)
+    assert not of(effects, RestoreWebSeeds)
+    effects = core.handle_progress(progress(down=13 * MB, web=11 * MB, tradable=0), now=4.0)
     assert of(effects, RestoreWebSeeds) and core.web_seeds_on
     # held for web_seed_hold_s before the next drop
-    assert not of(core.handle_progress(progress(down=14 * MB, web=12 * MB), now=6.9), DropWebSeeds)
-    assert of(core.handle_progress(progress(down=15 * MB, web=12 * MB), now=7.0), DropWebSeeds)
+    assert not of(core.handle_progress(progress(down=14 * MB, web=12 * MB), now=7.9), DropWebSeeds)
+    assert of(core.handle_progress(progress(down=15 * MB, web=12 * MB), now=8.0), DropWebSeeds)
     # the stall guard: no payload for web_seed_stall_s puts them back
-    t = 7.0
+    t = 8.0
     restored = False
     while not restored:
         deadline = core.next_deadline()
         assert deadline is not None
         t = deadline
         restored = bool(of(core.handle_timer(now=t), RestoreWebSeeds))
-    assert t == pytest.approx(7.0 + cfg.web_seed_stall_s)
+    assert t == pytest.approx(8.0 + cfg.web_seed_stall_s)
     assert (core.web_seed_drops, core.web_seed_restores) == (2, 2)
 
 

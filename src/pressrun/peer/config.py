@@ -46,6 +46,9 @@ class PeerConfig:
     web_seed_stall_s: with web seeds dropped, no progress for this long puts them back
         (the stall guard); they stay back for web_seed_hold_s before another drop.
     web_seed_hold_s: see web_seed_stall_s.
+    web_seed_starved_s: with web seeds dropped, no connected peer holding a piece this
+        peer lacks for this long puts them back (at once would react to the moment
+        between a piece finishing somewhere and its HAVE message arriving).
     web_seed_retry_s: a web seed that libtorrent disabled (one non-2xx answer disables
         it for the session) is put back after this delay.
     resume_save_interval_s: at most one resume-data save per interval while pieces
@@ -69,7 +72,8 @@ class PeerConfig:
     drop_web_seeds: bool = True
     web_seed_share_factor: float = 1.0
     web_seed_stall_s: float = 2.0
-    web_seed_hold_s: float = 4.0
+    web_seed_hold_s: float = 1.0
+    web_seed_starved_s: float = 1.0
     web_seed_retry_s: float = 1.0
     resume_save_interval_s: float = 2.0
     seed_until_stopped: bool = False

@@ -25,7 +25,8 @@ Policy (docs/swarm.md):
   the tracker's seeds + leechers and the connected peers + 1) and has a peer to trade
   with, it drops the web seeds (`DropWebSeeds`) so the origins send about one copy in
   all; a guard puts them back (`RestoreWebSeeds`) at once when no connected peer holds
-  a piece it lacks (starved: only the origins can help), or after ``web_seed_stall_s``
+  a piece it lacks for ``web_seed_starved_s`` (starved: only the origins can help), or
+  after ``web_seed_stall_s``
   without progress, and keeps them for ``web_seed_hold_s``. A web seed that libtorrent disabled
   (one non-2xx answer disables it for the session) is put back after
   ``web_seed_retry_s``.
@@ -126,6 +127,7 @@ class PeerCore:
         self.web_seeds_on = True
         self._web_hold_until = now
         self._web_retry_at: float | None = None
+        self._starved_since: float | None = None
         self._next_status_at = now
         self._next_counts_at = now + config.counts_interval_s
         self._resume_dirty = False
@@ -160,7 +162,13 @@ class PeerCore:
                 self.web_seed_drops += 1
                 effects.append(DropWebSeeds())
             elif not self.web_seeds_on and self._starved(progress):
-                effects.append(self._restore_web_seeds(now))
+                # starved for a while, not just between two have-messages
+                if self._starved_since is None:
+                    self._starved_since = now
+                if now - self._starved_since >= self.config.web_seed_starved_s:
+                    effects.append(self._restore_web_seeds(now))
+            if not self._starved(progress):
+                self._starved_since = None
         effects += self._check_leave(now)
         return effects
 
@@ -276,6 +284,7 @@ class PeerCore:
         return progress.web_seed_bytes >= progress.wanted_bytes * fraction
 
     def _restore_web_seeds(self, now: float) -> RestoreWebSeeds:
+        self._starved_since = None
         self.web_seeds_on = True
         self.web_seed_restores += 1
         self._web_hold_until = now + self.config.web_seed_hold_s
