@@ -23,6 +23,7 @@ from pressrun import __version__
 COMMAND_MODULES = (
     "pressrun.content.cli",  # keys, publish, verify
     "pressrun.clients.cli",  # get, seed
+    "pressrun.peer.cli",  # seed
     "pressrun.sim.cli",  # sim
     "pressrun.demo",  # demo
 )
