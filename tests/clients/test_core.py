@@ -15,6 +15,7 @@ from pressrun.clients.events import (
     DownloadGaveUp,
     LocalProtocolError,
     OriginFailed,
+    OriginSlow,
     PiecesReleased,
     PlanState,
     Section,
@@ -442,6 +443,8 @@ def test_steals_and_failures_never_overlap_and_every_piece_verifies_once(
             sid = min(p.sections)
             if action == 2 and k == 0:
                 p.handle_section_failed(sid, "reset", now=now)
+            elif action == 3 and k == 1 and p.should_move(sid, now=now):
+                p.handle_section_moved(sid, now=now)
             else:
                 verify_next(sid, k)
         # no piece is in two open sections, and none is verified and in one
@@ -459,3 +462,44 @@ def test_steals_and_failures_never_overlap_and_every_piece_verifies_once(
         verify_next(min(p.sections), 5)
     assert p.state is PlanState.COMPLETE
     assert all(n == 1 for n in verified_count.values())
+
+
+def test_pick_origin_spreads_sections_over_origins() -> None:
+    p = plan(size=8 * PIECE, config=replace(DESKTOP, section_bytes=4 * PIECE))
+    start(p, "origin-c", now=0.0)
+    assert p.pick_origin(["origin-c", "origin-a"], now=0.0) == "origin-a"
+    assert p.pick_origin(["origin-c"], now=0.0) == "origin-c"  # nothing else offered
+
+
+def test_a_relatively_slow_section_moves_and_its_origin_is_passed_over() -> None:
+    config = replace(DESKTOP, section_bytes=4 * PIECE, steal_after_s=4.0, failed_ttl_s=30.0)
+    p = plan(size=12 * PIECE, config=config)
+    fast = start(p, "origin-a", now=0.0)
+    finish(p, fast, now=0.2)  # 4 pieces in 0.2 s: what this client's link can do
+    slow = start(p, "origin-c", now=1.0)
+    p.handle_piece_verified(slow.section_id, 4, now=4.0)  # 1 piece in 3 s, 9 s to go
+    assert p.slow_origins(now=4.0) == {"origin-c"}
+    assert p.should_move(slow.section_id, now=4.0)
+    assert p.pick_origin(["origin-c", "origin-b"], now=4.0) == "origin-b"
+    events = p.handle_section_moved(slow.section_id, now=4.0)
+    assert OriginSlow("origin-c", 34.0) in events
+    assert PiecesReleased(slow.section_id, (5, 6, 7)) in events
+    assert p.failures_in_a_row == 0 and p.failed_origins(now=4.0) == frozenset()
+    assert p.pick_origin(["origin-c", "origin-a"], now=5.0) == "origin-a"
+    # chosen knowingly after the mark (nothing else offered): it is not moved again
+    again = start(p, "origin-c", now=5.0)
+    assert (again.first_piece, again.end_piece) == (5, 9)
+    p.handle_piece_verified(again.section_id, 5, now=8.0)
+    assert not p.should_move(again.section_id, now=8.0)
+
+
+def test_a_slow_link_of_the_clients_own_moves_nothing() -> None:
+    config = replace(DESKTOP, section_bytes=4 * PIECE, steal_after_s=4.0)
+    p = plan(size=12 * PIECE, config=config)
+    s1, s2 = start(p, "origin-a", now=0.0), start(p, "origin-b", now=0.0)
+    p.handle_piece_verified(s1.section_id, 0, now=3.0)
+    p.handle_piece_verified(s2.section_id, 4, now=3.0)
+    # both need 9 s more, but both go at the best rate seen: the link is the limit
+    assert not p.should_move(s1.section_id, now=3.0)
+    assert not p.should_move(s2.section_id, now=3.0)
+    assert p.slow_origins(now=3.0) == frozenset()

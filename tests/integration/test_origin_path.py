@@ -538,12 +538,13 @@ async def test_get_command_mobile_profile_in_sections(
         assert code == 2 and len(err.strip().splitlines()) == 1
 
 
-async def test_idle_worker_takes_over_a_section_stuck_on_a_slow_origin(
+async def test_a_section_stuck_on_a_slow_origin_moves_to_a_fast_one(
     bed_factory: Any, tmp_path: Path, keys: Keys, data: bytes
 ) -> None:
     # rr over sorted names: manifest from origin-a, section 0 (the first MiB) from
-    # origin-b, capped at 0.5 MB/s, section 1 from origin-a at full speed; origin-a's
-    # worker is then idle and takes over the back half of origin-b's section
+    # origin-b, capped at 0.5 MB/s, section 1 from origin-a at full speed. Once
+    # origin-a's section has shown what the link can do, origin-b's section is left
+    # mid-way (its worker moves it, or origin-a's idle worker takes over its back half)
     shapes = (OriginShape("origin-a"), OriginShape("origin-b", 4.0, 4.0))
     bed: Testbed = await bed_factory(shapes, algorithm="rr")
     assert bed.balancer is not None
@@ -559,8 +560,12 @@ async def test_idle_worker_takes_over_a_section_stuck_on_a_slow_origin(
         progress=progress,
     )
     assert_in_library(tmp_path / "lib", data)
-    assert any(n.startswith("took over") and "origin-b" in n for n in progress.notices)
+    assert any(
+        n.startswith("took over") or n.startswith("origin origin-b is slow")
+        for n in progress.notices
+    ), progress.notices
     # origin-b delivered only part of its section; the rest came from origin-a
     assert 0 < result.bytes_by_origin["origin-b"] < 16 * PIECE
     assert result.bytes_by_origin["origin-a"] == SIZE - result.bytes_by_origin["origin-b"]
     assert result.handoffs >= 2
+    assert result.failures == 0  # slow is not failed

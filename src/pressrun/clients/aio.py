@@ -492,6 +492,15 @@ class _Fetch:
                         # another worker took over the rest of this section
                         resp.close()
                         break
+                    if plan.should_move(sid, now=self.now()):
+                        resp.close()
+                        self.notice(
+                            f"origin {section.origin} is slow for this download; the rest "
+                            f"of the section (from byte {m.piece_span(index)[0]}) moves",
+                            level=logging.INFO,
+                        )
+                        self._apply(plan.handle_section_moved(sid, now=self.now()))
+                        return
                     offset, length = m.piece_span(index)
                     buf.clear()
                     while len(buf) < length:

@@ -27,6 +27,14 @@ events. State:
   is cut short (its worker stops at the new end) and the rest starts on another origin.
   This is the handoff of 001 applied where it pays, to a transfer stuck on a slow
   server, without extra handoffs for sections that go well;
+- a worker whose own section is that slow *and* at less than a third of the best rate
+  this download has seen leaves it at the next piece boundary (the rest goes back to
+  the plan) and marks the origin slow: it is passed over while the balancer offers
+  another, but not named in ``failed=`` (it works, just slowly for us). The relative
+  test keeps a client on a slow link of its own from moving for nothing;
+- a new section prefers an origin none of the download's open sections is on, so
+  with two sections at once the download has two paths and an idle worker to take
+  over from the slower one;
 - failures in a row without a verified piece in between are counted; at
   ``max_attempts_without_progress`` the plan gives up with a one-line reason. Each
   failure also pushes the next attempt back (``not_before``) by an exponential backoff.
@@ -43,6 +51,7 @@ from pressrun.clients.events import (
     Event,
     LocalProtocolError,
     OriginFailed,
+    OriginSlow,
     PiecesReleased,
     PlanState,
     Section,
@@ -50,6 +59,13 @@ from pressrun.clients.events import (
 )
 
 __all__ = ["DownloadPlan"]
+
+#: a section is "slow" for `should_move` / `slow_origins` when its rate is below the
+#: best rate this download has seen divided by this
+SLOW_FACTOR = 3.0
+#: the shortest window a rate is measured over (a section that ends quicker counts as
+#: having taken this long)
+MIN_RATE_WINDOW_S = 0.1
 
 
 class DownloadPlan:
@@ -82,8 +98,13 @@ class DownloadPlan:
         self.sections: dict[int, Section] = {}
         # section id -> (started at, verified bytes so far): its observed rate
         self._progress: dict[int, tuple[float, int]] = {}
+        # the best rate (bytes/s) a section of this download has shown: evidence of
+        # what the client's own link can do, so a slow origin is told from a slow link
+        self.best_rate_bytes_per_s = 0.0
         self._next_id = 0
         self._failed_until: dict[str, float] = {}
+        # origin -> (marked slow at, until): passed over while another is offered
+        self._slow: dict[str, tuple[float, float]] = {}
         self._last_origin: str | None = None
         self.handoffs = 0
         self.sections_started = 0
@@ -131,12 +152,37 @@ class DownloadPlan:
         return frozenset(name for name, until in self._failed_until.items() if now < until)
 
     def pick_origin(self, candidates: Sequence[str], *, now: float) -> str | None:
-        """The first of the directive's origins (preference order) not failed now."""
+        """The first of the directive's origins (preference order) not failed now,
+        preferring one this download is not already using and does not see slow.
+
+        The balancer scores every client's load; this client knows what it gets: an
+        origin one of its sections is on, or one that has been slow for it, is passed
+        over when the balancer offers another.
+        """
         failed = self.failed_origins(now=now)
-        for name in candidates:
-            if name not in failed:
-                return name
-        return None
+        usable = [name for name in candidates if name not in failed]
+        if not usable:
+            return None
+        slow = self.slow_origins(now=now)
+        in_use = {section.origin for section in self.sections.values()}
+        # spread this download's sections over origins (a second path, as with
+        # multihoming), then avoid slow ones, else the balancer's first
+        for avoid in (slow | in_use, slow):
+            for name in usable:
+                if name not in avoid:
+                    return name
+        return usable[0]
+
+    def slow_origins(self, *, now: float) -> frozenset[str]:
+        """Origins marked slow (a section left them) or whose open sections still
+        need more than ``steal_after_s``."""
+        if self.config.steal_after_s is None:
+            return frozenset()
+        slow = {name for name, (_, until) in self._slow.items() if now < until}
+        for section_id, section in self.sections.items():
+            if self._relatively_slow(section_id, now=now):
+                slow.add(section.origin)
+        return frozenset(slow)
 
     def next_deadline(self) -> float | None:
         """When the next attempt may start (after a failure's backoff or a 503's
@@ -210,9 +256,53 @@ class DownloadPlan:
             return float("inf")
         return left / (done / elapsed)
 
+    def _relatively_slow(self, section_id: int, *, now: float) -> bool:
+        """The section still needs more than ``steal_after_s`` and goes at less than
+        a third of the best rate this download has seen (so a slow link of the
+        client's own, where every section is slow, moves nothing)."""
+        if self.config.steal_after_s is None:
+            return False
+        left = self._seconds_left(section_id, now=now)
+        if left is None or left <= self.config.steal_after_s:
+            return False
+        started_at, done = self._progress[section_id]
+        rate = done / max(now - started_at, MIN_RATE_WINDOW_S)
+        return rate * SLOW_FACTOR < self.best_rate_bytes_per_s
+
     def _pending_of(self, section_id: int) -> list[int]:
         section = self.sections[section_id]
         return [i for i in section.pieces if self._in_flight.get(i) == section_id]
+
+    def should_move(self, section_id: int, *, now: float) -> bool:
+        """True if the section's worker should leave it at this piece boundary: at its
+        observed rate it still needs more than ``steal_after_s`` (and at least two
+        pieces), and its origin was not chosen knowingly after being marked slow."""
+        if self.config.steal_after_s is None or section_id not in self.sections:
+            return False
+        section = self.sections[section_id]
+        marked = self._slow.get(section.origin)
+        if marked is not None and now < marked[1] and self._progress[section_id][0] >= marked[0]:
+            return False  # the balancer had nothing better when it started
+        if len(self._pending_of(section_id)) < 2:
+            return False
+        return self._relatively_slow(section_id, now=now)
+
+    def handle_section_moved(self, section_id: int, *, now: float) -> list[Event]:
+        """The worker left a slow section at a piece boundary (`should_move`): its
+        other pieces go back to the plan and the origin is marked slow for
+        ``failed_ttl_s``, passed over by `pick_origin` while another is offered. Not
+        a failure: it is not named in ``failed=`` and counts nothing toward giving up."""
+        section = self._section(section_id)
+        released = self._release(section)
+        until = now + self.config.failed_ttl_s
+        self._slow[section.origin] = (now, until)
+        # the transfer is handed off here; its next section does not count again
+        self.handoffs += 1
+        self._last_origin = None
+        events: list[Event] = [OriginSlow(section.origin, until)]
+        if released:
+            events.append(PiecesReleased(section_id, released))
+        return events
 
     def worth_stealing(self, *, now: float) -> bool:
         """True if some open section would be taken over now (`steal_section`)."""
@@ -291,11 +381,17 @@ class DownloadPlan:
         del self._in_flight[index]
         self.verified.add(index)
         started_at, done = self._progress[section_id]
-        self._progress[section_id] = (started_at, done + self.piece_span(index)[1])
+        done += self.piece_span(index)[1]
+        self._progress[section_id] = (started_at, done)
         self.failures_in_a_row = 0
         self.not_before = now
         events: list[Event] = []
-        if not any(self._in_flight.get(i) == section_id for i in section.pieces):
+        closed = not any(self._in_flight.get(i) == section_id for i in section.pieces)
+        elapsed = now - started_at
+        if closed or elapsed >= self.config.steal_min_elapsed_s:
+            rate = done / max(elapsed, MIN_RATE_WINDOW_S)
+            self.best_rate_bytes_per_s = max(self.best_rate_bytes_per_s, rate)
+        if closed:
             del self.sections[section_id]
             del self._progress[section_id]
         if self._all_verified():

@@ -70,6 +70,15 @@ class OriginFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class OriginSlow:
+    """A section left an origin that was too slow for this download; the origin is
+    passed over until ``until`` while the balancer offers another."""
+
+    origin: str
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
 class PiecesReleased:
     """Pieces of an ended section that were not verified go back to the plan."""
 
@@ -89,7 +98,9 @@ class DownloadGaveUp:
     reason: str
 
 
-Event = SectionStarted | OriginFailed | PiecesReleased | DownloadComplete | DownloadGaveUp
+Event = (
+    SectionStarted | OriginFailed | OriginSlow | PiecesReleased | DownloadComplete | DownloadGaveUp
+)
 
 
 class LocalProtocolError(Exception):
