@@ -18,10 +18,11 @@ class ClientConfig:
     section_bytes: the size of a section (a Range request that one directive
         covers), rounded up to whole pieces; None: automatic, the file split into
         ``max_sections`` sections (see :meth:`section_size_for`).
-    max_sections: the automatic section count: 3 sections means a download is
-        handed over at most twice. 001_524169374db25375.txt found handing off about
-        half of the transfers best and "excessive handoffs" worse than none, so a
-        handoff is there to let the balancer move a long download, not to chop it.
+    max_sections: the automatic section count: 3 sections means at most two
+        handoffs between sections (leaving a slow origin mid-section adds one).
+        001_524169374db25375.txt found handing off about half of the transfers best
+        and "excessive handoffs" worse than none, so a handoff is there to let the
+        balancer move a long download, not to chop it.
     max_section_bytes: an upper bound on the automatic section size (None: none).
         The mobile profile caps it so that a dropped radio link costs little.
     stall_timeout_s: an origin that sends no byte for this long is failed.

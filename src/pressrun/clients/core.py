@@ -15,8 +15,9 @@ events. State:
   001_524169374db25375.txt, where a long transfer is split into sections and each
   section may be served by a different server. Their measurements put the best at
   about half of the transfers handed off once and show that excessive handoffs hurt;
-  hence the default of three sections per file (at most two handoffs, see
-  `ClientConfig.section_size_for`);
+  hence the default of three sections per file (at most two handoffs between
+  sections, see `ClientConfig.section_size_for`; leaving a slow origin mid-section,
+  below, adds one where it pays);
 - an origin that failed (error, reset, stall, corrupt piece, unsatisfiable range) is
   remembered for ``failed_ttl_s`` and named in ``failed=`` on every directive request
   meanwhile: the WSDM retry rule of 003_fb4a16d3be88866e.txt (a retry re-selects a path
