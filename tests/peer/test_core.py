@@ -261,7 +261,7 @@ def test_partial_payload_counts_as_progress() -> None:
 
 
 def test_web_seeds_dropped_at_the_share_and_restored_when_starved() -> None:
-    cfg = desktop_profile(web_seed_hold_s=4.0)
+    cfg = desktop_profile(web_seed_hold_s=4.0, web_seed_share_factor=1.0)
     core = PeerCore(cfg, now=0.0)
     core.handle_swarm_counts(SwarmCounts(seeds=0, leechers=10), now=0.5)
     # share = 100 MB / 10 peers = 10 MB from the web seeds

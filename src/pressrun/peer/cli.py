@@ -87,7 +87,11 @@ def _seed(args: argparse.Namespace) -> int:
     if not file.is_file():
         print(f"pressrun seed: {file} does not exist", file=sys.stderr)
         return 1
-    overrides: dict[str, object] = {"share_ratio": args.ratio}
+    # the copy counts as downloaded: seed it back (ratio x its size) before leaving
+    overrides: dict[str, object] = {
+        "share_ratio": args.ratio,
+        "ratio_basis_bytes": manifest.size_bytes,
+    }
     if args.max_seed_time_s is not None:
         overrides["max_seed_time_s"] = args.max_seed_time_s
     if args.upload_limit_kbps is not None:

@@ -42,7 +42,9 @@ class PeerConfig:
     drop_web_seeds: remove the origins' web seeds once this peer holds its share of
         the pieces (pieces / swarm size x web_seed_share_factor), so the origins send
         about one copy in all and the peers the rest (FIELD-NOTES.md, libtorrent).
-    web_seed_share_factor: how many shares a peer takes from the web seeds first.
+    web_seed_share_factor: how many shares a peer takes from the web seeds first. 2.0:
+        measured on the loopback bench (docs/swarm.md), 1.0 starves the swarm of
+        pieces (origin idle, 2.6x the bound at N = 10), 3.0 sends more copies.
     web_seed_stall_s: with web seeds dropped, no progress for this long puts them back
         (the stall guard); they stay back for web_seed_hold_s before another drop.
     web_seed_hold_s: see web_seed_stall_s.
@@ -56,6 +58,9 @@ class PeerConfig:
     seed_until_stopped: no rule lets the peer go; it seeds until stopped
         (`LeaveRule.USER`): `pressrun seed --until-stopped`, the desktop seeding in the
         background.
+    ratio_basis_bytes: the ratio rule counts at least this many bytes as downloaded.
+        `pressrun seed` sets the file's size, so a copy that came from the origins is
+        paid back to the swarm (otherwise 0 downloaded would let it leave at once).
     """
 
     profile: ProfileName = ProfileName.DESKTOP
@@ -70,13 +75,14 @@ class PeerConfig:
     status_interval_s: float = 0.5
     counts_interval_s: float = 2.0
     drop_web_seeds: bool = True
-    web_seed_share_factor: float = 1.0
+    web_seed_share_factor: float = 2.0
     web_seed_stall_s: float = 2.0
     web_seed_hold_s: float = 1.0
     web_seed_starved_s: float = 1.0
     web_seed_retry_s: float = 1.0
     resume_save_interval_s: float = 2.0
     seed_until_stopped: bool = False
+    ratio_basis_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not (self.share_ratio >= 0 and math.isfinite(self.share_ratio)):

@@ -99,7 +99,8 @@ def fair_to_leave(
     """
     if config.seed_until_stopped and config.seeds:
         return None
-    if uploaded_bytes >= config.share_ratio * downloaded_bytes:
+    basis = max(downloaded_bytes, config.ratio_basis_bytes)
+    if uploaded_bytes >= config.share_ratio * basis:
         return LeaveRule.RATIO
     if counts is not None and not_needed(counts, config.not_needed_seeds_per_leecher):
         return LeaveRule.NOT_NEEDED

@@ -1,0 +1,116 @@
+"""Loopback swarm bench: last peer's completion time against the fluid lower bound.
+
+N libtorrent peers (pressrun.peer, all in this process) arrive together and download
+one published issue of F bytes; the only initial source is the origins' web seeds,
+their total egress capped at u_s (pressrun.origin's token bucket); each peer uploads at
+most u. Printed per N: the last peer's completion time T, the fluid lower bound of
+Kumar and Ross,
+
+    T_min = max(F / u_s, F / d_min, N * F / (u_s + N * u))
+
+(d_min: the slowest peer's download cap; unlimited here, so that term is 0), T / T_min,
+and the origins' bytes in copies of the file (their own counters).
+
+    # N = 10, 20, 40; F = 20 MiB; u = 1 MB/s; u_s = 2 MB/s
+    .venv/bin/python bench/swarm.py
+    .venv/bin/python bench/swarm.py --n 20 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from pressrun.peer.config import desktop_profile
+from pressrun.peer.loopback import loopback_swarm
+
+
+async def one_run(n: int, args: argparse.Namespace) -> dict[str, float]:
+    size = int(args.size_mib * (1 << 20))
+    u = args.peer_upload_mbps * 1e6 / 8
+    u_s = args.origin_mbps * 1e6 / 8
+    caps = tuple([args.origin_mbps / args.origins] * args.origins)
+    with tempfile.TemporaryDirectory(prefix="pressrun-bench-") as tmp:
+        async with loopback_swarm(
+            Path(tmp), size_bytes=size, origin_cap_mbps=caps, piece_size=args.piece_kib * 1024
+        ) as swarm:
+            config = desktop_profile(
+                upload_limit_bps=int(u),
+                counts_interval_s=1.0,
+                drop_web_seeds=not args.keep_web_seeds,
+                web_seed_share_factor=args.share_factor,
+            )
+            started = time.perf_counter()
+            results = await swarm.run_peers(n, config)
+            wall = time.perf_counter() - started
+            bad = [r for r in results if not r.completed]
+            if bad:
+                raise SystemExit(f"{len(bad)} peers did not complete")
+            last = max(r.download_s or 0.0 for r in results)
+            t_min = max(size / u_s, n * size / (u_s + n * u))
+            rules: dict[str, int] = {}
+            for r in results:
+                key = r.leave_rule.value if r.leave_rule else "none"
+                rules[key] = rules.get(key, 0) + 1
+            ratios = [r.ratio for r in results if r.ratio is not None]
+            return {
+                "last_s": last,
+                "t_min_s": t_min,
+                "x": last / t_min,
+                "copies": swarm.origin_bytes_sent() / size,
+                "wall_s": wall,
+                "mean_ratio": statistics.mean(ratios) if ratios else 0.0,
+                **{f"rule_{k}": float(v) for k, v in rules.items()},
+            }
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", default="10,20,40", help="peer counts, comma-separated")
+    p.add_argument("--size-mib", type=float, default=20.0, help="file size F (MiB)")
+    p.add_argument("--peer-upload-mbps", type=float, default=8.0, help="u per peer (Mbit/s)")
+    p.add_argument("--origin-mbps", type=float, default=16.0, help="u_s, all origins (Mbit/s)")
+    p.add_argument("--origins", type=int, default=1, help="origins sharing u_s")
+    p.add_argument("--piece-kib", type=int, default=256)
+    p.add_argument("--runs", type=int, default=1, help="runs per N (medians printed)")
+    p.add_argument(
+        "--keep-web-seeds", action="store_true", help="never drop the web seeds (baseline)"
+    )
+    p.add_argument(
+        "--share-factor",
+        type=float,
+        default=2.0,
+        help="shares of the file a peer takes from the web seeds before dropping them",
+    )
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    print(
+        f"F = {args.size_mib} MiB, u = {args.peer_upload_mbps} Mbit/s per peer, "
+        f"u_s = {args.origin_mbps} Mbit/s over {args.origins} origin(s), "
+        f"pieces {args.piece_kib} KiB, web seeds "
+        + ("kept" if args.keep_web_seeds else "dropped at share")
+    )
+    print(f"{'N':>4} {'T_last s':>9} {'T_min s':>8} {'T/T_min':>8} {'origin copies':>14} "
+          f"{'mean ratio':>10}  leave rules")  # fmt: skip
+    for n in [int(x) for x in args.n.split(",")]:
+        runs = [await one_run(n, args) for _ in range(args.runs)]
+        med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
+        rules = ", ".join(
+            f"{k[5:]}={int(v)}" for k, v in sorted(med.items()) if k.startswith("rule_")
+        )
+        each = " ".join(f"{r['x']:.2f}x/{r['copies']:.2f}" for r in runs)
+        print(
+            f"{n:>4} {med['last_s']:>9.1f} {med['t_min_s']:>8.1f} {med['x']:>8.2f} "
+            f"{med['copies']:>14.2f} {med['mean_ratio']:>10.2f}  {rules}"
+            + (f"   runs: {each}" if args.runs > 1 else ""),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
