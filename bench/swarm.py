@@ -37,13 +37,18 @@ async def one_run(n: int, args: argparse.Namespace) -> dict[str, float]:
     caps = tuple([args.origin_mbps / args.origins] * args.origins)
     with tempfile.TemporaryDirectory(prefix="pressrun-bench-") as tmp:
         async with loopback_swarm(
-            Path(tmp), size_bytes=size, origin_cap_mbps=caps, piece_size=args.piece_kib * 1024
+            Path(tmp),
+            size_bytes=size,
+            origin_cap_mbps=caps,
+            piece_size=args.piece_kib * 1024,
+            tracker_interval_s=args.tracker_interval_s,
         ) as swarm:
             config = desktop_profile(
                 upload_limit_bps=int(u),
                 counts_interval_s=1.0,
                 drop_web_seeds=not args.keep_web_seeds,
                 web_seed_share_factor=args.share_factor,
+                not_needed_seeds_per_leecher=args.seeds_per_leecher,
             )
             started = time.perf_counter()
             results = await swarm.run_peers(n, config)
@@ -77,6 +82,13 @@ async def main() -> None:
     p.add_argument("--origin-mbps", type=float, default=16.0, help="u_s, all origins (Mbit/s)")
     p.add_argument("--origins", type=int, default=1, help="origins sharing u_s")
     p.add_argument("--piece-kib", type=int, default=256)
+    p.add_argument(
+        "--seeds-per-leecher",
+        type=float,
+        default=1.0,
+        help="the not_needed rule's seeds per leecher (0: rule off)",
+    )
+    p.add_argument("--tracker-interval-s", type=int, default=5, help="announce interval")
     p.add_argument("--runs", type=int, default=1, help="runs per N (medians printed)")
     p.add_argument(
         "--keep-web-seeds", action="store_true", help="never drop the web seeds (baseline)"
