@@ -112,22 +112,15 @@ def _raise_open_files_limit() -> None:
 
 async def serve_until_signal(config: Any) -> None:
     """Start the origin, wait for SIGTERM or SIGINT, stop it cleanly."""
-    import asyncio
     import logging
-    import signal
 
     from pressrun.origin.aio import start_origin
+    from pressrun.service import wait_for_stop_signal
 
     origin = await start_origin(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await wait_for_stop_signal()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
         logging.getLogger("pressrun.origin").info(
             "origin %s: signal received, stopping (grace %.1f s)",
             origin.name,

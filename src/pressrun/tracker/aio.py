@@ -17,7 +17,6 @@ import asyncio
 import json
 import logging
 import random
-import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -27,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from pressrun.service import wait_for_stop_signal
 from pressrun.tracker.codec import (
     QueryError,
     encode_announce_reply,
@@ -444,14 +444,8 @@ async def serve(
     bound = await service.start(host, port)
     if ready is not None:
         ready(bound)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await wait_for_stop_signal()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
         log.info("tracker stopping: flushing the store")
         await service.close()
