@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -22,7 +21,7 @@ from pressrun import __version__
 # Modules that register top-level commands, in help order.
 COMMAND_MODULES = (
     "pressrun.content.cli",  # keys, publish, verify
-    "pressrun.clients.cli",  # get, seed
+    "pressrun.clients.cli",  # get
     "pressrun.peer.cli",  # seed
     "pressrun.sim.cli",  # sim
     "pressrun.demo",  # demo
@@ -35,19 +34,12 @@ SERVE_MODULES = (
 )
 
 
-def _present(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, every component's subcommands included."""
     parser = argparse.ArgumentParser(
         prog="pressrun",
         description="Deliver e-magazine issues to many readers at once: "
-        "scored origins, a BitTorrent swarm, FLUTE multicast.",
+        "scored origins and a BitTorrent swarm, every copy verified.",
     )
     parser.add_argument("--version", action="version", version=f"pressrun {__version__}")
     parser.add_argument(
@@ -58,16 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
-        if _present(name):
-            register: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None] = (
-                importlib.import_module(name).register
-            )
-            register(sub)
+        register: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None] = (
+            importlib.import_module(name).register
+        )
+        register(sub)
     serve = sub.add_parser("serve", help="run a pressrun service (origin, balancer, tracker)")
     serve_sub = serve.add_subparsers(dest="service", metavar="SERVICE", required=True)
     for name in SERVE_MODULES:
-        if _present(name):
-            importlib.import_module(name).register_serve(serve_sub)
+        importlib.import_module(name).register_serve(serve_sub)
     return parser
 
 
