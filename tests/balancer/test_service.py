@@ -30,6 +30,7 @@ from pressrun.balancer.aio import BalancerServiceConfig, RunningBalancer, start_
 from pressrun.balancer.cli import OriginListError, default_origin_name, parse_origins
 from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.core import OriginState
+from pressrun.balancer.demand import DemandConfig
 from pressrun.balancer.events import OriginSpec
 from pressrun.content.keys import generate_keypair
 from pressrun.content.publish import publish
@@ -379,6 +380,59 @@ async def test_real_origins_directive_and_failed(
     await get_json(http, f"{real_balancer.url}/v1/issues/weekly-1999-01/directive", 404)
 
 
+async def test_swarm_mode_once_demand_passes_the_threshold(
+    real_origins: list[RunningOrigin], http: aiohttp.ClientSession
+) -> None:
+    tracker = "http://127.0.0.1:6969/announce"
+    # each request adds 1/tau x typical = 3 estimated downloaders: the 4th request
+    # (about 12) passes 10
+    demand = DemandConfig(
+        tau_s=10.0,
+        typical_download_s=30.0,
+        enter_downloaders=10.0,
+        leave_downloaders=2.0,
+        min_dwell_s=0.0,
+    )
+    config = BalancerServiceConfig(
+        origins=tuple(OriginSpec(o.name, o.url) for o in real_origins),
+        balancer=BalancerConfig(poll_interval_s=INTERVAL_S, stale_after_s=3.5 * INTERVAL_S),
+        tracker_url=tracker,
+        demand=demand,
+    )
+    running = await start_balancer(config)
+    try:
+        await running.wait_until_up(3, timeout_s=5.0)
+        base = f"{running.url}/v1/issues/{ISSUE}/directive"
+        modes = []
+        for _ in range(3):
+            doc, _ = await get_json(http, base)
+            modes.append(doc["mode"])
+            assert doc["swarm"] is None and doc["fallbacks"] == []
+        assert modes == ["origin"] * 3
+        # the first request started reading the manifest: the swarm is known soon
+        await wait_for(lambda: ISSUE in running.service.swarms)
+        doc, _ = await get_json(http, base)
+        assert doc["mode"] == "swarm"
+        assert doc["fallbacks"] == ["origin"]
+        swarm = doc["swarm"]
+        assert isinstance(swarm, dict)
+        assert swarm["tracker_url"] == tracker
+        async with http.get(swarm["torrent_url"]) as resp:
+            assert resp.status == 200
+            torrent = await resp.read()
+        assert torrent.startswith(b"d")
+        origin_url = swarm["torrent_url"].split("/content/")[0]
+        async with http.get(f"{origin_url}/content/{ISSUE}/manifest.json") as resp:
+            manifest = (await resp.json())["manifest"]
+        assert swarm["info_hash"] == manifest["info_hash"]
+        assert isinstance(doc["origins"], list) and len(doc["origins"]) == 3
+        # an issue whose manifest is unknown stays origin however high its demand
+        for _ in range(6):
+            await get_json(http, f"{running.url}/v1/issues/weekly-1999-01/directive", 404)
+    finally:
+        await running.stop()
+
+
 async def test_real_origins_redirect_leads_to_the_published_file(
     real_balancer: RunningBalancer,
     published: tuple[Path, bytes],
@@ -563,3 +617,28 @@ async def test_access_log_only_when_asked(
     finally:
         await quiet.stop()
         await loud.stop()
+
+
+def test_serve_balancer_swarm_thresholds_out_of_order_exit_2() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pressrun.cli import main; sys.exit(main())",
+            "serve",
+            "balancer",
+            "--origins",
+            "a=http://127.0.0.1:1",
+            "--tracker",
+            "http://127.0.0.1:1/announce",
+            "--swarm-enter-downloaders",
+            "3",
+            "--swarm-leave-downloaders",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "leave_downloaders < enter_downloaders" in result.stderr

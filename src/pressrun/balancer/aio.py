@@ -51,6 +51,7 @@ import json
 import logging
 import math
 import random
+import re
 import signal
 import time
 from collections import Counter as TallyCounter
@@ -77,6 +78,7 @@ from pressrun.balancer.codec import (
 )
 from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.core import BalancerCore, ModePolicy, OriginState
+from pressrun.balancer.demand import DemandConfig, DemandPolicy, swarm_info_for
 from pressrun.balancer.events import (
     Directive,
     DirectiveRequested,
@@ -89,6 +91,7 @@ from pressrun.balancer.events import (
     PollOrigin,
     Refusal,
     StatusReceived,
+    SwarmInfo,
 )
 
 log = logging.getLogger(__name__)
@@ -111,6 +114,11 @@ class BalancerServiceConfig:
     manifest_timeout_s: timeout of the one manifest fetch per issue for ``/issues/``.
     access_log: log every request at INFO (off by default: it costs directive
         throughput; docs/balancer.md has the measured numbers).
+    tracker_url: the tracker's announce URL; given, the service answers ``swarm`` for
+        an issue whose demand passes ``demand.enter_downloaders`` (a `DemandPolicy`
+        over the issues whose manifest it has read; an issue not read yet is answered
+        ``origin`` and its manifest is fetched in the background).
+    demand: the demand policy's thresholds (used only with ``tracker_url``).
     """
 
     origins: tuple[OriginSpec, ...]
@@ -122,6 +130,8 @@ class BalancerServiceConfig:
     poll_timeout_s: float | None = None
     manifest_timeout_s: float = 5.0
     access_log: bool = False
+    tracker_url: str | None = None
+    demand: DemandConfig = field(default_factory=DemandConfig)
 
     def effective_poll_timeout_s(self) -> float:
         """The poll timeout in force: the configured one or 0.8 x the interval."""
@@ -210,6 +220,10 @@ class BalancerService:
     ) -> None:
         self.config = config
         self._mode_policy = mode_policy
+        #: issue id -> its swarm (torrent on the origin whose manifest answered)
+        self.swarms: dict[str, SwarmInfo] = {}
+        if mode_policy is None and config.tracker_url is not None:
+            self._mode_policy = DemandPolicy(config.demand, self.swarms)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._core: BalancerCore | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -475,6 +489,8 @@ class BalancerService:
         )
         if isinstance(result, NoDirective):
             return self._refusal(result)
+        if self.config.tracker_url is not None and issue_id not in self.swarms:
+            self._learn_swarm(issue_id, [o.url for o in result.origins])
         self.directives_by_mode[result.mode.value] += 1
         return result
 
@@ -499,6 +515,19 @@ class BalancerService:
             return self._error(502, str(err))
         location = f"{result.origins[0].url}/content/{issue_id}/{file_name}"
         return web.Response(status=302, headers={"Location": location})
+
+    def _learn_swarm(self, issue_id: str, urls: Sequence[str]) -> None:
+        """Read the issue's manifest in the background (once) to learn its swarm."""
+        if issue_id in self._manifest_fetches or issue_id in self._file_names or self._closed:
+            return
+
+        async def learn() -> None:
+            try:
+                await self._file_name(issue_id, urls)
+            except ManifestUnavailable as err:
+                log.warning("no swarm for %s yet: %s", issue_id, err)
+
+        self._spawn(learn())
 
     async def _file_name(self, issue_id: str, urls: Sequence[str]) -> str:
         cached = self._file_names.get(issue_id)
@@ -534,6 +563,7 @@ class BalancerService:
                     doc = json.loads(await resp.read())
                 manifest = doc["manifest"]
                 file_name = manifest["file_name"]
+                info_hash = manifest.get("info_hash")
             except TimeoutError:
                 problems.append(f"{manifest_url}: no answer within {timeout.total:g} s")
                 continue
@@ -547,6 +577,13 @@ class BalancerService:
                 problems.append(f"{manifest_url}: invalid file_name {file_name!r}")
                 continue
             self._file_names[issue_id] = file_name
+            tracker = self.config.tracker_url
+            if (
+                tracker is not None
+                and isinstance(info_hash, str)
+                and re.fullmatch(r"[0-9a-f]{40}", info_hash) is not None
+            ):
+                self.swarms[issue_id] = swarm_info_for(url, tracker, issue_id, info_hash)
             return file_name
         raise ManifestUnavailable(
             f"could not read the manifest of {issue_id!r}: " + "; ".join(problems)

@@ -69,6 +69,9 @@ def parse_origins(text: str) -> tuple[OriginSpec, ...]:
 def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``pressrun serve balancer`` to the serve subcommands."""
     from pressrun.balancer.algorithms import algorithm_class, algorithm_names
+    from pressrun.balancer.demand import DemandConfig
+
+    demand = DemandConfig()
 
     choices = algorithm_names()
     listing = "; ".join(f"{n}: {algorithm_class(n).summary}" for n in choices)
@@ -153,6 +156,34 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="log every HTTP request (off by default: it slows directives down)",
     )
+    p.add_argument(
+        "--tracker",
+        default=None,
+        metavar="URL",
+        help="the tracker's announce URL (e.g. http://127.0.0.1:6969/announce); given, an "
+        "issue in demand is answered in swarm mode (default: origin mode only)",
+    )
+    p.add_argument(
+        "--swarm-enter-downloaders",
+        type=float,
+        default=demand.enter_downloaders,
+        help="estimated concurrent downloaders of an issue at or above which it moves to "
+        f"the swarm (default {demand.enter_downloaders:g})",
+    )
+    p.add_argument(
+        "--swarm-leave-downloaders",
+        type=float,
+        default=demand.leave_downloaders,
+        help="estimated concurrent downloaders below which it goes back to the origins "
+        f"(default {demand.leave_downloaders:g}; must be below the enter threshold)",
+    )
+    p.add_argument(
+        "--swarm-min-dwell-s",
+        type=float,
+        default=demand.min_dwell_s,
+        help="a mode, once entered, is kept at least this long, seconds "
+        f"(default {demand.min_dwell_s:g})",
+    )
     p.set_defaults(func=run_balancer)
 
 
@@ -176,6 +207,7 @@ def run_balancer(args: argparse.Namespace) -> int:
 
     from pressrun.balancer.aio import BalancerServiceConfig, serve
     from pressrun.balancer.config import BalancerConfig
+    from pressrun.balancer.demand import DemandConfig
 
     try:
         origins = parse_origins(args.origins)
@@ -201,6 +233,12 @@ def run_balancer(args: argparse.Namespace) -> int:
             algorithm_params=_parse_params(args.param),
             poll_timeout_s=args.poll_timeout_s,
             access_log=args.access_log,
+            tracker_url=args.tracker,
+            demand=DemandConfig(
+                enter_downloaders=args.swarm_enter_downloaders,
+                leave_downloaders=args.swarm_leave_downloaders,
+                min_dwell_s=args.swarm_min_dwell_s,
+            ),
         )
     except ValueError as err:
         print(f"pressrun serve balancer: {err}", file=sys.stderr)
