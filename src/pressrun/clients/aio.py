@@ -15,6 +15,14 @@
    ``pwrite`` and recorded in the state file, a bad one fails the origin and ends the
    section; an error, reset, 416 or a stall (no byte for ``stall_timeout_s``) fails
    the origin and the pieces not yet verified go back to the plan;
+   When the directive says ``swarm`` (docs/protocols.md), steps 3-4 start with the
+   swarm instead: the issue's ``.torrent`` from ``swarm.torrent_url``, then
+   :func:`pressrun.peer.aio.fetch_via_swarm` in the same partial folder with the
+   peer profile of ``config.profile`` (mobile: a metered link never seeds), the
+   directive's origins as web seeds. The peer seeds by the fair-exit rules and
+   leaves; if the swarm stalls or fails, the pieces it holds (each checked against
+   the manifest) are recorded in ``state.json`` and the rest comes from origin
+   sections as above (the directive's ``fallbacks: ["origin"]``);
 5. hash the whole file against the manifest and move it, with the manifest, into
    ``LIBRARY/<id>/`` in one rename.
 
@@ -31,13 +39,14 @@ import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 
 from pressrun.clients.codec import (
     ClientDirective,
     DirectiveFormatError,
+    DirectiveSwarm,
     ResumeState,
     decode_directive,
     decode_error,
@@ -60,6 +69,9 @@ from pressrun.content.manifest import (
     piece_ok,
 )
 
+if TYPE_CHECKING:
+    from pressrun.peer.aio import SwarmProgress, SwarmResult
+
 __all__ = ["FetchError", "FetchResult", "Progress", "fetch_issue"]
 
 log = logging.getLogger("pressrun.clients")
@@ -71,6 +83,8 @@ READ_CHUNK_BYTES = 64 * 1024
 #: full passes (download + whole-file check) before giving up on a file that keeps
 #: failing its final check
 MAX_PASSES = 3
+#: a .torrent is about 20 bytes per piece; 32 MiB is far beyond any real one
+MAX_TORRENT_BYTES = 32 * 1024 * 1024
 #: how often an idle worker looks for a slow section to take over
 STEAL_CHECK_S = 0.25
 
@@ -106,6 +120,16 @@ class FetchResult:
     failures: int
     resumed_bytes: int
     verified: bool = True
+    mode: str = "origin"
+    bytes_from_peers: int = 0
+    bytes_from_web_seeds: int = 0
+    swarm_stalled: bool = False
+    leave_rule: str | None = None
+
+    @property
+    def bytes_from_origins(self) -> int:
+        """Bytes the origins delivered: origin sections plus web seeds (swarm mode)."""
+        return sum(self.bytes_by_origin.values()) + self.bytes_from_web_seeds
 
     @property
     def origins_used(self) -> tuple[str, ...]:
@@ -156,6 +180,8 @@ class _Fetch:
     bytes_by_origin: dict[str, int] = field(default_factory=dict)
     verified_bytes: int = 0
     in_progress: dict[int, int] = field(default_factory=dict)
+    last_directive: ClientDirective | None = None
+    swarm_tried: bool = False
 
     def now(self) -> float:
         return self.loop.time()
@@ -210,6 +236,7 @@ class _Fetch:
             raise _DirectiveUnavailable(f"the balancer's answer is malformed: {err}") from None
         for origin in directive.origins:
             self.origin_urls[origin.name] = origin.url
+        self.last_directive = directive
         if not directive.origins:
             raise _DirectiveUnavailable(
                 f"the balancer's {directive.mode!r} directive lists no origin "
@@ -348,9 +375,26 @@ class _Fetch:
                 "verified on disk",
                 level=logging.INFO,
             )
-        self._save(plan, m)
         if self.progress is not None:
             self.progress.started(m.issue_id, m.size_bytes, self.verified_bytes)
+        swarm_result = None
+        directive = self.last_directive
+        if (
+            directive is not None
+            and directive.swarm is not None
+            and plan.state is PlanState.DOWNLOADING
+        ):
+            kept, swarm_result = await self._swarm(m, path, directive.swarm, kept)
+            plan = DownloadPlan(
+                size_bytes=m.size_bytes,
+                piece_size_bytes=m.piece_size_bytes,
+                config=self.config,
+                verified=kept,
+                now=self.now(),
+            )
+            self.verified_bytes = plan.verified_bytes
+            self._advanced(None)
+        self._save(plan, m)
         fd = os.open(path, os.O_RDWR)
         try:
             for _ in range(MAX_PASSES):
@@ -390,7 +434,68 @@ class _Fetch:
             sections=plan.sections_started,
             failures=plan.failures_total,
             resumed_bytes=resumed,
+            mode="origin" if swarm_result is None and not self.swarm_tried else "swarm",
+            bytes_from_peers=0 if swarm_result is None else swarm_result.bytes_from_peers,
+            bytes_from_web_seeds=(0 if swarm_result is None else swarm_result.bytes_from_web_seeds),
+            swarm_stalled=swarm_result is not None and swarm_result.stalled,
+            leave_rule=(
+                None
+                if swarm_result is None or swarm_result.leave_rule is None
+                else swarm_result.leave_rule.value
+            ),
         )
+
+    async def _swarm(
+        self, m: Manifest, path: Path, swarm: DirectiveSwarm, kept: list[int]
+    ) -> tuple[list[int], SwarmResult | None]:
+        """Fetch from the swarm into the partial file; the pieces verified after it
+        (all of them when it completed) and its result (None when it never ran)."""
+        from pressrun.peer.aio import fetch_via_swarm  # libtorrent: only when needed
+        from pressrun.peer.config import profile_config
+
+        self.swarm_tried = True
+        try:
+            torrent = await self._get_small(swarm.torrent_url, MAX_TORRENT_BYTES)
+        except _DirectiveUnavailable as err:
+            self.notice(f"swarm: cannot get the torrent ({err.reason}); using origins")
+            return kept, None
+        web_seeds = [
+            f"{url}/content/{m.issue_id}/{m.file_name}" for url in self.origin_urls.values()
+        ]
+        overrides: dict[str, object] = {}
+        if self.config.swarm_stall_after_s is not None:
+            overrides["stall_after_s"] = self.config.swarm_stall_after_s
+        if self.config.swarm_max_seed_s is not None:
+            overrides["max_seed_time_s"] = self.config.swarm_max_seed_s
+        name = self.config.profile if self.config.profile in ("desktop", "mobile") else "desktop"
+        peer_config = profile_config(name, metered=self.config.metered, **overrides)
+        try:
+            result = await fetch_via_swarm(
+                torrent=torrent,
+                manifest=m,
+                partial_dir=path.parent,
+                config=peer_config,
+                tracker_url=swarm.tracker_url,
+                web_seeds=web_seeds,
+                on_progress=self._swarm_progress,
+            )
+        except Exception as err:  # any swarm failure falls back to origins
+            self.notice(f"swarm failed ({_describe(err)}); the rest comes from origins")
+            good = await asyncio.to_thread(_still_good, m, path, range(m.num_pieces))
+            return good, None
+        if result.completed:
+            return list(range(m.num_pieces)), result
+        have = sorted(set(result.have_pieces) | set(kept))
+        self.notice(
+            f"the swarm stalled with {len(result.have_pieces)} of {m.num_pieces} pieces; "
+            "the rest comes from origins",
+            level=logging.INFO,
+        )
+        return have, result
+
+    def _swarm_progress(self, progress: SwarmProgress) -> None:
+        if self.progress is not None:
+            self.progress.advanced(progress.done_bytes, "swarm")
 
     async def _download(self, plan: DownloadPlan, m: Manifest, fd: int) -> None:
         while plan.state is PlanState.DOWNLOADING:

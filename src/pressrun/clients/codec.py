@@ -34,13 +34,24 @@ class DirectiveOrigin:
 
 
 @dataclass(frozen=True, slots=True)
+class DirectiveSwarm:
+    """The ``swarm`` object of a ``swarm`` directive."""
+
+    torrent_url: str
+    tracker_url: str
+    info_hash: str
+
+
+@dataclass(frozen=True, slots=True)
 class ClientDirective:
-    """What the client uses of a directive: the mode and the origins, best first."""
+    """What the client uses of a directive: the mode and the origins, best first;
+    ``swarm`` for a ``swarm`` directive (None otherwise)."""
 
     issue_id: str
     mode: str
     origins: tuple[DirectiveOrigin, ...]
     expires_in_s: float
+    swarm: DirectiveSwarm | None = None
 
 
 def decode_directive(data: bytes) -> ClientDirective:
@@ -69,7 +80,21 @@ def decode_directive(data: bytes) -> ClientDirective:
     expires = doc.get("expires_in_s", 0.0)
     if isinstance(expires, bool) or not isinstance(expires, int | float):
         raise DirectiveFormatError("the directive's expires_in_s is not a number")
-    return ClientDirective(issue_id, mode, tuple(parsed), float(expires))
+    swarm: DirectiveSwarm | None = None
+    if mode == "swarm":
+        raw = doc.get("swarm")
+        if not isinstance(raw, dict):
+            raise DirectiveFormatError("a swarm directive lacks its swarm object")
+        fields = [raw.get(k) for k in ("torrent_url", "tracker_url", "info_hash")]
+        if not all(isinstance(v, str) and v for v in fields):
+            raise DirectiveFormatError(
+                "the directive's swarm lacks torrent_url, tracker_url or info_hash"
+            )
+        torrent_url, tracker_url, info_hash = (str(v) for v in fields)
+        if not torrent_url.startswith(("http://", "https://")):
+            raise DirectiveFormatError(f"the swarm's torrent_url is not http(s): {torrent_url!r}")
+        swarm = DirectiveSwarm(torrent_url, tracker_url, info_hash)
+    return ClientDirective(issue_id, mode, tuple(parsed), float(expires), swarm)
 
 
 def decode_error(data: bytes) -> str | None:

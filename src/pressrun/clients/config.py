@@ -42,6 +42,11 @@ class ClientConfig:
         needs more than this many seconds (a section stuck on a slow origin is handed
         off mid-way instead of holding up the whole download); None: never.
     steal_min_elapsed_s: a section is judged only after it ran this long.
+    swarm_stall_after_s: in swarm mode, no progress for this long ends the swarm and
+        the rest comes from origin sections (None: the peer profile's, 20 s).
+    swarm_max_seed_s: in swarm mode, the longest the client seeds after finishing
+        before it leaves (None: the peer profile's, 30 min desktop, 5 min mobile; it
+        leaves sooner by the ratio or when nobody needs it).
     """
 
     profile: str = "desktop"
@@ -59,6 +64,8 @@ class ClientConfig:
     metered: bool = False
     steal_after_s: float | None = 4.0
     steal_min_elapsed_s: float = 1.0
+    swarm_stall_after_s: float | None = None
+    swarm_max_seed_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -77,6 +84,10 @@ class ClientConfig:
             raise ValueError("max_attempts_without_progress must be at least 1")
         if self.steal_after_s is not None and not self.steal_after_s > 0:
             raise ValueError("steal_after_s must be positive (or None: never)")
+        for name in ("swarm_stall_after_s", "swarm_max_seed_s"):
+            value = getattr(self, name)
+            if value is not None and not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a number >= 0 (or None)")
         if self.failed_ttl_s < 0 or self.retry_backoff_s < 0 or self.retry_backoff_max_s < 0:
             raise ValueError("failed_ttl_s and the backoffs must not be negative")
 

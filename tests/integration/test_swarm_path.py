@@ -1,0 +1,131 @@
+"""The client in swarm mode, end to end on 127.0.0.1: a loopback swarm (real tracker,
+capped origins, a published issue), the balancer answering ``swarm`` once demand
+passes a low threshold, `fetch_issue` through libtorrent; and a swarm that stalls
+(tracker unreachable, the web seeds cut off), the client finishing from origin
+sections with the pieces the swarm got."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from pressrun.balancer.aio import BalancerServiceConfig, RunningBalancer, start_balancer
+from pressrun.balancer.config import BalancerConfig
+from pressrun.balancer.demand import DemandConfig
+from pressrun.balancer.events import OriginSpec
+from pressrun.clients.aio import FetchResult, fetch_issue
+from pressrun.clients.config import DESKTOP
+from pressrun.peer.loopback import LoopbackSwarm, loopback_swarm
+
+PIECE = 64 * 1024
+SIZE = 2 * 1024 * 1024 + 777
+FAST = replace(
+    DESKTOP,
+    stall_timeout_s=3.0,
+    retry_backoff_s=0.05,
+    retry_backoff_max_s=0.5,
+    swarm_stall_after_s=3.0,
+    swarm_max_seed_s=3.0,
+)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.sources: set[str] = set()
+        self.swarm_done = 0
+        self.notices: list[str] = []
+
+    def started(self, issue_id: str, total_bytes: int, done_bytes: int) -> None:
+        pass
+
+    def advanced(self, done_bytes: int, origin: str | None) -> None:
+        if origin is not None:
+            self.sources.add(origin)
+        if origin == "swarm":
+            self.swarm_done = max(self.swarm_done, done_bytes)
+
+    def notice(self, text: str) -> None:
+        self.notices.append(text)
+
+
+async def swarm_balancer(swarm: LoopbackSwarm, tracker_url: str) -> RunningBalancer:
+    """A balancer in front of the swarm's origins that answers swarm from the first
+    request on whose manifest it has read (threshold below one request's worth)."""
+    running = await start_balancer(
+        BalancerServiceConfig(
+            origins=tuple(OriginSpec(o.name, o.url) for o in swarm.origins),
+            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=0.7),
+            tracker_url=tracker_url,
+            demand=DemandConfig(enter_downloaders=0.5, leave_downloaders=0.1, min_dwell_s=0),
+        )
+    )
+    await running.wait_until_up(timeout_s=5.0)
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{running.url}/v1/issues/{swarm.issue_id}/directive") as resp:
+            assert (await resp.json())["mode"] == "origin"  # the swarm is not known yet
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while swarm.issue_id not in running.service.swarms:
+            assert loop.time() < deadline
+            await asyncio.sleep(0.02)
+    return running
+
+
+@pytest.fixture
+async def swarm(tmp_path: Path) -> AsyncIterator[LoopbackSwarm]:
+    async with loopback_swarm(
+        tmp_path, size_bytes=SIZE, origin_cap_mbps=(8.0,), piece_size=PIECE, tracker_interval_s=2
+    ) as running:
+        yield running
+
+
+def in_library(library: Path, swarm: LoopbackSwarm) -> bytes:
+    path = library / swarm.issue_id / swarm.manifest.file_name
+    return path.read_bytes()
+
+
+async def test_clients_fetch_through_the_swarm_and_finish_verified(
+    swarm: LoopbackSwarm, tmp_path: Path
+) -> None:
+    balancer = await swarm_balancer(swarm, swarm.tracker_url)
+    recorders = [Recorder() for _ in range(3)]
+    try:
+        results: list[FetchResult] = list(
+            await asyncio.wait_for(
+                asyncio.gather(
+                    *(
+                        fetch_issue(
+                            swarm.issue_id,
+                            balancer_url=balancer.url,
+                            library=tmp_path / f"lib{i}",
+                            config=FAST,
+                            trusted_keys=None,
+                            progress=recorders[i],
+                        )
+                        for i in range(3)
+                    )
+                ),
+                40,
+            )
+        )
+    finally:
+        await balancer.stop()
+    for i, result in enumerate(results):
+        print(
+            f"client {i}: {result.mode}, peers {result.bytes_from_peers} B, web seeds "
+            f"{result.bytes_from_web_seeds} B, sections {sum(result.bytes_by_origin.values())} B,"
+            f" left by {result.leave_rule}, {result.seconds:.1f} s; {recorders[i].notices}"
+        )
+        assert in_library(tmp_path / f"lib{i}", swarm) == swarm.data
+        assert result.verified and result.mode == "swarm", recorders[i].notices
+        assert not result.swarm_stalled and result.leave_rule is not None, recorders[i].notices
+        assert result.bytes_from_peers + result.bytes_from_origins >= SIZE
+        assert "swarm" in recorders[i].sources
+    # every byte the origins sent reached a client as a web seed or a section
+    delivered = sum(r.bytes_from_origins for r in results)
+    assert delivered <= swarm.origin_bytes_sent() + len(results) * PIECE
