@@ -20,6 +20,8 @@ from pressrun.balancer.demand import DemandConfig
 from pressrun.balancer.events import OriginSpec
 from pressrun.clients.aio import FetchResult, fetch_issue
 from pressrun.clients.config import DESKTOP
+from pressrun.origin.aio import start_origin
+from pressrun.origin.config import OriginConfig
 from pressrun.peer.loopback import LoopbackSwarm, loopback_swarm
 
 PIECE = 64 * 1024
@@ -129,3 +131,62 @@ async def test_clients_fetch_through_the_swarm_and_finish_verified(
     # every byte the origins sent reached a client as a web seed or a section
     delivered = sum(r.bytes_from_origins for r in results)
     assert delivered <= swarm.origin_bytes_sent() + len(results) * PIECE
+
+
+async def test_a_stalled_swarm_falls_back_to_origins_keeping_its_pieces(
+    swarm: LoopbackSwarm, tmp_path: Path
+) -> None:
+    # No tracker (no peers), and our own origin that cuts its transfers at once on
+    # stop: the swarm gets some pieces from the web seed, then the origin goes away,
+    # the swarm stalls, the origin comes back on the same port and the client
+    # finishes from origin sections.
+    await swarm.stop_tracker()
+    old = swarm.origins.pop()
+    await old.stop()
+    config = OriginConfig(
+        content_dir=tmp_path / "content",
+        name="origin-z",
+        egress_cap_mbps=2.0,
+        shutdown_grace_s=0.0,
+    )
+    origin = await start_origin(config)
+    swarm.origins.append(origin)
+    balancer = await swarm_balancer(swarm, swarm.tracker_url)
+    recorder = Recorder()
+    task = asyncio.create_task(
+        fetch_issue(
+            swarm.issue_id,
+            balancer_url=balancer.url,
+            library=tmp_path / "lib",
+            config=replace(FAST, swarm_stall_after_s=1.0, max_attempts_without_progress=40),
+            trusted_keys=None,
+            progress=recorder,
+        )
+    )
+    loop = asyncio.get_running_loop()
+    try:
+        deadline = loop.time() + 20
+        while recorder.swarm_done < 4 * PIECE:
+            assert loop.time() < deadline and not task.done(), recorder.notices
+            await asyncio.sleep(0.02)
+        swarm.origins.remove(origin)
+        await origin.stop()
+        while not any("swarm stalled" in n for n in recorder.notices):
+            assert loop.time() < deadline and not task.done(), recorder.notices
+            await asyncio.sleep(0.05)
+        origin = await start_origin(replace(config, port=origin.port, egress_cap_mbps=None))
+        swarm.origins.append(origin)
+        result = await asyncio.wait_for(task, 30)
+    finally:
+        task.cancel()
+        await balancer.stop()
+    print(
+        f"stalled swarm: web seeds {result.bytes_from_web_seeds} B, sections "
+        f"{result.bytes_by_origin}; {recorder.notices}"
+    )
+    assert in_library(tmp_path / "lib", swarm) == swarm.data
+    assert result.mode == "swarm" and result.swarm_stalled and result.verified
+    sections = sum(result.bytes_by_origin.values())
+    # the pieces the swarm verified were kept: origin sections fetched only the rest
+    assert 0 < sections <= SIZE - 4 * PIECE
+    assert result.bytes_from_web_seeds >= 4 * PIECE
