@@ -365,10 +365,25 @@ class ClientRow:
     result: FetchResult | None
     error: str | None
     sha_ok: bool
+    wave: int = 1
+
+
+#: the balancer's swarm thresholds in the demo (estimated concurrent downloaders, from
+#: directive requests: each adds tau/typical = 3 with the defaults); low, so that the
+#: first wave's requests push the issue into swarm mode and later waves get it
+DEMO_SWARM_ENTER = 24.0
+DEMO_SWARM_LEAVE = 4.0
 
 
 async def run_demo(
-    *, clients: int, size_mib: int, stagger_s: float, keep: Path | None
+    *,
+    clients: int,
+    size_mib: int,
+    stagger_s: float,
+    keep: Path | None,
+    waves: int = 3,
+    wave_gap_s: float = 4.0,
+    swarm: bool = True,
 ) -> tuple[list[ClientRow], list[dict[str, Any]], float, float]:
     """Run the demo; returns the client rows, the origins' /stats, the wall time and
     the CPU seconds B's background burner used.
@@ -376,6 +391,8 @@ async def run_demo(
     Origins and balancer are ``pressrun serve`` child processes (each its own event
     loop, as on separate machines); the clients run in this process.
     """
+    from dataclasses import replace
+
     import aiohttp
 
     from pressrun.clients.aio import FetchError, fetch_issue
@@ -426,10 +443,36 @@ async def run_demo(
             web_seeds=[o.url for o in origins],
         )
         listing = ",".join(f"{o.name}={o.url}" for o in origins)
+        swarm_args: list[str] = []
+        if swarm:
+            tracker = await ServiceProcess.start(
+                "tracker",
+                [
+                    "tracker",
+                    "--port",
+                    "0",
+                    "--db",
+                    str(root / "tracker.db"),
+                    "--interval-s",
+                    "2",
+                    "--min-interval-s",
+                    "1",
+                ],
+            )
+            services.append(tracker)
+            swarm_args = [
+                "--tracker",
+                f"{tracker.url}/announce",
+                "--swarm-enter-downloaders",
+                f"{DEMO_SWARM_ENTER:g}",
+                "--swarm-leave-downloaders",
+                f"{DEMO_SWARM_LEAVE:g}",
+            ]
         balancer = await ServiceProcess.start(
             "balancer",
             [
                 "balancer",
+                *swarm_args,
                 "--origins",
                 listing,
                 "--algorithm",
@@ -448,20 +491,26 @@ async def run_demo(
         loop = asyncio.get_running_loop()
         started = loop.time()
 
+        # a swarm peer seeds after its download only until a rule lets it go: at most
+        # 10 s here; a swarm quiet for 8 s hands over to origin sections
+        config = replace(DESKTOP, swarm_max_seed_s=10.0, swarm_stall_after_s=8.0)
+        per_wave = -(-clients // max(1, waves))
+
         async def one(number: int) -> ClientRow:
-            await asyncio.sleep(number * stagger_s)
+            wave, place = divmod(number - 1, per_wave)
+            await asyncio.sleep(wave * wave_gap_s + place * stagger_s)
             try:
                 result = await fetch_issue(
                     DEMO_ISSUE,
                     balancer_url=balancer.url,
                     library=root / f"library-{number:02d}",
-                    config=DESKTOP,
+                    config=config,
                     trusted_keys=trusted,
                 )
             except FetchError as err:
-                return ClientRow(number, None, str(err), False)
+                return ClientRow(number, None, str(err), False, wave + 1)
             sha = await asyncio.to_thread(_sha256_file, result.path)
-            return ClientRow(number, result, None, sha == want_sha)
+            return ClientRow(number, result, None, sha == want_sha, wave + 1)
 
         rows = await asyncio.gather(*(one(n) for n in range(1, clients + 1)))
         wall = loop.time() - started
@@ -550,28 +599,57 @@ def print_tables(rows: list[ClientRow], stats: list[dict[str, Any]], wall_s: flo
             f"{by_origin.get(name, 0) / 1e6:.1f}",
         )
     console.print(origins)
-    clients = Table(title=f"Clients ({len(rows)}, all started within the first seconds)")
+    clients = Table(title=f"Clients ({len(rows)}, arriving in waves)")
     clients.add_column("client", justify="right")
-    clients.add_column("seconds", justify="right")
-    clients.add_column("origins used (MB)")
-    clients.add_column("handoffs", justify="right")
-    clients.add_column("verified")
+    clients.add_column("wave", justify="right")
+    clients.add_column("mode")
+    clients.add_column("s", justify="right")
+    clients.add_column("origin sections MB")
+    clients.add_column("web seeds MB", justify="right")
+    clients.add_column("peers MB", justify="right")
+    clients.add_column("left by")
+    clients.add_column("ok")
     for row in rows:
-        if row.result is None:
-            clients.add_row(str(row.number), "-", row.error or "", "-", "[red]no")
+        r = row.result
+        if r is None:
+            clients.add_row(
+                str(row.number), str(row.wave), "-", "-", row.error or "", "-", "-", "-", "[red]no"
+            )
             continue
         used = ", ".join(
             f"{n.removeprefix('origin-')} {b / 1e6:.0f}"
-            for n, b in sorted(row.result.bytes_by_origin.items())
+            for n, b in sorted(r.bytes_by_origin.items())
+            if b > 0
+        )
+        mode = r.mode + (" (stalled, then origins)" if r.swarm_stalled else "")
+        swarm_cols = (
+            (f"{r.bytes_from_web_seeds / 1e6:.1f}", f"{r.bytes_from_peers / 1e6:.1f}")
+            if r.mode == "swarm"
+            else ("-", "-")
         )
         clients.add_row(
             str(row.number),
-            f"{row.result.seconds:.1f}",
-            used,
-            str(row.result.handoffs),
-            "[green]yes" if row.sha_ok and row.result.verified else "[red]NO",
+            str(row.wave),
+            mode,
+            f"{r.seconds:.1f}",
+            used or "-",
+            *swarm_cols,
+            r.leave_rule or "-",
+            "[green]yes" if row.sha_ok and r.verified else "[red]NO",
         )
     console.print(clients)
+    results = [r.result for r in rows if r.result is not None]
+    in_swarm = sum(1 for r in results if r.mode == "swarm")
+    delivered = sum(r.size_bytes - r.resumed_bytes for r in results)
+    served = sum(int(doc["bytes_sent_total"]) for doc in stats)
+    if delivered:
+        console.print(
+            f"{in_swarm} of {len(rows)} clients in swarm mode; the origins served "
+            f"{served / 1e6:.1f} MB (their own counters: sections, web seeds, manifests, "
+            f"torrents) for {delivered / 1e6:.1f} MB delivered to the clients "
+            f"({served / delivered:.2f} of it). Web seeds vs peers per client are "
+            "libtorrent's per-connection tallies, approximate."
+        )
     done = [r.result.seconds for r in rows if r.result is not None]
     if done:
         console.print(
@@ -600,6 +678,23 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="delay between client starts, seconds (default 0.05: a burst)",
     )
     p.add_argument(
+        "--waves",
+        type=int,
+        default=3,
+        help="clients arrive in this many waves, --wave-gap-s apart (default 3)",
+    )
+    p.add_argument(
+        "--wave-gap-s",
+        type=float,
+        default=4.0,
+        help="seconds between waves (default 4)",
+    )
+    p.add_argument(
+        "--no-swarm",
+        action="store_true",
+        help="no tracker, origin mode only (the demo before the swarm)",
+    )
+    p.add_argument(
         "--keep",
         default=None,
         metavar="DIR",
@@ -612,24 +707,52 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo; 0 when every client ends with a verified file."""
     import logging
 
-    if args.clients < 1 or args.size_mib < 1 or args.stagger_s < 0:
-        print("pressrun demo: --clients and --size-mib must be positive", file=sys.stderr)
+    if (
+        args.clients < 1
+        or args.size_mib < 1
+        or args.stagger_s < 0
+        or args.waves < 1
+        or args.wave_gap_s < 0
+    ):
+        print(
+            "pressrun demo: --clients, --size-mib and --waves must be positive, "
+            "--stagger-s and --wave-gap-s not negative",
+            file=sys.stderr,
+        )
         return 2
     # the services' per-transfer INFO lines would drown the tables
-    for name in ("pressrun.origin", "pressrun.balancer", "pressrun.clients", "aiohttp.access"):
+    for name in (
+        "pressrun.origin",
+        "pressrun.balancer",
+        "pressrun.clients",
+        "pressrun.peer",
+        "aiohttp.access",
+    ):
         logging.getLogger(name).setLevel(logging.WARNING)
     keep = Path(args.keep) if args.keep else None
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
+    services = (
+        "balancer (alg2)"
+        if args.no_swarm
+        else f"tracker, balancer (alg2, swarm from {DEMO_SWARM_ENTER:g} downloaders)"
+    )
     print(
-        f"pressrun demo: 3 origins, balancer (alg2), {args.clients} clients, "
+        f"pressrun demo: 3 origins, {services}, "
+        f"{args.clients} clients in {args.waves} wave(s) {args.wave_gap_s:g} s apart, "
         f"a {args.size_mib} MiB issue; starting ...",
         flush=True,
     )
     try:
         rows, stats, wall, burner_cpu_s = asyncio.run(
             run_demo(
-                clients=args.clients, size_mib=args.size_mib, stagger_s=args.stagger_s, keep=keep
+                clients=args.clients,
+                size_mib=args.size_mib,
+                stagger_s=args.stagger_s,
+                keep=keep,
+                waves=args.waves,
+                wave_gap_s=args.wave_gap_s,
+                swarm=not args.no_swarm,
             )
         )
     except Exception as err:  # every failure ends in one line and exit code 1
