@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pressrun.clients.codec import (
     DirectiveFormatError,
     DirectiveOrigin,
+    DirectiveSwarm,
     ResumeState,
     decode_directive,
     decode_error,
@@ -38,6 +39,31 @@ def test_directive_of_the_protocol_page() -> None:
         DirectiveOrigin("origin-c", "http://127.0.0.1:8003"),
     )
     assert d.expires_in_s == 5.0
+
+
+SWARM = {
+    "torrent_url": "http://127.0.0.1:8001/content/weekly-2026-47/weekly-2026-47.torrent",
+    "tracker_url": "http://127.0.0.1:6969/announce",
+    "info_hash": "ab" * 20,
+}
+
+
+def test_swarm_directive() -> None:
+    doc = {**DIRECTIVE, "mode": "swarm", "swarm": SWARM, "fallbacks": ["origin"]}
+    d = decode_directive(json.dumps(doc).encode())
+    assert d.mode == "swarm"
+    assert d.swarm == DirectiveSwarm(SWARM["torrent_url"], SWARM["tracker_url"], "ab" * 20)
+    assert decode_directive(json.dumps(DIRECTIVE).encode()).swarm is None
+
+
+@pytest.mark.parametrize(
+    "swarm",
+    [None, "x", {**SWARM, "info_hash": None}, {**SWARM, "torrent_url": "file:///etc/passwd"}],
+)
+def test_malformed_swarm_directives(swarm: object) -> None:
+    doc = {**DIRECTIVE, "mode": "swarm", "swarm": swarm}
+    with pytest.raises(DirectiveFormatError):
+        decode_directive(json.dumps(doc).encode())
 
 
 @pytest.mark.parametrize(

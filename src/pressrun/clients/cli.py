@@ -173,4 +173,11 @@ def run_get(args: argparse.Namespace) -> int:
             f"{result.seconds:.1f} s ({origins or 'nothing new'}; "
             f"{result.handoffs} handoff{'' if result.handoffs == 1 else 's'})"
         )
+        if result.mode == "swarm":
+            how = "stalled, the rest from origins" if result.swarm_stalled else "completed"
+            print(
+                f"swarm ({how}): {result.bytes_from_peers / 1e6:.1f} MB from peers, "
+                f"{result.bytes_from_web_seeds / 1e6:.1f} MB from web seeds; left the "
+                f"swarm by {result.leave_rule or 'no rule (the swarm ended early)'}"
+            )
     return 0
