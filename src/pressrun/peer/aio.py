@@ -737,6 +737,16 @@ class SwarmPeer:
 
     async def _verify(self) -> None:
         assert self.core is not None and self._loop is not None
+        # torrent_finished_alert can come before libtorrent's disk threads have written
+        # the last pieces (it hashes from its store buffer): ask for resume data with
+        # flush_disk_cache and wait for its alert, so the file we hash is the whole file.
+        if self._handle is not None:
+            self._resume_saved.clear()
+            self._handle.save_resume_data(lt.save_resume_flags_t.flush_disk_cache)
+            try:
+                await asyncio.wait_for(self._resume_saved.wait(), timeout=10.0)
+            except TimeoutError:
+                log.warning("peer: libtorrent did not confirm its disk flush in 10 s")
         found = await asyncio.to_thread(check_file, self.manifest, self.path)
         if not found.matches(self.manifest):
             err = SwarmError(
