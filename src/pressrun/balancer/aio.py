@@ -52,7 +52,6 @@ import logging
 import math
 import random
 import re
-import signal
 import time
 from collections import Counter as TallyCounter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -93,6 +92,7 @@ from pressrun.balancer.events import (
     StatusReceived,
     SwarmInfo,
 )
+from pressrun.service import wait_for_stop_signal
 
 log = logging.getLogger(__name__)
 
@@ -707,14 +707,8 @@ async def serve(
     )
     if ready is not None:
         ready(running)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await wait_for_stop_signal()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
         log.info("balancer stopping")
         await running.stop()

@@ -323,7 +323,7 @@ class SwarmPeer:
         self.core = PeerCore(self.config, now=self._started_at)
         self.partial_dir.mkdir(parents=True, exist_ok=True)
         settings = session_settings(self.config, listen_interfaces=self.listen_interfaces)
-        # a plain dict is the settings pack the binding takes (its stubs say otherwise)
+        # a plain dict is the settings pack the binding takes (its bundled type hints say otherwise)
         ses = lt.session(settings)  # type: ignore[call-overload]
         ses.set_peer_class_filter(_global_class_filter())
         r, w = os.pipe()
