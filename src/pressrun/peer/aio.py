@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +72,12 @@ from pressrun.peer.events import (
     Stalled,
     SwarmCounts,
 )
-from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, SwarmView, make_uploader_policy
+from pressrun.peer.uploader import (
+    DEFAULT_UPLOADER_POLICY,
+    MAX_PRIORITY,
+    SwarmView,
+    make_uploader_policy,
+)
 from pressrun.tracker.codec import CodecError, bdecode
 
 log = logging.getLogger(__name__)
@@ -101,10 +107,23 @@ def resume_path_for(partial_dir: Path, file_name: str) -> Path:
     return partial_dir / (file_name + RESUME_SUFFIX)
 
 
-def session_settings(config: PeerConfig, *, listen_interfaces: str) -> dict[str, Any]:
+PEER_ID_PREFIX = b"-PR0100-"
+
+
+def new_peer_id() -> bytes:
+    """A 20-byte BitTorrent peer id: our client prefix and 12 random characters."""
+    return PEER_ID_PREFIX + secrets.token_hex(6).encode()
+
+
+def session_settings(
+    config: PeerConfig, *, listen_interfaces: str, peer_id: bytes = PEER_ID_PREFIX
+) -> dict[str, Any]:
     """libtorrent settings for one peer (module docstring, FIELD-NOTES.md)."""
     return {
         "listen_interfaces": listen_interfaces,
+        # a 20-character fingerprint is the whole peer id (libtorrent fills only what
+        # is missing with random characters), so the peer knows its own id
+        "peer_fingerprint": peer_id.decode("ascii"),
         "enable_dht": False,
         "enable_lsd": False,
         "enable_upnp": False,
@@ -286,6 +305,7 @@ class SwarmPeer:
         self.core: PeerCore | None = None
         self.bytes_from_web_seeds = 0
         self._web_conn_bytes: dict[tuple[str, int], int] = {}
+        self._leecher_ids: tuple[str, ...] = ()
         self._session: Any = None
         self._handle: Any = None
         self._pipe: tuple[int, int] | None = None
@@ -322,7 +342,11 @@ class SwarmPeer:
         self._started_at = loop.time()
         self.core = PeerCore(self.config, now=self._started_at)
         self.partial_dir.mkdir(parents=True, exist_ok=True)
-        settings = session_settings(self.config, listen_interfaces=self.listen_interfaces)
+        peer_id = new_peer_id()
+        self._peer_id = peer_id.hex()
+        settings = session_settings(
+            self.config, listen_interfaces=self.listen_interfaces, peer_id=peer_id
+        )
         # a plain dict is the settings pack the binding takes (its bundled type hints say otherwise)
         ses = lt.session(settings)  # type: ignore[call-overload]
         ses.set_peer_class_filter(_global_class_filter())
@@ -340,7 +364,6 @@ class SwarmPeer:
         for url in self.web_seeds:
             if url not in present:
                 self._handle.add_url_seed(url)
-        self._peer_id = ""
         self._rearm()
         self._on_alert_fd()  # alerts posted before the reader was attached
         return await asyncio.wait_for(asyncio.shield(self._listening), timeout=10)
@@ -635,12 +658,12 @@ class SwarmPeer:
 
     def _on_status(self, st: Any, now: float) -> None:
         assert self.core is not None
-        previous = self._last_progress
         if self._handle is not None:
             # (peer_info_alert cannot be read from Python in the 2.1.1 binding: it has
             # no converter for its vector; the synchronous call is fine without
             # set_alert_notify, FIELD-NOTES.md)
             self._on_peer_info(self._handle.get_peer_info())
+        tradable, owed = self._sources(st)
         progress = Progress(
             done_bytes=int(st.total_wanted_done),
             wanted_bytes=int(st.total_wanted),
@@ -652,7 +675,8 @@ class SwarmPeer:
             downloaded_bytes=max(int(st.all_time_download), int(st.total_payload_download)),
             connected_peers=max(0, int(st.num_peers) - self._web_connections),
             web_seed_bytes=self.bytes_from_web_seeds,
-            tradable_pieces=self._tradable(st),
+            tradable_pieces=tradable,
+            owed_pieces=owed,
         )
         self._last_progress = progress
         self._apply(self.core.handle_progress(progress, now=now))
@@ -660,9 +684,7 @@ class SwarmPeer:
             # A complete file found at start (resume data or recheck): no finished alert.
             self._apply(self.core.handle_download_finished(now=now))
             self._start_verify()
-        if self.core.phase is PeerPhase.DOWNLOADING and (
-            previous is None or previous.pieces_have != progress.pieces_have
-        ):
+        if self.core.phase is PeerPhase.DOWNLOADING:
             self._plan(st)
         if self.on_progress is not None:
             self.on_progress(
@@ -686,21 +708,35 @@ class SwarmPeer:
         st = self._handle.status()
         self._on_status(st, self._loop.time())
 
-    def _tradable(self, st: Any) -> int | None:
-        # Pieces this peer lacks that some connected BitTorrent peer holds. libtorrent's
-        # availability counts web seeds too (they hold everything), so subtract them.
+    def _sources(self, st: Any) -> tuple[int | None, int]:
+        # (tradable, owed): pieces this peer lacks that some connected BitTorrent peer
+        # holds, and pieces of top priority in the policy's plan that it lacks and no
+        # connected peer holds. libtorrent's availability counts web seeds too (they
+        # hold everything), so subtract them.
         if self._handle is None or st.is_seeding:
-            return None
+            return None, 0
         avail = self._handle.piece_availability()
         web = self._web_connections
-        return sum(1 for have, n in zip(st.pieces, avail, strict=False) if not have and n > web)
+        plan = self._last_plan
+        tradable = owed = 0
+        for index, (have, n) in enumerate(zip(st.pieces, avail, strict=False)):
+            if have:
+                continue
+            if n > web:
+                tradable += 1
+            elif plan is not None and plan[index] == MAX_PRIORITY:
+                owed += 1
+        return tradable, owed
 
     def _on_peer_info(self, peers: Sequence[Any]) -> None:
         # Bytes from web seeds, per connection: a connection's total only grows, so a
         # total below the last one seen is a new connection to the same origin.
         web = 0
+        leechers: list[str] = []
         for pi in peers:
             if pi.connection_type == lt.peer_info.standard_bittorrent:
+                if not pi.flags & lt.peer_info.seed:
+                    leechers.append(pi.pid.to_bytes().hex())
                 continue
             web += 1
             key = (str(pi.ip[0]), int(pi.ip[1]))
@@ -709,6 +745,7 @@ class SwarmPeer:
             self.bytes_from_web_seeds += total - last if total >= last else total
             self._web_conn_bytes[key] = total
         self._web_connections = web
+        self._leecher_ids = tuple(sorted(leechers))
 
     def _plan(self, st: Any) -> None:
         assert self._loop is not None
@@ -719,6 +756,7 @@ class SwarmPeer:
             info_hash=self.manifest.info_hash,
             have=tuple(bool(b) for b in st.pieces),
             connected_peers=int(st.num_peers),
+            leecher_ids=self._leecher_ids,
         )
         plan = self.policy.plan(view, now=self._loop.time())
         if plan is not None and plan.piece_priorities != self._last_plan:

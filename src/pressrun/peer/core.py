@@ -279,6 +279,8 @@ class PeerCore:
             return False
         if progress.tradable_pieces == 0:
             return False  # nothing to trade: the origins are the only source now
+        if progress.owed_pieces > 0:
+            return False  # pieces the policy gave this peer that only the origins hold
         fraction = min(1.0, cfg.web_seed_share_factor / self._swarm_size(progress))
         # Bytes from the web seeds, not pieces held: pieces from peers are not this
         # peer's contribution of origin data to the swarm.
@@ -292,7 +294,9 @@ class PeerCore:
         return RestoreWebSeeds()
 
     def _starved(self, progress: Progress) -> bool:
-        return progress.tradable_pieces == 0 and progress.done_bytes < progress.wanted_bytes
+        if progress.done_bytes >= progress.wanted_bytes:
+            return False
+        return progress.tradable_pieces == 0 or progress.owed_pieces > 0
 
     def _check_leave(self, now: float) -> list[Effect]:
         if self.phase is not PeerPhase.SEEDING or self.progress is None:

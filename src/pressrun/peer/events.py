@@ -55,6 +55,9 @@ class Progress:
     web_seed_bytes: payload received from the origins' web seeds so far.
     tradable_pieces: pieces this peer lacks that a connected peer holds (None:
         unknown); 0 while downloading means only the origins can help.
+    owed_pieces: pieces the uploader policy gave this peer to bring into the swarm
+        (top priority) that it lacks and no connected peer holds: only the origins
+        have them, and this peer is the one meant to fetch them.
     """
 
     done_bytes: int
@@ -66,6 +69,7 @@ class Progress:
     connected_peers: int
     web_seed_bytes: int = 0
     tradable_pieces: int | None = None
+    owed_pieces: int = 0
 
 
 @dataclass(frozen=True, slots=True)

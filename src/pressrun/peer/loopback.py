@@ -29,6 +29,7 @@ from pressrun.origin.aio import RunningOrigin, start_origin
 from pressrun.origin.config import OriginConfig
 from pressrun.peer.aio import SwarmPeer, SwarmResult
 from pressrun.peer.config import PeerConfig
+from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY
 from pressrun.tracker.aio import TrackerService
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
@@ -92,12 +93,21 @@ class LoopbackSwarm:
             await peer.close()
 
     async def run_peers(
-        self, n: int, config: PeerConfig, *, spread_s: float = 0.0, seed: int = 1
+        self,
+        n: int,
+        config: PeerConfig,
+        *,
+        spread_s: float = 0.0,
+        seed: int = 1,
+        uploader_policy: str = DEFAULT_UPLOADER_POLICY,
     ) -> list[SwarmResult]:
         """N peers arriving within ``spread_s`` seconds (uniformly, seeded); all results."""
         rng = random.Random(seed)
         delays = sorted(rng.uniform(0, spread_s) for _ in range(n))
-        peers = [self.new_peer(len(self.peers), config) for _ in range(n)]
+        peers = [
+            self.new_peer(len(self.peers), config, uploader_policy=uploader_policy)
+            for _ in range(n)
+        ]
         return list(
             await asyncio.gather(
                 *(self.run_peer(p, delay_s=d) for p, d in zip(peers, delays, strict=True))

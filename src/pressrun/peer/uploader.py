@@ -43,13 +43,16 @@ class SwarmView:
     peer_id: this peer's 20-byte BitTorrent peer id, hex (its position on a ring).
     info_hash: the swarm's v1 info-hash, hex.
     have: per piece, True if this peer holds it (verified).
-    connected_peers: BitTorrent peers connected now.
+    connected_peers: BitTorrent peers connected now (web seeds included).
+    leecher_ids: the peer ids (hex, sorted) of the connected BitTorrent peers that
+        are still downloading (seeds left out: they hold every piece already).
     """
 
     peer_id: str
     info_hash: str
     have: tuple[bool, ...]
     connected_peers: int
+    leecher_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +90,17 @@ class LibtorrentPicker(UploaderPolicy):
         return None
 
 
-_REGISTRY: dict[str, Callable[[], UploaderPolicy]] = {"libtorrent": LibtorrentPicker}
+def _stripes() -> UploaderPolicy:
+    # imported when asked for: the policy's module imports this one
+    from pressrun.peer.stripes_policy import StripesPolicy
+
+    return StripesPolicy()
+
+
+_REGISTRY: dict[str, Callable[[], UploaderPolicy]] = {
+    "libtorrent": LibtorrentPicker,
+    "stripes": _stripes,
+}
 
 DEFAULT_UPLOADER_POLICY = "libtorrent"
 
