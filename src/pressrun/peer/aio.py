@@ -25,9 +25,11 @@ profile's rate limits apply on loopback and LAN as well (FIELD-NOTES.md, libtorr
 
 Alerts come through ``session.set_alert_fd`` on a pipe watched with
 ``loop.add_reader`` (never ``set_alert_notify`` with a Python callback: it deadlocks
-against calls that hold the GIL), and status comes from ``post_torrent_updates`` /
-``post_peer_info``, asked for by the core's timer. The session is destroyed in a
-worker thread: its destructor blocks while it announces ``stopped``.
+against calls that hold the GIL); status and peer info are read on the core's timer
+(``torrent_handle.status``, ``get_peer_info``: ``post_torrent_updates`` reports only
+torrents whose status changed, which left a peer with a stale view of the swarm).
+The session is destroyed in a worker thread: its destructor blocks while it
+announces ``stopped``.
 
 Resume: libtorrent's resume data (pieces held, all-time upload/download) is saved
 next to the file as ``<file>.swarm-resume`` while pieces arrive and at exit; a peer
@@ -91,6 +93,7 @@ _ALERT_MASK = (
     | lt.alert.category_t.piece_progress_notification
 )
 _LEAVE_ANNOUNCE_TIMEOUT_S = 5.0
+_NOT_YET = lt.peer_info.handshake | lt.peer_info.connecting
 
 
 #: how often, and how far apart, the final manifest check is repeated (see _verify)
@@ -108,6 +111,9 @@ def resume_path_for(partial_dir: Path, file_name: str) -> Path:
 
 
 PEER_ID_PREFIX = b"-PR0100-"
+#: one web-seed HTTP request: short requests keep a slow, shared origin's pieces
+#: in flight for less time, so other peers see them sooner (docs/swarm.md)
+WEB_SEED_REQUEST_BYTES = 256 * 1024
 
 
 def new_peer_id() -> bytes:
@@ -129,7 +135,10 @@ def session_settings(
         "enable_upnp": False,
         "enable_natpmp": False,
         "allow_multiple_connections_per_ip": True,
-        "urlseed_max_request_bytes": 1 << 20,
+        # TCP only: uTP's delay-based congestion control held loopback swarms back
+        "enable_outgoing_utp": False,
+        "enable_incoming_utp": False,
+        "urlseed_max_request_bytes": WEB_SEED_REQUEST_BYTES,
         "urlseed_wait_retry": 2,
         "min_announce_interval": 1,
         "stop_tracker_timeout": 2,
@@ -325,6 +334,9 @@ class SwarmPeer:
         self._verify_task: asyncio.Task[None] | None = None
         self._scrape_task: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
+        self._feed_task: asyncio.Task[None] | None = None
+        self._feed_wake = asyncio.Event()
+        self._owed: tuple[int, ...] = ()
         self._peer_id = ""
 
     def _info_web_seeds(self) -> list[str]:
@@ -340,7 +352,11 @@ class SwarmPeer:
         self._downloaded = loop.create_future()
         self._left = loop.create_future()
         self._started_at = loop.time()
-        self.core = PeerCore(self.config, now=self._started_at)
+        self.core = PeerCore(
+            self.config,
+            now=self._started_at,
+            fetches_owed=self.policy.fetches_owed_pieces,
+        )
         self.partial_dir.mkdir(parents=True, exist_ok=True)
         peer_id = new_peer_id()
         self._peer_id = peer_id.hex()
@@ -364,6 +380,10 @@ class SwarmPeer:
         for url in self.web_seeds:
             if url not in present:
                 self._handle.add_url_seed(url)
+        if not self.core.web_seeds_on:
+            self._apply([DropWebSeeds()])
+        if self.policy.fetches_owed_pieces and self.web_seeds:
+            self._feed_task = loop.create_task(self._feed())
         self._rearm()
         self._on_alert_fd()  # alerts posted before the reader was attached
         return await asyncio.wait_for(asyncio.shield(self._listening), timeout=10)
@@ -415,7 +435,7 @@ class SwarmPeer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for task in (self._verify_task, self._scrape_task):
+        for task in (self._verify_task, self._scrape_task, self._feed_task):
             if task is not None:
                 task.cancel()
         if self._http is not None:
@@ -521,8 +541,10 @@ class SwarmPeer:
     def _apply(self, effects: list[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, PollStatus):
-                if self._session is not None:
-                    self._session.post_torrent_updates()
+                # A synchronous read, not post_torrent_updates: that reports only
+                # torrents whose status changed, so a peer whose connections changed
+                # while no payload arrived kept a stale view of the swarm.
+                self._refresh_totals()
             elif isinstance(effect, AskSwarmCounts):
                 self._ask_counts()
             elif isinstance(effect, DropWebSeeds):
@@ -625,10 +647,7 @@ class SwarmPeer:
     def _on_alert(self, a: Any) -> None:
         assert self.core is not None and self._loop is not None
         now = self._loop.time()
-        if isinstance(a, lt.state_update_alert):
-            for st in a.status:
-                self._on_status(st, now)
-        elif isinstance(a, lt.listen_succeeded_alert):
+        if isinstance(a, lt.listen_succeeded_alert):
             tcp = a.socket_type == lt.socket_type_t.tcp
             if tcp and self._listening is not None and not self._listening.done():
                 self.listen_port = int(a.port)
@@ -714,19 +733,29 @@ class SwarmPeer:
         # connected peer holds. libtorrent's availability counts web seeds too (they
         # hold everything), so subtract them.
         if self._handle is None or st.is_seeding:
+            self._owed = ()
             return None, 0
         avail = self._handle.piece_availability()
         web = self._web_connections
         plan = self._last_plan
-        tradable = owed = 0
+        tradable = 0
+        owed: list[int] = []
+        absent: list[int] = []
         for index, (have, n) in enumerate(zip(st.pieces, avail, strict=False)):
             if have:
                 continue
             if n > web:
                 tradable += 1
             elif plan is not None and plan[index] == MAX_PRIORITY:
-                owed += 1
-        return tradable, owed
+                owed.append(index)
+            else:
+                absent.append(index)
+        if self.policy.fetches_owed_pieces and tradable == 0 and not owed:
+            # starved: no peer can give anything, so whatever it lacks is owed
+            owed = absent
+        self._owed = tuple(owed)
+        self._feed_wake.set()
+        return tradable, len(owed)
 
     def _on_peer_info(self, peers: Sequence[Any]) -> None:
         # Bytes from web seeds, per connection: a connection's total only grows, so a
@@ -735,7 +764,8 @@ class SwarmPeer:
         leechers: list[str] = []
         for pi in peers:
             if pi.connection_type == lt.peer_info.standard_bittorrent:
-                if not pi.flags & lt.peer_info.seed:
+                # (a connection still in its handshake has no peer id yet)
+                if not pi.flags & (_NOT_YET | lt.peer_info.seed):
                     leechers.append(pi.pid.to_bytes().hex())
                 continue
             web += 1
@@ -762,6 +792,63 @@ class SwarmPeer:
         if plan is not None and plan.piece_priorities != self._last_plan:
             self._last_plan = plan.piece_priorities
             self._handle.prioritize_pieces(list(plan.piece_priorities))
+
+    # --- fetching owed pieces from the origins ------------------------------
+
+    async def _feed(self) -> None:
+        # For a policy that fetches its owed pieces itself (`fetches_owed_pieces`):
+        # one HTTP range request at a time for a piece of its plan that no connected
+        # peer holds, checked against the manifest's SHA-256, handed to libtorrent
+        # (add_piece: it checks the torrent's SHA-1, writes it and tells the peers).
+        # libtorrent's own web-seed picking cannot be held to a plan: it finishes
+        # partial pieces and extends ranges first (docs/swarm.md).
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=30)
+        turn = 0
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            while self.core is not None and self.core.phase is PeerPhase.DOWNLOADING:
+                piece = self._next_owed()
+                if piece is None:
+                    self._feed_wake.clear()
+                    await self._feed_wake.wait()
+                    continue
+                url = self.web_seeds[turn % len(self.web_seeds)]
+                turn += 1
+                data = await self._fetch_piece(http, url, piece)
+                if data is None:
+                    await asyncio.sleep(self.config.web_seed_retry_s)
+                elif self._handle is not None:
+                    self._handle.add_piece(piece, data, 0)
+
+    def _next_owed(self) -> int | None:
+        if self._handle is None:
+            return None
+        # not a piece libtorrent is already fetching (from a peer or a web seed)
+        busy = {int(q["piece_index"]) for q in self._handle.get_download_queue()}
+        for piece in self._owed:
+            if piece not in busy:
+                return piece
+        return None
+
+    async def _fetch_piece(self, http: aiohttp.ClientSession, url: str, piece: int) -> bytes | None:
+        start, length = self.manifest.piece_span(piece)
+        headers = {"Range": f"bytes={start}-{start + length - 1}"}
+        buf = bytearray()
+        try:
+            async with http.get(url, headers=headers) as resp:
+                if resp.status != 206:
+                    log.info("origin %s answered %d for piece %d", url, resp.status, piece)
+                    return None
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    buf += chunk
+                    self.bytes_from_web_seeds += len(chunk)
+        except (aiohttp.ClientError, TimeoutError) as err:
+            log.info("origin %s failed for piece %d: %s", url, piece, err)
+            return None
+        data = bytes(buf)
+        if not piece_ok(self.manifest, piece, data):
+            log.warning("origin %s sent piece %d not matching the manifest; dropped", url, piece)
+            return None
+        return data
 
     def _write_resume(self, params: Any) -> None:
         data = lt.write_resume_data_buf(params)

@@ -114,8 +114,12 @@ def fair_to_leave(
 class PeerCore:
     """One peer's fairness, stall and web-seed decisions for one issue."""
 
-    def __init__(self, config: PeerConfig, *, now: float) -> None:
+    def __init__(self, config: PeerConfig, *, now: float, fetches_owed: bool = False) -> None:
+        """``fetches_owed``: the adapter fetches the pieces this peer owes itself
+        (`UploaderPolicy.fetches_owed_pieces`); the peer starts without the web
+        seeds, and owing pieces keeps it from being starved instead of calling them."""
         self.config = config
+        self.fetches_owed = fetches_owed
         self.phase = PeerPhase.DOWNLOADING
         self.progress: Progress | None = None
         self.counts: SwarmCounts | None = None
@@ -125,7 +129,8 @@ class PeerCore:
         self._last_pieces = 0
         self.last_progress_at = now
         self._stall_reported = False
-        self.web_seeds_on = True
+        self.web_seeds_on = not fetches_owed
+        self._last_web = 0
         self._web_hold_until = now
         self._web_retry_at: float | None = None
         self._starved_since: float | None = None
@@ -148,9 +153,14 @@ class PeerCore:
         self.progress = progress
         # Progress is payload arriving (partial pieces count: a slow web seed fills a
         # piece for seconds before it completes) or a piece completing.
-        if progress.done_bytes > self._last_done or progress.downloaded_bytes > self._last_down:
+        if (
+            progress.done_bytes > self._last_done
+            or progress.downloaded_bytes > self._last_down
+            or progress.web_seed_bytes > self._last_web
+        ):
             self._last_done = max(self._last_done, progress.done_bytes)
             self._last_down = max(self._last_down, progress.downloaded_bytes)
+            self._last_web = max(self._last_web, progress.web_seed_bytes)
             self.last_progress_at = now
             self._stall_reported = False
         if progress.pieces_have > self._last_pieces:
@@ -275,6 +285,8 @@ class PeerCore:
         cfg = self.config
         if not (cfg.drop_web_seeds and self.web_seeds_on and now >= self._web_hold_until):
             return False
+        if self.fetches_owed:  # the web seeds were only for a starved moment
+            return not self._starved(progress)
         if progress.connected_peers <= 0 or progress.pieces_total <= 0:
             return False
         if progress.tradable_pieces == 0:
@@ -296,6 +308,8 @@ class PeerCore:
     def _starved(self, progress: Progress) -> bool:
         if progress.done_bytes >= progress.wanted_bytes:
             return False
+        if self.fetches_owed:  # owed pieces are on their way from the origins
+            return progress.tradable_pieces == 0 and progress.owed_pieces == 0
         return progress.tradable_pieces == 0 or progress.owed_pieces > 0
 
     def _check_leave(self, now: float) -> list[Effect]:

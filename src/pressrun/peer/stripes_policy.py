@@ -36,6 +36,7 @@ class StripesPolicy(UploaderPolicy):
     """Own stripe first (module docstring)."""
 
     name = "stripes"
+    fetches_owed_pieces = True
 
     def plan(self, view: SwarmView, *, now: float) -> PiecePlan | None:
         """Top priority for this peer's stripe, the lowest (never 0) for the rest."""

@@ -19,6 +19,10 @@ returns to its torrent:
   ``min_reconnect_time`` (60 s) before reconnecting (FIELD-NOTES.md). Checked here.
 - None: leave libtorrent's choice alone (what the default policy always answers).
 
+The peer keeps the origins' web seeds while it *owes* pieces: top-priority pieces of
+its plan that it lacks and no connected peer holds (only the origins have them, and
+this peer is the one meant to bring them in); see `pressrun.peer.core`.
+
 A policy must be pure like a core (no clock, no I/O; ``now`` is passed in), so the
 simulator can drive it too. To add one: write ``pressrun/peer/<name>_policy.py`` with
 a subclass, and register it with `register_uploader_policy("<name>", Factory)`; the
@@ -74,6 +78,11 @@ class UploaderPolicy(ABC):
     """Decides which pieces this peer asks for first (and so who serves what)."""
 
     name: str
+    #: True: the peer fetches the pieces it owes (top priority in the plan, held by no
+    #: connected peer) from the origins itself, one HTTP range request at a time,
+    #: and joins without libtorrent's web seeds, which come back only when the peer
+    #: is starved (nothing owed, nothing any peer can give) or stalls.
+    fetches_owed_pieces: bool = False
 
     @abstractmethod
     def plan(self, view: SwarmView, *, now: float) -> PiecePlan | None:
