@@ -11,26 +11,28 @@ Kumar and Ross,
 (d_min: the slowest peer's download cap; unlimited here, so that term is 0), T / T_min,
 and the origins' bytes in copies of the file (their own counters).
 
-    # N = 10, 20, 40; F = 20 MiB; u = 1 MB/s; u_s = 2 MB/s
+    # N = 10, 20, 40; F = 20 MiB; u = 1 MB/s; u_s = 2 MB/s; policies stripes, libtorrent
     .venv/bin/python bench/swarm.py
-    .venv/bin/python bench/swarm.py --n 20 --runs 3
+    .venv/bin/python bench/swarm.py --n 20 --runs 3 --policy stripes
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import logging
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from pressrun.peer.config import desktop_profile
+from pressrun.peer.config import PeerConfig, desktop_profile
 from pressrun.peer.loopback import loopback_swarm
+from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, uploader_policy_names
 
 
-async def one_run(n: int, args: argparse.Namespace) -> dict[str, float]:
+async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, float]:
     size = int(args.size_mib * (1 << 20))
     u = args.peer_upload_mbps * 1e6 / 8
     u_s = args.origin_mbps * 1e6 / 8
@@ -51,7 +53,7 @@ async def one_run(n: int, args: argparse.Namespace) -> dict[str, float]:
                 not_needed_seeds_per_leecher=args.seeds_per_leecher,
             )
             started = time.perf_counter()
-            results = await swarm.run_peers(n, config)
+            results = await swarm.run_peers(n, config, uploader_policy=policy)
             wall = time.perf_counter() - started
             bad = [r for r in results if not r.completed]
             if bad:
@@ -77,6 +79,11 @@ async def one_run(n: int, args: argparse.Namespace) -> dict[str, float]:
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", default="10,20,40", help="peer counts, comma-separated")
+    p.add_argument(
+        "--policy",
+        default=f"{DEFAULT_UPLOADER_POLICY},libtorrent",
+        help=f"uploader policies, comma-separated ({', '.join(uploader_policy_names())})",
+    )
     p.add_argument("--size-mib", type=float, default=20.0, help="file size F (MiB)")
     p.add_argument("--peer-upload-mbps", type=float, default=8.0, help="u per peer (Mbit/s)")
     p.add_argument("--origin-mbps", type=float, default=16.0, help="u_s, all origins (Mbit/s)")
@@ -85,8 +92,8 @@ async def main() -> None:
     p.add_argument(
         "--seeds-per-leecher",
         type=float,
-        default=1.0,
-        help="the not_needed rule's seeds per leecher (0: rule off)",
+        default=PeerConfig.not_needed_seeds_per_leecher,
+        help="the not_needed rule's seeds per leecher (0: rule off; default: the peer's)",
     )
     p.add_argument("--tracker-interval-s", type=int, default=5, help="announce interval")
     p.add_argument("--runs", type=int, default=1, help="runs per N (medians printed)")
@@ -97,7 +104,8 @@ async def main() -> None:
         "--share-factor",
         type=float,
         default=2.0,
-        help="shares of the file a peer takes from the web seeds before dropping them",
+        help="policy libtorrent: shares of the file a peer takes from the web seeds "
+        "before dropping them",
     )
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -105,19 +113,19 @@ async def main() -> None:
         f"F = {args.size_mib} MiB, u = {args.peer_upload_mbps} Mbit/s per peer, "
         f"u_s = {args.origin_mbps} Mbit/s over {args.origins} origin(s), "
         f"pieces {args.piece_kib} KiB, web seeds "
-        + ("kept" if args.keep_web_seeds else "dropped at share")
+        + ("kept" if args.keep_web_seeds else "dropped (libtorrent: at share)")
     )
-    print(f"{'N':>4} {'T_last s':>9} {'T_min s':>8} {'T/T_min':>8} {'origin copies':>14} "
-          f"{'mean ratio':>10}  leave rules")  # fmt: skip
-    for n in [int(x) for x in args.n.split(",")]:
-        runs = [await one_run(n, args) for _ in range(args.runs)]
+    print(f"{'policy':>10} {'N':>4} {'T_last s':>9} {'T_min s':>8} {'T/T_min':>8} "
+          f"{'origin copies':>14} {'mean ratio':>10}  leave rules")  # fmt: skip
+    for policy, n in itertools.product(args.policy.split(","), map(int, args.n.split(","))):
+        runs = [await one_run(n, policy, args) for _ in range(args.runs)]
         med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
         rules = ", ".join(
             f"{k[5:]}={int(v)}" for k, v in sorted(med.items()) if k.startswith("rule_")
         )
         each = " ".join(f"{r['x']:.2f}x/{r['copies']:.2f}" for r in runs)
         print(
-            f"{n:>4} {med['last_s']:>9.1f} {med['t_min_s']:>8.1f} {med['x']:>8.2f} "
+            f"{policy:>10} {n:>4} {med['last_s']:>9.1f} {med['t_min_s']:>8.1f} {med['x']:>8.2f} "
             f"{med['copies']:>14.2f} {med['mean_ratio']:>10.2f}  {rules}"
             + (f"   runs: {each}" if args.runs > 1 else ""),
             flush=True,

@@ -164,7 +164,8 @@ async def test_a_stalled_swarm_falls_back_to_origins_keeping_its_pieces(
             swarm.issue_id,
             balancer_url=balancer.url,
             library=tmp_path / "lib",
-            config=replace(FAST, swarm_stall_after_s=1.0, max_attempts_without_progress=40),
+            # 3 s: a stripes peer joins without web seeds for web_seed_starved_s (1 s)
+            config=replace(FAST, swarm_stall_after_s=3.0, max_attempts_without_progress=40),
             trusted_keys=None,
             progress=recorder,
         )

@@ -153,7 +153,8 @@ def test_every_departure_names_a_rule_that_holds(
         cfg, uploaded_bytes=up, downloaded_bytes=down, counts=counts, seeding_for_s=seeding_for
     )
     ratio_holds = up >= ratio * down
-    nobody = counts is not None and (leechers == 0 or seeds - 1 >= leechers)
+    per_leecher = cfg.not_needed_seeds_per_leecher
+    nobody = counts is not None and (leechers == 0 or seeds - 1 >= per_leecher * leechers)
     timed_out = max_seed is not None and seeding_for >= max_seed
     if rule is LeaveRule.RATIO:
         assert ratio_holds
@@ -327,8 +328,9 @@ def test_config_is_checked() -> None:
 # --- the uploader-choice hook -----------------------------------------------------
 
 
-def test_default_uploader_policy_is_libtorrents_own() -> None:
-    policy = make_uploader_policy()
+def test_the_libtorrent_policy_leaves_libtorrent_alone() -> None:
+    assert make_uploader_policy().name == "stripes"  # the default
+    policy = make_uploader_policy("libtorrent")
     assert isinstance(policy, LibtorrentPicker) and policy.name == "libtorrent"
     view = SwarmView(peer_id="00" * 20, info_hash="ab" * 20, have=(False,) * 4, connected_peers=2)
     assert policy.plan(view, now=0.0) is None

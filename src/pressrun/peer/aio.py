@@ -94,6 +94,8 @@ _ALERT_MASK = (
 )
 _LEAVE_ANNOUNCE_TIMEOUT_S = 5.0
 _NOT_YET = lt.peer_info.handshake | lt.peer_info.connecting
+#: our key in libtorrent's resume data: bytes the peer fetched from origins itself
+_FED_KEY = b"pressrun_fed_bytes"
 
 
 #: how often, and how far apart, the final manifest check is repeated (see _verify)
@@ -337,6 +339,7 @@ class SwarmPeer:
         self._feed_task: asyncio.Task[None] | None = None
         self._feed_wake = asyncio.Event()
         self._owed: tuple[int, ...] = ()
+        self._fed_bytes = 0  # fetched from the origins by _feed (not in libtorrent's counters)
         self._peer_id = ""
 
     def _info_web_seeds(self) -> list[str]:
@@ -392,7 +395,11 @@ class SwarmPeer:
         atp = None
         if self.resume_path.exists():
             try:
-                atp = lt.read_resume_data(self.resume_path.read_bytes())
+                raw = self.resume_path.read_bytes()
+                atp = lt.read_resume_data(raw)
+                entry = lt.bdecode(raw)
+                fed = entry.get(_FED_KEY, 0) if isinstance(entry, dict) else 0  # type: ignore[call-overload]
+                self._fed_bytes = fed if isinstance(fed, int) and fed >= 0 else 0
             except Exception as err:  # a torn or foreign resume file: recheck instead
                 log.warning("ignoring resume data %s: %s", self.resume_path, err)
                 atp = None
@@ -691,7 +698,10 @@ class SwarmPeer:
             # all_time_* carry earlier sessions (resume data) but lag the session's
             # own counters by up to a second tick
             uploaded_bytes=max(int(st.all_time_upload), int(st.total_payload_upload)),
-            downloaded_bytes=max(int(st.all_time_download), int(st.total_payload_download)),
+            # (plus what _feed fetched: libtorrent counts pieces given to add_piece as
+            # neither downloaded nor announced; not kept across restarts)
+            downloaded_bytes=max(int(st.all_time_download), int(st.total_payload_download))
+            + self._fed_bytes,
             connected_peers=max(0, int(st.num_peers) - self._web_connections),
             web_seed_bytes=self.bytes_from_web_seeds,
             tradable_pieces=tradable,
@@ -750,8 +760,9 @@ class SwarmPeer:
                 owed.append(index)
             else:
                 absent.append(index)
-        if self.policy.fetches_owed_pieces and tradable == 0 and not owed:
-            # starved: no peer can give anything, so whatever it lacks is owed
+        if self.policy.fetches_owed_pieces and plan is not None and tradable == 0 and not owed:
+            # starved among peers: none can give anything, so whatever it lacks is owed
+            # (a peer alone, with no plan, is starved and uses libtorrent's web seeds)
             owed = absent
         self._owed = tuple(owed)
         self._feed_wake.set()
@@ -841,6 +852,7 @@ class SwarmPeer:
                 async for chunk in resp.content.iter_chunked(1 << 16):
                     buf += chunk
                     self.bytes_from_web_seeds += len(chunk)
+                    self._fed_bytes += len(chunk)
         except (aiohttp.ClientError, TimeoutError) as err:
             log.info("origin %s failed for piece %d: %s", url, piece, err)
             return None
@@ -851,7 +863,9 @@ class SwarmPeer:
         return data
 
     def _write_resume(self, params: Any) -> None:
-        data = lt.write_resume_data_buf(params)
+        entry = lt.write_resume_data(params)
+        entry[_FED_KEY] = self._fed_bytes  # libtorrent ignores keys it does not know
+        data = lt.bencode(entry)
         tmp = self.resume_path.with_name(self.resume_path.name + ".tmp")
         try:
             tmp.write_bytes(data)

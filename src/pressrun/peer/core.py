@@ -9,8 +9,8 @@ Policy (docs/swarm.md):
   origins sent, so the mean ratio is 1 minus the origins' share), hence two escape
   hatches: the tracker's counts say nobody needs this seed any more
   (`LeaveRule.NOT_NEEDED`: no leechers, or the other seeds number at least
-  ``not_needed_seeds_per_leecher`` per leecher; with 1.0 that is the tracker's own
-  ``needs_seeds`` false), or it has seeded for ``max_seed_time_s``
+  ``not_needed_seeds_per_leecher`` (2.0) per leecher; with 1.0 that would be the
+  tracker's own ``needs_seeds`` false), or it has seeded for ``max_seed_time_s``
   (`LeaveRule.MAX_SEED_TIME`). A peer that does not seed (mobile on a metered link)
   leaves as soon as its copy is verified (`LeaveRule.METERED`, unless the ratio already
   holds). `fair_to_leave` is the rule; the rules are tried in that order, so the

@@ -3,8 +3,10 @@
 ARCHITECTURE.md: "a tracker and a Chord ring decide who uploads which piece to whom"
 (004_3e4b985b4cf14853.txt, III.A: every node of a central ring is responsible for
 pieces, and supernodes decide which node uploads a piece). That ring comes in a later
-issue. Until then the default policy is libtorrent's own picking (rarest first,
-tit-for-tat unchoking), and this module is the one place a ring-driven policy plugs in,
+issue. Two policies now: `libtorrent` (libtorrent's own picking, rarest first and
+tit-for-tat unchoking, untouched) and the default `stripes` (`stripes_policy`: each
+downloading peer brings its own contiguous stripe of pieces in from the origins, and
+libtorrent picks everything else). This module is the one place a policy plugs in,
 in the house shape of pluggable algorithms (STYLE.md, after aioquic's congestion
 controllers): an ABC, a name -> factory registry, one module per policy.
 
@@ -17,11 +19,13 @@ returns to its torrent:
   node is responsible for so it fetches and then serves them first. Never 0 for
   "later": two finished peers drop their connection and libtorrent waits
   ``min_reconnect_time`` (60 s) before reconnecting (FIELD-NOTES.md). Checked here.
-- None: leave libtorrent's choice alone (what the default policy always answers).
+- None: leave libtorrent's choice alone (what `libtorrent` always answers).
 
-The peer keeps the origins' web seeds while it *owes* pieces: top-priority pieces of
-its plan that it lacks and no connected peer holds (only the origins have them, and
-this peer is the one meant to bring them in); see `pressrun.peer.core`.
+A peer *owes* the pieces of top priority in its plan that it lacks and no connected
+peer holds (only the origins have them, and this peer is the one meant to bring them
+in). With ``fetches_owed_pieces`` the adapter fetches them from the origins itself;
+otherwise the peer keeps libtorrent's web seeds while it owes pieces
+(`pressrun.peer.core`).
 
 A policy must be pure like a core (no clock, no I/O; ``now`` is passed in), so the
 simulator can drive it too. To add one: write ``pressrun/peer/<name>_policy.py`` with
@@ -90,7 +94,7 @@ class UploaderPolicy(ABC):
 
 
 class LibtorrentPicker(UploaderPolicy):
-    """The default: libtorrent's own rarest-first picking and tit-for-tat unchoking."""
+    """libtorrent's own rarest-first picking and tit-for-tat unchoking, nothing else."""
 
     name = "libtorrent"
 
@@ -111,7 +115,9 @@ _REGISTRY: dict[str, Callable[[], UploaderPolicy]] = {
     "stripes": _stripes,
 }
 
-DEFAULT_UPLOADER_POLICY = "libtorrent"
+#: measured on the loopback bench (docs/swarm.md): at N = 20 `stripes` came within
+#: 1.44-1.45x of the fluid bound with 1.24 origin copies, `libtorrent` 1.5-1.9x with 2.2
+DEFAULT_UPLOADER_POLICY = "stripes"
 
 
 def register_uploader_policy(name: str, factory: Callable[[], UploaderPolicy]) -> None:
