@@ -92,7 +92,7 @@ async def main() -> None:
     p.add_argument(
         "--seeds-per-leecher",
         type=float,
-        default=PeerConfig.not_needed_seeds_per_leecher,
+        default=PeerConfig().not_needed_seeds_per_leecher,
         help="the not_needed rule's seeds per leecher (0: rule off; default: the peer's)",
     )
     p.add_argument("--tracker-interval-s", type=int, default=5, help="announce interval")
