@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, uploader_policy_names
+
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``pressrun seed``."""
@@ -53,7 +55,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument("--listen", default="0.0.0.0:0", help="libtorrent listen_interfaces")
     p.add_argument(
-        "--uploader-policy", default="libtorrent", help="registered uploader-choice policy"
+        "--uploader-policy",
+        default=DEFAULT_UPLOADER_POLICY,
+        choices=uploader_policy_names(),
+        help="uploader-choice policy (docs/swarm.md; default %(default)s)",
     )
     p.set_defaults(func=_seed)
 
