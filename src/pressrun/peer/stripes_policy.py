@@ -10,11 +10,10 @@ first ten seconds was a piece new to the swarm (docs/swarm.md).
 What. The downloading peers this peer is connected to, and itself, sorted by peer id
 form a ring of S members; the member at rank r owns the contiguous stripe of pieces
 ``[r * P // S, (r + 1) * P // S)`` (P pieces), and raises those pieces to the top
-priority. libtorrent still picks (rarest first within a priority): the web seeds hold
-every piece, so a peer's web-seed requests go to its own stripe first, while its
-BitTorrent connections ask for whatever the other peers hold. Contiguous stripes fit
-libtorrent's web-seed requests (up to ``urlseed_max_request_bytes`` of consecutive
-pieces). Peers' views differ for a moment while the swarm forms; that costs a few
+priority. With ``fetches_owed_pieces`` the peer adapter fetches the stripe's pieces
+that no connected peer holds from the origins itself (`pressrun.peer.aio`), one piece
+at a time; libtorrent still picks every request between peers (rarest first within a
+priority). Peers' views differ for a moment while the swarm forms; that costs a few
 duplicate pieces, never a missing one (priorities only order, nothing is excluded).
 
 A peer alone (no downloading peer connected) leaves libtorrent's order alone.
