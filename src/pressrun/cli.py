@@ -24,7 +24,7 @@ COMMAND_MODULES = (
     "pressrun.clients.cli",  # get
     "pressrun.peer.cli",  # seed
     "pressrun.sim.cli",  # sim
-    "pressrun.demo",  # demo
+    "pressrun.demo.cli",  # demo
 )
 # Modules that register `pressrun serve <service>`.
 SERVE_MODULES = (

@@ -12,7 +12,7 @@ import pytest
 
 from pressrun.clients.config import DESKTOP, ClientConfig
 from pressrun.content.keys import generate_keypair, load_public_key
-from pressrun.demo import OriginShape, Testbed
+from pressrun.demo.testbed import OriginShape, Testbed
 
 ISSUE = "weekly-2026-47"
 PIECE = 64 * 1024

@@ -20,7 +20,7 @@ from pressrun.clients.aio import FetchError, FetchResult, fetch_issue
 from pressrun.clients.codec import ResumeState
 from pressrun.content.keys import generate_keypair, load_signing_key
 from pressrun.content.manifest import SignedManifest, sign_manifest
-from pressrun.demo import OriginShape, Testbed
+from pressrun.demo.testbed import OriginShape, Testbed
 
 from .conftest import FAST, ISSUE, PIECE, SIZE, Keys, config, sha256
 

@@ -1,0 +1,122 @@
+"""The demo's report: one row per client and the tables printed at the end (rich).
+
+The rows come from `pressrun.clients.aio.fetch_issue` results and the origins' own
+``/stats`` documents, so any run of the same topology (the demo, the compose
+emulation) can print the same tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pressrun.demo.testbed import DEMO_SHAPES, OriginShape
+
+if TYPE_CHECKING:
+    from pressrun.clients.aio import FetchResult
+
+
+@dataclass(frozen=True)
+class ClientRow:
+    """One demo client's outcome."""
+
+    number: int
+    result: FetchResult | None
+    error: str | None
+    sha_ok: bool
+    wave: int = 1
+
+
+def print_tables(
+    rows: list[ClientRow],
+    stats: list[dict[str, Any]],
+    wall_s: float,
+    shapes: Sequence[OriginShape] = DEMO_SHAPES,
+) -> None:
+    """The demo's two tables (rich): per origin (``stats``: each origin's ``/stats``
+    document; ``shapes`` describe them) and per client, then the summary lines."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    by_origin: dict[str, int] = {}
+    for row in rows:
+        if row.result is not None:
+            for name, n in row.result.bytes_by_origin.items():
+                by_origin[name] = by_origin.get(name, 0) + n
+    by_name = {s.name: s for s in shapes}
+    origins = Table(title="Origins (000_9aae53f3113e9bd8.txt machines A, B, C)")
+    origins.add_column("origin")
+    origins.add_column("shape")
+    origins.add_column("transfers", justify="right")
+    origins.add_column("MB served", justify="right")
+    origins.add_column("MB in verified pieces", justify="right")
+    for doc in stats:
+        name = str(doc["name"])
+        origins.add_row(
+            name,
+            by_name[name].description if name in by_name else "",
+            str(doc["transfers_total"]),
+            f"{doc['bytes_sent_total'] / 1e6:.1f}",
+            f"{by_origin.get(name, 0) / 1e6:.1f}",
+        )
+    console.print(origins)
+    clients = Table(title=f"Clients ({len(rows)}, arriving in waves)")
+    clients.add_column("client", justify="right")
+    clients.add_column("wave", justify="right")
+    clients.add_column("mode")
+    clients.add_column("s", justify="right")
+    clients.add_column("origin sections MB")
+    clients.add_column("web seeds MB", justify="right")
+    clients.add_column("peers MB", justify="right")
+    clients.add_column("left by")
+    clients.add_column("ok")
+    for row in rows:
+        r = row.result
+        if r is None:
+            clients.add_row(
+                str(row.number), str(row.wave), "-", "-", row.error or "", "-", "-", "-", "[red]no"
+            )
+            continue
+        used = ", ".join(
+            f"{n.removeprefix('origin-')} {b / 1e6:.0f}"
+            for n, b in sorted(r.bytes_by_origin.items())
+            if b > 0
+        )
+        mode = r.mode + (" (stalled, then origins)" if r.swarm_stalled else "")
+        swarm_cols = (
+            (f"{r.bytes_from_web_seeds / 1e6:.1f}", f"{r.bytes_from_peers / 1e6:.1f}")
+            if r.mode == "swarm"
+            else ("-", "-")
+        )
+        clients.add_row(
+            str(row.number),
+            str(row.wave),
+            mode,
+            f"{r.seconds:.1f}",
+            used or "-",
+            *swarm_cols,
+            r.leave_rule or "-",
+            "[green]yes" if row.sha_ok and r.verified else "[red]NO",
+        )
+    console.print(clients)
+    results = [r.result for r in rows if r.result is not None]
+    in_swarm = sum(1 for r in results if r.mode == "swarm")
+    delivered = sum(r.size_bytes - r.resumed_bytes for r in results)
+    served = sum(int(doc["bytes_sent_total"]) for doc in stats)
+    if delivered:
+        console.print(
+            f"{in_swarm} of {len(rows)} clients in swarm mode; the origins served "
+            f"{served / 1e6:.1f} MB (their own counters: sections, web seeds, manifests, "
+            f"torrents) for {delivered / 1e6:.1f} MB delivered to the clients "
+            f"({served / delivered:.2f} of it). Web seeds vs peers per client are "
+            "libtorrent's per-connection tallies, approximate."
+        )
+    done = [r.result.seconds for r in rows if r.result is not None]
+    if done:
+        console.print(
+            f"{len(done)}/{len(rows)} clients verified; seconds per client: "
+            f"min {min(done):.1f}, median {sorted(done)[len(done) // 2]:.1f}, "
+            f"max {max(done):.1f}; all done {wall_s:.1f} s after the first started"
+        )
