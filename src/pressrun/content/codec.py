@@ -13,7 +13,11 @@ The contract these functions implement is docs/protocols.md ("Signed manifest"):
   encoded as UTF-8; so parsing a manifest and re-serialising it must give back the
   same value for every field, which is why the parser refuses anything it could not
   reproduce (unknown fields, floats for integers, upper-case hex);
-- pieces are the torrent's pieces: ``piece_size_bytes`` each, the last one shorter.
+- pieces are the torrent's pieces: ``piece_size_bytes`` each, the last one shorter;
+- an encrypted issue (docs/protocols.md, "Encrypted issues") adds an ``encryption``
+  object; every other field then describes the ciphertext file, and this module also
+  lays out each piece's nonce and associated data byte by byte (the AEAD itself is
+  in ``encryption.py``, it needs libsodium).
 
 The torrent side is just enough bencode (BEP 3) to find the raw ``info`` dictionary
 and its SHA-1 (the v1 info-hash) and the few fields a bundle check compares.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import struct
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -45,6 +50,25 @@ _FIELDS = (
     "info_hash",
     "publisher_key",
     "created_at",
+)
+
+
+# docs/protocols.md, "Encrypted issues": the one encryption scheme and its constants.
+ENCRYPTION_SCHEME = "xchacha20poly1305-pieces-v1"
+AEAD_TAG_BYTES = 16  # Poly1305 tag appended to every piece
+NONCE_PREFIX_BYTES = 16  # random per issue version; + 8 bytes of piece index = 24
+AD_MAGIC = b"pressrun-piece-v1"
+KEY_CHECK_MESSAGE = b"pressrun-key-check-v1"
+MAX_URL_CHARS = 2000
+_ENCRYPTION_FIELDS = (
+    "scheme",
+    "version",
+    "nonce_prefix",
+    "key_check",
+    "plain_file_name",
+    "plain_size_bytes",
+    "plain_sha256",
+    "subscriptions_url",
 )
 
 
@@ -77,6 +101,75 @@ def num_pieces_for(size_bytes: int, piece_size_bytes: int) -> int:
 
 
 @dataclass(frozen=True)
+class Encryption:
+    """The ``encryption`` object of an encrypted issue's manifest (docs/protocols.md).
+
+    ``nonce_prefix`` (16 bytes) and ``key_check`` (32 bytes) are raw bytes here and
+    lower-case hex in the JSON.
+    """
+
+    scheme: str
+    version: int
+    nonce_prefix: bytes
+    key_check: bytes
+    plain_file_name: str
+    plain_size_bytes: int
+    plain_sha256: str
+    subscriptions_url: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object as it appears in the manifest's JSON."""
+        return {
+            "scheme": self.scheme,
+            "version": self.version,
+            "nonce_prefix": self.nonce_prefix.hex(),
+            "key_check": self.key_check.hex(),
+            "plain_file_name": self.plain_file_name,
+            "plain_size_bytes": self.plain_size_bytes,
+            "plain_sha256": self.plain_sha256,
+            "subscriptions_url": self.subscriptions_url,
+        }
+
+
+def plain_piece_size(piece_size_bytes: int) -> int:
+    """Plaintext bytes in a full piece of an encrypted issue: the piece less its tag."""
+    return piece_size_bytes - AEAD_TAG_BYTES
+
+
+def encrypted_size(plain_size_bytes: int, piece_size_bytes: int) -> int:
+    """Size of the ciphertext file: the plaintext plus one 16-byte tag per piece."""
+    pieces = num_pieces_for(plain_size_bytes, plain_piece_size(piece_size_bytes))
+    return plain_size_bytes + AEAD_TAG_BYTES * pieces
+
+
+def piece_nonce(nonce_prefix: bytes, index: int) -> bytes:
+    """The 24-byte XChaCha20 nonce of piece ``index``: prefix || u64 big-endian index."""
+    if len(nonce_prefix) != NONCE_PREFIX_BYTES:
+        raise ValueError(f"nonce prefix must be {NONCE_PREFIX_BYTES} bytes")
+    return nonce_prefix + struct.pack(">Q", index)
+
+
+def piece_associated_data(
+    issue_id: str, version: int, index: int, piece_count: int, plain_size_bytes: int
+) -> bytes:
+    """The associated data of piece ``index`` (docs/protocols.md, byte by byte).
+
+    ``"pressrun-piece-v1"`` (17 ASCII bytes) || u8 length of the issue id || the
+    issue id (ASCII) || u64 version || u64 index || u64 piece count || u64 plaintext
+    size of the whole file; integers big-endian.
+    """
+    name = issue_id.encode("ascii")
+    if not 1 <= len(name) <= 255:
+        raise ValueError("issue id must be 1 to 255 ASCII bytes")
+    return (
+        AD_MAGIC
+        + struct.pack(">B", len(name))
+        + name
+        + struct.pack(">QQQQ", version, index, piece_count, plain_size_bytes)
+    )
+
+
+@dataclass(frozen=True)
 class Manifest:
     """What the publisher signs about one issue (docs/protocols.md, format 1).
 
@@ -96,10 +189,12 @@ class Manifest:
     info_hash: str
     publisher_key: str
     created_at: str
+    # None: a plain issue. Set: every field above describes the ciphertext file.
+    encryption: Encryption | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as the JSON object of the contract (piece hashes as a list)."""
-        return {
+        d = {
             "format": self.format,
             "issue_id": self.issue_id,
             "title": self.title,
@@ -112,6 +207,9 @@ class Manifest:
             "publisher_key": self.publisher_key,
             "created_at": self.created_at,
         }
+        if self.encryption is not None:
+            d["encryption"] = self.encryption.to_dict()
+        return d
 
     def canonical_bytes(self) -> bytes:
         """The exact bytes the Ed25519 signature covers."""
@@ -146,6 +244,31 @@ class Manifest:
         if start >= end:
             return range(0)
         return range(start // self.piece_size_bytes, num_pieces_for(end, self.piece_size_bytes))
+
+    def plain_span(self, index: int) -> tuple[int, int]:
+        """``(offset, length)`` of piece ``index``'s plaintext in the decrypted file.
+
+        Only for an encrypted issue (ValueError otherwise); IndexError outside.
+        """
+        if self.encryption is None:
+            raise ValueError(f"issue {self.issue_id} is not encrypted")
+        if not 0 <= index < self.num_pieces:
+            raise IndexError(f"piece {index} out of range 0..{self.num_pieces - 1}")
+        chunk = plain_piece_size(self.piece_size_bytes)
+        offset = index * chunk
+        return offset, min(chunk, self.encryption.plain_size_bytes - offset)
+
+    def associated_data(self, index: int) -> bytes:
+        """The associated data of piece ``index`` of this encrypted issue."""
+        if self.encryption is None:
+            raise ValueError(f"issue {self.issue_id} is not encrypted")
+        return piece_associated_data(
+            self.issue_id,
+            self.encryption.version,
+            index,
+            self.num_pieces,
+            self.encryption.plain_size_bytes,
+        )
 
 
 def canonical_json(obj: dict[str, Any]) -> bytes:
@@ -212,7 +335,7 @@ def manifest_from_dict(d: object) -> Manifest:
     missing = [k for k in _FIELDS if k not in d]
     if missing:
         raise ManifestError(f"manifest is missing field(s): {', '.join(missing)}")
-    unknown = sorted(str(k) for k in d if k not in _FIELDS)
+    unknown = sorted(str(k) for k in d if k not in (*_FIELDS, "encryption"))
     if unknown:
         raise ManifestError(f"manifest has unknown field(s): {', '.join(unknown)}")
     fmt = _want_int(d, "format", minimum=0)
@@ -254,6 +377,9 @@ def manifest_from_dict(d: object) -> Manifest:
         raise ManifestError(
             f"manifest created_at {created_at!r} is not a UTC time like 2026-11-22T20:00:00Z"
         )
+    encryption = None
+    if "encryption" in d:
+        encryption = encryption_from_dict(d["encryption"], size_bytes, piece_size)
     return Manifest(
         format=fmt,
         issue_id=issue_id,
@@ -266,6 +392,64 @@ def manifest_from_dict(d: object) -> Manifest:
         info_hash=_want_hex(d, "info_hash", 40),
         publisher_key=_want_hex(d, "publisher_key", 64),
         created_at=created_at,
+        encryption=encryption,
+    )
+
+
+def encryption_from_dict(d: object, size_bytes: int, piece_size_bytes: int) -> Encryption:
+    """Validate a manifest's ``encryption`` object against the ciphertext's size.
+
+    The ciphertext must be exactly the plaintext plus one tag per piece, in pieces
+    of ``piece_size_bytes`` (plaintext chunks of ``piece_size_bytes - 16``).
+    """
+    if not isinstance(d, dict):
+        raise ManifestError(f"manifest field encryption must be an object, not {_json_type(d)}")
+    missing = [k for k in _ENCRYPTION_FIELDS if k not in d]
+    if missing:
+        raise ManifestError(f"manifest encryption is missing field(s): {', '.join(missing)}")
+    unknown = sorted(str(k) for k in d if k not in _ENCRYPTION_FIELDS)
+    if unknown:
+        raise ManifestError(f"manifest encryption has unknown field(s): {', '.join(unknown)}")
+    scheme = _want_str(d, "scheme")
+    if scheme != ENCRYPTION_SCHEME:
+        raise ManifestError(
+            f"manifest encryption scheme {scheme!r} is not supported (this pressrun reads "
+            f"{ENCRYPTION_SCHEME!r})"
+        )
+    version = _want_int(d, "version", minimum=1)
+    if version >= 1 << 63:
+        raise ManifestError("manifest encryption version is too large")
+    plain_name = _want_str(d, "plain_file_name")
+    if not valid_file_name(plain_name):
+        raise ManifestError(
+            f"manifest encryption plain_file_name {plain_name!r} is not a valid file name"
+        )
+    plain_size = _want_int(d, "plain_size_bytes", minimum=1)
+    if piece_size_bytes <= AEAD_TAG_BYTES:
+        raise ManifestError(
+            f"an encrypted issue needs pieces larger than {AEAD_TAG_BYTES} bytes, "
+            f"not {piece_size_bytes}"
+        )
+    want = encrypted_size(plain_size, piece_size_bytes)
+    if size_bytes != want:
+        raise ManifestError(
+            f"manifest size_bytes {size_bytes} is not the ciphertext size of "
+            f"{plain_size} plaintext bytes in pieces of {piece_size_bytes} ({want})"
+        )
+    url = _want_str(d, "subscriptions_url")
+    if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", url) or len(url) > MAX_URL_CHARS:
+        raise ManifestError(
+            f"manifest encryption subscriptions_url {url[:80]!r} is not an http(s) base URL"
+        )
+    return Encryption(
+        scheme=scheme,
+        version=version,
+        nonce_prefix=bytes.fromhex(_want_hex(d, "nonce_prefix", 2 * NONCE_PREFIX_BYTES)),
+        key_check=bytes.fromhex(_want_hex(d, "key_check", 64)),
+        plain_file_name=plain_name,
+        plain_size_bytes=plain_size,
+        plain_sha256=_want_hex(d, "plain_sha256", 64),
+        subscriptions_url=url,
     )
 
 

@@ -1,8 +1,9 @@
-"""Publisher key files (docs/protocols.md, "Key files").
+"""Publisher and subscriber key files (docs/protocols.md, "Key files", "Subscriber keys").
 
 ``publisher.key`` holds the 32-byte Ed25519 secret seed as 64 hex characters
-(mode 0600); ``publisher.key.pub`` holds the public key as 64 hex characters. Both
-end with a newline; readers ignore surrounding whitespace.
+(mode 0600); ``publisher.key.pub`` holds the public key as 64 hex characters. A
+subscriber's ``reader.key`` / ``reader.key.pub`` have the same layout with an X25519
+key pair. All end with a newline; readers ignore surrounding whitespace.
 """
 
 from __future__ import annotations
@@ -13,11 +14,18 @@ import stat
 import tempfile
 from pathlib import Path
 
+import nacl.public
 import nacl.signing
 
 from pressrun.content.codec import is_hex
 
-__all__ = ["KeyFileError", "generate_keypair", "load_public_key", "load_signing_key"]
+__all__ = [
+    "KeyFileError",
+    "generate_keypair",
+    "load_public_key",
+    "load_signing_key",
+    "load_subscriber_key",
+]
 
 MAX_KEY_FILE_BYTES = 4096
 
@@ -63,11 +71,14 @@ def _write_text(path: Path, text: str, *, mode: int, force: bool) -> None:
         raise
 
 
-def generate_keypair(out: Path, *, force: bool = False) -> tuple[Path, Path]:
-    """Make a new Ed25519 key pair: the seed in ``out`` (0600), the public key in ``out.pub``.
+def generate_keypair(
+    out: Path, *, force: bool = False, subscriber: bool = False
+) -> tuple[Path, Path]:
+    """Make a new key pair: the secret in ``out`` (0600), the public key in ``out.pub``.
 
-    Refuses (KeyFileError) to overwrite either file unless ``force``. Returns
-    ``(secret_path, public_path)``.
+    A publisher's Ed25519 key pair, or with ``subscriber`` a reader's X25519 key pair
+    (docs/protocols.md, "Subscriber keys and wraps"). Refuses (KeyFileError) to
+    overwrite either file unless ``force``. Returns ``(secret_path, public_path)``.
     """
     out = Path(out)
     pub = public_path_for(out)
@@ -80,10 +91,15 @@ def generate_keypair(out: Path, *, force: bool = False) -> tuple[Path, Path]:
                 )
     if not out.parent.is_dir():
         raise KeyFileError(f"folder {out.parent} does not exist")
-    key = nacl.signing.SigningKey.generate()
+    if subscriber:
+        reader = nacl.public.PrivateKey.generate()
+        secret, public = bytes(reader), bytes(reader.public_key)
+    else:
+        signer = nacl.signing.SigningKey.generate()
+        secret, public = bytes(signer), bytes(signer.verify_key)
     try:
-        _write_text(out, bytes(key).hex() + "\n", mode=0o600, force=force)
-        _write_text(pub, bytes(key.verify_key).hex() + "\n", mode=0o644, force=force)
+        _write_text(out, secret.hex() + "\n", mode=0o600, force=force)
+        _write_text(pub, public.hex() + "\n", mode=0o644, force=force)
     except FileExistsError as err:
         raise KeyFileError(f"{err.filename} already exists; pass --force to replace it") from None
     except OSError as err:
@@ -118,8 +134,24 @@ def load_signing_key(path: Path | str) -> nacl.signing.SigningKey:
     return nacl.signing.SigningKey(seed)
 
 
-def load_public_key(path_or_hex: str | Path) -> bytes:
-    """A trusted publisher key from 64 hex characters or a ``.pub`` file; 32 bytes.
+def load_subscriber_key(path: Path | str) -> nacl.public.PrivateKey:
+    """Read a subscriber's X25519 secret key file; KeyFileError (one line) if not one."""
+    path = Path(path)
+    try:
+        secret = _read_hex32(path, "subscriber key")
+    except KeyFileError as err:
+        if not path.exists():
+            raise KeyFileError(
+                f"subscriber key file {path} does not exist (make one with `pressrun keys "
+                "new --subscriber --out FILE` and give its .pub to the publisher)"
+            ) from None
+        raise err from None
+    return nacl.public.PrivateKey(secret)
+
+
+def load_public_key(path_or_hex: str | Path, what: str = "publisher key") -> bytes:
+    """A public key (``what``: a publisher's by default, or a subscriber's) from 64 hex
+    characters or a ``.pub`` file; 32 bytes.
 
     Raises KeyFileError (one line) when it is neither. A secret key file given by
     mistake (``X`` where ``X.pub`` exists) is refused rather than silently trusted as
@@ -130,9 +162,7 @@ def load_public_key(path_or_hex: str | Path) -> bytes:
         return bytes.fromhex(s)
     path = Path(s)
     if not path.exists():
-        raise KeyFileError(
-            f"publisher key {s!r} is neither 64 hex characters nor an existing .pub file"
-        )
+        raise KeyFileError(f"{what} {s!r} is neither 64 hex characters nor an existing .pub file")
     if public_path_for(path).exists() and path.suffix != ".pub":
         raise KeyFileError(
             f"{path} looks like a secret key (its {public_path_for(path).name} is beside it); "
