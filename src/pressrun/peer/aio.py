@@ -17,19 +17,18 @@
     elif result.stalled: fetch result.missing_spans from origins into result.path;
         result.have_pieces were checked against the manifest and are kept.
 
-The session: DHT, LSD, UPnP and NAT-PMP off; several connections per IP (every
-loopback peer is 127.0.0.1); web-seed requests of at most 1 MiB (the 16 MiB default
-makes the first request reserve most of the file for a slow origin); a low
-``min_announce_interval``; every address in libtorrent's global peer class so the
-profile's rate limits apply on loopback and LAN as well (FIELD-NOTES.md, libtorrent).
+`SwarmPeer` drives the core (`pressrun.peer.core`) and the uploader policy from the
+session's alerts and its status; the parts around it have a module each:
 
-Alerts come through ``session.set_alert_fd`` on a pipe watched with
-``loop.add_reader`` (never ``set_alert_notify`` with a Python callback: it deadlocks
-against calls that hold the GIL); status and peer info are read on the core's timer
-(``torrent_handle.status``, ``get_peer_info``: ``post_torrent_updates`` reports only
-torrents whose status changed, which left a peer with a stale view of the swarm).
-The session is destroyed in a worker thread: its destructor blocks while it
-announces ``stopped``.
+- `pressrun.peer.session`: the libtorrent session, its settings and the alert pipe;
+- `pressrun.peer.scrape`: the BEP 48 scrape when the core asks for the swarm's counts;
+- `pressrun.peer.feed`: the owed pieces the peer fetches from the origins itself;
+- `pressrun.peer.verify`: the final manifest check and the pieces kept after a stall;
+- `pressrun.peer.resume`: the resume data next to the file.
+
+Status and peer info are read on the core's timer (``torrent_handle.status``,
+``get_peer_info``: ``post_torrent_updates`` reports only torrents whose status changed,
+which left a peer with a stale view of the swarm).
 
 Resume: libtorrent's resume data (pieces held, all-time upload/download) is saved
 next to the file as ``<file>.swarm-resume`` while pieces arrive and at exit; a peer
@@ -44,20 +43,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import quote_from_bytes
 
-import aiohttp
 import libtorrent as lt
-import yarl
 
 from pressrun.content.codec import Manifest, parse_torrent
-from pressrun.content.manifest import check_file, piece_ok
 from pressrun.peer.config import PeerConfig
 from pressrun.peer.core import PeerCore, share_ratio
 from pressrun.peer.events import (
@@ -74,95 +67,35 @@ from pressrun.peer.events import (
     Stalled,
     SwarmCounts,
 )
+from pressrun.peer.feed import OwedPieceFeed
+from pressrun.peer.resume import read_resume, resume_path_for, write_resume
+from pressrun.peer.scrape import TrackerScrape
+from pressrun.peer.session import AlertSession, new_peer_id, session_settings
 from pressrun.peer.uploader import (
     DEFAULT_UPLOADER_POLICY,
     MAX_PRIORITY,
     SwarmView,
     make_uploader_policy,
 )
-from pressrun.tracker.codec import CodecError, bdecode
+from pressrun.peer.verify import final_check, missing_spans, verified_pieces
+
+__all__ = [
+    "SwarmError",
+    "SwarmPeer",
+    "SwarmProgress",
+    "SwarmResult",
+    "fetch_via_swarm",
+    "resume_path_for",
+]
 
 log = logging.getLogger(__name__)
 
-RESUME_SUFFIX = ".swarm-resume"
-_ALERT_MASK = (
-    lt.alert.category_t.error_notification
-    | lt.alert.category_t.status_notification
-    | lt.alert.category_t.storage_notification
-    | lt.alert.category_t.tracker_notification
-    | lt.alert.category_t.piece_progress_notification
-)
 _LEAVE_ANNOUNCE_TIMEOUT_S = 5.0
 _NOT_YET = lt.peer_info.handshake | lt.peer_info.connecting
-#: our key in libtorrent's resume data: bytes the peer fetched from origins itself
-_FED_KEY = b"pressrun_fed_bytes"
-
-
-#: how often, and how far apart, the final manifest check is repeated (see _verify)
-_FINAL_CHECK_RETRIES = 6
-_FINAL_CHECK_RETRY_S = 0.5
 
 
 class SwarmError(Exception):
     """The swarm download cannot go on (bad torrent, a copy that fails the manifest)."""
-
-
-def resume_path_for(partial_dir: Path, file_name: str) -> Path:
-    """Where the peer keeps libtorrent's resume data for this file."""
-    return partial_dir / (file_name + RESUME_SUFFIX)
-
-
-PEER_ID_PREFIX = b"-PR0100-"
-#: one web-seed HTTP request: short requests keep a slow, shared origin's pieces
-#: in flight for less time, so other peers see them sooner (docs/swarm.md)
-WEB_SEED_REQUEST_BYTES = 256 * 1024
-
-
-def new_peer_id() -> bytes:
-    """A 20-byte BitTorrent peer id: our client prefix and 12 random characters."""
-    return PEER_ID_PREFIX + secrets.token_hex(6).encode()
-
-
-def session_settings(
-    config: PeerConfig, *, listen_interfaces: str, peer_id: bytes = PEER_ID_PREFIX
-) -> dict[str, Any]:
-    """libtorrent settings for one peer (module docstring, FIELD-NOTES.md)."""
-    return {
-        "listen_interfaces": listen_interfaces,
-        # a 20-character fingerprint is the whole peer id (libtorrent fills only what
-        # is missing with random characters), so the peer knows its own id
-        "peer_fingerprint": peer_id.decode("ascii"),
-        "enable_dht": False,
-        "enable_lsd": False,
-        "enable_upnp": False,
-        "enable_natpmp": False,
-        "allow_multiple_connections_per_ip": True,
-        # TCP only: uTP's delay-based congestion control held loopback swarms back
-        "enable_outgoing_utp": False,
-        "enable_incoming_utp": False,
-        "urlseed_max_request_bytes": WEB_SEED_REQUEST_BYTES,
-        "urlseed_wait_retry": 2,
-        "min_announce_interval": 1,
-        "stop_tracker_timeout": 2,
-        "aio_threads": 2,
-        "hashing_threads": 1,
-        "alert_mask": int(_ALERT_MASK),
-        "alert_queue_size": 10000,
-        "upload_rate_limit": config.upload_limit_bps,
-        "download_rate_limit": config.download_limit_bps,
-        "user_agent": "pressrun-peer/0.1 libtorrent/2.1",
-    }
-
-
-def _global_class_filter() -> Any:
-    # Every address (loopback and private ranges included) into the global peer class,
-    # whose rate limits are the session's: libtorrent's default puts local addresses
-    # in a class without limits.
-    everyone = 1 << lt.session.global_peer_class_id
-    f = lt.ip_filter()
-    f.add_rule("0.0.0.0", "255.255.255.255", everyone)
-    f.add_rule("::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", everyone)
-    return f
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,61 +147,6 @@ class SwarmResult:
     listen_port: int | None
 
 
-def scrape_url(announce_url: str) -> str | None:
-    """The BEP 48 scrape URL of an announce URL (``.../announce`` -> ``.../scrape``)."""
-    head, sep, tail = announce_url.rpartition("/")
-    if not sep or not tail.startswith("announce"):
-        return None
-    return f"{head}/scrape{tail[len('announce') :]}"
-
-
-def parse_scrape(body: bytes, info_hash: bytes) -> SwarmCounts | None:
-    """Seeds and leechers of one swarm from a bencoded scrape answer (None if absent)."""
-    decoded = bdecode(body)
-    if not isinstance(decoded, dict):
-        raise ValueError("scrape answer is not a dictionary")
-    files = decoded.get(b"files")
-    if not isinstance(files, dict):
-        return None
-    entry = files.get(info_hash)
-    if not isinstance(entry, dict):
-        return None
-    seeds, leechers = entry.get(b"complete"), entry.get(b"incomplete")
-    if not isinstance(seeds, int) or not isinstance(leechers, int):
-        raise ValueError("scrape answer without complete/incomplete")
-    return SwarmCounts(seeds=seeds, leechers=leechers)
-
-
-def missing_spans(manifest: Manifest, have: Sequence[int]) -> tuple[tuple[int, int], ...]:
-    """Byte ranges [start, end) of the pieces not in ``have``, adjacent ones merged."""
-    held = set(have)
-    spans: list[tuple[int, int]] = []
-    for index in range(manifest.num_pieces):
-        if index in held:
-            continue
-        start, length = manifest.piece_span(index)
-        if spans and spans[-1][1] == start:
-            spans[-1] = (spans[-1][0], start + length)
-        else:
-            spans.append((start, start + length))
-    return tuple(spans)
-
-
-def verified_pieces(manifest: Manifest, path: Path, candidates: Sequence[int]) -> list[int]:
-    """The candidate pieces whose bytes in ``path`` match the manifest's SHA-256."""
-    good: list[int] = []
-    try:
-        with open(path, "rb") as f:
-            for index in candidates:
-                start, length = manifest.piece_span(index)
-                f.seek(start)
-                if piece_ok(manifest, index, f.read(length)):
-                    good.append(index)
-    except FileNotFoundError:
-        return []
-    return good
-
-
 class SwarmPeer:
     """One peer in one issue's swarm: a libtorrent session, its core, its alerts.
 
@@ -314,12 +192,11 @@ class SwarmPeer:
         self.on_progress = on_progress
         self.listen_port: int | None = None
         self.core: PeerCore | None = None
-        self.bytes_from_web_seeds = 0
+        self._web_conn_download = 0  # bytes from web-seed connections (per peer info)
         self._web_conn_bytes: dict[tuple[str, int], int] = {}
         self._leecher_ids: tuple[str, ...] = ()
-        self._session: Any = None
+        self._alerts: AlertSession | None = None
         self._handle: Any = None
-        self._pipe: tuple[int, int] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listening: asyncio.Future[int] | None = None
@@ -334,13 +211,20 @@ class SwarmPeer:
         self._last_progress: Progress | None = None
         self._last_plan: tuple[int, ...] | None = None
         self._verify_task: asyncio.Task[None] | None = None
-        self._scrape_task: asyncio.Task[None] | None = None
-        self._http: aiohttp.ClientSession | None = None
-        self._feed_task: asyncio.Task[None] | None = None
-        self._feed_wake = asyncio.Event()
-        self._owed: tuple[int, ...] = ()
-        self._fed_bytes = 0  # fetched from the origins by _feed (not in libtorrent's counters)
+        self._scrape = TrackerScrape(manifest.info_hash, self._on_counts)
+        self._feed = OwedPieceFeed(
+            manifest=manifest,
+            web_seeds=self.web_seeds,
+            retry_s=config.web_seed_retry_s,
+            handle=lambda: self._handle,
+            running=lambda: self.core is not None and self.core.phase is PeerPhase.DOWNLOADING,
+        )
         self._peer_id = ""
+
+    @property
+    def bytes_from_web_seeds(self) -> int:
+        """Payload from the origins this session: web-seed connections and the feed."""
+        return self._web_conn_download + self._feed.session_bytes
 
     def _info_web_seeds(self) -> list[str]:
         return list(self._meta.web_seeds)
@@ -366,17 +250,10 @@ class SwarmPeer:
         settings = session_settings(
             self.config, listen_interfaces=self.listen_interfaces, peer_id=peer_id
         )
-        # a plain dict is the settings pack the binding takes (its bundled type hints say otherwise)
-        ses = lt.session(settings)  # type: ignore[call-overload]
-        ses.set_peer_class_filter(_global_class_filter())
-        r, w = os.pipe()
-        os.set_blocking(r, False)
-        os.set_blocking(w, False)
-        self._pipe = (r, w)
-        ses.set_alert_fd(w)
-        loop.add_reader(r, self._on_alert_fd)
-        self._session = ses
-        self._handle = ses.add_torrent(self._add_params())
+        self._alerts = AlertSession(
+            settings, loop=loop, on_alert=self._on_alert, after_alerts=self._rearm
+        )
+        self._handle = self._alerts.session.add_torrent(self._add_params())
         # Resume data carries the web seeds of the moment it was saved (maybe dropped),
         # and libtorrent lets them replace the torrent's: start with every origin.
         present = set(self._handle.url_seeds())
@@ -386,23 +263,13 @@ class SwarmPeer:
         if not self.core.web_seeds_on:
             self._apply([DropWebSeeds()])
         if self.policy.fetches_owed_pieces and self.web_seeds:
-            self._feed_task = loop.create_task(self._feed())
+            self._feed.start()
         self._rearm()
-        self._on_alert_fd()  # alerts posted before the reader was attached
+        self._alerts.drain()  # alerts posted before the reader was attached
         return await asyncio.wait_for(asyncio.shield(self._listening), timeout=10)
 
     def _add_params(self) -> Any:
-        atp = None
-        if self.resume_path.exists():
-            try:
-                raw = self.resume_path.read_bytes()
-                atp = lt.read_resume_data(raw)
-                entry = lt.bdecode(raw)
-                fed = entry.get(_FED_KEY, 0) if isinstance(entry, dict) else 0  # type: ignore[call-overload]
-                self._fed_bytes = fed if isinstance(fed, int) and fed >= 0 else 0
-            except Exception as err:  # a torn or foreign resume file: recheck instead
-                log.warning("ignoring resume data %s: %s", self.resume_path, err)
-                atp = None
+        atp, self._feed.fed_bytes = read_resume(self.resume_path)
         if atp is None:
             atp = lt.add_torrent_params()
         atp.ti = self._info
@@ -442,23 +309,14 @@ class SwarmPeer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for task in (self._verify_task, self._scrape_task, self._feed_task):
-            if task is not None:
-                task.cancel()
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
-        ses, self._session = self._session, None
+        if self._verify_task is not None:
+            self._verify_task.cancel()
+        self._feed.cancel()
+        await self._scrape.close()
+        alerts, self._alerts = self._alerts, None
         self._handle = None
-        if self._pipe is not None and self._loop is not None:
-            self._loop.remove_reader(self._pipe[0])
-        if ses is not None:
-            await asyncio.to_thread(_drop, ses)
-        if self._pipe is not None:
-            for fd in self._pipe:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._pipe = None
+        if alerts is not None:
+            await alerts.close()
 
     def result(self) -> SwarmResult:
         """The outcome so far (final after `finished` / `stop`)."""
@@ -501,7 +359,7 @@ class SwarmPeer:
 
     async def _leave_swarm(self, rule: LeaveRule) -> None:
         """Save resume data, name the rule to the tracker, remove the torrent."""
-        if self._handle is None or self._session is None or self._removed.is_set():
+        if self._handle is None or self._alerts is None or self._removed.is_set():
             return
         assert self._loop is not None
         self._left_at = self._loop.time()
@@ -528,7 +386,7 @@ class SwarmPeer:
             handle.force_reannounce()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._tracker_replied.wait(), _LEAVE_ANNOUNCE_TIMEOUT_S)
-        self._session.remove_torrent(handle)
+        self._alerts.session.remove_torrent(handle)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._removed.wait(), _LEAVE_ANNOUNCE_TIMEOUT_S)
         if self._stalled and self._verified_at is None:
@@ -588,33 +446,11 @@ class SwarmPeer:
                 self._left.set_result(effect)
 
     def _ask_counts(self) -> None:
-        # BEP 48 scrape over our own HTTP client: libtorrent's scrape_tracker() fails
-        # against this tracker with an empty error in 2.1.1, and a plain scrape works
-        # with any tracker.
-        if self._scrape_task is not None and not self._scrape_task.done():
-            return
-        if self._handle is None or self._loop is None:
-            return
-        urls = [scrape_url(str(t["url"])) for t in self._handle.trackers()]
-        usable = [u for u in urls if u is not None]
-        if usable:
-            self._scrape_task = self._loop.create_task(self._scrape(usable[0]))
+        if self._handle is not None:
+            self._scrape.ask([str(t["url"]) for t in self._handle.trackers()])
 
-    async def _scrape(self, url: str) -> None:
-        info_hash = bytes.fromhex(self.manifest.info_hash)
-        target = (
-            f"{url}{'&' if '?' in url else '?'}info_hash={quote_from_bytes(info_hash, safe='')}"
-        )
-        try:
-            if self._http is None:
-                self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
-            async with self._http.get(yarl.URL(target, encoded=True)) as resp:
-                body = await resp.read()
-            counts = parse_scrape(body, info_hash)
-        except (aiohttp.ClientError, TimeoutError, ValueError, CodecError) as err:
-            log.debug("scrape %s failed: %s", url, err)
-            return
-        if counts is not None and self.core is not None and self._loop is not None:
+    def _on_counts(self, counts: SwarmCounts) -> None:
+        if self.core is not None and self._loop is not None:
             self._apply(self.core.handle_swarm_counts(counts, now=self._loop.time()))
             self._rearm()
 
@@ -635,21 +471,6 @@ class SwarmPeer:
         self._rearm()
 
     # --- alerts -------------------------------------------------------------
-
-    def _on_alert_fd(self) -> None:
-        if self._pipe is None:
-            return
-        with contextlib.suppress(BlockingIOError, InterruptedError):
-            while os.read(self._pipe[0], 4096):
-                pass
-        if self._session is None:
-            return
-        for alert in self._session.pop_alerts():
-            try:
-                self._on_alert(alert)
-            except Exception:  # one odd alert must not kill the peer
-                log.exception("peer: error handling %s", type(alert).__name__)
-        self._rearm()
 
     def _on_alert(self, a: Any) -> None:
         assert self.core is not None and self._loop is not None
@@ -673,7 +494,7 @@ class SwarmPeer:
             log.info("web seed %s failed: %s", a.server_url, a.error_message)
             self._apply(self.core.handle_web_seed_failed(now=now))
         elif isinstance(a, lt.save_resume_data_alert):
-            self._write_resume(a.params)
+            write_resume(self.resume_path, a.params, self._feed.fed_bytes)
             self._resume_saved.set()
         elif isinstance(a, lt.save_resume_data_failed_alert):
             self._resume_saved.set()
@@ -698,10 +519,10 @@ class SwarmPeer:
             # all_time_* carry earlier sessions (resume data) but lag the session's
             # own counters by up to a second tick
             uploaded_bytes=max(int(st.all_time_upload), int(st.total_payload_upload)),
-            # (plus what _feed fetched: libtorrent counts pieces given to add_piece as
+            # (plus what the feed fetched: libtorrent counts pieces given to add_piece as
             # neither downloaded nor announced; not kept across restarts)
             downloaded_bytes=max(int(st.all_time_download), int(st.total_payload_download))
-            + self._fed_bytes,
+            + self._feed.fed_bytes,
             connected_peers=max(0, int(st.num_peers) - self._web_connections),
             web_seed_bytes=self.bytes_from_web_seeds,
             tradable_pieces=tradable,
@@ -743,7 +564,7 @@ class SwarmPeer:
         # connected peer holds. libtorrent's availability counts web seeds too (they
         # hold everything), so subtract them.
         if self._handle is None or st.is_seeding:
-            self._owed = ()
+            self._feed.set_owed(())
             return None, 0
         avail = self._handle.piece_availability()
         web = self._web_connections
@@ -764,8 +585,7 @@ class SwarmPeer:
             # starved among peers: none can give anything, so whatever it lacks is owed
             # (a peer alone, with no plan, is starved and uses libtorrent's web seeds)
             owed = absent
-        self._owed = tuple(owed)
-        self._feed_wake.set()
+        self._feed.set_owed(tuple(owed))
         return tradable, len(owed)
 
     def _on_peer_info(self, peers: Sequence[Any]) -> None:
@@ -783,7 +603,7 @@ class SwarmPeer:
             key = (str(pi.ip[0]), int(pi.ip[1]))
             total = int(pi.total_download)
             last = self._web_conn_bytes.get(key, 0)
-            self.bytes_from_web_seeds += total - last if total >= last else total
+            self._web_conn_download += total - last if total >= last else total
             self._web_conn_bytes[key] = total
         self._web_connections = web
         self._leecher_ids = tuple(sorted(leechers))
@@ -804,75 +624,6 @@ class SwarmPeer:
             self._last_plan = plan.piece_priorities
             self._handle.prioritize_pieces(list(plan.piece_priorities))
 
-    # --- fetching owed pieces from the origins ------------------------------
-
-    async def _feed(self) -> None:
-        # For a policy that fetches its owed pieces itself (`fetches_owed_pieces`):
-        # one HTTP range request at a time for a piece of its plan that no connected
-        # peer holds, checked against the manifest's SHA-256, handed to libtorrent
-        # (add_piece: it checks the torrent's SHA-1, writes it and tells the peers).
-        # libtorrent's own web-seed picking cannot be held to a plan: it finishes
-        # partial pieces and extends ranges first (docs/swarm.md).
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=30)
-        turn = 0
-        async with aiohttp.ClientSession(timeout=timeout) as http:
-            while self.core is not None and self.core.phase is PeerPhase.DOWNLOADING:
-                piece = self._next_owed()
-                if piece is None:
-                    self._feed_wake.clear()
-                    await self._feed_wake.wait()
-                    continue
-                url = self.web_seeds[turn % len(self.web_seeds)]
-                turn += 1
-                data = await self._fetch_piece(http, url, piece)
-                if data is None:
-                    await asyncio.sleep(self.config.web_seed_retry_s)
-                elif self._handle is not None:
-                    self._handle.add_piece(piece, data, 0)
-
-    def _next_owed(self) -> int | None:
-        if self._handle is None:
-            return None
-        # not a piece libtorrent is already fetching (from a peer or a web seed)
-        busy = {int(q["piece_index"]) for q in self._handle.get_download_queue()}
-        for piece in self._owed:
-            if piece not in busy:
-                return piece
-        return None
-
-    async def _fetch_piece(self, http: aiohttp.ClientSession, url: str, piece: int) -> bytes | None:
-        start, length = self.manifest.piece_span(piece)
-        headers = {"Range": f"bytes={start}-{start + length - 1}"}
-        buf = bytearray()
-        try:
-            async with http.get(url, headers=headers) as resp:
-                if resp.status != 206:
-                    log.info("origin %s answered %d for piece %d", url, resp.status, piece)
-                    return None
-                async for chunk in resp.content.iter_chunked(1 << 16):
-                    buf += chunk
-                    self.bytes_from_web_seeds += len(chunk)
-                    self._fed_bytes += len(chunk)
-        except (aiohttp.ClientError, TimeoutError) as err:
-            log.info("origin %s failed for piece %d: %s", url, piece, err)
-            return None
-        data = bytes(buf)
-        if not piece_ok(self.manifest, piece, data):
-            log.warning("origin %s sent piece %d not matching the manifest; dropped", url, piece)
-            return None
-        return data
-
-    def _write_resume(self, params: Any) -> None:
-        entry = lt.write_resume_data(params)
-        entry[_FED_KEY] = self._fed_bytes  # libtorrent ignores keys it does not know
-        data = lt.bencode(entry)
-        tmp = self.resume_path.with_name(self.resume_path.name + ".tmp")
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, self.resume_path)
-        except OSError as err:
-            log.warning("cannot save resume data %s: %s", self.resume_path, err)
-
     # --- verification -------------------------------------------------------
 
     def _start_verify(self) -> None:
@@ -891,15 +642,9 @@ class SwarmPeer:
                 await asyncio.wait_for(self._resume_saved.wait(), timeout=10.0)
             except TimeoutError:
                 log.warning("peer: libtorrent did not confirm its disk flush in 10 s")
-        found = await asyncio.to_thread(check_file, self.manifest, self.path)
-        # Measured in the demo: even after that flush, a hash right after the finish can
-        # still read pieces libtorrent has not written yet (they hash fine moments
-        # later). Re-check a few times before calling it a disagreement.
-        for _ in range(_FINAL_CHECK_RETRIES):
-            if found.matches(self.manifest):
-                break
-            await asyncio.sleep(_FINAL_CHECK_RETRY_S)
-            found = await asyncio.to_thread(check_file, self.manifest, self.path)
+        # (re-checked a few times: pieces can still be on their way to the file,
+        # pressrun.peer.verify)
+        found = await final_check(self.manifest, self.path)
         if not found.matches(self.manifest):
             err = SwarmError(
                 f"{self.path} holds every piece by the torrent's hashes but not the "
@@ -920,10 +665,6 @@ class SwarmPeer:
         self._refresh_totals()  # the rules must see the totals of now, not of the last poll
         self._apply(self.core.handle_verified(now=now))
         self._rearm()
-
-
-def _drop(session: Any) -> None:
-    del session
 
 
 async def fetch_via_swarm(

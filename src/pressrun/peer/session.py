@@ -1,0 +1,152 @@
+"""One libtorrent session for one peer, its alerts delivered on a pipe the loop watches.
+
+The settings (FIELD-NOTES.md, libtorrent): DHT, LSD, UPnP and NAT-PMP off; several
+connections per IP (every loopback peer is 127.0.0.1); TCP only; web-seed requests of
+at most 256 KiB (the 16 MiB default makes the first request reserve most of the file
+for a slow origin); a low ``min_announce_interval``; every address in libtorrent's
+global peer class so the profile's rate limits apply on loopback and LAN as well.
+
+Alerts come through ``session.set_alert_fd`` on a pipe watched with
+``loop.add_reader`` (never ``set_alert_notify`` with a Python callback: it deadlocks
+against calls that hold the GIL). The session is destroyed in a worker thread: its
+destructor blocks while it announces ``stopped``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import libtorrent as lt
+
+from pressrun.peer.config import PeerConfig
+
+log = logging.getLogger(__name__)
+
+_ALERT_MASK = (
+    lt.alert.category_t.error_notification
+    | lt.alert.category_t.status_notification
+    | lt.alert.category_t.storage_notification
+    | lt.alert.category_t.tracker_notification
+    | lt.alert.category_t.piece_progress_notification
+)
+
+PEER_ID_PREFIX = b"-PR0100-"
+#: one web-seed HTTP request: short requests keep a slow, shared origin's pieces
+#: in flight for less time, so other peers see them sooner (docs/swarm.md)
+WEB_SEED_REQUEST_BYTES = 256 * 1024
+
+
+def new_peer_id() -> bytes:
+    """A 20-byte BitTorrent peer id: our client prefix and 12 random characters."""
+    return PEER_ID_PREFIX + secrets.token_hex(6).encode()
+
+
+def session_settings(
+    config: PeerConfig, *, listen_interfaces: str, peer_id: bytes = PEER_ID_PREFIX
+) -> dict[str, Any]:
+    """libtorrent settings for one peer (module docstring, FIELD-NOTES.md)."""
+    return {
+        "listen_interfaces": listen_interfaces,
+        # a 20-character fingerprint is the whole peer id (libtorrent fills only what
+        # is missing with random characters), so the peer knows its own id
+        "peer_fingerprint": peer_id.decode("ascii"),
+        "enable_dht": False,
+        "enable_lsd": False,
+        "enable_upnp": False,
+        "enable_natpmp": False,
+        "allow_multiple_connections_per_ip": True,
+        # TCP only: uTP's delay-based congestion control held loopback swarms back
+        "enable_outgoing_utp": False,
+        "enable_incoming_utp": False,
+        "urlseed_max_request_bytes": WEB_SEED_REQUEST_BYTES,
+        "urlseed_wait_retry": 2,
+        "min_announce_interval": 1,
+        "stop_tracker_timeout": 2,
+        "aio_threads": 2,
+        "hashing_threads": 1,
+        "alert_mask": int(_ALERT_MASK),
+        "alert_queue_size": 10000,
+        "upload_rate_limit": config.upload_limit_bps,
+        "download_rate_limit": config.download_limit_bps,
+        "user_agent": "pressrun-peer/0.1 libtorrent/2.1",
+    }
+
+
+def _global_class_filter() -> Any:
+    # Every address (loopback and private ranges included) into the global peer class,
+    # whose rate limits are the session's: libtorrent's default puts local addresses
+    # in a class without limits.
+    everyone = 1 << lt.session.global_peer_class_id
+    f = lt.ip_filter()
+    f.add_rule("0.0.0.0", "255.255.255.255", everyone)
+    f.add_rule("::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", everyone)
+    return f
+
+
+def _drop(session: Any) -> None:
+    del session
+
+
+class AlertSession:
+    """A libtorrent session whose alerts are handed, one by one, to ``on_alert``.
+
+    ``on_alert`` gets each alert (an exception in it is logged, not raised: one odd
+    alert must not kill the peer); ``after_alerts`` runs after each batch.
+    """
+
+    def __init__(
+        self,
+        settings: dict[str, Any],
+        *,
+        loop: asyncio.AbstractEventLoop,
+        on_alert: Callable[[Any], None],
+        after_alerts: Callable[[], None],
+    ) -> None:
+        self._loop = loop
+        self._on_alert = on_alert
+        self._after_alerts = after_alerts
+        # a plain dict is the settings pack the binding takes (its bundled type hints say otherwise)
+        ses = lt.session(settings)  # type: ignore[call-overload]
+        ses.set_peer_class_filter(_global_class_filter())
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        self._pipe: tuple[int, int] | None = (r, w)
+        ses.set_alert_fd(w)
+        loop.add_reader(r, self.drain)
+        self.session: Any = ses
+
+    def drain(self) -> None:
+        """Handle every queued alert (also called once after start: alerts posted early)."""
+        if self._pipe is None:
+            return
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while os.read(self._pipe[0], 4096):
+                pass
+        if self.session is None:
+            return
+        for alert in self.session.pop_alerts():
+            try:
+                self._on_alert(alert)
+            except Exception:  # one odd alert must not kill the peer
+                log.exception("peer: error handling %s", type(alert).__name__)
+        self._after_alerts()
+
+    async def close(self) -> None:
+        """Release the session (in a thread: its destructor announces ``stopped``)."""
+        ses, self.session = self.session, None
+        if self._pipe is not None:
+            self._loop.remove_reader(self._pipe[0])
+        if ses is not None:
+            await asyncio.to_thread(_drop, ses)
+        if self._pipe is not None:
+            for fd in self._pipe:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._pipe = None

@@ -1,0 +1,61 @@
+"""Checking a swarm copy against the signed manifest: the final check, kept pieces.
+
+The final check hashes the whole file (SHA-256 of every piece and of the file). Measured
+in the demo: even after libtorrent's disk flush, a hash right after the finish can still
+read pieces libtorrent has not written yet (they hash fine moments later), so it is
+repeated a few times before it is called a disagreement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+from pressrun.content.codec import Manifest
+from pressrun.content.manifest import FileCheck, check_file, piece_ok
+
+#: how often, and how far apart, the final manifest check is repeated
+_FINAL_CHECK_RETRIES = 6
+_FINAL_CHECK_RETRY_S = 0.5
+
+
+async def final_check(manifest: Manifest, path: Path) -> FileCheck:
+    """Hash the whole file (in a thread), re-checking a few times while it disagrees."""
+    found = await asyncio.to_thread(check_file, manifest, path)
+    for _ in range(_FINAL_CHECK_RETRIES):
+        if found.matches(manifest):
+            break
+        await asyncio.sleep(_FINAL_CHECK_RETRY_S)
+        found = await asyncio.to_thread(check_file, manifest, path)
+    return found
+
+
+def missing_spans(manifest: Manifest, have: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """Byte ranges [start, end) of the pieces not in ``have``, adjacent ones merged."""
+    held = set(have)
+    spans: list[tuple[int, int]] = []
+    for index in range(manifest.num_pieces):
+        if index in held:
+            continue
+        start, length = manifest.piece_span(index)
+        if spans and spans[-1][1] == start:
+            spans[-1] = (spans[-1][0], start + length)
+        else:
+            spans.append((start, start + length))
+    return tuple(spans)
+
+
+def verified_pieces(manifest: Manifest, path: Path, candidates: Sequence[int]) -> list[int]:
+    """The candidate pieces whose bytes in ``path`` match the manifest's SHA-256."""
+    good: list[int] = []
+    try:
+        with open(path, "rb") as f:
+            for index in candidates:
+                start, length = manifest.piece_span(index)
+                f.seek(start)
+                if piece_ok(manifest, index, f.read(length)):
+                    good.append(index)
+    except FileNotFoundError:
+        return []
+    return good
