@@ -22,6 +22,7 @@ from pressrun import __version__
 COMMAND_MODULES = (
     "pressrun.content.cli",  # keys, publish, verify
     "pressrun.clients.cli",  # get
+    "pressrun.subscriptions.cli",  # subscribers
     "pressrun.peer.cli",  # seed
     "pressrun.sim.cli",  # sim
     "pressrun.demo.cli",  # demo
@@ -31,6 +32,7 @@ SERVE_MODULES = (
     "pressrun.origin.cli",
     "pressrun.balancer.cli",
     "pressrun.tracker.cli",
+    "pressrun.subscriptions.cli",
 )
 
 

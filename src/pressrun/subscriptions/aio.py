@@ -1,0 +1,312 @@
+"""``pressrun serve subscriptions``: the aiohttp service that hands each subscriber its wrap.
+
+The HTTP API is docs/protocols.md ("Subscription service HTTP"): subscribers ask for
+a challenge sealed to their X25519 key, open it, and fetch their own wrap of an issue
+version with the token inside (these routes carry CORS headers, through aiohttp-cors,
+so a reader web app on another origin can call them); operators (the publisher,
+``pressrun subscribers``) add, remove and list subscribers and upload wraps with the
+operator token. State is the SQLite store; its calls run on one worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import aiohttp_cors
+import nacl.public
+from aiohttp import hdrs, web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+
+from pressrun.service import wait_for_stop_signal
+from pressrun.subscriptions.codec import (
+    RequestError,
+    bearer,
+    check_token,
+    decode_object,
+    error_body,
+    make_token,
+    parse_issue_version,
+    parse_name,
+    parse_public_key,
+    parse_wraps,
+)
+from pressrun.subscriptions.store import SubscriptionStore
+
+__all__ = ["DEFAULT_TOKEN_TTL_S", "MAX_WRAPS_BODY_BYTES", "SubscriptionService", "serve"]
+
+log = logging.getLogger("pressrun.subscriptions")
+
+DEFAULT_TOKEN_TTL_S = 300
+MAX_SMALL_BODY_BYTES = 4096
+MAX_WRAPS_BODY_BYTES = 64 << 20
+T = TypeVar("T")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def wall_clock() -> float:
+    """Unix seconds: token expiry must mean the same after a restart, so not monotonic."""
+    return time.time()  # noqa: TID251 (expiry times are stored in tokens that outlive the process)
+
+
+class SubscriptionService:
+    """The HTTP service around a :class:`SubscriptionStore`."""
+
+    def __init__(
+        self,
+        store: SubscriptionStore,
+        *,
+        operator_token: str,
+        cors_origins: Sequence[str] = ("*",),
+        token_ttl_s: int = DEFAULT_TOKEN_TTL_S,
+        clock: Callable[[], float] = wall_clock,
+    ) -> None:
+        if not operator_token:
+            raise ValueError("the operator token must not be empty")
+        if token_ttl_s < 1:
+            raise ValueError("token_ttl_s must be at least 1")
+        self.store = store
+        self.operator_token = operator_token
+        self.cors_origins = tuple(cors_origins) or ("*",)
+        self.token_ttl_s = token_ttl_s
+        self.clock = clock
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="subscriptions-db")
+        self._secret: bytes | None = None
+        self._runner: web.AppRunner | None = None
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.challenges = Counter(
+            "pressrun_subscriptions_challenges_total", "challenges issued", registry=self.registry
+        )
+        self.wraps_served = Counter(
+            "pressrun_subscriptions_wraps_served_total", "wraps handed out", registry=self.registry
+        )
+        self.refusals = Counter(
+            "pressrun_subscriptions_refusals_total",
+            "requests refused, by code",
+            ["code"],
+            registry=self.registry,
+        )
+
+    async def _db(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # -- app
+
+    def make_app(self) -> web.Application:
+        """The aiohttp application (routes, CORS on the subscriber routes)."""
+        app = web.Application(client_max_size=MAX_WRAPS_BODY_BYTES)
+        cors = aiohttp_cors.setup(app)
+        options = aiohttp_cors.ResourceOptions(  # type: ignore[no-untyped-call]
+            allow_credentials=False,
+            allow_headers=("Authorization", "Content-Type"),
+            allow_methods=("GET", "POST"),
+            max_age=600,
+        )
+        per_origin = dict.fromkeys(self.cors_origins, options)
+        cors.add(app.router.add_post("/v1/challenge", self._wrapped(self.challenge)), per_origin)
+        cors.add(
+            app.router.add_get(
+                "/v1/issues/{issue_id}/versions/{version}/wrap", self._wrapped(self.get_wrap)
+            ),
+            per_origin,
+        )
+        app.router.add_get("/v1/subscribers", self._wrapped(self.list_subscribers))
+        app.router.add_put("/v1/subscribers/{public_key}", self._wrapped(self.add_subscriber))
+        app.router.add_delete("/v1/subscribers/{public_key}", self._wrapped(self.remove_subscriber))
+        app.router.add_put(
+            "/v1/issues/{issue_id}/versions/{version}/wraps", self._wrapped(self.put_wraps)
+        )
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/metrics", self.metrics)
+        return app
+
+    def _wrapped(self, handler: Handler) -> Handler:
+        async def run(request: web.Request) -> web.StreamResponse:
+            try:
+                return await handler(request)
+            except RequestError as err:
+                self.refusals.labels(err.code).inc()
+                return web.json_response(error_body(err.message, err.code), status=err.status)
+
+        return run
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Listen; answer the port actually bound."""
+        self._secret = await self._db(self.store.token_secret)
+        self._runner = web.AppRunner(self.make_app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        await site.start()
+        bound: int = self._runner.addresses[0][1]
+        return bound
+
+    async def close(self) -> None:
+        """Stop answering and close the database."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self._db(self.store.close)
+        self._executor.shutdown(wait=True)
+
+    # -- helpers
+
+    def _check_operator(self, request: web.Request) -> None:
+        given = bearer(request.headers.get(hdrs.AUTHORIZATION), "operator token")
+        if not hmac.compare_digest(given.encode(), self.operator_token.encode()):
+            raise RequestError(401, "bad_token", "wrong operator token")
+
+    @staticmethod
+    async def _small_body(request: web.Request) -> dict[str, Any]:
+        body = await request.content.read(MAX_SMALL_BODY_BYTES + 1)
+        if len(body) > MAX_SMALL_BODY_BYTES:
+            raise RequestError(413, "too_large", f"the body is over {MAX_SMALL_BODY_BYTES} bytes")
+        return decode_object(body)
+
+    @property
+    def secret(self) -> bytes:
+        if self._secret is None:
+            raise RuntimeError("the service is not started")
+        return self._secret
+
+    # -- subscriber routes
+
+    async def challenge(self, request: web.Request) -> web.Response:
+        """``POST /v1/challenge``: a token sealed to the key in the body, for any key."""
+        doc = await self._small_body(request)
+        public_key = parse_public_key(doc.get("subscriber"))
+        expires_at = int(self.clock()) + self.token_ttl_s
+        token = make_token(self.secret, public_key, expires_at)
+        try:
+            sealed = nacl.public.SealedBox(nacl.public.PublicKey(public_key)).encrypt(token)
+        except Exception:  # libsodium refuses some degenerate points
+            raise RequestError(400, "bad_request", "that is not a usable X25519 key") from None
+        self.challenges.inc()
+        return web.json_response(
+            {
+                "subscriber": public_key.hex(),
+                "sealed_token": bytes(sealed).hex(),
+                "expires_in_s": self.token_ttl_s,
+            }
+        )
+
+    async def get_wrap(self, request: web.Request) -> web.Response:
+        """``GET /v1/issues/<id>/versions/<v>/wrap``: this subscriber's own wrap."""
+        issue_id, version = parse_issue_version(
+            request.match_info["issue_id"], request.match_info["version"]
+        )
+        raw = bearer(request.headers.get(hdrs.AUTHORIZATION), "token from /v1/challenge")
+        try:
+            token = bytes.fromhex(raw)
+        except ValueError:
+            raise RequestError(401, "bad_token", "the token must be hex") from None
+        public_key = check_token(self.secret, token, now_unix=self.clock())
+        if not await self._db(self.store.is_subscriber, public_key):
+            raise RequestError(
+                403,
+                "not_subscribed",
+                f"key {public_key.hex()[:16]}... is not a subscriber; subscribe to read {issue_id}",
+            )
+        wrap = await self._db(self.store.wrap, issue_id, version, public_key)
+        if wrap is None:
+            raise RequestError(
+                404,
+                "no_wrap",
+                f"there is no wrap of {issue_id} version {version} for this subscriber (it "
+                "was published before the subscription began, or no such version exists)",
+            )
+        self.wraps_served.inc()
+        return web.json_response(
+            {
+                "issue_id": issue_id,
+                "version": version,
+                "subscriber": public_key.hex(),
+                "wrap": wrap.hex(),
+            }
+        )
+
+    # -- operator routes
+
+    async def list_subscribers(self, request: web.Request) -> web.Response:
+        """``GET /v1/subscribers``."""
+        self._check_operator(request)
+        subs = await self._db(self.store.subscribers)
+        return web.json_response({"subscribers": [s.to_json() for s in subs]})
+
+    async def add_subscriber(self, request: web.Request) -> web.Response:
+        """``PUT /v1/subscribers/<key>`` with ``{"name": ...}``."""
+        self._check_operator(request)
+        public_key = parse_public_key(request.match_info["public_key"])
+        name = parse_name(await self._small_body(request))
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        sub, created = await self._db(self.store.add_subscriber, public_key, name, now)
+        log.info(
+            "subscriber %s %s (%s)", public_key.hex()[:16], "added" if created else "renamed", name
+        )
+        return web.json_response(sub.to_json(), status=201 if created else 200)
+
+    async def remove_subscriber(self, request: web.Request) -> web.Response:
+        """``DELETE /v1/subscribers/<key>``: the subscriber and their wraps."""
+        self._check_operator(request)
+        public_key = parse_public_key(request.match_info["public_key"])
+        deleted = await self._db(self.store.remove_subscriber, public_key)
+        if deleted is None:
+            raise RequestError(404, "unknown_subscriber", f"{public_key.hex()} is not a subscriber")
+        log.info("subscriber %s removed with %d wraps", public_key.hex()[:16], deleted)
+        return web.json_response({"public_key": public_key.hex(), "wraps_deleted": deleted})
+
+    async def put_wraps(self, request: web.Request) -> web.Response:
+        """``PUT /v1/issues/<id>/versions/<v>/wraps``: replace one version's wraps."""
+        self._check_operator(request)
+        issue_id, version = parse_issue_version(
+            request.match_info["issue_id"], request.match_info["version"]
+        )
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise RequestError(
+                413, "too_large", f"the wraps body is over {MAX_WRAPS_BODY_BYTES} bytes"
+            ) from None
+        wraps = parse_wraps(decode_object(body))
+        stored, skipped = await self._db(self.store.put_wraps, issue_id, version, wraps)
+        log.info(
+            "%s version %d: %d wraps stored, %d skipped (not subscribers)",
+            issue_id,
+            version,
+            stored,
+            len(skipped),
+        )
+        return web.json_response({"stored": stored, "skipped": [k.hex() for k in skipped]})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """``GET /healthz``."""
+        return web.Response(text="ok")
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """``GET /metrics``: Prometheus text format."""
+        return web.Response(
+            body=generate_latest(self.registry), headers={hdrs.CONTENT_TYPE: CONTENT_TYPE_LATEST}
+        )
+
+
+async def serve(
+    service: SubscriptionService,
+    *,
+    host: str,
+    port: int,
+    ready: Callable[[int], None] | None = None,
+) -> None:
+    """Run the service until SIGTERM or SIGINT."""
+    bound = await service.start(host, port)
+    if ready is not None:
+        ready(bound)
+    try:
+        await wait_for_stop_signal()
+    finally:
+        log.info("subscription service stopping")
+        await service.close()

@@ -1,0 +1,195 @@
+"""Calls to the subscription service: the operator's and a subscriber's (docs/protocols.md).
+
+Used by ``pressrun publish --encrypt`` (list subscribers, upload wraps), ``pressrun
+subscribers`` (add, remove, list) and ``pressrun get`` (challenge, then its own wrap).
+Every failure is a :class:`SubscriptionError` with one line for a person; a subscriber
+that is not (or no longer) subscribed gets :class:`NotSubscribed`, one without a wrap
+for that issue version :class:`NoWrap`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import nacl.exceptions
+import nacl.public
+
+from pressrun.content.codec import is_hex
+from pressrun.subscriptions.codec import TOKEN_BYTES, WRAP_BYTES
+
+__all__ = [
+    "TOKEN_ENV",
+    "NoWrap",
+    "NotSubscribed",
+    "SubscriptionError",
+    "SubscriptionsClient",
+]
+
+#: the environment variable that holds the operator token (for the service and clients)
+TOKEN_ENV = "PRESSRUN_SUBSCRIPTIONS_TOKEN"
+MAX_ANSWER_BYTES = 64 << 20
+
+
+class SubscriptionError(Exception):
+    """The subscription service could not be used (one line for a person)."""
+
+
+class NotSubscribed(SubscriptionError):
+    """The service says this key is not a subscriber."""
+
+
+class NoWrap(SubscriptionError):
+    """A subscriber, but there is no wrap for that issue version."""
+
+
+class SubscriptionsClient:
+    """One subscription service at ``base_url``, over an aiohttp session."""
+
+    def __init__(
+        self,
+        base_url: str,
+        session: aiohttp.ClientSession,
+        *,
+        operator_token: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.session = session
+        self.operator_token = operator_token
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        authorization: str | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        url = f"{self.base_url}{path}"
+        headers = {"Authorization": f"Bearer {authorization}"} if authorization else {}
+        data = None if body is None else json.dumps(body).encode()
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            async with self.session.request(
+                method, url, data=data, headers=headers, timeout=self.timeout
+            ) as resp:
+                raw = await resp.content.read(MAX_ANSWER_BYTES)
+                status = resp.status
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            what = str(err) or type(err).__name__
+            raise SubscriptionError(
+                f"the subscription service at {self.base_url} is unreachable ({what})"
+            ) from None
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            raise SubscriptionError(
+                f"the subscription service at {self.base_url} answered {method} {path} with "
+                f"HTTP {status} and no JSON object (is that URL a pressrun subscription service?)"
+            )
+        return status, doc
+
+    def _need_operator(self) -> str:
+        if not self.operator_token:
+            raise SubscriptionError(
+                f"no operator token: set {TOKEN_ENV} (or pass --token) to the token the "
+                "subscription service was started with"
+            )
+        return self.operator_token
+
+    def _fail(self, status: int, doc: Mapping[str, Any], what: str) -> SubscriptionError:
+        message = doc.get("error") or f"HTTP {status}"
+        if doc.get("code") == "bad_token" and status == 401 and what != "fetch the wrap":
+            message = f"{message} (check {TOKEN_ENV} or --token)"
+        return SubscriptionError(f"could not {what} at {self.base_url}: {message}")
+
+    # -- operator
+
+    async def subscribers(self) -> list[dict[str, str]]:
+        """Every subscriber (``public_key``, ``name``, ``added_at``)."""
+        status, doc = await self._call(
+            "GET", "/v1/subscribers", authorization=self._need_operator()
+        )
+        if status != 200 or not isinstance(doc.get("subscribers"), list):
+            raise self._fail(status, doc, "list the subscribers")
+        subs: list[dict[str, str]] = doc["subscribers"]
+        return subs
+
+    async def add_subscriber(self, public_key: bytes, name: str) -> tuple[dict[str, str], bool]:
+        """Add (or rename) a subscriber; ``(record, created)``."""
+        status, doc = await self._call(
+            "PUT",
+            f"/v1/subscribers/{public_key.hex()}",
+            body={"name": name},
+            authorization=self._need_operator(),
+        )
+        if status not in (200, 201):
+            raise self._fail(status, doc, "add the subscriber")
+        return doc, status == 201
+
+    async def remove_subscriber(self, public_key: bytes) -> int:
+        """Remove a subscriber and their wraps; how many wraps went with them."""
+        status, doc = await self._call(
+            "DELETE", f"/v1/subscribers/{public_key.hex()}", authorization=self._need_operator()
+        )
+        if status != 200:
+            raise self._fail(status, doc, "remove the subscriber")
+        return int(doc.get("wraps_deleted", 0))
+
+    async def put_wraps(
+        self, issue_id: str, version: int, wraps: Mapping[bytes, bytes]
+    ) -> tuple[int, list[str]]:
+        """Upload one issue version's wraps; ``(stored, skipped keys as hex)``."""
+        status, doc = await self._call(
+            "PUT",
+            f"/v1/issues/{issue_id}/versions/{version}/wraps",
+            body={"wraps": {k.hex(): w.hex() for k, w in wraps.items()}},
+            authorization=self._need_operator(),
+        )
+        if status != 200:
+            raise self._fail(status, doc, f"store the wraps of {issue_id} version {version}")
+        return int(doc.get("stored", 0)), [str(k) for k in doc.get("skipped", [])]
+
+    # -- subscriber
+
+    async def fetch_wrap(
+        self, issue_id: str, version: int, subscriber_key: nacl.public.PrivateKey
+    ) -> bytes:
+        """This subscriber's wrap of one issue version: challenge, open it, ask.
+
+        NotSubscribed when the service says the key is not a subscriber, NoWrap when
+        it has no wrap for that version, SubscriptionError for anything else.
+        """
+        public = bytes(subscriber_key.public_key)
+        status, doc = await self._call("POST", "/v1/challenge", body={"subscriber": public.hex()})
+        sealed = doc.get("sealed_token")
+        if status != 200 or not isinstance(sealed, str) or not is_hex(sealed, len(sealed)):
+            raise self._fail(status, doc, "get a challenge")
+        try:
+            token = nacl.public.SealedBox(subscriber_key).decrypt(bytes.fromhex(sealed))
+        except (nacl.exceptions.CryptoError, ValueError):
+            raise SubscriptionError(
+                f"the challenge from {self.base_url} does not open with this subscriber key"
+            ) from None
+        if len(token) != TOKEN_BYTES:
+            raise SubscriptionError(f"the challenge from {self.base_url} holds no valid token")
+        status, doc = await self._call(
+            "GET", f"/v1/issues/{issue_id}/versions/{version}/wrap", authorization=token.hex()
+        )
+        code = doc.get("code")
+        message = doc.get("error") or f"HTTP {status}"
+        if status == 403 and code == "not_subscribed":
+            raise NotSubscribed(f"not subscribed: {message}")
+        if status == 404 and code == "no_wrap":
+            raise NoWrap(f"not subscribed to this issue: {message}")
+        wrap = doc.get("wrap")
+        if status != 200 or not isinstance(wrap, str) or not is_hex(wrap, 2 * WRAP_BYTES):
+            raise self._fail(status, doc, "fetch the wrap")
+        return bytes.fromhex(wrap)
