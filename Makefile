@@ -5,6 +5,9 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pressrun's PyO3 binding over the Rust crate flute, built with maturin (docs/multicast.md)
+NATIVE := native/pressrun-flute
+NATIVE_STAMP := $(VENV)/.native-installed
 
 .PHONY: demo test lint typecheck contracts unit bench setup system clean
 
@@ -14,22 +17,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+$(NATIVE_STAMP): $(STAMP) $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(NATIVE)/pyproject.toml $(NATIVE)/src/lib.rs $(NATIVE)/pressrun_flute.pyi
+	./scripts/check-rust.sh
+	PATH="$$HOME/.cargo/bin:$$PATH" CARGO_TARGET_DIR="$(CURDIR)/$(NATIVE)/target" \
+		$(BIN)/pip install -q ./$(NATIVE)
+	touch $(NATIVE_STAMP)
+
 system:
 	./scripts/setup-system.sh
 
-setup: $(STAMP) system
+setup: $(STAMP) $(NATIVE_STAMP) system
 
 demo: setup
 	$(BIN)/pressrun demo
 
-lint: $(STAMP)
+lint: $(STAMP) $(NATIVE_STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 
-typecheck: $(STAMP)
+typecheck: $(STAMP) $(NATIVE_STAMP)
 	$(BIN)/mypy
 
-contracts: $(STAMP)
+contracts: $(STAMP) $(NATIVE_STAMP)
 	$(BIN)/lint-imports
 
 unit: setup
@@ -41,4 +50,4 @@ bench: setup
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(NATIVE)/target build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,79 @@
+"""Type stubs of pressrun's binding over the Rust crate ``flute`` (see src/lib.rs)."""
+
+from pathlib import Path
+
+FLUTE_CRATE_VERSION: str
+
+class EncodedObject:
+    """One pass of an object: FDT packets, then object packets with their SBN/ESI."""
+
+    @property
+    def toi(self) -> int: ...
+    @property
+    def tsi(self) -> int: ...
+    @property
+    def fec(self) -> str: ...
+    @property
+    def transfer_length(self) -> int: ...
+    @property
+    def encoding_symbol_length(self) -> int: ...
+    @property
+    def block_source_symbols(self) -> list[int]: ...
+    @property
+    def source_symbols(self) -> int: ...
+    @property
+    def fdt_packets(self) -> list[bytes]: ...
+    @property
+    def packets(self) -> list[bytes]: ...
+    @property
+    def sbns(self) -> list[int]: ...
+    @property
+    def esis(self) -> list[int]: ...
+
+def encode_object(
+    content: bytes,
+    *,
+    content_location: str,
+    content_type: str,
+    tsi: int,
+    toi: int,
+    fec: str,
+    encoding_symbol_length: int = 1400,
+    max_source_block_length: int = 1024,
+    repair_symbols_per_block: int = 0,
+    fdt_duration_s: int = 86400,
+    compute_md5: bool = True,
+) -> EncodedObject: ...
+
+class ObjectEvent:
+    """An object completed (``path`` set), failed or was interrupted."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def toi(self) -> int: ...
+    @property
+    def content_location(self) -> str: ...
+    @property
+    def path(self) -> Path | None: ...
+    @property
+    def content_length(self) -> int | None: ...
+
+class Receiver:
+    """One carousel's FLUTE receiver; use it from the thread that made it."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        max_cache_bytes: int = ...,
+        object_timeout_s: float | None = None,
+        md5_check: bool = False,
+    ) -> None: ...
+    def push(self, packet: bytes) -> int | None: ...
+    def take_events(self) -> list[ObjectEvent]: ...
+    def cleanup(self) -> None: ...
+    @property
+    def packets(self) -> int: ...
+    @property
+    def rejected(self) -> int: ...

@@ -1,0 +1,482 @@
+//! pressrun's own small binding over the Rust crate `flute` (ypo/flute).
+//!
+//! It exposes only what pressrun's multicast carousel uses, which the PyPI bindings
+//! (`flute-alc`) lack (see FIELD-NOTES.md, "FLUTE"):
+//!
+//! - `encode_object`: one pass of an object as ALC/LCT packets built by the crate's
+//!   `Sender`, with RaptorQ (RFC 6330) or no-code FEC, the object in carousel mode so
+//!   no packet carries Close-Object and a replayed pass keeps its TOI; each packet's
+//!   (SBN, ESI) is read back with the crate's own ALC parser, so the carousel schedule
+//!   can send different encoding symbols on different channels.
+//! - `Receiver`: the crate's `MultiReceiver` with a settable object cache size, every
+//!   channel of a carousel fed into one session (so symbols from several channels meet
+//!   in one decoder), and completion reported as events (`ObjectEvent`), never through
+//!   the log.
+
+use std::cell::RefCell;
+use std::io::Write;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, SystemTime};
+
+use flute::core::{Oti, UDPEndpoint};
+use flute::receiver::writer::{
+    ObjectMetadata, ObjectWriter, ObjectWriterBuilder, ObjectWriterBuilderResult,
+};
+use flute::receiver::{Config as ReceiverConfig, MultiReceiver};
+use flute::sender::{
+    CarouselRepeatMode, Config as SenderConfig, ObjectDesc, Sender, TransferConfig,
+};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// The endpoint every packet of a receiver is filed under: the sockets are the
+/// adapter's business; one key makes every channel of a carousel one FLUTE session.
+fn session_endpoint() -> UDPEndpoint {
+    UDPEndpoint::new(None, "pressrun-carousel".to_owned(), 0)
+}
+
+fn flute_err(context: &str, err: flute::error::FluteError) -> PyErr {
+    PyValueError::new_err(format!("{context}: {}", err.0))
+}
+
+/// One pass of an object: the FDT packets and the object's packets, in the order the
+/// crate's sender produced them, with each object packet's source block and ESI.
+#[pyclass(frozen, module = "pressrun_flute")]
+struct EncodedObject {
+    #[pyo3(get)]
+    toi: u128,
+    #[pyo3(get)]
+    tsi: u64,
+    #[pyo3(get)]
+    fec: String,
+    #[pyo3(get)]
+    transfer_length: u64,
+    #[pyo3(get)]
+    encoding_symbol_length: u16,
+    /// source symbols of each source block, in SBN order
+    #[pyo3(get)]
+    block_source_symbols: Vec<u32>,
+    #[pyo3(get)]
+    fdt_packets: Vec<Py<PyBytes>>,
+    #[pyo3(get)]
+    packets: Vec<Py<PyBytes>>,
+    #[pyo3(get)]
+    sbns: Vec<u32>,
+    #[pyo3(get)]
+    esis: Vec<u32>,
+}
+
+#[pymethods]
+impl EncodedObject {
+    /// Source symbols of the whole object (the sum over its blocks).
+    #[getter]
+    fn source_symbols(&self) -> u64 {
+        self.block_source_symbols.iter().map(|&k| k as u64).sum()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "EncodedObject(toi={}, tsi={}, fec={:?}, transfer_length={}, blocks={}, packets={}, fdt_packets={})",
+            self.toi,
+            self.tsi,
+            self.fec,
+            self.transfer_length,
+            self.block_source_symbols.len(),
+            self.packets.len(),
+            self.fdt_packets.len()
+        )
+    }
+}
+
+/// Encode one pass of ``content`` with the crate's FLUTE sender.
+///
+/// ``fec`` is ``"raptorq"`` (RFC 6330; ``repair_symbols_per_block`` repair symbols
+/// after the source symbols of each block) or ``"none"`` (RFC 6726 Compact No-Code,
+/// FEC Encoding ID 0, no repair). The object is in carousel mode, so no packet sets
+/// Close-Object and replaying the pass keeps the TOI. The FDT expires
+/// ``fdt_duration_s`` after now and names the object's Content-Location, type and
+/// (with ``compute_md5``) Content-MD5.
+#[pyfunction]
+#[pyo3(signature = (content, *, content_location, content_type, tsi, toi, fec,
+    encoding_symbol_length=1400, max_source_block_length=1024, repair_symbols_per_block=0,
+    fdt_duration_s=86400, compute_md5=true))]
+#[allow(clippy::too_many_arguments)]
+fn encode_object(
+    py: Python<'_>,
+    content: Vec<u8>,
+    content_location: &str,
+    content_type: &str,
+    tsi: u64,
+    toi: u128,
+    fec: &str,
+    encoding_symbol_length: u16,
+    max_source_block_length: u16,
+    repair_symbols_per_block: u16,
+    fdt_duration_s: u64,
+    compute_md5: bool,
+) -> PyResult<EncodedObject> {
+    if toi == 0 {
+        return Err(PyValueError::new_err("TOI 0 is the FDT's; give the object a TOI above 0"));
+    }
+    let oti = match fec {
+        "raptorq" => Oti::new_raptorq(
+            encoding_symbol_length,
+            max_source_block_length,
+            repair_symbols_per_block,
+            1,
+            4,
+        )
+        .map_err(|e| flute_err("RaptorQ parameters", e))?,
+        "none" => {
+            if repair_symbols_per_block != 0 {
+                return Err(PyValueError::new_err(
+                    "fec 'none' has no repair symbols: repair_symbols_per_block must be 0",
+                ));
+            }
+            Oti::new_no_code(encoding_symbol_length, max_source_block_length)
+        }
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown fec {other:?}: use 'raptorq' or 'none'"
+            )))
+        }
+    };
+    let location = url::Url::parse(content_location).map_err(|e| {
+        PyValueError::new_err(format!("content_location {content_location:?}: {e}"))
+    })?;
+    let now = SystemTime::now();
+    let config = SenderConfig {
+        fdt_duration: Duration::from_secs(fdt_duration_s),
+        // a cached pass carries no sender time: it is replayed later
+        fdt_inband_sct: false,
+        toi_initial_value: Some(toi),
+        ..Default::default()
+    };
+    // the FDT itself is sent with no-code (FIELD-NOTES trap 3); the object has its OTI
+    let fdt_oti = Oti::new_no_code(encoding_symbol_length, 64);
+    let mut sender = Sender::new(session_endpoint(), tsi, &fdt_oti, &config);
+    let object = ObjectDesc::create_from_buffer(
+        content,
+        content_type,
+        &location,
+        compute_md5,
+        TransferConfig {
+            oti: Some(oti.clone()),
+            carousel_mode: Some(CarouselRepeatMode::DelayBetweenTransfers(Duration::from_secs(
+                3600,
+            ))),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| flute_err("object", e))?;
+    let transfer_length = object.transfer_length;
+    let toi = sender.add_object(0, object).map_err(|e| flute_err("add object", e))?;
+    sender.publish(now).map_err(|e| flute_err("publish FDT", e))?;
+
+    let mut fdt_packets = Vec::new();
+    let mut packets = Vec::new();
+    let mut sbns = Vec::new();
+    let mut esis = Vec::new();
+    let mut block_source_symbols: Vec<u32> = Vec::new();
+    // with `now` fixed, the sender emits the FDT once and the object once, then None
+    while let Some(pkt) = sender.read(now) {
+        let alc = flute::core::alc::parse_alc_pkt(&pkt).map_err(|e| flute_err("own packet", e))?;
+        if alc.lct.toi == 0 {
+            fdt_packets.push(PyBytes::new(py, &pkt).unbind());
+            continue;
+        }
+        let id = flute::core::alc::parse_payload_id(&alc, &oti)
+            .map_err(|e| flute_err("own payload id", e))?;
+        let sbn = id.sbn as usize;
+        if block_source_symbols.len() <= sbn {
+            block_source_symbols.resize(sbn + 1, 0);
+        }
+        // every block is its K source symbols then exactly the R repair symbols asked
+        block_source_symbols[sbn] += 1;
+        sbns.push(id.sbn);
+        esis.push(id.esi);
+        packets.push(PyBytes::new(py, &pkt).unbind());
+    }
+    for k in block_source_symbols.iter_mut() {
+        *k = k.saturating_sub(repair_symbols_per_block as u32);
+    }
+    if fdt_packets.is_empty() || (packets.is_empty() && transfer_length > 0) {
+        return Err(PyValueError::new_err(format!(
+            "the sender produced {} FDT and {} object packets for {transfer_length} bytes",
+            fdt_packets.len(),
+            packets.len()
+        )));
+    }
+    Ok(EncodedObject {
+        toi,
+        tsi,
+        fec: fec.to_owned(),
+        transfer_length,
+        encoding_symbol_length: oti.encoding_symbol_length,
+        block_source_symbols,
+        fdt_packets,
+        packets,
+        sbns,
+        esis,
+    })
+}
+
+/// What happened to an object a `Receiver` was reconstructing.
+#[pyclass(frozen, skip_from_py_object, module = "pressrun_flute")]
+#[derive(Clone)]
+struct ObjectEvent {
+    /// "completed", "error" or "interrupted"
+    #[pyo3(get)]
+    kind: String,
+    #[pyo3(get)]
+    toi: u128,
+    #[pyo3(get)]
+    content_location: String,
+    /// where the object was written (a completed object only; otherwise removed)
+    #[pyo3(get)]
+    path: Option<PathBuf>,
+    #[pyo3(get)]
+    content_length: Option<usize>,
+}
+
+#[pymethods]
+impl ObjectEvent {
+    fn __repr__(&self) -> String {
+        format!(
+            "ObjectEvent(kind={:?}, toi={}, content_location={:?}, path={:?})",
+            self.kind, self.toi, self.content_location, self.path
+        )
+    }
+}
+
+type EventQueue = Rc<RefCell<Vec<ObjectEvent>>>;
+
+/// Writes each object to ``<dir>/<toi>.object`` and queues an event when it ends.
+#[derive(Debug)]
+struct EventWriterBuilder {
+    dir: PathBuf,
+    md5_check: bool,
+    events: EventQueue,
+}
+
+impl std::fmt::Debug for ObjectEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.__repr__())
+    }
+}
+
+impl ObjectWriterBuilder for EventWriterBuilder {
+    fn new_object_writer(
+        &self,
+        _endpoint: &UDPEndpoint,
+        _tsi: &u64,
+        toi: &u128,
+        meta: &ObjectMetadata,
+        _now: SystemTime,
+    ) -> ObjectWriterBuilderResult {
+        ObjectWriterBuilderResult::StoreObject(Box::new(EventWriter {
+            path: self.dir.join(format!("{toi}.object")),
+            toi: *toi,
+            meta: meta.clone(),
+            md5_check: self.md5_check,
+            file: RefCell::new(None),
+            events: self.events.clone(),
+        }))
+    }
+
+    fn update_cache_control(
+        &self,
+        _endpoint: &UDPEndpoint,
+        _tsi: &u64,
+        _toi: &u128,
+        _meta: &ObjectMetadata,
+        _now: SystemTime,
+    ) {
+    }
+
+    fn fdt_received(
+        &self,
+        _endpoint: &UDPEndpoint,
+        _tsi: &u64,
+        _fdt_xml: &str,
+        _expires: SystemTime,
+        _meta: &ObjectMetadata,
+        _transfer_duration: Duration,
+        _now: SystemTime,
+        _ext_time: Option<SystemTime>,
+    ) {
+    }
+}
+
+#[derive(Debug)]
+struct EventWriter {
+    path: PathBuf,
+    toi: u128,
+    meta: ObjectMetadata,
+    md5_check: bool,
+    file: RefCell<Option<std::io::BufWriter<std::fs::File>>>,
+    events: EventQueue,
+}
+
+impl EventWriter {
+    fn push(&self, kind: &str, path: Option<PathBuf>) {
+        self.events.borrow_mut().push(ObjectEvent {
+            kind: kind.to_owned(),
+            toi: self.toi,
+            content_location: self.meta.content_location.clone(),
+            path,
+            content_length: self.meta.content_length,
+        });
+    }
+
+    fn discard(&self) {
+        if self.file.borrow_mut().take().is_some() {
+            std::fs::remove_file(&self.path).ok();
+        }
+    }
+}
+
+impl ObjectWriter for EventWriter {
+    fn open(&self, _now: SystemTime) -> flute::error::Result<()> {
+        let file = std::fs::File::create(&self.path)?;
+        *self.file.borrow_mut() = Some(std::io::BufWriter::new(file));
+        Ok(())
+    }
+
+    fn write(&self, _sbn: u32, data: &[u8], _now: SystemTime) -> flute::error::Result<()> {
+        // blocks arrive in SBN order (the crate's block writer keeps the order)
+        if let Some(file) = self.file.borrow_mut().as_mut() {
+            file.write_all(data)?;
+        }
+        Ok(())
+    }
+
+    fn complete(&self, _now: SystemTime) {
+        let flushed = match self.file.borrow_mut().take() {
+            Some(mut file) => file.flush().is_ok(),
+            None => false,
+        };
+        if flushed {
+            self.push("completed", Some(self.path.clone()));
+        } else {
+            std::fs::remove_file(&self.path).ok();
+            self.push("error", None);
+        }
+    }
+
+    fn error(&self, _now: SystemTime) {
+        self.discard();
+        self.push("error", None);
+    }
+
+    fn interrupted(&self, _now: SystemTime) {
+        self.discard();
+        self.push("interrupted", None);
+    }
+
+    fn enable_md5_check(&self) -> bool {
+        self.md5_check
+    }
+}
+
+/// A FLUTE receiver for one carousel: push every packet of every channel joined, then
+/// take the `ObjectEvent`s. Not thread-safe: use it from the thread that made it.
+#[pyclass(unsendable, module = "pressrun_flute")]
+struct Receiver {
+    inner: MultiReceiver,
+    events: EventQueue,
+    endpoint: UDPEndpoint,
+    packets: u64,
+    rejected: u64,
+}
+
+#[pymethods]
+impl Receiver {
+    /// ``directory``: where objects are written (``<toi>.object``);
+    /// ``max_cache_bytes``: memory for undecoded blocks per object (the crate's
+    /// ``object_max_cache_size``; past it an object fails); ``md5_check``: let the crate
+    /// reject an object whose FDT Content-MD5 does not match (off in pressrun, which
+    /// checks the signed manifest piece by piece instead).
+    #[new]
+    #[pyo3(signature = (directory, *, max_cache_bytes=256 * 1024 * 1024, object_timeout_s=None, md5_check=false))]
+    fn new(
+        directory: PathBuf,
+        max_cache_bytes: usize,
+        object_timeout_s: Option<f64>,
+        md5_check: bool,
+    ) -> PyResult<Self> {
+        if !directory.is_dir() {
+            return Err(PyOSError::new_err(format!("{directory:?} is not a directory")));
+        }
+        let events: EventQueue = Rc::new(RefCell::new(Vec::new()));
+        let writer = Rc::new(EventWriterBuilder { dir: directory, md5_check, events: events.clone() });
+        let config = ReceiverConfig {
+            object_max_cache_size: Some(max_cache_bytes),
+            object_timeout: object_timeout_s.map(Duration::from_secs_f64),
+            object_receive_once: true,
+            ..Default::default()
+        };
+        Ok(Self {
+            inner: MultiReceiver::new(writer, Some(config), false),
+            events,
+            endpoint: session_endpoint(),
+            packets: 0,
+            rejected: 0,
+        })
+    }
+
+    /// Feed one UDP payload; returns its TOI (0 for an FDT packet) or None when the
+    /// packet is not ALC/LCT or the session rejects it (counted in ``rejected``).
+    fn push(&mut self, packet: &[u8]) -> Option<u128> {
+        self.packets += 1;
+        let toi = match flute::core::alc::parse_alc_pkt(packet) {
+            Ok(alc) => alc.lct.toi,
+            Err(_) => {
+                self.rejected += 1;
+                return None;
+            }
+        };
+        match self.inner.push(&self.endpoint, packet, SystemTime::now()) {
+            Ok(()) => Some(toi),
+            Err(_) => {
+                self.rejected += 1;
+                None
+            }
+        }
+    }
+
+    /// The events since the last call, oldest first.
+    fn take_events(&mut self) -> Vec<ObjectEvent> {
+        std::mem::take(&mut *self.events.borrow_mut())
+    }
+
+    /// Drop expired objects and sessions (call now and then).
+    fn cleanup(&mut self) {
+        self.inner.cleanup(SystemTime::now());
+    }
+
+    #[getter]
+    fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    #[getter]
+    fn rejected(&self) -> u64 {
+        self.rejected
+    }
+}
+
+/// The crate version this binding was built against.
+const FLUTE_VERSION: &str = "1.11.7";
+
+#[pymodule]
+fn pressrun_flute(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("FLUTE_CRATE_VERSION", FLUTE_VERSION)?;
+    m.add_function(wrap_pyfunction!(encode_object, m)?)?;
+    m.add_class::<EncodedObject>()?;
+    m.add_class::<ObjectEvent>()?;
+    m.add_class::<Receiver>()?;
+    Ok(())
+}

@@ -1,0 +1,148 @@
+"""pressrun's PyO3 binding over the Rust crate flute, on its own: one pass of an
+object encoded by the crate's sender and decoded by the crate's receiver in process."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+import pytest
+
+pressrun_flute = pytest.importorskip(
+    "pressrun_flute", reason="the binding is built by `make setup` (native/pressrun-flute)"
+)
+
+SIZE = 1_500_000 + 17
+
+
+def _data() -> bytes:
+    return random.Random(11).randbytes(SIZE)
+
+
+def test_raptorq_pass_layout() -> None:
+    enc = pressrun_flute.encode_object(
+        _data(),
+        content_location="file:///weekly.pdf",
+        content_type="application/pdf",
+        tsi=9,
+        toi=3,
+        fec="raptorq",
+        max_source_block_length=512,
+        repair_symbols_per_block=100,
+    )
+    assert enc.toi == 3 and enc.tsi == 9 and enc.fec == "raptorq"
+    assert enc.transfer_length == SIZE
+    blocks = len(enc.block_source_symbols)
+    assert blocks == -(-enc.source_symbols // 512)
+    assert enc.source_symbols * enc.encoding_symbol_length >= SIZE
+    # each block: its K source symbols (ESI 0..K-1) then exactly 100 repair symbols
+    assert len(enc.packets) == enc.source_symbols + 100 * blocks
+    for sbn, k in enumerate(enc.block_source_symbols):
+        esis = sorted(e for s, e in zip(enc.sbns, enc.esis, strict=True) if s == sbn)
+        assert esis == list(range(k + 100))
+    assert enc.fdt_packets
+
+
+def test_raptorq_decodes_from_about_k_symbols_under_loss(tmp_path: Path) -> None:
+    data = _data()
+    enc = pressrun_flute.encode_object(
+        data,
+        content_location="file:///weekly.pdf",
+        content_type="application/pdf",
+        tsi=1,
+        toi=1,
+        fec="raptorq",
+        repair_symbols_per_block=1024,
+    )
+    receiver = pressrun_flute.Receiver(tmp_path)
+    for pkt in enc.fdt_packets:
+        assert receiver.push(pkt) == 0
+    rng = random.Random(5)
+    order = list(range(len(enc.packets)))
+    rng.shuffle(order)
+    pushed = 0
+    events = []
+    for i in order:
+        if rng.random() < 0.2:  # 20% random loss
+            continue
+        assert receiver.push(enc.packets[i]) == 1
+        pushed += 1
+        events = receiver.take_events()
+        if events:
+            break
+    assert [e.kind for e in events] == ["completed"]
+    assert events[0].path is not None
+    got = Path(events[0].path).read_bytes()
+    assert hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
+    # RaptorQ decodes from about the number of source symbols (a few extra per block)
+    assert pushed <= enc.source_symbols + 3 * len(enc.block_source_symbols)
+    # the object is received once: the same packets again give no second event
+    for pkt in enc.packets[:50]:
+        receiver.push(pkt)
+    assert receiver.take_events() == []
+
+
+def test_no_code_pass_is_the_source_in_order(tmp_path: Path) -> None:
+    data = _data()
+    enc = pressrun_flute.encode_object(
+        data,
+        content_location="file:///a/weekly.pdf",
+        content_type="application/pdf",
+        tsi=2,
+        toi=8,
+        fec="none",
+    )
+    assert len(enc.packets) == enc.source_symbols == -(-SIZE // enc.encoding_symbol_length)
+    receiver = pressrun_flute.Receiver(tmp_path, md5_check=True)
+    for pkt in [*enc.fdt_packets, *enc.packets]:
+        receiver.push(pkt)
+    (event,) = receiver.take_events()
+    assert event.kind == "completed" and event.content_location == "file:///a/weekly.pdf"
+    assert event.content_length == SIZE
+    assert event.path is not None and Path(event.path).read_bytes() == data
+
+
+def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
+    common = {"content_location": "file:///x", "content_type": "x/y", "tsi": 1}
+    with pytest.raises(ValueError, match="unknown fec"):
+        pressrun_flute.encode_object(b"abc" * 100, toi=1, fec="rs", **common)
+    with pytest.raises(ValueError, match="TOI 0"):
+        pressrun_flute.encode_object(b"abc" * 100, toi=0, fec="none", **common)
+    with pytest.raises(ValueError, match="no repair"):
+        pressrun_flute.encode_object(
+            b"abc" * 100, toi=1, fec="none", repair_symbols_per_block=3, **common
+        )
+    with pytest.raises(OSError, match="not a directory"):
+        pressrun_flute.Receiver(tmp_path / "missing")
+    receiver = pressrun_flute.Receiver(tmp_path)
+    assert receiver.push(b"not a FLUTE packet") is None
+    assert receiver.rejected == 1 and receiver.packets == 1
+
+
+def test_poisoned_symbols_complete_with_wrong_bytes_unless_md5_checked(tmp_path: Path) -> None:
+    """The crate's RaptorQ decoder cannot see changed bytes; the FDT's Content-MD5 can
+    (pressrun checks its signed manifest instead, piece by piece)."""
+    data = _data()
+    enc = pressrun_flute.encode_object(
+        data,
+        content_location="file:///weekly.pdf",
+        content_type="application/pdf",
+        tsi=1,
+        toi=1,
+        fec="raptorq",
+        repair_symbols_per_block=0,
+    )
+    poisoned = bytearray(enc.packets[10])
+    poisoned[-1] ^= 0xFF
+    packets = [*enc.fdt_packets, *enc.packets[:10], bytes(poisoned), *enc.packets[11:]]
+    for md5_check, kind in ((False, "completed"), (True, "error")):
+        folder = tmp_path / str(md5_check)
+        folder.mkdir()
+        receiver = pressrun_flute.Receiver(folder, md5_check=md5_check)
+        for pkt in packets:
+            receiver.push(pkt)
+        (event,) = receiver.take_events()
+        assert event.kind == kind
+        if kind == "completed":
+            assert event.path is not None and Path(event.path).read_bytes() != data
