@@ -202,6 +202,12 @@ async def test_trust_on_first_use_records_the_key_then_pins_it(
     bed: Testbed = await bed_factory((OriginShape("origin-a"),))
     assert bed.balancer is not None
     library = tmp_path / "lib"
+    # no trust on first use by default: no key given, none in the library, a clear error
+    with pytest.raises(FetchError, match=r"no trusted publisher key .*`pressrun trust add KEY"):
+        await fetch_issue(
+            ISSUE, balancer_url=bed.balancer.url, library=library, config=FAST, trusted_keys=None
+        )
+    assert_nothing_in_library(library)
     progress = Recorder()
     await fetch_issue(
         ISSUE,
@@ -210,6 +216,7 @@ async def test_trust_on_first_use_records_the_key_then_pins_it(
         config=FAST,
         trusted_keys=None,
         progress=progress,
+        trust_on_first_use=True,
     )
     assert_in_library(library, data)
     assert any("trusting publisher key" in n for n in progress.notices)
@@ -228,7 +235,12 @@ async def test_trust_on_first_use_records_the_key_then_pins_it(
     )
     with pytest.raises(FetchError, match="not a trusted publisher"):
         await fetch_issue(
-            ISSUE, balancer_url=bed.balancer.url, library=library, config=FAST, trusted_keys=None
+            ISSUE,
+            balancer_url=bed.balancer.url,
+            library=library,
+            config=FAST,
+            trusted_keys=None,
+            trust_on_first_use=True,
         )
 
 

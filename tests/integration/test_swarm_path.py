@@ -106,7 +106,7 @@ async def test_clients_fetch_through_the_swarm_and_finish_verified(
                             balancer_url=balancer.url,
                             library=tmp_path / f"lib{i}",
                             config=FAST,
-                            trusted_keys=None,
+                            trusted_keys={swarm.manifest.publisher_key_bytes},
                             progress=recorders[i],
                         )
                         for i in range(3)
@@ -166,7 +166,7 @@ async def test_a_stalled_swarm_falls_back_to_origins_keeping_its_pieces(
             library=tmp_path / "lib",
             # 3 s: a stripes peer joins without web seeds for web_seed_starved_s (1 s)
             config=replace(FAST, swarm_stall_after_s=3.0, max_attempts_without_progress=40),
-            trusted_keys=None,
+            trusted_keys={swarm.manifest.publisher_key_bytes},
             progress=recorder,
         )
     )

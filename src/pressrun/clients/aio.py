@@ -4,8 +4,10 @@
 
 1. ask the balancer for a directive (``GET /v1/issues/<id>/directive``);
 2. fetch ``manifest.json`` from the first origin, check its Ed25519 signature against
-   the trusted publisher keys (given, else the library's ``trusted-publishers``, else
-   trust on first use: the key is recorded there and a warning printed);
+   the trusted publisher keys (given, else the library's ``trusted-publishers``; with
+   neither, an error, unless trust on first use was asked for: then the key is
+   recorded there and a warning printed); for an encrypted issue, fetch this
+   subscriber's wrap and open it now (``subscription.py``), before any download;
 3. prepare ``LIBRARY/.partial/<id>/<file>``; pieces a previous run verified (the
    sidecar ``state.json``) are hashed again from disk and kept if they still match;
 4. run ``config.concurrency`` workers; each asks the balancer for a fresh directive
@@ -23,8 +25,9 @@
    leaves; if the swarm stalls or fails, the pieces it holds (each checked against
    the manifest) are recorded in ``state.json`` and the rest comes from origin
    sections as above (the directive's ``fallbacks: ["origin"]``);
-5. hash the whole file against the manifest and move it, with the manifest, into
-   ``LIBRARY/<id>/`` in one rename.
+5. hash the whole file against the manifest (an encrypted issue: then decrypt it,
+   every piece authenticated, beside it) and move it (the plaintext), with the
+   manifest, into ``LIBRARY/<id>/`` in one rename.
 
 Every way it can fail ends in `FetchError` with one line for a person.
 """
@@ -61,6 +64,7 @@ from pressrun.clients.events import (
     Section,
 )
 from pressrun.clients.library import Library, LibraryError
+from pressrun.clients.subscription import NotReadable, content_key_for, decrypt_partial
 from pressrun.content.manifest import (
     Manifest,
     ManifestError,
@@ -70,6 +74,8 @@ from pressrun.content.manifest import (
 )
 
 if TYPE_CHECKING:
+    import nacl.public
+
     from pressrun.peer.aio import SwarmProgress, SwarmResult
 
 __all__ = ["FetchError", "FetchResult", "Progress", "fetch_issue"]
@@ -125,6 +131,7 @@ class FetchResult:
     bytes_from_web_seeds: int = 0
     swarm_stalled: bool = False
     leave_rule: str | None = None
+    encrypted: bool = False  # a subscribers-only issue, decrypted into the library
 
     @property
     def bytes_from_origins(self) -> int:
@@ -182,6 +189,9 @@ class _Fetch:
     in_progress: dict[int, int] = field(default_factory=dict)
     last_directive: ClientDirective | None = None
     swarm_tried: bool = False
+    trust_on_first_use: bool = False
+    subscriber_key: nacl.public.PrivateKey | None = None
+    subscriptions_url: str | None = None
 
     def now(self) -> float:
         return self.loop.time()
@@ -308,7 +318,14 @@ class _Fetch:
                 manifest = signed.verify(self.trusted_keys)
             else:
                 keys = self.library.trusted_keys()
-                # no trusted-publishers yet: only self-consistency (trust on first use)
+                if not keys and not self.trust_on_first_use:
+                    raise FetchError(
+                        f"no trusted publisher key to check {where} against: pass "
+                        "--publisher-key KEY, or add it to the library with `pressrun trust "
+                        f"add KEY --library {self.library.root}`; nothing was saved"
+                    )
+                # no trusted-publishers yet: only self-consistency (trust on first use,
+                # asked for explicitly)
                 manifest = signed.verify(keys or None)
                 first_use = not keys
         except ManifestError as err:
@@ -347,6 +364,17 @@ class _Fetch:
             raise FetchError(str(err)) from None
         manifest, manifest_json = await self.manifest()
         m = manifest
+        content_key: bytes | None = None
+        if m.encryption is not None:
+            try:
+                content_key = await content_key_for(
+                    m,
+                    subscriber_key=self.subscriber_key,
+                    subscriptions_url=self.subscriptions_url,
+                    session=self.session,
+                )
+            except NotReadable as err:
+                raise FetchError(str(err)) from None
         state = self.library.load_state(m.issue_id)
         fresh = state is None or not state.matches(
             m.issue_id, m.file_name, m.sha256, m.size_bytes, m.piece_size_bytes
@@ -420,15 +448,22 @@ class _Fetch:
                 raise FetchError(f"{m.issue_id}: the file kept failing its final check")
         finally:
             os.close(fd)
+        file_name = m.file_name
+        if m.encryption is not None and content_key is not None:
+            try:
+                plain = await asyncio.to_thread(decrypt_partial, m, content_key, path)
+            except NotReadable as err:
+                raise FetchError(str(err)) from None
+            file_name = plain.name
         try:
-            final = self.library.install(m.issue_id, m.file_name, manifest_json)
+            final = self.library.install(m.issue_id, file_name, manifest_json)
         except OSError as err:
-            raise FetchError(f"cannot move {m.file_name} into the library: {err}") from None
+            raise FetchError(f"cannot move {file_name} into the library: {err}") from None
         return FetchResult(
             issue_id=m.issue_id,
             path=final,
             seconds=self.now() - started_at,
-            size_bytes=m.size_bytes,
+            size_bytes=m.size_bytes if m.encryption is None else m.encryption.plain_size_bytes,
             bytes_by_origin=dict(self.bytes_by_origin),
             handoffs=plan.handoffs,
             sections=plan.sections_started,
@@ -443,6 +478,7 @@ class _Fetch:
                 if swarm_result is None or swarm_result.leave_rule is None
                 else swarm_result.leave_rule.value
             ),
+            encrypted=m.encryption is not None,
         )
 
     async def _swarm(
@@ -712,11 +748,17 @@ async def fetch_issue(
     config: ClientConfig,
     trusted_keys: Collection[bytes] | None,
     progress: Progress | None = None,
+    trust_on_first_use: bool = False,
+    subscriber_key: nacl.public.PrivateKey | None = None,
+    subscriptions_url: str | None = None,
 ) -> FetchResult:
     """Download ``issue_id`` through the balancer into ``library``; verified or not at all.
 
     ``trusted_keys``: the publisher keys to accept; None: the library's
-    ``trusted-publishers`` file, or trust on first use when it has none. Raises
+    ``trusted-publishers`` file; when that has none, an error, or with
+    ``trust_on_first_use`` the manifest's own key is recorded there. An encrypted
+    issue needs ``subscriber_key`` (the reader's X25519 key) and is decrypted into the
+    library; ``subscriptions_url`` overrides the manifest's service URL. Raises
     `FetchError` (one line) when the issue cannot be fetched; the pieces verified so
     far stay in ``LIBRARY/.partial/`` for the next attempt.
     """
@@ -730,5 +772,8 @@ async def fetch_issue(
             trusted_keys=trusted_keys,
             progress=progress,
             session=session,
+            trust_on_first_use=trust_on_first_use,
+            subscriber_key=subscriber_key,
+            subscriptions_url=subscriptions_url,
         )
         return await fetch.run()

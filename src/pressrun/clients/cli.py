@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+#: where ``pressrun get`` looks for the subscriber key when no flag or env var names one
+DEFAULT_SUBSCRIBER_KEY = "subscriber.key"
+SUBSCRIBER_KEY_ENV = "PRESSRUN_SUBSCRIBER_KEY"
+
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``pressrun get`` to the top-level commands."""
@@ -37,11 +41,84 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--publisher-key",
         default=None,
         metavar="HEX_OR_FILE",
-        help="the publisher key to trust (64 hex or a .pub file); default: LIBRARY/"
-        "trusted-publishers, or trust on first use when that file does not exist",
+        help="the publisher key to trust (64 hex or a .pub file); default: the keys in "
+        "LIBRARY/trusted-publishers (add one with `pressrun trust add`)",
+    )
+    p.add_argument(
+        "--trust-on-first-use",
+        action="store_true",
+        help="when neither --publisher-key nor LIBRARY/trusted-publishers names a key, "
+        "trust the first manifest's key and record it (off by default: an attacker who "
+        "answers first would be trusted)",
+    )
+    p.add_argument(
+        "--subscriber-key",
+        default=None,
+        metavar="FILE",
+        help="your subscriber key (from `pressrun keys new --subscriber`) for encrypted "
+        "issues; default: $PRESSRUN_SUBSCRIBER_KEY, else LIBRARY/subscriber.key if it exists",
+    )
+    p.add_argument(
+        "--subscriptions",
+        default=None,
+        metavar="URL",
+        help="the subscription service to ask for your wrap (default: the one the "
+        "issue's signed manifest names)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar, only errors")
     p.set_defaults(func=run_get)
+
+    trust = subparsers.add_parser(
+        "trust",
+        help="the publisher keys a library trusts (LIBRARY/trusted-publishers)",
+        description="`pressrun get` accepts only issues signed by a key in "
+        "LIBRARY/trusted-publishers (or given with --publisher-key).",
+    )
+    trust_sub = trust.add_subparsers(dest="trust_command", metavar="COMMAND", required=True)
+    add = trust_sub.add_parser("add", help="trust a publisher key in a library")
+    add.add_argument("key", metavar="KEY", help="the publisher's public key: 64 hex or a .pub file")
+    add.add_argument("--library", required=True, metavar="DIR", help="the library folder")
+    add.add_argument("--note", default="", help="a comment kept beside the key")
+    add.set_defaults(func=run_trust)
+    ls = trust_sub.add_parser("list", help="list the publisher keys a library trusts")
+    ls.add_argument("--library", required=True, metavar="DIR", help="the library folder")
+    ls.set_defaults(func=run_trust)
+
+
+def run_trust(args: argparse.Namespace) -> int:
+    """``pressrun trust add|list``."""
+    import sys
+
+    from pressrun.clients.library import Library, LibraryError
+    from pressrun.content.keys import KeyFileError, load_public_key
+
+    library = Library(args.library)
+    try:
+        if args.trust_command == "add":
+            key = load_public_key(args.key)
+            library.ensure()
+            if key in library.trusted_keys():
+                print(f"already trusted: {key.hex()}")
+                return 0
+            library.trust(key, args.note or "added with pressrun trust add")
+            print(f"trusted: {key.hex()} (in {library.trusted_path})")
+            return 0
+        keys = sorted(k.hex() for k in library.trusted_keys())
+    except (KeyFileError, LibraryError) as err:
+        print(f"pressrun trust {args.trust_command}: {err}", file=sys.stderr)
+        return 1 if isinstance(err, LibraryError) else 2
+    except OSError as err:
+        print(
+            f"pressrun trust {args.trust_command}: cannot write {library.trusted_path}: "
+            f"{err.strerror or err}",
+            file=sys.stderr,
+        )
+        return 1
+    for k in keys:
+        print(k)
+    if not keys:
+        print(f"no trusted publisher key in {library.trusted_path}", file=sys.stderr)
+    return 0
 
 
 class _RichProgress:
@@ -116,6 +193,7 @@ def run_get(args: argparse.Namespace) -> int:
     """Download the issue; 0 when it is in the library, 1 when it cannot be, 2 bad flags."""
     import asyncio
     import logging
+    import os
     import sys
     from pathlib import Path
 
@@ -123,7 +201,7 @@ def run_get(args: argparse.Namespace) -> int:
 
     from pressrun.clients.aio import FetchError, fetch_issue
     from pressrun.clients.config import profile
-    from pressrun.content.keys import KeyFileError, load_public_key
+    from pressrun.content.keys import KeyFileError, load_public_key, load_subscriber_key
 
     def fail(message: str, code: int = 1) -> int:
         print(f"pressrun get: {message}", file=sys.stderr)
@@ -137,6 +215,15 @@ def run_get(args: argparse.Namespace) -> int:
     if args.publisher_key is not None:
         try:
             trusted = {load_public_key(args.publisher_key)}
+        except KeyFileError as err:
+            return fail(str(err), 2)
+    subscriber_key = None
+    key_file = args.subscriber_key or os.environ.get(SUBSCRIBER_KEY_ENV)
+    if key_file is None and (Path(args.library) / DEFAULT_SUBSCRIBER_KEY).is_file():
+        key_file = str(Path(args.library) / DEFAULT_SUBSCRIBER_KEY)
+    if key_file is not None:
+        try:
+            subscriber_key = load_subscriber_key(key_file)
         except KeyFileError as err:
             return fail(str(err), 2)
     console = Console(stderr=True)
@@ -154,6 +241,9 @@ def run_get(args: argparse.Namespace) -> int:
             config=config,
             trusted_keys=trusted,
             progress=progress,
+            trust_on_first_use=args.trust_on_first_use,
+            subscriber_key=subscriber_key,
+            subscriptions_url=args.subscriptions,
         )
 
     try:
@@ -168,8 +258,9 @@ def run_get(args: argparse.Namespace) -> int:
         origins = ", ".join(
             f"{name} {n / 1e6:.1f} MB" for name, n in sorted(result.bytes_by_origin.items())
         )
+        decrypted = " and decrypted" if result.encrypted else ""
         print(
-            f"{result.path}: {result.size_bytes / 1e6:.1f} MB verified in "
+            f"{result.path}: {result.size_bytes / 1e6:.1f} MB verified{decrypted} in "
             f"{result.seconds:.1f} s ({origins or 'nothing new'}; "
             f"{result.handoffs} handoff{'' if result.handoffs == 1 else 's'})"
         )

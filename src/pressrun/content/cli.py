@@ -18,15 +18,23 @@ LARGE_FILE_BYTES = 8 << 20  # show a progress bar when hashing at least this muc
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``keys``, ``publish`` and ``verify`` to the top-level commands."""
-    keys = subparsers.add_parser("keys", help="publisher key pairs (Ed25519)")
+    keys = subparsers.add_parser(
+        "keys", help="key pairs: a publisher's (Ed25519) or a subscriber's (X25519)"
+    )
     keys_sub = keys.add_subparsers(dest="keys_command", metavar="KEYS_COMMAND", required=True)
     new = keys_sub.add_parser(
         "new",
-        help="make a publisher key pair",
-        description="Write a new Ed25519 key pair: the secret seed (64 hex) to OUT with "
-        "mode 0600 and the public key (64 hex) to OUT.pub.",
+        help="make a publisher (or, with --subscriber, a subscriber) key pair",
+        description="Write a new Ed25519 publisher key pair (with --subscriber: an X25519 "
+        "subscriber key pair): the secret key (64 hex) to OUT with mode 0600 and the "
+        "public key (64 hex) to OUT.pub. A subscriber gives OUT.pub to the publisher.",
     )
     new.add_argument("--out", required=True, type=Path, help="secret key file to write")
+    new.add_argument(
+        "--subscriber",
+        action="store_true",
+        help="a reader's X25519 key pair for encrypted issues instead of a publisher's",
+    )
     new.add_argument("--force", action="store_true", help="replace existing key files")
     new.set_defaults(func=run_keys_new)
 
@@ -60,6 +68,32 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="piece size, a power of two (default 262144)",
     )
     pub.add_argument("--force", action="store_true", help="replace an existing bundle")
+    pub.add_argument(
+        "--encrypt",
+        action="store_true",
+        help="subscribers only: encrypt the issue with a new key and wrap the key for each "
+        "subscriber of --subscriptions (docs/subscriptions.md)",
+    )
+    pub.add_argument(
+        "--subscriptions",
+        metavar="URL",
+        default=None,
+        help="with --encrypt: the subscription service's base URL (goes into the manifest)",
+    )
+    pub.add_argument(
+        "--subscriptions-token",
+        metavar="TOKEN",
+        default=None,
+        help="with --encrypt: the service's operator token (default: "
+        "$PRESSRUN_SUBSCRIPTIONS_TOKEN)",
+    )
+    pub.add_argument(
+        "--issue-version",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --encrypt: the issue version (default: the replaced bundle's + 1, or 1)",
+    )
     pub.set_defaults(func=run_publish)
 
     ver = subparsers.add_parser(
@@ -138,22 +172,42 @@ def run_keys_new(args: argparse.Namespace) -> int:
     from pressrun.content.keys import KeyFileError, generate_keypair, load_public_key
 
     try:
-        secret, public = generate_keypair(args.out, force=args.force)
+        secret, public = generate_keypair(args.out, force=args.force, subscriber=args.subscriber)
         key_hex = load_public_key(str(public)).hex()
     except KeyFileError as err:
         return _fail("keys new", str(err))
+    kind = "subscriber (X25519)" if args.subscriber else "publisher (Ed25519)"
     print(f"secret key: {secret} (mode 0600; keep it private)")
-    print(f"public key: {public} {key_hex}")
+    print(f"public key: {public} {key_hex}  [{kind}]")
     return 0
 
 
 def run_publish(args: argparse.Namespace) -> int:
     """``pressrun publish``: make the bundle; print its path and info-hash."""
     import json
+    import os
 
     from pressrun.content.bundle import MANIFEST_NAME
     from pressrun.content.publish import PublishError, publish
 
+    directory = None
+    if args.encrypt:
+        from pressrun.subscriptions.client import TOKEN_ENV, HttpSubscriberDirectory
+
+        if not args.subscriptions:
+            return _fail(
+                "publish", "--encrypt needs --subscriptions URL (the subscription service)"
+            )
+        token = args.subscriptions_token or os.environ.get(TOKEN_ENV) or None
+        if token is None:
+            return _fail(
+                "publish",
+                f"--encrypt needs the operator token: set {TOKEN_ENV} or pass "
+                "--subscriptions-token",
+            )
+        directory = HttpSubscriberDirectory(args.subscriptions, token)
+    elif args.subscriptions or args.issue_version is not None:
+        return _fail("publish", "--subscriptions and --issue-version only apply with --encrypt")
     try:
         size = args.file.stat().st_size
     except OSError:
@@ -171,11 +225,20 @@ def run_publish(args: argparse.Namespace) -> int:
                 piece_size=args.piece_size,
                 force=args.force,
                 progress=progress,
+                encrypt_for=directory,
+                version=args.issue_version,
             )
     except PublishError as err:
         return _fail("publish", str(err))
     manifest = json.loads((bundle / MANIFEST_NAME).read_bytes())["manifest"]
     print(f"bundle: {bundle}")
+    if "encryption" in manifest:
+        enc = manifest["encryption"]
+        print(
+            f"encrypted: {enc['plain_file_name']} ({enc['plain_size_bytes']} bytes) as "
+            f"{manifest['file_name']}, version {enc['version']}; wraps at "
+            f"{enc['subscriptions_url']}"
+        )
     print(f"info-hash: {manifest['info_hash']}")
     print(
         f"{manifest['size_bytes']} bytes in {len(manifest['piece_sha256'])} pieces of "

@@ -12,6 +12,14 @@ source changes meanwhile; libtorrent then hashes the bundle's copy for the torre
 (FIELD-NOTES.md: ``list_files`` / ``create_torrent(..., v1_only)`` /
 ``set_piece_hashes`` / ``bencode(generate())``; ``generate_buf()`` is broken in the
 2.1.1 wheel).
+
+With ``encrypt_for`` (``pressrun publish --encrypt``) the bundle holds the ciphertext
+``<file>.enc`` instead (docs/protocols.md, "Encrypted issues"): a new content key and
+nonce prefix for this issue version, the file encrypted piece by piece in the same
+single read, the torrent and every hash over the ciphertext, the key wrapped for each
+subscriber the directory lists and the wraps stored there *before* the bundle is
+renamed into place (a failure leaves no bundle a subscriber could not open). The
+content key is never written anywhere.
 """
 
 from __future__ import annotations
@@ -22,25 +30,45 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from pressrun import __version__
 from pressrun.content.codec import (
+    ENCRYPTION_SCHEME,
     FORMAT,
     MAX_TITLE_CHARS,
+    Encryption,
     Manifest,
     ManifestError,
+    encrypted_size,
     parse_torrent,
     valid_file_name,
     valid_issue_id,
 )
+from pressrun.content.encryption import (
+    PieceCipher,
+    encrypt_stream,
+    key_check,
+    new_content_key,
+    new_nonce_prefix,
+    wrap_key,
+)
 from pressrun.content.keys import KeyFileError, is_private_mode, load_signing_key
 from pressrun.content.manifest import sign_manifest
 
-__all__ = ["DEFAULT_PIECE_SIZE", "ProgressCallback", "PublishError", "publish", "web_seed_url"]
+__all__ = [
+    "DEFAULT_PIECE_SIZE",
+    "ENCRYPTED_SUFFIX",
+    "ProgressCallback",
+    "PublishError",
+    "SubscriberDirectory",
+    "publish",
+    "web_seed_url",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +76,38 @@ DEFAULT_PIECE_SIZE = 262144  # FIELD-NOTES: 256 KiB beat 64 KiB and 1 MiB for 20
 MIN_PIECE_SIZE = 16384  # one BitTorrent block
 MAX_PIECE_SIZE = 64 << 20
 COPY_CHUNK_BYTES = 1 << 20
+T = TypeVar("T")
+ENCRYPTED_SUFFIX = ".enc"  # the ciphertext file of an encrypted issue: <file_name>.enc
 
 # progress(stage, done_bytes, total_bytes): stage is "hashing" (the copy and its
-# SHA-256 pass) or "torrent" (libtorrent's SHA-1 pass over the copy).
+# SHA-256 pass), "encrypting" (the same for an encrypted issue) or "torrent"
+# (libtorrent's SHA-1 pass over the copy).
 ProgressCallback = Callable[[str, int, int], None]
 
 
 class PublishError(Exception):
     """Publishing failed; the message is one line saying what and what to do."""
+
+
+class SubscriberDirectory(Protocol):
+    """Where an encrypted issue's subscribers and wraps live (the subscription service).
+
+    ``pressrun.subscriptions.client.HttpSubscriberDirectory`` is the real one. Its
+    methods may raise any exception with a one-line message; publish reports it.
+    """
+
+    @property
+    def url(self) -> str:
+        """The service's base URL, written into the manifest as ``subscriptions_url``."""
+        ...
+
+    def subscriber_keys(self) -> list[bytes]:
+        """The X25519 public keys of every current subscriber."""
+        ...
+
+    def store_wraps(self, issue_id: str, version: int, wraps: Mapping[bytes, bytes]) -> list[bytes]:
+        """Store one issue version's wraps (replacing any); the keys skipped (removed)."""
+        ...
 
 
 def web_seed_url(origin_base_url: str, issue_id: str, file_name: str) -> str:
@@ -158,6 +210,36 @@ def _copy_and_hash(
     return done, pieces, whole.hexdigest()
 
 
+def _encrypt_and_hash(
+    cipher: PieceCipher, src: Path, dst: Path, progress: ProgressCallback | None
+) -> tuple[int, list[str], str, str]:
+    """Encrypt ``src`` into ``dst`` piece by piece, hashing the ciphertext as it goes.
+
+    Returns (ciphertext size, ciphertext piece SHA-256s, ciphertext SHA-256,
+    plaintext SHA-256).
+    """
+    whole = hashlib.sha256()
+    pieces: list[str] = []
+    size = 0
+    with open(dst, "xb") as fout:
+
+        def write(index: int, piece: bytes) -> None:
+            nonlocal size
+            fout.write(piece)
+            whole.update(piece)
+            pieces.append(hashlib.sha256(piece).hexdigest())
+            size += len(piece)
+
+        def on_bytes(done: int) -> None:
+            if progress is not None:
+                progress("encrypting", done, cipher.plain_size_bytes)
+
+        plain_sha = encrypt_stream(cipher, src, write, on_bytes=on_bytes)
+        fout.flush()
+        os.fsync(fout.fileno())
+    return size, pieces, whole.hexdigest(), plain_sha
+
+
 def _make_torrent(
     file: Path,
     *,
@@ -214,6 +296,8 @@ def publish(
     piece_size: int = DEFAULT_PIECE_SIZE,
     force: bool = False,
     progress: ProgressCallback | None = None,
+    encrypt_for: SubscriberDirectory | None = None,
+    version: int | None = None,
 ) -> Path:
     """Make the signed bundle ``content_dir/<issue_id>/`` for ``file``; returns its path.
 
@@ -221,9 +305,24 @@ def publish(
     seed ``BASE/content/<issue_id>/<file_name>``. An existing bundle for the issue is
     an error unless ``force``, in which case it is replaced atomically. Every failure
     raises PublishError (one line) and leaves CONTENT as it was.
+
+    ``encrypt_for``: publish the issue encrypted for the subscribers of that
+    directory (module docstring). ``version``: the issue version of an encrypted
+    issue (default: the replaced bundle's version + 1, or 1).
     """
     file, key_path, content_dir = Path(file), Path(key_path), Path(content_dir)
     _check_inputs(file, issue_id, title, piece_size, web_seeds, trackers)
+    if encrypt_for is None and version is not None:
+        raise PublishError("an issue version only applies to an encrypted issue (--encrypt)")
+    if encrypt_for is not None:
+        if not valid_file_name(file.name + ENCRYPTED_SUFFIX):
+            raise PublishError(
+                f"file name {file.name!r} is too long for an encrypted issue (at most "
+                f"{128 - len(ENCRYPTED_SUFFIX)} characters); rename it"
+            )
+        _check_url(encrypt_for.url, "subscription service", ("http", "https"))
+        if version is not None and not 1 <= version < 1 << 63:
+            raise PublishError(f"issue version {version} must be an integer from 1")
     try:
         signing_key = load_signing_key(key_path)
         if not is_private_mode(key_path):
@@ -238,11 +337,51 @@ def publish(
     except OSError as err:
         raise PublishError(f"cannot create content folder {content_dir}: {err.strerror}") from None
 
+    encryption: Encryption | None = None
+    content_key = b""
+    subscriber_keys: list[bytes] = []
+    if encrypt_for is not None:
+        version = version or _next_version(final)
+        subscriber_keys = _directory_call(encrypt_for, encrypt_for.subscriber_keys)
+        if not subscriber_keys:
+            log.warning(
+                "the subscription service at %s lists no subscriber: nobody will be able "
+                "to read %s version %d",
+                encrypt_for.url,
+                issue_id,
+                version,
+            )
     tmp = Path(tempfile.mkdtemp(prefix=f".{issue_id}.publishing-", dir=content_dir))
     try:
         os.chmod(tmp, 0o755)
-        copy = tmp / file.name
-        size, piece_hashes, whole = _copy_and_hash(file, copy, piece_size, progress)
+        if encrypt_for is None or version is None:
+            copy = tmp / file.name
+            size, piece_hashes, whole = _copy_and_hash(file, copy, piece_size, progress)
+        else:
+            copy = tmp / (file.name + ENCRYPTED_SUFFIX)
+            content_key = new_content_key()
+            plain_size = file.stat().st_size
+            cipher = PieceCipher(
+                key=content_key,
+                issue_id=issue_id,
+                version=version,
+                nonce_prefix=new_nonce_prefix(),
+                plain_size_bytes=plain_size,
+                piece_size_bytes=piece_size,
+            )
+            size, piece_hashes, whole, plain_sha = _encrypt_and_hash(cipher, file, copy, progress)
+            if size != encrypted_size(plain_size, piece_size):
+                raise PublishError(f"issue file {file} changed size while it was encrypted")
+            encryption = Encryption(
+                scheme=ENCRYPTION_SCHEME,
+                version=version,
+                nonce_prefix=cipher.nonce_prefix,
+                key_check=key_check(content_key),
+                plain_file_name=file.name,
+                plain_size_bytes=plain_size,
+                plain_sha256=plain_sha,
+                subscriptions_url=encrypt_for.url.rstrip("/"),
+            )
         if size == 0:
             raise PublishError(f"issue file {file} is empty; there is nothing to publish")
         torrent = _make_torrent(
@@ -264,7 +403,7 @@ def publish(
             format=FORMAT,
             issue_id=issue_id,
             title=title,
-            file_name=file.name,
+            file_name=copy.name,
             size_bytes=size,
             piece_size_bytes=piece_size,
             piece_sha256=tuple(piece_hashes),
@@ -272,11 +411,26 @@ def publish(
             info_hash=meta.info_hash,
             publisher_key=bytes(signing_key.verify_key).hex(),
             created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            encryption=encryption,
         )
         signed = sign_manifest(manifest, signing_key)
         signed.verify()  # never write a manifest this code itself would reject
         _write_synced(tmp / "manifest.json", signed.to_json_bytes())
         _fsync_dir(tmp)
+        if encrypt_for is not None and encryption is not None:
+            wraps = {k: wrap_key(content_key, k) for k in subscriber_keys}
+            skipped = _directory_call(
+                encrypt_for,
+                lambda: encrypt_for.store_wraps(issue_id, encryption.version, wraps),
+            )
+            for k in skipped:
+                log.warning("subscriber %s was removed meanwhile: no wrap stored", k.hex())
+            log.info(
+                "%s version %d: wraps stored for %d subscribers",
+                issue_id,
+                encryption.version,
+                len(wraps) - len(skipped),
+            )
         if not force and (final.exists() or final.is_symlink()):
             raise PublishError(f"a bundle for issue {issue_id} appeared at {final} meanwhile")
         _move_into_place(tmp, final)
@@ -296,6 +450,29 @@ def publish(
             raise PublishError(f"could not make the torrent: {err}") from None
         raise
     return final
+
+
+def _next_version(final: Path) -> int:
+    """The version after the encrypted bundle at ``final`` (1 if none or not encrypted)."""
+    from pressrun.content.manifest import SignedManifest
+
+    try:
+        old = SignedManifest.from_json_bytes((final / "manifest.json").read_bytes()).manifest
+    except (OSError, ManifestError):
+        return 1
+    return 1 if old.encryption is None else old.encryption.version + 1
+
+
+def _directory_call(directory: SubscriberDirectory, call: Callable[[], T]) -> T:
+    """Run a call to the subscription service; its failure as a one-line PublishError."""
+    try:
+        return call()
+    except PublishError:
+        raise
+    except Exception as err:
+        raise PublishError(
+            f"subscription service {directory.url}: {err}; nothing was published"
+        ) from None
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:

@@ -28,6 +28,7 @@ from pressrun.demo.processes import ServiceProcess
 
 if TYPE_CHECKING:
     from pressrun.balancer.aio import RunningBalancer
+    from pressrun.content.publish import SubscriberDirectory
     from pressrun.origin.aio import RunningOrigin
 
 DEMO_ISSUE = "weekly-2026-47"
@@ -263,9 +264,11 @@ class Testbed:
         key_path: Path,
         file_name: str | None = None,
         piece_size: int = 262144,
+        encrypt_for: SubscriberDirectory | None = None,
     ) -> Path:
         """Publish ``data`` as ``issue_id`` into the shared folder, then copy the
-        bundle into every origin with a folder of its own; returns the bundle path."""
+        bundle into every origin with a folder of its own; returns the bundle path.
+        ``encrypt_for``: publish it encrypted for that directory's subscribers."""
         from pressrun.content.publish import publish
 
         source_dir = self.root / "source"
@@ -281,6 +284,8 @@ class Testbed:
             content_dir=self.content_dir,
             web_seeds=list(self.urls.values()),
             piece_size=piece_size,
+            encrypt_for=encrypt_for,
+            force=encrypt_for is not None,
         )
         for shape in self.shapes:
             if shape.content_dir is not None and shape.content_dir != self.content_dir:

@@ -24,7 +24,7 @@ from typing import Any
 from pressrun.content.bundle import read_manifest
 from pressrun.content.codec import Manifest
 from pressrun.content.keys import generate_keypair
-from pressrun.content.publish import publish
+from pressrun.content.publish import SubscriberDirectory, publish
 from pressrun.origin.aio import RunningOrigin, start_origin
 from pressrun.origin.config import OriginConfig
 from pressrun.peer.aio import SwarmPeer, SwarmResult
@@ -142,9 +142,12 @@ async def loopback_swarm(
     issue_id: str = "swarm-issue",
     tracker_interval_s: int = 5,
     seed: int = 47,
+    encrypt_for: SubscriberDirectory | None = None,
 ) -> AsyncIterator[LoopbackSwarm]:
     """Publish an issue of ``size_bytes`` and serve it: one origin per cap (megabits/s,
-    None: uncapped), all of them the torrent's web seeds, and a tracker."""
+    None: uncapped), all of them the torrent's web seeds, and a tracker.
+    ``encrypt_for``: publish it encrypted for that directory's subscribers (the swarm
+    then carries ciphertext)."""
     content = work_dir / "content"
     content.mkdir(parents=True, exist_ok=True)
     origins: list[RunningOrigin] = []
@@ -165,7 +168,10 @@ async def loopback_swarm(
         data = random.Random(seed).randbytes(size_bytes)
         source.write_bytes(data)
         secret, _public = generate_keypair(work_dir / "publisher.key")
-        bundle = publish(
+        # in a thread: an encrypted publish calls the subscription service, which may
+        # be served by this very event loop
+        bundle = await asyncio.to_thread(
+            publish,
             source,
             issue_id=issue_id,
             title=issue_id,
@@ -174,6 +180,7 @@ async def loopback_swarm(
             web_seeds=[o.url for o in origins],
             trackers=[f"http://127.0.0.1:{tport}/announce"],
             piece_size=piece_size,
+            encrypt_for=encrypt_for,
         )
         manifest = read_manifest(bundle / "manifest.json")
         torrent = (bundle / f"{issue_id}.torrent").read_bytes()

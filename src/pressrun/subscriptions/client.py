@@ -9,9 +9,11 @@ for that issue version :class:`NoWrap`.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import aiohttp
 import nacl.exceptions
@@ -22,6 +24,7 @@ from pressrun.subscriptions.codec import TOKEN_BYTES, WRAP_BYTES
 
 __all__ = [
     "TOKEN_ENV",
+    "HttpSubscriberDirectory",
     "NoWrap",
     "NotSubscribed",
     "SubscriptionError",
@@ -31,6 +34,7 @@ __all__ = [
 #: the environment variable that holds the operator token (for the service and clients)
 TOKEN_ENV = "PRESSRUN_SUBSCRIPTIONS_TOKEN"
 MAX_ANSWER_BYTES = 64 << 20
+T = TypeVar("T")
 
 
 class SubscriptionError(Exception):
@@ -193,3 +197,47 @@ class SubscriptionsClient:
         if status != 200 or not isinstance(wrap, str) or not is_hex(wrap, 2 * WRAP_BYTES):
             raise self._fail(status, doc, "fetch the wrap")
         return bytes.fromhex(wrap)
+
+
+class HttpSubscriberDirectory:
+    """The subscription service as ``pressrun publish --encrypt`` sees it (synchronous).
+
+    Implements ``pressrun.content.publish.SubscriberDirectory``. Each call runs its own
+    event loop on a worker thread, so it works from plain code and from a thread of
+    an asyncio program alike (not from the thread of the loop that serves the
+    service itself: that loop would be blocked).
+    """
+
+    def __init__(self, url: str, operator_token: str | None, *, timeout_s: float = 120.0) -> None:
+        self._url = url.rstrip("/")
+        self.operator_token = operator_token
+        self.timeout_s = timeout_s
+
+    @property
+    def url(self) -> str:
+        """The service's base URL."""
+        return self._url
+
+    def _run(self, call: Callable[[SubscriptionsClient], Awaitable[T]]) -> T:
+        async def go() -> T:
+            async with aiohttp.ClientSession() as session:
+                client = SubscriptionsClient(
+                    self._url,
+                    session,
+                    operator_token=self.operator_token,
+                    timeout_s=self.timeout_s,
+                )
+                return await call(client)
+
+        with ThreadPoolExecutor(1, thread_name_prefix="subscriptions-client") as pool:
+            return pool.submit(asyncio.run, go()).result()
+
+    def subscriber_keys(self) -> list[bytes]:
+        """Every current subscriber's public key."""
+        subs = self._run(lambda c: c.subscribers())
+        return [bytes.fromhex(s["public_key"]) for s in subs]
+
+    def store_wraps(self, issue_id: str, version: int, wraps: Mapping[bytes, bytes]) -> list[bytes]:
+        """Upload one issue version's wraps; the keys the service skipped."""
+        _, skipped = self._run(lambda c: c.put_wraps(issue_id, version, wraps))
+        return [bytes.fromhex(k) for k in skipped]
