@@ -150,7 +150,7 @@ def test_a_converged_ring_answers_every_lookup_correctly() -> None:
         lid, effects = src.lookup(key, now=0.0)
         net.apply(src, effects)
         asked.append((src.me.id, lid, key))
-    loop.run(10.0)
+    loop.run(2.0)
     for nid, lid, key in asked:
         res = net.results[(nid, lid)]
         assert isinstance(res, LookupDone) and res.successor.id == true_successor(live, key)

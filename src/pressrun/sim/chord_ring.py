@@ -116,7 +116,7 @@ def build_stable_ring(
     r = min(config.successor_list_size, max(1, n - 1))
     nodes: list[ChordNode] = []
     for pos, ref in enumerate(ordered):
-        node = ChordNode(ref, config, now=now, rng=random.Random(rng.getrandbits(64)))
+        node = ChordNode(ref, config, now=now, rng=rng)  # one Random for all: cheaper
         succs = [ordered[(pos + k) % n] for k in range(1, r + 1)] if n > 1 else [ref]
         fingers: list[NodeRef | None] = [None] * ID_BITS
         i = 0

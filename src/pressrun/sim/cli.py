@@ -1,4 +1,4 @@
-"""`pressrun sim balancer`: run a scenario with one or every balancing algorithm."""
+"""`pressrun sim balancer | chord | swarm`: the simulations (docs/simulator.md, docs/chord.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `sim` and its sub-command `balancer`."""
+    """Add `sim` and its sub-commands."""
     sim = subparsers.add_parser("sim", help="simulate pressrun with virtual time")
     sim_sub = sim.add_subparsers(dest="sim_command", metavar="WHAT", required=True)
     bal = sim_sub.add_parser(
@@ -40,6 +40,64 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "put), > 0 = pressrun clients re-ask naming the origin after this much stall",
     )
     bal.set_defaults(func=run_balancer)
+    register_chord(sim_sub)
+
+
+def register_chord(sim_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`pressrun sim chord` (docs/chord.md)."""
+    ch = sim_sub.add_parser(
+        "chord",
+        help="lookups on a large Chord ring, before and after a mass failure",
+        description="Build a converged Chord ring of N nodes (the real core), run random "
+        "lookups, fail a fraction of the nodes at once and run them again before "
+        "stabilisation repairs anything; print hops and success rates, plot a histogram.",
+    )
+    ch.add_argument("--nodes", type=int, required=True, help="ring size N")
+    ch.add_argument(
+        "--fail-fraction", type=float, default=0.0, help="share of nodes failed at once (0..1)"
+    )
+    ch.add_argument("--lookups", type=int, default=2000, help="lookups per phase (default 2000)")
+    ch.add_argument(
+        "--successor-list",
+        type=int,
+        default=None,
+        help="successor list size r (default ceil(log2 N))",
+    )
+    ch.add_argument("--seed", type=int, default=1, help="master seed (default 1)")
+    ch.add_argument("--out", type=Path, help="directory for the JSON summary and hop histogram")
+    ch.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ch.set_defaults(func=run_chord)
+
+
+def run_chord(args: argparse.Namespace) -> int:
+    """Handler of `pressrun sim chord`."""
+    from pressrun.sim.chord_run import format_chord, plot_hops, run_chord_sim
+
+    try:
+        result = run_chord_sim(
+            nodes=args.nodes,
+            fail_fraction=args.fail_fraction,
+            lookups=args.lookups,
+            seed=args.seed,
+            successor_list_size=args.successor_list,
+            progress=not args.json,
+        )
+    except ValueError as exc:
+        print(f"pressrun sim chord: {exc}", file=sys.stderr)
+        return 2
+    summary = result.summary()
+    if args.out is not None:
+        png = plot_hops(result, args.out / f"chord-{args.nodes}-seed{args.seed}-hops.png")
+        summary["plot"] = str(png)
+        out = args.out / f"chord-{args.nodes}-seed{args.seed}.json"
+        out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_chord(result))
+        if args.out is not None:
+            print(f"histogram: {summary['plot']}")
+    return 0
 
 
 def run_balancer(args: argparse.Namespace) -> int:

@@ -1,0 +1,265 @@
+"""Pieces as keys: who answers for which piece, and who uploads it to a newcomer.
+
+004_3e4b985b4cf14853.txt, III.A, with hosts and content swapped: every supernode of a
+central Chord ring answers for pieces; a joining node gets every piece's key from the
+central administration (the tracker), and the supernode that answers for a piece's key
+decides which node uploads that piece to the newcomer. A node that has uploaded as
+much as it downloaded may leave (the fair-exit rule of `pressrun.peer.core`).
+
+**Balance: the tracker places the supernodes' ids.** Key k belongs to its Chord
+successor, as always; what the central administration adds is *where* supernodes sit.
+With few keys (an issue has tens to hundreds of pieces) and few supernodes, SHA-1 ids
+leave some supernodes with several times their share (measured: docs/chord.md, and a
+prototype had 2 to 15 of 80 pieces per node with 64 virtual nodes). The tracker knows
+every key and every supernode of the issue, so `place_supernodes` puts the j-th of n
+supernodes at the key that ends the j-th n-quantile of the sorted keys: each answers
+for floor(K/n) or ceil(K/n) keys, lookups and the ring's invariants stay plain Chord.
+A supernode that registers later is placed in the middle of the most loaded arc; one
+that fails hands its arc to its successor (up to twice a share) until the tracker
+places the next.
+
+**The uploader choice** (`PieceDirectory.choose_uploader`): among the fresh holders of
+the piece that have not left and are not the asker, first those that still owe upload
+(downloaded - uploaded > 0, so they reach the fair-exit ratio and leave sooner), then
+the least loaded (uploads assigned in the last ``load_window_s``), ties at random. With
+no holder, the asker itself is told to bring the piece in from the origins, and for the
+next ``bring_in_s`` others asking for it are pointed at that bringer (it will hold the
+piece before they could fetch it themselves): so each piece leaves the origins about
+once, and the bringing is spread over the newcomers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from pressrun.chord.ids import RING, distance, piece_key
+
+
+def piece_keys(info_hash_hex: str, num_pieces: int) -> list[int]:
+    """The keys of every piece of an issue, in piece order."""
+    return [piece_key(info_hash_hex, k) for k in range(num_pieces)]
+
+
+def successor_of(node_ids_sorted: Sequence[int], key: int) -> int:
+    """The node (by sorted id list) that key belongs to in Chord."""
+    i = bisect.bisect_left(node_ids_sorted, key)
+    return node_ids_sorted[i % len(node_ids_sorted)]
+
+
+def responsibility(node_ids: Iterable[int], keys: Iterable[int]) -> dict[int, int]:
+    """How many of ``keys`` each node answers for (nodes with none included)."""
+    ids = sorted(set(node_ids))
+    counts = dict.fromkeys(ids, 0)
+    for k in keys:
+        counts[successor_of(ids, k)] += 1
+    return counts
+
+
+def place_supernodes(keys: Sequence[int], count: int) -> list[int]:
+    """Ids for ``count`` supernodes so each answers for floor or ceil of K/count keys."""
+    if count < 1:
+        raise ValueError("at least one supernode")
+    ks = sorted(set(keys))
+    if not ks:
+        return [(RING // count) * j for j in range(count)]
+    ids: list[int] = []
+    for j in range(count):
+        end = ((j + 1) * len(ks)) // count  # keys [.., end) go to supernode j
+        # (fewer keys than supernodes: the spare ones sit just before the first key)
+        cand = ks[end - 1] if end > 0 else (ks[0] - (count - j)) % RING
+        while cand in ids:
+            cand = (cand - 1) % RING
+        ids.append(cand)
+    return ids
+
+
+def place_one_more(existing: Sequence[int], keys: Sequence[int]) -> int:
+    """An id for a newcomer: the middle key of the most loaded arc (splits it in two)."""
+    ids = sorted(existing)
+    if not ids:
+        return place_supernodes(keys, 1)[0]
+    arcs: dict[int, list[int]] = {i: [] for i in ids}
+    for k in sorted(set(keys)):
+        arcs[successor_of(ids, k)].append(k)
+    owner = max(ids, key=lambda i: (len(arcs[i]), i))
+    pred = ids[(ids.index(owner) - 1) % len(ids)]
+    arc = sorted(arcs[owner], key=lambda k: distance(pred, k))  # from just after pred
+    if len(arc) < 2:
+        cand = (pred + distance(pred, owner) // 2) % RING
+    else:
+        cand = arc[len(arc) // 2 - 1]
+    while cand in ids:
+        cand = (cand - 1) % RING
+    return cand
+
+
+def spread(counts: dict[int, int]) -> tuple[int, int, float]:
+    """(min, max, max / mean) of per-node key counts."""
+    vals = list(counts.values())
+    mean = sum(vals) / len(vals) if vals else 0.0
+    return min(vals, default=0), max(vals, default=0), (max(vals) / mean if mean else 0.0)
+
+
+# --- the directory a supernode keeps for the pieces it answers for ------------------
+
+
+@dataclass(slots=True)
+class Holder:
+    """What a supernode knows of one node that reported pieces."""
+
+    peer_id: str
+    address: str
+    uploaded_bytes: int = 0
+    downloaded_bytes: int = 0
+    reported_at: float = 0.0
+    left: bool = False
+    assigned_at: list[float] = field(default_factory=list)
+
+    @property
+    def owes_bytes(self) -> int:
+        return self.downloaded_bytes - self.uploaded_bytes
+
+    def load(self, now: float, window_s: float) -> int:
+        cut = now - window_s
+        self.assigned_at = [t for t in self.assigned_at if t > cut]
+        return len(self.assigned_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Uploader:
+    """The directory's answer for one piece: who uploads it (``bring_in``: the asker
+    itself fetches it from the origins)."""
+
+    piece: int
+    peer_id: str
+    address: str
+    bring_in: bool
+
+
+class PieceDirectory:
+    """Holders of the pieces one supernode answers for, and the uploader choice.
+
+    Pure: reports and questions come with ``now``; a `random.Random` breaks ties.
+    """
+
+    def __init__(
+        self,
+        *,
+        rng: random.Random,
+        holder_ttl_s: float = 30.0,
+        load_window_s: float = 10.0,
+        bring_in_s: float = 10.0,
+    ) -> None:
+        self.rng = rng
+        self.holder_ttl_s = holder_ttl_s
+        self.load_window_s = load_window_s
+        self.bring_in_s = bring_in_s
+        self.holders: dict[str, Holder] = {}
+        self.pieces: dict[int, set[str]] = {}
+        self._bringing: dict[int, tuple[str, float]] = {}
+
+    def handle_report(
+        self,
+        *,
+        peer_id: str,
+        address: str,
+        have: Iterable[int],
+        uploaded_bytes: int,
+        downloaded_bytes: int,
+        now: float,
+        left: bool = False,
+    ) -> None:
+        """A node's holdings (of the pieces this supernode answers for) and totals."""
+        h = self.holders.get(peer_id)
+        if h is None:
+            h = self.holders[peer_id] = Holder(peer_id, address)
+        h.address = address
+        h.uploaded_bytes = max(h.uploaded_bytes, uploaded_bytes)
+        h.downloaded_bytes = max(h.downloaded_bytes, downloaded_bytes)
+        h.reported_at = now
+        h.left = h.left or left
+        for piece in have:
+            self.pieces.setdefault(piece, set()).add(peer_id)
+            bringer = self._bringing.get(piece)
+            if bringer is not None and bringer[0] == peer_id:
+                del self._bringing[piece]
+
+    def handle_left(self, peer_id: str) -> None:
+        """The node left the swarm: never chosen again."""
+        h = self.holders.get(peer_id)
+        if h is not None:
+            h.left = True
+
+    def choose_uploader(self, piece: int, *, peer_id: str, address: str, now: float) -> Uploader:
+        """Who uploads ``piece`` to ``peer_id`` (module docstring)."""
+        cands = [
+            h
+            for pid in self.pieces.get(piece, ())
+            if (h := self.holders[pid]).peer_id != peer_id
+            and not h.left
+            and now - h.reported_at <= self.holder_ttl_s
+        ]
+        if cands:
+            self.rng.shuffle(cands)
+            best = min(
+                cands,
+                key=lambda h: (h.owes_bytes <= 0, h.load(now, self.load_window_s)),
+            )
+            best.assigned_at.append(now)
+            return Uploader(piece, best.peer_id, best.address, bring_in=False)
+        bringer = self._bringing.get(piece)
+        if bringer is not None and now - bringer[1] <= self.bring_in_s:
+            b = self.holders.get(bringer[0])
+            if b is not None and not b.left and b.peer_id != peer_id:
+                return Uploader(piece, b.peer_id, b.address, bring_in=False)
+        self._bringing[piece] = (peer_id, now)
+        if peer_id not in self.holders:
+            self.holders[peer_id] = Holder(peer_id, address, reported_at=now)
+        return Uploader(piece, peer_id, address, bring_in=True)
+
+    def export(self, pieces: Iterable[int]) -> dict[str, object]:
+        """What this directory knows of ``pieces`` (a graceful leave's handoff)."""
+        wanted = set(pieces)
+        out_pieces = {str(p): sorted(self.pieces[p]) for p in wanted if p in self.pieces}
+        ids = {pid for pids in out_pieces.values() for pid in pids}
+        return {
+            "pieces": out_pieces,
+            "holders": {
+                pid: [h.address, h.uploaded_bytes, h.downloaded_bytes, h.reported_at, h.left]
+                for pid, h in self.holders.items()
+                if pid in ids
+            },
+        }
+
+    def adopt(self, handoff: object) -> int:
+        """Merge a handoff from `export` (ignores what it cannot read); pieces merged."""
+        if not isinstance(handoff, dict):
+            return 0
+        holders, pieces = handoff.get("holders"), handoff.get("pieces")
+        if not isinstance(holders, dict) or not isinstance(pieces, dict):
+            return 0
+        for pid, row in holders.items():
+            if not isinstance(pid, str) or not isinstance(row, list) or len(row) != 5:
+                continue
+            addr, up, down, at, left = row
+            if not (isinstance(addr, str) and isinstance(up, int) and isinstance(down, int)):
+                continue
+            h = self.holders.setdefault(pid, Holder(pid, addr))
+            h.uploaded_bytes = max(h.uploaded_bytes, up)
+            h.downloaded_bytes = max(h.downloaded_bytes, down)
+            h.reported_at = (
+                max(h.reported_at, float(at)) if isinstance(at, int | float) else h.reported_at
+            )
+            h.left = h.left or bool(left)
+        merged = 0
+        for key, pids in pieces.items():
+            if not (isinstance(key, str) and key.isdigit() and isinstance(pids, list)):
+                continue
+            known = {p for p in pids if isinstance(p, str) and p in self.holders}
+            if known:
+                self.pieces.setdefault(int(key), set()).update(known)
+                merged += 1
+        return merged

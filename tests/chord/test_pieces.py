@@ -1,0 +1,91 @@
+"""Pieces as keys: placement balance, the uploader choice, handoffs."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pressrun.chord.ids import RING, node_id_for
+from pressrun.chord.pieces import (
+    PieceDirectory,
+    piece_keys,
+    place_one_more,
+    place_supernodes,
+    responsibility,
+    spread,
+)
+
+IH = "12" * 20
+
+
+@given(st.integers(1, 400), st.integers(1, 40))
+def test_placed_supernodes_answer_for_an_equal_share(num_pieces: int, count: int) -> None:
+    keys = piece_keys(IH, num_pieces)
+    ids = place_supernodes(keys, count)
+    assert len(set(ids)) == count and all(0 <= i < RING for i in ids)
+    counts = responsibility(ids, keys)
+    lo, hi, _ = spread(counts)
+    assert sum(counts.values()) == num_pieces
+    assert hi - lo <= 1
+
+
+def test_placement_beats_plain_hashing_and_a_newcomer_splits_the_biggest_arc() -> None:
+    keys = piece_keys(IH, 200)
+    plain = responsibility([node_id_for(f"127.0.0.1:{7000 + i}") for i in range(5)], keys)
+    placed = responsibility(place_supernodes(keys, 5), keys)
+    assert spread(placed)[:2] == (40, 40)
+    assert spread(plain)[1] > 40  # plain SHA-1 ids: someone answers for more than a share
+    ids = place_supernodes(keys, 4)
+    new = place_one_more(ids, keys)
+    after = responsibility([*ids, new], keys)
+    assert after[new] == 25 and max(after.values()) == 50
+
+
+def test_the_uploader_owes_first_then_least_loaded_never_left() -> None:
+    d = PieceDirectory(rng=random.Random(1))
+    d.handle_report(
+        peer_id="a", address="a:1", have=[1], uploaded_bytes=9, downloaded_bytes=9, now=0
+    )
+    d.handle_report(
+        peer_id="b", address="b:1", have=[1], uploaded_bytes=0, downloaded_bytes=5, now=0
+    )
+    d.handle_report(
+        peer_id="c", address="c:1", have=[1], uploaded_bytes=0, downloaded_bytes=5, now=0
+    )
+    first = d.choose_uploader(1, peer_id="x", address="x:1", now=1.0)
+    second = d.choose_uploader(1, peer_id="y", address="y:1", now=1.0)
+    # both owers before the one that is even, spread over them
+    assert {first.peer_id, second.peer_id} == {"b", "c"}
+    d.handle_left("b")
+    d.handle_left("c")
+    third = d.choose_uploader(1, peer_id="z", address="z:1", now=1.0)
+    assert third.peer_id == "a" and not third.bring_in
+    # the asker itself is never chosen; stale holders are not either
+    assert d.choose_uploader(1, peer_id="a", address="a:1", now=1.0).bring_in
+    stale = d.choose_uploader(1, peer_id="q", address="q:1", now=100.0)
+    assert stale.bring_in and stale.peer_id == "q"
+
+
+def test_a_piece_nobody_holds_is_brought_in_once() -> None:
+    d = PieceDirectory(rng=random.Random(1), bring_in_s=5.0)
+    first = d.choose_uploader(7, peer_id="x", address="x:1", now=0.0)
+    assert first.bring_in and first.peer_id == "x"
+    other = d.choose_uploader(7, peer_id="y", address="y:1", now=1.0)
+    assert not other.bring_in and other.peer_id == "x"  # wait for the bringer
+    late = d.choose_uploader(7, peer_id="z", address="z:1", now=9.0)
+    assert late.bring_in and late.peer_id == "z"  # the bringer took too long
+
+
+def test_handoff_round_trip_and_garbage() -> None:
+    d = PieceDirectory(rng=random.Random(1))
+    d.handle_report(
+        peer_id="a", address="a:1", have=[1, 2], uploaded_bytes=1, downloaded_bytes=2, now=3.0
+    )
+    blob = d.export([1])
+    e = PieceDirectory(rng=random.Random(2))
+    assert e.adopt(blob) == 1
+    assert e.pieces == {1: {"a"}} and e.holders["a"].downloaded_bytes == 2
+    for junk in (None, 3, {"pieces": 1}, {"pieces": {"x": ["a"]}, "holders": {"a": [1]}}):
+        assert PieceDirectory(rng=random.Random(3)).adopt(junk) == 0
