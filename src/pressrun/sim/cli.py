@@ -41,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     bal.set_defaults(func=run_balancer)
     register_chord(sim_sub)
+    register_swarm(sim_sub)
 
 
 def register_chord(sim_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -148,4 +149,90 @@ def run_balancer(args: argparse.Namespace) -> int:
         print(json.dumps(summaries if len(summaries) > 1 else summaries[0], indent=2, default=str))
     elif len(names) > 1:
         print(format_comparison(summaries))
+    return 0
+
+
+def register_swarm(sim_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`pressrun sim swarm` (docs/chord.md)."""
+    sw = sim_sub.add_parser(
+        "swarm",
+        help="a flash crowd on one issue: the ring's uploader choice, random, rarest-first",
+        description="Piece-level swarm model in slots (numpy): completion against the "
+        "fluid bound, the origin's share of unicast, when subscribers may leave fairly, "
+        "for each uploader choice, in one table and one plot.",
+    )
+    sw.add_argument(
+        "--scenario",
+        default="flash-50k",
+        help="a built-in swarm scenario (flash-50k, flash-1k) or a TOML file (default flash-50k)",
+    )
+    sw.add_argument(
+        "--choices",
+        default="ring,random,rarest",
+        help="comma-separated uploader choices (default ring,random,rarest)",
+    )
+    sw.add_argument(
+        "--slots-per-piece",
+        type=int,
+        default=1,
+        help="time resolution: slots per piece time at the slowest upload rate (default 1)",
+    )
+    sw.add_argument("--seed", type=int, default=1, help="master seed (default 1)")
+    sw.add_argument("--out", type=Path, help="directory for the JSON summary and the plot")
+    sw.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sw.set_defaults(func=run_swarm_sim)
+
+
+def run_swarm_sim(args: argparse.Namespace) -> int:
+    """Handler of `pressrun sim swarm`."""
+    from pressrun.sim.swarm_model import (
+        CHOICES,
+        SwarmScenarioError,
+        compare,
+        format_comparison,
+        load_swarm_scenario,
+        plot_comparison,
+    )
+
+    choices = tuple(c.strip() for c in args.choices.split(",") if c.strip())
+    bad = [c for c in choices if c not in CHOICES]
+    if bad or not choices:
+        print(
+            f"pressrun sim swarm: unknown choice {bad[0] if bad else ''!r}; "
+            f"choose from {', '.join(CHOICES)}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        scenario = load_swarm_scenario(args.scenario)
+        result = compare(
+            scenario,
+            choices,
+            seed=args.seed,
+            slots_per_piece=args.slots_per_piece,
+            progress=not args.json,
+        )
+    except (SwarmScenarioError, ValueError) as exc:
+        print(f"pressrun sim swarm: {exc}", file=sys.stderr)
+        return 2
+    summary: dict[str, Any] = {
+        "scenario": scenario.name,
+        "subscribers": scenario.subscribers,
+        "file_bytes": scenario.file_bytes,
+        "pieces": scenario.num_pieces,
+        "seed": args.seed,
+        "fluid_bound_s": round(result.bound_s, 2),
+        "choices": result.rows(),
+    }
+    if args.out is not None:
+        png = plot_comparison(result, args.out / f"swarm-{scenario.name}-seed{args.seed}.png")
+        summary["plot"] = str(png)
+        out = args.out / f"swarm-{scenario.name}-seed{args.seed}.json"
+        out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_comparison(result))
+        if args.out is not None:
+            print(f"plot: {summary['plot']}")
     return 0
