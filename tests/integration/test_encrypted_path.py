@@ -1,6 +1,7 @@
 """Subscribers only, end to end on 127.0.0.1: the subscription service, an encrypted
-issue published through it, origins that carry only ciphertext, and `fetch_issue` /
-`pressrun get` for subscribers, strangers and removed subscribers."""
+issue published through it, origins and swarm peers that carry only ciphertext, and
+`fetch_issue` / `pressrun get` for subscribers, strangers and removed subscribers, in
+origin mode and in swarm mode."""
 
 from __future__ import annotations
 
@@ -20,15 +21,21 @@ import pytest
 from pressrun.clients.aio import FetchError, fetch_issue
 from pressrun.clients.library import Library
 from pressrun.content.keys import generate_keypair, load_subscriber_key
-from pressrun.content.manifest import SignedManifest
+from pressrun.content.manifest import SignedManifest, check_file
 from pressrun.demo.testbed import OriginShape, Testbed
+from pressrun.peer.config import desktop_profile
+from pressrun.peer.loopback import loopback_swarm
 from pressrun.subscriptions.aio import SubscriptionService
 from pressrun.subscriptions.client import HttpSubscriberDirectory, SubscriptionsClient
 from pressrun.subscriptions.store import SubscriptionStore
 
 from .conftest import FAST, ISSUE, PIECE, SIZE, Keys
+from .test_swarm_path import FAST as SWARM_FAST
+from .test_swarm_path import Recorder as SwarmRecorder
+from .test_swarm_path import swarm_balancer
 
 TOKEN = "integration-operator-token"
+SWARM_SIZE = 2 * 1024 * 1024 + 999
 
 
 @dataclass
@@ -262,3 +269,68 @@ async def test_a_subscriber_removed_before_the_next_issue_cannot_read_it(
     assert (bob.library / "mag-1" / "mag-1.pdf").read_bytes() == data
     with pytest.raises(FetchError, match="not subscribed"):
         await get(bed, bob, keys, "mag-1")
+
+
+async def test_subscribers_read_through_the_swarm_a_peer_without_a_wrap_reads_nothing(
+    subs: Subs, tmp_path: Path
+) -> None:
+    alice, bob, eve = (reader(tmp_path, n) for n in ("alice", "bob", "eve"))
+    for who, name in ((alice, "alice"), (bob, "bob")):
+        await subs.client.add_subscriber(who.public, name)
+    async with loopback_swarm(
+        tmp_path / "swarm",
+        size_bytes=SWARM_SIZE,
+        origin_cap_mbps=(None,),
+        piece_size=PIECE,
+        tracker_interval_s=2,
+        encrypt_for=subs.directory,
+    ) as swarm:
+        m = swarm.manifest
+        assert m.encryption is not None
+        trusted = {m.publisher_key_bytes}
+        # eve runs a plain swarm peer: it downloads and verifies every ciphertext
+        # piece from the web seed and seeds them, like any relay; it never has a key
+        (eve_peer,) = await asyncio.wait_for(
+            swarm.run_peers(1, desktop_profile(max_seed_time_s=0.5)), 40
+        )
+        assert eve_peer.completed
+        held = eve_peer.path.read_bytes()
+        assert check_file(m, eve_peer.path).matches(m)  # every ciphertext byte, verified
+        assert swarm.data[PIECE : PIECE + 64] not in held
+        balancer = await swarm_balancer(swarm, swarm.tracker_url)
+        try:
+            with pytest.raises(FetchError, match=r"^not subscribed"):
+                await fetch_issue(
+                    swarm.issue_id,
+                    balancer_url=balancer.url,
+                    library=eve.library,
+                    config=SWARM_FAST,
+                    trusted_keys=trusted,
+                    subscriber_key=eve.key,
+                )
+            nothing_readable(eve.library, swarm.data, swarm.issue_id)
+            recorders = [SwarmRecorder(), SwarmRecorder()]
+            results = await asyncio.wait_for(
+                asyncio.gather(
+                    *(
+                        fetch_issue(
+                            swarm.issue_id,
+                            balancer_url=balancer.url,
+                            library=who.library,
+                            config=SWARM_FAST,
+                            trusted_keys=trusted,
+                            subscriber_key=who.key,
+                            progress=rec,
+                        )
+                        for who, rec in zip((alice, bob), recorders, strict=True)
+                    )
+                ),
+                60,
+            )
+        finally:
+            await balancer.stop()
+    for who, result, rec in zip((alice, bob), results, recorders, strict=True):
+        assert result.mode == "swarm" and result.encrypted, rec.notices
+        assert "swarm" in rec.sources, rec.notices
+        assert result.path == who.library / swarm.issue_id / f"{swarm.issue_id}.pdf"
+        assert result.path.read_bytes() == swarm.data
