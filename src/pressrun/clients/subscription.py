@@ -67,10 +67,10 @@ async def content_key_for(
     who = bytes(subscriber_key.public_key).hex()[:16]
     try:
         wrap = await client.fetch_wrap(manifest.issue_id, enc.version, subscriber_key)
-    except NotSubscribed as err:
+    except NotSubscribed:
         raise NotReadable(
-            f"not subscribed: subscriber key {who}... cannot read {what} ({err}); nothing "
-            "was downloaded"
+            f"not subscribed: subscriber key {who}... is not a subscriber at {url}, so it "
+            f"cannot read {what}; nothing was downloaded"
         ) from None
     except NoWrap as err:
         raise NotReadable(f"{what}: {err}; nothing was downloaded") from None
