@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 NATIVE := native/pressrun-flute
 NATIVE_STAMP := $(VENV)/.native-installed
 
-.PHONY: demo test lint typecheck contracts unit bench setup system clean
+.PHONY: demo test lint typecheck contracts unit bench setup system clean images emulate
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,6 +30,14 @@ setup: $(STAMP) $(NATIVE_STAMP) system
 
 demo: setup
 	$(BIN)/pressrun demo
+
+# the docker compose emulation (docs/emulation.md); SCENARIO=small for a quick one
+SCENARIO ?= flash-crowd
+images: setup
+	$(BIN)/pressrun emulate --build-only
+
+emulate: setup
+	$(BIN)/pressrun emulate --scenario $(SCENARIO)
 
 lint: $(STAMP) $(NATIVE_STAMP)
 	$(BIN)/ruff check src tests bench

@@ -8,6 +8,9 @@ need=()
 command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v aria2c >/dev/null 2>&1 || need+=(aria2)
+command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
@@ -17,9 +20,18 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "setup-system: installing ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# no service may start on install: Debian's docker.service would start the engine with
+# its defaults, which add NAT rules and set the host's FORWARD policy to DROP
+own_policy=0
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod +x /usr/sbin/policy-rc.d
+  own_policy=1
+fi
+trap 'if [ "$own_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
+apt-get -o DPkg::Lock::Timeout=600 update -qq
+apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 # Debian starts the services on install; pressrun starts its own on demand.
-systemctl disable --now nginx redis-server >/dev/null 2>&1 || true
+systemctl disable --now nginx redis-server docker docker.socket containerd >/dev/null 2>&1 || true
 service nginx stop >/dev/null 2>&1 || true
 service redis-server stop >/dev/null 2>&1 || true

@@ -1,8 +1,14 @@
-"""docker-compose.yml stays valid: every service command parses with today's CLI."""
+"""docker-compose.yml stays valid: `docker-compose config` accepts it, with the
+defaults and with the emulation's settings, and every pressrun command in it parses
+with today's CLI."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -11,22 +17,84 @@ from pressrun.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 
+needs_compose = pytest.mark.skipif(
+    shutil.which("docker-compose") is None,
+    reason="docker-compose is not installed (make setup installs it)",
+)
 
-def _services() -> dict[str, dict[str, object]]:
+
+def _config(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """`docker-compose config` of the file: interpolated, validated, as YAML."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PRESSRUN_")}
+    done = subprocess.run(
+        ["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config"],
+        env={**clean, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    doc: dict[str, Any] = yaml.safe_load(done.stdout)
+    return doc
+
+
+@needs_compose
+def test_compose_config_validates_with_the_defaults() -> None:
+    doc = _config()
+    services = doc["services"]
+    assert {"origin-a", "origin-b", "origin-c", "balancer", "tracker-1", "tracker-2",
+            "redis", "client"} <= set(services)  # fmt: skip
+    for name, service in services.items():
+        assert "build" not in service, f"{name}: images are built offline, not by compose"
+        assert service["image"] == "pressrun:latest"
+        if name != "client":
+            assert "healthcheck" in service, f"{name} has no healthcheck"
+    # a real deployment: no link shaping, the balancer with both trackers
+    for service in services.values():
+        for key, value in (service.get("environment") or {}).items():
+            if key.startswith("PRESSRUN_LINK_"):
+                assert value in ("", None), f"{key} is set by default"
+    balancer = services["balancer"]["command"]
+    assert "--tracker=http://tracker-1:6969/announce,http://tracker-2:6969/announce" in balancer
+    subnet = doc["networks"]["default"]["ipam"]["config"][0]["subnet"]
+    assert subnet.startswith("198.18.")
+
+
+@needs_compose
+def test_compose_config_takes_every_setting_from_the_environment() -> None:
+    doc = _config(
+        {
+            "PRESSRUN_ORIGIN_C_LINK_RATE": "100mbit",
+            "PRESSRUN_ORIGIN_C_CAPACITY_MBPS": "90",
+            "PRESSRUN_SWARM_TRACKERS": "",
+            "PRESSRUN_SUBNET": "198.18.99.0/24",
+            "PRESSRUN_BALANCER_PUBLISH": "127.0.0.1:",
+            "PRESSRUN_IMAGE": "pressrun:test",
+        }
+    )
+    services = doc["services"]
+    assert services["origin-c"]["environment"]["PRESSRUN_LINK_RATE"] == "100mbit"
+    assert "90" in services["origin-c"]["command"]
+    assert "--tracker=" in services["balancer"]["command"]  # swarm off: origin mode only
+    assert services["balancer"]["ports"] == ["127.0.0.1::8080/tcp"]
+    assert doc["networks"]["default"]["ipam"]["config"][0]["subnet"] == "198.18.99.0/24"
+    assert {s["image"] for s in services.values()} == {"pressrun:test"}
+
+
+def test_every_pressrun_command_parses() -> None:
     data = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    services: dict[str, dict[str, object]] = data["services"]
-    return services
+    commands = [s["command"] for s in data["services"].values() if s["command"][0] == "pressrun"]
+    assert len(commands) >= 7
+    parser = build_parser()
+    for command in commands:
+        # compose's ${VAR:-default} as the default value
+        args = [_default(str(part)) for part in command[1:]]
+        parsed = parser.parse_args(args)
+        assert callable(parsed.func)
 
 
-def test_compose_has_the_topology() -> None:
-    services = _services()
-    assert {"origin-a", "origin-b", "origin-c", "balancer", "tracker", "redis"} <= set(services)
+def _default(text: str) -> str:
+    import re
 
-
-@pytest.mark.parametrize("name", [n for n, s in _services().items() if "build" in s])
-def test_every_pressrun_service_command_parses(name: str) -> None:
-    command = _services()[name]["command"]
-    assert isinstance(command, list)
-    args = build_parser().parse_args([str(part) for part in command])
-    assert args.command == "serve"
-    assert callable(args.func)
+    return re.sub(r"\$\{[A-Z0-9_]+:?-([^}]*)\}", r"\1", text)

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "pressrun.peer.cli",  # seed
     "pressrun.sim.cli",  # sim
     "pressrun.demo.cli",  # demo
+    "pressrun.emulate.cli",  # emulate
 )
 # Modules that register `pressrun serve <service>`.
 SERVE_MODULES = (

@@ -55,7 +55,7 @@ import re
 import time
 from collections import Counter as TallyCounter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -119,6 +119,9 @@ class BalancerServiceConfig:
         over the issues whose manifest it has read; an issue not read yet is answered
         ``origin`` and its manifest is fetched in the background).
     demand: the demand policy's thresholds (used only with ``tracker_url``).
+    extra_tracker_urls: more tracker instances sharing ``tracker_url``'s state (Redis);
+        swarm directives name ``tracker_url`` and these in turn, spreading the
+        announces over them.
     """
 
     origins: tuple[OriginSpec, ...]
@@ -132,6 +135,7 @@ class BalancerServiceConfig:
     access_log: bool = False
     tracker_url: str | None = None
     demand: DemandConfig = field(default_factory=DemandConfig)
+    extra_tracker_urls: tuple[str, ...] = ()
 
     def effective_poll_timeout_s(self) -> float:
         """The poll timeout in force: the configured one or 0.8 x the interval."""
@@ -238,6 +242,7 @@ class BalancerService:
         self._manifest_fetches: dict[str, asyncio.Task[str]] = {}
         self._up_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self.directives_by_mode: TallyCounter[str] = TallyCounter()
+        self._swarm_directives = 0
         self.registry = CollectorRegistry()
         self.registry.register(_BalancerCollector(self))
         self.poll_seconds = Histogram(
@@ -491,8 +496,18 @@ class BalancerService:
             return self._refusal(result)
         if self.config.tracker_url is not None and issue_id not in self.swarms:
             self._learn_swarm(issue_id, [o.url for o in result.origins])
+        if result.swarm is not None and self.config.extra_tracker_urls:
+            result = self._next_tracker(result)
         self.directives_by_mode[result.mode.value] += 1
         return result
+
+    def _next_tracker(self, directive: Directive) -> Directive:
+        """The directive naming the next tracker instance in turn."""
+        assert directive.swarm is not None and self.config.tracker_url is not None
+        trackers = (self.config.tracker_url, *self.config.extra_tracker_urls)
+        url = trackers[self._swarm_directives % len(trackers)]
+        self._swarm_directives += 1
+        return replace(directive, swarm=replace(directive.swarm, tracker_url=url))
 
     async def directive(self, request: web.Request) -> web.Response:
         """``GET /v1/issues/{issue_id}/directive[?failed=a,b]``."""

@@ -66,6 +66,17 @@ def parse_origins(text: str) -> tuple[OriginSpec, ...]:
     return tuple(specs)
 
 
+def parse_trackers(text: str) -> tuple[str, ...]:
+    """``--tracker``'s comma-separated announce URLs; empty: no tracker (origin only)."""
+    urls = tuple(u.strip() for u in text.split(",") if u.strip())
+    for url in urls:
+        if not url.startswith(("http://", "https://", "udp://")):
+            raise ValueError(f"--tracker {url!r} is not an http://, https:// or udp:// URL")
+    if len(set(urls)) != len(urls):
+        raise ValueError("--tracker lists a URL twice")
+    return urls
+
+
 def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``pressrun serve balancer`` to the serve subcommands."""
     from pressrun.balancer.algorithms import algorithm_class, algorithm_names
@@ -159,9 +170,11 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--tracker",
         default=None,
-        metavar="URL",
+        metavar="URL[,URL...]",
         help="the tracker's announce URL (e.g. http://127.0.0.1:6969/announce); given, an "
-        "issue in demand is answered in swarm mode (default: origin mode only)",
+        "issue in demand is answered in swarm mode (default, or an empty value: origin "
+        "mode only). Several comma-separated URLs: tracker instances sharing one Redis, "
+        "named in turn by the swarm directives",
     )
     p.add_argument(
         "--swarm-enter-downloaders",
@@ -211,6 +224,7 @@ def run_balancer(args: argparse.Namespace) -> int:
 
     try:
         origins = parse_origins(args.origins)
+        trackers = parse_trackers(args.tracker or "")
         stale = args.stale_after_s if args.stale_after_s is not None else 3.5 * args.poll_interval_s
         balancer = BalancerConfig(
             poll_interval_s=args.poll_interval_s,
@@ -233,7 +247,8 @@ def run_balancer(args: argparse.Namespace) -> int:
             algorithm_params=_parse_params(args.param),
             poll_timeout_s=args.poll_timeout_s,
             access_log=args.access_log,
-            tracker_url=args.tracker,
+            tracker_url=trackers[0] if trackers else None,
+            extra_tracker_urls=trackers[1:],
             demand=DemandConfig(
                 enter_downloaders=args.swarm_enter_downloaders,
                 leave_downloaders=args.swarm_leave_downloaders,

@@ -520,3 +520,11 @@ def _expand_arrivals(
         raise _err(source, f"{where}.path", f"{path} holds no requests")
     t0 = min(s for s, _ in stamps)
     return [Arrival(start + (s - t0) * scale, asset or name) for s, name in stamps]
+
+
+def expand_arrivals(
+    spec: Mapping[str, Any], rng: random.Random, where: str, source: str
+) -> list[Arrival]:
+    """One ``[[arrivals]]`` table (rate, burst, waves or log) as its arrivals, validated
+    with the same messages; the emulation's scenario files use the same tables."""
+    return _expand_arrivals(spec, rng, where, source)

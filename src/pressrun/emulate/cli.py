@@ -1,0 +1,137 @@
+"""``pressrun emulate``: the docker compose emulation, from images to the report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+#: where images, wheels and the engine's data live (ignored by git)
+CACHE_ENV = "PRESSRUN_EMULATE_CACHE"
+
+
+def project_root() -> Path:
+    """The source tree (docker-compose.yml, Dockerfile, pyproject.toml)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "docker-compose.yml").is_file() and (parent / "pyproject.toml").is_file():
+            return parent
+    raise FileNotFoundError(
+        "pressrun emulate runs from a source checkout (docker-compose.yml and the "
+        "Dockerfile are not installed with the package)"
+    )
+
+
+def cache_dir(root: Path) -> Path:
+    """The cache folder: ``PRESSRUN_EMULATE_CACHE`` or ``.cache/emulate`` in the tree."""
+    import os
+
+    given = os.environ.get(CACHE_ENV)
+    path = Path(given) if given else root / ".cache" / "emulate"
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add ``pressrun emulate``."""
+    from pressrun.emulate.scenario import builtin_names
+
+    p = subparsers.add_parser(
+        "emulate",
+        help="run a scenario on the docker compose emulation and write a report",
+        description="Start the container engine if none runs (in 198.18.0.0/15, leaving "
+        "the host's network alone), build the images offline if needed, bring "
+        "docker-compose.yml up, run the scenario's clients on its schedule, and write a "
+        "report (summary.json, egress.png, clients.png) to --out. Everything is torn "
+        "down at the end, on errors and on Ctrl-C. Needs root (or DOCKER_HOST). "
+        "docs/emulation.md.",
+    )
+    p.add_argument(
+        "--scenario",
+        metavar="NAME_OR_FILE",
+        help=f"a built-in scenario ({', '.join(builtin_names())}) or a TOML file",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="the report folder (default ./emulation-<scenario>)",
+    )
+    p.add_argument(
+        "--build-only",
+        action="store_true",
+        help="build the images (base from debootstrap, pressrun from the host's wheels) and stop",
+    )
+    p.add_argument(
+        "--no-twin",
+        action="store_true",
+        help="skip the scenario's unicast-only twin run",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the emulation; 0 when every client of every run ended with a verified file."""
+    import asyncio
+    import logging
+
+    from pressrun.emulate.engine import DockerCommandError, EngineUnavailable, engine_session
+    from pressrun.emulate.images import DEFAULT_IMAGE, ImageBuildError, build_images
+    from pressrun.emulate.run import EmulationError
+    from pressrun.sim.scenario import ScenarioError
+
+    def say(text: str) -> None:
+        print(f"pressrun emulate: {text}", flush=True)
+
+    if not args.build_only and not args.scenario:
+        print("pressrun emulate: --scenario is required (or --build-only)", file=sys.stderr)
+        return 2
+    scenario = None
+    if args.scenario:
+        from pressrun.emulate.scenario import load_scenario
+
+        try:
+            scenario = load_scenario(args.scenario)
+        except ScenarioError as err:
+            print(f"pressrun emulate: {err}", file=sys.stderr)
+            return 2
+    try:
+        root = project_root()
+    except FileNotFoundError as err:
+        print(f"pressrun emulate: {err}", file=sys.stderr)
+        return 2
+    for name in ("pressrun.content", "pressrun.emulate.engine"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    cache = cache_dir(root)
+    try:
+        with engine_session(cache) as engine:
+            say(f"container engine at {engine.host}")
+            import os
+
+            image = os.environ.get("PRESSRUN_IMAGE") or DEFAULT_IMAGE
+            built = build_images(engine, cache_dir=cache, project_root=root, image=image,
+                                 report=say)  # fmt: skip
+            say(f"images ready: {built.base}, {built.image}")
+            if scenario is None:
+                return 0
+            from pressrun.emulate.run import run_scenario
+
+            out = Path(args.out) if args.out else None
+            return asyncio.run(
+                run_scenario(
+                    engine,
+                    scenario,
+                    out=out,
+                    compose_file=root / "docker-compose.yml",
+                    image=image,
+                    twin=not args.no_twin,
+                    report=say,
+                )
+            )
+    except EngineUnavailable as err:
+        print(f"pressrun emulate: no container engine: {err}", file=sys.stderr)
+        return 1
+    except (ImageBuildError, EmulationError, DockerCommandError) as err:
+        print(f"pressrun emulate: {err}", file=sys.stderr)
+        return 1

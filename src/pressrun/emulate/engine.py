@@ -1,0 +1,261 @@
+"""The container engine: find a running one or start our own, and talk to it.
+
+`ensure_engine` returns a `Engine` whose `docker`/`compose` methods run the Debian
+``docker`` and ``docker-compose`` clients against it. When ``DOCKER_HOST`` is set, that
+engine is used as it is. Otherwise pressrun's own engine is used: ``dockerd`` with its
+data root in the cache folder and its socket under ``/run/pressrun-emulate/``, started
+on demand with the flags that leave the host's network alone (FIELD-NOTES.md,
+"Docker"): ``--iptables=false --ip-masq=false``, no default bridge (``--bridge none``),
+networks only from the benchmarking range 198.18.0.0/15. Every user holds a shared
+lock on the engine; whoever started it stops it when nobody else holds the lock.
+
+Where no engine can start (not root, ``dockerd`` missing, the daemon dying at start)
+`EngineUnavailable` says exactly why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: every network the engine makes comes from here (the benchmarking range, RFC 2544)
+ADDRESS_POOL = "198.18.0.0/16"
+ENGINE_START_TIMEOUT_S = 60.0
+
+
+class EngineUnavailable(RuntimeError):
+    """No container engine can be used here; the message says why and what to do."""
+
+
+class DockerCommandError(RuntimeError):
+    """A docker or docker-compose command failed; the message has its last lines."""
+
+
+@dataclass
+class Engine:
+    """A reachable container engine and, if we started it, the daemon process."""
+
+    host: str
+    process: subprocess.Popen[bytes] | None = None
+    lock_file: object | None = None
+    log_path: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def run(
+        self,
+        args: Sequence[str],
+        *,
+        check: bool = True,
+        timeout_s: float | None = 600.0,
+        input_bytes: bytes | None = None,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a client command (``docker ...``, ``docker-compose ...``) on this engine."""
+        try:
+            done = subprocess.run(
+                list(args),
+                env=self.env,
+                capture_output=True,
+                text=input_bytes is None,
+                input=input_bytes,
+                timeout=timeout_s,
+                check=False,
+                cwd=cwd,
+            )
+        except subprocess.TimeoutExpired:
+            raise DockerCommandError(
+                f"{' '.join(args[:4])} ... did not finish in {timeout_s:g} s"
+            ) from None
+        if isinstance(done.stdout, bytes):
+            done = subprocess.CompletedProcess(
+                done.args,
+                done.returncode,
+                done.stdout.decode(errors="replace"),
+                (done.stderr or b"").decode(errors="replace"),
+            )
+        if check and done.returncode != 0:
+            lines = (done.stderr or done.stdout or "").strip().splitlines()
+            raise DockerCommandError(
+                f"{' '.join(args[:3])} failed (exit {done.returncode}): " + " | ".join(lines[-4:])
+            )
+        return done
+
+    def docker(self, *args: str, check: bool = True, timeout_s: float | None = 600.0) -> str:
+        """``docker ARGS``; its stdout."""
+        return self.run(["docker", *args], check=check, timeout_s=timeout_s).stdout
+
+    def stop(self) -> None:
+        """Stop the daemon if we started it and nobody else uses it; release our lock."""
+        lock = self.lock_file
+        self.lock_file = None
+        proc = self.process
+        self.process = None
+        if lock is None:
+            return
+        fd = lock.fileno()  # type: ignore[attr-defined]
+        if proc is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("the engine stays up: another pressrun emulate still uses it")
+                proc = None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        lock.close()  # type: ignore[attr-defined]
+
+
+def _socket_dir(cache_dir: Path) -> Path:
+    # unix socket paths are limited to 107 bytes: a short path keyed by the cache folder
+    key = hashlib.sha256(str(cache_dir.resolve()).encode()).hexdigest()[:10]
+    return Path("/run/pressrun-emulate") / key
+
+
+def _client_env(host: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DOCKER_HOST"] = host
+    env.pop("DOCKER_CONTEXT", None)
+    # compose 1.29 refuses to start with a non-UTF-8 locale in some shells
+    env.setdefault("LC_ALL", "C.UTF-8")
+    env.setdefault("COMPOSE_INTERACTIVE_NO_CLI", "1")
+    return env
+
+
+def _answers(host: str, timeout_s: float = 10.0) -> bool:
+    try:
+        done = subprocess.run(
+            ["docker", "version", "--format", "{{.Server.Version}}"],
+            env=_client_env(host),
+            capture_output=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (subprocess.TimeoutExpired, FileNotFoundError):
+        return False
+    return done.returncode == 0
+
+
+def why_no_engine() -> str | None:
+    """Why pressrun cannot start its own engine here, or None when it can try."""
+    if shutil.which("docker") is None or shutil.which("docker-compose") is None:
+        return (
+            "the docker and docker-compose clients are not installed: "
+            "`make setup` (or apt-get install docker.io docker-compose) as root"
+        )
+    if shutil.which("dockerd") is None:
+        return "dockerd is not installed: `make setup` (or apt-get install docker.io) as root"
+    if os.geteuid() != 0:
+        return (
+            "starting the container engine needs root (dockerd creates bridges and "
+            "namespaces): run as root, or set DOCKER_HOST to an engine you may use"
+        )
+    return None
+
+
+def ensure_engine(cache_dir: Path) -> Engine:
+    """A usable engine: ``DOCKER_HOST``'s, ours if it runs, or ours started now."""
+    given = os.environ.get("DOCKER_HOST")
+    if given:
+        if not _answers(given):
+            raise EngineUnavailable(f"DOCKER_HOST={given} does not answer `docker version`")
+        return Engine(given, env=_client_env(given))
+    problem = why_no_engine()
+    if problem is not None:
+        raise EngineUnavailable(problem)
+    run_dir = _socket_dir(cache_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    host = f"unix://{run_dir}/docker.sock"
+    lock = open(run_dir / "users.lock", "a+")  # noqa: SIM115 - held until Engine.stop
+    fcntl.flock(lock.fileno(), fcntl.LOCK_SH)
+    if _answers(host, timeout_s=5.0):
+        return Engine(host, lock_file=lock, env=_client_env(host))
+    # nobody's engine answers: start ours (the exclusive section keeps two starters apart)
+    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    try:
+        if _answers(host, timeout_s=5.0):
+            return Engine(host, lock_file=lock, env=_client_env(host))
+        engine = _start_dockerd(cache_dir, run_dir, host)
+        engine.lock_file = lock
+        return engine
+    except BaseException:
+        lock.close()
+        raise
+    finally:
+        if not lock.closed:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_SH)
+
+
+def _start_dockerd(cache_dir: Path, run_dir: Path, host: str) -> Engine:
+    data_root = cache_dir / "docker"
+    data_root.mkdir(parents=True, exist_ok=True)
+    log_path = cache_dir / "dockerd.log"
+    with contextlib.suppress(FileNotFoundError):
+        (run_dir / "docker.sock").unlink()
+    args = [
+        "dockerd",
+        "--host", host,
+        "--data-root", str(data_root),
+        "--exec-root", str(run_dir / "exec"),
+        "--pidfile", str(run_dir / "dockerd.pid"),
+        "--iptables=false",
+        "--ip-masq=false",
+        "--ip-forward=false",
+        "--bridge", "none",
+        "--default-address-pool", f"base={ADDRESS_POOL},size=24",
+        "--storage-driver", "overlay2",
+    ]  # fmt: skip
+    log.info("starting the container engine: %s", " ".join(args))
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    deadline = time.perf_counter() + ENGINE_START_TIMEOUT_S
+    while time.perf_counter() < deadline:
+        if proc.poll() is not None:
+            raise EngineUnavailable(
+                f"dockerd exited at start (code {proc.returncode}): {_tail(log_path)}"
+            )
+        if _answers(host, timeout_s=3.0):
+            return Engine(host, process=proc, log_path=log_path, env=_client_env(host))
+        time.sleep(0.5)
+    proc.kill()
+    proc.wait()
+    raise EngineUnavailable(
+        f"dockerd did not answer within {ENGINE_START_TIMEOUT_S:g} s: {_tail(log_path)}"
+    )
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no log"
+    return " | ".join(text[-lines:]) or "no log"
+
+
+@contextlib.contextmanager
+def engine_session(cache_dir: Path) -> Iterator[Engine]:
+    """`ensure_engine` as a context: the engine is released (and stopped, if ours and
+    unused) on the way out, also on Ctrl-C and errors."""
+    engine = ensure_engine(cache_dir)
+    try:
+        yield engine
+    finally:
+        engine.stop()

@@ -1,0 +1,221 @@
+"""pressrun's images, built offline: no image registry is reachable, none is needed.
+
+1. **The base image** ``pressrun-base:bookworm-KEY``: a Debian bookworm root file system
+   made on the host with ``debootstrap --variant=minbase`` (Python 3.11, iproute2,
+   nftables, redis-server) and imported with ``docker import``. The tarball is kept in
+   the cache folder, so it is made once per machine (about 80 s here).
+2. **The wheels**: every dependency pinned in pyproject.toml, built or taken from pip's
+   cache on the host (``pip wheel``; kept per pyproject.toml hash), and pressrun's own
+   wheel, built fresh each time (a few seconds).
+3. **The image** ``pressrun:latest`` (``PRESSRUN_IMAGE`` overrides the name): the root
+   ``Dockerfile`` over the base image, installing those wheels with ``pip --no-index``.
+   ``docker build`` keeps its layers, so an unchanged tree rebuilds in seconds.
+
+`build_images` does all three; ``pressrun emulate --build-only`` (``make images``) runs
+it. Progress goes to the ``report`` callable, one line per step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pressrun.emulate.engine import DockerCommandError, Engine
+
+SUITE = "bookworm"
+#: Debian packages the base image adds to minbase (tc and ip, nft, redis-server, ps)
+BASE_PACKAGES = ("python3", "python3-venv", "iproute2", "nftables", "redis-server", "procps")
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_IMAGE = "pressrun:latest"
+#: wheels the image's Python needs beyond the host's: Debian's Python is 3.11.2 and
+#: redis-py wants async-timeout below 3.11.3 (the host's 3.11.7 does not)
+IMAGE_EXTRA_REQUIREMENTS = ("async-timeout==5.0.1",)
+
+
+class ImageBuildError(RuntimeError):
+    """An image could not be built; the message says which step and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltImages:
+    """What `build_images` produced."""
+
+    base: str
+    image: str
+    seconds_by_step: dict[str, float]
+
+
+def base_key() -> str:
+    """A short hash of what goes into the base image (suite and package list)."""
+    text = SUITE + "\n" + "\n".join(BASE_PACKAGES)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _run(args: list[str], step: str, *, cwd: Path | None = None, timeout_s: float = 900) -> None:
+    try:
+        done = subprocess.run(
+            args, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except FileNotFoundError:
+        raise ImageBuildError(
+            f"{step}: {args[0]} is not installed (`make setup` as root)"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise ImageBuildError(f"{step}: {args[0]} did not finish in {timeout_s:g} s") from None
+    if done.returncode != 0:
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-4:])
+        raise ImageBuildError(f"{step} failed (exit {done.returncode}): {tail}")
+
+
+def root_filesystem(cache_dir: Path, mirror: str, report: Callable[[str], None]) -> Path:
+    """The base root file system as a tarball in the cache, made with debootstrap once."""
+    tarball = cache_dir / "base" / f"{SUITE}-{base_key()}.tar"
+    if tarball.exists():
+        return tarball
+    if shutil.which("debootstrap") is None:
+        raise ImageBuildError(
+            "debootstrap is not installed: `make setup` (or apt-get install debootstrap) as root"
+        )
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    rootfs = tarball.parent / f"rootfs-{base_key()}.tmp"
+    shutil.rmtree(rootfs, ignore_errors=True)
+    report(f"making the Debian {SUITE} root file system with debootstrap (once; about 80 s)")
+    try:
+        _run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                SUITE,
+                str(rootfs),
+                mirror,
+            ],
+            "debootstrap",
+        )
+        # the image needs no package lists or apt caches
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for child in (rootfs / junk).glob("*"):
+                if child.is_file():
+                    child.unlink()
+        partial = tarball.with_suffix(".partial")
+        with tarfile.open(partial, "w") as tar:
+            tar.add(rootfs, arcname=".")
+        partial.rename(tarball)
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+    return tarball
+
+
+def _dependencies(project_root: Path) -> list[str]:
+    doc = tomllib.loads((project_root / "pyproject.toml").read_text())
+    deps: list[str] = doc["project"]["dependencies"]
+    return deps
+
+
+def dependency_wheels(cache_dir: Path, project_root: Path, report: Callable[[str], None]) -> Path:
+    """Wheels of every pinned dependency (and theirs), kept per pyproject.toml hash."""
+    deps = [*_dependencies(project_root), *IMAGE_EXTRA_REQUIREMENTS]
+    key = hashlib.sha256("\n".join(deps).encode()).hexdigest()[:12]
+    folder = cache_dir / "wheels" / f"deps-{key}"
+    if (folder / ".complete").exists():
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    report(f"collecting the wheels of {len(deps)} pinned dependencies (pip wheel)")
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(folder), *deps],
+        "pip wheel (dependencies)",
+    )
+    (folder / ".complete").touch()
+    return folder
+
+
+def project_wheel(cache_dir: Path, project_root: Path) -> Path:
+    """pressrun's own wheel, built from the working tree now."""
+    folder = cache_dir / "wheels" / "project"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--wheel-dir",
+            str(folder),
+            str(project_root),
+        ],
+        "pip wheel (pressrun)",
+    )
+    return folder
+
+
+def build_images(
+    engine: Engine,
+    *,
+    cache_dir: Path,
+    project_root: Path,
+    image: str = DEFAULT_IMAGE,
+    mirror: str = DEFAULT_MIRROR,
+    report: Callable[[str], None] = print,
+) -> BuiltImages:
+    """Build (or find) the base image and pressrun's image; nothing is pulled."""
+    import time
+
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    base = f"pressrun-base:{SUITE}-{base_key()}"
+    have_base = engine.run(["docker", "image", "inspect", base], check=False).returncode == 0
+    if not have_base:
+        tarball = root_filesystem(cache_dir, mirror, report)
+        seconds["root file system"] = time.perf_counter() - started
+        report(f"importing {tarball.name} as {base}")
+        mark = time.perf_counter()
+        with open(tarball, "rb") as f:
+            data = f.read()
+        try:
+            engine.run(["docker", "import", "-", base], input_bytes=data)
+        except DockerCommandError as err:
+            raise ImageBuildError(f"docker import of the base image failed: {err}") from None
+        seconds["import"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    deps = dependency_wheels(cache_dir, project_root, report)
+    report("building pressrun's wheel")
+    own = project_wheel(cache_dir, project_root)
+    seconds["wheels"] = time.perf_counter() - mark
+    context = cache_dir / "context"
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir(parents=True)
+    shutil.copytree(deps, context / "deps", ignore=shutil.ignore_patterns(".complete"))
+    shutil.copytree(own, context / "project")
+    shutil.copy(project_root / "Dockerfile", context / "Dockerfile")
+    report(f"building {image} from {base} (docker build, layers cached)")
+    mark = time.perf_counter()
+    try:
+        engine.run(
+            [
+                "docker",
+                "build",
+                "--network",
+                "none",
+                "--build-arg",
+                f"BASE_IMAGE={base}",
+                "--tag",
+                image,
+                str(context),
+            ],
+            timeout_s=900,
+        )
+    except DockerCommandError as err:
+        raise ImageBuildError(f"docker build of {image} failed: {err}") from None
+    seconds["docker build"] = time.perf_counter() - mark
+    return BuiltImages(base, image, seconds)

@@ -1,0 +1,222 @@
+"""The emulation's report: a JSON summary, PNG plots and a console table.
+
+Per client: its link, when it started, how long it took (download, then seeding until
+its leave rule in swarm mode), the mode it ended in, bytes from origins (sections and
+web seeds), from peers and by multicast, and whether the file is the issue byte for
+byte. Per origin: egress over time (from its ``/stats``). Per run: the origins' total
+egress, and with a unicast-only twin the ratio of the two.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pressrun.emulate.run import PublishedIssue, VariantResult
+from pressrun.emulate.scenario import EmulationScenario
+
+MODE_COLOURS = {"origin": "tab:blue", "swarm": "tab:orange", "multicast": "tab:green"}
+
+
+def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
+    """One dict per client for the JSON summary."""
+    rows = []
+    for o in result.clients:
+        doc = o.doc or {}
+        rows.append(
+            {
+                "client": o.plan.number,
+                "link": o.plan.link.name,
+                "profile": o.plan.link.profile,
+                "planned_start_s": round(o.plan.at_s, 2),
+                "started_s": None if o.started_s is None else round(o.started_s, 2),
+                "seconds": doc.get("seconds"),
+                "mode": doc.get("mode"),
+                "swarm_stalled": doc.get("swarm_stalled"),
+                "leave_rule": doc.get("leave_rule"),
+                "bytes_from_origins": doc.get("bytes_from_origins", 0),
+                "bytes_by_origin": doc.get("bytes_by_origin", {}),
+                "bytes_from_web_seeds": doc.get("bytes_from_web_seeds", 0),
+                "bytes_from_peers": doc.get("bytes_from_peers", 0),
+                "bytes_from_multicast": doc.get("bytes_from_multicast", 0),
+                "verified": o.verified(sha256),
+                "exit_code": o.exit_code,
+                "error": o.error,
+            }
+        )
+    return rows
+
+
+def origin_egress(result: VariantResult) -> dict[str, int]:
+    """Bytes each origin sent during the run (last sample minus first)."""
+    out = {}
+    for name, series in result.egress.items():
+        out[name] = series[-1][1] - series[0][1] if len(series) >= 2 else 0
+    return out
+
+
+def summarize(
+    scenario: EmulationScenario, issue: PublishedIssue, results: Sequence[VariantResult]
+) -> dict[str, Any]:
+    """The JSON summary of every run of the scenario."""
+    variants: dict[str, Any] = {}
+    for r in results:
+        rows = client_rows(r, issue.sha256)
+        egress = origin_egress(r)
+        times = sorted(row["seconds"] for row in rows if row["seconds"] is not None)
+        modes: dict[str, int] = {}
+        for row in rows:
+            modes[str(row["mode"])] = modes.get(str(row["mode"]), 0) + 1
+        variants[r.variant] = {
+            "clients": len(rows),
+            "verified": sum(1 for row in rows if row["verified"]),
+            "modes": modes,
+            "seconds": {
+                "min": times[0] if times else None,
+                "median": times[len(times) // 2] if times else None,
+                "max": times[-1] if times else None,
+            },
+            "origin_egress_bytes": egress,
+            "origin_egress_total_bytes": sum(egress.values()),
+            "bytes_from_origins": sum(row["bytes_from_origins"] for row in rows),
+            "bytes_from_peers": sum(row["bytes_from_peers"] for row in rows),
+            "bytes_from_multicast": sum(row["bytes_from_multicast"] for row in rows),
+            "multicast_sender_bytes": None,
+            "wall_s": round(r.wall_s, 1),
+            "faults": r.faults,
+            "trackers": r.trackers,
+            "egress_series": {n: s for n, s in r.egress.items()},
+            "per_client": rows,
+        }
+    summary: dict[str, Any] = {
+        "scenario": scenario.name,
+        "description": scenario.description,
+        "issue": {"id": issue.issue_id, "size_bytes": issue.size_bytes, "sha256": issue.sha256},
+        "variants": variants,
+    }
+    if "emulation" in variants and "unicast-only" in variants:
+        unicast = variants["unicast-only"]["origin_egress_total_bytes"]
+        if unicast:
+            summary["origin_egress_ratio"] = round(
+                variants["emulation"]["origin_egress_total_bytes"] / unicast, 4
+            )
+    return summary
+
+
+def write_report(
+    out: Path,
+    scenario: EmulationScenario,
+    issue: PublishedIssue,
+    results: Sequence[VariantResult],
+) -> dict[str, Any]:
+    """summary.json and the PNG plots in ``out``; returns the summary."""
+    summary = summarize(scenario, issue, results)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot(out, summary)
+    return summary
+
+
+def plot(out: Path, summary: dict[str, Any]) -> None:
+    """egress.png (origin egress over time per run) and clients.png (each client's
+    start, duration and mode; bytes by source)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    variants = summary["variants"]
+    names = list(variants)
+    fig, axes = plt.subplots(len(names), 1, figsize=(9, 3.2 * len(names)), squeeze=False)
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        for origin, series in variants[name]["egress_series"].items():
+            if len(series) < 2:
+                continue
+            ts = [t for t, _ in series]
+            rates = [0.0] + [
+                (b2 - b1) * 8 / 1e6 / max(t2 - t1, 1e-3)
+                for (t1, b1), (t2, b2) in itertools.pairwise(series)
+            ]
+            ax.plot(ts, rates, label=origin)
+        for f in variants[name]["faults"]:
+            ax.axvline(f["at_s"], color="grey", linestyle=":")
+            ax.text(f["at_s"], ax.get_ylim()[1] * 0.9, f" {f['action']} {f['service']}",
+                    fontsize=7)  # fmt: skip
+        total = variants[name]["origin_egress_total_bytes"] / 1e6
+        ax.set_title(f"{name}: origin egress (total {total:.0f} MB)")
+        ax.set_xlabel("seconds since the first client")
+        ax.set_ylabel("Mbit/s")
+        ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "egress.png", dpi=100)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(len(names), 2, figsize=(12, 3.4 * len(names)), squeeze=False)
+    for row, name in enumerate(names):
+        clients = variants[name]["per_client"]
+        ax = axes[row, 0]
+        for c in clients:
+            if c["started_s"] is None or c["seconds"] is None:
+                ax.plot([c["planned_start_s"]], [c["client"]], "rx")
+                continue
+            colour = MODE_COLOURS.get(str(c["mode"]), "black")
+            ax.plot([c["started_s"], c["started_s"] + c["seconds"]], [c["client"]] * 2,
+                    color=colour, linewidth=1.5)  # fmt: skip
+        for mode, colour in MODE_COLOURS.items():
+            ax.plot([], [], color=colour, label=mode)
+        ax.set_title(f"{name}: each client from start to done, by mode")
+        ax.set_xlabel("seconds since the first client")
+        ax.set_ylabel("client")
+        ax.legend(loc="lower right", fontsize=8)
+        ax = axes[row, 1]
+        xs = [c["client"] for c in clients]
+        origin = [c["bytes_from_origins"] / 1e6 for c in clients]
+        peers = [c["bytes_from_peers"] / 1e6 for c in clients]
+        mcast = [c["bytes_from_multicast"] / 1e6 for c in clients]
+        ax.bar(xs, origin, color=MODE_COLOURS["origin"], label="origins", width=1.0)
+        ax.bar(xs, peers, bottom=origin, color=MODE_COLOURS["swarm"], label="peers", width=1.0)
+        base = [a + b for a, b in zip(origin, peers, strict=True)]
+        ax.bar(xs, mcast, bottom=base, color=MODE_COLOURS["multicast"], label="multicast",
+               width=1.0)  # fmt: skip
+        ax.set_title(f"{name}: MB per client by source")
+        ax.set_xlabel("client (in start order)")
+        ax.set_ylabel("MB")
+        ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "clients.png", dpi=100)
+    plt.close(fig)
+
+
+def print_summary(summary: dict[str, Any], out: Path) -> None:
+    """The console table of each run."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"emulation {summary['scenario']}: {summary['issue']['id']} "
+                  f"({summary['issue']['size_bytes'] / 1e6:.0f} MB)")  # fmt: skip
+    for col in ("run", "clients", "verified", "modes", "s median / max",
+                "origin egress MB", "from peers MB", "multicast MB"):  # fmt: skip
+        table.add_column(col)
+    for name, v in summary["variants"].items():
+        modes = ", ".join(f"{m} {n}" for m, n in sorted(v["modes"].items()))
+        secs = v["seconds"]
+        table.add_row(
+            name,
+            str(v["clients"]),
+            str(v["verified"]),
+            modes,
+            "-" if secs["median"] is None else f"{secs['median']:.1f} / {secs['max']:.1f}",
+            f"{v['origin_egress_total_bytes'] / 1e6:.0f}",
+            f"{v['bytes_from_peers'] / 1e6:.0f}",
+            f"{v['bytes_from_multicast'] / 1e6:.0f}",
+        )
+    console.print(table)
+    if "origin_egress_ratio" in summary:
+        console.print(
+            f"origin egress with swarm/multicast on: {summary['origin_egress_ratio']:.1%} "
+            "of the unicast-only run's"
+        )
+    console.print(f"report: {out / 'summary.json'}, {out / 'egress.png'}, {out / 'clients.png'}")

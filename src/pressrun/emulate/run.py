@@ -1,0 +1,485 @@
+"""One emulation run: publish the issue, bring the compose project up, run the clients
+on the scenario's schedule, break what the scenario breaks, collect, tear down.
+
+The services are docker-compose.yml's, started with ``docker-compose up`` in a project
+of their own (``pressrun-emu-<pid>-<variant>``) on a /24 of the benchmarking range no
+interface of the host uses. Each client is a container of the same image on the
+project's network, started with ``docker run`` at its arrival time with its access
+link's ``PRESSRUN_LINK_*`` variables; it runs ``pressrun get --json`` and exits, and its
+outcome is read from its log. The host reaches the services at their addresses on the
+bridge: every second it reads the origins' ``/stats`` (their egress over time).
+
+Everything started is removed in `finally` (clients, services, network, volumes), so an
+error or Ctrl-C leaves nothing behind but the report folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import ipaddress
+import json
+import logging
+import os
+import random
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from pressrun.emulate.engine import DockerCommandError, Engine
+from pressrun.emulate.scenario import ClientPlan, EmulationScenario
+
+log = logging.getLogger(__name__)
+
+ISSUE_ID = "flash-2026-47"
+ORIGINS = {"origin-a": 8001, "origin-b": 8002, "origin-c": 8003}
+TRACKERS = {"tracker-1": 6969, "tracker-2": 6969}
+BALANCER_PORT = 8080
+SAMPLE_INTERVAL_S = 1.0
+MIB = 1024 * 1024
+#: the unicast-only twin turns these off (an empty tracker list: origin mode only)
+UNICAST_ENV = {"PRESSRUN_SWARM_TRACKERS": ""}
+
+
+class EmulationError(RuntimeError):
+    """The emulation could not run to its end; the message says where it stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedIssue:
+    """The issue every client downloads, published into the run's content folder."""
+
+    issue_id: str
+    content_dir: Path
+    public_key_hex: str
+    sha256: str
+    size_bytes: int
+
+
+def publish_issue(out_dir: Path, size_mb: float, seed: int) -> PublishedIssue:
+    """A generated issue of ``size_mb`` MB, signed with a fresh key, web seeds on the
+    three origins by their service names."""
+    from pressrun.content.keys import generate_keypair, load_public_key
+    from pressrun.content.publish import publish
+
+    content = out_dir / "content"
+    content.mkdir(parents=True, exist_ok=True)
+    key, pub = generate_keypair(out_dir / "publisher.key", force=True)
+    size = int(size_mb * 1e6)
+    data = random.Random(seed).randbytes(size)
+    source = out_dir / "source" / f"{ISSUE_ID}.pdf"
+    source.parent.mkdir(exist_ok=True)
+    source.write_bytes(data)
+    sha = hashlib.sha256(data).hexdigest()
+    del data
+    publish(
+        source,
+        issue_id=ISSUE_ID,
+        title="Flash crowd issue (generated sample)",
+        key_path=key,
+        content_dir=content,
+        web_seeds=[f"http://{name}:{port}" for name, port in ORIGINS.items()],
+    )
+    source.unlink()
+    return PublishedIssue(ISSUE_ID, content, load_public_key(pub).hex(), sha, size)
+
+
+def free_subnet(engine: Engine) -> str:
+    """A /24 in 198.18.0.0/16 that no host interface and no engine network uses."""
+    used: list[ipaddress.IPv4Network] = []
+    out = subprocess.run(
+        ["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False
+    ).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if "inet" in parts:
+            used.append(ipaddress.IPv4Interface(parts[parts.index("inet") + 1]).network)
+    ids = engine.docker("network", "ls", "-q").split()
+    if ids:
+        doc = json.loads(engine.docker("network", "inspect", *ids))
+        for net in doc:
+            for cfg in (net.get("IPAM") or {}).get("Config") or []:
+                with contextlib.suppress(ValueError, KeyError):
+                    used.append(ipaddress.IPv4Network(cfg["Subnet"]))
+    for third in range(20, 250):
+        candidate = ipaddress.IPv4Network(f"198.18.{third}.0/24")
+        if not any(candidate.overlaps(u) for u in used):
+            return str(candidate)
+    raise EmulationError("no free /24 left in 198.18.0.0/16 for the emulation's network")
+
+
+@dataclass
+class ClientOutcome:
+    """One client container's result (``doc``: its ``pressrun get --json`` object)."""
+
+    plan: ClientPlan
+    container: str
+    started_s: float | None = None
+    exit_code: int | None = None
+    doc: dict[str, Any] | None = None
+    error: str | None = None
+
+    def verified(self, sha256: str) -> bool:
+        """Whether it ended with the issue, byte for byte."""
+        return (
+            self.exit_code == 0
+            and self.doc is not None
+            and bool(self.doc.get("verified"))
+            and self.doc.get("sha256") == sha256
+        )
+
+
+@dataclass
+class VariantResult:
+    """What one run (the scenario, or its unicast-only twin) produced."""
+
+    variant: str
+    clients: list[ClientOutcome]
+    egress: dict[str, list[tuple[float, int]]]  # origin -> [(t, bytes_sent_total)]
+    trackers: dict[str, Any] = field(default_factory=dict)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+class ComposeProject:
+    """docker-compose.yml as one project on an engine."""
+
+    def __init__(
+        self, engine: Engine, compose_file: Path, name: str, env: Mapping[str, str]
+    ) -> None:
+        self.engine = engine
+        self.compose_file = compose_file
+        self.name = name
+        self.env = {**engine.env, **env}
+
+    def compose(self, *args: str, timeout_s: float = 600.0, check: bool = True) -> str:
+        """``docker-compose -p NAME -f FILE ARGS``; its stdout."""
+        done = Engine(self.engine.host, env=self.env).run(
+            ["docker-compose", "-p", self.name, "-f", str(self.compose_file), *args],
+            timeout_s=timeout_s,
+            check=check,
+            cwd=self.compose_file.parent,
+        )
+        return done.stdout
+
+    def container(self, service: str) -> str:
+        """The container name compose 1.29 gives a service's first replica."""
+        return f"{self.name}_{service}_1"
+
+    @property
+    def network(self) -> str:
+        """The project's default network."""
+        return f"{self.name}_default"
+
+    def address(self, service: str) -> str:
+        """A service's address on the project's network."""
+        fmt = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"
+        ip = self.engine.docker("inspect", "--format", fmt, self.container(service)).strip()
+        if not ip:
+            raise EmulationError(f"{service} has no address on {self.network}")
+        return ip
+
+
+async def _docker(engine: Engine, *args: str, timeout_s: float = 120.0) -> str:
+    """``docker ARGS`` without blocking the event loop."""
+    done = await asyncio.to_thread(engine.run, ["docker", *args], check=True, timeout_s=timeout_s)
+    return done.stdout
+
+
+async def _wait_balancer_ready(url: str, issue_id: str, timeout_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    last = "no answer"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
+        while loop.time() < deadline:
+            try:
+                async with http.get(f"{url}/v1/origins") as resp:
+                    doc = await resp.json()
+                held = [
+                    o for o in doc["origins"]
+                    if o.get("state") == "up"
+                    and issue_id in (o.get("status") or {}).get("issues", [])
+                ]  # fmt: skip
+                if len(held) == len(doc["origins"]):
+                    return
+                last = f"{len(held)} of {len(doc['origins'])} origins up with {issue_id}"
+            except (aiohttp.ClientError, OSError, ValueError, KeyError) as err:
+                last = str(err) or type(err).__name__
+            await asyncio.sleep(0.5)
+    raise EmulationError(f"the balancer was not ready in {timeout_s:g} s ({last})")
+
+
+async def _sample_egress(
+    addresses: Mapping[str, str], series: dict[str, list[tuple[float, int]]], t0: float
+) -> None:
+    """Every second, each origin's ``bytes_sent_total`` (until cancelled)."""
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        while True:
+            for name, ip in addresses.items():
+                try:
+                    async with http.get(f"http://{ip}:{ORIGINS[name]}/stats") as resp:
+                        doc = await resp.json()
+                    series[name].append((loop.time() - t0, int(doc["bytes_sent_total"])))
+                except (aiohttp.ClientError, OSError, ValueError, KeyError, TimeoutError):
+                    pass  # a cut or dead origin: its series just stops growing
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+
+
+async def _tracker_views(project: ComposeProject, info_hash_hex: str) -> dict[str, Any]:
+    """What each tracker instance says about the issue's swarm (shared Redis state)."""
+    views: dict[str, Any] = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
+        for name, port in TRACKERS.items():
+            try:
+                ip = await asyncio.to_thread(project.address, name)
+                async with http.get(f"http://{ip}:{port}/v1/swarms/{info_hash_hex}") as resp:
+                    views[name] = (
+                        await resp.json() if resp.status == 200 else {"http_status": resp.status}
+                    )
+            except (aiohttp.ClientError, OSError, ValueError, TimeoutError,
+                    EmulationError, DockerCommandError) as err:  # fmt: skip
+                views[name] = {"unreachable": str(err) or type(err).__name__}
+    return views
+
+
+def _info_hash(content_dir: Path, issue_id: str) -> str:
+    doc = json.loads((content_dir / issue_id / "manifest.json").read_text())
+    return str(doc["manifest"].get("info_hash") or "")
+
+
+async def run_variant(
+    engine: Engine,
+    *,
+    scenario: EmulationScenario,
+    variant: str,
+    issue: PublishedIssue,
+    compose_file: Path,
+    image: str,
+    extra_env: Mapping[str, str],
+    report: Callable[[str], None],
+) -> VariantResult:
+    """Run the scenario once (``variant``: "emulation" or "unicast-only")."""
+    project_name = f"pressrun-emu-{os.getpid()}-{variant}"
+    subnet = free_subnet(engine)
+    env = {
+        **scenario.env,
+        **extra_env,
+        "PRESSRUN_IMAGE": image,
+        "PRESSRUN_SUBNET": subnet,
+        "PRESSRUN_CONTENT": str(issue.content_dir.resolve()),
+        "PRESSRUN_ISSUE": issue.issue_id,
+        "PRESSRUN_PUBLISHER_KEY": issue.public_key_hex,
+        "PRESSRUN_RESTART": "no",
+        "PRESSRUN_REDIS_SAVE": "",
+        # no fixed host ports: each published port on an ephemeral port of 127.0.0.1
+        **{
+            f"PRESSRUN_{svc}_PUBLISH": "127.0.0.1:"
+            for svc in ("ORIGIN_A", "ORIGIN_B", "ORIGIN_C", "TRACKER_1", "TRACKER_2", "BALANCER")
+        },
+    }
+    project = ComposeProject(engine, compose_file, project_name, env)
+    plans = scenario.clients()
+    outcomes = [ClientOutcome(p, f"{project_name}_client_{p.number}") for p in plans]
+    egress: dict[str, list[tuple[float, int]]] = {name: [] for name in ORIGINS}
+    result = VariantResult(variant, outcomes, egress)
+    loop = asyncio.get_running_loop()
+    sampler: asyncio.Task[None] | None = None
+    try:
+        report(f"[{variant}] starting the services on {subnet} (docker-compose up)")
+        await asyncio.to_thread(project.compose, "up", "-d", "--no-build", timeout_s=300)
+        balancer_url = f"http://{await asyncio.to_thread(project.address, 'balancer')}:8080"
+        await _wait_balancer_ready(balancer_url, issue.issue_id, timeout_s=60)
+        addresses = {n: await asyncio.to_thread(project.address, n) for n in ORIGINS}
+        t0 = loop.time()
+        sampler = asyncio.create_task(_sample_egress(addresses, egress, t0))
+        report(
+            f"[{variant}] {len(plans)} clients over "
+            f"{plans[-1].at_s:.0f} s; faults: "
+            + (
+                ", ".join(f"{f.action} {f.service} at {f.at_s:g} s" for f in scenario.faults)
+                or "none"
+            )
+        )
+
+        async def start_client(outcome: ClientOutcome) -> None:
+            await asyncio.sleep(max(0.0, t0 + outcome.plan.at_s - loop.time()))
+            link = outcome.plan.link
+            args = ["run", "-d", "--name", outcome.container, "--network", project.network,
+                    "--cap-add", "NET_ADMIN", "--init",
+                    "--label", f"pressrun.emulate.project={project_name}"]  # fmt: skip
+            for key, value in link.env().items():
+                args += ["-e", f"{key}={value}"]
+            args += [
+                image, "pressrun", "get", issue.issue_id, "--balancer", "http://balancer:8080",
+                "--library", "/var/lib/pressrun/library", "--profile", link.profile,
+                "--publisher-key", issue.public_key_hex, "--json",
+                "--max-seed-s", env.get("PRESSRUN_CLIENT_MAX_SEED_S", "30"),
+            ]  # fmt: skip
+            outcome.started_s = loop.time() - t0
+            try:
+                await _docker(engine, *args)
+            except DockerCommandError as err:
+                outcome.error = f"could not start: {err}"
+                outcome.exit_code = -1
+
+        async def fault(at_s: float, action: str, service: str) -> None:
+            await asyncio.sleep(max(0.0, t0 + at_s - loop.time()))
+            container = project.container(service)
+            if action == "kill":
+                await _docker(engine, "kill", container)
+            else:
+                await _docker(
+                    engine, "exec", container, "/opt/pressrun/bin/python", "-m",
+                    "pressrun.emulate.entrypoint", "--cut-link",
+                )  # fmt: skip
+            when = loop.time() - t0
+            result.faults.append({"at_s": round(when, 1), "action": action, "service": service})
+            report(f"[{variant}] t={when:.0f} s: {action} {service}")
+
+        starters = [asyncio.create_task(start_client(o)) for o in outcomes]
+        faulters = [asyncio.create_task(fault(f.at_s, f.action, f.service))
+                    for f in scenario.faults]  # fmt: skip
+        await asyncio.gather(*starters)
+        deadline = t0 + plans[-1].at_s + scenario.timeout_s
+        await _wait_clients(engine, outcomes, deadline, report, variant, t0)
+        await asyncio.gather(*faulters)
+        result.wall_s = loop.time() - t0
+        result.trackers = await _tracker_views(
+            project, _info_hash(issue.content_dir, issue.issue_id)
+        )
+        await asyncio.sleep(SAMPLE_INTERVAL_S * 1.5)  # one last egress sample
+        return result
+    finally:
+        if sampler is not None:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+        report(f"[{variant}] tearing down")
+        await asyncio.shield(asyncio.to_thread(_teardown, engine, project))
+
+
+async def _wait_clients(
+    engine: Engine,
+    outcomes: Sequence[ClientOutcome],
+    deadline: float,
+    report: Callable[[str], None],
+    variant: str,
+    t0: float,
+) -> None:
+    """Until every client container exited (or the deadline); reads each outcome."""
+    loop = asyncio.get_running_loop()
+    pending = {o.container: o for o in outcomes if o.exit_code is None}
+    last_note = 0.0
+    while pending:
+        names = list(pending)
+        fmt = "{{.Name}} {{.State.Status}} {{.State.ExitCode}}"
+        text = (await asyncio.to_thread(
+            engine.run, ["docker", "inspect", "--format", fmt, *names], check=False
+        )).stdout  # fmt: skip
+        for line in text.splitlines():
+            name, status, code = line.lstrip("/").split()
+            if status in ("exited", "dead"):
+                outcome = pending.pop(name)
+                outcome.exit_code = int(code)
+                await asyncio.to_thread(_read_outcome, engine, outcome)
+        now = loop.time()
+        if now - last_note > 15:
+            done = len(outcomes) - len(pending)
+            report(f"[{variant}] t={now - t0:.0f} s: {done}/{len(outcomes)} clients done")
+            last_note = now
+        if now > deadline:
+            for outcome in pending.values():
+                outcome.error = "still running at the scenario's timeout"
+                await asyncio.to_thread(_read_outcome, engine, outcome)
+            return
+        await asyncio.sleep(2.0)
+
+
+def _read_outcome(engine: Engine, outcome: ClientOutcome) -> None:
+    done = engine.run(["docker", "logs", outcome.container], check=False)
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                outcome.doc = json.loads(line)
+                break
+    if outcome.doc is None and outcome.error is None:
+        tail = [ln for ln in done.stderr.splitlines() if ln.strip()][-2:]
+        outcome.error = " | ".join(tail) or f"exit {outcome.exit_code}, no output"
+
+
+def _teardown(engine: Engine, project: ComposeProject) -> None:
+    ids = engine.docker(
+        "ps", "-aq", "--filter", f"label=pressrun.emulate.project={project.name}", check=False
+    ).split()
+    if ids:
+        engine.run(["docker", "rm", "-f", *ids], check=False, timeout_s=300)
+    try:
+        project.compose("down", "-v", "--remove-orphans", "-t", "3", timeout_s=300)
+    except DockerCommandError as err:
+        log.warning("docker-compose down: %s", err)
+
+
+def out_dir_for(base: Path | None, scenario_name: str) -> Path:
+    """The report folder: ``--out`` or ``emulation-<scenario>/`` here."""
+    out = base if base is not None else Path.cwd() / f"emulation-{scenario_name}"
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("content", "source"):
+        shutil.rmtree(out / stale, ignore_errors=True)
+    return out
+
+
+async def run_scenario(
+    engine: Engine,
+    scenario: EmulationScenario,
+    *,
+    out: Path | None,
+    compose_file: Path,
+    image: str,
+    twin: bool,
+    report: Callable[[str], None],
+) -> int:
+    """The scenario (and its unicast-only twin), then the report; 0 when every client
+    of every run ended with a verified file, 1 otherwise."""
+    from pressrun.emulate.report import print_summary, write_report
+
+    folder = out_dir_for(out, scenario.name)
+    report(f"publishing a {scenario.issue_mb:g} MB issue into {folder / 'content'}")
+    issue = await asyncio.to_thread(publish_issue, folder, scenario.issue_mb, scenario.seed)
+    variants: list[tuple[str, dict[str, str]]] = [("emulation", {})]
+    if scenario.unicast_twin and twin:
+        variants.append(("unicast-only", UNICAST_ENV))
+    results: list[VariantResult] = []
+    for variant, extra in variants:
+        results.append(
+            await run_variant(
+                engine,
+                scenario=scenario,
+                variant=variant,
+                issue=issue,
+                compose_file=compose_file,
+                image=image,
+                extra_env=extra,
+                report=report,
+            )
+        )
+    summary = write_report(folder, scenario, issue, results)
+    print_summary(summary, folder)
+    bad = [
+        (name, c) for name, v in summary["variants"].items()
+        for c in v["per_client"] if not c["verified"]
+    ]  # fmt: skip
+    if bad:
+        name, first = bad[0]
+        report(
+            f"{len(bad)} client(s) did not end with a verified file ({name} client "
+            f"{first['client']}: {first['error'] or 'not verified'})"
+        )
+        return 1
+    return 0

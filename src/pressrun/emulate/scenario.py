@@ -1,0 +1,269 @@
+"""Emulation scenarios: TOML in, a validated `EmulationScenario` out.
+
+A scenario names the issue's size, the settings of the compose project (any
+``PRESSRUN_*`` variable of docker-compose.yml, docs/emulation.md), the client access
+links, when clients arrive and what breaks when::
+
+    name = "flash-crowd"
+    description = "..."
+    issue_mb = 50
+    unicast_twin = true        # also run it with swarm (and multicast) off; one report
+    timeout_s = 1200           # the clients' deadline, from the first arrival
+
+    [env]                      # the compose project's settings
+    PRESSRUN_ORIGIN_C_LINK_RATE = "100mbit"
+
+    [[links]]                  # client access links, drawn in proportion to `share`
+    name = "dsl"
+    rate = "20mbit"            # both directions; up_rate / down_rate override
+    loss_pct = 0.0
+    profile = "desktop"        # pressrun get --profile
+    share = 3
+
+    [[arrivals]]               # the simulator's arrival tables (docs/simulator.md):
+    kind = "waves"             # trickle (= rate), waves, burst
+    count = 50
+    every_s = 30
+    waves = 3
+
+    [[faults]]
+    at_s = 40
+    action = "cut-link"        # cut-link (the service keeps running) or kill
+    service = "origin-c"
+
+Built-in scenarios live in `pressrun/emulate/scenarios/*.toml`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pressrun.emulate.link import LinkConfigError, parse_rate_bps
+from pressrun.sim.scenario import ScenarioError, expand_arrivals
+
+FAULT_ACTIONS = ("cut-link", "kill")
+PROFILES = ("desktop", "mobile")
+#: services of docker-compose.yml a fault may name
+SERVICES = ("origin-a", "origin-b", "origin-c", "tracker-1", "tracker-2", "balancer", "redis")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLink:
+    """One kind of client access link."""
+
+    name: str
+    up_rate: str | None
+    down_rate: str | None
+    loss_pct: float
+    profile: str
+    share: float
+
+    def env(self) -> dict[str, str]:
+        """The ``PRESSRUN_LINK_*`` variables of a client container on this link."""
+        env: dict[str, str] = {}
+        if self.up_rate:
+            env["PRESSRUN_LINK_UP_RATE"] = self.up_rate
+        if self.down_rate:
+            env["PRESSRUN_LINK_DOWN_RATE"] = self.down_rate
+        if self.loss_pct > 0:
+            env["PRESSRUN_LINK_LOSS_PCT"] = f"{self.loss_pct:g}"
+        return env
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """Something that breaks at ``at_s`` after the first arrival."""
+
+    at_s: float
+    action: str
+    service: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientPlan:
+    """One client of a run: when it starts (after the first arrival) and its link."""
+
+    number: int
+    at_s: float
+    link: ClientLink
+
+
+@dataclass(frozen=True, slots=True)
+class EmulationScenario:
+    """A validated emulation scenario."""
+
+    name: str
+    description: str
+    issue_mb: float
+    unicast_twin: bool
+    timeout_s: float
+    env: Mapping[str, str]
+    links: tuple[ClientLink, ...]
+    arrival_specs: tuple[Mapping[str, Any], ...]
+    faults: tuple[Fault, ...]
+    seed: int
+    source: str
+
+    def clients(self) -> list[ClientPlan]:
+        """Every client in start order, each with a link drawn by share (seeded)."""
+        rng = random.Random(self.seed)
+        times: list[float] = []
+        for i, spec in enumerate(self.arrival_specs):
+            times += [a.at_s for a in expand_arrivals(spec, rng, f"arrivals[{i}]", self.source)]
+        times.sort()
+        weights = [link.share for link in self.links]
+        picks = rng.choices(self.links, weights=weights, k=len(times))
+        return [
+            ClientPlan(n + 1, t, link) for n, (t, link) in enumerate(zip(times, picks, strict=True))
+        ]
+
+
+def builtin_names() -> list[str]:
+    """The built-in emulation scenarios (pressrun/emulate/scenarios/*.toml)."""
+    root = resources.files("pressrun.emulate") / "scenarios"
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_scenario(name_or_path: str) -> EmulationScenario:
+    """A built-in scenario by name, or a TOML file by path."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ScenarioError(f"scenario file {name_or_path} does not exist")
+        return parse_scenario(path.read_text(encoding="utf-8"), source=str(path))
+    res = resources.files("pressrun.emulate") / "scenarios" / f"{name_or_path}.toml"
+    if not res.is_file():
+        raise ScenarioError(
+            f"no built-in emulation scenario {name_or_path!r} and no such file; "
+            f"built-in: {', '.join(builtin_names())}"
+        )
+    return parse_scenario(res.read_text(encoding="utf-8"), source=f"built-in {name_or_path}")
+
+
+_TOP = {
+    "name", "description", "issue_mb", "unicast_twin", "timeout_s", "seed", "env", "links",
+    "arrivals", "faults",
+}  # fmt: skip
+_LINK = {"name", "rate", "up_rate", "down_rate", "loss_pct", "profile", "share"}
+_FAULT = {"at_s", "action", "service"}
+
+
+def _err(source: str, where: str, message: str) -> ScenarioError:
+    return ScenarioError(f"{source}: {where}: {message}")
+
+
+def _unknown(table: Mapping[str, Any], allowed: set[str], source: str, where: str) -> None:
+    extra = sorted(set(table) - allowed)
+    if extra:
+        raise _err(source, where, f"unknown key(s) {', '.join(extra)}; allowed: "
+                   f"{', '.join(sorted(allowed))}")  # fmt: skip
+
+
+def _number(table: Mapping[str, Any], key: str, default: float | None, source: str,
+            where: str, *, minimum: float = 0.0) -> float:  # fmt: skip
+    value = table.get(key, default)
+    if value is None:
+        raise _err(source, f"{where}.{key}", "is required")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _err(source, f"{where}.{key}", f"must be a number, got {value!r}")
+    if value < minimum:
+        raise _err(source, f"{where}.{key}", f"must be at least {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def parse_scenario(text: str, *, source: str = "<string>") -> EmulationScenario:
+    """Parse and validate scenario TOML text; `ScenarioError` says what to fix."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ScenarioError(f"{source}: not valid TOML: {err}") from None
+    _unknown(doc, _TOP, source, "top level")
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise _err(source, "name", "must be a non-empty string")
+    env_table = doc.get("env", {})
+    if not isinstance(env_table, dict):
+        raise _err(source, "env", 'must be a table of PRESSRUN_* = "value"')
+    env: dict[str, str] = {}
+    for key, value in env_table.items():
+        if not key.startswith("PRESSRUN_") or not isinstance(value, str | int | float):
+            raise _err(source, f"env.{key}", "must be a PRESSRUN_* variable with a string value")
+        env[key] = str(value)
+    links: list[ClientLink] = []
+    for i, table in enumerate(doc.get("links", [])):
+        where = f"links[{i}]"
+        _unknown(table, _LINK, source, where)
+        both = table.get("rate")
+        up = table.get("up_rate", both)
+        down = table.get("down_rate", both)
+        for key, value in (("up_rate", up), ("down_rate", down)):
+            if value is not None:
+                try:
+                    parse_rate_bps(str(value), key)
+                except LinkConfigError as err:
+                    raise _err(source, where, str(err)) from None
+        profile = table.get("profile", "desktop")
+        if profile not in PROFILES:
+            raise _err(source, f"{where}.profile", f"must be one of {', '.join(PROFILES)}")
+        loss = _number(table, "loss_pct", 0.0, source, where)
+        if loss > 100:
+            raise _err(source, f"{where}.loss_pct", "must be 0 to 100")
+        links.append(
+            ClientLink(
+                name=str(table.get("name", f"link-{i + 1}")),
+                up_rate=None if up is None else str(up),
+                down_rate=None if down is None else str(down),
+                loss_pct=loss,
+                profile=profile,
+                share=_number(table, "share", 1.0, source, where),
+            )
+        )
+    if not links:
+        links.append(ClientLink("unshaped", None, None, 0.0, "desktop", 1.0))
+    if sum(link.share for link in links) <= 0:
+        raise _err(source, "links", "the shares add up to 0")
+    specs: list[Mapping[str, Any]] = []
+    for i, spec in enumerate(doc.get("arrivals", [])):
+        if not isinstance(spec, dict):
+            raise _err(source, f"arrivals[{i}]", "must be a table")
+        spec = dict(spec)
+        if spec.get("kind") == "trickle":
+            spec["kind"] = "rate"  # the simulator's name for a steady trickle
+        expand_arrivals(spec, random.Random(0), f"arrivals[{i}]", source)  # validates
+        specs.append(spec)
+    if not specs:
+        raise _err(source, "arrivals", "at least one [[arrivals]] table is needed")
+    faults: list[Fault] = []
+    for i, table in enumerate(doc.get("faults", [])):
+        where = f"faults[{i}]"
+        _unknown(table, _FAULT, source, where)
+        action = table.get("action")
+        if action not in FAULT_ACTIONS:
+            raise _err(source, f"{where}.action", f"must be one of {', '.join(FAULT_ACTIONS)}")
+        service = table.get("service")
+        if service not in SERVICES:
+            raise _err(source, f"{where}.service", f"must be one of {', '.join(SERVICES)}")
+        faults.append(Fault(_number(table, "at_s", None, source, where), action, service))
+    scenario = EmulationScenario(
+        name=name,
+        description=str(doc.get("description", "")),
+        issue_mb=_number(doc, "issue_mb", 50.0, source, "top level", minimum=0.01),
+        unicast_twin=bool(doc.get("unicast_twin", False)),
+        timeout_s=_number(doc, "timeout_s", 900.0, source, "top level", minimum=1.0),
+        env=env,
+        links=tuple(links),
+        arrival_specs=tuple(specs),
+        faults=tuple(sorted(faults, key=lambda f: f.at_s)),
+        seed=int(_number(doc, "seed", 2026, source, "top level")),
+        source=source,
+    )
+    if not scenario.clients():
+        raise _err(source, "arrivals", "no client arrives")
+    return scenario
