@@ -41,7 +41,7 @@ def test_small_emulation_delivers_every_file_verified(
             "small",
             "--out",
             str(out),
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         timeout=600,
