@@ -87,10 +87,8 @@ def place_one_more(existing: Sequence[int], keys: Sequence[int]) -> int:
     owner = max(ids, key=lambda i: (len(arcs[i]), i))
     pred = ids[(ids.index(owner) - 1) % len(ids)]
     arc = sorted(arcs[owner], key=lambda k: distance(pred, k))  # from just after pred
-    if len(arc) < 2:
-        cand = (pred + distance(pred, owner) // 2) % RING
-    else:
-        cand = arc[len(arc) // 2 - 1]
+    # (an arc of fewer than two keys: halfway between the predecessor and its owner)
+    cand = arc[len(arc) // 2 - 1] if len(arc) >= 2 else (pred + distance(pred, owner) // 2) % RING
     while cand in ids:
         cand = (cand - 1) % RING
     return cand
