@@ -30,7 +30,6 @@ cache: this measures the CPU path. Exit status 0 only when every target is met.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import statistics
@@ -43,21 +42,9 @@ from pathlib import Path
 import nacl.bindings
 import nacl.public
 
-from pressrun.content.codec import (
-    ENCRYPTION_SCHEME,
-    Encryption,
-    Manifest,
-    encrypted_size,
-    num_pieces_for,
-)
-from pressrun.content.encryption import (
-    PieceCipher,
-    decrypt_file,
-    encrypt_stream,
-    key_check,
-    new_content_key,
-    new_nonce_prefix,
-)
+from pressrun.content.bundle import read_manifest
+from pressrun.content.codec import num_pieces_for
+from pressrun.content.encryption import PieceCipher, decrypt_file, encrypt_stream, open_wrap
 from pressrun.content.keys import generate_keypair
 from pressrun.content.publish import publish
 
@@ -77,17 +64,19 @@ def median_rate(size: int, seconds: list[tuple[float, float]], which: int) -> fl
 
 
 class Directory:
-    """An in-process subscriber directory for the publish measurement (two subscribers)."""
+    """An in-process subscriber directory for publish (two subscribers, wraps kept)."""
 
     url = "http://127.0.0.1:8090"
 
     def __init__(self) -> None:
-        self.keys = [bytes(nacl.public.PrivateKey.generate().public_key) for _ in range(2)]
+        self.readers = [nacl.public.PrivateKey.generate() for _ in range(2)]
+        self.stored: dict[bytes, bytes] = {}
 
     def subscriber_keys(self) -> list[bytes]:
-        return list(self.keys)
+        return [bytes(r.public_key) for r in self.readers]
 
     def store_wraps(self, issue_id: str, version: int, wraps: Mapping[bytes, bytes]) -> list[bytes]:
+        self.stored = dict(wraps)
         return []
 
 
@@ -108,8 +97,27 @@ def main() -> int:
         plain_path = work / "issue.pdf"
         data = os.urandom(size)
         plain_path.write_bytes(data)
-        key, prefix = new_content_key(), new_nonce_prefix()
-        cipher = PieceCipher(key, "bench-issue", 1, prefix, size, piece)
+        # one real publish --encrypt gives the manifest; a subscriber's wrap the key
+        secret, _ = generate_keypair(work / "publisher.key")
+        directory = Directory()
+        bundle = publish(
+            plain_path,
+            issue_id="bench-issue",
+            title="bench",
+            key_path=secret,
+            content_dir=work / "content",
+            piece_size=piece,
+            encrypt_for=directory,
+        )
+        manifest = read_manifest(bundle / "manifest.json")
+        assert manifest.encryption is not None
+        key = open_wrap(
+            directory.stored[bytes(directory.readers[0].public_key)],
+            directory.readers[0],
+            manifest.encryption.key_check,
+        )
+        cipher = PieceCipher.for_manifest(manifest, key)
+        ct_path = bundle / manifest.file_name
         n = num_pieces_for(size, chunk)
         print(
             f"{args.mb} MB issue, pieces of {piece} bytes ({n} pieces), {args.runs} runs, "
@@ -144,42 +152,15 @@ def main() -> int:
                 cipher.decrypt(i, c)
 
         # -- pressrun: file to file
-        ct_path = work / "issue.pdf.enc"
+        ct_out = work / "issue.pdf.enc"
 
         def pressrun_encrypt() -> None:
-            ct_path.unlink(missing_ok=True)
-            with open(ct_path, "wb") as out:
+            ct_out.unlink(missing_ok=True)
+            with open(ct_out, "wb") as out:
                 encrypt_stream(cipher, plain_path, lambda i, piece_ct: out.write(piece_ct))
 
         pressrun_encrypt()
-        ct = ct_path.read_bytes()
-        assert len(ct) == encrypted_size(size, piece)
-        manifest = Manifest(
-            format=1,
-            issue_id="bench-issue",
-            title="bench",
-            file_name=ct_path.name,
-            size_bytes=len(ct),
-            piece_size_bytes=piece,
-            piece_sha256=tuple(
-                hashlib.sha256(ct[i : i + piece]).hexdigest() for i in range(0, len(ct), piece)
-            ),
-            sha256=hashlib.sha256(ct).hexdigest(),
-            info_hash="0" * 40,
-            publisher_key="0" * 64,
-            created_at="2026-11-23T00:00:00Z",
-            encryption=Encryption(
-                scheme=ENCRYPTION_SCHEME,
-                version=1,
-                nonce_prefix=prefix,
-                key_check=key_check(key),
-                plain_file_name="issue.pdf",
-                plain_size_bytes=size,
-                plain_sha256=hashlib.sha256(data).hexdigest(),
-                subscriptions_url="http://127.0.0.1:8090",
-            ),
-        )
-        del ct
+        assert ct_out.read_bytes() == ct_path.read_bytes()  # deterministic: same key, nonces
         out_path = work / "decrypted.pdf"
 
         def pressrun_decrypt() -> None:
@@ -238,8 +219,6 @@ def main() -> int:
         ok = all(verdicts)
 
         if not args.skip_publish:
-            secret, _ = generate_keypair(work / "publisher.key")
-            directory = Directory()
 
             def publish_run(encrypted: bool) -> Callable[[], object]:
                 def run() -> object:

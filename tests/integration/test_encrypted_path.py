@@ -128,6 +128,32 @@ async def get(bed: Testbed, who: Reader, keys: Keys, issue_id: str = ISSUE) -> P
     return result.path
 
 
+async def run_get(
+    bed: Testbed, keys: Keys, library: Path, *flags: str, env: dict[str, str] | None = None
+) -> tuple[int | None, str, str]:
+    """``pressrun get ISSUE`` as a process: (exit code, stdout, stderr)."""
+    assert bed.balancer is not None
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pressrun.cli",
+        "get",
+        ISSUE,
+        "--balancer",
+        bed.balancer.url,
+        "--library",
+        str(library),
+        "--publisher-key",
+        str(keys.public),
+        *flags,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, out.decode(), err.decode()
+
+
 def nothing_readable(library: Path, data: bytes, issue_id: str = ISSUE) -> None:
     """No issue in the library and no file anywhere under it holding plaintext."""
     assert not (library / issue_id).exists()
@@ -195,49 +221,18 @@ async def test_a_stranger_holding_every_ciphertext_byte_reads_nothing(
             trusted_keys=keys.trusted,
         )
     # the same through the command line: one line on stderr, exit 1
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pressrun.cli",
-        "get",
-        ISSUE,
-        "--balancer",
-        bed.balancer.url,
-        "--library",
-        str(eve.library),
-        "--publisher-key",
-        str(keys.public),
-        "--subscriber-key",
-        str(eve.key_file),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 1, (out, err)
-    lines = err.decode().strip().splitlines()
+    code, out, err = await run_get(bed, keys, eve.library, "--subscriber-key", str(eve.key_file))
+    assert code == 1, (out, err)
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pressrun get: not subscribed:"), lines
     nothing_readable(eve.library, data)
     # alice, subscribed, reads it through the same command line (subscriber key from
     # the environment), and is told it was decrypted
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pressrun.cli",
-        "get",
-        ISSUE,
-        "--balancer",
-        bed.balancer.url,
-        "--library",
-        str(alice.library),
-        "--publisher-key",
-        str(keys.public),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PRESSRUN_SUBSCRIBER_KEY": str(alice.key_file)},
+    code, out, err = await run_get(
+        bed, keys, alice.library, env={"PRESSRUN_SUBSCRIBER_KEY": str(alice.key_file)}
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0, err
-    assert "verified and decrypted" in out.decode()
+    assert code == 0, err
+    assert "verified and decrypted" in out
     assert (alice.library / ISSUE / f"{ISSUE}.pdf").read_bytes() == data
 
 
