@@ -283,17 +283,9 @@ async def test_subscribers_read_through_the_swarm_a_peer_without_a_wrap_reads_no
         m = swarm.manifest
         assert m.encryption is not None
         trusted = {m.publisher_key_bytes}
-        # eve runs a plain swarm peer: it downloads and verifies every ciphertext
-        # piece from the web seed and seeds them, like any relay; it never has a key
-        (eve_peer,) = await asyncio.wait_for(
-            swarm.run_peers(1, desktop_profile(max_seed_time_s=0.5)), 40
-        )
-        assert eve_peer.completed
-        held = eve_peer.path.read_bytes()
-        assert check_file(m, eve_peer.path).matches(m)  # every ciphertext byte, verified
-        assert swarm.data[PIECE : PIECE + 64] not in held
         balancer = await swarm_balancer(swarm, swarm.tracker_url)
         try:
+            # eve is no subscriber: told so before she downloads anything
             with pytest.raises(FetchError, match=r"^not subscribed"):
                 await fetch_issue(
                     swarm.issue_id,
@@ -303,7 +295,7 @@ async def test_subscribers_read_through_the_swarm_a_peer_without_a_wrap_reads_no
                     trusted_keys=trusted,
                     subscriber_key=eve.key,
                 )
-            nothing_readable(eve.library, swarm.data, swarm.issue_id)
+            # alice and bob, subscribers, read it through the swarm
             recorders = [SwarmRecorder(), SwarmRecorder()]
             results = await asyncio.wait_for(
                 asyncio.gather(
@@ -324,8 +316,26 @@ async def test_subscribers_read_through_the_swarm_a_peer_without_a_wrap_reads_no
             )
         finally:
             await balancer.stop()
-    for who, result, rec in zip((alice, bob), results, recorders, strict=True):
-        assert result.mode == "swarm" and result.encrypted, rec.notices
-        assert "swarm" in rec.sources, rec.notices
-        assert result.path == who.library / swarm.issue_id / f"{swarm.issue_id}.pdf"
-        assert result.path.read_bytes() == swarm.data
+        for who, result, rec in zip((alice, bob), results, recorders, strict=True):
+            assert result.mode == "swarm" and result.encrypted, rec.notices
+            assert "swarm" in rec.sources, rec.notices
+            assert result.path == who.library / swarm.issue_id / f"{swarm.issue_id}.pdf"
+            assert result.path.read_bytes() == swarm.data
+        # a relay peer gets the whole issue from the web seed and keeps seeding; then the
+        # origins go away, and eve's plain peer gets every ciphertext piece from that
+        # peer, verified against the signed manifest: she holds it all and reads nothing
+        relay = swarm.new_peer(len(swarm.peers), desktop_profile(max_seed_time_s=60.0))
+        await relay.start()
+        assert await asyncio.wait_for(relay.downloaded(), 30)
+        while swarm.origins:
+            await swarm.origins.pop().stop()
+        (eve_peer,) = await asyncio.wait_for(
+            swarm.run_peers(1, desktop_profile(max_seed_time_s=0.5)), 40
+        )
+        await relay.stop()
+    assert eve_peer.completed and eve_peer.bytes_from_web_seeds == 0
+    assert eve_peer.bytes_from_peers >= m.size_bytes
+    held = eve_peer.path.read_bytes()
+    assert check_file(m, eve_peer.path).matches(m)  # every ciphertext byte, verified
+    assert swarm.data[PIECE : PIECE + 64] not in held
+    nothing_readable(eve.library, swarm.data, swarm.issue_id)
