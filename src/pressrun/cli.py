@@ -34,6 +34,7 @@ SERVE_MODULES = (
     "pressrun.balancer.cli",
     "pressrun.tracker.cli",
     "pressrun.subscriptions.cli",
+    "pressrun.multicast.cli",
 )
 
 

@@ -1,0 +1,211 @@
+"""``pressrun serve multicast``: the FLUTE carousel sender (docs/multicast.md)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pressrun.multicast.config import FEC_SCHEMES, CarouselConfig
+from pressrun.multicast.sender import TOKEN_ENV
+
+_DEFAULTS = CarouselConfig()
+
+
+def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add ``pressrun serve multicast`` to the serve subcommands."""
+    p = serve_subparsers.add_parser(
+        "multicast",
+        help="FLUTE carousel sender (RaptorQ channels, signed control channel, control API)",
+        description="Carousel issues from CONTENT over UDP multicast (FLUTE/ALC with "
+        "RaptorQ or no FEC, N channels each), announce them on the control group signed "
+        "with the publisher's key, and take start/stop orders on a token-protected HTTP "
+        "API (/v1/carousels); Prometheus text at /metrics. The token is read from the "
+        f"environment variable named by --token-env (default {TOKEN_ENV}) or from "
+        "--token-file. Stops cleanly on SIGTERM/SIGINT.",
+    )
+    p.add_argument("--content", required=True, metavar="DIR", help="the content directory")
+    p.add_argument(
+        "--control-group",
+        required=True,
+        metavar="GROUP:PORT",
+        help="multicast group and port of the control channel (e.g. 239.255.70.1:5400)",
+    )
+    p.add_argument(
+        "--key", required=True, metavar="FILE", help="the publisher's Ed25519 secret key file"
+    )
+    p.add_argument(
+        "--interface",
+        default="127.0.0.1",
+        help="IPv4 address of the interface to send on (default 127.0.0.1)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="HTTP API address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="HTTP API port (default 0: any free)")
+    p.add_argument(
+        "--token-env",
+        default=TOKEN_ENV,
+        metavar="NAME",
+        help=f"environment variable holding the API token (default {TOKEN_ENV})",
+    )
+    p.add_argument(
+        "--token-file", default=None, metavar="FILE", help="read the API token from FILE instead"
+    )
+    p.add_argument(
+        "--fec",
+        choices=FEC_SCHEMES,
+        default=_DEFAULTS.fec,
+        help=f"FEC of new carousels (default {_DEFAULTS.fec}; none: RFC 6726 no-code)",
+    )
+    p.add_argument(
+        "--channels",
+        type=int,
+        default=_DEFAULTS.channels,
+        help=f"channels per carousel (default {_DEFAULTS.channels})",
+    )
+    p.add_argument(
+        "--rate-mbps",
+        type=float,
+        default=_DEFAULTS.rate_bps / 1e6,
+        help=f"rate of each channel, Mbit/s of UDP payload (default {_DEFAULTS.rate_bps / 1e6:g})",
+    )
+    p.add_argument(
+        "--cycle-overhead",
+        type=float,
+        default=_DEFAULTS.cycle_overhead,
+        help="RaptorQ: each channel's cycle carries K x (1 + this) symbols per block "
+        f"(default {_DEFAULTS.cycle_overhead:g})",
+    )
+    p.add_argument(
+        "--symbol-bytes",
+        type=int,
+        default=_DEFAULTS.symbol_bytes,
+        help=f"encoding symbol (packet payload) size (default {_DEFAULTS.symbol_bytes})",
+    )
+    p.add_argument(
+        "--group-base",
+        default="239.255.71.1",
+        help="channels get groups from this address upwards (default 239.255.71.1)",
+    )
+    p.add_argument(
+        "--channel-port-base",
+        type=int,
+        default=0,
+        help="channel c of a carousel uses this port + c (default 0: a free port each)",
+    )
+    p.add_argument(
+        "--announce-interval-s",
+        type=float,
+        default=0.5,
+        help="seconds between announcements (default 0.5)",
+    )
+    p.add_argument(
+        "--announcement-ttl-s",
+        type=float,
+        default=5.0,
+        help="an announcement expires this long after it is sent (default 5)",
+    )
+    p.add_argument(
+        "--multicast-ttl", type=int, default=1, help="IP TTL of multicast packets (default 1)"
+    )
+    p.add_argument(
+        "--start",
+        action="append",
+        default=[],
+        metavar="ISSUE",
+        help="start a carousel for ISSUE at once (repeatable)",
+    )
+    p.set_defaults(func=run_sender)
+
+
+def _read_token(args: argparse.Namespace) -> str:
+    import os
+    from pathlib import Path
+
+    if args.token_file:
+        return Path(args.token_file).read_text().strip()
+    token = os.environ.get(args.token_env, "").strip()
+    if not token:
+        raise ValueError(
+            f"no API token: set the environment variable {args.token_env} "
+            "(at least 16 characters) or give --token-file"
+        )
+    return token
+
+
+def run_sender(args: argparse.Namespace) -> int:
+    """Run the sender until SIGTERM/SIGINT; 0 on a clean stop, 2 on bad flags."""
+    import asyncio
+    import logging
+    import sys
+    from pathlib import Path
+
+    from pressrun.content.keys import KeyFileError, load_signing_key
+    from pressrun.multicast.net import parse_group
+    from pressrun.multicast.sender import MulticastSender, SenderServiceConfig
+
+    log = logging.getLogger("pressrun.multicast.sender")
+    try:
+        import pressrun_flute  # noqa: F401  (fail here, clearly, when it is not built)
+    except ImportError:
+        print(
+            "pressrun serve multicast: the FLUTE binding pressrun_flute is not installed; "
+            "run `make setup` (it needs cargo and rustc 1.88+, see docs/multicast.md)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        config = SenderServiceConfig(
+            content_dir=Path(args.content),
+            control_group=parse_group(args.control_group),
+            signing_key=load_signing_key(args.key),
+            token=_read_token(args),
+            interface=args.interface,
+            host=args.host,
+            port=args.port,
+            carousel=CarouselConfig(
+                fec=args.fec,
+                channels=args.channels,
+                rate_bps=args.rate_mbps * 1e6,
+                symbol_bytes=args.symbol_bytes,
+                cycle_overhead=args.cycle_overhead,
+            ),
+            group_base=args.group_base,
+            channel_port_base=args.channel_port_base,
+            announce_interval_s=args.announce_interval_s,
+            announcement_ttl_s=args.announcement_ttl_s,
+            multicast_ttl=args.multicast_ttl,
+        )
+    except (ValueError, OSError, KeyFileError) as err:
+        print(f"pressrun serve multicast: {err}", file=sys.stderr)
+        return 2
+    if not config.content_dir.is_dir():
+        print(f"pressrun serve multicast: {config.content_dir} is not a folder", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        from pressrun.multicast.sender import CarouselError
+        from pressrun.service import wait_for_stop_signal
+
+        sender = MulticastSender(config)
+        try:
+            url = await sender.start()
+            for issue in args.start:
+                try:
+                    await sender.start_carousel(issue, config.carousel)
+                except CarouselError as err:
+                    log.error("cannot start the carousel of %s: %s", issue, err)
+            log.info(
+                "multicast sender control API on %s (control group %s:%d, interface %s)",
+                url,
+                *config.control_group,
+                config.interface,
+            )
+            await wait_for_stop_signal()
+        finally:
+            await sender.close()
+
+    try:
+        asyncio.run(main())
+    except OSError as err:
+        print(f"pressrun serve multicast: {err}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,180 @@
+"""Bytes <-> control-channel announcements (docs/protocols.md, "Multicast control
+channel"). Pure: json only; signing and checking are in `pressrun.multicast.control`.
+
+One UDP datagram on the control group carries::
+
+    {"announcement": {...}, "signature": "<128 hex chars>"}
+
+where the signature is Ed25519 over the canonical JSON of the ``announcement`` object
+(sorted keys, no spaces, UTF-8: the manifest's canonical form).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+from typing import Any
+
+from pressrun.content.codec import canonical_json, is_hex, valid_issue_id
+from pressrun.multicast.config import FEC_SCHEMES
+from pressrun.multicast.events import Announcement, CarouselPlan, ChannelSpec
+
+ANNOUNCEMENT_FORMAT = 1
+#: an announcement must fit one UDP datagram
+MAX_ANNOUNCEMENT_BYTES = 60_000
+
+
+class AnnouncementFormatError(ValueError):
+    """The bytes are not an announcement of docs/protocols.md."""
+
+
+def announcement_to_dict(ann: Announcement) -> dict[str, Any]:
+    """The ``announcement`` JSON object."""
+    return {
+        "format": ANNOUNCEMENT_FORMAT,
+        "publisher_key": ann.publisher_key,
+        "seq": ann.seq,
+        "issued_at": ann.issued_at,
+        "expires_at": ann.expires_at,
+        "carousels": [
+            {
+                "issue_id": c.issue_id,
+                "manifest_sha256": c.manifest_sha256,
+                "size_bytes": c.size_bytes,
+                "toi": c.toi,
+                "fec": c.fec,
+                "symbol_bytes": c.symbol_bytes,
+                "source_symbols": c.source_symbols,
+                "cycle_s": c.cycle_s,
+                "channels": [
+                    {
+                        "group": ch.group,
+                        "port": ch.port,
+                        "tsi": ch.tsi,
+                        "rate_bps": ch.rate_bps,
+                        "packets_per_s": ch.packets_per_s,
+                    }
+                    for ch in c.channels
+                ],
+            }
+            for c in ann.carousels
+        ],
+    }
+
+
+def signed_bytes(ann: Announcement) -> bytes:
+    """The bytes the announcement's signature covers."""
+    return canonical_json(announcement_to_dict(ann))
+
+
+def encode_announcement(ann: Announcement, signature: bytes) -> bytes:
+    """One control datagram: the announcement and its signature."""
+    data = canonical_json({"announcement": announcement_to_dict(ann), "signature": signature.hex()})
+    if len(data) > MAX_ANNOUNCEMENT_BYTES:
+        raise AnnouncementFormatError(
+            f"the announcement is {len(data)} bytes, more than one datagram "
+            f"({MAX_ANNOUNCEMENT_BYTES}); run fewer carousels per sender"
+        )
+    return data
+
+
+def _want(d: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = d.get(key)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise AnnouncementFormatError(f"{key!r} is missing or not a {kind}")
+    return value
+
+
+def _number(d: dict[str, Any], key: str, *, positive: bool = True) -> float:
+    value = float(_want(d, key, (int, float)))
+    if not math.isfinite(value) or (positive and value <= 0) or value < 0:
+        raise AnnouncementFormatError(f"{key!r} must be a finite {'positive ' * positive}number")
+    return value
+
+
+def _count(d: dict[str, Any], key: str, *, minimum: int = 0) -> int:
+    value = int(_want(d, key, int))
+    if value < minimum:
+        raise AnnouncementFormatError(f"{key!r} must be at least {minimum}")
+    return value
+
+
+def _channel(d: object) -> ChannelSpec:
+    if not isinstance(d, dict):
+        raise AnnouncementFormatError("a channel is not an object")
+    group = str(_want(d, "group", str))
+    try:
+        if not ipaddress.IPv4Address(group).is_multicast:
+            raise AnnouncementFormatError(f"channel group {group} is not a multicast address")
+    except ipaddress.AddressValueError:
+        raise AnnouncementFormatError(f"channel group {group!r} is not an IPv4 address") from None
+    port = _count(d, "port", minimum=1)
+    if port > 65535:
+        raise AnnouncementFormatError(f"channel port {port} is out of range")
+    tsi = _count(d, "tsi")
+    if tsi >= 1 << 48:
+        raise AnnouncementFormatError("a TSI has at most 48 bits")
+    return ChannelSpec(group, port, tsi, _number(d, "rate_bps"), _number(d, "packets_per_s"))
+
+
+def _carousel(d: object) -> CarouselPlan:
+    if not isinstance(d, dict):
+        raise AnnouncementFormatError("a carousel is not an object")
+    issue_id = str(_want(d, "issue_id", str))
+    if not valid_issue_id(issue_id):
+        raise AnnouncementFormatError(f"invalid issue id {issue_id!r}")
+    manifest_sha256 = str(_want(d, "manifest_sha256", str))
+    if not is_hex(manifest_sha256, 64):
+        raise AnnouncementFormatError("manifest_sha256 is not 64 hex characters")
+    fec = str(_want(d, "fec", str))
+    if fec not in FEC_SCHEMES:
+        raise AnnouncementFormatError(f"unknown fec {fec!r}")
+    channels = _want(d, "channels", list)
+    if not channels:
+        raise AnnouncementFormatError(f"carousel {issue_id} has no channel")
+    return CarouselPlan(
+        issue_id=issue_id,
+        manifest_sha256=manifest_sha256,
+        size_bytes=_count(d, "size_bytes"),
+        toi=_count(d, "toi", minimum=1),
+        fec=fec,
+        symbol_bytes=_count(d, "symbol_bytes", minimum=1),
+        source_symbols=_count(d, "source_symbols"),
+        cycle_s=_number(d, "cycle_s"),
+        channels=tuple(_channel(ch) for ch in channels),
+    )
+
+
+def decode_announcement(data: bytes) -> tuple[Announcement, bytes, bytes]:
+    """Parse a control datagram: the announcement, the bytes its signature covers and
+    the signature. AnnouncementFormatError on anything malformed (the signature is
+    not checked here)."""
+    if len(data) > MAX_ANNOUNCEMENT_BYTES:
+        raise AnnouncementFormatError(f"{len(data)} bytes is too long for an announcement")
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise AnnouncementFormatError(f"not JSON ({err})") from None
+    if not isinstance(doc, dict):
+        raise AnnouncementFormatError("not a JSON object")
+    body = doc.get("announcement")
+    signature_hex = doc.get("signature")
+    if not isinstance(body, dict):
+        raise AnnouncementFormatError("no announcement object")
+    if not isinstance(signature_hex, str) or not is_hex(signature_hex, 128):
+        raise AnnouncementFormatError("no signature (128 hex characters)")
+    if body.get("format") != ANNOUNCEMENT_FORMAT:
+        raise AnnouncementFormatError(f"unknown announcement format {body.get('format')!r}")
+    key = str(_want(body, "publisher_key", str))
+    if not is_hex(key, 64):
+        raise AnnouncementFormatError("publisher_key is not 64 hex characters")
+    carousels = _want(body, "carousels", list)
+    ann = Announcement(
+        publisher_key=key.lower(),
+        seq=_count(body, "seq", minimum=1),
+        issued_at=_number(body, "issued_at"),
+        expires_at=_number(body, "expires_at"),
+        carousels=tuple(_carousel(c) for c in carousels),
+    )
+    return ann, canonical_json(body), bytes.fromhex(signature_hex)

@@ -1,0 +1,101 @@
+"""Settings of the multicast sender's carousels and of a receiver's channel joining."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+FEC_SCHEMES = ("raptorq", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class CarouselConfig:
+    """How one issue is carouselled.
+
+    fec: ``raptorq`` (RFC 6330: every channel carries different encoding symbols, so k
+        channels deliver about k times faster) or ``none`` (RFC 6726 no-code FEC, for
+        standard receivers: every channel carries the whole file, phase-shifted).
+    channels: number of channels (group, port, TSI each). 2.
+    rate_bps: each channel's rate on the wire, bits/s of UDP payload. 40 Mbit/s.
+    symbol_bytes: encoding symbol length (one symbol per packet); 1400 fits a 1500-byte
+        MTU with the IP, UDP, LCT and FEC headers.
+    max_source_block_symbols: source symbols per block at most (RFC 6330's K). 1024:
+        blocks of 1.4 MB, decoded as soon as about K symbols of a block arrive, and far
+        under the receiver's cache (FIELD-NOTES trap 1).
+    cycle_overhead: with RaptorQ, each channel's cycle carries K x (1 + this) distinct
+        symbols, so a receiver on one channel with loss p completes in one cycle while
+        p < overhead / (1 + overhead) (0.35: up to 25% loss). 0.35.
+    fdt_every_packets: the FDT is repeated on each channel after this many packets, so
+        a receiver joining at any moment learns the object within that many. 500.
+    """
+
+    fec: str = "raptorq"
+    channels: int = 2
+    rate_bps: float = 40e6
+    symbol_bytes: int = 1400
+    max_source_block_symbols: int = 1024
+    cycle_overhead: float = 0.35
+    fdt_every_packets: int = 500
+
+    def __post_init__(self) -> None:
+        if self.fec not in FEC_SCHEMES:
+            raise ValueError(f"fec must be one of {', '.join(FEC_SCHEMES)}, not {self.fec!r}")
+        if not 1 <= self.channels <= 16:
+            raise ValueError(f"channels must be 1..16, not {self.channels}")
+        if not (self.rate_bps > 0 and math.isfinite(self.rate_bps)):
+            raise ValueError("rate_bps must be a positive number")
+        if not 64 <= self.symbol_bytes <= 8192 or self.symbol_bytes % 4:
+            raise ValueError("symbol_bytes must be a multiple of 4 in 64..8192")
+        if not 4 <= self.max_source_block_symbols <= 8192:
+            raise ValueError("max_source_block_symbols must be 4..8192")
+        if not 0 <= self.cycle_overhead <= 2:
+            raise ValueError("cycle_overhead must be 0..2")
+        if self.fdt_every_packets < 10:
+            raise ValueError("fdt_every_packets must be at least 10")
+
+    def repair_symbols_per_block(self, size_bytes: int) -> int:
+        """Repair symbols to encode per block of an object of ``size_bytes`` so every
+        channel gets K x (1 + overhead) distinct symbols of each block (0 with
+        ``fec='none'``). Blocks are about equal (RFC 6330 section 4.4.1.2): Z =
+        ceil(Kt / Kmax) blocks of about Kt / Z symbols."""
+        if self.fec == "none":
+            return 0
+        kt = max(1, math.ceil(size_bytes / self.symbol_bytes))
+        blocks = math.ceil(kt / self.max_source_block_symbols)
+        k = math.ceil(kt / blocks)
+        total = math.ceil(k * self.channels * (1 + self.cycle_overhead))
+        return min(65535, max(0, total - k))
+
+
+@dataclass(frozen=True, slots=True)
+class LayeringConfig:
+    """A receiver's channel joining (receiver-driven layering, McCanne et al. RLM).
+
+    window_s: loss is measured over windows this long. 0.5 s.
+    settle_s: a channel joined less than this long ago is not counted yet (the join
+        takes effect and packets already queued drain). 0.3 s.
+    join_below_loss: another channel is joined when the loss over the last window was
+        below this. 0.05.
+    leave_above_loss: the last channel joined is left when the loss climbs above this.
+        0.25 (above the 10-20% random loss of a poor link, which more channels do not
+        worsen; a congested link loses far more as channels are added).
+    max_channels: at most this many channels at once (None: every channel). None.
+    start_channels: channels joined at the start. 1.
+    """
+
+    window_s: float = 0.5
+    settle_s: float = 0.3
+    join_below_loss: float = 0.05
+    leave_above_loss: float = 0.25
+    max_channels: int | None = None
+    start_channels: int = 1
+
+    def __post_init__(self) -> None:
+        if self.start_channels < 1:
+            raise ValueError("start_channels must be at least 1")
+        if not self.window_s > 0 or self.settle_s < 0:
+            raise ValueError("window_s must be positive and settle_s not negative")
+        if not 0 <= self.join_below_loss < self.leave_above_loss <= 1:
+            raise ValueError("need 0 <= join_below_loss < leave_above_loss <= 1")
+        if self.max_channels is not None and self.max_channels < 1:
+            raise ValueError("max_channels must be at least 1")

@@ -1,0 +1,78 @@
+"""UDP multicast sockets for the sender and the receivers (IPv4).
+
+The interface is named by its address (``--interface 127.0.0.1``): the sender sends
+through it (``IP_MULTICAST_IF``, loopback on so receivers on the same host hear it,
+TTL 1 by default: the groups stay on the link), a receiver joins its groups on it
+(``IP_ADD_MEMBERSHIP``). Multicast on the loopback interface works in the initial
+network namespace and, after ``ip link set lo multicast on``, in a namespace of its
+own (FIELD-NOTES.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+import struct
+
+#: receive buffer asked for each channel socket; the kernel caps it at rmem_max
+RECEIVE_BUFFER_BYTES = 8 * 1024 * 1024
+
+
+def parse_group(text: str) -> tuple[str, int]:
+    """``"239.255.1.2:5000"`` -> ``("239.255.1.2", 5000)``; ValueError when the
+    address is not IPv4 multicast or the port not 1..65535."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"{text!r} is not GROUP:PORT (e.g. 239.255.70.1:5400)")
+    try:
+        address = ipaddress.IPv4Address(host)
+    except ipaddress.AddressValueError:
+        raise ValueError(f"{host!r} is not an IPv4 address") from None
+    if not address.is_multicast:
+        raise ValueError(f"{host} is not a multicast address (224.0.0.0/4)")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range 1..65535")
+    return str(address), port
+
+
+def sender_socket(interface: str, *, ttl: int = 1) -> socket.socket:
+    """A UDP socket that sends multicast through ``interface`` (an IPv4 address)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(interface))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, ttl)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, RECEIVE_BUFFER_BYTES)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _membership(group: str, interface: str) -> bytes:
+    return struct.pack("4s4s", socket.inet_aton(group), socket.inet_aton(interface))
+
+
+def receiver_socket(group: str, port: int, interface: str) -> socket.socket:
+    """A non-blocking UDP socket bound to ``group:port`` and joined to the group on
+    ``interface`` (several receivers on one host may bind the same group and port)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+        sock.bind((group, port))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _membership(group, interface))
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def leave_and_close(sock: socket.socket, group: str, interface: str) -> None:
+    """Leave the group (``IP_DROP_MEMBERSHIP``) and close the socket."""
+    with contextlib.suppress(OSError):  # closing drops the membership anyway
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_DROP_MEMBERSHIP, _membership(group, interface))
+    sock.close()

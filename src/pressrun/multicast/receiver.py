@@ -1,0 +1,281 @@
+"""Receiving an issue from a carousel: the control channel, channel joining, decoding.
+
+`receive_carousel` is blocking and meant for a thread of its own (the client runs it
+with ``asyncio.to_thread``): FIELD-NOTES measured a blocking receive loop keeping up
+with 150 k packets/s where an asyncio datagram protocol lost 2%. It
+
+1. joins the control group and waits for an announcement that
+   `pressrun.multicast.control.check_datagram` and the `AnnouncementGate` accept
+   (signed by a trusted publisher, not expired, not replayed) and that names the
+   issue with the manifest the client verified; every announcement ignored is logged
+   with the reason;
+2. joins channels as `LayerCore` decides (receiver-driven layering) and feeds every
+   packet of every joined channel into one FLUTE session of pressrun's binding over
+   the crate ``flute`` (symbols from several channels meet in one RaptorQ decoder);
+3. returns when the binding reports the object completed (an event, not a log line),
+   at the deadline, or when the sender's announcements stop naming the carousel.
+
+The decoded file is not trusted here: the caller checks it piece by piece against the
+signed manifest and keeps what verifies.
+
+``drop_probability`` drops that share of the packets in the receive path, at random
+(loss emulation for tests and benchmarks where nftables in a namespace is not
+available; docs/multicast.md says which ran).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import selectors
+import socket
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pressrun.multicast.config import LayeringConfig
+from pressrun.multicast.control import check_datagram
+from pressrun.multicast.core import AnnouncementGate, LayerCore
+from pressrun.multicast.events import AnnouncementVerdict, CarouselPlan, JoinChannel
+from pressrun.multicast.net import leave_and_close, receiver_socket
+
+log = logging.getLogger("pressrun.multicast.receiver")
+
+#: the largest datagram read (an announcement; data packets are about 1.4 kB)
+MAX_DATAGRAM = 65536
+#: a data packet read (symbols of up to 4 kB with their headers)
+PACKET_READ_BYTES = 4200
+#: memory the binding may hold for undecoded blocks of the object
+MAX_CACHE_BYTES = 512 * 1024 * 1024
+
+
+def wall_clock() -> float:
+    """Unix time: announcements carry the sender's Unix times."""
+    return time.time()  # noqa: TID251 (announcement expiry is in Unix time)
+
+
+@dataclass
+class ReceiveResult:
+    """What a receiver got from a carousel."""
+
+    completed: bool
+    path: Path | None  # the decoded object (not yet checked against the manifest)
+    reason: str  # why it ended
+    plan: CarouselPlan | None = None
+    packets_received: int = 0  # packets on the joined channels (after emulated loss)
+    object_packets: int = 0  # packets of the object pushed until it completed
+    dropped: int = 0  # packets dropped by the receive-path loss emulation
+    seconds: float = 0.0  # from the first join to the end
+    most_channels: int = 0
+    losses: list[float] = field(default_factory=list)
+    verdicts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def efficiency(self) -> float | None:
+        """Source symbols / object packets received until complete (1.0 is ideal)."""
+        if not self.completed or self.plan is None or not self.object_packets:
+            return None
+        return self.plan.source_symbols / self.object_packets
+
+
+class _Channels:
+    """The sockets of the joined channels, registered with one selector."""
+
+    def __init__(self, selector: selectors.BaseSelector, plan: CarouselPlan, interface: str):
+        self.selector = selector
+        self.plan = plan
+        self.interface = interface
+        self.sockets: dict[int, socket.socket] = {}
+
+    def join(self, index: int) -> None:
+        ch = self.plan.channels[index]
+        sock = receiver_socket(ch.group, ch.port, self.interface)
+        self.sockets[index] = sock
+        self.selector.register(sock, selectors.EVENT_READ, index)
+        log.info("joined channel %d (%s:%d)", index, ch.group, ch.port)
+
+    def leave(self, index: int) -> None:
+        sock = self.sockets.pop(index, None)
+        if sock is None:
+            return
+        self.selector.unregister(sock)
+        ch = self.plan.channels[index]
+        leave_and_close(sock, ch.group, self.interface)
+
+    def close(self) -> None:
+        for index in list(self.sockets):
+            self.leave(index)
+
+
+def receive_carousel(
+    issue_id: str,
+    manifest_sha256: str,
+    *,
+    control_group: tuple[str, int],
+    interface: str,
+    trusted_keys: Collection[str],
+    work_dir: Path,
+    deadline_s: float,
+    layering: LayeringConfig | None = None,
+    drop_probability: float = 0.0,
+    seed: int | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> ReceiveResult:
+    """Receive ``issue_id`` from its carousel into ``work_dir`` (blocking; see the
+    module docstring). ``trusted_keys``: hex Ed25519 keys whose announcements count.
+    ``on_progress(object_packets, source_symbols)`` is called now and then."""
+    import pressrun_flute  # the native binding: only when a carousel is used
+
+    if not 0 <= drop_probability < 1:
+        raise ValueError("drop_probability must be in [0, 1)")
+    rng = random.Random(seed)
+    started = time.perf_counter()
+    deadline = started + deadline_s
+    gate = AnnouncementGate(trusted_keys)
+    result = ReceiveResult(False, None, "deadline")
+    selector = selectors.DefaultSelector()
+    control = receiver_socket(*control_group, interface)
+    selector.register(control, selectors.EVENT_READ, None)
+    buffer = bytearray(MAX_DATAGRAM)
+    plan: CarouselPlan | None = None
+    channels: _Channels | None = None
+    layers: LayerCore | None = None
+    flute = None
+    joined_at = started
+    try:
+        while True:
+            now = time.perf_counter()
+            if now >= deadline:
+                result.reason = f"no complete file within the {deadline_s:g} s deadline"
+                break
+            if should_stop is not None and should_stop():
+                result.reason = "stopped"
+                break
+            wake = deadline
+            if layers is not None:
+                wake = min(wake, layers.next_deadline() or deadline)
+            for key, _ in selector.select(max(0.0, min(wake - now, 0.2))):
+                sock: socket.socket = key.fileobj  # type: ignore[assignment]
+                if key.data is None:
+                    stop = _control(sock, buffer, gate, issue_id, manifest_sha256, plan)
+                    if isinstance(stop, str):
+                        result.reason = stop
+                        return _finish(result, plan, layers, gate, joined_at)
+                    if stop is not None and plan is None:
+                        plan = stop
+                        result.plan = plan
+                        flute = pressrun_flute.Receiver(work_dir, max_cache_bytes=MAX_CACHE_BYTES)
+                        channels = _Channels(selector, plan, interface)
+                        layers = LayerCore(
+                            layering or LayeringConfig(),
+                            tuple(ch.packets_per_s for ch in plan.channels),
+                        )
+                        joined_at = time.perf_counter()
+                        for effect in layers.start(now=joined_at):
+                            channels.join(effect.index)
+                    continue
+                assert flute is not None and layers is not None
+                index: int = key.data
+                kept = 0
+                events = []
+                while True:
+                    try:
+                        data = sock.recv(PACKET_READ_BYTES)
+                    except BlockingIOError:
+                        break
+                    if drop_probability and rng.random() < drop_probability:
+                        result.dropped += 1
+                        continue
+                    kept += 1
+                    if flute.push(data):
+                        result.object_packets += 1
+                    events = flute.take_events()
+                    if events:  # stop counting at the packet that completed it
+                        break
+                result.packets_received += kept
+                layers.handle_packets(index, kept)
+                for event in events:
+                    if event.kind == "completed" and event.path is not None:
+                        result.completed = True
+                        result.path = Path(event.path)
+                        result.reason = "completed"
+                    else:
+                        log.warning("carousel %s: the object ended in %s", issue_id, event.kind)
+                        result.reason = f"the FLUTE object ended in {event.kind}"
+                if events:
+                    return _finish(result, plan, layers, gate, joined_at)
+                if on_progress is not None and plan is not None:
+                    on_progress(result.object_packets, plan.source_symbols)
+            if layers is not None and channels is not None:
+                now = time.perf_counter()
+                step = layers.next_deadline()
+                if step is not None and now >= step:
+                    for effect in layers.handle_timer(now=now):
+                        if isinstance(effect, JoinChannel):
+                            channels.join(effect.index)
+                        else:
+                            log.info(
+                                "loss %.0f%%: leaving channel %d", 100 * effect.loss, effect.index
+                            )
+                            channels.leave(effect.index)
+        return _finish(result, plan, layers, gate, joined_at)
+    finally:
+        if channels is not None:
+            channels.close()
+        selector.unregister(control)
+        leave_and_close(control, control_group[0], interface)
+        selector.close()
+
+
+def _control(
+    sock: socket.socket,
+    buffer: bytearray,
+    gate: AnnouncementGate,
+    issue_id: str,
+    manifest_sha256: str,
+    current: CarouselPlan | None,
+) -> CarouselPlan | str | None:
+    """Read the control datagrams waiting: the issue's plan when one is accepted, a
+    reason (str) when the accepted announcements say the carousel is gone."""
+    found: CarouselPlan | None = None
+    while True:
+        try:
+            n = sock.recv_into(buffer)
+        except BlockingIOError:
+            return found
+        ann, verdict, detail = check_datagram(bytes(buffer[:n]), gate, now_unix=wall_clock())
+        if verdict is not AnnouncementVerdict.ACCEPTED or ann is None:
+            log.warning("ignoring a control announcement (%s): %s", verdict.value, detail)
+            continue
+        plan = ann.plan_for(issue_id)
+        if plan is None:
+            if current is not None:
+                return f"the sender stopped the carousel of {issue_id}"
+            continue
+        if plan.manifest_sha256 != manifest_sha256:
+            log.warning(
+                "the carousel of %s carries another manifest (%s...); not using it",
+                issue_id,
+                plan.manifest_sha256[:16],
+            )
+            continue
+        if current is None and found is None:
+            found = plan
+
+
+def _finish(
+    result: ReceiveResult,
+    plan: CarouselPlan | None,
+    layers: LayerCore | None,
+    gate: AnnouncementGate,
+    joined_at: float,
+) -> ReceiveResult:
+    result.plan = plan
+    result.seconds = time.perf_counter() - joined_at
+    if layers is not None:
+        result.most_channels = layers.most_joined
+        result.losses = list(layers.losses)
+    result.verdicts = {v.value: n for v, n in gate.counts.items()}
+    return result

@@ -1,0 +1,584 @@
+"""``pressrun serve multicast``: FLUTE carousels, the control channel, the control API.
+
+- **Carousels.** ``POST /v1/carousels`` with an issue id reads the issue's bundle
+  from the content folder, encodes one pass of its file with pressrun's binding over
+  the Rust crate ``flute`` (RaptorQ or no-code, in carousel mode: no Close-Object, the
+  TOI kept), plans the channels (`pressrun.multicast.core.channel_cycles`) and hands
+  the carousel to the send thread, which repeats it until ``DELETE``.
+- **The send thread** owns every running carousel's `CarouselSchedule`: it sleeps
+  until the next packet is due (``time.perf_counter``), takes the due batches and
+  sends them with blocking ``sendto`` (FIELD-NOTES: a thread keeps up with the line
+  where an asyncio loop loses packets). Packets are sent already built: one pass of
+  each carousel lives in memory (size x channels x (1 + overhead) bytes with RaptorQ).
+- **The control channel.** Every ``announce_interval_s`` an `Announcement` of every
+  running carousel, signed with the publisher's Ed25519 key, goes to the control
+  group with a sequence number and an expiry ``announcement_ttl_s`` later.
+- **HTTP.** ``/v1/carousels`` (GET, POST), ``/v1/carousels/<issue_id>`` (GET,
+  DELETE), all needing ``Authorization: Bearer <token>``; ``/metrics`` (Prometheus
+  text) and ``/healthz`` are open. docs/multicast.md lists it all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import nacl.signing
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from pressrun.content.codec import ManifestError, valid_issue_id
+from pressrun.content.manifest import SignedManifest
+from pressrun.multicast.config import CarouselConfig
+from pressrun.multicast.control import sign_announcement
+from pressrun.multicast.core import AnnouncementClock, CarouselSchedule, channel_cycles
+from pressrun.multicast.events import Announcement, CarouselPlan, ChannelSpec
+from pressrun.multicast.net import sender_socket
+
+if TYPE_CHECKING:
+    from pressrun_flute import EncodedObject
+
+log = logging.getLogger("pressrun.multicast.sender")
+
+TOKEN_ENV = "PRESSRUN_MULTICAST_TOKEN"
+
+
+def wall_clock() -> float:
+    """Unix time: announcements are judged by receivers on other machines' clocks."""
+    return time.time()  # noqa: TID251 (expiry of announcements read by other hosts)
+
+
+@dataclass(frozen=True)
+class SenderServiceConfig:
+    """Everything ``pressrun serve multicast`` is started with (docs/multicast.md)."""
+
+    content_dir: Path
+    control_group: tuple[str, int]
+    signing_key: nacl.signing.SigningKey
+    token: str
+    interface: str = "127.0.0.1"
+    host: str = "127.0.0.1"
+    port: int = 0
+    carousel: CarouselConfig = field(default_factory=CarouselConfig)
+    group_base: str = "239.255.71.1"
+    channel_port_base: int = 0  # 0: a free UDP port per channel
+    announce_interval_s: float = 0.5
+    announcement_ttl_s: float = 5.0
+    multicast_ttl: int = 1
+
+    def __post_init__(self) -> None:
+        if len(self.token) < 16:
+            raise ValueError("the control API token must be at least 16 characters")
+        if not ipaddress.IPv4Address(self.group_base).is_multicast:
+            raise ValueError(f"--group-base {self.group_base} is not a multicast address")
+        if not 0 < self.announce_interval_s < self.announcement_ttl_s:
+            raise ValueError("need 0 < announce interval < announcement ttl")
+
+
+@dataclass
+class RunningCarousel:
+    """A carousel handed to the send thread: its plan, one pass of packets, the
+    schedule and where each channel goes."""
+
+    plan: CarouselPlan
+    packets: list[bytes]
+    schedule: CarouselSchedule
+    addresses: list[tuple[str, int]]
+    started_at: float
+
+
+class SenderMetrics:
+    """The sender's Prometheus metrics, in a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ("issue", "channel")
+        self.packets = Counter(
+            "pressrun_multicast_packets_sent",
+            "ALC/LCT packets sent, per carousel channel",
+            labels,
+            registry=self.registry,
+        )
+        self.bytes = Counter(
+            "pressrun_multicast_bytes_sent",
+            "UDP payload bytes sent, per carousel channel",
+            labels,
+            registry=self.registry,
+        )
+        self.slipped = Counter(
+            "pressrun_multicast_packets_slipped",
+            "packets not sent because the send thread woke late (the rate is a ceiling)",
+            labels,
+            registry=self.registry,
+        )
+        self.cycles = Gauge(
+            "pressrun_multicast_cycles",
+            "cycles each channel has sent since its carousel started",
+            labels,
+            registry=self.registry,
+        )
+        self.carousels = Gauge(
+            "pressrun_multicast_carousels", "carousels running", registry=self.registry
+        )
+        self.starts = Counter(
+            "pressrun_multicast_carousel_starts",
+            "carousels started through the control API",
+            registry=self.registry,
+        )
+        self.stops = Counter(
+            "pressrun_multicast_carousel_stops",
+            "carousels stopped through the control API",
+            registry=self.registry,
+        )
+        self.announcements = Counter(
+            "pressrun_multicast_announcements_sent",
+            "signed announcements sent on the control group",
+            registry=self.registry,
+        )
+        self.send_errors = Counter(
+            "pressrun_multicast_send_errors", "sendto failures", registry=self.registry
+        )
+
+
+class SendThread(threading.Thread):
+    """Owns the running carousels: sleeps until the next packet is due, sends the due
+    batches. The asyncio side starts and stops carousels through `start_carousel`
+    and `stop_carousel` (a lock guards the table; the schedules are this thread's)."""
+
+    def __init__(self, sock: socket.socket, metrics: SenderMetrics) -> None:
+        super().__init__(name="pressrun-multicast-send", daemon=True)
+        self.sock = sock
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self._carousels: dict[str, RunningCarousel] = {}
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self._slipped: dict[tuple[str, int], int] = {}
+
+    def start_carousel(self, carousel: RunningCarousel) -> None:
+        """Start (or replace) the carousel of ``carousel.plan.issue_id``."""
+        with self._lock:
+            self._carousels[carousel.plan.issue_id] = carousel
+            self.metrics.carousels.set(len(self._carousels))
+        self._wake.put(None)
+
+    def stop_carousel(self, issue_id: str) -> RunningCarousel | None:
+        """Stop an issue's carousel; the stopped carousel, or None if none ran."""
+        with self._lock:
+            carousel = self._carousels.pop(issue_id, None)
+            self.metrics.carousels.set(len(self._carousels))
+        return carousel
+
+    def running(self) -> list[RunningCarousel]:
+        """The running carousels (a snapshot)."""
+        with self._lock:
+            return list(self._carousels.values())
+
+    def get(self, issue_id: str) -> RunningCarousel | None:
+        """The running carousel of ``issue_id``."""
+        with self._lock:
+            return self._carousels.get(issue_id)
+
+    def stop(self) -> None:
+        """Ask the thread to end (join it afterwards)."""
+        self._stopping.set()
+        self._wake.put(None)
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            carousels = self.running()
+            if not carousels:
+                with contextlib.suppress(queue.Empty):
+                    self._wake.get(timeout=0.5)
+                continue
+            deadline = min(c.schedule.next_deadline() for c in carousels)
+            now = time.perf_counter()
+            if deadline > now:
+                time.sleep(min(deadline - now, 0.05))
+                now = time.perf_counter()
+            for carousel in carousels:
+                self._send_due(carousel, now)
+
+    def _send_due(self, carousel: RunningCarousel, now: float) -> None:
+        issue = carousel.plan.issue_id
+        for batch in carousel.schedule.handle_timer(now=now):
+            address = carousel.addresses[batch.channel]
+            packets = carousel.packets
+            sent_bytes = 0
+            sent = 0
+            for index in batch.packets:
+                data = packets[index]
+                try:
+                    self.sock.sendto(data, address)
+                except OSError as err:
+                    self.metrics.send_errors.inc()
+                    log.warning("sending %s channel %d failed: %s", issue, batch.channel, err)
+                    continue
+                sent += 1
+                sent_bytes += len(data)
+            channel = str(batch.channel)
+            self.metrics.packets.labels(issue, channel).inc(sent)
+            self.metrics.bytes.labels(issue, channel).inc(sent_bytes)
+            self.metrics.cycles.labels(issue, channel).set(
+                carousel.schedule.cycles_done(batch.channel)
+            )
+            slipped = carousel.schedule.slipped(batch.channel)
+            key = (issue, batch.channel)
+            if slipped > self._slipped.get(key, 0):
+                self.metrics.slipped.labels(issue, channel).inc(slipped - self._slipped.get(key, 0))
+                self._slipped[key] = slipped
+
+
+def _free_udp_port() -> int:
+    """A UDP port no socket on this host holds right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class CarouselError(Exception):
+    """A carousel cannot start: the message says why (shown to the API caller)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def plan_to_json(plan: CarouselPlan) -> dict[str, Any]:
+    """A carousel plan as the control API shows it (the announcement's form)."""
+    from pressrun.multicast.codec import announcement_to_dict
+
+    doc = announcement_to_dict(Announcement("0" * 64, 1, 1.0, 2.0, (plan,)))
+    carousel: dict[str, Any] = doc["carousels"][0]
+    return carousel
+
+
+class MulticastSender:
+    """The sender service: carousels, control channel, HTTP API, metrics."""
+
+    def __init__(
+        self, config: SenderServiceConfig, *, clock: Callable[[], float] = wall_clock
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.metrics = SenderMetrics()
+        self.sock = sender_socket(config.interface, ttl=config.multicast_ttl)
+        self.thread = SendThread(self.sock, self.metrics)
+        self.publisher_key = bytes(config.signing_key.verify_key).hex()
+        self._next_group = int(ipaddress.IPv4Address(config.group_base))
+        self._next_tsi = 1
+        self._starting: dict[str, asyncio.Task[CarouselPlan]] = {}
+        self._announcer: asyncio.Task[None] | None = None
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    # -- carousels -------------------------------------------------------------------
+
+    def _channels(
+        self, count: int, tsi: int, rate_bps: float, packets_per_s: float
+    ) -> list[ChannelSpec]:
+        specs: list[ChannelSpec] = []
+        for _ in range(count):
+            group = str(ipaddress.IPv4Address(self._next_group))
+            self._next_group += 1
+            if not ipaddress.IPv4Address(self._next_group).is_multicast:
+                self._next_group = int(ipaddress.IPv4Address(self.config.group_base))
+            if self.config.channel_port_base:
+                port = self.config.channel_port_base + len(specs)
+            else:
+                port = _free_udp_port()
+            specs.append(ChannelSpec(group, port, tsi, rate_bps, packets_per_s))
+        return specs
+
+    async def start_carousel(self, issue_id: str, carousel: CarouselConfig) -> CarouselPlan:
+        """Encode the issue and start its carousel; the plan. A carousel already
+        running for the issue is kept (its plan is answered)."""
+        running = self.thread.get(issue_id)
+        if running is not None:
+            return running.plan
+        pending = self._starting.get(issue_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._start(issue_id, carousel))
+            self._starting[issue_id] = pending
+            pending.add_done_callback(lambda _t: self._starting.pop(issue_id, None))
+        return await asyncio.shield(pending)
+
+    async def _start(self, issue_id: str, carousel: CarouselConfig) -> CarouselPlan:
+        if not valid_issue_id(issue_id):
+            raise CarouselError(f"invalid issue id {issue_id!r}")
+        bundle = self.config.content_dir / issue_id
+        try:
+            manifest_json = await asyncio.to_thread((bundle / "manifest.json").read_bytes)
+        except FileNotFoundError:
+            raise CarouselError(f"no issue {issue_id} in {self.config.content_dir}", 404) from None
+        try:
+            manifest = SignedManifest.from_json_bytes(manifest_json).verify()
+        except ManifestError as err:
+            raise CarouselError(f"the manifest of {issue_id} does not verify: {err}", 409) from None
+        data = await asyncio.to_thread((bundle / manifest.file_name).read_bytes)
+        if hashlib.sha256(data).hexdigest() != manifest.sha256:
+            raise CarouselError(f"{issue_id}/{manifest.file_name} does not match its manifest", 409)
+        tsi = self._next_tsi
+        self._next_tsi += 1
+        toi = 1
+        encoded = await asyncio.to_thread(
+            _encode,
+            data,
+            location=f"file:///{issue_id}/{manifest.file_name}",
+            tsi=tsi,
+            toi=toi,
+            config=carousel,
+        )
+        del data
+        packets = [*encoded.fdt_packets, *encoded.packets]
+        mean_packet = sum(len(p) for p in encoded.packets) / max(1, len(encoded.packets))
+        pps = carousel.rate_bps / 8 / mean_packet
+        specs = self._channels(carousel.channels, tsi, carousel.rate_bps, pps)
+        cycles = channel_cycles(
+            fec=carousel.fec,
+            sbns=encoded.sbns,
+            esis=encoded.esis,
+            channels=carousel.channels,
+            fdt_packets=len(encoded.fdt_packets),
+            fdt_every_packets=carousel.fdt_every_packets,
+        )
+        now = time.perf_counter()
+        # a late wake-up may send up to 20 ms of a channel's packets at once; later
+        # than that the schedule slips (on a loaded host, sleeps overshoot by ms)
+        schedule = CarouselSchedule(
+            cycles, [pps] * len(cycles), now=now, max_burst=max(32, int(pps * 0.02))
+        )
+        plan = CarouselPlan(
+            issue_id=issue_id,
+            manifest_sha256=hashlib.sha256(manifest_json).hexdigest(),
+            size_bytes=manifest.size_bytes,
+            toi=encoded.toi,
+            fec=carousel.fec,
+            symbol_bytes=encoded.encoding_symbol_length,
+            source_symbols=encoded.source_symbols,
+            cycle_s=max(schedule.cycle_s(c) for c in range(len(cycles))),
+            channels=tuple(specs),
+        )
+        self.thread.start_carousel(
+            RunningCarousel(plan, packets, schedule, [(s.group, s.port) for s in specs], now)
+        )
+        self.metrics.starts.inc()
+        log.info(
+            "carousel %s started: %d channel(s) of %.1f Mbit/s, fec %s, %d packets per pass, "
+            "cycle %.2f s, groups %s",
+            issue_id,
+            len(specs),
+            carousel.rate_bps / 1e6,
+            carousel.fec,
+            len(encoded.packets),
+            plan.cycle_s,
+            ", ".join(f"{s.group}:{s.port}" for s in specs),
+        )
+        return plan
+
+    def stop_carousel(self, issue_id: str) -> bool:
+        """Stop an issue's carousel; False if none ran."""
+        carousel = self.thread.stop_carousel(issue_id)
+        if carousel is None:
+            return False
+        self.metrics.stops.inc()
+        log.info("carousel %s stopped", issue_id)
+        return True
+
+    # -- control channel ----------------------------------------------------------------
+
+    def announcement(self, seq: int) -> Announcement:
+        """The announcement of every running carousel, numbered ``seq``."""
+        now = self.clock()
+        return Announcement(
+            publisher_key=self.publisher_key,
+            seq=seq,
+            issued_at=now,
+            expires_at=now + self.config.announcement_ttl_s,
+            carousels=tuple(c.plan for c in self.thread.running()),
+        )
+
+    async def _announce_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        clock = AnnouncementClock(self.config.announce_interval_s, loop.time())
+        # sequence numbers start at the Unix time in ms: a restarted sender continues
+        # above what receivers saw from it, so its announcements are not "replayed"
+        clock.seq = int(self.clock() * 1000)
+        while True:
+            await asyncio.sleep(max(0.0, clock.next_deadline() - loop.time()))
+            seq = clock.handle_timer(now=loop.time())
+            if seq is None:
+                continue
+            datagram = sign_announcement(self.announcement(seq), self.config.signing_key)
+            try:
+                self.sock.sendto(datagram, self.config.control_group)
+                self.metrics.announcements.inc()
+            except OSError as err:
+                self.metrics.send_errors.inc()
+                log.warning("announcement %d not sent: %s", seq, err)
+
+    # -- HTTP ---------------------------------------------------------------------------
+
+    @web.middleware
+    async def _auth(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        if request.path.startswith("/v1/"):
+            header = request.headers.get("Authorization", "")
+            given = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+            if not hmac.compare_digest(given.encode(), self.config.token.encode()):
+                return web.json_response(
+                    {"error": "missing or wrong token: send 'Authorization: Bearer <token>'"},
+                    status=401,
+                )
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    def make_app(self) -> web.Application:
+        """The aiohttp application with every route."""
+        app = web.Application(middlewares=[self._auth])
+        app.router.add_get("/v1/carousels", self.list_carousels)
+        app.router.add_post("/v1/carousels", self.post_carousel)
+        app.router.add_get("/v1/carousels/{issue_id}", self.get_carousel)
+        app.router.add_delete("/v1/carousels/{issue_id}", self.delete_carousel)
+        app.router.add_get("/metrics", self.metrics_handler)
+        app.router.add_get("/healthz", self.healthz)
+        return app
+
+    def _status(self, carousel: RunningCarousel) -> dict[str, Any]:
+        doc = plan_to_json(carousel.plan)
+        schedule = carousel.schedule
+        doc["sent"] = [
+            {
+                "packets": schedule.sent(c),
+                "cycles": round(schedule.cycles_done(c), 3),
+                "slipped": schedule.slipped(c),
+            }
+            for c in range(len(carousel.plan.channels))
+        ]
+        doc["running_s"] = round(time.perf_counter() - carousel.started_at, 3)
+        return doc
+
+    async def list_carousels(self, request: web.Request) -> web.Response:
+        """``GET /v1/carousels``: every running carousel with its counters."""
+        return web.json_response(
+            {
+                "control_group": "{}:{}".format(*self.config.control_group),
+                "publisher_key": self.publisher_key,
+                "carousels": [self._status(c) for c in self.thread.running()],
+            }
+        )
+
+    async def get_carousel(self, request: web.Request) -> web.Response:
+        """``GET /v1/carousels/<issue_id>``."""
+        carousel = self.thread.get(request.match_info["issue_id"])
+        if carousel is None:
+            return web.json_response({"error": "no carousel for that issue"}, status=404)
+        return web.json_response(self._status(carousel))
+
+    async def post_carousel(self, request: web.Request) -> web.Response:
+        """``POST /v1/carousels`` ``{"issue_id", "channels"?, "rate_mbps"?, "fec"?}``."""
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return web.json_response({"error": "the body is not JSON"}, status=400)
+        if not isinstance(body, dict) or not isinstance(body.get("issue_id"), str):
+            return web.json_response({"error": 'give {"issue_id": ...}'}, status=400)
+        overrides: dict[str, Any] = {}
+        try:
+            if "channels" in body:
+                overrides["channels"] = int(body["channels"])
+            if "rate_mbps" in body:
+                overrides["rate_bps"] = float(body["rate_mbps"]) * 1e6
+            if "fec" in body:
+                overrides["fec"] = str(body["fec"])
+            carousel = replace(self.config.carousel, **overrides)
+        except (TypeError, ValueError) as err:
+            return web.json_response({"error": str(err)}, status=400)
+        issue_id = body["issue_id"]
+        was_running = self.thread.get(issue_id) is not None
+        try:
+            plan = await self.start_carousel(issue_id, carousel)
+        except CarouselError as err:
+            return web.json_response({"error": str(err)}, status=err.status)
+        return web.json_response(plan_to_json(plan), status=200 if was_running else 201)
+
+    async def delete_carousel(self, request: web.Request) -> web.Response:
+        """``DELETE /v1/carousels/<issue_id>``."""
+        issue_id = request.match_info["issue_id"]
+        if not self.stop_carousel(issue_id):
+            return web.json_response({"error": "no carousel for that issue"}, status=404)
+        return web.json_response({"stopped": issue_id})
+
+    async def metrics_handler(self, request: web.Request) -> web.Response:
+        """``GET /metrics``: Prometheus text."""
+        return web.Response(
+            body=generate_latest(self.metrics.registry),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """``GET /healthz``."""
+        return web.json_response({"ok": True, "carousels": len(self.thread.running())})
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    async def start(self) -> str:
+        """Start the send thread, the announcements and the HTTP API; the API's URL."""
+        self.thread.start()
+        self._announcer = asyncio.get_running_loop().create_task(self._announce_loop())
+        self._runner = web.AppRunner(self.make_app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port)
+        await site.start()
+        port: int = self._runner.addresses[0][1]
+        self.url = f"http://{self.config.host}:{port}"
+        return self.url
+
+    async def close(self) -> None:
+        """Stop the API, the announcements and every carousel."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._announcer is not None:
+            self._announcer.cancel()
+            await asyncio.gather(self._announcer, return_exceptions=True)
+        for task in list(self._starting.values()):
+            task.cancel()
+        self.thread.stop()
+        if self.thread.is_alive():
+            await asyncio.to_thread(self.thread.join, 5.0)
+        self.sock.close()
+
+
+def _encode(
+    data: bytes, *, location: str, tsi: int, toi: int, config: CarouselConfig
+) -> EncodedObject:
+    """One pass of ``data`` from the binding (imported here: a native module)."""
+    import pressrun_flute
+
+    return pressrun_flute.encode_object(
+        data,
+        content_location=location,
+        content_type="application/octet-stream",
+        tsi=tsi,
+        toi=toi,
+        fec=config.fec,
+        encoding_symbol_length=config.symbol_bytes,
+        max_source_block_length=config.max_source_block_symbols,
+        repair_symbols_per_block=config.repair_symbols_per_block(len(data)),
+    )
