@@ -206,6 +206,7 @@ def test_encode_directive_is_the_protocol_shape() -> None:
             {"name": "origin-c", "url": "http://127.0.0.1:8003", "score": 2100.0},
         ],
         "swarm": None,
+        "multicast": None,
         "fallbacks": [],
         "expires_in_s": 5.0,
         "algorithm": "alg2",

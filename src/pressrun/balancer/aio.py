@@ -82,6 +82,7 @@ from pressrun.balancer.events import (
     Directive,
     DirectiveRequested,
     Effect,
+    MulticastInfo,
     NoDirective,
     OriginCameBack,
     OriginSpec,
@@ -118,7 +119,12 @@ class BalancerServiceConfig:
         an issue whose demand passes ``demand.enter_downloaders`` (a `DemandPolicy`
         over the issues whose manifest it has read; an issue not read yet is answered
         ``origin`` and its manifest is fetched in the background).
-    demand: the demand policy's thresholds (used only with ``tracker_url``).
+    demand: the demand policy's thresholds (used only with ``tracker_url`` or a
+        multicast sender).
+    multicast_sender_url, multicast_token, multicast: the multicast sender's control
+        API, its token, and the control group clients get; given, an issue whose demand
+        passes ``demand.multicast_enter_downloaders`` gets a carousel and ``multicast``
+        directives (`pressrun.balancer.carousels`).
     extra_tracker_urls: more tracker instances sharing ``tracker_url``'s state (Redis);
         swarm directives name ``tracker_url`` and these in turn, spreading the
         announces over them.
@@ -136,6 +142,9 @@ class BalancerServiceConfig:
     tracker_url: str | None = None
     demand: DemandConfig = field(default_factory=DemandConfig)
     extra_tracker_urls: tuple[str, ...] = ()
+    multicast_sender_url: str | None = None
+    multicast_token: str | None = None
+    multicast: MulticastInfo | None = None
 
     def effective_poll_timeout_s(self) -> float:
         """The poll timeout in force: the configured one or 0.8 x the interval."""
@@ -226,8 +235,14 @@ class BalancerService:
         self._mode_policy = mode_policy
         #: issue id -> its swarm (torrent on the origin whose manifest answered)
         self.swarms: dict[str, SwarmInfo] = {}
-        if mode_policy is None and config.tracker_url is not None:
-            self._mode_policy = DemandPolicy(config.demand, self.swarms)
+        #: issue id -> its running carousel (kept by `keep_carousels`)
+        self.carousels: dict[str, MulticastInfo] = {}
+        self._demand: DemandPolicy | None = None
+        if mode_policy is None and (
+            config.tracker_url is not None or config.multicast_sender_url is not None
+        ):
+            self._demand = DemandPolicy(config.demand, self.swarms, self.carousels)
+            self._mode_policy = self._demand
         self._loop: asyncio.AbstractEventLoop | None = None
         self._core: BalancerCore | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -308,6 +323,20 @@ class BalancerService:
         sockets = getattr(server, "sockets", None) or []
         bound: int = sockets[0].getsockname()[1] if sockets else cfg.port
         self._rearm()  # the first polls are due now
+        if self._demand is not None and cfg.multicast_sender_url and cfg.multicast is not None:
+            from pressrun.balancer.carousels import CarouselClient, keep_carousels
+
+            client = CarouselClient(self._http, cfg.multicast_sender_url, cfg.multicast_token or "")
+            self._spawn(
+                keep_carousels(
+                    self._demand,
+                    self.carousels,
+                    client,
+                    cfg.multicast,
+                    interval_s=cfg.balancer.poll_interval_s,
+                    now=self._now,
+                )
+            )
         return bound
 
     async def close(self) -> None:

@@ -197,6 +197,46 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         help="a mode, once entered, is kept at least this long, seconds "
         f"(default {demand.min_dwell_s:g})",
     )
+    p.add_argument(
+        "--multicast-sender",
+        default=None,
+        metavar="URL",
+        help="the multicast sender's control API (pressrun serve multicast); given, an "
+        "issue at peak demand gets a carousel and multicast directives (default: none)",
+    )
+    p.add_argument(
+        "--multicast-token-env",
+        default="PRESSRUN_MULTICAST_TOKEN",
+        metavar="NAME",
+        help="environment variable holding the sender's API token "
+        "(default PRESSRUN_MULTICAST_TOKEN)",
+    )
+    p.add_argument(
+        "--multicast-control-group",
+        default=None,
+        metavar="GROUP:PORT",
+        help="the sender's control group, told to clients (needed with --multicast-sender)",
+    )
+    p.add_argument(
+        "--multicast-interface",
+        default=None,
+        metavar="ADDR",
+        help="interface hint told to clients (e.g. 127.0.0.1 on one host; default none)",
+    )
+    p.add_argument(
+        "--multicast-enter-downloaders",
+        type=float,
+        default=100.0,
+        help="estimated concurrent downloaders at or above which an issue moves to "
+        "multicast (default 100)",
+    )
+    p.add_argument(
+        "--multicast-leave-downloaders",
+        type=float,
+        default=50.0,
+        help="estimated concurrent downloaders below which it leaves multicast "
+        "(default 50; between the swarm's leave and the multicast enter threshold)",
+    )
     p.set_defaults(func=run_balancer)
 
 
@@ -211,6 +251,30 @@ def _parse_params(items: list[str]) -> dict[str, float]:
         except ValueError:
             raise ValueError(f"--param {item!r}: {value!r} is not a number") from None
     return params
+
+
+def _multicast_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The service's multicast settings from the flags (ValueError when incomplete)."""
+    import os
+
+    from pressrun.balancer.events import MulticastInfo
+    from pressrun.multicast.net import parse_group
+
+    if not args.multicast_sender:
+        return {}
+    if not args.multicast_control_group:
+        raise ValueError("--multicast-sender needs --multicast-control-group GROUP:PORT")
+    parse_group(args.multicast_control_group)
+    token = os.environ.get(args.multicast_token_env, "").strip()
+    if not token:
+        raise ValueError(
+            f"--multicast-sender needs the sender's token in ${args.multicast_token_env}"
+        )
+    return {
+        "multicast_sender_url": args.multicast_sender.rstrip("/"),
+        "multicast_token": token,
+        "multicast": MulticastInfo(args.multicast_control_group, args.multicast_interface),
+    }
 
 
 def run_balancer(args: argparse.Namespace) -> int:
@@ -253,7 +317,12 @@ def run_balancer(args: argparse.Namespace) -> int:
                 enter_downloaders=args.swarm_enter_downloaders,
                 leave_downloaders=args.swarm_leave_downloaders,
                 min_dwell_s=args.swarm_min_dwell_s,
+                multicast_enter_downloaders=(
+                    args.multicast_enter_downloaders if args.multicast_sender else None
+                ),
+                multicast_leave_downloaders=args.multicast_leave_downloaders,
             ),
+            **_multicast_options(args),
         )
     except ValueError as err:
         print(f"pressrun serve balancer: {err}", file=sys.stderr)

@@ -203,6 +203,12 @@ def encode_directive(directive: Directive) -> dict[str, Any]:
             "tracker_url": swarm.tracker_url,
             "info_hash": swarm.info_hash,
         },
+        "multicast": None
+        if directive.multicast is None
+        else {
+            "control_group": directive.multicast.control_group,
+            "interface": directive.multicast.interface,
+        },
         "fallbacks": [mode.value for mode in directive.fallbacks],
         "expires_in_s": directive.expires_in_s,
         "algorithm": directive.algorithm,

@@ -38,6 +38,7 @@ from pressrun.balancer.events import (
     Directive,
     DirectiveRequested,
     Effect,
+    MulticastInfo,
     NoDirective,
     OriginCameBack,
     OriginSpec,
@@ -84,6 +85,7 @@ class ModeDecision:
 
     mode: DeliveryMode
     swarm: SwarmInfo | None = None
+    multicast: MulticastInfo | None = None
 
 
 class ModePolicy(Protocol):
@@ -215,6 +217,8 @@ class BalancerCore:
         fallbacks: tuple[DeliveryMode, ...] = (
             (DeliveryMode.ORIGIN,) if decision.mode is not DeliveryMode.ORIGIN else ()
         )
+        if decision.mode is DeliveryMode.MULTICAST and decision.swarm is not None:
+            fallbacks = (DeliveryMode.SWARM, DeliveryMode.ORIGIN)
         return Directive(
             issue,
             decision.mode,
@@ -223,6 +227,7 @@ class BalancerCore:
             fallbacks,
             self.config.expires_in_s,
             self.algorithm.name,
+            decision.multicast,
         )
 
     def _ranked_origins(

@@ -24,9 +24,20 @@ D >= ``enter_downloaders`` (T_hi) and goes back to `origin` when D < ``leave_dow
 D does. So between two mode changes of an issue at least ``min_dwell_s`` passes (a
 Hypothesis test checks it).
 
-An issue with no `SwarmInfo` (no torrent known: `swarms` has no entry for it) always
-stays `origin`. `swarm_info_for` builds the `SwarmInfo` from the protocol's URLs:
-torrent at ``<origin>/content/<issue>/<issue>.torrent`` (docs/protocols.md).
+**The third level, multicast** (peak demand, paper 004 section III.B: the same bytes
+sent once for every reader). With ``multicast_enter_downloaders`` set (T_mc_hi, above
+T_hi), an issue whose D reaches it goes to `multicast`, and comes back down when D
+falls below ``multicast_leave_downloaders`` (T_mc_lo < T_mc_hi): to `swarm` while
+D >= T_lo, else to `origin`; the same dwell applies. The policy only *wants* a
+carousel then (`carousels_wanted`): the balancer service asks the multicast sender
+to start it, and answers `multicast` once the carousel runs (``carousels`` has the
+issue); until then the issue is answered as `swarm` (or `origin`). Demand decays
+between requests, so the service calls `review` on a timer: an issue nobody asks for
+any more leaves multicast and its carousel is stopped.
+
+An issue with no `SwarmInfo` (no torrent known: `swarms` has no entry for it) stays
+`origin` below the multicast level. `swarm_info_for` builds the `SwarmInfo` from the
+protocol's URLs: torrent at ``<origin>/content/<issue>/<issue>.torrent`` (docs/protocols.md).
 
 Wiring (the balancer service owner): ``BalancerCore(..., mode_policy=DemandPolicy(
 DemandConfig(...), swarms))`` where ``swarms`` maps issue id -> SwarmInfo (a dict the
@@ -40,7 +51,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pressrun.balancer.core import ModeDecision
-from pressrun.balancer.events import DeliveryMode, SwarmInfo
+from pressrun.balancer.events import DeliveryMode, MulticastInfo, SwarmInfo
 
 _ORIGIN = ModeDecision(DeliveryMode.ORIGIN)
 
@@ -58,6 +69,11 @@ class DemandConfig:
         capacity (docs/swarm.md).
     leave_downloaders: T_lo, D below which it goes back to the origins. 8.
     min_dwell_s: a mode is kept at least this long once entered (seconds). 30.
+    multicast_enter_downloaders: T_mc_hi, D at or above which an issue moves to
+        multicast (None: no multicast level). 100 in ``pressrun serve balancer`` when a
+        multicast sender is given: above the swarm's threshold by the factor the
+        loopback runs show a swarm's origins' share rising again (docs/multicast.md).
+    multicast_leave_downloaders: T_mc_lo, D below which it leaves multicast. 50.
     """
 
     tau_s: float = 10.0
@@ -65,8 +81,20 @@ class DemandConfig:
     enter_downloaders: float = 20.0
     leave_downloaders: float = 8.0
     min_dwell_s: float = 30.0
+    multicast_enter_downloaders: float | None = None
+    multicast_leave_downloaders: float = 50.0
 
     def __post_init__(self) -> None:
+        if self.multicast_enter_downloaders is not None and not (
+            self.leave_downloaders
+            <= self.multicast_leave_downloaders
+            < self.multicast_enter_downloaders
+        ):
+            raise ValueError(
+                "need leave_downloaders <= multicast_leave_downloaders < "
+                f"multicast_enter_downloaders, got {self.leave_downloaders}, "
+                f"{self.multicast_leave_downloaders} and {self.multicast_enter_downloaders}"
+            )
         for name in ("tau_s", "typical_download_s"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
@@ -111,11 +139,18 @@ def swarm_info_for(origin_url: str, tracker_url: str, issue_id: str, info_hash: 
 
 
 class DemandPolicy:
-    """A `ModePolicy`: origin or swarm per issue from its estimated demand."""
+    """A `ModePolicy`: origin, swarm or multicast per issue from its estimated demand."""
 
-    def __init__(self, config: DemandConfig, swarms: Mapping[str, SwarmInfo]) -> None:
+    def __init__(
+        self,
+        config: DemandConfig,
+        swarms: Mapping[str, SwarmInfo],
+        carousels: Mapping[str, MulticastInfo] | None = None,
+    ) -> None:
         self.config = config
         self.swarms = swarms
+        #: issue id -> its running carousel (the service keeps it up to date)
+        self.carousels: Mapping[str, MulticastInfo] = carousels if carousels is not None else {}
         self._issues: dict[str, _IssueDemand] = {}
 
     def _rate_at(self, state: _IssueDemand, now: float) -> float:
@@ -140,29 +175,56 @@ class DemandPolicy:
             issue_id, rate, rate * self.config.typical_download_s, state.mode, state.mode_since
         )
 
-    def decide(self, issue_id: str, *, now: float) -> ModeDecision:
-        """Count this request and answer the issue's mode (with hysteresis and dwell)."""
-        self.handle_request(issue_id, now=now)
-        state = self._issues[issue_id]
-        swarm = self.swarms.get(issue_id)
+    def _target(self, state: _IssueDemand, downloaders: float, has_swarm: bool) -> DeliveryMode:
+        """The mode D calls for from the current one (the hysteresis bands)."""
         cfg = self.config
-        downloaders = self._rate_at(state, now) * cfg.typical_download_s
-        dwelt = state.mode_since is None or now - state.mode_since >= cfg.min_dwell_s
-        if swarm is None:
-            target = DeliveryMode.ORIGIN
-        elif state.mode is DeliveryMode.ORIGIN:
-            enter = downloaders >= cfg.enter_downloaders
-            target = DeliveryMode.SWARM if enter else DeliveryMode.ORIGIN
-        else:
-            leave = downloaders < cfg.leave_downloaders
-            target = DeliveryMode.ORIGIN if leave else DeliveryMode.SWARM
+        mc_enter = cfg.multicast_enter_downloaders
+        current = state.mode
+        if mc_enter is not None:
+            if current is not DeliveryMode.MULTICAST and downloaders >= mc_enter:
+                return DeliveryMode.MULTICAST
+            if current is DeliveryMode.MULTICAST and downloaders >= cfg.multicast_leave_downloaders:
+                return DeliveryMode.MULTICAST
+        if not has_swarm:
+            return DeliveryMode.ORIGIN
+        if current is DeliveryMode.ORIGIN:
+            return DeliveryMode.SWARM if downloaders >= cfg.enter_downloaders else current
+        return DeliveryMode.ORIGIN if downloaders < cfg.leave_downloaders else DeliveryMode.SWARM
+
+    def _update(self, issue_id: str, state: _IssueDemand, now: float) -> None:
+        downloaders = self._rate_at(state, now) * self.config.typical_download_s
+        target = self._target(state, downloaders, issue_id in self.swarms)
+        dwelt = state.mode_since is None or now - state.mode_since >= self.config.min_dwell_s
         if target is not state.mode and dwelt:
             state.mode = target
             state.mode_since = now
             state.changes += 1
-        if state.mode is DeliveryMode.SWARM and swarm is not None:
+
+    def decide(self, issue_id: str, *, now: float) -> ModeDecision:
+        """Count this request and answer the issue's mode (with hysteresis and dwell)."""
+        self.handle_request(issue_id, now=now)
+        state = self._issues[issue_id]
+        self._update(issue_id, state, now)
+        swarm = self.swarms.get(issue_id)
+        if state.mode is DeliveryMode.MULTICAST:
+            carousel = self.carousels.get(issue_id)
+            if carousel is not None:
+                return ModeDecision(DeliveryMode.MULTICAST, swarm, carousel)
+        if state.mode is not DeliveryMode.ORIGIN and swarm is not None:
             return ModeDecision(DeliveryMode.SWARM, swarm)
         return _ORIGIN
+
+    def review(self, *, now: float) -> None:
+        """Re-evaluate every issue's mode without counting a request (demand decays
+        between requests: an issue nobody asks for any more leaves multicast)."""
+        for issue_id, state in self._issues.items():
+            self._update(issue_id, state, now)
+
+    def carousels_wanted(self) -> frozenset[str]:
+        """The issues in multicast mode: their carousels should run."""
+        return frozenset(
+            issue for issue, state in self._issues.items() if state.mode is DeliveryMode.MULTICAST
+        )
 
     def mode_changes(self, issue_id: str) -> int:
         """How many times the issue changed mode (for metrics and tests)."""

@@ -62,6 +62,16 @@ class SwarmInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class MulticastInfo:
+    """What a client needs to receive an issue's carousel: the control group
+    (``GROUP:PORT``) whose signed announcements name the channels, and the interface
+    hint to join on (docs/multicast.md)."""
+
+    control_group: str
+    interface: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Directive:
     """The balancer's answer: how to fetch an issue, in preference order."""
 
@@ -72,6 +82,7 @@ class Directive:
     fallbacks: tuple[DeliveryMode, ...]
     expires_in_s: float
     algorithm: str
+    multicast: MulticastInfo | None = None
 
 
 class Refusal(Enum):

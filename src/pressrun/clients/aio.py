@@ -39,7 +39,8 @@ import contextlib
 import hashlib
 import logging
 import os
-from collections.abc import Collection, Sequence
+import shutil
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -49,6 +50,7 @@ import aiohttp
 from pressrun.clients.codec import (
     ClientDirective,
     DirectiveFormatError,
+    DirectiveMulticast,
     DirectiveSwarm,
     ResumeState,
     decode_directive,
@@ -132,6 +134,8 @@ class FetchResult:
     swarm_stalled: bool = False
     leave_rule: str | None = None
     encrypted: bool = False  # a subscribers-only issue, decrypted into the library
+    bytes_from_multicast: int = 0
+    multicast_note: str | None = None
 
     @property
     def bytes_from_origins(self) -> int:
@@ -192,6 +196,8 @@ class _Fetch:
     trust_on_first_use: bool = False
     subscriber_key: nacl.public.PrivateKey | None = None
     subscriptions_url: str | None = None
+    multicast_bytes: int = 0
+    multicast_note: str | None = None
 
     def now(self) -> float:
         return self.loop.time()
@@ -409,6 +415,21 @@ class _Fetch:
         directive = self.last_directive
         if (
             directive is not None
+            and directive.multicast is not None
+            and plan.state is PlanState.DOWNLOADING
+        ):
+            kept = await self._multicast(m, manifest_json, path, directive.multicast, kept)
+            plan = DownloadPlan(
+                size_bytes=m.size_bytes,
+                piece_size_bytes=m.piece_size_bytes,
+                config=self.config,
+                verified=kept,
+                now=self.now(),
+            )
+            self.verified_bytes = plan.verified_bytes
+            self._advanced(None)
+        if (
+            directive is not None
             and directive.swarm is not None
             and plan.state is PlanState.DOWNLOADING
         ):
@@ -469,7 +490,13 @@ class _Fetch:
             sections=plan.sections_started,
             failures=plan.failures_total,
             resumed_bytes=resumed,
-            mode="origin" if swarm_result is None and not self.swarm_tried else "swarm",
+            mode=(
+                "multicast"
+                if directive is not None and directive.multicast is not None
+                else "origin"
+                if swarm_result is None and not self.swarm_tried
+                else "swarm"
+            ),
             bytes_from_peers=0 if swarm_result is None else swarm_result.bytes_from_peers,
             bytes_from_web_seeds=(0 if swarm_result is None else swarm_result.bytes_from_web_seeds),
             swarm_stalled=swarm_result is not None and swarm_result.stalled,
@@ -479,7 +506,88 @@ class _Fetch:
                 else swarm_result.leave_rule.value
             ),
             encrypted=m.encryption is not None,
+            bytes_from_multicast=self.multicast_bytes,
+            multicast_note=self.multicast_note,
         )
+
+    async def _multicast(
+        self,
+        m: Manifest,
+        manifest_json: bytes,
+        path: Path,
+        multicast: DirectiveMulticast,
+        kept: list[int],
+    ) -> list[int]:
+        """Receive the issue from its carousel (docs/multicast.md); the pieces verified
+        after it: all of them when the carousel delivered a good file, else the ones
+        that checked out, the rest left to the swarm or origin sections."""
+        from pressrun.multicast.net import parse_group
+        from pressrun.multicast.receiver import copy_verified_pieces, receive_carousel
+
+        try:
+            group = parse_group(multicast.control_group)
+        except ValueError as err:
+            self.notice(f"multicast: bad control group in the directive ({err}); skipping it")
+            return kept
+        interface = self.config.multicast_interface or multicast.interface or "0.0.0.0"
+        work = path.parent / "multicast"
+        work.mkdir(exist_ok=True)
+        try:
+            result = await asyncio.to_thread(
+                receive_carousel,
+                m.issue_id,
+                hashlib.sha256(manifest_json).hexdigest(),
+                control_group=group,
+                interface=interface,
+                trusted_keys={m.publisher_key},
+                work_dir=work,
+                deadline_s=self.config.multicast_deadline_s,
+                drop_probability=self.config.multicast_receive_drop,
+                on_progress=self._multicast_progress(m),
+            )
+            good: list[int] = []
+            if result.path is not None:
+                good = await asyncio.to_thread(copy_verified_pieces, m, result.path, path)
+        except (OSError, ImportError) as err:
+            self.notice(f"multicast failed ({_describe(err)}); trying the fallbacks")
+            return kept
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        have = sorted(set(kept) | set(good))
+        self.multicast_bytes = sum(m.piece_span(i)[1] for i in good if i not in set(kept))
+        if len(have) == m.num_pieces:
+            self.multicast_note = f"{result.most_channels} channel(s), {result.seconds:.1f} s"
+            return have
+        why = (
+            result.reason
+            if result.path is None
+            else (f"{m.num_pieces - len(good)} of {m.num_pieces} pieces failed the manifest check")
+        )
+        self.multicast_note = f"fell back: {why}"
+        self.notice(
+            f"multicast: {why}; keeping {len(good)} verified pieces, the rest from "
+            + ("the swarm" if self.last_directive and self.last_directive.swarm else "origins"),
+            level=logging.INFO,
+        )
+        return have
+
+    def _multicast_progress(self, m: Manifest) -> Callable[[int, int], None] | None:
+        if self.progress is None:
+            return None
+        progress = self.progress
+        loop = self.loop
+
+        last = [-1]
+
+        def report(received: int, needed: int) -> None:
+            # called from the receive thread for every batch: pass on whole percents
+            percent = min(100, 100 * received // max(1, needed))
+            if percent > last[0]:
+                last[0] = percent
+                done = m.size_bytes * percent // 100
+                loop.call_soon_threadsafe(progress.advanced, done, "multicast")
+
+        return report
 
     async def _swarm(
         self, m: Manifest, path: Path, swarm: DirectiveSwarm, kept: list[int]

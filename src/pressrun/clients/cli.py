@@ -75,6 +75,20 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "profile's, 30 min desktop, 5 min mobile; a fair ratio or nobody left who needs "
         "a piece ends it sooner)",
     )
+    p.add_argument(
+        "--multicast-deadline-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="multicast mode: seconds the carousel gets before the fallbacks (default 60)",
+    )
+    p.add_argument(
+        "--multicast-interface",
+        default=None,
+        metavar="ADDR",
+        help="multicast mode: IPv4 address of the interface to join channels on "
+        "(default: the directive's hint, else the kernel's choice)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar, only errors")
     p.add_argument(
         "--json",
@@ -245,6 +259,12 @@ def run_get(args: argparse.Namespace) -> int:
         config = profile(args.profile).with_section_mb(args.section_mb)
         if args.max_seed_s is not None:
             config = dataclasses.replace(config, swarm_max_seed_s=args.max_seed_s)
+        if args.multicast_deadline_s is not None or args.multicast_interface is not None:
+            config = dataclasses.replace(
+                config,
+                multicast_deadline_s=args.multicast_deadline_s or config.multicast_deadline_s,
+                multicast_interface=args.multicast_interface,
+            )
     except ValueError as err:
         return fail(str(err), 2)
     trusted: set[bytes] | None = None
@@ -303,7 +323,12 @@ def run_get(args: argparse.Namespace) -> int:
             f"{result.seconds:.1f} s ({origins or 'nothing new'}; "
             f"{result.handoffs} handoff{'' if result.handoffs == 1 else 's'})"
         )
-        if result.mode == "swarm":
+        if result.mode == "multicast":
+            print(
+                f"multicast: {result.bytes_from_multicast / 1e6:.1f} MB from the carousel "
+                f"({result.multicast_note or 'no carousel'})"
+            )
+        if result.mode == "swarm" or result.bytes_from_peers or result.bytes_from_web_seeds:
             how = "stalled, the rest from origins" if result.swarm_stalled else "completed"
             print(
                 f"swarm ({how}): {result.bytes_from_peers / 1e6:.1f} MB from peers, "

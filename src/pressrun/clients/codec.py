@@ -43,6 +43,15 @@ class DirectiveSwarm:
 
 
 @dataclass(frozen=True, slots=True)
+class DirectiveMulticast:
+    """The ``multicast`` object of a ``multicast`` directive: where the carousel's
+    signed announcements are (``GROUP:PORT``) and the interface to join on."""
+
+    control_group: str
+    interface: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ClientDirective:
     """What the client uses of a directive: the mode and the origins, best first;
     ``swarm`` for a ``swarm`` directive (None otherwise)."""
@@ -52,6 +61,7 @@ class ClientDirective:
     origins: tuple[DirectiveOrigin, ...]
     expires_in_s: float
     swarm: DirectiveSwarm | None = None
+    multicast: DirectiveMulticast | None = None
 
 
 def decode_directive(data: bytes) -> ClientDirective:
@@ -81,7 +91,8 @@ def decode_directive(data: bytes) -> ClientDirective:
     if isinstance(expires, bool) or not isinstance(expires, int | float):
         raise DirectiveFormatError("the directive's expires_in_s is not a number")
     swarm: DirectiveSwarm | None = None
-    if mode == "swarm":
+    # a multicast directive may carry the swarm too: its first fallback
+    if mode == "swarm" or (mode == "multicast" and doc.get("swarm") is not None):
         raw = doc.get("swarm")
         if not isinstance(raw, dict):
             raise DirectiveFormatError("a swarm directive lacks its swarm object")
@@ -94,7 +105,16 @@ def decode_directive(data: bytes) -> ClientDirective:
         if not torrent_url.startswith(("http://", "https://")):
             raise DirectiveFormatError(f"the swarm's torrent_url is not http(s): {torrent_url!r}")
         swarm = DirectiveSwarm(torrent_url, tracker_url, info_hash)
-    return ClientDirective(issue_id, mode, tuple(parsed), float(expires), swarm)
+    multicast: DirectiveMulticast | None = None
+    if mode == "multicast":
+        raw = doc.get("multicast")
+        if not isinstance(raw, dict) or not isinstance(raw.get("control_group"), str):
+            raise DirectiveFormatError("a multicast directive lacks multicast.control_group")
+        interface = raw.get("interface")
+        if interface is not None and not isinstance(interface, str):
+            raise DirectiveFormatError("the directive's multicast.interface is not a string")
+        multicast = DirectiveMulticast(raw["control_group"], interface)
+    return ClientDirective(issue_id, mode, tuple(parsed), float(expires), swarm, multicast)
 
 
 def decode_error(data: bytes) -> str | None:

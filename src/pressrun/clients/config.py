@@ -47,6 +47,13 @@ class ClientConfig:
     swarm_max_seed_s: in swarm mode, the longest the client seeds after finishing
         before it leaves (None: the peer profile's, 30 min desktop, 5 min mobile; it
         leaves sooner by the ratio or when nobody needs it).
+    multicast_deadline_s: in multicast mode, the carousel gets this long to deliver
+        a complete file; then the pieces that verify are kept and the rest comes from
+        the swarm or origin sections (docs/multicast.md). 60 s.
+    multicast_interface: the IPv4 address of the interface to join channels on
+        (None: the directive's hint, else 0.0.0.0, the kernel's choice).
+    multicast_receive_drop: drop this share of multicast packets in the receive
+        path, at random (loss emulation for tests and the bench; 0: none).
     """
 
     profile: str = "desktop"
@@ -66,6 +73,9 @@ class ClientConfig:
     steal_min_elapsed_s: float = 1.0
     swarm_stall_after_s: float | None = None
     swarm_max_seed_s: float | None = None
+    multicast_deadline_s: float = 60.0
+    multicast_interface: str | None = None
+    multicast_receive_drop: float = 0.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -88,6 +98,10 @@ class ClientConfig:
             value = getattr(self, name)
             if value is not None and not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a number >= 0 (or None)")
+        if not (self.multicast_deadline_s > 0 and math.isfinite(self.multicast_deadline_s)):
+            raise ValueError("multicast_deadline_s must be a positive number")
+        if not 0 <= self.multicast_receive_drop < 1:
+            raise ValueError("multicast_receive_drop must be in [0, 1)")
         if self.failed_ttl_s < 0 or self.retry_backoff_s < 0 or self.retry_backoff_max_s < 0:
             raise ValueError("failed_ttl_s and the backoffs must not be negative")
 

@@ -26,6 +26,7 @@ available; docs/multicast.md says which ran).
 from __future__ import annotations
 
 import logging
+import os
 import random
 import selectors
 import socket
@@ -34,6 +35,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pressrun.content.codec import Manifest, piece_ok
 from pressrun.multicast.config import LayeringConfig
 from pressrun.multicast.control import check_datagram
 from pressrun.multicast.core import AnnouncementGate, LayerCore
@@ -279,3 +281,22 @@ def _finish(
         result.losses = list(layers.losses)
     result.verdicts = {v.value: n for v, n in gate.counts.items()}
     return result
+
+
+def copy_verified_pieces(manifest: Manifest, decoded: Path, partial: Path) -> list[int]:
+    """Check the decoded object piece by piece against the signed manifest and write
+    every piece that verifies into the partial file at its offset; the indices kept.
+    A poisoned symbol corrupts the pieces of its source block; the others are kept."""
+    good: list[int] = []
+    with open(decoded, "rb") as src, open(partial, "r+b") as dst:
+        for index in range(manifest.num_pieces):
+            offset, length = manifest.piece_span(index)
+            src.seek(offset)
+            data = src.read(length)
+            if piece_ok(manifest, index, data):
+                dst.seek(offset)
+                dst.write(data)
+                good.append(index)
+        dst.flush()
+        os.fsync(dst.fileno())
+    return good

@@ -1,0 +1,108 @@
+"""A published issue and a running multicast sender (in this process, real UDP
+multicast on 127.0.0.1), with a random control group and channel groups per test."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import socket
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pressrun.content.keys import generate_keypair, load_public_key, load_signing_key
+from pressrun.content.publish import publish
+from pressrun.multicast.config import CarouselConfig
+
+pytest.importorskip("pressrun_flute", reason="the FLUTE binding is built by `make setup`")
+
+ISSUE = "weekly-2026-47"
+TOKEN = "test-token-0123456789"
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def random_groups(rng: random.Random) -> tuple[tuple[str, int], str]:
+    """A control group and a channel group base, both random in 239.255.0.0/16."""
+    a, b = rng.randrange(1, 255), rng.randrange(1, 200)
+    return (f"239.255.{a}.{b}", free_udp_port()), f"239.255.{a}.{b + 1}"
+
+
+@dataclass
+class Published:
+    root: Path
+    content: Path
+    key_path: Path
+    public_hex: str
+    data: bytes
+    manifest_json: bytes
+
+    @property
+    def manifest_sha256(self) -> str:
+        return hashlib.sha256(self.manifest_json).hexdigest()
+
+
+@pytest.fixture
+def published(tmp_path: Path) -> Callable[[int], Published]:
+    """Publish a random issue of the given size; returns its bundle's facts."""
+
+    def make(size: int) -> Published:
+        secret, public = generate_keypair(tmp_path / "publisher.key")
+        data = random.Random(size).randbytes(size)
+        source = tmp_path / "source" / f"{ISSUE}.pdf"
+        source.parent.mkdir(exist_ok=True)
+        source.write_bytes(data)
+        content = tmp_path / "content"
+        publish(
+            source,
+            issue_id=ISSUE,
+            title="Sample",
+            key_path=secret,
+            content_dir=content,
+            web_seeds=[],
+            piece_size=65536,
+        )
+        manifest_json = (content / ISSUE / "manifest.json").read_bytes()
+        return Published(
+            tmp_path, content, secret, load_public_key(public).hex(), data, manifest_json
+        )
+
+    return make
+
+
+@pytest.fixture
+async def sender_factory() -> AsyncIterator[Callable[..., object]]:
+    """Start `MulticastSender`s on random groups; all are closed at the end."""
+    from pressrun.multicast.sender import MulticastSender, SenderServiceConfig
+
+    started: list[MulticastSender] = []
+    rng = random.Random()
+
+    async def start(pub: Published, carousel: CarouselConfig) -> MulticastSender:
+        control, base = random_groups(rng)
+        sender = MulticastSender(
+            SenderServiceConfig(
+                content_dir=pub.content,
+                control_group=control,
+                signing_key=load_signing_key(pub.key_path),
+                token=TOKEN,
+                carousel=carousel,
+                group_base=base,
+                announce_interval_s=0.2,
+                announcement_ttl_s=2.0,
+            )
+        )
+        started.append(sender)
+        await sender.start()
+        return sender
+
+    yield start
+    for sender in started:
+        await sender.close()
