@@ -118,6 +118,7 @@ async def test_directive_json_over_http(
             {"name": "origin-c", "url": origins[2].url, "score": pytest.approx(2500.0)},
         ],
         "swarm": None,
+        "multicast": None,
         "fallbacks": [],
         "expires_in_s": 5.0,
         "algorithm": "alg2",

@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,24 @@ def exact(result: ReceiveResult, pub: Published) -> bool:
     return result.path is not None and result.path.read_bytes() == pub.data
 
 
+class CycleClock:
+    """The carousel's cycle as actually sent: on a loaded host the send thread may
+    fall behind its schedule (the rate is a ceiling), and a cycle then lasts longer
+    than planned; "within one cycle" means within one cycle of what was sent."""
+
+    def __init__(self, sender: MulticastSender) -> None:
+        running = sender.thread.get(ISSUE)
+        assert running is not None
+        self.schedule = running.schedule
+        self.cycle_packets = running.schedule.cycle_length(0)
+        self.sent0 = self.schedule.sent(0)
+        self.t0 = time.perf_counter()
+
+    def cycle_s(self) -> float:
+        rate = (self.schedule.sent(0) - self.sent0) / (time.perf_counter() - self.t0)
+        return self.cycle_packets / rate
+
+
 async def test_five_receivers_verified_one_joining_mid_carousel(
     published: Callable[[int], Published], sender_factory: Any, tmp_path: Path
 ) -> None:
@@ -70,13 +89,15 @@ async def test_five_receivers_verified_one_joining_mid_carousel(
     plan = await sender.start_carousel(ISSUE, sender.config.carousel)
     one = LayeringConfig(max_channels=1)
     late = 0.5 * plan.cycle_s
+    clock = CycleClock(sender)
     results = await asyncio.gather(
         *(receive(sender, pub, tmp_path / f"r{i}", layering=one) for i in range(4)),
         receive(sender, pub, tmp_path / "late", delay_s=late, layering=one),
     )
     assert all(r.completed and exact(r, pub) for r in results), [r.reason for r in results]
     # the late joiner joined mid-cycle and still finished in about one cycle
-    assert results[-1].seconds <= 1.2 * plan.cycle_s, (results[-1].seconds, plan.cycle_s)
+    cycle_s = clock.cycle_s()
+    assert results[-1].seconds <= 1.2 * cycle_s, (results[-1].seconds, cycle_s, plan.cycle_s)
     assert all(r.efficiency is not None and r.efficiency >= 0.95 for r in results)
 
 
@@ -86,16 +107,18 @@ async def test_ten_percent_loss_every_receiver_within_a_cycle_and_a_fifth(
     pub = published(SIZE)
     sender = await sender_factory(pub, CarouselConfig(channels=1, rate_bps=16e6))
     plan = await sender.start_carousel(ISSUE, sender.config.carousel)
+    clock = CycleClock(sender)
     results = await asyncio.gather(
         *(
             receive(sender, pub, tmp_path / f"r{i}", drop=0.10, seed=i, delay_s=0.13 * i)
             for i in range(5)
         )
     )
+    cycle_s = clock.cycle_s()
     for r in results:
         assert r.completed and exact(r, pub), r.reason
         assert r.dropped > 0
-        assert r.seconds <= 1.2 * plan.cycle_s, (r.seconds, plan.cycle_s)
+        assert r.seconds <= 1.2 * cycle_s, (r.seconds, cycle_s, plan.cycle_s)
 
 
 async def test_two_channels_finish_in_about_half_the_time(

@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -532,18 +535,26 @@ class _Fetch:
         interface = self.config.multicast_interface or multicast.interface or "0.0.0.0"
         work = path.parent / "multicast"
         work.mkdir(exist_ok=True)
+        # a thread of its own, not the loop's small default pool: many clients of one
+        # process (the demo) each receive at once
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pressrun-multicast")
+        stop = threading.Event()  # set when this task ends, cancelled or not
         try:
-            result = await asyncio.to_thread(
-                receive_carousel,
-                m.issue_id,
-                hashlib.sha256(manifest_json).hexdigest(),
-                control_group=group,
-                interface=interface,
-                trusted_keys={m.publisher_key},
-                work_dir=work,
-                deadline_s=self.config.multicast_deadline_s,
-                drop_probability=self.config.multicast_receive_drop,
-                on_progress=self._multicast_progress(m),
+            result = await self.loop.run_in_executor(
+                executor,
+                functools.partial(
+                    receive_carousel,
+                    m.issue_id,
+                    hashlib.sha256(manifest_json).hexdigest(),
+                    control_group=group,
+                    interface=interface,
+                    trusted_keys={m.publisher_key},
+                    work_dir=work,
+                    deadline_s=self.config.multicast_deadline_s,
+                    drop_probability=self.config.multicast_receive_drop,
+                    on_progress=self._multicast_progress(m),
+                    should_stop=stop.is_set,
+                ),
             )
             good: list[int] = []
             if result.path is not None:
@@ -552,9 +563,12 @@ class _Fetch:
             self.notice(f"multicast failed ({_describe(err)}); trying the fallbacks")
             return kept
         finally:
+            stop.set()
+            executor.shutdown(wait=False)
             shutil.rmtree(work, ignore_errors=True)
         have = sorted(set(kept) | set(good))
-        self.multicast_bytes = sum(m.piece_span(i)[1] for i in good if i not in set(kept))
+        before = set(kept)
+        self.multicast_bytes = sum(m.piece_span(i)[1] for i in good if i not in before)
         if len(have) == m.num_pieces:
             self.multicast_note = f"{result.most_channels} channel(s), {result.seconds:.1f} s"
             return have

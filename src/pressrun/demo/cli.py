@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import os
 import random
+import secrets
 import shutil
 import sys
 import tempfile
@@ -32,13 +33,16 @@ from pressrun.demo.processes import ServiceProcess, cpu_seconds, start_cpu_burne
 from pressrun.demo.report import ClientRow, print_tables
 from pressrun.demo.testbed import (
     DEMO_ISSUE,
+    DEMO_MULTICAST_ENTER,
     DEMO_SHAPES,
     DEMO_SWARM_ENTER,
     balancer_args,
+    multicast_args,
     origin_args,
     tracker_args,
     wait_for_directive,
 )
+from pressrun.multicast.config import TOKEN_ENV
 
 MIB = 1024 * 1024
 
@@ -52,9 +56,11 @@ async def run_demo(
     waves: int = 3,
     wave_gap_s: float = 4.0,
     swarm: bool = True,
-) -> tuple[list[ClientRow], list[dict[str, Any]], float, float]:
-    """Run the demo; returns the client rows, the origins' /stats, the wall time and
-    the CPU seconds B's background burner used.
+    multicast: bool = True,
+) -> tuple[list[ClientRow], list[dict[str, Any]], float, float, float | None]:
+    """Run the demo; returns the client rows, the origins' /stats, the wall time, the
+    CPU seconds B's background burner used and the multicast sender's bytes (None
+    without the sender).
 
     Origins and balancer are ``pressrun serve`` child processes (each its own event
     loop, as on separate machines); the clients run in this process.
@@ -101,8 +107,22 @@ async def run_demo(
             tracker = await ServiceProcess.start("tracker", tracker_args(root / "tracker.db"))
             services.append(tracker)
             tracker_url = tracker.url
+        sender: ServiceProcess | None = None
+        sender_env = {TOKEN_ENV: secrets.token_hex(16)}
+        mc: tuple[str, str] | None = None
+        if multicast:
+            control_group, group_base = _random_groups()
+            sender = await ServiceProcess.start(
+                "multicast",
+                multicast_args(content, key, control_group, group_base),
+                env=sender_env,
+            )
+            services.append(sender)
+            mc = (sender.url, control_group)
         balancer = await ServiceProcess.start(
-            "balancer", balancer_args({o.name: o.url for o in origins}, tracker_url)
+            "balancer",
+            balancer_args({o.name: o.url for o in origins}, tracker_url, mc),
+            env=sender_env,
         )
         services.append(balancer)
         await wait_for_directive(balancer.url, DEMO_ISSUE, timeout_s=15.0)
@@ -112,7 +132,13 @@ async def run_demo(
 
         # a swarm peer seeds after its download only until a rule lets it go: at most
         # 10 s here; a swarm quiet for 8 s hands over to origin sections
-        config = replace(DESKTOP, swarm_max_seed_s=10.0, swarm_stall_after_s=8.0)
+        config = replace(
+            DESKTOP,
+            swarm_max_seed_s=10.0,
+            swarm_stall_after_s=8.0,
+            multicast_deadline_s=30.0,
+            multicast_interface="127.0.0.1",
+        )
         per_wave = -(-clients // max(1, waves))
 
         async def one(number: int) -> ClientRow:
@@ -139,13 +165,42 @@ async def run_demo(
             for origin in origins:
                 async with http.get(f"{origin.url}/stats") as resp:
                     stats.append(await resp.json())
-        return list(rows), stats, wall, burner_cpu_s
+            sender_bytes = None if sender is None else await _sender_bytes(http, sender.url)
+        return list(rows), stats, wall, burner_cpu_s, sender_bytes
     finally:
         for service in reversed(services):
             await service.stop()
         stop_process(burner)
         if keep is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _random_groups() -> tuple[str, str]:
+    """A control group (``GROUP:PORT``, a free UDP port) and a channel group base in
+    239.255.0.0/16, random, so demos and tests on one host do not hear each other."""
+    import socket
+
+    rng = random.Random()
+    a, b = rng.randrange(1, 255), rng.randrange(1, 200)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    return f"239.255.{a}.{b}:{port}", f"239.255.{a}.{b + 1}"
+
+
+async def _sender_bytes(http: Any, url: str) -> float:
+    """The sender's UDP payload bytes so far, from its /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with http.get(f"{url}/metrics") as resp:
+        text = await resp.text()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "pressrun_multicast_bytes_sent"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -177,6 +232,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         type=float,
         default=4.0,
         help="seconds between waves (default 4)",
+    )
+    p.add_argument(
+        "--no-multicast",
+        action="store_true",
+        help="no multicast sender (the demo before the carousel)",
     )
     p.add_argument(
         "--no-swarm",
@@ -215,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
         "pressrun.balancer",
         "pressrun.clients",
         "pressrun.peer",
+        "pressrun.multicast",
         "aiohttp.access",
     ):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -226,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
         if args.no_swarm
         else f"tracker, balancer (alg2, swarm from {DEMO_SWARM_ENTER:g} downloaders)"
     )
+    if not args.no_multicast:
+        services += f", multicast sender (carousel from {DEMO_MULTICAST_ENTER:g} downloaders)"
     print(
         f"pressrun demo: 3 origins, {services}, "
         f"{args.clients} clients in {args.waves} wave(s) {args.wave_gap_s:g} s apart, "
@@ -233,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        rows, stats, wall, burner_cpu_s = asyncio.run(
+        rows, stats, wall, burner_cpu_s, sender_bytes = asyncio.run(
             run_demo(
                 clients=args.clients,
                 size_mib=args.size_mib,
@@ -242,12 +305,13 @@ def run(args: argparse.Namespace) -> int:
                 waves=args.waves,
                 wave_gap_s=args.wave_gap_s,
                 swarm=not args.no_swarm,
+                multicast=not args.no_multicast,
             )
         )
     except Exception as err:  # every failure ends in one line and exit code 1
         print(f"pressrun demo: failed: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
-    print_tables(rows, stats, wall)
+    print_tables(rows, stats, wall, sender_bytes=sender_bytes)
     print(
         f"origin-b's background load: the burner process used {burner_cpu_s:.1f} CPU-seconds "
         "(niced busy loop, running from before the origins started until the end)"

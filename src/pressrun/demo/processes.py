@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import subprocess
 import sys
@@ -59,8 +60,15 @@ class ServiceProcess:
     drain: asyncio.Task[None]
 
     @classmethod
-    async def start(cls, name: str, args: list[str], timeout_s: float = 20.0) -> ServiceProcess:
-        """Run ``pressrun --log-level INFO serve ARGS`` and wait for its URL."""
+    async def start(
+        cls,
+        name: str,
+        args: list[str],
+        timeout_s: float = 20.0,
+        env: dict[str, str] | None = None,
+    ) -> ServiceProcess:
+        """Run ``pressrun --log-level INFO serve ARGS`` and wait for its URL; ``env``
+        adds environment variables (e.g. a service's API token)."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -72,6 +80,7 @@ class ServiceProcess:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
+            env=None if env is None else {**os.environ, **env},
         )
         assert proc.stderr is not None
         tail: list[str] = []

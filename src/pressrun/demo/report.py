@@ -33,9 +33,12 @@ def print_tables(
     stats: list[dict[str, Any]],
     wall_s: float,
     shapes: Sequence[OriginShape] = DEMO_SHAPES,
+    *,
+    sender_bytes: float | None = None,
 ) -> None:
     """The demo's two tables (rich): per origin (``stats``: each origin's ``/stats``
-    document; ``shapes`` describe them) and per client, then the summary lines."""
+    document; ``shapes`` describe them) and the multicast sender (``sender_bytes``, its
+    UDP payload bytes; None: no sender), and per client, then the summary lines."""
     from rich.console import Console
     from rich.table import Table
 
@@ -61,6 +64,15 @@ def print_tables(
             f"{doc['bytes_sent_total'] / 1e6:.1f}",
             f"{by_origin.get(name, 0) / 1e6:.1f}",
         )
+    if sender_bytes is not None:
+        multicast_mb = sum(r.result.bytes_from_multicast for r in rows if r.result) / 1e6
+        origins.add_row(
+            "multicast sender",
+            "carousel, sent once for all",
+            "-",
+            f"{sender_bytes / 1e6:.1f}",
+            f"{multicast_mb:.1f}",
+        )
     console.print(origins)
     clients = Table(title=f"Clients ({len(rows)}, arriving in waves)")
     clients.add_column("client", justify="right")
@@ -70,13 +82,23 @@ def print_tables(
     clients.add_column("origin sections MB")
     clients.add_column("web seeds MB", justify="right")
     clients.add_column("peers MB", justify="right")
+    clients.add_column("multicast MB", justify="right")
     clients.add_column("left by")
     clients.add_column("ok")
     for row in rows:
         r = row.result
         if r is None:
             clients.add_row(
-                str(row.number), str(row.wave), "-", "-", row.error or "", "-", "-", "-", "[red]no"
+                str(row.number),
+                str(row.wave),
+                "-",
+                "-",
+                row.error or "",
+                "-",
+                "-",
+                "-",
+                "-",
+                "[red]no",
             )
             continue
         used = ", ".join(
@@ -85,11 +107,14 @@ def print_tables(
             if b > 0
         )
         mode = r.mode + (" (stalled, then origins)" if r.swarm_stalled else "")
+        if r.mode == "multicast" and r.bytes_from_multicast < r.size_bytes - r.resumed_bytes:
+            mode += " (then fallbacks)"
         swarm_cols = (
             (f"{r.bytes_from_web_seeds / 1e6:.1f}", f"{r.bytes_from_peers / 1e6:.1f}")
-            if r.mode == "swarm"
+            if r.bytes_from_web_seeds or r.bytes_from_peers or r.mode == "swarm"
             else ("-", "-")
         )
+        multicast_col = f"{r.bytes_from_multicast / 1e6:.1f}" if r.mode == "multicast" else "-"
         clients.add_row(
             str(row.number),
             str(row.wave),
@@ -97,12 +122,14 @@ def print_tables(
             f"{r.seconds:.1f}",
             used or "-",
             *swarm_cols,
+            multicast_col,
             r.leave_rule or "-",
             "[green]yes" if row.sha_ok and r.verified else "[red]NO",
         )
     console.print(clients)
     results = [r.result for r in rows if r.result is not None]
     in_swarm = sum(1 for r in results if r.mode == "swarm")
+    in_multicast = sum(1 for r in results if r.mode == "multicast")
     delivered = sum(r.size_bytes - r.resumed_bytes for r in results)
     served = sum(int(doc["bytes_sent_total"]) for doc in stats)
     if delivered:
@@ -112,6 +139,12 @@ def print_tables(
             f"torrents) for {delivered / 1e6:.1f} MB delivered to the clients "
             f"({served / delivered:.2f} of it). Web seeds vs peers per client are "
             "libtorrent's per-connection tallies, approximate."
+        )
+    if delivered and sender_bytes is not None:
+        console.print(
+            f"{in_multicast} of {len(rows)} clients from the multicast carousel; the sender "
+            f"sent {sender_bytes / 1e6:.1f} MB (its /metrics, while its carousel ran, "
+            f"whatever the number of receivers) beside the origins' {served / 1e6:.1f} MB."
         )
     done = [r.result.seconds for r in rows if r.result is not None]
     if done:

@@ -38,6 +38,14 @@ DEMO_ISSUE = "weekly-2026-47"
 #: first wave's requests push the issue into swarm mode and later waves get it
 DEMO_SWARM_ENTER = 24.0
 DEMO_SWARM_LEAVE = 4.0
+#: the multicast level (docs/multicast.md): above the swarm's, so the later clients of
+#: the demo, arriving while the first waves' requests still count, go to the carousel
+DEMO_MULTICAST_ENTER = 40.0
+DEMO_MULTICAST_LEAVE = 12.0
+DEMO_MIN_DWELL_S = 3.0
+#: the sender's channels in the demo: two of 40 Mbit/s
+DEMO_MULTICAST_CHANNELS = 2
+DEMO_MULTICAST_RATE_MBPS = 40.0
 
 
 @dataclass(frozen=True)
@@ -96,9 +104,37 @@ def tracker_args(db: Path) -> list[str]:
     ]
 
 
-def balancer_args(origins: dict[str, str], tracker_url: str | None) -> list[str]:
+def multicast_args(content: Path, key: Path, control_group: str, group_base: str) -> list[str]:
+    """``pressrun serve`` arguments of the demo's multicast sender (API on port 0; its
+    token in ``PRESSRUN_MULTICAST_TOKEN``), sending on 127.0.0.1."""
+    return [
+        "multicast",
+        "--content",
+        str(content),
+        "--key",
+        str(key),
+        "--control-group",
+        control_group,
+        "--group-base",
+        group_base,
+        "--interface",
+        "127.0.0.1",
+        "--channels",
+        str(DEMO_MULTICAST_CHANNELS),
+        "--rate-mbps",
+        f"{DEMO_MULTICAST_RATE_MBPS:g}",
+    ]
+
+
+def balancer_args(
+    origins: dict[str, str],
+    tracker_url: str | None,
+    multicast: tuple[str, str] | None = None,
+) -> list[str]:
     """``pressrun serve`` arguments of the demo's balancer (Algorithm 2, port 0) over
-    ``origins`` (name -> URL); with a tracker URL, swarm mode at the demo's thresholds."""
+    ``origins`` (name -> URL); with a tracker URL, swarm mode at the demo's thresholds;
+    with ``multicast`` (the sender's API URL and control group), the multicast level
+    (the sender's token in ``PRESSRUN_MULTICAST_TOKEN``)."""
     swarm_args: list[str] = []
     if tracker_url is not None:
         swarm_args = [
@@ -108,6 +144,23 @@ def balancer_args(origins: dict[str, str], tracker_url: str | None) -> list[str]
             f"{DEMO_SWARM_ENTER:g}",
             "--swarm-leave-downloaders",
             f"{DEMO_SWARM_LEAVE:g}",
+        ]
+    if multicast is not None:
+        sender_url, control_group = multicast
+        swarm_args += [
+            # a mode is kept 3 s (not 30): the demo's crowd peaks within seconds
+            "--swarm-min-dwell-s",
+            f"{DEMO_MIN_DWELL_S:g}",
+            "--multicast-sender",
+            sender_url,
+            "--multicast-control-group",
+            control_group,
+            "--multicast-interface",
+            "127.0.0.1",
+            "--multicast-enter-downloaders",
+            f"{DEMO_MULTICAST_ENTER:g}",
+            "--multicast-leave-downloaders",
+            f"{DEMO_MULTICAST_LEAVE:g}",
         ]
     return [
         "balancer",

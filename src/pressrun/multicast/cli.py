@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pressrun.multicast.config import FEC_SCHEMES, CarouselConfig
-from pressrun.multicast.sender import TOKEN_ENV
+from pressrun.multicast.config import FEC_SCHEMES, TOKEN_ENV, CarouselConfig
 
 _DEFAULTS = CarouselConfig()
 

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 
 FEC_SCHEMES = ("raptorq", "none")
+#: the environment variable the sender (and the balancer) read its API token from
+TOKEN_ENV = "PRESSRUN_MULTICAST_TOKEN"
 
 
 @dataclass(frozen=True, slots=True)

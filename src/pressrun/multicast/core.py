@@ -153,6 +153,10 @@ class CarouselSchedule:
             for c, r in zip(cycles, packets_per_s, strict=True)
         ]
 
+    def cycle_length(self, channel: int) -> int:
+        """Packets in channel ``channel``'s cycle (FDT repeats included)."""
+        return len(self._channels[channel].cycle)
+
     def cycle_s(self, channel: int) -> float:
         """How long channel ``channel`` takes to send its whole cycle."""
         ch = self._channels[channel]

@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pressrun.multicast.sender")
 
-TOKEN_ENV = "PRESSRUN_MULTICAST_TOKEN"
-
 
 def wall_clock() -> float:
     """Unix time: announcements are judged by receivers on other machines' clocks."""
@@ -167,6 +165,7 @@ class SendThread(threading.Thread):
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._slipped: dict[tuple[str, int], int] = {}
+        self._children: dict[tuple[str, int], tuple[Counter, Counter, Gauge, Counter]] = {}
 
     def start_carousel(self, carousel: RunningCarousel) -> None:
         """Start (or replace) the carousel of ``carousel.plan.issue_id``."""
@@ -214,32 +213,44 @@ class SendThread(threading.Thread):
 
     def _send_due(self, carousel: RunningCarousel, now: float) -> None:
         issue = carousel.plan.issue_id
+        sendto = self.sock.sendto
+        packets = carousel.packets
         for batch in carousel.schedule.handle_timer(now=now):
             address = carousel.addresses[batch.channel]
-            packets = carousel.packets
             sent_bytes = 0
             sent = 0
             for index in batch.packets:
                 data = packets[index]
                 try:
-                    self.sock.sendto(data, address)
+                    sendto(data, address)
                 except OSError as err:
                     self.metrics.send_errors.inc()
                     log.warning("sending %s channel %d failed: %s", issue, batch.channel, err)
                     continue
                 sent += 1
                 sent_bytes += len(data)
-            channel = str(batch.channel)
-            self.metrics.packets.labels(issue, channel).inc(sent)
-            self.metrics.bytes.labels(issue, channel).inc(sent_bytes)
-            self.metrics.cycles.labels(issue, channel).set(
-                carousel.schedule.cycles_done(batch.channel)
+            self._count(carousel, batch.channel, sent, sent_bytes)
+
+    def _count(self, carousel: RunningCarousel, channel: int, sent: int, sent_bytes: int) -> None:
+        issue = carousel.plan.issue_id
+        key = (issue, channel)
+        children = self._children.get(key)
+        if children is None:
+            label = str(channel)
+            children = self._children[key] = (
+                self.metrics.packets.labels(issue, label),
+                self.metrics.bytes.labels(issue, label),
+                self.metrics.cycles.labels(issue, label),
+                self.metrics.slipped.labels(issue, label),
             )
-            slipped = carousel.schedule.slipped(batch.channel)
-            key = (issue, batch.channel)
-            if slipped > self._slipped.get(key, 0):
-                self.metrics.slipped.labels(issue, channel).inc(slipped - self._slipped.get(key, 0))
-                self._slipped[key] = slipped
+        packets, nbytes, cycles, slipped_counter = children
+        packets.inc(sent)
+        nbytes.inc(sent_bytes)
+        cycles.set(carousel.schedule.cycles_done(channel))
+        slipped = carousel.schedule.slipped(channel)
+        if slipped > self._slipped.get(key, 0):
+            slipped_counter.inc(slipped - self._slipped.get(key, 0))
+            self._slipped[key] = slipped
 
 
 def _free_udp_port() -> int:

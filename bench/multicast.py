@@ -1,0 +1,315 @@
+"""Multicast: the sender's paced rate, the receiver's efficiency, and sender bytes
+against the number of receivers. Real UDP multicast on 127.0.0.1, one process.
+
+1. **Sender.** One carousel (one channel, RaptorQ) of a 16 MiB issue paced at
+   --rate-mbps (default 1200) for --seconds: Mbit/s of UDP payload and packets/s
+   actually sent (the send thread's counters), and the packets the schedule let slip
+   (woke late). Reference, same run, same packets: an unpaced ``sendto`` loop over the
+   cached pass for the same time (the most one Python thread sends); the ratio is
+   paced / unpaced. Target: at least 1 Gbit/s paced.
+2. **Receiver efficiency** at 0, 5, 10 and 20% random loss (the receive-path drop
+   filter, ``drop_probability``): an 8 MiB issue on one 40 Mbit/s channel; efficiency
+   = source symbols / object packets received until the file completes (target at
+   least 0.95), completion time against the bound F / (R (1 - p)) = K / (packets/s x
+   (1 - p)) (target at most 1.1x).
+3. **Sender bytes vs receivers.** 5, 20 and 50 clients (`fetch_issue`, one origin, a
+   balancer answering ``multicast``) take a 1 MiB issue from one 8 Mbit/s carousel at
+   once: the sender's bytes while they ran, the origin's bytes (manifests), and the
+   bytes delivered.
+
+Each figure is the median of --runs runs.
+
+    .venv/bin/python bench/multicast.py [--runs 3] [--seconds 3] [--rate-mbps 1200]
+                                        [--skip-sender] [--skip-efficiency] [--skip-scaling]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import random
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from pressrun.content.keys import generate_keypair, load_public_key, load_signing_key
+from pressrun.content.publish import publish
+from pressrun.multicast.config import CarouselConfig, LayeringConfig
+from pressrun.multicast.net import sender_socket
+from pressrun.multicast.receiver import receive_carousel
+from pressrun.multicast.sender import MulticastSender, SenderServiceConfig
+
+ISSUE = "bench-issue"
+TOKEN = "bench-token-0123456789"
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Bundle:
+    def __init__(self, root: Path, size: int) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.secret, public = generate_keypair(root / "publisher.key")
+        self.public_hex = load_public_key(public).hex()
+        self.content = root / "content"
+        source = root / f"{ISSUE}.pdf"
+        source.write_bytes(random.Random(size).randbytes(size))
+        publish(
+            source,
+            issue_id=ISSUE,
+            title="bench",
+            key_path=self.secret,
+            content_dir=self.content,
+            web_seeds=[],
+            piece_size=262144,
+        )
+        self.manifest_json = (self.content / ISSUE / "manifest.json").read_bytes()
+
+
+def make_sender(bundle: Bundle, carousel: CarouselConfig, rng: random.Random) -> MulticastSender:
+    a, b = rng.randrange(1, 255), rng.randrange(1, 200)
+    return MulticastSender(
+        SenderServiceConfig(
+            content_dir=bundle.content,
+            control_group=(f"239.255.{a}.{b}", free_udp_port()),
+            signing_key=load_signing_key(bundle.secret),
+            token=TOKEN,
+            carousel=carousel,
+            group_base=f"239.255.{a}.{b + 1}",
+            announce_interval_s=0.2,
+        )
+    )
+
+
+def sent_bytes_of(sender: MulticastSender) -> float:
+    """The sender's bytes counter of channel 0 (its /metrics figure)."""
+    value = sender.metrics.registry.get_sample_value(
+        "pressrun_multicast_bytes_sent_total", {"issue": ISSUE, "channel": "0"}
+    )
+    return value or 0.0
+
+
+async def bench_sender(root: Path, args: argparse.Namespace) -> None:
+    bundle = Bundle(root / "sender", 16 * 1024 * 1024)
+    rng = random.Random()
+    paced_mbps, paced_pps, slipped_share, raw_mbps, raw_pps = [], [], [], [], []
+    for run in range(args.runs):
+        sender = make_sender(bundle, CarouselConfig(channels=1, rate_bps=args.rate_mbps * 1e6), rng)
+        await sender.start()
+        try:
+            plan = await sender.start_carousel(ISSUE, sender.config.carousel)
+            running = sender.thread.get(ISSUE)
+            assert running is not None
+            t0 = time.perf_counter()
+            s0 = running.schedule.sent(0)
+            b0 = sent_bytes_of(sender)
+            await asyncio.sleep(args.seconds)
+            elapsed = time.perf_counter() - t0
+            sent = running.schedule.sent(0) - s0
+            sent_bytes = sent_bytes_of(sender) - b0
+            slipped = running.schedule.slipped(0)
+            packets = list(running.packets)
+            address = running.addresses[0]
+        finally:
+            sender.stop_carousel(ISSUE)
+            await sender.close()
+        paced_mbps.append(sent_bytes * 8 / elapsed / 1e6)
+        paced_pps.append(sent / elapsed)
+        slipped_share.append(slipped / max(1, sent + slipped))
+        # the reference: the same packets, no pacing, same time
+        sock = sender_socket("127.0.0.1")
+        n = nbytes = 0
+        t0 = time.perf_counter()
+        end = t0 + args.seconds
+        while time.perf_counter() < end:
+            for data in packets[n % len(packets) : n % len(packets) + 256]:
+                sock.sendto(data, address)
+                nbytes += len(data)
+                n += 1
+        elapsed = time.perf_counter() - t0
+        sock.close()
+        raw_mbps.append(nbytes * 8 / elapsed / 1e6)
+        raw_pps.append(n / elapsed)
+        print(
+            f"  run {run + 1}: paced {paced_mbps[-1]:.0f} Mbit/s {paced_pps[-1]:.0f} pkt/s "
+            f"(asked {args.rate_mbps:g}, cycle {plan.cycle_s:.2f} s), unpaced "
+            f"{raw_mbps[-1]:.0f} Mbit/s",
+            flush=True,
+        )
+    med = statistics.median
+    print(
+        f"sender, one channel paced at {args.rate_mbps:g} Mbit/s: median "
+        f"{med(paced_mbps):.0f} Mbit/s, {med(paced_pps):.0f} packets/s, "
+        f"{100 * med(slipped_share):.1f}% slipped; unpaced sendto reference "
+        f"{med(raw_mbps):.0f} Mbit/s, {med(raw_pps):.0f} packets/s; paced/unpaced "
+        f"{med(paced_mbps) / med(raw_mbps):.2f} (target >= 1000 Mbit/s paced)"
+    )
+
+
+async def bench_efficiency(root: Path, args: argparse.Namespace) -> None:
+    bundle = Bundle(root / "efficiency", 8 * 1024 * 1024)
+    sender = make_sender(bundle, CarouselConfig(channels=1, rate_bps=40e6), random.Random())
+    await sender.start()
+    try:
+        plan = await sender.start_carousel(ISSUE, sender.config.carousel)
+        pps = plan.channels[0].packets_per_s
+        print(
+            f"receiver: 8 MiB issue, K = {plan.source_symbols} source symbols, one channel "
+            f"of {pps:.0f} packets/s, cycle {plan.cycle_s:.2f} s"
+        )
+        print("  loss  efficiency  seconds  bound s  time/bound")
+        for loss in (0.0, 0.05, 0.10, 0.20):
+            effs, secs = [], []
+            for run in range(args.runs):
+                work = Path(tempfile.mkdtemp(dir=root))
+                result = await asyncio.to_thread(
+                    receive_carousel,
+                    ISSUE,
+                    hashlib.sha256(bundle.manifest_json).hexdigest(),
+                    control_group=sender.config.control_group,
+                    interface="127.0.0.1",
+                    trusted_keys={bundle.public_hex},
+                    work_dir=work,
+                    deadline_s=60.0,
+                    layering=LayeringConfig(max_channels=1),
+                    drop_probability=loss,
+                    seed=run,
+                )
+                if not result.completed or result.efficiency is None:
+                    print(f"  loss {loss:.0%} run {run + 1}: did not complete ({result.reason})")
+                    continue
+                effs.append(result.efficiency)
+                secs.append(result.seconds)
+            if not effs:
+                continue
+            bound = plan.source_symbols / (pps * (1 - loss))
+            eff, sec = statistics.median(effs), statistics.median(secs)
+            print(f"  {loss:4.0%}  {eff:10.3f}  {sec:7.2f}  {bound:7.2f}  {sec / bound:9.2f}x")
+        print("  (targets: efficiency >= 0.95, time/bound <= 1.1x)")
+    finally:
+        await sender.close()
+
+
+async def bench_scaling(root: Path, args: argparse.Namespace) -> None:
+    import aiohttp
+
+    from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
+    from pressrun.balancer.config import BalancerConfig
+    from pressrun.balancer.demand import DemandConfig, DemandPolicy
+    from pressrun.balancer.events import MulticastInfo, OriginSpec
+    from pressrun.clients.aio import fetch_issue
+    from pressrun.clients.config import DESKTOP
+    from pressrun.origin import OriginConfig, start_origin
+
+    bundle = Bundle(root / "scaling", 1024 * 1024)
+    sender = make_sender(bundle, CarouselConfig(channels=1, rate_bps=8e6), random.Random())
+    await sender.start()
+    origin = await start_origin(
+        OriginConfig(content_dir=bundle.content, name="origin-a", stats_interval_s=0.5)
+    )
+    group = "{}:{}".format(*sender.config.control_group)
+    policy = DemandPolicy(
+        DemandConfig(
+            enter_downloaders=1000.0,
+            leave_downloaders=0.0,
+            min_dwell_s=0.0,
+            multicast_enter_downloaders=1.0,
+            multicast_leave_downloaders=0.5,
+        ),
+        {},
+        {ISSUE: MulticastInfo(group, "127.0.0.1")},
+    )
+    balancer = await start_balancer(
+        BalancerServiceConfig(
+            origins=(OriginSpec("origin-a", origin.url),),
+            balancer=BalancerConfig(poll_interval_s=0.5, stale_after_s=2.0),
+        ),
+        mode_policy=policy,
+    )
+    config = replace(
+        DESKTOP, multicast_deadline_s=60.0, multicast_interface="127.0.0.1", stall_timeout_s=5.0
+    )
+    trusted = {bytes.fromhex(bundle.public_hex)}
+    try:
+        await balancer.wait_until_up(1, timeout_s=10.0)
+        plan = await sender.start_carousel(ISSUE, sender.config.carousel)
+        print(
+            f"sender bytes vs receivers: a 1 MiB issue, one 8 Mbit/s channel "
+            f"(cycle {plan.cycle_s:.2f} s), clients all at once"
+        )
+        print(
+            "  clients  all verified  wall s  sender MB  origin MB  delivered MB  sender/delivered"
+        )
+        for count in (5, 20, 50):
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{origin.url}/stats") as resp:
+                    origin0 = (await resp.json())["bytes_sent_total"]
+                bytes0 = sent_bytes_of(sender)
+                t0 = time.perf_counter()
+                results = await asyncio.gather(
+                    *(
+                        fetch_issue(
+                            ISSUE,
+                            balancer_url=balancer.url,
+                            library=root / f"lib-{count}-{i}",
+                            config=config,
+                            trusted_keys=trusted,
+                        )
+                        for i in range(count)
+                    ),
+                    return_exceptions=True,
+                )
+                wall = time.perf_counter() - t0
+                sent = sent_bytes_of(sender) - bytes0
+                async with http.get(f"{origin.url}/stats") as resp:
+                    origin_bytes = (await resp.json())["bytes_sent_total"] - origin0
+            ok = [r for r in results if not isinstance(r, BaseException)]
+            delivered = sum(r.bytes_from_multicast for r in ok)
+            print(
+                f"  {count:7d}  {len(ok):5d}/{count:<5d}  {wall:6.1f}  {sent / 1e6:9.1f}  "
+                f"{origin_bytes / 1e6:9.2f}  {delivered / 1e6:12.1f}  "
+                f"{sent / max(1, delivered):16.3f}",
+                flush=True,
+            )
+    finally:
+        await balancer.stop()
+        await origin.stop()
+        await sender.close()
+
+
+async def main(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="pressrun-bench-multicast-") as tmp:
+        root = Path(tmp)
+        if not args.skip_sender:
+            await bench_sender(root, args)
+        if not args.skip_efficiency:
+            await bench_efficiency(root, args)
+        if not args.skip_scaling:
+            await bench_scaling(root, args)
+    return 0
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--runs", type=int, default=3, help="runs per figure (median; default 3)")
+    p.add_argument("--seconds", type=float, default=3.0, help="sender run length (default 3)")
+    p.add_argument(
+        "--rate-mbps", type=float, default=1200.0, help="paced sender rate (default 1200)"
+    )
+    p.add_argument("--skip-sender", action="store_true")
+    p.add_argument("--skip-efficiency", action="store_true")
+    p.add_argument("--skip-scaling", action="store_true")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args(sys.argv[1:]))))
