@@ -40,7 +40,7 @@ DEMO_SWARM_ENTER = 24.0
 DEMO_SWARM_LEAVE = 4.0
 #: the multicast level (docs/multicast.md): above the swarm's, so the later clients of
 #: the demo, arriving while the first waves' requests still count, go to the carousel
-DEMO_MULTICAST_ENTER = 40.0
+DEMO_MULTICAST_ENTER = 30.0
 DEMO_MULTICAST_LEAVE = 12.0
 DEMO_MIN_DWELL_S = 3.0
 #: the sender's channels in the demo: two of 40 Mbit/s
