@@ -26,7 +26,14 @@ $(NATIVE_STAMP): $(STAMP) $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(NATIVE)/py
 system:
 	./scripts/setup-system.sh
 
-setup: $(STAMP) $(NATIVE_STAMP) system
+# The web reader's npm packages (libsodium.js, pdf.js), exactly as the lockfile says.
+READER := src/pressrun/reader
+READER_STAMP := $(READER)/node_modules/.installed
+$(READER_STAMP): $(READER)/package-lock.json | system
+	cd $(READER) && npm ci --omit=optional --no-audit --no-fund
+	touch $(READER_STAMP)
+
+setup: $(STAMP) $(NATIVE_STAMP) system $(READER_STAMP)
 
 demo: setup
 	$(BIN)/pressrun demo

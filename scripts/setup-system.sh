@@ -2,6 +2,8 @@
 # Installs the system programs pressrun's tests, benchmarks and demo start:
 # nginx (the static-serving reference in bench/), redis-server (shared tracker
 # state), aria2c (a third-party BitTorrent client in the swarm tests).
+# chromium (Debian's, driven headless by the reader's browser tests) and nodejs/npm
+# (installs the reader's npm packages from its lockfile).
 # Idempotent: does nothing when they are already there.
 set -euo pipefail
 need=()
@@ -14,6 +16,9 @@ command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 # the multicast loss test: a network namespace with nftables dropping packets
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+# the web reader: its browser tests and its npm packages
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

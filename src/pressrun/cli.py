@@ -35,6 +35,7 @@ SERVE_MODULES = (
     "pressrun.tracker.cli",
     "pressrun.subscriptions.cli",
     "pressrun.multicast.cli",
+    "pressrun.reader.cli",
 )
 
 

@@ -93,6 +93,7 @@ from pressrun.balancer.events import (
     StatusReceived,
     SwarmInfo,
 )
+from pressrun.cors import enable_cors
 from pressrun.service import wait_for_stop_signal
 
 log = logging.getLogger(__name__)
@@ -292,6 +293,7 @@ class BalancerService:
         app.router.add_get("/v1/algorithms", self.algorithms)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
+        enable_cors(app)  # the web reader asks for directives cross-origin (docs/reader.md)
         return app
 
     async def start(self) -> int:

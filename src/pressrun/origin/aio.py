@@ -42,6 +42,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from pressrun.cors import enable_cors
 from pressrun.origin.config import OriginConfig
 from pressrun.origin.core import (
     ByteSpan,
@@ -212,6 +213,7 @@ class OriginService:
         app.router.add_get("/stats", self.stats, name="stats")
         app.router.add_get("/metrics", self.metrics_handler, name="metrics")
         app.router.add_get("/healthz", self.healthz, name="healthz")
+        enable_cors(app)  # the web reader reads bundles cross-origin (docs/reader.md)
         return app
 
     def start_timer(self) -> None:

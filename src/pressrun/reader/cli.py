@@ -1,0 +1,96 @@
+"""``pressrun serve reader``: the mobile web reader (docs/reader.md)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add ``pressrun serve reader`` to the serve subcommands."""
+    p = serve_subparsers.add_parser(
+        "reader",
+        help="the mobile web reader: an installable app that downloads, verifies and "
+        "shows issues offline",
+        description="Serve the web reader (a PWA: service worker, offline library, pdf.js) "
+        "and its config.json. The browser itself asks the balancer for directives and "
+        "downloads from the origins, so both must be reachable from the phone. Stops "
+        "cleanly on SIGTERM/SIGINT.",
+    )
+    p.add_argument(
+        "--balancer",
+        required=True,
+        metavar="URL",
+        help="the balancer the app asks for directives, as the browser reaches it",
+    )
+    p.add_argument("--port", type=int, default=8080, help="TCP port (0: any free port)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument(
+        "--subscriptions",
+        default=None,
+        metavar="URL",
+        help="the subscription service that hands out the wraps of encrypted issues "
+        "(default: none; encrypted issues then cannot be read)",
+    )
+    p.add_argument(
+        "--publisher-key",
+        action="append",
+        default=[],
+        metavar="HEX_OR_FILE",
+        help="a publisher key the app trusts (64 hex or a .pub file); repeatable; "
+        "default: trust on first use, pinned in the browser",
+    )
+    p.add_argument(
+        "--profile",
+        default="mobile",
+        choices=["mobile", "desktop"],
+        help="the client profile whose download settings the app uses (default mobile)",
+    )
+    p.set_defaults(func=run_reader)
+
+
+def run_reader(args: argparse.Namespace) -> int:
+    """Run the reader service until SIGTERM/SIGINT; 0 on a clean stop, 2 on bad flags."""
+    import asyncio
+    import sys
+
+    from pressrun.clients.config import profile
+    from pressrun.content.keys import KeyFileError, load_public_key
+    from pressrun.reader.config import ReaderConfig
+
+    try:
+        keys = tuple(load_public_key(k).hex() for k in args.publisher_key)
+        config = ReaderConfig(
+            balancer_url=args.balancer,
+            host=args.host,
+            port=args.port,
+            subscriptions_url=args.subscriptions,
+            publisher_keys=keys,
+            download=profile(args.profile),
+        )
+    except (ValueError, KeyFileError) as err:
+        print(f"pressrun serve reader: {err}", file=sys.stderr)
+        return 2
+    from pressrun.reader.aio import AssetsMissing
+
+    try:
+        asyncio.run(serve_until_signal(config))
+    except (AssetsMissing, OSError) as err:
+        print(f"pressrun serve reader: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def serve_until_signal(config: Any) -> None:
+    """Start the reader service, wait for SIGTERM or SIGINT, stop it."""
+    import logging
+
+    from pressrun.reader.aio import start_reader
+    from pressrun.service import wait_for_stop_signal
+
+    reader = await start_reader(config)
+    try:
+        await wait_for_stop_signal()
+    finally:
+        logging.getLogger("pressrun.reader").info("reader: signal received, stopping")
+        await reader.stop()

@@ -1,0 +1,51 @@
+"""The reader service's configuration: a frozen dataclass with documented defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pressrun.clients.config import MOBILE, ClientConfig
+
+#: this package's folder: ``web/`` (the app) and ``node_modules/`` (npm packages)
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    """How ``pressrun serve reader`` serves the web app.
+
+    balancer_url: the balancer the app asks for directives (and, through its
+        ``/v1/origins``, for the issues there are); the browser calls it directly, so
+        it must be reachable from the phone and answer CORS (docs/reader.md).
+    subscriptions_url: the subscription service that hands each subscriber the wrap
+        of an encrypted issue's key (docs/protocols.md); None: the app reads only
+        unencrypted issues and says so for an encrypted one.
+    publisher_keys: Ed25519 public keys (64 hex) the app accepts manifests from; empty:
+        trust on first use, like ``pressrun get`` (the first key seen is recorded in
+        the browser and pinned from then on).
+    download: the download settings the app uses (concurrency, section size, stall
+        timeout, how long a failed origin is avoided, backoff): the client's mobile
+        profile unless told otherwise, so the phone downloads as ``pressrun get
+        --profile mobile`` does.
+    web_dir / modules_dir: the app's files and the installed npm packages.
+    """
+
+    balancer_url: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    subscriptions_url: str | None = None
+    publisher_keys: tuple[str, ...] = ()
+    download: ClientConfig = MOBILE
+    web_dir: Path = field(default=PACKAGE_DIR / "web")
+    modules_dir: Path = field(default=PACKAGE_DIR / "node_modules")
+
+    def __post_init__(self) -> None:
+        for url in (self.balancer_url, self.subscriptions_url):
+            if url is not None and not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        for key in self.publisher_keys:
+            if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
+                raise ValueError(f"publisher key {key!r} is not 64 lower-case hex digits")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port {self.port} is out of range 0..65535")

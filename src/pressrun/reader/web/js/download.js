@@ -1,0 +1,488 @@
+// Downloading one issue in the browser, as `pressrun get` does (docs/client.md):
+//
+// 1. ask the balancer for a directive (GET /v1/issues/<id>/directive, CORS);
+// 2. fetch manifest.json from the first origin it names and check its Ed25519
+//    signature (manifest.js) against the trusted publisher keys (trust on first use
+//    when there are none, the key then pinned);
+// 3. list the pieces already stored (store.js): a download that was cut resumes with
+//    them and never asks for them again;
+// 4. run `concurrency` workers; each asks for a fresh directive per section (naming
+//    the origins that failed in `?failed=`, the WSDM retry rule), takes the next run
+//    of pending pieces (at most the section size: the LVS-CAD section handoff, so a
+//    long download may move between origins section by section), fetches it with one
+//    Range request and checks each piece's SHA-256 as it completes. A good piece is
+//    decrypted (encrypted issues) and kept; kept pieces are written to the origin
+//    private file system in runs. A bad piece, an HTTP error, a reset or a stall (no
+//    byte for stall_timeout_s) fails the origin for failed_ttl_s and the section's
+//    other pieces go back to pending; the next section goes to another origin;
+// 5. failures in a row with no piece verified in between end the download after
+//    max_attempts_without_progress, with a sentence that says why; what was stored
+//    stays for the next try.
+//
+// Settings come from config.json (the client's mobile profile by default).
+
+import { getSetting, putSetting, updateIssue } from "./db.js";
+import { ManifestError, parseManifest, pieceOk, pieceSpan, verifyManifest } from "./manifest.js";
+import { deleteIssueFiles, removeUnfinishedWrites, storedPieces, writeRun } from "./store.js";
+
+/** A download that cannot go on; the message is one line for a person. */
+export class DownloadError extends Error {}
+
+/** Pieces verified and kept are written to storage once this many bytes are waiting. */
+const FLUSH_BYTES = 4 * 1024 * 1024;
+
+const sleep = (ms, signal) =>
+  new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    }, { once: true });
+  });
+
+class Unavailable extends Error {
+  constructor(reason, { retryAfterS = null, refused = false } = {}) {
+    super(reason);
+    this.retryAfterS = retryAfterS;
+    this.refused = refused;
+  }
+}
+
+function describe(err) {
+  if (err?.name === "TimeoutError") return "stalled (no bytes within the timeout)";
+  if (err instanceof TypeError) return "the connection failed or was cut";
+  return String(err?.message ?? err);
+}
+
+/** The section size in bytes, as ClientConfig.section_size_for computes it. */
+export function sectionBytesFor(cfg, sizeBytes, pieceBytes) {
+  let wanted;
+  if (cfg.section_bytes != null) {
+    wanted = cfg.section_bytes;
+  } else {
+    wanted = Math.max(pieceBytes, Math.ceil(sizeBytes / cfg.max_sections));
+    if (cfg.max_section_bytes != null) {
+      const capped = Math.floor(cfg.max_section_bytes / pieceBytes) * pieceBytes;
+      wanted = Math.min(wanted, Math.max(pieceBytes, capped));
+    }
+  }
+  return Math.max(1, Math.ceil(wanted / pieceBytes)) * pieceBytes;
+}
+
+export class Download {
+  /**
+   * issueId; config: config.json's document; hooks: {progress(p), notice(text),
+   * waitForNetwork(signal)} (all optional); decryptor: from subscription.js, or null;
+   * signal: an AbortSignal that stops the download (pieces stored so far stay).
+   */
+  constructor({ issueId, config, hooks = {}, prepareDecryption = null, signal = null }) {
+    this.issueId = issueId;
+    this.config = config;
+    this.cfg = config.download;
+    this.hooks = hooks;
+    this.prepareDecryption = prepareDecryption;
+    this.signal = signal ?? new AbortController().signal;
+    this.failed = new Map(); // origin name -> time (ms) until which it is avoided
+    this.originUrls = new Map();
+    this.bytesByOrigin = {};
+    this.failures = 0;
+    this.failuresInRow = 0;
+    this.handoffs = 0;
+    this.sections = 0;
+    this.lastOrigin = null;
+    this.lastReason = null;
+    this.ranges = []; // the Range headers this run sent (for the tests and the log)
+  }
+
+  notice(text) {
+    this.hooks.notice?.(text);
+  }
+
+  failedNames() {
+    const now = performance.now();
+    for (const [name, until] of this.failed) if (until <= now) this.failed.delete(name);
+    return [...this.failed.keys()].sort();
+  }
+
+  failOrigin(name, reason) {
+    this.failed.set(name, performance.now() + this.cfg.failed_ttl_s * 1000);
+    this.failures += 1;
+    this.failuresInRow += 1;
+    this.lastReason = `${name}: ${reason}`;
+    this.notice(`origin ${name} failed: ${reason}; moving on`);
+  }
+
+  async backoff(retryAfterS = null) {
+    const n = Math.max(0, this.failuresInRow - 1);
+    const s = retryAfterS ?? Math.min(this.cfg.retry_backoff_s * 2 ** n, this.cfg.retry_backoff_max_s);
+    await sleep(s * 1000, this.signal);
+  }
+
+  giveUpIfStuck() {
+    if (this.failuresInRow >= this.cfg.max_attempts_without_progress) {
+      throw new DownloadError(
+        `could not download ${this.issueId} after ${this.failuresInRow} failures in a row ` +
+          `(the last: ${this.lastReason}); the pieces stored so far are kept for a resume`,
+      );
+    }
+  }
+
+  // -- balancer
+
+  async directive() {
+    const failed = this.failedNames();
+    const base = `${this.config.balancer_url}/v1/issues/${encodeURIComponent(this.issueId)}/directive`;
+    const url = failed.length ? `${base}?failed=${failed.map(encodeURIComponent).join(",")}` : base;
+    let resp;
+    let body;
+    try {
+      const timeout = AbortSignal.timeout(this.cfg.balancer_timeout_s * 1000);
+      resp = await fetch(url, { signal: AbortSignal.any([timeout, this.signal]), cache: "no-store" });
+      body = await resp.text();
+    } catch (err) {
+      if (this.signal.aborted) throw this.signal.reason;
+      throw new Unavailable(`the balancer at ${this.config.balancer_url} is unreachable: ${describe(err)}`);
+    }
+    let doc = null;
+    try {
+      doc = JSON.parse(body);
+    } catch {
+      doc = null;
+    }
+    const message = doc?.error ?? `HTTP ${resp.status}`;
+    if (resp.status === 404) {
+      throw new DownloadError(`issue ${this.issueId} is unknown to the balancer: ${message}`);
+    }
+    if (resp.status === 503) {
+      const retry = Number(resp.headers.get("Retry-After"));
+      throw new Unavailable(`the balancer has no origin for ${this.issueId} now: ${message}`, {
+        retryAfterS: Number.isFinite(retry) && retry > 0 ? retry : null,
+        refused: true,
+      });
+    }
+    if (resp.status !== 200 || doc === null || !Array.isArray(doc.origins)) {
+      throw new Unavailable(`the balancer answered ${message}`);
+    }
+    const origins = doc.origins.filter((o) => typeof o?.name === "string" && typeof o?.url === "string");
+    if (origins.length === 0) {
+      throw new Unavailable(`the balancer's ${doc.mode} directive lists no origin (the reader downloads from origins)`);
+    }
+    for (const o of origins) this.originUrls.set(o.name, o.url.replace(/\/+$/, ""));
+    return origins;
+  }
+
+  /** A directive, waiting and retrying while there is none; DownloadError when stuck. */
+  async origins() {
+    for (;;) {
+      try {
+        return await this.directive();
+      } catch (err) {
+        if (!(err instanceof Unavailable)) throw err;
+        this.failures += 1;
+        this.failuresInRow += 1;
+        this.lastReason = err.message;
+        this.giveUpIfStuck();
+        if (err.refused) this.failed.clear(); // nothing else is left: try them again
+        await this.backoff(err.retryAfterS);
+      }
+    }
+  }
+
+  // -- manifest
+
+  async trustedKeys() {
+    if (this.config.publisher_keys?.length) return this.config.publisher_keys;
+    const pinned = await getSetting("trusted_publishers", []);
+    return pinned.length ? pinned : null;
+  }
+
+  async manifest() {
+    for (;;) {
+      const origins = await this.origins();
+      const origin = origins.find((o) => !this.failed.has(o.name)) ?? origins[0];
+      const url = `${this.originUrls.get(origin.name)}/content/${encodeURIComponent(this.issueId)}/manifest.json`;
+      let text;
+      try {
+        const resp = await fetch(url, { signal: this.signal, cache: "no-store" });
+        if (resp.status !== 200) throw new Error(`GET manifest.json answered HTTP ${resp.status}`);
+        text = await resp.text();
+      } catch (err) {
+        if (this.signal.aborted) throw this.signal.reason;
+        this.failOrigin(origin.name, describe(err));
+        this.giveUpIfStuck();
+        await this.backoff();
+        continue;
+      }
+      const trusted = await this.trustedKeys();
+      let m;
+      try {
+        m = await verifyManifest(parseManifest(text), this.issueId, trusted);
+      } catch (err) {
+        if (!(err instanceof ManifestError)) throw err;
+        throw new DownloadError(`the manifest of ${this.issueId} from ${origin.name} is rejected: ${err.message}; nothing was saved`);
+      }
+      if (trusted === null) {
+        await putSetting("trusted_publishers", [m.publisher_key]);
+        this.notice(`trusting publisher key ${m.publisher_key.slice(0, 16)}… on first use (pinned from now on)`);
+      }
+      return { m, text };
+    }
+  }
+
+  // -- the download
+
+  async run() {
+    const started = performance.now();
+    const { m, text } = await this.manifest();
+    this.m = m;
+    const n = m.piece_sha256.length;
+    const old = await updateIssue(this.issueId, {});
+    if (old.sha256 !== undefined && old.sha256 !== m.sha256) {
+      await deleteIssueFiles(this.issueId); // a new version of the issue: start over
+    }
+    // Decryption first: a reader that cannot open the issue stores nothing of it.
+    const decrypt = this.prepareDecryption === null ? null : await this.prepareDecryption(m);
+    if (decrypt === null && m.format !== 1) {
+      throw new DownloadError(
+        `issue ${this.issueId} uses manifest format ${m.format}, which this reader cannot open; nothing was saved`,
+      );
+    }
+    await removeUnfinishedWrites(this.issueId);
+    const have = await storedPieces(this.issueId);
+    this.state = new Uint8Array(n); // 0 pending, 1 in a section, 2 stored
+    for (const i of have) if (i < n) this.state[i] = 2;
+    this.resumedPieces = [...have].filter((i) => i < n).sort((a, b) => a - b);
+    this.storedCount = this.resumedPieces.length;
+    this.storedBytes = this.resumedPieces.reduce((s, i) => s + pieceSpan(m, i)[1], 0);
+    this.inFlight = new Map();
+    this.decrypt = decrypt;
+    await updateIssue(this.issueId, {
+      title: m.title,
+      file_name: m.file_name,
+      size_bytes: m.size_bytes,
+      sha256: m.sha256,
+      num_pieces: n,
+      manifest_text: text,
+      encrypted: decrypt !== null,
+      status: this.storedCount === n ? "complete" : "downloading",
+      added_at: old.added_at ?? Date.now(),
+      error: null,
+    });
+    if (this.resumedPieces.length) {
+      this.notice(`resuming ${this.issueId}: ${this.resumedPieces.length} of ${n} pieces already stored`);
+    }
+    this.sectionPieces = sectionBytesFor(this.cfg, m.size_bytes, m.piece_size_bytes) / m.piece_size_bytes;
+    this.progress();
+    const workers = [];
+    for (let w = 0; w < this.cfg.concurrency; w++) workers.push(this.worker(w));
+    const results = await Promise.allSettled(workers);
+    const failure = results.find((r) => r.status === "rejected");
+    if (failure !== undefined) throw failure.reason;
+    if (this.storedCount !== n) {
+      throw new DownloadError(`${this.issueId}: ${n - this.storedCount} pieces are missing after the download`);
+    }
+    const seconds = (performance.now() - started) / 1000;
+    const summary = {
+      status: "complete",
+      bytes_by_origin: this.bytesByOrigin,
+      handoffs: this.handoffs,
+      sections: this.sections,
+      failures: this.failures,
+      resumed_pieces: this.resumedPieces.length,
+      seconds,
+      completed_at: Date.now(),
+    };
+    await updateIssue(this.issueId, summary);
+    return { ...summary, issue_id: this.issueId, size_bytes: m.size_bytes, ranges: this.ranges, resumed: this.resumedPieces };
+  }
+
+  progress(origin = null) {
+    const partial = [...this.inFlight.values()].reduce((a, b) => a + b, 0);
+    this.hooks.progress?.({
+      issue_id: this.issueId,
+      total_bytes: this.m.size_bytes,
+      done_bytes: this.storedBytes + partial,
+      stored_pieces: this.storedCount,
+      num_pieces: this.m.piece_sha256.length,
+      origin,
+    });
+  }
+
+  /** The next run of pending pieces (at most a section), marked in flight; or null. */
+  takeSection() {
+    const n = this.state.length;
+    let first = this.state.indexOf(0);
+    if (first < 0) return null;
+    const pieces = [];
+    for (let i = first; i < n && this.state[i] === 0 && pieces.length < this.sectionPieces; i++) {
+      this.state[i] = 1;
+      pieces.push(i);
+    }
+    return pieces;
+  }
+
+  release(pieces) {
+    for (const i of pieces) if (this.state[i] === 1) this.state[i] = 0;
+  }
+
+  pickOrigin(origins, busy) {
+    const usable = origins.filter((o) => !this.failed.has(o.name));
+    // prefer an origin no other section of this download is on (two paths at once)
+    return usable.find((o) => !busy.has(o.name)) ?? usable[0] ?? null;
+  }
+
+  async worker(id) {
+    this.busy ??= new Map();
+    for (;;) {
+      if (this.signal.aborted) throw this.signal.reason;
+      if (this.state.indexOf(0) < 0) return;
+      await this.hooks.waitForNetwork?.(this.signal);
+      const origins = await this.origins();
+      const busy = new Set([...this.busy.values()]);
+      const origin = this.pickOrigin(origins, busy);
+      if (origin === null) {
+        this.failuresInRow += 1;
+        this.lastReason = "every origin the balancer offered has failed";
+        this.giveUpIfStuck();
+        await this.backoff();
+        continue;
+      }
+      const pieces = this.takeSection();
+      if (pieces === null) return;
+      this.sections += 1;
+      if (this.lastOrigin !== null && this.lastOrigin !== origin.name) {
+        this.handoffs += 1;
+        const [start] = pieceSpan(this.m, pieces[0]);
+        this.notice(`handoff: from byte ${start} the issue comes from ${origin.name} (the previous section came from ${this.lastOrigin})`);
+      }
+      this.lastOrigin = origin.name;
+      this.busy.set(id, origin.name);
+      try {
+        await this.fetchSection(id, origin.name, pieces);
+      } finally {
+        this.busy.delete(id);
+        this.inFlight.delete(id);
+      }
+      if (this.failuresInRow > 0) {
+        this.giveUpIfStuck();
+        await this.backoff();
+      }
+    }
+  }
+
+  async fetchSection(worker, origin, pieces) {
+    const m = this.m;
+    const [start] = pieceSpan(m, pieces[0]);
+    const [lastOffset, lastLength] = pieceSpan(m, pieces[pieces.length - 1]);
+    const end = lastOffset + lastLength; // exclusive
+    const range = `bytes=${start}-${end - 1}`;
+    this.ranges.push(range);
+    const url = `${this.originUrls.get(origin)}/content/${encodeURIComponent(this.issueId)}/${encodeURIComponent(m.file_name)}`;
+    const stall = new AbortController();
+    let stallTimer = null;
+    const armStall = () => {
+      clearTimeout(stallTimer);
+      stallTimer = setTimeout(() => stall.abort(new DOMException("stalled", "TimeoutError")), this.cfg.stall_timeout_s * 1000);
+    };
+    let next = 0; // index into pieces of the piece being received
+    let run = { first: null, chunks: [], bytes: 0 };
+    const flush = async () => {
+      if (run.chunks.length === 0) return;
+      const done = run;
+      run = { first: null, chunks: [], bytes: 0 };
+      try {
+        await writeRun(this.issueId, done.first, done.chunks);
+      } catch (err) {
+        throw new DownloadError(
+          `cannot store ${this.issueId} on this device (${err.name}: ${err.message}); free some space ` +
+            "(delete an issue) and download it again: the pieces stored so far are kept",
+        );
+      }
+      for (let k = 0; k < done.chunks.length; k++) {
+        const i = done.first + k;
+        this.state[i] = 2;
+        this.storedCount += 1;
+        this.storedBytes += pieceSpan(m, i)[1];
+      }
+      this.progress(origin);
+    };
+    try {
+      armStall();
+      const resp = await fetch(url, {
+        headers: { Range: range },
+        signal: AbortSignal.any([stall.signal, this.signal]),
+        cache: "no-store",
+      });
+      const problem = checkAnswer(resp, start, end, m.size_bytes);
+      if (problem !== null) {
+        resp.body?.cancel().catch(() => {});
+        this.failOrigin(origin, problem);
+        return;
+      }
+      const reader = resp.body.getReader();
+      let [, length] = pieceSpan(m, pieces[0]);
+      let buf = new Uint8Array(length);
+      let filled = 0;
+      while (next < pieces.length) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        armStall();
+        let pos = 0;
+        while (pos < value.length && next < pieces.length) {
+          const take = Math.min(length - filled, value.length - pos);
+          buf.set(value.subarray(pos, pos + take), filled);
+          filled += take;
+          pos += take;
+          this.inFlight.set(worker, filled);
+          if (filled < length) break;
+          const index = pieces[next];
+          if (!(await pieceOk(m, index, buf))) {
+            reader.cancel().catch(() => {});
+            this.failOrigin(
+              origin,
+              `piece ${index} does not match the signed manifest (tampered or corrupted); it will come from another origin`,
+            );
+            return;
+          }
+          const kept = this.decrypt === null ? buf : await this.decrypt(index, buf);
+          if (run.first === null) run.first = index;
+          run.chunks.push(kept);
+          run.bytes += kept.length;
+          this.bytesByOrigin[origin] = (this.bytesByOrigin[origin] ?? 0) + length;
+          this.failuresInRow = 0;
+          next += 1;
+          this.inFlight.set(worker, 0);
+          if (run.bytes >= FLUSH_BYTES) await flush();
+          if (next < pieces.length) {
+            [, length] = pieceSpan(m, pieces[next]);
+            buf = new Uint8Array(length);
+            filled = 0;
+          }
+        }
+        this.progress(origin);
+      }
+      if (next < pieces.length) this.failOrigin(origin, "the answer ended early (a short body)");
+    } catch (err) {
+      if (this.signal.aborted) throw this.signal.reason;
+      if (err instanceof DownloadError) throw err;
+      this.failOrigin(origin, describe(err));
+    } finally {
+      clearTimeout(stallTimer);
+      try {
+        await flush();
+      } finally {
+        this.release(pieces); // what was not stored goes back to pending
+      }
+    }
+  }
+}
+
+/** Why an origin's answer to a Range request is unusable, or null. */
+export function checkAnswer(resp, start, end, size) {
+  if (resp.status === 416) return `answered 416 to bytes=${start}-${end - 1} (its copy is not the ${size}-byte file of the manifest)`;
+  if (resp.status === 200 && start === 0 && end === size) return null;
+  if (resp.status !== 206) return `answered HTTP ${resp.status} to bytes=${start}-${end - 1}`;
+  const expected = `bytes ${start}-${end - 1}/${size}`;
+  const got = (resp.headers.get("Content-Range") ?? "").trim();
+  return got === expected ? null : `answered Content-Range "${got}", expected "${expected}"`;
+}

@@ -1,0 +1,115 @@
+// The issues' bytes in the origin private file system (OPFS).
+//
+// Layout: issues/<issue_id>/r<first>_<count>: a run of <count> consecutive pieces
+// starting at piece <first>, already verified (and decrypted, for an encrypted
+// issue). A run is written under a temporary name (t<first>_<count>) with one
+// createWritable()/close() and renamed to its r-name only once close() has resolved,
+// so an r-file is whole: a page closed in the middle of a write leaves a t-file (or
+// nothing), never a short or stale r-file. (Measured: the file a createWritable()
+// writes exists, with its old or partial content, before close() resolves.) So the
+// folder listing *is* the resume state: a download that was cut (the page closed,
+// the phone switched off) finds exactly the pieces it had stored and fetches the
+// others.
+
+const RUN_RE = /^r(\d+)_(\d+)$/;
+const TEMP_RE = /^t\d+_\d+$/;
+
+async function issuesRoot() {
+  const root = await navigator.storage.getDirectory();
+  return root.getDirectoryHandle("issues", { create: true });
+}
+
+async function issueDir(issueId, create) {
+  const root = await issuesRoot();
+  try {
+    return await root.getDirectoryHandle(issueId, { create });
+  } catch (err) {
+    if (!create && err.name === "NotFoundError") return null;
+    throw err;
+  }
+}
+
+/** Store pieces first..first+chunks.length-1 (one Uint8Array each) as one run. */
+export async function writeRun(issueId, first, chunks) {
+  const dir = await issueDir(issueId, true);
+  const name = `${first}_${chunks.length}`;
+  const handle = await dir.getFileHandle(`t${name}`, { create: true });
+  const writable = await handle.createWritable();
+  try {
+    for (const chunk of chunks) await writable.write(chunk);
+    await writable.close();
+  } catch (err) {
+    await writable.abort().catch(() => {});
+    throw err;
+  }
+  await handle.move(`r${name}`);
+}
+
+/** The runs stored for an issue, sorted: [{first, count, handle}]. */
+async function runs(issueId) {
+  const dir = await issueDir(issueId, false);
+  if (dir === null) return [];
+  const found = [];
+  for await (const [name, handle] of dir.entries()) {
+    const m = RUN_RE.exec(name);
+    if (m !== null && handle.kind === "file") found.push({ first: Number(m[1]), count: Number(m[2]), handle });
+  }
+  return found.sort((a, b) => a.first - b.first);
+}
+
+/** Remove the temporary files of writes that were cut short (before a download starts). */
+export async function removeUnfinishedWrites(issueId) {
+  const dir = await issueDir(issueId, false);
+  if (dir === null) return;
+  const names = [];
+  for await (const name of dir.keys()) if (TEMP_RE.test(name)) names.push(name);
+  for (const name of names) await dir.removeEntry(name);
+}
+
+/** The set of piece indices stored for an issue. */
+export async function storedPieces(issueId) {
+  const have = new Set();
+  for (const run of await runs(issueId)) {
+    for (let i = run.first; i < run.first + run.count; i++) have.add(i);
+  }
+  return have;
+}
+
+/** The whole issue as one Blob (disk-backed: nothing is read until sliced). */
+export async function issueBlob(issueId, numPieces, type) {
+  const parts = [];
+  let next = 0;
+  for (const run of await runs(issueId)) {
+    if (run.first !== next) break;
+    parts.push(await run.handle.getFile());
+    next += run.count;
+  }
+  if (next !== numPieces) {
+    throw new Error(`issue ${issueId} is not complete on this device (${next} of ${numPieces} pieces in order)`);
+  }
+  return new Blob(parts, { type });
+}
+
+/** Bytes an issue takes on this device. */
+export async function issueBytes(issueId) {
+  let total = 0;
+  for (const run of await runs(issueId)) total += (await run.handle.getFile()).size;
+  return total;
+}
+
+/** Remove everything stored for an issue. */
+export async function deleteIssueFiles(issueId) {
+  const root = await issuesRoot();
+  try {
+    await root.removeEntry(issueId, { recursive: true });
+  } catch (err) {
+    if (err.name !== "NotFoundError") throw err;
+  }
+}
+
+/** Storage used and available for this app (the browser's quota), and persistence. */
+export async function storageEstimate() {
+  const estimate = await navigator.storage.estimate();
+  const persisted = navigator.storage.persisted ? await navigator.storage.persisted() : false;
+  return { usage: estimate.usage ?? 0, quota: estimate.quota ?? 0, persisted };
+}

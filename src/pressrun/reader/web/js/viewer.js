@@ -1,0 +1,61 @@
+// Showing a stored issue with pdf.js (npm pdfjs-dist, served under vendor/pdfjs/).
+//
+// The issue is a disk-backed Blob (store.js); pdf.js reads it through a
+// PDFDataRangeTransport that answers each range it asks for with blob.slice(), so
+// opening an issue reads the trailer, the cross-reference table and page 1's objects,
+// not the whole file: the time to page 1 does not grow with the issue's size.
+
+import * as pdfjs from "../vendor/pdfjs/pdf.min.mjs";
+
+const VENDOR = new URL("../vendor/pdfjs/", import.meta.url).href;
+pdfjs.GlobalWorkerOptions.workerSrc = `${VENDOR}pdf.worker.min.mjs`;
+const FIRST_RANGE_BYTES = 65536;
+
+/** Open a PDF held in a Blob; resolves to pdf.js's document. */
+export async function openPdf(blob) {
+  const head = new Uint8Array(await blob.slice(0, Math.min(blob.size, FIRST_RANGE_BYTES)).arrayBuffer());
+  const transport = new pdfjs.PDFDataRangeTransport(blob.size, head);
+  transport.requestDataRange = (begin, end) => {
+    blob.slice(begin, end).arrayBuffer().then((buf) => transport.onDataRange(begin, new Uint8Array(buf)));
+  };
+  return pdfjs.getDocument({
+    range: transport,
+    length: blob.size,
+    disableAutoFetch: true,
+    disableStream: true,
+    cMapUrl: `${VENDOR}cmaps/`,
+    cMapPacked: true,
+    standardFontDataUrl: `${VENDOR}standard_fonts/`,
+    wasmUrl: `${VENDOR}wasm/`,
+    iccUrl: `${VENDOR}iccs/`,
+  }).promise;
+}
+
+/** Render page `number` of `doc` into `canvas`, `cssWidth` CSS pixels wide. */
+export async function renderPage(doc, number, canvas, cssWidth) {
+  const page = await doc.getPage(number);
+  const base = page.getViewport({ scale: 1 });
+  const scale = cssWidth / base.width;
+  const ratio = window.devicePixelRatio || 1;
+  const viewport = page.getViewport({ scale: scale * ratio });
+  canvas.width = Math.floor(viewport.width);
+  canvas.height = Math.floor(viewport.height);
+  canvas.style.width = `${Math.floor(viewport.width / ratio)}px`;
+  canvas.style.height = `${Math.floor(viewport.height / ratio)}px`;
+  await page.render({ canvas, viewport }).promise;
+  page.cleanup();
+}
+
+/** The cover: page 1 rendered `cssWidth` pixels wide, as a PNG Blob. */
+export async function renderCover(blob, cssWidth = 160) {
+  const doc = await openPdf(blob);
+  try {
+    const canvas = document.createElement("canvas");
+    await renderPage(doc, 1, canvas, cssWidth);
+    return await new Promise((resolve, reject) =>
+      canvas.toBlob((b) => (b ? resolve(b) : reject(new Error("the cover could not be encoded"))), "image/png"),
+    );
+  } finally {
+    await doc.destroy();
+  }
+}

@@ -1,0 +1,227 @@
+"""The reader's browser tests: Debian's Chromium, headless, driven by Playwright.
+
+A `Stack` is the real thing on 127.0.0.1: origins (each with its own content folder,
+so one can hold a tampered copy) and the balancer from `pressrun.demo.Testbed`, an
+issue published as a real PDF, and `pressrun serve reader` in this event loop. A
+`Phone` is a fresh browser context of one headless Chromium per module (its own
+storage, so OPFS, IndexedDB and the service worker start empty; Playwright starts
+Chromium with a fresh --user-data-dir) with a phone viewport and touch, pointed at
+the reader. Screenshots go to ``artifacts/reader/`` (or ``$PRESSRUN_ARTIFACTS/reader``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from pressrun.clients.config import MOBILE, ClientConfig
+from pressrun.content.keys import generate_keypair
+from pressrun.demo import OriginShape, Testbed
+from pressrun.reader.config import PACKAGE_DIR, ReaderConfig
+
+ISSUE = "weekly-2026-47"
+PIECE = 64 * 1024
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("PRESSRUN_ARTIFACTS", REPO / "artifacts")) / "reader"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+#: flags that work on these machines (FIELD-NOTES.md, "A real browser for tests");
+#: Playwright adds --headless and a fresh --user-data-dir
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+#: a phone: 390 x 844 CSS pixels at 3x is an iPhone 14; 2x keeps screenshots small
+PHONE = {
+    "viewport": {"width": 390, "height": 844},
+    "device_scale_factor": 2,
+    "is_mobile": True,
+    "has_touch": True,
+}
+
+
+def _why_no_browser() -> str | None:
+    if not os.path.exists(CHROMIUM):
+        return f"no Chromium at {CHROMIUM}: run `make setup` (apt-get install chromium)"
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is not installed: run `make setup`"
+    if not (PACKAGE_DIR / "node_modules" / "pdfjs-dist").is_dir():
+        return "the reader's npm packages are not installed: run `make setup`"
+    return None
+
+
+browser_only = pytest.mark.skipif(_why_no_browser() is not None, reason=_why_no_browser() or "")
+
+
+@pytest.fixture(scope="session")
+def sample_pdf(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """A 5-page sample issue of about 1.5 MB (24 pieces of 64 KiB)."""
+    from pressrun.reader.sample import write_sample_pdf
+
+    path = tmp_path_factory.mktemp("pdf") / "issue.pdf"
+    write_sample_pdf(path, title="Weekly, issue 47", pages=4, pad_to_bytes=1_500_000)
+    return path.read_bytes()
+
+
+@dataclass
+class Stack:
+    """Origins, the balancer and the reader service, with one issue published."""
+
+    bed: Testbed
+    reader_url: str
+    data: bytes
+    stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def origin_copy(self, name: str) -> Path:
+        """The issue file in one origin's own content folder."""
+        return self.bed.content_of(name) / ISSUE / f"{ISSUE}.pdf"
+
+    async def stats(self, name: str) -> dict[str, Any]:
+        return await self.bed.stats(name)
+
+
+StackFactory = Callable[..., Awaitable[Stack]]
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def make_stack(tmp_path: Path, sample_pdf: bytes) -> AsyncIterator[StackFactory]:
+    """``await make_stack(egress_cap_mbps=..., download=...)``: a `Stack`."""
+    from pressrun.reader.aio import start_reader
+
+    stacks: list[Stack] = []
+
+    async def make(
+        *,
+        egress_cap_mbps: float | None = None,
+        download: ClientConfig = MOBILE,
+        origins: tuple[str, ...] = ("origin-a", "origin-b"),
+    ) -> Stack:
+        root = tmp_path / f"stack{len(stacks)}"
+        root.mkdir()
+        secret, _ = generate_keypair(root / "publisher.key")
+        shapes = tuple(
+            OriginShape(name, egress_cap_mbps=egress_cap_mbps, content_dir=root / name)
+            for name in origins
+        )
+        bed = Testbed(root / "bed", shapes, poll_interval_s=0.3, poll_timeout_s=1.0)
+        await bed.__aenter__()
+        stack = Stack(bed=bed, reader_url="", data=sample_pdf, stop=[bed.close])
+        stacks.append(stack)
+        await bed.publish(sample_pdf, issue_id=ISSUE, key_path=secret, piece_size=PIECE)
+        await bed.start_balancer()
+        assert bed.balancer is not None
+        reader = await start_reader(ReaderConfig(balancer_url=bed.balancer.url, download=download))
+        stack.reader_url = reader.url
+        stack.stop.insert(0, reader.stop)
+        return stack
+
+    yield make
+    for stack in stacks:
+        for stop in stack.stop:
+            await stop()
+
+
+class Phone:
+    """One Chromium profile at phone size, on the reader's page."""
+
+    def __init__(self, context: Any, url: str) -> None:
+        self.context = context
+        self.url = url
+        self.page: Any = None
+        self.console: list[str] = []
+
+    async def open(self) -> Any:
+        """A new tab on the reader, once the app has started."""
+        self.page = await self.context.new_page()
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        await self.page.goto(self.url)
+        await self.page.evaluate("window.pressrun.ready")
+        return self.page
+
+    async def wait_for_download(self, issue: str = ISSUE, timeout_s: float = 60.0) -> Any:
+        """The app's result for ``issue`` (AssertionError with the app's error if it failed)."""
+        await self.page.wait_for_function(
+            f"() => window.pressrun.results[{issue!r}] || window.pressrun.errors[{issue!r}]",
+            timeout=timeout_s * 1000,
+        )
+        error = await self.page.evaluate(f"window.pressrun.errors[{issue!r}]")
+        assert error is None, f"the download failed in the browser: {error}"
+        return await self.page.evaluate(f"window.pressrun.results[{issue!r}]")
+
+    async def stored_sha256(self, issue: str = ISSUE) -> str:
+        """SHA-256 (hex) of the issue as the browser stored it (OPFS)."""
+        return str(
+            await self.page.evaluate(
+                """async (issue) => {
+                    const store = await import('./js/store.js');
+                    const db = await import('./js/db.js');
+                    const r = await db.getRecord('issues', issue);
+                    const blob = await store.issueBlob(issue, r.num_pieces, 'application/pdf');
+                    const d = await crypto.subtle.digest('SHA-256', await blob.arrayBuffer());
+                    const hex = (b) => b.toString(16).padStart(2, '0');
+                    return Array.from(new Uint8Array(d), hex).join('');
+                }""",
+                issue,
+            )
+        )
+
+    async def stored_pieces(self, issue: str = ISSUE) -> int:
+        """How many pieces of ``issue`` are in the browser's storage (OPFS)."""
+        return int(
+            await self.page.evaluate(
+                """async (issue) => {
+                    const store = await import('./js/store.js');
+                    return (await store.storedPieces(issue)).size;
+                }""",
+                issue,
+            )
+        )
+
+    async def notices(self) -> list[str]:
+        return [n["text"] for n in await self.page.evaluate("window.pressrun.notices")]
+
+    async def screenshot(self, name: str) -> Path:
+        """A PNG of the page, kept in the artifacts folder."""
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        await self.page.screenshot(path=str(path))
+        return path
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser() -> AsyncIterator[Any]:
+    """One headless Chromium for a test module (each test gets fresh contexts)."""
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        await browser.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def phone_factory(browser: Any) -> AsyncIterator[Callable[[str], Awaitable[Phone]]]:
+    """``await make_phone(reader_url)``: a `Phone` with its own empty storage."""
+    contexts: list[Any] = []
+
+    async def make(url: str) -> Phone:
+        context = await browser.new_context(**PHONE)
+        contexts.append(context)
+        return Phone(context, url)
+
+    yield make
+    for context in contexts:
+        await context.close()

@@ -1,0 +1,141 @@
+"""The web reader in a real headless Chromium at phone size, against real services.
+
+Each test starts origins, the balancer and the reader service on 127.0.0.1 and a
+fresh Chromium profile; the app downloads through the balancer with Range requests,
+checks the signed manifest and every piece, stores the issue in the origin private
+file system and shows it with pdf.js.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import replace
+
+import pytest
+
+from pressrun.clients.config import DESKTOP, MOBILE
+
+from .conftest import ISSUE, PIECE, Phone, StackFactory, browser_only
+
+pytestmark = [browser_only, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+
+async def test_download_library_read_and_offline(make_stack: StackFactory, phone_factory) -> None:  # type: ignore[no-untyped-def]
+    stack = await make_stack()
+    phone: Phone = await phone_factory(stack.reader_url)
+    page = await phone.open()
+    # the new-issue check on open finds the issue and downloads it (auto-download on)
+    result = await phone.wait_for_download()
+    assert result["size_bytes"] == len(stack.data)
+    assert result["resumed_pieces"] == 0
+    assert sum(result["bytes_by_origin"].values()) == len(stack.data)
+    assert await phone.stored_sha256() == hashlib.sha256(stack.data).hexdigest()
+    assert f"New issue out: {ISSUE}" in await phone.notices()
+
+    # the library shows it with its cover (page 1 rendered) and its size
+    item = page.locator(f"li[data-issue='{ISSUE}']")
+    await item.locator("img.cover").wait_for()
+    assert await item.locator("img.cover").evaluate("img => img.naturalWidth > 0")
+    assert "1.5 MB" in await item.locator(".meta").inner_text()
+    assert "used" in await page.locator("#storage").inner_text()
+    await phone.screenshot("library")
+
+    # tap Read: page 1 is drawn
+    await item.locator("button.open").tap()
+    await page.wait_for_selector("#page[data-page='1']")
+    assert await page.locator("#page-number").inner_text() == "1 / 5"
+    await phone.screenshot("reading")
+    await page.locator("#next-page").tap()
+    await page.wait_for_selector("#page[data-page='2']")
+
+    # offline: the service worker serves the app, OPFS the issue
+    await page.evaluate("navigator.serviceWorker.ready")
+    await phone.context.set_offline(True)
+    await page.reload()
+    await page.evaluate("window.pressrun.ready")
+    await page.locator(f"li[data-issue='{ISSUE}'] button.open").tap()
+    await page.wait_for_selector("#page[data-page='1']")
+    await phone.screenshot("reading-offline")
+    assert not [line for line in phone.console if line.startswith("pageerror")], phone.console
+
+
+async def test_interrupted_download_resumes_without_refetching(
+    make_stack: StackFactory,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # 4 Mbit/s origins: the 1.5 MB issue takes about 3 s, in sections of 8 pieces
+    stack = await make_stack(egress_cap_mbps=4.0, download=replace(MOBILE, section_bytes=8 * PIECE))
+    phone: Phone = await phone_factory(stack.reader_url)
+    page = await phone.open()
+    async with asyncio.timeout(30):
+        while await phone.stored_pieces() < 8:
+            await asyncio.sleep(0.05)
+    await page.close()  # the phone closes the app half way
+
+    page = await phone.open()  # opened again: the unfinished download goes on
+    result = await phone.wait_for_download()
+    resumed = set(result["resumed"])
+    assert len(resumed) >= 8
+    assert len(resumed) < -(-len(stack.data) // PIECE)
+    for header in result["ranges"]:
+        first, last = (int(x) for x in header.removeprefix("bytes=").split("-"))
+        asked = set(range(first // PIECE, last // PIECE + 1))
+        assert not asked & resumed, f"{header} asks again for stored pieces {asked & resumed}"
+    assert await phone.stored_sha256() == hashlib.sha256(stack.data).hexdigest()
+    assert any("resuming" in text for text in await phone.notices())
+
+
+async def test_tampered_piece_is_refetched_from_another_origin(
+    make_stack: StackFactory,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # two sections at once, so both origins are used; origin-b's copy has one byte of
+    # every piece flipped (the size is right, so only the hashes can tell)
+    stack = await make_stack(download=replace(DESKTOP, section_bytes=4 * PIECE))
+    copy = stack.origin_copy("origin-b")
+    data = bytearray(copy.read_bytes())
+    for offset in range(100, len(data), PIECE):
+        data[offset] ^= 0xFF
+    copy.write_bytes(bytes(data))
+
+    phone: Phone = await phone_factory(stack.reader_url)
+    await phone.open()
+    result = await phone.wait_for_download()
+    notices = await phone.notices()
+    assert any(
+        "origin-b failed: piece" in text and "does not match the signed manifest" in text
+        for text in notices
+    ), notices
+    assert result["bytes_by_origin"] == {"origin-a": len(stack.data)}
+    assert result["failures"] >= 1
+    assert await phone.stored_sha256() == hashlib.sha256(stack.data).hexdigest()
+
+
+async def test_tampered_manifest_is_refused_and_nothing_stored(
+    make_stack: StackFactory,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    stack = await make_stack(origins=("origin-a",))
+    path = stack.bed.content_of("origin-a") / ISSUE / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc["manifest"]["title"] = "Something else"
+    path.write_text(json.dumps(doc))
+
+    phone: Phone = await phone_factory(stack.reader_url)
+    page = await phone.open()
+    await page.wait_for_function(f"() => window.pressrun.errors[{ISSUE!r}]", timeout=30_000)
+    error = await page.evaluate(f"window.pressrun.errors[{ISSUE!r}]")
+    assert "is rejected: its signature does not match its content" in error
+    assert "nothing was saved" in error
+    assert await page.locator(".notice.error").first.inner_text() == error
+    stored = await page.evaluate(
+        """async (issue) => {
+            const store = await import('./js/store.js');
+            const db = await import('./js/db.js');
+            return [(await store.storedPieces(issue)).size, await db.getRecord('issues', issue)];
+        }""",
+        ISSUE,
+    )
+    assert stored == [0, None]

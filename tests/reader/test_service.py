@@ -1,0 +1,143 @@
+"""`pressrun serve reader` over HTTP, and CORS on the balancer and the origins."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from pressrun.clients.config import DESKTOP
+from pressrun.cors import EXPOSED_HEADERS
+from pressrun.demo import OriginShape, Testbed
+from pressrun.reader.aio import VENDOR_FILES, AssetsMissing, RunningReader, start_reader
+from pressrun.reader.config import PACKAGE_DIR, ReaderConfig
+
+from .conftest import ISSUE, browser_only
+
+KEY = "ab" * 32
+
+
+@pytest.fixture
+async def reader() -> AsyncIterator[RunningReader]:
+    running = await start_reader(
+        ReaderConfig(
+            balancer_url="http://127.0.0.1:9/",
+            subscriptions_url="http://127.0.0.1:10",
+            publisher_keys=(KEY,),
+            download=DESKTOP,
+        )
+    )
+    yield running
+    await running.stop()
+
+
+@browser_only
+async def test_serves_the_app_its_config_and_vendor_files(reader: RunningReader) -> None:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(reader.url + "/") as resp:
+            assert resp.status == 200
+            assert 'rel="manifest"' in await resp.text()
+            assert resp.headers["Cache-Control"] == "no-cache"
+        async with http.get(reader.url + "/config.json") as resp:
+            doc = json.loads(await resp.text())
+        assert doc["balancer_url"] == "http://127.0.0.1:9"
+        assert doc["subscriptions_url"] == "http://127.0.0.1:10"
+        assert doc["publisher_keys"] == [KEY]
+        assert doc["download"]["concurrency"] == DESKTOP.concurrency
+        assert doc["download"]["failed_ttl_s"] == DESKTOP.failed_ttl_s
+        async with http.get(reader.url + "/sw.js") as resp:
+            sw = await resp.text()
+            assert resp.headers["Content-Type"].startswith("text/javascript")
+        assert "__BUILD__" not in sw
+        assert f'const BUILD = "{doc["build"]}"' in sw
+        async with http.get(reader.url + "/app.webmanifest") as resp:
+            assert resp.headers["Content-Type"].startswith("application/manifest+json")
+            manifest = json.loads(await resp.text())
+        assert {icon["sizes"] for icon in manifest["icons"]} == {"192x192", "512x512"}
+        for rel in VENDOR_FILES:
+            async with http.get(f"{reader.url}/vendor/{rel}") as resp:
+                assert resp.status == 200, rel
+                assert "javascript" in resp.headers["Content-Type"]
+        async with http.get(reader.url + "/vendor/pdfjs/standard_fonts/FoxitSerif.pfb") as resp:
+            assert resp.status == 200
+
+
+@browser_only
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/vendor/pdfjs/cmaps/../../package.json",
+        "/vendor/pdfjs-dist/package.json",
+        "/../pyproject.toml",
+        "/js/../../aio.py",
+        "/nothing.html",
+    ],
+)
+async def test_nothing_outside_the_app_is_served(reader: RunningReader, path: str) -> None:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(reader.url + path) as resp,
+    ):
+        assert resp.status == 404
+
+
+def test_missing_npm_packages_say_how_to_install(tmp_path: Path) -> None:
+    config = ReaderConfig(balancer_url="http://b", modules_dir=tmp_path)
+    with pytest.raises(AssetsMissing, match="run `make setup`"):
+        from pressrun.reader.aio import ReaderService
+
+        ReaderService(config)
+    with pytest.raises(ValueError, match="not an http"):
+        ReaderConfig(balancer_url="ftp://b")
+    with pytest.raises(ValueError, match="64 lower-case hex"):
+        ReaderConfig(balancer_url="http://b", publisher_keys=("xyz",))
+    assert (PACKAGE_DIR / "package-lock.json").is_file()
+
+
+async def test_balancer_and_origins_answer_cors(tmp_path: Path) -> None:
+    from pressrun.content.keys import generate_keypair
+
+    secret, _ = generate_keypair(tmp_path / "publisher.key")
+    async with Testbed(
+        tmp_path / "bed", (OriginShape("origin-a"),), poll_interval_s=0.3, poll_timeout_s=1.0
+    ) as bed:
+        await bed.publish(b"x" * 5000, issue_id=ISSUE, key_path=secret, piece_size=16384)
+        await bed.start_balancer()
+        assert bed.balancer is not None
+        origin = bed.urls["origin-a"]
+        cross = {"Origin": "http://127.0.0.1:1234"}
+        async with aiohttp.ClientSession() as http:
+            # the preflight a Range request may need
+            async with http.options(
+                f"{origin}/content/{ISSUE}/{ISSUE}.pdf",
+                headers={
+                    **cross,
+                    "Access-Control-Request-Method": "GET",
+                    "Access-Control-Request-Headers": "range",
+                },
+            ) as resp:
+                assert resp.status == 204
+                assert resp.headers["Access-Control-Allow-Origin"] == "*"
+                assert "Range" in resp.headers["Access-Control-Allow-Headers"]
+            async with http.get(
+                f"{origin}/content/{ISSUE}/{ISSUE}.pdf", headers={**cross, "Range": "bytes=10-19"}
+            ) as resp:
+                assert resp.status == 206
+                assert resp.headers["Access-Control-Allow-Origin"] == "*"
+                assert resp.headers["Access-Control-Expose-Headers"] == EXPOSED_HEADERS
+                assert await resp.read() == b"x" * 10
+            async with http.get(f"{origin}/content/{ISSUE}/nothing", headers=cross) as resp:
+                assert resp.status == 404
+                assert resp.headers["Access-Control-Allow-Origin"] == "*"
+            url = f"{bed.balancer.url}/v1/issues/{ISSUE}/directive"
+            async with http.get(url, headers=cross) as resp:
+                assert resp.status == 200
+                assert resp.headers["Access-Control-Allow-Origin"] == "*"
+            async with http.get(f"{bed.balancer.url}/v1/issues/nope/directive") as resp:
+                assert resp.status == 404
+                assert resp.headers["Access-Control-Allow-Origin"] == "*"
+            async with http.get(f"{bed.balancer.url}/v1/origins", headers=cross) as resp:
+                assert resp.headers["Access-Control-Allow-Origin"] == "*"
