@@ -11,7 +11,9 @@ the reader. Screenshots go to ``artifacts/reader/`` (or ``$PRESSRUN_ARTIFACTS/re
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import json
 import os
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,7 +26,7 @@ import pytest_asyncio
 
 from pressrun.clients.config import MOBILE, ClientConfig
 from pressrun.content.keys import generate_keypair
-from pressrun.demo import OriginShape, Testbed
+from pressrun.demo.testbed import OriginShape, Testbed
 from pressrun.reader.config import PACKAGE_DIR, ReaderConfig
 
 ISSUE = "weekly-2026-47"
@@ -75,21 +77,57 @@ def sample_pdf(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return path.read_bytes()
 
 
+TOKEN = "reader-tests-operator-token"
+
+
 @dataclass
 class Stack:
-    """Origins, the balancer and the reader service, with one issue published."""
+    """Origins, the balancer, the subscription service and the reader service."""
 
     bed: Testbed
+    root: Path
     reader_url: str
+    subscriptions_url: str
     data: bytes
     stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    file_name: str = ""
+
+    async def publish(self, subscribers: list[str] | None) -> None:
+        """Publish the sample issue: encrypted for these subscribers (public keys in
+        hex, added to the subscription service first), or plain with None; then wait
+        until the balancer directs to it."""
+        import aiohttp
+
+        from pressrun.subscriptions.client import HttpSubscriberDirectory, SubscriptionsClient
+
+        directory = None
+        if subscribers is not None:
+            directory = HttpSubscriberDirectory(self.subscriptions_url, TOKEN)
+            async with aiohttp.ClientSession() as http:
+                client = SubscriptionsClient(self.subscriptions_url, http, operator_token=TOKEN)
+                for n, key in enumerate(subscribers):
+                    await client.add_subscriber(bytes.fromhex(key), f"reader-{n}")
+        bundle = await self.bed.publish(
+            self.data,
+            issue_id=ISSUE,
+            key_path=self.root / "publisher.key",
+            piece_size=PIECE,
+            encrypt_for=directory,
+        )
+        self.file_name = json.loads((bundle / "manifest.json").read_text())["manifest"]["file_name"]
+        assert self.bed.balancer is not None
+        url = f"{self.bed.balancer.url}/v1/issues/{ISSUE}/directive"
+        async with aiohttp.ClientSession() as http:
+            for _ in range(200):
+                async with http.get(url) as resp:
+                    if resp.status == 200:
+                        return
+                await asyncio.sleep(0.05)
+        raise AssertionError(f"the balancer never directed to {ISSUE}")
 
     def origin_copy(self, name: str) -> Path:
-        """The issue file in one origin's own content folder."""
-        return self.bed.content_of(name) / ISSUE / f"{ISSUE}.pdf"
-
-    async def stats(self, name: str) -> dict[str, Any]:
-        return await self.bed.stats(name)
+        """The issue file (ciphertext when encrypted) in one origin's own folder."""
+        return self.bed.content_of(name) / ISSUE / self.file_name
 
 
 StackFactory = Callable[..., Awaitable[Stack]]
@@ -97,8 +135,11 @@ StackFactory = Callable[..., Awaitable[Stack]]
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def make_stack(tmp_path: Path, sample_pdf: bytes) -> AsyncIterator[StackFactory]:
-    """``await make_stack(egress_cap_mbps=..., download=...)``: a `Stack`."""
+    """``await make_stack(egress_cap_mbps=..., download=...)``: a `Stack`, nothing
+    published yet (``await stack.publish(...)``)."""
     from pressrun.reader.aio import start_reader
+    from pressrun.subscriptions.aio import SubscriptionService
+    from pressrun.subscriptions.store import SubscriptionStore
 
     stacks: list[Stack] = []
 
@@ -110,16 +151,18 @@ async def make_stack(tmp_path: Path, sample_pdf: bytes) -> AsyncIterator[StackFa
     ) -> Stack:
         root = tmp_path / f"stack{len(stacks)}"
         root.mkdir()
-        secret, _ = generate_keypair(root / "publisher.key")
+        generate_keypair(root / "publisher.key")
+        subs = SubscriptionService(SubscriptionStore(root / "subs.db"), operator_token=TOKEN)
+        subs_url = f"http://127.0.0.1:{await subs.start('127.0.0.1', 0)}"
         shapes = tuple(
             OriginShape(name, egress_cap_mbps=egress_cap_mbps, content_dir=root / name)
             for name in origins
         )
         bed = Testbed(root / "bed", shapes, poll_interval_s=0.3, poll_timeout_s=1.0)
-        await bed.__aenter__()
-        stack = Stack(bed=bed, reader_url="", data=sample_pdf, stop=[bed.close])
+        stack = Stack(bed, root, "", subs_url, sample_pdf, stop=[subs.close])
         stacks.append(stack)
-        await bed.publish(sample_pdf, issue_id=ISSUE, key_path=secret, piece_size=PIECE)
+        await bed.__aenter__()
+        stack.stop.insert(0, bed.close)
         await bed.start_balancer()
         assert bed.balancer is not None
         reader = await start_reader(ReaderConfig(balancer_url=bed.balancer.url, download=download))
@@ -150,6 +193,14 @@ class Phone:
         await self.page.goto(self.url)
         await self.page.evaluate("window.pressrun.ready")
         return self.page
+
+    async def subscriber_key(self) -> str:
+        """The public key (hex) the app made for this browser."""
+        return str(await self.page.evaluate("window.pressrun.subscriberPublicKey()"))
+
+    async def check_for_issues(self) -> None:
+        """What the app does on open and on a periodic sync: look for new issues."""
+        await self.page.evaluate("window.pressrun.checkForIssues()")
 
     async def wait_for_download(self, issue: str = ISSUE, timeout_s: float = 60.0) -> Any:
         """The app's result for ``issue`` (AssertionError with the app's error if it failed)."""

@@ -17,22 +17,43 @@ import pytest
 
 from pressrun.clients.config import DESKTOP, MOBILE
 
-from .conftest import ISSUE, PIECE, Phone, StackFactory, browser_only
+from .conftest import ISSUE, PIECE, Phone, Stack, StackFactory, browser_only
 
 pytestmark = [browser_only, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 
-async def test_download_library_read_and_offline(make_stack: StackFactory, phone_factory) -> None:  # type: ignore[no-untyped-def]
+async def subscribe_and_publish(stack: Stack, phone: Phone) -> None:
+    """The reader's key becomes a subscriber's, the issue is published encrypted for
+    it, and the app looks for new issues (as on open or a periodic sync)."""
+    await stack.publish([await phone.subscriber_key()])
+    await phone.check_for_issues()
+
+
+async def test_subscriber_downloads_reads_and_reads_offline(
+    make_stack: StackFactory,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
     stack = await make_stack()
     phone: Phone = await phone_factory(stack.reader_url)
     page = await phone.open()
-    # the new-issue check on open finds the issue and downloads it (auto-download on)
+    await subscribe_and_publish(stack, phone)
+    # the check finds the new issue and downloads it (auto-download is on)
     result = await phone.wait_for_download()
+    assert result["encrypted"]
     assert result["size_bytes"] == len(stack.data)
     assert result["resumed_pieces"] == 0
-    assert sum(result["bytes_by_origin"].values()) == len(stack.data)
+    assert sum(result["bytes_by_origin"].values()) == result["transfer_bytes"]
+    assert result["transfer_bytes"] == stack.origin_copy("origin-a").stat().st_size
+    # what the browser stored is the decrypted issue, byte for byte
     assert await phone.stored_sha256() == hashlib.sha256(stack.data).hexdigest()
     assert f"New issue out: {ISSUE}" in await phone.notices()
+    # the secret key stays in the browser: only the public key is in the service
+    secret = await page.evaluate(
+        "(async () => { const db = await import('./js/db.js');"
+        " const k = await db.getRecord('keys', 'subscriber');"
+        " return Array.from(k.secretKey, b => b.toString(16).padStart(2, '0')).join(''); })()"
+    )
+    assert secret.encode() not in (stack.root / "subs.db").read_bytes()
 
     # the library shows it with its cover (page 1 rendered) and its size
     item = page.locator(f"li[data-issue='{ISSUE}']")
@@ -69,6 +90,7 @@ async def test_interrupted_download_resumes_without_refetching(
     stack = await make_stack(egress_cap_mbps=4.0, download=replace(MOBILE, section_bytes=8 * PIECE))
     phone: Phone = await phone_factory(stack.reader_url)
     page = await phone.open()
+    await subscribe_and_publish(stack, phone)
     async with asyncio.timeout(30):
         while await phone.stored_pieces() < 8:
             await asyncio.sleep(0.05)
@@ -94,21 +116,22 @@ async def test_tampered_piece_is_refetched_from_another_origin(
     # two sections at once, so both origins are used; origin-b's copy has one byte of
     # every piece flipped (the size is right, so only the hashes can tell)
     stack = await make_stack(download=replace(DESKTOP, section_bytes=4 * PIECE))
+    phone: Phone = await phone_factory(stack.reader_url)
+    await phone.open()
+    await stack.publish([await phone.subscriber_key()])
     copy = stack.origin_copy("origin-b")
     data = bytearray(copy.read_bytes())
     for offset in range(100, len(data), PIECE):
         data[offset] ^= 0xFF
     copy.write_bytes(bytes(data))
-
-    phone: Phone = await phone_factory(stack.reader_url)
-    await phone.open()
+    await phone.check_for_issues()
     result = await phone.wait_for_download()
     notices = await phone.notices()
     assert any(
         "origin-b failed: piece" in text and "does not match the signed manifest" in text
         for text in notices
     ), notices
-    assert result["bytes_by_origin"] == {"origin-a": len(stack.data)}
+    assert result["bytes_by_origin"] == {"origin-a": result["transfer_bytes"]}
     assert result["failures"] >= 1
     assert await phone.stored_sha256() == hashlib.sha256(stack.data).hexdigest()
 
@@ -118,19 +141,49 @@ async def test_tampered_manifest_is_refused_and_nothing_stored(
     phone_factory,  # type: ignore[no-untyped-def]
 ) -> None:
     stack = await make_stack(origins=("origin-a",))
+    phone: Phone = await phone_factory(stack.reader_url)
+    page = await phone.open()
+    await stack.publish(None)  # a plain issue
     path = stack.bed.content_of("origin-a") / ISSUE / "manifest.json"
     doc = json.loads(path.read_text())
     doc["manifest"]["title"] = "Something else"
     path.write_text(json.dumps(doc))
-
-    phone: Phone = await phone_factory(stack.reader_url)
-    page = await phone.open()
+    await phone.check_for_issues()
     await page.wait_for_function(f"() => window.pressrun.errors[{ISSUE!r}]", timeout=30_000)
     error = await page.evaluate(f"window.pressrun.errors[{ISSUE!r}]")
     assert "is rejected: its signature does not match its content" in error
     assert "nothing was saved" in error
     assert await page.locator(".notice.error").first.inner_text() == error
-    stored = await page.evaluate(
+    assert await nothing_stored(phone)
+
+
+async def test_non_subscriber_gets_a_clear_error_and_no_content(
+    make_stack: StackFactory,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    stack = await make_stack(origins=("origin-a",))
+    subscriber: Phone = await phone_factory(stack.reader_url)
+    await subscriber.open()
+    stranger: Phone = await phone_factory(stack.reader_url)
+    page = await stranger.open()
+    await stack.publish([await subscriber.subscriber_key()])  # not the stranger's key
+    await stranger.check_for_issues()
+    await page.wait_for_function(f"() => window.pressrun.errors[{ISSUE!r}]", timeout=30_000)
+    error = await page.evaluate(f"window.pressrun.errors[{ISSUE!r}]")
+    assert error.startswith("You are not subscribed to Sample issue"), error
+    assert "nothing was saved" in error
+    assert await page.locator(".notice.error").first.inner_text() == error
+    assert await nothing_stored(stranger)
+    # not one byte of the issue was asked for: the origin served only the manifest
+    doc = await stack.bed.stats("origin-a")
+    manifest_bytes = (stack.bed.content_of("origin-a") / ISSUE / "manifest.json").stat().st_size
+    assert doc["bytes_sent_total"] == manifest_bytes
+    await stranger.screenshot("not-subscribed")
+
+
+async def nothing_stored(phone: Phone) -> bool:
+    """True when the browser holds no piece and no library record of the issue."""
+    stored = await phone.page.evaluate(
         """async (issue) => {
             const store = await import('./js/store.js');
             const db = await import('./js/db.js');
@@ -138,4 +191,4 @@ async def test_tampered_manifest_is_refused_and_nothing_stored(
         }""",
         ISSUE,
     )
-    assert stored == [0, None]
+    return bool(stored == [0, None])

@@ -10,8 +10,8 @@ Endpoints (docs/reader.md):
 - ``GET /vendor/...``: the npm packages the app imports (libsodium.js, pdf.js and
   pdf.js's fonts and CMaps), from ``node_modules`` (``make setup`` installs them from
   ``package-lock.json``); only the files listed in `VENDOR_FILES` / `VENDOR_DIRS`;
-- ``GET /config.json``: where the balancer and the subscription service are, the
-  trusted publisher keys and the download settings (the client's mobile profile);
+- ``GET /config.json``: where the balancer is, the trusted publisher keys and the
+  download settings (the client's mobile profile);
 - ``GET /healthz``: ``ok``.
 
 Every answer has ``Cache-Control: no-cache``: the service worker keeps the offline
@@ -116,11 +116,6 @@ class ReaderService:
         return {
             "build": self.build,
             "balancer_url": self.config.balancer_url.rstrip("/"),
-            "subscriptions_url": (
-                None
-                if self.config.subscriptions_url is None
-                else self.config.subscriptions_url.rstrip("/")
-            ),
             "publisher_keys": list(self.config.publisher_keys),
             "download": {
                 "profile": d.profile,

@@ -26,13 +26,6 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--port", type=int, default=8080, help="TCP port (0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument(
-        "--subscriptions",
-        default=None,
-        metavar="URL",
-        help="the subscription service that hands out the wraps of encrypted issues "
-        "(default: none; encrypted issues then cannot be read)",
-    )
-    p.add_argument(
         "--publisher-key",
         action="append",
         default=[],
@@ -64,7 +57,6 @@ def run_reader(args: argparse.Namespace) -> int:
             balancer_url=args.balancer,
             host=args.host,
             port=args.port,
-            subscriptions_url=args.subscriptions,
             publisher_keys=keys,
             download=profile(args.profile),
         )

@@ -17,10 +17,8 @@ class ReaderConfig:
 
     balancer_url: the balancer the app asks for directives (and, through its
         ``/v1/origins``, for the issues there are); the browser calls it directly, so
-        it must be reachable from the phone and answer CORS (docs/reader.md).
-    subscriptions_url: the subscription service that hands each subscriber the wrap
-        of an encrypted issue's key (docs/protocols.md); None: the app reads only
-        unencrypted issues and says so for an encrypted one.
+        it must be reachable from the phone and answer CORS (docs/reader.md). An
+        encrypted issue's manifest names its subscription service itself.
     publisher_keys: Ed25519 public keys (64 hex) the app accepts manifests from; empty:
         trust on first use, like ``pressrun get`` (the first key seen is recorded in
         the browser and pinned from then on).
@@ -34,16 +32,14 @@ class ReaderConfig:
     balancer_url: str
     host: str = "127.0.0.1"
     port: int = 0
-    subscriptions_url: str | None = None
     publisher_keys: tuple[str, ...] = ()
     download: ClientConfig = MOBILE
     web_dir: Path = field(default=PACKAGE_DIR / "web")
     modules_dir: Path = field(default=PACKAGE_DIR / "node_modules")
 
     def __post_init__(self) -> None:
-        for url in (self.balancer_url, self.subscriptions_url):
-            if url is not None and not url.startswith(("http://", "https://")):
-                raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        if not self.balancer_url.startswith(("http://", "https://")):
+            raise ValueError(f"{self.balancer_url!r} is not an http:// or https:// URL")
         for key in self.publisher_keys:
             if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
                 raise ValueError(f"publisher key {key!r} is not 64 lower-case hex digits")

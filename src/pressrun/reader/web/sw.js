@@ -34,6 +34,7 @@ const SHELL = [
   "js/issues.js",
   "js/manifest.js",
   "js/store.js",
+  "js/subscription.js",
   "js/viewer.js",
   "vendor/libsodium.mjs",
   "vendor/libsodium-wrappers.mjs",

@@ -9,6 +9,7 @@ import { allRecords, deleteRecord, getRecord, getSetting, putSetting, updateIssu
 import { Download, DownloadError } from "./download.js";
 import { checkNewIssues } from "./issues.js";
 import { deleteIssueFiles, issueBlob, issueBytes, storageEstimate } from "./store.js";
+import { prepareDecryption, subscriberPublicKey } from "./subscription.js";
 import { openPdf, renderCover, renderPage } from "./viewer.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -93,10 +94,6 @@ async function waitForNetwork(issueId, signal) {
 
 // -- downloads
 
-async function decryptionFor() {
-  return null; // unencrypted issues only until the encrypted format is in (issue 11)
-}
-
 export async function startDownload(issueId) {
   if (state.downloads.has(issueId)) return state.downloads.get(issueId).promise;
   const controller = new AbortController();
@@ -110,7 +107,7 @@ export async function startDownload(issueId) {
     issueId,
     config: state.config,
     signal: controller.signal,
-    prepareDecryption: await decryptionFor(),
+    prepareDecryption,
     hooks: {
       progress: (p) => {
         entry.progress = p;
@@ -364,6 +361,9 @@ async function setUpSettings() {
     $("#settings-view").hidden = !$("#settings-view").hidden;
   };
   $("#check-now").onclick = () => checkForIssues();
+  const key = await subscriberPublicKey();
+  $("#subscriber-key").textContent = key;
+  $("#subscription").dataset.key = key;
 }
 
 // -- the new-issue check and background work
@@ -430,5 +430,7 @@ hooks.ready = boot().catch((err) => {
   throw err;
 });
 hooks.startDownload = startDownload;
+hooks.checkForIssues = checkForIssues;
+hooks.subscriberPublicKey = subscriberPublicKey;
 hooks.openIssue = openIssue;
 hooks.deleteIssue = deleteIssue;

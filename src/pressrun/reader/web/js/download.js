@@ -22,8 +22,8 @@
 // Settings come from config.json (the client's mobile profile by default).
 
 import { getSetting, putSetting, updateIssue } from "./db.js";
-import { ManifestError, parseManifest, pieceOk, pieceSpan, verifyManifest } from "./manifest.js";
-import { deleteIssueFiles, removeUnfinishedWrites, storedPieces, writeRun } from "./store.js";
+import { ManifestError, bytesToHex, parseManifest, pieceOk, pieceSpan, verifyManifest } from "./manifest.js";
+import { deleteIssueFiles, issueBlob, removeUnfinishedWrites, storedPieces, writeRun } from "./store.js";
 
 /** A download that cannot go on; the message is one line for a person. */
 export class DownloadError extends Error {}
@@ -72,7 +72,8 @@ export function sectionBytesFor(cfg, sizeBytes, pieceBytes) {
 export class Download {
   /**
    * issueId; config: config.json's document; hooks: {progress(p), notice(text),
-   * waitForNetwork(signal)} (all optional); decryptor: from subscription.js, or null;
+   * waitForNetwork(signal)} (all optional); prepareDecryption: subscription.js's
+   * (manifest -> null for a plain issue, or the piece decryptor), or null;
    * signal: an AbortSignal that stops the download (pieces stored so far stay).
    */
   constructor({ issueId, config, hooks = {}, prepareDecryption = null, signal = null }) {
@@ -241,11 +242,9 @@ export class Download {
       await deleteIssueFiles(this.issueId); // a new version of the issue: start over
     }
     // Decryption first: a reader that cannot open the issue stores nothing of it.
-    const decrypt = this.prepareDecryption === null ? null : await this.prepareDecryption(m);
-    if (decrypt === null && m.format !== 1) {
-      throw new DownloadError(
-        `issue ${this.issueId} uses manifest format ${m.format}, which this reader cannot open; nothing was saved`,
-      );
+    const opener = this.prepareDecryption === null ? null : await this.prepareDecryption(m);
+    if (opener === null && m.encryption !== undefined) {
+      throw new DownloadError(`issue ${this.issueId} is for subscribers only and this reader cannot decrypt; nothing was saved`);
     }
     await removeUnfinishedWrites(this.issueId);
     const have = await storedPieces(this.issueId);
@@ -255,15 +254,15 @@ export class Download {
     this.storedCount = this.resumedPieces.length;
     this.storedBytes = this.resumedPieces.reduce((s, i) => s + pieceSpan(m, i)[1], 0);
     this.inFlight = new Map();
-    this.decrypt = decrypt;
+    this.decrypt = opener === null ? null : (index, bytes) => opener.decryptPiece(index, bytes);
     await updateIssue(this.issueId, {
       title: m.title,
-      file_name: m.file_name,
-      size_bytes: m.size_bytes,
+      file_name: opener === null ? m.file_name : opener.plain_file_name,
+      size_bytes: opener === null ? m.size_bytes : opener.plain_size_bytes,
       sha256: m.sha256,
       num_pieces: n,
       manifest_text: text,
-      encrypted: decrypt !== null,
+      encrypted: opener !== null,
       status: this.storedCount === n ? "complete" : "downloading",
       added_at: old.added_at ?? Date.now(),
       error: null,
@@ -281,6 +280,16 @@ export class Download {
     if (this.storedCount !== n) {
       throw new DownloadError(`${this.issueId}: ${n - this.storedCount} pieces are missing after the download`);
     }
+    // Every piece matched its hash (and authenticated); the whole file must too.
+    const expected = opener === null ? m.sha256 : opener.plain_sha256;
+    const blob = await issueBlob(this.issueId, n, "application/octet-stream");
+    const whole = bytesToHex(await crypto.subtle.digest("SHA-256", await blob.arrayBuffer()));
+    if (whole !== expected) {
+      await deleteIssueFiles(this.issueId);
+      throw new DownloadError(
+        `${this.issueId}: every piece matches but the whole file does not match the manifest's SHA-256 (a publisher error); nothing was kept`,
+      );
+    }
     const seconds = (performance.now() - started) / 1000;
     const summary = {
       status: "complete",
@@ -293,7 +302,15 @@ export class Download {
       completed_at: Date.now(),
     };
     await updateIssue(this.issueId, summary);
-    return { ...summary, issue_id: this.issueId, size_bytes: m.size_bytes, ranges: this.ranges, resumed: this.resumedPieces };
+    return {
+      ...summary,
+      issue_id: this.issueId,
+      size_bytes: opener === null ? m.size_bytes : opener.plain_size_bytes,
+      transfer_bytes: m.size_bytes,
+      encrypted: opener !== null,
+      ranges: this.ranges,
+      resumed: this.resumedPieces,
+    };
   }
 
   progress(origin = null) {
