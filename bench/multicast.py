@@ -117,7 +117,7 @@ async def bench_sender(root: Path, args: argparse.Namespace) -> None:
             sent = running.schedule.sent(0) - s0
             sent_bytes = sent_bytes_of(sender) - b0
             slipped = running.schedule.slipped(0)
-            packets = list(running.packets)
+            packets = [running.packets.packet(i) for i in range(len(running.packets))]
             address = running.addresses[0]
         finally:
             sender.stop_carousel(ISSUE)

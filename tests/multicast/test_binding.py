@@ -146,3 +146,28 @@ def test_poisoned_symbols_complete_with_wrong_bytes_unless_md5_checked(tmp_path:
         assert event.kind == kind
         if kind == "completed":
             assert event.path is not None and Path(event.path).read_bytes() != data
+
+
+def test_packet_buffer_sends_the_indices_given_on_the_callers_socket() -> None:
+    import socket
+
+    packets = [bytes([i]) * (100 + i) for i in range(5)]
+    buffer = pressrun_flute.PacketBuffer(packets)
+    assert len(buffer) == 5 and buffer.packet(3) == packets[3]
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx,
+    ):
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(2)
+        port = rx.getsockname()[1]
+        sent, nbytes, failures, error = buffer.send(tx.fileno(), [4, 0, 4], "127.0.0.1", port)
+        assert (sent, nbytes, failures, error) == (3, 104 + 100 + 104, 0, None)
+        assert [rx.recv(1000) for _ in range(3)] == [packets[4], packets[0], packets[4]]
+        # the socket is still the caller's: usable after the call
+        tx.sendto(b"after", ("127.0.0.1", port))
+        assert rx.recv(100) == b"after"
+        with pytest.raises(ValueError, match="out of range"):
+            buffer.send(tx.fileno(), [5], "127.0.0.1", port)
+        with pytest.raises(ValueError, match="not an IPv4 address"):
+            buffer.send(tx.fileno(), [0], "localhost", port)

@@ -106,15 +106,17 @@ async def test_poisoned_carousel_fails_verification_and_falls_back(
     running = sender.thread.get(ISSUE)
     assert running is not None and len(running.packets) == len(enc.fdt_packets) + len(enc.packets)
     fdt = len(enc.fdt_packets)
+    packets = [running.packets.packet(i) for i in range(len(running.packets))]
     poisoned = 0
     for i, sbn in enumerate(enc.sbns):
         if sbn == 0:  # every symbol of block 0: its last payload byte changed in flight
-            packet = bytearray(running.packets[fdt + i])
+            packet = bytearray(packets[fdt + i])
             assert bytes(packet) == enc.packets[i]
             packet[-1] ^= 0x5A
-            running.packets[fdt + i] = bytes(packet)
+            packets[fdt + i] = bytes(packet)
             poisoned += 1
     assert poisoned > 0 and len(enc.block_source_symbols) > 1
+    running.packets = pressrun_flute.PacketBuffer(packets)  # what goes out from now on
     result = await _fetch(pub, sender, tmp_path)
     assert hashlib.sha256(result.path.read_bytes()).digest() == hashlib.sha256(pub.data).digest()
     assert result.mode == "multicast"

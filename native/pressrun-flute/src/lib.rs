@@ -468,6 +468,85 @@ impl Receiver {
     }
 }
 
+/// One carousel pass kept in Rust memory, sent without the GIL.
+///
+/// The send thread of ``pressrun serve multicast`` hands it the indices the pure
+/// carousel schedule says are due; ``send`` loops over them with ``sendto`` on the
+/// caller's (blocking) UDP socket, with the GIL released, so the Python loop costs
+/// one call per batch instead of one per packet.
+#[pyclass(frozen, module = "pressrun_flute")]
+struct PacketBuffer {
+    packets: Vec<Vec<u8>>,
+}
+
+#[pymethods]
+impl PacketBuffer {
+    #[new]
+    fn new(packets: Vec<Vec<u8>>) -> Self {
+        Self { packets }
+    }
+
+    fn __len__(&self) -> usize {
+        self.packets.len()
+    }
+
+    /// The bytes of packet ``index`` (a copy).
+    fn packet<'py>(&self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let data = self
+            .packets
+            .get(index)
+            .ok_or_else(|| PyValueError::new_err(format!("no packet {index}")))?;
+        Ok(PyBytes::new(py, data))
+    }
+
+    /// Send packets ``indices`` to ``host:port`` on the UDP socket ``fd`` (which
+    /// stays the caller's); returns (packets sent, bytes sent, failures, the first
+    /// failure's message or None).
+    fn send(
+        &self,
+        py: Python<'_>,
+        fd: i32,
+        indices: Vec<u32>,
+        host: &str,
+        port: u16,
+    ) -> PyResult<(usize, usize, usize, Option<String>)> {
+        use std::os::fd::FromRawFd;
+        let ip: std::net::Ipv4Addr = host
+            .parse()
+            .map_err(|e| PyValueError::new_err(format!("{host:?} is not an IPv4 address: {e}")))?;
+        let address = std::net::SocketAddrV4::new(ip, port);
+        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= self.packets.len()) {
+            return Err(PyValueError::new_err(format!(
+                "packet {bad} out of range (the pass has {})",
+                self.packets.len()
+            )));
+        }
+        let packets = &self.packets;
+        Ok(py.detach(move || {
+            // SAFETY: the descriptor is the caller's open socket; ManuallyDrop keeps
+            // this wrapper from closing it
+            let socket =
+                std::mem::ManuallyDrop::new(unsafe { std::net::UdpSocket::from_raw_fd(fd) });
+            let (mut sent, mut bytes, mut failures) = (0usize, 0usize, 0usize);
+            let mut first_error = None;
+            for &i in &indices {
+                let data = &packets[i as usize];
+                match socket.send_to(data, address) {
+                    Ok(n) => {
+                        sent += 1;
+                        bytes += n;
+                    }
+                    Err(err) => {
+                        failures += 1;
+                        first_error.get_or_insert_with(|| err.to_string());
+                    }
+                }
+            }
+            (sent, bytes, failures, first_error)
+        }))
+    }
+}
+
 /// The crate version this binding was built against.
 const FLUTE_VERSION: &str = "1.11.7";
 
@@ -478,5 +557,6 @@ fn pressrun_flute(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<EncodedObject>()?;
     m.add_class::<ObjectEvent>()?;
     m.add_class::<Receiver>()?;
+    m.add_class::<PacketBuffer>()?;
     Ok(())
 }

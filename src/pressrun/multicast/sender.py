@@ -7,9 +7,10 @@
   the carousel to the send thread, which repeats it until ``DELETE``.
 - **The send thread** owns every running carousel's `CarouselSchedule`: it sleeps
   until the next packet is due (``time.perf_counter``), takes the due batches and
-  sends them with blocking ``sendto`` (FIELD-NOTES: a thread keeps up with the line
-  where an asyncio loop loses packets). Packets are sent already built: one pass of
-  each carousel lives in memory (size x channels x (1 + overhead) bytes with RaptorQ).
+  hands each to the binding's `PacketBuffer.send`, which loops over blocking
+  ``sendto`` with the GIL released (FIELD-NOTES: a thread keeps up with the line where
+  an asyncio loop loses packets). Packets are sent already built: one pass of each
+  carousel lives in memory (size x channels x (1 + overhead) bytes with RaptorQ).
 - **The control channel.** Every ``announce_interval_s`` an `Announcement` of every
   running carousel, signed with the publisher's Ed25519 key, goes to the control
   group with a sequence number and an expiry ``announcement_ttl_s`` later.
@@ -49,7 +50,7 @@ from pressrun.multicast.events import Announcement, CarouselPlan, ChannelSpec
 from pressrun.multicast.net import sender_socket
 
 if TYPE_CHECKING:
-    from pressrun_flute import EncodedObject
+    from pressrun_flute import EncodedObject, PacketBuffer
 
 log = logging.getLogger("pressrun.multicast.sender")
 
@@ -92,7 +93,7 @@ class RunningCarousel:
     schedule and where each channel goes."""
 
     plan: CarouselPlan
-    packets: list[bytes]
+    packets: PacketBuffer  # the pass: FDT packets, then the object's
     schedule: CarouselSchedule
     addresses: list[tuple[str, int]]
     started_at: float
@@ -212,23 +213,20 @@ class SendThread(threading.Thread):
                 self._send_due(carousel, now)
 
     def _send_due(self, carousel: RunningCarousel, now: float) -> None:
-        issue = carousel.plan.issue_id
-        sendto = self.sock.sendto
-        packets = carousel.packets
+        fd = self.sock.fileno()
         for batch in carousel.schedule.handle_timer(now=now):
-            address = carousel.addresses[batch.channel]
-            sent_bytes = 0
-            sent = 0
-            for index in batch.packets:
-                data = packets[index]
-                try:
-                    sendto(data, address)
-                except OSError as err:
-                    self.metrics.send_errors.inc()
-                    log.warning("sending %s channel %d failed: %s", issue, batch.channel, err)
-                    continue
-                sent += 1
-                sent_bytes += len(data)
+            host, port = carousel.addresses[batch.channel]
+            # the binding loops over sendto with the GIL released
+            sent, sent_bytes, failures, error = carousel.packets.send(fd, batch.packets, host, port)
+            if failures:
+                self.metrics.send_errors.inc(failures)
+                log.warning(
+                    "sending %s channel %d: %d packets failed (%s)",
+                    carousel.plan.issue_id,
+                    batch.channel,
+                    failures,
+                    error,
+                )
             self._count(carousel, batch.channel, sent, sent_bytes)
 
     def _count(self, carousel: RunningCarousel, channel: int, sent: int, sent_bytes: int) -> None:
@@ -343,6 +341,8 @@ class MulticastSender:
         data = await asyncio.to_thread((bundle / manifest.file_name).read_bytes)
         if hashlib.sha256(data).hexdigest() != manifest.sha256:
             raise CarouselError(f"{issue_id}/{manifest.file_name} does not match its manifest", 409)
+        from pressrun_flute import PacketBuffer
+
         tsi = self._next_tsi
         self._next_tsi += 1
         toi = 1
@@ -355,7 +355,7 @@ class MulticastSender:
             config=carousel,
         )
         del data
-        packets = [*encoded.fdt_packets, *encoded.packets]
+        packets = PacketBuffer([*encoded.fdt_packets, *encoded.packets])
         mean_packet = sum(len(p) for p in encoded.packets) / max(1, len(encoded.packets))
         pps = carousel.rate_bps / 8 / mean_packet
         specs = self._channels(carousel.channels, tsi, carousel.rate_bps, pps)
