@@ -140,10 +140,18 @@ async def run_demo(
             multicast_interface="127.0.0.1",
         )
         per_wave = -(-clients // max(1, waves))
+        last_wave = (clients - 1) // per_wave
+        carousel_up: asyncio.Task[bool] | None = None
+        if sender is not None and last_wave > 0:
+            # the last wave is the peak: it comes once the balancer has had the sender
+            # start the carousel (encoding the issue takes seconds on a loaded host)
+            carousel_up = asyncio.create_task(_carousel_running(sender.url, timeout_s=30.0))
 
         async def one(number: int) -> ClientRow:
             wave, place = divmod(number - 1, per_wave)
             await asyncio.sleep(wave * wave_gap_s + place * stagger_s)
+            if wave == last_wave and carousel_up is not None:
+                await carousel_up
             try:
                 result = await fetch_issue(
                     DEMO_ISSUE,
@@ -186,6 +194,23 @@ def _random_groups() -> tuple[str, str]:
         probe.bind(("", 0))
         port = probe.getsockname()[1]
     return f"239.255.{a}.{b}:{port}", f"239.255.{a}.{b + 1}"
+
+
+async def _carousel_running(url: str, timeout_s: float) -> bool:
+    """Until the sender at ``url`` runs a carousel (its /healthz), at most
+    ``timeout_s``; whether it does."""
+    import aiohttp
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with aiohttp.ClientSession() as http:
+        while loop.time() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, KeyError):
+                async with http.get(f"{url}/healthz") as resp:
+                    if (await resp.json())["carousels"] > 0:
+                        return True
+            await asyncio.sleep(0.2)
+    return False
 
 
 async def _sender_bytes(http: Any, url: str) -> float:
