@@ -55,13 +55,28 @@ def _membership(group: str, interface: str) -> bytes:
     return struct.pack("4s4s", socket.inet_aton(group), socket.inet_aton(interface))
 
 
+def _big_receive_buffer(sock: socket.socket) -> None:
+    """Ask for RECEIVE_BUFFER_BYTES of receive buffer: a receiver that loses the CPU
+    for a moment then finds its packets queued rather than dropped. As root,
+    SO_RCVBUFFORCE passes the net.core.rmem_max cap (208 KiB by default); otherwise
+    the kernel caps SO_RCVBUF there."""
+    force = getattr(socket, "SO_RCVBUFFORCE", None)
+    if force is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force, RECEIVE_BUFFER_BYTES)
+            return
+        except PermissionError:
+            pass
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+
+
 def receiver_socket(group: str, port: int, interface: str) -> socket.socket:
     """A non-blocking UDP socket bound to ``group:port`` and joined to the group on
     ``interface`` (several receivers on one host may bind the same group and port)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+        _big_receive_buffer(sock)
         sock.bind((group, port))
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _membership(group, interface))
         sock.setblocking(False)
