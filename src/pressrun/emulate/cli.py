@@ -23,12 +23,23 @@ def project_root() -> Path:
     )
 
 
+#: the machine's cache, shared by every checkout: a fresh clone (CI) finds the base
+#: image, the dependencies and the engine's data where the last run left them
+MACHINE_CACHE = Path("/var/cache/pressrun-emulate")
+
+
 def cache_dir(root: Path) -> Path:
-    """The cache folder: ``PRESSRUN_EMULATE_CACHE`` or ``.cache/emulate`` in the tree."""
+    """The cache folder: ``PRESSRUN_EMULATE_CACHE``; else, as root, the machine's
+    (/var/cache/pressrun-emulate); else ``.cache/emulate`` in the tree (ignored by git)."""
     import os
 
     given = os.environ.get(CACHE_ENV)
-    path = Path(given) if given else root / ".cache" / "emulate"
+    if given:
+        path = Path(given)
+    elif os.geteuid() == 0:
+        path = MACHINE_CACHE
+    else:
+        path = root / ".cache" / "emulate"
     path.mkdir(parents=True, exist_ok=True)
     return path.resolve()
 

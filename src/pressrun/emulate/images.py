@@ -4,26 +4,31 @@
    made on the host with ``debootstrap --variant=minbase`` (Python 3.11, iproute2,
    nftables, redis-server) and imported with ``docker import``. The tarball is kept in
    the cache folder, so it is made once per machine (about 80 s here).
-2. **The wheels**: every dependency pinned in pyproject.toml, built or taken from pip's
-   cache on the host (``pip wheel``; kept per pyproject.toml hash), and pressrun's own
-   wheel, built fresh each time (a few seconds).
-3. **The image** ``pressrun:latest`` (``PRESSRUN_IMAGE`` overrides the name): the root
-   ``Dockerfile`` over the base image, installing those wheels with ``pip --no-index``.
-   ``docker build`` keeps its layers, so an unchanged tree rebuilds in seconds.
+2. **The dependencies**: every dependency pinned in pyproject.toml as wheels (``pip
+   wheel`` on the host, from pip's cache), unpacked on the host into a site-packages
+   folder (``pip install --target --no-index``); kept per pyproject.toml hash. Made in
+   parallel with the root file system.
+3. **pressrun itself**: the ``src/pressrun`` tree and the FLUTE extension the host built
+   (``pressrun_flute``, from ``make setup``), copied as they are.
+4. **The image** ``pressrun:latest`` (``PRESSRUN_IMAGE`` overrides the name): the root
+   ``Dockerfile`` over the base image copies 2 and 3 in; no pip runs in the image.
+   ``docker build`` keeps its layers, so a changed tree rebuilds in seconds.
 
-`build_images` does all three; ``pressrun emulate --build-only`` (``make images``) runs
+`build_images` does all of it; ``pressrun emulate --build-only`` (``make images``) runs
 it. Progress goes to the ``report`` callable, one line per step.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tomllib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +36,7 @@ from pressrun.emulate.engine import DockerCommandError, Engine
 
 SUITE = "bookworm"
 #: Debian packages the base image adds to minbase (tc and ip, nft, redis-server, ps)
-BASE_PACKAGES = ("python3", "python3-venv", "iproute2", "nftables", "redis-server", "procps")
+BASE_PACKAGES = ("python3", "iproute2", "nftables", "redis-server", "procps")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_IMAGE = "pressrun:latest"
 #: wheels the image's Python needs beyond the host's: Debian's Python is 3.11.2 and
@@ -119,44 +124,64 @@ def _dependencies(project_root: Path) -> list[str]:
     return deps
 
 
-def dependency_wheels(cache_dir: Path, project_root: Path, report: Callable[[str], None]) -> Path:
-    """Wheels of every pinned dependency (and theirs), kept per pyproject.toml hash."""
+def dependency_site(cache_dir: Path, project_root: Path, report: Callable[[str], None]) -> Path:
+    """Every pinned dependency unpacked into a site-packages folder, kept per hash of
+    the dependency list (wheels from pip's cache on the host)."""
     deps = [*_dependencies(project_root), *IMAGE_EXTRA_REQUIREMENTS]
     key = hashlib.sha256("\n".join(deps).encode()).hexdigest()[:12]
-    folder = cache_dir / "wheels" / f"deps-{key}"
-    if (folder / ".complete").exists():
-        return folder
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    report(f"collecting the wheels of {len(deps)} pinned dependencies (pip wheel)")
-    _run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(folder), *deps],
-        "pip wheel (dependencies)",
-    )
-    (folder / ".complete").touch()
-    return folder
-
-
-def project_wheel(cache_dir: Path, project_root: Path) -> Path:
-    """pressrun's own wheel, built from the working tree now."""
-    folder = cache_dir / "wheels" / "project"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    site = cache_dir / "site" / f"deps-{key}"
+    if (site / ".complete").exists():
+        return site
+    wheels = cache_dir / "wheels" / f"deps-{key}"
+    if not (wheels / ".complete").exists():
+        shutil.rmtree(wheels, ignore_errors=True)
+        wheels.mkdir(parents=True)
+        report(f"collecting the wheels of {len(deps)} pinned dependencies (pip wheel)")
+        _run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(wheels), *deps],
+            "pip wheel (dependencies)",
+        )
+        (wheels / ".complete").touch()
+    shutil.rmtree(site, ignore_errors=True)
+    site.mkdir(parents=True)
+    report("unpacking the dependencies for the image (pip install --target)")
     _run(
         [
             sys.executable,
             "-m",
             "pip",
-            "wheel",
+            "install",
             "-q",
+            "--no-index",
             "--no-deps",
-            "--wheel-dir",
-            str(folder),
-            str(project_root),
+            "--target",
+            str(site),
+            *sorted(str(w) for w in wheels.glob("*.whl")),
         ],
-        "pip wheel (pressrun)",
+        "pip install --target (dependencies)",
     )
-    return folder
+    # console scripts carry the host's interpreter path; the image runs modules
+    shutil.rmtree(site / "bin", ignore_errors=True)
+    (site / ".complete").touch()
+    return site
+
+
+def project_tree(context: Path, project_root: Path) -> None:
+    """pressrun's source tree, and the FLUTE extension the host built, into ``context``."""
+    import importlib.util
+
+    target = context / "project"
+    shutil.copytree(
+        project_root / "src" / "pressrun",
+        target / "pressrun",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
+    spec = importlib.util.find_spec("pressrun_flute")
+    if spec is not None and spec.submodule_search_locations:
+        # the PyO3 binding make setup built (cp311, the image's Python too)
+        folder = Path(next(iter(spec.submodule_search_locations)))
+        shutil.copytree(folder, target / folder.name,
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
 
 
 def build_images(
@@ -175,28 +200,30 @@ def build_images(
     started = time.perf_counter()
     base = f"pressrun-base:{SUITE}-{base_key()}"
     have_base = engine.run(["docker", "image", "inspect", base], check=False).returncode == 0
-    if not have_base:
-        tarball = root_filesystem(cache_dir, mirror, report)
+    # the root file system (debootstrap) and the dependencies (pip) both wait mostly on
+    # downloads: made side by side
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        rootfs = None if have_base else pool.submit(root_filesystem, cache_dir, mirror, report)
+        deps_job = pool.submit(dependency_site, cache_dir, project_root, report)
+        deps = deps_job.result()
+        seconds["dependencies"] = time.perf_counter() - started
+        tarball = None if rootfs is None else rootfs.result()
+    if tarball is not None:
         seconds["root file system"] = time.perf_counter() - started
         report(f"importing {tarball.name} as {base}")
         mark = time.perf_counter()
-        with open(tarball, "rb") as f:
-            data = f.read()
         try:
-            engine.run(["docker", "import", "-", base], input_bytes=data)
+            engine.run(["docker", "import", "-", base], input_bytes=tarball.read_bytes())
         except DockerCommandError as err:
             raise ImageBuildError(f"docker import of the base image failed: {err}") from None
         seconds["import"] = time.perf_counter() - mark
-    mark = time.perf_counter()
-    deps = dependency_wheels(cache_dir, project_root, report)
-    report("building pressrun's wheel")
-    own = project_wheel(cache_dir, project_root)
-    seconds["wheels"] = time.perf_counter() - mark
     context = cache_dir / "context"
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
-    shutil.copytree(deps, context / "deps", ignore=shutil.ignore_patterns(".complete"))
-    shutil.copytree(own, context / "project")
+    # hard links: the context is read by docker build, never written
+    shutil.copytree(deps, context / "deps", copy_function=os.link,
+                    ignore=shutil.ignore_patterns(".complete"))  # fmt: skip
+    project_tree(context, project_root)
     shutil.copy(project_root / "Dockerfile", context / "Dockerfile")
     report(f"building {image} from {base} (docker build, layers cached)")
     mark = time.perf_counter()

@@ -336,7 +336,7 @@ async def run_variant(
                 await _docker(engine, "kill", container)
             else:
                 await _docker(
-                    engine, "exec", container, "/opt/pressrun/bin/python", "-m",
+                    engine, "exec", container, "python3", "-m",
                     "pressrun.emulate.entrypoint", "--cut-link",
                 )  # fmt: skip
             when = loop.time() - t0
@@ -415,11 +415,14 @@ def _read_outcome(engine: Engine, outcome: ClientOutcome) -> None:
 
 
 def _teardown(engine: Engine, project: ComposeProject) -> None:
-    ids = engine.docker(
-        "ps", "-aq", "--filter", f"label=pressrun.emulate.project={project.name}", check=False
-    ).split()
+    # every container of the run at once (clients and services), then compose removes
+    # the network and the volumes
+    ids: list[str] = []
+    for label in (f"pressrun.emulate.project={project.name}",
+                  f"com.docker.compose.project={project.name}"):  # fmt: skip
+        ids += engine.docker("ps", "-aq", "--filter", f"label={label}", check=False).split()
     if ids:
-        engine.run(["docker", "rm", "-f", *ids], check=False, timeout_s=300)
+        engine.run(["docker", "rm", "-f", "-v", *ids], check=False, timeout_s=300)
     try:
         project.compose("down", "-v", "--remove-orphans", "-t", "3", timeout_s=300)
     except DockerCommandError as err:
