@@ -82,6 +82,18 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=run)
 
 
+def _interrupt_on_signals() -> None:
+    """SIGINT and SIGTERM end the run through KeyboardInterrupt, so the teardown runs
+    (also where the shell started us with SIGINT ignored, as a background job)."""
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the emulation; 0 when every client of every run ended with a verified file."""
     import asyncio
@@ -115,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     for name in ("pressrun.content", "pressrun.emulate.engine"):
         logging.getLogger(name).setLevel(logging.WARNING)
     cache = cache_dir(root)
+    _interrupt_on_signals()
     try:
         with engine_session(cache) as engine:
             say(f"container engine at {engine.host}")

@@ -33,6 +33,7 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
                 "profile": o.plan.link.profile,
                 "planned_start_s": round(o.plan.at_s, 2),
                 "started_s": None if o.started_s is None else round(o.started_s, 2),
+                "exited_s": None if o.exited_s is None else round(o.exited_s, 1),
                 "seconds": doc.get("seconds"),
                 "mode": doc.get("mode"),
                 "swarm_stalled": doc.get("swarm_stalled"),
@@ -84,7 +85,10 @@ def summarize(
             "bytes_from_origins": sum(row["bytes_from_origins"] for row in rows),
             "bytes_from_peers": sum(row["bytes_from_peers"] for row in rows),
             "bytes_from_multicast": sum(row["bytes_from_multicast"] for row in rows),
-            "multicast_sender_bytes": None,
+            "multicast_sender_bytes": (
+                r.sender[-1][1] - r.sender[0][1] if len(r.sender) >= 2 else 0
+            ),
+            "sender_series": r.sender,
             "wall_s": round(r.wall_s, 1),
             "faults": r.faults,
             "trackers": r.trackers,
@@ -140,12 +144,23 @@ def plot(out: Path, summary: dict[str, Any]) -> None:
                 for (t1, b1), (t2, b2) in itertools.pairwise(series)
             ]
             ax.plot(ts, rates, label=origin)
+        sender = variants[name]["sender_series"]
+        if len(sender) >= 2:
+            ts = [t for t, _ in sender]
+            rates = [0.0] + [
+                (b2 - b1) * 8 / 1e6 / max(t2 - t1, 1e-3)
+                for (t1, b1), (t2, b2) in itertools.pairwise(sender)
+            ]
+            ax.plot(ts, rates, label="multicast sender", linestyle="--")
         for f in variants[name]["faults"]:
             ax.axvline(f["at_s"], color="grey", linestyle=":")
             ax.text(f["at_s"], ax.get_ylim()[1] * 0.9, f" {f['action']} {f['service']}",
                     fontsize=7)  # fmt: skip
         total = variants[name]["origin_egress_total_bytes"] / 1e6
-        ax.set_title(f"{name}: origin egress (total {total:.0f} MB)")
+        sent = variants[name]["multicast_sender_bytes"] / 1e6
+        ax.set_title(
+            f"{name}: origin egress (total {total:.0f} MB), multicast sender {sent:.0f} MB"
+        )
         ax.set_xlabel("seconds since the first client")
         ax.set_ylabel("Mbit/s")
         ax.legend(loc="upper right", fontsize=8)
@@ -198,7 +213,7 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
     table = Table(title=f"emulation {summary['scenario']}: {summary['issue']['id']} "
                   f"({summary['issue']['size_bytes'] / 1e6:.0f} MB)")  # fmt: skip
     for col in ("run", "clients", "verified", "modes", "s median / max",
-                "origin egress MB", "from peers MB", "multicast MB"):  # fmt: skip
+                "origin egress MB", "from peers MB", "multicast MB", "sender MB"):  # fmt: skip
         table.add_column(col)
     for name, v in summary["variants"].items():
         modes = ", ".join(f"{m} {n}" for m, n in sorted(v["modes"].items()))
@@ -212,6 +227,7 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
             f"{v['origin_egress_total_bytes'] / 1e6:.0f}",
             f"{v['bytes_from_peers'] / 1e6:.0f}",
             f"{v['bytes_from_multicast'] / 1e6:.0f}",
+            f"{v['multicast_sender_bytes'] / 1e6:.0f}",
         )
     console.print(table)
     if "origin_egress_ratio" in summary:

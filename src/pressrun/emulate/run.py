@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import random
+import secrets
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -43,8 +44,9 @@ TRACKERS = {"tracker-1": 6969, "tracker-2": 6969}
 BALANCER_PORT = 8080
 SAMPLE_INTERVAL_S = 1.0
 MIB = 1024 * 1024
-#: the unicast-only twin turns these off (an empty tracker list: origin mode only)
-UNICAST_ENV = {"PRESSRUN_SWARM_TRACKERS": ""}
+SENDER_PORT = 8090
+#: the unicast-only twin turns these off (no tracker, no sender: origin mode only)
+UNICAST_ENV = {"PRESSRUN_SWARM_TRACKERS": "", "PRESSRUN_MULTICAST_SENDER": ""}
 
 
 class EmulationError(RuntimeError):
@@ -57,6 +59,7 @@ class PublishedIssue:
 
     issue_id: str
     content_dir: Path
+    key_file: Path
     public_key_hex: str
     sha256: str
     size_bytes: int
@@ -87,7 +90,7 @@ def publish_issue(out_dir: Path, size_mb: float, seed: int) -> PublishedIssue:
         web_seeds=[f"http://{name}:{port}" for name, port in ORIGINS.items()],
     )
     source.unlink()
-    return PublishedIssue(ISSUE_ID, content, load_public_key(pub).hex(), sha, size)
+    return PublishedIssue(ISSUE_ID, content, key, load_public_key(pub).hex(), sha, size)
 
 
 def free_subnet(engine: Engine) -> str:
@@ -121,6 +124,7 @@ class ClientOutcome:
     plan: ClientPlan
     container: str
     started_s: float | None = None
+    exited_s: float | None = None  # when the host saw the container gone (2 s steps)
     exit_code: int | None = None
     doc: dict[str, Any] | None = None
     error: str | None = None
@@ -142,6 +146,7 @@ class VariantResult:
     variant: str
     clients: list[ClientOutcome]
     egress: dict[str, list[tuple[float, int]]]  # origin -> [(t, bytes_sent_total)]
+    sender: list[tuple[float, int]] = field(default_factory=list)  # [(t, bytes sent)]
     trackers: dict[str, Any] = field(default_factory=dict)
     faults: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
@@ -215,13 +220,38 @@ async def _wait_balancer_ready(url: str, issue_id: str, timeout_s: float) -> Non
     raise EmulationError(f"the balancer was not ready in {timeout_s:g} s ({last})")
 
 
+async def _sender_bytes(http: aiohttp.ClientSession, url: str) -> int:
+    """The multicast sender's UDP payload bytes so far, from its /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with http.get(f"{url}/metrics") as resp:
+        text = await resp.text()
+    return int(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "pressrun_multicast_bytes_sent"
+            for sample in family.samples
+            if sample.name.endswith("_total")
+        )
+    )
+
+
 async def _sample_egress(
-    addresses: Mapping[str, str], series: dict[str, list[tuple[float, int]]], t0: float
+    addresses: Mapping[str, str],
+    series: dict[str, list[tuple[float, int]]],
+    t0: float,
+    sender_url: str | None = None,
+    sender: list[tuple[float, int]] | None = None,
 ) -> None:
-    """Every second, each origin's ``bytes_sent_total`` (until cancelled)."""
+    """Every second, each origin's ``bytes_sent_total`` and the sender's bytes (until
+    cancelled)."""
     loop = asyncio.get_running_loop()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
         while True:
+            if sender_url is not None and sender is not None:
+                with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, TimeoutError):
+                    sender.append((loop.time() - t0, await _sender_bytes(http, sender_url)))
             for name, ip in addresses.items():
                 try:
                     async with http.get(f"http://{ip}:{ORIGINS[name]}/stats") as resp:
@@ -264,6 +294,7 @@ async def run_variant(
     image: str,
     extra_env: Mapping[str, str],
     report: Callable[[str], None],
+    log_dir: Path,
 ) -> VariantResult:
     """Run the scenario once (``variant``: "emulation" or "unicast-only")."""
     project_name = f"pressrun-emu-{os.getpid()}-{variant}"
@@ -276,15 +307,26 @@ async def run_variant(
         "PRESSRUN_CONTENT": str(issue.content_dir.resolve()),
         "PRESSRUN_ISSUE": issue.issue_id,
         "PRESSRUN_PUBLISHER_KEY": issue.public_key_hex,
+        "PRESSRUN_PUBLISHER_KEY_FILE": str(issue.key_file.resolve()),
+        "PRESSRUN_MULTICAST_TOKEN": secrets.token_hex(16),
         "PRESSRUN_RESTART": "no",
         "PRESSRUN_REDIS_SAVE": "",
         # no fixed host ports: each published port on an ephemeral port of 127.0.0.1
         **{
             f"PRESSRUN_{svc}_PUBLISH": "127.0.0.1:"
-            for svc in ("ORIGIN_A", "ORIGIN_B", "ORIGIN_C", "TRACKER_1", "TRACKER_2", "BALANCER")
+            for svc in (
+                "ORIGIN_A",
+                "ORIGIN_B",
+                "ORIGIN_C",
+                "TRACKER_1",
+                "TRACKER_2",
+                "BALANCER",
+                "MULTICAST",
+            )
         },
     }
     project = ComposeProject(engine, compose_file, project_name, env)
+    log_path = log_dir / f"{variant}-services.log"
     plans = scenario.clients()
     outcomes = [ClientOutcome(p, f"{project_name}_client_{p.number}") for p in plans]
     egress: dict[str, list[tuple[float, int]]] = {name: [] for name in ORIGINS}
@@ -297,8 +339,12 @@ async def run_variant(
         balancer_url = f"http://{await asyncio.to_thread(project.address, 'balancer')}:8080"
         await _wait_balancer_ready(balancer_url, issue.issue_id, timeout_s=60)
         addresses = {n: await asyncio.to_thread(project.address, n) for n in ORIGINS}
+        sender_url = f"http://{await asyncio.to_thread(project.address, 'multicast')}:{SENDER_PORT}"
+        await asyncio.to_thread(_bridge_querier, engine, project)
         t0 = loop.time()
-        sampler = asyncio.create_task(_sample_egress(addresses, egress, t0))
+        sampler = asyncio.create_task(
+            _sample_egress(addresses, egress, t0, sender_url, result.sender)
+        )
         report(
             f"[{variant}] {len(plans)} clients over "
             f"{plans[-1].at_s:.0f} s; faults: "
@@ -361,8 +407,8 @@ async def run_variant(
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
-        report(f"[{variant}] tearing down")
-        await asyncio.shield(asyncio.to_thread(_teardown, engine, project))
+        report(f"[{variant}] tearing down (the services' logs: {log_path.name})")
+        await asyncio.shield(asyncio.to_thread(_teardown, engine, project, log_path))
 
 
 async def _wait_clients(
@@ -388,6 +434,7 @@ async def _wait_clients(
             if status in ("exited", "dead"):
                 outcome = pending.pop(name)
                 outcome.exit_code = int(code)
+                outcome.exited_s = loop.time() - t0
                 await asyncio.to_thread(_read_outcome, engine, outcome)
         now = loop.time()
         if now - last_note > 15:
@@ -402,6 +449,36 @@ async def _wait_clients(
         await asyncio.sleep(2.0)
 
 
+def _bridge_querier(engine: Engine, project: ComposeProject) -> None:
+    """Make the project's bridge the IGMP querier, so it forwards each multicast group
+    only to the ports that joined it instead of flooding every client's access link
+    (FIELD-NOTES.md, "Network namespaces"). The bridge is the emulation's own."""
+    net_id = engine.docker("network", "inspect", "--format", "{{.Id}}", project.network).strip()
+    bridge = f"br-{net_id[:12]}"
+    done = subprocess.run(
+        [
+            "ip",
+            "link",
+            "set",
+            "dev",
+            bridge,
+            "type",
+            "bridge",
+            "mcast_snooping",
+            "1",
+            "mcast_querier",
+            "1",
+            "mcast_query_use_ifaddr",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        log.warning("could not make %s the multicast querier: %s", bridge, done.stderr.strip())
+
+
 def _read_outcome(engine: Engine, outcome: ClientOutcome) -> None:
     done = engine.run(["docker", "logs", outcome.container], check=False)
     for line in reversed(done.stdout.splitlines()):
@@ -414,7 +491,11 @@ def _read_outcome(engine: Engine, outcome: ClientOutcome) -> None:
         outcome.error = " | ".join(tail) or f"exit {outcome.exit_code}, no output"
 
 
-def _teardown(engine: Engine, project: ComposeProject) -> None:
+def _teardown(engine: Engine, project: ComposeProject, log_path: Path) -> None:
+    try:
+        log_path.write_text(project.compose("logs", "--no-color", "-t", timeout_s=120))
+    except (DockerCommandError, OSError) as err:
+        log.warning("could not save the services' logs: %s", err)
     # every container of the run at once (clients and services), then compose removes
     # the network and the volumes
     ids: list[str] = []
@@ -470,6 +551,7 @@ async def run_scenario(
                 image=image,
                 extra_env=extra,
                 report=report,
+                log_dir=folder,
             )
         )
     summary = write_report(folder, scenario, issue, results)
