@@ -44,7 +44,7 @@ def test_compose_config_validates_with_the_defaults() -> None:
     doc = _config()
     services = doc["services"]
     assert {"origin-a", "origin-b", "origin-c", "balancer", "tracker-1", "tracker-2",
-            "redis", "client"} <= set(services)  # fmt: skip
+            "redis", "multicast", "client"} <= set(services)  # fmt: skip
     for name, service in services.items():
         assert "build" not in service, f"{name}: images are built offline, not by compose"
         assert service["image"] == "pressrun:latest"
@@ -57,6 +57,7 @@ def test_compose_config_validates_with_the_defaults() -> None:
                 assert value in ("", None), f"{key} is set by default"
     balancer = services["balancer"]["command"]
     assert "--tracker=http://tracker-1:6969/announce,http://tracker-2:6969/announce" in balancer
+    assert "--multicast-sender=http://multicast:8090" in balancer
     subnet = doc["networks"]["default"]["ipam"]["config"][0]["subnet"]
     assert subnet.startswith("198.18.")
 
@@ -68,6 +69,7 @@ def test_compose_config_takes_every_setting_from_the_environment() -> None:
             "PRESSRUN_ORIGIN_C_LINK_RATE": "100mbit",
             "PRESSRUN_ORIGIN_C_CAPACITY_MBPS": "90",
             "PRESSRUN_SWARM_TRACKERS": "",
+            "PRESSRUN_MULTICAST_SENDER": "",
             "PRESSRUN_SUBNET": "198.18.99.0/24",
             "PRESSRUN_BALANCER_PUBLISH": "127.0.0.1:",
             "PRESSRUN_IMAGE": "pressrun:test",
@@ -76,7 +78,9 @@ def test_compose_config_takes_every_setting_from_the_environment() -> None:
     services = doc["services"]
     assert services["origin-c"]["environment"]["PRESSRUN_LINK_RATE"] == "100mbit"
     assert "90" in services["origin-c"]["command"]
-    assert "--tracker=" in services["balancer"]["command"]  # swarm off: origin mode only
+    # swarm and multicast off: origin mode only
+    assert "--tracker=" in services["balancer"]["command"]
+    assert "--multicast-sender=" in services["balancer"]["command"]
     assert services["balancer"]["ports"] == ["127.0.0.1::8080/tcp"]
     assert doc["networks"]["default"]["ipam"]["config"][0]["subnet"] == "198.18.99.0/24"
     assert {s["image"] for s in services.values()} == {"pressrun:test"}

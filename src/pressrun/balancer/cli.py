@@ -202,7 +202,8 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         default=None,
         metavar="URL",
         help="the multicast sender's control API (pressrun serve multicast); given, an "
-        "issue at peak demand gets a carousel and multicast directives (default: none)",
+        "issue at peak demand gets a carousel and multicast directives (default, or an "
+        "empty value: none)",
     )
     p.add_argument(
         "--multicast-token-env",
