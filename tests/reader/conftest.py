@@ -12,10 +12,8 @@ the reader. Screenshots go to ``artifacts/reader/`` (or ``$PRESSRUN_ARTIFACTS/re
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
-import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,44 +25,14 @@ import pytest_asyncio
 from pressrun.clients.config import MOBILE, ClientConfig
 from pressrun.content.keys import generate_keypair
 from pressrun.demo.testbed import OriginShape, Testbed
-from pressrun.reader.config import PACKAGE_DIR, ReaderConfig
+from pressrun.reader.browser import CHROMIUM, CHROMIUM_ARGS, PHONE, why_no_browser
+from pressrun.reader.config import ReaderConfig
 
 ISSUE = "weekly-2026-47"
 PIECE = 64 * 1024
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("PRESSRUN_ARTIFACTS", REPO / "artifacts")) / "reader"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-#: flags that work on these machines (FIELD-NOTES.md, "A real browser for tests");
-#: Playwright adds --headless and a fresh --user-data-dir
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-#: a phone: 390 x 844 CSS pixels at 3x is an iPhone 14; 2x keeps screenshots small
-PHONE = {
-    "viewport": {"width": 390, "height": 844},
-    "device_scale_factor": 2,
-    "is_mobile": True,
-    "has_touch": True,
-}
-
-
-def _why_no_browser() -> str | None:
-    if not os.path.exists(CHROMIUM):
-        return f"no Chromium at {CHROMIUM}: run `make setup` (apt-get install chromium)"
-    if importlib.util.find_spec("playwright") is None:
-        return "the playwright package is not installed: run `make setup`"
-    if not (PACKAGE_DIR / "node_modules" / "pdfjs-dist").is_dir():
-        return "the reader's npm packages are not installed: run `make setup`"
-    return None
-
-
-browser_only = pytest.mark.skipif(_why_no_browser() is not None, reason=_why_no_browser() or "")
+browser_only = pytest.mark.skipif(why_no_browser() is not None, reason=why_no_browser() or "")
 
 
 @pytest.fixture(scope="session")
@@ -258,7 +226,9 @@ async def browser() -> AsyncIterator[Any]:
     from playwright.async_api import async_playwright
 
     async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = await playwright.chromium.launch(
+            executable_path=CHROMIUM, args=list(CHROMIUM_ARGS)
+        )
         yield browser
         await browser.close()
 

@@ -192,3 +192,39 @@ async def nothing_stored(phone: Phone) -> bool:
         ISSUE,
     )
     return bool(stored == [0, None])
+
+
+#: What Chrome on Android exposes as navigator.connection (NetworkInformation: a
+#: `type` and a `change` event). Desktop Chromium has no `type` at all (CDP's
+#: emulateNetworkConditions does not set it either), so the test stands this in.
+CELLULAR_PHONE = """
+(() => {
+  const connection = new EventTarget();
+  connection.type = "cellular";
+  Object.defineProperty(Navigator.prototype, "connection", { get: () => connection });
+  window.__connection = connection;
+})();
+"""
+
+
+async def test_wifi_only_waits_on_cellular_and_goes_on_over_wifi(
+    make_stack: StackFactory,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    stack = await make_stack(origins=("origin-a",))
+    phone: Phone = await phone_factory(stack.reader_url)
+    await phone.context.add_init_script(CELLULAR_PHONE)
+    page = await phone.open()
+    await subscribe_and_publish(stack, phone)
+    item = page.locator(f"li[data-issue='{ISSUE}'] .status")
+    await item.filter(has_text="Waiting for Wi-Fi").wait_for()
+    await asyncio.sleep(1.0)
+    # not one byte of the issue was fetched on the cellular link
+    assert (await stack.bed.stats("origin-a"))["bytes_sent_total"] == 0
+    assert await phone.stored_pieces() == 0
+    await page.evaluate(
+        "window.__connection.type = 'wifi'; window.__connection.dispatchEvent(new Event('change'))"
+    )
+    result = await phone.wait_for_download()
+    assert result["resumed_pieces"] == 0
+    assert await phone.stored_sha256() == hashlib.sha256(stack.data).hexdigest()

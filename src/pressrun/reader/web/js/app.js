@@ -10,7 +10,7 @@ import { Download, DownloadError } from "./download.js";
 import { checkNewIssues } from "./issues.js";
 import { deleteIssueFiles, issueBlob, issueBytes, storageEstimate } from "./store.js";
 import { prepareDecryption, subscriberPublicKey } from "./subscription.js";
-import { openPdf, renderCover, renderPage } from "./viewer.js";
+import { openPdf, renderCover, renderPage, warmUp } from "./viewer.js";
 
 const $ = (selector) => document.querySelector(selector);
 const state = {
@@ -188,7 +188,10 @@ async function drawLibrary() {
   const items = [];
   for (const r of records) items.push(await issueItem(r));
   for (const id of state.available) {
-    if (!known.has(id)) items.push(availableItem(id));
+    if (known.has(id)) continue;
+    // a download that has not got its manifest yet (e.g. waiting for Wi-Fi)
+    if (state.downloads.has(id)) items.push(await issueItem({ issue_id: id, status: "downloading" }));
+    else items.push(availableItem(id));
   }
   list.replaceChildren(...items);
   $("#empty").hidden = items.length > 0;
@@ -416,6 +419,7 @@ async function loadConfig() {
 }
 
 async function boot() {
+  warmUp().catch((err) => notice(`The issue viewer could not start: ${err.message}`, "error"));
   state.config = await loadConfig();
   await setUpSettings();
   setUpReaderGestures();

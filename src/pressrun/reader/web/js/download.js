@@ -233,6 +233,7 @@ export class Download {
   // -- the download
 
   async run() {
+    await this.hooks.waitForNetwork?.(this.signal); // Wi-Fi only: not one byte before
     const started = performance.now();
     const { m, text } = await this.manifest();
     this.m = m;

@@ -10,6 +10,17 @@ import * as pdfjs from "../vendor/pdfjs/pdf.min.mjs";
 const VENDOR = new URL("../vendor/pdfjs/", import.meta.url).href;
 pdfjs.GlobalWorkerOptions.workerSrc = `${VENDOR}pdf.worker.min.mjs`;
 const FIRST_RANGE_BYTES = 65536;
+let sharedWorker = null;
+
+/**
+ * Start pdf.js's worker now (the app calls this at start): every document then uses
+ * this one worker, so opening an issue does not wait for a worker to load and compile
+ * pdf.js's parser.
+ */
+export function warmUp() {
+  sharedWorker ??= new pdfjs.PDFWorker({ name: "pressrun-pdf" });
+  return sharedWorker.promise;
+}
 
 /** Open a PDF held in a Blob; resolves to pdf.js's document. */
 export async function openPdf(blob) {
@@ -18,7 +29,9 @@ export async function openPdf(blob) {
   transport.requestDataRange = (begin, end) => {
     blob.slice(begin, end).arrayBuffer().then((buf) => transport.onDataRange(begin, new Uint8Array(buf)));
   };
+  warmUp();
   return pdfjs.getDocument({
+    worker: sharedWorker,
     range: transport,
     length: blob.size,
     disableAutoFetch: true,

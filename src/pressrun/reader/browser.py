@@ -1,0 +1,45 @@
+"""How pressrun drives a real browser (the reader's tests and bench/reader.py).
+
+Debian's Chromium, headless, through Playwright (its ``executable_path``; Playwright's
+own browser download is never used), with the flags that work on these machines
+(FIELD-NOTES.md, "A real browser for tests") and a phone's viewport and touch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from typing import Any
+
+from pressrun.reader.config import PACKAGE_DIR
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+#: Playwright adds --headless and, for launch(), a fresh --user-data-dir
+CHROMIUM_ARGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+#: a phone: 390 x 844 CSS pixels (an iPhone 14's; 2x keeps screenshots small), touch
+PHONE: dict[str, Any] = {
+    "viewport": {"width": 390, "height": 844},
+    "device_scale_factor": 2,
+    "is_mobile": True,
+    "has_touch": True,
+}
+
+
+def why_no_browser() -> str | None:
+    """Why the browser cannot be driven here (what to run), or None when it can."""
+    if not os.path.exists(CHROMIUM):
+        return f"no Chromium at {CHROMIUM}: run `make setup` (apt-get install chromium)"
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is not installed: run `make setup`"
+    if not (PACKAGE_DIR / "node_modules" / "pdfjs-dist").is_dir():
+        return "the reader's npm packages are not installed: run `make setup`"
+    return None
