@@ -79,6 +79,20 @@ async def test_subscriber_downloads_reads_and_reads_offline(
     await page.locator(f"li[data-issue='{ISSUE}'] button.open").tap()
     await page.wait_for_selector("#page[data-page='1']")
     await phone.screenshot("reading-offline")
+    # back online: Chromium finds nothing against installing the app (manifest, icons,
+    # service worker) but that a test context is off the record (never installable)
+    await phone.context.set_offline(False)
+    cdp = await phone.context.new_cdp_session(page)
+    installability = await cdp.send("Page.getInstallabilityErrors")
+    errors = [e["errorId"] for e in installability["installabilityErrors"]]
+    assert set(errors) <= {"in-incognito"}, installability
+    # delete: two taps, and the issue's storage is freed
+    await page.locator("#back").tap()
+    delete = page.locator(f"li[data-issue='{ISSUE}'] button.delete")
+    await delete.tap()
+    await delete.tap()
+    await page.locator(f"li[data-issue='{ISSUE}'] button.open").wait_for(state="detached")
+    assert await phone.stored_pieces() == 0
     assert not [line for line in phone.console if line.startswith("pageerror")], phone.console
 
 

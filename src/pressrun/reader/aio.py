@@ -219,11 +219,7 @@ async def start_reader(config: ReaderConfig) -> RunningReader:
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
-    port = config.port
-    for address in runner.addresses:
-        if isinstance(address, tuple) and len(address) >= 2:
-            port = int(address[1])
-            break
+    port: int = runner.addresses[0][1]  # the port bound (config.port may be 0)
     running = RunningReader(service=service, runner=runner, host=config.host, port=port)
     log.info(
         "reader serving the web app (build %s) on %s (balancer %s)",

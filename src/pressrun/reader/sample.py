@@ -27,7 +27,9 @@ def write_sample_pdf(
     from matplotlib.backends.backend_pdf import PdfPages
 
     rng = random.Random(seed)
-    with PdfPages(path) as pdf:
+    # fonts embedded as TrueType, as publications embed theirs (matplotlib's default,
+    # Type 3, draws every glyph from a content stream of its own)
+    with matplotlib.rc_context({"pdf.fonttype": 42}), PdfPages(path) as pdf:
         fig = plt.figure(figsize=PAGE_SIZE_IN)
         fig.patch.set_facecolor("#1d3557")
         fig.text(0.5, 0.62, title, ha="center", va="center", fontsize=26, color="white", wrap=True)

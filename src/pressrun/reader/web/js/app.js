@@ -3,7 +3,8 @@
 //
 // window.pressrun exposes the app's state for the tests and the benchmark: `ready`
 // (a promise), `results` (finished downloads by issue), `errors` (by issue),
-// `notices`, `openTimesMs` (open -> page 1 drawn, per opening).
+// `notices`, `openTimesMs` (open -> page 1 drawn, per opening), `viewerReady` (pdf.js's
+// worker is up).
 
 import { allRecords, deleteRecord, getRecord, getSetting, putSetting, updateIssue } from "./db.js";
 import { Download, DownloadError } from "./download.js";
@@ -419,7 +420,7 @@ async function loadConfig() {
 }
 
 async function boot() {
-  warmUp().catch((err) => notice(`The issue viewer could not start: ${err.message}`, "error"));
+  hooks.viewerReady = warmUp().catch((err) => notice(`The issue viewer could not start: ${err.message}`, "error"));
   state.config = await loadConfig();
   await setUpSettings();
   setUpReaderGestures();
