@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "pressrun.clients.cli",  # get
     "pressrun.subscriptions.cli",  # subscribers
     "pressrun.peer.cli",  # seed
+    "pressrun.chord.cli",  # supernode
     "pressrun.sim.cli",  # sim
     "pressrun.demo.cli",  # demo
     "pressrun.emulate.cli",  # emulate

@@ -86,7 +86,8 @@ def place_one_more(existing: Sequence[int], keys: Sequence[int]) -> int:
         arcs[successor_of(ids, k)].append(k)
     owner = max(ids, key=lambda i: (len(arcs[i]), i))
     pred = ids[(ids.index(owner) - 1) % len(ids)]
-    arc = sorted(arcs[owner], key=lambda k: distance(pred, k))  # from just after pred
+    # from just after pred (a lone owner is its own pred: its own id sorts last)
+    arc = sorted(arcs[owner], key=lambda k: (k - pred - 1) % RING)
     # (an arc of fewer than two keys: halfway between the predecessor and its owner)
     cand = arc[len(arc) // 2 - 1] if len(arc) >= 2 else (pred + distance(pred, owner) // 2) % RING
     while cand in ids:

@@ -44,6 +44,8 @@ from pressrun.tracker.events import (
     SwarmStats,
     TrackerEvent,
 )
+from pressrun.tracker.ring import RingAdmin
+from pressrun.tracker.ring_http import add_ring_routes
 from pressrun.tracker.store import SqliteStore, TrackerStore
 
 log = logging.getLogger(__name__)
@@ -178,6 +180,7 @@ class TrackerService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._refresh_task: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
+        self.ring = RingAdmin()
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -191,6 +194,7 @@ class TrackerService:
         app.router.add_get("/v1/swarms/{info_hash}/needed", self.needed)
         app.router.add_get("/metrics", self.metrics_handler)
         app.router.add_get("/healthz", self.healthz)
+        add_ring_routes(app, self.ring, self.clock)  # the Chord ring's administration
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:

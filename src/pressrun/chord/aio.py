@@ -1,0 +1,491 @@
+"""A supernode over asyncio: the Chord core, its messages over HTTP, the piece directory.
+
+One supernode serves one issue's ring (docs/chord.md). It registers with the tracker
+(the central administration), which places its ring id and lists the issue's
+supernodes; it creates the ring or joins it through those, and re-registers every
+``heartbeat_s`` (the list it gets back is the only membership it trusts: `restrict_to`).
+
+HTTP routes (aiohttp; JSON bodies, docs/protocols.md):
+
+- ``POST /chord/v1/rpc``: one Chord request in, its reply out (`pressrun.chord.codec`).
+  A sender that is not on the tracker's list, or whose address is not the one the
+  request came from, gets 403 and the core never acts on it;
+- ``POST /chord/v1/lookup``: ``{"keys": [hex, ...]}`` -> ``{"owners": {hex: node|null}}``
+  (a client's way into the ring: which supernode answers for each key);
+- ``POST /chord/v1/pieces``: a node reports the pieces it holds and its totals, and asks
+  who uploads the pieces it wants, for the keys this supernode answers for
+  (`PieceDirectory`); the others come back in ``not_mine`` (ask the ring again).
+
+Outgoing requests are HTTP POSTs with a ``rpc_timeout_s`` timeout; the core itself
+sends again after a timeout and routes around a node that stays silent. One timer
+(``loop.call_at``) follows the core's ``next_deadline()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from pressrun.chord.codec import (
+    CodecError,
+    id_hex,
+    node_json,
+    parse_id,
+    parse_node,
+    parse_reply,
+    parse_request,
+    reply_json,
+    request_json,
+)
+from pressrun.chord.config import ChordConfig
+from pressrun.chord.core import ChordNode, LocalProtocolError, Phase
+from pressrun.chord.events import (
+    DropReason,
+    Effect,
+    HandoffReceived,
+    LookupDone,
+    LookupFailed,
+    MessageDropped,
+    NodeFailed,
+    PredecessorChanged,
+    Reply,
+    Request,
+    Send,
+)
+from pressrun.chord.ids import NodeRef
+from pressrun.chord.pieces import PieceDirectory, piece_keys
+
+log = logging.getLogger(__name__)
+
+_MAX_KEYS = 4096
+
+
+class SupernodeError(Exception):
+    """The supernode cannot start (tracker unreachable or refusing it)."""
+
+
+@dataclass(slots=True)
+class SupernodeStats:
+    requests_in: int = 0
+    dropped: int = 0
+    lookups: int = 0
+    lookups_failed: int = 0
+    uploader_answers: int = 0
+    nodes_failed: list[str] = field(default_factory=list)
+
+
+class Supernode:
+    """One supernode of one issue (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        tracker_base: str,
+        info_hash: str,
+        num_pieces: int,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config: ChordConfig | None = None,
+        heartbeat_s: float = 5.0,
+        seed: int | None = None,
+    ) -> None:
+        self.tracker_base = tracker_base.rstrip("/")
+        self.info_hash = info_hash
+        self.num_pieces = num_pieces
+        self.host = host
+        self.port = port
+        self.config = config or ChordConfig()
+        self.heartbeat_s = heartbeat_s
+        self.rng = random.Random(seed)
+        self.keys = piece_keys(info_hash, num_pieces)
+        self.directory = PieceDirectory(rng=random.Random(self.rng.getrandbits(64)))
+        self.stats = SupernodeStats()
+        self.node: ChordNode | None = None
+        self.members: dict[int, NodeRef] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._lookups: dict[int, asyncio.Future[LookupDone | LookupFailed]] = {}
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # --- life cycle ------------------------------------------------------------
+
+    async def start(self) -> NodeRef:
+        """Listen, register with the tracker, create or join the ring; our node."""
+        self._loop = asyncio.get_running_loop()
+        self._http = aiohttp.ClientSession()
+        app = web.Application(client_max_size=1 << 20)
+        app.router.add_post("/chord/v1/rpc", self._rpc)
+        app.router.add_post("/chord/v1/lookup", self._lookup)
+        app.router.add_post("/chord/v1/pieces", self._pieces)
+        app.router.add_get("/chord/v1/state", self._state)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        me, others = await self._register()
+        now = self._loop.time()
+        self.node = ChordNode(me, self.config, now=now, rng=self.rng)
+        self.node.restrict_to(self.members)
+        boot = [n for n in others if n.id != me.id]
+        if boot:
+            self._apply(self.node.join(boot, now=now))
+        else:
+            self._apply(self.node.create(now=now))
+        self._heartbeat = self._loop.create_task(self._heartbeats())
+        log.info("supernode %s on the ring of %s (%d others)", me, self.info_hash[:10], len(boot))
+        return me
+
+    async def wait_on_ring(self, timeout_s: float = 20.0) -> None:
+        """Until the join went through (a failed join is retried by the heartbeat)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.node is None or self.node.phase is not Phase.ON_RING:
+            if asyncio.get_running_loop().time() > deadline:
+                raise SupernodeError("did not get onto the ring in time")
+            await asyncio.sleep(0.05)
+
+    async def close(self, *, graceful: bool = True) -> None:
+        """Leave the ring (handing our pieces to the successor) and stop."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        if graceful and self.node is not None and self.node.phase is Phase.ON_RING:
+            mine = [i for i, k in enumerate(self.keys) if self.node.answers_for(k)]
+            effects = self.node.leave(now=self._now(), handoff=self.directory.export(mine))
+            sends = [self._post(e.to, e.message) for e in effects if isinstance(e, Send)]
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 3.0)
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                await self._tracker_post(
+                    {"address": self.address, "num_pieces": self.num_pieces, "leaving": True}
+                )
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._http is not None:
+            await self._http.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # --- the tracker --------------------------------------------------------------
+
+    async def _tracker_post(self, body: dict[str, Any]) -> dict[str, Any]:
+        assert self._http is not None
+        url = f"{self.tracker_base}/v1/ring/{self.info_hash}/supernodes"
+        async with self._http.post(url, json=body, timeout=aiohttp.ClientTimeout(total=5)) as r:
+            doc = await r.json(content_type=None)
+            if r.status != 200 or not isinstance(doc, dict):
+                raise SupernodeError(f"tracker refused the supernode: {doc}")
+            return doc
+
+    async def _register(self) -> tuple[NodeRef, list[NodeRef]]:
+        try:
+            doc = await self._tracker_post({"address": self.address, "num_pieces": self.num_pieces})
+            me = NodeRef(parse_id(doc.get("id"), "id"), self.address)
+            nodes = [parse_node(n) for n in doc.get("supernodes", [])]
+        except (aiohttp.ClientError, TimeoutError, CodecError, ValueError) as err:
+            raise SupernodeError(f"cannot register with the tracker: {err}") from err
+        self.members = {n.id: n for n in nodes}
+        return me, nodes
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            try:
+                _, nodes = await self._register()
+            except SupernodeError as err:
+                log.warning("supernode %s: %s", self.address, err)
+                continue
+            node = self.node
+            if node is None:
+                continue
+            node.restrict_to(self.members)
+            if node.phase is Phase.NEW:  # a join that failed: try again
+                boot = [n for n in nodes if n.id != node.me.id]
+                self._apply(
+                    node.join(boot, now=self._now()) if boot else node.create(now=self._now())
+                )
+            self._rearm()
+
+    # --- effects, timer, outgoing requests ---------------------------------------
+
+    def _now(self) -> float:
+        assert self._loop is not None
+        return self._loop.time()
+
+    def _apply(self, effects: list[Effect]) -> None:
+        for eff in effects:
+            if isinstance(eff, Send) and isinstance(eff.message, Request):
+                self._spawn(self._send_request(eff.to, eff.message))
+            elif isinstance(eff, LookupDone | LookupFailed):
+                fut = self._lookups.pop(eff.lookup_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(eff)
+            elif isinstance(eff, HandoffReceived):
+                merged = self.directory.adopt(eff.handoff)
+                log.info(
+                    "supernode %s: %d pieces handed over by %s", self.address, merged, eff.sender
+                )
+            elif isinstance(eff, NodeFailed):
+                self.stats.nodes_failed.append(eff.node.address)
+                log.info("supernode %s: %s does not answer, routed around", self.address, eff.node)
+            elif isinstance(eff, PredecessorChanged):
+                log.debug("supernode %s: predecessor now %s", self.address, eff.predecessor)
+            elif isinstance(eff, MessageDropped):
+                self.stats.dropped += 1
+                log.info(
+                    "supernode %s: dropped a message from %s (%s)",
+                    self.address,
+                    eff.sender,
+                    eff.reason.value,
+                )
+        self._rearm()
+
+    def _spawn(self, coro: Any) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _post(self, to: NodeRef, msg: Request | Reply) -> dict[str, Any] | None:
+        assert self._http is not None
+        body = request_json(msg) if isinstance(msg, Request) else reply_json(msg)
+        timeout = aiohttp.ClientTimeout(total=self.config.rpc_timeout_s)
+        try:
+            async with self._http.post(
+                f"http://{to.address}/chord/v1/rpc", json=body, timeout=timeout
+            ) as r:
+                if r.status != 200:
+                    return None
+                doc = await r.json(content_type=None)
+                return doc if isinstance(doc, dict) else None
+        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, ValueError):
+            return None  # the core's own timeout takes it from here
+
+    async def _send_request(self, to: NodeRef, req: Request) -> None:
+        doc = await self._post(to, req)
+        if doc is None or self.node is None:
+            return
+        try:
+            rep = parse_reply(doc)
+        except CodecError as err:
+            log.info("supernode %s: bad reply from %s: %s", self.address, to, err)
+            return
+        if rep.rpc_id != req.rpc_id or rep.sender.id != to.id:
+            return
+        self._apply(self.node.handle_reply(rep, now=self._now()))
+
+    def _rearm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.node is None or self._loop is None:
+            return
+        deadline = self.node.next_deadline()
+        if deadline is not None:
+            self._timer = self._loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.node is not None:
+            self._apply(self.node.handle_timer(now=self._now()))
+
+    # --- HTTP handlers ---------------------------------------------------------------
+
+    async def _rpc(self, request: web.Request) -> web.Response:
+        self.stats.requests_in += 1
+        try:
+            req = parse_request(await request.json())
+        except (CodecError, json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
+            return web.json_response({"error": str(err)}, status=400)
+        node = self.node
+        if node is None:
+            return web.json_response({"error": "not on the ring yet"}, status=503)
+        if not _same_host(req.sender.address, request.remote):
+            self.stats.dropped += 1
+            return web.json_response(
+                {"error": "sender address is not where this came from"}, status=403
+            )
+        effects = node.handle_request(req, now=self._now())
+        replies = [e for e in effects if isinstance(e, Send) and isinstance(e.message, Reply)]
+        self._apply([e for e in effects if e not in replies])
+        if any(
+            isinstance(e, MessageDropped) and e.reason is DropReason.NOT_A_MEMBER for e in effects
+        ):
+            return web.json_response(
+                {"error": "not on the tracker's list of supernodes"}, status=403
+            )
+        if not replies:
+            return web.json_response({"error": "not on the ring"}, status=503)
+        msg = replies[0].message
+        assert isinstance(msg, Reply)
+        return web.json_response(reply_json(msg))
+
+    async def lookup(self, keys: list[int]) -> dict[int, NodeRef | None]:
+        """The supernode that answers for each key (None: the lookup failed)."""
+        node = self.node
+        if node is None or node.phase is not Phase.ON_RING:
+            raise LocalProtocolError("not on the ring")
+        assert self._loop is not None
+        futs: dict[int, asyncio.Future[LookupDone | LookupFailed]] = {}
+        effects: list[Effect] = []
+        for key in dict.fromkeys(keys):
+            lid, eff = node.lookup(key, now=self._now())
+            futs[key] = self._lookups[lid] = self._loop.create_future()
+            effects.extend(eff)
+        self._apply(effects)
+        self.stats.lookups += len(futs)
+        done = await asyncio.gather(*futs.values())
+        out: dict[int, NodeRef | None] = {}
+        for key, res in zip(futs, done, strict=True):
+            if isinstance(res, LookupDone):
+                out[key] = res.successor
+            else:
+                self.stats.lookups_failed += 1
+                out[key] = None
+        return out
+
+    async def _lookup(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            raw = body.get("keys") if isinstance(body, dict) else None
+            if not isinstance(raw, list) or len(raw) > _MAX_KEYS:
+                raise CodecError(f"keys must be a list of at most {_MAX_KEYS} ids")
+            keys = [parse_id(k, "key") for k in raw]
+        except (CodecError, json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
+            return web.json_response({"error": str(err)}, status=400)
+        try:
+            owners = await asyncio.wait_for(self.lookup(keys), timeout=30.0)
+        except LocalProtocolError:
+            return web.json_response({"error": "not on the ring yet"}, status=503)
+        return web.json_response(
+            {"owners": {id_hex(k): (node_json(n) if n else None) for k, n in owners.items()}}
+        )
+
+    async def _pieces(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            q = _parse_pieces_query(body, self.num_pieces)
+        except (CodecError, json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
+            return web.json_response({"error": str(err)}, status=400)
+        node = self.node
+        if node is None or node.phase is not Phase.ON_RING:
+            return web.json_response({"error": "not on the ring yet"}, status=503)
+        now = self._now()
+        mine = {p for p in (*q.have, *q.want) if node.answers_for(self.keys[p])}
+        self.directory.handle_report(
+            peer_id=q.peer_id,
+            address=q.address,
+            have=[p for p in q.have if p in mine],
+            uploaded_bytes=q.uploaded,
+            downloaded_bytes=q.downloaded,
+            now=now,
+            left=q.left,
+        )
+        answers = []
+        for p in q.want:
+            if p in mine:
+                up = self.directory.choose_uploader(
+                    p, peer_id=q.peer_id, address=q.address, now=now
+                )
+                answers.append(
+                    {
+                        "piece": p,
+                        "peer_id": up.peer_id,
+                        "address": up.address,
+                        "bring_in": up.bring_in,
+                    }
+                )
+        self.stats.uploader_answers += len(answers)
+        not_mine = sorted({*q.have, *q.want} - mine)
+        return web.json_response({"uploaders": answers, "not_mine": not_mine})
+
+    async def _state(self, request: web.Request) -> web.Response:
+        node = self.node
+        if node is None:
+            return web.json_response({"phase": "starting"})
+        return web.json_response(
+            {
+                "node": node_json(node.me),
+                "phase": node.phase.value,
+                "predecessor": node_json(node.predecessor) if node.predecessor else None,
+                "successors": [node_json(s) for s in node.successors],
+                "pieces": sum(1 for k in self.keys if node.answers_for(k)),
+                "holders": len(self.directory.holders),
+                "uploader_answers": self.stats.uploader_answers,
+                "dropped": self.stats.dropped,
+                "nodes_failed": self.stats.nodes_failed,
+            }
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PiecesQuery:
+    peer_id: str
+    address: str
+    have: tuple[int, ...]
+    want: tuple[int, ...]
+    uploaded: int
+    downloaded: int
+    left: bool
+
+
+def _parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
+    if not isinstance(body, dict):
+        raise CodecError("body must be a JSON object")
+    peer_id, address = body.get("peer_id"), body.get("address")
+    if not isinstance(peer_id, str) or not 0 < len(peer_id) <= 64:
+        raise CodecError("peer_id must be a short string")
+    if not isinstance(address, str) or not 0 < len(address) <= 255:
+        raise CodecError("address must be host:port")
+
+    def pieces(name: str) -> tuple[int, ...]:
+        v = body.get(name, [])
+        if not isinstance(v, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 0 <= p < num_pieces for p in v
+        ):
+            raise CodecError(f"{name} must be a list of piece indices below {num_pieces}")
+        return tuple(dict.fromkeys(v))
+
+    def count(name: str) -> int:
+        v = body.get(name, 0)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise CodecError(f"{name} must be a non-negative integer")
+        return v
+
+    return PiecesQuery(
+        peer_id,
+        address,
+        pieces("have"),
+        pieces("want"),
+        count("uploaded"),
+        count("downloaded"),
+        body.get("left") is True,
+    )
+
+
+def _same_host(address: str, remote: str | None) -> bool:
+    # The sender's claimed host must be where the request came from.
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if remote is None:
+        return False
+    try:
+        return ipaddress.ip_address(host) == ipaddress.ip_address(remote)
+    except ValueError:
+        return False  # names are not accepted: supernodes register by address

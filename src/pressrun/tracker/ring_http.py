@@ -1,0 +1,66 @@
+"""HTTP routes of the ring's central administration (docs/protocols.md, "Ring admin").
+
+GET  /v1/ring/{info_hash}             -> 200 {info_hash, num_pieces, piece_keys,
+                                          supernodes: [{id, address}]} | 404
+POST /v1/ring/{info_hash}/supernodes  {address, num_pieces[, leaving]}
+                                      -> 200 {id, supernodes} | 400 {error}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from pressrun.chord.codec import id_hex, node_json
+from pressrun.tracker.ring import RingAdmin, RingError, RingView
+
+
+def _json(status: int, body: dict[str, Any]) -> web.Response:
+    return web.json_response(body, status=status)
+
+
+def view_json(view: RingView) -> dict[str, Any]:
+    return {
+        "info_hash": view.info_hash,
+        "num_pieces": view.num_pieces,
+        "piece_keys": [id_hex(k) for k in view.piece_keys],
+        "supernodes": [node_json(n) for n in view.supernodes],
+    }
+
+
+def add_ring_routes(app: web.Application, admin: RingAdmin, clock: Callable[[], float]) -> None:
+    """Add the two routes to the tracker's application."""
+
+    async def get_ring(request: web.Request) -> web.Response:
+        view = admin.view(request.match_info["info_hash"].lower(), now=clock())
+        if view is None:
+            return _json(404, {"error": "no ring for this issue (no supernode registered)"})
+        return _json(200, view_json(view))
+
+    async def register(request: web.Request) -> web.Response:
+        info_hash = request.match_info["info_hash"].lower()
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _json(400, {"error": "body must be JSON"})
+        if not isinstance(body, dict):
+            return _json(400, {"error": "body must be a JSON object"})
+        address, pieces = body.get("address"), body.get("num_pieces")
+        if not isinstance(address, str) or not isinstance(pieces, int) or isinstance(pieces, bool):
+            return _json(400, {"error": "address (host:port) and num_pieces (int) are required"})
+        if body.get("leaving") is True:
+            admin.leave(info_hash, address)
+            return _json(200, {"left": True})
+        try:
+            me = admin.register(info_hash, address, pieces, now=clock())
+        except RingError as err:
+            return _json(400, {"error": str(err)})
+        view = admin.view(info_hash, now=clock())
+        nodes = [node_json(n) for n in view.supernodes] if view else []
+        return _json(200, {"id": id_hex(me.id), "supernodes": nodes})
+
+    app.router.add_get("/v1/ring/{info_hash}", get_ring)
+    app.router.add_post("/v1/ring/{info_hash}/supernodes", register)

@@ -1,0 +1,66 @@
+"""Chord messages <-> JSON: round trips, and garbage only ever raises CodecError."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pressrun.chord.codec import (
+    CodecError,
+    parse_reply,
+    parse_request,
+    reply_json,
+    request_json,
+)
+from pressrun.chord.events import (
+    Ack,
+    Closer,
+    FindSuccessor,
+    Found,
+    GetState,
+    Leaving,
+    Notify,
+    Ping,
+    Reply,
+    Request,
+    State,
+)
+from pressrun.chord.ids import RING, NodeRef
+
+A, B = NodeRef(5, "127.0.0.1:1"), NodeRef(RING - 1, "127.0.0.1:2")
+
+
+def test_every_message_round_trips() -> None:
+    for body in (FindSuccessor(7), GetState(), Notify(), Ping(), Leaving(A, (B,), {"x": [1]})):
+        req = Request(3, A, body)
+        assert parse_request(request_json(req)) == req
+    for rbody in (Found(7, (A, B)), Closer(7, (B,), (A,)), State(None, (A,)), Ack()):
+        rep = Reply(4, B, rbody)
+        assert parse_reply(reply_json(rep)) == rep
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=45),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=6)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(deadline=None)
+@given(json_values)
+def test_garbage_raises_only_codec_errors(doc: object) -> None:
+    for parse in (parse_request, parse_reply):
+        try:
+            parse(doc)
+        except CodecError:
+            pass
+    bad = request_json(Request(1, A, FindSuccessor(3)))
+    for field, value in (("key", "zz"), ("rpc", -1), ("v", 2), ("type", "dance"), ("sender", {})):
+        broken = dict(bad, **{field: value})
+        try:
+            parse_request(broken)
+        except CodecError:
+            continue
+        raise AssertionError(f"{field}={value!r} was accepted")

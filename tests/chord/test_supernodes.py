@@ -1,0 +1,193 @@
+"""Supernodes over asyncio on 127.0.0.1: the tracker's ring administration, lookups,
+the piece directory over HTTP, a dead supernode routed around, strangers dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from pressrun.chord.aio import Supernode
+from pressrun.chord.codec import id_hex, node_json, request_json
+from pressrun.chord.config import ChordConfig
+from pressrun.chord.events import GetState, Request
+from pressrun.chord.ids import NodeRef
+from pressrun.chord.pieces import piece_keys, responsibility
+from pressrun.tracker.aio import TrackerService
+from pressrun.tracker.config import TrackerConfig
+from pressrun.tracker.core import TrackerCore
+from pressrun.tracker.store import SqliteStore
+
+IH = "ab" * 20
+PIECES = 40
+FAST = ChordConfig(
+    stabilize_interval_s=0.3,
+    fix_fingers_interval_s=0.2,
+    check_predecessor_interval_s=0.3,
+    rpc_timeout_s=0.3,
+)
+
+
+@pytest.fixture
+async def tracker(tmp_path: Path) -> AsyncIterator[str]:
+    svc = TrackerService(
+        TrackerCore(TrackerConfig(), random.Random(1)), SqliteStore(tmp_path / "t.db")
+    )
+    port = await svc.start("127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await svc.close()
+
+
+async def settle(nodes: list[Supernode], timeout_s: float = 15.0) -> None:
+    """Until the successor pointers form the sorted cycle of the live supernodes."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        ids = sorted(n.node.me.id for n in nodes if n.node is not None)
+        ok = all(
+            n.node is not None
+            and n.node.successor.id == ids[(ids.index(n.node.me.id) + 1) % len(ids)]
+            and n.node.predecessor is not None
+            for n in nodes
+        )
+        if ok:
+            return
+        assert asyncio.get_running_loop().time() < deadline, "ring did not stabilise"
+        await asyncio.sleep(0.1)
+
+
+async def test_ring_of_supernodes_balanced_answers_and_survives_a_crash(tracker: str) -> None:
+    nodes = [
+        Supernode(
+            tracker_base=tracker,
+            info_hash=IH,
+            num_pieces=PIECES,
+            config=FAST,
+            heartbeat_s=0.5,
+            seed=i,
+        )
+        for i in range(4)
+    ]
+    try:
+        for n in nodes:
+            await n.start()
+            await n.wait_on_ring()
+        await settle(nodes)
+        # the tracker placed them: 10 pieces each
+        keys = piece_keys(IH, PIECES)
+        counts = responsibility([n.node.me.id for n in nodes if n.node], keys)
+        assert sorted(counts.values()) == [10, 10, 10, 10]
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{tracker}/v1/ring/{IH}") as r:
+                view = await r.json()
+            assert len(view["supernodes"]) == 4 and len(view["piece_keys"]) == PIECES
+            # every supernode names the same owner for every key
+            owners = []
+            for n in nodes:
+                async with http.post(
+                    f"http://{n.address}/chord/v1/lookup", json={"keys": [id_hex(k) for k in keys]}
+                ) as r:
+                    owners.append((await r.json())["owners"])
+            assert all(o == owners[0] for o in owners)
+            # a holder reports, a newcomer asks: the holder is chosen
+            owner_of_3 = owners[0][id_hex(keys[3])]["address"]
+            q = {
+                "peer_id": "aa",
+                "address": "127.0.0.1:5001",
+                "have": [3],
+                "uploaded": 0,
+                "downloaded": 9,
+            }
+            async with http.post(f"http://{owner_of_3}/chord/v1/pieces", json=q) as r:
+                assert (await r.json())["not_mine"] == []
+            ask = {"peer_id": "bb", "address": "127.0.0.1:5002", "want": [3]}
+            async with http.post(f"http://{owner_of_3}/chord/v1/pieces", json=ask) as r:
+                up = (await r.json())["uploaders"]
+            assert up == [
+                {"piece": 3, "peer_id": "aa", "address": "127.0.0.1:5001", "bring_in": False}
+            ]
+            # a stranger's ring message is refused (403), a garbled one too (400)
+            stranger = NodeRef(12345, "127.0.0.1:1")
+            body = request_json(Request(1, stranger, GetState()))
+            async with http.post(f"http://{nodes[0].address}/chord/v1/rpc", json=body) as r:
+                assert r.status == 403
+            async with http.post(f"http://{nodes[0].address}/chord/v1/rpc", json={"v": 1}) as r:
+                assert r.status == 400
+            # crash one supernode (no leave): lookups route around it at once, the ring
+            # repairs, and its keys now belong to its successor
+            victim = nodes.pop(1)
+            assert victim.node is not None
+            await victim.close(graceful=False)
+            async with http.post(
+                f"http://{nodes[0].address}/chord/v1/lookup",
+                json={"keys": [id_hex(k) for k in keys]},
+            ) as r:
+                after = (await r.json())["owners"]
+            assert all(v is not None for v in after.values())
+            assert victim.address not in {v["address"] for v in after.values()}
+            await settle(nodes)
+            assert nodes[0].stats.dropped >= 1
+    finally:
+        for n in nodes:
+            await n.close()
+
+
+async def test_graceful_leave_hands_the_directory_to_the_successor(tracker: str) -> None:
+    nodes = [
+        Supernode(
+            tracker_base=tracker,
+            info_hash=IH,
+            num_pieces=PIECES,
+            config=FAST,
+            heartbeat_s=0.5,
+            seed=i,
+        )
+        for i in range(3)
+    ]
+    try:
+        for n in nodes:
+            await n.start()
+            await n.wait_on_ring()
+        await settle(nodes)
+        keys = piece_keys(IH, PIECES)
+        leaver = nodes[0]
+        assert leaver.node is not None
+        mine = [p for p, k in enumerate(keys) if leaver.node.answers_for(k)]
+        leaver.directory.handle_report(
+            peer_id="aa",
+            address="127.0.0.1:5001",
+            have=mine,
+            uploaded_bytes=0,
+            downloaded_bytes=1,
+            now=leaver._now(),
+        )
+        succ = next(n for n in nodes if n.node and n.node.me.id == leaver.node.successor.id)
+        await leaver.close(graceful=True)
+        nodes.remove(leaver)
+        await settle(nodes)
+        assert set(succ.directory.pieces) == set(mine)
+        async with aiohttp.ClientSession() as http, http.get(f"{tracker}/v1/ring/{IH}") as r:
+            assert leaver.address not in [s["address"] for s in (await r.json())["supernodes"]]
+    finally:
+        for n in nodes:
+            await n.close()
+
+
+async def test_tracker_refuses_bad_registrations(tracker: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        url = f"{tracker}/v1/ring/{IH}/supernodes"
+        for body in ({"address": "nope", "num_pieces": 3}, {"address": "127.0.0.1:9"}, [1]):
+            async with http.post(url, json=body) as r:
+                assert r.status == 400, body
+        async with http.post(url, json={"address": "127.0.0.1:9", "num_pieces": 3}) as r:
+            assert r.status == 200
+        async with http.post(url, json={"address": "127.0.0.1:10", "num_pieces": 4}) as r:
+            assert r.status == 400 and "pieces" in (await r.json())["error"]
+        async with http.get(f"{tracker}/v1/ring/{'cd' * 20}") as r:
+            assert r.status == 404
+    assert node_json(NodeRef(1, "a:1"))["id"] == "0" * 39 + "1"
