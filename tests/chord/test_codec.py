@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,14 +50,12 @@ json_values = st.recursive(
 )
 
 
-@settings(deadline=None)
+@settings(deadline=None, max_examples=50)
 @given(json_values)
 def test_garbage_raises_only_codec_errors(doc: object) -> None:
     for parse in (parse_request, parse_reply):
-        try:
+        with contextlib.suppress(CodecError):
             parse(doc)
-        except CodecError:
-            pass
     bad = request_json(Request(1, A, FindSuccessor(3)))
     for field, value in (("key", "zz"), ("rpc", -1), ("v", 2), ("type", "dance"), ("sender", {})):
         broken = dict(bad, **{field: value})
