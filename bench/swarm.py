@@ -14,6 +14,8 @@ and the origins' bytes in copies of the file (their own counters).
     # N = 10, 20, 40; F = 20 MiB; u = 1 MB/s; u_s = 2 MB/s; policies stripes, libtorrent
     .venv/bin/python bench/swarm.py
     .venv/bin/python bench/swarm.py --n 20 --runs 3 --policy stripes
+    # the Chord ring's choice (5 supernodes in this process) against both, same run
+    .venv/bin/python bench/swarm.py --n 20,40 --policy chord,stripes,libtorrent
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from pressrun.chord.aio import Supernode
 from pressrun.peer.config import PeerConfig, desktop_profile
 from pressrun.peer.loopback import loopback_swarm
 from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, uploader_policy_names
@@ -52,8 +55,27 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
                 web_seed_share_factor=args.share_factor,
                 not_needed_seeds_per_leecher=args.seeds_per_leecher,
             )
+            supernodes: list[Supernode] = []
+            if policy == "chord":
+                # the ring: supernodes placed at equal shares by the tracker
+                assert swarm.tracker is not None
+                swarm.tracker.ring.expected_supernodes = args.supernodes
+                for i in range(args.supernodes):
+                    sn = Supernode(
+                        tracker_base=swarm.tracker_base,
+                        info_hash=swarm.manifest.info_hash,
+                        num_pieces=swarm.manifest.num_pieces,
+                        seed=i,
+                    )
+                    supernodes.append(sn)
+                    await sn.start()
+                    await sn.wait_on_ring()
             started = time.perf_counter()
-            results = await swarm.run_peers(n, config, uploader_policy=policy)
+            try:
+                results = await swarm.run_peers(n, config, uploader_policy=policy)
+            finally:
+                for sn in supernodes:
+                    await sn.close()
             wall = time.perf_counter() - started
             bad = [r for r in results if not r.completed]
             if bad:
@@ -96,6 +118,7 @@ async def main() -> None:
         help="the not_needed rule's seeds per leecher (0: rule off; default: the peer's)",
     )
     p.add_argument("--tracker-interval-s", type=int, default=5, help="announce interval")
+    p.add_argument("--supernodes", type=int, default=5, help="policy chord: supernodes on the ring")
     p.add_argument("--runs", type=int, default=1, help="runs per N (medians printed)")
     p.add_argument(
         "--keep-web-seeds", action="store_true", help="never drop the web seeds (baseline)"

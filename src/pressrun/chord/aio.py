@@ -216,11 +216,15 @@ class Supernode:
             if node is None:
                 continue
             node.restrict_to(self.members)
+            boot = [n for n in nodes if n.id != node.me.id]
             if node.phase is Phase.NEW:  # a join that failed: try again
-                boot = [n for n in nodes if n.id != node.me.id]
                 self._apply(
                     node.join(boot, now=self._now()) if boot else node.create(now=self._now())
                 )
+            elif node.alone and boot:
+                # every neighbour timed out at once while the tracker still lists
+                # others: find our place again rather than stay a ring of one
+                self._apply(node.rejoin(boot, now=self._now()))
             self._rearm()
 
     # --- effects, timer, outgoing requests ---------------------------------------

@@ -34,7 +34,7 @@ class ChordConfig:
     stabilize_interval_s: float = 2.0
     fix_fingers_interval_s: float = 1.0
     check_predecessor_interval_s: float = 2.0
-    rpc_timeout_s: float = 1.0
+    rpc_timeout_s: float = 2.0
     rpc_retries: int = 1
     lookup_candidates: int = 8
     max_lookup_hops: int = 64

@@ -100,6 +100,7 @@ class _LookupKind(Enum):
     USER = "user"
     FINGER = "finger"
     JOIN = "join"
+    REJOIN = "rejoin"
 
 
 @dataclass(slots=True)
@@ -196,6 +197,23 @@ class ChordNode:
         lk = _Lookup(key=self.me.id, kind=_LookupKind.JOIN, candidates=list(nodes))
         lid = self._new_lookup(lk)
         return self._lookup_next(lid, lk, now)
+
+    def rejoin(self, bootstrap: Sequence[NodeRef], *, now: float) -> list[Effect]:
+        """Find our successor again through ``bootstrap``: for a node that lost every
+        neighbour (all timed out at once, e.g. on an overloaded host) while the
+        membership list still names others. The node stays on the ring meanwhile."""
+        self._expect(Phase.ON_RING)
+        nodes = [b for b in self._filter(bootstrap) if b.id != self.me.id]
+        if not nodes:
+            return []
+        lk = _Lookup(key=self.me.id, kind=_LookupKind.REJOIN, candidates=list(nodes))
+        lid = self._new_lookup(lk)
+        return self._lookup_next(lid, lk, now)
+
+    @property
+    def alone(self) -> bool:
+        """On the ring with nobody else known (successor is itself)."""
+        return self.phase is Phase.ON_RING and self.successor.id == self.me.id
 
     def leave(self, *, now: float, handoff: object = None) -> list[Effect]:
         """Leave gracefully: the successor gets our predecessor and ``handoff``."""
@@ -505,7 +523,9 @@ class ChordNode:
 
     def _lookup_done(self, lid: int, lk: _Lookup, succ: NodeRef, now: float) -> list[Effect]:
         del self._lookups[lid]
-        if lk.kind is _LookupKind.JOIN:
+        if lk.kind is _LookupKind.JOIN or lk.kind is _LookupKind.REJOIN:
+            if succ.id == self.me.id:
+                return []  # (a rejoin that found only us: still alone)
             self.phase = Phase.ON_RING
             self.successors = [succ]
             self.predecessor = None
@@ -528,6 +548,8 @@ class ChordNode:
         if lk.kind is _LookupKind.FINGER:
             self._finger_lookup = None
             return []
+        if lk.kind is _LookupKind.REJOIN:
+            return []  # the caller tries again later
         return [LookupFailed(lid, lk.key, lk.hops, lk.timeouts, reason)]
 
     def _finger_start(self, i: int) -> int:

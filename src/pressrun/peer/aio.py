@@ -49,8 +49,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import libtorrent as lt
+import yarl
 
 from pressrun.content.codec import Manifest, parse_torrent
+from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.config import PeerConfig
 from pressrun.peer.core import PeerCore, share_ratio
 from pressrun.peer.events import (
@@ -69,6 +71,7 @@ from pressrun.peer.events import (
 )
 from pressrun.peer.feed import OwedPieceFeed
 from pressrun.peer.resume import read_resume, resume_path_for, write_resume
+from pressrun.peer.ring_client import RingClient, RingClientStats
 from pressrun.peer.scrape import TrackerScrape
 from pressrun.peer.session import AlertSession, new_peer_id, session_settings
 from pressrun.peer.uploader import (
@@ -220,6 +223,13 @@ class SwarmPeer:
             running=lambda: self.core is not None and self.core.phase is PeerPhase.DOWNLOADING,
         )
         self._peer_id = ""
+        self._ring: RingClient | None = None  # the `chord` policy's link to the ring
+        self._have_bits: tuple[bool, ...] | None = None
+
+    @property
+    def ring_stats(self) -> RingClientStats | None:
+        """What the `chord` policy's ring client did (None: no ring client)."""
+        return self._ring.stats if self._ring is not None else None
 
     @property
     def bytes_from_web_seeds(self) -> int:
@@ -266,7 +276,39 @@ class SwarmPeer:
             self._feed.start()
         self._rearm()
         self._alerts.drain()  # alerts posted before the reader was attached
-        return await asyncio.wait_for(asyncio.shield(self._listening), timeout=10)
+        port = await asyncio.wait_for(asyncio.shield(self._listening), timeout=10)
+        self._start_ring(port)
+        return port
+
+    def _start_ring(self, port: int) -> None:
+        # The `chord` policy asks the ring's supernodes who uploads what
+        # (pressrun.peer.ring_client); the ring's address is the tracker's.
+        if not isinstance(self.policy, ChordPolicy) or self.tracker_url is None:
+            return
+        base = str(yarl.URL(self.tracker_url).origin())
+        host = self.listen_interfaces.rsplit(":", 1)[0].strip("[]")
+        if host in ("0.0.0.0", "::", ""):
+            host = str(yarl.URL(self.tracker_url).host or "127.0.0.1")
+        self._ring = RingClient(
+            tracker_base=base,
+            info_hash=self.manifest.info_hash,
+            num_pieces=self.manifest.num_pieces,
+            peer_id=self._peer_id,
+            address=f"{host}:{port}",
+            policy=self.policy,
+            have=lambda: self._have_bits,
+            totals=self._totals,
+            connect=self._connect_peer,
+        )
+        self._ring.start()
+
+    def _totals(self) -> tuple[int, int]:
+        p = self._last_progress
+        return (p.uploaded_bytes, p.downloaded_bytes) if p else (0, 0)
+
+    def _connect_peer(self, host: str, port: int) -> None:
+        if self._handle is not None:
+            self._handle.connect_peer((host, port))
 
     def _add_params(self) -> Any:
         atp, self._feed.fed_bytes = read_resume(self.resume_path)
@@ -313,6 +355,8 @@ class SwarmPeer:
             self._verify_task.cancel()
         self._feed.cancel()
         await self._scrape.close()
+        if self._ring is not None:
+            await self._ring.close()
         alerts, self._alerts = self._alerts, None
         self._handle = None
         if alerts is not None:
@@ -365,6 +409,9 @@ class SwarmPeer:
         self._left_at = self._loop.time()
         self._refresh_totals()
         handle = self._handle
+        if self._ring is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ring.leave(), 2.0)  # never chosen again
         handle.pause()
         await self._save_resume(wait=True)
         if self._stalled and self._verified_at is None:
@@ -510,6 +557,7 @@ class SwarmPeer:
             # no converter for its vector; the synchronous call is fine without
             # set_alert_notify, FIELD-NOTES.md)
             self._on_peer_info(self._handle.get_peer_info())
+        self._have_bits = tuple(bool(b) for b in st.pieces)
         tradable, owed = self._sources(st)
         progress = Progress(
             done_bytes=int(st.total_wanted_done),

@@ -110,9 +110,16 @@ def _stripes() -> UploaderPolicy:
     return StripesPolicy()
 
 
+def _chord() -> UploaderPolicy:
+    from pressrun.peer.chord_policy import ChordPolicy
+
+    return ChordPolicy()
+
+
 _REGISTRY: dict[str, Callable[[], UploaderPolicy]] = {
     "libtorrent": LibtorrentPicker,
     "stripes": _stripes,
+    "chord": _chord,
 }
 
 #: measured on the loopback bench (docs/swarm.md): at N = 20 `stripes` came within

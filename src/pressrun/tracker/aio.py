@@ -180,7 +180,7 @@ class TrackerService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._refresh_task: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
-        self.ring = RingAdmin()
+        self.ring = RingAdmin(expected_supernodes=core.config.ring_supernodes)
 
     # -- life cycle ---------------------------------------------------------------
 

@@ -46,6 +46,12 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         help="SQLite write-behind interval: a crash loses at most this much (default 0.1)",
     )
     p.add_argument("--seed", type=int, default=None, help="seed of the peer-sampling RNG")
+    p.add_argument(
+        "--ring-supernodes",
+        type=int,
+        default=0,
+        help="supernodes expected per issue's Chord ring: placed at equal shares (docs/chord.md)",
+    )
     p.set_defaults(func=run_tracker)
 
 
@@ -69,6 +75,7 @@ def run_tracker(args: argparse.Namespace) -> int:
             min_interval_s=args.min_interval_s,
             peer_ttl_s=args.peer_ttl_s,
             max_numwant=args.max_numwant,
+            ring_supernodes=args.ring_supernodes,
         )
     except ValueError as err:
         print(f"pressrun serve tracker: {err}", file=sys.stderr)

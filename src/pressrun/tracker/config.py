@@ -18,6 +18,10 @@ class TrackerConfig:
     default_numwant: peers handed out when the client does not say ``numwant``
         (BEP 3 suggests 50).
     max_numwant: the cap on ``numwant``; a request for more gets this many.
+    ring_supernodes: how many supernodes an issue's Chord ring is expected to have;
+        the first that many are placed at the equal-share positions (each answers for
+        K/n piece keys, +-1); 0, or any beyond, split the most loaded arc in two
+        (docs/chord.md, "Balance").
     """
 
     interval_s: int = 30
@@ -25,6 +29,7 @@ class TrackerConfig:
     peer_ttl_s: float | None = None
     default_numwant: int = 50
     max_numwant: int = 200
+    ring_supernodes: int = 0
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
@@ -35,6 +40,8 @@ class TrackerConfig:
             raise ValueError("peer_ttl_s must be longer than interval_s")
         if self.max_numwant < 1:
             raise ValueError("max_numwant must be at least 1")
+        if self.ring_supernodes < 0:
+            raise ValueError("ring_supernodes must not be negative")
         if self.default_numwant < 0:
             raise ValueError("default_numwant must not be negative")
 

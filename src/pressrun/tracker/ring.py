@@ -1,8 +1,9 @@
 """The tracker as the ring's central administration (004_3e4b985b4cf14853.txt, III.A).
 
 Per issue (info-hash): the piece count, hence every piece key (`pressrun.chord.pieces`),
-and the list of supernodes with the ring id the tracker placed each at (balanced:
-`place_supernodes` / `place_one_more`). A supernode registers, and registers again
+and the list of supernodes with the ring id the tracker placed each at (balanced: the first
+``expected_supernodes`` at the equal-share positions of `place_supernodes`, later
+ones by `place_one_more`). A supernode registers, and registers again
 every ``ttl_s / 3`` as a heartbeat; one not heard from for ``ttl_s`` leaves the list
 (the others then drop its messages). Kept in memory: a restarted tracker rebuilds the
 list from the next heartbeats. Pure: ``now`` is passed in.
@@ -14,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from pressrun.chord.ids import NodeRef
-from pressrun.chord.pieces import piece_keys, place_one_more
+from pressrun.chord.pieces import piece_keys, place_one_more, place_supernodes
 
 _HOSTPORT = re.compile(r"^[A-Za-z0-9.\-]{1,253}:[0-9]{1,5}$")
 MAX_PIECES = 1 << 20
@@ -43,8 +44,9 @@ class RingView:
 
 
 class RingAdmin:
-    def __init__(self, *, ttl_s: float = 30.0) -> None:
+    def __init__(self, *, ttl_s: float = 30.0, expected_supernodes: int = 0) -> None:
         self.ttl_s = ttl_s
+        self.expected_supernodes = expected_supernodes
         self._issues: dict[str, _Issue] = {}
 
     def register(self, info_hash: str, address: str, num_pieces: int, *, now: float) -> NodeRef:
@@ -69,7 +71,15 @@ class RingAdmin:
             return NodeRef(known[0], address)
         if len(issue.supernodes) >= MAX_SUPERNODES:
             raise RingError("this issue has as many supernodes as it can take")
-        node_id = place_one_more([i for i, _ in issue.supernodes.values()], issue.keys)
+        taken = [i for i, _ in issue.supernodes.values()]
+        slots = (
+            [s for s in place_supernodes(issue.keys, self.expected_supernodes) if s not in taken]
+            if len(taken) < self.expected_supernodes
+            else []
+        )
+        # an equal-share slot while there are some free (spread out: every other one
+        # first), else split the most loaded arc
+        node_id = slots[::2][0] if slots else place_one_more(taken, issue.keys)
         issue.supernodes[address] = (node_id, now)
         return NodeRef(node_id, address)
 

@@ -1,0 +1,120 @@
+"""The Chord ring for real: 5 supernode processes, 20 libtorrent clients, one killed.
+
+The tracker, two capped origins and the 20 peers (real libtorrent sessions with the
+`chord` uploader policy) run in this process (`pressrun.peer.loopback`); the five
+supernodes are `pressrun supernode` processes on 127.0.0.1, placed on the ring by the
+tracker. A few seconds into the download one supernode is SIGKILLed: the others route
+around it, the clients look its pieces up again, and everyone finishes verified.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from pressrun.content.manifest import check_file
+from pressrun.peer.config import desktop_profile
+from pressrun.peer.loopback import loopback_swarm
+
+MiB = 1 << 20
+#: the console script next to this interpreter (the venv's `pressrun`)
+PRESSRUN = str(Path(sys.executable).with_name("pressrun"))
+
+
+async def start_supernode(tracker: str, torrent: Path) -> tuple[asyncio.subprocess.Process, str]:
+    proc = await asyncio.create_subprocess_exec(
+        PRESSRUN, "supernode", "--tracker", tracker,
+        "--torrent", str(torrent), "--heartbeat-s", "1",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+    assert "listening on" in line, line
+    return proc, line.rsplit(" ", 1)[1].strip()
+
+
+async def ring_state(http: aiohttp.ClientSession, address: str) -> dict[str, object]:
+    async with http.get(f"http://{address}/chord/v1/state") as r:
+        body: dict[str, object] = await r.json()
+        return body
+
+
+async def test_five_supernodes_twenty_clients_one_supernode_killed(tmp_path: Path) -> None:
+    size = 6 * MiB
+    async with loopback_swarm(
+        tmp_path, size_bytes=size, origin_cap_mbps=(8.0, 8.0), tracker_interval_s=2
+    ) as swarm:
+        assert swarm.tracker is not None
+        swarm.tracker.ring.expected_supernodes = 5  # as `serve tracker --ring-supernodes 5`
+        torrent = tmp_path / "issue.torrent"
+        torrent.write_bytes(swarm.torrent)
+        procs: list[tuple[asyncio.subprocess.Process, str]] = []
+        try:
+            for _ in range(5):
+                procs.append(await start_supernode(swarm.tracker_base, torrent))
+            async with aiohttp.ClientSession() as http:
+                # the ring forms: every supernode sees a successor and a predecessor
+                for _ in range(100):
+                    states = [await ring_state(http, a) for _, a in procs]
+                    if all(s["phase"] == "on_ring" and s["predecessor"] for s in states):
+                        break
+                    await asyncio.sleep(0.2)
+                assert all(s["phase"] == "on_ring" for s in states), states
+                pieces = sorted(int(str(s["pieces"])) for s in states)
+                print(f"pieces per supernode: {pieces}")
+                assert sum(pieces) == swarm.manifest.num_pieces
+                assert pieces[-1] - pieces[0] <= 1  # placed by the tracker: balanced
+
+                # (stall_after_s 60: 25 processes on a shared 2-core machine can starve
+                # a peer of progress for the default 20 s without anything being wrong)
+                config = desktop_profile(
+                    upload_limit_bps=1_000_000, counts_interval_s=1.0, stall_after_s=60.0
+                )
+                run = asyncio.create_task(
+                    swarm.run_peers(20, config, spread_s=1.0, uploader_policy="chord")
+                )
+                # once the ring is choosing uploaders, kill one supernode
+                for _ in range(300):
+                    answered = sum(
+                        s.uploaders + s.bring_in for p in swarm.peers if (s := p.ring_stats)
+                    )
+                    if answered >= 20 or run.done():
+                        break
+                    await asyncio.sleep(0.1)
+                print(f"killing a supernode after {answered} ring answers")
+                victim, victim_addr = procs.pop(2)
+                victim.send_signal(signal.SIGKILL)
+                await victim.wait()
+                results = await asyncio.wait_for(run, 120)
+                survivors = [await ring_state(http, a) for _, a in procs]
+        finally:
+            for proc, _ in procs:
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc, _ in procs:
+                await asyncio.wait_for(proc.wait(), 20)
+
+        for r, p in zip(results, swarm.peers, strict=True):
+            assert r.completed and not r.stalled, (r, p.ring_stats)
+            assert r.path.read_bytes() == swarm.data
+            assert check_file(swarm.manifest, r.path).matches(swarm.manifest)
+        stats = [p.ring_stats for p in swarm.peers]
+        assert all(s is not None for s in stats)
+        answered = sum(s.uploaders + s.bring_in for s in stats if s is not None)
+        connects = sum(s.connects for s in stats if s is not None)
+        noticed = sum(victim_addr in s.failed_supernodes for s in stats if s is not None)
+        print(
+            f"ring answers {answered}, connects {connects}, clients that met the dead "
+            f"supernode {noticed}, origin copies {swarm.origin_bytes_sent() / size:.2f}"
+        )
+        assert answered > 0 and connects > 0
+        # the surviving supernodes answered for every piece between them afterwards
+        assert sum(int(str(s["pieces"])) for s in survivors) == swarm.manifest.num_pieces
+        assert any(victim_addr in list(s["nodes_failed"]) for s in survivors)  # type: ignore[call-overload]
+        assert os.path.exists(torrent)
