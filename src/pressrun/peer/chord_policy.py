@@ -50,6 +50,11 @@ class ChordPolicy(UploaderPolicy):
         """Top priority for the pieces to bring in, the lowest for the rest."""
         if not self.ring_ready or not view.have:
             return self._fallback.plan(view, now=now)
+        if not view.leecher_ids:
+            # no downloading peer connected (yet): libtorrent's order, as `stripes` does
+            # for a peer alone; a plan here would make the peer "starved" and fetch
+            # everything it lacks from the origins
+            return None
         return PiecePlan(
             tuple(
                 MAX_PRIORITY if i in self.bring_in and not held else MIN_PRIORITY

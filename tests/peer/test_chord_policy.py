@@ -1,0 +1,36 @@
+"""The `chord` uploader policy: the ring's bring-in pieces first, `stripes` until then."""
+
+from __future__ import annotations
+
+from pressrun.peer.chord_policy import ChordPolicy
+from pressrun.peer.stripes_policy import StripesPolicy
+from pressrun.peer.uploader import MAX_PRIORITY, MIN_PRIORITY, SwarmView, make_uploader_policy
+
+
+def view(have: tuple[bool, ...], leechers: tuple[str, ...] = ("bb",)) -> SwarmView:
+    return SwarmView(
+        peer_id="aa", info_hash="12" * 20, have=have, connected_peers=2, leecher_ids=leechers
+    )
+
+
+def test_registered_and_stripes_until_the_ring_answers() -> None:
+    policy = make_uploader_policy("chord")
+    assert isinstance(policy, ChordPolicy) and policy.fetches_owed_pieces
+    v = view((False,) * 8)
+    assert policy.plan(v, now=0.0) == StripesPolicy().plan(v, now=0.0)
+
+
+def test_bring_in_pieces_get_the_top_priority_the_rest_the_lowest() -> None:
+    policy = ChordPolicy()
+    policy.set_ring_answers({1, 5})
+    plan = policy.plan(view((False, False, True, False, False, True, False, False)), now=1.0)
+    assert plan is not None
+    assert plan.piece_priorities == (
+        MIN_PRIORITY, MAX_PRIORITY, MIN_PRIORITY, MIN_PRIORITY,
+        MIN_PRIORITY, MIN_PRIORITY, MIN_PRIORITY, MIN_PRIORITY,
+    )  # fmt: skip
+    # (piece 5 is held already: nothing to bring in)
+    # alone: libtorrent's order, not "starved" on a plan
+    assert policy.plan(view((False,) * 8, leechers=()), now=1.0) is None
+    policy.ring_lost()
+    assert not policy.ring_ready and policy.bring_in == frozenset()
