@@ -335,7 +335,7 @@ def test_the_libtorrent_policy_leaves_libtorrent_alone() -> None:
     view = SwarmView(peer_id="00" * 20, info_hash="ab" * 20, have=(False,) * 4, connected_peers=2)
     assert policy.plan(view, now=0.0) is None
     with pytest.raises(ValueError, match="unknown uploader policy"):
-        make_uploader_policy("chord")
+        make_uploader_policy("no-such-policy")  # ("chord" is registered now)
 
 
 def test_a_policy_registers_and_plans_never_use_priority_zero() -> None:

@@ -67,6 +67,8 @@ from pressrun.chord.pieces import PieceDirectory, piece_keys
 log = logging.getLogger(__name__)
 
 _MAX_KEYS = 4096
+#: a tracker that does not answer at start is asked again (a busy host)
+_REGISTER_ATTEMPTS = 5
 
 
 class SupernodeError(Exception):
@@ -139,7 +141,14 @@ class Supernode:
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
-        me, others = await self._register()
+        for attempt in range(_REGISTER_ATTEMPTS):
+            try:
+                me, others = await self._register()
+                break
+            except SupernodeError:
+                if attempt == _REGISTER_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(1.0)
         now = self._loop.time()
         self.node = ChordNode(me, self.config, now=now, rng=self.rng)
         self.node.restrict_to(self.members)
@@ -188,7 +197,7 @@ class Supernode:
     async def _tracker_post(self, body: dict[str, Any]) -> dict[str, Any]:
         assert self._http is not None
         url = f"{self.tracker_base}/v1/ring/{self.info_hash}/supernodes"
-        async with self._http.post(url, json=body, timeout=aiohttp.ClientTimeout(total=5)) as r:
+        async with self._http.post(url, json=body, timeout=aiohttp.ClientTimeout(total=10)) as r:
             doc = await r.json(content_type=None)
             if r.status != 200 or not isinstance(doc, dict):
                 raise SupernodeError(f"tracker refused the supernode: {doc}")
