@@ -249,7 +249,12 @@ def run_get(args: argparse.Namespace) -> int:
 
     from pressrun.clients.aio import FetchError, fetch_issue
     from pressrun.clients.config import profile
-    from pressrun.content.keys import KeyFileError, load_public_key, load_subscriber_key
+    from pressrun.content.keys import (
+        KeyFileError,
+        is_private_mode,
+        load_public_key,
+        load_subscriber_key,
+    )
 
     def fail(message: str, code: int = 1) -> int:
         print(f"pressrun get: {message}", file=sys.stderr)
@@ -282,6 +287,12 @@ def run_get(args: argparse.Namespace) -> int:
             subscriber_key = load_subscriber_key(key_file)
         except KeyFileError as err:
             return fail(str(err), 2)
+        if not is_private_mode(Path(key_file)):
+            print(
+                f"pressrun get: warning: subscriber key {key_file} is readable by other "
+                "users; chmod 600 it",
+                file=sys.stderr,
+            )
     console = Console(stderr=True)
     show_bar = not args.quiet and not args.json and console.is_terminal
     # what the client has to say goes through the progress object (above the bar, or
