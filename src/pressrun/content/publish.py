@@ -240,6 +240,47 @@ def _encrypt_and_hash(
     return size, pieces, whole.hexdigest(), plain_sha
 
 
+def _encrypt_into(
+    src: Path,
+    dst: Path,
+    *,
+    issue_id: str,
+    version: int,
+    key: bytes,
+    piece_size: int,
+    subscriptions_url: str,
+    progress: ProgressCallback | None,
+) -> tuple[int, list[str], str, Encryption]:
+    """Encrypt ``src`` into ``dst`` under ``key`` and a new nonce prefix.
+
+    Returns (ciphertext size, ciphertext piece SHA-256s, ciphertext SHA-256, the
+    manifest's ``encryption`` object).
+    """
+    plain_size = src.stat().st_size
+    cipher = PieceCipher(
+        key=key,
+        issue_id=issue_id,
+        version=version,
+        nonce_prefix=new_nonce_prefix(),
+        plain_size_bytes=plain_size,
+        piece_size_bytes=piece_size,
+    )
+    size, piece_hashes, whole, plain_sha = _encrypt_and_hash(cipher, src, dst, progress)
+    if size != encrypted_size(plain_size, piece_size):
+        raise PublishError(f"issue file {src} changed size while it was encrypted")
+    encryption = Encryption(
+        scheme=ENCRYPTION_SCHEME,
+        version=version,
+        nonce_prefix=cipher.nonce_prefix,
+        key_check=key_check(key),
+        plain_file_name=src.name,
+        plain_size_bytes=plain_size,
+        plain_sha256=plain_sha,
+        subscriptions_url=subscriptions_url.rstrip("/"),
+    )
+    return size, piece_hashes, whole, encryption
+
+
 def _make_torrent(
     file: Path,
     *,
@@ -340,8 +381,9 @@ def publish(
     encryption: Encryption | None = None
     content_key = b""
     subscriber_keys: list[bytes] = []
+    enc_version = 0
     if encrypt_for is not None:
-        version = version or _next_version(final)
+        enc_version = version or _next_version(final)
         subscriber_keys = _directory_call(encrypt_for, encrypt_for.subscriber_keys)
         if not subscriber_keys:
             log.warning(
@@ -349,38 +391,26 @@ def publish(
                 "to read %s version %d",
                 encrypt_for.url,
                 issue_id,
-                version,
+                enc_version,
             )
     tmp = Path(tempfile.mkdtemp(prefix=f".{issue_id}.publishing-", dir=content_dir))
     try:
         os.chmod(tmp, 0o755)
-        if encrypt_for is None or version is None:
+        if encrypt_for is None:
             copy = tmp / file.name
             size, piece_hashes, whole = _copy_and_hash(file, copy, piece_size, progress)
         else:
             copy = tmp / (file.name + ENCRYPTED_SUFFIX)
             content_key = new_content_key()
-            plain_size = file.stat().st_size
-            cipher = PieceCipher(
-                key=content_key,
+            size, piece_hashes, whole, encryption = _encrypt_into(
+                file,
+                copy,
                 issue_id=issue_id,
-                version=version,
-                nonce_prefix=new_nonce_prefix(),
-                plain_size_bytes=plain_size,
-                piece_size_bytes=piece_size,
-            )
-            size, piece_hashes, whole, plain_sha = _encrypt_and_hash(cipher, file, copy, progress)
-            if size != encrypted_size(plain_size, piece_size):
-                raise PublishError(f"issue file {file} changed size while it was encrypted")
-            encryption = Encryption(
-                scheme=ENCRYPTION_SCHEME,
-                version=version,
-                nonce_prefix=cipher.nonce_prefix,
-                key_check=key_check(content_key),
-                plain_file_name=file.name,
-                plain_size_bytes=plain_size,
-                plain_sha256=plain_sha,
-                subscriptions_url=encrypt_for.url.rstrip("/"),
+                version=enc_version,
+                key=content_key,
+                piece_size=piece_size,
+                subscriptions_url=encrypt_for.url,
+                progress=progress,
             )
         if size == 0:
             raise PublishError(f"issue file {file} is empty; there is nothing to publish")
