@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import hashlib
 import random
-import socket
 import statistics
 import sys
 import tempfile
@@ -41,19 +40,12 @@ from pathlib import Path
 from pressrun.content.keys import generate_keypair, load_public_key, load_signing_key
 from pressrun.content.publish import publish
 from pressrun.multicast.config import CarouselConfig, LayeringConfig
-from pressrun.multicast.net import sender_socket
+from pressrun.multicast.net import free_udp_port, sender_socket
 from pressrun.multicast.receiver import receive_carousel
 from pressrun.multicast.sender import MulticastSender, SenderServiceConfig
 
 ISSUE = "bench-issue"
 TOKEN = "bench-token-0123456789"
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Bundle:

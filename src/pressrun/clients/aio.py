@@ -422,30 +422,14 @@ class _Fetch:
             and plan.state is PlanState.DOWNLOADING
         ):
             kept = await self._multicast(m, manifest_json, path, directive.multicast, kept)
-            plan = DownloadPlan(
-                size_bytes=m.size_bytes,
-                piece_size_bytes=m.piece_size_bytes,
-                config=self.config,
-                verified=kept,
-                now=self.now(),
-            )
-            self.verified_bytes = plan.verified_bytes
-            self._advanced(None)
+            plan = self._replan(m, kept)
         if (
             directive is not None
             and directive.swarm is not None
             and plan.state is PlanState.DOWNLOADING
         ):
             kept, swarm_result = await self._swarm(m, path, directive.swarm, kept)
-            plan = DownloadPlan(
-                size_bytes=m.size_bytes,
-                piece_size_bytes=m.piece_size_bytes,
-                config=self.config,
-                verified=kept,
-                now=self.now(),
-            )
-            self.verified_bytes = plan.verified_bytes
-            self._advanced(None)
+            plan = self._replan(m, kept)
         self._save(plan, m)
         fd = os.open(path, os.O_RDWR)
         try:
@@ -512,6 +496,19 @@ class _Fetch:
             bytes_from_multicast=self.multicast_bytes,
             multicast_note=self.multicast_note,
         )
+
+    def _replan(self, m: Manifest, kept: list[int]) -> DownloadPlan:
+        """A fresh plan once a carousel or the swarm left ``kept`` verified."""
+        plan = DownloadPlan(
+            size_bytes=m.size_bytes,
+            piece_size_bytes=m.piece_size_bytes,
+            config=self.config,
+            verified=kept,
+            now=self.now(),
+        )
+        self.verified_bytes = plan.verified_bytes
+        self._advanced(None)
+        return plan
 
     async def _multicast(
         self,

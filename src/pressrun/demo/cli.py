@@ -186,14 +186,11 @@ async def run_demo(
 def _random_groups() -> tuple[str, str]:
     """A control group (``GROUP:PORT``, a free UDP port) and a channel group base in
     239.255.0.0/16, random, so demos and tests on one host do not hear each other."""
-    import socket
+    from pressrun.multicast.net import free_udp_port
 
     rng = random.Random()
     a, b = rng.randrange(1, 255), rng.randrange(1, 200)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("", 0))
-        port = probe.getsockname()[1]
-    return f"239.255.{a}.{b}:{port}", f"239.255.{a}.{b + 1}"
+    return f"239.255.{a}.{b}:{free_udp_port()}", f"239.255.{a}.{b + 1}"
 
 
 async def _carousel_running(url: str, timeout_s: float) -> bool:

@@ -37,6 +37,14 @@ def parse_group(text: str) -> tuple[str, int]:
     return str(address), port
 
 
+def free_udp_port() -> int:
+    """A UDP port no socket on this host holds right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def sender_socket(interface: str, *, ttl: int = 1) -> socket.socket:
     """A UDP socket that sends multicast through ``interface`` (an IPv4 address)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -68,6 +76,33 @@ def _big_receive_buffer(sock: socket.socket) -> None:
         except PermissionError:
             pass
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+
+
+#: Linux's SO_TIMESTAMPNS (and its control message SCM_TIMESTAMPNS), not exported by
+#: Python's socket module: the kernel stamps each datagram with its arrival time
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("qq")
+
+
+def enable_arrival_times(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp each datagram with its arrival time; False where it
+    cannot (then `recv_with_arrival` answers None for the time)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def recv_with_arrival(sock: socket.socket, size: int) -> tuple[bytes, float | None]:
+    """One datagram and the Unix time the kernel received it (None without a stamp):
+    the time a packet arrived, not when a busy receiver got round to reading it."""
+    data, ancillary, _, _ = sock.recvmsg(size, 64)
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
+            return data, seconds + nanoseconds / 1e9
+    return data, None
 
 
 def receiver_socket(group: str, port: int, interface: str) -> socket.socket:

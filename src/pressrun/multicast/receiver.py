@@ -40,7 +40,12 @@ from pressrun.multicast.config import LayeringConfig
 from pressrun.multicast.control import check_datagram
 from pressrun.multicast.core import AnnouncementGate, LayerCore
 from pressrun.multicast.events import AnnouncementVerdict, CarouselPlan, JoinChannel
-from pressrun.multicast.net import leave_and_close, receiver_socket
+from pressrun.multicast.net import (
+    enable_arrival_times,
+    leave_and_close,
+    receiver_socket,
+    recv_with_arrival,
+)
 
 log = logging.getLogger("pressrun.multicast.receiver")
 
@@ -69,6 +74,10 @@ class ReceiveResult:
     object_packets: int = 0  # packets of the object pushed until it completed
     dropped: int = 0  # packets dropped by the receive-path loss emulation
     seconds: float = 0.0  # from the first join to the end
+    #: from the arrival of the first data packet to that of the packet that completed
+    #: the file, by the kernel's receive stamps (independent of when a busy receiver
+    #: read them); None without stamps or without completion
+    arrival_seconds: float | None = None
     most_channels: int = 0
     losses: list[float] = field(default_factory=list)
     verdicts: dict[str, int] = field(default_factory=dict)
@@ -93,6 +102,7 @@ class _Channels:
     def join(self, index: int) -> None:
         ch = self.plan.channels[index]
         sock = receiver_socket(ch.group, ch.port, self.interface)
+        enable_arrival_times(sock)
         self.sockets[index] = sock
         self.selector.register(sock, selectors.EVENT_READ, index)
         log.info("joined channel %d (%s:%d)", index, ch.group, ch.port)
@@ -146,6 +156,7 @@ def receive_carousel(
     layers: LayerCore | None = None
     flute = None
     joined_at = started
+    first_arrival: float | None = None
     try:
         while True:
             now = time.perf_counter()
@@ -184,9 +195,11 @@ def receive_carousel(
                 events = []
                 while True:
                     try:
-                        data = sock.recv(PACKET_READ_BYTES)
+                        data, arrived = recv_with_arrival(sock, PACKET_READ_BYTES)
                     except BlockingIOError:
                         break
+                    if first_arrival is None:
+                        first_arrival = arrived
                     if drop_probability and rng.random() < drop_probability:
                         result.dropped += 1
                         continue
@@ -195,6 +208,8 @@ def receive_carousel(
                         result.object_packets += 1
                     events = flute.take_events()
                     if events:  # stop counting at the packet that completed it
+                        if arrived is not None and first_arrival is not None:
+                            result.arrival_seconds = arrived - first_arrival
                         break
                 result.packets_received += kept
                 layers.handle_packets(index, kept)

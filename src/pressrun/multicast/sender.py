@@ -47,7 +47,7 @@ from pressrun.multicast.config import CarouselConfig
 from pressrun.multicast.control import sign_announcement
 from pressrun.multicast.core import AnnouncementClock, CarouselSchedule, channel_cycles
 from pressrun.multicast.events import Announcement, CarouselPlan, ChannelSpec
-from pressrun.multicast.net import sender_socket
+from pressrun.multicast.net import free_udp_port, sender_socket
 
 if TYPE_CHECKING:
     from pressrun_flute import EncodedObject, PacketBuffer
@@ -251,14 +251,6 @@ class SendThread(threading.Thread):
             self._slipped[key] = slipped
 
 
-def _free_udp_port() -> int:
-    """A UDP port no socket on this host holds right now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 class CarouselError(Exception):
     """A carousel cannot start: the message says why (shown to the API caller)."""
 
@@ -309,7 +301,7 @@ class MulticastSender:
             if self.config.channel_port_base:
                 port = self.config.channel_port_base + len(specs)
             else:
-                port = _free_udp_port()
+                port = free_udp_port()
             specs.append(ChannelSpec(group, port, tsi, rate_bps, packets_per_s))
         return specs
 
