@@ -23,7 +23,8 @@ from pressrun.content.manifest import check_file
 from pressrun.peer.aio import SwarmPeer, SwarmResult, resume_path_for
 from pressrun.peer.config import desktop_profile
 from pressrun.peer.events import LeaveRule
-from pressrun.peer.loopback import LoopbackSwarm, loopback_swarm
+from pressrun.peer.loopback import OPERATOR_TOKEN, LoopbackSwarm, loopback_swarm
+from pressrun.security import bearer
 
 MiB = 1 << 20
 ARIA2C = shutil.which("aria2c")
@@ -32,7 +33,7 @@ ARIA2C = shutil.which("aria2c")
 async def swarm_json(swarm: LoopbackSwarm) -> dict[str, object]:
     async with aiohttp.ClientSession() as http:
         url = f"{swarm.tracker_base}/v1/swarms/{swarm.manifest.info_hash}"
-        async with http.get(url) as resp:
+        async with http.get(url, headers=bearer(OPERATOR_TOKEN)) as resp:
             assert resp.status == 200
             body: dict[str, object] = await resp.json()
             return body

@@ -11,6 +11,7 @@ from urllib.parse import quote_from_bytes
 import aiohttp
 from yarl import URL
 
+from pressrun.security import ServiceSecurity, bearer
 from pressrun.tracker.aio import TrackerService
 from pressrun.tracker.codec import Bencoded, bdecode
 from pressrun.tracker.config import TrackerConfig
@@ -18,6 +19,9 @@ from pressrun.tracker.core import TrackerCore
 from pressrun.tracker.store import TrackerStore
 
 T = TypeVar("T")
+#: the operator token of every test tracker (/v1/swarms needs it)
+OPERATOR_TOKEN = "test-operator-token-0123456789"
+OPERATOR = bearer(OPERATOR_TOKEN)
 
 
 def announce_query(
@@ -65,7 +69,7 @@ class LiveTracker:
         return decoded
 
     async def swarms(self) -> list[dict[str, object]]:
-        async with self.http.get(self.base + "/v1/swarms") as resp:
+        async with self.http.get(self.base + "/v1/swarms", headers=OPERATOR) as resp:
             assert resp.status == 200
             body = await resp.json()
         swarms: list[dict[str, object]] = body["swarms"]
@@ -75,7 +79,11 @@ class LiveTracker:
 async def start_tracker(
     store: TrackerStore, config: TrackerConfig | None = None, seed: int = 1
 ) -> tuple[TrackerService, int]:
-    service = TrackerService(TrackerCore(config or TrackerConfig(), random.Random(seed)), store)
+    service = TrackerService(
+        TrackerCore(config or TrackerConfig(), random.Random(seed)),
+        store,
+        security=ServiceSecurity(operator_token=OPERATOR_TOKEN),
+    )
     port = await service.start("127.0.0.1", 0)
     return service, port
 

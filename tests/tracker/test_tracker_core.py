@@ -126,9 +126,13 @@ def test_expiry_with_stepped_now() -> None:
     assert core.counts(IH)[:2] == (0, 1)
     assert core.next_deadline() == 45
     assert [e.record.peer_id for e in core.handle_timer(now=100)] == [pid(1)]
-    assert core.next_deadline() is None
     stats = core.stats(IH)
     assert stats is not None and stats.left_by_rule["expired"] == 2 and stats.left_fairly == 0
+    # Nobody active: what is left is forgetting the records, record_ttl_s after they left.
+    assert core.next_deadline() == 30 + core.config.record_ttl_s
+    assert core.handle_timer(now=100 + core.config.record_ttl_s) == []
+    assert core.info_hashes() == []
+    assert core.next_deadline() is None
 
 
 def test_completed_counted_once() -> None:
@@ -143,6 +147,9 @@ def test_completed_counted_once() -> None:
 
 def test_stopped_with_leave_rule_and_fair_counts() -> None:
     core = make_core()
+    # A peer that downloaded 1000 bytes (from the others) and seeds: the uploads the
+    # others claim below are within what the swarm downloaded, and seeds are not needed.
+    core.handle_announce(req(99, left=0, down=1000), remote="127.0.0.1", now=0)
     for n, rule in enumerate(
         [LeaveRule.RATIO, LeaveRule.NOT_NEEDED, LeaveRule.MAX_SEED_TIME, LeaveRule.USER, None]
     ):
@@ -163,11 +170,11 @@ def test_stopped_with_leave_rule_and_fair_counts() -> None:
         "user": 1,
         "unspecified": 1,
         "expired": 0,
+        "claim_refused": 0,
     }
     assert stats.left_fairly == 2
-    assert (stats.seeds, stats.leechers) == (0, 0)
-    assert stats.uploaded_bytes == 5 * 150 and stats.downloaded_bytes == 5 * 100
-    assert core.next_deadline() is None  # nobody active is left to expire
+    assert (stats.seeds, stats.leechers) == (1, 0)  # peer 99 still seeds
+    assert stats.uploaded_bytes == 5 * 150 and stats.downloaded_bytes == 5 * 100 + 1000
 
 
 def test_accumulation_across_sessions() -> None:
@@ -347,8 +354,10 @@ def test_swarm_invariants_under_random_announces_and_timers(
         seeds = sum(1 for r in active.values() if r.left == 0)
         assert (reply.complete, reply.incomplete) == (seeds, len(active) - seeds)
         deadline = core.next_deadline()
-        if active:
-            oldest = min(r.last_seen for r in active.values())
-            assert deadline == oldest + 25
-        else:
-            assert deadline is None
+        due = [r.last_seen + 25 for r in active.values()]
+        due += [
+            (r.left_at if r.left_at is not None else r.last_seen) + core.config.record_ttl_s
+            for r in core.records(IH)
+            if not r.active
+        ]
+        assert deadline == (min(due) if due else None)

@@ -12,8 +12,16 @@ from urllib.parse import quote_from_bytes
 
 import aiohttp
 import pytest
-from live_tracker import LiveTracker, announce_query, start_tracker, wait_for
+from live_tracker import (
+    OPERATOR,
+    OPERATOR_TOKEN,
+    LiveTracker,
+    announce_query,
+    start_tracker,
+    wait_for,
+)
 
+from pressrun.security import TOKEN_ENV
 from pressrun.tracker.codec import bdecode
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.store import SqliteStore
@@ -137,6 +145,7 @@ async def test_v1_swarms_accounting_and_leave_rules(tracker: LiveTracker) -> Non
         "user": 0,
         "unspecified": 0,
         "expired": 0,
+        "claim_refused": 0,
     }
     assert swarm["needs_seeds"] is False
     peers = {p["peer_id"]: p for p in swarm["peers"]}  # type: ignore[attr-defined]
@@ -150,9 +159,9 @@ async def test_v1_swarms_accounting_and_leave_rules(tracker: LiveTracker) -> Non
             "seeds": 1,
             "leechers": 0,
         }
-    async with tracker.http.get(f"{tracker.base}/v1/swarms/{IH2.hex()}") as resp:
+    async with tracker.http.get(f"{tracker.base}/v1/swarms/{IH2.hex()}", headers=OPERATOR) as resp:
         assert resp.status == 404
-    async with tracker.http.get(f"{tracker.base}/v1/swarms/nothex") as resp:
+    async with tracker.http.get(f"{tracker.base}/v1/swarms/nothex", headers=OPERATOR) as resp:
         assert resp.status == 400
     async with tracker.http.get(tracker.base + "/metrics") as resp:
         text = await resp.text()
@@ -187,6 +196,8 @@ async def test_restart_keeps_totals(tmp_path: Path, http: aiohttp.ClientSession)
     live = LiveTracker(service, port, http)
     await live.announce(announce_query(IH, pid(1), 7001, left=0, uploaded=500, key="a1"))
     await live.announce(announce_query(IH, pid(2), 7002, left=10, downloaded=500, key="b1"))
+    # Peer 3 seeds (so seeds outnumber leechers: not needed), then leaves by not_needed.
+    await live.announce(announce_query(IH, pid(3), 7003, left=0))
     await live.announce(
         announce_query(IH, pid(3), 7003, left=0, event="stopped", leave_rule="not_needed")
     )
@@ -219,10 +230,10 @@ async def test_cli_sigterm_flushes_and_restart_keeps_totals(tmp_path: Path) -> N
     async def run_once(query: str) -> list[dict[str, object]]:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "pressrun.cli", "serve", "tracker", "--port", "0",
-            "--db", str(db), "--flush-interval-s", "5",
+            "--db", str(db), "--flush-interval-s", "5", "--allow", IH.hex(),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", TOKEN_ENV: OPERATOR_TOKEN},
         )  # fmt: skip
         try:
             assert proc.stdout is not None

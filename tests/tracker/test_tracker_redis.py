@@ -6,7 +6,7 @@ import contextlib
 from dataclasses import replace
 
 import aiohttp
-from live_tracker import LiveTracker, announce_query, start_tracker
+from live_tracker import OPERATOR, LiveTracker, announce_query, start_tracker
 
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.store import RedisStore
@@ -90,7 +90,7 @@ async def test_redis_gone_gives_failure_reason_not_500(
         await admin.aclose()
         status, body = await live.get_raw("/announce?" + announce_query(IH, pid(2), 7002))
         assert status == 200 and b"failure reason" in body
-        async with http.get(live.base + "/v1/swarms") as resp:
+        async with http.get(live.base + "/v1/swarms", headers=OPERATOR) as resp:
             assert resp.status == 503
             assert "error" in await resp.json()
     finally:

@@ -21,6 +21,12 @@ and telling the algorithm which origin was picked (for Algorithm 2 this is where
 bandwidth inflation grows). A `ModePolicy` may turn an origin directive into a swarm or
 multicast one; by default every directive is `origin`.
 
+Bounded state (docs/security.md): an issue id no origin in rotation holds is refused
+before the algorithm, the ranked cache or the mode policy see it, so made-up ids cost
+nothing and leave nothing behind. The core keeps which origins in rotation hold each
+issue (`_holders`); when no origin holds an issue any more, its per-issue state is
+evicted everywhere (`forget_issue` on the algorithm and the mode policy).
+
 Pure: no clock, no I/O; every entry point takes `now`.
 """
 
@@ -95,6 +101,10 @@ class ModePolicy(Protocol):
         """The mode for a client asking now; called once per directive request."""
         ...
 
+    def forget_issue(self, issue_id: str) -> None:
+        """No origin holds the issue any more: drop whatever is kept about it."""
+        ...
+
 
 _ORIGIN_MODE = ModeDecision(DeliveryMode.ORIGIN)
 
@@ -105,6 +115,9 @@ class OriginOnly:
     def decide(self, issue_id: str, *, now: float) -> ModeDecision:
         """Always `origin`."""
         return _ORIGIN_MODE
+
+    def forget_issue(self, issue_id: str) -> None:
+        """Nothing is kept per issue."""
 
 
 class BalancerCore:
@@ -132,6 +145,8 @@ class BalancerCore:
         }
         self.directives_answered = 0
         self._ranked_cache: dict[str, dict[str, RankedOrigin]] = {}
+        # issue id -> the origins in rotation (UP) whose latest status holds it
+        self._holders: dict[str, set[str]] = {}
         self.refusals: dict[Refusal, int] = dict.fromkeys(Refusal, 0)
 
     # --- timers -------------------------------------------------------------
@@ -175,6 +190,12 @@ class BalancerCore:
         rec = self._record(msg.status.name)
         rec.polling = False
         rec.next_poll_at = now + self.config.poll_interval_s
+        held_before = (
+            rec.status.issues
+            if rec.state is OriginState.UP and rec.status is not None
+            else frozenset()
+        )
+        self._update_holders(rec.spec.name, held_before, msg.status.issues)
         rec.status = msg.status
         rec.last_status_at = now
         came_back = rec.state is not OriginState.UP
@@ -194,15 +215,41 @@ class BalancerCore:
         if rec.state is OriginState.DOWN:
             return []
         was_up = rec.state is OriginState.UP
+        if was_up and rec.status is not None:
+            self._update_holders(rec.spec.name, rec.status.issues, frozenset())
         rec.state = OriginState.DOWN
         self.algorithm.handle_origin_down(rec.spec.name, now=now)
         return [OriginWentDown(rec.spec.name, reason)] if was_up else []
+
+    def _update_holders(self, name: str, before: frozenset[str], after: frozenset[str]) -> None:
+        if before == after:
+            return
+        for issue in after - before:
+            self._holders.setdefault(issue, set()).add(name)
+        for issue in before - after:
+            holders = self._holders.get(issue)
+            if holders is None:
+                continue
+            holders.discard(name)
+            if not holders:
+                # Nobody in rotation holds it: evict its per-issue state everywhere.
+                del self._holders[issue]
+                self._ranked_cache.pop(issue, None)
+                self.algorithm.forget_issue(issue)
+                self.mode_policy.forget_issue(issue)
+
+    def held_issues(self) -> int:
+        """How many issues some origin in rotation holds (the bound on per-issue state)."""
+        return len(self._holders)
 
     def handle_directive_requested(
         self, msg: DirectiveRequested, *, now: float
     ) -> Directive | NoDirective:
         """Answer a client: a directive with origins in preference order, or a refusal."""
         issue = msg.issue_id
+        if issue not in self._holders:
+            # Unknown here (made up, or no holder in rotation): nothing is created.
+            return self._refuse(issue, msg.failed)
         ranked = self.algorithm.rank(
             issue, exclude=msg.failed, k=self.config.directive_origins, now=now
         )

@@ -226,6 +226,10 @@ class DemandPolicy:
             issue for issue, state in self._issues.items() if state.mode is DeliveryMode.MULTICAST
         )
 
+    def forget_issue(self, issue_id: str) -> None:
+        """No origin holds the issue any more: forget its demand."""
+        self._issues.pop(issue_id, None)
+
     def mode_changes(self, issue_id: str) -> int:
         """How many times the issue changed mode (for metrics and tests)."""
         state = self._issues.get(issue_id)

@@ -104,7 +104,9 @@ async def run_demo(
         )
         tracker_url: str | None = None
         if swarm:
-            tracker = await ServiceProcess.start("tracker", tracker_args(root / "tracker.db"))
+            tracker = await ServiceProcess.start(
+                "tracker", tracker_args(root / "tracker.db", content, pub)
+            )
             services.append(tracker)
             tracker_url = tracker.url
         sender: ServiceProcess | None = None

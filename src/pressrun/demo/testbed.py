@@ -89,8 +89,9 @@ def origin_args(shape: OriginShape, content: Path, stats_interval_s: float) -> l
     return args
 
 
-def tracker_args(db: Path) -> list[str]:
-    """``pressrun serve`` arguments of the demo's tracker, on port 0."""
+def tracker_args(db: Path, content: Path, publisher_key: Path) -> list[str]:
+    """``pressrun serve`` arguments of the demo's tracker, on port 0; it serves only
+    the issues published (signed with ``publisher_key``) in ``content``."""
     return [
         "tracker",
         "--port",
@@ -101,6 +102,10 @@ def tracker_args(db: Path) -> list[str]:
         "2",
         "--min-interval-s",
         "1",
+        "--content",
+        str(content),
+        "--publisher-key",
+        str(publisher_key),
     ]
 
 

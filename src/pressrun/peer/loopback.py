@@ -30,6 +30,7 @@ from pressrun.origin.config import OriginConfig
 from pressrun.peer.aio import SwarmPeer, SwarmResult
 from pressrun.peer.config import PeerConfig
 from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY
+from pressrun.security import ServiceSecurity
 from pressrun.tracker.aio import TrackerService
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
@@ -126,9 +127,15 @@ class LoopbackSwarm:
         self.tracker_port = await self.tracker.start("127.0.0.1", self.tracker_port)
 
 
+#: the loopback tracker's operator token (its /v1/swarms needs it)
+OPERATOR_TOKEN = "loopback-operator-token"
+
+
 def _tracker(db: Path, config: TrackerConfig) -> TrackerService:
     return TrackerService(
-        TrackerCore(config, random.Random(7)), SqliteStore(db, flush_interval_s=0.05)
+        TrackerCore(config, random.Random(7)),
+        SqliteStore(db, flush_interval_s=0.05),
+        security=ServiceSecurity(operator_token=OPERATOR_TOKEN),
     )
 
 

@@ -2,7 +2,12 @@
 
 Endpoints: ``/announce`` (BEP 3/23), ``/scrape`` (BEP 48), ``/v1/swarms`` (JSON),
 ``/v1/swarms/<info_hash hex>``, ``/v1/swarms/<info_hash hex>/needed``, ``/metrics``
-(Prometheus, own registry), ``/healthz``. Announce and scrape errors are bencoded
+(Prometheus, own registry), ``/healthz``; ``GET /v1/allowed`` and
+``PUT /v1/allowed/<info_hash hex>`` (the allowlist). ``/v1/swarms``, one swarm's peers
+and ``/v1/allowed`` are operator endpoints: they list peers or change state, so they
+need the operator token (pressrun.security). With an allowlist (``content_dirs`` of
+signed bundles, or a publisher's ``PUT``), an announce for any other info-hash is
+refused and creates nothing. Announce and scrape errors are bencoded
 ``failure reason`` answers with HTTP 200, never a 500: BitTorrent clients read the
 body of a 200 and ignore the rest.
 
@@ -18,7 +23,8 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -26,6 +32,9 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from pressrun.content.bundle import read_manifest
+from pressrun.content.codec import ManifestError, valid_issue_id
+from pressrun.security import ServiceSecurity, operator_middleware
 from pressrun.service import wait_for_stop_signal
 from pressrun.tracker.codec import (
     QueryError,
@@ -51,6 +60,36 @@ from pressrun.tracker.store import SqliteStore, TrackerStore
 log = logging.getLogger(__name__)
 
 BENCODE_TYPE = "text/plain"
+#: routes that list peers or change state: the operator token guards them
+OPERATOR_ROUTES = frozenset(
+    {"/v1/swarms", "/v1/swarms/{info_hash}", "/v1/allowed", "/v1/allowed/{info_hash}"}
+)
+#: /metrics names at most this many swarms (the largest); the rest only in the totals
+MAX_METRIC_SWARMS = 50
+
+
+def published_info_hashes(
+    content_dirs: Sequence[Path], trusted_keys: Collection[bytes] | None
+) -> set[bytes]:
+    """The info-hashes of the signed bundles in ``content_dirs`` (``<dir>/<issue>/
+    manifest.json``) whose signature verifies with one of ``trusted_keys``."""
+    found: set[bytes] = set()
+    for content_dir in content_dirs:
+        try:
+            entries = sorted(content_dir.iterdir())
+        except OSError as err:
+            log.warning("cannot list the content folder %s: %s", content_dir, err)
+            continue
+        for entry in entries:
+            if not valid_issue_id(entry.name) or not (entry / "manifest.json").is_file():
+                continue
+            try:
+                manifest = read_manifest(entry / "manifest.json", trusted_keys)
+            except ManifestError as err:
+                log.warning("not allowing %s: %s", entry.name, err)
+                continue
+            found.add(bytes.fromhex(manifest.info_hash))
+    return found
 
 
 def wall_clock() -> float:
@@ -70,13 +109,20 @@ class _SwarmCollector(Collector):
             "pressrun_tracker_swarm_peers", "Active peers per swarm", labels=["info_hash", "role"]
         )
         swarms = GaugeMetricFamily("pressrun_tracker_swarms", "Swarms the tracker knows")
+        total = GaugeMetricFamily(
+            "pressrun_tracker_peers", "Active peers over all swarms", labels=["role"]
+        )
         hashes = self.core.info_hashes()
-        for info_hash in hashes:
-            seeds, leechers, _ = self.core.counts(info_hash)
+        counted = [(self.core.counts(h)[:2], h) for h in hashes]
+        # Bounded labels: only the largest swarms get a series of their own.
+        largest = sorted(counted, key=lambda c: (-(c[0][0] + c[0][1]), c[1]))
+        for (seeds, leechers), info_hash in largest[:MAX_METRIC_SWARMS]:
             peers.add_metric([info_hash.hex(), "seed"], seeds)
             peers.add_metric([info_hash.hex(), "leecher"], leechers)
+        total.add_metric(["seed"], sum(c[0][0] for c in counted))
+        total.add_metric(["leecher"], sum(c[0][1] for c in counted))
         swarms.add_metric([], len(hashes))
-        return [peers, swarms]
+        return [peers, total, swarms]
 
 
 class TrackerMetrics:
@@ -170,10 +216,23 @@ class TrackerService:
         store: TrackerStore,
         *,
         clock: Callable[[], float] = wall_clock,
+        security: ServiceSecurity | None = None,
+        content_dirs: Sequence[Path] = (),
+        trusted_keys: Collection[bytes] | None = None,
+        rescan_s: float = 10.0,
     ) -> None:
+        """``security``: TLS and the operator token. ``content_dirs``: folders of
+        signed bundles whose info-hashes form the allowlist (re-read every
+        ``rescan_s``), verified with ``trusted_keys``; with any, the core becomes an
+        allowlisting one."""
         self.core = core
         self.store = store
         self.clock = clock
+        self.security = security or ServiceSecurity()
+        self.content_dirs = tuple(content_dirs)
+        self.trusted_keys = trusted_keys
+        self.rescan_s = rescan_s
+        self._rescan_task: asyncio.Task[None] | None = None
         self.metrics = TrackerMetrics(core)
         self._timer: asyncio.TimerHandle | None = None
         self._armed_for: float | None = None
@@ -186,7 +245,9 @@ class TrackerService:
 
     def make_app(self) -> web.Application:
         """The aiohttp application with every route."""
-        app = web.Application()
+        app = web.Application(
+            middlewares=[operator_middleware(self.security.operator_token, OPERATOR_ROUTES)]
+        )
         app.router.add_get("/announce", self.announce)
         app.router.add_get("/scrape", self.scrape)
         app.router.add_get("/v1/swarms", self.swarms)
@@ -195,6 +256,8 @@ class TrackerService:
         app.router.add_get("/metrics", self.metrics_handler)
         app.router.add_get("/healthz", self.healthz)
         add_ring_routes(app, self.ring, self.clock)  # the Chord ring's administration
+        app.router.add_get("/v1/allowed", self.allowed)
+        app.router.add_put("/v1/allowed/{info_hash}", self.allow)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -203,9 +266,18 @@ class TrackerService:
         if opener is not None:
             await opener()
         self.core.restore(await self.store.load_all(), now=self.clock())
+        if self.content_dirs:
+            self.core.allow(await self._scan())
+            self._rescan_task = asyncio.get_running_loop().create_task(self._rescan_loop())
         self._runner = web.AppRunner(self.make_app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner,
+            host,
+            port,
+            reuse_address=True,
+            ssl_context=self.security.server_ssl_context(),
+        )
         await site.start()
         # The port actually bound (the one asked for, or the kernel's pick for 0).
         bound: int = self._runner.addresses[0][1]
@@ -219,9 +291,10 @@ class TrackerService:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._refresh_task is not None:
-            self._refresh_task.cancel()
-            await asyncio.gather(self._refresh_task, return_exceptions=True)
+        for task in (self._refresh_task, self._rescan_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -239,6 +312,21 @@ class TrackerService:
                 self._rearm()
             except Exception:  # keep refreshing; Redis may come back
                 log.exception("refreshing swarms from the shared store failed")
+
+    async def _scan(self) -> set[bytes]:
+        return await asyncio.to_thread(published_info_hashes, self.content_dirs, self.trusted_keys)
+
+    async def _rescan_loop(self) -> None:
+        """Allow issues published after start-up (new bundles in the content dirs)."""
+        while True:
+            await asyncio.sleep(self.rescan_s)
+            try:
+                added = self.core.allow(await self._scan())
+            except Exception:
+                log.exception("re-reading the published issues failed")
+                continue
+            if added:
+                log.info("allowlist: %d newly published issue(s)", added)
 
     async def _reload_all(self) -> None:
         by_swarm: dict[bytes, list[PeerRecord]] = {}
@@ -309,6 +397,13 @@ class TrackerService:
             req = parse_announce_query(self._raw_query(request))
         except QueryError as err:
             return self._failure(err.code.value, err.reason)
+        refused = self.core.refusal(req.info_hash)
+        if refused == "unpublished":
+            return self._failure(
+                refused, "this tracker serves only published issues; this info_hash is not one"
+            )
+        if refused is not None:
+            return self._failure(refused, "the tracker holds as many swarms as it may; retry later")
         remote = request.remote
         if not remote:
             return self._failure("no_address", "the tracker cannot tell your address")
@@ -348,6 +443,7 @@ class TrackerService:
         except QueryError as err:
             return self._failure(err.code.value, err.reason)
         try:
+            hashes = tuple(h for h in hashes if self.core.is_allowed(h))
             if self.store.shared:
                 if hashes:
                     for info_hash in hashes:
@@ -421,6 +517,27 @@ class TrackerService:
             }
         )
 
+    async def allowed(self, request: web.Request) -> web.Response:
+        """``GET /v1/allowed`` (operator): the allowlist, or ``null`` when open."""
+        allowlist = self.core.allowlist
+        listed = None if allowlist is None else sorted(h.hex() for h in allowlist)
+        return web.json_response({"allowed": listed})
+
+    async def allow(self, request: web.Request) -> web.Response:
+        """``PUT /v1/allowed/<hex>`` (operator): a publisher announces a new issue."""
+        try:
+            info_hash = bytes.fromhex(request.match_info["info_hash"])
+            if len(info_hash) != 20:
+                raise ValueError
+        except ValueError:
+            raise web.HTTPBadRequest(
+                text='{"error": "info_hash must be 40 hex digits"}',
+                content_type="application/json",
+            ) from None
+        added = self.core.allow([info_hash])
+        log.info("allowlist: %s added by the operator API", info_hash.hex())
+        return web.json_response({"info_hash": info_hash.hex(), "added": bool(added)})
+
     async def metrics_handler(self, request: web.Request) -> web.Response:
         """``GET /metrics``: Prometheus text format."""
         return web.Response(
@@ -441,10 +558,18 @@ async def serve(
     port: int,
     seed: int | None = None,
     ready: Callable[[int], None] | None = None,
+    security: ServiceSecurity | None = None,
+    content_dirs: Sequence[Path] = (),
+    trusted_keys: Collection[bytes] | None = None,
+    allowed: Iterable[bytes] | None = None,
 ) -> None:
-    """Run the tracker until SIGTERM or SIGINT, then flush and exit cleanly."""
-    core = TrackerCore(config, random.Random(seed))
-    service = TrackerService(core, store)
+    """Run the tracker until SIGTERM or SIGINT, then flush and exit cleanly.
+
+    ``allowed`` None and no ``content_dirs``: an open tracker (any info-hash)."""
+    core = TrackerCore(config, random.Random(seed), allowed=allowed)
+    service = TrackerService(
+        core, store, security=security, content_dirs=content_dirs, trusted_keys=trusted_keys
+    )
     bound = await service.start(host, port)
     if ready is not None:
         ready(bound)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from pressrun.security import add_security_arguments
+
 
 def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``pressrun serve tracker`` to the serve subcommands."""
@@ -14,7 +16,8 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         description="BitTorrent HTTP tracker (BEP 3/23/48) with per-peer upload/download "
         "accounting and the fair-exit record. Endpoints: /announce, /scrape, /v1/swarms, "
         "/metrics. State in SQLite (default tracker.db) or, with --redis, shared by "
-        "several instances.",
+        "several instances. It serves only published issues: give --content with "
+        "--publisher-key (signed bundles), --allow, or --allow-any for an open tracker.",
     )
     p.add_argument("--port", type=int, default=6969, help="TCP port (0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -52,6 +55,48 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         default=0,
         help="supernodes expected per issue's Chord ring: placed at equal shares (docs/chord.md)",
     )
+    p.add_argument(
+        "--content",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="repeatable: a content folder of signed bundles (the origins'); their "
+        "info-hashes are the allowlist (re-read every 10 s); with --publisher-key only "
+        "bundles signed by those keys",
+    )
+    p.add_argument(
+        "--publisher-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="repeatable: a publisher public key (file or 64 hex) the --content bundles must "
+        "be signed with (default: each bundle's own signature, the folder is the operator's)",
+    )
+    p.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="INFO_HASH",
+        help="repeatable: allow this info-hash (40 hex digits) besides the published ones",
+    )
+    p.add_argument(
+        "--allow-any",
+        action="store_true",
+        help="an open tracker: any info-hash (private test set-ups only)",
+    )
+    p.add_argument(
+        "--record-ttl-s",
+        type=float,
+        default=3600.0,
+        help="forget a peer this long after it left, and an empty swarm (default 3600)",
+    )
+    p.add_argument(
+        "--max-swarms",
+        type=int,
+        default=10_000,
+        help="refuse announces that would open more swarms than this (default 10000)",
+    )
+    add_security_arguments(p)
     p.set_defaults(func=run_tracker)
 
 
@@ -61,9 +106,12 @@ def run_tracker(args: argparse.Namespace) -> int:
     import logging
     import sqlite3
     import sys
+    from pathlib import Path
 
     from redis.exceptions import RedisError
 
+    from pressrun.content.keys import KeyFileError, load_public_key
+    from pressrun.security import security_from_args
     from pressrun.tracker.aio import serve
     from pressrun.tracker.config import TrackerConfig
     from pressrun.tracker.store import RedisStore, SqliteStore, TrackerStore
@@ -76,8 +124,23 @@ def run_tracker(args: argparse.Namespace) -> int:
             peer_ttl_s=args.peer_ttl_s,
             max_numwant=args.max_numwant,
             ring_supernodes=args.ring_supernodes,
+            record_ttl_s=args.record_ttl_s,
+            max_swarms=args.max_swarms,
         )
-    except ValueError as err:
+        security = security_from_args(args)
+        security.server_ssl_context()  # a bad --tls-cert/--tls-key fails here, clearly
+        if not (args.content or args.allow or args.allow_any):
+            raise ValueError(
+                "say which issues to serve: --content DIR --publisher-key KEY (published "
+                "bundles), --allow INFO_HASH, or --allow-any (an open tracker)"
+            )
+        keys = [load_public_key(k) for k in args.publisher_key]
+        allowed: list[bytes] | None = None
+        if not args.allow_any:
+            allowed = [bytes.fromhex(h) for h in args.allow]
+            if any(len(h) != 20 for h in allowed):
+                raise ValueError("--allow takes an info-hash of 40 hex digits")
+    except (ValueError, KeyFileError) as err:
         print(f"pressrun serve tracker: {err}", file=sys.stderr)
         return 2
 
@@ -88,12 +151,22 @@ def run_tracker(args: argparse.Namespace) -> int:
 
     def ready(port: int) -> None:
         where = f"redis {args.redis}" if args.redis else f"sqlite {args.db}"
-        log.info("tracker listening on http://%s:%d/announce (%s)", args.host, port, where)
-        print(f"tracker listening on http://{args.host}:{port}/announce", flush=True)
+        url = f"{security.scheme}://{args.host}:{port}/announce"
+        log.info("tracker listening on %s (%s)", url, where)
+        print(f"tracker listening on {url}", flush=True)
 
     async def main() -> None:
         await serve(
-            config, make_store(), host=args.host, port=args.port, seed=args.seed, ready=ready
+            config,
+            make_store(),
+            host=args.host,
+            port=args.port,
+            seed=args.seed,
+            ready=ready,
+            security=security,
+            content_dirs=[Path(c) for c in args.content],
+            trusted_keys=keys or None,
+            allowed=allowed,
         )
 
     try:

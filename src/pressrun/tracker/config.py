@@ -22,6 +22,13 @@ class TrackerConfig:
         the first that many are placed at the equal-share positions (each answers for
         K/n piece keys, +-1); 0, or any beyond, split the most loaded arc in two
         (docs/chord.md, "Balance").
+    record_ttl_s: a peer that left (stopped or expired) is forgotten this long after
+        it left, and a swarm with no record left is dropped: what strangers announce
+        cannot pile up (default one hour, long enough for ``/v1/swarms`` to show how
+        a wave of peers left).
+    max_swarms: the most swarms held at once; an announce that would open one more is
+        refused (``tracker_full``) until old ones are pruned. With an allowlist the
+        published issues bound it anyway.
     """
 
     interval_s: int = 30
@@ -30,6 +37,8 @@ class TrackerConfig:
     default_numwant: int = 50
     max_numwant: int = 200
     ring_supernodes: int = 0
+    record_ttl_s: float = 3600.0
+    max_swarms: int = 10_000
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
@@ -42,6 +51,10 @@ class TrackerConfig:
             raise ValueError("max_numwant must be at least 1")
         if self.ring_supernodes < 0:
             raise ValueError("ring_supernodes must not be negative")
+        if self.record_ttl_s <= 0:
+            raise ValueError("record_ttl_s must be positive")
+        if self.max_swarms < 1:
+            raise ValueError("max_swarms must be at least 1")
         if self.default_numwant < 0:
             raise ValueError("default_numwant must not be negative")
 

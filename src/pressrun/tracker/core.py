@@ -28,6 +28,16 @@ counters began at zero, so its whole counters are new bytes. Counters going
 backwards always mean a new session, so a restarted client is never subtracted and a
 repeated announce is never added twice.
 
+Hardening (docs/security.md): with an allowlist (``allowed``) the core serves only
+the info-hashes of published issues, and the adapter refuses any other before it
+reaches ``handle_announce``; a made-up info-hash creates nothing. A record that left
+is forgotten ``record_ttl_s`` after it left (a second lazy heap, like expiry), and an
+empty swarm with it. A ``stopped`` announce claiming a fair rule is checked against
+the swarm's own totals (``supported_rule``): a peer cannot have uploaded more than
+the other peers could have downloaded, ``ratio`` needs something downloaded and at
+least as much uploaded, ``not_needed`` needs the tracker to agree that seeds are not
+needed; a claim that fails is recorded as ``claim_refused``, which is not fair.
+
 Time: ``now`` is whatever clock the adapter feeds, the same for every call. The
 aiohttp adapter uses epoch seconds because records are shared across restarts and,
 with Redis, across tracker processes.
@@ -231,6 +241,39 @@ class Swarm:
         )
 
 
+def others_download_bound(swarm: Swarm, peer_id: bytes) -> int:
+    """The most the other peers of ``swarm`` can have downloaded: their reported totals
+    plus, for an active leecher, what it still has ``left`` (it may have received that
+    much since its last announce). Everything a peer uploaded was downloaded by one of
+    them, so this bounds any one peer's credible upload."""
+    total = 0
+    for record in swarm.records.values():
+        if record.peer_id == peer_id:
+            continue
+        total += record.downloaded_total
+        if record.active and record.left > 0:
+            total += record.left
+    return total
+
+
+def supported_rule(swarm: Swarm, record: PeerRecord, claimed: LeaveRule) -> LeaveRule:
+    """``claimed`` if the swarm's totals support it, else ``CLAIM_REFUSED``.
+
+    ``record`` is the leaving peer's record after its ``stopped`` announce; ``swarm``
+    still files it as before the announce (so the seed counts include it)."""
+    if claimed is LeaveRule.RATIO:
+        credible_up = min(record.uploaded_total, others_download_bound(swarm, record.peer_id))
+        # Nothing credible uploaded is never a reason; a first seed that downloaded
+        # nothing and uploaded what the others did download qualifies.
+        if credible_up <= 0 or credible_up < record.downloaded_total:
+            return LeaveRule.CLAIM_REFUSED
+    elif claimed is LeaveRule.NOT_NEEDED and needs_seeds(
+        seeds=len(swarm.seeds), leechers=len(swarm.leechers)
+    ):
+        return LeaveRule.CLAIM_REFUSED
+    return claimed
+
+
 def needs_seeds(*, seeds: int, leechers: int) -> bool:
     """Whether the swarm still wants its seeds: someone is downloading and the seeds
     do not outnumber the leechers (so one seed leaving would leave fewer seeds than
@@ -247,10 +290,21 @@ class TrackerCore:
     before each announce (``load_swarm``) so several processes share one view.
     """
 
-    def __init__(self, config: TrackerConfig, rng: random.Random) -> None:
+    def __init__(
+        self,
+        config: TrackerConfig,
+        rng: random.Random,
+        *,
+        allowed: Iterable[bytes] | None = None,
+    ) -> None:
         self.config = config
         self._rng = rng
         self._swarms: dict[bytes, Swarm] = {}
+        # None: any info-hash (tests, a private tracker); else only these.
+        self._allowed: set[bytes] | None = set(allowed) if allowed is not None else None
+        # (forget_at, info_hash, peer_id, family number) of records that left; like
+        # _expiry, entries made stale by a later announce are skipped lazily.
+        self._forget: list[tuple[float, bytes, bytes, int]] = []
         # (deadline, info_hash, peer_id, family number) of active peers; entries made
         # stale by a later announce are skipped lazily. Plain comparable items only.
         self._expiry: list[tuple[float, bytes, bytes, int]] = []
@@ -279,6 +333,9 @@ class TrackerCore:
         """
         swarm = self._swarms.get(info_hash)
         if swarm is None:
+            records = list(records)
+            if not records:
+                return  # nothing known: a lookup of a made-up swarm creates nothing
             swarm = self._swarms[info_hash] = Swarm(info_hash)
         seen: set[PeerKey] = set()
         for record in records:
@@ -293,9 +350,13 @@ class TrackerCore:
                 previous is None or not previous.active or previous.last_seen != record.last_seen
             ):
                 self._arm(record)
+            elif not record.active:
+                self._arm_forget(record)
         if len(seen) != len(swarm.records):
             for key in [k for k in swarm.records if k not in seen]:
                 swarm.drop(key)
+        if not swarm.records:
+            del self._swarms[info_hash]
 
     def _file(self, record: PeerRecord) -> None:
         swarm = self._swarms.get(record.info_hash)
@@ -304,6 +365,8 @@ class TrackerCore:
         swarm.put(record)
         if record.active:
             self._arm(record)
+        else:
+            self._arm_forget(record)
 
     def _deadline(self, record: PeerRecord) -> float:
         return max(record.last_seen + self.config.ttl_s, self._grace_until)
@@ -312,6 +375,42 @@ class TrackerCore:
         deadline = self._deadline(record)
         entry = (deadline, record.info_hash, record.peer_id, record.family.value)
         heapq.heappush(self._expiry, entry)
+
+    def _forget_at(self, record: PeerRecord) -> float:
+        left_at = record.left_at if record.left_at is not None else record.last_seen
+        return left_at + self.config.record_ttl_s
+
+    def _arm_forget(self, record: PeerRecord) -> None:
+        entry = (self._forget_at(record), record.info_hash, record.peer_id, record.family.value)
+        heapq.heappush(self._forget, entry)
+
+    # -- the allowlist ------------------------------------------------------------
+
+    def allow(self, info_hashes: Iterable[bytes]) -> int:
+        """Add published info-hashes to the allowlist; answers how many were new.
+        (On an open core, one built without ``allowed``, this starts an allowlist.)"""
+        if self._allowed is None:
+            self._allowed = set()
+        before = len(self._allowed)
+        self._allowed.update(info_hashes)
+        return len(self._allowed) - before
+
+    def is_allowed(self, info_hash: bytes) -> bool:
+        """Whether the tracker serves this info-hash."""
+        return self._allowed is None or info_hash in self._allowed
+
+    @property
+    def allowlist(self) -> frozenset[bytes] | None:
+        """The allowed info-hashes, or None for an open tracker."""
+        return None if self._allowed is None else frozenset(self._allowed)
+
+    def refusal(self, info_hash: bytes) -> str | None:
+        """Why an announce for ``info_hash`` must be refused, or None to handle it."""
+        if not self.is_allowed(info_hash):
+            return "unpublished"
+        if info_hash not in self._swarms and len(self._swarms) >= self.config.max_swarms:
+            return "tracker_full"
+        return None
 
     def record(self, info_hash: bytes, key: PeerKey) -> PeerRecord | None:
         """The record of one peer, if the tracker has seen it."""
@@ -343,7 +442,13 @@ class TrackerCore:
     # -- inputs -----------------------------------------------------------------
 
     def handle_announce(self, req: AnnounceRequest, *, remote: str, now: float) -> AnnounceHandled:
-        """Account for one announce and choose the peers to hand back."""
+        """Account for one announce and choose the peers to hand back.
+
+        The adapter asks `refusal` first: an announce it refuses must not get here
+        (`LocalProtocolError`)."""
+        refused = self.refusal(req.info_hash)
+        if refused is not None:
+            raise LocalProtocolError(f"announce for a refused info-hash ({refused})")
         ip = effective_address(req.ip, remote)
         family = family_of(ip)
         swarm = self._swarms.get(req.info_hash)
@@ -351,9 +456,15 @@ class TrackerCore:
             swarm = self._swarms[req.info_hash] = Swarm(req.info_hash)
         prev = swarm.records.get((req.peer_id, family))
         record = accumulate(prev, req, ip=ip, now=now)
+        if record.leave_rule is not None and record.leave_rule.fair:
+            checked = supported_rule(swarm, record, record.leave_rule)
+            if checked is not record.leave_rule:
+                record = replace(record, leave_rule=checked)
         swarm.put(record)
         if record.active:
             self._arm(record)
+        else:
+            self._arm_forget(record)
         logged = None
         if req.event is not AnnounceEvent.NONE:
             logged = TrackerEvent(
@@ -425,7 +536,24 @@ class TrackerCore:
     # -- timers -----------------------------------------------------------------
 
     def next_deadline(self) -> float | None:
-        """When the next active peer would expire, or None with no active peers."""
+        """When the next active peer would expire or the next record that left is to
+        be forgotten; None when neither can happen."""
+        expiry = self._next_expiry()
+        forget = self._next_forget()
+        if expiry is None:
+            return forget
+        return expiry if forget is None else min(expiry, forget)
+
+    def _next_forget(self) -> float | None:
+        while self._forget:
+            deadline, info_hash, peer_id, family = self._forget[0]
+            record = self.record(info_hash, (peer_id, AddressFamily(family)))
+            if record is not None and not record.active and self._forget_at(record) == deadline:
+                return deadline
+            heapq.heappop(self._forget)  # stale: came back, or already forgotten
+        return None
+
+    def _next_expiry(self) -> float | None:
         while self._expiry:
             deadline, info_hash, peer_id, family = self._expiry[0]
             record = self.record(info_hash, (peer_id, AddressFamily(family)))
@@ -442,10 +570,17 @@ class TrackerCore:
         return None
 
     def handle_timer(self, *, now: float) -> list[PeerExpired]:
-        """Expire every active peer silent for the TTL or longer."""
+        """Expire every active peer silent for the TTL or longer, and forget records
+        that left ``record_ttl_s`` ago (with their swarm once it is empty)."""
+        while (deadline := self._next_forget()) is not None and deadline <= now:
+            _, info_hash, peer_id, family = heapq.heappop(self._forget)
+            swarm = self._swarms[info_hash]
+            swarm.drop((peer_id, AddressFamily(family)))
+            if not swarm.records:
+                del self._swarms[info_hash]
         expired: list[PeerExpired] = []
         while True:
-            deadline = self.next_deadline()
+            deadline = self._next_expiry()
             if deadline is None or deadline > now:
                 return expired
             _, info_hash, peer_id, family = heapq.heappop(self._expiry)
@@ -459,6 +594,7 @@ class TrackerCore:
                 version=old.version + 1,
             )
             swarm.put(record)
+            self._arm_forget(record)
             expired.append(
                 PeerExpired(
                     record=record,

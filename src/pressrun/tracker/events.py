@@ -21,8 +21,10 @@ class LeaveRule(Enum):
     The first four come from the peer itself in the pressrun extension parameter
     ``leave_rule`` of its ``stopped`` announce (the fair-exit rule of
     004_3e4b985b4cf14853.txt, III.A, and its two escape hatches); the last two are
-    the tracker's own: a ``stopped`` without the parameter (third-party clients), and
-    a peer that stopped announcing and expired.
+    the tracker's own: a ``stopped`` without the parameter (third-party clients), a
+    peer that stopped announcing and expired, and a fair rule the swarm's own totals
+    cannot support (``claim_refused``: e.g. ``ratio`` with more uploaded than the
+    other peers could have downloaded; see core.supported_rule).
     """
 
     RATIO = "ratio"
@@ -31,6 +33,7 @@ class LeaveRule(Enum):
     USER = "user"
     UNSPECIFIED = "unspecified"
     EXPIRED = "expired"
+    CLAIM_REFUSED = "claim_refused"
 
     @property
     def fair(self) -> bool:

@@ -69,6 +69,11 @@ class ScoringAlgorithm(ABC):
         """The origin's current score for an issue (None if not scored), for display."""
         return None
 
+    def forget_issue(self, issue_id: str) -> None:
+        """No origin in rotation holds the issue: drop any per-issue state (the core
+        calls this so that what the algorithm keeps stays bounded)."""
+        return None
+
     def holders(self, issue_id: str) -> list[str]:
         """Origins in rotation that hold the issue, in a stable order."""
         return sorted(n for n, s in self.statuses.items() if issue_id in s.issues)
@@ -127,6 +132,9 @@ class ScoredAlgorithm(ScoringAlgorithm):
         super().handle_origin_down(name, now=now)
         for index in self._index.values():
             index.remove(name)
+
+    def forget_issue(self, issue_id: str) -> None:
+        self._index.pop(issue_id, None)
 
     def rank(
         self, issue_id: str, *, exclude: Set[str] = frozenset(), k: int = 3, now: float
