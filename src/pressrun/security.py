@@ -180,8 +180,8 @@ class BodyTooLarge(Exception):
     """A body read from the network passed its size limit (reading stopped there)."""
 
     def __init__(self, what: str, limit: int, declared: int | None = None) -> None:
-        size = f"declares {declared} bytes" if declared is not None else "kept coming"
-        super().__init__(f"{what} {size}, more than the limit of {limit} bytes; cut off")
+        size = f"declares {declared} bytes" if declared is not None else "is"
+        super().__init__(f"{what} {size}: more than {limit} bytes (the limit); cut off")
         self.what = what
         self.limit = limit
 

@@ -56,6 +56,7 @@ import time
 from collections import Counter as TallyCounter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -93,7 +94,9 @@ from pressrun.balancer.events import (
     StatusReceived,
     SwarmInfo,
 )
+from pressrun.content.bundle import MAX_MANIFEST_BYTES
 from pressrun.cors import enable_cors
+from pressrun.security import BodyTooLarge, ServiceSecurity, client_connector, read_body_limited
 from pressrun.service import wait_for_stop_signal
 
 log = logging.getLogger(__name__)
@@ -129,6 +132,9 @@ class BalancerServiceConfig:
     extra_tracker_urls: more tracker instances sharing ``tracker_url``'s state (Redis);
         swarm directives name ``tracker_url`` and these in turn, spreading the
         announces over them.
+    security: TLS of the listening socket (``--tls-cert/--tls-key``).
+    ca_file: an extra CA the origins' certificates may chain to (besides the
+        system's and ``PRESSRUN_CA_FILE``).
     """
 
     origins: tuple[OriginSpec, ...]
@@ -146,6 +152,8 @@ class BalancerServiceConfig:
     multicast_sender_url: str | None = None
     multicast_token: str | None = None
     multicast: MulticastInfo | None = None
+    security: ServiceSecurity = field(default_factory=ServiceSecurity)
+    ca_file: Path | None = None
 
     def effective_poll_timeout_s(self) -> float:
         """The poll timeout in force: the configured one or 0.8 x the interval."""
@@ -156,20 +164,6 @@ class BalancerServiceConfig:
 
 #: a /stats answer larger than this is malformed (it is a few hundred bytes per issue)
 MAX_STATS_BYTES = 4 * 1024 * 1024
-
-
-async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The body, or `StatusFormatError` once it grows past `limit` bytes."""
-    if resp.content_length is not None and resp.content_length > limit:
-        raise StatusFormatError("", f"{resp.content_length} bytes, more than {limit}")
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := await resp.content.read(65536):
-        size += len(chunk)
-        if size > limit:
-            raise StatusFormatError("", f"more than {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 class ManifestUnavailable(Exception):
@@ -309,7 +303,7 @@ class BalancerService:
             cfg.balancer, cfg.origins, algorithm, self._mode_policy, now=loop.time()
         )
         self._http = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            connector=client_connector(cfg.ca_file, limit=0, ttl_dns_cache=300),
             headers={"User-Agent": "pressrun-balancer"},
         )
         access_log: logging.Logger | None = None
@@ -319,7 +313,13 @@ class BalancerService:
             access_log.setLevel(logging.INFO)
         self._runner = web.AppRunner(self.make_app(), access_log=access_log, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner,
+            cfg.host,
+            cfg.port,
+            reuse_address=True,
+            ssl_context=cfg.security.server_ssl_context(),
+        )
         await site.start()
         server = getattr(site, "_server", None)
         sockets = getattr(server, "sockets", None) or []
@@ -453,7 +453,7 @@ class BalancerService:
             async with self._http.get(url + "/stats", timeout=self._poll_timeout) as resp:
                 if resp.status != 200:
                     raise StatusFormatError("", f"HTTP {resp.status} instead of 200")
-                body = await _read_limited(resp, MAX_STATS_BYTES)
+                body = await read_body_limited(resp, MAX_STATS_BYTES, f"{url}/stats")
             status = decode_status(body, origin_name=name)
         except TimeoutError:
             reason = f"no answer within {self.config.effective_poll_timeout_s():g} s"
@@ -461,6 +461,8 @@ class BalancerService:
             reason = str(err) or type(err).__name__
         except StatusFormatError as err:
             reason = str(err)
+        except BodyTooLarge as err:
+            reason = str(StatusFormatError("", str(err)))
         except OSError as err:
             reason = str(err) or type(err).__name__
         except Exception as err:
@@ -606,14 +608,15 @@ class BalancerService:
                     if resp.status != 200:
                         problems.append(f"{manifest_url}: HTTP {resp.status}")
                         continue
-                    doc = json.loads(await resp.read())
+                    body = await read_body_limited(resp, MAX_MANIFEST_BYTES, manifest_url)
+                doc = json.loads(body)
                 manifest = doc["manifest"]
                 file_name = manifest["file_name"]
                 info_hash = manifest.get("info_hash")
             except TimeoutError:
                 problems.append(f"{manifest_url}: no answer within {timeout.total:g} s")
                 continue
-            except (aiohttp.ClientError, OSError) as err:
+            except (aiohttp.ClientError, OSError, BodyTooLarge) as err:
                 problems.append(f"{manifest_url}: {err}")
                 continue
             except (ValueError, KeyError, TypeError) as err:
@@ -707,9 +710,9 @@ class RunningBalancer:
 
     @property
     def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:40123``."""
+        """Base URL, e.g. ``http://127.0.0.1:40123`` (``https`` with TLS)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self.service.config.security.scheme}://{host}:{self.port}"
 
     @property
     def core(self) -> BalancerCore:

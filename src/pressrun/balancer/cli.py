@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import string
+from pathlib import Path
 from typing import Any
 
 from pressrun.balancer.events import OriginSpec
+from pressrun.security import add_security_arguments, security_from_args
 
 
 class OriginListError(ValueError):
@@ -238,6 +240,14 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         help="estimated concurrent downloaders below which it leaves multicast "
         "(default 50; between the swarm's leave and the multicast enter threshold)",
     )
+    p.add_argument(
+        "--ca-file",
+        type=Path,
+        default=None,
+        metavar="PEM",
+        help="an extra CA for the origins' HTTPS certificates (default: $PRESSRUN_CA_FILE)",
+    )
+    add_security_arguments(p, token=False)
     p.set_defaults(func=run_balancer)
 
 
@@ -324,7 +334,10 @@ def run_balancer(args: argparse.Namespace) -> int:
                 multicast_leave_downloaders=args.multicast_leave_downloaders,
             ),
             **_multicast_options(args),
+            security=security_from_args(args),
+            ca_file=args.ca_file,
         )
+        config.security.server_ssl_context()  # a bad --tls-cert/--tls-key fails here
     except ValueError as err:
         print(f"pressrun serve balancer: {err}", file=sys.stderr)
         return 2

@@ -77,6 +77,7 @@ from pressrun.content.manifest import (
     check_file,
     piece_ok,
 )
+from pressrun.security import BodyTooLarge, client_connector, read_body_limited
 
 if TYPE_CHECKING:
     import nacl.public
@@ -89,6 +90,8 @@ log = logging.getLogger("pressrun.clients")
 
 #: a manifest is about 70 bytes per piece; 32 MiB is far beyond any real one
 MAX_MANIFEST_BYTES = 32 * 1024 * 1024
+#: a directive is a few hundred bytes; a balancer answering more is cut off
+MAX_DIRECTIVE_BYTES = 1 << 20
 #: read size of a section's body
 READ_CHUNK_BYTES = 64 * 1024
 #: full passes (download + whole-file check) before giving up on a file that keeps
@@ -221,9 +224,11 @@ class _Fetch:
         timeout = aiohttp.ClientTimeout(total=self.config.balancer_timeout_s)
         try:
             async with self.session.get(url, params=params, timeout=timeout) as resp:
-                body = await resp.content.read(1 << 20)
                 status = resp.status
                 retry_after = resp.headers.get("Retry-After")
+                body = await read_body_limited(resp, MAX_DIRECTIVE_BYTES, f"the directive at {url}")
+        except BodyTooLarge as err:
+            raise _DirectiveUnavailable(str(err)) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             reason = f"the balancer at {self.balancer_url} is unreachable: {_describe(err)}"
             if self.first_contact:
@@ -311,12 +316,11 @@ class _Fetch:
             async with self.session.get(url, timeout=timeout) as resp:
                 if resp.status != 200:
                     raise _DirectiveUnavailable(f"GET {url} answered HTTP {resp.status}")
-                data = await resp.content.read(limit + 1)
+                return await read_body_limited(resp, limit, f"GET {url}")
+        except BodyTooLarge as err:
+            raise _DirectiveUnavailable(str(err)) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             raise _DirectiveUnavailable(f"GET {url}: {_describe(err)}") from None
-        if len(data) > limit:
-            raise _DirectiveUnavailable(f"GET {url}: larger than {limit} bytes")
-        return data
 
     def _verified_manifest(self, data: bytes, origin: str) -> Manifest:
         where = f"the manifest of {self.issue_id} from origin {origin}"
@@ -881,7 +885,8 @@ async def fetch_issue(
     `FetchError` (one line) when the issue cannot be fetched; the pieces verified so
     far stay in ``LIBRARY/.partial/`` for the next attempt.
     """
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    # TLS verified against the system's CAs plus $PRESSRUN_CA_FILE (pressrun.security).
+    connector = client_connector(limit=0, force_close=False)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
         fetch = _Fetch(
             issue_id=issue_id,

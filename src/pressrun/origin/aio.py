@@ -56,6 +56,7 @@ from pressrun.origin.core import (
     parse_range,
     valid_name,
 )
+from pressrun.security import ServiceSecurity
 
 log = logging.getLogger("pressrun.origin")
 
@@ -500,6 +501,7 @@ class RunningOrigin:
     runner: web.AppRunner
     host: str
     port: int
+    scheme: str = "http"
 
     @property
     def name(self) -> str:
@@ -508,9 +510,9 @@ class RunningOrigin:
 
     @property
     def url(self) -> str:
-        """``http://host:port``, no trailing slash."""
+        """``http://host:port`` (``https`` with TLS), no trailing slash."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
 
     async def stop(self) -> None:
         """Stop listening, let transfers finish for the grace period, cut the rest."""
@@ -544,8 +546,9 @@ async def start_origin(config: OriginConfig) -> RunningOrigin:
         access_log=None,  # one INFO line per transfer instead (see _transfer)
         shutdown_timeout=config.shutdown_grace_s,
     )
+    security = ServiceSecurity(config.tls_cert, config.tls_key)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port)
+    site = web.TCPSite(runner, config.host, config.port, ssl_context=security.server_ssl_context())
     await site.start()
     port = config.port
     for address in runner.addresses:
@@ -555,7 +558,9 @@ async def start_origin(config: OriginConfig) -> RunningOrigin:
     if config.name is None:
         service.name = f"origin-{port}"
     service.start_timer()
-    running = RunningOrigin(service=service, runner=runner, host=config.host, port=port)
+    running = RunningOrigin(
+        service=service, runner=runner, host=config.host, port=port, scheme=security.scheme
+    )
     cap = config.egress_cap_mbps
     log.info(
         "origin %s serving %s on %s (capacity %g Mbit/s, egress cap %s, %d issues)",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from pressrun.security import add_security_arguments
+
 
 def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``pressrun serve origin`` to the serve subcommands."""
@@ -62,6 +64,7 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         default=64,
         help="with a cap, the size of each paced write in KiB (default 64)",
     )
+    add_security_arguments(p, token=False)
     p.set_defaults(func=run_origin)
 
 
@@ -72,6 +75,7 @@ def run_origin(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from pressrun.origin.config import OriginConfig
+    from pressrun.security import ServiceSecurity
 
     try:
         config = OriginConfig(
@@ -86,7 +90,10 @@ def run_origin(args: argparse.Namespace) -> int:
             shutdown_grace_s=args.shutdown_grace_s,
             sendfile_chunk_bytes=args.sendfile_chunk_kib * 1024,
             cap_chunk_bytes=args.cap_chunk_kib * 1024,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
         )
+        ServiceSecurity(args.tls_cert, args.tls_key).server_ssl_context()  # fail early
     except ValueError as err:
         print(f"pressrun serve origin: {err}", file=sys.stderr)
         return 2

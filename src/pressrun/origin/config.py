@@ -38,6 +38,7 @@ class OriginConfig:
     cap_chunk_bytes: with a cap, the size of each paced write.
     cap_burst_s: with a cap, the bucket's depth in seconds of the cap (at least one
         chunk): how far ahead of the average rate a burst may go.
+    tls_cert, tls_key: PEM files; given, the origin serves HTTPS (pressrun.security).
     """
 
     content_dir: Path
@@ -52,6 +53,8 @@ class OriginConfig:
     sendfile_chunk_bytes: int = 1024 * 1024
     cap_chunk_bytes: int = 64 * 1024
     cap_burst_s: float = 0.05
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
     def __post_init__(self) -> None:
         if not (self.capacity_mbps > 0 and math.isfinite(self.capacity_mbps)):
