@@ -91,6 +91,8 @@ async def start_tracker(store_args: list[str]) -> tuple[asyncio.subprocess.Proce
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pressrun.cli", "--log-level", "WARNING", "serve", "tracker",
         "--port", "0", "--max-numwant", "50", *store_args,
+        # made-up swarms: an open tracker (the allowlist check is one set lookup)
+        "--allow-any",
         stdout=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip

@@ -392,6 +392,7 @@ class SwarmPeer:
 
     _handover_pieces: tuple[int, ...] = ()
     _left_at: float | None = None
+    _leaving: asyncio.Future[None] | None = None
 
     def _seeding_s(self) -> float | None:
         if self._verified_at is None or self._loop is None:
@@ -402,6 +403,13 @@ class SwarmPeer:
     # --- leaving ------------------------------------------------------------
 
     async def _leave_swarm(self, rule: LeaveRule) -> None:
+        """Leave once, however many callers ask (``finished`` and a ``stop`` from a
+        signal both do): the first starts the leave, every caller awaits that one."""
+        if self._leaving is None:
+            self._leaving = asyncio.ensure_future(self._leave_once(rule))
+        await asyncio.shield(self._leaving)
+
+    async def _leave_once(self, rule: LeaveRule) -> None:
         """Save resume data, name the rule to the tracker, remove the torrent."""
         if self._handle is None or self._alerts is None or self._removed.is_set():
             return
@@ -412,6 +420,21 @@ class SwarmPeer:
         if self._ring is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._ring.leave(), 2.0)  # never chosen again
+        # libtorrent sends `stopped` only to a tracker it has announced to, and sends it
+        # when the torrent pauses: first move to the URL that names the rule and
+        # announce there, then pause (that is the one `stopped`, naming the rule), then
+        # remove. Pausing first would send a `stopped` without the rule to the old URL,
+        # and the leave would reach the tracker twice (docs/tracker.md).
+        urls = [str(t["url"]) for t in handle.trackers()]
+        if urls:
+            sep = "&" if "?" in urls[0] else "?"
+            self._tracker_replied.clear()
+            handle.replace_trackers(
+                [lt.announce_entry(f"{u}{sep}leave_rule={rule.tracker_value}") for u in urls]
+            )
+            handle.force_reannounce()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._tracker_replied.wait(), _LEAVE_ANNOUNCE_TIMEOUT_S)
         handle.pause()
         await self._save_resume(wait=True)
         if self._stalled and self._verified_at is None:
@@ -420,19 +443,6 @@ class SwarmPeer:
             self._handover_pieces = tuple(
                 await asyncio.to_thread(verified_pieces, self.manifest, self.path, pieces)
             )
-        # libtorrent sends `stopped` only to a tracker it has announced to: move to the
-        # URL that names the rule, announce there, then remove (docs/tracker.md).
-        urls = [str(t["url"]) for t in handle.trackers()]
-        if urls:
-            sep = "&" if "?" in urls[0] else "?"
-            handle.resume()
-            self._tracker_replied.clear()
-            handle.replace_trackers(
-                [lt.announce_entry(f"{u}{sep}leave_rule={rule.tracker_value}") for u in urls]
-            )
-            handle.force_reannounce()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._tracker_replied.wait(), _LEAVE_ANNOUNCE_TIMEOUT_S)
         self._alerts.session.remove_torrent(handle)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._removed.wait(), _LEAVE_ANNOUNCE_TIMEOUT_S)
@@ -538,7 +548,7 @@ class SwarmPeer:
             if "leave_rule=" in str(a.tracker_url()):
                 self._tracker_replied.set()
         elif isinstance(a, lt.url_seed_alert):
-            log.info("web seed %s failed: %s", a.server_url, a.error_message)
+            log.info("web seed %s failed: %s", a.server_url(), a.error_message())
             self._apply(self.core.handle_web_seed_failed(now=now))
         elif isinstance(a, lt.save_resume_data_alert):
             write_resume(self.resume_path, a.params, self._feed.fed_bytes)

@@ -20,6 +20,7 @@ import aiohttp
 
 from pressrun.content.codec import Manifest
 from pressrun.content.manifest import piece_ok
+from pressrun.security import BodyTooLarge, client_connector, read_body_limited
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ class OwedPieceFeed:
     """Fetches ``owed`` pieces from ``web_seeds`` in turn while ``running()`` holds.
 
     ``handle()`` is the torrent handle (None once it is gone). ``fed_bytes`` counts
-    every byte fetched, across restarts (the caller restores it from the resume data);
+    every verified byte fetched, across restarts (the caller restores it from the resume data);
     ``session_bytes`` only this session's.
     """
 
@@ -67,7 +68,7 @@ class OwedPieceFeed:
     async def _run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=30)
         turn = 0
-        async with aiohttp.ClientSession(timeout=timeout) as http:
+        async with aiohttp.ClientSession(timeout=timeout, connector=client_connector()) as http:
             while self._running():
                 piece = self._next_owed()
                 if piece is None:
@@ -95,23 +96,26 @@ class OwedPieceFeed:
         return None
 
     async def _fetch_piece(self, http: aiohttp.ClientSession, url: str, piece: int) -> bytes | None:
+        """The piece from one origin, verified; None (logged) otherwise. A range answer
+        longer than the piece is cut off, and bytes count as fed only once verified."""
         start, length = self.manifest.piece_span(piece)
         headers = {"Range": f"bytes={start}-{start + length - 1}"}
-        buf = bytearray()
         try:
             async with http.get(url, headers=headers) as resp:
                 if resp.status != 206:
                     log.info("origin %s answered %d for piece %d", url, resp.status, piece)
                     return None
-                async for chunk in resp.content.iter_chunked(1 << 16):
-                    buf += chunk
-                    self.session_bytes += len(chunk)
-                    self.fed_bytes += len(chunk)
+                what = f"origin {url}'s answer for piece {piece}"
+                data = await read_body_limited(resp, length, what)
         except (aiohttp.ClientError, TimeoutError) as err:
             log.info("origin %s failed for piece %d: %s", url, piece, err)
             return None
-        data = bytes(buf)
+        except BodyTooLarge as err:
+            log.warning("%s", err)
+            return None
         if not piece_ok(self.manifest, piece, data):
             log.warning("origin %s sent piece %d not matching the manifest; dropped", url, piece)
             return None
+        self.session_bytes += len(data)
+        self.fed_bytes += len(data)
         return data

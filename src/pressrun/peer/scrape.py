@@ -15,9 +15,13 @@ import aiohttp
 import yarl
 
 from pressrun.peer.events import SwarmCounts
+from pressrun.security import BodyTooLarge, client_connector, read_body_limited
 from pressrun.tracker.codec import CodecError, bdecode
 
 log = logging.getLogger(__name__)
+
+#: one swarm's scrape answer is about 100 bytes; a tracker answering more is cut off
+MAX_SCRAPE_BYTES = 64 * 1024
 
 
 def scrape_url(announce_url: str) -> str | None:
@@ -67,10 +71,15 @@ class TrackerScrape:
         target = f"{url}{'&' if '?' in url else '?'}info_hash={ih}"
         try:
             if self._http is None:
-                self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+                self._http = aiohttp.ClientSession(
+                    timeout=aiohttp.ClientTimeout(total=5), connector=client_connector()
+                )
             async with self._http.get(yarl.URL(target, encoded=True)) as resp:
-                body = await resp.read()
+                body = await read_body_limited(resp, MAX_SCRAPE_BYTES, f"the scrape at {url}")
             counts = parse_scrape(body, self._info_hash)
+        except BodyTooLarge as err:
+            log.warning("%s", err)
+            return
         except (aiohttp.ClientError, TimeoutError, ValueError, CodecError) as err:
             log.debug("scrape %s failed: %s", url, err)
             return
