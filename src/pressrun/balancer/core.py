@@ -98,11 +98,10 @@ class ModePolicy(Protocol):
     """Chooses the delivery mode of each directive (e.g. from demand per issue)."""
 
     def decide(self, issue_id: str, *, now: float) -> ModeDecision:
-        """The mode for a client asking now; called once per directive request."""
-        ...
+        """The mode for a client asking now; called once per directive request.
 
-    def forget_issue(self, issue_id: str) -> None:
-        """No origin holds the issue any more: drop whatever is kept about it."""
+        A policy that keeps state per issue also has ``forget_issue(issue_id)``: the
+        core calls it when no origin in rotation holds the issue any more."""
         ...
 
 
@@ -115,9 +114,6 @@ class OriginOnly:
     def decide(self, issue_id: str, *, now: float) -> ModeDecision:
         """Always `origin`."""
         return _ORIGIN_MODE
-
-    def forget_issue(self, issue_id: str) -> None:
-        """Nothing is kept per issue."""
 
 
 class BalancerCore:
@@ -236,7 +232,9 @@ class BalancerCore:
                 del self._holders[issue]
                 self._ranked_cache.pop(issue, None)
                 self.algorithm.forget_issue(issue)
-                self.mode_policy.forget_issue(issue)
+                forget = getattr(self.mode_policy, "forget_issue", None)
+                if forget is not None:
+                    forget(issue)
 
     def held_issues(self) -> int:
         """How many issues some origin in rotation holds (the bound on per-issue state)."""
