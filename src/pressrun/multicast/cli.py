@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from pressrun.multicast.config import FEC_SCHEMES, TOKEN_ENV, CarouselConfig
+from pressrun.security import ServiceSecurity, add_security_arguments
 
 _DEFAULTS = CarouselConfig()
 
@@ -112,6 +113,7 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="ISSUE",
         help="start a carousel for ISSUE at once (repeatable)",
     )
+    add_security_arguments(p, token=False)
     p.set_defaults(func=run_sender)
 
 
@@ -172,7 +174,9 @@ def run_sender(args: argparse.Namespace) -> int:
             announce_interval_s=args.announce_interval_s,
             announcement_ttl_s=args.announcement_ttl_s,
             multicast_ttl=args.multicast_ttl,
+            tls=ServiceSecurity(args.tls_cert, args.tls_key),
         )
+        config.tls.server_ssl_context()  # a bad --tls-cert/--tls-key fails here
     except (ValueError, OSError, KeyFileError) as err:
         print(f"pressrun serve multicast: {err}", file=sys.stderr)
         return 2

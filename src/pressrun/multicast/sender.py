@@ -48,6 +48,7 @@ from pressrun.multicast.control import sign_announcement
 from pressrun.multicast.core import AnnouncementClock, CarouselSchedule, channel_cycles
 from pressrun.multicast.events import Announcement, CarouselPlan, ChannelSpec
 from pressrun.multicast.net import free_udp_port, sender_socket
+from pressrun.security import ServiceSecurity
 
 if TYPE_CHECKING:
     from pressrun_flute import EncodedObject, PacketBuffer
@@ -77,6 +78,7 @@ class SenderServiceConfig:
     announce_interval_s: float = 0.5
     announcement_ttl_s: float = 5.0
     multicast_ttl: int = 1
+    tls: ServiceSecurity = field(default_factory=ServiceSecurity)  # HTTPS for the API
 
     def __post_init__(self) -> None:
         if len(self.token) < 16:
@@ -546,10 +548,15 @@ class MulticastSender:
         self._announcer = asyncio.get_running_loop().create_task(self._announce_loop())
         self._runner = web.AppRunner(self.make_app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.host, self.config.port)
+        site = web.TCPSite(
+            self._runner,
+            self.config.host,
+            self.config.port,
+            ssl_context=self.config.tls.server_ssl_context(),
+        )
         await site.start()
         port: int = self._runner.addresses[0][1]
-        self.url = f"http://{self.config.host}:{port}"
+        self.url = f"{self.config.tls.scheme}://{self.config.host}:{port}"
         return self.url
 
     async def close(self) -> None:

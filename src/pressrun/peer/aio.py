@@ -207,6 +207,7 @@ class SwarmPeer:
         self._left: asyncio.Future[Leave] | None = None
         self._tracker_replied: asyncio.Event = asyncio.Event()
         self._resume_saved: asyncio.Event = asyncio.Event()
+        self._cache_flushed: asyncio.Event = asyncio.Event()
         self._removed: asyncio.Event = asyncio.Event()
         self._started_at = 0.0
         self._verified_at: float | None = None
@@ -550,6 +551,8 @@ class SwarmPeer:
         elif isinstance(a, lt.url_seed_alert):
             log.info("web seed %s failed: %s", a.server_url(), a.error_message())
             self._apply(self.core.handle_web_seed_failed(now=now))
+        elif isinstance(a, lt.cache_flushed_alert):
+            self._cache_flushed.set()
         elif isinstance(a, lt.save_resume_data_alert):
             write_resume(self.resume_path, a.params, self._feed.fed_bytes)
             self._resume_saved.set()
@@ -690,18 +693,21 @@ class SwarmPeer:
 
     async def _verify(self) -> None:
         assert self.core is not None and self._loop is not None
-        # torrent_finished_alert can come before libtorrent's disk threads have written
-        # the last pieces (it hashes from its store buffer): ask for resume data with
-        # flush_disk_cache and wait for its alert, so the file we hash is the whole file.
+        # torrent_finished_alert comes once every piece passed its hash check, which
+        # libtorrent computes from its store buffer while the writes to the file may
+        # still be queued on its disk threads. flush_cache() queues a fence job behind
+        # every outstanding job of this torrent's storage and posts cache_flushed_alert
+        # when it ran: after that alert the file holds every piece. (The save_resume_data
+        # flush_disk_cache flag used before queues the same fence but posts its alert
+        # without waiting for it, and any periodic save's alert could answer the wait:
+        # the race the final check lost on loaded machines.)
         if self._handle is not None:
-            self._resume_saved.clear()
-            self._handle.save_resume_data(lt.save_resume_flags_t.flush_disk_cache)
+            self._cache_flushed.clear()
+            self._handle.flush_cache()
             try:
-                await asyncio.wait_for(self._resume_saved.wait(), timeout=10.0)
+                await asyncio.wait_for(self._cache_flushed.wait(), timeout=60.0)
             except TimeoutError:
-                log.warning("peer: libtorrent did not confirm its disk flush in 10 s")
-        # (re-checked a few times: pieces can still be on their way to the file,
-        # pressrun.peer.verify)
+                log.warning("peer: libtorrent did not confirm its disk flush in 60 s")
         found = await final_check(self.manifest, self.path)
         if not found.matches(self.manifest):
             err = SwarmError(

@@ -1,9 +1,9 @@
 """Checking a swarm copy against the signed manifest: the final check, kept pieces.
 
-The final check hashes the whole file (SHA-256 of every piece and of the file). Measured
-in the demo: even after libtorrent's disk flush, a hash right after the finish can still
-read pieces libtorrent has not written yet (they hash fine moments later), so it is
-repeated a few times before it is called a disagreement.
+The final check hashes the whole file (SHA-256 of every piece and of the file), once:
+the peer calls it after libtorrent confirmed that its disk jobs for the torrent ran
+(``flush_cache`` and its ``cache_flushed_alert``, pressrun.peer.aio), so a piece that
+does not match is a real disagreement, not a write still on its way.
 """
 
 from __future__ import annotations
@@ -15,20 +15,10 @@ from pathlib import Path
 from pressrun.content.codec import Manifest
 from pressrun.content.manifest import FileCheck, check_file, piece_ok
 
-#: how often, and how far apart, the final manifest check is repeated
-_FINAL_CHECK_RETRIES = 6
-_FINAL_CHECK_RETRY_S = 0.5
-
 
 async def final_check(manifest: Manifest, path: Path) -> FileCheck:
-    """Hash the whole file (in a thread), re-checking a few times while it disagrees."""
-    found = await asyncio.to_thread(check_file, manifest, path)
-    for _ in range(_FINAL_CHECK_RETRIES):
-        if found.matches(manifest):
-            break
-        await asyncio.sleep(_FINAL_CHECK_RETRY_S)
-        found = await asyncio.to_thread(check_file, manifest, path)
-    return found
+    """Hash the whole file against the manifest (in a thread)."""
+    return await asyncio.to_thread(check_file, manifest, path)
 
 
 def missing_spans(manifest: Manifest, have: Sequence[int]) -> tuple[tuple[int, int], ...]:

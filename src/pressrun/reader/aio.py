@@ -200,12 +200,13 @@ class RunningReader:
     runner: web.AppRunner
     host: str
     port: int
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
-        """``http://host:port``, no trailing slash."""
+        """``http://host:port`` (``https`` with TLS), no trailing slash."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
 
     async def stop(self) -> None:
         """Stop listening."""
@@ -217,10 +218,14 @@ async def start_reader(config: ReaderConfig) -> RunningReader:
     service = ReaderService(config)
     runner = web.AppRunner(service.make_app(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port)
+    site = web.TCPSite(
+        runner, config.host, config.port, ssl_context=config.tls.server_ssl_context()
+    )
     await site.start()
     port: int = runner.addresses[0][1]  # the port bound (config.port may be 0)
-    running = RunningReader(service=service, runner=runner, host=config.host, port=port)
+    running = RunningReader(
+        service=service, runner=runner, host=config.host, port=port, scheme=config.tls.scheme
+    )
     log.info(
         "reader serving the web app (build %s) on %s (balancer %s)",
         service.build,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from pressrun.security import add_security_arguments
+
 
 def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``pressrun serve reader`` to the serve subcommands."""
@@ -39,6 +41,7 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         choices=["mobile", "desktop"],
         help="the client profile whose download settings the app uses (default mobile)",
     )
+    add_security_arguments(p, token=False)
     p.set_defaults(func=run_reader)
 
 
@@ -50,6 +53,7 @@ def run_reader(args: argparse.Namespace) -> int:
     from pressrun.clients.config import profile
     from pressrun.content.keys import KeyFileError, load_public_key
     from pressrun.reader.config import ReaderConfig
+    from pressrun.security import ServiceSecurity
 
     try:
         keys = tuple(load_public_key(k).hex() for k in args.publisher_key)
@@ -59,7 +63,9 @@ def run_reader(args: argparse.Namespace) -> int:
             port=args.port,
             publisher_keys=keys,
             download=profile(args.profile),
+            tls=ServiceSecurity(args.tls_cert, args.tls_key),
         )
+        config.tls.server_ssl_context()  # a bad --tls-cert/--tls-key fails here
     except (ValueError, KeyFileError) as err:
         print(f"pressrun serve reader: {err}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pressrun.clients.config import MOBILE, ClientConfig
+from pressrun.security import ServiceSecurity
 
 #: this package's folder: ``web/`` (the app) and ``node_modules/`` (npm packages)
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -36,6 +37,7 @@ class ReaderConfig:
     download: ClientConfig = MOBILE
     web_dir: Path = field(default=PACKAGE_DIR / "web")
     modules_dir: Path = field(default=PACKAGE_DIR / "node_modules")
+    tls: ServiceSecurity = field(default_factory=ServiceSecurity)  # HTTPS (--tls-cert/--tls-key)
 
     def __post_init__(self) -> None:
         if not self.balancer_url.startswith(("http://", "https://")):

@@ -24,6 +24,7 @@ import nacl.public
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
+from pressrun.security import ServiceSecurity
 from pressrun.service import wait_for_stop_signal
 from pressrun.subscriptions.codec import (
     RequestError,
@@ -66,6 +67,7 @@ class SubscriptionService:
         cors_origins: Sequence[str] = ("*",),
         token_ttl_s: int = DEFAULT_TOKEN_TTL_S,
         clock: Callable[[], float] = wall_clock,
+        security: ServiceSecurity | None = None,
     ) -> None:
         if not operator_token:
             raise ValueError("the operator token must not be empty")
@@ -76,6 +78,7 @@ class SubscriptionService:
         self.cors_origins = tuple(cors_origins) or ("*",)
         self.token_ttl_s = token_ttl_s
         self.clock = clock
+        self.security = security or ServiceSecurity()  # TLS (pressrun.security)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="subscriptions-db")
         self._secret: bytes | None = None
         self._runner: web.AppRunner | None = None
@@ -141,7 +144,13 @@ class SubscriptionService:
         self._secret = await self._db(self.store.token_secret)
         self._runner = web.AppRunner(self.make_app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner,
+            host,
+            port,
+            reuse_address=True,
+            ssl_context=self.security.server_ssl_context(),
+        )
         await site.start()
         bound: int = self._runner.addresses[0][1]
         return bound

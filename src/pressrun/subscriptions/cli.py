@@ -12,6 +12,8 @@ import os
 import sys
 from typing import Any
 
+from pressrun.security import add_security_arguments
+
 DEFAULT_PORT = 8090
 
 
@@ -56,6 +58,7 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         default=300,
         help="how long a challenge token stays valid (default 300)",
     )
+    add_security_arguments(p, token=False)
     p.set_defaults(func=run_serve)
 
 
@@ -65,6 +68,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import logging
     import sqlite3
 
+    from pressrun.security import ServiceSecurity
     from pressrun.subscriptions.aio import SubscriptionService, serve
     from pressrun.subscriptions.client import TOKEN_ENV
     from pressrun.subscriptions.store import SubscriptionStore
@@ -81,15 +85,18 @@ def run_serve(args: argparse.Namespace) -> int:
             operator_token=token,
             cors_origins=args.cors_origin or ["*"],
             token_ttl_s=args.token_ttl_s,
+            security=ServiceSecurity(args.tls_cert, args.tls_key),
         )
+        service.security.server_ssl_context()  # a bad --tls-cert/--tls-key fails here
     except (sqlite3.Error, OSError) as err:
         return _fail(command, f"cannot open the database {args.db}: {err}")
     except ValueError as err:
         return _fail(command, str(err), 2)
 
     def ready(port: int) -> None:
-        log.info("subscription service on http://%s:%d (sqlite %s)", args.host, port, args.db)
-        print(f"subscriptions listening on http://{args.host}:{port}", flush=True)
+        url = f"{service.security.scheme}://{args.host}:{port}"
+        log.info("subscription service on %s (sqlite %s)", url, args.db)
+        print(f"subscriptions listening on {url}", flush=True)
 
     try:
         asyncio.run(serve(service, host=args.host, port=args.port, ready=ready))
