@@ -269,7 +269,9 @@ async def _tracker_views(project: ComposeProject, info_hash_hex: str) -> dict[st
         for name, port in TRACKERS.items():
             try:
                 ip = await asyncio.to_thread(project.address, name)
-                async with http.get(f"http://{ip}:{port}/v1/swarms/{info_hash_hex}") as resp:
+                url = f"http://{ip}:{port}/v1/swarms/{info_hash_hex}"
+                token = {"Authorization": f"Bearer {project.env.get('PRESSRUN_OPERATOR_TOKEN', '')}"}
+                async with http.get(url, headers=token) as resp:
                     views[name] = (
                         await resp.json() if resp.status == 200 else {"http_status": resp.status}
                     )
@@ -309,6 +311,7 @@ async def run_variant(
         "PRESSRUN_PUBLISHER_KEY": issue.public_key_hex,
         "PRESSRUN_PUBLISHER_KEY_FILE": str(issue.key_file.resolve()),
         "PRESSRUN_MULTICAST_TOKEN": secrets.token_hex(16),
+        "PRESSRUN_OPERATOR_TOKEN": secrets.token_hex(16),  # the trackers' /v1/swarms
         "PRESSRUN_RESTART": "no",
         "PRESSRUN_REDIS_SAVE": "",
         # no fixed host ports: each published port on an ephemeral port of 127.0.0.1
