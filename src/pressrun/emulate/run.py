@@ -270,8 +270,9 @@ async def _tracker_views(project: ComposeProject, info_hash_hex: str) -> dict[st
             try:
                 ip = await asyncio.to_thread(project.address, name)
                 url = f"http://{ip}:{port}/v1/swarms/{info_hash_hex}"
-                token = {"Authorization": f"Bearer {project.env.get('PRESSRUN_OPERATOR_TOKEN', '')}"}
-                async with http.get(url, headers=token) as resp:
+                token = project.env.get("PRESSRUN_OPERATOR_TOKEN", "")
+                headers = {"Authorization": f"Bearer {token}"}
+                async with http.get(url, headers=headers) as resp:
                     views[name] = (
                         await resp.json() if resp.status == 200 else {"http_status": resp.status}
                     )
