@@ -47,7 +47,7 @@ CLIENTS = int(os.environ.get("PRESSRUN_SOAK_CLIENTS", "2000"))
 ISSUE = "soak-issue"
 PIECE = 16 * 1024
 SIZE = 4 * PIECE + 123  # five pieces, the last one short
-PEERS = 200  # announcing peers (the tracker's load)
+PEERS = 100  # announcing peers (the tracker's load)
 TOKEN = "soak-test-operator-token"
 FAST = replace(
     DESKTOP,
