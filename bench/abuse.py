@@ -1,9 +1,9 @@
 """What an attacker's traffic costs pressrun: the figures of the attack suite at full size.
 
 1. Balancer: directive latency after 100,000 requests for made-up issue ids against
-   an identical core that saw none ("before"; the best of 9 interleaved batches of
-   2,000 real requests each, median over --runs runs), the ratio, and the process's
-   RSS growth (target: within 1.5x and 10 MB). Driven at the
+   an identical core that saw none ("before"; the best of 40 interleaved batches of
+   50 real requests, statuses refreshed before each, median over --runs runs), the
+   ratio, and the process's RSS growth (target: within 1.5x and 10 MB). Driven at the
    core, where the per-issue state lived; the HTTP layer keeps none.
 2. Tracker: 100,000 made-up info-hashes at an allowlisting core, plus --http of them
    over HTTP to a live tracker: swarms created (target 0).
@@ -66,38 +66,50 @@ def balancer_core(algorithm: str) -> BalancerCore:
         origins,
         make_algorithm(algorithm, origins, random.Random(1)),
     )
+    refresh(core)
+    return core
+
+
+def refresh(core: BalancerCore) -> None:
+    """A fresh status from every origin (an algorithm that counts picks since the last
+    status, like headroom, would otherwise call the origins full after many batches)."""
     issues = frozenset({"weekly-47", "weekly-48"})
-    for spec in origins:
+    for spec in [rec.spec for rec in core.origins.values()]:
         status = OriginStatus(
             name=spec.name,
             cpu_fraction=0.1,
             ram_fraction=0.2,
             out_bytes_per_s=1e6,
             capacity_bytes_per_s=1e9,
-            active_transfers=1,
+            active_transfers=0,
             issues=issues,
             cached_issues=issues,
         )
-        core.handle_status_received(StatusReceived(status), now=0.0)
-    return core
+        core.handle_status_received(StatusReceived(status), now=1.0)
 
 
-def directive_batch_s(core: BalancerCore, n: int = 2000) -> float:
+class Refused(Exception):
+    """The algorithm refuses the real issue (admission control) under the synthetic
+    statuses: its latency is not measured here."""
+
+
+def directive_batch_s(core: BalancerCore, n: int = 50) -> float:
+    refresh(core)
     started = time.perf_counter()
     for _ in range(n):
         answer = core.handle_directive_requested(
             DirectiveRequested("weekly-47", frozenset()), now=1.0
         )
         if not isinstance(answer, Directive):
-            raise SystemExit(f"the real issue was refused: {answer}")
+            raise Refused(answer.message)
     return (time.perf_counter() - started) / n
 
 
 def compare(fresh: BalancerCore, attacked: BalancerCore) -> tuple[float, float]:
-    """Best of 9 interleaved batches on a core that never saw the attack and on the
+    """Best of 40 interleaved batches on a core that never saw the attack and on the
     attacked one (the machine's other load slows both alike)."""
     before = after = float("inf")
-    for _ in range(9):
+    for _ in range(40):
         before = min(before, directive_batch_s(fresh))
         after = min(after, directive_batch_s(attacked))
     return before, after
@@ -192,7 +204,7 @@ async def _endless(request: web.Request) -> web.StreamResponse:
     try:
         while True:
             await resp.write(b"x" * 65536)
-    except (ConnectionResetError, RuntimeError):
+    except (ConnectionError, RuntimeError):
         pass
     return resp
 
@@ -233,7 +245,11 @@ async def main() -> None:
 
     print(f"1. balancer: {MADE_UP:,} made-up issue ids (median of {args.runs} runs)")
     for algorithm in algorithm_names():
-        runs = [bench_balancer(algorithm) for _ in range(args.runs)]
+        try:
+            runs = [bench_balancer(algorithm) for _ in range(args.runs)]
+        except Refused as err:
+            print(f"   {algorithm:9s} not measured: under synthetic statuses it refuses ({err})")
+            continue
         before = statistics.median(r[0] for r in runs)
         after = statistics.median(r[1] for r in runs)
         grown = max(r[2] for r in runs)

@@ -334,7 +334,7 @@ async def _endless(request: web.Request) -> web.StreamResponse:
     try:
         while True:
             await resp.write(chunk)
-    except (ConnectionResetError, RuntimeError):
+    except (ConnectionError, RuntimeError):
         pass
     return resp
 

@@ -51,7 +51,7 @@ async def _flood(request: web.Request) -> web.StreamResponse:
     try:
         for _ in range(1000):
             await resp.write(b"\0" * 65536)
-    except (ConnectionResetError, RuntimeError):
+    except (ConnectionError, RuntimeError):
         pass
     return resp
 
