@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import nacl.signing
 import pytest
@@ -38,6 +39,8 @@ def test_round_trip() -> None:
     datagram = sign_announcement(_ann(3), KEY)
     ann, body, signature = decode_announcement(datagram)
     assert ann == _ann(3)
+    counted = Announcement(PUBLIC, 4, 1000.0, 1005.0, (replace(PLAN, sent_packets=(7, 9)),))
+    assert decode_announcement(sign_announcement(counted, KEY))[0] == counted
     KEY.verify_key.verify(body, signature)
     assert ann.plan_for("weekly-2026-47") == PLAN and ann.plan_for("other") is None
 
@@ -87,6 +90,8 @@ def test_receiver_checks() -> None:
         (("carousels", 0, "channels"), [], "no channel"),
         (("seq",), 0, "at least 1"),
         (("format",), 2, "unknown announcement format"),
+        (("carousels", 0, "sent_packets"), [1], "one count per channel"),
+        (("carousels", 0, "sent_packets"), [1, -2], "list of counts"),
         (("expires_at",), "soon", "expires_at"),
     ],
 )

@@ -252,3 +252,21 @@ def test_layering_simulated_receiver_settles_where_the_link_carries_it() -> None
     joins = [i for i, t in enumerate(trace) if "JoinChannel(index=1)" in t]
     gaps = [b - a for a, b in itertools.pairwise(joins)]
     assert gaps == sorted(gaps) and gaps[-1] > gaps[0]
+
+
+def test_layering_counts_loss_against_what_was_sent() -> None:
+    """A sender that falls behind (sends 50 packets/s of its announced 100) is not
+    congestion: with its counters the receiver sees no loss and joins on."""
+    layers = _layers()
+    layers.start(now=0.0)
+    layers.handle_sent((0, 0, 0), now=0.0)
+    layers.handle_sent((50, 50, 50), now=1.0)
+    layers.handle_packets(0, 50)
+    assert layers.handle_timer(now=1.0) == [JoinChannel(1)]
+    assert layers.sent_rates == {0: 50.0, 1: 50.0, 2: 50.0}
+    # without counters the same packets would be 50% loss
+    blind = _layers()
+    blind.start(now=0.0)
+    blind.handle_packets(0, 50)
+    assert blind.handle_timer(now=1.0) == []
+    assert blind.losses == [pytest.approx(0.5)]

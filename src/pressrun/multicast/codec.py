@@ -57,6 +57,7 @@ def announcement_to_dict(ann: Announcement) -> dict[str, Any]:
                     }
                     for ch in c.channels
                 ],
+                "sent_packets": list(c.sent_packets),
             }
             for c in ann.carousels
         ],
@@ -133,6 +134,13 @@ def _carousel(d: object) -> CarouselPlan:
     channels = _want(d, "channels", list)
     if not channels:
         raise AnnouncementFormatError(f"carousel {issue_id} has no channel")
+    sent = d.get("sent_packets", [])
+    if not isinstance(sent, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sent
+    ):
+        raise AnnouncementFormatError("sent_packets is not a list of counts")
+    if sent and len(sent) != len(channels):
+        raise AnnouncementFormatError("sent_packets needs one count per channel")
     return CarouselPlan(
         issue_id=issue_id,
         manifest_sha256=manifest_sha256,
@@ -143,6 +151,7 @@ def _carousel(d: object) -> CarouselPlan:
         source_symbols=_count(d, "source_symbols"),
         cycle_s=_number(d, "cycle_s"),
         channels=tuple(_channel(ch) for ch in channels),
+        sent_packets=tuple(sent),
     )
 
 

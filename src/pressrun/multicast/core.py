@@ -28,8 +28,10 @@ the receivers' socket buffers).
 "Receiver-driven Layered Multicast", SIGCOMM 1996). The sender does no congestion
 control; each receiver owes it to the network. It starts on ``start_channels``
 channels and measures its loss over windows: ``loss = 1 - received / expected``
-where expected is the announced packet rate of each channel joined for at least
-``settle_s``. Loss below ``join_below_loss`` adds the next channel; loss above
+where expected is the packet rate of each channel joined for at least ``settle_s``:
+the rate it was actually sent at, from the packets-sent counters in the
+announcements (a sender that falls behind its schedule is not congestion), capped
+by the announced rate. Loss below ``join_below_loss`` adds the next channel; loss above
 ``leave_above_loss`` leaves the last one joined and doubles the wait before that
 channel is tried again (RLM's join timer backoff).
 
@@ -226,6 +228,9 @@ class LayerCore:
     _backoff_s: dict[int, float] = field(default_factory=dict)
     _retry_at: dict[int, float] = field(default_factory=dict)
     most_joined: int = 0
+    #: the rate each channel was actually sent at, from the announcements' counters
+    sent_rates: dict[int, float] = field(default_factory=dict)
+    _last_sent: tuple[float, tuple[int, ...]] | None = None
 
     @property
     def limit(self) -> int:
@@ -244,6 +249,23 @@ class LayerCore:
             effects.append(JoinChannel(index))
         self.most_joined = len(self.joined)
         return effects
+
+    def handle_sent(self, sent_packets: Sequence[int], *, now: float) -> None:
+        """An announcement's per-channel packets-sent counters, received at ``now``:
+        the loss is then measured against what was sent, not the announced rate (a
+        sender that falls behind its schedule is not congestion)."""
+        counts = tuple(sent_packets)
+        last = self._last_sent
+        self._last_sent = (now, counts)
+        if last is None or len(last[1]) != len(counts) or now - last[0] < 0.05:
+            return
+        elapsed = now - last[0]
+        for index, (before, after) in enumerate(zip(last[1], counts, strict=True)):
+            if after >= before:
+                self.sent_rates[index] = (after - before) / elapsed
+
+    def _rate(self, index: int) -> float:
+        return min(self.packets_per_s[index], self.sent_rates.get(index, math.inf))
 
     def handle_packets(self, index: int, count: int) -> None:
         """Count ``count`` packets received on channel ``index``."""
@@ -268,7 +290,7 @@ class LayerCore:
         for ch in self.joined:
             counted_from = max(start, ch.since + self.config.settle_s)
             if counted_from < now:
-                expected += (now - counted_from) * self.packets_per_s[ch.index]
+                expected += (now - counted_from) * self._rate(ch.index)
                 if ch.since + self.config.settle_s <= start:
                     received += ch.received
                 else:

@@ -37,6 +37,9 @@ class CarouselPlan:
     source_symbols: int
     cycle_s: float
     channels: tuple[ChannelSpec, ...]
+    #: packets each channel has sent since the carousel started, when the
+    #: announcement was issued (receivers measure their loss against it)
+    sent_packets: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,7 +176,10 @@ def receive_carousel(
                     if isinstance(stop, str):
                         result.reason = stop
                         return _finish(result, plan, layers, gate, joined_at)
-                    if stop is not None and plan is None:
+                    if stop is not None and layers is not None and plan is not None:
+                        if stop.channels == plan.channels and stop.sent_packets:
+                            layers.handle_sent(stop.sent_packets, now=time.perf_counter())
+                    elif stop is not None and plan is None:
                         plan = stop
                         result.plan = plan
                         flute = pressrun_flute.Receiver(work_dir, max_cache_bytes=MAX_CACHE_BYTES)
@@ -186,6 +189,8 @@ def receive_carousel(
                             tuple(ch.packets_per_s for ch in plan.channels),
                         )
                         joined_at = time.perf_counter()
+                        if plan.sent_packets:
+                            layers.handle_sent(plan.sent_packets, now=joined_at)
                         for effect in layers.start(now=joined_at):
                             channels.join(effect.index)
                     continue
@@ -254,8 +259,9 @@ def _control(
     manifest_sha256: str,
     current: CarouselPlan | None,
 ) -> CarouselPlan | str | None:
-    """Read the control datagrams waiting: the issue's plan when one is accepted, a
-    reason (str) when the accepted announcements say the carousel is gone."""
+    """Read the control datagrams waiting: the issue's plan from the latest accepted
+    announcement, or a reason (str) when the accepted announcements say the carousel
+    is gone."""
     found: CarouselPlan | None = None
     while True:
         try:
@@ -278,8 +284,7 @@ def _control(
                 plan.manifest_sha256[:16],
             )
             continue
-        if current is None and found is None:
-            found = plan
+        found = plan  # the latest: its packets-sent counters are fresh
 
 
 def _finish(

@@ -414,7 +414,13 @@ class MulticastSender:
             seq=seq,
             issued_at=now,
             expires_at=now + self.config.announcement_ttl_s,
-            carousels=tuple(c.plan for c in self.thread.running()),
+            carousels=tuple(
+                replace(
+                    c.plan,
+                    sent_packets=tuple(c.schedule.sent(i) for i in range(len(c.plan.channels))),
+                )
+                for c in self.thread.running()
+            ),
         )
 
     async def _announce_loop(self) -> None:
