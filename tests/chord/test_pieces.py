@@ -77,6 +77,11 @@ def test_a_piece_nobody_holds_is_brought_in_once() -> None:
     assert not other.bring_in and other.peer_id == "x"  # wait for the bringer
     late = d.choose_uploader(7, peer_id="z", address="z:1", now=9.0)
     assert late.bring_in and late.peer_id == "z"  # the bringer took too long
+    # one asker brings in at most two pieces at a time; then it waits
+    assert d.choose_uploader(8, peer_id="z", address="z:1", now=9.0).bring_in
+    third = d.choose_uploader(9, peer_id="z", address="z:1", now=9.0)
+    assert third.wait and not third.bring_in and third.peer_id == ""
+    assert d.choose_uploader(9, peer_id="w", address="w:1", now=9.0).bring_in
 
 
 def test_handoff_round_trip_and_garbage() -> None:

@@ -109,7 +109,13 @@ async def test_ring_of_supernodes_balanced_answers_and_survives_a_crash(tracker:
             async with http.post(f"http://{owner_of_3}/chord/v1/pieces", json=ask) as r:
                 up = (await r.json())["uploaders"]
             assert up == [
-                {"piece": 3, "peer_id": "aa", "address": "127.0.0.1:5001", "bring_in": False}
+                {
+                    "piece": 3,
+                    "peer_id": "aa",
+                    "address": "127.0.0.1:5001",
+                    "bring_in": False,
+                    "wait": False,
+                }
             ]
             # a stranger's ring message is refused (403), a garbled one too (400)
             stranger = NodeRef(12345, "127.0.0.1:1")

@@ -423,6 +423,7 @@ class Supernode:
                         "peer_id": up.peer_id,
                         "address": up.address,
                         "bring_in": up.bring_in,
+                        "wait": up.wait,
                     }
                 )
         self.stats.uploader_answers += len(answers)

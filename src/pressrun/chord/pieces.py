@@ -25,7 +25,10 @@ the least loaded (uploads assigned in the last ``load_window_s``), ties at rando
 no holder, the asker itself is told to bring the piece in from the origins, and for the
 next ``bring_in_s`` others asking for it are pointed at that bringer (it will hold the
 piece before they could fetch it themselves): so each piece leaves the origins about
-once, and the bringing is spread over the newcomers.
+once. An asker brings in at most ``max_bringing_per_peer`` pieces at a time; beyond
+that the answer is ``wait`` (ask again): the first newcomer would otherwise be told to
+bring in every piece while the others waited on it, so the bringing is spread over the
+newcomers.
 """
 
 from __future__ import annotations
@@ -130,12 +133,13 @@ class Holder:
 @dataclass(frozen=True, slots=True)
 class Uploader:
     """The directory's answer for one piece: who uploads it (``bring_in``: the asker
-    itself fetches it from the origins)."""
+    itself fetches it from the origins; ``wait``: nobody yet, ask again)."""
 
     piece: int
     peer_id: str
     address: str
     bring_in: bool
+    wait: bool = False
 
 
 class PieceDirectory:
@@ -151,11 +155,13 @@ class PieceDirectory:
         holder_ttl_s: float = 30.0,
         load_window_s: float = 10.0,
         bring_in_s: float = 10.0,
+        max_bringing_per_peer: int = 2,
     ) -> None:
         self.rng = rng
         self.holder_ttl_s = holder_ttl_s
         self.load_window_s = load_window_s
         self.bring_in_s = bring_in_s
+        self.max_bringing_per_peer = max_bringing_per_peer
         self.holders: dict[str, Holder] = {}
         self.pieces: dict[int, set[str]] = {}
         self._bringing: dict[int, tuple[str, float]] = {}
@@ -214,6 +220,12 @@ class PieceDirectory:
             b = self.holders.get(bringer[0])
             if b is not None and not b.left and b.peer_id != peer_id:
                 return Uploader(piece, b.peer_id, b.address, bring_in=False)
+        bringing = sum(
+            1 for pid, t in self._bringing.values() if pid == peer_id and now - t <= self.bring_in_s
+        )
+        if bringing >= self.max_bringing_per_peer:
+            # this asker brings enough in already: the next asker gets this one
+            return Uploader(piece, "", "", bring_in=False, wait=True)
         self._bringing[piece] = (peer_id, now)
         if peer_id not in self.holders:
             self.holders[peer_id] = Holder(peer_id, address, reported_at=now)

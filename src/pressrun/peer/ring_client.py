@@ -223,8 +223,8 @@ class RingClient:
             if not isinstance(ans, dict):
                 continue
             piece, addr = ans.get("piece"), ans.get("address")
-            if not isinstance(piece, int) or not isinstance(addr, str):
-                continue
+            if not isinstance(piece, int) or not isinstance(addr, str) or ans.get("wait"):
+                continue  # (wait: nobody to upload it yet, asked again next round)
             self._asked[piece] = now
             if ans.get("bring_in") is True:
                 self._bring_in.add(piece)
