@@ -45,6 +45,10 @@ BALANCER_PORT = 8080
 SAMPLE_INTERVAL_S = 1.0
 MIB = 1024 * 1024
 SENDER_PORT = 8090
+#: each client's CPU weight (cgroup cpu.shares; the services have 8192 in
+#: docker-compose.yml): on a host of a few cores, hundreds of client containers would
+#: otherwise starve the services they all depend on
+CLIENT_CPU_SHARES = 256
 #: the unicast-only twin turns these off (no tracker, no sender: origin mode only)
 UNICAST_ENV = {"PRESSRUN_SWARM_TRACKERS": "", "PRESSRUN_MULTICAST_SENDER": ""}
 
@@ -191,10 +195,30 @@ class ComposeProject:
         return ip
 
 
-async def _docker(engine: Engine, *args: str, timeout_s: float = 120.0) -> str:
-    """``docker ARGS`` without blocking the event loop."""
-    done = await asyncio.to_thread(engine.run, ["docker", *args], check=True, timeout_s=timeout_s)
-    return done.stdout
+async def _docker(engine: Engine, *args: str, timeout_s: float = 300.0) -> str:
+    """``docker ARGS`` as a child process of the event loop (no thread: a hundred may
+    run at once); its stdout, or `DockerCommandError`."""
+    proc = await asyncio.create_subprocess_exec(
+        "docker",
+        *args,
+        env=engine.env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise DockerCommandError(f"docker {args[0]} did not finish in {timeout_s:g} s") from None
+    if proc.returncode != 0:
+        lines = err.decode(errors="replace").strip().splitlines()
+        raise DockerCommandError(
+            f"docker {args[0]} failed (exit {proc.returncode}): " + " | ".join(lines[-3:])
+        )
+    return out.decode(errors="replace")
 
 
 async def _wait_balancer_ready(url: str, issue_id: str, timeout_s: float) -> None:
@@ -345,6 +369,32 @@ async def run_variant(
         addresses = {n: await asyncio.to_thread(project.address, n) for n in ORIGINS}
         sender_url = f"http://{await asyncio.to_thread(project.address, 'multicast')}:{SENDER_PORT}"
         await asyncio.to_thread(_bridge_querier, engine, project)
+        # every client container is created before the schedule starts, so that at its
+        # arrival time only `docker start` runs (creating one costs seconds on a busy host)
+        report(f"[{variant}] creating {len(plans)} client containers")
+        max_seed = env.get("PRESSRUN_CLIENT_MAX_SEED_S", "30")
+        creating = asyncio.Semaphore(4)
+
+        async def create_client(outcome: ClientOutcome) -> None:
+            link = outcome.plan.link
+            args = ["create", "--name", outcome.container, "--network", project.network,
+                    "--cap-add", "NET_ADMIN", "--init", "--cpu-shares", str(CLIENT_CPU_SHARES),
+                    "--label", f"pressrun.emulate.project={project_name}"]  # fmt: skip
+            for key, value in link.env().items():
+                args += ["-e", f"{key}={value}"]
+            args += [
+                image, "pressrun", "get", issue.issue_id, "--balancer", "http://balancer:8080",
+                "--library", "/var/lib/pressrun/library", "--profile", link.profile,
+                "--publisher-key", issue.public_key_hex, "--json", "--max-seed-s", max_seed,
+            ]  # fmt: skip
+            async with creating:
+                try:
+                    await _docker(engine, *args)
+                except DockerCommandError as err:
+                    outcome.error = f"could not create its container: {err}"
+                    outcome.exit_code = -1
+
+        await asyncio.gather(*(create_client(o) for o in outcomes))
         t0 = loop.time()
         sampler = asyncio.create_task(
             _sample_egress(addresses, egress, t0, sender_url, result.sender)
@@ -359,22 +409,12 @@ async def run_variant(
         )
 
         async def start_client(outcome: ClientOutcome) -> None:
+            if outcome.exit_code is not None:
+                return
             await asyncio.sleep(max(0.0, t0 + outcome.plan.at_s - loop.time()))
-            link = outcome.plan.link
-            args = ["run", "-d", "--name", outcome.container, "--network", project.network,
-                    "--cap-add", "NET_ADMIN", "--init",
-                    "--label", f"pressrun.emulate.project={project_name}"]  # fmt: skip
-            for key, value in link.env().items():
-                args += ["-e", f"{key}={value}"]
-            args += [
-                image, "pressrun", "get", issue.issue_id, "--balancer", "http://balancer:8080",
-                "--library", "/var/lib/pressrun/library", "--profile", link.profile,
-                "--publisher-key", issue.public_key_hex, "--json",
-                "--max-seed-s", env.get("PRESSRUN_CLIENT_MAX_SEED_S", "30"),
-            ]  # fmt: skip
             outcome.started_s = loop.time() - t0
             try:
-                await _docker(engine, *args)
+                await _docker(engine, "start", outcome.container)
             except DockerCommandError as err:
                 outcome.error = f"could not start: {err}"
                 outcome.exit_code = -1
@@ -396,9 +436,10 @@ async def run_variant(
         starters = [asyncio.create_task(start_client(o)) for o in outcomes]
         faulters = [asyncio.create_task(fault(f.at_s, f.action, f.service))
                     for f in scenario.faults]  # fmt: skip
-        await asyncio.gather(*starters)
         deadline = t0 + plans[-1].at_s + scenario.timeout_s
-        await _wait_clients(engine, outcomes, deadline, report, variant, t0)
+        await asyncio.gather(
+            *starters, _wait_clients(engine, outcomes, deadline, report, variant, t0)
+        )
         await asyncio.gather(*faulters)
         result.wall_s = loop.time() - t0
         result.trackers = await _tracker_views(
@@ -512,6 +553,16 @@ def _teardown(engine: Engine, project: ComposeProject, log_path: Path) -> None:
         project.compose("down", "-v", "--remove-orphans", "-t", "3", timeout_s=300)
     except DockerCommandError as err:
         log.warning("docker-compose down: %s", err)
+    # what compose left (a down that timed out, endpoints of killed containers)
+    label = f"label=com.docker.compose.project={project.name}"
+    for net in engine.docker("network", "ls", "-q", "--filter", label, check=False).split():
+        fmt = "{{range .Containers}}{{.Name}} {{end}}"
+        for name in engine.docker("network", "inspect", "-f", fmt, net, check=False).split():
+            engine.run(["docker", "network", "disconnect", "-f", net, name], check=False)
+        engine.run(["docker", "network", "rm", net], check=False)
+    volumes = engine.docker("volume", "ls", "-q", "--filter", label, check=False).split()
+    if volumes:
+        engine.run(["docker", "volume", "rm", "-f", *volumes], check=False)
 
 
 def out_dir_for(base: Path | None, scenario_name: str) -> Path:
