@@ -474,13 +474,15 @@ async def _wait_clients(
         text = (await asyncio.to_thread(
             engine.run, ["docker", "inspect", "--format", fmt, *names], check=False
         )).stdout  # fmt: skip
+        finished: list[ClientOutcome] = []
         for line in text.splitlines():
-            name, status, code = line.lstrip("/").split()
-            if status in ("exited", "dead"):
-                outcome = pending.pop(name)
-                outcome.exit_code = int(code)
+            parts = line.lstrip("/").split()
+            if len(parts) == 3 and parts[1] in ("exited", "dead") and parts[0] in pending:
+                outcome = pending.pop(parts[0])
+                outcome.exit_code = int(parts[2])
                 outcome.exited_s = loop.time() - t0
-                await asyncio.to_thread(_read_outcome, engine, outcome)
+                finished.append(outcome)
+        await asyncio.gather(*(_read_outcome(engine, o) for o in finished))
         now = loop.time()
         if now - last_note > 15:
             done = len(outcomes) - len(pending)
@@ -489,7 +491,7 @@ async def _wait_clients(
         if now > deadline:
             for outcome in pending.values():
                 outcome.error = "still running at the scenario's timeout"
-                await asyncio.to_thread(_read_outcome, engine, outcome)
+                await _read_outcome(engine, outcome)
             return
         await asyncio.sleep(2.0)
 
@@ -524,15 +526,27 @@ def _bridge_querier(engine: Engine, project: ComposeProject) -> None:
         log.warning("could not make %s the multicast querier: %s", bridge, done.stderr.strip())
 
 
-def _read_outcome(engine: Engine, outcome: ClientOutcome) -> None:
-    done = engine.run(["docker", "logs", outcome.container], check=False)
-    for line in reversed(done.stdout.splitlines()):
+async def _read_outcome(engine: Engine, outcome: ClientOutcome) -> None:
+    """A finished client's outcome from its log (``docker logs`` as a child process
+    of the event loop, so many are read at once)."""
+    proc = await asyncio.create_subprocess_exec(
+        "docker", "logs", outcome.container, env=engine.env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    _parse_outcome(outcome, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+def _parse_outcome(outcome: ClientOutcome, stdout: str, stderr: str) -> None:
+    """The client's JSON line (its last), or the last lines it wrote to stderr."""
+    for line in reversed(stdout.splitlines()):
         if line.startswith("{"):
             with contextlib.suppress(ValueError):
                 outcome.doc = json.loads(line)
                 break
     if outcome.doc is None and outcome.error is None:
-        tail = [ln for ln in done.stderr.splitlines() if ln.strip()][-2:]
+        tail = [ln for ln in stderr.splitlines() if ln.strip()][-2:]
         outcome.error = " | ".join(tail) or f"exit {outcome.exit_code}, no output"
 
 
