@@ -36,6 +36,9 @@ from pressrun.peer.chord_policy import ChordPolicy
 
 log = logging.getLogger(__name__)
 
+#: supernodes asked to look keys up in one round
+_RESOLVE_TRIES = 2
+
 
 @dataclass(slots=True)
 class RingClientStats:
@@ -64,7 +67,7 @@ class RingClient:
         interval_s: float = 1.0,
         reask_s: float = 4.0,
         timeout_s: float = 2.0,
-        lookup_timeout_s: float = 10.0,
+        lookup_timeout_s: float = 5.0,
         seed: int | None = None,
     ) -> None:
         self.tracker_base = tracker_base.rstrip("/")
@@ -181,9 +184,11 @@ class RingClient:
         return bool(self._supernodes)
 
     async def _resolve(self, pieces: list[int]) -> None:
-        # any listed supernode can look keys up; try them in random order
+        # any listed supernode can look keys up; two of them, in random order, so a
+        # round stays short while the ring routes around a dead one (next round: others)
         order = self._supernodes[:]
         self.rng.shuffle(order)
+        order = order[:_RESOLVE_TRIES]
         body = {"keys": [id_hex(self._keys[p]) for p in pieces]}
         for sn in order:
             # (a batch of lookups through the ring takes longer than one answer)
