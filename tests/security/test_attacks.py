@@ -427,3 +427,22 @@ def test_json_of_a_refusal_is_clear() -> None:
     answer = core.handle_directive_requested(DirectiveRequested("made-up", frozenset()), now=1)
     assert isinstance(answer, NoDirective)
     assert json.dumps(answer.message) and "made-up" in answer.message
+
+
+async def test_ring_registration_for_made_up_issues_creates_nothing(
+    tracker: tuple[TrackerService, str],
+) -> None:
+    service, base = tracker
+    body = {"address": "127.0.0.1:7000", "num_pieces": 10}
+    async with aiohttp.ClientSession() as http:
+        for made_up in ("33" * 20, "44" * 20):
+            url = f"{base}/v1/ring/{made_up}/supernodes"
+            async with http.post(url, json=body) as resp:
+                assert resp.status == 404
+                assert "published" in (await resp.json())["error"]
+            assert service.ring.view(made_up, now=service.clock()) is None
+        async with http.post(f"{base}/v1/ring/nothex/supernodes", json=body) as resp:
+            assert resp.status == 400
+        url = f"{base}/v1/ring/{PUBLISHED.hex()}/supernodes"
+        async with http.post(url, json=body) as resp:  # a published issue's ring works
+            assert resp.status == 200

@@ -255,7 +255,8 @@ class TrackerService:
         app.router.add_get("/v1/swarms/{info_hash}/needed", self.needed)
         app.router.add_get("/metrics", self.metrics_handler)
         app.router.add_get("/healthz", self.healthz)
-        add_ring_routes(app, self.ring, self.clock)  # the Chord ring's administration
+        # the Chord ring's administration, for published issues only
+        add_ring_routes(app, self.ring, self.clock, self.core.is_allowed)
         app.router.add_get("/v1/allowed", self.allowed)
         app.router.add_put("/v1/allowed/{info_hash}", self.allow)
         return app

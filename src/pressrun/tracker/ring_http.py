@@ -31,8 +31,26 @@ def view_json(view: RingView) -> dict[str, Any]:
     }
 
 
-def add_ring_routes(app: web.Application, admin: RingAdmin, clock: Callable[[], float]) -> None:
-    """Add the two routes to the tracker's application."""
+def add_ring_routes(
+    app: web.Application,
+    admin: RingAdmin,
+    clock: Callable[[], float],
+    allowed: Callable[[bytes], bool] = lambda info_hash: True,
+) -> None:
+    """Add the two routes to the tracker's application. ``allowed`` is the tracker's
+    allowlist: a ring is kept only for a published issue, so a stranger registering
+    supernodes for made-up info-hashes creates nothing (docs/security.md)."""
+
+    def refused(info_hash: str) -> web.Response | None:
+        try:
+            raw = bytes.fromhex(info_hash)
+        except ValueError:
+            raw = b""
+        if len(raw) != 20:
+            return _json(400, {"error": "info_hash must be 40 hex digits"})
+        if not allowed(raw):
+            return _json(404, {"error": "this tracker serves only published issues"})
+        return None
 
     async def get_ring(request: web.Request) -> web.Response:
         view = admin.view(request.match_info["info_hash"].lower(), now=clock())
@@ -42,6 +60,9 @@ def add_ring_routes(app: web.Application, admin: RingAdmin, clock: Callable[[], 
 
     async def register(request: web.Request) -> web.Response:
         info_hash = request.match_info["info_hash"].lower()
+        refusal = refused(info_hash)
+        if refusal is not None:
+            return refusal
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
