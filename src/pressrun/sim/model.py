@@ -1,23 +1,36 @@
 """The server and client model: fluid rates, CPU/RAM costs, cache effect, overload, crash.
 
 A server's clients share its outbound link and its CPU as a fluid (no per-packet or
-per-tick work per client). Every client of a server gets the same fraction `phi` of
-the rate it needs (its asset's bitrate)::
+per-tick work per client). Two kinds of transfer:
 
-    phi = min(1, link_bytes_per_s / sum(bitrate_i), cpu_free_cores / sum(cpu_i))
+- a **stream** (the paper's workload) wants its asset's bitrate, no more, for the
+  asset's duration (real-time playback);
+- a **download** (pressrun's workload: an issue of F bytes fetched as fast as it can
+  be) wants as much as the client's access link takes (`access_bytes_per_s`).
 
-where `cpu_i` is a client's CPU cost at full rate (higher while it starts up, and higher
-again when the asset is not yet in the server's cache: the first transfer of an asset
-reads the disk) and `cpu_free_cores` is what the background load leaves. `phi` is
-recomputed only when that server's client set or background load changes.
+Clients with the same cap (a stream's bitrate, a download's access rate) form one
+*flow class*; a server has a handful of them. The link is shared max-min fairly
+(water-filling, as TCP flows share a bottleneck): classes whose cap is below the fair
+level get their cap, the others share the rest equally. Then the CPU: a client costs
+`cpu_i` cores at the rate of a 100 kB/s stream (the paper's per-client cost; a stream
+costs `cpu_i` at its bitrate, a download `cpu_i` per 100 kB/s it receives), higher
+while it starts up and when the asset is not yet in the server's cache (the first
+transfer reads the disk). If the rates need more cores than the background load
+leaves, every rate is scaled down by the same factor. For one bitrate this is the
+earlier model's ``phi = min(1, link / sum(bitrate), cpu_free / sum(cpu))`` exactly.
+Rates are recomputed only when the server's client set or background changes.
 
-A client that gets `phi < 1` stalls: it falls behind real-time playback by `1 - phi`
-seconds every second. The server keeps the integral ``U(t) = integral of (1 - phi) dt``,
-so a client's stall on a server is ``U(now) - U(joined)``: no per-client work while
-it plays. A client whose total stall exceeds the scenario's tolerance fails (the
-paper's "sub-par delivery"; a player that rebuffers that long has lost its viewer).
+Per class the server keeps two integrals, so nothing is done per client while it
+plays: ``D(t) = integral of rate dt`` (bytes each member received) and, for streams,
+``U(t) = integral of (1 - rate / bitrate) dt`` (stall). A stream's stall on a server
+is ``U(now) - U(joined)``; a client whose total stall exceeds the scenario's tolerance
+fails (the paper's "sub-par delivery"). A download ends when ``D`` reaches its join
+value plus the bytes it still needs: the members of a class all receive the same
+``D``, so a heap of those targets gives the next completion on the server (one event,
+re-planned when the rates change). A download succeeds when it ends within its
+asset's deadline of the first request.
 
-RAM: the idle share, plus a fixed amount per client, plus ``(1 - phi) *
+RAM: the idle share, plus a fixed amount per client, plus ``(1 - rate / cap) *
 ram_backlog_bytes`` per client: data a client cannot receive fast enough piles up in
 kernel socket buffers, which is how network overload runs a small machine out of
 memory.
@@ -30,6 +43,7 @@ under high network load): when RAM in use stays at or above `crash_ram_fraction`
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -71,17 +85,41 @@ class ServerSpec:
 
 @dataclass(frozen=True, slots=True)
 class AssetSpec:
-    """A media asset (an issue): played at `bitrate_bytes_per_s` for `duration_s`."""
+    """An issue: a stream played at `bitrate_bytes_per_s` for `duration_s`, or a download.
+
+    A download (`download_bytes` set) is fetched as fast as the client's link allows and
+    succeeds when it ends within `deadline_s` of the client's first request.
+    """
 
     name: str
     bitrate_bytes_per_s: float = 100_000.0
     duration_s: float = 600.0
     popularity: float = 1.0
+    download_bytes: float | None = None
+    deadline_s: float = 600.0
+
+    @property
+    def is_download(self) -> bool:
+        """True for a download, False for a stream."""
+        return self.download_bytes is not None
 
     @property
     def size_bytes(self) -> float:
-        """Bytes a complete play-through transfers."""
+        """Bytes a complete play-through or download transfers."""
+        if self.download_bytes is not None:
+            return self.download_bytes
         return self.bitrate_bytes_per_s * self.duration_s
+
+    @property
+    def need_bytes_per_s(self) -> float:
+        """The rate one transfer needs to succeed: the bitrate, or size over deadline."""
+        if self.download_bytes is not None:
+            return self.download_bytes / self.deadline_s
+        return self.bitrate_bytes_per_s
+
+
+#: the rate at which a client's `cpu_per_client_cores` is counted (the paper's stream)
+CPU_REFERENCE_BYTES_PER_S = 100_000.0
 
 
 class ClientState(Enum):
@@ -96,7 +134,7 @@ class ClientState(Enum):
 
 @dataclass(slots=True)
 class Client:
-    """One request of the workload: one complete play-through of one asset."""
+    """One request of the workload: one complete play-through or download of one asset."""
 
     cid: int
     asset: AssetSpec
@@ -119,6 +157,49 @@ class Client:
     refusals: int = 0
     epoch: int = 0
     reason: str = ""
+    access_bytes_per_s: float = float("inf")
+    received_bytes: float = 0.0
+    joined_d: float = 0.0
+    flow: FlowClass | None = None
+
+    @property
+    def cap_bytes_per_s(self) -> float:
+        """The most this client takes: a stream's bitrate, a download's access link."""
+        if self.asset.is_download:
+            return self.access_bytes_per_s
+        return self.asset.bitrate_bytes_per_s
+
+
+class FlowClass:
+    """The clients of one server with the same cap (a bitrate, or an access rate)."""
+
+    __slots__ = (
+        "cap",
+        "cpu_coef",
+        "download",
+        "integral",
+        "members",
+        "order",
+        "rate",
+        "stall_u",
+        "targets",
+    )
+
+    def __init__(self, cap: float, download: bool) -> None:
+        self.cap = cap
+        self.download = download
+        self.members = 0
+        self.cpu_coef = 0.0  # sum of the members' cores per byte/s
+        self.rate = cap  # bytes/s each member gets now
+        self.integral = 0.0  # D: bytes each member received since the class began
+        self.stall_u = 0.0  # U: stall each (stream) member accumulated
+        self.order: deque[Client] = deque()  # streams, in join order (failover check)
+        self.targets: list[tuple[float, int, int, Client]] = []  # downloads: D at which each ends
+
+    @property
+    def fraction(self) -> float:
+        """rate / cap: 1 when every member gets all it takes."""
+        return self.rate / self.cap if self.cap > 0 else 1.0
 
 
 class Server:
@@ -131,17 +212,16 @@ class Server:
         "cached",
         "clients",
         "cpu_area",
-        "cpu_demand",
+        "cpu_used",
         "crashes",
-        "demand",
+        "flows",
         "last_t",
-        "order",
+        "out",
         "over_since",
-        "phi",
         "ram_area",
+        "ram_backlog",
         "rng",
         "spec",
-        "stall_u",
         "up",
         "version",
     )
@@ -150,13 +230,13 @@ class Server:
         self.spec = spec
         self.rng = rng
         self.clients: dict[int, Client] = {}
-        self.asset_counts: dict[str, int] = {}
-        self.order: deque[Client] = deque()
-        self.demand = 0.0
-        self.cpu_demand = 0.0
+        # asset -> flow class -> members of that asset in it (for per-issue rates)
+        self.asset_counts: dict[str, dict[FlowClass, int]] = {}
+        self.flows: dict[tuple[bool, float], FlowClass] = {}
         self.bg_cpu = spec.cpu_idle
-        self.phi = 1.0
-        self.stall_u = 0.0
+        self.out = 0.0
+        self.cpu_used = 0.0  # cores the clients use at their current rates
+        self.ram_backlog = 0.0  # sum over clients of (1 - rate / cap)
         self.last_t = 0.0
         self.bytes_out = 0.0
         self.cpu_area = 0.0
@@ -167,47 +247,77 @@ class Server:
         self.version = 0
         self.cached: set[str] = set(spec.cached)
 
+    @property
+    def phi(self) -> float:
+        """The worst share any client gets of what it takes (1: nobody is held back)."""
+        return min((f.fraction for f in self.flows.values()), default=1.0)
+
     # --- fluid accounting ---------------------------------------------------
 
     def advance(self, now: float) -> None:
-        """Integrate stall, bytes, CPU and RAM from the last change to `now`."""
+        """Integrate bytes, stall, CPU and RAM from the last change to `now`."""
         dt = now - self.last_t
         if dt <= 0:
             return
         self.last_t = now
-        phi = self.phi
-        if phi < 1.0:
-            self.stall_u += (1.0 - phi) * dt
-        self.bytes_out += self.demand * phi * dt
+        for f in self.flows.values():
+            f.integral += f.rate * dt
+            if not f.download and f.rate < f.cap:
+                f.stall_u += (1.0 - f.rate / f.cap) * dt
+        self.bytes_out += self.out * dt
         self.cpu_area += self.cpu_fraction() * dt
         self.ram_area += self.ram_fraction() * dt
 
     def recompute(self) -> None:
-        """The share every client gets, after the client set or background changed."""
+        """Every class's rate, after the client set or background changed.
+
+        Water-filling over the classes by cap (max-min fair sharing of the link), then
+        one factor for all if the CPU cannot keep up.
+        """
         spec = self.spec
-        phi = 1.0
-        if self.demand > spec.link_bytes_per_s:
-            phi = spec.link_bytes_per_s / self.demand
-        free = spec.cores * (1.0 - self.bg_cpu)
-        if self.cpu_demand > free:
-            phi = min(phi, max(free, 0.0) / self.cpu_demand)
-        self.phi = phi
+        flows = sorted(self.flows.values(), key=lambda f: f.cap)
+        left_bw = spec.link_bytes_per_s
+        left_n = sum(f.members for f in flows)
+        level = float("inf")
+        for f in flows:
+            if left_n <= 0:
+                break
+            level = left_bw / left_n
+            if f.cap <= level:
+                f.rate = f.cap
+                left_bw -= f.cap * f.members
+                left_n -= f.members
+            else:
+                break
+        for f in flows:
+            if f.cap > level:
+                f.rate = level
+        need_cpu = sum(f.rate * f.cpu_coef for f in flows)
+        free = max(spec.cores * (1.0 - self.bg_cpu), 0.0)
+        if need_cpu > free:
+            scale = free / need_cpu
+            for f in flows:
+                f.rate *= scale
+        self.out = sum(f.rate * f.members for f in flows)
+        self.cpu_used = sum(f.rate * f.cpu_coef for f in flows)
+        self.ram_backlog = sum((1.0 - f.fraction) * f.members for f in flows)
         self.version += 1
 
     def cpu_fraction(self) -> float:
-        """CPU in use, 0..1: background plus what the clients' delivered rate costs."""
-        used = self.bg_cpu + self.cpu_demand * self.phi / self.spec.cores
-        return min(used, 1.0)
+        """CPU in use, 0..1: background plus what the clients' delivered rates cost."""
+        return min(self.bg_cpu + self.cpu_used / self.spec.cores, 1.0)
 
     def ram_fraction(self) -> float:
         """RAM in use, 0..1 (may exceed 1: that is the out-of-memory condition)."""
         spec = self.spec
-        per_client = spec.ram_per_client_bytes + (1.0 - self.phi) * spec.ram_backlog_bytes
-        return spec.ram_idle + len(self.clients) * per_client / spec.ram_bytes
+        used = len(self.clients) * spec.ram_per_client_bytes + self.ram_backlog * (
+            spec.ram_backlog_bytes
+        )
+        return spec.ram_idle + used / spec.ram_bytes
 
     def out_bytes_per_s(self) -> float:
         """Outbound rate right now."""
-        return self.demand * self.phi
+        return self.out
 
     # --- clients --------------------------------------------------------------
 
@@ -219,64 +329,118 @@ class Server:
             cost *= spec.cache_miss_cpu_factor
         return cost
 
+    @staticmethod
+    def _coef(client: Client, cores: float) -> float:
+        """Cores per byte/s of a client whose per-client cost is `cores`."""
+        if client.asset.is_download:
+            return cores / CPU_REFERENCE_BYTES_PER_S
+        return cores / client.asset.bitrate_bytes_per_s
+
     def add(self, client: Client, now: float) -> None:
-        """A client starts streaming from this server."""
+        """A client starts receiving from this server."""
         self.advance(now)
-        client.joined_u = self.stall_u
+        download = client.asset.is_download
+        cap = client.cap_bytes_per_s
+        key = (download, cap)
+        flow = self.flows.get(key)
+        if flow is None:
+            flow = self.flows[key] = FlowClass(cap, download)
+        client.flow = flow
+        client.joined_u = flow.stall_u
+        client.joined_d = flow.integral
         client.joined_at = now
         client.cpu_cores = self.client_cpu(client)
         client.epoch += 1
         self.clients[client.cid] = client
-        self.order.append(client)
-        name = client.asset.name
-        self.asset_counts[name] = self.asset_counts.get(name, 0) + 1
-        self.demand += client.asset.bitrate_bytes_per_s
-        self.cpu_demand += client.cpu_cores
+        flow.members += 1
+        flow.cpu_coef += self._coef(client, client.cpu_cores)
+        if download:
+            left = max(client.asset.size_bytes - client.received_bytes, 0.0)
+            heapq.heappush(flow.targets, (flow.integral + left, client.cid, client.epoch, client))
+        else:
+            flow.order.append(client)
+        per_asset = self.asset_counts.setdefault(client.asset.name, {})
+        per_asset[flow] = per_asset.get(flow, 0) + 1
         self.recompute()
 
     def settle(self, client: Client, now: float) -> None:
         """A client's start-up is over: it costs the steady per-client CPU from now."""
-        if self.clients.get(client.cid) is not client:
+        if self.clients.get(client.cid) is not client or client.flow is None:
             return
         self.advance(now)
         steady = self.spec.cpu_per_client_cores
-        self.cpu_demand += steady - client.cpu_cores
+        client.flow.cpu_coef += self._coef(client, steady) - self._coef(client, client.cpu_cores)
         client.cpu_cores = steady
         self.recompute()
 
     def remove(self, client: Client, now: float) -> float:
-        """A client leaves; returns the stall it had on this server."""
+        """A client leaves; returns the stall it had on this server (0 for a download)."""
         self.advance(now)
         del self.clients[client.cid]
-        name = client.asset.name
-        left = self.asset_counts[name] - 1
+        flow = client.flow
+        assert flow is not None
+        client.flow = None
+        flow.members -= 1
+        flow.cpu_coef -= self._coef(client, client.cpu_cores)
+        per_asset = self.asset_counts[client.asset.name]
+        left = per_asset[flow] - 1
         if left:
-            self.asset_counts[name] = left
+            per_asset[flow] = left
         else:
-            del self.asset_counts[name]
-        self.demand -= client.asset.bitrate_bytes_per_s
-        self.cpu_demand -= client.cpu_cores
-        if not self.clients:
-            self.demand = 0.0
-            self.cpu_demand = 0.0
-            self.order.clear()
-            self.asset_counts.clear()
+            del per_asset[flow]
+            if not per_asset:
+                del self.asset_counts[client.asset.name]
+        stall = 0.0
+        if flow.download:
+            client.received_bytes += flow.integral - client.joined_d
+        else:
+            stall = flow.stall_u - client.joined_u
+        if flow.members <= 0:
+            del self.flows[(flow.download, flow.cap)]
         self.recompute()
-        return self.stall_u - client.joined_u
+        return stall
 
     def drop_all(self, now: float) -> list[Client]:
-        """Every client at once (a crash); their stall is settled by the caller."""
+        """Every client at once (a crash); their stall and bytes are settled here."""
         self.advance(now)
         dropped = list(self.clients.values())
         for c in dropped:
-            c.stall_s += self.stall_u - c.joined_u
+            flow = c.flow
+            assert flow is not None
+            if flow.download:
+                c.received_bytes += flow.integral - c.joined_d
+            else:
+                c.stall_s += flow.stall_u - c.joined_u
+            c.flow = None
         self.clients.clear()
         self.asset_counts.clear()
-        self.order.clear()
-        self.demand = 0.0
-        self.cpu_demand = 0.0
+        self.flows.clear()
         self.recompute()
         return dropped
+
+    def next_download_end(self) -> tuple[float, Client] | None:
+        """The next download to end on this server at the current rates: (delay, client)."""
+        best: tuple[float, Client] | None = None
+        for f in self.flows.values():
+            if not f.download:
+                continue
+            targets = f.targets
+            while targets and (
+                targets[0][3].flow is not f or targets[0][3].epoch != targets[0][2]
+            ):
+                heapq.heappop(targets)  # left the class (ended, failed over, dropped)
+            if not targets or f.rate <= 0:
+                continue
+            delay = max(targets[0][0] - f.integral, 0.0) / f.rate
+            if best is None or delay < best[0]:
+                best = (delay, targets[0][3])
+        return best
+
+    def pop_download(self, client: Client) -> None:
+        """Forget `client`'s completion target (it is about to be removed)."""
+        flow = client.flow
+        if flow is not None and flow.targets and flow.targets[0][3] is client:
+            heapq.heappop(flow.targets)
 
     def set_background(self, now: float) -> None:
         """Draw the background load for the next tick (machine B's interference)."""
@@ -288,12 +452,18 @@ class Server:
         self.bg_cpu = min(max(spec.cpu_idle + noise, 0.0), 1.0)
         self.recompute()
 
-    def status(self, issues: frozenset[str], bitrates: dict[str, float]) -> OriginStatus:
+    def status(self, issues: frozenset[str]) -> OriginStatus:
         """What the status agent reports now (000, section 4; docs/protocols.md /stats)."""
         n = len(self.clients)
-        out = self.out_bytes_per_s()
-        phi = self.phi
-        by_issue = {name: bitrates[name] * phi for name in self.asset_counts}
+        out = self.out
+        by_issue: dict[str, float] = {}
+        for name, per_flow in self.asset_counts.items():
+            count = 0
+            total = 0.0
+            for f, k in per_flow.items():
+                count += k
+                total += k * f.rate
+            by_issue[name] = total / count
         return OriginStatus(
             name=self.spec.name,
             cpu_fraction=self.cpu_fraction(),

@@ -17,6 +17,7 @@ Every random draw comes from `random.Random`s seeded from one master seed.
 from __future__ import annotations
 
 import bisect
+import itertools
 import random
 from dataclasses import dataclass, field
 
@@ -84,9 +85,9 @@ class Simulation:
         self.rng_arrivals = random.Random(master.getrandbits(64))
         self.rng_algorithm = random.Random(master.getrandbits(64))
         server_seeds = [master.getrandbits(64) for _ in scenario.servers]
+        self.rng_access = random.Random(master.getrandbits(64))
         self.loop = EventLoop()
         self.assets: dict[str, AssetSpec] = {a.name: a for a in scenario.assets}
-        self.bitrates = {a.name: a.bitrate_bytes_per_s for a in scenario.assets}
         self._asset_list = list(scenario.assets)
         total = 0.0
         self._cum: list[float] = []
@@ -121,6 +122,7 @@ class Simulation:
         self._timer_at: float | None = None
         self._timer_token = 0
         self.model = scenario.clients
+        self._access_cum = list(itertools.accumulate(self.model.access_weights))
 
     # --- balancer adapter -------------------------------------------------------
 
@@ -158,7 +160,7 @@ class Simulation:
         if not server.up:
             self.loop.after(b.poll_timeout_s - b.status_delay_s / 2.0, self._deliver_failure, name)
             return
-        status = server.status(self.issues[name], self.bitrates)
+        status = server.status(self.issues[name])
         self.loop.after(b.status_delay_s / 2.0, self._deliver_status, status)
 
     def _deliver_status(self, status: OriginStatus) -> None:
@@ -177,11 +179,21 @@ class Simulation:
         x = self.rng_arrivals.random() * self._cum[-1]
         return self._asset_list[min(bisect.bisect_right(self._cum, x), len(self._asset_list) - 1)]
 
+    def _draw_access(self) -> float:
+        """A download client's access link: one of the model's rates, by weight."""
+        rates = self.model.access_bytes_per_s
+        if len(rates) == 1:
+            return rates[0]
+        x = self.rng_access.random() * self._access_cum[-1]
+        return rates[min(bisect.bisect_right(self._access_cum, x), len(rates) - 1)]
+
     def _arrive(self, asset_name: str | None) -> None:
         asset = self.assets.get(asset_name) if asset_name else None
         if asset is None:
             asset = self._draw_asset()
         client = Client(len(self.clients), asset, self.loop.now, waiting_since=self.loop.now)
+        if asset.is_download:
+            client.access_bytes_per_s = self._draw_access()
         self.clients.append(client)
         self._ask(client)
 
@@ -208,20 +220,23 @@ class Simulation:
         if not server.up:
             self._lost(client, name)
             return
+        download = client.asset.is_download
         if client.first_server is None:
             client.first_server = name
             client.end_at = now + client.asset.duration_s
         elif client.dropped_at is not None:
             # Playback stood still from the drop (or failover) to this reconnection.
             gap = now - client.dropped_at
-            client.stall_s += gap
-            client.end_at += gap
+            if not download:
+                client.stall_s += gap
+                client.end_at += gap
             client.dropped_at = None
         client.server = name
         client.state = ClientState.PLAYING
         server.add(client, now)
         if client.first_byte_at is None:
-            rate = client.asset.bitrate_bytes_per_s * max(server.phi, 1e-3)
+            flow = client.flow
+            rate = max(flow.rate if flow is not None else 0.0, 1e-3 * client.cap_bytes_per_s)
             client.first_byte_at = (
                 now + self.model.rtt_s + min(self.model.first_chunk_bytes / rate, 60.0)
             )
@@ -229,7 +244,8 @@ class Simulation:
         self.loop.after(server.spec.startup_s, self._settle, client, name, epoch)
         if client.asset.name not in server.cached:
             self.loop.after(server.spec.startup_s, self._cache, name, client.asset.name)
-        self.loop.at(client.end_at, self._finish, client, epoch)
+        if not download:
+            self.loop.at(client.end_at, self._finish, client, epoch)
         self._server_changed(server)
 
     def _settle(self, client: Client, name: str, epoch: int) -> None:
@@ -245,6 +261,7 @@ class Simulation:
             server.cached.add(asset)
 
     def _finish(self, client: Client, epoch: int) -> None:
+        """A stream's play-through reached its end."""
         if client.epoch != epoch or client.state is not ClientState.PLAYING:
             return
         server = self.servers[client.server or ""]
@@ -256,6 +273,19 @@ class Simulation:
         else:
             client.state = ClientState.DONE
         self._server_changed(server)
+
+    def _download_done(self, server: Server, client: Client) -> None:
+        """A download received its last byte."""
+        now = self.loop.now
+        server.pop_download(client)
+        server.remove(client, now)
+        client.ended_at = now
+        took = now - client.requested_at
+        if took <= client.asset.deadline_s + 1e-9:
+            client.state = ClientState.DONE
+        else:
+            client.state = ClientState.FAILED
+            client.reason = f"took {took:.0f} s (deadline {client.asset.deadline_s:.0f} s)"
 
     def _fail(self, client: Client, reason: str) -> None:
         client.state = ClientState.FAILED
@@ -273,6 +303,10 @@ class Simulation:
     def _failover(self, client: Client, name: str) -> None:
         client.failovers += 1
         client.epoch += 1
+        if client.failovers > self.model.max_failovers:
+            # pressrun's client gives up after so many failures without progress.
+            self._fail(client, f"gave up after {client.failovers - 1} failovers")
+            return
         client.waiting_since = self.loop.now
         client.failed.add(name)
         client.state = ClientState.ASKING
@@ -283,41 +317,54 @@ class Simulation:
     # --- servers ----------------------------------------------------------------
 
     def _server_changed(self, server: Server) -> None:
-        """Re-arm the failover check of a server whose share changed (failover mode)."""
+        """Plan the server's next event at its new rates: a download ends or a stream
+        has stalled long enough to fail over. One event per change, dropped if the
+        server changes again first (its version moves), so a failover storm costs
+        events, never a scan of every client."""
+        due = float("inf")
+        nxt = server.next_download_end()
+        if nxt is not None:
+            due = nxt[0]
         fs = self.model.failover_stall_s
-        if fs <= 0 or server.phi >= 1.0 or not server.clients:
-            return
-        order = server.order
-        while order and server.clients.get(order[0].cid) is not order[0]:
-            order.popleft()
-        if not order:
-            return
-        first = order[0]
-        due = (first.joined_u + fs - server.stall_u) / (1.0 - server.phi)
-        self.loop.after(max(due, 0.0), self._check_stalls, server, server.version)
+        if fs > 0:
+            for f in server.flows.values():
+                if f.download or f.rate >= f.cap:
+                    continue
+                order = f.order
+                while order and order[0].flow is not f:
+                    order.popleft()
+                if order:
+                    wait = (order[0].joined_u + fs - f.stall_u) / (1.0 - f.fraction)
+                    due = min(due, max(wait, 0.0))
+        if due != float("inf"):
+            self.loop.after(due, self._server_due, server, server.version)
 
-    def _check_stalls(self, server: Server, version: int) -> None:
+    def _server_due(self, server: Server, version: int) -> None:
         if version != server.version:
             return
         now = self.loop.now
         server.advance(now)
+        while (nxt := server.next_download_end()) is not None and nxt[0] <= 1e-6:
+            self._download_done(server, nxt[1])
         fs = self.model.failover_stall_s
-        moved: list[Client] = []
-        order = server.order
-        while order:
-            c = order[0]
-            if server.clients.get(c.cid) is not c:
-                order.popleft()
-                continue
-            if server.stall_u - c.joined_u < fs - 1e-9:
-                break
-            order.popleft()
-            moved.append(c)
-        for c in moved:
-            stall = server.remove(c, now)
-            c.stall_s += stall
-            c.end_at += stall
-            self._failover(c, server.spec.name)
+        if fs > 0:
+            moved: list[Client] = []
+            for f in server.flows.values():
+                order = f.order
+                while order:
+                    c = order[0]
+                    if c.flow is not f:
+                        order.popleft()
+                        continue
+                    if f.stall_u - c.joined_u < fs - 1e-9:
+                        break
+                    order.popleft()
+                    moved.append(c)
+            for c in moved:
+                stall = server.remove(c, now)
+                c.stall_s += stall
+                c.end_at += stall
+                self._failover(c, server.spec.name)
         self._server_changed(server)
 
     def _tick(self) -> None:
@@ -387,7 +434,10 @@ class Simulation:
         end = self.loop.now
         # Clients still playing at the end of the test: settle them where they stand.
         for c in self.clients:
-            if c.state is ClientState.PLAYING and c.server is not None:
+            if c.state is ClientState.PLAYING and c.asset.is_download:
+                self.servers[c.server or ""].remove(c, end)
+                self._fail(c, "download not finished by the end of the test")
+            elif c.state is ClientState.PLAYING and c.server is not None:
                 server = self.servers[c.server]
                 c.stall_s += server.remove(c, end)
                 c.ended_at = end

@@ -50,6 +50,10 @@ class ClientModel:
     rtt_s: client <-> balancer and client <-> server round trip.
     first_chunk_bytes: what must arrive before the first byte counts as delivered
         for the time-to-first-byte metric (a player's first segment).
+    max_failovers: a client gives up after failing over this many times (pressrun's
+        client stops after 8 failures without progress: `max_attempts_without_progress`).
+    access_bytes_per_s: a download client's access link, one of these rates ...
+    access_weights: ... drawn with these weights (default: equal).
     """
 
     stall_tolerance_s: float = 10.0
@@ -57,6 +61,9 @@ class ClientModel:
     max_wait_s: float = 60.0
     rtt_s: float = 0.002
     first_chunk_bytes: float = 65536.0
+    max_failovers: int = 8
+    access_bytes_per_s: tuple[float, ...] = (12.5e6,)
+    access_weights: tuple[float, ...] = (1.0,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +294,27 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
     cl = _table(doc, "clients", source)
     allowed_client = {f.name for f in fields(ClientModel)}
     _check_keys(cl, allowed_client, source, "clients")
-    clients = ClientModel(**{k: _number(cl, k, None, source, "clients") for k in cl})
+    lists = ("access_bytes_per_s", "access_weights")
+    client_kwargs: dict[str, Any] = {
+        k: _number(cl, k, None, source, "clients") for k in cl if k not in lists
+    }
+    if "max_failovers" in client_kwargs:
+        client_kwargs["max_failovers"] = int(client_kwargs["max_failovers"])
+    for key in lists:
+        if key in cl:
+            value = cl[key]
+            if not isinstance(value, list):
+                value = [value]
+            client_kwargs[key] = tuple(
+                _number({key: v}, key, None, source, "clients", positive=True) for v in value
+            )
+    if "access_bytes_per_s" in client_kwargs and "access_weights" not in client_kwargs:
+        client_kwargs["access_weights"] = (1.0,) * len(client_kwargs["access_bytes_per_s"])
+    clients = ClientModel(**client_kwargs)
+    if len(clients.access_weights) != len(clients.access_bytes_per_s):
+        raise _err(
+            source, "clients.access_weights", "needs one weight per access_bytes_per_s rate"
+        )
 
     # assets
     asset_items = _expand(_array(doc, "assets", source), source, "assets")
@@ -299,7 +326,14 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
     if law not in ("weights", "zipf", "uniform"):
         raise _err(source, "popularity.law", f"must be 'weights', 'zipf' or 'uniform', got {law!r}")
     zipf_s = _number(pop, "s", 1.0, source, "popularity")
-    allowed_asset = {"bitrate_bytes_per_s", "duration_s", "popularity", "count"}
+    allowed_asset = {
+        "bitrate_bytes_per_s",
+        "duration_s",
+        "popularity",
+        "count",
+        "size_bytes",
+        "deadline_s",
+    }
     assets: list[AssetSpec] = []
     for rank, (aname, body) in enumerate(asset_items, start=1):
         where = f"assets.{aname}"
@@ -318,6 +352,12 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
                 ),
                 duration_s=_number(body, "duration_s", 600.0, source, where, positive=True),
                 popularity=weight,
+                download_bytes=(
+                    _number(body, "size_bytes", None, source, where, positive=True)
+                    if "size_bytes" in body
+                    else None
+                ),
+                deadline_s=_number(body, "deadline_s", 600.0, source, where, positive=True),
             )
         )
     asset_names = {a.name for a in assets}
