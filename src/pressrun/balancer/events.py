@@ -33,6 +33,8 @@ class OriginStatus:
     cached_issues: frozenset[str] = frozenset()
     mean_transfer_bytes_per_s: float | None = None
     mean_transfer_bytes_per_s_by_issue: Mapping[str, float] = field(default_factory=dict)
+    #: active transfers per issue (empty when the agent does not report them)
+    active_transfers_by_issue: Mapping[str, int] = field(default_factory=dict)
 
 
 class DeliveryMode(Enum):

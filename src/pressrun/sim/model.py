@@ -457,6 +457,7 @@ class Server:
         n = len(self.clients)
         out = self.out
         by_issue: dict[str, float] = {}
+        counts: dict[str, int] = {}
         for name, per_flow in self.asset_counts.items():
             count = 0
             total = 0.0
@@ -464,6 +465,7 @@ class Server:
                 count += k
                 total += k * f.rate
             by_issue[name] = total / count
+            counts[name] = count
         return OriginStatus(
             name=self.spec.name,
             cpu_fraction=self.cpu_fraction(),
@@ -475,4 +477,5 @@ class Server:
             cached_issues=frozenset(self.cached),
             mean_transfer_bytes_per_s=out / n if n else None,
             mean_transfer_bytes_per_s_by_issue=by_issue,
+            active_transfers_by_issue=counts,
         )

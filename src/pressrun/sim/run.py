@@ -117,6 +117,11 @@ class Simulation:
             algorithm=algorithm,
         )
         self.core = BalancerCore(self.config, origins, self.algorithm, now=0.0)
+        if scenario.balancer.tell_needs:
+            # What the real service learns from each issue's manifest (its size) and
+            # the operator's target download time; a stream's need is its bitrate.
+            for a in scenario.assets:
+                self.algorithm.set_issue_need(a.name, a.need_bytes_per_s)
         self.clients: list[Client] = []
         self.samples: dict[str, list[Sample]] = {name: [] for name in self.servers}
         self._timer_at: float | None = None

@@ -35,6 +35,7 @@ class BalancerSetup:
     poll_timeout_s: float = 1.0
     retry_after_s: float = 2.0
     params: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    tell_needs: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +197,13 @@ def _number(
     return value
 
 
+def _flag(table: Mapping[str, Any], key: str, default: bool, source: str, where: str) -> bool:
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise _err(source, f"{where}.{key}", f"must be true or false, got {value!r}")
+    return value
+
+
 def _check_keys(table: Mapping[str, Any], allowed: set[str], source: str, where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
@@ -262,6 +270,7 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
             "poll_timeout_s",
             "retry_after_s",
             "params",
+            "tell_needs",
         },
         source,
         "balancer",
@@ -287,6 +296,7 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
         poll_timeout_s=_number(bal, "poll_timeout_s", 1.0, source, "balancer", positive=True),
         retry_after_s=_number(bal, "retry_after_s", 2.0, source, "balancer", positive=True),
         params=params,
+        tell_needs=_flag(bal, "tell_needs", True, source, "balancer"),
     )
     if balancer.stale_after_s <= balancer.poll_interval_s:
         raise _err(source, "balancer.stale_after_s", "must be longer than poll_interval_s")

@@ -39,6 +39,8 @@ class ScoringAlgorithm(ABC):
         self.params: dict[str, float] = dict(params or {})
         # Latest status of each origin in rotation; an origin out of rotation is absent.
         self.statuses: dict[str, OriginStatus] = {}
+        # What one transfer of an issue needs, bytes/s, where known (set_issue_need).
+        self.issue_needs: dict[str, float] = {}
 
     def param(self, key: str, default: float) -> float:
         """An algorithm parameter from config, or its documented default."""
@@ -51,6 +53,20 @@ class ScoringAlgorithm(ABC):
     def handle_origin_down(self, name: str, *, now: float) -> None:
         """The origin left the rotation; forget its status until it comes back."""
         self.statuses.pop(name, None)
+
+    def set_issue_need(self, issue_id: str, need_bytes_per_s: float) -> None:
+        """What one transfer of an issue needs to succeed, in bytes/s.
+
+        A stream's bitrate, or a download's size over the time it should take. Only
+        algorithms that reason per byte (`headroom`) read it; the others ignore it.
+        """
+        if not need_bytes_per_s > 0:
+            raise ValueError(f"need of {issue_id!r} must be positive, got {need_bytes_per_s!r}")
+        self.issue_needs[issue_id] = need_bytes_per_s
+        self.on_issue_need(issue_id)
+
+    def on_issue_need(self, issue_id: str) -> None:
+        """Hook run after an issue's need changed."""
 
     @abstractmethod
     def rank(
@@ -127,6 +143,9 @@ class ScoredAlgorithm(ScoringAlgorithm):
 
     def on_refresh(self, name: str, status: OriginStatus, *, now: float) -> None:
         """Hook run on each refresh of one origin, before it is re-indexed."""
+
+    def on_issue_need(self, issue_id: str) -> None:
+        self.touch_all()
 
     def handle_origin_down(self, name: str, *, now: float) -> None:
         super().handle_origin_down(name, now=now)

@@ -1,47 +1,57 @@
-"""Headroom dispatch: learned per-transfer costs and real capacity, most free slots wins.
+"""Headroom dispatch: capacity in bytes per second, learned from each origin's statuses.
 
 pressrun's own algorithm, from the lessons of the papers: Algorithm 2
 (000_9aae53f3113e9bd8.txt) trusts the configured link capacity (machine C lies) and
 its points mix resources that run out at different client counts; "best" dispatch on
 stale numbers self-congests (003_fb4a16d3be88866e.txt, Eq. 3). Here every origin's
-capacity is counted in *transfers*, from what its own statuses show.
+room is counted in *bytes per second*, and every transfer in what its own issue needs.
 
-Per origin i, on each status (n = active transfers, r = the rate one transfer needs):
+The need of an issue, ``need(i)``: what one transfer must get to succeed. Known when
+the operator or the simulator says so (`set_issue_need`: a stream's bitrate, a
+download's size over its target time), else the parameter `need_bytes_per_s`, else
+inferred per issue: the highest mean per-transfer rate any origin reported for *that*
+issue (a healthy origin delivers a stream at its bitrate), else 64 KiB/s.
 
-    r        = the highest mean per-transfer rate seen for the issue on any origin
-               (a healthy origin delivers a media transfer at its bitrate),
-               else the highest overall mean, else 64 KiB/s
-    under    = n > 0 and out / n < (1 - slack) * r             (clients under-served)
-    learned  = out            if under       (what it really delivers: machine C)
-               max(learned, out) otherwise
-    cap      = min(capacity_told, learned)
-    idle_x   = x seen while n == 0 (EWMA), for x in cpu, ram;  0 if never seen
-    cost_x   = EWMA of (x - idle_x) / n                         (per-transfer cost)
+Per origin, on each status (n_i = its active transfers of issue i, m_i their mean
+rate, out = bytes/s it sends, cpu and ram in use, 0..1)::
 
-Free transfer slots, counting the picks made since the status (`pending`, whose bytes
-are `pending_bytes`) so that a burst between two refreshes is spread as it arrives::
+    committed = sum_i n_i * need(i)        (bytes/s its transfers need; when the agent
+                                            does not report n_i: out for paced streams,
+                                            n * need_bytes_per_s when that is set)
+    under     = out < (1 - slack) * committed     (it does not deliver what they need)
+                or, without n_i, any issue with m_i < (1 - slack) * need(i)
+    learned   = out                          if under (what it really delivers: C)
+                max(learned, out), and x (1 + probe_growth) up to the told capacity
+                while it runs healthy near the learned limit        otherwise
+    cap       = min(capacity_told, learned)
+    idle_x    = x seen while n == 0 (EWMA), for x in cpu, ram
+    cpu_byte  = EWMA of (cpu - idle_cpu) / out          (CPU share per byte/s sent)
+    ram_cost  = EWMA of (ram - idle_ram) / n            (RAM share per transfer)
 
-    free_bw  = (u_bw * cap - out - pending_bytes) / r
-    free_cpu = (cpu_target - cpu) / cost_cpu - pending
-    free_ram = (ram_target - ram) / cost_ram - pending
-    free     = min(free_bw, free_cpu, free_ram)
-    score    = free (+ cache_bonus_slots if the issue is cached)
+Room for one more transfer of issue i, counting the picks made since the status
+(`pending`, needing `pending_bytes`) so a burst between two refreshes is spread as it
+arrives::
 
-The origin with the most free slots wins; an origin with `free < 1` is not eligible
-and, when none is left, the answer is "full" (the client retries after Retry-After).
-An origin whose costs are not measured yet (no status with transfers) takes at most
-`probe_transfers` (minus those it has) until they are: the first status with clients
-on it tells how many it can hold, before a burst can bury it. Defaults: slack 0.05,
-u_bw 0.95, cpu_target 0.85, ram_target 0.85, probe_transfers 10, cache_bonus_slots 2,
-cost EWMA weight 0.3. Pair it with clients that re-ask naming a failed origin (WSDM of
-003): the core then ranks without it.
+    room_bytes = min(u_bw * cap, (cpu_target - idle_cpu) / cpu_byte)
+                 - committed - pending_bytes
+    free       = min(room_bytes / need(i), (ram_target - ram) / ram_cost - pending)
+    free       = min(free, 0) while under
+    score      = free (+ cache_bonus_slots if the issue is cached)
 
-`r` inferred from the fastest healthy origin fits paced transfers (media played in
-real time: every healthy transfer runs at the bitrate). Elastic downloads (a file sent
-as fast as the link allows) have no such rate: every busy origin would look
-under-served. For those set the parameter `need_bytes_per_s` to the slowest rate a
-transfer may get (e.g. issue size / acceptable download time); it replaces `r`, and
-``free_bw = u_bw * cap / r - n - pending`` counts transfers instead of bytes.
+The origin with the most room wins; an origin with `free < 1` is not eligible and,
+when none is left, the answer is "full" (the service says 503 with Retry-After): under
+overload the origins keep the transfers they can serve well, and the rest are refused
+quickly instead of everyone being slowed down. An origin whose costs are not measured
+yet (no status with transfers) takes at most `probe_transfers` (minus those it has).
+Defaults: slack 0.05, u_bw 0.95, cpu_target 0.85, ram_target 0.85, probe_transfers 10,
+cache_bonus_slots 2, cost EWMA weight 0.3, probe_growth 0.1.
+
+Why per issue and per byte: a single rate per origin (the highest bitrate seen) makes
+an origin streaming low-bitrate issues look under-served; it then learns a capacity far
+below its real one and refuses (issue 10: under 1 % served on a mixed cluster). Counting
+bytes per issue makes a 64 kB/s stream and a 2.5 MB/s one cost what they cost, and the
+same formula holds for elastic downloads, which take whatever the link gives: their
+`out` is not what they need, `committed` is.
 """
 
 from __future__ import annotations
@@ -63,8 +73,9 @@ class OriginModel:
     idle_cpu: float = 0.0
     idle_ram: float = 0.0
     idle_seen: bool = False
-    cost_cpu: float | None = None
+    cpu_per_byte: float | None = None
     cost_ram: float | None = None
+    committed_bytes_per_s: float = 0.0
     pending: int = 0
     pending_bytes: float = 0.0
     under_served: bool = False
@@ -72,11 +83,12 @@ class OriginModel:
 
 @register_algorithm
 class Headroom(ScoredAlgorithm):
-    """Most free transfer slots wins; capacity learned from what an origin delivers."""
+    """Most room in bytes/s wins; capacity learned from what an origin delivers."""
 
     name = "headroom"
     summary = (
-        "pressrun headroom dispatch: learned real capacity and per-transfer costs, most free slots"
+        "pressrun headroom dispatch: room in bytes/s per issue's need, learned real "
+        "capacity and costs, full when none (the default)"
     )
 
     def __init__(
@@ -90,6 +102,7 @@ class Headroom(ScoredAlgorithm):
         self.probe = self.param("probe_transfers", 10.0)
         self.cache_bonus = self.param("cache_bonus_slots", 2.0)
         self.alpha = self.param("cost_ewma", 0.3)
+        self.growth = self.param("probe_growth", 0.1)
         self.fixed_need = self.param("need_bytes_per_s", 0.0)
         self.models: dict[str, OriginModel] = {}
         self.rate_by_issue: dict[str, float] = {}
@@ -104,6 +117,9 @@ class Headroom(ScoredAlgorithm):
 
     def need(self, issue_id: str) -> float:
         """The rate one transfer of the issue needs (bytes/s)."""
+        known = self.issue_needs.get(issue_id)
+        if known:
+            return known
         if self.fixed_need > 0:
             return self.fixed_need
         r = self.rate_by_issue.get(issue_id)
@@ -117,14 +133,15 @@ class Headroom(ScoredAlgorithm):
         m.pending_bytes = 0.0
         changed = False
         for issue, rate in status.mean_transfer_bytes_per_s_by_issue.items():
-            if rate > self.rate_by_issue.get(issue, 0.0):
+            if issue not in self.issue_needs and rate > self.rate_by_issue.get(issue, 0.0):
                 self.rate_by_issue[issue] = rate
                 changed = True
         mean = status.mean_transfer_bytes_per_s
         if mean is not None and mean > self.rate_any:
             self.rate_any = mean
-            changed = True
+            changed = changed or not self.issue_needs
         n = status.active_transfers
+        out = status.out_bytes_per_s
         a = self.alpha
         if n <= 0:
             if m.idle_seen:
@@ -133,54 +150,66 @@ class Headroom(ScoredAlgorithm):
             else:
                 m.idle_cpu, m.idle_ram, m.idle_seen = status.cpu_fraction, status.ram_fraction, True
             m.under_served = False
+            m.committed_bytes_per_s = 0.0
         else:
-            cpu_cost = max(status.cpu_fraction - m.idle_cpu, 0.0) / n
+            if out > 0:
+                per_byte = max(status.cpu_fraction - m.idle_cpu, 0.0) / out
+                m.cpu_per_byte = (
+                    per_byte
+                    if m.cpu_per_byte is None
+                    else m.cpu_per_byte + a * (per_byte - m.cpu_per_byte)
+                )
             ram_cost = max(status.ram_fraction - m.idle_ram, 0.0) / n
-            m.cost_cpu = (
-                cpu_cost if m.cost_cpu is None else m.cost_cpu + a * (cpu_cost - m.cost_cpu)
-            )
             m.cost_ram = (
                 ram_cost if m.cost_ram is None else m.cost_ram + a * (ram_cost - m.cost_ram)
             )
-            need = self.fixed_need or (
-                max(
-                    (
-                        self.rate_by_issue.get(i, 0.0)
-                        for i in status.mean_transfer_bytes_per_s_by_issue
-                    ),
-                    default=0.0,
-                )
-                or self.rate_any
-            )
-            per_transfer = status.out_bytes_per_s / n
-            m.under_served = need > 0 and per_transfer < (1.0 - self.slack) * need
+            m.committed_bytes_per_s, m.under_served = self._committed(status)
             if m.under_served:
-                m.learned_bytes_per_s = status.out_bytes_per_s
+                m.learned_bytes_per_s = out
             elif m.learned_bytes_per_s is not None:
-                m.learned_bytes_per_s = max(m.learned_bytes_per_s, status.out_bytes_per_s)
+                learned = max(m.learned_bytes_per_s, out)
+                if m.committed_bytes_per_s >= 0.8 * self.u_bw * learned:
+                    # Healthy at the learned limit: the limit may be stale (learned in a
+                    # transient, or from slow clients); probe upwards, as TCP does.
+                    learned = min(learned * (1.0 + self.growth), status.capacity_bytes_per_s)
+                m.learned_bytes_per_s = learned
         if changed:
-            self.touch_all()  # every origin's slots are counted in r
+            self.touch_all()  # every origin's room is counted in the inferred needs
+
+    def _committed(self, status: OriginStatus) -> tuple[float, bool]:
+        """What the origin's transfers need (bytes/s), and whether it falls short."""
+        out = status.out_bytes_per_s
+        limit = 1.0 - self.slack
+        counts = status.active_transfers_by_issue
+        if counts:
+            committed = sum(k * self.need(i) for i, k in counts.items())
+            return committed, out < limit * committed
+        # An agent that does not count transfers per issue: compare each issue's mean.
+        under = any(
+            rate < limit * self.need(i)
+            for i, rate in status.mean_transfer_bytes_per_s_by_issue.items()
+        )
+        if self.fixed_need > 0 and not self.issue_needs:
+            # Elastic transfers fill the link whatever their number: count them instead.
+            return status.active_transfers * self.fixed_need, under
+        return out, under
 
     def free_slots(self, name: str, status: OriginStatus, issue_id: str) -> float:
         """How many more transfers of the issue the origin can take (Eq. above)."""
         m = self.model(name)
-        r = self.need(issue_id)
-        if m.cost_cpu is None or m.cost_ram is None:
+        if m.cpu_per_byte is None or m.cost_ram is None:
             return self.probe - status.active_transfers - m.pending
         cap = status.capacity_bytes_per_s
         if m.learned_bytes_per_s is not None:
             cap = min(cap, m.learned_bytes_per_s)
-        if self.fixed_need > 0:
-            # Elastic transfers fill the link whatever their number: count them instead.
-            free = self.u_bw * cap / r - status.active_transfers - m.pending
-        else:
-            free = (self.u_bw * cap - status.out_bytes_per_s - m.pending_bytes) / r
-        if m.under_served:
-            free = min(free, 0.0)
-        if m.cost_cpu > 0:
-            free = min(free, (self.cpu_target - status.cpu_fraction) / m.cost_cpu - m.pending)
+        room = self.u_bw * cap
+        if m.cpu_per_byte > 0:
+            room = min(room, (self.cpu_target - m.idle_cpu) / m.cpu_per_byte)
+        free = (room - m.committed_bytes_per_s - m.pending_bytes) / self.need(issue_id)
         if m.cost_ram > 0:
             free = min(free, (self.ram_target - status.ram_fraction) / m.cost_ram - m.pending)
+        if m.under_served:
+            free = min(free, 0.0)
         return free
 
     def eligible(self, name: str, status: OriginStatus, issue_id: str) -> bool:
