@@ -25,11 +25,19 @@
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pressrun.sim.model import ClientState
+from pressrun.sim.model import (
+    CPU_REFERENCE_BYTES_PER_S,
+    AssetSpec,
+    Client,
+    ClientState,
+    ServerSpec,
+)
 from pressrun.sim.run import RunResult
 from pressrun.sim.scenario import Scenario
 
@@ -94,50 +102,89 @@ def machine_rows(result: RunResult) -> list[MachineRow]:
     return rows
 
 
+def server_capacity_bytes_per_s(spec: ServerSpec, assets: Sequence[AssetSpec]) -> float:
+    """A server's true capacity: its link, or what its free cores can send if less.
+
+    CPU: cores left by the idle load and its noise, over the steady per-client cost,
+    times the rate that cost is counted at (the lowest stream bitrate; 100 kB/s for
+    downloads, see model.py).
+    """
+    rates = [a.bitrate_bytes_per_s for a in assets if not a.is_download]
+    if any(a.is_download for a in assets):
+        rates.append(CPU_REFERENCE_BYTES_PER_S)
+    cpu_clients = (
+        spec.cores * (1.0 - spec.cpu_idle - spec.cpu_noise) / max(spec.cpu_per_client_cores, 1e-12)
+    )
+    return min(spec.link_bytes_per_s, max(cpu_clients, 0.0) * min(rates))
+
+
 def capacity_bound(scenario: Scenario, result: RunResult) -> dict[str, Any]:
     """Peak demand against total true capacity, and the fluid arrival-order admission count.
 
-    Total capacity counts each server's link and its CPU (cores left by the idle load,
-    over the steady per-client cost, times the bitrate). If the peak demand fits, every
-    client can be served and the bound is the client count.
+    Each client reserves what it needs to succeed: a stream its bitrate for its
+    duration, a download its size over its deadline for the deadline (a download whose
+    access link is slower than that cannot succeed at all). Total capacity is the sum
+    of the servers' true capacities (`server_capacity_bytes_per_s`), less the servers
+    down at the time (scripted failures). If the peak demand fits and no server
+    fails, every client can be served and the bound is the client count; else the
+    bound is the number of clients a pooled fluid admission in arrival order holds: an
+    estimate of the best any balancer can do (the pool ignores that a client sits on
+    one server; a download served faster than its need frees room sooner, so an
+    algorithm may pass it).
     """
     clients = sorted(result.clients, key=lambda c: c.requested_at)
-    capacity = 0.0
-    for s in scenario.servers:
-        rate = min(a.bitrate_bytes_per_s for a in scenario.assets)
-        cpu_clients = (
-            s.cores * (1.0 - s.cpu_idle - s.cpu_noise) / max(s.cpu_per_client_cores, 1e-12)
-        )
-        capacity += min(s.link_bytes_per_s, cpu_clients * rate)
+    caps = {s.name: server_capacity_bytes_per_s(s, scenario.assets) for s in scenario.servers}
+    capacity = sum(caps.values())
+    # capacity lost while servers are down: (start, end, bytes/s)
+    outages = [
+        (f.down_at_s, f.up_at_s if f.up_at_s is not None else math.inf, caps[f.server])
+        for f in scenario.failures
+    ]
+
+    def capacity_at(t: float) -> float:
+        return capacity - sum(c for start, end, c in outages if start <= t < end)
+
+    def reservation(c: Client) -> tuple[float, float] | None:
+        a = c.asset
+        if not a.is_download:
+            return a.bitrate_bytes_per_s, a.duration_s
+        need = a.need_bytes_per_s
+        if need > c.access_bytes_per_s * (1 + 1e-9):
+            return None
+        return need, a.deadline_s
+
+    wants = [(c, reservation(c)) for c in clients]
     events: list[tuple[float, float]] = []
-    for c in clients:
-        events.append((c.requested_at, c.asset.bitrate_bytes_per_s))
-        events.append((c.requested_at + c.asset.duration_s, -c.asset.bitrate_bytes_per_s))
+    for c, r in wants:
+        if r is not None:
+            events.append((c.requested_at, r[0]))
+            events.append((c.requested_at + r[1], -r[0]))
     events.sort()
     load = peak = 0.0
     for _, d in events:
         load += d
         peak = max(peak, load)
-    admitted = len(clients)
-    if peak > capacity * (1 + 1e-9):
+    servable = sum(1 for _, r in wants if r is not None)
+    admitted = servable
+    all_servable = servable == len(clients) and not outages and peak <= capacity * (1 + 1e-9)
+    if not all_servable:
         # Fluid admission in arrival order: admit a client if it fits now.
-        import heapq
-
         ends: list[tuple[float, float]] = []
         load = 0.0
         admitted = 0
-        for c in clients:
+        for c, r in wants:
+            if r is None:
+                continue
             while ends and ends[0][0] <= c.requested_at:
                 load -= heapq.heappop(ends)[1]
-            r = c.asset.bitrate_bytes_per_s
-            if load + r <= capacity:
-                load += r
+            if load + r[0] <= capacity_at(c.requested_at) * (1 + 1e-9):
+                load += r[0]
                 admitted += 1
-                heapq.heappush(ends, (c.requested_at + c.asset.duration_s, r))
+                heapq.heappush(ends, (c.requested_at + r[1], r[0]))
     return {
         "peak_demand_mb_per_s": peak / 1e6,
         "capacity_mb_per_s": capacity / 1e6,
-        "all_servable": peak <= capacity * (1 + 1e-9),
+        "all_servable": all_servable,
         "bound_clients": admitted,
     }
 

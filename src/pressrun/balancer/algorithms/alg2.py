@@ -99,9 +99,9 @@ class Alg2(ScoredAlgorithm):
         self.max_estimate = self.param("max_estimate_bytes_per_s", MAX_ESTIMATE_BYTES_PER_S)
         #: the predicted load not yet visible in statuses, per origin, bytes/s
         self.inflation: dict[str, float] = {}
-        # name -> (status, inflation, score without the cache bonus). A pick re-scores
-        # the picked origin for every issue indexed; only the cache bonus depends on
-        # the issue, so the rest is computed once per (status, inflation).
+        # name -> (status, inflation, score without the cache bonus). After a pick the
+        # picked origin is re-scored for each issue ranked; only the cache bonus
+        # depends on the issue, so the rest is computed once per (status, inflation).
         self._base: dict[str, tuple[OriginStatus, float, float]] = {}
 
     def base_score(self, name: str, status: OriginStatus) -> float:
@@ -125,34 +125,6 @@ class Alg2(ScoredAlgorithm):
         if issue_id in status.cached_issues:
             score += self.cache_bonus
         return score
-
-    def touch(self, name: str) -> None:
-        """Re-index `name` for every indexed issue: one base score, the bonus per issue.
-
-        The generic `ScoredAlgorithm.touch` calls `eligible` and `compute_score` per
-        issue; this is the same for Figure 2 as written, at a third of the cost (a pick
-        re-indexes the picked origin for every issue). A subclass that changes the
-        score or who is eligible (e.g. MistServer skipping full hosts) gets the generic
-        path.
-        """
-        cls = type(self)
-        if cls.compute_score is not Alg2.compute_score or cls.eligible is not Alg2.eligible:
-            super().touch(name)
-            return
-        status = self.statuses.get(name)
-        if status is None:
-            for index in self._index.values():
-                index.remove(name)
-            return
-        base = self.base_score(name, status)
-        issues, cached, bonus = status.issues, status.cached_issues, self.cache_bonus
-        for issue_id, index in self._index.items():
-            if issue_id not in issues:
-                index.remove(name)
-            elif issue_id in cached:
-                index.put(name, base + bonus)
-            else:
-                index.put(name, base)
 
     def on_refresh(self, name: str, status: OriginStatus, *, now: float) -> None:
         # Figure 2: "Every data refresh, perform: bandwidthInflation *= 0.9"

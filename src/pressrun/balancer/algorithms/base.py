@@ -103,6 +103,7 @@ class ScoredAlgorithm(ScoringAlgorithm):
     ) -> None:
         super().__init__(origins, rng, params)
         self._index: dict[str, _RankedIndex] = {}
+        self._versions: dict[str, int] = {}
 
     @abstractmethod
     def compute_score(self, name: str, status: OriginStatus, issue_id: str) -> float:
@@ -121,15 +122,20 @@ class ScoredAlgorithm(ScoringAlgorithm):
         return self.compute_score(name, status, issue_id)
 
     def touch(self, name: str) -> None:
-        """The origin's score changed for every issue: re-index it."""
-        for issue_id, index in self._index.items():
-            self._reindex(index, name, issue_id)
+        """The origin's score changed for every issue: re-index it where next ranked.
+
+        Lazy: the origin's version moves and each issue's index re-scores it when that
+        issue is next ranked, so a refresh or a pick costs O(1) however many issues
+        there are, and a ranking O(origins) version checks.
+        """
+        self._versions[name] = self._versions.get(name, 0) + 1
 
     def touch_all(self) -> None:
         """Every score may have changed (e.g. shared weights moved): rebuild lazily."""
         self._index.clear()
 
     def _reindex(self, index: _RankedIndex, name: str, issue_id: str) -> None:
+        index.versions[name] = self._versions.get(name, 0)
         status = self.statuses.get(name)
         if status is None or not self.eligible(name, status, issue_id):
             index.remove(name)
@@ -149,8 +155,7 @@ class ScoredAlgorithm(ScoringAlgorithm):
 
     def handle_origin_down(self, name: str, *, now: float) -> None:
         super().handle_origin_down(name, now=now)
-        for index in self._index.values():
-            index.remove(name)
+        self.touch(name)
 
     def forget_issue(self, issue_id: str) -> None:
         self._index.pop(issue_id, None)
@@ -160,10 +165,11 @@ class ScoredAlgorithm(ScoringAlgorithm):
     ) -> list[tuple[str, float]]:
         index = self._index.get(issue_id)
         if index is None:
-            index = _RankedIndex()
-            for name in self.statuses:
+            index = self._index[issue_id] = _RankedIndex()
+        seen = index.versions
+        for name, version in self._versions.items():
+            if seen.get(name) != version:
                 self._reindex(index, name, issue_id)
-            self._index[issue_id] = index
         return index.top(k, exclude)
 
     def handle_pick(self, name: str, issue_id: str, *, now: float) -> None:
@@ -177,11 +183,13 @@ class ScoredAlgorithm(ScoringAlgorithm):
 class _RankedIndex:
     """Max-heap of (score, name) with lazy deletion; ties go to the smaller name."""
 
-    __slots__ = ("_heap", "_live")
+    __slots__ = ("_heap", "_live", "versions")
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, str]] = []
         self._live: dict[str, float] = {}
+        # the owner's version of each origin when it was last scored here
+        self.versions: dict[str, int] = {}
 
     def put(self, name: str, score: float) -> None:
         if self._live.get(name) == score:
