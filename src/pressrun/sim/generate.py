@@ -5,7 +5,8 @@
 
 - 3 to 50 servers (log-uniform count), links from 100 Mbit/s to 40 Gbit/s, cores and
   per-client CPU cost such that the CPU can send 0.6x to 3x the link (some servers are
-  CPU-bound), RAM 1 to 64 GiB (small ones crash when network overload fills it);
+  CPU-bound), RAM 1 to 64 GiB, at least 1.5 MiB per MB/s of link (small ones crash when
+  network overload fills it);
 - some misconfigured (told 2x to 10x the link they have), some busy (20 to 60 % of
   their CPU taken by other work, with noise), in a third of the scenarios some failing
   mid-run and coming back 1 to 5 minutes later;
@@ -18,8 +19,8 @@
   (the ones beyond 1x cannot all be served).
 
 Clients are pressrun's (they fail over after 2 s of stall or a dropped connection and
-give up after 8 failovers; a refused client retries after Retry-After until its
-deadline). The balancer is told each issue's need (its bitrate, or size over deadline),
+give up after 8 failovers; a refused client retries after Retry-After for 16 s, the
+8 attempts of `pressrun get`). The balancer is told each issue's need (its bitrate, or size over deadline),
 as the real service learns sizes from manifests.
 
 `run_tournament` runs every scenario with every algorithm and `format_tournament`
@@ -71,7 +72,11 @@ def _servers(rng: random.Random) -> list[ServerSpec]:
         # The CPU can send cpu_x times the link: cores * (1 - idle) / per_client * 100 kB/s.
         cpu_x = rng.uniform(0.6, 3.0)
         per_client = cores * (1.0 - cpu_idle - cpu_noise) * 1e5 / (cpu_x * link)
-        ram = float(rng.choice((1, 2, 4, 8, 16, 32, 64))) * GIB
+        # RAM: enough for a transfer per MB/s of link, 1.5 MiB each (a 40 Gbit/s
+        # server with 1 GiB is not a machine anyone builds); small ones may crash.
+        least = link / 1e6 * 1.5 * MIB
+        ram = float(rng.choice([g for g in (1, 2, 4, 8, 16, 32, 64) if g * GIB >= least] or [64]))
+        ram *= GIB
         small = ram <= 2 * GIB
         told = link * rng.uniform(2.0, 10.0) if rng.random() < 0.15 else None
         out.append(
@@ -215,7 +220,9 @@ def generate_scenario(seed: int, index: int) -> Scenario:
         balancer=BalancerSetup(),
         clients=ClientModel(
             failover_stall_s=2.0,
-            max_wait_s=deadline,
+            # pressrun's client stops after 8 attempts without progress: 8 refusals
+            # with the default Retry-After of 2 s.
+            max_wait_s=16.0,
             access_bytes_per_s=ACCESS_BYTES_PER_S,
             access_weights=ACCESS_WEIGHTS,
         ),

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,25 +169,102 @@ def capacity_bound(scenario: Scenario, result: RunResult) -> dict[str, Any]:
     admitted = servable
     all_servable = servable == len(clients) and not outages and peak <= capacity * (1 + 1e-9)
     if not all_servable:
-        # Fluid admission in arrival order: admit a client if it fits now.
-        ends: list[tuple[float, float]] = []
-        load = 0.0
-        admitted = 0
-        for c, r in wants:
-            if r is None:
-                continue
-            while ends and ends[0][0] <= c.requested_at:
-                load -= heapq.heappop(ends)[1]
-            if load + r[0] <= capacity_at(c.requested_at) * (1 + 1e-9):
-                load += r[0]
-                admitted += 1
-                heapq.heappush(ends, (c.requested_at + r[1], r[0]))
+        admitted = _pooled_admission(wants, capacity_at, [start for start, _, _ in outages])
     return {
         "peak_demand_mb_per_s": peak / 1e6,
         "capacity_mb_per_s": capacity / 1e6,
         "all_servable": all_servable,
         "bound_clients": admitted,
     }
+
+
+def _pooled_admission(
+    wants: Sequence[tuple[Client, tuple[float, float] | None]],
+    capacity_at: Callable[[float], float],
+    outage_starts: Sequence[float],
+) -> int:
+    """How many clients a pooled admission in arrival order serves (fluid, clairvoyant).
+
+    The pool is every server's true capacity at once (no client is stuck on one
+    server). Streams reserve their bitrate for their duration while it fits.
+    Downloads are sent first come first served with what the streams leave: each gets
+    up to its access rate, in arrival order, until the pool is used up
+    (work-conserving). A download is admitted only if it could finish by its deadline
+    behind the downloads already queued; one that still misses it is dropped at its
+    deadline. When a server goes down the pool shrinks: the latest admitted streams
+    are dropped until the rest fit.
+    """
+    timeline: list[tuple[float, int, Client | None, tuple[float, float] | None]] = [
+        (t, 0, None, None) for t in outage_starts
+    ]
+    timeline += [(c.requested_at, 1, c, r) for c, r in wants if r is not None]
+    timeline.sort(key=lambda x: (x[0], x[1]))
+    ends: list[tuple[float, int, float]] = []  # streams: (end, id, rate)
+    live: dict[int, float] = {}
+    jobs: list[list[float]] = []  # downloads in arrival order: [bytes left, deadline, cap]
+    stream_load = 0.0
+    served = 0
+    next_id = 0
+    now = timeline[0][0] if timeline else 0.0
+
+    def drain(until: float) -> None:
+        nonlocal now, stream_load, served, jobs
+        while now < until and (jobs or ends):
+            pool = max(capacity_at(now) - stream_load, 0.0)
+            rates: list[float] = []
+            for job in jobs:
+                r = min(job[2], pool)
+                rates.append(r)
+                pool -= r
+            step = until - now
+            if ends:
+                step = min(step, ends[0][0] - now)
+            for job, r in zip(jobs, rates, strict=True):
+                if r > 0:
+                    step = min(step, job[0] / r)
+                if job[1] > now:
+                    step = min(step, job[1] - now)
+            step = max(step, 0.0)
+            now += step
+            kept: list[list[float]] = []
+            for job, r in zip(jobs, rates, strict=True):
+                job[0] -= r * step
+                if job[0] <= 1e-6 * max(job[2], 1.0):
+                    served += now <= job[1] + 1e-9
+                elif now < job[1] - 1e-9:
+                    kept.append(job)
+            jobs = kept
+            while ends and ends[0][0] <= now:
+                _, k, rate_k = heapq.heappop(ends)
+                if live.pop(k, None) is not None:
+                    stream_load -= rate_k
+                    served += 1
+        now = max(now, until)
+
+    for t, kind, c, r in timeline:
+        drain(t)
+        cap_now = capacity_at(t) * (1 + 1e-9)
+        if kind == 0:
+            for k in sorted(live, reverse=True):
+                if stream_load <= cap_now:
+                    break
+                stream_load -= live.pop(k)
+            continue
+        assert c is not None and r is not None
+        if not c.asset.is_download:
+            if stream_load + r[0] <= cap_now:
+                stream_load += r[0]
+                live[next_id] = r[0]
+                heapq.heappush(ends, (t + r[1], next_id, r[0]))
+                next_id += 1
+            continue
+        pool = max(cap_now - stream_load, 0.0)
+        ahead = sum(job[0] for job in jobs)
+        size = c.asset.size_bytes
+        if pool > 0 and (ahead + size) / pool <= r[1]:
+            jobs.append([size, t + r[1], c.access_bytes_per_s])
+    drain(math.inf)
+    return served
 
 
 def summarize(result: RunResult) -> dict[str, Any]:

@@ -16,11 +16,12 @@ Per origin, on each status (n_i = its active transfers of issue i, m_i their mea
 rate, out = bytes/s it sends, cpu and ram in use, 0..1)::
 
     committed = sum_i n_i * need(i)        (bytes/s its transfers need; when the agent
-                                            does not report n_i: out for paced streams,
-                                            n * need_bytes_per_s when that is set)
-    under     = out < (1 - slack) * committed     (it does not deliver what they need)
-                or, without n_i, any issue with m_i < (1 - slack) * need(i)
-    learned   = out                          if under (what it really delivers: C)
+                                            does not report n_i: out for paced streams
+                                            (short = under), n * need_bytes_per_s when
+                                            that is set)
+    short     = out < (1 - slack) * committed     (it does not deliver what they need)
+    under     = any issue with m_i < (1 - slack) * need(i)   (some transfers starve)
+    learned   = out                          if short (what it really delivers: C)
                 max(learned, out), and x (1 + probe_growth) up to the told capacity
                 while it runs healthy near the learned limit        otherwise
     cap       = min(capacity_told, learned)
@@ -163,12 +164,12 @@ class Headroom(ScoredAlgorithm):
             m.cost_ram = (
                 ram_cost if m.cost_ram is None else m.cost_ram + a * (ram_cost - m.cost_ram)
             )
-            m.committed_bytes_per_s, m.under_served = self._committed(status)
-            if m.under_served:
+            m.committed_bytes_per_s, short, m.under_served = self._committed(status)
+            if short:
                 m.learned_bytes_per_s = out
             elif m.learned_bytes_per_s is not None:
                 learned = max(m.learned_bytes_per_s, out)
-                if m.committed_bytes_per_s >= 0.8 * self.u_bw * learned:
+                if not m.under_served and m.committed_bytes_per_s >= 0.8 * self.u_bw * learned:
                     # Healthy at the learned limit: the limit may be stale (learned in a
                     # transient, or from slow clients); probe upwards, as TCP does.
                     learned = min(learned * (1.0 + self.growth), status.capacity_bytes_per_s)
@@ -176,23 +177,27 @@ class Headroom(ScoredAlgorithm):
         if changed:
             self.touch_all()  # every origin's room is counted in the inferred needs
 
-    def _committed(self, status: OriginStatus) -> tuple[float, bool]:
-        """What the origin's transfers need (bytes/s), and whether it falls short."""
+    def _committed(self, status: OriginStatus) -> tuple[float, bool, bool]:
+        """What the origin's transfers need (bytes/s), whether it delivers less than
+        that in total (its capacity is what it delivers), and whether some issue's
+        transfers get less than their need (add nothing there until they do)."""
         out = status.out_bytes_per_s
         limit = 1.0 - self.slack
-        counts = status.active_transfers_by_issue
-        if counts:
-            committed = sum(k * self.need(i) for i, k in counts.items())
-            return committed, out < limit * committed
-        # An agent that does not count transfers per issue: compare each issue's mean.
-        under = any(
+        # Each issue's transfers against their own need (a fair share of a busy link
+        # can starve the big issues while the small ones keep the total up).
+        starving = any(
             rate < limit * self.need(i)
             for i, rate in status.mean_transfer_bytes_per_s_by_issue.items()
         )
+        counts = status.active_transfers_by_issue
+        if counts:
+            committed = sum(k * self.need(i) for i, k in counts.items())
+            return committed, out < limit * committed, starving
         if self.fixed_need > 0 and not self.issue_needs:
             # Elastic transfers fill the link whatever their number: count them instead.
-            return status.active_transfers * self.fixed_need, under
-        return out, under
+            committed = status.active_transfers * self.fixed_need
+            return committed, starving and out < limit * committed, starving
+        return out, starving, starving
 
     def free_slots(self, name: str, status: OriginStatus, issue_id: str) -> float:
         """How many more transfers of the issue the origin can take (Eq. above)."""
