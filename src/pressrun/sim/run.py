@@ -170,11 +170,26 @@ class Simulation:
 
     def _deliver_status(self, status: OriginStatus) -> None:
         self.core.handle_status_received(StatusReceived(status), now=self.loop.now)
-        self._arm()
+        self._arm_for(status.name)
 
     def _deliver_failure(self, name: str) -> None:
         self.core.handle_poll_failed(PollFailed(name, "no answer"), now=self.loop.now)
-        self._arm()
+        self._arm_for(name)
+
+    def _arm_for(self, name: str) -> None:
+        """Arm the timer for one origin's next poll if it is due before the armed one.
+
+        An answer only sets that origin's deadlines (its next poll, its staleness);
+        the others are unchanged, so the earliest deadline is the armed timer or this
+        origin's next poll. `_on_timer` re-arms from `next_deadline()` (O(origins)),
+        once per firing instead of after every status.
+        """
+        due = self.core.origins[name].next_poll_at
+        if self._timer_at is not None and self._timer_at <= due and self._timer_at >= self.loop.now:
+            return
+        self._timer_token += 1
+        self._timer_at = due
+        self.loop.at(due, self._on_timer, self._timer_token)
 
     # --- clients ----------------------------------------------------------------
 
