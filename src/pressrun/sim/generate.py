@@ -12,7 +12,7 @@
   mid-run and coming back 1 to 5 minutes later;
 - 1 to 200 issues with Zipf popularity: downloads (half the scenarios: pressrun's own
   workload, issues of 20 to 500 MB, a deadline of 2 to 10 minutes), streams (a
-  quarter: bitrates 64 kB/s to 2.5 MB/s, 2 to 20 minutes) or both;
+  quarter: bitrates 64 kB/s to 2.5 MB/s, 2 to 10 minutes) or both;
 - download clients on 10 Mbit/s, 50 Mbit/s, 100 Mbit/s or 1 Gbit/s access links;
 - a trickle (Poisson), waves, a burst or a flash crowd (a step up then a decaying
   rate), sized so that the offered load is 0.2x to 2x the scenario's true capacity
@@ -53,7 +53,7 @@ BITRATES_BYTES_PER_S = (64e3, 250e3, 625e3, 1.25e6, 2.5e6)
 DEADLINES_S = (120.0, 180.0, 300.0, 600.0)
 PATTERNS = ("trickle", "waves", "burst", "flash")
 #: most clients one generated scenario holds (keeps a tournament of 200 in minutes)
-MAX_CLIENTS = 3000
+MAX_CLIENTS = 2000
 
 
 def _log_uniform(rng: random.Random, low: float, high: float) -> float:
@@ -118,7 +118,7 @@ def _assets(rng: random.Random, workload: str, deadline_s: float) -> list[AssetS
                 AssetSpec(
                     f"stream-{k}",
                     bitrate_bytes_per_s=rng.choice(BITRATES_BYTES_PER_S),
-                    duration_s=rng.uniform(120.0, 1200.0),
+                    duration_s=rng.uniform(120.0, 600.0),
                     popularity=weight,
                 )
             )
@@ -143,7 +143,7 @@ def _arrivals(
 ) -> tuple[list[dict[str, Any]], float]:
     """Arrival specs for about `clients` requests, and when the last one comes."""
     if pattern == "trickle":
-        span = rng.uniform(300.0, 900.0)
+        span = rng.uniform(120.0, 600.0)
         rate = clients / span
         return [
             {"kind": "rate", "rate_per_s": rate, "start_s": start, "end_s": start + span,
@@ -163,7 +163,7 @@ def _arrivals(
             {"kind": "burst", "count": clients, "at_s": start, "spread_s": spread}
         ], start + spread
     # A flash crowd: a peak, then the rate halves every step (a Slashdot curve).
-    step = rng.uniform(20.0, 90.0)
+    step = rng.uniform(15.0, 60.0)
     peak = clients / (step * (1 + 0.5 + 0.25 + 0.125))
     specs = []
     t = start
@@ -200,7 +200,7 @@ def generate_scenario(seed: int, index: int) -> Scenario:
             down = rng.uniform(start, max(last, start + 60.0))
             failures.append(Failure(s.name, down, down + rng.uniform(60.0, 300.0)))
     longest = max(a.deadline_s if a.is_download else a.duration_s for a in assets)
-    duration = last + longest + 120.0
+    duration = last + longest + 60.0
     name = f"gen-{seed}-{index:03d}"
     kinds = sum(1 for s in servers if s.told_bytes_per_s is not None)
     busy = sum(1 for s in servers if s.cpu_idle >= 0.2)
@@ -212,7 +212,7 @@ def generate_scenario(seed: int, index: int) -> Scenario:
         name=name,
         description=description,
         duration_s=duration,
-        tick_s=max(1.0, duration / 600.0),
+        tick_s=max(1.0, duration / 300.0),
         servers=tuple(servers),
         assets=tuple(assets),
         arrival_specs=tuple(arrival_specs),

@@ -222,6 +222,7 @@ class Server:
         "ram_backlog",
         "rng",
         "spec",
+        "status_memo",
         "up",
         "version",
     )
@@ -246,6 +247,7 @@ class Server:
         self.over_since: float | None = None
         self.version = 0
         self.cached: set[str] = set(spec.cached)
+        self.status_memo: tuple[int, int, OriginStatus] | None = None
 
     @property
     def phi(self) -> float:
@@ -453,7 +455,13 @@ class Server:
         self.recompute()
 
     def status(self, issues: frozenset[str]) -> OriginStatus:
-        """What the status agent reports now (000, section 4; docs/protocols.md /stats)."""
+        """What the status agent reports now (000, section 4; docs/protocols.md /stats).
+
+        The same object as last time while nothing changed (an idle server's polls).
+        """
+        memo = self.status_memo
+        if memo is not None and memo[0] == self.version and memo[1] == len(self.cached):
+            return memo[2]
         n = len(self.clients)
         out = self.out
         by_issue: dict[str, float] = {}
@@ -466,7 +474,7 @@ class Server:
                 total += k * f.rate
             by_issue[name] = total / count
             counts[name] = count
-        return OriginStatus(
+        status = OriginStatus(
             name=self.spec.name,
             cpu_fraction=self.cpu_fraction(),
             ram_fraction=min(self.ram_fraction(), 1.0),
@@ -479,3 +487,5 @@ class Server:
             mean_transfer_bytes_per_s_by_issue=by_issue,
             active_transfers_by_issue=counts,
         )
+        self.status_memo = (self.version, len(self.cached), status)
+        return status

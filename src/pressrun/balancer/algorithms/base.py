@@ -134,13 +134,21 @@ class ScoredAlgorithm(ScoringAlgorithm):
         """Every score may have changed (e.g. shared weights moved): rebuild lazily."""
         self._index.clear()
 
+    def eligible_score(self, name: str, status: OriginStatus, issue_id: str) -> float | None:
+        """The score if the origin is eligible for the issue, else None (one call for both,
+        for algorithms whose eligibility and score share the work)."""
+        if not self.eligible(name, status, issue_id):
+            return None
+        return self.compute_score(name, status, issue_id)
+
     def _reindex(self, index: _RankedIndex, name: str, issue_id: str) -> None:
         index.versions[name] = self._versions.get(name, 0)
         status = self.statuses.get(name)
-        if status is None or not self.eligible(name, status, issue_id):
+        score = None if status is None else self.eligible_score(name, status, issue_id)
+        if score is None:
             index.remove(name)
         else:
-            index.put(name, self.compute_score(name, status, issue_id))
+            index.put(name, score)
 
     def handle_status(self, status: OriginStatus, *, now: float) -> None:
         super().handle_status(status, now=now)

@@ -220,6 +220,14 @@ class Headroom(ScoredAlgorithm):
     def eligible(self, name: str, status: OriginStatus, issue_id: str) -> bool:
         return issue_id in status.issues and self.free_slots(name, status, issue_id) >= 1.0
 
+    def eligible_score(self, name: str, status: OriginStatus, issue_id: str) -> float | None:
+        if issue_id not in status.issues:
+            return None
+        free = self.free_slots(name, status, issue_id)
+        if free < 1.0:
+            return None
+        return free + self.cache_bonus if issue_id in status.cached_issues else free
+
     def compute_score(self, name: str, status: OriginStatus, issue_id: str) -> float:
         score = self.free_slots(name, status, issue_id)
         if issue_id in status.cached_issues:
