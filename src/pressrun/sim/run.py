@@ -121,7 +121,7 @@ class Simulation:
             # What the real service learns from each issue's manifest (its size) and
             # the operator's target download time; a stream's need is its bitrate.
             for a in scenario.assets:
-                self.algorithm.set_issue_need(a.name, a.need_bytes_per_s)
+                self.algorithm.set_issue_need(a.name, a.need_bytes_per_s, paced=not a.is_download)
         self.clients: list[Client] = []
         self.samples: dict[str, list[Sample]] = {name: [] for name in self.servers}
         self._timer_at: float | None = None

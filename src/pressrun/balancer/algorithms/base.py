@@ -41,6 +41,7 @@ class ScoringAlgorithm(ABC):
         self.statuses: dict[str, OriginStatus] = {}
         # What one transfer of an issue needs, bytes/s, where known (set_issue_need).
         self.issue_needs: dict[str, float] = {}
+        self.paced_issues: set[str] = set()
 
     def param(self, key: str, default: float) -> float:
         """An algorithm parameter from config, or its documented default."""
@@ -54,15 +55,22 @@ class ScoringAlgorithm(ABC):
         """The origin left the rotation; forget its status until it comes back."""
         self.statuses.pop(name, None)
 
-    def set_issue_need(self, issue_id: str, need_bytes_per_s: float) -> None:
+    def set_issue_need(
+        self, issue_id: str, need_bytes_per_s: float, *, paced: bool = False
+    ) -> None:
         """What one transfer of an issue needs to succeed, in bytes/s.
 
-        A stream's bitrate, or a download's size over the time it should take. Only
+        A stream's bitrate (`paced`: it fails as soon as it gets less), or a download's
+        size over the time it should take (elastic: it needs that on average). Only
         algorithms that reason per byte (`headroom`) read it; the others ignore it.
         """
         if not need_bytes_per_s > 0:
             raise ValueError(f"need of {issue_id!r} must be positive, got {need_bytes_per_s!r}")
         self.issue_needs[issue_id] = need_bytes_per_s
+        if paced:
+            self.paced_issues.add(issue_id)
+        else:
+            self.paced_issues.discard(issue_id)
         self.on_issue_need(issue_id)
 
     def on_issue_need(self, issue_id: str) -> None:

@@ -20,7 +20,8 @@ rate, out = bytes/s it sends, cpu and ram in use, 0..1)::
                                             (short = under), n * need_bytes_per_s when
                                             that is set)
     short     = out < (1 - slack) * committed     (it does not deliver what they need)
-    under     = any issue with m_i < (1 - slack) * need(i)   (some transfers starve)
+    under     = max_i m_i < (1 - slack) * max_{paced i} need(i)   (the fastest transfers
+                get less than the neediest stream needs: the origin starves them)
     learned   = out                          if short (what it really delivers: C)
                 max(learned, out), and x (1 + probe_growth) up to the told capacity
                 while it runs healthy near the learned limit        otherwise
@@ -33,18 +34,22 @@ Room for one more transfer of issue i, counting the picks made since the status
 (`pending`, needing `pending_bytes`) so a burst between two refreshes is spread as it
 arrives::
 
-    room_bytes = min(u_bw * cap, (cpu_target - idle_cpu) / cpu_byte)
-                 - committed - pending_bytes
-    free       = min(room_bytes / need(i), (ram_target - ram) / ram_cost - pending)
+    room       = min(u_bw * cap, (cpu_target - idle_cpu) / cpu_byte)
+    left       = room - committed - pending_bytes
+    free       = min(left / need(i), (ram_target - ram) / ram_cost - pending)
     free       = min(free, 0) while under
     score      = free (+ cache_bonus_slots if the issue is cached)
 
-The origin with the most room wins; an origin with `free < 1` is not eligible and,
+The origin with the most room wins (ranking by the free *share* instead was tried: the
+misconfigured machine C then takes its share of a burst before its first status can
+show it, and the paper's waves and burst lose 140 clients). An origin with `free < 1`
+is not eligible and,
 when none is left, the answer is "full" (the service says 503 with Retry-After): under
 overload the origins keep the transfers they can serve well, and the rest are refused
 quickly instead of everyone being slowed down. An origin whose costs are not measured
-yet (no status with transfers) takes at most `probe_transfers` (minus those it has).
-Defaults: slack 0.05, u_bw 0.95, cpu_target 0.85, ram_target 0.85, probe_transfers 10,
+yet (no status with transfers) is ranked by its told room and takes at most
+`probe_transfers` (minus those it has) until a status shows its costs. Defaults: slack
+0.05, u_bw 0.95, cpu_target 0.95, ram_target 0.9, probe_transfers 10,
 cache_bonus_slots 2, cost EWMA weight 0.3, probe_growth 0.1.
 
 Why per issue and per byte: a single rate per origin (the highest bitrate seen) makes
@@ -98,8 +103,8 @@ class Headroom(ScoredAlgorithm):
         super().__init__(origins, rng, params)
         self.slack = self.param("slack", 0.05)
         self.u_bw = self.param("u_bw", 0.95)
-        self.cpu_target = self.param("cpu_target", 0.85)
-        self.ram_target = self.param("ram_target", 0.85)
+        self.cpu_target = self.param("cpu_target", 0.95)
+        self.ram_target = self.param("ram_target", 0.9)
         self.probe = self.param("probe_transfers", 10.0)
         self.cache_bonus = self.param("cache_bonus_slots", 2.0)
         self.alpha = self.param("cost_ewma", 0.3)
@@ -127,6 +132,12 @@ class Headroom(ScoredAlgorithm):
         if r:
             return r
         return self.rate_any or MIN_ESTIMATE_BYTES_PER_S
+
+    def is_paced(self, issue_id: str) -> bool:
+        """A stream (told so, or its need inferred from delivered rates), not a download."""
+        if issue_id in self.issue_needs:
+            return issue_id in self.paced_issues
+        return self.fixed_need <= 0
 
     def on_refresh(self, name: str, status: OriginStatus, *, now: float) -> None:
         m = self.model(name)
@@ -183,12 +194,15 @@ class Headroom(ScoredAlgorithm):
         transfers get less than their need (add nothing there until they do)."""
         out = status.out_bytes_per_s
         limit = 1.0 - self.slack
-        # Each issue's transfers against their own need (a fair share of a busy link
-        # can starve the big issues while the small ones keep the total up).
-        starving = any(
-            rate < limit * self.need(i)
-            for i, rate in status.mean_transfer_bytes_per_s_by_issue.items()
-        )
+        # A busy link is shared max-min fairly: the fastest issue's mean is about the
+        # level every transfer not held back by its own client gets. Below the largest
+        # need of a paced issue (a stream: it stalls as soon as it gets less) the origin
+        # starves those transfers; a slow client alone lowers its own issue's mean, not
+        # the level. Elastic downloads need their rate only on average (the small ones
+        # finish and leave the link to the big ones): the total shortfall covers them.
+        means = status.mean_transfer_bytes_per_s_by_issue
+        paced = [self.need(i) for i in means if self.is_paced(i)]
+        starving = bool(paced) and max(means.values()) < limit * max(paced)
         counts = status.active_transfers_by_issue
         if counts:
             committed = sum(k * self.need(i) for i, k in counts.items())
@@ -199,23 +213,33 @@ class Headroom(ScoredAlgorithm):
             return committed, starving and out < limit * committed, starving
         return out, starving, starving
 
-    def free_slots(self, name: str, status: OriginStatus, issue_id: str) -> float:
-        """How many more transfers of the issue the origin can take (Eq. above)."""
+    def room(self, name: str, status: OriginStatus, issue_id: str) -> tuple[float, float]:
+        """(free, score): transfers of the issue the origin can still take (Eq. above),
+        and what ranks it: the same, or for an origin not measured yet its told room."""
         m = self.model(name)
+        need = self.need(issue_id)
         if m.cpu_per_byte is None or m.cost_ram is None:
-            return self.probe - status.active_transfers - m.pending
+            # Not measured yet: ranked by what it is told (else the origins already
+            # measured would look roomier and it would never be), but it takes at most
+            # `probe_transfers` until a status with transfers shows its costs.
+            told = (self.u_bw * status.capacity_bytes_per_s - m.pending_bytes) / need
+            return min(told, self.probe - status.active_transfers - m.pending), told
         cap = status.capacity_bytes_per_s
         if m.learned_bytes_per_s is not None:
             cap = min(cap, m.learned_bytes_per_s)
         room = self.u_bw * cap
         if m.cpu_per_byte > 0:
             room = min(room, (self.cpu_target - m.idle_cpu) / m.cpu_per_byte)
-        free = (room - m.committed_bytes_per_s - m.pending_bytes) / self.need(issue_id)
+        free = (room - m.committed_bytes_per_s - m.pending_bytes) / need
         if m.cost_ram > 0:
             free = min(free, (self.ram_target - status.ram_fraction) / m.cost_ram - m.pending)
         if m.under_served:
             free = min(free, 0.0)
-        return free
+        return free, free
+
+    def free_slots(self, name: str, status: OriginStatus, issue_id: str) -> float:
+        """How many more transfers of the issue the origin can take (Eq. above)."""
+        return self.room(name, status, issue_id)[0]
 
     def eligible(self, name: str, status: OriginStatus, issue_id: str) -> bool:
         return issue_id in status.issues and self.free_slots(name, status, issue_id) >= 1.0
@@ -223,16 +247,14 @@ class Headroom(ScoredAlgorithm):
     def eligible_score(self, name: str, status: OriginStatus, issue_id: str) -> float | None:
         if issue_id not in status.issues:
             return None
-        free = self.free_slots(name, status, issue_id)
+        free, score = self.room(name, status, issue_id)
         if free < 1.0:
             return None
-        return free + self.cache_bonus if issue_id in status.cached_issues else free
+        return score + self.cache_bonus if issue_id in status.cached_issues else score
 
     def compute_score(self, name: str, status: OriginStatus, issue_id: str) -> float:
-        score = self.free_slots(name, status, issue_id)
-        if issue_id in status.cached_issues:
-            score += self.cache_bonus
-        return score
+        score = self.room(name, status, issue_id)[1]
+        return score + self.cache_bonus if issue_id in status.cached_issues else score
 
     def on_pick(self, name: str, issue_id: str, *, now: float) -> None:
         m = self.model(name)
