@@ -63,6 +63,7 @@ async def origins() -> AsyncIterator[list[FakeOrigin]]:
 
 
 async def start(origins: list[FakeOrigin], **balancer: object) -> RunningBalancer:
+    balancer.setdefault("algorithm", "alg2")  # the scores asserted below are alg2's
     config = BalancerServiceConfig(
         origins=tuple(OriginSpec(o.name, o.url) for o in origins),
         balancer=BalancerConfig(
@@ -348,7 +349,9 @@ async def real_origins(published: tuple[Path, bytes]) -> AsyncIterator[list[Runn
 async def real_balancer(real_origins: list[RunningOrigin]) -> AsyncIterator[RunningBalancer]:
     config = BalancerServiceConfig(
         origins=tuple(OriginSpec(o.name, o.url) for o in real_origins),
-        balancer=BalancerConfig(poll_interval_s=INTERVAL_S, stale_after_s=3.5 * INTERVAL_S),
+        balancer=BalancerConfig(
+            poll_interval_s=INTERVAL_S, stale_after_s=3.5 * INTERVAL_S, algorithm="alg2"
+        ),
     )
     running = await start_balancer(config)
     await running.wait_until_up(3, timeout_s=5.0)

@@ -255,7 +255,9 @@ def test_p2c_draws_from_the_rng_it_is_given() -> None:
 
 
 def test_headroom_learns_a_misconfigured_capacity_from_under_service() -> None:
-    alg = make_algorithm("headroom", [OriginSpec("c", "")], random.Random(1))
+    alg = make_algorithm(
+        "headroom", [OriginSpec("c", "")], random.Random(1), {"need_bytes_per_s": 0.0}
+    )
     alg.handle_status(_status("c", 0.0, 125e6), now=0.0)
     by_issue = {"i": 100_000.0}
     healthy = OriginStatus(
@@ -440,7 +442,9 @@ def test_headroom_with_a_fixed_need_treats_elastic_downloads_as_served() -> None
             "o", 0.1, 0.1, 10e6, 10e6, n, frozenset({"i"}), frozenset(), 10e6 / n, {"i": 10e6 / n}
         )
 
-    inferred = make_algorithm("headroom", [OriginSpec("o", "")], random.Random(1))
+    inferred = make_algorithm(
+        "headroom", [OriginSpec("o", "")], random.Random(1), {"need_bytes_per_s": 0.0}
+    )
     fixed = make_algorithm(
         "headroom", [OriginSpec("o", "")], random.Random(1), {"need_bytes_per_s": 0.5e6}
     )

@@ -82,6 +82,7 @@ def parse_trackers(text: str) -> tuple[str, ...]:
 def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``pressrun serve balancer`` to the serve subcommands."""
     from pressrun.balancer.algorithms import algorithm_class, algorithm_names
+    from pressrun.balancer.config import BalancerConfig
     from pressrun.balancer.demand import DemandConfig
 
     demand = DemandConfig()
@@ -106,10 +107,10 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--algorithm",
-        default="alg2",
+        default=BalancerConfig().algorithm,
         choices=choices,
         metavar="NAME",
-        help=f"scoring algorithm (default alg2). {listing}",
+        help=f"scoring algorithm (default {BalancerConfig().algorithm}). {listing}",
     )
     p.add_argument(
         "--poll-interval-s",

@@ -21,17 +21,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "table (per machine: average CPU, RAM, MB/s, clients, successful) with the SLB "
         "penalty, EBU and TTFB/completion percentiles.",
     )
-    bal.add_argument(
+    what = bal.add_mutually_exclusive_group(required=True)
+    what.add_argument(
         "--scenario",
-        required=True,
         help="a built-in scenario (trickle, waves, burst, waves-2, burst-2, ...) or a TOML file",
     )
+    what.add_argument(
+        "--generate",
+        type=int,
+        metavar="N",
+        help="draw N random scenarios from --seed (3-50 servers, 1-200 issues, downloads "
+        "and streams, misconfigured, busy and failing servers) and run a tournament of "
+        "--algorithm (default: all) over them",
+    )
     bal.add_argument(
-        "--algorithm", default="alg2", help="a registered algorithm, or 'all' (default alg2)"
+        "--algorithm",
+        default=None,
+        help="a registered algorithm, a comma-separated list, or 'all' (default: the "
+        "service's default algorithm; with --generate: all)",
     )
     bal.add_argument("--seed", type=int, default=1, help="master seed (default 1)")
     bal.add_argument("--out", type=Path, help="directory for the JSON summary and PNG plots")
     bal.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    bal.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="with --generate: runs in parallel processes (default 1)",
+    )
     bal.add_argument(
         "--failover-stall-s",
         type=float,
@@ -101,13 +118,82 @@ def run_chord(args: argparse.Namespace) -> int:
     return 0
 
 
+def _algorithms(spec: str | None, default: list[str]) -> list[str] | str:
+    """The algorithms named by --algorithm, or a message naming the choices."""
+    from pressrun.balancer.algorithms import algorithm_names
+
+    if spec is None:
+        return default
+    names = algorithm_names() if spec == "all" else [n for n in spec.split(",") if n]
+    unknown = [n for n in names if n not in algorithm_names()]
+    if unknown or not names:
+        return (
+            f"unknown algorithm {(unknown or [spec])[0]!r}; choose one of: "
+            f"{', '.join(algorithm_names())} or all"
+        )
+    return names
+
+
+def run_tournament_command(args: argparse.Namespace) -> int:
+    """`pressrun sim balancer --generate N`: every algorithm over N random scenarios."""
+    from pressrun.balancer.algorithms import algorithm_names
+    from pressrun.sim.generate import (
+        format_tournament,
+        generate_scenarios,
+        run_tournament,
+        share_of_bound,
+    )
+
+    if args.generate < 1 or args.jobs < 1:
+        print("pressrun sim: --generate and --jobs must be at least 1", file=sys.stderr)
+        return 2
+    names = _algorithms(args.algorithm, algorithm_names())
+    if isinstance(names, str):
+        print(f"pressrun sim: {names}", file=sys.stderr)
+        return 2
+    scenarios = generate_scenarios(args.generate, args.seed)
+    total = len(scenarios) * len(names)
+    done = 0
+
+    def progress(entry: Any) -> None:
+        nonlocal done
+        done += 1
+        print(
+            f"[{done}/{total}] {entry.scenario} {entry.algorithm}: "
+            f"{entry.successful}/{entry.clients} served, bound {entry.bound} "
+            f"({share_of_bound(entry):.3f}), {entry.wall_s:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    if args.jobs > 1:
+        import multiprocessing
+
+        with multiprocessing.Pool(args.jobs) as pool:
+            entries = run_tournament(scenarios, names, pool.imap, progress)
+    else:
+        entries = run_tournament(scenarios, names, None, progress)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        out = args.out / f"tournament-{args.generate}-seed{args.seed}.json"
+        rows = [dataclasses.asdict(e) for e in entries]
+        out.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps([dataclasses.asdict(e) for e in entries], indent=1))
+    else:
+        print(format_tournament(entries, args.seed))
+    return 0
+
+
 def run_balancer(args: argparse.Namespace) -> int:
     """Handler of `pressrun sim balancer`."""
-    from pressrun.balancer.algorithms import algorithm_names
+    from pressrun.balancer.config import BalancerConfig
     from pressrun.sim.metrics import format_comparison, format_table, summarize
     from pressrun.sim.run import run_scenario
     from pressrun.sim.scenario import ScenarioError, load_scenario
 
+    if args.generate is not None:
+        return run_tournament_command(args)
     try:
         scenario = load_scenario(args.scenario)
     except ScenarioError as exc:
@@ -119,14 +205,9 @@ def run_balancer(args: argparse.Namespace) -> int:
             return 2
         clients = dataclasses.replace(scenario.clients, failover_stall_s=args.failover_stall_s)
         scenario = dataclasses.replace(scenario, clients=clients)
-    names = algorithm_names() if args.algorithm == "all" else [args.algorithm]
-    unknown = [n for n in names if n not in algorithm_names()]
-    if unknown:
-        print(
-            f"pressrun sim: unknown algorithm {unknown[0]!r}; choose one of: "
-            f"{', '.join(algorithm_names())} or all",
-            file=sys.stderr,
-        )
+    names = _algorithms(args.algorithm, [BalancerConfig().algorithm])
+    if isinstance(names, str):
+        print(f"pressrun sim: {names}", file=sys.stderr)
         return 2
     summaries: list[dict[str, Any]] = []
     for name in names:

@@ -20,8 +20,8 @@
 
 Clients are pressrun's (they fail over after 2 s of stall or a dropped connection and
 give up after 8 failovers; a refused client retries after Retry-After for 16 s, the
-8 attempts of `pressrun get`). The balancer is told each issue's need (its bitrate, or size over deadline),
-as the real service learns sizes from manifests.
+8 attempts of `pressrun get`). The balancer is told each issue's need (its bitrate, or
+size over deadline), as the real service can learn sizes from manifests.
 
 `run_tournament` runs every scenario with every algorithm and `format_tournament`
 prints, per algorithm, the mean and worst share of the capacity bound
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -146,16 +147,27 @@ def _arrivals(
         span = rng.uniform(120.0, 600.0)
         rate = clients / span
         return [
-            {"kind": "rate", "rate_per_s": rate, "start_s": start, "end_s": start + span,
-             "poisson": True}
+            {
+                "kind": "rate",
+                "rate_per_s": rate,
+                "start_s": start,
+                "end_s": start + span,
+                "poisson": True,
+            }
         ], start + span
     if pattern == "waves":
         waves = rng.randint(5, 20)
         every = rng.uniform(5.0, 30.0)
         per = max(1, round(clients / waves))
         return [
-            {"kind": "waves", "count": per, "every_s": every, "waves": waves, "start_s": start,
-             "spread_s": rng.uniform(0.2, 2.0)}
+            {
+                "kind": "waves",
+                "count": per,
+                "every_s": every,
+                "waves": waves,
+                "start_s": start,
+                "spread_s": rng.uniform(0.2, 2.0),
+            }
         ], start + waves * every
     if pattern == "burst":
         spread = rng.uniform(0.5, 10.0)
@@ -169,8 +181,13 @@ def _arrivals(
     t = start
     for k in range(4):
         specs.append(
-            {"kind": "rate", "rate_per_s": peak / 2**k, "start_s": t, "end_s": t + step,
-             "poisson": True}
+            {
+                "kind": "rate",
+                "rate_per_s": peak / 2**k,
+                "start_s": t,
+                "end_s": t + step,
+                "poisson": True,
+            }
         )
         t += step
     return specs, t
@@ -237,6 +254,11 @@ def generate_scenarios(n: int, seed: int) -> list[Scenario]:
     return [generate_scenario(seed, i) for i in range(n)]
 
 
+MapFn = Callable[
+    [Callable[[tuple[Scenario, str]], "Entry"], Iterable[tuple[Scenario, str]]], Iterable["Entry"]
+]
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One algorithm on one scenario."""
@@ -252,8 +274,6 @@ class Entry:
 
 def run_entry(scenario: Scenario, algorithm: str, seed: int) -> Entry:
     """Run one scenario with one algorithm; the bound comes with it."""
-    import time
-
     start = time.perf_counter()
     result = run_scenario(scenario, algorithm, seed)
     wall = time.perf_counter() - start
@@ -273,17 +293,15 @@ def run_entry(scenario: Scenario, algorithm: str, seed: int) -> Entry:
 def run_tournament(
     scenarios: Sequence[Scenario],
     algorithms: Sequence[str],
-    seed: int,
-    *,
-    map_fn: Callable[[Callable[[tuple[Scenario, str]], Entry], Iterable[tuple[Scenario, str]]],
-                     Iterable[Entry]] | None = None,
+    map_fn: MapFn | None = None,
     progress: Callable[[Entry], None] | None = None,
 ) -> list[Entry]:
-    """Every scenario with every algorithm (`map_fn` may spread the runs over processes)."""
+    """Every scenario with every algorithm (`map_fn`, e.g. a process pool's `imap`, may
+    spread the runs over processes; results come back in order)."""
     jobs = [(sc, alg) for sc in scenarios for alg in algorithms]
-    mapper = map_fn or (lambda f, xs: map(f, xs))
     out: list[Entry] = []
-    for entry in mapper(_run_job, jobs):
+    results = map(_run_job, jobs) if map_fn is None else map_fn(_run_job, jobs)
+    for entry in results:
         out.append(entry)
         if progress is not None:
             progress(entry)
@@ -291,6 +309,7 @@ def run_tournament(
 
 
 def _run_job(job: tuple[Scenario, str]) -> Entry:
+    # Every run's master seed is 1: the scenario's randomness is the generator's seed.
     scenario, algorithm = job
     return run_entry(scenario, algorithm, 1)
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any

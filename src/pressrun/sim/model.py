@@ -427,9 +427,7 @@ class Server:
             if not f.download:
                 continue
             targets = f.targets
-            while targets and (
-                targets[0][3].flow is not f or targets[0][3].epoch != targets[0][2]
-            ):
+            while targets and (targets[0][3].flow is not f or targets[0][3].epoch != targets[0][2]):
                 heapq.heappop(targets)  # left the class (ended, failed over, dropped)
             if not targets or f.rate <= 0:
                 continue

@@ -322,9 +322,7 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
         client_kwargs["access_weights"] = (1.0,) * len(client_kwargs["access_bytes_per_s"])
     clients = ClientModel(**client_kwargs)
     if len(clients.access_weights) != len(clients.access_bytes_per_s):
-        raise _err(
-            source, "clients.access_weights", "needs one weight per access_bytes_per_s rate"
-        )
+        raise _err(source, "clients.access_weights", "needs one weight per access_bytes_per_s rate")
 
     # assets
     asset_items = _expand(_array(doc, "assets", source), source, "assets")

@@ -71,10 +71,6 @@ class ScoringAlgorithm(ABC):
             self.paced_issues.add(issue_id)
         else:
             self.paced_issues.discard(issue_id)
-        self.on_issue_need(issue_id)
-
-    def on_issue_need(self, issue_id: str) -> None:
-        """Hook run after an issue's need changed."""
 
     @abstractmethod
     def rank(
@@ -166,8 +162,11 @@ class ScoredAlgorithm(ScoringAlgorithm):
     def on_refresh(self, name: str, status: OriginStatus, *, now: float) -> None:
         """Hook run on each refresh of one origin, before it is re-indexed."""
 
-    def on_issue_need(self, issue_id: str) -> None:
-        self.touch_all()
+    def set_issue_need(
+        self, issue_id: str, need_bytes_per_s: float, *, paced: bool = False
+    ) -> None:
+        super().set_issue_need(issue_id, need_bytes_per_s, paced=paced)
+        self.touch_all()  # scores may count in needs
 
     def handle_origin_down(self, name: str, *, now: float) -> None:
         super().handle_origin_down(name, now=now)

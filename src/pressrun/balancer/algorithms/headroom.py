@@ -8,9 +8,11 @@ room is counted in *bytes per second*, and every transfer in what its own issue 
 
 The need of an issue, ``need(i)``: what one transfer must get to succeed. Known when
 the operator or the simulator says so (`set_issue_need`: a stream's bitrate, a
-download's size over its target time), else the parameter `need_bytes_per_s`, else
-inferred per issue: the highest mean per-transfer rate any origin reported for *that*
-issue (a healthy origin delivers a stream at its bitrate), else 64 KiB/s.
+download's size over its target time), else the parameter `need_bytes_per_s` (default
+1 MB/s: pressrun's clients download, elastically), else, with `need_bytes_per_s=0`,
+inferred per issue for paced streams: the highest mean per-transfer rate any origin
+reported for *that* issue (a healthy origin delivers a stream at its bitrate), else
+64 KiB/s.
 
 Per origin, on each status (n_i = its active transfers of issue i, m_i their mean
 rate, out = bytes/s it sends, cpu and ram in use, 0..1)::
@@ -70,6 +72,10 @@ from pressrun.balancer.algorithms.alg2 import MIN_ESTIMATE_BYTES_PER_S
 from pressrun.balancer.algorithms.base import Params, ScoredAlgorithm, register_algorithm
 from pressrun.balancer.events import OriginSpec, OriginStatus
 
+#: a download must get at least 1 MB/s (8 Mbit/s: a 100 MB issue in 100 s), unless the
+#: issue's own need is known; 0 infers paced needs from delivered rates instead
+DEFAULT_NEED_BYTES_PER_S = 1e6
+
 
 @dataclass(slots=True)
 class OriginModel:
@@ -109,7 +115,7 @@ class Headroom(ScoredAlgorithm):
         self.cache_bonus = self.param("cache_bonus_slots", 2.0)
         self.alpha = self.param("cost_ewma", 0.3)
         self.growth = self.param("probe_growth", 0.1)
-        self.fixed_need = self.param("need_bytes_per_s", 0.0)
+        self.fixed_need = self.param("need_bytes_per_s", DEFAULT_NEED_BYTES_PER_S)
         self.models: dict[str, OriginModel] = {}
         self.rate_by_issue: dict[str, float] = {}
         self.rate_any = 0.0
@@ -210,7 +216,7 @@ class Headroom(ScoredAlgorithm):
         if self.fixed_need > 0 and not self.issue_needs:
             # Elastic transfers fill the link whatever their number: count them instead.
             committed = status.active_transfers * self.fixed_need
-            return committed, starving and out < limit * committed, starving
+            return committed, out < limit * committed, starving
         return out, starving, starving
 
     def room(self, name: str, status: OriginStatus, issue_id: str) -> tuple[float, float]:
