@@ -11,8 +11,8 @@
   their CPU taken by other work, with noise), in a third of the scenarios some failing
   mid-run and coming back 1 to 5 minutes later;
 - 1 to 200 issues with Zipf popularity: downloads (half the scenarios: pressrun's own
-  workload, issues of 20 to 500 MB, a deadline of 2 to 10 minutes), streams (a
-  quarter: bitrates 64 kB/s to 2.5 MB/s, 2 to 10 minutes) or both;
+  workload, issues of 20 to 500 MB, a deadline of 1 to 5 minutes), streams (a
+  quarter: bitrates 64 kB/s to 2.5 MB/s, 1 to 5 minutes) or both;
 - download clients on 10 Mbit/s, 50 Mbit/s, 100 Mbit/s or 1 Gbit/s access links;
 - a trickle (Poisson), waves, a burst or a flash crowd (a step up then a decaying
   rate), sized so that the offered load is 0.2x to 2x the scenario's true capacity
@@ -51,10 +51,10 @@ LINK_WEIGHTS = (3.0, 4.0, 1.0, 2.0, 1.0)
 ACCESS_BYTES_PER_S = (10 * MBIT, 50 * MBIT, 100 * MBIT, 1_000 * MBIT)
 ACCESS_WEIGHTS = (0.1, 0.3, 0.4, 0.2)
 BITRATES_BYTES_PER_S = (64e3, 250e3, 625e3, 1.25e6, 2.5e6)
-DEADLINES_S = (120.0, 180.0, 300.0, 600.0)
+DEADLINES_S = (60.0, 120.0, 180.0, 300.0)
 PATTERNS = ("trickle", "waves", "burst", "flash")
 #: most clients one generated scenario holds (keeps a tournament of 200 in minutes)
-MAX_CLIENTS = 2000
+MAX_CLIENTS = 1500
 
 
 def _log_uniform(rng: random.Random, low: float, high: float) -> float:
@@ -119,7 +119,7 @@ def _assets(rng: random.Random, workload: str, deadline_s: float) -> list[AssetS
                 AssetSpec(
                     f"stream-{k}",
                     bitrate_bytes_per_s=rng.choice(BITRATES_BYTES_PER_S),
-                    duration_s=rng.uniform(120.0, 600.0),
+                    duration_s=rng.uniform(60.0, 300.0),
                     popularity=weight,
                 )
             )
@@ -144,7 +144,7 @@ def _arrivals(
 ) -> tuple[list[dict[str, Any]], float]:
     """Arrival specs for about `clients` requests, and when the last one comes."""
     if pattern == "trickle":
-        span = rng.uniform(120.0, 600.0)
+        span = rng.uniform(60.0, 300.0)
         rate = clients / span
         return [
             {
@@ -157,7 +157,7 @@ def _arrivals(
         ], start + span
     if pattern == "waves":
         waves = rng.randint(5, 20)
-        every = rng.uniform(5.0, 30.0)
+        every = rng.uniform(5.0, 20.0)
         per = max(1, round(clients / waves))
         return [
             {
@@ -175,7 +175,7 @@ def _arrivals(
             {"kind": "burst", "count": clients, "at_s": start, "spread_s": spread}
         ], start + spread
     # A flash crowd: a peak, then the rate halves every step (a Slashdot curve).
-    step = rng.uniform(15.0, 60.0)
+    step = rng.uniform(10.0, 40.0)
     peak = clients / (step * (1 + 0.5 + 0.25 + 0.125))
     specs = []
     t = start
