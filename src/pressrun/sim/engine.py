@@ -17,13 +17,18 @@ Callback = Callable[..., None]
 class EventLoop:
     """A heapq event loop ordered by (time, sequence)."""
 
-    __slots__ = ("_heap", "_seq", "events_processed", "now")
+    __slots__ = ("_heap", "_seq", "_stopped", "events_processed", "now")
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Callback, tuple[Any, ...]]] = []
         self._seq = 0
         self.now = 0.0
         self.events_processed = 0
+        self._stopped = False
+
+    def stop(self) -> None:
+        """End `run` after the event being processed (the rest stays queued)."""
+        self._stopped = True
 
     def at(self, time: float, callback: Callback, *args: Any) -> None:
         """Run `callback(*args)` at virtual `time` (never before now)."""
@@ -41,11 +46,15 @@ class EventLoop:
         heap = self._heap
         pop = heapq.heappop
         count = 0
+        self._stopped = False
         while heap and heap[0][0] <= until:
             time, _, callback, args = pop(heap)
             self.now = time
             callback(*args)
             count += 1
+            if self._stopped:
+                self.events_processed += count
+                return
         self.events_processed += count
         self.now = max(self.now, until)
 

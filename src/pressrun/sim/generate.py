@@ -275,7 +275,7 @@ class Entry:
 def run_entry(scenario: Scenario, algorithm: str, seed: int) -> Entry:
     """Run one scenario with one algorithm; the bound comes with it."""
     start = time.perf_counter()
-    result = run_scenario(scenario, algorithm, seed)
+    result = run_scenario(scenario, algorithm, seed, stop_when_settled=True)
     wall = time.perf_counter() - start
     bound = capacity_bound(scenario, result)["bound_clients"]
     successful = sum(1 for c in result.clients if c.state.value == "done")
