@@ -1,0 +1,234 @@
+"""Issue 10: the download workload, per-issue headroom, the generator and the tournament."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from balancer.fake_origin import start_fake_origin
+from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
+from pressrun.balancer.algorithms import make_algorithm
+from pressrun.balancer.config import BalancerConfig
+from pressrun.balancer.events import OriginSpec, OriginStatus
+from pressrun.cli import main
+from pressrun.sim.generate import generate_scenario, generate_scenarios, run_entry
+from pressrun.sim.metrics import capacity_bound, summarize
+from pressrun.sim.model import AssetSpec, Client, Server, ServerSpec
+from pressrun.sim.run import run_scenario
+from pressrun.sim.scenario import ScenarioError, parse_scenario
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+# --- the download model ---------------------------------------------------------------
+
+
+def test_downloads_share_a_link_max_min_fairly_up_to_their_access_rates() -> None:
+    spec = ServerSpec("s", cores=64, link_bytes_per_s=10e6, cache_miss_cpu_factor=1.0)
+    server = Server(spec, random.Random(1))
+    issue = AssetSpec("i", download_bytes=40e6, deadline_s=60.0)
+    slow = Client(0, issue, 0.0, access_bytes_per_s=2e6)
+    fast = Client(1, issue, 0.0, access_bytes_per_s=100e6)
+    server.add(slow, 0.0)
+    server.add(fast, 0.0)
+    assert slow.flow is not None and fast.flow is not None
+    assert slow.flow.rate == pytest.approx(2e6)  # its own link holds it back
+    assert fast.flow.rate == pytest.approx(8e6)  # the rest of the server's link
+    assert server.out_bytes_per_s() == pytest.approx(10e6)
+    delay, first = server.next_download_end() or (0.0, None)
+    assert first is fast and delay == pytest.approx(5.0)  # 40 MB at 8 MB/s
+
+
+def test_a_stream_and_downloads_on_one_link() -> None:
+    spec = ServerSpec("s", cores=64, link_bytes_per_s=1e6, cache_miss_cpu_factor=1.0)
+    server = Server(spec, random.Random(1))
+    stream = Client(0, AssetSpec("v", bitrate_bytes_per_s=100e3), 0.0)
+    download = Client(1, AssetSpec("i", download_bytes=1e6), 0.0, access_bytes_per_s=10e6)
+    server.add(stream, 0.0)
+    server.add(download, 0.0)
+    assert stream.flow is not None and download.flow is not None
+    assert stream.flow.rate == pytest.approx(100e3)  # under the fair level: all it needs
+    assert download.flow.rate == pytest.approx(900e3)
+    assert server.phi < 1.0  # the download takes less than its access link
+
+
+DOWNLOADS = """
+name = "downloads"
+duration_s = 200
+[clients]
+access_bytes_per_s = [1e6, 4e6]
+access_weights = [1, 1]
+[[servers]]
+name = "only"
+link_bytes_per_s = 20e6
+cores = 64
+[[assets]]
+name = "issue"
+size_bytes = 40e6
+deadline_s = 30
+[[arrivals]]
+kind = "burst"
+count = 4
+at_s = 1.0
+"""
+
+
+def test_a_download_succeeds_when_it_ends_within_its_deadline() -> None:
+    result = run_scenario(parse_scenario(DOWNLOADS), "headroom", 3)
+    s = summarize(result)
+    for c in result.clients:
+        took = (c.ended_at or 0.0) - c.requested_at
+        # 40 MB over a 1 MB/s access link takes 40 s > 30 s; over 4 MB/s 10 s.
+        if c.access_bytes_per_s == 1e6:
+            assert c.state.value == "failed" and took == pytest.approx(40.0, abs=0.5)
+        else:
+            assert c.state.value == "done" and took == pytest.approx(10.0, abs=0.5)
+    assert s["capacity"]["bound_clients"] == s["successful"]  # slow links cannot succeed
+
+
+def test_download_fields_are_checked() -> None:
+    with pytest.raises(ScenarioError, match="size_bytes: must be > 0"):
+        parse_scenario(DOWNLOADS.replace("size_bytes = 40e6", "size_bytes = 0"))
+    with pytest.raises(ScenarioError, match="one weight per access_bytes_per_s"):
+        parse_scenario(DOWNLOADS.replace("access_weights = [1, 1]", "access_weights = [1]"))
+
+
+# --- headroom per issue -----------------------------------------------------------------
+
+
+def _streaming(name: str, by_issue: dict[str, float], counts: dict[str, int]) -> OriginStatus:
+    n = sum(counts.values())
+    out = sum(by_issue[i] * k for i, k in counts.items())
+    return OriginStatus(
+        name, 0.1, 0.1, out, 125e6, n, frozenset({"low", "high"}), frozenset(),
+        out / n, by_issue, counts,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("told_needs", [False, True])
+def test_headroom_judges_each_issue_by_its_own_rate(told_needs: bool) -> None:
+    # Issue 10's collapse: "low" streams at 64 kB/s on one origin, "high" at 2.5 MB/s on
+    # another. A single rate per origin (the highest seen) calls the first under-served.
+    alg = make_algorithm(
+        "headroom", [OriginSpec("a", ""), OriginSpec("b", "")], random.Random(1),
+        {"need_bytes_per_s": 0.0},
+    )  # fmt: skip
+    if told_needs:
+        alg.set_issue_need("low", 64e3, paced=True)
+        alg.set_issue_need("high", 2.5e6, paced=True)
+    for t in (0.0, 1.0, 2.0):
+        alg.handle_status(_streaming("a", {"low": 64e3}, {"low": 100}), now=t)
+        alg.handle_status(_streaming("b", {"high": 2.5e6}, {"high": 10}), now=t)
+    assert not alg.models["a"].under_served  # type: ignore[attr-defined]
+    assert alg.models["a"].learned_bytes_per_s is None  # type: ignore[attr-defined]
+    assert alg.free_slots("a", alg.statuses["a"], "low") > 100  # type: ignore[attr-defined]
+    # ... and a real shortfall is still seen: "low" at half its rate.
+    alg.handle_status(_streaming("a", {"low": 32e3}, {"low": 100}), now=3.0)
+    assert alg.models["a"].under_served  # type: ignore[attr-defined]
+
+
+async def test_the_service_refuses_quickly_with_retry_after_when_every_origin_is_full() -> None:
+    # headroom is the default; a 10 MB/s origin with 10 downloads holds no 1 MB/s more.
+    busy = dict(
+        out_bytes_per_s=10e6,
+        capacity_bytes_per_s=10e6,
+        active_transfers=10,
+        mean_transfer_bytes_per_s=1e6,
+        mean_transfer_bytes_per_s_by_issue={"i": 1e6},
+    )
+    origin = await start_fake_origin("o", ["i"], {}, **busy)
+    running = await start_balancer(
+        BalancerServiceConfig(
+            origins=(OriginSpec("o", origin.url),),
+            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=0.7),
+        )
+    )
+    try:
+        await running.wait_until_up(1, timeout_s=5.0)
+        assert running.core.algorithm.name == "headroom"
+        async with aiohttp.ClientSession() as http:
+            start = time.perf_counter()
+            async with http.get(f"{running.url}/v1/issues/i/directive") as resp:
+                assert resp.status == 503
+                assert resp.headers["Retry-After"] == "2"
+                assert "full" in (await resp.json())["error"]
+            assert time.perf_counter() - start < 1.0
+            origin.stats.update(active_transfers=2, out_bytes_per_s=2e6)
+            await asyncio.sleep(0.5)
+            async with http.get(f"{running.url}/v1/issues/i/directive") as resp:
+                assert resp.status == 200  # room again: admitted
+    finally:
+        await running.stop()
+        await origin.stop()
+
+
+# --- the generator ----------------------------------------------------------------------
+
+
+def test_generated_scenarios_cover_the_issue_ranges_and_are_reproducible() -> None:
+    scenarios = generate_scenarios(60, 2026)
+    assert generate_scenario(2026, 7) == scenarios[7]  # scenario k whatever N
+    servers = [len(s.servers) for s in scenarios]
+    assets = [len(s.assets) for s in scenarios]
+    assert 3 <= min(servers) and max(servers) <= 50 and max(servers) >= 30
+    assert 1 <= min(assets) and max(assets) <= 200 and max(assets) >= 100
+    links = {sv.link_bytes_per_s for s in scenarios for sv in s.servers}
+    assert min(links) == 12.5e6 and max(links) == 5e9  # 100 Mbit/s .. 40 Gbit/s
+    flat = [sv for s in scenarios for sv in s.servers]
+    assert any(sv.told_bytes_per_s is not None for sv in flat)  # misconfigured
+    assert any(sv.cpu_idle >= 0.2 for sv in flat)  # busy
+    assert sum(1 for s in scenarios if s.failures) >= 10  # failing and returning
+    kinds = {a.is_download for s in scenarios for a in s.assets}
+    assert kinds == {True, False}
+    patterns = {spec["kind"] for s in scenarios for spec in s.arrival_specs}
+    assert patterns == {"rate", "waves", "burst"}  # flash crowds are decaying rates
+    assert any("flash" in s.description for s in scenarios)
+    assert any(float(s.description.split(" at ")[1].split("x")[0]) > 1.0 for s in scenarios)
+
+
+def test_the_bound_is_at_least_what_served_and_counts_slow_links_out() -> None:
+    scenario = parse_scenario(DOWNLOADS)
+    result = run_scenario(scenario, "alg2", 3)
+    bound = capacity_bound(scenario, result)
+    assert bound["bound_clients"] == sum(1 for c in result.clients if c.access_bytes_per_s > 1e6)
+
+
+def _tournament_record() -> dict[str, Any]:
+    path = DOCS / "tournament-2026.json"
+    return dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+@pytest.mark.slow
+def test_twenty_tournament_scenarios_default_reaches_the_bound_and_beats_alg2() -> None:
+    # 20 of the tournament's scenarios (docs/tournament.md), spread over the recorded
+    # ones; the other algorithms' counts are the recorded ones (the same code and
+    # seeds give the same numbers: headroom's recorded count is checked too).
+    record = _tournament_record()
+    names = sorted(record["scenarios"])
+    picked = names[:: max(1, len(names) // 20)][:20]
+    assert len(picked) == 20
+    near_best = 0
+    for name in picked:
+        row = record["scenarios"][name]
+        index = int(name.rsplit("-", 1)[1])
+        ours = run_entry(generate_scenario(record["seed"], index), "headroom", 1)
+        assert ours.successful == row["served"]["headroom"], name
+        assert ours.successful >= 0.9 * ours.bound, (name, ours)
+        assert ours.successful >= row["served"]["alg2"], name
+        near_best += ours.successful >= 0.98 * max(row["served"].values())
+    assert near_best >= 19  # 95 %
+
+
+def test_cli_generate_runs_a_small_tournament(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["sim", "balancer", "--generate", "1", "--seed", "19", "--algorithm", "headroom,rr"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "within 2%" in captured.out and "headroom" in captured.out
+    assert "[2/2]" in captured.err  # progress
+    assert main(["sim", "balancer", "--generate", "1", "--algorithm", "nope"]) == 2
