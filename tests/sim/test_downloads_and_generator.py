@@ -176,8 +176,8 @@ def test_generated_scenarios_cover_the_issue_ranges_and_are_reproducible() -> No
     assert generate_scenario(2026, 7) == scenarios[7]  # scenario k whatever N
     servers = [len(s.servers) for s in scenarios]
     assets = [len(s.assets) for s in scenarios]
-    assert 3 <= min(servers) and max(servers) <= 50 and max(servers) >= 30
-    assert 1 <= min(assets) and max(assets) <= 200 and max(assets) >= 100
+    assert min(servers) >= 3 and max(servers) <= 50 and max(servers) >= 30
+    assert min(assets) >= 1 and max(assets) <= 200 and max(assets) >= 100
     links = {sv.link_bytes_per_s for s in scenarios for sv in s.servers}
     assert min(links) == 12.5e6 and max(links) == 5e9  # 100 Mbit/s .. 40 Gbit/s
     flat = [sv for s in scenarios for sv in s.servers]

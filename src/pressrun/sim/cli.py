@@ -142,6 +142,7 @@ def run_tournament_command(args: argparse.Namespace) -> int:
         generate_scenarios,
         run_tournament,
         share_of_bound,
+        tournament_record,
     )
 
     if args.generate < 1 or args.jobs < 1:
@@ -175,9 +176,9 @@ def run_tournament_command(args: argparse.Namespace) -> int:
         entries = run_tournament(scenarios, names, None, progress)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        out = args.out / f"tournament-{args.generate}-seed{args.seed}.json"
-        rows = [dataclasses.asdict(e) for e in entries]
-        out.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+        out = args.out / f"tournament-{args.seed}.json"
+        record = tournament_record(entries, args.seed)
+        out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps([dataclasses.asdict(e) for e in entries], indent=1))
     else:

@@ -385,3 +385,16 @@ def format_tournament(entries: Sequence[Entry], seed: int) -> str:
             f"{r.worst_scenario:>16} {r.wins:5d} {r.within_2pct:9d} {r.below_alg2:10d}"
         )
     return "\n".join(lines)
+
+
+def tournament_record(entries: Sequence[Entry], seed: int) -> dict[str, Any]:
+    """The tournament as data (docs/tournament-SEED.json): per scenario its description,
+    capacity bound and clients served by each algorithm."""
+    scenarios: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        row = scenarios.setdefault(
+            e.scenario,
+            {"description": e.description, "clients": e.clients, "bound": e.bound, "served": {}},
+        )
+        row["served"][e.algorithm] = e.successful
+    return {"seed": seed, "scenarios": dict(sorted(scenarios.items()))}
