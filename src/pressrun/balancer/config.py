@@ -17,8 +17,9 @@ class BalancerConfig:
         rest are fallbacks in preference order).
     expires_in_s: how long a client may act on a directive before asking again.
     retry_after_s: what a refusal tells the client to wait before asking again.
-    algorithm: the scoring algorithm's registered name (default `headroom`, the winner
-        of the simulator's tournament: docs/tournament.md).
+    algorithm: the scoring algorithm's registered name (default `alg2`; `headroom` wins
+        the simulator's tournament, docs/tournament.md, but is not the default yet:
+        docs/balancer.md says why).
     """
 
     poll_interval_s: float = 1.0
@@ -26,7 +27,7 @@ class BalancerConfig:
     directive_origins: int = 3
     expires_in_s: float = 5.0
     retry_after_s: float = 2.0
-    algorithm: str = "headroom"
+    algorithm: str = "alg2"
 
     def __post_init__(self) -> None:
         if self.poll_interval_s <= 0:
