@@ -23,7 +23,7 @@ import pytest
 import pytest_asyncio
 
 from pressrun.clients.config import MOBILE, ClientConfig
-from pressrun.content.keys import generate_keypair
+from pressrun.content.keys import generate_keypair, load_public_key
 from pressrun.demo.testbed import OriginShape, Testbed
 from pressrun.reader.browser import CHROMIUM, CHROMIUM_ARGS, PHONE, why_no_browser
 from pressrun.reader.config import ReaderConfig
@@ -133,7 +133,13 @@ async def make_stack(tmp_path: Path, sample_pdf: bytes) -> AsyncIterator[StackFa
         stack.stop.insert(0, bed.close)
         await bed.start_balancer()
         assert bed.balancer is not None
-        reader = await start_reader(ReaderConfig(balancer_url=bed.balancer.url, download=download))
+        reader = await start_reader(
+            ReaderConfig(
+                balancer_url=bed.balancer.url,
+                publisher_keys=(load_public_key(root / "publisher.key.pub").hex(),),
+                download=download,
+            )
+        )
         stack.reader_url = reader.url
         stack.stop.insert(0, reader.stop)
         return stack

@@ -83,13 +83,17 @@ async def test_nothing_outside_the_app_is_served(reader: RunningReader, path: st
 
 
 def test_missing_npm_packages_say_how_to_install(tmp_path: Path) -> None:
-    config = ReaderConfig(balancer_url="http://b", modules_dir=tmp_path)
+    config = ReaderConfig(balancer_url="http://b", modules_dir=tmp_path, publisher_keys=(KEY,))
     with pytest.raises(AssetsMissing, match="run `make setup`"):
         from pressrun.reader.aio import ReaderService
 
         ReaderService(config)
     with pytest.raises(ValueError, match="not an http"):
-        ReaderConfig(balancer_url="ftp://b")
+        ReaderConfig(balancer_url="ftp://b", publisher_keys=(KEY,))
+    # no trust on first use unless asked for (as `pressrun get`)
+    with pytest.raises(ValueError, match="trusts no publisher key"):
+        ReaderConfig(balancer_url="http://b")
+    assert ReaderConfig(balancer_url="http://b", trust_on_first_use=True).publisher_keys == ()
     with pytest.raises(ValueError, match="64 lower-case hex"):
         ReaderConfig(balancer_url="http://b", publisher_keys=("xyz",))
     assert (PACKAGE_DIR / "package-lock.json").is_file()

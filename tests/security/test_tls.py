@@ -158,7 +158,9 @@ async def test_the_later_services_serve_https_too(tmp_path: Path, test_ca: Local
     reader = None
     try:
         try:
-            reader = await start_reader(ReaderConfig(balancer_url="https://127.0.0.1:1", tls=tls))
+            reader = await start_reader(
+                ReaderConfig(balancer_url="https://127.0.0.1:1", trust_on_first_use=True, tls=tls)
+            )
             urls.append(f"{reader.url}/healthz")
         except AssetsMissing:
             pass  # the web app's npm assets are not installed here; the reader is skipped

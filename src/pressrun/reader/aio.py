@@ -117,6 +117,7 @@ class ReaderService:
             "build": self.build,
             "balancer_url": self.config.balancer_url.rstrip("/"),
             "publisher_keys": list(self.config.publisher_keys),
+            "trust_on_first_use": self.config.trust_on_first_use,
             "download": {
                 "profile": d.profile,
                 "concurrency": d.concurrency,

@@ -32,8 +32,13 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         action="append",
         default=[],
         metavar="HEX_OR_FILE",
-        help="a publisher key the app trusts (64 hex or a .pub file); repeatable; "
-        "default: trust on first use, pinned in the browser",
+        help="a publisher key the app trusts (64 hex or a .pub file); repeatable; at least "
+        "one is needed unless --trust-on-first-use",
+    )
+    p.add_argument(
+        "--trust-on-first-use",
+        action="store_true",
+        help="with no --publisher-key, pin the first manifest's key in the browser (opt-in)",
     )
     p.add_argument(
         "--profile",
@@ -62,6 +67,7 @@ def run_reader(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             publisher_keys=keys,
+            trust_on_first_use=args.trust_on_first_use,
             download=profile(args.profile),
             tls=ServiceSecurity(args.tls_cert, args.tls_key),
         )

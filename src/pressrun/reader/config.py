@@ -20,9 +20,11 @@ class ReaderConfig:
         ``/v1/origins``, for the issues there are); the browser calls it directly, so
         it must be reachable from the phone and answer CORS (docs/reader.md). An
         encrypted issue's manifest names its subscription service itself.
-    publisher_keys: Ed25519 public keys (64 hex) the app accepts manifests from; empty:
-        trust on first use, like ``pressrun get`` (the first key seen is recorded in
-        the browser and pinned from then on).
+    publisher_keys: Ed25519 public keys (64 hex) the app accepts manifests from. At
+        least one is needed unless ``trust_on_first_use`` is set: like ``pressrun get``,
+        the reader trusts no key it was not configured with (issue 11).
+    trust_on_first_use: with no publisher key, accept the first manifest's key and pin
+        it in the browser from then on (opt-in, ``--trust-on-first-use``).
     download: the download settings the app uses (concurrency, section size, stall
         timeout, how long a failed origin is avoided, backoff): the client's mobile
         profile unless told otherwise, so the phone downloads as ``pressrun get
@@ -34,6 +36,7 @@ class ReaderConfig:
     host: str = "127.0.0.1"
     port: int = 0
     publisher_keys: tuple[str, ...] = ()
+    trust_on_first_use: bool = False
     download: ClientConfig = MOBILE
     web_dir: Path = field(default=PACKAGE_DIR / "web")
     modules_dir: Path = field(default=PACKAGE_DIR / "node_modules")
@@ -45,5 +48,10 @@ class ReaderConfig:
         for key in self.publisher_keys:
             if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
                 raise ValueError(f"publisher key {key!r} is not 64 lower-case hex digits")
+        if not self.publisher_keys and not self.trust_on_first_use:
+            raise ValueError(
+                "the reader trusts no publisher key: give --publisher-key (repeatable) with "
+                "the publisher's public key, or --trust-on-first-use to pin the first key seen"
+            )
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port {self.port} is out of range 0..65535")

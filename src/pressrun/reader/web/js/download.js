@@ -194,7 +194,11 @@ export class Download {
   async trustedKeys() {
     if (this.config.publisher_keys?.length) return this.config.publisher_keys;
     const pinned = await getSetting("trusted_publishers", []);
-    return pinned.length ? pinned : null;
+    if (pinned.length) return pinned;
+    if (this.config.trust_on_first_use) return null;
+    throw new DownloadError(
+      "this reader trusts no publisher key: its operator starts it with --publisher-key; nothing was downloaded",
+    );
   }
 
   async manifest() {
