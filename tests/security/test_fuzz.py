@@ -6,7 +6,7 @@ else (an uncaught exception in a handler is a 500, or a dead task in a peer).
 Parsers: the signed manifest, the torrent file, the directive, the origin's Range
 header, the tracker's announce and scrape queries and bencode, the peer's scrape
 answer, the balancer's /stats and ``failed`` list, the subscription service's request
-bodies, keys, tokens and paths.
+bodies, keys, tokens and paths, and the multicast control channel's announcements.
 """
 
 from __future__ import annotations
@@ -316,3 +316,57 @@ def test_subscription_keys_paths_and_headers(
 def test_subscription_tokens(token: bytes, now: float) -> None:
     with contextlib.suppress(RequestError):
         check_token(b"s" * 32, token, now_unix=now)
+
+
+# -- multicast control-channel announcements (a datagram anyone on the group can send)
+
+
+def _valid_announcement() -> dict[str, Any]:
+    """A well-formed announcement body, made by the sender's own encoder."""
+    from pressrun.multicast.codec import announcement_to_dict
+    from pressrun.multicast.events import Announcement, CarouselPlan, ChannelSpec
+
+    plan = CarouselPlan(
+        issue_id="weekly-2026-47",
+        manifest_sha256="ab" * 32,
+        size_bytes=5_000_000,
+        toi=1,
+        fec="raptorq",
+        symbol_bytes=1400,
+        source_symbols=3572,
+        cycle_s=1.5,
+        channels=(ChannelSpec("239.255.71.1", 40001, 7, 40e6, 3490.2),),
+    )
+    return announcement_to_dict(Announcement("ab" * 32, 3, 1000.0, 1005.0, (plan,)))
+
+
+_ANNOUNCEMENT = _valid_announcement()
+_CHANNEL = _ANNOUNCEMENT["carousels"][0]["channels"][0]
+
+
+@FUZZ
+@given(st.binary(max_size=400) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_multicast_announcement_bytes(data: bytes) -> None:
+    from pressrun.multicast.codec import AnnouncementFormatError, decode_announcement
+
+    with contextlib.suppress(AnnouncementFormatError):
+        decode_announcement(data)
+
+
+@FUZZ
+@given(st.data())
+def test_multicast_announcement_near_misses(data: st.DataObject) -> None:
+    from pressrun.multicast.codec import AnnouncementFormatError, decode_announcement
+
+    body = _mutated_dict(_ANNOUNCEMENT, data)
+    carousel = _mutated_dict(_ANNOUNCEMENT["carousels"][0], data)
+    carousel["channels"] = [_mutated_dict(_CHANNEL, data)]
+    if data.draw(st.booleans()):
+        body["carousels"] = [carousel]
+    doc = {"announcement": body, "signature": data.draw(st.sampled_from(["cd" * 64, "x", 5]))}
+    try:
+        ann, signed, signature = decode_announcement(json.dumps(doc).encode())
+    except AnnouncementFormatError:
+        return
+    assert ann.seq >= 1 and len(signature) == 64 and signed
+    assert all(0 < ch.port <= 65535 for c in ann.carousels for ch in c.channels)
