@@ -196,4 +196,14 @@ async def test_tracker_refuses_bad_registrations(tracker: str) -> None:
             assert r.status == 400 and "pieces" in (await r.json())["error"]
         async with http.get(f"{tracker}/v1/ring/{'cd' * 20}") as r:
             assert r.status == 404
+        # only a supernode's own host registers it or takes it off the ring
+        for body in (
+            {"address": "198.18.0.9:7000", "num_pieces": 3},
+            {"address": "198.18.0.9:7000", "num_pieces": 3, "leaving": True},
+        ):
+            async with http.post(url, json=body) as r:
+                assert r.status == 403 and "own address" in (await r.json())["error"]
+        async with http.get(f"{tracker}/v1/ring/{IH}") as r:
+            addresses = [s["address"] for s in (await r.json())["supernodes"]]
+            assert "198.18.0.9:7000" not in addresses and "127.0.0.1:9" in addresses
     assert node_json(NodeRef(1, "a:1"))["id"] == "0" * 39 + "1"

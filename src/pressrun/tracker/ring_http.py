@@ -4,10 +4,13 @@ GET  /v1/ring/{info_hash}             -> 200 {info_hash, num_pieces, piece_keys,
                                           supernodes: [{id, address}]} | 404
 POST /v1/ring/{info_hash}/supernodes  {address, num_pieces[, leaving]}
                                       -> 200 {id, supernodes} | 400 {error}
+                                      | 403 {error}: the request does not come from
+                                      the address it registers or unregisters
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +23,22 @@ from pressrun.tracker.ring import RingAdmin, RingError, RingView
 
 def _json(status: int, body: dict[str, Any]) -> web.Response:
     return web.json_response(body, status=status)
+
+
+def _speaks_for_itself(address: str, remote: str | None) -> bool | None:
+    """Whether a request from ``remote`` may speak for the supernode at ``address``
+    (``IP:port``): only the host itself may register or unregister it, so a stranger
+    can neither put a victim's address on the ring nor take a supernode off it. None:
+    the address's host is not an IP literal."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    try:
+        return remote is not None and ip == ipaddress.ip_address(remote)
+    except ValueError:
+        return False
 
 
 def view_json(view: RingView) -> dict[str, Any]:
@@ -72,6 +91,17 @@ def add_ring_routes(
         address, pieces = body.get("address"), body.get("num_pieces")
         if not isinstance(address, str) or not isinstance(pieces, int) or isinstance(pieces, bool):
             return _json(400, {"error": "address (host:port) and num_pieces (int) are required"})
+        own = _speaks_for_itself(address, request.remote)
+        if own is None:
+            return _json(400, {"error": f"address {address!r} is not IP:port"})
+        if not own:
+            return _json(
+                403,
+                {
+                    "error": f"a supernode registers and leaves from its own address: "
+                    f"{address} is not {request.remote}"
+                },
+            )
         if body.get("leaving") is True:
             admin.leave(info_hash, address)
             return _json(200, {"left": True})
