@@ -1,0 +1,102 @@
+"""The issue's signed manifest: from the first origin that serves it, verified.
+
+The balancer's directive names the origins; the manifest comes from the first one not
+yet failed, and is checked against the trusted publisher keys (given, else the
+library's ``trusted-publishers``; with neither, an error, unless trust on first use was
+asked for: then the key is recorded there and a warning printed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pressrun.clients.library import LibraryError
+from pressrun.clients.session import DirectiveUnavailable, FetchError, FetchState
+from pressrun.content.manifest import Manifest, ManifestError, SignedManifest
+
+__all__ = ["MAX_MANIFEST_BYTES", "fetch_manifest"]
+
+#: a manifest is about 70 bytes per piece; 32 MiB is far beyond any real one
+MAX_MANIFEST_BYTES = 32 * 1024 * 1024
+
+
+async def fetch_manifest(f: FetchState) -> tuple[Manifest, bytes]:
+    """The verified manifest and its bytes, from the first origin that serves it."""
+    failed: dict[str, str] = {}
+    attempts = 0
+    while True:
+        try:
+            directive = await f.directive(frozenset(failed))
+        except DirectiveUnavailable as err:
+            attempts += 1
+            if attempts >= f.config.max_attempts_without_progress:
+                raise FetchError(
+                    f"could not get the manifest of {f.issue_id} after {attempts} "
+                    f"attempts; the last: {err.reason}"
+                ) from None
+            await asyncio.sleep(err.retry_after_s or f.config.retry_backoff_s)
+            failed.clear()  # the balancer may have nothing else: try them again
+            continue
+        origin = next((o for o in directive.origins if o.name not in failed), None)
+        if origin is None:
+            origin = directive.origins[0]
+        url = f"{origin.url}/content/{f.issue_id}/manifest.json"
+        try:
+            data = await f.get_small(url, MAX_MANIFEST_BYTES)
+        except DirectiveUnavailable as err:
+            attempts += 1
+            failed[origin.name] = err.reason
+            f.notice(f"origin {origin.name}: {err.reason}; asking for another")
+            if attempts >= f.config.max_attempts_without_progress:
+                raise FetchError(
+                    f"no origin served the manifest of {f.issue_id} "
+                    f"({attempts} attempts; the last: {origin.name}: {err.reason})"
+                ) from None
+            await asyncio.sleep(f.config.retry_backoff_s)
+            continue
+        return _verified_manifest(f, data, origin.name), data
+
+
+def _verified_manifest(f: FetchState, data: bytes, origin: str) -> Manifest:
+    where = f"the manifest of {f.issue_id} from origin {origin}"
+    first_use = False
+    try:
+        signed = SignedManifest.from_json_bytes(data)
+        if f.trusted_keys is not None:
+            manifest = signed.verify(f.trusted_keys)
+        else:
+            keys = f.library.trusted_keys()
+            if not keys and not f.trust_on_first_use:
+                raise FetchError(
+                    f"no trusted publisher key to check {where} against: pass "
+                    "--publisher-key KEY, or add it to the library with `pressrun trust "
+                    f"add KEY --library {f.library.root}`; nothing was saved"
+                )
+            # no trusted-publishers yet: only self-consistency (trust on first use,
+            # asked for explicitly)
+            manifest = signed.verify(keys or None)
+            first_use = not keys
+    except ManifestError as err:
+        raise FetchError(f"{where} is rejected: {err}; nothing was saved") from None
+    except LibraryError as err:
+        raise FetchError(str(err)) from None
+    if manifest.issue_id != f.issue_id:
+        raise FetchError(
+            f"{where} is for issue {manifest.issue_id!r}, not {f.issue_id!r}; nothing was saved"
+        )
+    if first_use:
+        try:
+            f.library.trust(
+                manifest.publisher_key_bytes, f"trusted on first use, issue {f.issue_id}"
+            )
+        except OSError as err:
+            raise FetchError(
+                f"cannot record the publisher key in {f.library.trusted_path}: "
+                f"{err.strerror or err}"
+            ) from None
+        f.notice(
+            f"warning: trusting publisher key {manifest.publisher_key} on first use "
+            f"(recorded in {f.library.trusted_path}); pass --publisher-key to pin "
+            "the key you expect"
+        )
+    return manifest

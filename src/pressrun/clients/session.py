@@ -1,0 +1,236 @@
+"""The state one download shares between its stages, and its talk to the balancer.
+
+`FetchState` holds what the stages of :func:`pressrun.clients.aio.fetch_issue` share
+(the session, the origins the balancer named, the bytes per origin, the progress
+object) and does the small requests: a directive (``GET /v1/issues/<id>/directive``,
+naming failed origins in ``failed=``) and a small body (the manifest, a ``.torrent``).
+The stages are :mod:`.manifest_fetch`, :mod:`.multicast_receive`,
+:mod:`.swarm_handoff` and :mod:`.sections`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import aiohttp
+
+from pressrun.clients.codec import (
+    ClientDirective,
+    DirectiveFormatError,
+    ResumeState,
+    decode_directive,
+    decode_error,
+)
+from pressrun.clients.config import ClientConfig
+from pressrun.clients.core import DownloadPlan
+from pressrun.clients.events import DownloadGaveUp, Event, OriginFailed
+from pressrun.clients.library import Library
+from pressrun.content.manifest import Manifest
+from pressrun.security import BodyTooLarge, read_body_limited
+
+if TYPE_CHECKING:
+    import nacl.public
+
+__all__ = ["DirectiveUnavailable", "FetchError", "FetchState", "Progress", "describe", "still_good"]
+
+log = logging.getLogger("pressrun.clients")
+
+#: a directive is a few hundred bytes; a balancer answering more is cut off
+MAX_DIRECTIVE_BYTES = 1 << 20
+
+
+class FetchError(Exception):
+    """The issue could not be fetched; the message is one line for a person."""
+
+
+class Progress(Protocol):
+    """What `fetch_issue` reports as it goes (the CLI's progress bar, the demo)."""
+
+    def started(self, issue_id: str, total_bytes: int, done_bytes: int) -> None:
+        """The manifest is known: the size and what a resume already has."""
+
+    def advanced(self, done_bytes: int, origin: str | None) -> None:
+        """Bytes received so far (verified plus pieces in progress), and from where."""
+
+    def notice(self, text: str) -> None:
+        """A one-line message for the person (warnings, handoffs, failed origins)."""
+
+
+class DirectiveUnavailable(Exception):
+    """No usable directive now; ``refused``: the balancer's 503 (no origin left)."""
+
+    def __init__(
+        self, reason: str, *, retry_after_s: float | None = None, refused: bool = False
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+        self.refused = refused
+
+
+def describe(err: BaseException) -> str:
+    """One line for a transport error."""
+    if isinstance(err, aiohttp.ServerTimeoutError | asyncio.TimeoutError):
+        return "stalled (no bytes within the timeout)"
+    if isinstance(err, aiohttp.ClientConnectorError):
+        return f"cannot connect ({err.os_error.strerror or err.os_error})"
+    if isinstance(err, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return "the connection was cut mid-transfer"
+    if isinstance(err, ConnectionResetError):
+        return "the connection was reset"
+    text = str(err) or type(err).__name__
+    return " ".join(text.split())[:200]
+
+
+@dataclass
+class FetchState:
+    """One download in progress: the state shared by its workers."""
+
+    issue_id: str
+    balancer_url: str
+    library: Library
+    config: ClientConfig
+    trusted_keys: Collection[bytes] | None
+    progress: Progress | None
+    session: aiohttp.ClientSession
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    first_contact: bool = True
+    origin_urls: dict[str, str] = field(default_factory=dict)
+    bytes_by_origin: dict[str, int] = field(default_factory=dict)
+    verified_bytes: int = 0
+    in_progress: dict[int, int] = field(default_factory=dict)
+    last_directive: ClientDirective | None = None
+    swarm_tried: bool = False
+    trust_on_first_use: bool = False
+    subscriber_key: nacl.public.PrivateKey | None = None
+    subscriptions_url: str | None = None
+    multicast_bytes: int = 0
+    multicast_note: str | None = None
+
+    def now(self) -> float:
+        return self.loop.time()
+
+    def notice(self, text: str, *, level: int = logging.WARNING) -> None:
+        """Tell the person (through the progress object), or log at ``level``."""
+        if self.progress is not None:
+            self.progress.notice(text)
+        else:
+            log.log(level, "%s: %s", self.issue_id, text)
+
+    # -- balancer
+
+    async def directive(self, failed: frozenset[str]) -> ClientDirective:
+        """A directive; `FetchError` for a fatal answer, `DirectiveUnavailable` else."""
+        url = f"{self.balancer_url}/v1/issues/{self.issue_id}/directive"
+        params = {"failed": ",".join(sorted(failed))} if failed else None
+        timeout = aiohttp.ClientTimeout(total=self.config.balancer_timeout_s)
+        try:
+            async with self.session.get(url, params=params, timeout=timeout) as resp:
+                status = resp.status
+                retry_after = resp.headers.get("Retry-After")
+                body = await read_body_limited(resp, MAX_DIRECTIVE_BYTES, f"the directive at {url}")
+        except BodyTooLarge as err:
+            raise DirectiveUnavailable(str(err)) from None
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            reason = f"the balancer at {self.balancer_url} is unreachable: {describe(err)}"
+            if self.first_contact:
+                raise FetchError(reason) from None
+            raise DirectiveUnavailable(reason) from None
+        self.first_contact = False
+        message = decode_error(body) or f"HTTP {status}"
+        if status == 404:
+            raise FetchError(
+                f"issue {self.issue_id!r} is unknown to the balancer at "
+                f"{self.balancer_url}: {message}"
+            )
+        if status == 400:
+            raise FetchError(f"the balancer refused the request: {message}")
+        if status == 503:
+            wait: float | None = None
+            with contextlib.suppress(TypeError, ValueError):
+                wait = max(0.0, float(retry_after))  # type: ignore[arg-type]
+            raise DirectiveUnavailable(
+                f"the balancer has no origin for {self.issue_id} now: {message}",
+                retry_after_s=wait,
+                refused=True,
+            )
+        if status != 200:
+            raise DirectiveUnavailable(f"the balancer answered {message}")
+        try:
+            directive = decode_directive(body)
+        except DirectiveFormatError as err:
+            raise DirectiveUnavailable(f"the balancer's answer is malformed: {err}") from None
+        for origin in directive.origins:
+            self.origin_urls[origin.name] = origin.url
+        self.last_directive = directive
+        if not directive.origins:
+            raise DirectiveUnavailable(
+                f"the balancer's {directive.mode!r} directive lists no origin "
+                "(this client downloads from origins only)"
+            )
+        return directive
+
+    async def get_small(self, url: str, limit: int) -> bytes:
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=self.config.connect_timeout_s,
+            sock_read=self.config.stall_timeout_s,
+        )
+        try:
+            async with self.session.get(url, timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise DirectiveUnavailable(f"GET {url} answered HTTP {resp.status}")
+                return await read_body_limited(resp, limit, f"GET {url}")
+        except BodyTooLarge as err:
+            raise DirectiveUnavailable(str(err)) from None
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            raise DirectiveUnavailable(f"GET {url}: {describe(err)}") from None
+
+    # -- bookkeeping
+
+    def advanced(self, origin: str | None) -> None:
+        if self.progress is not None:
+            self.progress.advanced(self.verified_bytes + sum(self.in_progress.values()), origin)
+
+    def apply(self, events: Sequence[Event]) -> None:
+        for event in events:
+            if isinstance(event, OriginFailed):
+                self.notice(f"origin {event.origin} failed: {event.reason}; moving on")
+            elif isinstance(event, DownloadGaveUp):
+                log.info("%s: %s", self.issue_id, event.reason)
+
+    def save(self, plan: DownloadPlan, m: Manifest) -> None:
+        try:
+            self.library.save_state(
+                ResumeState(
+                    issue_id=m.issue_id,
+                    file_name=m.file_name,
+                    sha256=m.sha256,
+                    size_bytes=m.size_bytes,
+                    piece_size_bytes=m.piece_size_bytes,
+                    verified=frozenset(plan.verified),
+                )
+            )
+        except OSError as err:
+            raise FetchError(f"cannot record the download state: {err}") from None
+
+
+def still_good(m: Manifest, path: Path, indices: Sequence[int]) -> list[int]:
+    """Of the pieces a state file lists as verified, those still good on disk."""
+    good: list[int] = []
+    with open(path, "rb") as f:
+        for index in indices:
+            if not 0 <= index < m.num_pieces:
+                continue
+            offset, length = m.piece_span(index)
+            f.seek(offset)
+            if hashlib.sha256(f.read(length)).hexdigest() == m.piece_sha256[index]:
+                good.append(index)
+    return good

@@ -1,0 +1,80 @@
+"""The swarm hand-off: the issue from the BitTorrent swarm, origins as web seeds.
+
+The issue's ``.torrent`` from ``swarm.torrent_url``, then
+:func:`pressrun.peer.aio.fetch_via_swarm` in the partial folder with the peer profile
+of ``config.profile`` (mobile: a metered link never seeds). If the swarm stalls or
+fails, the pieces it holds (each checked against the manifest) are kept and the rest
+comes from origin sections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pressrun.clients.codec import DirectiveSwarm
+from pressrun.clients.session import DirectiveUnavailable, FetchState, describe, still_good
+from pressrun.content.manifest import Manifest
+
+if TYPE_CHECKING:
+    from pressrun.peer.aio import SwarmProgress, SwarmResult
+
+__all__ = ["MAX_TORRENT_BYTES", "fetch_swarm"]
+
+#: a .torrent is about 20 bytes per piece; 32 MiB is far beyond any real one
+MAX_TORRENT_BYTES = 32 * 1024 * 1024
+
+
+async def fetch_swarm(
+    f: FetchState, m: Manifest, path: Path, swarm: DirectiveSwarm, kept: list[int]
+) -> tuple[list[int], SwarmResult | None]:
+    """Fetch from the swarm into the partial file; the pieces verified after it
+    (all of them when it completed) and its result (None when it never ran)."""
+    from pressrun.peer.aio import fetch_via_swarm  # libtorrent: only when needed
+    from pressrun.peer.config import profile_config
+
+    f.swarm_tried = True
+    try:
+        torrent = await f.get_small(swarm.torrent_url, MAX_TORRENT_BYTES)
+    except DirectiveUnavailable as err:
+        f.notice(f"swarm: cannot get the torrent ({err.reason}); using origins")
+        return kept, None
+    web_seeds = [f"{url}/content/{m.issue_id}/{m.file_name}" for url in f.origin_urls.values()]
+    overrides: dict[str, object] = {}
+    if f.config.swarm_stall_after_s is not None:
+        overrides["stall_after_s"] = f.config.swarm_stall_after_s
+    if f.config.swarm_max_seed_s is not None:
+        overrides["max_seed_time_s"] = f.config.swarm_max_seed_s
+    name = f.config.profile if f.config.profile in ("desktop", "mobile") else "desktop"
+    peer_config = profile_config(name, metered=f.config.metered, **overrides)
+    try:
+        result = await fetch_via_swarm(
+            torrent=torrent,
+            manifest=m,
+            partial_dir=path.parent,
+            config=peer_config,
+            tracker_url=swarm.tracker_url,
+            web_seeds=web_seeds,
+            on_progress=functools.partial(_swarm_progress, f),
+        )
+    except Exception as err:  # any swarm failure falls back to origins
+        f.notice(f"swarm failed ({describe(err)}); the rest comes from origins")
+        good = await asyncio.to_thread(still_good, m, path, range(m.num_pieces))
+        return good, None
+    if result.completed:
+        return list(range(m.num_pieces)), result
+    have = sorted(set(result.have_pieces) | set(kept))
+    f.notice(
+        f"the swarm stalled with {len(result.have_pieces)} of {m.num_pieces} pieces; "
+        "the rest comes from origins",
+        level=logging.INFO,
+    )
+    return have, result
+
+
+def _swarm_progress(f: FetchState, progress: SwarmProgress) -> None:
+    if f.progress is not None:
+        f.progress.advanced(progress.done_bytes, "swarm")
