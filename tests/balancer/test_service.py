@@ -234,7 +234,7 @@ async def test_stopped_origin_leaves_rotation_within_an_interval_and_comes_back(
     http: aiohttp.ClientSession,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="pressrun.balancer.aio")
+    caplog.set_level(logging.INFO, logger="pressrun.balancer.poller")
     a = origins[0]
     rec = balancer.core.origins["origin-a"]
     await a.stop()
@@ -483,7 +483,7 @@ async def test_real_origin_stopped_leaves_rotation_and_returns_when_restarted(
     http: aiohttp.ClientSession,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="pressrun.balancer.aio")
+    caplog.set_level(logging.WARNING, logger="pressrun.balancer.poller")
     b = real_origins[1]
     rec = real_balancer.core.origins[b.name]
     await b.stop()
@@ -586,9 +586,9 @@ def test_serve_balancer_bad_flags_exit_2() -> None:
 async def test_an_oversized_stats_answer_is_malformed(
     origins: list[FakeOrigin], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pressrun.balancer import aio
+    from pressrun.balancer import poller
 
-    monkeypatch.setattr(aio, "MAX_STATS_BYTES", 100)  # a real /stats is ~400 bytes
+    monkeypatch.setattr(poller, "MAX_STATS_BYTES", 100)  # a real /stats is ~400 bytes
     running = await start_balancer(
         BalancerServiceConfig(
             origins=(OriginSpec("a", origins[0].url),),

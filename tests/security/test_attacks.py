@@ -388,7 +388,7 @@ async def test_balancer_cuts_an_endless_stats_and_manifest(hostile: str) -> None
             await asyncio.sleep(0.05)
         assert "more than" in rec.down_reason and "/stats" in rec.down_reason
         with pytest.raises(ManifestUnavailable, match=r"more than \d+ bytes"):
-            await running.service._fetch_file_name("weekly-47", [hostile])
+            await running.service.manifests.fetch_file_name("weekly-47", [hostile])
     finally:
         await running.stop()
 

@@ -1,13 +1,14 @@
 """The balancer's asyncio adapter: aiohttp around ``BalancerCore``, one timer.
 
-The core decides; this module only feeds it and carries out what it returns, in the
-aioquic shape: one timer armed with ``loop.call_at(core.next_deadline())``; when it
-fires, ``core.handle_timer(now=loop.time())`` returns `PollOrigin` effects, each
-performed as a GET of ``<origin>/stats`` with a shared ``aiohttp.ClientSession`` and a
-timeout shorter than the poll interval; the answer is decoded by
-:func:`pressrun.balancer.codec.decode_status` and fed back as `StatusReceived`, any
-failure (refused, timeout, HTTP error, malformed JSON) as `PollFailed`. `OriginWentDown`
-is logged at WARNING and `OriginCameBack` at INFO.
+The core decides; this module answers HTTP with it. The rest of the service lives
+beside it, one concern a module:
+
+- `pressrun.balancer.poller`: the core's one timer and the ``/stats`` polls it asks for
+  (``loop.call_at(core.next_deadline())``, answers decoded by the codec and fed back);
+- `pressrun.balancer.manifests`: each issue's manifest read once from the origins (the
+  file name of the 302, the swarm);
+- `pressrun.balancer.carousels`: the client of the multicast sender's control API;
+- `pressrun.balancer.metrics`: the Prometheus collector over the core's counts.
 
 HTTP endpoints:
 
@@ -51,26 +52,20 @@ import json
 import logging
 import math
 import random
-import re
-import time
 from collections import Counter as TallyCounter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client import CollectorRegistry, generate_latest
 
 from pressrun.balancer.algorithms import algorithm_class, algorithm_names, make_algorithm
 from pressrun.balancer.codec import (
     ISSUE_ID_RE,
     RequestFormatError,
-    StatusFormatError,
-    decode_status,
     encode_directive,
     encode_status,
     json_score,
@@ -78,26 +73,31 @@ from pressrun.balancer.codec import (
 )
 from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.core import BalancerCore, ModePolicy, OriginState
-from pressrun.balancer.demand import DemandConfig, DemandPolicy, swarm_info_for
+from pressrun.balancer.demand import DemandConfig, DemandPolicy
 from pressrun.balancer.events import (
     Directive,
     DirectiveRequested,
-    Effect,
     MulticastInfo,
     NoDirective,
-    OriginCameBack,
     OriginSpec,
-    OriginWentDown,
-    PollFailed,
-    PollOrigin,
     Refusal,
-    StatusReceived,
     SwarmInfo,
 )
-from pressrun.content.bundle import MAX_MANIFEST_BYTES
+from pressrun.balancer.manifests import ManifestReader, ManifestUnavailable
+from pressrun.balancer.metrics import BalancerCollector
+from pressrun.balancer.poller import OriginPoller
 from pressrun.cors import enable_cors
-from pressrun.security import BodyTooLarge, ServiceSecurity, client_connector, read_body_limited
+from pressrun.security import ServiceSecurity, client_connector
 from pressrun.service import wait_for_stop_signal
+
+__all__ = [
+    "BalancerService",
+    "BalancerServiceConfig",
+    "ManifestUnavailable",
+    "RunningBalancer",
+    "serve",
+    "start_balancer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -162,64 +162,6 @@ class BalancerServiceConfig:
         return 0.8 * self.balancer.poll_interval_s
 
 
-#: a /stats answer larger than this is malformed (it is a few hundred bytes per issue)
-MAX_STATS_BYTES = 4 * 1024 * 1024
-
-
-class ManifestUnavailable(Exception):
-    """No origin answered a usable manifest for an issue."""
-
-
-class _BalancerCollector(Collector):
-    """Counts the core and the service already keep, read when Prometheus scrapes, so
-    answering a directive costs no metric update."""
-
-    def __init__(self, service: BalancerService) -> None:
-        self.service = service
-
-    def collect(self) -> Iterable[Metric]:
-        service = self.service
-        core = service.core
-        algorithm = core.algorithm
-        directives = CounterMetricFamily(
-            "pressrun_balancer_directives",
-            "Directives answered, by delivery mode and scoring algorithm",
-            labels=["mode", "algorithm"],
-        )
-        for mode, count in sorted(service.directives_by_mode.items()):
-            directives.add_metric([mode, algorithm.name], count)
-        refusals = CounterMetricFamily(
-            "pressrun_balancer_refusals",
-            "Directive requests refused, by reason",
-            labels=["reason"],
-        )
-        for reason, count in core.refusals.items():
-            refusals.add_metric([reason.value], count)
-        picks = CounterMetricFamily(
-            "pressrun_balancer_picks",
-            "Clients sent to each origin (first origin of a directive)",
-            labels=["origin"],
-        )
-        up = GaugeMetricFamily(
-            "pressrun_balancer_origin_up", "1 if the origin is in rotation", labels=["origin"]
-        )
-        score = GaugeMetricFamily(
-            "pressrun_balancer_origin_score",
-            "The origin's current score for each issue it holds (algorithms with scores)",
-            labels=["origin", "issue"],
-        )
-        for name, rec in core.origins.items():
-            picks.add_metric([name], rec.picks)
-            is_up = rec.state is OriginState.UP
-            up.add_metric([name], 1.0 if is_up else 0.0)
-            if is_up and rec.status is not None:
-                for issue in sorted(rec.status.issues):
-                    value = algorithm.score(name, issue)
-                    if value is not None and math.isfinite(value):
-                        score.add_metric([name, issue], value)
-        return [directives, refusals, picks, up, score]
-
-
 class BalancerService:
     """The balancer over HTTP: feeds the core, performs its polls, one timer."""
 
@@ -242,32 +184,14 @@ class BalancerService:
         self._core: BalancerCore | None = None
         self._http: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._armed_for: float | None = None
-        self._rearm_pending = False
+        self._poller: OriginPoller | None = None
+        self._manifests: ManifestReader | None = None
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._poll_timeout = aiohttp.ClientTimeout(total=config.effective_poll_timeout_s())
-        self._file_names: dict[str, str] = {}
-        self._manifest_fetches: dict[str, asyncio.Task[str]] = {}
-        self._up_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self.directives_by_mode: TallyCounter[str] = TallyCounter()
         self._swarm_directives = 0
         self.registry = CollectorRegistry()
-        self.registry.register(_BalancerCollector(self))
-        self.poll_seconds = Histogram(
-            "pressrun_balancer_poll_seconds",
-            "Time to poll an origin's /stats, by outcome",
-            ["outcome"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
-            registry=self.registry,
-        )
-        self.poll_failures = Counter(
-            "pressrun_balancer_poll_failures",
-            "Failed /stats polls, by origin",
-            ["origin"],
-            registry=self.registry,
-        )
+        self.registry.register(BalancerCollector(lambda: self.core, self.directives_by_mode))
 
     @property
     def core(self) -> BalancerCore:
@@ -306,6 +230,22 @@ class BalancerService:
             connector=client_connector(cfg.ca_file, limit=0, ttl_dns_cache=300),
             headers={"User-Agent": "pressrun-balancer"},
         )
+        self._poller = OriginPoller(
+            self._core,
+            self._http,
+            loop,
+            poll_timeout_s=cfg.effective_poll_timeout_s(),
+            registry=self.registry,
+            spawn=self._spawn,
+        )
+        self._manifests = ManifestReader(
+            self._http,
+            timeout_s=cfg.manifest_timeout_s,
+            tracker_url=cfg.tracker_url,
+            swarms=self.swarms,
+            spawn=self._spawn,
+            track=self._track,
+        )
         access_log: logging.Logger | None = None
         if cfg.access_log:
             # Asked for explicitly: shown even when the process logs at WARNING.
@@ -324,7 +264,7 @@ class BalancerService:
         server = getattr(site, "_server", None)
         sockets = getattr(server, "sockets", None) or []
         bound: int = sockets[0].getsockname()[1] if sockets else cfg.port
-        self._rearm()  # the first polls are due now
+        self._poller.start()  # the first polls are due now
         if self._demand is not None and cfg.multicast_sender_url and cfg.multicast is not None:
             from pressrun.balancer.carousels import CarouselClient, keep_carousels
 
@@ -344,9 +284,10 @@ class BalancerService:
     async def close(self) -> None:
         """Stop polling and answering; close the client session."""
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._manifests is not None:
+            self._manifests.closed = True
+        if self._poller is not None:
+            self._poller.close()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -358,139 +299,32 @@ class BalancerService:
         if self._http is not None:
             await self._http.close()
             self._http = None
-        for _, waiter in self._up_waiters:
-            if not waiter.done():
-                waiter.cancel()
 
     async def wait_until_up(self, count: int | None = None, timeout_s: float = 10.0) -> None:
         """Until `count` origins (default: all) are in rotation; TimeoutError if not."""
         want = len(self.config.origins) if count is None else count
-        if self._count_up() >= want:
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._up_waiters.append((want, waiter))
-        await asyncio.wait_for(waiter, timeout_s)
+        if self._poller is None:
+            raise RuntimeError("the balancer service is not started")
+        await self._poller.wait_until_up(want, timeout_s)
 
-    def _count_up(self) -> int:
-        return sum(1 for rec in self.core.origins.values() if rec.state is OriginState.UP)
-
-    # -- timer and effects -------------------------------------------------------
+    @property
+    def manifests(self) -> ManifestReader:
+        """The issues' manifests as read from the origins (exists once started)."""
+        if self._manifests is None:
+            raise RuntimeError("the balancer service is not started")
+        return self._manifests
 
     def _now(self) -> float:
         assert self._loop is not None
         return self._loop.time()
 
-    def _schedule_rearm(self) -> None:
-        # Several poll answers in one loop iteration re-arm once (next_deadline is
-        # O(origins)).
-        if not self._rearm_pending and self._loop is not None:
-            self._rearm_pending = True
-            self._loop.call_soon(self._rearm)
-
-    def _rearm(self) -> None:
-        self._rearm_pending = False
-        if self._loop is None or self._core is None or self._closed:
-            return
-        deadline = self._core.next_deadline()
-        if deadline == self._armed_for:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._armed_for = deadline
-        if deadline is not None:
-            self._timer = self._loop.call_at(deadline, self._on_timer)
-
-    def _on_timer(self) -> None:
-        armed = self._armed_for
-        self._timer = None
-        self._armed_for = None
-        # asyncio may run a timer up to one clock resolution early; the core must see
-        # the deadline as reached or it would answer nothing and be re-armed at once.
-        now = self._now()
-        if armed is not None and now < armed:
-            now = armed
-        self._apply(self.core.handle_timer(now=now))
-        self._rearm()
-
-    def _apply(self, effects: Sequence[Effect]) -> None:
-        for effect in effects:
-            if isinstance(effect, PollOrigin):
-                if not self._closed:
-                    self._spawn(self._poll(effect.name, effect.url))
-            elif isinstance(effect, OriginWentDown):
-                url = self.core.origins[effect.name].spec.url
-                log.warning(
-                    "origin %s did not answer /stats: %s; it is out of rotation until it does",
-                    url,
-                    effect.reason,
-                )
-            elif isinstance(effect, OriginCameBack):
-                spec = self.core.origins[effect.name].spec
-                log.info("origin %s (%s) answers /stats; it is in rotation", spec.name, spec.url)
-                self._wake_up_waiters()
-
-    def _wake_up_waiters(self) -> None:
-        if not self._up_waiters:
-            return
-        up = self._count_up()
-        for want, waiter in list(self._up_waiters):
-            if up >= want and not waiter.done():
-                waiter.set_result(None)
-        self._up_waiters = [(w, f) for w, f in self._up_waiters if not f.done()]
-
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+        self._track(asyncio.get_running_loop().create_task(coro))
+
+    def _track(self, task: asyncio.Task[Any]) -> None:
+        # Every task of the service is cancelled by `close`.
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _poll(self, name: str, url: str) -> None:
-        """Perform one `PollOrigin`: GET /stats, feed the answer or the failure."""
-        assert self._http is not None
-        started = time.perf_counter()
-        reason: str | None = None
-        try:
-            async with self._http.get(url + "/stats", timeout=self._poll_timeout) as resp:
-                if resp.status != 200:
-                    raise StatusFormatError("", f"HTTP {resp.status} instead of 200")
-                body = await read_body_limited(resp, MAX_STATS_BYTES, f"{url}/stats")
-            status = decode_status(body, origin_name=name)
-        except TimeoutError:
-            reason = f"no answer within {self.config.effective_poll_timeout_s():g} s"
-        except aiohttp.ClientError as err:
-            reason = str(err) or type(err).__name__
-        except StatusFormatError as err:
-            reason = str(err)
-        except BodyTooLarge as err:
-            reason = str(StatusFormatError("", str(err)))
-        except OSError as err:
-            reason = str(err) or type(err).__name__
-        except Exception as err:
-            # Whatever happened, the core must hear back: an origin whose poll never
-            # ends would stay "polling" and never be polled again.
-            log.exception("polling %s/stats failed unexpectedly", url)
-            reason = f"{type(err).__name__}: {err}"
-        elapsed = time.perf_counter() - started
-        core = self.core
-        now = self._now()
-        if reason is None:
-            self.poll_seconds.labels("ok").observe(elapsed)
-            self._apply(core.handle_status_received(StatusReceived(status), now=now))
-        else:
-            self.poll_seconds.labels("failed").observe(elapsed)
-            self.poll_failures.labels(name).inc()
-            rec = core.origins[name]
-            first_failure = rec.state is OriginState.UNKNOWN
-            self._apply(core.handle_poll_failed(PollFailed(name, reason), now=now))
-            if first_failure:
-                # The core reports only UP -> DOWN; an origin down from the start is
-                # worth the same warning, once.
-                log.warning(
-                    "origin %s did not answer /stats: %s; it is out of rotation until it does",
-                    url,
-                    reason,
-                )
-        self._schedule_rearm()
 
     # -- handlers -----------------------------------------------------------------
 
@@ -528,7 +362,7 @@ class BalancerService:
         if isinstance(result, NoDirective):
             return self._refusal(result)
         if self.config.tracker_url is not None and issue_id not in self.swarms:
-            self._learn_swarm(issue_id, [o.url for o in result.origins])
+            self.manifests.learn_swarm(issue_id, [o.url for o in result.origins])
         if result.swarm is not None and self.config.extra_tracker_urls:
             result = self._next_tracker(result)
         self.directives_by_mode[result.mode.value] += 1
@@ -558,85 +392,11 @@ class BalancerService:
             return result
         issue_id = result.issue_id
         try:
-            file_name = await self._file_name(issue_id, [o.url for o in result.origins])
+            file_name = await self.manifests.file_name(issue_id, [o.url for o in result.origins])
         except ManifestUnavailable as err:
             return self._error(502, str(err))
         location = f"{result.origins[0].url}/content/{issue_id}/{file_name}"
         return web.Response(status=302, headers={"Location": location})
-
-    def _learn_swarm(self, issue_id: str, urls: Sequence[str]) -> None:
-        """Read the issue's manifest in the background (once) to learn its swarm."""
-        if issue_id in self._manifest_fetches or issue_id in self._file_names or self._closed:
-            return
-
-        async def learn() -> None:
-            try:
-                await self._file_name(issue_id, urls)
-            except ManifestUnavailable as err:
-                log.warning("no swarm for %s yet: %s", issue_id, err)
-
-        self._spawn(learn())
-
-    async def _file_name(self, issue_id: str, urls: Sequence[str]) -> str:
-        cached = self._file_names.get(issue_id)
-        if cached is not None:
-            return cached
-        task = self._manifest_fetches.get(issue_id)
-        if task is None:
-            # One fetch per issue however many clients ask at once.
-            task = asyncio.get_running_loop().create_task(self._fetch_file_name(issue_id, urls))
-            self._manifest_fetches[issue_id] = task
-            self._tasks.add(task)
-
-            def done(t: asyncio.Task[str]) -> None:
-                self._tasks.discard(t)
-                self._manifest_fetches.pop(issue_id, None)
-                if not t.cancelled():
-                    t.exception()  # retrieved here, so never "never retrieved"
-
-            task.add_done_callback(done)
-        return await asyncio.shield(task)
-
-    async def _fetch_file_name(self, issue_id: str, urls: Sequence[str]) -> str:
-        assert self._http is not None
-        timeout = aiohttp.ClientTimeout(total=self.config.manifest_timeout_s)
-        problems: list[str] = []
-        for url in urls:
-            manifest_url = f"{url}/content/{issue_id}/manifest.json"
-            try:
-                async with self._http.get(manifest_url, timeout=timeout) as resp:
-                    if resp.status != 200:
-                        problems.append(f"{manifest_url}: HTTP {resp.status}")
-                        continue
-                    body = await read_body_limited(resp, MAX_MANIFEST_BYTES, manifest_url)
-                doc = json.loads(body)
-                manifest = doc["manifest"]
-                file_name = manifest["file_name"]
-                info_hash = manifest.get("info_hash")
-            except TimeoutError:
-                problems.append(f"{manifest_url}: no answer within {timeout.total:g} s")
-                continue
-            except (aiohttp.ClientError, OSError, BodyTooLarge) as err:
-                problems.append(f"{manifest_url}: {err}")
-                continue
-            except (ValueError, KeyError, TypeError) as err:
-                problems.append(f"{manifest_url}: not a manifest ({err!r})")
-                continue
-            if not isinstance(file_name, str) or ISSUE_ID_RE.match(file_name) is None:
-                problems.append(f"{manifest_url}: invalid file_name {file_name!r}")
-                continue
-            self._file_names[issue_id] = file_name
-            tracker = self.config.tracker_url
-            if (
-                tracker is not None
-                and isinstance(info_hash, str)
-                and re.fullmatch(r"[0-9a-f]{40}", info_hash) is not None
-            ):
-                self.swarms[issue_id] = swarm_info_for(url, tracker, issue_id, info_hash)
-            return file_name
-        raise ManifestUnavailable(
-            f"could not read the manifest of {issue_id!r}: " + "; ".join(problems)
-        )
 
     async def origins(self, request: web.Request) -> web.Response:
         """``GET /v1/origins[?issue=ID]``: every origin as the balancer sees it."""
