@@ -80,6 +80,13 @@ class FetchResult:
     encrypted: bool = False  # a subscribers-only issue, decrypted into the library
     bytes_from_multicast: int = 0
     multicast_note: str | None = None
+    seeding_s: float = 0.0  # in swarm mode, the seeding after the download (in `seconds`)
+
+    @property
+    def download_s(self) -> float:
+        """Seconds from the start until the file was verified: `seconds` without the
+        seeding that followed the download in swarm mode."""
+        return max(0.0, self.seconds - self.seeding_s)
 
     @property
     def bytes_from_origins(self) -> int:
@@ -221,6 +228,11 @@ async def _run(f: FetchState) -> FetchResult:
         encrypted=m.encryption is not None,
         bytes_from_multicast=f.multicast_bytes,
         multicast_note=f.multicast_note,
+        seeding_s=(
+            0.0
+            if swarm_result is None or swarm_result.seeding_s is None
+            else swarm_result.seeding_s
+        ),
     )
 
 

@@ -9,6 +9,9 @@ from typing import Any
 #: where ``pressrun get`` looks for the subscriber key when no flag or env var names one
 DEFAULT_SUBSCRIBER_KEY = "subscriber.key"
 SUBSCRIBER_KEY_ENV = "PRESSRUN_SUBSCRIBER_KEY"
+#: a reader's client keeps trying this long without progress (a slow or restarting
+#: balancer, origins failing) before it gives up
+DEFAULT_GIVE_UP_AFTER_S = 300.0
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -88,6 +91,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="ADDR",
         help="multicast mode: IPv4 address of the interface to join channels on "
         "(default: the directive's hint, else the kernel's choice)",
+    )
+    p.add_argument(
+        "--give-up-after-s",
+        type=float,
+        default=DEFAULT_GIVE_UP_AFTER_S,
+        metavar="S",
+        help="keep retrying (backoff, Retry-After honoured, another origin after a bad "
+        "answer) while the balancer or the origins fail, and give up only after this "
+        f"long without progress (default {DEFAULT_GIVE_UP_AFTER_S:g}; 0: after "
+        "8 failures in a row)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar, only errors")
     p.add_argument(
@@ -228,6 +241,7 @@ def result_document(result: Any) -> dict[str, Any]:
     doc = dataclasses.asdict(result)
     doc["path"] = str(result.path)
     doc["bytes_from_origins"] = result.bytes_from_origins
+    doc["download_s"] = result.download_s
     h = hashlib.sha256()
     with open(result.path, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -262,6 +276,7 @@ def run_get(args: argparse.Namespace) -> int:
 
     try:
         config = profile(args.profile).with_section_mb(args.section_mb)
+        config = dataclasses.replace(config, give_up_after_s=args.give_up_after_s)
         if args.max_seed_s is not None:
             config = dataclasses.replace(config, swarm_max_seed_s=args.max_seed_s)
         if args.multicast_deadline_s is not None or args.multicast_interface is not None:

@@ -29,12 +29,17 @@ class ClientConfig:
     connect_timeout_s: timeout of a TCP connect (origin or balancer).
     balancer_timeout_s: timeout of one directive request.
     max_attempts_without_progress: give up after this many failures in a row (a
-        failed origin, a refusal or an unreachable balancer) with no piece verified
-        in between.
+        failed origin, a refusal, an unreachable or slow balancer, a bad or truncated
+        manifest) with no piece verified in between...
+    give_up_after_s: ... and only once this long has passed without progress (since
+        the start, or the last verified piece): a client that keeps retrying while the
+        system is slow or briefly down (a CPU-starved balancer, origins restarting).
+        0: the count alone. ``pressrun get`` sets it (``--give-up-after-s``, 300 s).
     failed_ttl_s: how long an origin named in ``failed=`` stays excluded; after that
         it may be tried again (it may have come back).
     retry_backoff_s: the wait after a failure, doubled per failure in a row, up to
-        ``retry_backoff_max_s``; a 503's Retry-After takes precedence.
+        ``retry_backoff_max_s`` (:meth:`backoff_s`); a 503's Retry-After, when longer,
+        is waited instead.
     metered: the connection costs money per byte (mobile); a later swarm mode uses it
         to upload nothing. The origin mode ignores it.
     steal_after_s: a worker with nothing left to assign takes over the back half of
@@ -65,6 +70,7 @@ class ClientConfig:
     connect_timeout_s: float = 5.0
     balancer_timeout_s: float = 5.0
     max_attempts_without_progress: int = 8
+    give_up_after_s: float = 0.0
     failed_ttl_s: float = 30.0
     retry_backoff_s: float = 0.25
     retry_backoff_max_s: float = 4.0
@@ -104,6 +110,26 @@ class ClientConfig:
             raise ValueError("multicast_receive_drop must be in [0, 1)")
         if self.failed_ttl_s < 0 or self.retry_backoff_s < 0 or self.retry_backoff_max_s < 0:
             raise ValueError("failed_ttl_s and the backoffs must not be negative")
+        if not (self.give_up_after_s >= 0 and math.isfinite(self.give_up_after_s)):
+            raise ValueError("give_up_after_s must be a number >= 0")
+
+    def backoff_s(self, failures_in_a_row: int, retry_after_s: float | None = None) -> float:
+        """The wait before the next attempt after ``failures_in_a_row`` failures:
+        ``retry_backoff_s`` doubled per failure, capped at ``retry_backoff_max_s``; a
+        server's Retry-After when it asks for longer."""
+        n = max(1, failures_in_a_row)
+        wait = min(self.retry_backoff_max_s, self.retry_backoff_s * 2.0 ** min(n - 1, 30))
+        if retry_after_s is not None and retry_after_s > wait:
+            return retry_after_s
+        return wait
+
+    def gives_up(self, failures_in_a_row: int, without_progress_s: float) -> bool:
+        """Whether a download gives up: ``max_attempts_without_progress`` failures in
+        a row and at least ``give_up_after_s`` without progress."""
+        return (
+            failures_in_a_row >= self.max_attempts_without_progress
+            and without_progress_s >= self.give_up_after_s
+        )
 
     def section_size_for(self, size_bytes: int, piece_size_bytes: int) -> int:
         """The section size in bytes for a file: whole pieces, at least one piece.

@@ -37,8 +37,9 @@ events. State:
   with two sections at once the download has two paths and an idle worker to take
   over from the slower one;
 - failures in a row without a verified piece in between are counted; at
-  ``max_attempts_without_progress`` the plan gives up with a one-line reason. Each
-  failure also pushes the next attempt back (``not_before``) by an exponential backoff.
+  ``max_attempts_without_progress``, once ``give_up_after_s`` passed without progress,
+  the plan gives up with a one-line reason. Each failure also pushes the next attempt
+  back (``not_before``) by an exponential backoff (a Retry-After when longer).
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class DownloadPlan:
         self.failures_in_a_row = 0
         self.failures_total = 0
         self.not_before = now
+        self._progress_at = now  # the start, or the last verified piece
         self.give_up_reason: str | None = None
         self.state = PlanState.COMPLETE if self._all_verified() else PlanState.DOWNLOADING
 
@@ -386,6 +388,7 @@ class DownloadPlan:
         self._progress[section_id] = (started_at, done)
         self.failures_in_a_row = 0
         self.not_before = now
+        self._progress_at = now
         events: list[Event] = []
         closed = not any(self._in_flight.get(i) == section_id for i in section.pieces)
         elapsed = now - started_at
@@ -498,14 +501,10 @@ class DownloadPlan:
     def _count_failure(self, reason: str, *, now: float) -> list[Event]:
         self.failures_in_a_row += 1
         self.failures_total += 1
-        backoff = min(
-            self.config.retry_backoff_max_s,
-            self.config.retry_backoff_s * 2 ** (self.failures_in_a_row - 1),
-        )
+        backoff = self.config.backoff_s(self.failures_in_a_row)
         self.not_before = max(self.not_before, now + backoff)
-        if (
-            self.state is PlanState.DOWNLOADING
-            and self.failures_in_a_row >= self.config.max_attempts_without_progress
+        if self.state is PlanState.DOWNLOADING and self.config.gives_up(
+            self.failures_in_a_row, now - self._progress_at
         ):
             self.state = PlanState.GAVE_UP
             self.give_up_reason = (

@@ -1,9 +1,10 @@
 """The issue's signed manifest: from the first origin that serves it, verified.
 
 The balancer's directive names the origins; the manifest comes from the first one not
-yet failed, and is checked against the trusted publisher keys (given, else the
-library's ``trusted-publishers``; with neither, an error, unless trust on first use was
-asked for: then the key is recorded there and a warning printed).
+yet failed (a bad or truncated one fails that origin, and another is asked), and is
+checked against the trusted publisher keys (given, else the library's
+``trusted-publishers``; with neither, an error, unless trust on first use was asked
+for: then the key is recorded there and a warning printed).
 """
 
 from __future__ import annotations
@@ -21,40 +22,49 @@ MAX_MANIFEST_BYTES = 32 * 1024 * 1024
 
 
 async def fetch_manifest(f: FetchState) -> tuple[Manifest, bytes]:
-    """The verified manifest and its bytes, from the first origin that serves it."""
+    """The verified manifest and its bytes, from the first origin that serves a good
+    one. An unreachable or slow balancer, an origin that fails, and a bad or truncated
+    manifest are all retried (another origin first, with backoff, a Retry-After
+    honoured) until the client's give-up rule (:meth:`ClientConfig.gives_up`)."""
     failed: dict[str, str] = {}
-    attempts = 0
+    failures = 0
+    started = f.now()
+    rejected: str | None = None  # the last manifest an origin served that was refused
     while True:
+        retry_after: float | None = None
         try:
             directive = await f.directive(frozenset(failed))
         except DirectiveUnavailable as err:
-            attempts += 1
-            if attempts >= f.config.max_attempts_without_progress:
-                raise FetchError(
-                    f"could not get the manifest of {f.issue_id} after {attempts} "
-                    f"attempts; the last: {err.reason}"
-                ) from None
-            await asyncio.sleep(err.retry_after_s or f.config.retry_backoff_s)
+            last = err.reason
+            retry_after = err.retry_after_s
             failed.clear()  # the balancer may have nothing else: try them again
-            continue
-        origin = next((o for o in directive.origins if o.name not in failed), None)
-        if origin is None:
-            origin = directive.origins[0]
-        url = f"{origin.url}/content/{f.issue_id}/manifest.json"
-        try:
-            data = await f.get_small(url, MAX_MANIFEST_BYTES)
-        except DirectiveUnavailable as err:
-            attempts += 1
-            failed[origin.name] = err.reason
-            f.notice(f"origin {origin.name}: {err.reason}; asking for another")
-            if attempts >= f.config.max_attempts_without_progress:
-                raise FetchError(
-                    f"no origin served the manifest of {f.issue_id} "
-                    f"({attempts} attempts; the last: {origin.name}: {err.reason})"
-                ) from None
-            await asyncio.sleep(f.config.retry_backoff_s)
-            continue
-        return _verified_manifest(f, data, origin.name), data
+        else:
+            origin = next((o for o in directive.origins if o.name not in failed), None)
+            if origin is None:
+                origin = directive.origins[0]
+            url = f"{origin.url}/content/{f.issue_id}/manifest.json"
+            try:
+                data = await f.get_small(url, MAX_MANIFEST_BYTES)
+                return _verified_manifest(f, data, origin.name), data
+            except (DirectiveUnavailable, _BadManifest) as err:
+                last = f"{origin.name}: {err}"
+                if isinstance(err, _BadManifest):
+                    rejected = last
+                failed[origin.name] = str(err)
+                f.notice(f"origin {origin.name}: {err}; asking for another")
+        failures += 1
+        if f.config.gives_up(failures, f.now() - started):
+            # a manifest that was rejected says more than the balancer's "none left"
+            raise FetchError(
+                f"could not get a good manifest of {f.issue_id} after {failures} "
+                f"attempts; the last: {rejected or last}"
+            ) from None
+        await asyncio.sleep(f.config.backoff_s(failures, retry_after))
+
+
+class _BadManifest(Exception):
+    """This origin's manifest is unusable (not JSON, cut short, not signed by a trusted
+    key, another issue's): another origin may serve a good one."""
 
 
 def _verified_manifest(f: FetchState, data: bytes, origin: str) -> Manifest:
@@ -77,11 +87,11 @@ def _verified_manifest(f: FetchState, data: bytes, origin: str) -> Manifest:
             manifest = signed.verify(keys or None)
             first_use = not keys
     except ManifestError as err:
-        raise FetchError(f"{where} is rejected: {err}; nothing was saved") from None
+        raise _BadManifest(f"{where} is rejected: {err}; nothing was saved") from None
     except LibraryError as err:
         raise FetchError(str(err)) from None
     if manifest.issue_id != f.issue_id:
-        raise FetchError(
+        raise _BadManifest(
             f"{where} is for issue {manifest.issue_id!r}, not {f.issue_id!r}; nothing was saved"
         )
     if first_use:

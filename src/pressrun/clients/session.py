@@ -101,7 +101,6 @@ class FetchState:
     progress: Progress | None
     session: aiohttp.ClientSession
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
-    first_contact: bool = True
     origin_urls: dict[str, str] = field(default_factory=dict)
     bytes_by_origin: dict[str, int] = field(default_factory=dict)
     verified_bytes: int = 0
@@ -140,10 +139,7 @@ class FetchState:
             raise DirectiveUnavailable(str(err)) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             reason = f"the balancer at {self.balancer_url} is unreachable: {describe(err)}"
-            if self.first_contact:
-                raise FetchError(reason) from None
             raise DirectiveUnavailable(reason) from None
-        self.first_contact = False
         message = decode_error(body) or f"HTTP {status}"
         if status == 404:
             raise FetchError(
