@@ -1,53 +1,71 @@
 """A small emulation end to end: the images, the compose project, six client
 containers on shaped links (one kind lossy), the report. Runs where a container engine can
-start (root, docker.io installed) and skips with the reason otherwise."""
+start (root, docker.io installed) and skips with the reason otherwise; the engine is
+this module's fixture, stopped by its finaliser on every way out."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pressrun.emulate.engine import why_no_engine
+from pressrun.emulate.cli import cache_dir, project_root
+from pressrun.emulate.engine import engine_session, why_no_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 
 @pytest.fixture(scope="module")
-def engine_reason() -> str | None:
-    import os
+def engine_host() -> Iterator[str]:
+    """The engine the emulation runs on: ``DOCKER_HOST``'s, or pressrun's own, started
+    here and stopped by this fixture's finaliser whatever the test did (the emulation
+    under test gets it through ``DOCKER_HOST``)."""
+    given = os.environ.get("DOCKER_HOST")
+    if given:
+        yield given
+        return
+    reason = why_no_engine()
+    if reason is not None:
+        pytest.skip(f"no container engine can start here: {reason}")
+    with engine_session(cache_dir(project_root())) as engine:
+        yield engine.host
 
-    if os.environ.get("DOCKER_HOST"):
-        return None
-    return why_no_engine()
 
-
-def test_small_emulation_delivers_every_file_verified(
-    tmp_path: Path, engine_reason: str | None
-) -> None:
-    if engine_reason is not None:
-        pytest.skip(f"no container engine can start here: {engine_reason}")
-    out = tmp_path / "report"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pressrun.cli",
-            "emulate",
-            "--scenario",
-            "small",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
+def run_emulate(args: list[str], host: str, timeout_s: float) -> tuple[int, str, str]:
+    """``pressrun emulate ARGS`` on ``host``; at the timeout it gets SIGTERM (its
+    teardown runs) and, if it does not end, SIGKILL."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pressrun.cli", "emulate", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
-        check=False,
+        env={**os.environ, "DOCKER_HOST": host},
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        pytest.fail(f"pressrun emulate took more than {timeout_s:g} s: {out[-2000:]}{err[-2000:]}")
+    return proc.returncode, out, err
+
+
+def test_small_emulation_delivers_every_file_verified(tmp_path: Path, engine_host: str) -> None:
+    out = tmp_path / "report"
+    code, stdout, stderr = run_emulate(
+        ["--scenario", "small", "--out", str(out)], engine_host, timeout_s=420
+    )
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     run = summary["variants"]["emulation"]
     assert run["clients"] == 6
@@ -68,5 +86,5 @@ def test_small_emulation_delivers_every_file_verified(
     assert (out / "clients.png").stat().st_size > 10_000
     # the multicast sender was polled all along (its bytes are in the report)
     assert len(run["sender_series"]) >= 2
-    assert "[emulation] tearing down" in done.stdout
+    assert "[emulation] tearing down" in stdout
     assert (out / "emulation-services.log").stat().st_size > 0

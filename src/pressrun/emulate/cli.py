@@ -82,16 +82,17 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=run)
 
 
-def _interrupt_on_signals() -> None:
-    """SIGINT and SIGTERM end the run through KeyboardInterrupt, so the teardown runs
-    (also where the shell started us with SIGINT ignored, as a background job)."""
+def interrupt_on_signals() -> None:
+    """SIGINT, SIGTERM and SIGHUP end the run through KeyboardInterrupt, so the teardown
+    and the engine's stop run (also where the shell started us with SIGINT ignored, as
+    a background job)."""
     import signal
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupt)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     for name in ("pressrun.content", "pressrun.emulate.engine"):
         logging.getLogger(name).setLevel(logging.WARNING)
     cache = cache_dir(root)
-    _interrupt_on_signals()
+    interrupt_on_signals()
     try:
         with engine_session(cache) as engine:
             say(f"container engine at {engine.host}")

@@ -7,7 +7,10 @@ data root in the cache folder and its socket under ``/run/pressrun-emulate/``, s
 on demand with the flags that leave the host's network alone (FIELD-NOTES.md,
 "Docker"): ``--iptables=false --ip-masq=false``, no default bridge (``--bridge none``),
 networks only from the benchmarking range 198.18.0.0/15. Every user holds a shared
-lock on the engine; whoever started it stops it when nobody else holds the lock.
+lock on the engine; whoever started it stops it when nobody else holds the lock, on
+every way out: the end, an exception, a signal the caller turns into one (``pressrun
+emulate`` does for SIGINT, SIGTERM and SIGHUP), and its own death by SIGKILL (the
+daemon gets SIGTERM from the kernel then: ``PR_SET_PDEATHSIG``).
 
 Where no engine can start (not root, ``dockerd`` missing, the daemon dying at start)
 `EngineUnavailable` says exactly why.
@@ -116,14 +119,35 @@ class Engine:
             except BlockingIOError:
                 log.info("the engine stays up: another pressrun emulate still uses it")
                 proc = None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        if proc is not None:
+            stop_daemon(proc)
         lock.close()  # type: ignore[attr-defined]
+
+
+def stop_daemon(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
+    """SIGTERM the daemon we started (it stops its containers and its containerd),
+    then, after ``grace_s``, SIGKILL its whole process group (it leads one of its own)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def _die_with_parent() -> None:
+    """In the daemon, before exec: SIGTERM when the process that started it dies, even
+    by SIGKILL (Linux prctl PR_SET_PDEATHSIG), so no engine outlives its starter."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
 
 
 def _socket_dir(cache_dir: Path) -> Path:
@@ -174,7 +198,10 @@ def why_no_engine() -> str | None:
 
 
 def ensure_engine(cache_dir: Path) -> Engine:
-    """A usable engine: ``DOCKER_HOST``'s, ours if it runs, or ours started now."""
+    """A usable engine: ``DOCKER_HOST``'s, ours if it runs, or ours started now.
+
+    Call it from the thread that outlives the engine's use (the main thread): a daemon
+    started here gets SIGTERM when that thread ends."""
     given = os.environ.get("DOCKER_HOST")
     if given:
         if not _answers(given):
@@ -228,9 +255,11 @@ def _start_dockerd(cache_dir: Path, run_dir: Path, host: str) -> Engine:
     ]  # fmt: skip
     log.info("starting the container engine: %s", " ".join(args))
     with open(log_path, "ab") as out:
+        # its own session (a Ctrl-C of the terminal reaches us, and we stop it in
+        # order), and it dies with us (a starter killed by SIGKILL leaves no engine)
         proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_die_with_parent,
         )  # fmt: skip
     deadline = time.perf_counter() + ENGINE_START_TIMEOUT_S
     while time.perf_counter() < deadline:
@@ -241,9 +270,12 @@ def _start_dockerd(cache_dir: Path, run_dir: Path, host: str) -> Engine:
         if _answers(host, timeout_s=3.0):
             give_cpu_weight()
             return Engine(host, process=proc, log_path=log_path, env=_client_env(host))
-        time.sleep(0.5)
-    proc.kill()
-    proc.wait()
+        try:
+            time.sleep(0.5)
+        except BaseException:  # Ctrl-C while it starts: it does not outlive us
+            stop_daemon(proc, grace_s=5.0)
+            raise
+    stop_daemon(proc, grace_s=5.0)
     raise EngineUnavailable(
         f"dockerd did not answer within {ENGINE_START_TIMEOUT_S:g} s: {_tail(log_path)}"
     )

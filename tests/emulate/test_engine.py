@@ -1,0 +1,125 @@
+"""Whoever starts the container engine stops it on every way out: an exception in the
+`engine_session`, a SIGTERM to the starter (``pressrun emulate`` turns it into
+KeyboardInterrupt), and the starter's death by SIGKILL (the daemon gets SIGTERM from
+the kernel, PR_SET_PDEATHSIG). Each test starts a real ``dockerd`` on a data root of
+its own (nothing else shares it) and checks that neither it nor any process of its
+(containerd) is left. Runs as root where docker.io is installed; skips otherwise."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pressrun.emulate.engine import _socket_dir, engine_session, why_no_engine
+
+pytestmark = [pytest.mark.slow, pytest.mark.root]
+
+#: the starter: the CLI's signal handling, then the engine held until a signal
+STARTER = """
+import sys, time
+from pathlib import Path
+from pressrun.emulate.cli import interrupt_on_signals
+from pressrun.emulate.engine import engine_session
+
+interrupt_on_signals()
+with engine_session(Path(sys.argv[1])) as engine:
+    assert engine.process is not None, "an engine was already running on this cache"
+    print(engine.process.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A cache folder (the engine's data root) nobody else uses; any daemon of it still
+    running at the end is killed, so a failing test leaves nothing behind either."""
+    reason = why_no_engine()
+    if reason is not None:
+        pytest.skip(f"no container engine can start here: {reason}")
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    yield folder
+    for pid in processes_of(folder):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def processes_of(cache: Path, exclude: int | None = None) -> list[int]:
+    """Processes whose command line names this cache's data root or socket folder
+    (dockerd, the containerd it started), but this one and ``exclude``."""
+    marks = (str(cache.resolve()), str(_socket_dir(cache)))
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in (os.getpid(), exclude):
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(m in cmdline for m in marks):
+            found.append(int(entry.name))
+    return found
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's exit waits for its reaper)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_gone(cache: Path, timeout_s: float = 60.0, exclude: int | None = None) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    left = processes_of(cache, exclude)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = processes_of(cache, exclude)
+    return left
+
+
+def test_an_exception_in_the_session_stops_the_engine(cache: Path) -> None:
+    with pytest.raises(RuntimeError, match="the run failed"), engine_session(cache) as engine:
+        assert engine.process is not None
+        assert engine.process.pid in processes_of(cache)
+        raise RuntimeError("the run failed")
+    assert wait_gone(cache) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_the_starter_ending_by_a_signal_stops_the_engine(
+    cache: Path, signum: signal.Signals
+) -> None:
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER, str(cache)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert starter.stdout is not None
+        line = starter.stdout.readline()  # the daemon's pid once it answers
+        assert line.strip().isdigit(), starter.stderr.read() if starter.stderr else line
+        daemon = int(line)
+        assert daemon in processes_of(cache, starter.pid)
+        starter.send_signal(signum)
+        starter.wait(timeout=90)
+        assert wait_gone(cache, exclude=starter.pid) == []
+        deadline = time.monotonic() + 30
+        while running(daemon) and time.monotonic() < deadline:
+            time.sleep(0.2)  # its exit may still be under way (an empty command line)
+        assert not running(daemon)
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait()
