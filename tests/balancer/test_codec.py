@@ -45,6 +45,9 @@ PROTOCOL_EXAMPLE = {
     "mean_transfer_bytes_per_s_by_issue": {"weekly-2026-47": 2500000.0},
     "bytes_sent_total": 123456789,
     "transfers_total": 42,
+    "active_transfers_by_issue": {"weekly-2026-47": 3},
+    "transfers_total_by_issue": {"weekly-2026-47": 42},
+    "bytes_sent_by_issue": {"weekly-2026-47": 123456789},
 }
 
 
@@ -61,6 +64,7 @@ def test_decode_the_protocol_example() -> None:
         cached_issues=frozenset({"weekly-2026-47"}),
         mean_transfer_bytes_per_s=2500000.0,
         mean_transfer_bytes_per_s_by_issue={"weekly-2026-47": 2500000.0},
+        active_transfers_by_issue={"weekly-2026-47": 3},
     )
 
 
@@ -93,6 +97,10 @@ def test_integers_are_numbers_and_optional_fields_may_be_absent_or_null() -> Non
         ("egress_cap_bytes_per_s", -5, "must not be negative"),
         ("bytes_sent_total", 1.0, "must be an integer"),
         ("name", 7, "must be a string"),
+        ("active_transfers_by_issue", [], "must be an object"),
+        ("transfers_total_by_issue", "many", "must be an object"),
+        ("bytes_sent_by_issue", {"../x": 1}, "invalid issue id"),
+        ("active_transfers_by_issue", {"i": 1}, "more than active_transfers"),
     ],
 )
 def test_a_bad_field_is_named(field: str, value: Any, problem: str) -> None:
@@ -103,6 +111,39 @@ def test_a_bad_field_is_named(field: str, value: Any, problem: str) -> None:
     assert info.value.field == field
     assert problem in str(info.value)
     assert f"'{field}'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("active_transfers_by_issue", -1, "must not be negative"),
+        ("transfers_total_by_issue", 1.5, "must be an integer"),
+        ("bytes_sent_by_issue", True, "must be an integer"),
+        ("bytes_sent_by_issue", None, "must be an integer"),
+    ],
+)
+def test_a_bad_per_issue_count_names_the_issue(field: str, value: Any, problem: str) -> None:
+    doc = stats_doc("x", ["i"], active_transfers=5, **{field: {"i": value}})
+    with pytest.raises(StatusFormatError) as info:
+        decode_status(doc, origin_name="x")
+    assert info.value.field == f"{field}.i"
+    assert problem in str(info.value)
+
+
+def test_per_issue_counts_are_optional_and_the_active_ones_are_kept() -> None:
+    plain = decode_status(stats_doc("x", ["i"], active_transfers=2), origin_name="x")
+    assert plain.active_transfers_by_issue == {}
+    doc = stats_doc(
+        "x",
+        ["i", "j"],
+        active_transfers=2,
+        active_transfers_by_issue={"i": 1, "j": 1},
+        transfers_total_by_issue={"i": 7, "j": 1},
+        bytes_sent_by_issue={"i": 10, "j": 0},
+    )
+    status = decode_status(doc, origin_name="x")
+    assert status.active_transfers_by_issue == {"i": 1, "j": 1}
+    assert encode_status(status)["active_transfers_by_issue"] == {"i": 1, "j": 1}
 
 
 def test_a_bad_per_issue_rate_names_the_issue() -> None:

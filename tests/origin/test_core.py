@@ -324,15 +324,24 @@ def test_meter_conserves_bytes_and_counts(events: list[tuple[str, float, int, in
     meter = TrafficMeter(interval_s=1.0, cache_window_s=5.0, now=0.0)
     now = 0.0
     live: list[int] = []
+    issue_of: dict[int, str] = {}
+    started: dict[str, int] = {}
+    sent_by_issue: dict[str, int] = {}
     reported = 0
     sent = 0
     for kind, gap, n, pick in events:
         now += gap
         if kind == "start":
-            live.append(meter.transfer_started(f"issue-{pick}", now=now))
+            issue = f"issue-{pick}"
+            tid = meter.transfer_started(issue, now=now)
+            live.append(tid)
+            issue_of[tid] = issue
+            started[issue] = started.get(issue, 0) + 1
         elif kind == "send" and live:
-            meter.bytes_sent(live[pick % len(live)], n, now=now)
+            tid = live[pick % len(live)]
+            meter.bytes_sent(tid, n, now=now)
             sent += n
+            sent_by_issue[issue_of[tid]] = sent_by_issue.get(issue_of[tid], 0) + n
         elif kind == "end" and live:
             meter.transfer_ended(live.pop(pick % len(live)), now=now)
         elif kind == "tick" and now >= meter.next_deadline():
@@ -341,6 +350,15 @@ def test_meter_conserves_bytes_and_counts(events: list[tuple[str, float, int, in
             if report.mean_transfer_bytes_per_s is not None:
                 assert report.mean_transfer_bytes_per_s >= 0
         assert meter.active_transfers == len(live)
+        active: dict[str, int] = {}
+        for tid in live:
+            active[issue_of[tid]] = active.get(issue_of[tid], 0) + 1
+        assert meter.active_transfers_by_issue() == dict(sorted(active.items()))
+    # per-issue totals are never forgotten (the cache window forgets only the cache view)
+    assert meter.transfers_by_issue == started
+    assert {i: b for i, b in meter.bytes_sent_by_issue.items() if b} == {
+        i: b for i, b in sent_by_issue.items() if b
+    }
     reported += meter.handle_timer(now=now + 1.0).out_bytes
     assert reported == sent == meter.bytes_sent_total
 

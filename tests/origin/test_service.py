@@ -36,6 +36,9 @@ STATS_FIELDS = {
     "mean_transfer_bytes_per_s_by_issue",
     "bytes_sent_total",
     "transfers_total",
+    "active_transfers_by_issue",
+    "transfers_total_by_issue",
+    "bytes_sent_by_issue",
 }
 
 
@@ -301,6 +304,8 @@ async def test_stats_has_exactly_the_protocol_fields(
     assert doc["out_bytes_per_s"] == 0.0
     assert doc["interval_s"] > 0
     assert doc["bytes_sent_total"] == 0 and doc["transfers_total"] == 0
+    assert doc["active_transfers_by_issue"] == {}
+    assert doc["transfers_total_by_issue"] == doc["bytes_sent_by_issue"] == {}
     # a new bundle appears (renamed into place, as publish does): listed at once
     tmp = content / ".new.publishing-1"
     tmp.mkdir()
@@ -330,6 +335,9 @@ async def test_stats_follow_a_transfer(content: Path, http: aiohttp.ClientSessio
         async with http.get(f"{origin.url}/stats") as resp:
             during = await resp.json()
         assert during["active_transfers"] == 1
+        assert during["active_transfers_by_issue"] == {ISSUE: 1}
+        assert during["transfers_total_by_issue"] == {ISSUE: 1}
+        assert 0 < during["bytes_sent_by_issue"][ISSUE] < 3_000_000
         assert during["egress_cap_bytes_per_s"] == 2_000_000.0
         # paced at 2 MB/s: the last 0.2 s interval saw about 400 kB
         assert 1_000_000 < during["out_bytes_per_s"] < 3_000_000
@@ -348,6 +356,9 @@ async def test_stats_follow_a_transfer(content: Path, http: aiohttp.ClientSessio
         assert after["cached_issues"] == [ISSUE]
         assert after["bytes_sent_total"] == 3_000_000
         assert after["transfers_total"] == 1
+        assert after["active_transfers_by_issue"] == {}
+        assert after["transfers_total_by_issue"] == {ISSUE: 1}
+        assert after["bytes_sent_by_issue"] == {ISSUE: 3_000_000}
     finally:
         await origin.stop()
 

@@ -120,6 +120,26 @@ def _rates_by_issue(doc: Mapping[str, Any], key: str) -> dict[str, float]:
     return rates
 
 
+def _counts_by_issue(doc: Mapping[str, Any], key: str) -> dict[str, int]:
+    """An optional object of issue id -> non-negative integer ({} when absent)."""
+    if key not in doc:
+        return {}
+    value = doc[key]
+    if not isinstance(value, dict):
+        raise StatusFormatError(key, f"must be an object, not {type(value).__name__}")
+    counts: dict[str, int] = {}
+    for issue in value:
+        if not isinstance(issue, str) or not ISSUE_ID_RE.match(issue):
+            raise StatusFormatError(key, f"has an invalid issue id {issue!r}")
+        try:
+            count = _count(value, issue)
+        except StatusFormatError as err:
+            raise StatusFormatError(f"{key}.{issue}", err.problem) from None
+        assert count is not None  # required=True
+        counts[issue] = count
+    return counts
+
+
 def decode_status(payload: bytes | str | Mapping[str, Any], *, origin_name: str) -> OriginStatus:
     """An origin's ``/stats`` answer as an `OriginStatus`, or `StatusFormatError`.
 
@@ -146,6 +166,14 @@ def decode_status(payload: bytes | str | Mapping[str, Any], *, origin_name: str)
     _count(doc, "transfers_total", required=False)
     active = _count(doc, "active_transfers")
     assert active is not None  # required=True
+    active_by_issue = _counts_by_issue(doc, "active_transfers_by_issue")
+    if sum(active_by_issue.values()) > active:
+        raise StatusFormatError(
+            "active_transfers_by_issue",
+            f"adds up to {sum(active_by_issue.values())}, more than active_transfers ({active})",
+        )
+    _counts_by_issue(doc, "transfers_total_by_issue")
+    _counts_by_issue(doc, "bytes_sent_by_issue")
     return OriginStatus(
         name=origin_name,
         cpu_fraction=_percent(doc, "cpu_percent"),
@@ -159,6 +187,7 @@ def decode_status(payload: bytes | str | Mapping[str, Any], *, origin_name: str)
         mean_transfer_bytes_per_s_by_issue=_rates_by_issue(
             doc, "mean_transfer_bytes_per_s_by_issue"
         ),
+        active_transfers_by_issue=active_by_issue,
     )
 
 
@@ -177,6 +206,7 @@ def encode_status(status: OriginStatus) -> dict[str, Any]:
         "mean_transfer_bytes_per_s_by_issue": dict(
             sorted(status.mean_transfer_bytes_per_s_by_issue.items())
         ),
+        "active_transfers_by_issue": dict(sorted(status.active_transfers_by_issue.items())),
     }
 
 

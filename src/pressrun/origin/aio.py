@@ -476,6 +476,9 @@ class OriginService:
             },
             "bytes_sent_total": self.meter.bytes_sent_total,
             "transfers_total": self.meter.transfers_total,
+            "active_transfers_by_issue": self.meter.active_transfers_by_issue(),
+            "transfers_total_by_issue": dict(sorted(self.meter.transfers_by_issue.items())),
+            "bytes_sent_by_issue": dict(sorted(self.meter.bytes_sent_by_issue.items())),
         }
 
     async def stats(self, request: web.Request) -> web.Response:

@@ -307,6 +307,10 @@ class TrafficMeter:
     bytes_sent_total: int = field(init=False, default=0)
     transfers_total: int = field(init=False, default=0)
     active_transfers: int = field(init=False, default=0)
+    #: issue -> bytes sent for it since start (never forgotten, unlike the cache view)
+    bytes_sent_by_issue: dict[str, int] = field(init=False, default_factory=dict)
+    #: issue -> transfers started for it since start
+    transfers_by_issue: dict[str, int] = field(init=False, default_factory=dict)
     last_report: IntervalReport = field(init=False)
 
     def __post_init__(self) -> None:
@@ -339,6 +343,7 @@ class TrafficMeter:
         state.last_served = max(state.last_served, now)
         self.transfers_total += 1
         self.active_transfers += 1
+        self.transfers_by_issue[issue] = self.transfers_by_issue.get(issue, 0) + 1
         return tid
 
     def bytes_sent(self, transfer_id: int, n: int, *, now: float) -> None:
@@ -351,6 +356,8 @@ class TrafficMeter:
         state = self._issues[transfer.issue]
         state.bytes_total += n
         state.last_served = max(state.last_served, now)
+        issue = transfer.issue
+        self.bytes_sent_by_issue[issue] = self.bytes_sent_by_issue.get(issue, 0) + n
 
     def transfer_ended(self, transfer_id: int, *, now: float) -> int:
         """The transfer ended (complete, cut or failed); returns the bytes it sent."""
@@ -421,6 +428,10 @@ class TrafficMeter:
             for issue, state in self._issues.items()
             if state.active > 0 or state.last_served >= horizon
         )
+
+    def active_transfers_by_issue(self) -> dict[str, int]:
+        """Issue -> transfers of it active now (issues with none left out), sorted."""
+        return {issue: s.active for issue, s in sorted(self._issues.items()) if s.active > 0}
 
     def transfer_bytes(self, transfer_id: int) -> int:
         """Bytes the transfer has sent so far."""
