@@ -25,6 +25,7 @@ import contextlib
 import errno
 import logging
 import os
+import socket
 import stat
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -384,6 +385,12 @@ class OriginService:
             transport = request.transport
             if transport is None:
                 raise ConnectionResetError("connection lost before the body")
+            if self.config.send_buffer_bytes is not None:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes
+                    )
             position, end = offset, offset + count
             bucket = self.bucket
             cfg = self.config

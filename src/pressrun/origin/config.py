@@ -38,6 +38,11 @@ class OriginConfig:
     cap_chunk_bytes: with a cap, the size of each paced write.
     cap_burst_s: with a cap, the bucket's depth in seconds of the cap (at least one
         chunk): how far ahead of the average rate a burst may go.
+    send_buffer_bytes: SO_SNDBUF of each connection that gets a body; None (default):
+        the kernel's autotuning. The byte counters count what is handed to the kernel,
+        which runs ahead of the wire by up to the send buffer (megabytes with
+        autotuning, for a slow client); a small buffer keeps ``/stats`` close to the
+        wire (the egress check of docs/demo.md uses 64 KiB).
     tls_cert, tls_key: PEM files; given, the origin serves HTTPS (pressrun.security).
     """
 
@@ -53,6 +58,7 @@ class OriginConfig:
     sendfile_chunk_bytes: int = 1024 * 1024
     cap_chunk_bytes: int = 64 * 1024
     cap_burst_s: float = 0.05
+    send_buffer_bytes: int | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
 
@@ -73,6 +79,8 @@ class OriginConfig:
             raise ValueError("chunk sizes must be at least 4096 (sendfile) / 1024 (cap) bytes")
         if self.cap_burst_s < 0:
             raise ValueError("cap_burst_s must not be negative")
+        if self.send_buffer_bytes is not None and self.send_buffer_bytes < 4096:
+            raise ValueError("send_buffer_bytes must be at least 4096 (or None: the kernel's)")
         if not 0 <= self.port <= 65535:
             raise ValueError("port must be 0..65535")
         if self.name is not None and not valid_name(self.name):
