@@ -267,6 +267,38 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="no tracker, origin mode only (the demo before the swarm)",
     )
+    egress = p.add_argument_group(
+        "egress check",
+        "--egress runs the balancer's egress check instead of the demo (docs/demo.md): "
+        "origins of different egress caps, two issues of different sizes, clients behind "
+        "1 MB/s access links; exit 0 when no origin ran above its cap for more than one "
+        "poll interval",
+    )
+    egress.add_argument("--egress", action="store_true", help="run the egress check")
+    egress.add_argument(
+        "--algorithm",
+        default=None,
+        metavar="NAME",
+        help="the balancer's algorithm (default: the service's default)",
+    )
+    egress.add_argument(
+        "--egress-caps-mbps",
+        default=None,
+        metavar="LIST",
+        help="the origins' egress caps, Mbit/s, comma-separated (default 32,64,128)",
+    )
+    egress.add_argument(
+        "--egress-clients",
+        type=int,
+        default=None,
+        metavar="N",
+        help="clients (default 48, arriving over 12 s)",
+    )
+    egress.add_argument(
+        "--egress-small",
+        action="store_true",
+        help="the small version the test suite runs (2 origins, 16 clients)",
+    )
     p.add_argument(
         "--keep",
         default=None,
@@ -276,9 +308,47 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=run)
 
 
+def run_egress(args: argparse.Namespace) -> int:
+    """Run the egress check; 0 when it holds."""
+    from dataclasses import replace
+
+    from pressrun.demo.egress import SMALL_SCENARIO, EgressScenario, parse_caps, run_egress_check
+
+    try:
+        scenario = SMALL_SCENARIO if args.egress_small else EgressScenario()
+        changes: dict[str, Any] = {"algorithm": args.algorithm}
+        if args.egress_caps_mbps is not None:
+            changes["caps_mbps"] = parse_caps(args.egress_caps_mbps)
+        if args.egress_clients is not None:
+            changes["clients"] = args.egress_clients
+        scenario = replace(scenario, **changes)
+    except ValueError as err:
+        print(f"pressrun demo --egress: {err}", file=sys.stderr)
+        return 2
+    keep = Path(args.keep) if args.keep else None
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    print(
+        f"pressrun demo --egress: {len(scenario.caps_mbps)} origins (caps "
+        f"{', '.join(f'{c:g}' for c in scenario.caps_mbps)} Mbit/s), a balancer, "
+        f"{scenario.clients} clients; starting ...",
+        flush=True,
+    )
+    try:
+        result = asyncio.run(run_egress_check(scenario, keep=keep, progress=True))
+    except Exception as err:  # every failure ends in one line and exit code 1
+        print(f"pressrun demo --egress: failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    print("\n".join(result.lines()))
+    return 0 if result.holds() else 1
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the demo; 0 when every client ends with a verified file."""
     import logging
+
+    if args.egress:
+        return run_egress(args)
 
     if (
         args.clients < 1

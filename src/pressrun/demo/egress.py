@@ -304,9 +304,12 @@ async def _sample(
     last: dict[str, tuple[float, int]] = {}
 
     async def one(name: str, url: str) -> None:
+        asked = loop.time()
         async with http.get(f"{url}/stats") as resp:
             doc = await resp.json()
-        now = loop.time()
+        # the counters were read between the request and the answer: the midpoint
+        # halves the error a slow answer (a loaded host) would put into the window
+        now = (asked + loop.time()) / 2
         total = int(doc["bytes_sent_total"])
         record = egress[name]
         previous = last.get(name)
