@@ -104,12 +104,14 @@ class EgressScenario:
         return [f"origin-{n}" for n in range(1, len(self.caps_mbps) + 1)]
 
 
-#: the small version the test suite runs (tests/integration/test_egress.py)
+#: the small version the test suite runs (tests/integration/test_egress.py): caps of 4
+#: and 8 MB/s, 20 clients at 1 MB/s within 2 s, so that for a few seconds they ask for
+#: more than both caps together and only refusals keep every origin within its cap
 SMALL_SCENARIO = EgressScenario(
     caps_mbps=(32.0, 64.0),
-    issue_mib=(2, 6),
-    clients=16,
-    arrive_s=4.0,
+    issue_mib=(3, 6),
+    clients=20,
+    arrive_s=2.0,
     deadline_s=40.0,
 )
 
