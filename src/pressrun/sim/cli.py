@@ -34,6 +34,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and streams, misconfigured, busy and failing servers) and run a tournament of "
         "--algorithm (default: all) over them",
     )
+    what.add_argument(
+        "--report",
+        type=Path,
+        metavar="RECORD",
+        help="print the tournament table of a record written by --generate --out "
+        "(e.g. docs/tournament-2026.json) without running anything",
+    )
+    bal.add_argument(
+        "--scenarios",
+        metavar="A:B",
+        help="with --generate: run only scenarios A to B-1 of the N (a slice, so a long "
+        "tournament runs in parts); with --out, merged into the record already there",
+    )
     bal.add_argument(
         "--algorithm",
         default=None,
@@ -140,6 +153,7 @@ def run_tournament_command(args: argparse.Namespace) -> int:
     from pressrun.sim.generate import (
         format_tournament,
         generate_scenarios,
+        record_entries,
         run_tournament,
         share_of_bound,
         tournament_record,
@@ -153,6 +167,27 @@ def run_tournament_command(args: argparse.Namespace) -> int:
         print(f"pressrun sim: {names}", file=sys.stderr)
         return 2
     scenarios = generate_scenarios(args.generate, args.seed)
+    if args.scenarios is not None:
+        part = _slice(args.scenarios, len(scenarios))
+        if part is None:
+            print(
+                f"pressrun sim: --scenarios wants A:B with 0 <= A < B <= {len(scenarios)}, "
+                f"not {args.scenarios!r}",
+                file=sys.stderr,
+            )
+            return 2
+        scenarios = scenarios[part[0] : part[1]]
+    out = None if args.out is None else args.out / f"tournament-{args.seed}.json"
+    previous: dict[str, Any] | None = None
+    if out is not None and out.exists():
+        read = _read_record(out)
+        if isinstance(read, str):
+            print(f"pressrun sim: {read}", file=sys.stderr)
+            return 2
+        previous = read
+        if previous.get("seed") != args.seed:
+            print(f"pressrun sim: {out} is a record of another seed", file=sys.stderr)
+            return 2
     total = len(scenarios) * len(names)
     done = 0
 
@@ -174,15 +209,57 @@ def run_tournament_command(args: argparse.Namespace) -> int:
             entries = run_tournament(scenarios, names, pool.imap, progress)
     else:
         entries = run_tournament(scenarios, names, None, progress)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        out = args.out / f"tournament-{args.seed}.json"
-        record = tournament_record(entries, args.seed)
-        out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        record = tournament_record(entries, args.seed, previous)
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(out)
+        if previous is not None:
+            entries = record_entries(record)
+            print(f"merged into {out}: {len(record['scenarios'])} scenarios", file=sys.stderr)
     if args.json:
         print(json.dumps([dataclasses.asdict(e) for e in entries], indent=1))
     else:
         print(format_tournament(entries, args.seed))
+    return 0
+
+
+def _slice(spec: str, n: int) -> tuple[int, int] | None:
+    """`A:B` as (A, B) within 0..n, or None."""
+    a, sep, b = spec.partition(":")
+    try:
+        lo, hi = int(a), int(b)
+    except ValueError:
+        return None
+    return (lo, hi) if sep and 0 <= lo < hi <= n else None
+
+
+def _read_record(path: Path) -> dict[str, Any] | str:
+    """A tournament record, or a message saying why it cannot be read."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"cannot read the record {path}: {exc}"
+    if not isinstance(record, dict) or not isinstance(record.get("scenarios"), dict):
+        return f"{path} is not a tournament record (no 'scenarios')"
+    return record
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """`pressrun sim balancer --report RECORD`: the table of a recorded tournament."""
+    from pressrun.sim.generate import format_tournament, record_entries
+
+    record = _read_record(args.report)
+    if isinstance(record, str):
+        print(f"pressrun sim: {record}", file=sys.stderr)
+        return 2
+    try:
+        entries = record_entries(record)
+    except (KeyError, TypeError, AttributeError) as exc:
+        print(f"pressrun sim: {args.report} is not a tournament record: {exc}", file=sys.stderr)
+        return 2
+    print(format_tournament(entries, int(record.get("seed", 0))))
     return 0
 
 
@@ -195,6 +272,8 @@ def run_balancer(args: argparse.Namespace) -> int:
 
     if args.generate is not None:
         return run_tournament_command(args)
+    if args.report is not None:
+        return run_report(args)
     try:
         scenario = load_scenario(args.scenario)
     except ScenarioError as exc:

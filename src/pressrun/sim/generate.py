@@ -387,10 +387,19 @@ def format_tournament(entries: Sequence[Entry], seed: int) -> str:
     return "\n".join(lines)
 
 
-def tournament_record(entries: Sequence[Entry], seed: int) -> dict[str, Any]:
+def tournament_record(
+    entries: Sequence[Entry], seed: int, previous: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The tournament as data (docs/tournament-SEED.json): per scenario its description,
-    capacity bound and clients served by each algorithm."""
+    capacity bound and clients served by each algorithm. With `previous` (an earlier
+    record of the same seed), the entries are merged into it: a tournament run in
+    slices (`--scenarios A:B`) or an algorithm run again replaces only its own cells."""
     scenarios: dict[str, dict[str, Any]] = {}
+    if previous is not None:
+        if previous.get("seed") != seed:
+            raise ValueError(f"the record is of seed {previous.get('seed')}, not {seed}")
+        for name, row in previous["scenarios"].items():
+            scenarios[name] = {**row, "served": dict(row["served"])}
     for e in entries:
         row = scenarios.setdefault(
             e.scenario,
@@ -398,3 +407,12 @@ def tournament_record(entries: Sequence[Entry], seed: int) -> dict[str, Any]:
         )
         row["served"][e.algorithm] = e.successful
     return {"seed": seed, "scenarios": dict(sorted(scenarios.items()))}
+
+
+def record_entries(record: dict[str, Any]) -> list[Entry]:
+    """A record's cells as entries (no wall time), for `format_tournament`."""
+    return [
+        Entry(name, row["description"], alg, row["clients"], served, row["bound"], 0.0)
+        for name, row in record["scenarios"].items()
+        for alg, served in sorted(row["served"].items())
+    ]
