@@ -73,15 +73,32 @@ def test_small_emulation_delivers_every_file_verified(tmp_path: Path, engine_hos
     clients = run["per_client"]
     assert {c["link"] for c in clients} <= {"dsl-20", "lossy-8"}
     assert all(c["seconds"] > 0 and c["exit_code"] == 0 for c in clients)
-    # demand passed the balancer's low threshold: later clients were sent to the swarm
-    assert "swarm" in run["modes"], run["modes"]
+    # the download (to the verified file) and the seeding after it, apart
+    assert all(0 < c["download_s"] <= c["seconds"] + 1e-6 for c in clients)
+    assert all(
+        abs(c["download_s"] + (c["seeding_s"] or 0.0) - c["seconds"]) < 1e-3 for c in clients
+    )
+    # both supernodes registered with the tracker before the first client
+    assert len(run["ring_at_start"]["supernodes"]) == 2
+    # the balancer's directives by mode were sampled: the origin mode came first
+    assert run["modes_first_s"].get("origin") is not None, run["modes_first_s"]
+    # demand passed the balancer's low thresholds: later clients were sent to the swarm
+    # or, past the multicast threshold once the swarm's 3 s dwell was over, the carousel
+    # (which of the two depends on how fast the containers start on this host)
+    assert run["modes"].get("origin", 0) >= 1, run["modes"]
+    assert run["modes"].get("swarm", 0) + run["modes"].get("multicast", 0) >= 3, run["modes"]
     # every origin was polled during the run and together they sent at least one copy
     assert set(run["origin_egress_bytes"]) == {"origin-a", "origin-b", "origin-c"}
     assert run["origin_egress_total_bytes"] >= summary["issue"]["size_bytes"]
     # the two tracker instances answer from the one Redis: the same swarm
     views = run["trackers"]
-    assert views["tracker-1"]["completed"] == views["tracker-2"]["completed"] >= 1
-    assert len(views["tracker-1"]["peers"]) == len(views["tracker-2"]["peers"])
+    swarm = [
+        (v.get("http_status"), v.get("completed"), len(v.get("peers", [])))
+        for v in (views["tracker-1"], views["tracker-2"])
+    ]
+    assert swarm[0] == swarm[1], views
+    if run["modes"].get("swarm"):
+        assert (swarm[0][1] or 0) >= 1, views
     assert (out / "egress.png").stat().st_size > 10_000
     assert (out / "clients.png").stat().st_size > 10_000
     # the multicast sender was polled all along (its bytes are in the report)

@@ -6,6 +6,9 @@ variables (`pressrun.emulate.link`), runs the ``tc``/``nft`` commands that shape
 and no capability is needed), logs one line saying what it did, and replaces itself
 with ``COMMAND`` (``pressrun serve ...``, ``pressrun get ...``, ``redis-server``).
 
+An argument ``@own-address@`` is replaced by the container's own address on its network
+(what its host name resolves to): a supernode announces where others reach it.
+
 ``python -m pressrun.emulate.entrypoint --cut-link`` (through ``docker exec``) cuts the
 running container's link: every packet but the loopback's is dropped from then on.
 """
@@ -20,6 +23,16 @@ from collections.abc import Sequence
 from pressrun.emulate.link import LinkConfigError, cut_commands, link_from_env, shaping_commands
 
 PROG = "pressrun-entrypoint"
+#: an argument replaced by the container's own address (`own_address`)
+OWN_ADDRESS = "@own-address@"
+
+
+def own_address() -> str:
+    """This container's address on its network: its host name resolved (the engine
+    writes it into /etc/hosts)."""
+    import socket
+
+    return socket.gethostbyname(socket.gethostname())
 
 
 def run_commands(commands: Sequence[Sequence[str]]) -> str | None:
@@ -60,6 +73,13 @@ def main(argv: Sequence[str]) -> int:
         if problem is not None:
             print(f"{PROG}: could not shape the link: {problem}", file=sys.stderr)
             return 1
+    if OWN_ADDRESS in argv:
+        try:
+            address = own_address()
+        except OSError as err:
+            print(f"{PROG}: cannot tell this container's address: {err}", file=sys.stderr)
+            return 1
+        argv = [address if arg == OWN_ADDRESS else arg for arg in argv]
     print(f"{PROG}: link {shape.describe()}; running {argv[0]}", file=sys.stderr, flush=True)
     try:
         os.execvp(argv[0], list(argv))  # replaces this process: no return on success

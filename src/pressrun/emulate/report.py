@@ -1,10 +1,12 @@
 """The emulation's report: a JSON summary, PNG plots and a console table.
 
-Per client: its link, when it started, how long it took (download, then seeding until
-its leave rule in swarm mode), the mode it ended in, bytes from origins (sections and
-web seeds), from peers and by multicast, and whether the file is the issue byte for
-byte. Per origin: egress over time (from its ``/stats``). Per run: the origins' total
-egress, and with a unicast-only twin the ratio of the two.
+Per client: its link, when it started, how long its download took (to the verified
+file) and how long it then seeded until its leave rule (swarm mode), the mode it ended
+in, bytes from origins (sections and web seeds), from peers and by multicast, and
+whether the file is the issue byte for byte. Per origin: egress over time (from its
+``/stats``). Per run: the origins' total egress, the balancer's directives by mode over
+time (when each mode first took over), and with a unicast-only twin the ratio of the
+two.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
                 "started_s": None if o.started_s is None else round(o.started_s, 2),
                 "exited_s": None if o.exited_s is None else round(o.exited_s, 1),
                 "seconds": doc.get("seconds"),
+                "download_s": _download_s(doc),
+                "seeding_s": doc.get("seeding_s"),
                 "mode": doc.get("mode"),
                 "swarm_stalled": doc.get("swarm_stalled"),
                 "leave_rule": doc.get("leave_rule"),
@@ -49,6 +53,34 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _download_s(doc: dict[str, Any]) -> float | None:
+    """Seconds to the verified file: the client's own figure, else its time without
+    the seeding."""
+    if doc.get("download_s") is not None:
+        return float(doc["download_s"])
+    if doc.get("seconds") is None:
+        return None
+    return max(0.0, float(doc["seconds"]) - float(doc.get("seeding_s") or 0.0))
+
+
+def _spread(values: Sequence[float]) -> dict[str, float | None]:
+    """min, median and max (None for none)."""
+    v = sorted(values)
+    if not v:
+        return {"min": None, "median": None, "max": None}
+    return {"min": round(v[0], 1), "median": round(v[len(v) // 2], 1), "max": round(v[-1], 1)}
+
+
+def modes_first_s(directives: Sequence[tuple[float, dict[str, int]]]) -> dict[str, float]:
+    """When the balancer first answered each mode (seconds since the first client)."""
+    first: dict[str, float] = {}
+    for t, counts in directives:
+        for mode, n in counts.items():
+            if n > 0 and mode not in first:
+                first[mode] = round(t, 1)
+    return first
 
 
 def origin_egress(result: VariantResult) -> dict[str, int]:
@@ -67,7 +99,6 @@ def summarize(
     for r in results:
         rows = client_rows(r, issue.sha256)
         egress = origin_egress(r)
-        times = sorted(row["seconds"] for row in rows if row["seconds"] is not None)
         modes: dict[str, int] = {}
         for row in rows:
             modes[str(row["mode"])] = modes.get(str(row["mode"]), 0) + 1
@@ -75,11 +106,14 @@ def summarize(
             "clients": len(rows),
             "verified": sum(1 for row in rows if row["verified"]),
             "modes": modes,
-            "seconds": {
-                "min": times[0] if times else None,
-                "median": times[len(times) // 2] if times else None,
-                "max": times[-1] if times else None,
-            },
+            "seconds": _spread([row["seconds"] for row in rows if row["seconds"] is not None]),
+            "download_s": _spread(
+                [row["download_s"] for row in rows if row["download_s"] is not None]
+            ),
+            "seeding_s": _spread([row["seeding_s"] for row in rows if row["seeding_s"]]),
+            "modes_first_s": modes_first_s(r.directives),
+            "directives_series": r.directives,
+            "ring_at_start": r.ring_at_start,
             "origin_egress_bytes": egress,
             "origin_egress_total_bytes": sum(egress.values()),
             "bytes_from_origins": sum(row["bytes_from_origins"] for row in rows),
@@ -133,7 +167,9 @@ def plot(out: Path, summary: dict[str, Any]) -> None:
 
     variants = summary["variants"]
     names = list(variants)
-    fig, axes = plt.subplots(len(names), 1, figsize=(9, 3.2 * len(names)), squeeze=False)
+    fig, axes = plt.subplots(len(names), 2, figsize=(15, 3.4 * len(names)), squeeze=False)
+    for row, name in enumerate(names):
+        _plot_modes(axes[row, 1], name, variants[name])
     for ax, name in zip(axes[:, 0], names, strict=True):
         for origin, series in variants[name]["egress_series"].items():
             if len(series) < 2:
@@ -177,11 +213,15 @@ def plot(out: Path, summary: dict[str, Any]) -> None:
                 ax.plot([c["planned_start_s"]], [c["client"]], "rx")
                 continue
             colour = MODE_COLOURS.get(str(c["mode"]), "black")
-            ax.plot([c["started_s"], c["started_s"] + c["seconds"]], [c["client"]] * 2,
-                    color=colour, linewidth=1.5)  # fmt: skip
+            done = c["started_s"] + (c["download_s"] if c["download_s"] is not None else 0.0)
+            ax.plot([c["started_s"], done], [c["client"]] * 2, color=colour, linewidth=1.5)
+            if c["seeding_s"]:
+                ax.plot([done, done + c["seeding_s"]], [c["client"]] * 2, color="lightgrey",
+                        linewidth=0.8)  # fmt: skip
         for mode, colour in MODE_COLOURS.items():
-            ax.plot([], [], color=colour, label=mode)
-        ax.set_title(f"{name}: each client from start to done, by mode")
+            ax.plot([], [], color=colour, label=f"{mode} (download)")
+        ax.plot([], [], color="lightgrey", label="seeding after it")
+        ax.set_title(f"{name}: each client's download (by mode), then its seeding")
         ax.set_xlabel("seconds since the first client")
         ax.set_ylabel("client")
         ax.legend(loc="lower right", fontsize=8)
@@ -204,6 +244,32 @@ def plot(out: Path, summary: dict[str, Any]) -> None:
     plt.close(fig)
 
 
+def _plot_modes(ax: Any, name: str, variant: dict[str, Any]) -> None:
+    """Directives per second the balancer answered, by mode: the modes taking over."""
+    series = variant.get("directives_series") or []
+    for mode, colour in MODE_COLOURS.items():
+        points = [(t, counts.get(mode, 0)) for t, counts in series]
+        if len(points) < 2 or points[-1][1] == 0:
+            continue
+        ts = [t for t, _ in points]
+        rates = [0.0] + [
+            (n2 - n1) / max(t2 - t1, 1e-3) for (t1, n1), (t2, n2) in itertools.pairwise(points)
+        ]
+        ax.plot(ts, rates, color=colour, label=mode)
+    first = variant.get("modes_first_s") or {}
+    for mode, at in first.items():
+        ax.axvline(at, color=MODE_COLOURS.get(mode, "black"), linestyle=":", linewidth=0.8)
+    ax.set_title(
+        f"{name}: directives/s by mode (first: "
+        + ", ".join(f"{m} {s:g} s" for m, s in sorted(first.items(), key=lambda kv: kv[1]))
+        + ")"
+    )
+    ax.set_xlabel("seconds since the first client")
+    ax.set_ylabel("directives/s")
+    if series:
+        ax.legend(loc="upper right", fontsize=8)
+
+
 def print_summary(summary: dict[str, Any], out: Path) -> None:
     """The console table of each run."""
     from rich.console import Console
@@ -212,24 +278,33 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
     console = Console()
     table = Table(title=f"emulation {summary['scenario']}: {summary['issue']['id']} "
                   f"({summary['issue']['size_bytes'] / 1e6:.0f} MB)")  # fmt: skip
-    for col in ("run", "clients", "verified", "modes", "s median / max",
-                "origin egress MB", "from peers MB", "multicast MB", "sender MB"):  # fmt: skip
+    for col in ("run", "clients", "verified", "modes", "download s median / max",
+                "seeding s median", "origin egress MB", "from peers MB", "multicast MB",
+                "sender MB"):  # fmt: skip
         table.add_column(col)
     for name, v in summary["variants"].items():
         modes = ", ".join(f"{m} {n}" for m, n in sorted(v["modes"].items()))
-        secs = v["seconds"]
+        secs = v["download_s"]
+        seeding = v["seeding_s"]["median"]
         table.add_row(
             name,
             str(v["clients"]),
             str(v["verified"]),
             modes,
             "-" if secs["median"] is None else f"{secs['median']:.1f} / {secs['max']:.1f}",
+            "-" if seeding is None else f"{seeding:.1f}",
             f"{v['origin_egress_total_bytes'] / 1e6:.0f}",
             f"{v['bytes_from_peers'] / 1e6:.0f}",
             f"{v['bytes_from_multicast'] / 1e6:.0f}",
             f"{v['multicast_sender_bytes'] / 1e6:.0f}",
         )
     console.print(table)
+    for name, v in summary["variants"].items():
+        first = sorted(v["modes_first_s"].items(), key=lambda kv: kv[1])
+        console.print(
+            f"{name}: the balancer first answered "
+            + (", ".join(f"{mode} at {at:g} s" for mode, at in first) or "nothing")
+        )
     if "origin_egress_ratio" in summary:
         console.print(
             f"origin egress with swarm/multicast on: {summary['origin_egress_ratio']:.1%} "

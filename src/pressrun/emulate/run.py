@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 ISSUE_ID = "flash-2026-47"
 ORIGINS = {"origin-a": 8001, "origin-b": 8002, "origin-c": 8003}
 TRACKERS = {"tracker-1": 6969, "tracker-2": 6969}
+SUPERNODES = ("supernode-1", "supernode-2")
 BALANCER_PORT = 8080
 SAMPLE_INTERVAL_S = 1.0
 MIB = 1024 * 1024
@@ -151,6 +152,9 @@ class VariantResult:
     clients: list[ClientOutcome]
     egress: dict[str, list[tuple[float, int]]]  # origin -> [(t, bytes_sent_total)]
     sender: list[tuple[float, int]] = field(default_factory=list)  # [(t, bytes sent)]
+    #: [(t, {mode: directives answered so far})], from the balancer's /metrics
+    directives: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    ring_at_start: dict[str, Any] = field(default_factory=dict)
     trackers: dict[str, Any] = field(default_factory=dict)
     faults: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
@@ -261,21 +265,44 @@ async def _sender_bytes(http: aiohttp.ClientSession, url: str) -> int:
     )
 
 
+async def _directives_by_mode(http: aiohttp.ClientSession, url: str) -> dict[str, int]:
+    """The directives the balancer answered so far, by mode, from its /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with http.get(f"{url}/metrics") as resp:
+        text = await resp.text()
+    counts: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "pressrun_balancer_directives":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                mode = sample.labels.get("mode", "?")
+                counts[mode] = counts.get(mode, 0) + int(sample.value)
+    return counts
+
+
 async def _sample_egress(
     addresses: Mapping[str, str],
     series: dict[str, list[tuple[float, int]]],
     t0: float,
     sender_url: str | None = None,
     sender: list[tuple[float, int]] | None = None,
+    balancer_url: str | None = None,
+    directives: list[tuple[float, dict[str, int]]] | None = None,
 ) -> None:
-    """Every second, each origin's ``bytes_sent_total`` and the sender's bytes (until
-    cancelled)."""
+    """Every second, each origin's ``bytes_sent_total``, the sender's bytes and the
+    balancer's directives by mode (until cancelled)."""
     loop = asyncio.get_running_loop()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
         while True:
             if sender_url is not None and sender is not None:
                 with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, TimeoutError):
                     sender.append((loop.time() - t0, await _sender_bytes(http, sender_url)))
+            if balancer_url is not None and directives is not None:
+                with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, TimeoutError):
+                    counts = await _directives_by_mode(http, balancer_url)
+                    directives.append((loop.time() - t0, counts))
             for name, ip in addresses.items():
                 try:
                     async with http.get(f"http://{ip}:{ORIGINS[name]}/stats") as resp:
@@ -287,7 +314,8 @@ async def _sample_egress(
 
 
 async def _tracker_views(project: ComposeProject, info_hash_hex: str) -> dict[str, Any]:
-    """What each tracker instance says about the issue's swarm (shared Redis state)."""
+    """What each tracker instance says about the issue's swarm (shared Redis state) and
+    its Chord ring (``ring``: the supernodes registered, or why none)."""
     views: dict[str, Any] = {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
         for name, port in TRACKERS.items():
@@ -300,10 +328,40 @@ async def _tracker_views(project: ComposeProject, info_hash_hex: str) -> dict[st
                     views[name] = (
                         await resp.json() if resp.status == 200 else {"http_status": resp.status}
                     )
+                views[name]["ring"] = await _ring_view(http, f"http://{ip}:{port}", info_hash_hex)
             except (aiohttp.ClientError, OSError, ValueError, TimeoutError,
                     EmulationError, DockerCommandError) as err:  # fmt: skip
                 views[name] = {"unreachable": str(err) or type(err).__name__}
     return views
+
+
+async def _ring_view(http: aiohttp.ClientSession, tracker: str, info_hash_hex: str) -> Any:
+    """The tracker's Chord ring of the issue: its supernodes, or the HTTP status."""
+    async with http.get(f"{tracker}/v1/ring/{info_hash_hex}") as resp:
+        if resp.status != 200:
+            return {"http_status": resp.status}
+        doc = await resp.json()
+    return {"supernodes": doc.get("supernodes", [])}
+
+
+async def _wait_ring(
+    project: ComposeProject, info_hash_hex: str, expected: int, timeout_s: float
+) -> dict[str, Any]:
+    """Until tracker-1's ring of the issue lists ``expected`` supernodes; its view."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    ip = await asyncio.to_thread(project.address, "tracker-1")
+    last: Any = None
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
+        while loop.time() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, TimeoutError):
+                last = await _ring_view(http, f"http://{ip}:{TRACKERS['tracker-1']}", info_hash_hex)
+                if len(last.get("supernodes", [])) >= expected:
+                    return dict(last)
+            await asyncio.sleep(1.0)
+    raise EmulationError(
+        f"the supernodes did not register with tracker-1 in {timeout_s:g} s (its ring: {last})"
+    )
 
 
 def _info_hash(content_dir: Path, issue_id: str) -> str:
@@ -368,11 +426,18 @@ async def run_variant(
         await _wait_balancer_ready(balancer_url, issue.issue_id, timeout_s=60)
         addresses = {n: await asyncio.to_thread(project.address, n) for n in ORIGINS}
         sender_url = f"http://{await asyncio.to_thread(project.address, 'multicast')}:{SENDER_PORT}"
+        info_hash = _info_hash(issue.content_dir, issue.issue_id)
+        result.ring_at_start = await _wait_ring(project, info_hash, len(SUPERNODES), 90)
+        report(
+            f"[{variant}] the issue's Chord ring: {len(result.ring_at_start['supernodes'])} "
+            "supernodes registered with tracker-1"
+        )
         await asyncio.to_thread(_bridge_querier, engine, project)
         # every client container is created before the schedule starts, so that at its
         # arrival time only `docker start` runs (creating one costs seconds on a busy host)
         report(f"[{variant}] creating {len(plans)} client containers")
         max_seed = env.get("PRESSRUN_CLIENT_MAX_SEED_S", "30")
+        mc_deadline = env.get("PRESSRUN_CLIENT_MULTICAST_DEADLINE_S", "60")
         creating = asyncio.Semaphore(4)
 
         async def create_client(outcome: ClientOutcome) -> None:
@@ -386,6 +451,7 @@ async def run_variant(
                 image, "pressrun", "get", issue.issue_id, "--balancer", "http://balancer:8080",
                 "--library", "/var/lib/pressrun/library", "--profile", link.profile,
                 "--publisher-key", issue.public_key_hex, "--json", "--max-seed-s", max_seed,
+                "--multicast-deadline-s", mc_deadline,
             ]  # fmt: skip
             async with creating:
                 try:
@@ -397,7 +463,9 @@ async def run_variant(
         await asyncio.gather(*(create_client(o) for o in outcomes))
         t0 = loop.time()
         sampler = asyncio.create_task(
-            _sample_egress(addresses, egress, t0, sender_url, result.sender)
+            _sample_egress(
+                addresses, egress, t0, sender_url, result.sender, balancer_url, result.directives
+            )
         )
         report(
             f"[{variant}] {len(plans)} clients over "
@@ -442,9 +510,7 @@ async def run_variant(
         )
         await asyncio.gather(*faulters)
         result.wall_s = loop.time() - t0
-        result.trackers = await _tracker_views(
-            project, _info_hash(issue.content_dir, issue.issue_id)
-        )
+        result.trackers = await _tracker_views(project, info_hash)
         await asyncio.sleep(SAMPLE_INTERVAL_S * 1.5)  # one last egress sample
         return result
     finally:

@@ -51,7 +51,18 @@ from pressrun.sim.scenario import ScenarioError, expand_arrivals
 FAULT_ACTIONS = ("cut-link", "kill")
 PROFILES = ("desktop", "mobile")
 #: services of docker-compose.yml a fault may name
-SERVICES = ("origin-a", "origin-b", "origin-c", "tracker-1", "tracker-2", "balancer", "redis")
+SERVICES = (
+    "origin-a",
+    "origin-b",
+    "origin-c",
+    "tracker-1",
+    "tracker-2",
+    "supernode-1",
+    "supernode-2",
+    "multicast",
+    "balancer",
+    "redis",
+)
 
 
 @dataclass(frozen=True, slots=True)
