@@ -29,6 +29,7 @@ import ipaddress
 import json
 import logging
 import random
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,7 @@ from pressrun.chord.events import (
 )
 from pressrun.chord.ids import NodeRef
 from pressrun.chord.pieces import PieceDirectory, piece_keys
+from pressrun.chord.post import post_json
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,7 @@ class Supernode:
         port: int = 0,
         config: ChordConfig | None = None,
         heartbeat_s: float = 5.0,
+        owner_cache_s: float = 5.0,
         seed: int | None = None,
     ) -> None:
         self.tracker_base = tracker_base.rstrip("/")
@@ -119,6 +122,10 @@ class Supernode:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._lookups: dict[int, asyncio.Future[LookupDone | LookupFailed]] = {}
+        #: key -> (owner found by a lookup, when): `lookup`'s cache
+        self._owners: dict[int, tuple[NodeRef, float]] = {}
+        self._pending: dict[int, asyncio.Task[NodeRef | None]] = {}
+        self.owner_cache_s = owner_cache_s
         self._heartbeat: asyncio.Task[None] | None = None
 
     @property
@@ -185,7 +192,7 @@ class Supernode:
                 )
         if self._timer is not None:
             self._timer.cancel()
-        for task in list(self._tasks):
+        for task in [*self._tasks, *self._pending.values()]:
             task.cancel()
         if self._http is not None:
             await self._http.close()
@@ -210,6 +217,8 @@ class Supernode:
             nodes = [parse_node(n) for n in doc.get("supernodes", [])]
         except (aiohttp.ClientError, TimeoutError, CodecError, ValueError) as err:
             raise SupernodeError(f"cannot register with the tracker: {err}") from err
+        if set(self.members) != {n.id for n in nodes}:
+            self._ring_changed()
         self.members = {n.id: n for n in nodes}
         return me, nodes
 
@@ -250,7 +259,9 @@ class Supernode:
                 fut = self._lookups.pop(eff.lookup_id, None)
                 if fut is not None and not fut.done():
                     fut.set_result(eff)
-            elif isinstance(eff, HandoffReceived):
+            if isinstance(eff, HandoffReceived | NodeFailed | PredecessorChanged):
+                self._ring_changed()
+            if isinstance(eff, HandoffReceived):
                 merged = self.directory.adopt(eff.handoff)
                 log.info(
                     "supernode %s: %d pieces handed over by %s", self.address, merged, eff.sender
@@ -279,17 +290,13 @@ class Supernode:
     async def _post(self, to: NodeRef, msg: Request | Reply) -> dict[str, Any] | None:
         assert self._http is not None
         body = request_json(msg) if isinstance(msg, Request) else reply_json(msg)
-        timeout = aiohttp.ClientTimeout(total=self.config.rpc_timeout_s)
-        try:
-            async with self._http.post(
-                f"http://{to.address}/chord/v1/rpc", json=body, timeout=timeout
-            ) as r:
-                if r.status != 200:
-                    return None
-                doc = await r.json(content_type=None)
-                return doc if isinstance(doc, dict) else None
-        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, ValueError):
-            return None  # the core's own timeout takes it from here
+        # (None: the core's own timeout and retries take it from here)
+        return await post_json(
+            self._http,
+            f"http://{to.address}/chord/v1/rpc",
+            body,
+            timeout_s=self.config.rpc_timeout_s,
+        )
 
     async def _send_request(self, to: NodeRef, req: Request) -> None:
         doc = await self._post(to, req)
@@ -350,29 +357,66 @@ class Supernode:
         assert isinstance(msg, Reply)
         return web.json_response(reply_json(msg))
 
-    async def lookup(self, keys: list[int]) -> dict[int, NodeRef | None]:
-        """The supernode that answers for each key (None: the lookup failed)."""
+    async def lookup(
+        self, keys: list[int], *, failed: Collection[str] = ()
+    ) -> dict[int, NodeRef | None]:
+        """The supernode that answers for each key (None: the lookup failed).
+
+        Cheap per question: keys this supernode answers for are answered at once, an
+        answer found by a lookup is kept for ``owner_cache_s`` (until the ring changes
+        under it: a failed node, a new predecessor, a new member list, a handoff), and a
+        key already being looked up waits for that lookup instead of starting another.
+        A flash crowd's peers all ask for the same keys: one lookup per key serves them.
+        ``failed``: addresses the asker found silent; a kept answer naming one is looked
+        up again (the ring routes around it before this supernode noticed).
+        """
         node = self.node
         if node is None or node.phase is not Phase.ON_RING:
             raise LocalProtocolError("not on the ring")
         assert self._loop is not None
-        futs: dict[int, asyncio.Future[LookupDone | LookupFailed]] = {}
+        now = self._now()
+        out: dict[int, NodeRef | None] = {}
+        waiting: dict[int, asyncio.Future[NodeRef | None]] = {}
         effects: list[Effect] = []
         for key in dict.fromkeys(keys):
-            lid, eff = node.lookup(key, now=self._now())
-            futs[key] = self._lookups[lid] = self._loop.create_future()
-            effects.extend(eff)
+            if node.answers_for(key):
+                out[key] = node.me
+                continue
+            cached = self._owners.get(key)
+            fresh = cached is not None and now - cached[1] <= self.owner_cache_s
+            if cached is not None and fresh and cached[0].address not in failed:
+                out[key] = cached[0]
+                continue
+            pending = self._pending.get(key)
+            if pending is None:
+                lid, eff = node.lookup(key, now=now)
+                fut: asyncio.Future[LookupDone | LookupFailed] = self._loop.create_future()
+                self._lookups[lid] = fut
+                pending = self._pending[key] = self._loop.create_task(self._one_lookup(key, fut))
+                effects.extend(eff)
+                self.stats.lookups += 1
+            waiting[key] = asyncio.shield(pending)
         self._apply(effects)
-        self.stats.lookups += len(futs)
-        done = await asyncio.gather(*futs.values())
-        out: dict[int, NodeRef | None] = {}
-        for key, res in zip(futs, done, strict=True):
-            if isinstance(res, LookupDone):
-                out[key] = res.successor
-            else:
-                self.stats.lookups_failed += 1
-                out[key] = None
+        for key, res in zip(waiting, await asyncio.gather(*waiting.values()), strict=True):
+            out[key] = res
         return out
+
+    async def _one_lookup(
+        self, key: int, fut: asyncio.Future[LookupDone | LookupFailed]
+    ) -> NodeRef | None:
+        try:
+            res = await fut
+        finally:
+            self._pending.pop(key, None)
+        if isinstance(res, LookupDone):
+            self._owners[key] = (res.successor, self._now())
+            return res.successor
+        self.stats.lookups_failed += 1
+        return None
+
+    def _ring_changed(self) -> None:
+        # owners found before may no longer answer for their keys
+        self._owners.clear()
 
     async def _lookup(self, request: web.Request) -> web.Response:
         try:
@@ -381,10 +425,13 @@ class Supernode:
             if not isinstance(raw, list) or len(raw) > _MAX_KEYS:
                 raise CodecError(f"keys must be a list of at most {_MAX_KEYS} ids")
             keys = [parse_id(k, "key") for k in raw]
+            failed = body.get("failed", [])
+            if not isinstance(failed, list) or not all(isinstance(a, str) for a in failed):
+                raise CodecError("failed must be a list of host:port strings")
         except (CodecError, json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
             return web.json_response({"error": str(err)}, status=400)
         try:
-            owners = await asyncio.wait_for(self.lookup(keys), timeout=30.0)
+            owners = await asyncio.wait_for(self.lookup(keys, failed=failed[:64]), timeout=30.0)
         except LocalProtocolError:
             return web.json_response({"error": "not on the ring yet"}, status=503)
         return web.json_response(

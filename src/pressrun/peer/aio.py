@@ -226,6 +226,9 @@ class SwarmPeer:
         self._peer_id = ""
         self._ring: RingClient | None = None  # the `chord` policy's link to the ring
         self._have_bits: tuple[bool, ...] | None = None
+        #: pieces this peer lacks that no connected BitTorrent peer holds (the ones
+        #: worth asking the ring about: libtorrent fetches the others by itself)
+        self._unheld: frozenset[int] = frozenset()
 
     @property
     def ring_stats(self) -> RingClientStats | None:
@@ -298,6 +301,7 @@ class SwarmPeer:
             address=f"{host}:{port}",
             policy=self.policy,
             have=lambda: self._have_bits,
+            unheld=lambda: self._unheld,
             totals=self._totals,
             connect=self._connect_peer,
         )
@@ -570,7 +574,10 @@ class SwarmPeer:
             # no converter for its vector; the synchronous call is fine without
             # set_alert_notify, FIELD-NOTES.md)
             self._on_peer_info(self._handle.get_peer_info())
-        self._have_bits = tuple(bool(b) for b in st.pieces)
+        have_bits = tuple(bool(b) for b in st.pieces)
+        if self._ring is not None and have_bits != self._have_bits:
+            self._ring.nudge()  # report new pieces now (a brought-in one frees a slot)
+        self._have_bits = have_bits
         tradable, owed = self._sources(st)
         progress = Progress(
             done_bytes=int(st.total_wanted_done),
@@ -626,6 +633,7 @@ class SwarmPeer:
         # hold everything), so subtract them.
         if self._handle is None or st.is_seeding:
             self._feed.set_owed(())
+            self._unheld = frozenset()
             return None, 0
         avail = self._handle.piece_availability()
         web = self._web_connections
@@ -646,6 +654,7 @@ class SwarmPeer:
             # starved among peers: none can give anything, so whatever it lacks is owed
             # (a peer alone, with no plan, is starved and uses libtorrent's web seeds)
             owed = absent
+        self._unheld = frozenset((*owed, *absent))
         self._feed.set_owed(tuple(owed))
         return tradable, len(owed)
 

@@ -1,48 +1,65 @@
 """A peer's side of the Chord ring: report pieces, ask who uploads, connect to them.
 
-Every ``interval_s`` (docs/chord.md):
+The peer never waits for the ring: libtorrent keeps downloading with its own choices
+from every peer it is connected to, and the ring's answers only raise priorities (the
+pieces this peer is to bring in from the origins) and add connections (the holders it
+is pointed at). A round (docs/chord.md):
 
-1. the ring's view from the tracker (``GET /v1/ring/{info_hash}``): piece keys and the
-   issue's supernodes (404: no ring yet, the policy stays `stripes`);
-2. which supernode answers for each piece key, asked of a supernode
-   (``POST /chord/v1/lookup``; the ring routes the lookups), cached until that
-   supernode fails or says ``not_mine``;
-3. to each of those supernodes (``POST /chord/v1/pieces``): the pieces of its keys
-   this peer holds, its upload/download totals, and the ones it wants (each asked again
-   at most every ``reask_s``). The answers: an uploader for a piece (libtorrent
+1. the ring's view from the tracker (``GET /v1/ring/{info_hash}``: piece keys and the
+   issue's supernodes; 404: no ring yet, the policy stays `stripes`), read again every
+   ``view_refresh_s`` or after a supernode failed;
+2. which supernode answers for each piece key, one batch asked of a supernode
+   (``POST /chord/v1/lookup``), cached until that supernode fails or says ``not_mine``;
+3. to each of those supernodes, one ``POST /chord/v1/pieces`` with everything at once:
+   the pieces of its keys this peer got since the last report, its upload/download
+   totals, and the pieces it wants that *no connected peer holds* (the others
+   libtorrent fetches by itself; each asked again at most every ``reask_s``). A
+   supernode with nothing new to hear is told only every ``keepalive_s`` (it forgets
+   holders silent for 30 s). The answers: an uploader for a piece (libtorrent
    ``connect_peer`` to it) or ``bring_in`` (this peer fetches it from the origins:
    `ChordPolicy.set_ring_answers`).
 
+Rounds run every ``interval_s``, and sooner (at most every ``min_gap_s``) when
+`nudge` says a piece arrived: a brought-in piece is reported at once, so its supernode
+hands this peer the next one without waiting out the interval.
+
 A supernode that does not answer within ``timeout_s`` (``lookup_timeout_s`` for a
-batch of lookups) is dropped from the cache; the
-next round asks another supernode to look the keys up again (the ring has routed around
-the dead one, and its successor rebuilds what it answered for from these reports).
-On leaving, one last report says ``left`` so no supernode picks this peer again.
+batch of lookups) is dropped from the cache; the next round asks another supernode to
+look the keys up again (the ring has routed around the dead one, and its successor
+rebuilds what it answered for from these reports). On leaving, one last report says
+``left`` so no supernode picks this peer again. One HTTP session (keep-alive) for all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from pressrun.chord.codec import CodecError, id_hex, parse_id, parse_node
+from pressrun.chord.post import post_json
 from pressrun.peer.chord_policy import ChordPolicy
 
 log = logging.getLogger(__name__)
 
 #: supernodes asked to look keys up in one round
 _RESOLVE_TRIES = 2
+#: a piece answered ``wait`` (nobody to upload it yet) is asked again after this long
+_WAIT_REASK_S = 1.0
 
 
 @dataclass(slots=True)
 class RingClientStats:
+    """What a ring client did: rounds, requests and answers (the bench prints them)."""
+
     rounds: int = 0
+    requests: int = 0
     uploaders: int = 0
     bring_in: int = 0
     connects: int = 0
@@ -52,6 +69,8 @@ class RingClientStats:
 
 
 class RingClient:
+    """One peer's link to its issue's ring (module docstring)."""
+
     def __init__(
         self,
         *,
@@ -62,12 +81,16 @@ class RingClient:
         address: str,
         policy: ChordPolicy,
         have: Callable[[], Sequence[bool] | None],
+        unheld: Callable[[], Collection[int]],
         totals: Callable[[], tuple[int, int]],
         connect: Callable[[str, int], None],
-        interval_s: float = 1.0,
-        reask_s: float = 4.0,
-        timeout_s: float = 2.0,
-        lookup_timeout_s: float = 5.0,
+        interval_s: float = 2.0,
+        min_gap_s: float = 0.25,
+        reask_s: float = 3.0,
+        keepalive_s: float = 10.0,
+        view_refresh_s: float = 10.0,
+        timeout_s: float = 3.0,
+        lookup_timeout_s: float = 6.0,
         seed: int | None = None,
     ) -> None:
         self.tracker_base = tracker_base.rstrip("/")
@@ -77,27 +100,41 @@ class RingClient:
         self.address = address
         self.policy = policy
         self._have = have
+        self._unheld = unheld
         self._totals = totals
         self._connect = connect
         self.interval_s = interval_s
+        self.min_gap_s = min_gap_s
         self.reask_s = reask_s
+        self.keepalive_s = keepalive_s
+        self.view_refresh_s = view_refresh_s
         self.timeout_s = timeout_s
         self.lookup_timeout_s = lookup_timeout_s
         self.rng = random.Random(seed)
         self.stats = RingClientStats()
         self._keys: list[int] = []
         self._supernodes: list[str] = []
+        self._view_at: float | None = None
         self._owner: dict[int, str] = {}  # piece -> supernode address
+        self._reported: dict[int, str] = {}  # held piece -> the supernode told of it
+        self._last_report: dict[str, float] = {}  # supernode -> when last told anything
         self._asked: dict[int, float] = {}
         self._bring_in: set[int] = set()
         self._connected: set[str] = set()
+        self._wake = asyncio.Event()
         self._http: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        """Start the rounds (in the running loop)."""
         self._task = asyncio.get_running_loop().create_task(self._run())
 
+    def nudge(self) -> None:
+        """A piece arrived: run the next round soon (at most every ``min_gap_s``)."""
+        self._wake.set()
+
     async def close(self) -> None:
+        """Stop the rounds and close the HTTP session."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -128,33 +165,40 @@ class RingClient:
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         self._http = aiohttp.ClientSession(timeout=timeout)
         while True:
+            self._wake.clear()
             try:
                 await self._round()
             except (aiohttp.ClientError, TimeoutError, CodecError, ValueError) as err:
                 log.debug("ring round failed: %s", err)
             self.stats.rounds += 1
-            await asyncio.sleep(self.interval_s)
+            await asyncio.sleep(self.min_gap_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval_s - self.min_gap_s)
 
     async def _round(self) -> None:
-        if not await self._refresh_view():
+        now = asyncio.get_running_loop().time()
+        stale = self._view_at is None or now - self._view_at >= self.view_refresh_s
+        if (stale or not self._supernodes) and not await self._refresh_view(now):
             self.policy.ring_lost()
             return
         have = self._have()
         if have is None:
             return
-        missing = [p for p in range(self.num_pieces) if not have[p] and p not in self._owner]
-        held = [p for p in range(self.num_pieces) if have[p] and p not in self._owner]
-        if missing or held:
-            await self._resolve(missing + held)
-        now = asyncio.get_running_loop().time()
+        unowned = [p for p in range(self.num_pieces) if p not in self._owner]
+        if unowned:
+            await self._resolve(unowned)
+        unheld = self._unheld()
         up, down = self._totals()
         by_owner: dict[str, tuple[list[int], list[int]]] = {}
         for p, owner in self._owner.items():
-            haves, wants = by_owner.setdefault(owner, ([], []))
             if have[p]:
-                haves.append(p)
-            elif now - self._asked.get(p, -1e9) >= self.reask_s:
-                wants.append(p)
+                if self._reported.get(p) != owner:
+                    by_owner.setdefault(owner, ([], []))[0].append(p)
+            elif p in unheld and now - self._asked.get(p, -1e9) >= self.reask_s:
+                by_owner.setdefault(owner, ([], []))[1].append(p)
+        for owner, t in self._last_report.items():
+            if owner not in by_owner and now - t >= self.keepalive_s:
+                by_owner[owner] = ([], [])  # still here, with these totals
         self._bring_in = {p for p in self._bring_in if not have[p]}
         results = await asyncio.gather(
             *(
@@ -165,7 +209,7 @@ class RingClient:
         if any(results):
             self.policy.set_ring_answers(self._bring_in)
 
-    async def _refresh_view(self) -> bool:
+    async def _refresh_view(self, now: float) -> bool:
         assert self._http is not None
         async with self._http.get(f"{self.tracker_base}/v1/ring/{self.info_hash}") as r:
             if r.status != 200:
@@ -178,10 +222,18 @@ class RingClient:
             return False
         self._keys = [parse_id(k, "piece key") for k in keys]
         self._supernodes = [parse_node(n).address for n in doc.get("supernodes", [])]
+        self._view_at = now
         # forget owners the tracker no longer lists
         listed = set(self._supernodes)
-        self._owner = {p: o for p, o in self._owner.items() if o in listed}
+        for owner in [o for o in self._last_report if o not in listed]:
+            self._forget(owner)
         return bool(self._supernodes)
+
+    def _forget(self, owner: str) -> None:
+        # its pieces are looked up again, and reported to their new owner
+        self._owner = {p: o for p, o in self._owner.items() if o != owner}
+        self._reported = {p: o for p, o in self._reported.items() if o != owner}
+        self._last_report.pop(owner, None)
 
     async def _resolve(self, pieces: list[int]) -> None:
         # any listed supernode can look keys up; two of them, in random order, so a
@@ -189,12 +241,17 @@ class RingClient:
         order = self._supernodes[:]
         self.rng.shuffle(order)
         order = order[:_RESOLVE_TRIES]
-        body = {"keys": [id_hex(self._keys[p]) for p in pieces]}
+        body = {
+            "keys": [id_hex(self._keys[p]) for p in pieces],
+            # (a supernode's kept answers naming these are looked up again)
+            "failed": sorted(self.stats.failed_supernodes),
+        }
         for sn in order:
             # (a batch of lookups through the ring takes longer than one answer)
             doc = await self._post(sn, "lookup", body, timeout_s=self.lookup_timeout_s)
             owners = doc.get("owners") if doc else None
             if not isinstance(owners, dict):
+                self._view_at = None  # read the ring's list again next round
                 continue
             self.stats.lookups += 1
             for p in pieces:
@@ -219,17 +276,26 @@ class RingClient:
             # dead or unreachable: its pieces are looked up again next round
             self.stats.supernode_failures += 1
             self.stats.failed_supernodes.add(owner)
-            self._owner = {p: o for p, o in self._owner.items() if o != owner}
+            self._forget(owner)
+            self._view_at = None
             return False
-        for p in doc.get("not_mine", []):
-            if isinstance(p, int):
-                self._owner.pop(p, None)
+        self._last_report[owner] = now
+        not_mine = {p for p in doc.get("not_mine", []) if isinstance(p, int)}
+        for p in not_mine:
+            self._owner.pop(p, None)
+        for p in haves:
+            if p not in not_mine:
+                self._reported[p] = owner
         for ans in doc.get("uploaders", []):
             if not isinstance(ans, dict):
                 continue
             piece, addr = ans.get("piece"), ans.get("address")
-            if not isinstance(piece, int) or not isinstance(addr, str) or ans.get("wait"):
-                continue  # (wait: nobody to upload it yet, asked again next round)
+            if not isinstance(piece, int) or not isinstance(addr, str):
+                continue
+            if ans.get("wait"):
+                # nobody to upload it yet: ask again soon, not at once
+                self._asked[piece] = now - self.reask_s + _WAIT_REASK_S
+                continue
             self._asked[piece] = now
             if ans.get("bring_in") is True:
                 self._bring_in.add(piece)
@@ -249,14 +315,7 @@ class RingClient:
         self, sn: str, route: str, body: dict[str, Any], *, timeout_s: float | None = None
     ) -> dict[str, Any] | None:
         assert self._http is not None
-        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
-        try:
-            async with self._http.post(
-                f"http://{sn}/chord/v1/{route}", json=body, timeout=timeout
-            ) as r:
-                if r.status != 200:
-                    return None
-                doc = await r.json(content_type=None)
-                return doc if isinstance(doc, dict) else None
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
+        self.stats.requests += 1
+        return await post_json(
+            self._http, f"http://{sn}/chord/v1/{route}", body, timeout_s=timeout_s or self.timeout_s
+        )

@@ -55,7 +55,8 @@ from pressrun.tracker.events import (
 )
 from pressrun.tracker.ring import RingAdmin
 from pressrun.tracker.ring_http import add_ring_routes
-from pressrun.tracker.store import SqliteStore, TrackerStore
+from pressrun.tracker.ring_store import RedisRingStore, RingStore, SqliteRingStore
+from pressrun.tracker.store import RedisStore, SqliteStore, TrackerStore
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +241,13 @@ class TrackerService:
         self._refresh_task: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self.ring = RingAdmin(expected_supernodes=core.config.ring_supernodes)
+        # the ring lists live beside the peer records (two instances on one Redis share
+        # them; SQLite keeps them across a restart)
+        self.ring_store: RingStore | None = None
+        if isinstance(store, SqliteStore):
+            self.ring_store = SqliteRingStore(store.path)
+        elif isinstance(store, RedisStore):
+            self.ring_store = RedisRingStore(store.url, prefix=store.prefix)
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -256,7 +264,7 @@ class TrackerService:
         app.router.add_get("/metrics", self.metrics_handler)
         app.router.add_get("/healthz", self.healthz)
         # the Chord ring's administration, for published issues only
-        add_ring_routes(app, self.ring, self.clock, self.core.is_allowed)
+        add_ring_routes(app, self.ring, self.clock, self.core.is_allowed, self.ring_store)
         app.router.add_get("/v1/allowed", self.allowed)
         app.router.add_put("/v1/allowed/{info_hash}", self.allow)
         return app
@@ -302,6 +310,8 @@ class TrackerService:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.store.close()
+        if self.ring_store is not None:
+            await self.ring_store.close()
 
     async def _refresh_loop(self) -> None:
         """Shared store: reload every swarm each interval, so this instance also

@@ -5,8 +5,10 @@ and the list of supernodes with the ring id the tracker placed each at (balanced
 ``expected_supernodes`` at the equal-share positions of `place_supernodes`, later
 ones by `place_one_more`). A supernode registers, and registers again
 every ``ttl_s / 3`` as a heartbeat; one not heard from for ``ttl_s`` leaves the list
-(the others then drop its messages). Kept in memory: a restarted tracker rebuilds the
-list from the next heartbeats. Pure: ``now`` is passed in.
+(the others then drop its messages). Pure: ``now`` is passed in. The adapter keeps
+the lists in the tracker's store (`pressrun.tracker.ring_store`) and hands them back
+with `restore`: two tracker instances on one Redis share them, and a restarted one
+gives the supernodes their ids back.
 """
 
 from __future__ import annotations
@@ -82,6 +84,20 @@ class RingAdmin:
         node_id = slots[::2][0] if slots else place_one_more(taken, issue.keys)
         issue.supernodes[address] = (node_id, now)
         return NodeRef(node_id, address)
+
+    def members(self, info_hash: str) -> tuple[int, dict[str, tuple[int, float]]] | None:
+        """(num_pieces, address -> (id, last seen)) of one issue, for the store."""
+        issue = self._issues.get(info_hash)
+        return None if issue is None else (issue.num_pieces, dict(issue.supernodes))
+
+    def restore(
+        self, info_hash: str, num_pieces: int, members: dict[str, tuple[int, float]]
+    ) -> None:
+        """Replace one issue's list with what the store holds (another instance's too)."""
+        issue = self._issues.get(info_hash)
+        if issue is None or issue.num_pieces != num_pieces:
+            issue = self._issues[info_hash] = _Issue(num_pieces, piece_keys(info_hash, num_pieces))
+        issue.supernodes = dict(members)
 
     def leave(self, info_hash: str, address: str) -> bool:
         """A supernode that leaves gracefully is off the list at once."""

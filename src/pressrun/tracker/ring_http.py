@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,9 @@ from aiohttp import web
 
 from pressrun.chord.codec import id_hex, node_json
 from pressrun.tracker.ring import RingAdmin, RingError, RingView
+from pressrun.tracker.ring_store import STORE_ERRORS, RingStore
+
+log = logging.getLogger(__name__)
 
 
 def _json(status: int, body: dict[str, Any]) -> web.Response:
@@ -55,10 +59,45 @@ def add_ring_routes(
     admin: RingAdmin,
     clock: Callable[[], float],
     allowed: Callable[[bytes], bool] = lambda info_hash: True,
+    store: RingStore | None = None,
 ) -> None:
     """Add the two routes to the tracker's application. ``allowed`` is the tracker's
     allowlist: a ring is kept only for a published issue, so a stranger registering
-    supernodes for made-up info-hashes creates nothing (docs/security.md)."""
+    supernodes for made-up info-hashes creates nothing (docs/security.md). ``store``
+    keeps the lists (`pressrun.tracker.ring_store`): read before every answer when
+    other instances share it, once per issue otherwise; every change written at once."""
+    loaded: set[str] = set()
+
+    async def sync_in(info_hash: str) -> None:
+        if store is None or (not store.shared and info_hash in loaded):
+            return
+        got = await store.load(info_hash)
+        loaded.add(info_hash)
+        if got is not None:
+            admin.restore(info_hash, *got)
+
+    async def sync_out(info_hash: str, before: dict[str, tuple[int, float]]) -> None:
+        after = admin.members(info_hash)
+        if store is None or after is None:
+            return
+        num_pieces, now_members = after
+        gone = [a for a in before if a not in now_members]
+        await store.drop(info_hash, gone)
+        for address, (node_id, seen) in now_members.items():
+            if before.get(address) != (node_id, seen):
+                await store.put(info_hash, num_pieces, address, node_id, seen)
+
+    def store_failed(err: Exception) -> web.Response:
+        log.error("the tracker's store did not answer for the ring: %s", err)
+        return web.json_response(
+            {"error": f"the tracker's store did not answer ({err}); retry"},
+            status=503,
+            headers={"Retry-After": "5"},
+        )
+
+    def members(info_hash: str) -> dict[str, tuple[int, float]]:
+        got = admin.members(info_hash)
+        return {} if got is None else got[1]
 
     def refused(info_hash: str) -> web.Response | None:
         try:
@@ -72,7 +111,14 @@ def add_ring_routes(
         return None
 
     async def get_ring(request: web.Request) -> web.Response:
-        view = admin.view(request.match_info["info_hash"].lower(), now=clock())
+        info_hash = request.match_info["info_hash"].lower()
+        try:
+            await sync_in(info_hash)
+            before = members(info_hash)
+            view = admin.view(info_hash, now=clock())
+            await sync_out(info_hash, before)  # (expired supernodes leave the store too)
+        except STORE_ERRORS as err:
+            return store_failed(err)
         if view is None:
             return _json(404, {"error": "no ring for this issue (no supernode registered)"})
         return _json(200, view_json(view))
@@ -102,14 +148,21 @@ def add_ring_routes(
                     f"{address} is not {request.remote}"
                 },
             )
-        if body.get("leaving") is True:
-            admin.leave(info_hash, address)
-            return _json(200, {"left": True})
         try:
-            me = admin.register(info_hash, address, pieces, now=clock())
-        except RingError as err:
-            return _json(400, {"error": str(err)})
-        view = admin.view(info_hash, now=clock())
+            await sync_in(info_hash)
+            before = members(info_hash)
+            if body.get("leaving") is True:
+                admin.leave(info_hash, address)
+                await sync_out(info_hash, before)
+                return _json(200, {"left": True})
+            try:
+                me = admin.register(info_hash, address, pieces, now=clock())
+            except RingError as err:
+                return _json(400, {"error": str(err)})
+            view = admin.view(info_hash, now=clock())
+            await sync_out(info_hash, before)
+        except STORE_ERRORS as err:
+            return store_failed(err)
         nodes = [node_json(n) for n in view.supernodes] if view else []
         return _json(200, {"id": id_hex(me.id), "supernodes": nodes})
 
