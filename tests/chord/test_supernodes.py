@@ -208,3 +208,54 @@ async def test_tracker_refuses_bad_registrations(tracker: str) -> None:
             addresses = [s["address"] for s in (await r.json())["supernodes"]]
             assert "198.18.0.9:7000" not in addresses and "127.0.0.1:9" in addresses
     assert node_json(NodeRef(1, "a:1"))["id"] == "0" * 39 + "1"
+
+
+async def test_an_origin_runs_supernodes_and_a_mobile_seed_never_does(tmp_path: Path) -> None:
+    """`serve origin --supernodes TRACKER` puts a supernode of every issue in its content
+    directory on the ring (and takes it off on SIGTERM); `seed --profile mobile
+    --supernode` is refused."""
+    import signal
+    import sys
+
+    from pressrun.peer.loopback import loopback_swarm
+
+    pressrun = str(Path(sys.executable).with_name("pressrun"))
+    async with loopback_swarm(tmp_path, size_bytes=1 << 20, piece_size=1 << 16) as swarm:
+        content = tmp_path / "content"
+        ring_url = f"{swarm.tracker_base}/v1/ring/{swarm.manifest.info_hash}"
+        origin = await asyncio.create_subprocess_exec(
+            pressrun, "serve", "origin", "--content", str(content), "--port", "0",
+            "--capacity-mbps", "100", "--supernodes", swarm.tracker_base,
+            stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            async with aiohttp.ClientSession() as http:
+                listed: list[str] = []
+                for _ in range(150):
+                    async with http.get(ring_url) as r:
+                        if r.status == 200:
+                            listed = [s["address"] for s in (await r.json())["supernodes"]]
+                            break
+                    await asyncio.sleep(0.1)
+                assert len(listed) == 1 and listed[0].startswith("127.0.0.1:"), listed
+                async with http.get(f"http://{listed[0]}/chord/v1/state") as r:
+                    assert (await r.json())["pieces"] == swarm.manifest.num_pieces
+                origin.send_signal(signal.SIGTERM)
+                assert await asyncio.wait_for(origin.wait(), 20) == 0
+                async with http.get(ring_url) as r:
+                    assert r.status == 404  # it left the ring gracefully
+        finally:
+            if origin.returncode is None:
+                origin.kill()
+                await origin.wait()
+
+        bundle = content / swarm.issue_id
+        seed = await asyncio.create_subprocess_exec(
+            pressrun, "seed", str(bundle / swarm.manifest.file_name),
+            "--torrent", str(bundle / f"{swarm.issue_id}.torrent"),
+            "--manifest", str(bundle / "manifest.json"),
+            "--tracker", swarm.tracker_url, "--profile", "mobile", "--supernode", "127.0.0.1",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(seed.communicate(), 30)
+        assert seed.returncode == 2 and b"mobile profile never runs a supernode" in err, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from pressrun.security import add_security_arguments
@@ -71,6 +72,20 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         help="SO_SNDBUF of each connection sending a body, KiB (default: the kernel's "
         "autotuning); small, it keeps /stats' byte counters close to the wire",
     )
+    p.add_argument(
+        "--supernodes",
+        metavar="TRACKER",
+        default=os.environ.get("PRESSRUN_ORIGIN_SUPERNODES") or None,
+        help="run a Chord supernode beside the origin for every issue in --content, "
+        "registered with this tracker base URL, e.g. http://tracker:6969 "
+        "(env PRESSRUN_ORIGIN_SUPERNODES; docs/chord.md)",
+    )
+    p.add_argument(
+        "--supernode-host",
+        default=os.environ.get("PRESSRUN_SUPERNODE_HOST") or None,
+        help="the address the supernodes listen on and announce (default: --host; "
+        "required when --host is a wildcard; env PRESSRUN_SUPERNODE_HOST)",
+    )
     add_security_arguments(p, token=False)
     p.set_defaults(func=run_origin)
 
@@ -102,12 +117,15 @@ def run_origin(args: argparse.Namespace) -> int:
             tls_key=args.tls_key,
         )
         ServiceSecurity(args.tls_cert, args.tls_key).server_ssl_context()  # fail early
+        sn_host = args.supernode_host or args.host
+        if args.supernodes and sn_host in ("0.0.0.0", "::", ""):
+            raise ValueError("--supernodes with a wildcard --host needs --supernode-host ADDRESS")
     except ValueError as err:
         print(f"pressrun serve origin: {err}", file=sys.stderr)
         return 2
     _raise_open_files_limit()
     try:
-        asyncio.run(serve_until_signal(config))
+        asyncio.run(serve_until_signal(config, supernodes=args.supernodes, supernode_host=sn_host))
     except (FileNotFoundError, OSError) as err:
         print(f"pressrun serve origin: {err}", file=sys.stderr)
         return 1
@@ -125,17 +143,29 @@ def _raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-async def serve_until_signal(config: Any) -> None:
-    """Start the origin, wait for SIGTERM or SIGINT, stop it cleanly."""
+async def serve_until_signal(
+    config: Any, *, supernodes: str | None = None, supernode_host: str = "127.0.0.1"
+) -> None:
+    """Start the origin (and its supernodes if ``supernodes`` names a tracker), wait
+    for SIGTERM or SIGINT, stop it cleanly (the supernodes leave their rings first)."""
     import logging
 
+    from pressrun.chord.host import SupernodeHost
     from pressrun.origin.aio import start_origin
     from pressrun.service import wait_for_stop_signal
 
     origin = await start_origin(config)
+    ring = None
+    if supernodes:
+        ring = SupernodeHost(
+            tracker_base=supernodes, host=supernode_host, content_dir=config.content_dir
+        )
+        await ring.start()
     try:
         await wait_for_stop_signal()
     finally:
+        if ring is not None:
+            await ring.close()
         logging.getLogger("pressrun.origin").info(
             "origin %s: signal received, stopping (grace %.1f s)",
             origin.name,

@@ -60,6 +60,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         choices=uploader_policy_names(),
         help="uploader-choice policy (docs/swarm.md; default %(default)s)",
     )
+    p.add_argument(
+        "--supernode",
+        metavar="HOST",
+        default=None,
+        help="also run a Chord supernode of this issue's ring while seeding, listening "
+        "on and announced as HOST (a reachable address of this machine); needs --tracker; "
+        "refused with --profile mobile (docs/chord.md)",
+    )
     p.set_defaults(func=_seed)
 
 
@@ -108,6 +116,13 @@ def _seed(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"pressrun seed: {err}", file=sys.stderr)
         return 2
+    if args.supernode is not None and (args.profile == "mobile" or args.tracker is None):
+        print(
+            "pressrun seed: --supernode needs --tracker, and a mobile profile never runs "
+            "a supernode (it uses the ring only as a client)",
+            file=sys.stderr,
+        )
+        return 2
 
     async def run() -> int:
         peer = SwarmPeer(
@@ -124,6 +139,18 @@ def _seed(args: argparse.Namespace) -> int:
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        ring = None
+        if args.supernode is not None:
+            import yarl
+
+            from pressrun.chord.host import SupernodeHost
+
+            ring = SupernodeHost(
+                tracker_base=str(yarl.URL(args.tracker).origin()), host=args.supernode
+            )
+            node = await ring.add(manifest.info_hash, manifest.num_pieces)
+            if node is not None:
+                print(f"supernode listening on {node.address}", flush=True)
         try:
             port = await peer.start()
             print(f"checking {file} ({manifest.issue_id}); listening on port {port}", flush=True)
@@ -153,5 +180,7 @@ def _seed(args: argparse.Namespace) -> int:
             return 1
         finally:
             await peer.close()
+            if ring is not None:
+                await ring.close()
 
     return asyncio.run(run())
