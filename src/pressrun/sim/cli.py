@@ -6,8 +6,48 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+
+def add_seed_out_json(parser: argparse.ArgumentParser, *, out: str, printed: str) -> None:
+    """`--seed`, `--out DIR` and `--json`, the same for every simulation.
+
+    `out` says what DIR receives besides the JSON summary, `printed` what `--json`
+    replaces ("a table", "tables").
+    """
+    parser.add_argument("--seed", type=int, default=1, help="master seed (default 1)")
+    parser.add_argument("--out", type=Path, help=f"directory for the JSON summary and {out}")
+    parser.add_argument("--json", action="store_true", help=f"print JSON instead of {printed}")
+
+
+def write_json(path: Path, data: Any) -> None:
+    """`data` as indented JSON at `path` (its directory created if missing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def report_with_plot(
+    args: argparse.Namespace,
+    stem: str,
+    summary: dict[str, Any],
+    table: str,
+    plot: Callable[[Path], Path],
+    plot_label: str,
+) -> int:
+    """End a simulation command: with `--out DIR`, `plot(DIR)` draws the figure and the
+    summary (naming it) goes to DIR/`stem`.json; then print the JSON or the table."""
+    if args.out is not None:
+        summary["plot"] = str(plot(args.out))
+        write_json(args.out / f"{stem}.json", summary)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print(table)
+        if args.out is not None:
+            print(f"{plot_label}: {summary['plot']}")
+    return 0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,9 +93,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a registered algorithm, a comma-separated list, or 'all' (default: the "
         "service's default algorithm; with --generate: all)",
     )
-    bal.add_argument("--seed", type=int, default=1, help="master seed (default 1)")
-    bal.add_argument("--out", type=Path, help="directory for the JSON summary and PNG plots")
-    bal.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_seed_out_json(bal, out="PNG plots", printed="tables")
     bal.add_argument(
         "--jobs",
         type=int,
@@ -94,9 +132,7 @@ def register_chord(sim_sub: argparse._SubParsersAction[argparse.ArgumentParser])
         default=None,
         help="successor list size r (default ceil(log2 N))",
     )
-    ch.add_argument("--seed", type=int, default=1, help="master seed (default 1)")
-    ch.add_argument("--out", type=Path, help="directory for the JSON summary and hop histogram")
-    ch.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_seed_out_json(ch, out="hop histogram", printed="a table")
     ch.set_defaults(func=run_chord)
 
 
@@ -116,19 +152,15 @@ def run_chord(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"pressrun sim chord: {exc}", file=sys.stderr)
         return 2
-    summary = result.summary()
-    if args.out is not None:
-        png = plot_hops(result, args.out / f"chord-{args.nodes}-seed{args.seed}-hops.png")
-        summary["plot"] = str(png)
-        out = args.out / f"chord-{args.nodes}-seed{args.seed}.json"
-        out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        print(format_chord(result))
-        if args.out is not None:
-            print(f"histogram: {summary['plot']}")
-    return 0
+    stem = f"chord-{args.nodes}-seed{args.seed}"
+    return report_with_plot(
+        args,
+        stem,
+        result.summary(),
+        format_chord(result),
+        lambda out: plot_hops(result, out / f"{stem}-hops.png"),
+        "histogram",
+    )
 
 
 def _algorithms(spec: str | None, default: list[str]) -> list[str] | str:
@@ -279,12 +311,10 @@ def run_balancer(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"pressrun sim: {exc}", file=sys.stderr)
         return 2
-    if args.failover_stall_s is not None:
-        if args.failover_stall_s < 0:
-            print("pressrun sim: --failover-stall-s must be >= 0", file=sys.stderr)
-            return 2
-        clients = dataclasses.replace(scenario.clients, failover_stall_s=args.failover_stall_s)
-        scenario = dataclasses.replace(scenario, clients=clients)
+    if args.failover_stall_s is not None and args.failover_stall_s < 0:
+        print("pressrun sim: --failover-stall-s must be >= 0", file=sys.stderr)
+        return 2
+    scenario = scenario.with_failover_stall(args.failover_stall_s)
     names = _algorithms(args.algorithm, [BalancerConfig().algorithm])
     if isinstance(names, str):
         print(f"pressrun sim: {names}", file=sys.stderr)
@@ -303,9 +333,7 @@ def run_balancer(args: argparse.Namespace) -> int:
         if not args.json and len(names) == 1:
             print(format_table(summary))
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        out = args.out / f"{scenario.name}-seed{args.seed}.json"
-        out.write_text(json.dumps(summaries, indent=2, default=str) + "\n", encoding="utf-8")
+        write_json(args.out / f"{scenario.name}-seed{args.seed}.json", summaries)
     if args.json:
         print(json.dumps(summaries if len(summaries) > 1 else summaries[0], indent=2, default=str))
     elif len(names) > 1:
@@ -338,9 +366,7 @@ def register_swarm(sim_sub: argparse._SubParsersAction[argparse.ArgumentParser])
         default=1,
         help="time resolution: slots per piece time at the slowest upload rate (default 1)",
     )
-    sw.add_argument("--seed", type=int, default=1, help="master seed (default 1)")
-    sw.add_argument("--out", type=Path, help="directory for the JSON summary and the plot")
-    sw.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_seed_out_json(sw, out="the plot", printed="a table")
     sw.set_defaults(func=run_swarm_sim)
 
 
@@ -385,15 +411,12 @@ def run_swarm_sim(args: argparse.Namespace) -> int:
         "fluid_bound_s": round(result.bound_s, 2),
         "choices": result.rows(),
     }
-    if args.out is not None:
-        png = plot_comparison(result, args.out / f"swarm-{scenario.name}-seed{args.seed}.png")
-        summary["plot"] = str(png)
-        out = args.out / f"swarm-{scenario.name}-seed{args.seed}.json"
-        out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        print(format_comparison(result))
-        if args.out is not None:
-            print(f"plot: {summary['plot']}")
-    return 0
+    stem = f"swarm-{scenario.name}-seed{args.seed}"
+    return report_with_plot(
+        args,
+        stem,
+        summary,
+        format_comparison(result),
+        lambda out: plot_comparison(result, out / f"{stem}.png"),
+        "plot",
+    )

@@ -12,7 +12,7 @@ import random
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -107,6 +107,13 @@ class Scenario:
             out.extend(_expand_arrivals(spec, rng, f"arrivals[{i}]", self.source))
         out.sort(key=lambda a: a.at_s)
         return out
+
+    def with_failover_stall(self, stall_s: float | None) -> Scenario:
+        """This scenario with its clients' `failover_stall_s` replaced (None: unchanged;
+        0 is the paper's harness, > 0 pressrun's client: `--failover-stall-s`)."""
+        if stall_s is None:
+            return self
+        return replace(self, clients=replace(self.clients, failover_stall_s=stall_s))
 
 
 # --- loading ------------------------------------------------------------------
