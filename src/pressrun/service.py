@@ -1,15 +1,29 @@
-"""What every pressrun service process shares: waiting for the operator's stop signal."""
+"""What every pressrun service process shares: waiting for the operator's stop signal.
+
+A service installs its handlers *before* it says it is listening (`stop_signals`), so
+a supervisor that sends SIGTERM as soon as it reads the "listening" line gets a clean
+shutdown instead of Python's default (a SIGTERM kills the process outright, a SIGINT
+raises KeyboardInterrupt in the middle of whatever runs)::
+
+    with stop_signals() as stopped:
+        await service.start()
+        log.info("... listening on ...")
+        await stopped.wait()
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+from collections.abc import Iterator
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-async def wait_for_stop_signal() -> None:
-    """Return when the process gets SIGTERM or SIGINT (then the caller shuts down).
+@contextlib.contextmanager
+def stop_signals() -> Iterator[asyncio.Event]:
+    """Handlers of SIGTERM and SIGINT that set the event yielded, installed on entry.
 
     The handlers are removed on the way out, so a second signal during a slow shutdown
     falls back to Python's default behaviour and ends the process.
@@ -19,7 +33,17 @@ async def wait_for_stop_signal() -> None:
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        yield stop
     finally:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
+
+
+async def wait_for_stop_signal() -> None:
+    """Return when the process gets SIGTERM or SIGINT (then the caller shuts down).
+
+    The handlers are installed only now: a service that announces itself before
+    calling this should use `stop_signals` instead.
+    """
+    with stop_signals() as stop:
+        await stop.wait()

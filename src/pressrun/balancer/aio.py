@@ -88,7 +88,7 @@ from pressrun.balancer.metrics import BalancerCollector
 from pressrun.balancer.poller import OriginPoller
 from pressrun.cors import enable_cors
 from pressrun.security import ServiceSecurity, client_connector
-from pressrun.service import wait_for_stop_signal
+from pressrun.service import stop_signals
 
 __all__ = [
     "BalancerService",
@@ -506,18 +506,20 @@ async def serve(
     config: BalancerServiceConfig, *, ready: Callable[[RunningBalancer], None] | None = None
 ) -> None:
     """Run the balancer until SIGTERM or SIGINT, then stop cleanly."""
-    running = await start_balancer(config)
-    log.info(
-        "balancer listening on %s (algorithm %s, %d origins, polling every %g s)",
-        running.url,
-        config.balancer.algorithm,
-        len(config.origins),
-        config.balancer.poll_interval_s,
-    )
-    if ready is not None:
-        ready(running)
-    try:
-        await wait_for_stop_signal()
-    finally:
-        log.info("balancer stopping")
-        await running.stop()
+    # the handlers first: a signal right after the "listening" line is a clean stop
+    with stop_signals() as stopped:
+        running = await start_balancer(config)
+        log.info(
+            "balancer listening on %s (algorithm %s, %d origins, polling every %g s)",
+            running.url,
+            config.balancer.algorithm,
+            len(config.origins),
+            config.balancer.poll_interval_s,
+        )
+        if ready is not None:
+            ready(running)
+        try:
+            await stopped.wait()
+        finally:
+            log.info("balancer stopping")
+            await running.stop()

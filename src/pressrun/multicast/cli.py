@@ -186,25 +186,27 @@ def run_sender(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         from pressrun.multicast.sender import CarouselError
-        from pressrun.service import wait_for_stop_signal
+        from pressrun.service import stop_signals
 
         sender = MulticastSender(config)
-        try:
-            url = await sender.start()
-            for issue in args.start:
-                try:
-                    await sender.start_carousel(issue, config.carousel)
-                except CarouselError as err:
-                    log.error("cannot start the carousel of %s: %s", issue, err)
-            log.info(
-                "multicast sender control API on %s (control group %s:%d, interface %s)",
-                url,
-                *config.control_group,
-                config.interface,
-            )
-            await wait_for_stop_signal()
-        finally:
-            await sender.close()
+        # the handlers first: a signal right after the "control API on" line is a clean stop
+        with stop_signals() as stopped:
+            try:
+                url = await sender.start()
+                for issue in args.start:
+                    try:
+                        await sender.start_carousel(issue, config.carousel)
+                    except CarouselError as err:
+                        log.error("cannot start the carousel of %s: %s", issue, err)
+                log.info(
+                    "multicast sender control API on %s (control group %s:%d, interface %s)",
+                    url,
+                    *config.control_group,
+                    config.interface,
+                )
+                await stopped.wait()
+            finally:
+                await sender.close()
 
     try:
         asyncio.run(main())

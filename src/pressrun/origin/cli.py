@@ -152,23 +152,25 @@ async def serve_until_signal(
 
     from pressrun.chord.host import SupernodeHost
     from pressrun.origin.aio import start_origin
-    from pressrun.service import wait_for_stop_signal
+    from pressrun.service import stop_signals
 
-    origin = await start_origin(config)
-    ring = None
-    if supernodes:
-        ring = SupernodeHost(
-            tracker_base=supernodes, host=supernode_host, content_dir=config.content_dir
-        )
-        await ring.start()
-    try:
-        await wait_for_stop_signal()
-    finally:
-        if ring is not None:
-            await ring.close()
-        logging.getLogger("pressrun.origin").info(
-            "origin %s: signal received, stopping (grace %.1f s)",
-            origin.name,
-            config.shutdown_grace_s,
-        )
-        await origin.stop()
+    # the handlers first: a signal right after the "serving ... on" line is a clean stop
+    with stop_signals() as stopped:
+        origin = await start_origin(config)
+        ring = None
+        if supernodes:
+            ring = SupernodeHost(
+                tracker_base=supernodes, host=supernode_host, content_dir=config.content_dir
+            )
+            await ring.start()
+        try:
+            await stopped.wait()
+        finally:
+            if ring is not None:
+                await ring.close()
+            logging.getLogger("pressrun.origin").info(
+                "origin %s: signal received, stopping (grace %.1f s)",
+                origin.name,
+                config.shutdown_grace_s,
+            )
+            await origin.stop()

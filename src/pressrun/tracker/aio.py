@@ -35,7 +35,7 @@ from prometheus_client.registry import Collector
 from pressrun.content.bundle import read_manifest
 from pressrun.content.codec import ManifestError, valid_issue_id
 from pressrun.security import ServiceSecurity, operator_middleware
-from pressrun.service import wait_for_stop_signal
+from pressrun.service import stop_signals
 from pressrun.tracker.codec import (
     QueryError,
     encode_announce_reply,
@@ -581,11 +581,13 @@ async def serve(
     service = TrackerService(
         core, store, security=security, content_dirs=content_dirs, trusted_keys=trusted_keys
     )
-    bound = await service.start(host, port)
-    if ready is not None:
-        ready(bound)
-    try:
-        await wait_for_stop_signal()
-    finally:
-        log.info("tracker stopping: flushing the store")
-        await service.close()
+    # the handlers first: a signal right after the "listening" line is a clean stop
+    with stop_signals() as stopped:
+        bound = await service.start(host, port)
+        if ready is not None:
+            ready(bound)
+        try:
+            await stopped.wait()
+        finally:
+            log.info("tracker stopping: flushing the store")
+            await service.close()
