@@ -142,12 +142,22 @@ def security_from_args(args: argparse.Namespace) -> ServiceSecurity:
     return ServiceSecurity(args.tls_cert, args.tls_key, token)
 
 
-def operator_middleware(token: str | None, protected: Collection[str]) -> Middleware:
+def operator_middleware(
+    token: str | None,
+    protected: Collection[str],
+    *,
+    refuse: Callable[[str], web.StreamResponse] | None = None,
+) -> Middleware:
     """An aiohttp middleware guarding the routes whose resource pattern (e.g.
     ``/v1/swarms/{info_hash}``) is in ``protected``: 401 unless the request carries
-    ``Authorization: Bearer <token>``. With ``token`` None they always answer 401."""
+    ``Authorization: Bearer <token>``. With ``token`` None they always answer 401.
+
+    ``refuse`` builds the refusal from its message, for a service whose errors have a
+    shape of their own (it should answer 401 with `UNAUTHORIZED_HEADERS`); default
+    ``{"error": message}``."""
     expected = token.encode() if token is not None else None
     guarded = frozenset(protected)
+    unauthorized = refuse or _unauthorized
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -156,13 +166,13 @@ def operator_middleware(token: str | None, protected: Collection[str]) -> Middle
         if resource is None or resource.canonical not in guarded:
             return await handler(request)
         if expected is None:
-            return _unauthorized(
+            return unauthorized(
                 "this operator endpoint is closed: the service was started without an "
                 f"operator token (--operator-token or ${TOKEN_ENV})"
             )
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), expected):
-            return _unauthorized(
+            return unauthorized(
                 "this operator endpoint needs the header 'Authorization: Bearer <token>'"
             )
         return await handler(request)
@@ -170,12 +180,12 @@ def operator_middleware(token: str | None, protected: Collection[str]) -> Middle
     return guard
 
 
+#: the headers of every 401 the operator guard answers
+UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="pressrun operator"'}
+
+
 def _unauthorized(message: str) -> web.Response:
-    return web.json_response(
-        {"error": message},
-        status=401,
-        headers={"WWW-Authenticate": 'Bearer realm="pressrun operator"'},
-    )
+    return web.json_response({"error": message}, status=401, headers=UNAUTHORIZED_HEADERS)
 
 
 def bearer(token: str) -> dict[str, str]:

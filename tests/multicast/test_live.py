@@ -216,6 +216,19 @@ async def test_control_api_token_metrics_and_stop(
             f"{url}/v1/carousels", json={"issue_id": ISSUE}, headers={"Authorization": "Bearer x"}
         ) as resp:
             assert resp.status == 401
+        # every API route is behind the shared operator guard (pressrun.security)
+        for method, path in [
+            ("GET", "/v1/carousels"),
+            ("GET", f"/v1/carousels/{ISSUE}"),
+            ("DELETE", f"/v1/carousels/{ISSUE}"),
+        ]:
+            async with http.request(method, f"{url}{path}") as resp:
+                assert resp.status == 401, (method, path)
+                assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+                assert "Authorization: Bearer <token>" in (await resp.json())["error"]
+        for path in ("/healthz", "/metrics"):
+            async with http.get(f"{url}{path}") as resp:
+                assert resp.status == 200, path
         async with http.post(
             f"{url}/v1/carousels", json={"issue_id": "nope"}, headers=auth
         ) as resp:

@@ -83,6 +83,24 @@ async def test_operator_routes_need_the_token(live: Live) -> None:
         f"{live.url}/v1/subscribers", headers={"Authorization": "Bearer nope"}
     ) as resp:
         assert resp.status == 401
+    # every operator route, every method, is behind the shared guard (pressrun.security):
+    # refused before the body is read, in this API's error shape
+    key = "ab" * 32
+    for method, path in [
+        ("GET", "/v1/subscribers"),
+        ("PUT", f"/v1/subscribers/{key}"),
+        ("DELETE", f"/v1/subscribers/{key}"),
+        ("PUT", "/v1/issues/mag-1/versions/1/wraps"),
+    ]:
+        async with live.http.request(
+            method, f"{live.url}{path}", data=b"x" * 100_000, headers={"Authorization": "Basic a"}
+        ) as resp:
+            assert resp.status == 401, (method, path)
+            assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+            doc = await resp.json()
+            assert doc["code"] == "bad_token" and "wrong operator token" in doc["error"]
+    async with live.http.get(f"{live.url}/metrics") as resp:
+        assert 'pressrun_subscriptions_refusals_total{code="bad_token"} 7.0' in await resp.text()
     assert await live.client().subscribers() == []
 
 

@@ -15,8 +15,9 @@
   running carousel, signed with the publisher's Ed25519 key, goes to the control
   group with a sequence number and an expiry ``announcement_ttl_s`` later.
 - **HTTP.** ``/v1/carousels`` (GET, POST), ``/v1/carousels/<issue_id>`` (GET,
-  DELETE), all needing ``Authorization: Bearer <token>``; ``/metrics`` (Prometheus
-  text) and ``/healthz`` are open. docs/multicast.md lists it all.
+  DELETE), all needing ``Authorization: Bearer <token>`` (the shared guard of
+  `pressrun.security.operator_middleware`: 401 with ``WWW-Authenticate: Bearer``);
+  ``/metrics`` (Prometheus text) and ``/healthz`` are open. docs/multicast.md lists it all.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import hmac
 import ipaddress
 import json
 import logging
@@ -48,12 +48,15 @@ from pressrun.multicast.control import sign_announcement
 from pressrun.multicast.core import AnnouncementClock, CarouselSchedule, channel_cycles
 from pressrun.multicast.events import Announcement, CarouselPlan, ChannelSpec
 from pressrun.multicast.net import free_udp_port, sender_socket
-from pressrun.security import ServiceSecurity
+from pressrun.security import ServiceSecurity, operator_middleware
 
 if TYPE_CHECKING:
     from pressrun_flute import EncodedObject, PacketBuffer
 
 log = logging.getLogger("pressrun.multicast.sender")
+
+#: the control API's routes: every one needs ``Authorization: Bearer <token>``
+API_ROUTES = frozenset({"/v1/carousels", "/v1/carousels/{issue_id}"})
 
 
 def wall_clock() -> float:
@@ -444,24 +447,10 @@ class MulticastSender:
 
     # -- HTTP ---------------------------------------------------------------------------
 
-    @web.middleware
-    async def _auth(
-        self, request: web.Request, handler: Callable[[web.Request], Any]
-    ) -> web.StreamResponse:
-        if request.path.startswith("/v1/"):
-            header = request.headers.get("Authorization", "")
-            given = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
-            if not hmac.compare_digest(given.encode(), self.config.token.encode()):
-                return web.json_response(
-                    {"error": "missing or wrong token: send 'Authorization: Bearer <token>'"},
-                    status=401,
-                )
-        response: web.StreamResponse = await handler(request)
-        return response
-
     def make_app(self) -> web.Application:
         """The aiohttp application with every route."""
-        app = web.Application(middlewares=[self._auth])
+        # the shared operator-token guard (pressrun.security), with this API's token
+        app = web.Application(middlewares=[operator_middleware(self.config.token, API_ROUTES)])
         app.router.add_get("/v1/carousels", self.list_carousels)
         app.router.add_post("/v1/carousels", self.post_carousel)
         app.router.add_get("/v1/carousels/{issue_id}", self.get_carousel)

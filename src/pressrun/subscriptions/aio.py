@@ -11,7 +11,6 @@ operator token. State is the SQLite store; its calls run on one worker thread.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,8 +23,8 @@ import nacl.public
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
-from pressrun.security import ServiceSecurity
-from pressrun.service import wait_for_stop_signal
+from pressrun.security import UNAUTHORIZED_HEADERS, ServiceSecurity, operator_middleware
+from pressrun.service import stop_signals
 from pressrun.subscriptions.codec import (
     RequestError,
     bearer,
@@ -43,6 +42,15 @@ from pressrun.subscriptions.store import SubscriptionStore
 __all__ = ["DEFAULT_TOKEN_TTL_S", "MAX_WRAPS_BODY_BYTES", "SubscriptionService", "serve"]
 
 log = logging.getLogger("pressrun.subscriptions")
+
+#: the operator routes (resource patterns): the operator token guards every method
+OPERATOR_ROUTES = frozenset(
+    {
+        "/v1/subscribers",
+        "/v1/subscribers/{public_key}",
+        "/v1/issues/{issue_id}/versions/{version}/wraps",
+    }
+)
 
 DEFAULT_TOKEN_TTL_S = 300
 MAX_SMALL_BODY_BYTES = 4096
@@ -103,7 +111,12 @@ class SubscriptionService:
 
     def make_app(self) -> web.Application:
         """The aiohttp application (routes, CORS on the subscriber routes)."""
-        app = web.Application(client_max_size=MAX_WRAPS_BODY_BYTES)
+        # operator routes: the shared guard of pressrun.security, refusing before any
+        # body is read
+        guard = operator_middleware(
+            self.operator_token, OPERATOR_ROUTES, refuse=self._refuse_operator
+        )
+        app = web.Application(client_max_size=MAX_WRAPS_BODY_BYTES, middlewares=[guard])
         cors = aiohttp_cors.setup(app)
         options = aiohttp_cors.ResourceOptions(  # type: ignore[no-untyped-call]
             allow_credentials=False,
@@ -119,6 +132,7 @@ class SubscriptionService:
             ),
             per_origin,
         )
+        # (every route of OPERATOR_ROUTES is guarded by the middleware above)
         app.router.add_get("/v1/subscribers", self._wrapped(self.list_subscribers))
         app.router.add_put("/v1/subscribers/{public_key}", self._wrapped(self.add_subscriber))
         app.router.add_delete("/v1/subscribers/{public_key}", self._wrapped(self.remove_subscriber))
@@ -165,10 +179,14 @@ class SubscriptionService:
 
     # -- helpers
 
-    def _check_operator(self, request: web.Request) -> None:
-        given = bearer(request.headers.get(hdrs.AUTHORIZATION), "operator token")
-        if not hmac.compare_digest(given.encode(), self.operator_token.encode()):
-            raise RequestError(401, "bad_token", "wrong operator token")
+    def _refuse_operator(self, message: str) -> web.StreamResponse:
+        """The shared operator guard's refusal in this API's error shape (with a code)."""
+        self.refusals.labels("bad_token").inc()
+        return web.json_response(
+            error_body(f"wrong operator token: {message}", "bad_token"),
+            status=401,
+            headers=UNAUTHORIZED_HEADERS,
+        )
 
     @staticmethod
     async def _small_body(request: web.Request) -> dict[str, Any]:
@@ -243,13 +261,11 @@ class SubscriptionService:
 
     async def list_subscribers(self, request: web.Request) -> web.Response:
         """``GET /v1/subscribers``."""
-        self._check_operator(request)
         subs = await self._db(self.store.subscribers)
         return web.json_response({"subscribers": [s.to_json() for s in subs]})
 
     async def add_subscriber(self, request: web.Request) -> web.Response:
         """``PUT /v1/subscribers/<key>`` with ``{"name": ...}``."""
-        self._check_operator(request)
         public_key = parse_public_key(request.match_info["public_key"])
         name = parse_name(await self._small_body(request))
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -261,7 +277,6 @@ class SubscriptionService:
 
     async def remove_subscriber(self, request: web.Request) -> web.Response:
         """``DELETE /v1/subscribers/<key>``: the subscriber and their wraps."""
-        self._check_operator(request)
         public_key = parse_public_key(request.match_info["public_key"])
         deleted = await self._db(self.store.remove_subscriber, public_key)
         if deleted is None:
@@ -271,7 +286,6 @@ class SubscriptionService:
 
     async def put_wraps(self, request: web.Request) -> web.Response:
         """``PUT /v1/issues/<id>/versions/<v>/wraps``: replace one version's wraps."""
-        self._check_operator(request)
         issue_id, version = parse_issue_version(
             request.match_info["issue_id"], request.match_info["version"]
         )
@@ -311,11 +325,13 @@ async def serve(
     ready: Callable[[int], None] | None = None,
 ) -> None:
     """Run the service until SIGTERM or SIGINT."""
-    bound = await service.start(host, port)
-    if ready is not None:
-        ready(bound)
-    try:
-        await wait_for_stop_signal()
-    finally:
-        log.info("subscription service stopping")
-        await service.close()
+    # the handlers first: a signal right after the "listening" line is a clean stop
+    with stop_signals() as stopped:
+        bound = await service.start(host, port)
+        if ready is not None:
+            ready(bound)
+        try:
+            await stopped.wait()
+        finally:
+            log.info("subscription service stopping")
+            await service.close()
