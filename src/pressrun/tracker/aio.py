@@ -275,6 +275,7 @@ class TrackerService:
         if opener is not None:
             await opener()
         self.core.restore(await self.store.load_all(), now=self.clock())
+        await self._restore_allowed()
         if self.content_dirs:
             self.core.allow(await self._scan())
             self._rescan_task = asyncio.get_running_loop().create_task(self._rescan_loop())
@@ -320,9 +321,20 @@ class TrackerService:
             await asyncio.sleep(self.core.config.interval_s)
             try:
                 await self._reload_all()
+                await self._restore_allowed()  # what other instances were told
                 self._rearm()
             except Exception:  # keep refreshing; Redis may come back
                 log.exception("refreshing swarms from the shared store failed")
+
+    async def _restore_allowed(self) -> None:
+        """Add the info-hashes operators added before (kept by the store), unless this
+        tracker is open: an operator who starts it with ``--allow-any`` gets an open
+        tracker whatever an earlier run was told."""
+        if self.core.allowlist is None:
+            return
+        added = self.core.allow(await self.store.load_allowed())
+        if added:
+            log.info("allowlist: %d info-hash(es) added by operators before", added)
 
     async def _scan(self) -> set[bytes]:
         return await asyncio.to_thread(published_info_hashes, self.content_dirs, self.trusted_keys)
@@ -545,6 +557,7 @@ class TrackerService:
                 text='{"error": "info_hash must be 40 hex digits"}',
                 content_type="application/json",
             ) from None
+        await self.store.add_allowed(info_hash)  # kept first: a restart keeps it
         added = self.core.allow([info_hash])
         log.info("allowlist: %s added by the operator API", info_hash.hex())
         return web.json_response({"info_hash": info_hash.hex(), "added": bool(added)})

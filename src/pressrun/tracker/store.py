@@ -10,11 +10,16 @@
   announces; a SIGTERM flushes first and loses nothing. Peers re-announce every
   interval and their counters are cumulative, so what a crash loses comes back with
   their next announce, except events such as ``stopped`` of peers that then left.
+  The info-hashes an operator adds with ``PUT /v1/allowed/<hex>`` go to the table
+  ``allowed`` at once (committed before the answer: they are rare and a publisher
+  counts on them).
 - ``RedisStore``: records in Redis hashes shared by every tracker instance. ``shared``
   is true: the adapter reloads a swarm before each announce and writes at once. Every
   record carries a version; a Lua script refuses a write older than what is stored, so
   two instances (or an expiry racing an announce) never overwrite a newer record with
   an older one. The refused records come back as conflicts and the adapter reloads.
+  The operator-added info-hashes are the set ``allowed``, so every instance serves
+  them (each re-reads the set with its swarms).
 """
 
 from __future__ import annotations
@@ -56,6 +61,14 @@ class TrackerStore(Protocol):
 
     async def flush(self) -> None:
         """Make everything saved so far durable (a no-op where saves are immediate)."""
+        ...
+
+    async def load_allowed(self) -> set[bytes]:
+        """The info-hashes operators added with ``PUT /v1/allowed`` (kept across restarts)."""
+        ...
+
+    async def add_allowed(self, info_hash: bytes) -> None:
+        """Keep an operator-added info-hash (durable when this returns)."""
         ...
 
     async def close(self) -> None:
@@ -152,6 +165,9 @@ CREATE TABLE IF NOT EXISTS events (
     leave_rule TEXT
 );
 CREATE INDEX IF NOT EXISTS events_by_swarm ON events (info_hash, at);
+CREATE TABLE IF NOT EXISTS allowed (
+    info_hash BLOB PRIMARY KEY
+);
 """
 
 _COLUMNS = (
@@ -290,6 +306,26 @@ class SqliteStore:
             if info_hash is None or key[0] == info_hash:
                 merged[key] = record
         return list(merged.values())
+
+    async def load_allowed(self) -> set[bytes]:
+        """The operator-added info-hashes (table ``allowed``)."""
+
+        def select() -> set[bytes]:
+            rows = self._conn().execute("SELECT info_hash FROM allowed").fetchall()
+            return {bytes(row[0]) for row in rows}
+
+        allowed: set[bytes] = await self._run(select)
+        return allowed
+
+    async def add_allowed(self, info_hash: bytes) -> None:
+        """Insert into ``allowed``, committed at once (autocommit)."""
+
+        def insert() -> None:
+            self._conn().execute(
+                "INSERT OR IGNORE INTO allowed (info_hash) VALUES (?)", (info_hash,)
+            )
+
+        await self._run(insert)
 
     async def load_events(self, info_hash: bytes) -> list[TrackerEvent]:
         """The event log of one swarm, oldest first (after a flush)."""
@@ -550,6 +586,15 @@ class RedisStore:
             answer: list[bytes] = await self._save_script(keys=keys, args=args)
             refused.extend(fields[field.decode()] for field in answer)
         return refused
+
+    async def load_allowed(self) -> set[bytes]:
+        """The operator-added info-hashes (the set ``allowed``, hex)."""
+        members: set[bytes] = await self._redis.smembers(f"{self.prefix}allowed")
+        return {bytes.fromhex(m.decode()) for m in members}
+
+    async def add_allowed(self, info_hash: bytes) -> None:
+        """Add to the set ``allowed``."""
+        await self._redis.sadd(f"{self.prefix}allowed", info_hash.hex())
 
     async def flush(self) -> None:
         """Nothing to do: every save is already in Redis."""
