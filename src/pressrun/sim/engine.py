@@ -39,7 +39,13 @@ class EventLoop:
 
     def after(self, delay: float, callback: Callback, *args: Any) -> None:
         """Run `callback(*args)` `delay` seconds from now."""
-        self.at(self.now + delay, callback, *args)
+        # `at(self.now + delay, ...)` inlined: most events are scheduled this way.
+        now = self.now
+        time = now + delay
+        if time < now:
+            time = now
+        self._seq += 1
+        heapq.heappush(self._heap, (time, self._seq, callback, args))
 
     def run(self, until: float) -> None:
         """Process events in order until the heap is empty or the next is after `until`."""

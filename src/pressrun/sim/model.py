@@ -294,15 +294,25 @@ class Server:
         for f in flows:
             if f.cap > level:
                 f.rate = level
-        need_cpu = sum(f.rate * f.cpu_coef for f in flows)
+        need_cpu = 0.0
+        for f in flows:
+            need_cpu += f.rate * f.cpu_coef
         free = max(spec.cores * (1.0 - self.bg_cpu), 0.0)
         if need_cpu > free:
             scale = free / need_cpu
             for f in flows:
                 f.rate *= scale
-        self.out = sum(f.rate * f.members for f in flows)
-        self.cpu_used = sum(f.rate * f.cpu_coef for f in flows)
-        self.ram_backlog = sum((1.0 - f.fraction) * f.members for f in flows)
+            need_cpu = 0.0
+            for f in flows:
+                need_cpu += f.rate * f.cpu_coef
+        # One pass for the totals, summed in the same order as before (same floats).
+        out = backlog = 0.0
+        for f in flows:
+            out += f.rate * f.members
+            backlog += (1.0 - (f.rate / f.cap if f.cap > 0 else 1.0)) * f.members
+        self.out = out
+        self.cpu_used = need_cpu
+        self.ram_backlog = backlog
         self.version += 1
 
     def cpu_fraction(self) -> float:
