@@ -1,4 +1,4 @@
-"""`pressrun sim swarm`: the piece-level model at a small N, scenario files, the CLI."""
+"""`pressrun sim swarm`: the block-level model at a small N, the bound, scenario files, the CLI."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from pressrun.cli import main
-from pressrun.sim.swarm_model import (
+from pressrun.sim.swarm_model import compare, run_swarm
+from pressrun.sim.swarm_scenario import (
+    Subscribers,
+    SwarmScenario,
     SwarmScenarioError,
-    compare,
+    fluid_bound_s,
     load_swarm_scenario,
-    run_swarm,
 )
 
 SMALL = """
@@ -34,23 +36,66 @@ download_mbps = 20
 """
 
 
-def test_every_choice_delivers_everything_and_never_beats_the_bound(tmp_path: Path) -> None:
+def small(tmp_path: Path, text: str = SMALL) -> SwarmScenario:
     path = tmp_path / "small.toml"
-    path.write_text(SMALL)
-    sc = load_swarm_scenario(str(path))
+    path.write_text(text)
+    return load_swarm_scenario(str(path))
+
+
+def test_every_choice_delivers_everything_and_never_beats_the_bound(tmp_path: Path) -> None:
+    sc = small(tmp_path)
     cmp = compare(sc, seed=2)
     rows = {r["choice"]: r for r in cmp.rows()}
     assert set(rows) == {"ring", "random", "rarest"}
     for run in cmp.runs:
         assert np.isfinite(run.done_at_s).all()  # everyone finished
-        assert run.last_done_s >= cmp.bound_s  # nobody beats the fluid bound
-        # every byte came from somewhere: the origin sent at least one copy
+        assert run.last_done_s >= cmp.bound_s  # nobody beats the bound
+        # every byte came from somewhere: the origin sent at least one copy, and the
+        # subscribers the rest
         assert run.origin_pieces >= sc.num_pieces
-    # the ring's choice is no slower than random here, within one slot
-    assert rows["ring"]["last_done_s"] <= rows["random"]["last_done_s"] + cmp.runs[0].slot_s
+        # a model that keeps uploaders busy (pipelining, a super-seeding origin) stays
+        # near the bound at this size: 1.12x to 1.2x measured (docs/chord.md)
+        assert run.last_done_s <= 1.3 * cmp.bound_s, (run.choice, run.last_done_s, cmp.bound_s)
     # same seed, same run
     again = run_swarm(sc, "ring", seed=2)
     assert np.array_equal(again.done_at_s, cmp.runs[0].done_at_s)
+
+
+def test_download_bound_is_met_exactly(tmp_path: Path) -> None:
+    # Download is the bottleneck (1 Mbit/s down, a 100 Mbit/s origin): one block a step
+    # each, so everyone is done after exactly F/d, whatever the resolution.
+    text = SMALL.replace("subscribers = 300", "subscribers = 4").replace(
+        "origin_upload_mbps = 10", "origin_upload_mbps = 100"
+    )
+    text = text.replace("download_mbps = 10", "download_mbps = 1").replace(
+        "upload_mbps = 2\ndownload_mbps = 20", "upload_mbps = 1\ndownload_mbps = 1"
+    )
+    sc = small(tmp_path, text)
+    for blocks in (4, 16):
+        for choice in ("ring", "random", "rarest"):
+            run = run_swarm(sc, choice, blocks_per_piece=blocks)
+            assert run.last_done_s == pytest.approx(sc.file_bytes * 8 / 1e6)
+            assert run.done_at_s.min() == run.last_done_s
+
+
+def test_finer_blocks_give_the_same_answer(tmp_path: Path) -> None:
+    # the resolution is not what the result depends on: 8 and 32 blocks a piece agree
+    sc = small(tmp_path)
+    coarse = run_swarm(sc, "ring", seed=3, blocks_per_piece=8).last_done_s
+    fine = run_swarm(sc, "ring", seed=3, blocks_per_piece=32).last_done_s
+    assert abs(coarse - fine) <= 0.05 * fine, (coarse, fine)
+
+
+def test_bound_with_arrivals() -> None:
+    # two subscribers of 1 Mbit/s up arriving at 0 and 10 s, an origin of 10 Mbit/s:
+    # the upload available by T is 10T + T + (T - 10) Mbit, which must reach 2F
+    sc = SwarmScenario("two", 2, 10.48576, 1024, 10.0, 10.0, ())
+    f = sc.file_bytes * 8 / 1e6  # 83.88608 Mbit
+    subs = Subscribers(np.array([1e6, 1e6]), np.array([1e9, 1e9]), np.array([0.0, 10.0]))
+    assert fluid_bound_s(sc, subs) == pytest.approx((2 * f + 10) / 12, rel=1e-9)
+    # everyone at t = 0: Kumar and Ross's max(F/u_s, F/d_min, N*F/(u_s + sum u_i))
+    flash = Subscribers(np.array([1e6, 3e6]), np.array([2e6, 1e9]), np.zeros(2))
+    assert fluid_bound_s(sc, flash) == pytest.approx(max(f / 10, f / 2, 2 * f / 14))
 
 
 def test_bad_scenarios_say_what_to_fix(tmp_path: Path) -> None:
@@ -63,15 +108,17 @@ def test_bad_scenarios_say_what_to_fix(tmp_path: Path) -> None:
     bad.write_text("[swarm]\nsubscribers = 10\n")
     with pytest.raises(SwarmScenarioError, match="classes"):
         load_swarm_scenario(str(bad))
-    assert load_swarm_scenario("flash-50k").subscribers == 50000
+    for name, subscribers in (("flash-50k", 50000), ("window-20k", 20000), ("mix-20k", 20000)):
+        assert load_swarm_scenario(name).subscribers == subscribers
 
 
 def test_cli_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "small.toml"
-    path.write_text(SMALL)
+    path.write_text(SMALL.replace("subscribers = 300", "subscribers = 40"))
     rc = main(["sim", "swarm", "--scenario", str(path), "--out", str(tmp_path), "--json"])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert [c["choice"] for c in summary["choices"]] == ["ring", "random", "rarest"]
     assert (tmp_path / "swarm-small-seed1.png").stat().st_size > 1000
     assert main(["sim", "swarm", "--scenario", str(path), "--choices", "nope"]) == 2
+    assert main(["sim", "swarm", "--scenario", str(path), "--blocks-per-piece", "0"]) == 2

@@ -346,7 +346,7 @@ def register_swarm(sim_sub: argparse._SubParsersAction[argparse.ArgumentParser])
     sw = sim_sub.add_parser(
         "swarm",
         help="a flash crowd on one issue: the ring's uploader choice, random, rarest-first",
-        description="Piece-level swarm model in slots (numpy): completion against the "
+        description="Block-level swarm model in steps (numpy): completion against the "
         "fluid bound, the origin's share of unicast, when subscribers may leave fairly, "
         "for each uploader choice, in one table and one plot.",
     )
@@ -361,10 +361,11 @@ def register_swarm(sim_sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="comma-separated uploader choices (default ring,random,rarest)",
     )
     sw.add_argument(
-        "--slots-per-piece",
+        "--blocks-per-piece",
         type=int,
-        default=1,
-        help="time resolution: slots per piece time at the slowest upload rate (default 1)",
+        default=16,
+        help="resolution: blocks per piece; a step is one block at the slowest upload "
+        "rate (default 16)",
     )
     add_seed_out_json(sw, out="the plot", printed="a table")
     sw.set_defaults(func=run_swarm_sim)
@@ -372,14 +373,8 @@ def register_swarm(sim_sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def run_swarm_sim(args: argparse.Namespace) -> int:
     """Handler of `pressrun sim swarm`."""
-    from pressrun.sim.swarm_model import (
-        CHOICES,
-        SwarmScenarioError,
-        compare,
-        format_comparison,
-        load_swarm_scenario,
-        plot_comparison,
-    )
+    from pressrun.sim.swarm_model import CHOICES, compare, format_comparison, plot_comparison
+    from pressrun.sim.swarm_scenario import SwarmScenarioError, load_swarm_scenario
 
     choices = tuple(c.strip() for c in args.choices.split(",") if c.strip())
     bad = [c for c in choices if c not in CHOICES]
@@ -396,7 +391,7 @@ def run_swarm_sim(args: argparse.Namespace) -> int:
             scenario,
             choices,
             seed=args.seed,
-            slots_per_piece=args.slots_per_piece,
+            blocks_per_piece=args.blocks_per_piece,
             progress=not args.json,
         )
     except (SwarmScenarioError, ValueError) as exc:

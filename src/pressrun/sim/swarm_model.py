@@ -1,172 +1,71 @@
 """`pressrun sim swarm`: a flash crowd on one issue, three ways of choosing uploaders.
 
-A piece-level model in synchronous slots (numpy, so 50,000 subscribers run in seconds):
-one slot is the time the slowest subscriber takes to upload one piece; in a slot every
-node uploads at most ``k_up`` pieces and downloads at most ``k_down`` (its class's rates
-in units of that slowest upload, rounded), the origin uploads at most ``k_origin``. A
-piece received in a slot can be passed on from the next. Every slot, each subscriber
-still downloading asks for up to ``k_down`` pieces it lacks, and an uploader is chosen
-for each request by one of:
+A block-level model in synchronous steps (numpy, so 50,000 subscribers run in a minute
+or two per choice). A piece is cut into ``blocks_per_piece`` blocks; one step is the
+time the slowest subscriber takes to upload one block. In a step every node uploads at
+most its upload rate in blocks and downloads at most its download rate (rates as credit
+that builds up, so 2.5 blocks a step is 2 or 3), the origin at most u_s. As in
+BitTorrent, a piece is passed on only once it is complete (a peer announces a piece
+after checking its hash), but its blocks come from any holders in parallel, and a
+subscriber keeps requests out for several pieces at once: the pieces it has started
+(most advanced first, as libtorrent finishes partial pieces first) and new ones, as
+many as its download rate takes in a step plus ``EXTRA_PIECES`` (request pipelining:
+an uploader with capacity left and a requester that wants one of its pieces is never
+idle for want of a request).
+
+Each step, for each piece, the requests of that piece are served from its holders'
+upload left in the step, in the order each uploader choice gives:
 
 - ``ring``: the Chord ring's choice (`pressrun.chord.pieces.PieceDirectory`): the
-  supernode of the piece picks, among the holders with upload left in the slot, those
-  that still owe upload first and then the least loaded, spreading the requests; a
-  piece no subscriber holds is brought in from the origin by one asker; what holders
-  cannot take this slot goes to the origin while it has capacity (the owed-piece
-  fetch). Subscribers ask for pieces rarest first as they see it (libtorrent's own
-  order, which the `chord` policy leaves alone outside the pieces it must bring in;
-  see ``rarest``), and the rarest pieces claim their holders' upload first;
-- ``random``: a holder of the piece drawn at random (the origin is one of the holders
-  of every piece), pieces in random order; an uploader with more requests than
-  capacity serves a random subset, the rest wait for the next slot;
-- ``rarest``: BitTorrent's rarest-first: the pieces with the fewest copies among the
-  subscriber's ``NEIGHBOURS`` connected peers (a binomial sample of the swarm's copies)
-  asked for first, a random holder for each (as ``random``).
+  supernode of the piece gives the requests to holders that still owe upload
+  (downloaded more than uploaded) first, then to the least loaded (most upload left
+  this step), ties at random; the rarest pieces claim their holders' upload first.
+  Subscribers ask for the pieces rarest as they see them (libtorrent's own order,
+  which the `chord` policy leaves alone outside the pieces it must bring in);
+- ``random``: holders in random order, pieces in random order, and each subscriber
+  asks for random pieces;
+- ``rarest``: BitTorrent's rarest-first: each subscriber asks for the pieces with the
+  fewest copies among its ``NEIGHBOURS`` connected peers (a binomial sample of the
+  swarm's copies, in its normal approximation) first; holders and pieces in random
+  order (as ``random``).
 
-Measured per choice: each subscriber's completion time, the last one against the fluid
-bound of Kumar and Ross, max(F/u_s, F/d_min, N*F/(u_s + sum u_i)); the origin's bytes
-as a share of unicast (N*F); when each subscriber may leave fairly (uploaded at least
-what it downloaded; everyone keeps seeding until the last finishes). F is the file
-rounded up to whole pieces.
+The origin is the same for all three: what the subscribers cannot serve each other in
+a step it serves while it has upload left, pieces with the fewest copies first and the
+most advanced requests of each first (super-seeding-like: distinct pieces out before
+second copies, each brought in whole by few subscribers).
+
+Measured per choice: each subscriber's completion time, the last one against the lower
+bound of `swarm_scenario.fluid_bound_s`; the origin's bytes as a share of unicast (N*F);
+when each subscriber may leave fairly (uploaded at least what it downloaded; everyone
+keeps seeding until the last finishes). F is the file rounded up to whole pieces.
 """
 
 from __future__ import annotations
 
-import math
-import tomllib
+import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from pressrun.sim.swarm_scenario import SwarmScenario, draw_subscribers, fluid_bound_s
+
 CHOICES = ("ring", "random", "rarest")
 #: peers a subscriber is connected to, whose pieces it sees (libtorrent's default
 #: connections_limit per torrent is of this order)
 NEIGHBOURS = 50
+#: pieces a subscriber requests beyond what its download rate takes in one step
+EXTRA_PIECES = 2
+#: blocks per piece by default: 64 KiB blocks of a 1 MiB piece (BitTorrent's requests
+#: are 16 KiB; four of them pipelined to one uploader make one of these)
+DEFAULT_BLOCKS_PER_PIECE = 16
+#: the ring serves first a subscriber whose own download needs at least this share of
+#: the time the whole swarm needs for what is missing (docs/chord.md)
+CRITICAL = 0.5
 
-
-class SwarmScenarioError(ValueError):
-    """A swarm scenario file is missing or wrong; the message says what to fix."""
-
-
-@dataclass(frozen=True, slots=True)
-class PeerClass:
-    share: float
-    upload_mbps: float
-    download_mbps: float
-
-
-@dataclass(frozen=True, slots=True)
-class SwarmScenario:
-    name: str
-    subscribers: int
-    file_mb: float
-    piece_kib: int
-    origin_upload_mbps: float
-    arrival_window_s: float
-    classes: tuple[PeerClass, ...]
-
-    @property
-    def piece_bytes(self) -> int:
-        return self.piece_kib * 1024
-
-    @property
-    def num_pieces(self) -> int:
-        return math.ceil(self.file_mb * 1e6 / self.piece_bytes)
-
-    @property
-    def file_bytes(self) -> int:
-        """F as modelled: whole pieces."""
-        return self.num_pieces * self.piece_bytes
-
-
-def swarm_scenario_names() -> list[str]:
-    root = resources.files("pressrun.sim") / "swarm_scenarios"
-    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
-
-
-def load_swarm_scenario(name_or_path: str) -> SwarmScenario:
-    """A built-in scenario by name, or a TOML file (docs/chord.md has the format)."""
-    path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
-        try:
-            raw = path.read_text(encoding="utf-8")
-        except OSError as err:
-            raise SwarmScenarioError(f"cannot read {path}: {err}") from None
-    else:
-        res = resources.files("pressrun.sim") / "swarm_scenarios" / f"{name_or_path}.toml"
-        if not res.is_file():
-            raise SwarmScenarioError(
-                f"no swarm scenario {name_or_path!r}; built-in: {', '.join(swarm_scenario_names())}"
-            )
-        raw = res.read_text(encoding="utf-8")
-    try:
-        doc = tomllib.loads(raw)
-    except tomllib.TOMLDecodeError as err:
-        raise SwarmScenarioError(f"{name_or_path}: not valid TOML: {err}") from None
-    return _parse(doc, name_or_path)
-
-
-def _parse(doc: dict[str, Any], where: str) -> SwarmScenario:
-    sw = doc.get("swarm")
-    if not isinstance(sw, dict):
-        raise SwarmScenarioError(f"{where}: needs a [swarm] table")
-
-    def num(key: str, default: float | None = None, *, positive: bool = True) -> float:
-        v = sw.get(key, default)
-        if not isinstance(v, int | float) or isinstance(v, bool):
-            raise SwarmScenarioError(f"{where}: swarm.{key} must be a number")
-        if v <= 0 if positive else v < 0:
-            raise SwarmScenarioError(
-                f"{where}: swarm.{key} must be {'> 0' if positive else '>= 0'}"
-            )
-        return float(v)
-
-    classes_raw = sw.get("classes")
-    if not isinstance(classes_raw, list) or not classes_raw:
-        raise SwarmScenarioError(f"{where}: needs at least one [[swarm.classes]]")
-    classes: list[PeerClass] = []
-    for i, c in enumerate(classes_raw):
-        try:
-            pc = PeerClass(float(c["share"]), float(c["upload_mbps"]), float(c["download_mbps"]))
-        except (KeyError, TypeError, ValueError):
-            raise SwarmScenarioError(
-                f"{where}: swarm.classes[{i}] needs share, upload_mbps, download_mbps numbers"
-            ) from None
-        if pc.share <= 0 or pc.upload_mbps <= 0 or pc.download_mbps <= 0:
-            raise SwarmScenarioError(f"{where}: swarm.classes[{i}]: every value must be > 0")
-        classes.append(pc)
-    total = sum(c.share for c in classes)
-    if abs(total - 1.0) > 1e-6:
-        raise SwarmScenarioError(f"{where}: class shares add up to {total}, not 1")
-    subs = int(num("subscribers"))
-    if subs < 2:
-        raise SwarmScenarioError(f"{where}: swarm.subscribers must be at least 2")
-    return SwarmScenario(
-        name=str(doc.get("name", Path(where).stem)),
-        subscribers=subs,
-        file_mb=num("file_mb"),
-        piece_kib=int(num("piece_kib", 1024)),
-        origin_upload_mbps=num("origin_upload_mbps"),
-        arrival_window_s=num("arrival_window_s", 0.0, positive=False),
-        classes=tuple(classes),
-    )
-
-
-def fluid_bound_s(
-    sc: SwarmScenario, upload_bps: npt.NDArray[np.float64], d_min_bps: float
-) -> float:
-    """max(F/u_s, F/d_min, N*F/(u_s + sum u_i)) in seconds (Kumar and Ross)."""
-    f_bits = sc.file_bytes * 8
-    u_s = sc.origin_upload_mbps * 1e6
-    return max(
-        f_bits / u_s,
-        f_bits / d_min_bps,
-        sc.subscribers * f_bits / (u_s + float(upload_bps.sum())),
-    )
+Ints = npt.NDArray[np.int64]
 
 
 @dataclass(slots=True)
@@ -174,30 +73,24 @@ class SwarmRun:
     """One choice's run."""
 
     choice: str
-    slot_s: float
+    step_s: float
     done_at_s: npt.NDArray[np.float64]  # per subscriber (inf: unfinished)
     fair_at_s: npt.NDArray[np.float64]  # per subscriber, first time uploaded >= downloaded
-    origin_pieces: int
-    slots: int
-    completed_per_slot: list[int] = field(default_factory=list)
+    origin_blocks: int
+    blocks_per_piece: int
+    steps: int
+    wall_s: float = 0.0
+    completed_per_step: list[int] = field(default_factory=list)
+    #: share of the subscribers' upload credit used, per step
+    upload_use_per_step: list[float] = field(default_factory=list)
 
     @property
     def last_done_s(self) -> float:
         return float(self.done_at_s.max())
 
-
-def _classes(sc: SwarmScenario, rng: np.random.Generator) -> tuple[npt.NDArray[np.float64], ...]:
-    n = sc.subscribers
-    counts = [round(c.share * n) for c in sc.classes]
-    counts[-1] = n - sum(counts[:-1])
-    up = np.concatenate(
-        [np.full(k, c.upload_mbps * 1e6) for k, c in zip(counts, sc.classes, strict=True)]
-    )
-    down = np.concatenate(
-        [np.full(k, c.download_mbps * 1e6) for k, c in zip(counts, sc.classes, strict=True)]
-    )
-    perm = rng.permutation(n)
-    return up[perm], down[perm]
+    @property
+    def origin_pieces(self) -> float:
+        return self.origin_blocks / self.blocks_per_piece
 
 
 def run_swarm(
@@ -205,211 +98,279 @@ def run_swarm(
     choice: str,
     *,
     seed: int = 1,
-    slots_per_piece: int = 1,
-    max_slots: int = 20000,
+    blocks_per_piece: int = DEFAULT_BLOCKS_PER_PIECE,
+    max_steps: int | None = None,
 ) -> SwarmRun:
     """Simulate ``sc`` with one uploader choice (module docstring)."""
     if choice not in CHOICES:
         raise ValueError(f"unknown uploader choice {choice!r}; choose from {', '.join(CHOICES)}")
-    rng = np.random.default_rng(seed)
-    n, p = sc.subscribers, sc.num_pieces
-    up_bps, down_bps = _classes(sc, rng)
-    base = float(up_bps.min())
-    if slots_per_piece < 1:
-        raise ValueError("slots_per_piece must be at least 1")
-    slot_s = sc.piece_bytes * 8 / base / slots_per_piece
-    # pieces per slot, as credit that builds up (a slow node uploads one piece every
-    # slots_per_piece slots); unused credit is not hoarded beyond one piece or one slot
-    up_rate = np.append(up_bps, sc.origin_upload_mbps * 1e6) / base / slots_per_piece
-    up_credit = np.zeros(n + 1)
-    down_rate = down_bps / base / slots_per_piece
-    down_credit = np.zeros(n)
-    arrive_slot = np.floor(rng.uniform(0, sc.arrival_window_s, n) / slot_s).astype(np.int64)
+    if not 1 <= blocks_per_piece <= 255:
+        raise ValueError("blocks_per_piece must be between 1 and 255")
+    started = time.perf_counter()
+    swarm = _Swarm(sc, choice, seed, blocks_per_piece)
+    if max_steps is None:
+        max_steps = int(20 * swarm.bound_s / swarm.run.step_s) + 1000
+    for t in range(max_steps):
+        if not swarm.step(t):
+            break
+    swarm.run.wall_s = time.perf_counter() - started
+    return swarm.run
 
-    have = np.zeros((n, p), dtype=bool)
-    copies = np.zeros(p, dtype=np.int64)
-    holders = np.zeros((p, n), dtype=np.int64)
-    hcount = np.zeros(p, dtype=np.int64)
-    uploaded = np.zeros(n, dtype=np.int64)
-    downloaded = np.zeros(n, dtype=np.int64)
-    done_at = np.full(n, np.inf)
-    fair_at = np.full(n, np.inf)
-    origin_pieces = 0
-    run = SwarmRun(choice, slot_s, done_at, fair_at, 0, 0)
-    origin = n  # the origin's index in the uploader arrays
 
-    for t in range(max_slots):
-        active = np.flatnonzero((arrive_slot <= t) & ~np.isfinite(done_at))
+class _Swarm:
+    """The state of one run; `step` moves it on by one step."""
+
+    def __init__(self, sc: SwarmScenario, choice: str, seed: int, b: int) -> None:
+        self.choice = choice
+        self.rng = rng = np.random.default_rng(seed)
+        self.n, self.p, self.b = n, p, _ = sc.subscribers, sc.num_pieces, b
+        subs = draw_subscribers(sc, rng)
+        self.bound_s = fluid_bound_s(sc, subs)
+        block_bits = sc.piece_bytes * 8 / b
+        step_s = block_bits / float(subs.upload_bps.min())
+        self.origin = n  # the origin's index in the upload arrays
+        self.up_rate = np.append(subs.upload_bps, sc.origin_upload_mbps * 1e6) * step_s / block_bits
+        self.down_rate = subs.download_bps * step_s / block_bits
+        # credit builds up by the rate each step; unused credit is not hoarded beyond one
+        # block or one step's worth
+        self.up_cap = np.maximum(1.0, self.up_rate)
+        self.down_cap = np.maximum(1.0, self.down_rate)
+        self.up_credit = np.zeros(n + 1)
+        self.down_credit = np.zeros(n)
+        self.arrive_step = np.floor(subs.arrive_s / step_s).astype(np.int64)
+        self.progress = np.zeros((n, p), dtype=np.uint8)  # blocks held of each piece
+        self.have_t = np.zeros((p, n), dtype=bool)  # complete pieces, piece-major
+        self.copies = np.zeros(p, dtype=np.int64)
+        self.pieces_had = np.zeros(n, dtype=np.int64)
+        self.uploaded = np.zeros(n, dtype=np.int64)  # blocks
+        self.downloaded = np.zeros(n, dtype=np.int64)
+        self.run = SwarmRun(choice, step_s, np.full(n, np.inf), np.full(n, np.inf), 0, b, 0)
+        # Random keys for the subscribers' piece order: drawing n*p normals every step
+        # cost more than the rest of the step, so they come from a pool drawn once per
+        # run and read at a random offset each step.
+        size = max(1 << 20, 4 * n * p)
+        self.pool_u = rng.random(size, dtype=np.float32)
+        self.pool_z = rng.standard_normal(size, dtype=np.float32)
+
+    def _pool(self, pool: npt.NDArray[np.float32], shape: tuple[int, int]) -> Any:
+        count = shape[0] * shape[1]
+        at = int(self.rng.integers(0, pool.size - count + 1))
+        return pool[at : at + count].reshape(shape)
+
+    def step(self, t: int) -> bool:
+        """One step; False once everyone has finished."""
+        n, p, b, rng, run = self.n, self.p, self.b, self.rng, self.run
+        done_at = run.done_at_s
+        arrived = self.arrive_step <= t
+        active = np.flatnonzero(arrived & ~np.isfinite(done_at))
         if active.size == 0 and np.isfinite(done_at).all():
-            break
-        if active.size:
-            # --- which pieces each active subscriber asks for
-            noise = rng.random((active.size, p), dtype=np.float32)
-            if choice == "random":
-                key = noise.astype(np.float64)
-            else:
-                # rarest first as a peer sees it: copies among its NEIGHBOURS connected
-                # peers (a binomial sample of the swarm, in its normal approximation),
-                # ties at random
-                q = np.minimum(1.0, copies / n)
-                mean, sd = NEIGHBOURS * q, np.sqrt(NEIGHBOURS * q * (1 - q))
-                z = rng.standard_normal((active.size, p), dtype=np.float32)
-                key = np.maximum(0.0, mean[None, :] + sd[None, :] * z) + noise * 0.5
-            key = np.where(have[active], np.inf, key)
-            down_credit[active] = np.minimum(
-                down_credit[active] + down_rate[active], np.maximum(1.0, down_rate[active])
+            return False
+        up_credit, down_credit = self.up_credit, self.down_credit
+        up_credit[:n] = np.where(
+            arrived, np.minimum(up_credit[:n] + self.up_rate[:n], self.up_cap[:n]), 0
+        )
+        o = self.origin
+        up_credit[o] = min(up_credit[o] + self.up_rate[o], self.up_cap[o])
+        left = np.floor(up_credit).astype(np.int64)
+        down_credit[active] = np.minimum(
+            down_credit[active] + self.down_rate[active], self.down_cap[active]
+        )
+        dleft = np.zeros(n, dtype=np.int64)
+        dleft[active] = np.floor(down_credit[active]).astype(np.int64)
+
+        req_node, req_piece = self._requests(active, dleft)
+        order = self._holder_order(left[:n])
+        piece_rank = self._piece_order()
+        # requests by piece (in the choice's piece order), most advanced first, ties at
+        # random: the order in which the holders' upload serves them
+        progress = self.progress
+        srt = np.lexsort(
+            (
+                rng.random(req_node.size),
+                -progress[req_node, req_piece].astype(np.int64),
+                piece_rank[req_piece],
             )
-            k_down = np.minimum(p, np.floor(down_credit[active])).astype(np.int64)
-            kk = max(1, min(int(k_down.max()), p))
-            part = (
-                np.argpartition(key, kk - 1, axis=1)[:, :kk]
-                if kk < p
-                else np.tile(np.arange(p), (active.size, 1))
-            )
-            pk = np.take_along_axis(key, part, axis=1)
-            order = np.argsort(pk, axis=1)
-            part = np.take_along_axis(part, order, axis=1)
-            pk = np.take_along_axis(pk, order, axis=1)
-            take = (np.arange(kk)[None, :] < k_down[:, None]) & np.isfinite(pk)
-            req_node = np.repeat(active, kk).reshape(active.size, kk)[take]
-            req_piece = part[take]
-            # requests in random order: whoever asks first must not be the same node
-            # every time (the first asker of a piece is its bringer)
-            shuffle = rng.permutation(req_node.size)
-            req_node, req_piece = req_node[shuffle], req_piece[shuffle]
-            # --- who uploads each
-            up_credit = np.minimum(up_credit + up_rate, np.maximum(1.0, up_rate))
-            cap = np.floor(up_credit).astype(np.int64)
-            if choice == "ring":
-                req_up = _ring_assign(
-                    req_piece, hcount, holders, cap, uploaded, downloaded, origin, rng
-                )
-            else:
-                req_up = _random_assign(req_piece, hcount, holders, cap, origin, rng)
-            ok = req_up >= 0
-            req_node, req_piece, req_up = req_node[ok], req_piece[ok], req_up[ok]
-            # --- the transfers of the slot
-            have[req_node, req_piece] = True
-            np.add.at(downloaded, req_node, 1)
-            np.subtract.at(down_credit, req_node, 1.0)
-            np.subtract.at(up_credit, req_up, 1.0)
-            peer_up = req_up[req_up != origin]
-            np.add.at(uploaded, peer_up, 1)
-            origin_pieces += int((req_up == origin).sum())
-            _add_holders(req_piece, req_node, holders, hcount, copies)
-        end_s = (t + 1) * slot_s
-        finished = (~np.isfinite(done_at)) & (downloaded >= p)
+        )
+        req_node, req_piece = req_node[srt], req_piece[srt]
+        bounds = np.searchsorted(piece_rank[req_piece], np.arange(p + 1))
+        by_rank = np.argsort(piece_rank)  # rank -> piece
+        have_o = self.have_t[:, order]
+        left_o = left[order]
+        askers = self._asker_order(active)
+        prog_a = progress[askers].T.copy()  # piece-major, as at the start of the step
+        open_a = dleft[askers] > 0
+        at_a = np.empty(n, dtype=np.int64)
+        at_a[askers] = np.arange(askers.size)
+        for r in range(p):
+            k = int(by_rank[r])
+            hpos = np.flatnonzero(have_o[k] & (left_o > 0))
+            if hpos.size == 0:
+                continue
+            d = req_node[bounds[r] : bounds[r + 1]]
+            if d.size:
+                hpos = self._serve(k, d, order, hpos, left_o, dleft)
+                open_a[at_a[d]] = dleft[d] > 0
+                if hpos.size == 0:
+                    continue
+            # pipelining: anyone else still able to take blocks that lacks the piece
+            # (those that have started it first, the most advanced first); an uploader
+            # with capacity left is not idle while someone wants one of its pieces
+            cand = np.flatnonzero(open_a & (prog_a[k] < b))
+            if cand.size == 0:
+                continue
+            begun = prog_a[k, cand] > 0
+            first = cand[begun]
+            first = first[np.argsort(-prog_a[k, first].astype(np.int64), kind="stable")]
+            cand = np.concatenate((first, cand[~begun]))[: int(left_o[hpos].sum())]
+            more = askers[cand]
+            self._serve(k, more, order, hpos, left_o, dleft)
+            open_a[cand] = dleft[more] > 0
+        up_credit[:n] -= left[:n] - left_o[np.argsort(order)]
+        run.upload_use_per_step.append(
+            float((left[:n] - left_o).sum() / max(1, int(left[:n].sum())))
+        )
+        if left[o] > 0 and req_node.size:
+            used = self._origin(req_node, req_piece, int(left[o]), dleft)
+            up_credit[o] -= used
+            run.origin_blocks += used
+        down_credit[active] -= np.floor(down_credit[active]) - dleft[active]
+        # pieces completed in the step become available from the next
+        fp, fn = np.nonzero((progress >= b).T & ~self.have_t)
+        self.have_t[fp, fn] = True
+        self.copies += np.bincount(fp, minlength=p)
+        self.pieces_had += np.bincount(fn, minlength=n)
+        end_s = (t + 1) * run.step_s
+        finished = ~np.isfinite(done_at) & (self.pieces_had >= p)
         done_at[finished] = end_s
-        fair = (~np.isfinite(fair_at)) & np.isfinite(done_at) & (uploaded >= downloaded)
+        fair_at = run.fair_at_s
+        fair = ~np.isfinite(fair_at) & np.isfinite(done_at) & (self.uploaded >= self.downloaded)
         fair_at[fair] = end_s
-        run.completed_per_slot.append(int(np.isfinite(done_at).sum()))
-        run.slots = t + 1
-    run.origin_pieces = origin_pieces
-    return run
+        run.completed_per_step.append(int(np.isfinite(done_at).sum()))
+        run.steps = t + 1
+        return True
+
+    def _serve(self, k: int, d: Ints, order: Ints, hpos: Ints, left_o: Ints, dleft: Ints) -> Ints:
+        """Blocks of piece ``k`` to ``d`` (in order) from the holders at ``hpos`` of
+        ``order`` (in order); the holders with upload left after it."""
+        served = _fill(left_o[hpos], np.minimum(self.b - self.progress[d, k], dleft[d]))
+        if served is None:
+            return hpos
+        used, got = served
+        left_o[hpos] -= used
+        self.uploaded[order[hpos]] += used
+        self._receive(d, k, got, dleft)
+        return hpos[left_o[hpos] > 0]
+
+    def _receive(self, d: Ints, k: int, got: Ints, dleft: Ints) -> None:
+        # (each subscriber is at most once in d: no repeated indices)
+        dleft[d] -= got
+        self.progress[d, k] += got.astype(np.uint8)
+        self.downloaded[d] += got
+
+    def _origin(self, req_node: Ints, req_piece: Ints, o_left: int, dleft: Ints) -> int:
+        """What the holders could not serve, from the origin: fewest copies first, and of
+        those the pieces it has started first (each brought in whole before the next),
+        the most advanced requests first. Blocks it sent."""
+        p, progress = self.p, self.progress
+        by_piece = np.argsort(req_piece, kind="stable")  # keeps the order within a piece
+        pb = np.searchsorted(req_piece[by_piece], np.arange(p + 1))
+        begun = np.zeros(p, dtype=np.int64)
+        np.maximum.at(begun, req_piece, progress[req_node, req_piece].astype(np.int64))
+        sent = 0
+        for k in np.lexsort((self.rng.random(p), -begun, self.copies)):
+            lo, hi = pb[k], pb[k + 1]
+            if lo == hi:
+                continue
+            d = req_node[by_piece[lo:hi]]
+            served = _fill(np.array([o_left - sent]), np.minimum(self.b - progress[d, k], dleft[d]))
+            if served is None:
+                continue
+            sent += int(served[0][0])
+            self._receive(d, int(k), served[1], dleft)
+            if sent == o_left:
+                break
+        return sent
+
+    def _requests(self, active: Ints, dleft: Ints) -> tuple[Ints, Ints]:
+        """(subscriber, piece) of every request out this step."""
+        if active.size == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        n, p, b = self.n, self.p, self.b
+        prog = self.progress[active]
+        noise = self._pool(self.pool_u, prog.shape)
+        if self.choice == "random":
+            key = noise.copy()
+        else:
+            # rarest first as a peer sees it: copies among its NEIGHBOURS connected peers
+            # (a binomial sample of the swarm, in its normal approximation), ties at random
+            q = np.minimum(1.0, self.copies / n).astype(np.float32)
+            mean, sd = NEIGHBOURS * q, np.sqrt(NEIGHBOURS * q * (1 - q))
+            key = self._pool(self.pool_z, prog.shape) * sd[None, :]
+            key += mean[None, :]
+            np.maximum(key, 0.0, out=key)
+            key += noise * 0.5
+        # started pieces first, the most advanced first; pieces held never
+        begun = prog > 0
+        key[begun] = -prog[begun].astype(np.float32)
+        key[prog >= b] = np.inf
+        m = np.minimum(p, -(-dleft[active] // b) + EXTRA_PIECES)
+        kk = int(m.max())
+        part = (
+            np.argpartition(key, kk - 1, axis=1)[:, :kk]
+            if kk < p
+            else np.tile(np.arange(p), (active.size, 1))
+        )
+        pk = np.take_along_axis(key, part, axis=1)
+        take = (np.arange(kk)[None, :] < m[:, None]) & np.isfinite(pk)
+        req_node = np.repeat(active, kk).reshape(active.size, kk)[take]
+        return req_node, part[take].astype(np.int64)
+
+    def _holder_order(self, left: Ints) -> Ints:
+        """The order in which holders' upload is given out this step (subscribers)."""
+        if self.choice == "ring":
+            # owing first, then the least loaded (most upload left), ties at random
+            owes = self.downloaded > self.uploaded
+            return np.lexsort((self.rng.random(left.size), -left, ~owes)).astype(np.int64)
+        return self.rng.permutation(left.size).astype(np.int64)
+
+    def _asker_order(self, active: Ints) -> Ints:
+        """The order in which subscribers beyond a piece's requests get its holders'
+        upload."""
+        if self.choice != "ring":
+            return self.rng.permutation(active)
+        # the supernodes serve first whoever would otherwise finish after the swarm could
+        # (its own download rate is what limits it: most steps needed first), then
+        # whoever passes pieces on fastest (the most upload: the swarm's capacity grows
+        # fastest)
+        total = self.p * self.b
+        finish_steps = (total - self.downloaded[active]) / self.down_rate[active]
+        swarm_steps = (total * self.n - self.downloaded.sum()) / self.up_rate.sum()
+        critical = finish_steps >= CRITICAL * swarm_steps
+        key = np.where(critical, -finish_steps, -self.up_rate[active])
+        return active[np.lexsort((self.rng.random(active.size), key, ~critical))]
+
+    def _piece_order(self) -> Ints:
+        """Each piece's rank: lower ranks claim their holders' upload first."""
+        if self.choice == "ring":
+            order = np.lexsort((self.rng.random(self.p), self.copies))  # rarest first
+        else:
+            order = self.rng.permutation(self.p)
+        rank = np.empty(self.p, dtype=np.int64)
+        rank[order] = np.arange(self.p)
+        return rank
 
 
-def _random_assign(
-    req_piece: npt.NDArray[np.int64],
-    hcount: npt.NDArray[np.int64],
-    holders: npt.NDArray[np.int64],
-    cap: npt.NDArray[np.int64],
-    origin: int,
-    rng: np.random.Generator,
-) -> npt.NDArray[np.int64]:
-    # a random holder, the origin counted as one more holder of every piece
-    h = hcount[req_piece]
-    pick = np.floor(rng.random(req_piece.size) * (h + 1)).astype(np.int64)
-    up = np.where(pick >= h, origin, holders[req_piece, np.minimum(pick, np.maximum(h - 1, 0))])
-    return _within_capacity(up, cap, rng)
-
-
-def _within_capacity(
-    up: npt.NDArray[np.int64], cap: npt.NDArray[np.int64], rng: np.random.Generator
-) -> npt.NDArray[np.int64]:
-    # each uploader serves a random subset of its requests, up to its capacity
-    if up.size == 0:
-        return up
-    order = rng.permutation(up.size)
-    shuffled = up[order]
-    srt = np.argsort(shuffled, kind="stable")
-    grouped = shuffled[srt]
-    starts = np.r_[0, np.flatnonzero(np.diff(grouped)) + 1]
-    rank = np.arange(grouped.size) - np.repeat(starts, np.diff(np.r_[starts, grouped.size]))
-    keep_sorted = rank < cap[grouped]
-    keep = np.empty(up.size, dtype=bool)
-    keep[order[srt]] = keep_sorted
-    return np.where(keep, up, -1)
-
-
-def _ring_assign(
-    req_piece: npt.NDArray[np.int64],
-    hcount: npt.NDArray[np.int64],
-    holders: npt.NDArray[np.int64],
-    cap: npt.NDArray[np.int64],
-    uploaded: npt.NDArray[np.int64],
-    downloaded: npt.NDArray[np.int64],
-    origin: int,
-    rng: np.random.Generator,
-) -> npt.NDArray[np.int64]:
-    out = np.full(req_piece.size, -1, dtype=np.int64)
-    left = cap.copy()
-    owes = downloaded > uploaded
-    pieces = np.unique(req_piece)
-    rng.shuffle(pieces)
-    # the rarest pieces claim their holders' upload first
-    pieces = pieces[np.argsort(hcount[pieces], kind="stable")]
-    # 1. pieces nobody holds: one asker each brings it in from the origin
-    for piece in pieces[hcount[pieces] == 0]:
-        if left[origin] <= 0:
-            break
-        out[np.flatnonzero(req_piece == piece)[0]] = origin
-        left[origin] -= 1
-    # 2. the holders' upload: owing first, then the most upload left (least loaded),
-    # ties at random; round by round, one request per holder per round
-    for piece in pieces[hcount[pieces] > 0]:
-        idx = np.flatnonzero(req_piece == piece)
-        hs = holders[piece, : hcount[piece]]
-        hs = hs[left[hs] > 0]
-        if hs.size == 0:
-            continue
-        tie = rng.random(hs.size)
-        hs = hs[np.lexsort((tie, -left[hs], ~owes[hs]))]
-        reps = np.minimum(left[hs], math.ceil(idx.size / hs.size))
-        slots_h = np.repeat(hs, reps)
-        slots_j = np.arange(slots_h.size) - np.repeat(np.cumsum(reps) - reps, reps)
-        pos = np.repeat(np.arange(hs.size), reps)
-        chosen = slots_h[np.lexsort((pos, slots_j))[: idx.size]]
-        out[idx[: chosen.size]] = chosen
-        np.subtract.at(left, chosen, 1)
-    # 3. what the holders cannot take this slot: the origin, rarest pieces first (the
-    # owed-piece fetch), while it has upload left
-    if left[origin] > 0:
-        waiting = np.flatnonzero(out < 0)
-        waiting = waiting[np.argsort(hcount[req_piece[waiting]], kind="stable")]
-        # not a second copy of a piece it brings in this very slot
-        take = waiting[hcount[req_piece[waiting]] > 0][: int(left[origin])]
-        out[take] = origin
-        left[origin] -= take.size
-    return out
-
-
-def _add_holders(
-    req_piece: npt.NDArray[np.int64],
-    req_node: npt.NDArray[np.int64],
-    holders: npt.NDArray[np.int64],
-    hcount: npt.NDArray[np.int64],
-    copies: npt.NDArray[np.int64],
-) -> None:
-    if req_piece.size == 0:
-        return
-    srt = np.argsort(req_piece, kind="stable")
-    ps, ns = req_piece[srt], req_node[srt]
-    starts = np.r_[0, np.flatnonzero(np.diff(ps)) + 1]
-    lens = np.diff(np.r_[starts, ps.size])
-    rank = np.arange(ps.size) - np.repeat(starts, lens)
-    holders[ps, hcount[ps] + rank] = ns
-    np.add.at(hcount, ps[starts], lens)
-    np.add.at(copies, ps[starts], lens)
+def _fill(cap: Ints, want: Ints) -> tuple[Ints, Ints] | None:
+    """Serve ``want`` (in order) from ``cap`` (in order), each filled before the next:
+    (used of each cap, got of each want), or None when nothing moves."""
+    total = min(int(cap.sum()), int(want.sum()))
+    if total <= 0:
+        return None
+    cc = np.cumsum(cap)
+    used = np.clip(total - (cc - cap), 0, cap)
+    ww = np.cumsum(want)
+    got = np.clip(total - (ww - want), 0, want)
+    return used, got
 
 
 @dataclass(slots=True)
@@ -421,6 +382,9 @@ class SwarmComparison:
 
     def rows(self) -> list[dict[str, float | str]]:
         unicast = self.scenario.subscribers * self.scenario.file_bytes
+        block_bytes = self.scenario.piece_bytes / (
+            self.runs[0].blocks_per_piece if self.runs else 1
+        )
         out: list[dict[str, float | str]] = []
         for r in self.runs:
             fair = r.fair_at_s[np.isfinite(r.fair_at_s)]
@@ -433,13 +397,12 @@ class SwarmComparison:
                     "last_done_s": round(r.last_done_s, 1),
                     "vs_bound": round(r.last_done_s / self.bound_s, 3),
                     "median_done_s": round(float(np.median(r.done_at_s)), 1),
-                    "origin_share_of_unicast": round(
-                        r.origin_pieces * self.scenario.piece_bytes / unicast, 6
-                    ),
+                    "origin_share_of_unicast": round(r.origin_blocks * block_bytes / unicast, 6),
                     "origin_copies": round(r.origin_pieces / self.scenario.num_pieces, 2),
                     "ratio_by_end": round(fair.size / self.scenario.subscribers, 4),
                     "leave_median_s": round(float(np.median(leave)), 1),
                     "leave_p90_s": round(float(np.percentile(leave, 90)), 1),
+                    "wall_s": round(r.wall_s, 1),
                 }
             )
         return out
@@ -450,27 +413,40 @@ def compare(
     choices: tuple[str, ...] = CHOICES,
     *,
     seed: int = 1,
-    slots_per_piece: int = 1,
+    blocks_per_piece: int = DEFAULT_BLOCKS_PER_PIECE,
     progress: bool = False,
 ) -> SwarmComparison:
-    """Run each choice on the same scenario and seed."""
-    rng = np.random.default_rng(seed)
-    up, down = _classes(sc, rng)
-    bound = fluid_bound_s(sc, up, float(down.min()))
+    """Run each choice on the same scenario and seed (the same subscribers)."""
+    bound = fluid_bound_s(sc, draw_subscribers(sc, np.random.default_rng(seed)))
     runs = []
     for c in choices:
         if progress:
-            print(f"pressrun sim swarm: {sc.name}, uploader choice {c}", flush=True)
-        runs.append(run_swarm(sc, c, seed=seed, slots_per_piece=slots_per_piece))
+            print(f"pressrun sim swarm: {sc.name}, uploader choice {c} ...", flush=True)
+        run = run_swarm(sc, c, seed=seed, blocks_per_piece=blocks_per_piece)
+        if progress:
+            print(
+                f"pressrun sim swarm: {c}: last done {run.last_done_s:.1f} s "
+                f"({run.steps} steps of {run.step_s:.3f} s, {run.wall_s:.1f} s wall)",
+                flush=True,
+            )
+        runs.append(run)
     return SwarmComparison(sc, seed, bound, runs)
 
 
 def format_comparison(cmp: SwarmComparison) -> str:
     sc = cmp.scenario
+    b = cmp.runs[0].blocks_per_piece if cmp.runs else DEFAULT_BLOCKS_PER_PIECE
+    window = f", arrivals over {sc.arrival_window_s:g} s" if sc.arrival_window_s else ""
+    bound_kind = (
+        "fluid, upload counted from each arrival"
+        if window
+        else "fluid: max(F/u_s, F/d_min, N*F/(u_s + sum u_i))"
+    )
     lines = [
         f"{sc.name}: {sc.subscribers} subscribers, {sc.file_bytes / 1e6:.1f} MB in "
-        f"{sc.num_pieces} pieces, origin {sc.origin_upload_mbps:g} Mbit/s, seed {cmp.seed}",
-        f"fluid bound max(F/u_s, F/d_min, N*F/(u_s + sum u_i)) = {cmp.bound_s:.1f} s",
+        f"{sc.num_pieces} pieces of {b} blocks, origin {sc.origin_upload_mbps:g} Mbit/s"
+        f"{window}, seed {cmp.seed}",
+        f"lower bound ({bound_kind}) = {cmp.bound_s:.1f} s",
         f"{'choice':<8}{'last done':>11}{'x bound':>9}{'median':>9}{'origin/unicast':>16}"
         f"{'origin copies':>15}{'ratio>=1':>10}{'leave p50':>11}{'leave p90':>11}",
     ]
@@ -498,14 +474,14 @@ def plot_comparison(cmp: SwarmComparison, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(9, 5))
     n = cmp.scenario.subscribers
     for r in cmp.runs:
-        ts = [(i + 1) * r.slot_s for i in range(len(r.completed_per_slot))]
+        ts = [(i + 1) * r.step_s for i in range(len(r.completed_per_step))]
         ax.step(
             ts,
-            [c / n for c in r.completed_per_slot],
+            [c / n for c in r.completed_per_step],
             where="post",
             label=f"{r.choice} (last {r.last_done_s:.0f} s)",
         )
-    ax.axvline(cmp.bound_s, color="k", linestyle="--", label=f"fluid bound {cmp.bound_s:.0f} s")
+    ax.axvline(cmp.bound_s, color="k", linestyle="--", label=f"lower bound {cmp.bound_s:.0f} s")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("share of subscribers done")
     ax.set_title(f"{cmp.scenario.name}: uploader choices")
