@@ -184,12 +184,10 @@ class _Swarm:
         # requests by piece (in the choice's piece order), most advanced first, ties at
         # random: the order in which the holders' upload serves them
         progress = self.progress
-        srt = np.lexsort(
-            (
-                rng.random(req_node.size),
-                -progress[req_node, req_piece].astype(np.int64),
-                piece_rank[req_piece],
-            )
+        srt = np.argsort(
+            (piece_rank[req_piece] << 40)
+            | ((255 - progress[req_node, req_piece].astype(np.int64)) << 32)
+            | rng.integers(0, 1 << 32, req_node.size)
         )
         req_node, req_piece = req_node[srt], req_piece[srt]
         bounds = np.searchsorted(piece_rank[req_piece], np.arange(p + 1))
@@ -330,7 +328,8 @@ class _Swarm:
         if self.choice == "ring":
             # owing first, then the least loaded (most upload left), ties at random
             owes = self.downloaded > self.uploaded
-            return np.lexsort((self.rng.random(left.size), -left, ~owes)).astype(np.int64)
+            key = (~owes).astype(np.int64) << 52 | (np.maximum(0, 65535 - left) << 32)
+            return np.argsort(key | self.rng.integers(0, 1 << 32, left.size))
         return self.rng.permutation(left.size).astype(np.int64)
 
     def _asker_order(self, active: Ints) -> Ints:
