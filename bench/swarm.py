@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import itertools
 import logging
+import os
 import statistics
 import tempfile
 import time
@@ -77,6 +78,21 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
                 for sn in supernodes:
                     await sn.close()
             wall = time.perf_counter() - started
+            ring = [s for p in swarm.peers if (s := p.ring_stats) is not None]
+            ring_figures = (
+                {
+                    # the ring's cost: HTTP requests each peer sent to supernodes, the
+                    # lookups the supernodes ran through the ring (all peers together)
+                    "ring_requests_per_peer": sum(s.requests for s in ring) / n,
+                    "ring_rounds_per_peer": sum(s.rounds for s in ring) / n,
+                    "sn_lookups": float(sum(sn.stats.lookups for sn in supernodes)),
+                    "sn_uploader_answers": float(
+                        sum(sn.stats.uploader_answers for sn in supernodes)
+                    ),
+                }
+                if ring
+                else {}
+            )
             bad = [r for r in results if not r.completed]
             if bad:
                 raise SystemExit(f"{len(bad)} peers did not complete")
@@ -94,8 +110,13 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
                 "copies": swarm.origin_bytes_sent() / size,
                 "wall_s": wall,
                 "mean_ratio": statistics.mean(ratios) if ratios else 0.0,
+                **ring_figures,
                 **{f"rule_{k}": float(v) for k, v in rules.items()},
             }
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 async def main() -> None:
@@ -132,6 +153,7 @@ async def main() -> None:
     )
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    print("load average (1, 5, 15 min) at the start:", _load())
     print(
         f"F = {args.size_mib} MiB, u = {args.peer_upload_mbps} Mbit/s per peer, "
         f"u_s = {args.origin_mbps} Mbit/s over {args.origins} origin(s), "
@@ -153,6 +175,15 @@ async def main() -> None:
             + (f"   runs: {each}" if args.runs > 1 else ""),
             flush=True,
         )
+        if "ring_requests_per_peer" in med:
+            print(
+                f"{'':>15} ring: {med['ring_requests_per_peer']:.0f} requests and "
+                f"{med['ring_rounds_per_peer']:.0f} rounds per peer, supernodes ran "
+                f"{med['sn_lookups']:.0f} lookups and gave {med['sn_uploader_answers']:.0f} "
+                "uploader answers",
+                flush=True,
+            )
+    print("load average (1, 5, 15 min) at the end:", _load())
 
 
 if __name__ == "__main__":

@@ -650,13 +650,21 @@ class SwarmPeer:
                 owed.append(index)
             else:
                 absent.append(index)
-        if self.policy.fetches_owed_pieces and plan is not None and tradable == 0 and not owed:
+        self._unheld = frozenset((*owed, *absent))
+        # pieces the ring said another peer brings in or holds: coming, not starving
+        coming = self.policy.waiting_on(absent) if isinstance(self.policy, ChordPolicy) else []
+        if (
+            self.policy.fetches_owed_pieces
+            and plan is not None
+            and tradable == 0
+            and not owed
+            and not coming
+        ):
             # starved among peers: none can give anything, so whatever it lacks is owed
             # (a peer alone, with no plan, is starved and uses libtorrent's web seeds)
             owed = absent
-        self._unheld = frozenset((*owed, *absent))
         self._feed.set_owed(tuple(owed))
-        return tradable, len(owed)
+        return tradable, len(owed) + len(coming)
 
     def _on_peer_info(self, peers: Sequence[Any]) -> None:
         # Bytes from web seeds, per connection: a connection's total only grows, so a

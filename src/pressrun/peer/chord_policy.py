@@ -35,16 +35,28 @@ class ChordPolicy(UploaderPolicy):
         self._fallback = StripesPolicy()
         self.ring_ready = False
         self.bring_in: frozenset[int] = frozenset()
+        #: pieces the ring answered for lately (another peer brings or holds them, or
+        #: nobody yet: ``wait``): not starving, they are coming
+        self.expected: frozenset[int] = frozenset()
 
-    def set_ring_answers(self, bring_in: Iterable[int]) -> None:
-        """The pieces the ring made this peer responsible for bringing in."""
+    def set_ring_answers(self, bring_in: Iterable[int], expected: Iterable[int] = ()) -> None:
+        """The pieces the ring made this peer responsible for bringing in, and those it
+        answered for otherwise lately."""
         self.ring_ready = True
         self.bring_in = frozenset(bring_in)
+        self.expected = frozenset(expected)
 
     def ring_lost(self) -> None:
         """No supernode answers any more: back to `stripes`."""
         self.ring_ready = False
         self.bring_in = frozenset()
+        self.expected = frozenset()
+
+    def waiting_on(self, absent: Iterable[int]) -> list[int]:
+        """Of the pieces no connected peer holds, those the ring said are coming."""
+        if not self.ring_ready:
+            return []
+        return [p for p in absent if p in self.expected]
 
     def plan(self, view: SwarmView, *, now: float) -> PiecePlan | None:
         """Top priority for the pieces to bring in, the lowest for the rest."""

@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 _RESOLVE_TRIES = 2
 #: a piece answered ``wait`` (nobody to upload it yet) is asked again after this long
 _WAIT_REASK_S = 1.0
+#: a piece the ring answered for is expected (coming from another peer) this long
+_EXPECT_S = 10.0
 
 
 @dataclass(slots=True)
@@ -119,6 +121,7 @@ class RingClient:
         self._reported: dict[int, str] = {}  # held piece -> the supernode told of it
         self._last_report: dict[str, float] = {}  # supernode -> when last told anything
         self._asked: dict[int, float] = {}
+        self._answered: dict[int, float] = {}  # piece -> last uploader or wait answer
         self._bring_in: set[int] = set()
         self._connected: set[str] = set()
         self._wake = asyncio.Event()
@@ -207,7 +210,9 @@ class RingClient:
             )
         )
         if any(results):
-            self.policy.set_ring_answers(self._bring_in)
+            recent = now - _EXPECT_S
+            expected = {p for p, t in self._answered.items() if t >= recent and not have[p]}
+            self.policy.set_ring_answers(self._bring_in, expected)
 
     async def _refresh_view(self, now: float) -> bool:
         assert self._http is not None
@@ -295,6 +300,7 @@ class RingClient:
             if ans.get("wait"):
                 # nobody to upload it yet: ask again soon, not at once
                 self._asked[piece] = now - self.reask_s + _WAIT_REASK_S
+                self._answered[piece] = now
                 continue
             self._asked[piece] = now
             if ans.get("bring_in") is True:
@@ -302,6 +308,7 @@ class RingClient:
                 self.stats.bring_in += 1
                 continue
             self._bring_in.discard(piece)
+            self._answered[piece] = now
             self.stats.uploaders += 1
             if addr != self.address and addr not in self._connected:
                 host, _, port = addr.rpartition(":")
