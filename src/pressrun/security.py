@@ -204,10 +204,16 @@ class BodyTooLarge(Exception):
 
 
 async def read_body_limited(
-    resp: aiohttp.ClientResponse, limit: int, what: str, *, chunk_bytes: int = 65536
+    resp: aiohttp.ClientResponse,
+    limit: int,
+    what: str,
+    *,
+    chunk_bytes: int = 65536,
+    on_chunk: Callable[[int], None] | None = None,
 ) -> bytes:
     """The whole body of ``resp``, or `BodyTooLarge` as soon as it passes ``limit``
-    bytes (a ``Content-Length`` above the limit is refused before reading)."""
+    bytes (a ``Content-Length`` above the limit is refused before reading).
+    ``on_chunk``: called with each chunk's size as it arrives (progress)."""
     declared = resp.content_length
     if declared is not None and declared > limit:
         resp.close()
@@ -220,4 +226,6 @@ async def read_body_limited(
             resp.close()
             raise BodyTooLarge(what, limit)
         chunks.append(chunk)
+        if on_chunk is not None:
+            on_chunk(len(chunk))
     return b"".join(chunks)

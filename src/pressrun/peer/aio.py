@@ -592,7 +592,8 @@ class SwarmPeer:
             downloaded_bytes=max(int(st.all_time_download), int(st.total_payload_download))
             + self._feed.fed_bytes,
             connected_peers=max(0, int(st.num_peers) - self._web_connections),
-            web_seed_bytes=self.bytes_from_web_seeds,
+            # (the feed's bytes as they arrive: a piece still on its way is progress)
+            web_seed_bytes=self._web_conn_download + self._feed.received_bytes,
             tradable_pieces=tradable,
             owed_pieces=owed,
         )

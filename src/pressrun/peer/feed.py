@@ -30,7 +30,9 @@ class OwedPieceFeed:
 
     ``handle()`` is the torrent handle (None once it is gone). ``fed_bytes`` counts
     every verified byte fetched, across restarts (the caller restores it from the resume data);
-    ``session_bytes`` only this session's.
+    ``session_bytes`` only this session's; ``received_bytes`` every byte as it arrives,
+    verified or not (progress: a piece from a busy origin takes seconds, and a peer
+    whose only source it is must not look stalled meanwhile).
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class OwedPieceFeed:
         self.owed: tuple[int, ...] = ()
         self.fed_bytes = 0
         self.session_bytes = 0
+        self.received_bytes = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -84,6 +87,9 @@ class OwedPieceFeed:
                 elif handle is not None:
                     handle.add_piece(piece, data, 0)
 
+    def _received(self, size: int) -> None:
+        self.received_bytes += size
+
     def _next_owed(self) -> int | None:
         handle = self._handle()
         if handle is None:
@@ -106,7 +112,7 @@ class OwedPieceFeed:
                     log.info("origin %s answered %d for piece %d", url, resp.status, piece)
                     return None
                 what = f"origin {url}'s answer for piece {piece}"
-                data = await read_body_limited(resp, length, what)
+                data = await read_body_limited(resp, length, what, on_chunk=self._received)
         except (aiohttp.ClientError, TimeoutError) as err:
             log.info("origin %s failed for piece %d: %s", url, piece, err)
             return None
