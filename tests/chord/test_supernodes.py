@@ -231,17 +231,23 @@ async def test_an_origin_runs_supernodes_and_a_mobile_seed_never_does(tmp_path: 
         try:
             async with aiohttp.ClientSession() as http:
                 listed: list[str] = []
-                for _ in range(150):
+                for _ in range(600):  # (a loaded host starts a process slowly)
                     async with http.get(ring_url) as r:
                         if r.status == 200:
                             listed = [s["address"] for s in (await r.json())["supernodes"]]
                             break
                     await asyncio.sleep(0.1)
                 assert len(listed) == 1 and listed[0].startswith("127.0.0.1:"), listed
-                async with http.get(f"http://{listed[0]}/chord/v1/state") as r:
-                    assert (await r.json())["pieces"] == swarm.manifest.num_pieces
+                state: dict[str, object] = {}
+                for _ in range(300):  # listed once registered; on the ring just after
+                    async with http.get(f"http://{listed[0]}/chord/v1/state") as r:
+                        state = await r.json()
+                    if state.get("phase") == "on_ring":
+                        break
+                    await asyncio.sleep(0.1)
+                assert state.get("pieces") == swarm.manifest.num_pieces, state
                 origin.send_signal(signal.SIGTERM)
-                assert await asyncio.wait_for(origin.wait(), 20) == 0
+                assert await asyncio.wait_for(origin.wait(), 60) == 0
                 async with http.get(ring_url) as r:
                     assert r.status == 404  # it left the ring gracefully
         finally:

@@ -57,26 +57,19 @@ def run_supernode(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, info_hash: str, num_pieces: int) -> int:
-    from pressrun.chord.aio import Supernode, SupernodeError
+    from pressrun.chord.host import SupernodeHost
     from pressrun.service import wait_for_stop_signal
 
-    node = Supernode(
-        tracker_base=args.tracker,
-        info_hash=info_hash,
-        num_pieces=num_pieces,
-        host=args.host,
-        port=args.port,
-        heartbeat_s=args.heartbeat_s,
+    ring = SupernodeHost(
+        tracker_base=args.tracker, host=args.host, port=args.port, heartbeat_s=args.heartbeat_s
     )
-    try:
-        me = await node.start()
-    except (SupernodeError, OSError) as err:
-        print(f"pressrun supernode: {err}", file=sys.stderr)
-        await node.close(graceful=False)
+    node = await ring.add(info_hash, num_pieces)
+    if node is None or node.node is None:
+        print("pressrun supernode: could not start (the reason is logged above)", file=sys.stderr)
         return 1
-    print(f"supernode {me.id:040x} listening on {node.address}", flush=True)
+    print(f"supernode {node.node.me.id:040x} listening on {node.address}", flush=True)
     try:
         await wait_for_stop_signal()
     finally:
-        await node.close(graceful=True)
+        await ring.close()
     return 0

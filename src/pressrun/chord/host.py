@@ -31,12 +31,14 @@ class SupernodeHost:
         *,
         tracker_base: str,
         host: str,
+        port: int = 0,
         content_dir: Path | None = None,
         rescan_s: float = 30.0,
         heartbeat_s: float = 5.0,
     ) -> None:
         self.tracker_base = tracker_base
         self.host = host
+        self.port = port
         self.content_dir = content_dir
         self.rescan_s = rescan_s
         self.heartbeat_s = heartbeat_s
@@ -58,6 +60,7 @@ class SupernodeHost:
             info_hash=info_hash,
             num_pieces=num_pieces,
             host=self.host,
+            port=self.port,
             heartbeat_s=self.heartbeat_s,
         )
         try:
