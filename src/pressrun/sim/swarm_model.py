@@ -149,7 +149,12 @@ class _Swarm:
         # cost more than the rest of the step, so they come from a pool drawn once per
         # run and read at a random offset each step.
         size = max(1 << 20, 4 * n * p)
+        # a started piece's key is minus its blocks held (before any other); held: inf
+        self.started_key = np.full(256, np.inf, dtype=np.float32)
+        self.started_key[1:b] = -np.arange(1, b, dtype=np.float32)
         self.pool_u = rng.random(size, dtype=np.float32)
+        if choice != "random":
+            self.pool_u *= 0.5  # (a tie-break under one copy)
         self.pool_z = rng.standard_normal(size, dtype=np.float32)
 
     def _pool(self, pool: npt.NDArray[np.float32], shape: tuple[int, int]) -> Any:
@@ -297,7 +302,7 @@ class _Swarm:
         prog = self.progress[active]
         noise = self._pool(self.pool_u, prog.shape)
         if self.choice == "random":
-            key = noise.copy()
+            key = noise
         else:
             # rarest first as a peer sees it: copies among its NEIGHBOURS connected peers
             # (a binomial sample of the swarm, in its normal approximation), ties at random
@@ -306,19 +311,17 @@ class _Swarm:
             key = self._pool(self.pool_z, prog.shape) * sd[None, :]
             key += mean[None, :]
             np.maximum(key, 0.0, out=key)
-            key += noise * 0.5
+            key += noise  # (the pool is uniform on [0, 0.5) for these choices)
         # started pieces first, the most advanced first; pieces held never
-        begun = prog > 0
-        key[begun] = -prog[begun].astype(np.float32)
-        key[prog >= b] = np.inf
+        order_key = np.where(prog == 0, key, self.started_key[prog])
         m = np.minimum(p, -(-dleft[active] // b) + EXTRA_PIECES)
         kk = int(m.max())
         part = (
-            np.argpartition(key, kk - 1, axis=1)[:, :kk]
+            np.argpartition(order_key, kk - 1, axis=1)[:, :kk]
             if kk < p
             else np.tile(np.arange(p), (active.size, 1))
         )
-        pk = np.take_along_axis(key, part, axis=1)
+        pk = np.take_along_axis(order_key, part, axis=1)
         take = (np.arange(kk)[None, :] < m[:, None]) & np.isfinite(pk)
         req_node = np.repeat(active, kk).reshape(active.size, kk)[take]
         return req_node, part[take].astype(np.int64)
