@@ -265,3 +265,8 @@ async def test_an_origin_runs_supernodes_and_a_mobile_seed_never_does(tmp_path: 
         )  # fmt: skip
         _, err = await asyncio.wait_for(seed.communicate(), 30)
         assert seed.returncode == 2 and b"mobile profile never runs a supernode" in err, err
+    # nor does `pressrun get --profile mobile --supernode` (refused before any download)
+    from pressrun.cli import main
+
+    argv = ["get", "x", "--balancer", "http://127.0.0.1:9", "--library", str(tmp_path / "l")]
+    assert main([*argv, "--profile", "mobile", "--supernode", "127.0.0.1"]) == 2

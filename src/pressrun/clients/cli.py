@@ -102,6 +102,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         f"long without progress (default {DEFAULT_GIVE_UP_AFTER_S:g}; 0: after "
         "8 failures in a row)",
     )
+    p.add_argument(
+        "--supernode",
+        metavar="HOST",
+        default=None,
+        help="in swarm mode, also run a Chord supernode of the issue's ring, listening on "
+        "and announced as HOST (a reachable address of this machine); refused with "
+        "--profile mobile (docs/chord.md)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar, only errors")
     p.add_argument(
         "--json",
@@ -276,7 +284,9 @@ def run_get(args: argparse.Namespace) -> int:
 
     try:
         config = profile(args.profile).with_section_mb(args.section_mb)
-        config = dataclasses.replace(config, give_up_after_s=args.give_up_after_s)
+        config = dataclasses.replace(
+            config, give_up_after_s=args.give_up_after_s, supernode_host=args.supernode
+        )
         if args.max_seed_s is not None:
             config = dataclasses.replace(config, swarm_max_seed_s=args.max_seed_s)
         if args.multicast_deadline_s is not None or args.multicast_interface is not None:

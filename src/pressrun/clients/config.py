@@ -59,6 +59,9 @@ class ClientConfig:
         (None: the directive's hint, else 0.0.0.0, the kernel's choice).
     multicast_receive_drop: drop this share of multicast packets in the receive
         path, at random (loss emulation for tests and the bench; 0: none).
+    supernode_host: in swarm mode, also run a Chord supernode of the issue's ring
+        while in the swarm, listening on and announced as this reachable address
+        (docs/chord.md); None: none. Never with the mobile profile.
     """
 
     profile: str = "desktop"
@@ -82,6 +85,7 @@ class ClientConfig:
     multicast_deadline_s: float = 60.0
     multicast_interface: str | None = None
     multicast_receive_drop: float = 0.0
+    supernode_host: str | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -112,6 +116,10 @@ class ClientConfig:
             raise ValueError("failed_ttl_s and the backoffs must not be negative")
         if not (self.give_up_after_s >= 0 and math.isfinite(self.give_up_after_s)):
             raise ValueError("give_up_after_s must be a number >= 0")
+        if self.supernode_host is not None and self.profile == "mobile":
+            raise ValueError(
+                "a mobile profile never runs a supernode (it uses the ring only as a client)"
+            )
 
     def backoff_s(self, failures_in_a_row: int, retry_after_s: float | None = None) -> float:
         """The wait before the next attempt after ``failures_in_a_row`` failures:

@@ -20,6 +20,7 @@ from pressrun.clients.session import DirectiveUnavailable, FetchState, describe,
 from pressrun.content.manifest import Manifest
 
 if TYPE_CHECKING:
+    from pressrun.chord.host import SupernodeHost
     from pressrun.peer.aio import SwarmProgress, SwarmResult
 
 __all__ = ["MAX_TORRENT_BYTES", "fetch_swarm"]
@@ -50,6 +51,7 @@ async def fetch_swarm(
         overrides["max_seed_time_s"] = f.config.swarm_max_seed_s
     name = f.config.profile if f.config.profile in ("desktop", "mobile") else "desktop"
     peer_config = profile_config(name, metered=f.config.metered, **overrides)
+    ring = await _supernode(f, m, swarm)
     try:
         result = await fetch_via_swarm(
             torrent=torrent,
@@ -64,6 +66,9 @@ async def fetch_swarm(
         f.notice(f"swarm failed ({describe(err)}); the rest comes from origins")
         good = await asyncio.to_thread(still_good, m, path, range(m.num_pieces))
         return good, None
+    finally:
+        if ring is not None:
+            await ring.close()  # leaves the ring gracefully
     if result.completed:
         return list(range(m.num_pieces)), result
     have = sorted(set(result.have_pieces) | set(kept))
@@ -73,6 +78,23 @@ async def fetch_swarm(
         level=logging.INFO,
     )
     return have, result
+
+
+async def _supernode(f: FetchState, m: Manifest, swarm: DirectiveSwarm) -> SupernodeHost | None:
+    """A supernode of the issue's ring while in the swarm (``config.supernode_host``;
+    desktop only, ClientConfig refuses it for mobile); None when not asked or refused."""
+    if f.config.supernode_host is None:
+        return None
+    import yarl
+
+    from pressrun.chord.host import SupernodeHost
+
+    ring = SupernodeHost(
+        tracker_base=str(yarl.URL(swarm.tracker_url).origin()), host=f.config.supernode_host
+    )
+    if await ring.add(m.info_hash, m.num_pieces) is None:
+        f.notice("swarm: the tracker did not take this client's supernode; going on without")
+    return ring
 
 
 def _swarm_progress(f: FetchState, progress: SwarmProgress) -> None:
