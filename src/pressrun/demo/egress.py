@@ -55,7 +55,7 @@ CLIENT_READ_BYTES = 16 * 1024
 #: the origins' send buffer and sendfile chunk in the check: an origin counts bytes as
 #: sent when the kernel takes them, so with autotuned buffers (megabytes) and 1 MiB
 #: chunks its counters run far ahead of a slow client; with these, a new connection
-#: runs ahead by about 0.3-0.5 MB (measured on loopback), then follows the client
+#: runs ahead by about 0.5 MB (measured on loopback), then follows the client
 ORIGIN_SEND_BUFFER_KIB = 64
 ORIGIN_CHUNK_KIB = 64
 
