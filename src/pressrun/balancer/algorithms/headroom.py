@@ -64,6 +64,7 @@ same formula holds for elastic downloads, which take whatever the link gives: th
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,6 +76,9 @@ from pressrun.balancer.events import OriginSpec, OriginStatus
 #: a download must get at least 1 MB/s (8 Mbit/s: a 100 MB issue in 100 s), unless the
 #: issue's own need is known; 0 infers paced needs from delivered rates instead
 DEFAULT_NEED_BYTES_PER_S = 1e6
+#: an origin sending this share of its learned capacity is at it: elastic downloads
+#: would take more if there were more, so the limit is not probed upwards
+SATURATED = 0.99
 
 
 @dataclass(slots=True)
@@ -91,6 +95,10 @@ class OriginModel:
     pending: int = 0
     pending_bytes: float = 0.0
     under_served: bool = False
+    #: the rate a starved transfer gets (max-min level), inf when none is starved
+    level: float = math.inf
+    #: (need, transfers) of each issue on the origin, from the last status
+    loads: tuple[tuple[float, int], ...] = ()
 
 
 @register_algorithm
@@ -107,7 +115,7 @@ class Headroom(ScoredAlgorithm):
         self, origins: Sequence[OriginSpec], rng: random.Random, params: Params | None = None
     ) -> None:
         super().__init__(origins, rng, params)
-        self.slack = self.param("slack", 0.05)
+        self.slack = self.param("slack", 0.02)
         self.u_bw = self.param("u_bw", 0.95)
         self.cpu_target = self.param("cpu_target", 0.95)
         self.ram_target = self.param("ram_target", 0.9)
@@ -168,6 +176,8 @@ class Headroom(ScoredAlgorithm):
             else:
                 m.idle_cpu, m.idle_ram, m.idle_seen = status.cpu_fraction, status.ram_fraction, True
             m.under_served = False
+            m.level = math.inf
+            m.loads = ()
             m.committed_bytes_per_s = 0.0
         else:
             if out > 0:
@@ -181,12 +191,18 @@ class Headroom(ScoredAlgorithm):
             m.cost_ram = (
                 ram_cost if m.cost_ram is None else m.cost_ram + a * (ram_cost - m.cost_ram)
             )
-            m.committed_bytes_per_s, short, m.under_served = self._committed(status)
+            m.committed_bytes_per_s, short, m.level = self._committed(status)
+            m.under_served = m.level < math.inf
+            m.loads = tuple((self.need(i), k) for i, k in status.active_transfers_by_issue.items())
             if short:
                 m.learned_bytes_per_s = out
             elif m.learned_bytes_per_s is not None:
                 learned = max(m.learned_bytes_per_s, out)
-                if not m.under_served and m.committed_bytes_per_s >= 0.8 * self.u_bw * learned:
+                if (
+                    not m.under_served
+                    and out < SATURATED * learned
+                    and m.committed_bytes_per_s >= 0.8 * self.u_bw * learned
+                ):
                     # Healthy at the learned limit: the limit may be stale (learned in a
                     # transient, or from slow clients); probe upwards, as TCP does.
                     learned = min(learned * (1.0 + self.growth), status.capacity_bytes_per_s)
@@ -194,10 +210,11 @@ class Headroom(ScoredAlgorithm):
         if changed:
             self.touch_all()  # every origin's room is counted in the inferred needs
 
-    def _committed(self, status: OriginStatus) -> tuple[float, bool, bool]:
+    def _committed(self, status: OriginStatus) -> tuple[float, bool, float]:
         """What the origin's transfers need (bytes/s), whether it delivers less than
-        that in total (its capacity is what it delivers), and whether some issue's
-        transfers get less than their need (add nothing there until they do)."""
+        that in total (its capacity is what it delivers), and the max-min level a
+        starved paced transfer gets there (inf when none is starved: no issue needing
+        more than the level is added until they recover)."""
         out = status.out_bytes_per_s
         limit = 1.0 - self.slack
         # A busy link is shared max-min fairly: the fastest issue's mean is about the
@@ -208,7 +225,8 @@ class Headroom(ScoredAlgorithm):
         # finish and leave the link to the big ones): the total shortfall covers them.
         means = status.mean_transfer_bytes_per_s_by_issue
         paced = [self.need(i) for i in means if self.is_paced(i)]
-        starving = bool(paced) and max(means.values()) < limit * max(paced)
+        top = max(means.values(), default=0.0)
+        starving = top if paced and top < limit * max(paced) else math.inf
         counts = status.active_transfers_by_issue
         if counts:
             committed = sum(k * self.need(i) for i, k in counts.items())
@@ -217,7 +235,7 @@ class Headroom(ScoredAlgorithm):
             # Elastic transfers fill the link whatever their number: count them instead.
             committed = status.active_transfers * self.fixed_need
             return committed, out < limit * committed, starving
-        return out, starving, starving
+        return out, starving < math.inf, starving
 
     def room(self, name: str, status: OriginStatus, issue_id: str) -> tuple[float, float]:
         """(free, score): transfers of the issue the origin can still take (Eq. above),
@@ -237,9 +255,17 @@ class Headroom(ScoredAlgorithm):
         if m.cpu_per_byte > 0:
             room = min(room, (self.cpu_target - m.idle_cpu) / m.cpu_per_byte)
         free = (room - m.committed_bytes_per_s - m.pending_bytes) / need
+        if free < 1.0 and m.loads and self.is_paced(issue_id):
+            # Full for this stream at the needs counted, but a link is shared max-min
+            # (TCP): a stream needing less than the level the link would still give
+            # gets all it needs, and only the transfers needing more are squeezed (to
+            # fail over and be refused). Admitting the smaller need serves more
+            # clients with the same bytes (an outage's survivors: issue 10).
+            squeezed = sum(k * min(n, need) for n, k in m.loads)
+            free = max(free, (room - squeezed - m.pending_bytes) / need)
         if m.cost_ram > 0:
             free = min(free, (self.ram_target - status.ram_fraction) / m.cost_ram - m.pending)
-        if m.under_served:
+        if m.level < (1.0 - self.slack) * need:
             free = min(free, 0.0)
         return free, free
 
