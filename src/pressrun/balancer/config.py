@@ -27,7 +27,7 @@ class BalancerConfig:
     directive_origins: int = 3
     expires_in_s: float = 5.0
     retry_after_s: float = 2.0
-    algorithm: str = "alg2"
+    algorithm: str = "headroom"
 
     def __post_init__(self) -> None:
         if self.poll_interval_s <= 0:

@@ -230,12 +230,22 @@ class Headroom(ScoredAlgorithm):
         counts = status.active_transfers_by_issue
         if counts:
             committed = sum(k * self.need(i) for i, k in counts.items())
-            return committed, out < limit * committed, starving
-        if self.fixed_need > 0 and not self.issue_needs:
+            needs = [self.need(i) for i in counts]
+        elif self.fixed_need > 0 and not self.issue_needs:
             # Elastic transfers fill the link whatever their number: count them instead.
             committed = status.active_transfers * self.fixed_need
-            return committed, out < limit * committed, starving
-        return out, starving < math.inf, starving
+            needs = [self.fixed_need]
+        else:
+            return out, starving < math.inf, starving
+        # Short only when the origin holds its transfers back: the fastest of them gets
+        # less than the largest need there. Transfers that finish within a poll (a small
+        # issue), or whose own clients are slow, send less than they need in total
+        # while each is served fast: that is no sign of a smaller capacity.
+        if not means and status.mean_transfer_bytes_per_s is not None:
+            top = status.mean_transfer_bytes_per_s
+        held_back = not means and status.mean_transfer_bytes_per_s is None
+        held_back = held_back or top < limit * max(needs)
+        return committed, held_back and out < limit * committed, starving
 
     def room(self, name: str, status: OriginStatus, issue_id: str) -> tuple[float, float]:
         """(free, score): transfers of the issue the origin can still take (Eq. above),
@@ -267,6 +277,14 @@ class Headroom(ScoredAlgorithm):
             free = min(free, (self.ram_target - status.ram_fraction) / m.cost_ram - m.pending)
         if m.level < (1.0 - self.slack) * need:
             free = min(free, 0.0)
+        elif free < 1.0:
+            # No stream starves there, but the costs say full. They are a forecast from
+            # readings that can mislead: the machine's CPU or RAM held by other work
+            # (the agent reports the whole machine), transfers slow at the clients' end
+            # (they get less than their need, so the capacity was learned at what they
+            # took). The origin still takes `probe_transfers`, so it is never shut out
+            # for good and its next statuses show what it really carries.
+            free = max(free, self.probe - status.active_transfers - m.pending)
         return free, free
 
     def free_slots(self, name: str, status: OriginStatus, issue_id: str) -> float:
