@@ -206,28 +206,55 @@ def _tournament_record() -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_twenty_tournament_scenarios_default_reaches_the_bound_and_beats_alg2() -> None:
-    # 20 of the tournament's scenarios (docs/tournament.md), spread over the recorded
-    # ones; the other algorithms' counts are the recorded ones (the same code and
-    # seeds give the same numbers: headroom's recorded count is checked too).
+    # 20 of the tournament's 200 scenarios (docs/tournament.md): 18 spread over them and
+    # the two the default once lost to alg2 (gen-2026-016, gen-2026-021). The other
+    # algorithms' counts are the recorded ones (the same code and seeds give the same
+    # numbers: the default's recorded count is checked too).
+    default = BalancerConfig().algorithm
     record = _tournament_record()
     names = sorted(record["scenarios"])
-    picked = names[:: max(1, len(names) // 20)][:20]
+    assert len(names) == 200
+    picked = sorted(set(names[::11][:18]) | {"gen-2026-016", "gen-2026-021"})
     assert len(picked) == 20
     near_best = 0
     below_alg2: list[str] = []
     for name in picked:
         row = record["scenarios"][name]
         index = int(name.rsplit("-", 1)[1])
-        ours = run_entry(generate_scenario(record["seed"], index), "headroom", 1)
-        assert ours.successful == row["served"]["headroom"], name
+        ours = run_entry(generate_scenario(record["seed"], index), default, 1)
+        assert ours.successful == row["served"][default], name
         assert ours.successful >= 0.9 * ours.bound, (name, ours)
         if ours.successful < row["served"]["alg2"]:
             below_alg2.append(name)
         near_best += ours.successful >= 0.98 * max(row["served"].values())
     assert near_best >= 19  # 95 %
-    # The issue asks for never below alg2; gen-2026-016 is the known exception
-    # (docs/tournament.md): recorded here so that a fix or a new one shows.
-    assert below_alg2 == ["gen-2026-016"]
+    assert below_alg2 == []
+
+
+def test_cli_tournament_in_slices_merges_into_one_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["sim", "balancer", "--generate", "4", "--seed", "19", "--algorithm", "rr"]
+    assert main([*base, "--scenarios", "0:1", "--out", str(tmp_path)]) == 0
+    assert main([*base, "--scenarios", "3:4", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "tournament-19.json").read_text(encoding="utf-8"))
+    assert sorted(record["scenarios"]) == ["gen-19-000", "gen-19-003"]
+    assert set(record["scenarios"]["gen-19-003"]["served"]) == {"rr"}
+    capsys.readouterr()
+    assert main(["sim", "balancer", "--report", str(tmp_path / "tournament-19.json")]) == 0
+    table = capsys.readouterr().out
+    assert "2 generated scenarios, seed 19" in table and "rr" in table
+    # bad slices and records are refused with a clear message, nothing written
+    for bad in ("2:2", "0:5", "x:1", "3"):
+        assert main([*base, "--scenarios", bad]) == 2
+        assert "--scenarios wants A:B" in capsys.readouterr().err
+    other = ["sim", "balancer", "--generate", "1", "--seed", "20", "--algorithm", "rr"]
+    (tmp_path / "tournament-20.json").write_text('{"seed": 19, "scenarios": {}}')
+    assert main([*other, "--out", str(tmp_path)]) == 2
+    assert "another seed" in capsys.readouterr().err
+    (tmp_path / "junk.json").write_text("[1, 2]")
+    assert main(["sim", "balancer", "--report", str(tmp_path / "junk.json")]) == 2
+    assert "not a tournament record" in capsys.readouterr().err
 
 
 def test_cli_generate_runs_a_small_tournament(capsys: pytest.CaptureFixture[str]) -> None:

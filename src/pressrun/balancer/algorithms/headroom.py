@@ -18,15 +18,19 @@ Per origin, on each status (n_i = its active transfers of issue i, m_i their mea
 rate, out = bytes/s it sends, cpu and ram in use, 0..1)::
 
     committed = sum_i n_i * need(i)        (bytes/s its transfers need; when the agent
-                                            does not report n_i: out for paced streams
-                                            (short = under), n * need_bytes_per_s when
-                                            that is set)
-    short     = out < (1 - slack) * committed     (it does not deliver what they need)
-    under     = max_i m_i < (1 - slack) * max_{paced i} need(i)   (the fastest transfers
-                get less than the neediest stream needs: the origin starves them)
+                                            does not report n_i: n * need_bytes_per_s
+                                            when that is set, else out for paced streams)
+    level     = max_i m_i  if that is < (1 - slack) * max_{paced i} need(i), else inf
+                (the max-min level a starved stream gets there)
+    short     = out < (1 - slack) * committed       (it does not deliver what they
+                and max_i m_i < (1 - slack) * max_i need(i)     need, and holds them back:
+                                                     the fastest gets less than the
+                                                     largest need; small or slow-client
+                                                     transfers send little, each fast)
     learned   = out                          if short (what it really delivers: C)
                 max(learned, out), and x (1 + probe_growth) up to the told capacity
-                while it runs healthy near the learned limit        otherwise
+                while it runs healthy near the learned limit and below 0.99 x it
+                (a link saturated by elastic downloads is at its capacity)  otherwise
     cap       = min(capacity_told, learned)
     idle_x    = x seen while n == 0 (EWMA), for x in cpu, ram
     cpu_byte  = EWMA of (cpu - idle_cpu) / out          (CPU share per byte/s sent)
@@ -37,22 +41,45 @@ Room for one more transfer of issue i, counting the picks made since the status
 arrives::
 
     room       = min(u_bw * cap, (cpu_target - idle_cpu) / cpu_byte)
-    left       = room - committed - pending_bytes
-    free       = min(left / need(i), (ram_target - ram) / ram_cost - pending)
-    free       = min(free, 0) while under
+    free       = (room - committed - pending_bytes) / need(i)
+    free       = max(free, (room - sum_j n_j * min(need(j), need(i)) - pending_bytes)
+                           / need(i))               for a stream i (max-min admission)
+    free       = min(free, (ram_target - ram) / ram_cost - pending)
+    free       = min(free, 0)                       if level < (1 - slack) * need(i)
+    free       = max(free, probe_transfers - n - pending)   otherwise
     score      = free (+ cache_bonus_slots if the issue is cached)
+
+Max-min admission: a link is shared max-min fairly (TCP), so on a full origin a stream
+needing less than the level the link would still give it gets all it needs; only the
+transfers needing more are squeezed (they stall, fail over, and are refused where
+there is no room for them). With the same bytes, the smaller needs serve more clients:
+when the biggest server of a cluster fails, its streams crowd onto the small ones,
+which keep the low bitrates (issue 10, gen-2026-016: 478 served against alg2's 407,
+where admitting first come first served kept 259). The starvation `level` is per issue
+for the same reason: an origin starving its 2.5 MB/s streams still serves 64 kB/s.
+
+The floor of `probe_transfers`: the costs are a forecast from readings that can
+mislead (the agent reports the whole machine's CPU and RAM, so other work on it looks
+like the origin's own; transfers slow at the clients' end teach a capacity at what
+they took). An origin where no stream starves always takes up to `probe_transfers`,
+so it is never shut out for good while capacity frees up, and its next statuses show
+what it really carries. (Without it, the security soak test's clients were refused
+"full" until they gave up: on the loaded machine the origins' CPU read 100 % with no
+transfer, so `cpu_target - idle_cpu < 0`, and their 65 kB downloads, read by one busy
+client process at 0.4-0.55 MB/s, looked held back against the 1 MB/s need.)
 
 The origin with the most room wins (ranking by the free *share* instead was tried: the
 misconfigured machine C then takes its share of a burst before its first status can
 show it, and the paper's waves and burst lose 140 clients). An origin with `free < 1`
-is not eligible and,
-when none is left, the answer is "full" (the service says 503 with Retry-After): under
-overload the origins keep the transfers they can serve well, and the rest are refused
-quickly instead of everyone being slowed down. An origin whose costs are not measured
-yet (no status with transfers) is ranked by its told room and takes at most
-`probe_transfers` (minus those it has) until a status shows its costs. Defaults: slack
-0.05, u_bw 0.95, cpu_target 0.95, ram_target 0.9, probe_transfers 10,
-cache_bonus_slots 2, cost EWMA weight 0.3, probe_growth 0.1.
+is not eligible and, when none is left, the answer is "full" (the service says 503 with
+Retry-After): under overload the origins keep the transfers they can serve well, and
+the rest are refused quickly instead of everyone being slowed down. An origin whose
+costs are not measured yet (no status with transfers) is ranked by its told room and
+takes at most `probe_transfers` (minus those it has) until a status shows its costs.
+Defaults: slack 0.02 (a download that gets less than its need on average misses its
+deadline: 2 % absorbs a rate sampled over a poll interval, 5 % let a misconfigured
+origin take 5 % too many before it was seen), u_bw 0.95, cpu_target 0.95, ram_target
+0.9, probe_transfers 10, cache_bonus_slots 2, cost EWMA weight 0.3, probe_growth 0.1.
 
 Why per issue and per byte: a single rate per origin (the highest bitrate seen) makes
 an origin streaming low-bitrate issues look under-served; it then learns a capacity far
@@ -107,8 +134,8 @@ class Headroom(ScoredAlgorithm):
 
     name = "headroom"
     summary = (
-        "pressrun headroom dispatch: room in bytes/s per issue's need, learned real "
-        "capacity and costs, full when none (the default)"
+        "pressrun headroom dispatch (the default): room in bytes/s per issue's need, "
+        "learned real capacity and costs, max-min admission of streams, full when none"
     )
 
     def __init__(
