@@ -17,9 +17,9 @@ class BalancerConfig:
         rest are fallbacks in preference order).
     expires_in_s: how long a client may act on a directive before asking again.
     retry_after_s: what a refusal tells the client to wait before asking again.
-    algorithm: the scoring algorithm's registered name (default `alg2`; `headroom` wins
-        the simulator's tournament, docs/tournament.md, but is not the default yet:
-        docs/balancer.md says why).
+    algorithm: the scoring algorithm's registered name (default `headroom`: the only
+        one meeting issue 10's targets over the simulator's 200-scenario tournament,
+        docs/tournament.md; docs/balancer.md says why; `alg2` is the paper's).
     """
 
     poll_interval_s: float = 1.0
