@@ -133,6 +133,90 @@ def test_headroom_judges_each_issue_by_its_own_rate(told_needs: bool) -> None:
     assert alg.models["a"].under_served  # type: ignore[attr-defined]
 
 
+def _paced(told: float, needs: dict[str, float]) -> Any:
+    alg = make_algorithm("headroom", [OriginSpec("a", "")], random.Random(1))
+    for issue, need in needs.items():
+        alg.set_issue_need(issue, need, paced=True)
+    idle = OriginStatus("a", 0.05, 0.05, 0.0, told, 0, frozenset(needs), frozenset())
+    alg.handle_status(idle, now=0.0)
+    return alg
+
+
+def _load(
+    told: float, out: float, by_issue: dict[str, float], counts: dict[str, int], cpu: float = 0.1
+) -> OriginStatus:
+    n = sum(counts.values())
+    return OriginStatus(
+        "a", cpu, 0.1, out, told, n, frozenset({"low", "high"}), frozenset(),
+        out / n, by_issue, counts,
+    )  # fmt: skip
+
+
+def test_headroom_admits_a_small_stream_where_max_min_sharing_still_serves_it() -> None:
+    # 10 MB/s told and real, four 2.5 MB/s streams fill it: full for another 2.5 MB/s
+    # stream, but a 64 kB/s one gets its rate under max-min sharing (only the big ones
+    # are squeezed, by 64 kB/s): (9.5 MB/s - 4 x 64 kB/s) / 64 kB/s slots.
+    alg = _paced(10e6, {"low": 64e3, "high": 2.5e6})
+    alg.handle_status(_load(10e6, 10e6, {"high": 2.5e6}, {"high": 4}), now=1.0)
+    assert alg.free_slots("a", alg.statuses["a"], "high") < 1.0
+    assert alg.rank("high", now=1.0) == []
+    assert alg.free_slots("a", alg.statuses["a"], "low") >= 1.0
+    assert [name for name, _ in alg.rank("low", now=1.0)] == ["a"]
+
+
+def test_headroom_starving_big_streams_still_takes_small_ones() -> None:
+    # The link gives 1 MB/s to each stream: the 2.5 MB/s ones starve, the 64 kB/s ones
+    # get their rate. No more big ones there; small ones still fit.
+    alg = _paced(10e6, {"low": 64e3, "high": 2.5e6})
+    counts = {"high": 9, "low": 10}
+    alg.handle_status(_load(10e6, 9.64e6, {"high": 1e6, "low": 64e3}, counts), now=1.0)
+    assert alg.models["a"].level == 1e6
+    assert alg.rank("high", now=1.0) == []
+    assert [name for name, _ in alg.rank("low", now=1.0)] == ["a"]
+
+
+def test_headroom_does_not_probe_a_link_saturated_by_downloads_upwards() -> None:
+    # Told 100 MB/s, really 50: downloads needing 0.5 MB/s each fill it. Once it is seen
+    # short, the learned 50 MB/s stays while it sends exactly that, whatever it holds.
+    alg = make_algorithm("headroom", [OriginSpec("a", "")], random.Random(1))
+    alg.set_issue_need("low", 0.5e6)
+    idle = OriginStatus("a", 0.05, 0.05, 0.0, 100e6, 0, frozenset({"low"}), frozenset())
+    alg.handle_status(idle, now=0.0)
+    full = OriginStatus(
+        "a", 0.2, 0.1, 50e6, 100e6, 110, frozenset({"low"}), frozenset(), 50e6 / 110,
+        {"low": 50e6 / 110}, {"low": 110},
+    )  # fmt: skip
+    alg.handle_status(full, now=1.0)  # 55 MB/s needed, 50 sent, each below its need
+    assert alg.models["a"].learned_bytes_per_s == 50e6
+    for t in range(2, 12):  # 96 left: 48 MB/s needed, the link still at 50 MB/s
+        steady = OriginStatus(
+            "a", 0.2, 0.1, 50e6, 100e6, 96, frozenset({"low"}), frozenset(), 50e6 / 96,
+            {"low": 50e6 / 96}, {"low": 96},
+        )  # fmt: skip
+        alg.handle_status(steady, now=float(t))
+    assert alg.models["a"].learned_bytes_per_s == 50e6
+    assert alg.rank("low", now=12.0) == []  # 47.5 MB/s room, 48 committed
+
+
+def test_headroom_never_shuts_out_an_origin_on_misleading_readings() -> None:
+    # The soak test's origins on a loaded machine: the whole machine's CPU at 100 % with
+    # no transfer, and small downloads read slowly by the clients (0.4 MB/s each against
+    # the default 1 MB/s need). The forecast says full; the origin still takes
+    # probe_transfers (10), and not one more.
+    alg = make_algorithm("headroom", [OriginSpec("o", "")], random.Random(1))
+    for t, n in ((0.0, 0), (1.0, 3), (2.0, 0), (3.0, 3)):
+        status = OriginStatus(
+            "o", 1.0, 0.1, 0.4e6 * n, 125e6, n, frozenset({"i"}), frozenset(),
+            0.4e6 if n else None, {"i": 0.4e6} if n else {},
+        )  # fmt: skip
+        alg.handle_status(status, now=t)
+    assert alg.models["o"].learned_bytes_per_s is not None  # learned at what they took
+    for k in range(7):
+        assert [name for name, _ in alg.rank("i", now=3.5)] == ["o"], k
+        alg.handle_pick("o", "i", now=3.5)
+    assert alg.rank("i", now=3.5) == []  # 3 + 7 = probe_transfers
+
+
 async def test_the_service_refuses_quickly_with_retry_after_when_every_origin_is_full() -> None:
     # a 10 MB/s origin with 10 downloads holds no 1 MB/s more.
     busy = dict(

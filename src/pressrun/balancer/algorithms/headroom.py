@@ -46,7 +46,8 @@ arrives::
                            / need(i))               for a stream i (max-min admission)
     free       = min(free, (ram_target - ram) / ram_cost - pending)
     free       = min(free, 0)                       if level < (1 - slack) * need(i)
-    free       = max(free, probe_transfers - n - pending)   otherwise
+    free       = max(free, probe_transfers - n - pending)   otherwise, if out is
+                                                    below 0.99 x the told capacity
     score      = free (+ cache_bonus_slots if the issue is cached)
 
 Max-min admission: a link is shared max-min fairly (TCP), so on a full origin a stream
@@ -61,7 +62,8 @@ for the same reason: an origin starving its 2.5 MB/s streams still serves 64 kB/
 The floor of `probe_transfers`: the costs are a forecast from readings that can
 mislead (the agent reports the whole machine's CPU and RAM, so other work on it looks
 like the origin's own; transfers slow at the clients' end teach a capacity at what
-they took). An origin where no stream starves always takes up to `probe_transfers`,
+they took). An origin where no stream starves and whose told link is not full always
+takes up to `probe_transfers`,
 so it is never shut out for good while capacity frees up, and its next statuses show
 what it really carries. (Without it, the security soak test's clients were refused
 "full" until they gave up: on the loaded machine the origins' CPU read 100 % with no
@@ -304,13 +306,14 @@ class Headroom(ScoredAlgorithm):
             free = min(free, (self.ram_target - status.ram_fraction) / m.cost_ram - m.pending)
         if m.level < (1.0 - self.slack) * need:
             free = min(free, 0.0)
-        elif free < 1.0:
-            # No stream starves there, but the costs say full. They are a forecast from
-            # readings that can mislead: the machine's CPU or RAM held by other work
-            # (the agent reports the whole machine), transfers slow at the clients' end
-            # (they get less than their need, so the capacity was learned at what they
-            # took). The origin still takes `probe_transfers`, so it is never shut out
-            # for good and its next statuses show what it really carries.
+        elif free < 1.0 and status.out_bytes_per_s < SATURATED * status.capacity_bytes_per_s:
+            # No stream starves there and it sends less than its told link, but the
+            # costs say full. They are a forecast from readings that can mislead: the
+            # machine's CPU or RAM held by other work (the agent reports the whole
+            # machine), transfers slow at the clients' end (they get less than their
+            # need, so the capacity was learned at what they took). The origin still
+            # takes `probe_transfers`, so it is never shut out for good and its next
+            # statuses show what it really carries.
             free = max(free, self.probe - status.active_transfers - m.pending)
         return free, free
 
