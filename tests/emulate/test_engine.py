@@ -1,9 +1,11 @@
 """Whoever starts the container engine stops it on every way out: an exception in the
 `engine_session`, a SIGTERM to the starter (``pressrun emulate`` turns it into
-KeyboardInterrupt), and the starter's death by SIGKILL (the daemon gets SIGTERM from
-the kernel, PR_SET_PDEATHSIG). Each test starts a real ``dockerd`` on a data root of
-its own (nothing else shares it) and checks that neither it nor any process of its
-(containerd) is left. Runs as root where docker.io is installed; skips otherwise."""
+KeyboardInterrupt), and the starter's death by SIGKILL (the watchdog stops the daemon
+once the last user's lock is gone); and a user of an engine someone else started keeps
+it while the starter leaves. Each test starts a real ``dockerd`` on a data root of its
+own (nothing else shares it) and checks that neither it nor any process of its
+(containerd, the watchdog) is left. Runs as root where docker.io is installed; skips
+otherwise."""
 
 from __future__ import annotations
 
@@ -80,9 +82,9 @@ def running(pid: int) -> bool:
 
 
 def wait_gone(cache: Path, timeout_s: float = 60.0, exclude: int | None = None) -> list[int]:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.perf_counter() + timeout_s
     left = processes_of(cache, exclude)
-    while left and time.monotonic() < deadline:
+    while left and time.perf_counter() < deadline:
         time.sleep(0.5)
         left = processes_of(cache, exclude)
     return left
@@ -115,9 +117,37 @@ def test_the_starter_ending_by_a_signal_stops_the_engine(
         starter.send_signal(signum)
         starter.wait(timeout=90)
         assert wait_gone(cache, exclude=starter.pid) == []
-        deadline = time.monotonic() + 30
-        while running(daemon) and time.monotonic() < deadline:
+        deadline = time.perf_counter() + 30
+        while running(daemon) and time.perf_counter() < deadline:
             time.sleep(0.2)  # its exit may still be under way (an empty command line)
+        assert not running(daemon)
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait()
+
+
+def test_the_engine_stays_up_for_a_user_when_its_starter_is_killed(cache: Path) -> None:
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER, str(cache)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert starter.stdout is not None
+        line = starter.stdout.readline()
+        assert line.strip().isdigit(), starter.stderr.read() if starter.stderr else line
+        daemon = int(line)
+        with engine_session(cache) as engine:  # a second user of the same engine
+            assert engine.process is None  # it found the engine running
+            starter.kill()
+            starter.wait(timeout=30)
+            time.sleep(3)
+            assert running(daemon), "the engine died under a user that still holds it"
+            assert engine.docker("version", "--format", "{{.Server.Version}}").strip()
+        # the last user gone, the watchdog stops it
+        assert wait_gone(cache, exclude=starter.pid) == []
         assert not running(daemon)
     finally:
         if starter.poll() is None:

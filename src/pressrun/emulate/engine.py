@@ -9,8 +9,10 @@ on demand with the flags that leave the host's network alone (FIELD-NOTES.md,
 networks only from the benchmarking range 198.18.0.0/15. Every user holds a shared
 lock on the engine; whoever started it stops it when nobody else holds the lock, on
 every way out: the end, an exception, a signal the caller turns into one (``pressrun
-emulate`` does for SIGINT, SIGTERM and SIGHUP), and its own death by SIGKILL (the
-daemon gets SIGTERM from the kernel then: ``PR_SET_PDEATHSIG``).
+emulate`` does for SIGINT, SIGTERM and SIGHUP). A watchdog started beside the daemon
+(`pressrun.emulate.watchdog`) stops it once the last user's lock is gone, so neither a
+starter killed by SIGKILL nor one that left while others still used the engine leaves
+it running, and no user loses the engine while it holds the lock.
 
 Where no engine can start (not root, ``dockerd`` missing, the daemon dying at start)
 `EngineUnavailable` says exactly why.
@@ -140,16 +142,6 @@ def stop_daemon(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
         proc.wait(timeout=10)
 
 
-def _die_with_parent() -> None:
-    """In the daemon, before exec: SIGTERM when the process that started it dies, even
-    by SIGKILL (Linux prctl PR_SET_PDEATHSIG), so no engine outlives its starter."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
-
-
 def _socket_dir(cache_dir: Path) -> Path:
     # unix socket paths are limited to 107 bytes: a short path keyed by the cache folder
     key = hashlib.sha256(str(cache_dir.resolve()).encode()).hexdigest()[:10]
@@ -200,8 +192,8 @@ def why_no_engine() -> str | None:
 def ensure_engine(cache_dir: Path) -> Engine:
     """A usable engine: ``DOCKER_HOST``'s, ours if it runs, or ours started now.
 
-    Call it from the thread that outlives the engine's use (the main thread): a daemon
-    started here gets SIGTERM when that thread ends."""
+    Hold the returned engine (its shared lock) for as long as it is used; `Engine.stop`
+    releases it."""
     given = os.environ.get("DOCKER_HOST")
     if given:
         if not _answers(given):
@@ -255,11 +247,10 @@ def _start_dockerd(cache_dir: Path, run_dir: Path, host: str) -> Engine:
     ]  # fmt: skip
     log.info("starting the container engine: %s", " ".join(args))
     with open(log_path, "ab") as out:
-        # its own session (a Ctrl-C of the terminal reaches us, and we stop it in
-        # order), and it dies with us (a starter killed by SIGKILL leaves no engine)
+        # its own session: a Ctrl-C of the terminal reaches us, and we stop it in order
         proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            start_new_session=True,
         )  # fmt: skip
     deadline = time.perf_counter() + ENGINE_START_TIMEOUT_S
     while time.perf_counter() < deadline:
@@ -269,6 +260,7 @@ def _start_dockerd(cache_dir: Path, run_dir: Path, host: str) -> Engine:
             )
         if _answers(host, timeout_s=3.0):
             give_cpu_weight()
+            _start_watchdog(run_dir, proc.pid)
             return Engine(host, process=proc, log_path=log_path, env=_client_env(host))
         try:
             time.sleep(0.5)
@@ -279,6 +271,19 @@ def _start_dockerd(cache_dir: Path, run_dir: Path, host: str) -> Engine:
     raise EngineUnavailable(
         f"dockerd did not answer within {ENGINE_START_TIMEOUT_S:g} s: {_tail(log_path)}"
     )
+
+
+def _start_watchdog(run_dir: Path, pid: int) -> None:
+    """`pressrun.emulate.watchdog`: stops the daemon once the last user's lock is gone,
+    however that user ended (our caller holds the lock exclusively while this runs)."""
+    import sys
+
+    subprocess.Popen(
+        [sys.executable, "-m", "pressrun.emulate.watchdog", str(run_dir / "users.lock"),
+         str(pid), str(run_dir)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
 
 
 def give_cpu_weight() -> None:
