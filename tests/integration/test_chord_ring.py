@@ -59,10 +59,13 @@ async def test_five_supernodes_twenty_clients_one_supernode_killed(tmp_path: Pat
             for _ in range(5):
                 procs.append(await start_supernode(swarm.tracker_base, torrent))
             async with aiohttp.ClientSession() as http:
-                # the ring forms: every supernode sees a successor and a predecessor
-                for _ in range(100):
+                # the ring forms: every supernode on it, and their arcs cover the pieces
+                # once (a predecessor pointer still stale from the joins overlaps two)
+                for _ in range(300):
                     states = [await ring_state(http, a) for _, a in procs]
-                    if all(s["phase"] == "on_ring" and s["predecessor"] for s in states):
+                    if all(s["phase"] == "on_ring" and s["predecessor"] for s in states) and (
+                        sum(int(str(s["pieces"])) for s in states) == swarm.manifest.num_pieces
+                    ):
                         break
                     await asyncio.sleep(0.2)
                 assert all(s["phase"] == "on_ring" for s in states), states
