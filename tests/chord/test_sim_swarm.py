@@ -119,6 +119,7 @@ def test_cli_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert [c["choice"] for c in summary["choices"]] == ["ring", "random", "rarest"]
+    assert all(0.0 <= c["upload_idle_share"] < 1.0 for c in summary["choices"])
     assert (tmp_path / "swarm-small-seed1.png").stat().st_size > 1000
     assert main(["sim", "swarm", "--scenario", str(path), "--choices", "nope"]) == 2
     assert main(["sim", "swarm", "--scenario", str(path), "--blocks-per-piece", "0"]) == 2

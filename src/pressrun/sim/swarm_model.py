@@ -404,6 +404,11 @@ class SwarmComparison:
                     "ratio_by_end": round(fair.size / self.scenario.subscribers, 4),
                     "leave_median_s": round(float(np.median(leave)), 1),
                     "leave_p90_s": round(float(np.percentile(leave, 90)), 1),
+                    # the subscribers' upload left unused, over the whole run (the ramp
+                    # while the first pieces spread, and the tail)
+                    "upload_idle_share": round(
+                        1.0 - float(np.mean(r.upload_use_per_step or [0.0])), 4
+                    ),
                     "wall_s": round(r.wall_s, 1),
                 }
             )
