@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
     from pressrun.emulate.engine import DockerCommandError, EngineUnavailable, engine_session
     from pressrun.emulate.images import DEFAULT_IMAGE, ImageBuildError, build_images
-    from pressrun.emulate.run import EmulationError
+    from pressrun.emulate.project import EmulationError
     from pressrun.sim.scenario import ScenarioError
 
     def say(text: str) -> None:

@@ -18,44 +18,46 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import ipaddress
 import json
 import logging
 import os
 import random
 import secrets
 import shutil
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from pressrun.emulate.engine import DockerCommandError, Engine
+from pressrun.emulate.probes import (
+    SAMPLE_INTERVAL_S,
+    sample_egress,
+    tracker_views,
+    wait_balancer_ready,
+    wait_ring,
+)
+from pressrun.emulate.project import (
+    ISSUE_ID,
+    ORIGINS,
+    SENDER_PORT,
+    SUPERNODES,
+    ComposeProject,
+    bridge_querier,
+    docker_async,
+    free_subnet,
+    teardown,
+)
 from pressrun.emulate.scenario import ClientPlan, EmulationScenario
 
 log = logging.getLogger(__name__)
 
-ISSUE_ID = "flash-2026-47"
-ORIGINS = {"origin-a": 8001, "origin-b": 8002, "origin-c": 8003}
-TRACKERS = {"tracker-1": 6969, "tracker-2": 6969}
-SUPERNODES = ("supernode-1", "supernode-2")
-BALANCER_PORT = 8080
-SAMPLE_INTERVAL_S = 1.0
-MIB = 1024 * 1024
-SENDER_PORT = 8090
 #: each client's CPU weight (cgroup cpu.shares; the services have 8192 in
 #: docker-compose.yml): on a host of a few cores, hundreds of client containers would
 #: otherwise starve the services they all depend on
 CLIENT_CPU_SHARES = 256
 #: the unicast-only twin turns these off (no tracker, no sender: origin mode only)
 UNICAST_ENV = {"PRESSRUN_SWARM_TRACKERS": "", "PRESSRUN_MULTICAST_SENDER": ""}
-
-
-class EmulationError(RuntimeError):
-    """The emulation could not run to its end; the message says where it stopped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,30 +100,6 @@ def publish_issue(out_dir: Path, size_mb: float, seed: int) -> PublishedIssue:
     return PublishedIssue(ISSUE_ID, content, key, load_public_key(pub).hex(), sha, size)
 
 
-def free_subnet(engine: Engine) -> str:
-    """A /24 in 198.18.0.0/16 that no host interface and no engine network uses."""
-    used: list[ipaddress.IPv4Network] = []
-    out = subprocess.run(
-        ["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False
-    ).stdout
-    for line in out.splitlines():
-        parts = line.split()
-        if "inet" in parts:
-            used.append(ipaddress.IPv4Interface(parts[parts.index("inet") + 1]).network)
-    ids = engine.docker("network", "ls", "-q").split()
-    if ids:
-        doc = json.loads(engine.docker("network", "inspect", *ids))
-        for net in doc:
-            for cfg in (net.get("IPAM") or {}).get("Config") or []:
-                with contextlib.suppress(ValueError, KeyError):
-                    used.append(ipaddress.IPv4Network(cfg["Subnet"]))
-    for third in range(20, 250):
-        candidate = ipaddress.IPv4Network(f"198.18.{third}.0/24")
-        if not any(candidate.overlaps(u) for u in used):
-            return str(candidate)
-    raise EmulationError("no free /24 left in 198.18.0.0/16 for the emulation's network")
-
-
 @dataclass
 class ClientOutcome:
     """One client container's result (``doc``: its ``pressrun get --json`` object)."""
@@ -158,210 +136,6 @@ class VariantResult:
     trackers: dict[str, Any] = field(default_factory=dict)
     faults: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
-
-
-class ComposeProject:
-    """docker-compose.yml as one project on an engine."""
-
-    def __init__(
-        self, engine: Engine, compose_file: Path, name: str, env: Mapping[str, str]
-    ) -> None:
-        self.engine = engine
-        self.compose_file = compose_file
-        self.name = name
-        self.env = {**engine.env, **env}
-
-    def compose(self, *args: str, timeout_s: float = 600.0, check: bool = True) -> str:
-        """``docker-compose -p NAME -f FILE ARGS``; its stdout."""
-        done = Engine(self.engine.host, env=self.env).run(
-            ["docker-compose", "-p", self.name, "-f", str(self.compose_file), *args],
-            timeout_s=timeout_s,
-            check=check,
-            cwd=self.compose_file.parent,
-        )
-        return done.stdout
-
-    def container(self, service: str) -> str:
-        """The container name compose 1.29 gives a service's first replica."""
-        return f"{self.name}_{service}_1"
-
-    @property
-    def network(self) -> str:
-        """The project's default network."""
-        return f"{self.name}_default"
-
-    def address(self, service: str) -> str:
-        """A service's address on the project's network."""
-        fmt = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"
-        ip = self.engine.docker("inspect", "--format", fmt, self.container(service)).strip()
-        if not ip:
-            raise EmulationError(f"{service} has no address on {self.network}")
-        return ip
-
-
-async def _docker(engine: Engine, *args: str, timeout_s: float = 300.0) -> str:
-    """``docker ARGS`` as a child process of the event loop (no thread: a hundred may
-    run at once); its stdout, or `DockerCommandError`."""
-    proc = await asyncio.create_subprocess_exec(
-        "docker",
-        *args,
-        env=engine.env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        raise DockerCommandError(f"docker {args[0]} did not finish in {timeout_s:g} s") from None
-    if proc.returncode != 0:
-        lines = err.decode(errors="replace").strip().splitlines()
-        raise DockerCommandError(
-            f"docker {args[0]} failed (exit {proc.returncode}): " + " | ".join(lines[-3:])
-        )
-    return out.decode(errors="replace")
-
-
-async def _wait_balancer_ready(url: str, issue_id: str, timeout_s: float) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    last = "no answer"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
-        while loop.time() < deadline:
-            try:
-                async with http.get(f"{url}/v1/origins") as resp:
-                    doc = await resp.json()
-                held = [
-                    o for o in doc["origins"]
-                    if o.get("state") == "up"
-                    and issue_id in (o.get("status") or {}).get("issues", [])
-                ]  # fmt: skip
-                if len(held) == len(doc["origins"]):
-                    return
-                last = f"{len(held)} of {len(doc['origins'])} origins up with {issue_id}"
-            except (aiohttp.ClientError, OSError, ValueError, KeyError) as err:
-                last = str(err) or type(err).__name__
-            await asyncio.sleep(0.5)
-    raise EmulationError(f"the balancer was not ready in {timeout_s:g} s ({last})")
-
-
-async def _sender_bytes(http: aiohttp.ClientSession, url: str) -> int:
-    """The multicast sender's UDP payload bytes so far, from its /metrics."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    async with http.get(f"{url}/metrics") as resp:
-        text = await resp.text()
-    return int(
-        sum(
-            sample.value
-            for family in text_string_to_metric_families(text)
-            if family.name == "pressrun_multicast_bytes_sent"
-            for sample in family.samples
-            if sample.name.endswith("_total")
-        )
-    )
-
-
-async def _directives_by_mode(http: aiohttp.ClientSession, url: str) -> dict[str, int]:
-    """The directives the balancer answered so far, by mode, from its /metrics."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    async with http.get(f"{url}/metrics") as resp:
-        text = await resp.text()
-    counts: dict[str, int] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != "pressrun_balancer_directives":
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_total"):
-                mode = sample.labels.get("mode", "?")
-                counts[mode] = counts.get(mode, 0) + int(sample.value)
-    return counts
-
-
-async def _sample_egress(
-    addresses: Mapping[str, str],
-    series: dict[str, list[tuple[float, int]]],
-    t0: float,
-    sender_url: str | None = None,
-    sender: list[tuple[float, int]] | None = None,
-    balancer_url: str | None = None,
-    directives: list[tuple[float, dict[str, int]]] | None = None,
-) -> None:
-    """Every second, each origin's ``bytes_sent_total``, the sender's bytes and the
-    balancer's directives by mode (until cancelled)."""
-    loop = asyncio.get_running_loop()
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
-        while True:
-            if sender_url is not None and sender is not None:
-                with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, TimeoutError):
-                    sender.append((loop.time() - t0, await _sender_bytes(http, sender_url)))
-            if balancer_url is not None and directives is not None:
-                with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, TimeoutError):
-                    counts = await _directives_by_mode(http, balancer_url)
-                    directives.append((loop.time() - t0, counts))
-            for name, ip in addresses.items():
-                try:
-                    async with http.get(f"http://{ip}:{ORIGINS[name]}/stats") as resp:
-                        doc = await resp.json()
-                    series[name].append((loop.time() - t0, int(doc["bytes_sent_total"])))
-                except (aiohttp.ClientError, OSError, ValueError, KeyError, TimeoutError):
-                    pass  # a cut or dead origin: its series just stops growing
-            await asyncio.sleep(SAMPLE_INTERVAL_S)
-
-
-async def _tracker_views(project: ComposeProject, info_hash_hex: str) -> dict[str, Any]:
-    """What each tracker instance says about the issue's swarm (shared Redis state) and
-    its Chord ring (``ring``: the supernodes registered, or why none)."""
-    views: dict[str, Any] = {}
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
-        for name, port in TRACKERS.items():
-            try:
-                ip = await asyncio.to_thread(project.address, name)
-                url = f"http://{ip}:{port}/v1/swarms/{info_hash_hex}"
-                token = project.env.get("PRESSRUN_OPERATOR_TOKEN", "")
-                headers = {"Authorization": f"Bearer {token}"}
-                async with http.get(url, headers=headers) as resp:
-                    views[name] = (
-                        await resp.json() if resp.status == 200 else {"http_status": resp.status}
-                    )
-                views[name]["ring"] = await _ring_view(http, f"http://{ip}:{port}", info_hash_hex)
-            except (aiohttp.ClientError, OSError, ValueError, TimeoutError,
-                    EmulationError, DockerCommandError) as err:  # fmt: skip
-                views[name] = {"unreachable": str(err) or type(err).__name__}
-    return views
-
-
-async def _ring_view(http: aiohttp.ClientSession, tracker: str, info_hash_hex: str) -> Any:
-    """The tracker's Chord ring of the issue: its supernodes, or the HTTP status."""
-    async with http.get(f"{tracker}/v1/ring/{info_hash_hex}") as resp:
-        if resp.status != 200:
-            return {"http_status": resp.status}
-        doc = await resp.json()
-    return {"supernodes": doc.get("supernodes", [])}
-
-
-async def _wait_ring(
-    project: ComposeProject, info_hash_hex: str, expected: int, timeout_s: float
-) -> dict[str, Any]:
-    """Until tracker-1's ring of the issue lists ``expected`` supernodes; its view."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    ip = await asyncio.to_thread(project.address, "tracker-1")
-    last: Any = None
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
-        while loop.time() < deadline:
-            with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, TimeoutError):
-                last = await _ring_view(http, f"http://{ip}:{TRACKERS['tracker-1']}", info_hash_hex)
-                if len(last.get("supernodes", [])) >= expected:
-                    return dict(last)
-            await asyncio.sleep(1.0)
-    raise EmulationError(
-        f"the supernodes did not register with tracker-1 in {timeout_s:g} s (its ring: {last})"
-    )
 
 
 def _info_hash(content_dir: Path, issue_id: str) -> str:
@@ -423,16 +197,16 @@ async def run_variant(
         report(f"[{variant}] starting the services on {subnet} (docker-compose up)")
         await asyncio.to_thread(project.compose, "up", "-d", "--no-build", timeout_s=300)
         balancer_url = f"http://{await asyncio.to_thread(project.address, 'balancer')}:8080"
-        await _wait_balancer_ready(balancer_url, issue.issue_id, timeout_s=60)
+        await wait_balancer_ready(balancer_url, issue.issue_id, timeout_s=60)
         addresses = {n: await asyncio.to_thread(project.address, n) for n in ORIGINS}
         sender_url = f"http://{await asyncio.to_thread(project.address, 'multicast')}:{SENDER_PORT}"
         info_hash = _info_hash(issue.content_dir, issue.issue_id)
-        result.ring_at_start = await _wait_ring(project, info_hash, len(SUPERNODES), 90)
+        result.ring_at_start = await wait_ring(project, info_hash, len(SUPERNODES), 90)
         report(
             f"[{variant}] the issue's Chord ring: {len(result.ring_at_start['supernodes'])} "
             "supernodes registered with tracker-1"
         )
-        await asyncio.to_thread(_bridge_querier, engine, project)
+        await asyncio.to_thread(bridge_querier, engine, project)
         # every client container is created before the schedule starts, so that at its
         # arrival time only `docker start` runs (creating one costs seconds on a busy host)
         report(f"[{variant}] creating {len(plans)} client containers")
@@ -455,7 +229,7 @@ async def run_variant(
             ]  # fmt: skip
             async with creating:
                 try:
-                    await _docker(engine, *args)
+                    await docker_async(engine, *args)
                 except DockerCommandError as err:
                     outcome.error = f"could not create its container: {err}"
                     outcome.exit_code = -1
@@ -463,7 +237,7 @@ async def run_variant(
         await asyncio.gather(*(create_client(o) for o in outcomes))
         t0 = loop.time()
         sampler = asyncio.create_task(
-            _sample_egress(
+            sample_egress(
                 addresses, egress, t0, sender_url, result.sender, balancer_url, result.directives
             )
         )
@@ -482,7 +256,7 @@ async def run_variant(
             await asyncio.sleep(max(0.0, t0 + outcome.plan.at_s - loop.time()))
             outcome.started_s = loop.time() - t0
             try:
-                await _docker(engine, "start", outcome.container)
+                await docker_async(engine, "start", outcome.container)
             except DockerCommandError as err:
                 outcome.error = f"could not start: {err}"
                 outcome.exit_code = -1
@@ -491,9 +265,9 @@ async def run_variant(
             await asyncio.sleep(max(0.0, t0 + at_s - loop.time()))
             container = project.container(service)
             if action == "kill":
-                await _docker(engine, "kill", container)
+                await docker_async(engine, "kill", container)
             else:
-                await _docker(
+                await docker_async(
                     engine, "exec", container, "python3", "-m",
                     "pressrun.emulate.entrypoint", "--cut-link",
                 )  # fmt: skip
@@ -510,7 +284,7 @@ async def run_variant(
         )
         await asyncio.gather(*faulters)
         result.wall_s = loop.time() - t0
-        result.trackers = await _tracker_views(project, info_hash)
+        result.trackers = await tracker_views(project, info_hash)
         await asyncio.sleep(SAMPLE_INTERVAL_S * 1.5)  # one last egress sample
         return result
     finally:
@@ -519,7 +293,7 @@ async def run_variant(
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
         report(f"[{variant}] tearing down (the services' logs: {log_path.name})")
-        await asyncio.shield(asyncio.to_thread(_teardown, engine, project, log_path))
+        await asyncio.shield(asyncio.to_thread(teardown, engine, project, log_path))
 
 
 async def _wait_clients(
@@ -562,36 +336,6 @@ async def _wait_clients(
         await asyncio.sleep(2.0)
 
 
-def _bridge_querier(engine: Engine, project: ComposeProject) -> None:
-    """Make the project's bridge the IGMP querier, so it forwards each multicast group
-    only to the ports that joined it instead of flooding every client's access link
-    (FIELD-NOTES.md, "Network namespaces"). The bridge is the emulation's own."""
-    net_id = engine.docker("network", "inspect", "--format", "{{.Id}}", project.network).strip()
-    bridge = f"br-{net_id[:12]}"
-    done = subprocess.run(
-        [
-            "ip",
-            "link",
-            "set",
-            "dev",
-            bridge,
-            "type",
-            "bridge",
-            "mcast_snooping",
-            "1",
-            "mcast_querier",
-            "1",
-            "mcast_query_use_ifaddr",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        log.warning("could not make %s the multicast querier: %s", bridge, done.stderr.strip())
-
-
 async def _read_outcome(engine: Engine, outcome: ClientOutcome) -> None:
     """A finished client's outcome from its log (``docker logs`` as a child process
     of the event loop, so many are read at once)."""
@@ -614,35 +358,6 @@ def _parse_outcome(outcome: ClientOutcome, stdout: str, stderr: str) -> None:
     if outcome.doc is None and outcome.error is None:
         tail = [ln for ln in stderr.splitlines() if ln.strip()][-2:]
         outcome.error = " | ".join(tail) or f"exit {outcome.exit_code}, no output"
-
-
-def _teardown(engine: Engine, project: ComposeProject, log_path: Path) -> None:
-    try:
-        log_path.write_text(project.compose("logs", "--no-color", "-t", timeout_s=120))
-    except (DockerCommandError, OSError) as err:
-        log.warning("could not save the services' logs: %s", err)
-    # every container of the run at once (clients and services), then compose removes
-    # the network and the volumes
-    ids: list[str] = []
-    for label in (f"pressrun.emulate.project={project.name}",
-                  f"com.docker.compose.project={project.name}"):  # fmt: skip
-        ids += engine.docker("ps", "-aq", "--filter", f"label={label}", check=False).split()
-    if ids:
-        engine.run(["docker", "rm", "-f", "-v", *ids], check=False, timeout_s=300)
-    try:
-        project.compose("down", "-v", "--remove-orphans", "-t", "3", timeout_s=300)
-    except DockerCommandError as err:
-        log.warning("docker-compose down: %s", err)
-    # what compose left (a down that timed out, endpoints of killed containers)
-    label = f"label=com.docker.compose.project={project.name}"
-    for net in engine.docker("network", "ls", "-q", "--filter", label, check=False).split():
-        fmt = "{{range .Containers}}{{.Name}} {{end}}"
-        for name in engine.docker("network", "inspect", "-f", fmt, net, check=False).split():
-            engine.run(["docker", "network", "disconnect", "-f", net, name], check=False)
-        engine.run(["docker", "network", "rm", net], check=False)
-    volumes = engine.docker("volume", "ls", "-q", "--filter", label, check=False).split()
-    if volumes:
-        engine.run(["docker", "volume", "rm", "-f", *volumes], check=False)
 
 
 def out_dir_for(base: Path | None, scenario_name: str) -> Path:

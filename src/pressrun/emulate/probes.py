@@ -1,0 +1,145 @@
+"""What the host reads from the running services over HTTP: the balancer ready, the
+origins' egress, the sender's bytes and the directives by mode once a second, and each
+tracker instance's view of the swarm and of its Chord ring."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from pressrun.emulate.engine import DockerCommandError
+from pressrun.emulate.project import ORIGINS, TRACKERS, ComposeProject, EmulationError
+
+SAMPLE_INTERVAL_S = 1.0
+
+
+async def wait_balancer_ready(url: str, issue_id: str, timeout_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    last = "no answer"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
+        while loop.time() < deadline:
+            try:
+                async with http.get(f"{url}/v1/origins") as resp:
+                    doc = await resp.json()
+                held = [
+                    o for o in doc["origins"]
+                    if o.get("state") == "up"
+                    and issue_id in (o.get("status") or {}).get("issues", [])
+                ]  # fmt: skip
+                if len(held) == len(doc["origins"]):
+                    return
+                last = f"{len(held)} of {len(doc['origins'])} origins up with {issue_id}"
+            except (aiohttp.ClientError, OSError, ValueError, KeyError) as err:
+                last = str(err) or type(err).__name__
+            await asyncio.sleep(0.5)
+    raise EmulationError(f"the balancer was not ready in {timeout_s:g} s ({last})")
+
+
+async def _metric_totals(
+    http: aiohttp.ClientSession, url: str, family_name: str, label: str | None = None
+) -> dict[str, int]:
+    """The ``_total`` samples of one counter family of a service's /metrics, summed
+    by ``label``'s value (everything under "" without a label)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with http.get(f"{url}/metrics") as resp:
+        text = await resp.text()
+    totals: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != family_name:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                key = sample.labels.get(label, "?") if label is not None else ""
+                totals[key] = totals.get(key, 0) + int(sample.value)
+    return totals
+
+
+async def sample_egress(
+    addresses: Mapping[str, str],
+    series: dict[str, list[tuple[float, int]]],
+    t0: float,
+    sender_url: str | None = None,
+    sender: list[tuple[float, int]] | None = None,
+    balancer_url: str | None = None,
+    directives: list[tuple[float, dict[str, int]]] | None = None,
+) -> None:
+    """Every second, each origin's ``bytes_sent_total``, the sender's bytes and the
+    balancer's directives by mode (until cancelled)."""
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        while True:
+            if sender_url is not None and sender is not None:
+                with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, TimeoutError):
+                    totals = await _metric_totals(http, sender_url, "pressrun_multicast_bytes_sent")
+                    sender.append((loop.time() - t0, sum(totals.values())))
+            if balancer_url is not None and directives is not None:
+                with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, TimeoutError):
+                    counts = await _metric_totals(
+                        http, balancer_url, "pressrun_balancer_directives", label="mode"
+                    )
+                    directives.append((loop.time() - t0, counts))
+            for name, ip in addresses.items():
+                try:
+                    async with http.get(f"http://{ip}:{ORIGINS[name]}/stats") as resp:
+                        doc = await resp.json()
+                    series[name].append((loop.time() - t0, int(doc["bytes_sent_total"])))
+                except (aiohttp.ClientError, OSError, ValueError, KeyError, TimeoutError):
+                    pass  # a cut or dead origin: its series just stops growing
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+
+
+async def tracker_views(project: ComposeProject, info_hash_hex: str) -> dict[str, Any]:
+    """What each tracker instance says about the issue's swarm (shared Redis state) and
+    its Chord ring (``ring``: the supernodes registered, or why none)."""
+    views: dict[str, Any] = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
+        for name, port in TRACKERS.items():
+            try:
+                ip = await asyncio.to_thread(project.address, name)
+                url = f"http://{ip}:{port}/v1/swarms/{info_hash_hex}"
+                token = project.env.get("PRESSRUN_OPERATOR_TOKEN", "")
+                headers = {"Authorization": f"Bearer {token}"}
+                async with http.get(url, headers=headers) as resp:
+                    views[name] = (
+                        await resp.json() if resp.status == 200 else {"http_status": resp.status}
+                    )
+                views[name]["ring"] = await _ring_view(http, f"http://{ip}:{port}", info_hash_hex)
+            except (aiohttp.ClientError, OSError, ValueError, TimeoutError,
+                    EmulationError, DockerCommandError) as err:  # fmt: skip
+                views[name] = {"unreachable": str(err) or type(err).__name__}
+    return views
+
+
+async def _ring_view(http: aiohttp.ClientSession, tracker: str, info_hash_hex: str) -> Any:
+    """The tracker's Chord ring of the issue: its supernodes, or the HTTP status."""
+    async with http.get(f"{tracker}/v1/ring/{info_hash_hex}") as resp:
+        if resp.status != 200:
+            return {"http_status": resp.status}
+        doc = await resp.json()
+    return {"supernodes": doc.get("supernodes", [])}
+
+
+async def wait_ring(
+    project: ComposeProject, info_hash_hex: str, expected: int, timeout_s: float
+) -> dict[str, Any]:
+    """Until tracker-1's ring of the issue lists ``expected`` supernodes; its view."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    ip = await asyncio.to_thread(project.address, "tracker-1")
+    last: Any = None
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
+        while loop.time() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, TimeoutError):
+                last = await _ring_view(http, f"http://{ip}:{TRACKERS['tracker-1']}", info_hash_hex)
+                if len(last.get("supernodes", [])) >= expected:
+                    return dict(last)
+            await asyncio.sleep(1.0)
+    raise EmulationError(
+        f"the supernodes did not register with tracker-1 in {timeout_s:g} s (its ring: {last})"
+    )

@@ -1,0 +1,179 @@
+"""docker-compose.yml's project on an engine: its services and ports, its network
+(a free /24 of the benchmarking range, its bridge the multicast querier), docker commands
+from the event loop, and the teardown that removes everything a run started."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from pressrun.emulate.engine import DockerCommandError, Engine
+
+log = logging.getLogger(__name__)
+
+ISSUE_ID = "flash-2026-47"
+ORIGINS = {"origin-a": 8001, "origin-b": 8002, "origin-c": 8003}
+TRACKERS = {"tracker-1": 6969, "tracker-2": 6969}
+SUPERNODES = ("supernode-1", "supernode-2")
+BALANCER_PORT = 8080
+SENDER_PORT = 8090
+
+
+class EmulationError(RuntimeError):
+    """The emulation could not run to its end; the message says where it stopped."""
+
+
+def free_subnet(engine: Engine) -> str:
+    """A /24 in 198.18.0.0/16 that no host interface and no engine network uses."""
+    used: list[ipaddress.IPv4Network] = []
+    out = subprocess.run(
+        ["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False
+    ).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if "inet" in parts:
+            used.append(ipaddress.IPv4Interface(parts[parts.index("inet") + 1]).network)
+    ids = engine.docker("network", "ls", "-q").split()
+    if ids:
+        doc = json.loads(engine.docker("network", "inspect", *ids))
+        for net in doc:
+            for cfg in (net.get("IPAM") or {}).get("Config") or []:
+                with contextlib.suppress(ValueError, KeyError):
+                    used.append(ipaddress.IPv4Network(cfg["Subnet"]))
+    for third in range(20, 250):
+        candidate = ipaddress.IPv4Network(f"198.18.{third}.0/24")
+        if not any(candidate.overlaps(u) for u in used):
+            return str(candidate)
+    raise EmulationError("no free /24 left in 198.18.0.0/16 for the emulation's network")
+
+
+class ComposeProject:
+    """docker-compose.yml as one project on an engine."""
+
+    def __init__(
+        self, engine: Engine, compose_file: Path, name: str, env: Mapping[str, str]
+    ) -> None:
+        self.engine = engine
+        self.compose_file = compose_file
+        self.name = name
+        self.env = {**engine.env, **env}
+
+    def compose(self, *args: str, timeout_s: float = 600.0, check: bool = True) -> str:
+        """``docker-compose -p NAME -f FILE ARGS``; its stdout."""
+        done = Engine(self.engine.host, env=self.env).run(
+            ["docker-compose", "-p", self.name, "-f", str(self.compose_file), *args],
+            timeout_s=timeout_s,
+            check=check,
+            cwd=self.compose_file.parent,
+        )
+        return done.stdout
+
+    def container(self, service: str) -> str:
+        """The container name compose 1.29 gives a service's first replica."""
+        return f"{self.name}_{service}_1"
+
+    @property
+    def network(self) -> str:
+        """The project's default network."""
+        return f"{self.name}_default"
+
+    def address(self, service: str) -> str:
+        """A service's address on the project's network."""
+        fmt = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"
+        ip = self.engine.docker("inspect", "--format", fmt, self.container(service)).strip()
+        if not ip:
+            raise EmulationError(f"{service} has no address on {self.network}")
+        return ip
+
+
+async def docker_async(engine: Engine, *args: str, timeout_s: float = 300.0) -> str:
+    """``docker ARGS`` as a child process of the event loop (no thread: a hundred may
+    run at once); its stdout, or `DockerCommandError`."""
+    proc = await asyncio.create_subprocess_exec(
+        "docker",
+        *args,
+        env=engine.env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise DockerCommandError(f"docker {args[0]} did not finish in {timeout_s:g} s") from None
+    if proc.returncode != 0:
+        lines = err.decode(errors="replace").strip().splitlines()
+        raise DockerCommandError(
+            f"docker {args[0]} failed (exit {proc.returncode}): " + " | ".join(lines[-3:])
+        )
+    return out.decode(errors="replace")
+
+
+def bridge_querier(engine: Engine, project: ComposeProject) -> None:
+    """Make the project's bridge the IGMP querier, so it forwards each multicast group
+    only to the ports that joined it instead of flooding every client's access link
+    (FIELD-NOTES.md, "Network namespaces"). The bridge is the emulation's own."""
+    net_id = engine.docker("network", "inspect", "--format", "{{.Id}}", project.network).strip()
+    bridge = f"br-{net_id[:12]}"
+    done = subprocess.run(
+        [
+            "ip",
+            "link",
+            "set",
+            "dev",
+            bridge,
+            "type",
+            "bridge",
+            "mcast_snooping",
+            "1",
+            "mcast_querier",
+            "1",
+            "mcast_query_use_ifaddr",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        log.warning("could not make %s the multicast querier: %s", bridge, done.stderr.strip())
+
+
+def teardown(engine: Engine, project: ComposeProject, log_path: Path) -> None:
+    """Save the services' logs to ``log_path``, then remove every container, network
+    and volume of the project, also what a failed ``docker-compose down`` left."""
+    try:
+        log_path.write_text(project.compose("logs", "--no-color", "-t", timeout_s=120))
+    except (DockerCommandError, OSError) as err:
+        log.warning("could not save the services' logs: %s", err)
+    # every container of the run at once (clients and services), then compose removes
+    # the network and the volumes
+    ids: list[str] = []
+    for label in (f"pressrun.emulate.project={project.name}",
+                  f"com.docker.compose.project={project.name}"):  # fmt: skip
+        ids += engine.docker("ps", "-aq", "--filter", f"label={label}", check=False).split()
+    if ids:
+        engine.run(["docker", "rm", "-f", "-v", *ids], check=False, timeout_s=300)
+    try:
+        project.compose("down", "-v", "--remove-orphans", "-t", "3", timeout_s=300)
+    except DockerCommandError as err:
+        log.warning("docker-compose down: %s", err)
+    # what compose left (a down that timed out, endpoints of killed containers)
+    label = f"label=com.docker.compose.project={project.name}"
+    for net in engine.docker("network", "ls", "-q", "--filter", label, check=False).split():
+        fmt = "{{range .Containers}}{{.Name}} {{end}}"
+        for name in engine.docker("network", "inspect", "-f", fmt, net, check=False).split():
+            engine.run(["docker", "network", "disconnect", "-f", net, name], check=False)
+        engine.run(["docker", "network", "rm", net], check=False)
+    volumes = engine.docker("volume", "ls", "-q", "--filter", label, check=False).split()
+    if volumes:
+        engine.run(["docker", "volume", "rm", "-f", *volumes], check=False)
