@@ -21,7 +21,7 @@ from pressrun.content.manifest import Manifest
 
 if TYPE_CHECKING:
     from pressrun.chord.host import SupernodeHost
-    from pressrun.peer.aio import SwarmProgress, SwarmResult
+    from pressrun.peer.results import SwarmProgress, SwarmResult
 
 __all__ = ["MAX_TORRENT_BYTES", "fetch_swarm"]
 

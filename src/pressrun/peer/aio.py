@@ -44,7 +44,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -70,13 +69,14 @@ from pressrun.peer.events import (
     SwarmCounts,
 )
 from pressrun.peer.feed import OwedPieceFeed
+from pressrun.peer.results import SwarmError, SwarmProgress, SwarmResult
 from pressrun.peer.resume import read_resume, resume_path_for, write_resume
 from pressrun.peer.ring_client import RingClient, RingClientStats
 from pressrun.peer.scrape import TrackerScrape
 from pressrun.peer.session import AlertSession, new_peer_id, session_settings
+from pressrun.peer.sources import PeerInfoTally, classify_missing
 from pressrun.peer.uploader import (
     DEFAULT_UPLOADER_POLICY,
-    MAX_PRIORITY,
     SwarmView,
     make_uploader_policy,
 )
@@ -94,60 +94,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _LEAVE_ANNOUNCE_TIMEOUT_S = 5.0
-_NOT_YET = lt.peer_info.handshake | lt.peer_info.connecting
-
-
-class SwarmError(Exception):
-    """The swarm download cannot go on (bad torrent, a copy that fails the manifest)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SwarmProgress:
-    """A progress report for a client's progress bar."""
-
-    phase: PeerPhase
-    done_bytes: int
-    wanted_bytes: int
-    uploaded_bytes: int
-    downloaded_bytes: int
-    bytes_from_web_seeds: int
-    connected_peers: int
-
-
-@dataclass(frozen=True, slots=True)
-class SwarmResult:
-    """How a swarm fetch ended.
-
-    completed: the file at ``path`` is the issue, checked against the manifest
-        (SHA-256 of every piece and of the whole file).
-    stalled: no progress for ``stall_after_s``; ``have_pieces`` (each checked against
-        the manifest) are in ``path`` at their offsets, ``missing_spans`` are the byte
-        ranges [start, end) still to fetch from origins.
-    bytes_from_peers / bytes_from_web_seeds: payload downloaded from BitTorrent peers /
-        from the origins' web seeds (counted per connection at each status poll: the
-        last fraction of a second of a connection that closed between polls is counted
-        as from peers; the origins' own counters are exact).
-    uploaded_bytes / downloaded_bytes / ratio: all-time payload totals of this
-        download (across restarts), ratio = uploaded / downloaded (None if nothing
-        came down).
-    leave_rule: the rule that let the peer go (None if it never left, e.g. an error).
-    """
-
-    issue_id: str
-    path: Path
-    completed: bool
-    stalled: bool
-    have_pieces: tuple[int, ...]
-    missing_spans: tuple[tuple[int, int], ...]
-    bytes_from_peers: int
-    bytes_from_web_seeds: int
-    uploaded_bytes: int
-    downloaded_bytes: int
-    ratio: float | None
-    leave_rule: LeaveRule | None
-    download_s: float | None
-    seeding_s: float | None
-    listen_port: int | None
 
 
 class SwarmPeer:
@@ -195,9 +141,7 @@ class SwarmPeer:
         self.on_progress = on_progress
         self.listen_port: int | None = None
         self.core: PeerCore | None = None
-        self._web_conn_download = 0  # bytes from web-seed connections (per peer info)
-        self._web_conn_bytes: dict[tuple[str, int], int] = {}
-        self._leecher_ids: tuple[str, ...] = ()
+        self._tally = PeerInfoTally()
         self._alerts: AlertSession | None = None
         self._handle: Any = None
         self._timer: asyncio.TimerHandle | None = None
@@ -238,7 +182,7 @@ class SwarmPeer:
     @property
     def bytes_from_web_seeds(self) -> int:
         """Payload from the origins this session: web-seed connections and the feed."""
-        return self._web_conn_download + self._feed.session_bytes
+        return self._tally.web_bytes + self._feed.session_bytes
 
     def _info_web_seeds(self) -> list[str]:
         return list(self._meta.web_seeds)
@@ -573,7 +517,7 @@ class SwarmPeer:
             # (peer_info_alert cannot be read from Python in the 2.1.1 binding: it has
             # no converter for its vector; the synchronous call is fine without
             # set_alert_notify, FIELD-NOTES.md)
-            self._on_peer_info(self._handle.get_peer_info())
+            self._tally.update(self._handle.get_peer_info())
         have_bits = tuple(bool(b) for b in st.pieces)
         if self._ring is not None and have_bits != self._have_bits:
             self._ring.nudge()  # report new pieces now (a brought-in one frees a slot)
@@ -591,9 +535,9 @@ class SwarmPeer:
             # neither downloaded nor announced; not kept across restarts)
             downloaded_bytes=max(int(st.all_time_download), int(st.total_payload_download))
             + self._feed.fed_bytes,
-            connected_peers=max(0, int(st.num_peers) - self._web_connections),
+            connected_peers=max(0, int(st.num_peers) - self._tally.web_connections),
             # (the feed's bytes as they arrive: a piece still on its way is progress)
-            web_seed_bytes=self._web_conn_download + self._feed.received_bytes,
+            web_seed_bytes=self._tally.web_bytes + self._feed.received_bytes,
             tradable_pieces=tradable,
             owed_pieces=owed,
         )
@@ -618,8 +562,6 @@ class SwarmPeer:
                 )
             )
 
-    _web_connections = 0
-
     def _refresh_totals(self) -> None:
         # A synchronous status read (a download can finish between two polls).
         if self._handle is None or self.core is None or self._loop is None:
@@ -630,27 +572,16 @@ class SwarmPeer:
     def _sources(self, st: Any) -> tuple[int | None, int]:
         # (tradable, owed): pieces this peer lacks that some connected BitTorrent peer
         # holds, and pieces of top priority in the policy's plan that it lacks and no
-        # connected peer holds. libtorrent's availability counts web seeds too (they
-        # hold everything), so subtract them.
+        # connected peer holds (`classify_missing`).
         if self._handle is None or st.is_seeding:
             self._feed.set_owed(())
             self._unheld = frozenset()
             return None, 0
-        avail = self._handle.piece_availability()
-        web = self._web_connections
         plan = self._last_plan
-        tradable = 0
-        owed: list[int] = []
-        absent: list[int] = []
-        for index, (have, n) in enumerate(zip(st.pieces, avail, strict=False)):
-            if have:
-                continue
-            if n > web:
-                tradable += 1
-            elif plan is not None and plan[index] == MAX_PRIORITY:
-                owed.append(index)
-            else:
-                absent.append(index)
+        missing = classify_missing(
+            st.pieces, self._handle.piece_availability(), self._tally.web_connections, plan
+        )
+        tradable, owed, absent = missing.tradable, missing.owed, missing.absent
         self._unheld = frozenset((*owed, *absent))
         # pieces the ring said another peer brings in or holds: coming, not starving
         coming = self.policy.waiting_on(absent) if isinstance(self.policy, ChordPolicy) else []
@@ -664,28 +595,8 @@ class SwarmPeer:
             # starved among peers: none can give anything, so whatever it lacks is owed
             # (a peer alone, with no plan, is starved and uses libtorrent's web seeds)
             owed = absent
-        self._feed.set_owed(tuple(owed))
+        self._feed.set_owed(owed)
         return tradable, len(owed) + len(coming)
-
-    def _on_peer_info(self, peers: Sequence[Any]) -> None:
-        # Bytes from web seeds, per connection: a connection's total only grows, so a
-        # total below the last one seen is a new connection to the same origin.
-        web = 0
-        leechers: list[str] = []
-        for pi in peers:
-            if pi.connection_type == lt.peer_info.standard_bittorrent:
-                # (a connection still in its handshake has no peer id yet)
-                if not pi.flags & (_NOT_YET | lt.peer_info.seed):
-                    leechers.append(pi.pid.to_bytes().hex())
-                continue
-            web += 1
-            key = (str(pi.ip[0]), int(pi.ip[1]))
-            total = int(pi.total_download)
-            last = self._web_conn_bytes.get(key, 0)
-            self._web_conn_download += total - last if total >= last else total
-            self._web_conn_bytes[key] = total
-        self._web_connections = web
-        self._leecher_ids = tuple(sorted(leechers))
 
     def _plan(self, st: Any) -> None:
         assert self._loop is not None
@@ -696,7 +607,7 @@ class SwarmPeer:
             info_hash=self.manifest.info_hash,
             have=tuple(bool(b) for b in st.pieces),
             connected_peers=int(st.num_peers),
-            leecher_ids=self._leecher_ids,
+            leecher_ids=self._tally.leecher_ids,
         )
         plan = self.policy.plan(view, now=self._loop.time())
         if plan is not None and plan.piece_priorities != self._last_plan:

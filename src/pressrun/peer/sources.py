@@ -1,0 +1,81 @@
+"""Where a peer's pieces and bytes come from, read off libtorrent's view.
+
+`PeerInfoTally` counts, from ``get_peer_info``, the bytes that came from web seeds
+(per connection) and which connected peers are leechers; `classify_missing` sorts the
+pieces a peer lacks by who could give them: a connected BitTorrent peer, nobody but the
+origins (owed, in the uploader policy's plan), or nobody at all yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import libtorrent as lt
+
+from pressrun.peer.uploader import MAX_PRIORITY
+
+_NOT_YET = lt.peer_info.handshake | lt.peer_info.connecting
+
+
+class PeerInfoTally:
+    """What the peer infos say, kept across status polls."""
+
+    def __init__(self) -> None:
+        self.web_bytes = 0  # bytes from web-seed connections (per peer info)
+        self.web_connections = 0
+        self.leecher_ids: tuple[str, ...] = ()
+        self._per_connection: dict[tuple[str, int], int] = {}
+
+    def update(self, peers: Sequence[Any]) -> None:
+        """Bytes from web seeds, per connection: a connection's total only grows, so a
+        total below the last one seen is a new connection to the same origin."""
+        web = 0
+        leechers: list[str] = []
+        for pi in peers:
+            if pi.connection_type == lt.peer_info.standard_bittorrent:
+                # (a connection still in its handshake has no peer id yet)
+                if not pi.flags & (_NOT_YET | lt.peer_info.seed):
+                    leechers.append(pi.pid.to_bytes().hex())
+                continue
+            web += 1
+            key = (str(pi.ip[0]), int(pi.ip[1]))
+            total = int(pi.total_download)
+            last = self._per_connection.get(key, 0)
+            self.web_bytes += total - last if total >= last else total
+            self._per_connection[key] = total
+        self.web_connections = web
+        self.leecher_ids = tuple(sorted(leechers))
+
+
+@dataclass(frozen=True, slots=True)
+class MissingPieces:
+    """The pieces a peer lacks, by who could give them."""
+
+    tradable: int  # how many a connected BitTorrent peer holds
+    owed: tuple[int, ...]  # top priority in the plan, and no connected peer holds them
+    absent: tuple[int, ...]  # no connected peer holds them, not owed
+
+
+def classify_missing(
+    have: Sequence[bool],
+    availability: Sequence[int],
+    web_connections: int,
+    plan: Sequence[int] | None,
+) -> MissingPieces:
+    """libtorrent's availability counts web seeds too (they hold everything), so a
+    piece some BitTorrent peer holds is one seen more than ``web_connections`` times."""
+    tradable = 0
+    owed: list[int] = []
+    absent: list[int] = []
+    for index, (held, n) in enumerate(zip(have, availability, strict=False)):
+        if held:
+            continue
+        if n > web_connections:
+            tradable += 1
+        elif plan is not None and plan[index] == MAX_PRIORITY:
+            owed.append(index)
+        else:
+            absent.append(index)
+    return MissingPieces(tradable, tuple(owed), tuple(absent))
