@@ -501,15 +501,7 @@ class TrackerService:
         return web.json_response({"swarms": body})
 
     async def _one(self, request: web.Request) -> SwarmStats:
-        try:
-            info_hash = bytes.fromhex(request.match_info["info_hash"])
-            if len(info_hash) != 20:
-                raise ValueError
-        except ValueError:
-            raise web.HTTPBadRequest(
-                text='{"error": "info_hash must be 40 hex digits"}',
-                content_type="application/json",
-            ) from None
+        info_hash = _info_hash_of(request)
         if self.store.shared:
             try:
                 self.core.load_swarm(info_hash, await self.store.load_swarm(info_hash))
@@ -548,15 +540,7 @@ class TrackerService:
 
     async def allow(self, request: web.Request) -> web.Response:
         """``PUT /v1/allowed/<hex>`` (operator): a publisher announces a new issue."""
-        try:
-            info_hash = bytes.fromhex(request.match_info["info_hash"])
-            if len(info_hash) != 20:
-                raise ValueError
-        except ValueError:
-            raise web.HTTPBadRequest(
-                text='{"error": "info_hash must be 40 hex digits"}',
-                content_type="application/json",
-            ) from None
+        info_hash = _info_hash_of(request)
         await self.store.add_allowed(info_hash)  # kept first: a restart keeps it
         added = self.core.allow([info_hash])
         log.info("allowlist: %s added by the operator API", info_hash.hex())
@@ -572,6 +556,20 @@ class TrackerService:
     async def healthz(self, request: web.Request) -> web.Response:
         """``GET /healthz``: ok."""
         return web.Response(text="ok")
+
+
+def _info_hash_of(request: web.Request) -> bytes:
+    """The ``<info_hash>`` of a route's path, or a 400 saying what it must be."""
+    try:
+        info_hash = bytes.fromhex(request.match_info["info_hash"])
+        if len(info_hash) != 20:
+            raise ValueError
+    except ValueError:
+        raise web.HTTPBadRequest(
+            text='{"error": "info_hash must be 40 hex digits"}',
+            content_type="application/json",
+        ) from None
+    return info_hash
 
 
 async def serve(
