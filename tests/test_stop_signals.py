@@ -22,6 +22,10 @@ def _args(service: str, tmp_path: Path) -> tuple[list[str], str, str]:
     if service == "balancer":
         args = ["balancer", "--port", "0", "--origins", "a=http://127.0.0.1:9"]
         return args, "balancer listening on", "balancer stopping"
+    if service == "reader":
+        args = ["reader", "--port", "0", "--balancer", "http://127.0.0.1:9"]
+        args += ["--publisher-key", "00" * 32]
+        return args, "reader serving the web app", "reader: signal received, stopping"
     args = [
         "origin",
         "--port",
@@ -37,7 +41,7 @@ def _args(service: str, tmp_path: Path) -> tuple[list[str], str, str]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-@pytest.mark.parametrize("service", ["tracker", "balancer", "origin"])
+@pytest.mark.parametrize("service", ["tracker", "balancer", "origin", "reader"])
 def test_a_signal_right_after_the_listening_line_stops_cleanly(
     service: str, sig: signal.Signals, tmp_path: Path
 ) -> None:

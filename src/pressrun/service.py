@@ -37,13 +37,3 @@ def stop_signals() -> Iterator[asyncio.Event]:
     finally:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
-
-
-async def wait_for_stop_signal() -> None:
-    """Return when the process gets SIGTERM or SIGINT (then the caller shuts down).
-
-    The handlers are installed only now: a service that announces itself before
-    calling this should use `stop_signals` instead.
-    """
-    with stop_signals() as stop:
-        await stop.wait()

@@ -58,18 +58,22 @@ def run_supernode(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace, info_hash: str, num_pieces: int) -> int:
     from pressrun.chord.host import SupernodeHost
-    from pressrun.service import wait_for_stop_signal
+    from pressrun.service import stop_signals
 
     ring = SupernodeHost(
         tracker_base=args.tracker, host=args.host, port=args.port, heartbeat_s=args.heartbeat_s
     )
-    node = await ring.add(info_hash, num_pieces)
-    if node is None or node.node is None:
-        print("pressrun supernode: could not start (the reason is logged above)", file=sys.stderr)
-        return 1
-    print(f"supernode {node.node.me.id:040x} listening on {node.address}", flush=True)
-    try:
-        await wait_for_stop_signal()
-    finally:
-        await ring.close()
+    with stop_signals() as stopped:
+        try:
+            node = await ring.add(info_hash, num_pieces)
+            if node is None or node.node is None:
+                print(
+                    "pressrun supernode: could not start (the reason is logged above)",
+                    file=sys.stderr,
+                )
+                return 1
+            print(f"supernode {node.node.me.id:040x} listening on {node.address}", flush=True)
+            await stopped.wait()
+        finally:
+            await ring.close()
     return 0

@@ -90,11 +90,12 @@ async def serve_until_signal(config: Any) -> None:
     import logging
 
     from pressrun.reader.aio import start_reader
-    from pressrun.service import wait_for_stop_signal
+    from pressrun.service import stop_signals
 
-    reader = await start_reader(config)
-    try:
-        await wait_for_stop_signal()
-    finally:
-        logging.getLogger("pressrun.reader").info("reader: signal received, stopping")
-        await reader.stop()
+    with stop_signals() as stopped:
+        reader = await start_reader(config)
+        try:
+            await stopped.wait()
+        finally:
+            logging.getLogger("pressrun.reader").info("reader: signal received, stopping")
+            await reader.stop()
