@@ -78,8 +78,14 @@ def test_small_emulation_delivers_every_file_verified(tmp_path: Path, engine_hos
     assert all(
         abs(c["download_s"] + (c["seeding_s"] or 0.0) - c["seconds"]) < 1e-3 for c in clients
     )
-    # both supernodes registered with the tracker before the first client
+    # both supernodes registered with tracker-1 before the first client, and tracker-2
+    # listed the same ring from the store the instances share
     assert len(run["ring_at_start"]["supernodes"]) == 2
+    by_tracker = run["ring_at_start"]["by_tracker"]
+    assert by_tracker["tracker-1"] == by_tracker["tracker-2"], by_tracker
+    # every client was held at the start line and released at its time: each began
+    # (its own clock) no earlier than scheduled
+    assert all(c["started_s"] is not None and c["start_lag_s"] >= -0.1 for c in clients)
     # the balancer's directives by mode were sampled: the origin mode came first
     assert run["modes_first_s"].get("origin") is not None, run["modes_first_s"]
     # demand passed the balancer's low thresholds: later clients were sent to the swarm
@@ -97,6 +103,8 @@ def test_small_emulation_delivers_every_file_verified(tmp_path: Path, engine_hos
         for v in (views["tracker-1"], views["tracker-2"])
     ]
     assert swarm[0] == swarm[1], views
+    # at the end too, both list the same swarm and the same ring of supernodes
+    assert run["trackers_agree"] == {"instances": True, "swarm": True, "ring": True}, views
     if run["modes"].get("swarm"):
         assert (swarm[0][1] or 0) >= 1, views
     assert (out / "egress.png").stat().st_size > 10_000

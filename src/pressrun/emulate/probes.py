@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -128,18 +129,48 @@ async def _ring_view(http: aiohttp.ClientSession, tracker: str, info_hash_hex: s
 async def wait_ring(
     project: ComposeProject, info_hash_hex: str, expected: int, timeout_s: float
 ) -> dict[str, Any]:
-    """Until tracker-1's ring of the issue lists ``expected`` supernodes; its view."""
+    """Until every tracker instance's ring of the issue lists the same ``expected``
+    supernodes (they register with tracker-1 only: tracker-2 knows them from the
+    store the instances share); tracker-1's view, and each instance's in ``by_tracker``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    ip = await asyncio.to_thread(project.address, "tracker-1")
-    last: Any = None
+    ips = {name: await asyncio.to_thread(project.address, name) for name in TRACKERS}
+    views: dict[str, Any] = {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
         while loop.time() < deadline:
             with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, TimeoutError):
-                last = await _ring_view(http, f"http://{ip}:{TRACKERS['tracker-1']}", info_hash_hex)
-                if len(last.get("supernodes", [])) >= expected:
-                    return dict(last)
+                for name, port in TRACKERS.items():
+                    tracker = f"http://{ips[name]}:{port}"
+                    views[name] = await _ring_view(http, tracker, info_hash_hex)
+                rings = [_ring_members(v) for v in views.values()]
+                if len(rings[0]) >= expected and all(r == rings[0] for r in rings):
+                    return {**views["tracker-1"], "by_tracker": views}
             await asyncio.sleep(1.0)
     raise EmulationError(
-        f"the supernodes did not register with tracker-1 in {timeout_s:g} s (its ring: {last})"
+        f"the supernodes were not on every tracker instance's ring in {timeout_s:g} s "
+        f"(their rings: {views})"
     )
+
+
+def _ring_members(view: Any) -> list[tuple[str, str]]:
+    """A ring view's supernodes as sorted (id, address) pairs (to compare two views)."""
+    nodes = view.get("supernodes", []) if isinstance(view, dict) else []
+    return sorted((str(n.get("id")), str(n.get("address"))) for n in nodes)
+
+
+def trackers_agree(views: dict[str, Any]) -> dict[str, bool]:
+    """Whether the tracker instances list the same swarm (peers, completed) and the
+    same ring of supernodes: the state they share through the one store."""
+    answered = [v for v in views.values() if "unreachable" not in v and "http_status" not in v]
+    if len(answered) < 2:
+        return {"instances": False, "swarm": False, "ring": False}
+    swarms = [
+        (v.get("completed"), sorted(json.dumps(p, sort_keys=True) for p in v.get("peers", [])))
+        for v in answered
+    ]
+    rings = [_ring_members(v.get("ring")) for v in answered]
+    return {
+        "instances": True,
+        "swarm": all(s == swarms[0] for s in swarms),
+        "ring": bool(rings[0]) and all(r == rings[0] for r in rings),
+    }

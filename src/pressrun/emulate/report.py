@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pressrun.emulate.probes import trackers_agree
 from pressrun.emulate.run import PublishedIssue, VariantResult
 from pressrun.emulate.scenario import EmulationScenario
 
@@ -35,6 +36,8 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
                 "profile": o.plan.link.profile,
                 "planned_start_s": round(o.plan.at_s, 2),
                 "started_s": None if o.started_s is None else round(o.started_s, 2),
+                "start_lag_s": None if o.started_s is None else round(o.started_s - o.plan.at_s, 2),
+                "ready_s": None if o.ready_s is None else round(o.ready_s, 1),
                 "exited_s": None if o.exited_s is None else round(o.exited_s, 1),
                 "seconds": doc.get("seconds"),
                 "download_s": _download_s(doc),
@@ -111,6 +114,10 @@ def summarize(
                 [row["download_s"] for row in rows if row["download_s"] is not None]
             ),
             "seeding_s": _spread([row["seeding_s"] for row in rows if row["seeding_s"]]),
+            "start_lag_s": _spread(
+                [row["start_lag_s"] for row in rows if row["start_lag_s"] is not None]
+            ),
+            "ready_s": _spread([row["ready_s"] for row in rows if row["ready_s"] is not None]),
             "modes_first_s": modes_first_s(r.directives),
             "directives_series": r.directives,
             "ring_at_start": r.ring_at_start,
@@ -126,6 +133,7 @@ def summarize(
             "wall_s": round(r.wall_s, 1),
             "faults": r.faults,
             "trackers": r.trackers,
+            "trackers_agree": trackers_agree(r.trackers),
             "egress_series": {n: s for n, s in r.egress.items()},
             "per_client": rows,
         }
@@ -305,6 +313,20 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
             f"{name}: the balancer first answered "
             + (", ".join(f"{mode} at {at:g} s" for mode, at in first) or "nothing")
         )
+        lag = v["start_lag_s"]
+        if lag["median"] is not None:
+            console.print(
+                f"{name}: clients began {lag['min']:g} / {lag['median']:g} / {lag['max']:g} s "
+                "(min / median / max) after their scheduled time"
+            )
+        agree = v["trackers_agree"]
+        if agree["instances"]:
+            console.print(
+                f"{name}: the tracker instances list "
+                + ("the same swarm" if agree["swarm"] else "different swarms")
+                + " and "
+                + ("the same ring of supernodes" if agree["ring"] else "different rings")
+            )
     if "origin_egress_ratio" in summary:
         console.print(
             f"origin egress with swarm/multicast on: {summary['origin_egress_ratio']:.1%} "

@@ -4,10 +4,14 @@ on the scenario's schedule, break what the scenario breaks, collect, tear down.
 The services are docker-compose.yml's, started with ``docker-compose up`` in a project
 of their own (``pressrun-emu-<pid>-<variant>``) on a /24 of the benchmarking range no
 interface of the host uses. Each client is a container of the same image on the
-project's network, started with ``docker run`` at its arrival time with its access
-link's ``PRESSRUN_LINK_*`` variables; it runs ``pressrun get --json`` and exits, and its
-outcome is read from its log. The host reaches the services at their addresses on the
-bridge: every second it reads the origins' ``/stats`` (their egress over time).
+project's network with its access link's ``PRESSRUN_LINK_*`` variables, running
+``pressrun get --json``. Every client container is started before the schedule and held
+at the start line (`pressrun.emulate.held`: link shaped, imports done) until the host
+releases it at its arrival time by writing a file into a folder they share; the client
+records when it really began, so the report has each client's lag behind its schedule.
+It exits after its download (and seeding), and its outcome is read from its log. The
+host reaches the services at their addresses on the bridge: every second it reads the
+origins' ``/stats`` (their egress over time).
 
 Everything started is removed in `finally` (clients, services, network, volumes), so an
 error or Ctrl-C leaves nothing behind but the report folder.
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pressrun.emulate.engine import DockerCommandError, Engine
+from pressrun.emulate.held import go_path, ready_path, started_path
 from pressrun.emulate.probes import (
     SAMPLE_INTERVAL_S,
     sample_egress,
@@ -58,6 +63,14 @@ log = logging.getLogger(__name__)
 CLIENT_CPU_SHARES = 256
 #: the unicast-only twin turns these off (no tracker, no sender: origin mode only)
 UNICAST_ENV = {"PRESSRUN_SWARM_TRACKERS": "", "PRESSRUN_MULTICAST_SENDER": ""}
+#: where a client container sees the folder its release file appears in
+RELEASE_MOUNT = "/run/pressrun-release"
+#: client containers started at once before the schedule (each costs the engine and
+#: the host CPU seconds: more at once only queue)
+STARTING_AT_ONCE = 4
+#: how long the held clients get to be ready before the schedule starts anyway (those
+#: not ready then start late, and their lag says so)
+READY_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +119,11 @@ class ClientOutcome:
 
     plan: ClientPlan
     container: str
+    #: when the client really began (its own clock, the release it saw), from the
+    #: schedule's start; None when it never started
     started_s: float | None = None
+    #: how long the client took from its container's start to ready at the start line
+    ready_s: float | None = None
     exited_s: float | None = None  # when the host saw the container gone (2 s steps)
     exit_code: int | None = None
     doc: dict[str, Any] | None = None
@@ -207,8 +224,11 @@ async def run_variant(
             "supernodes registered with tracker-1"
         )
         await asyncio.to_thread(bridge_querier, engine, project)
-        # every client container is created before the schedule starts, so that at its
-        # arrival time only `docker start` runs (creating one costs seconds on a busy host)
+        # every client container is created and started before the schedule starts and
+        # held at the start line, so that its arrival costs only a file the host writes
+        release_dir = log_dir / f"{variant}-release"
+        shutil.rmtree(release_dir, ignore_errors=True)
+        release_dir.mkdir(parents=True)
         report(f"[{variant}] creating {len(plans)} client containers")
         max_seed = env.get("PRESSRUN_CLIENT_MAX_SEED_S", "30")
         mc_deadline = env.get("PRESSRUN_CLIENT_MULTICAST_DEADLINE_S", "60")
@@ -218,11 +238,13 @@ async def run_variant(
             link = outcome.plan.link
             args = ["create", "--name", outcome.container, "--network", project.network,
                     "--cap-add", "NET_ADMIN", "--init", "--cpu-shares", str(CLIENT_CPU_SHARES),
-                    "--label", f"pressrun.emulate.project={project_name}"]  # fmt: skip
+                    "--label", f"pressrun.emulate.project={project_name}",
+                    "-v", f"{release_dir.resolve()}:{RELEASE_MOUNT}"]  # fmt: skip
             for key, value in link.env().items():
                 args += ["-e", f"{key}={value}"]
             args += [
-                image, "pressrun", "get", issue.issue_id, "--balancer", "http://balancer:8080",
+                image, "python3", "-m", "pressrun.emulate.held", "--release-dir", RELEASE_MOUNT,
+                "--name", str(outcome.plan.number), "--", "get", issue.issue_id, "--balancer", "http://balancer:8080",
                 "--library", "/var/lib/pressrun/library", "--profile", link.profile,
                 "--publisher-key", issue.public_key_hex, "--json", "--max-seed-s", max_seed,
                 "--multicast-deadline-s", mc_deadline,
@@ -235,6 +257,7 @@ async def run_variant(
                     outcome.exit_code = -1
 
         await asyncio.gather(*(create_client(o) for o in outcomes))
+        await _start_held(engine, outcomes, release_dir, report, variant)
         t0 = loop.time()
         sampler = asyncio.create_task(
             sample_egress(
@@ -254,12 +277,7 @@ async def run_variant(
             if outcome.exit_code is not None:
                 return
             await asyncio.sleep(max(0.0, t0 + outcome.plan.at_s - loop.time()))
-            outcome.started_s = loop.time() - t0
-            try:
-                await docker_async(engine, "start", outcome.container)
-            except DockerCommandError as err:
-                outcome.error = f"could not start: {err}"
-                outcome.exit_code = -1
+            go_path(release_dir, str(outcome.plan.number)).touch()
 
         async def fault(at_s: float, action: str, service: str) -> None:
             await asyncio.sleep(max(0.0, t0 + at_s - loop.time()))
@@ -284,6 +302,8 @@ async def run_variant(
         )
         await asyncio.gather(*faulters)
         result.wall_s = loop.time() - t0
+        for outcome in outcomes:
+            _read_started(outcome, release_dir, t0)
         result.trackers = await tracker_views(project, info_hash)
         await asyncio.sleep(SAMPLE_INTERVAL_S * 1.5)  # one last egress sample
         return result
@@ -294,6 +314,72 @@ async def run_variant(
                 await sampler
         report(f"[{variant}] tearing down (the services' logs: {log_path.name})")
         await asyncio.shield(asyncio.to_thread(teardown, engine, project, log_path))
+
+
+async def _start_held(
+    engine: Engine,
+    outcomes: Sequence[ClientOutcome],
+    release_dir: Path,
+    report: Callable[[str], None],
+    variant: str,
+) -> None:
+    """Start every created client container (a few at once) and wait until each is
+    ready at the start line, or `READY_TIMEOUT_S` passed."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    starting = asyncio.Semaphore(STARTING_AT_ONCE)
+    started_at: dict[str, float] = {}
+
+    async def start(outcome: ClientOutcome) -> None:
+        async with starting:
+            try:
+                await docker_async(engine, "start", outcome.container)
+            except DockerCommandError as err:
+                outcome.error = f"could not start: {err}"
+                outcome.exit_code = -1
+                return
+            started_at[outcome.container] = loop.time()
+
+    report(f"[{variant}] starting {len(outcomes)} client containers, held until their time")
+    starters = asyncio.gather(*(start(o) for o in outcomes if o.exit_code is None))
+    waiting = [o for o in outcomes if o.exit_code is None]
+    last_note = began
+    while True:
+        for outcome in waiting:
+            ready = ready_path(release_dir, str(outcome.plan.number))
+            if outcome.ready_s is None and ready.exists():
+                outcome.ready_s = loop.time() - started_at.get(outcome.container, began)
+        waiting = [o for o in waiting if o.ready_s is None and o.exit_code is None]
+        if (not waiting and starters.done()) or loop.time() - began > READY_TIMEOUT_S:
+            break
+        if loop.time() - last_note > 15:
+            last_note = loop.time()
+            # a client that ended before it was ready (a bad argument) is not waited for
+            fmt = "{{.Name}} {{.State.Status}}"
+            names = [o.container for o in waiting if o.container in started_at]
+            text = (await asyncio.to_thread(
+                engine.run, ["docker", "inspect", "--format", fmt, *names], check=False
+            )).stdout if names else ""  # fmt: skip
+            gone = {ln.lstrip("/").split()[0] for ln in text.splitlines() if "exited" in ln}
+            waiting = [o for o in waiting if o.container not in gone]
+            report(
+                f"[{variant}] {len(outcomes) - len(waiting)}/{len(outcomes)} clients ready "
+                f"({loop.time() - began:.0f} s)"
+            )
+        await asyncio.sleep(0.5)
+    await starters
+    report(
+        f"[{variant}] {len(outcomes) - len(waiting)}/{len(outcomes)} clients ready at the "
+        f"start line after {loop.time() - began:.0f} s"
+    )
+
+
+def _read_started(outcome: ClientOutcome, release_dir: Path, t0: float) -> None:
+    """When the client really began (its ``N.started``: the host's monotonic clock,
+    which the containers share), from the schedule's start ``t0``."""
+    path = started_path(release_dir, str(outcome.plan.number))
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        outcome.started_s = float(json.loads(path.read_text())["released"]) - t0
 
 
 async def _wait_clients(
