@@ -33,7 +33,7 @@ def test_held_command_runs_only_after_its_release(tmp_path: Path) -> None:
         assert not key.exists()
         released_at = time.clock_gettime(time.CLOCK_MONOTONIC)
         go_path(release, "7").touch()
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
