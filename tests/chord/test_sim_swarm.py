@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from pressrun.cli import main
-from pressrun.sim.swarm_model import compare, run_swarm
+from pressrun.sim.swarm_model import run_swarm
+from pressrun.sim.swarm_report import compare
 from pressrun.sim.swarm_scenario import (
     Subscribers,
     SwarmScenario,

@@ -373,7 +373,8 @@ def register_swarm(sim_sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def run_swarm_sim(args: argparse.Namespace) -> int:
     """Handler of `pressrun sim swarm`."""
-    from pressrun.sim.swarm_model import CHOICES, compare, format_comparison, plot_comparison
+    from pressrun.sim.swarm_model import CHOICES
+    from pressrun.sim.swarm_report import compare, format_comparison, plot_comparison
     from pressrun.sim.swarm_scenario import SwarmScenarioError, load_swarm_scenario
 
     choices = tuple(c.strip() for c in args.choices.split(",") if c.strip())

@@ -18,10 +18,16 @@ upload left in the step, in the order each uploader choice gives:
 
 - ``ring``: the Chord ring's choice (`pressrun.chord.pieces.PieceDirectory`): the
   supernode of the piece gives the requests to holders that still owe upload
-  (downloaded more than uploaded) first, then to the least loaded (most upload left
-  this step), ties at random; the rarest pieces claim their holders' upload first.
+  (downloaded more than uploaded) first, those that can pay it back soonest (what they
+  owe over their upload rate) first, then to the least loaded (most upload left this
+  step), ties at random; the rarest pieces claim their holders' upload first.
   Subscribers ask for the pieces rarest as they see them (libtorrent's own order,
-  which the `chord` policy leaves alone outside the pieces it must bring in);
+  which the `chord` policy leaves alone outside the pieces it must bring in). Beyond
+  the requests, a holder's upload left goes first to whoever would finish after the
+  swarm, then: while the swarm's upload is not all used (the first pieces spreading),
+  to those that upload the most (they pass pieces on fastest); once it is, to those
+  whose own download rate leaves them the furthest from done (the most behind first,
+  so everyone finishes together);
 - ``random``: holders in random order, pieces in random order, and each subscriber
   asks for random pieces;
 - ``rarest``: BitTorrent's rarest-first: each subscriber asks for the pieces with the
@@ -44,7 +50,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,9 +66,9 @@ EXTRA_PIECES = 2
 #: blocks per piece by default: 64 KiB blocks of a 1 MiB piece (BitTorrent's requests
 #: are 16 KiB; four of them pipelined to one uploader make one of these)
 DEFAULT_BLOCKS_PER_PIECE = 16
-#: the ring serves first a subscriber whose own download needs at least this share of
-#: the time the whole swarm needs for what is missing (docs/chord.md)
-CRITICAL = 0.5
+#: the swarm's upload counts as all used (the ring's supernodes then serve the most
+#: behind first) when a step used at least this share of the subscribers' upload credit
+SATURATED = 0.99
 
 Ints = npt.NDArray[np.int64]
 
@@ -83,6 +88,11 @@ class SwarmRun:
     completed_per_step: list[int] = field(default_factory=list)
     #: share of the subscribers' upload credit used, per step
     upload_use_per_step: list[float] = field(default_factory=list)
+    #: each subscriber's class (index into the scenario's classes)
+    klass: Ints = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: per step, each class's upload credit and the blocks it uploaded
+    class_upload_credit: list[Ints] = field(default_factory=list)
+    class_uploaded: list[Ints] = field(default_factory=list)
 
     @property
     def last_done_s(self) -> float:
@@ -145,6 +155,8 @@ class _Swarm:
         self.uploaded = np.zeros(n, dtype=np.int64)  # blocks
         self.downloaded = np.zeros(n, dtype=np.int64)
         self.run = SwarmRun(choice, step_s, np.full(n, np.inf), np.full(n, np.inf), 0, b, 0)
+        self.run.klass = self.klass = subs.klass
+        self.classes = len(sc.classes)
         # Random keys for the subscribers' piece order: drawing n*p normals every step
         # cost more than the rest of the step, so they come from a pool drawn once per
         # run and read at a random offset each step.
@@ -228,10 +240,11 @@ class _Swarm:
             more = askers[cand]
             self._serve(k, more, order, hpos, left_o, dleft)
             open_a[cand] = dleft[more] > 0
-        up_credit[:n] -= left[:n] - left_o[np.argsort(order)]
-        run.upload_use_per_step.append(
-            float((left[:n] - left_o).sum() / max(1, int(left[:n].sum())))
-        )
+        used_up = left[:n] - left_o[np.argsort(order)]
+        up_credit[:n] -= used_up
+        run.upload_use_per_step.append(float(used_up.sum() / max(1, int(left[:n].sum()))))
+        run.class_upload_credit.append(np.bincount(self.klass, left[:n], self.classes))
+        run.class_uploaded.append(np.bincount(self.klass, used_up, self.classes))
         if left[o] > 0 and req_node.size:
             used = self._origin(req_node, req_piece, int(left[o]), dleft)
             up_credit[o] -= used
@@ -328,12 +341,13 @@ class _Swarm:
 
     def _holder_order(self, left: Ints) -> Ints:
         """The order in which holders' upload is given out this step (subscribers)."""
-        if self.choice == "ring":
-            # owing first, then the least loaded (most upload left), ties at random
-            owes = self.downloaded > self.uploaded
-            key = (~owes).astype(np.int64) << 52 | (np.maximum(0, 65535 - left) << 32)
-            return np.argsort(key | self.rng.integers(0, 1 << 32, left.size))
-        return self.rng.permutation(left.size).astype(np.int64)
+        if self.choice != "ring":
+            return self.rng.permutation(left.size).astype(np.int64)
+        # owing first, those that can pay it back soonest first (what they owe over
+        # what they can upload), then the least loaded (most upload left), ties at random
+        owed = self.downloaded - self.uploaded
+        payback = np.where(owed > 0, owed / self.up_rate[: self.n], np.inf)
+        return np.lexsort((self.rng.random(left.size), -left, payback))
 
     def _asker_order(self, active: Ints) -> Ints:
         """The order in which subscribers beyond a piece's requests get its holders'
@@ -341,13 +355,18 @@ class _Swarm:
         if self.choice != "ring":
             return self.rng.permutation(active)
         # the supernodes serve first whoever would otherwise finish after the swarm could
-        # (its own download rate is what limits it: most steps needed first), then
+        # (its own download rate is what limits it: most steps needed first); then,
+        # while some of the swarm's upload goes unused (the first pieces spreading),
         # whoever passes pieces on fastest (the most upload: the swarm's capacity grows
-        # fastest)
+        # fastest); once it is all used, the most behind first (what it misses over its
+        # own download rate), so that everyone finishes together
         total = self.p * self.b
         finish_steps = (total - self.downloaded[active]) / self.down_rate[active]
+        use = self.run.upload_use_per_step
+        if use and use[-1] >= SATURATED:
+            return active[np.lexsort((self.rng.random(active.size), -finish_steps))]
         swarm_steps = (total * self.n - self.downloaded.sum()) / self.up_rate.sum()
-        critical = finish_steps >= CRITICAL * swarm_steps
+        critical = finish_steps >= swarm_steps
         key = np.where(critical, -finish_steps, -self.up_rate[active])
         return active[np.lexsort((self.rng.random(active.size), key, ~critical))]
 
@@ -373,129 +392,3 @@ def _fill(cap: Ints, want: Ints) -> tuple[Ints, Ints] | None:
     ww = np.cumsum(want)
     got = np.clip(total - (ww - want), 0, want)
     return used, got
-
-
-@dataclass(slots=True)
-class SwarmComparison:
-    scenario: SwarmScenario
-    seed: int
-    bound_s: float
-    runs: list[SwarmRun]
-
-    def rows(self) -> list[dict[str, float | str]]:
-        unicast = self.scenario.subscribers * self.scenario.file_bytes
-        block_bytes = self.scenario.piece_bytes / (
-            self.runs[0].blocks_per_piece if self.runs else 1
-        )
-        out: list[dict[str, float | str]] = []
-        for r in self.runs:
-            fair = r.fair_at_s[np.isfinite(r.fair_at_s)]
-            # a subscriber leaves by the ratio rule when it gets there, else when nobody
-            # needs it any more (the last one finished: the not_needed rule)
-            leave = np.minimum(r.fair_at_s, r.last_done_s)
-            out.append(
-                {
-                    "choice": r.choice,
-                    "last_done_s": round(r.last_done_s, 1),
-                    "vs_bound": round(r.last_done_s / self.bound_s, 3),
-                    "median_done_s": round(float(np.median(r.done_at_s)), 1),
-                    "origin_share_of_unicast": round(r.origin_blocks * block_bytes / unicast, 6),
-                    "origin_copies": round(r.origin_pieces / self.scenario.num_pieces, 2),
-                    "ratio_by_end": round(fair.size / self.scenario.subscribers, 4),
-                    "leave_median_s": round(float(np.median(leave)), 1),
-                    "leave_p90_s": round(float(np.percentile(leave, 90)), 1),
-                    # the subscribers' upload left unused, over the whole run (the ramp
-                    # while the first pieces spread, and the tail)
-                    "upload_idle_share": round(
-                        1.0 - float(np.mean(r.upload_use_per_step or [0.0])), 4
-                    ),
-                    "wall_s": round(r.wall_s, 1),
-                }
-            )
-        return out
-
-
-def compare(
-    sc: SwarmScenario,
-    choices: tuple[str, ...] = CHOICES,
-    *,
-    seed: int = 1,
-    blocks_per_piece: int = DEFAULT_BLOCKS_PER_PIECE,
-    progress: bool = False,
-) -> SwarmComparison:
-    """Run each choice on the same scenario and seed (the same subscribers)."""
-    bound = fluid_bound_s(sc, draw_subscribers(sc, np.random.default_rng(seed)))
-    runs = []
-    for c in choices:
-        if progress:
-            print(f"pressrun sim swarm: {sc.name}, uploader choice {c} ...", flush=True)
-        run = run_swarm(sc, c, seed=seed, blocks_per_piece=blocks_per_piece)
-        if progress:
-            print(
-                f"pressrun sim swarm: {c}: last done {run.last_done_s:.1f} s "
-                f"({run.steps} steps of {run.step_s:.3f} s, {run.wall_s:.1f} s wall)",
-                flush=True,
-            )
-        runs.append(run)
-    return SwarmComparison(sc, seed, bound, runs)
-
-
-def format_comparison(cmp: SwarmComparison) -> str:
-    sc = cmp.scenario
-    b = cmp.runs[0].blocks_per_piece if cmp.runs else DEFAULT_BLOCKS_PER_PIECE
-    window = f", arrivals over {sc.arrival_window_s:g} s" if sc.arrival_window_s else ""
-    bound_kind = (
-        "fluid, upload counted from each arrival"
-        if window
-        else "fluid: max(F/u_s, F/d_min, N*F/(u_s + sum u_i))"
-    )
-    lines = [
-        f"{sc.name}: {sc.subscribers} subscribers, {sc.file_bytes / 1e6:.1f} MB in "
-        f"{sc.num_pieces} pieces of {b} blocks, origin {sc.origin_upload_mbps:g} Mbit/s"
-        f"{window}, seed {cmp.seed}",
-        f"lower bound ({bound_kind}) = {cmp.bound_s:.1f} s",
-        f"{'choice':<8}{'last done':>11}{'x bound':>9}{'median':>9}{'origin/unicast':>16}"
-        f"{'origin copies':>15}{'ratio>=1':>10}{'leave p50':>11}{'leave p90':>11}",
-    ]
-    for row in cmp.rows():
-        lines.append(
-            f"{row['choice']:<8}{row['last_done_s']:>10.1f}s{row['vs_bound']:>9.3f}"
-            f"{row['median_done_s']:>8.1f}s{row['origin_share_of_unicast']:>16.4%}"
-            f"{row['origin_copies']:>15.2f}{row['ratio_by_end']:>10.2%}"
-            f"{row['leave_median_s']:>10.1f}s{row['leave_p90_s']:>10.1f}s"
-        )
-    lines.append(
-        "ratio>=1: share that uploaded as much as it downloaded before the last finished; "
-        "leave: then, or when nobody needs it any more (the last finished: not_needed)"
-    )
-    return "\n".join(lines)
-
-
-def plot_comparison(cmp: SwarmComparison, path: Path) -> Path:
-    """Completed subscribers over time per choice, the bound marked, as PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 5))
-    n = cmp.scenario.subscribers
-    for r in cmp.runs:
-        ts = [(i + 1) * r.step_s for i in range(len(r.completed_per_step))]
-        ax.step(
-            ts,
-            [c / n for c in r.completed_per_step],
-            where="post",
-            label=f"{r.choice} (last {r.last_done_s:.0f} s)",
-        )
-    ax.axvline(cmp.bound_s, color="k", linestyle="--", label=f"lower bound {cmp.bound_s:.0f} s")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("share of subscribers done")
-    ax.set_title(f"{cmp.scenario.name}: uploader choices")
-    ax.legend()
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path

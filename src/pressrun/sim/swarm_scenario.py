@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,8 @@ class Subscribers:
     upload_bps: npt.NDArray[np.float64]
     download_bps: npt.NDArray[np.float64]
     arrive_s: npt.NDArray[np.float64]
+    #: each subscriber's class (an index into the scenario's classes)
+    klass: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def draw_subscribers(sc: SwarmScenario, rng: np.random.Generator) -> Subscribers:
@@ -148,9 +150,10 @@ def draw_subscribers(sc: SwarmScenario, rng: np.random.Generator) -> Subscribers
     down = np.concatenate(
         [np.full(k, c.download_mbps * 1e6) for k, c in zip(counts, sc.classes, strict=True)]
     )
+    klass = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     perm = rng.permutation(n)
     arrive = rng.uniform(0, sc.arrival_window_s, n)
-    return Subscribers(up[perm], down[perm], arrive)
+    return Subscribers(up[perm], down[perm], arrive, klass[perm])
 
 
 def fluid_bound_s(sc: SwarmScenario, subs: Subscribers) -> float:
