@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pressrun.cli import main
-from pressrun.sim.swarm_model import run_swarm
+from pressrun.sim.swarm_model import _Swarm, run_swarm
 from pressrun.sim.swarm_report import compare
 from pressrun.sim.swarm_scenario import (
     Subscribers,
@@ -121,6 +121,50 @@ def test_cli_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[s
     summary = json.loads(capsys.readouterr().out)
     assert [c["choice"] for c in summary["choices"]] == ["ring", "random", "rarest"]
     assert all(0.0 <= c["upload_idle_share"] < 1.0 for c in summary["choices"])
+    for choice in summary["choices"]:
+        classes = choice["classes"]  # per class of access link, in the scenario's order
+        assert [(c["share"], c["upload_mbps"]) for c in classes] == [(0.5, 1.0), (0.5, 2.0)]
+        for c in classes:
+            assert c["median_done_s"] <= c["last_done_s"] <= choice["last_done_s"]
+            assert c["leave_median_s"] <= choice["last_done_s"]
+            assert 0.0 < c["upload_use"] <= 1.0
+            assert len(c["upload_use_by_span"]) == 10
+            assert all(0.0 <= u <= 1.0 for u in c["upload_use_by_span"])
     assert (tmp_path / "swarm-small-seed1.png").stat().st_size > 1000
     assert main(["sim", "swarm", "--scenario", str(path), "--choices", "nope"]) == 2
     assert main(["sim", "swarm", "--scenario", str(path), "--blocks-per-piece", "0"]) == 2
+
+
+def test_ring_grows_the_swarm_then_serves_the_most_behind(tmp_path: Path) -> None:
+    # Beyond the requests the ring's supernodes hand a holder's upload out by a rule
+    # that changes once the swarm's upload is all used (docs/chord.md, "sim swarm").
+    sc = small(tmp_path, SMALL.replace("subscribers = 300", "subscribers = 8"))
+    sw = _Swarm(sc, "ring", 1, 16)
+    everyone = np.arange(8)
+    fast = sw.up_rate[:8] > sw.up_rate[:8].min()
+    # the first pieces spreading (nothing used yet): the most upload first
+    order = sw._asker_order(everyone)
+    assert fast[order[:4]].all() and not fast[order[4:]].any()
+    # all the upload used: the most behind first (what it misses over its download rate)
+    sw.run.upload_use_per_step.append(1.0)
+    sw.downloaded[:] = np.arange(8) * 30
+    order = sw._asker_order(everyone)
+    behind = (sw.p * sw.b - sw.downloaded) / sw.down_rate
+    assert (np.diff(behind[order]) <= 0).all()
+    # ... but not while some of it idles: whoever would finish after the swarm first
+    sw.run.upload_use_per_step.append(0.5)
+    sw.downloaded[:] = sw.p * sw.b - 1
+    sw.downloaded[0] = 0
+    sw.down_rate[0] = 0.1  # its own download makes it the last, by far
+    assert sw._asker_order(everyone)[0] == 0
+
+
+def test_ring_gives_requests_to_the_holders_that_pay_back_soonest(tmp_path: Path) -> None:
+    sc = small(tmp_path, SMALL.replace("subscribers = 300", "subscribers = 4"))
+    sw = _Swarm(sc, "ring", 1, 16)
+    sw.up_rate[:4] = [1.0, 1.0, 4.0, 4.0]
+    sw.downloaded[:] = [40, 10, 60, 0]
+    sw.uploaded[:] = [0, 0, 0, 5]  # 3 owes nothing
+    left = np.array([1, 1, 4, 4])
+    # payback: 40/1, 10/1, 60/4 steps; then the one that owes nothing
+    assert list(sw._holder_order(left)) == [1, 2, 0, 3]
