@@ -1,8 +1,9 @@
 # pressrun's image, built offline by `pressrun emulate --build-only` (`make images`):
 # the base image is a Debian bookworm root file system made with debootstrap and
 # imported (no registry pull); the build context holds what the host prepared
-# (deps/: every pinned dependency unpacked from the host's wheels; project/: the
-# pressrun tree and the FLUTE extension make setup built). docs/emulation.md.
+# (deps/: every pinned dependency but the host-only plotting ones, unpacked from the
+# host's wheels; project/: the pressrun tree and the FLUTE extension make setup built).
+# docs/emulation.md.
 ARG BASE_IMAGE=pressrun-base:bookworm
 FROM ${BASE_IMAGE}
 ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
