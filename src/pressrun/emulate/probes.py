@@ -95,6 +95,25 @@ async def sample_egress(
             await asyncio.sleep(SAMPLE_INTERVAL_S)
 
 
+async def ready_carousel(sender_url: str, issue_id: str, token: str, timeout_s: float) -> None:
+    """Start the issue's carousel on the sender (``POST /v1/carousels``, the API the
+    balancer uses): it encodes the issue now, so that at the peak the balancer's own
+    start finds it running. Its packets reach only the links that joined its groups."""
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http,
+        http.post(
+            f"{sender_url}/v1/carousels",
+            json={"issue_id": issue_id},
+            headers={"Authorization": f"Bearer {token}"},
+        ) as resp,
+    ):
+        if resp.status not in (200, 201):
+            raise EmulationError(
+                f"the multicast sender did not start the carousel: HTTP {resp.status} "
+                f"{(await resp.text())[:200]}"
+            )
+
+
 async def tracker_views(project: ComposeProject, info_hash_hex: str) -> dict[str, Any]:
     """What each tracker instance says about the issue's swarm (shared Redis state) and
     its Chord ring (``ring``: the supernodes registered, or why none)."""

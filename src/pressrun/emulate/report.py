@@ -131,6 +131,9 @@ def summarize(
             ),
             "sender_series": r.sender,
             "wall_s": round(r.wall_s, 1),
+            "carousel_ready_s": (
+                None if r.carousel_ready_s is None else round(r.carousel_ready_s, 1)
+            ),
             "faults": r.faults,
             "trackers": r.trackers,
             "trackers_agree": trackers_agree(r.trackers),

@@ -37,6 +37,7 @@ from pressrun.emulate.engine import DockerCommandError, Engine
 from pressrun.emulate.held import go_path, ready_path, started_path
 from pressrun.emulate.probes import (
     SAMPLE_INTERVAL_S,
+    ready_carousel,
     sample_egress,
     tracker_views,
     wait_balancer_ready,
@@ -153,6 +154,9 @@ class VariantResult:
     trackers: dict[str, Any] = field(default_factory=dict)
     faults: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
+    #: seconds the sender took to encode and start the carousel before the schedule
+    #: (``carousel_ready`` scenarios; None otherwise)
+    carousel_ready_s: float | None = None
 
 
 def _info_hash(content_dir: Path, issue_id: str) -> str:
@@ -224,6 +228,13 @@ async def run_variant(
             "supernodes registered with tracker-1"
         )
         await asyncio.to_thread(bridge_querier, engine, project)
+        carousel: asyncio.Task[None] | None = None
+        if scenario.carousel_ready and env.get("PRESSRUN_MULTICAST_SENDER", "x"):
+            report(f"[{variant}] starting the issue's carousel (the sender encodes it now)")
+            carousel = asyncio.create_task(
+                ready_carousel(sender_url, issue.issue_id, env["PRESSRUN_MULTICAST_TOKEN"], 600)
+            )
+            carousel_began = loop.time()
         # every client container is created and started before the schedule starts and
         # held at the start line, so that its arrival costs only a file the host writes
         release_dir = log_dir / f"{variant}-release"
@@ -258,6 +269,10 @@ async def run_variant(
 
         await asyncio.gather(*(create_client(o) for o in outcomes))
         await _start_held(engine, outcomes, release_dir, report, variant)
+        if carousel is not None:
+            await carousel
+            result.carousel_ready_s = loop.time() - carousel_began
+            report(f"[{variant}] the carousel runs ({result.carousel_ready_s:.0f} s to start)")
         t0 = loop.time()
         sampler = asyncio.create_task(
             sample_egress(
