@@ -80,6 +80,7 @@ class FetchResult:
     encrypted: bool = False  # a subscribers-only issue, decrypted into the library
     bytes_from_multicast: int = 0
     multicast_note: str | None = None
+    swarm_note: str | None = None  # why the swarm left pieces to the origins, if it did
     seeding_s: float = 0.0  # in swarm mode, the seeding after the download (in `seconds`)
 
     @property
@@ -228,6 +229,7 @@ async def _run(f: FetchState) -> FetchResult:
         encrypted=m.encryption is not None,
         bytes_from_multicast=f.multicast_bytes,
         multicast_note=f.multicast_note,
+        swarm_note=f.swarm_note,
         seeding_s=(
             0.0
             if swarm_result is None or swarm_result.seeding_s is None

@@ -112,6 +112,8 @@ class FetchState:
     subscriptions_url: str | None = None
     multicast_bytes: int = 0
     multicast_note: str | None = None
+    #: why the swarm left pieces to the origins (no torrent, a failure, a stall)
+    swarm_note: str | None = None
 
     def now(self) -> float:
         return self.loop.time()

@@ -1,6 +1,7 @@
 """The swarm hand-off: the issue from the BitTorrent swarm, origins as web seeds.
 
-The issue's ``.torrent`` from ``swarm.torrent_url``, then
+The issue's ``.torrent`` from ``swarm.torrent_url`` (or, if that origin does not
+answer, from the others the directive names), then
 :func:`pressrun.peer.aio.fetch_via_swarm` in the partial folder with the peer profile
 of ``config.profile`` (mobile: a metered link never seeds). If the swarm stalls or
 fails, the pieces it holds (each checked against the manifest) are kept and the rest
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from pressrun.chord.host import SupernodeHost
     from pressrun.peer.results import SwarmProgress, SwarmResult
 
-__all__ = ["MAX_TORRENT_BYTES", "fetch_swarm"]
+__all__ = ["MAX_TORRENT_BYTES", "fetch_swarm", "torrent_urls"]
 
 #: a .torrent is about 20 bytes per piece; 32 MiB is far beyond any real one
 MAX_TORRENT_BYTES = 32 * 1024 * 1024
@@ -38,10 +40,19 @@ async def fetch_swarm(
     from pressrun.peer.config import profile_config
 
     f.swarm_tried = True
-    try:
-        torrent = await f.get_small(swarm.torrent_url, MAX_TORRENT_BYTES)
-    except DirectiveUnavailable as err:
-        f.notice(f"swarm: cannot get the torrent ({err.reason}); using origins")
+    torrent: bytes | None = None
+    reasons: list[str] = []
+    # the directive's torrent, else the same file on every other origin the balancer
+    # named (each origin publishes it; fetch_via_swarm checks it against the manifest)
+    for url in torrent_urls(swarm.torrent_url, f.origin_urls.values(), m.issue_id):
+        try:
+            torrent = await f.get_small(url, MAX_TORRENT_BYTES)
+            break
+        except DirectiveUnavailable as err:
+            reasons.append(err.reason)
+    if torrent is None:
+        f.swarm_note = f"cannot get the torrent ({'; '.join(reasons)})"
+        f.notice(f"swarm: {f.swarm_note}; using origins")
         return kept, None
     web_seeds = [f"{url}/content/{m.issue_id}/{m.file_name}" for url in f.origin_urls.values()]
     overrides: dict[str, object] = {}
@@ -63,7 +74,8 @@ async def fetch_swarm(
             on_progress=functools.partial(_swarm_progress, f),
         )
     except Exception as err:  # any swarm failure falls back to origins
-        f.notice(f"swarm failed ({describe(err)}); the rest comes from origins")
+        f.swarm_note = f"failed ({describe(err)})"
+        f.notice(f"swarm {f.swarm_note}; the rest comes from origins")
         good = await asyncio.to_thread(still_good, m, path, range(m.num_pieces))
         return good, None
     finally:
@@ -72,12 +84,24 @@ async def fetch_swarm(
     if result.completed:
         return list(range(m.num_pieces)), result
     have = sorted(set(result.have_pieces) | set(kept))
+    f.swarm_note = f"stalled with {len(result.have_pieces)} of {m.num_pieces} pieces"
     f.notice(
         f"the swarm stalled with {len(result.have_pieces)} of {m.num_pieces} pieces; "
         "the rest comes from origins",
         level=logging.INFO,
     )
     return have, result
+
+
+def torrent_urls(directive_url: str, origin_urls: Iterable[str], issue_id: str) -> list[str]:
+    """Where to get the issue's torrent, in order: the directive's URL, then
+    ``<origin>/content/<issue>/<issue>.torrent`` on each origin (docs/protocols.md)."""
+    urls = [directive_url]
+    for origin in origin_urls:
+        url = f"{origin.rstrip('/')}/content/{issue_id}/{issue_id}.torrent"
+        if url not in urls:
+            urls.append(url)
+    return urls
 
 
 async def _supernode(f: FetchState, m: Manifest, swarm: DirectiveSwarm) -> SupernodeHost | None:

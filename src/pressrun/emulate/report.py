@@ -45,6 +45,8 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
                 "mode": doc.get("mode"),
                 "swarm_stalled": doc.get("swarm_stalled"),
                 "leave_rule": doc.get("leave_rule"),
+                "swarm_note": doc.get("swarm_note"),
+                "multicast_note": doc.get("multicast_note"),
                 "bytes_from_origins": doc.get("bytes_from_origins", 0),
                 "bytes_by_origin": doc.get("bytes_by_origin", {}),
                 "bytes_from_web_seeds": doc.get("bytes_from_web_seeds", 0),
