@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
             image = os.environ.get("PRESSRUN_IMAGE") or DEFAULT_IMAGE
             built = build_images(engine, cache_dir=cache, project_root=root, image=image,
                                  report=say)  # fmt: skip
-            say(f"images ready: {built.base}, {built.image}")
+            steps = ", ".join(f"{k} {v:.0f} s" for k, v in built.seconds_by_step.items())
+            say(f"images ready: {built.base}, {built.image} ({steps})")
             if scenario is None:
                 return 0
             from pressrun.emulate.run import run_scenario
