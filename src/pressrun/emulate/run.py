@@ -228,13 +228,17 @@ async def run_variant(
             "supernodes registered with tracker-1"
         )
         await asyncio.to_thread(bridge_querier, engine, project)
-        carousel: asyncio.Task[None] | None = None
+        carousel: asyncio.Task[float] | None = None
         if scenario.carousel_ready and env.get("PRESSRUN_MULTICAST_SENDER", "x"):
             report(f"[{variant}] starting the issue's carousel (the sender encodes it now)")
-            carousel = asyncio.create_task(
-                ready_carousel(sender_url, issue.issue_id, env["PRESSRUN_MULTICAST_TOKEN"], 600)
-            )
-            carousel_began = loop.time()
+
+            async def timed_carousel() -> float:
+                began = loop.time()
+                token = env["PRESSRUN_MULTICAST_TOKEN"]
+                await ready_carousel(sender_url, issue.issue_id, token, 600)
+                return loop.time() - began
+
+            carousel = asyncio.create_task(timed_carousel())
         # every client container is created and started before the schedule starts and
         # held at the start line, so that its arrival costs only a file the host writes
         release_dir = log_dir / f"{variant}-release"
@@ -270,8 +274,7 @@ async def run_variant(
         await asyncio.gather(*(create_client(o) for o in outcomes))
         await _start_held(engine, outcomes, release_dir, report, variant)
         if carousel is not None:
-            await carousel
-            result.carousel_ready_s = loop.time() - carousel_began
+            result.carousel_ready_s = await carousel
             report(f"[{variant}] the carousel runs ({result.carousel_ready_s:.0f} s to start)")
         t0 = loop.time()
         sampler = asyncio.create_task(
