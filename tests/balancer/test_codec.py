@@ -48,6 +48,7 @@ PROTOCOL_EXAMPLE = {
     "active_transfers_by_issue": {"weekly-2026-47": 3},
     "transfers_total_by_issue": {"weekly-2026-47": 42},
     "bytes_sent_by_issue": {"weekly-2026-47": 123456789},
+    "recent_intervals": [{"start_s": 5021.5, "end_s": 5022.5, "bytes": 1234567}],
 }
 
 
@@ -65,6 +66,8 @@ def test_decode_the_protocol_example() -> None:
         mean_transfer_bytes_per_s=2500000.0,
         mean_transfer_bytes_per_s_by_issue={"weekly-2026-47": 2500000.0},
         active_transfers_by_issue={"weekly-2026-47": 3},
+        transfers_total=42,
+        transfers_total_by_issue={"weekly-2026-47": 42},
     )
 
 

@@ -39,6 +39,7 @@ STATS_FIELDS = {
     "active_transfers_by_issue",
     "transfers_total_by_issue",
     "bytes_sent_by_issue",
+    "recent_intervals",
 }
 
 

@@ -100,6 +100,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+#: one line per directive decision and per status received, at DEBUG (docs/balancer.md)
+decisions_log = logging.getLogger("pressrun.balancer.decisions")
 
 JSON_TYPE = "application/json"
 _NO_FAILED: frozenset[str] = frozenset()
@@ -356,9 +358,10 @@ class BalancerService:
                 failed = parse_failed(request.query.getall("failed", []))
             except RequestFormatError as err:
                 return self._error(400, str(err))
-        result = self.core.handle_directive_requested(
-            DirectiveRequested(issue_id, failed), now=self._now()
-        )
+        now = self._now()
+        result = self.core.handle_directive_requested(DirectiveRequested(issue_id, failed), now=now)
+        if decisions_log.isEnabledFor(logging.DEBUG):
+            self._log_decision(issue_id, result, now)
         if isinstance(result, NoDirective):
             return self._refusal(result)
         if self.config.tracker_url is not None and issue_id not in self.swarms:
@@ -367,6 +370,18 @@ class BalancerService:
             result = self._next_tracker(result)
         self.directives_by_mode[result.mode.value] += 1
         return result
+
+    def _log_decision(self, issue_id: str, result: Directive | NoDirective, now: float) -> None:
+        """The decision log: the origin picked (or the refusal) and, for every origin
+        holding the issue, what the algorithm saw of it after the pick."""
+        algorithm = self.core.algorithm
+        seen = "; ".join(
+            f"{name} " + " ".join(f"{k}={v:.3g}" for k, v in view.items())
+            for name in algorithm.holders(issue_id)
+            for view in (algorithm.explain(name, issue_id),)
+        )
+        picked = result.origins[0].name if isinstance(result, Directive) else "REFUSED"
+        decisions_log.debug("t=%.3f issue=%s pick=%s | %s", now, issue_id, picked, seen)
 
     def _next_tracker(self, directive: Directive) -> Directive:
         """The directive naming the next tracker instance in turn."""

@@ -163,7 +163,7 @@ def decode_status(payload: bytes | str | Mapping[str, Any], *, origin_name: str)
     _optional_number(doc, "interval_s", positive=True)
     _optional_number(doc, "egress_cap_bytes_per_s", positive=True)
     _count(doc, "bytes_sent_total", required=False)
-    _count(doc, "transfers_total", required=False)
+    started = _count(doc, "transfers_total", required=False)
     active = _count(doc, "active_transfers")
     assert active is not None  # required=True
     active_by_issue = _counts_by_issue(doc, "active_transfers_by_issue")
@@ -172,7 +172,7 @@ def decode_status(payload: bytes | str | Mapping[str, Any], *, origin_name: str)
             "active_transfers_by_issue",
             f"adds up to {sum(active_by_issue.values())}, more than active_transfers ({active})",
         )
-    _counts_by_issue(doc, "transfers_total_by_issue")
+    started_by_issue = _counts_by_issue(doc, "transfers_total_by_issue")
     _counts_by_issue(doc, "bytes_sent_by_issue")
     return OriginStatus(
         name=origin_name,
@@ -188,11 +188,15 @@ def decode_status(payload: bytes | str | Mapping[str, Any], *, origin_name: str)
             doc, "mean_transfer_bytes_per_s_by_issue"
         ),
         active_transfers_by_issue=active_by_issue,
+        transfers_total=started,
+        transfers_total_by_issue=started_by_issue,
     )
 
 
 def encode_status(status: OriginStatus) -> dict[str, Any]:
-    """An `OriginStatus` in the units of ``/stats`` (percent, bytes/s); sorted lists."""
+    """An `OriginStatus` in the units of ``/stats`` (percent, bytes/s); sorted lists;
+    ``transfers_total`` only when the agent reported it."""
+    started = {} if status.transfers_total is None else {"transfers_total": status.transfers_total}
     return {
         "name": status.name,
         "cpu_percent": status.cpu_fraction * 100.0,
@@ -207,6 +211,8 @@ def encode_status(status: OriginStatus) -> dict[str, Any]:
             sorted(status.mean_transfer_bytes_per_s_by_issue.items())
         ),
         "active_transfers_by_issue": dict(sorted(status.active_transfers_by_issue.items())),
+        **started,
+        "transfers_total_by_issue": dict(sorted(status.transfers_total_by_issue.items())),
     }
 
 

@@ -35,6 +35,11 @@ class OriginStatus:
     mean_transfer_bytes_per_s_by_issue: Mapping[str, float] = field(default_factory=dict)
     #: active transfers per issue (empty when the agent does not report them)
     active_transfers_by_issue: Mapping[str, int] = field(default_factory=dict)
+    #: transfers started since the origin started (a counter; None when the agent does
+    #: not report it), and per issue: how many picks have reached the origin since a
+    #: status
+    transfers_total: int | None = None
+    transfers_total_by_issue: Mapping[str, int] = field(default_factory=dict)
 
 
 class DeliveryMode(Enum):

@@ -38,6 +38,7 @@ from pressrun.balancer.events import (
 from pressrun.security import BodyTooLarge, read_body_limited
 
 log = logging.getLogger(__name__)
+decisions_log = logging.getLogger("pressrun.balancer.decisions")
 
 #: a /stats answer larger than this is malformed (it is a few hundred bytes per issue)
 MAX_STATS_BYTES = 4 * 1024 * 1024
@@ -208,6 +209,16 @@ class OriginPoller:
         now = self._loop.time()
         if reason is None:
             self.poll_seconds.labels("ok").observe(elapsed)
+            if decisions_log.isEnabledFor(logging.DEBUG):
+                decisions_log.debug(
+                    "t=%.3f status %s (asked %.3f s before): out %.2f MB/s, active %s, started %s",
+                    now,
+                    name,
+                    elapsed,
+                    status.out_bytes_per_s / 1e6,
+                    dict(status.active_transfers_by_issue),
+                    dict(status.transfers_total_by_issue),
+                )
             self._apply(core.handle_status_received(StatusReceived(status), now=now))
         else:
             self.poll_seconds.labels("failed").observe(elapsed)

@@ -295,6 +295,25 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="clients (default 48, arriving over 12 s)",
     )
     egress.add_argument(
+        "--egress-arrive-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="the clients arrive at random times over S seconds (default 12)",
+    )
+    egress.add_argument(
+        "--egress-client-mbps",
+        type=float,
+        default=None,
+        metavar="MBPS",
+        help="each client's access link, Mbit/s (default 8: 1 MB/s)",
+    )
+    egress.add_argument(
+        "--egress-decisions",
+        action="store_true",
+        help="log every balancer decision and status to KEEP/balancer.log (needs --keep)",
+    )
+    egress.add_argument(
         "--egress-small",
         action="store_true",
         help="the small version the test suite runs (2 origins, 16 clients)",
@@ -321,7 +340,13 @@ def run_egress(args: argparse.Namespace) -> int:
             changes["caps_mbps"] = parse_caps(args.egress_caps_mbps)
         if args.egress_clients is not None:
             changes["clients"] = args.egress_clients
+        if args.egress_arrive_s is not None:
+            changes["arrive_s"] = args.egress_arrive_s
+        if args.egress_client_mbps is not None:
+            changes["client_bytes_per_s"] = args.egress_client_mbps * 1e6 / 8
         scenario = replace(scenario, **changes)
+        if args.egress_decisions and not args.keep:
+            raise ValueError("--egress-decisions writes KEEP/balancer.log: give --keep DIR")
     except ValueError as err:
         print(f"pressrun demo --egress: {err}", file=sys.stderr)
         return 2
@@ -335,7 +360,11 @@ def run_egress(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        result = asyncio.run(run_egress_check(scenario, keep=keep, progress=True))
+        result = asyncio.run(
+            run_egress_check(
+                scenario, keep=keep, progress=True, log_decisions=args.egress_decisions
+            )
+        )
     except Exception as err:  # every failure ends in one line and exit code 1
         print(f"pressrun demo --egress: failed: {type(err).__name__}: {err}", file=sys.stderr)
         return 1

@@ -47,17 +47,21 @@ from pressrun.demo.testbed import OriginShape, origin_args, wait_for_directive
 from pressrun.origin.core import TokenBucket
 
 MIB = 1024 * 1024
-#: a client's socket receive buffer: small, so loopback cannot buffer far ahead of
-#: the client's access link (what the origin counts as sent is what the client gets)
-CLIENT_RCVBUF_BYTES = 64 * 1024
-#: the client reads this much at a time through its access-link bucket
+#: Every byte between an origin's counter and a client's token bucket is a byte the
+#: origin can count as sent ahead of the client's access link: when a process on the
+#: loaded host stalls and resumes, the buffers it drains are refilled at once, a burst
+#: that the check would see as egress above the cap though no transfer was added. The
+#: buffers are kept small for that: the client's socket receive buffer, aiohttp's read
+#: buffer (it reads the socket ahead of the client up to twice this) and the origins'
+#: send buffer and sendfile chunk (their byte counters move once per chunk handed to the
+#: kernel). With 64 KiB buffers and aiohttp's default 64 KiB read buffer, 7 clients of
+#: the small scenario at a load average of 31 made 9.4 MB/s windows out of 7 MB/s.
+CLIENT_RCVBUF_BYTES = 16 * 1024
+#: the client reads this much at a time through its access-link bucket (also aiohttp's
+#: read buffer size)
 CLIENT_READ_BYTES = 16 * 1024
-#: the origins' send buffer and sendfile chunk in the check: an origin counts bytes as
-#: sent when the kernel takes them, so with autotuned buffers (megabytes) and 1 MiB
-#: chunks its counters run far ahead of a slow client; with these, a new connection
-#: runs ahead by about 0.5 MB (measured on loopback), then follows the client
-ORIGIN_SEND_BUFFER_KIB = 64
-ORIGIN_CHUNK_KIB = 64
+ORIGIN_SEND_BUFFER_KIB = 16
+ORIGIN_CHUNK_KIB = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,24 +304,27 @@ async def _client(
 async def _sample(
     http: Any, urls: dict[str, str], egress: dict[str, OriginEgress], interval_s: float
 ) -> None:
-    """Sample every origin's /stats once per ``interval_s`` (fixed schedule) until
-    cancelled, appending each window's bytes."""
+    """Read every origin's /stats about once per ``interval_s`` until cancelled,
+    appending the egress windows it closed since the last read.
+
+    The windows are the origin's own stats intervals (``recent_intervals``: start and
+    end on its monotonic clock, bytes sent), the same the balancer's polls see; a read
+    that comes late (a loaded host) loses nothing and does not stretch a window.
+    """
     loop = asyncio.get_running_loop()
-    last: dict[str, tuple[float, int]] = {}
+    last_end: dict[str, float] = {}
 
     async def one(name: str, url: str) -> None:
-        asked = loop.time()
         async with http.get(f"{url}/stats") as resp:
             doc = await resp.json()
-        # the counters were read between the request and the answer: the midpoint
-        # halves the error a slow answer (a loaded host) would put into the window
-        now = (asked + loop.time()) / 2
-        total = int(doc["bytes_sent_total"])
         record = egress[name]
-        previous = last.get(name)
-        if previous is not None:
-            record.windows.append((previous[0], now, total - previous[1]))
-        last[name] = (now, total)
+        seen = last_end.get(name, -math.inf)
+        for window in doc["recent_intervals"]:
+            start, end = float(window["start_s"]), float(window["end_s"])
+            if end > seen:
+                record.windows.append((start, end, int(window["bytes"])))
+                seen = end
+        last_end[name] = seen
         record.bytes_by_issue = {k: int(v) for k, v in doc["bytes_sent_by_issue"].items()}
         record.transfers_by_issue = {k: int(v) for k, v in doc["transfers_total_by_issue"].items()}
         for issue, n in doc["active_transfers_by_issue"].items():
@@ -332,10 +339,18 @@ async def _sample(
 
 
 async def run_egress_check(
-    scenario: EgressScenario, *, keep: Path | None = None, progress: bool = False
+    scenario: EgressScenario,
+    *,
+    keep: Path | None = None,
+    progress: bool = False,
+    log_decisions: bool = False,
 ) -> EgressResult:
     """Start the origins and the balancer, publish the issues, run the clients while
-    sampling the origins' egress; everything started is stopped on the way out."""
+    sampling the origins' egress; everything started is stopped on the way out.
+
+    With ``keep``, every service's log is kept there (``NAME.log``); with
+    ``log_decisions`` too, the balancer logs at DEBUG: every decision with what the
+    algorithm saw of each origin, every status it received (docs/balancer.md)."""
     import aiohttp
 
     from pressrun.content.keys import generate_keypair
@@ -380,7 +395,7 @@ async def run_egress_check(
                 "--sendfile-chunk-kib",
                 str(ORIGIN_CHUNK_KIB),
             ]
-            proc = await ServiceProcess.start(name, args)
+            proc = await ServiceProcess.start(name, args, log_path=_log_path(keep, name))
             services.append(proc)
             urls[name] = proc.url
         args = [
@@ -396,7 +411,12 @@ async def run_egress_check(
         ]
         if sc.algorithm is not None:
             args += ["--algorithm", sc.algorithm]
-        balancer = await ServiceProcess.start("balancer", args)
+        balancer = await ServiceProcess.start(
+            "balancer",
+            args,
+            log_level="DEBUG" if log_decisions and keep is not None else "INFO",
+            log_path=_log_path(keep, "balancer"),
+        )
         services.append(balancer)
         for issue_id in sizes:
             await wait_for_directive(balancer.url, issue_id, timeout_s=20.0)
@@ -405,7 +425,9 @@ async def run_egress_check(
             for name, cap in zip(sc.origin_names(), sc.caps_mbps, strict=True)
         }
         connector = aiohttp.TCPConnector(limit=0, socket_factory=_small_rcvbuf_socket)
-        async with aiohttp.ClientSession(connector=connector) as http:
+        async with aiohttp.ClientSession(
+            connector=connector, read_bufsize=CLIENT_READ_BYTES
+        ) as http:
             async with http.get(f"{balancer.url}/v1/algorithms") as resp:
                 algorithm = str((await resp.json())["current"])
             say(f"balancer up ({algorithm}); {sc.clients} clients arriving ...")
@@ -448,6 +470,11 @@ async def run_egress_check(
             await service.stop()
         if keep is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _log_path(keep: Path | None, name: str) -> Path | None:
+    """Where a service's log is kept: ``KEEP/NAME.log``, or nowhere."""
+    return None if keep is None else keep / f"{name}.log"
 
 
 def parse_caps(text: str) -> tuple[float, ...]:

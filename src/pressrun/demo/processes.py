@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 
 def start_cpu_burner() -> subprocess.Popen[bytes]:
@@ -66,15 +67,19 @@ class ServiceProcess:
         args: list[str],
         timeout_s: float = 20.0,
         env: dict[str, str] | None = None,
+        *,
+        log_level: str = "INFO",
+        log_path: Path | None = None,
     ) -> ServiceProcess:
-        """Run ``pressrun --log-level INFO serve ARGS`` and wait for its URL; ``env``
-        adds environment variables (e.g. a service's API token)."""
+        """Run ``pressrun --log-level LOG_LEVEL serve ARGS`` and wait for its URL;
+        ``env`` adds environment variables (e.g. a service's API token); ``log_path``
+        keeps every line of its log there."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "pressrun.cli",
             "--log-level",
-            "INFO",
+            log_level,
             "serve",
             *args,
             stdin=asyncio.subprocess.DEVNULL,
@@ -84,14 +89,21 @@ class ServiceProcess:
         )
         assert proc.stderr is not None
         tail: list[str] = []
+        log_file = None if log_path is None else log_path.open("w", encoding="utf-8")
+
+        def keep(text: str) -> None:
+            tail.append(text)
+            del tail[:-20]
+            if log_file is not None:
+                log_file.write(text + "\n")
+
         pattern = re.compile(r" on (http://127\.0\.0\.1:\d+)")
 
         async def first_url() -> str:
             assert proc.stderr is not None
             while line := await proc.stderr.readline():
                 text = line.decode(errors="replace").rstrip()
-                tail.append(text)
-                del tail[:-20]
+                keep(text)
                 found = pattern.search(text)
                 if found:
                     return found.group(1)
@@ -105,13 +117,18 @@ class ServiceProcess:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+            if log_file is not None:
+                log_file.close()
             raise
 
         async def drain() -> None:
             assert proc.stderr is not None
-            while line := await proc.stderr.readline():
-                tail.append(line.decode(errors="replace").rstrip())
-                del tail[:-20]
+            try:
+                while line := await proc.stderr.readline():
+                    keep(line.decode(errors="replace").rstrip())
+            finally:
+                if log_file is not None:
+                    log_file.close()
 
         return cls(name, proc, url, tail, asyncio.create_task(drain()))
 

@@ -486,6 +486,10 @@ class OriginService:
             "active_transfers_by_issue": self.meter.active_transfers_by_issue(),
             "transfers_total_by_issue": dict(sorted(self.meter.transfers_by_issue.items())),
             "bytes_sent_by_issue": dict(sorted(self.meter.bytes_sent_by_issue.items())),
+            "recent_intervals": [
+                {"start_s": r.start, "end_s": r.end, "bytes": r.out_bytes}
+                for r in self.meter.recent_reports
+            ],
         }
 
     async def stats(self, request: web.Request) -> web.Response:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import deque
 from dataclasses import dataclass, field
 
 #: issue ids and bundle file names (docs/protocols.md, "Issue bundle on disk").
@@ -239,6 +240,9 @@ class TokenBucket:
 #: A transfer active for less than this in an interval counts as active this long,
 #: so one that sent a chunk in its first microsecond does not report a rate of TB/s.
 MIN_ACTIVE_S = 0.01
+#: how many closed intervals `TrafficMeter.recent_reports` keeps (``/stats``
+#: ``recent_intervals``): a reader polling that many intervals late misses none
+RECENT_REPORTS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +316,10 @@ class TrafficMeter:
     #: issue -> transfers started for it since start
     transfers_by_issue: dict[str, int] = field(init=False, default_factory=dict)
     last_report: IntervalReport = field(init=False)
+    #: the last `RECENT_REPORTS` closed intervals, oldest first
+    recent_reports: deque[IntervalReport] = field(
+        init=False, default_factory=lambda: deque(maxlen=RECENT_REPORTS)
+    )
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0:
@@ -411,6 +419,7 @@ class TrafficMeter:
         self._bytes_in_interval = 0
         self._interval_start = end
         self.last_report = report
+        self.recent_reports.append(report)
         # Forget issues neither active nor served within the cache window.
         horizon = end - self.cache_window_s
         for issue in [i for i, s in self._issues.items() if s.active == 0]:

@@ -222,6 +222,7 @@ class Server:
         "ram_backlog",
         "rng",
         "spec",
+        "started",
         "status_memo",
         "up",
         "version",
@@ -233,6 +234,8 @@ class Server:
         self.clients: dict[int, Client] = {}
         # asset -> flow class -> members of that asset in it (for per-issue rates)
         self.asset_counts: dict[str, dict[FlowClass, int]] = {}
+        # asset -> transfers started for it (the agent's transfers_total_by_issue)
+        self.started: dict[str, int] = {}
         self.flows: dict[tuple[bool, float], FlowClass] = {}
         self.bg_cpu = spec.cpu_idle
         self.out = 0.0
@@ -373,6 +376,7 @@ class Server:
             flow.order.append(client)
         per_asset = self.asset_counts.setdefault(client.asset.name, {})
         per_asset[flow] = per_asset.get(flow, 0) + 1
+        self.started[client.asset.name] = self.started.get(client.asset.name, 0) + 1
         self.recompute()
 
     def settle(self, client: Client, now: float) -> None:
@@ -494,6 +498,8 @@ class Server:
             mean_transfer_bytes_per_s=out / n if n else None,
             mean_transfer_bytes_per_s_by_issue=by_issue,
             active_transfers_by_issue=counts,
+            transfers_total=sum(self.started.values()),
+            transfers_total_by_issue=dict(self.started),
         )
         self.status_memo = (self.version, len(self.cached), status)
         return status

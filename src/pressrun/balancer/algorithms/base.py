@@ -89,6 +89,13 @@ class ScoringAlgorithm(ABC):
         """The origin's current score for an issue (None if not scored), for display."""
         return None
 
+    def explain(self, name: str, issue_id: str) -> dict[str, float]:
+        """What the algorithm sees of one origin for an issue, for the decision log
+        (``pressrun.balancer.decisions`` at DEBUG): its score, and what it is made of
+        where the algorithm says more."""
+        score = self.score(name, issue_id)
+        return {} if score is None else {"score": score}
+
     def forget_issue(self, issue_id: str) -> None:
         """No origin in rotation holds the issue: drop any per-issue state (the core
         calls this so that what the algorithm keeps stays bounded)."""

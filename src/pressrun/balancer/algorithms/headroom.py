@@ -36,9 +36,13 @@ rate, out = bytes/s it sends, cpu and ram in use, 0..1)::
     cpu_byte  = EWMA of (cpu - idle_cpu) / out          (CPU share per byte/s sent)
     ram_cost  = EWMA of (ram - idle_ram) / n            (RAM share per transfer)
 
-Room for one more transfer of issue i, counting the picks made since the status
-(`pending`, needing `pending_bytes`) so a burst between two refreshes is spread as it
-arrives::
+Room for one more transfer of issue i, counting the picks on their way (`pending`,
+needing `pending_bytes`) so a burst between two refreshes is spread as it arrives. A
+pick is on its way until the origin reports its transfer started: each status's
+counters of transfers started per issue (`transfers_total_by_issue`) settle that many
+of the issue's oldest picks; a pick whose client connects after the origin answered
+stays pending, and one whose client never comes is dropped after `pick_timeout_s`
+(an agent without the counters: every status settles every pick)::
 
     room       = min(u_bw * cap, (cpu_target - idle_cpu) / cpu_byte)
     free       = (room - committed - pending_bytes) / need(i)
@@ -46,8 +50,10 @@ arrives::
                            / need(i))               for a stream i (max-min admission)
     free       = min(free, (ram_target - ram) / ram_cost - pending)
     free       = min(free, 0)                       if level < (1 - slack) * need(i)
-    free       = max(free, probe_transfers - n - pending)   otherwise, if out is
-                                                    below 0.99 x the told capacity
+    free       = max(free, min(probe_transfers - n - pending, told_free))
+                                                    otherwise, if out is below 0.99 x
+                                                    the told capacity
+    told_free  = (u_bw * capacity_told - max(committed, out) - pending_bytes) / need(i)
     score      = free (+ cache_bonus_slots if the issue is cached)
 
 Max-min admission: a link is shared max-min fairly (TCP), so on a full origin a stream
@@ -63,12 +69,16 @@ The floor of `probe_transfers`: the costs are a forecast from readings that can
 mislead (the agent reports the whole machine's CPU and RAM, so other work on it looks
 like the origin's own; transfers slow at the clients' end teach a capacity at what
 they took). An origin where no stream starves and whose told link is not full always
-takes up to `probe_transfers`,
-so it is never shut out for good while capacity frees up, and its next statuses show
-what it really carries. (Without it, the security soak test's clients were refused
-"full" until they gave up: on the loaded machine the origins' CPU read 100 % with no
-transfer, so `cpu_target - idle_cpu < 0`, and their 65 kB downloads, read by one busy
-client process at 0.4-0.55 MB/s, looked held back against the 1 MB/s need.)
+takes up to `probe_transfers`, so it is never shut out for good while capacity frees
+up, and its next statuses show what it really carries. (Without it, the security soak
+test's clients were refused "full" until they gave up: on the loaded machine the
+origins' CPU read 100 % with no transfer, so `cpu_target - idle_cpu < 0`, and their
+65 kB downloads, read by one busy client process at 0.4-0.55 MB/s, looked held back
+against the 1 MB/s need.) Never beyond its told capacity (`told_free`: an operator
+tells a misconfigured origin more than it has, never less): without that bound, the
+loopback egress check (docs/balancer.md) measured a 4 MB/s origin taking 9 downloads
+of 1 MB/s, since with transfers just started `out` (the last interval's rate) is below
+the told capacity, and the floor admitted up to 10.
 
 The origin with the most room wins (ranking by the free *share* instead was tried: the
 misconfigured machine C then takes its share of a burst before its first status can
@@ -76,12 +86,14 @@ show it, and the paper's waves and burst lose 140 clients). An origin with `free
 is not eligible and, when none is left, the answer is "full" (the service says 503 with
 Retry-After): under overload the origins keep the transfers they can serve well, and
 the rest are refused quickly instead of everyone being slowed down. An origin whose
-costs are not measured yet (no status with transfers) is ranked by its told room and
-takes at most `probe_transfers` (minus those it has) until a status shows its costs.
+costs are not measured yet (no status with transfers) is ranked by its told room
+(`told_free`: net of the transfers it runs and the picks on their way) and takes at
+most `probe_transfers` (minus those it has) until a status shows its costs.
 Defaults: slack 0.02 (a download that gets less than its need on average misses its
 deadline: 2 % absorbs a rate sampled over a poll interval, 5 % let a misconfigured
 origin take 5 % too many before it was seen), u_bw 0.95, cpu_target 0.95, ram_target
-0.9, probe_transfers 10, cache_bonus_slots 2, cost EWMA weight 0.3, probe_growth 0.1.
+0.9, probe_transfers 10, cache_bonus_slots 2, cost EWMA weight 0.3, probe_growth 0.1,
+pick_timeout_s 5.
 
 Why per issue and per byte: a single rate per origin (the highest bitrate seen) makes
 an origin streaming low-bitrate issues look under-served; it then learns a capacity far
@@ -95,8 +107,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pressrun.balancer.algorithms.alg2 import MIN_ESTIMATE_BYTES_PER_S
 from pressrun.balancer.algorithms.base import Params, ScoredAlgorithm, register_algorithm
@@ -121,8 +134,15 @@ class OriginModel:
     cpu_per_byte: float | None = None
     cost_ram: float | None = None
     committed_bytes_per_s: float = 0.0
+    #: picks whose transfer the origin has not reported started yet, oldest first:
+    #: (picked at, issue, its need); `pending` and `pending_bytes` are their count and sum
+    picks: deque[tuple[float, str, float]] = field(default_factory=deque)
     pending: int = 0
     pending_bytes: float = 0.0
+    #: the origin's counters of transfers started (in all, per issue) at its last
+    #: status; None before one that reports them
+    started_total: int | None = None
+    started_by_issue: dict[str, int] = field(default_factory=dict)
     under_served: bool = False
     #: the rate a starved transfer gets (max-min level), inf when none is starved
     level: float = math.inf
@@ -153,6 +173,7 @@ class Headroom(ScoredAlgorithm):
         self.alpha = self.param("cost_ewma", 0.3)
         self.growth = self.param("probe_growth", 0.1)
         self.fixed_need = self.param("need_bytes_per_s", DEFAULT_NEED_BYTES_PER_S)
+        self.pick_timeout = self.param("pick_timeout_s", 5.0)
         self.models: dict[str, OriginModel] = {}
         self.rate_by_issue: dict[str, float] = {}
         self.rate_any = 0.0
@@ -182,10 +203,45 @@ class Headroom(ScoredAlgorithm):
             return issue_id in self.paced_issues
         return self.fixed_need <= 0
 
+    def _reconcile(self, m: OriginModel, status: OriginStatus, now: float) -> None:
+        """Forget the picks the status accounts for: per issue, as many of the oldest as
+        the origin started transfers of it since its last status (they are in its
+        active counts now, or already done), and any older than `pick_timeout_s` (the
+        client went elsewhere or gave up). A pick whose client has not connected when
+        the origin answers stays pending. From an agent that does not count the
+        transfers it starts, a status is taken to account for every pick."""
+        total = status.transfers_total
+        picks = m.picks
+        if total is None or m.started_total is None or total < m.started_total:
+            # no counters, the first status, or counters that went back (a restart)
+            if total is None:
+                picks.clear()
+        elif total > m.started_total and picks:
+            before = m.started_by_issue
+            arrived = {
+                issue: n - before.get(issue, 0)
+                for issue, n in status.transfers_total_by_issue.items()
+                if n > before.get(issue, 0)
+            }
+            kept: deque[tuple[float, str, float]] = deque()
+            for pick in picks:
+                left = arrived.get(pick[1], 0)
+                if left > 0:
+                    arrived[pick[1]] = left - 1
+                else:
+                    kept.append(pick)
+            m.picks = picks = kept
+        m.started_total = total
+        m.started_by_issue = dict(status.transfers_total_by_issue)
+        horizon = now - self.pick_timeout
+        while picks and picks[0][0] < horizon:
+            picks.popleft()
+        m.pending = len(picks)
+        m.pending_bytes = sum(p[2] for p in picks)
+
     def on_refresh(self, name: str, status: OriginStatus, *, now: float) -> None:
         m = self.model(name)
-        m.pending = 0
-        m.pending_bytes = 0.0
+        self._reconcile(m, status, now)
         changed = False
         for issue, rate in status.mean_transfer_bytes_per_s_by_issue.items():
             if issue not in self.issue_needs and rate > self.rate_by_issue.get(issue, 0.0):
@@ -285,7 +341,7 @@ class Headroom(ScoredAlgorithm):
             # Not measured yet: ranked by what it is told (else the origins already
             # measured would look roomier and it would never be), but it takes at most
             # `probe_transfers` until a status with transfers shows its costs.
-            told = (self.u_bw * status.capacity_bytes_per_s - m.pending_bytes) / need
+            told = self._told_free(m, status, need)
             return min(told, self.probe - status.active_transfers - m.pending), told
         cap = status.capacity_bytes_per_s
         if m.learned_bytes_per_s is not None:
@@ -313,9 +369,38 @@ class Headroom(ScoredAlgorithm):
             # machine), transfers slow at the clients' end (they get less than their
             # need, so the capacity was learned at what they took). The origin still
             # takes `probe_transfers`, so it is never shut out for good and its next
-            # statuses show what it really carries.
-            free = max(free, self.probe - status.active_transfers - m.pending)
+            # statuses show what it really carries. Never beyond its told capacity.
+            probe = self.probe - status.active_transfers - m.pending
+            free = max(free, min(probe, self._told_free(m, status, need)))
         return free, free
+
+    def _told_free(self, m: OriginModel, status: OriginStatus, need: float) -> float:
+        """Transfers of `need` the told capacity still holds: beyond what its running
+        transfers need or take (whichever is more: a told capacity is an upper bound,
+        a misconfigured origin has less) and the picks on their way to it."""
+        used = max(m.committed_bytes_per_s, status.out_bytes_per_s)
+        return (self.u_bw * status.capacity_bytes_per_s - used - m.pending_bytes) / need
+
+    def explain(self, name: str, issue_id: str) -> dict[str, float]:
+        status = self.statuses.get(name)
+        if status is None:
+            return {}
+        m = self.model(name)
+        free, score = self.room(name, status, issue_id)
+        learned = m.learned_bytes_per_s
+        return {
+            "free": free,
+            "score": score,
+            "measured": float(m.cpu_per_byte is not None and m.cost_ram is not None),
+            "active": float(status.active_transfers),
+            "active_issue": float(status.active_transfers_by_issue.get(issue_id, 0)),
+            "pending": float(m.pending),
+            "committed_MBps": m.committed_bytes_per_s / 1e6,
+            "pending_MBps": m.pending_bytes / 1e6,
+            "out_MBps": status.out_bytes_per_s / 1e6,
+            "told_MBps": status.capacity_bytes_per_s / 1e6,
+            "learned_MBps": math.nan if learned is None else learned / 1e6,
+        }
 
     def free_slots(self, name: str, status: OriginStatus, issue_id: str) -> float:
         """How many more transfers of the issue the origin can take (Eq. above)."""
@@ -338,5 +423,7 @@ class Headroom(ScoredAlgorithm):
 
     def on_pick(self, name: str, issue_id: str, *, now: float) -> None:
         m = self.model(name)
+        need = self.need(issue_id)
+        m.picks.append((now, issue_id, need))
         m.pending += 1
-        m.pending_bytes += self.need(issue_id)
+        m.pending_bytes += need
