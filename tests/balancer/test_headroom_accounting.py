@@ -93,6 +93,16 @@ def test_an_agent_without_counters_settles_every_pick_at_each_status() -> None:
     assert alg.models["o"].pending == 0
 
 
+def test_a_pick_sent_to_the_swarm_is_not_a_transfer_on_its_way() -> None:
+    alg = headroom("o")
+    alg.handle_status(status({}, {}, out=0.0), now=0.0)
+    alg.handle_pick("o", "a", now=0.1)
+    alg.handle_pick("o", "b", now=0.1)
+    alg.handle_pick_not_sent("o", "a", now=0.1)
+    m = alg.models["o"]
+    assert [p[1] for p in m.picks] == ["b"] and (m.pending, m.pending_bytes) == (1, 1 * MB)
+
+
 def test_an_origin_restarted_is_counted_from_its_new_counters() -> None:
     alg = headroom("o")
     alg.handle_status(status({"a": 1}, {"a": 40}, out=1 * MB), now=0.0)
@@ -133,3 +143,20 @@ def test_an_origin_not_measured_yet_counts_its_running_transfers_in_its_told_roo
     assert alg.models["small"].cpu_per_byte is None
     # small: 3.8 - 3 = 0.8 MB/s of room (not 3.8): not eligible; big: 1.9 MB/s
     assert [n for n, _ in alg.rank("a", now=0.1)] == ["big"]
+
+
+def test_the_probe_is_a_rate_per_status_not_a_cap_on_picks_on_their_way() -> None:
+    # The soak test's origins: told 125 MB/s, 65 kB transfers that end within an
+    # interval (no status shows costs), clients that connect seconds after their
+    # directive. probe_transfers per status, while the told room counts them all.
+    alg = headroom("o")
+    told = 125 * MB
+    alg.handle_status(status({}, {}, out=0.0, told=told), now=0.0)
+    for t in (0.0, 0.5, 1.0):
+        for k in range(10):
+            assert alg.rank("a", now=t + 0.1) != [], (t, k)
+            alg.handle_pick("o", "a", now=t + 0.1)
+        assert alg.rank("a", now=t + 0.1) == []  # 10 since the status
+        alg.handle_status(status({}, {}, out=0.0, told=told), now=t + 0.5)
+    m = alg.models["o"]
+    assert m.pending == 30 and m.picked_since_status == 0

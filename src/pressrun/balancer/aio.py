@@ -380,7 +380,10 @@ class BalancerService:
             for name in algorithm.holders(issue_id)
             for view in (algorithm.explain(name, issue_id),)
         )
-        picked = result.origins[0].name if isinstance(result, Directive) else "REFUSED"
+        if isinstance(result, Directive):
+            picked = f"{result.origins[0].name} mode={result.mode.value}"
+        else:
+            picked = "REFUSED"
         decisions_log.debug("t=%.3f issue=%s pick=%s | %s", now, issue_id, picked, seen)
 
     def _next_tracker(self, directive: Directive) -> Directive:

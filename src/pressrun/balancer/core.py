@@ -259,6 +259,9 @@ class BalancerCore:
         origins[picked].picks += 1
         self.directives_answered += 1
         decision = self.mode_policy.decide(issue, now=now)
+        if decision.mode is not DeliveryMode.ORIGIN:
+            # the client goes to the swarm or the carousel first, not to the origin
+            self.algorithm.handle_pick_not_sent(picked, issue, now=now)
         fallbacks: tuple[DeliveryMode, ...] = (
             (DeliveryMode.ORIGIN,) if decision.mode is not DeliveryMode.ORIGIN else ()
         )

@@ -85,6 +85,13 @@ class ScoringAlgorithm(ABC):
     def handle_pick(self, name: str, issue_id: str, *, now: float) -> None:
         """The balancer sent a client to `name` for `issue_id`."""
 
+    def handle_pick_not_sent(self, name: str, issue_id: str, *, now: float) -> None:
+        """The client of the last pick of `name` is told to use the swarm or the
+        carousel first (a directive whose mode is not `origin`): it opens no transfer
+        there now. Algorithms that count picks as transfers on their way (`headroom`)
+        take it back; the others ignore it."""
+        return None
+
     def score(self, name: str, issue_id: str | None) -> float | None:
         """The origin's current score for an issue (None if not scored), for display."""
         return None
