@@ -84,6 +84,27 @@ def test_a_piece_nobody_holds_is_brought_in_once() -> None:
     assert d.choose_uploader(9, peer_id="w", address="w:1", now=9.0).bring_in
 
 
+def test_a_few_bringers_at_a_time_each_fetching_back_to_back() -> None:
+    d = PieceDirectory(rng=random.Random(1), max_bringers=1, max_bringing_per_peer=2)
+    assert d.choose_uploader(1, peer_id="x", address="x:1", now=0.0).bring_in
+    # another asker waits while x brings this supernode's pieces in
+    assert d.choose_uploader(2, peer_id="y", address="y:1", now=0.0).wait
+    assert d.choose_uploader(2, peer_id="x", address="x:1", now=0.0).bring_in
+    assert d.choose_uploader(3, peer_id="x", address="x:1", now=0.0).wait  # two at a time
+    # x reports piece 1: the same report's question takes the next one
+    d.handle_report(
+        peer_id="x", address="x:1", have=[1], uploaded_bytes=0, downloaded_bytes=1, now=1.0
+    )
+    assert d.choose_uploader(3, peer_id="x", address="x:1", now=1.0).bring_in
+    # what the asker brings in for other supernodes counts against the same cap
+    d2 = PieceDirectory(rng=random.Random(1), max_bringing_per_peer=2)
+    assert d2.choose_uploader(5, peer_id="z", address="z:1", now=0.0, bringing=2).wait
+    # a bringer that leaves frees its slot and its pieces for the next asker
+    d.handle_left("x")
+    up = d.choose_uploader(2, peer_id="y", address="y:1", now=1.0)
+    assert up.bring_in and up.peer_id == "y"
+
+
 def test_handoff_round_trip_and_garbage() -> None:
     d = PieceDirectory(rng=random.Random(1))
     d.handle_report(

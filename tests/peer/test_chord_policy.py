@@ -23,14 +23,23 @@ def test_registered_and_stripes_until_the_ring_answers() -> None:
 def test_bring_in_pieces_get_the_top_priority_the_rest_the_lowest() -> None:
     policy = ChordPolicy()
     policy.set_ring_answers({1, 5})
-    plan = policy.plan(view((False, False, True, False, False, True, False, False)), now=1.0)
+    have = (False, False, True, False, False, True, False, False)
+    plan = policy.plan(view(have), now=1.0)
     assert plan is not None
     assert plan.piece_priorities == (
         MIN_PRIORITY, MAX_PRIORITY, MIN_PRIORITY, MIN_PRIORITY,
         MIN_PRIORITY, MIN_PRIORITY, MIN_PRIORITY, MIN_PRIORITY,
     )  # fmt: skip
     # (piece 5 is held already: nothing to bring in)
-    # alone: libtorrent's order, not "starved" on a plan
-    assert policy.plan(view((False,) * 8, leechers=()), now=1.0) is None
+    # alone too: its pieces to bring in are fetched at once
+    assert policy.plan(view(have, leechers=()), now=1.0) == plan
     policy.ring_lost()
     assert not policy.ring_ready and policy.bring_in == frozenset()
+
+
+def test_pieces_nobody_connected_holds_wait_for_the_ring_once_it_answered() -> None:
+    # (so the peer never fetches them from the origins on its own: the ring says who)
+    policy = ChordPolicy()
+    assert policy.waiting_on([3, 4]) == []  # no ring yet: `stripes`' rules
+    policy.set_ring_answers({1})
+    assert policy.waiting_on([3, 4]) == [3, 4]

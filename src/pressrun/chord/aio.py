@@ -102,6 +102,8 @@ class Supernode:
         heartbeat_s: float = 5.0,
         owner_cache_s: float = 5.0,
         bring_in_s: float = 30.0,
+        max_bringers: int | None = 2,
+        max_bringing_per_peer: int = 3,
         seed: int | None = None,
     ) -> None:
         self.tracker_base = tracker_base.rstrip("/")
@@ -118,8 +120,13 @@ class Supernode:
         # crowd, and a bringer fetches its share one after the other while the origins'
         # egress is shared by everyone: its last one arrives about F / u_s after the
         # start (10.5 s for 20 MiB at 16 Mbit/s). 10 s handed pieces out twice.
+        # max_bringers, max_bringing_per_peer: a few peers at a time fetch this
+        # supernode's pieces from the origins, each a few back to back (PieceDirectory)
         self.directory = PieceDirectory(
-            rng=random.Random(self.rng.getrandbits(64)), bring_in_s=bring_in_s
+            rng=random.Random(self.rng.getrandbits(64)),
+            bring_in_s=bring_in_s,
+            max_bringers=max_bringers,
+            max_bringing_per_peer=max_bringing_per_peer,
         )
         self.stats = SupernodeStats()
         self.node: ChordNode | None = None
@@ -470,7 +477,7 @@ class Supernode:
         for p in q.want:
             if p in mine:
                 up = self.directory.choose_uploader(
-                    p, peer_id=q.peer_id, address=q.address, now=now
+                    p, peer_id=q.peer_id, address=q.address, now=now, bringing=q.bringing
                 )
                 answers.append(
                     {
@@ -513,6 +520,7 @@ class PiecesQuery:
     uploaded: int
     downloaded: int
     left: bool
+    bringing: int = 0
 
 
 def _parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
@@ -546,6 +554,7 @@ def _parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
         count("uploaded"),
         count("downloaded"),
         body.get("left") is True,
+        count("bringing"),
     )
 
 

@@ -28,7 +28,18 @@ piece before they could fetch it themselves): so each piece leaves the origins a
 once. An asker brings in at most ``max_bringing_per_peer`` pieces at a time; beyond
 that the answer is ``wait`` (ask again): the first newcomer would otherwise be told to
 bring in every piece while the others waited on it, so the bringing is spread over the
-newcomers.
+newcomers. The asker may say how many pieces it brings in for the whole ring
+(``bringing``): that count is held to the same cap, so five supernodes do not hand one
+peer five times its share.
+
+**Few bringers at a time** (``max_bringers``, None: no limit): a supernode hands its
+pieces to at most that many peers at once; a bringer's report of a piece it brought
+frees its slot, and the same report's questions take the next piece, so each bringer
+fetches from the origins back to back. A flash crowd that all brought in at once would
+share the origins' egress N ways, and every first piece would arrive N times later
+(measured on the loopback bench: docs/chord.md); a few bringers get each piece out in a
+fraction of that, and the swarm trades it on at once (super-seeding, where the pieces
+are the origins' distinct ones).
 """
 
 from __future__ import annotations
@@ -156,12 +167,14 @@ class PieceDirectory:
         load_window_s: float = 10.0,
         bring_in_s: float = 10.0,
         max_bringing_per_peer: int = 2,
+        max_bringers: int | None = None,
     ) -> None:
         self.rng = rng
         self.holder_ttl_s = holder_ttl_s
         self.load_window_s = load_window_s
         self.bring_in_s = bring_in_s
         self.max_bringing_per_peer = max_bringing_per_peer
+        self.max_bringers = max_bringers
         self.holders: dict[str, Holder] = {}
         self.pieces: dict[int, set[str]] = {}
         self._bringing: dict[int, tuple[str, float]] = {}
@@ -186,6 +199,8 @@ class PieceDirectory:
         h.downloaded_bytes = max(h.downloaded_bytes, downloaded_bytes)
         h.reported_at = now
         h.left = h.left or left
+        if h.left:  # what it was bringing in goes to the next asker
+            self._bringing = {p: b for p, b in self._bringing.items() if b[0] != peer_id}
         for piece in have:
             self.pieces.setdefault(piece, set()).add(peer_id)
             bringer = self._bringing.get(piece)
@@ -197,9 +212,13 @@ class PieceDirectory:
         h = self.holders.get(peer_id)
         if h is not None:
             h.left = True
+        self._bringing = {p: b for p, b in self._bringing.items() if b[0] != peer_id}
 
-    def choose_uploader(self, piece: int, *, peer_id: str, address: str, now: float) -> Uploader:
-        """Who uploads ``piece`` to ``peer_id`` (module docstring)."""
+    def choose_uploader(
+        self, piece: int, *, peer_id: str, address: str, now: float, bringing: int = 0
+    ) -> Uploader:
+        """Who uploads ``piece`` to ``peer_id`` (module docstring); ``bringing``: the
+        pieces the asker says it brings in for the whole ring."""
         cands = [
             h
             for pid in self.pieces.get(piece, ())
@@ -220,11 +239,16 @@ class PieceDirectory:
             b = self.holders.get(bringer[0])
             if b is not None and not b.left and b.peer_id != peer_id:
                 return Uploader(piece, b.peer_id, b.address, bring_in=False)
-        bringing = sum(
+        bringers = {pid for pid, t in self._bringing.values() if now - t <= self.bring_in_s}
+        here = sum(
             1 for pid, t in self._bringing.values() if pid == peer_id and now - t <= self.bring_in_s
         )
-        if bringing >= self.max_bringing_per_peer:
-            # this asker brings enough in already: the next asker gets this one
+        busy = self.max_bringers is not None and (
+            peer_id not in bringers and len(bringers) >= self.max_bringers
+        )
+        if busy or max(here, bringing) >= self.max_bringing_per_peer:
+            # this asker brings enough in already, or enough others do: the next asker
+            # (or this one, once it reported a piece it brought) gets this one
             return Uploader(piece, "", "", bring_in=False, wait=True)
         self._bringing[piece] = (peer_id, now)
         if peer_id not in self.holders:

@@ -248,6 +248,8 @@ class SwarmPeer:
             unheld=lambda: self._unheld,
             totals=self._totals,
             connect=self._connect_peer,
+            # the ring's answers apply now, not at the next status poll
+            on_answers=self._refresh_totals,
         )
         self._ring.start()
 
@@ -522,7 +524,12 @@ class SwarmPeer:
         if self._ring is not None and have_bits != self._have_bits:
             self._ring.nudge()  # report new pieces now (a brought-in one frees a slot)
         self._have_bits = have_bits
-        tradable, owed = self._sources(st)
+        if self.core.phase is PeerPhase.DOWNLOADING:
+            self._plan(st)  # (the owed pieces below are the plan's of now)
+        unheld = self._unheld
+        tradable, owed, coming = self._sources(st)
+        if self._ring is not None and not self._unheld <= unheld:
+            self._ring.nudge()  # pieces no connected peer holds any more: ask the ring
         progress = Progress(
             done_bytes=int(st.total_wanted_done),
             wanted_bytes=int(st.total_wanted),
@@ -540,6 +547,7 @@ class SwarmPeer:
             web_seed_bytes=self._tally.web_bytes + self._feed.received_bytes,
             tradable_pieces=tradable,
             owed_pieces=owed,
+            coming_pieces=coming,
         )
         self._last_progress = progress
         self._apply(self.core.handle_progress(progress, now=now))
@@ -547,8 +555,6 @@ class SwarmPeer:
             # A complete file found at start (resume data or recheck): no finished alert.
             self._apply(self.core.handle_download_finished(now=now))
             self._start_verify()
-        if self.core.phase is PeerPhase.DOWNLOADING:
-            self._plan(st)
         if self.on_progress is not None:
             self.on_progress(
                 SwarmProgress(
@@ -569,14 +575,15 @@ class SwarmPeer:
         st = self._handle.status()
         self._on_status(st, self._loop.time())
 
-    def _sources(self, st: Any) -> tuple[int | None, int]:
-        # (tradable, owed): pieces this peer lacks that some connected BitTorrent peer
-        # holds, and pieces of top priority in the policy's plan that it lacks and no
-        # connected peer holds (`classify_missing`).
+    def _sources(self, st: Any) -> tuple[int | None, int, int]:
+        # (tradable, owed, coming): pieces this peer lacks that some connected
+        # BitTorrent peer holds; pieces of top priority in the policy's plan that it
+        # lacks and no connected peer holds (`classify_missing`), with those the ring
+        # said other peers bring; and those alone.
         if self._handle is None or st.is_seeding:
             self._feed.set_owed(())
             self._unheld = frozenset()
-            return None, 0
+            return None, 0, 0
         plan = self._last_plan
         missing = classify_missing(
             st.pieces, self._handle.piece_availability(), self._tally.web_connections, plan
@@ -596,7 +603,7 @@ class SwarmPeer:
             # (a peer alone, with no plan, is starved and uses libtorrent's web seeds)
             owed = absent
         self._feed.set_owed(owed)
-        return tradable, len(owed) + len(coming)
+        return tradable, len(owed) + len(coming), len(coming)
 
     def _plan(self, st: Any) -> None:
         assert self._loop is not None

@@ -35,38 +35,33 @@ class ChordPolicy(UploaderPolicy):
         self._fallback = StripesPolicy()
         self.ring_ready = False
         self.bring_in: frozenset[int] = frozenset()
-        #: pieces the ring answered for lately (another peer brings or holds them, or
-        #: nobody yet: ``wait``): not starving, they are coming
-        self.expected: frozenset[int] = frozenset()
 
-    def set_ring_answers(self, bring_in: Iterable[int], expected: Iterable[int] = ()) -> None:
-        """The pieces the ring made this peer responsible for bringing in, and those it
-        answered for otherwise lately."""
+    def set_ring_answers(self, bring_in: Iterable[int]) -> None:
+        """The pieces the ring made this peer responsible for bringing in."""
         self.ring_ready = True
         self.bring_in = frozenset(bring_in)
-        self.expected = frozenset(expected)
 
     def ring_lost(self) -> None:
         """No supernode answers any more: back to `stripes`."""
         self.ring_ready = False
         self.bring_in = frozenset()
-        self.expected = frozenset()
 
     def waiting_on(self, absent: Iterable[int]) -> list[int]:
-        """Of the pieces no connected peer holds, those the ring said are coming."""
+        """Of the pieces no connected peer holds, those the ring answers for: all of
+        them once it has answered (the ring client asks about every one of them, and
+        the ring says who brings each in: a peer never fetches them from the origins
+        on its own, which at the end of a flash crowd made every peer that lost the
+        holder of the last pieces fetch the same ones)."""
         if not self.ring_ready:
             return []
-        return [p for p in absent if p in self.expected]
+        return list(absent)
 
     def plan(self, view: SwarmView, *, now: float) -> PiecePlan | None:
         """Top priority for the pieces to bring in, the lowest for the rest."""
         if not self.ring_ready or not view.have:
             return self._fallback.plan(view, now=now)
-        if not view.leecher_ids:
-            # no downloading peer connected (yet): libtorrent's order, as `stripes` does
-            # for a peer alone; a plan here would make the peer "starved" and fetch
-            # everything it lacks from the origins
-            return None
+        # (also with no downloading peer connected yet: the pieces the ring gave this
+        # peer to bring in are fetched at once, and the others wait for the ring)
         return PiecePlan(
             tuple(
                 MAX_PRIORITY if i in self.bring_in and not held else MIN_PRIORITY

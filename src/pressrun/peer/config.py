@@ -51,6 +51,10 @@ class PeerConfig:
     web_seed_stall_s: with web seeds dropped, no progress for this long puts them back
         (the stall guard); they stay back for web_seed_hold_s before another drop.
     web_seed_hold_s: see web_seed_stall_s.
+    web_seed_ring_stall_s: the stall guard while the Chord ring has said the pieces
+        this peer lacks are coming from other peers (the first seconds of a flash
+        crowd, while a few bringers fetch the first pieces: web seeds back for every
+        waiting peer would share the origins' egress among all of them).
     web_seed_starved_s: with web seeds dropped, no connected peer holding a piece this
         peer lacks for this long puts them back (at once would react to the moment
         between a piece finishing somewhere and its HAVE message arriving).
@@ -80,6 +84,7 @@ class PeerConfig:
     drop_web_seeds: bool = True
     web_seed_share_factor: float = 2.0
     web_seed_stall_s: float = 2.0
+    web_seed_ring_stall_s: float = 6.0
     web_seed_hold_s: float = 1.0
     web_seed_starved_s: float = 1.0
     web_seed_retry_s: float = 1.0
@@ -101,6 +106,7 @@ class PeerConfig:
             "status_interval_s",
             "counts_interval_s",
             "web_seed_stall_s",
+            "web_seed_ring_stall_s",
             "web_seed_retry_s",
             "resume_save_interval_s",
         ):

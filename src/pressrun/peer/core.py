@@ -232,7 +232,7 @@ class PeerCore:
             if not self._stall_reported:
                 deadlines.append(self.last_progress_at + cfg.stall_after_s)
             if not self.web_seeds_on:
-                deadlines.append(self.last_progress_at + cfg.web_seed_stall_s)
+                deadlines.append(self.last_progress_at + self._stall_guard_s())
             if self._web_retry_at is not None:
                 deadlines.append(self._web_retry_at)
         if self._resume_dirty:
@@ -260,7 +260,7 @@ class PeerCore:
                 self._stall_reported = True
                 self.stalls += 1
                 effects.append(Stalled(idle_s, self._last_pieces))
-            restore = not self.web_seeds_on and idle_s >= cfg.web_seed_stall_s
+            restore = not self.web_seeds_on and idle_s >= self._stall_guard_s()
             retry = self._web_retry_at is not None and now >= self._web_retry_at
             if retry:
                 self._web_retry_at = None
@@ -297,6 +297,12 @@ class PeerCore:
         # Bytes from the web seeds, not pieces held: pieces from peers are not this
         # peer's contribution of origin data to the swarm.
         return progress.web_seed_bytes >= progress.wanted_bytes * fraction
+
+    def _stall_guard_s(self) -> float:
+        cfg = self.config
+        if self.progress is not None and self.progress.coming_pieces > 0:
+            return cfg.web_seed_ring_stall_s  # other peers bring them (the ring said)
+        return cfg.web_seed_stall_s
 
     def _restore_web_seeds(self, now: float) -> RestoreWebSeeds:
         self._starved_since = None

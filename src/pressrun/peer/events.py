@@ -58,6 +58,8 @@ class Progress:
     owed_pieces: pieces the uploader policy gave this peer to bring into the swarm
         (top priority) that it lacks and no connected peer holds: only the origins
         have them, and this peer is the one meant to fetch them.
+    coming_pieces: of those, the pieces the Chord ring answers for (another peer brings
+        them in): the stall guard waits ``web_seed_ring_stall_s`` for them.
     """
 
     done_bytes: int
@@ -70,6 +72,7 @@ class Progress:
     web_seed_bytes: int = 0
     tradable_pieces: int | None = None
     owed_pieces: int = 0
+    coming_pieces: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,10 @@ from pressrun.security import BodyTooLarge, client_connector, read_body_limited
 
 log = logging.getLogger(__name__)
 
+#: a piece handed to libtorrent is not fetched again for this long (a status poll or
+#: two: the time libtorrent takes to check and announce it)
+_ADDED_HOLD_S = 2.0
+
 
 class OwedPieceFeed:
     """Fetches ``owed`` pieces from ``web_seeds`` in turn while ``running()`` holds.
@@ -55,6 +59,10 @@ class OwedPieceFeed:
         self.received_bytes = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: pieces handed to libtorrent, and when: not fetched again while the owed list
+        #: (read at the next status poll) may still name them; after ``_ADDED_HOLD_S``
+        #: a piece libtorrent did not keep is fetched again
+        self._added: dict[int, float] = {}
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -86,6 +94,7 @@ class OwedPieceFeed:
                     await asyncio.sleep(self.retry_s)
                 elif handle is not None:
                     handle.add_piece(piece, data, 0)
+                    self._added[piece] = asyncio.get_running_loop().time()
 
     def _received(self, size: int) -> None:
         self.received_bytes += size
@@ -96,8 +105,9 @@ class OwedPieceFeed:
             return None
         # not a piece libtorrent is already fetching (from a peer or a web seed)
         busy = {int(q["piece_index"]) for q in handle.get_download_queue()}
+        recent = asyncio.get_running_loop().time() - _ADDED_HOLD_S
         for piece in self.owed:
-            if piece not in busy:
+            if piece not in busy and self._added.get(piece, -1e9) < recent:
                 return piece
         return None
 

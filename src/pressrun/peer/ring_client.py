@@ -8,16 +8,23 @@ is pointed at). A round (docs/chord.md):
 1. the ring's view from the tracker (``GET /v1/ring/{info_hash}``: piece keys and the
    issue's supernodes; 404: no ring yet, the policy stays `stripes`), read again every
    ``view_refresh_s`` or after a supernode failed;
-2. which supernode answers for each piece key, one batch asked of a supernode
-   (``POST /chord/v1/lookup``), cached until that supernode fails or says ``not_mine``;
+2. which supernode answers for each piece key: the Chord successor of the key among
+   the listed supernodes' ids (the tracker's list is the ring's membership, so a new
+   peer asks its first questions without waiting for a lookup), leaving out the
+   supernodes this client found silent (their successors took their keys over); a
+   piece whose guessed owner answers ``not_mine`` (the ring is changing) is looked up
+   through the ring, one batch asked of a supernode (``POST /chord/v1/lookup``). An
+   owner is kept until that supernode fails or says ``not_mine``;
 3. to each of those supernodes, one ``POST /chord/v1/pieces`` with everything at once:
    the pieces of its keys this peer got since the last report, its upload/download
-   totals, and the pieces it wants that *no connected peer holds* (the others
-   libtorrent fetches by itself; each asked again at most every ``reask_s``). A
+   totals, how many pieces it brings in for the whole ring (``bringing``), and the
+   pieces it wants that *no connected peer holds* (the others libtorrent fetches by
+   itself; each asked again at most every ``reask_s``). A
    supernode with nothing new to hear is told only every ``keepalive_s`` (it forgets
    holders silent for 30 s). The answers: an uploader for a piece (libtorrent
    ``connect_peer`` to it) or ``bring_in`` (this peer fetches it from the origins:
-   `ChordPolicy.set_ring_answers`).
+   `ChordPolicy.set_ring_answers`, then ``on_answers`` so the peer applies them at
+   once, not at its next status poll).
 
 Rounds run every ``interval_s``, and sooner (at most every ``min_gap_s``) when
 `nudge` says a piece arrived: a brought-in piece is reported at once, so its supernode
@@ -43,6 +50,7 @@ from typing import Any
 import aiohttp
 
 from pressrun.chord.codec import CodecError, id_hex, parse_id, parse_node
+from pressrun.chord.pieces import successor_of
 from pressrun.chord.post import post_json
 from pressrun.peer.chord_policy import ChordPolicy
 
@@ -52,8 +60,6 @@ log = logging.getLogger(__name__)
 _RESOLVE_TRIES = 2
 #: a piece answered ``wait`` (nobody to upload it yet) is asked again after this long
 _WAIT_REASK_S = 1.0
-#: a piece the ring answered for is expected (coming from another peer) this long
-_EXPECT_S = 10.0
 
 
 @dataclass(slots=True)
@@ -86,6 +92,7 @@ class RingClient:
         unheld: Callable[[], Collection[int]],
         totals: Callable[[], tuple[int, int]],
         connect: Callable[[str, int], None],
+        on_answers: Callable[[], None] = lambda: None,
         interval_s: float = 2.0,
         min_gap_s: float = 0.25,
         reask_s: float = 3.0,
@@ -105,6 +112,7 @@ class RingClient:
         self._unheld = unheld
         self._totals = totals
         self._connect = connect
+        self._on_answers = on_answers
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
         self.reask_s = reask_s
@@ -116,12 +124,14 @@ class RingClient:
         self.stats = RingClientStats()
         self._keys: list[int] = []
         self._supernodes: list[str] = []
+        self._ids: dict[int, str] = {}  # listed supernode id -> address
+        #: pieces whose owner by the list answered ``not_mine``: looked up in the ring
+        self._misplaced: set[int] = set()
         self._view_at: float | None = None
         self._owner: dict[int, str] = {}  # piece -> supernode address
         self._reported: dict[int, str] = {}  # held piece -> the supernode told of it
         self._last_report: dict[str, float] = {}  # supernode -> when last told anything
         self._asked: dict[int, float] = {}
-        self._answered: dict[int, float] = {}  # piece -> last uploader or wait answer
         self._bring_in: set[int] = set()
         self._connected: set[str] = set()
         self._wake = asyncio.Event()
@@ -188,6 +198,8 @@ class RingClient:
         if have is None:
             return
         unowned = [p for p in range(self.num_pieces) if p not in self._owner]
+        self._guess_owners(unowned)
+        unowned = [p for p in unowned if p not in self._owner]
         if unowned:
             await self._resolve(unowned)
         unheld = self._unheld()
@@ -210,9 +222,17 @@ class RingClient:
             )
         )
         if any(results):
-            recent = now - _EXPECT_S
-            expected = {p for p, t in self._answered.items() if t >= recent and not have[p]}
-            self.policy.set_ring_answers(self._bring_in, expected)
+            self.policy.set_ring_answers(self._bring_in)
+            self._on_answers()
+
+    def _guess_owners(self, pieces: list[int]) -> None:
+        # the Chord successor among the listed supernodes that did not fail us
+        live = sorted(i for i, a in self._ids.items() if a not in self.stats.failed_supernodes)
+        if not live:
+            return
+        for p in pieces:
+            if p not in self._misplaced:
+                self._owner[p] = self._ids[successor_of(live, self._keys[p])]
 
     async def _refresh_view(self, now: float) -> bool:
         assert self._http is not None
@@ -226,7 +246,9 @@ class RingClient:
         if not isinstance(keys, list) or len(keys) != self.num_pieces:
             return False
         self._keys = [parse_id(k, "piece key") for k in keys]
-        self._supernodes = [parse_node(n).address for n in doc.get("supernodes", [])]
+        nodes = [parse_node(n) for n in doc.get("supernodes", [])]
+        self._supernodes = [n.address for n in nodes]
+        self._ids = {n.id: n.address for n in nodes}
         self._view_at = now
         # forget owners the tracker no longer lists
         listed = set(self._supernodes)
@@ -275,6 +297,7 @@ class RingClient:
             "want": wants,
             "uploaded": up,
             "downloaded": down,
+            "bringing": len(self._bring_in),
         }
         doc = await self._post(owner, "pieces", body)
         if doc is None:
@@ -288,6 +311,7 @@ class RingClient:
         not_mine = {p for p in doc.get("not_mine", []) if isinstance(p, int)}
         for p in not_mine:
             self._owner.pop(p, None)
+            self._misplaced.add(p)
         for p in haves:
             if p not in not_mine:
                 self._reported[p] = owner
@@ -300,7 +324,6 @@ class RingClient:
             if ans.get("wait"):
                 # nobody to upload it yet: ask again soon, not at once
                 self._asked[piece] = now - self.reask_s + _WAIT_REASK_S
-                self._answered[piece] = now
                 continue
             self._asked[piece] = now
             if ans.get("bring_in") is True:
@@ -308,7 +331,6 @@ class RingClient:
                 self.stats.bring_in += 1
                 continue
             self._bring_in.discard(piece)
-            self._answered[piece] = now
             self.stats.uploaders += 1
             if addr != self.address and addr not in self._connected:
                 host, _, port = addr.rpartition(":")
