@@ -104,6 +104,7 @@ class Supernode:
         bring_in_s: float = 30.0,
         max_bringers: int | None = 2,
         max_bringing_per_peer: int = 3,
+        fair_bringing: bool = True,
         seed: int | None = None,
     ) -> None:
         self.tracker_base = tracker_base.rstrip("/")
@@ -127,6 +128,7 @@ class Supernode:
             bring_in_s=bring_in_s,
             max_bringers=max_bringers,
             max_bringing_per_peer=max_bringing_per_peer,
+            fair_bringing=fair_bringing,
         )
         self.stats = SupernodeStats()
         self.node: ChordNode | None = None
@@ -477,7 +479,12 @@ class Supernode:
         for p in q.want:
             if p in mine:
                 up = self.directory.choose_uploader(
-                    p, peer_id=q.peer_id, address=q.address, now=now, bringing=q.bringing
+                    p,
+                    peer_id=q.peer_id,
+                    address=q.address,
+                    now=now,
+                    bringing=q.bringing,
+                    brought=q.brought,
                 )
                 answers.append(
                     {
@@ -521,6 +528,7 @@ class PiecesQuery:
     downloaded: int
     left: bool
     bringing: int = 0
+    brought: int = 0
 
 
 def _parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
@@ -555,6 +563,7 @@ def _parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
         count("downloaded"),
         body.get("left") is True,
         count("bringing"),
+        count("brought"),
     )
 
 

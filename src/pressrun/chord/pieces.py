@@ -40,6 +40,13 @@ share the origins' egress N ways, and every first piece would arrive N times lat
 (measured on the loopback bench: docs/chord.md); a few bringers get each piece out in a
 fraction of that, and the swarm trades it on at once (super-seeding, where the pieces
 are the origins' distinct ones).
+
+**Bringing is shared out** (``fair_bringing``): the askers say how many pieces they
+have brought in from the origins so far (``brought``); an asker that has brought in two
+or more pieces than another that asked in the last ``asked_window_s`` waits, so the
+pieces leave the origins through many peers, each uploading its few on at once. One
+peer that brought in a quarter of the pieces (measured: 21 of 80 at N = 40) held most
+of them alone for 20 s, its upload shared among everything it had.
 """
 
 from __future__ import annotations
@@ -130,6 +137,8 @@ class Holder:
     reported_at: float = 0.0
     left: bool = False
     assigned_at: list[float] = field(default_factory=list)
+    brought: int = 0  # pieces it says it brought in from the origins
+    asked_at: float = float("-inf")  # when it last asked who uploads a piece
 
     @property
     def owes_bytes(self) -> int:
@@ -168,6 +177,8 @@ class PieceDirectory:
         bring_in_s: float = 10.0,
         max_bringing_per_peer: int = 2,
         max_bringers: int | None = None,
+        fair_bringing: bool = False,
+        asked_window_s: float = 3.0,
     ) -> None:
         self.rng = rng
         self.holder_ttl_s = holder_ttl_s
@@ -175,6 +186,8 @@ class PieceDirectory:
         self.bring_in_s = bring_in_s
         self.max_bringing_per_peer = max_bringing_per_peer
         self.max_bringers = max_bringers
+        self.fair_bringing = fair_bringing
+        self.asked_window_s = asked_window_s
         self.holders: dict[str, Holder] = {}
         self.pieces: dict[int, set[str]] = {}
         self._bringing: dict[int, tuple[str, float]] = {}
@@ -215,10 +228,23 @@ class PieceDirectory:
         self._bringing = {p: b for p, b in self._bringing.items() if b[0] != peer_id}
 
     def choose_uploader(
-        self, piece: int, *, peer_id: str, address: str, now: float, bringing: int = 0
+        self,
+        piece: int,
+        *,
+        peer_id: str,
+        address: str,
+        now: float,
+        bringing: int = 0,
+        brought: int = 0,
     ) -> Uploader:
         """Who uploads ``piece`` to ``peer_id`` (module docstring); ``bringing``: the
-        pieces the asker says it brings in for the whole ring."""
+        pieces the asker says it brings in for the whole ring now, ``brought``: those it
+        brought in so far."""
+        asker = self.holders.get(peer_id)
+        if asker is None:
+            asker = self.holders[peer_id] = Holder(peer_id, address, reported_at=now)
+        asker.asked_at = now
+        asker.brought = max(asker.brought, brought)
         cands = [
             h
             for pid in self.pieces.get(piece, ())
@@ -246,14 +272,31 @@ class PieceDirectory:
         busy = self.max_bringers is not None and (
             peer_id not in bringers and len(bringers) >= self.max_bringers
         )
-        if busy or max(here, bringing) >= self.max_bringing_per_peer:
+        if (
+            busy
+            or max(here, bringing) >= self.max_bringing_per_peer
+            or self._brought_more(asker, now)
+        ):
             # this asker brings enough in already, or enough others do: the next asker
             # (or this one, once it reported a piece it brought) gets this one
             return Uploader(piece, "", "", bring_in=False, wait=True)
         self._bringing[piece] = (peer_id, now)
-        if peer_id not in self.holders:
-            self.holders[peer_id] = Holder(peer_id, address, reported_at=now)
         return Uploader(piece, peer_id, address, bring_in=True)
+
+    def _brought_more(self, asker: Holder, now: float) -> bool:
+        # another recent asker has brought in two pieces fewer: it gets this one
+        if not self.fair_bringing:
+            return False
+        since = now - self.asked_window_s
+        fewest = min(
+            (
+                h.brought
+                for h in self.holders.values()
+                if h is not asker and not h.left and h.asked_at >= since
+            ),
+            default=None,
+        )
+        return fewest is not None and asker.brought >= fewest + 2
 
     def export(self, pieces: Iterable[int]) -> dict[str, object]:
         """What this directory knows of ``pieces`` (a graceful leave's handoff)."""

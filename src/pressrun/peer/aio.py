@@ -248,6 +248,7 @@ class SwarmPeer:
             unheld=lambda: self._unheld,
             totals=self._totals,
             connect=self._connect_peer,
+            brought=lambda: self._feed.pieces_fed,
             # the ring's answers apply now, not at the next status poll
             on_answers=self._refresh_totals,
         )
@@ -609,12 +610,15 @@ class SwarmPeer:
         assert self._loop is not None
         if self._handle is None:
             return
+        # (libtorrent's availability counts the web seeds too: they hold every piece)
+        web = self._tally.web_connections
         view = SwarmView(
             peer_id=self._peer_id,
             info_hash=self.manifest.info_hash,
             have=tuple(bool(b) for b in st.pieces),
             connected_peers=int(st.num_peers),
             leecher_ids=self._tally.leecher_ids,
+            holders=tuple(max(0, int(n) - web) for n in self._handle.piece_availability()),
         )
         plan = self.policy.plan(view, now=self._loop.time())
         if plan is not None and plan.piece_priorities != self._last_plan:

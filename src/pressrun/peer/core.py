@@ -308,7 +308,11 @@ class PeerCore:
         self._starved_since = None
         self.web_seeds_on = True
         self.web_seed_restores += 1
-        self._web_hold_until = now + self.config.web_seed_hold_s
+        # (back while waiting on the ring's other peers: they stay as long as the guard
+        # waited, not dropped at the next poll because the ring still says "coming")
+        ring = self.progress is not None and self.progress.coming_pieces > 0
+        hold = self.config.web_seed_ring_stall_s if ring else self.config.web_seed_hold_s
+        self._web_hold_until = now + hold
         return RestoreWebSeeds()
 
     def _starved(self, progress: Progress) -> bool:

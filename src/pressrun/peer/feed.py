@@ -57,6 +57,7 @@ class OwedPieceFeed:
         self.fed_bytes = 0
         self.session_bytes = 0
         self.received_bytes = 0
+        self.pieces_fed = 0  # this session
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         #: pieces handed to libtorrent, and when: not fetched again while the owed list
@@ -94,6 +95,7 @@ class OwedPieceFeed:
                     await asyncio.sleep(self.retry_s)
                 elif handle is not None:
                     handle.add_piece(piece, data, 0)
+                    self.pieces_fed += 1
                     self._added[piece] = asyncio.get_running_loop().time()
 
     def _received(self, size: int) -> None:

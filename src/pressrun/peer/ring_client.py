@@ -17,7 +17,8 @@ is pointed at). A round (docs/chord.md):
    owner is kept until that supernode fails or says ``not_mine``;
 3. to each of those supernodes, one ``POST /chord/v1/pieces`` with everything at once:
    the pieces of its keys this peer got since the last report, its upload/download
-   totals, how many pieces it brings in for the whole ring (``bringing``), and the
+   totals, how many pieces it brings in for the whole ring (``bringing``) and has
+   brought in from the origins so far (``brought``), and the
    pieces it wants that *no connected peer holds* (the others libtorrent fetches by
    itself; each asked again at most every ``reask_s``). A
    supernode with nothing new to hear is told only every ``keepalive_s`` (it forgets
@@ -92,6 +93,7 @@ class RingClient:
         unheld: Callable[[], Collection[int]],
         totals: Callable[[], tuple[int, int]],
         connect: Callable[[str, int], None],
+        brought: Callable[[], int] = lambda: 0,
         on_answers: Callable[[], None] = lambda: None,
         interval_s: float = 2.0,
         min_gap_s: float = 0.25,
@@ -112,6 +114,7 @@ class RingClient:
         self._unheld = unheld
         self._totals = totals
         self._connect = connect
+        self._brought = brought
         self._on_answers = on_answers
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
@@ -298,6 +301,7 @@ class RingClient:
             "uploaded": up,
             "downloaded": down,
             "bringing": len(self._bring_in),
+            "brought": self._brought(),
         }
         doc = await self._post(owner, "pieces", body)
         if doc is None:

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 MIN_PRIORITY = 1  # never 0: see the module docstring
+MID_PRIORITY = 4  # libtorrent's default
 MAX_PRIORITY = 7
 
 
@@ -54,6 +55,8 @@ class SwarmView:
     connected_peers: BitTorrent peers connected now (web seeds included).
     leecher_ids: the peer ids (hex, sorted) of the connected BitTorrent peers that
         are still downloading (seeds left out: they hold every piece already).
+    holders: per piece, how many connected BitTorrent peers hold it (web seeds not
+        counted); empty when unknown.
     """
 
     peer_id: str
@@ -61,6 +64,7 @@ class SwarmView:
     have: tuple[bool, ...]
     connected_peers: int
     leecher_ids: tuple[str, ...] = ()
+    holders: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
