@@ -1,0 +1,252 @@
+"""Where a loopback swarm's time and origin copies go: one traced `bench/swarm.py` run.
+
+One run of `bench/swarm.py`'s swarm (same sizes and defaults) with every peer traced:
+when each piece arrived and from where (the owed-piece feed from the origins, a web
+seed, another peer), each feed fetch's start and end, each question to the ring and its
+answer (bring in, an uploader, wait), and the web-seed drops and restores with the
+peer's counts at that moment. It prints what docs/chord.md ("Where the time and the
+copies went") reports: fetches from the origins and their duplicates, by cause; how
+long the first ring answer took; distinct pieces in the swarm and pieces delivered over
+time; the completion times.
+
+This is a diagnosis tool: it wraps a few methods of the peer's classes (the feed's
+fetch, the ring client's POST, the peer's alert handler and effects) for the run, and
+turns on libtorrent's block alerts to learn each piece's source. The figures of record
+come from `bench/swarm.py` itself (no wrapping).
+
+    .venv/bin/python bench/swarm_trace.py --policy chord --n 40 [--json-out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import importlib.util
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import libtorrent as lt
+
+import pressrun.peer.aio as peer_aio
+import pressrun.peer.feed as peer_feed
+import pressrun.peer.ring_client as ring_client
+from pressrun.peer.config import PeerConfig
+
+_spec = importlib.util.spec_from_file_location("bench_swarm", Path(__file__).with_name("swarm.py"))
+assert _spec is not None and _spec.loader is not None
+bench_swarm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_swarm)
+
+EVENTS: list[dict[str, Any]] = []
+_T0: list[float] = []
+
+
+def _ev(kind: str, **kw: Any) -> None:
+    now = asyncio.get_running_loop().time()
+    if not _T0:
+        _T0.append(now)
+    kw.update(t=round(now - _T0[0], 3), k=kind)
+    EVENTS.append(kw)
+
+
+def _pid(obj: Any) -> str:
+    return str(getattr(obj, "_trace_pid", "?"))
+
+
+def _install() -> None:
+    settings = peer_aio.session_settings
+
+    def traced_settings(*a: Any, **kw: Any) -> dict[str, Any]:
+        s = settings(*a, **kw)
+        s["alert_mask"] = int(s["alert_mask"]) | int(
+            lt.alert.category_t.block_progress_notification
+        )
+        return s
+
+    peer_aio.session_settings = traced_settings  # type: ignore[assignment]
+
+    on_alert = peer_aio.SwarmPeer._on_alert
+
+    def traced_alert(self: Any, a: Any) -> None:
+        if isinstance(a, lt.block_finished_alert):
+            self.__dict__.setdefault("_trace_src", {})[a.piece_index] = f"{a.endpoint[1]}"
+        elif isinstance(a, lt.piece_finished_alert):
+            src = self.__dict__.get("_trace_src", {}).get(a.piece_index, "")
+            _ev("piece", peer=self._peer_id[-6:], piece=int(a.piece_index), port=src)
+        on_alert(self, a)
+
+    peer_aio.SwarmPeer._on_alert = traced_alert  # type: ignore[method-assign]
+
+    start = peer_aio.SwarmPeer.start
+
+    async def traced_start(self: Any) -> int:
+        port = await start(self)
+        pid = self._peer_id[-6:]
+        _ev("listen", peer=pid, port=port)
+        self._feed._trace_pid = pid
+        if self._ring is not None:
+            self._ring._trace_pid = pid
+        return port
+
+    peer_aio.SwarmPeer.start = traced_start  # type: ignore[method-assign]
+
+    fetch = peer_feed.OwedPieceFeed._fetch_piece
+
+    async def traced_fetch(self: Any, http: Any, url: str, piece: int) -> bytes | None:
+        _ev("feed_start", peer=_pid(self), piece=piece, origin=url.split("/")[2])
+        data = await fetch(self, http, url, piece)
+        _ev("feed_end", peer=_pid(self), piece=piece, ok=data is not None)
+        return data
+
+    peer_feed.OwedPieceFeed._fetch_piece = traced_fetch  # type: ignore[method-assign]
+
+    post = ring_client.RingClient._post
+
+    async def traced_post(
+        self: Any, sn: str, route: str, body: dict[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any] | None:
+        t = asyncio.get_running_loop().time()
+        doc = await post(self, sn, route, body, timeout_s=timeout_s)
+        dt = round(asyncio.get_running_loop().time() - t, 3)
+        if route == "pieces":
+            ans = doc.get("uploaders", []) if doc else []
+            _ev(
+                "ask",
+                peer=_pid(self),
+                dt=dt,
+                bring=[a["piece"] for a in ans if a.get("bring_in")],
+                wait=[a["piece"] for a in ans if a.get("wait")],
+                up=[a["piece"] for a in ans if not a.get("bring_in") and not a.get("wait")],
+            )
+        return doc
+
+    ring_client.RingClient._post = traced_post  # type: ignore[method-assign]
+
+    apply = peer_aio.SwarmPeer._apply
+
+    def traced_apply(self: Any, effects: list[Any]) -> None:
+        for e in effects:
+            name = type(e).__name__
+            if name in ("DropWebSeeds", "RestoreWebSeeds", "Stalled"):
+                _ev(name, peer=self._peer_id[-6:])
+        apply(self, effects)
+
+    peer_aio.SwarmPeer._apply = traced_apply  # type: ignore[method-assign]
+
+
+def _at(times: list[float], marks: tuple[int, ...]) -> str:
+    return ", ".join(f"{m} s: {sum(1 for t in times if t <= m)}" for m in marks)
+
+
+def summarise(events: list[dict[str, Any]]) -> None:
+    """Print the figures of docs/chord.md's "Where the time and the copies went"."""
+    listen = {e["peer"]: e for e in events if e["k"] == "listen"}
+    origins = {e["origin"].rsplit(":", 1)[-1] for e in events if e["k"] == "feed_start"}
+    fed_by: dict[str, set[int]] = collections.defaultdict(set)  # peer -> pieces fed
+    assigned: dict[str, set[int]] = collections.defaultdict(set)
+    first_answer: dict[str, float] = {}
+    held: dict[int, float] = {}
+    fetching: dict[int, set[str]] = collections.defaultdict(set)
+    causes: collections.Counter[str] = collections.Counter()
+    dups: collections.Counter[str] = collections.Counter()
+    sources: collections.Counter[str] = collections.Counter()
+    arrivals: list[float] = []
+    done: dict[str, float] = {}
+    feed_ok: list[dict[str, Any]] = []
+    for e in events:
+        k = e["k"]
+        if k == "ask":
+            assigned[e["peer"]].update(e["bring"])
+            if e["bring"] or e["up"] or e["wait"]:
+                first_answer.setdefault(e["peer"], e["t"])
+        elif k == "feed_start":
+            peer, p = e["peer"], e["piece"]
+            cause = (
+                "assigned by the ring"
+                if p in assigned[peer]
+                else ("before the first ring answer" if peer not in first_answer else "other")
+            )
+            causes[cause] += 1
+            if p in held or fetching[p] - {peer}:
+                dups[cause] += 1
+            fetching[p].add(peer)
+        elif k == "feed_end":
+            fetching[e["piece"]].discard(e["peer"])
+            if e["ok"]:
+                feed_ok.append(e)
+                fed_by[e["peer"]].add(e["piece"])
+        elif k == "piece":
+            held.setdefault(e["piece"], e["t"])
+            arrivals.append(e["t"])
+            done[e["peer"]] = e["t"]
+            if e["piece"] in fed_by[e["peer"]]:
+                sources["the origins (feed)"] += 1
+            elif e["port"] in origins:
+                sources["a web seed"] += 1
+            else:
+                sources["a peer"] += 1
+    per_piece = collections.Counter(e["piece"] for e in feed_ok)
+    print(f"pieces arrived from: {dict(sources)}")
+    print(
+        f"origin fetches (feed): {len(feed_ok)} of {len(per_piece)} distinct pieces, "
+        f"{sum(v - 1 for v in per_piece.values())} fetched again; by cause {dict(causes)}, "
+        f"of which another peer held or was fetching the piece: {dict(dups)}"
+    )
+    waits = [first_answer[p] - listen[p]["t"] for p in first_answer if p in listen]
+    if waits:
+        print(
+            f"first ring answer after the peer listened: median {statistics.median(waits):.2f} s, "
+            f"max {max(waits):.2f} s"
+        )
+    bringers = collections.Counter(e["peer"] for e in feed_ok)
+    print(f"pieces brought in per bringer: {sorted(bringers.values(), reverse=True)}")
+    feed_at = collections.Counter(int(e["t"]) for e in feed_ok)
+    last = int(max(arrivals, default=0)) + 1
+    print(f"origin pieces per second: {[feed_at.get(i, 0) for i in range(last)]}")
+    got_at = collections.Counter(int(t) for t in arrivals)
+    print(f"pieces delivered per second: {[got_at.get(i, 0) for i in range(last)]}")
+    print(f"distinct pieces in the swarm at {_at(sorted(held.values()), (2, 4, 6, 8, 10, 12, 15))}")
+    for k in ("DropWebSeeds", "RestoreWebSeeds", "Stalled"):
+        print(f"{k}: {sum(1 for e in events if e['k'] == k)}")
+    print(f"completion times (s): {sorted(round(t, 1) for t in done.values())}")
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=40, help="peers")
+    p.add_argument("--policy", default="chord", help="uploader policy")
+    p.add_argument("--json-out", type=Path, default=None, help="write the events here")
+    a = p.parse_args()
+    args = argparse.Namespace(
+        size_mib=20.0,
+        peer_upload_mbps=8.0,
+        origin_mbps=16.0,
+        origins=1,
+        piece_kib=256,
+        seeds_per_leecher=PeerConfig().not_needed_seeds_per_leecher,
+        tracker_interval_s=5,
+        supernodes=5,
+        keep_web_seeds=False,
+        share_factor=2.0,
+    )
+    _install()
+    print("load average (1, 5, 15 min) at the start:", bench_swarm._load())
+    try:
+        res = await bench_swarm.one_run(a.n, a.policy, args)
+        print(
+            f"{a.policy} N = {a.n}: last peer {res['last_s']:.1f} s = {res['x']:.2f}x the bound, "
+            f"origins {res['copies']:.2f} copies"
+        )
+    except SystemExit as err:
+        print(f"{a.policy} N = {a.n}: {err}")
+    print("load average (1, 5, 15 min) at the end:", bench_swarm._load())
+    summarise(EVENTS)
+    if a.json_out is not None:
+        a.json_out.write_text(json.dumps(EVENTS))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
