@@ -175,6 +175,28 @@ def test_headroom_starving_big_streams_still_takes_small_ones() -> None:
     assert [name for name, _ in alg.rank("low", now=1.0)] == ["a"]
 
 
+def test_headroom_counts_a_download_beside_streams_at_their_bitrate() -> None:
+    # 10 MB/s: two 2.5 MB/s streams and ten downloads needing 0.1 MB/s each (5 MB/s
+    # committed). Elastic downloads take the max-min level, not their need: each counts
+    # 2.5 MB/s beside the streams, so the link is at 12 x 2.5 MB/s already, and neither
+    # another stream nor another download may go there (issue 10, gen-7-005). Without
+    # the streams the same downloads leave room for 45 more.
+    alg = _paced(10e6, {"high": 2.5e6})
+    alg.set_issue_need("low", 0.1e6)  # a download (elastic)
+    mixed = _load(10e6, 10e6, {"high": 0.5e6, "low": 0.5e6}, {"high": 2, "low": 10})
+    alg.handle_status(mixed, now=1.0)
+    assert alg.free_slots("a", alg.statuses["a"], "high") < 1.0
+    assert alg.free_slots("a", alg.statuses["a"], "low") < 1.0
+    assert alg.rank("low", now=1.0) == []
+    alone = _load(10e6, 10e6, {"low": 1e6}, {"low": 10})
+    alg.handle_status(alone, now=2.0)
+    assert alg.free_slots("a", alg.statuses["a"], "low") == pytest.approx(85.0)
+    # one stream picked there since the status: the downloads count at its bitrate
+    alg.handle_pick("a", "high", now=2.5)
+    assert alg.free_slots("a", alg.statuses["a"], "low") < 1.0
+    assert alg.free_slots("a", alg.statuses["a"], "high") < 1.0  # 12 x 2.5 > 9.5
+
+
 def test_headroom_does_not_probe_a_link_saturated_by_downloads_upwards() -> None:
     # Told 100 MB/s, really 50: downloads needing 0.5 MB/s each fill it. Once it is seen
     # short, the learned 50 MB/s stays while it sends exactly that, whatever it holds.

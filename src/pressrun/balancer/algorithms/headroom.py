@@ -44,12 +44,17 @@ of the issue's oldest picks; a pick whose client connects after the origin answe
 stays pending, and one whose client never comes is dropped after `pick_timeout_s`
 (an agent without the counters: every status settles every pick). A pick whose
 directive sends the client to the swarm or the carousel first is not pending
-(`handle_pick_not_sent`). `picked` counts the picks since the last status::
+(`handle_pick_not_sent`). `picked` counts the picks since the last status;
+squeezed(r) = sum over the transfers there and the picks on their way of min(need, r)
+for a stream, r for a download (the bytes/s the link must give for its max-min level
+to stay at r)::
 
     room       = min(u_bw * cap, (cpu_target - idle_cpu) / cpu_byte)
     free       = (room - committed - pending_bytes) / need(i)
-    free       = max(free, (room - sum_j n_j * min(need(j), need(i)) - pending_bytes)
-                           / need(i))               for a stream i (max-min admission)
+    level_free = (room - squeezed(need(i))) / need(i)
+    free       = min(free, level_free) if free >= 1 else level_free   for a stream i
+    free       = min(free, min over the streams' needs r there of
+                                (room - squeezed(r)) / r)           for a download i
     free       = min(free, (ram_target - ram) / ram_cost - pending)
     free       = min(free, 0)                       if level < (1 - slack) * need(i)
     free       = max(free, min(probe_transfers - n - picked, told_free))
@@ -66,6 +71,13 @@ when the biggest server of a cluster fails, its streams crowd onto the small one
 which keep the low bitrates (issue 10, gen-2026-016: 478 served against alg2's 407,
 where admitting first come first served kept 259). The starvation `level` is per issue
 for the same reason: an origin starving its 2.5 MB/s streams still serves 64 kB/s.
+An elastic download is not held to its own need by the link: it takes the level, as
+much as any stream there (a 64 MB issue needing 0.36 MB/s, on a gigabit client, takes
+the 1.9 MB/s every 2.5 MB/s stream beside it gets). So a stream counts every download
+on the origin at its own bitrate, and a download is not added where a stream's level
+would drop below its bitrate (issue 10, gen-7-005: counting the downloads at their
+needs let 614 of them starve 160 streams of 2.5 MB/s on one origin; 977 served of a
+bound of 1247, 1327 with the level counted).
 
 The floor of `probe_transfers`: the costs are a forecast from readings that can
 mislead (the agent reports the whole machine's CPU and RAM, so other work on it looks
@@ -97,6 +109,23 @@ carries. (Counting every pick on its way, the security soak test's origins, whos
 65 kB transfers end within an interval so that no status ever shows their costs, and
 whose clients connect 2-3 s after their directive on the loaded machine, held 10 picks
 on their way and refused every other client "full": 248 of 294 verified.)
+
+"Most room wins" puts a burst on the biggest origin while it has room, and a failure of
+that origin then drops it all at once onto origins with no room for it (issue 10,
+gen-7-033: 463 of a burst of 483 downloads on the 1.25 GB/s origin, which failed 32 s
+later: 236 served against alg2's 301). Spreading instead was measured worse, each for a
+reason that holds beyond the scenario (docs/tournament.md, "Spreading, measured"):
+
+- ranking by the share of room still free (every origin fills at the same pace): the
+  paper's machine C (12.5 MB/s, told 125 MB/s) takes a third of the waves and the
+  burst before a status shows it short, and the paper's clients, which do not fail
+  over, lose 130 and 135 of 1500; for downloads only, 50 of seed 2026's 200 scenarios
+  fall below alg2 (a download on a small link gets a small share of it and finishes
+  near its deadline; on the biggest link it gets its whole access rate and finishes
+  early, whatever else happens);
+- ranking after every origin a pick would mix streams and downloads on (a download
+  beside streams costs their bitrate, above): 3 of seed 2026's scenarios below alg2.
+
 Defaults: slack 0.02 (a download that gets less than its need on average misses its
 deadline: 2 % absorbs a rate sampled over a poll interval, 5 % let a misconfigured
 origin take 5 % too many before it was seen), u_bw 0.95, cpu_target 0.95, ram_target
@@ -153,11 +182,31 @@ class OriginModel:
     #: status; None before one that reports them
     started_total: int | None = None
     started_by_issue: dict[str, int] = field(default_factory=dict)
+    #: the picks since the status by (need, paced): what the max-min level counts
+    pending_loads: dict[tuple[float, bool], int] = field(default_factory=dict)
     under_served: bool = False
     #: the rate a starved transfer gets (max-min level), inf when none is starved
     level: float = math.inf
-    #: (need, transfers) of each issue on the origin, from the last status
-    loads: tuple[tuple[float, int], ...] = ()
+    #: (need, transfers, paced) of each issue on the origin, from the last status
+    loads: tuple[tuple[float, int, bool], ...] = ()
+
+    def squeezed(self, rate: float) -> float:
+        """Bytes/s the link must give its transfers (the status's and the picks since)
+        for the max-min level to stay at `rate`: a paced transfer needing less takes its
+        need, every other (a bigger stream, or an elastic download, which takes the
+        level whatever its need) takes `rate`."""
+        total = 0.0
+        for need, k, paced in self.loads:
+            total += k * (min(need, rate) if paced else rate)
+        for (need, paced), k in self.pending_loads.items():
+            total += k * (min(need, rate) if paced else rate)
+        return total
+
+    def paced_needs(self) -> set[float]:
+        """The needs of the streams on the origin (and picked since the status)."""
+        found = {need for need, _, paced in self.loads if paced}
+        found.update(need for need, paced in self.pending_loads if paced)
+        return found
 
 
 @register_algorithm
@@ -248,6 +297,11 @@ class Headroom(ScoredAlgorithm):
             picks.popleft()
         m.pending = len(picks)
         m.pending_bytes = sum(p[2] for p in picks)
+        loads: dict[tuple[float, bool], int] = {}
+        for _, issue, need in picks:
+            key = (need, self.is_paced(issue))
+            loads[key] = loads.get(key, 0) + 1
+        m.pending_loads = loads
 
     def on_refresh(self, name: str, status: OriginStatus, *, now: float) -> None:
         m = self.model(name)
@@ -289,7 +343,10 @@ class Headroom(ScoredAlgorithm):
             )
             m.committed_bytes_per_s, short, m.level = self._committed(status)
             m.under_served = m.level < math.inf
-            m.loads = tuple((self.need(i), k) for i, k in status.active_transfers_by_issue.items())
+            m.loads = tuple(
+                (self.need(i), k, self.is_paced(i))
+                for i, k in status.active_transfers_by_issue.items()
+            )
             if short:
                 m.learned_bytes_per_s = out
             elif m.learned_bytes_per_s is not None:
@@ -345,30 +402,42 @@ class Headroom(ScoredAlgorithm):
 
     def room(self, name: str, status: OriginStatus, issue_id: str) -> tuple[float, float]:
         """(free, score): transfers of the issue the origin can still take (Eq. above),
-        and what ranks it: the same, or for an origin not measured yet its told room."""
+        and what ranks it: the same, or for an origin not measured yet its told room, plus
+        the cache bonus."""
         m = self.model(name)
         need = self.need(issue_id)
+        paced = self.is_paced(issue_id)
+        bonus = self.cache_bonus if issue_id in status.cached_issues else 0.0
         if m.cpu_per_byte is None or m.cost_ram is None:
             # Not measured yet: ranked by what it is told (else the origins already
             # measured would look roomier and it would never be), but it takes at most
             # `probe_transfers` until a status with transfers shows its costs.
             told = self._told_free(m, status, need)
-            return min(told, self.probe - status.active_transfers - m.picked_since_status), told
+            return min(
+                told, self.probe - status.active_transfers - m.picked_since_status
+            ), told + bonus
         cap = status.capacity_bytes_per_s
         if m.learned_bytes_per_s is not None:
             cap = min(cap, m.learned_bytes_per_s)
         room = self.u_bw * cap
         if m.cpu_per_byte > 0:
             room = min(room, (self.cpu_target - m.idle_cpu) / m.cpu_per_byte)
-        free = (room - m.committed_bytes_per_s - m.pending_bytes) / need
-        if free < 1.0 and m.loads and self.is_paced(issue_id):
-            # Full for this stream at the needs counted, but a link is shared max-min
-            # (TCP): a stream needing less than the level the link would still give
-            # gets all it needs, and only the transfers needing more are squeezed (to
-            # fail over and be refused). Admitting the smaller need serves more
-            # clients with the same bytes (an outage's survivors: issue 10).
-            squeezed = sum(k * min(n, need) for n, k in m.loads)
-            free = max(free, (room - squeezed - m.pending_bytes) / need)
+        if paced:
+            # A link is shared max-min (TCP): a stream gets its need while the level
+            # the link gives each transfer is at least that. Streams needing less take
+            # their need, bigger ones are squeezed (to fail over and be refused):
+            # admitting the smaller need serves more clients with the same bytes (an
+            # outage's survivors: issue 10). Elastic downloads take the level whatever
+            # their own need, so each counts as much as this stream.
+            squeezed = (room - m.squeezed(need)) / need
+            free = (room - m.committed_bytes_per_s - m.pending_bytes) / need
+            free = min(free, squeezed) if free >= 1.0 else squeezed
+        else:
+            free = (room - m.committed_bytes_per_s - m.pending_bytes) / need
+            # An elastic download lowers the level to what every stream there needs
+            # before it is counted full: each stream's need must still be the level.
+            for rate in m.paced_needs():
+                free = min(free, (room - m.squeezed(rate)) / rate)
         if m.cost_ram > 0:
             free = min(free, (self.ram_target - status.ram_fraction) / m.cost_ram - m.pending)
         if m.level < (1.0 - self.slack) * need:
@@ -383,7 +452,7 @@ class Headroom(ScoredAlgorithm):
             # statuses show what it really carries. Never beyond its told capacity.
             probe = self.probe - status.active_transfers - m.picked_since_status
             free = max(free, min(probe, self._told_free(m, status, need)))
-        return free, free
+        return free, free + bonus
 
     def _told_free(self, m: OriginModel, status: OriginStatus, need: float) -> float:
         """Transfers of `need` the told capacity still holds: beyond what its running
@@ -424,13 +493,10 @@ class Headroom(ScoredAlgorithm):
         if issue_id not in status.issues:
             return None
         free, score = self.room(name, status, issue_id)
-        if free < 1.0:
-            return None
-        return score + self.cache_bonus if issue_id in status.cached_issues else score
+        return score if free >= 1.0 else None
 
     def compute_score(self, name: str, status: OriginStatus, issue_id: str) -> float:
-        score = self.room(name, status, issue_id)[1]
-        return score + self.cache_bonus if issue_id in status.cached_issues else score
+        return self.room(name, status, issue_id)[1]
 
     def handle_pick_not_sent(self, name: str, issue_id: str, *, now: float) -> None:
         m = self.model(name)
@@ -441,6 +507,12 @@ class Headroom(ScoredAlgorithm):
                 m.pending -= 1
                 m.picked_since_status = max(m.picked_since_status - 1, 0)
                 m.pending_bytes -= need
+                key = (need, self.is_paced(issue_id))
+                left = m.pending_loads.get(key, 0) - 1
+                if left > 0:
+                    m.pending_loads[key] = left
+                else:
+                    m.pending_loads.pop(key, None)
                 self.touch(name)
                 return
 
@@ -451,3 +523,5 @@ class Headroom(ScoredAlgorithm):
         m.pending += 1
         m.picked_since_status += 1
         m.pending_bytes += need
+        key = (need, self.is_paced(issue_id))
+        m.pending_loads[key] = m.pending_loads.get(key, 0) + 1
