@@ -68,7 +68,7 @@ needing less than the level the link would still give it gets all it needs; only
 transfers needing more are squeezed (they stall, fail over, and are refused where
 there is no room for them). With the same bytes, the smaller needs serve more clients:
 when the biggest server of a cluster fails, its streams crowd onto the small ones,
-which keep the low bitrates (issue 10, gen-2026-016: 478 served against alg2's 407,
+which keep the low bitrates (issue 10, gen-2026-016: 467 served against alg2's 407,
 where admitting first come first served kept 259). The starvation `level` is per issue
 for the same reason: an origin starving its 2.5 MB/s streams still serves 64 kB/s.
 An elastic download is not held to its own need by the link: it takes the level, as
