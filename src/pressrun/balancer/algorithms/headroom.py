@@ -475,6 +475,7 @@ class Headroom(ScoredAlgorithm):
             "active": float(status.active_transfers),
             "active_issue": float(status.active_transfers_by_issue.get(issue_id, 0)),
             "pending": float(m.pending),
+            "picked": float(m.picked_since_status),
             "committed_MBps": m.committed_bytes_per_s / 1e6,
             "pending_MBps": m.pending_bytes / 1e6,
             "out_MBps": status.out_bytes_per_s / 1e6,
