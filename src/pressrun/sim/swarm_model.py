@@ -199,29 +199,23 @@ class _Swarm:
         order = self._holder_order(left[:n])
         piece_rank = self._piece_order()
         # requests by piece (in the choice's piece order), most advanced first, ties at
-        # random, or in the ring's asker order while the swarm's upload is not all used:
-        # the order in which the holders' upload serves them
-        use = run.upload_use_per_step
-        grow = self.choice == "ring" and not (use and use[-1] >= SATURATED)
-        tie = None if grow else rng.integers(0, 1 << 32, req_node.size)
-        askers = self._asker_order(active)
-        at_a = np.empty(n, dtype=np.int64)
-        at_a[askers] = np.arange(askers.size)
-        if tie is None:
-            tie = at_a[req_node]
+        # random: the order in which the holders' upload serves them
         progress = self.progress
         srt = np.argsort(
             (piece_rank[req_piece] << 40)
             | ((255 - progress[req_node, req_piece].astype(np.int64)) << 32)
-            | tie
+            | rng.integers(0, 1 << 32, req_node.size)
         )
         req_node, req_piece = req_node[srt], req_piece[srt]
         bounds = np.searchsorted(piece_rank[req_piece], np.arange(p + 1))
         by_rank = np.argsort(piece_rank)  # rank -> piece
         have_o = self.have_t[:, order]
         left_o = left[order]
+        askers = self._asker_order(active)
         prog_a = progress[askers].T.copy()  # piece-major, as at the start of the step
         open_a = dleft[askers] > 0
+        at_a = np.empty(n, dtype=np.int64)
+        at_a[askers] = np.arange(askers.size)
         for r in range(p):
             k = int(by_rank[r])
             hpos = np.flatnonzero(have_o[k] & (left_o > 0))
