@@ -15,6 +15,7 @@ from pressrun.sim.swarm_scenario import (
     Subscribers,
     SwarmScenario,
     SwarmScenarioError,
+    draw_subscribers,
     fluid_bound_s,
     load_swarm_scenario,
 )
@@ -77,6 +78,16 @@ def test_download_bound_is_met_exactly(tmp_path: Path) -> None:
             run = run_swarm(sc, choice, blocks_per_piece=blocks)
             assert run.last_done_s == pytest.approx(sc.file_bytes * 8 / 1e6)
             assert run.done_at_s.min() == run.last_done_s
+    # arrivals over 30 s: each one done F/d after it arrives, never sooner, at most a
+    # step later (a subscriber takes part from the first step after it arrives)
+    late = small(
+        tmp_path,
+        text.replace("origin_upload_mbps = 100", "origin_upload_mbps = 100\narrival_window_s = 30"),
+    )
+    bound = fluid_bound_s(late, draw_subscribers(late, np.random.default_rng(1)))
+    for choice in ("ring", "random", "rarest"):
+        run = run_swarm(late, choice, seed=1)
+        assert bound <= run.last_done_s <= bound + run.step_s
 
 
 def test_finer_blocks_give_the_same_answer(tmp_path: Path) -> None:

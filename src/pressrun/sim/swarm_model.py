@@ -147,7 +147,8 @@ class _Swarm:
         self.down_cap = np.maximum(1.0, self.down_rate)
         self.up_credit = np.zeros(n + 1)
         self.down_credit = np.zeros(n)
-        self.arrive_step = np.floor(subs.arrive_s / step_s).astype(np.int64)
+        # a subscriber takes part from the first step that starts at or after its arrival
+        self.arrive_step = np.ceil(subs.arrive_s / step_s).astype(np.int64)
         self.progress = np.zeros((n, p), dtype=np.uint8)  # blocks held of each piece
         self.have_t = np.zeros((p, n), dtype=bool)  # complete pieces, piece-major
         self.copies = np.zeros(p, dtype=np.int64)
