@@ -180,7 +180,7 @@ def test_headroom_counts_a_download_beside_streams_at_their_bitrate() -> None:
     # committed). Elastic downloads take the max-min level, not their need: each counts
     # 2.5 MB/s beside the streams, so the link is at 12 x 2.5 MB/s already, and neither
     # another stream nor another download may go there (issue 10, gen-7-005). Without
-    # the streams the same downloads leave room for 45 more.
+    # the streams the same downloads leave room for 85 more.
     alg = _paced(10e6, {"high": 2.5e6})
     alg.set_issue_need("low", 0.1e6)  # a download (elastic)
     mixed = _load(10e6, 10e6, {"high": 0.5e6, "low": 0.5e6}, {"high": 2, "low": 10})
