@@ -14,16 +14,17 @@ balancer really sends more than its cap, and the check sees it.
 
 The load, in this process: clients arriving at seeded random times over
 ``arrive_s`` seconds, alternately for each issue, each behind an access link of
-``client_bytes_per_s`` (a client-side token bucket on its reads, and a small socket
-receive buffer so loopback buffering cannot run far ahead of it). A client asks the
+``client_bytes_per_s`` (a client-side token bucket on its reads, and small buffers so
+loopback buffering cannot run far ahead of it: see `CLIENT_RCVBUF_BYTES`). A client asks the
 balancer for a directive, downloads the file from the first origin named and checks
 its length; a 503 is retried after its ``Retry-After`` (a refusal is what the
 balancer should answer when every origin is full), an origin that fails is named in
 ``?failed=``. Clients give up at ``deadline_s``.
 
-The check: each origin's ``/stats`` (``bytes_sent_total`` and the per-issue counts) is
-sampled once per poll interval on a fixed schedule; the egress of each window is its
-bytes over its real length (this process's monotonic clock). A span above the cap is a
+The check: each origin's windows are its own stats intervals (``/stats``
+``recent_intervals``: start and end on its monotonic clock, bytes sent), read about
+once per poll interval, so a late read on a loaded host loses no window and stretches
+none; the egress of a window is its bytes over its length. A span above the cap is a
 run of consecutive windows whose egress exceeds the origin's cap; the result holds
 when no span is longer than one window (one poll interval): the balancer may learn of
 an overload only at its next poll, but must not let it last.
