@@ -21,9 +21,12 @@
 session's alerts and its status; the parts around it have a module each:
 
 - `pressrun.peer.session`: the libtorrent session, its settings and the alert pipe;
+- `pressrun.peer.status`: each status read: the policy's plan, the missing pieces'
+  sources, the progress for the core;
 - `pressrun.peer.scrape`: the BEP 48 scrape when the core asks for the swarm's counts;
 - `pressrun.peer.feed`: the owed pieces the peer fetches from the origins itself;
 - `pressrun.peer.verify`: the final manifest check and the pieces kept after a stall;
+- `pressrun.peer.leave`: the leave sequence (ring, tracker, resume data, handover);
 - `pressrun.peer.resume`: the resume data next to the file.
 
 Status and peer info are read on the core's timer (``torrent_handle.status``,
@@ -41,7 +44,6 @@ later join rechecks.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -59,28 +61,23 @@ from pressrun.peer.events import (
     DropWebSeeds,
     Effect,
     Leave,
-    LeaveRule,
     PeerPhase,
     PollStatus,
-    Progress,
     RestoreWebSeeds,
     SaveResumeData,
     Stalled,
     SwarmCounts,
 )
 from pressrun.peer.feed import OwedPieceFeed
+from pressrun.peer.leave import LeaveSequence
 from pressrun.peer.results import SwarmError, SwarmProgress, SwarmResult
-from pressrun.peer.resume import read_resume, resume_path_for, write_resume
+from pressrun.peer.resume import read_resume, resume_path_for
 from pressrun.peer.ring_client import RingClient, RingClientStats
 from pressrun.peer.scrape import TrackerScrape
 from pressrun.peer.session import AlertSession, new_peer_id, session_settings
-from pressrun.peer.sources import PeerInfoTally, classify_missing
-from pressrun.peer.uploader import (
-    DEFAULT_UPLOADER_POLICY,
-    SwarmView,
-    make_uploader_policy,
-)
-from pressrun.peer.verify import final_check, missing_spans, verified_pieces
+from pressrun.peer.status import SwarmStatus
+from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, make_uploader_policy
+from pressrun.peer.verify import FinalVerification, missing_spans
 
 __all__ = [
     "SwarmError",
@@ -92,8 +89,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_LEAVE_ANNOUNCE_TIMEOUT_S = 5.0
 
 
 class SwarmPeer:
@@ -141,7 +136,6 @@ class SwarmPeer:
         self.on_progress = on_progress
         self.listen_port: int | None = None
         self.core: PeerCore | None = None
-        self._tally = PeerInfoTally()
         self._alerts: AlertSession | None = None
         self._handle: Any = None
         self._timer: asyncio.TimerHandle | None = None
@@ -149,16 +143,9 @@ class SwarmPeer:
         self._listening: asyncio.Future[int] | None = None
         self._downloaded: asyncio.Future[bool] | None = None
         self._left: asyncio.Future[Leave] | None = None
-        self._tracker_replied: asyncio.Event = asyncio.Event()
-        self._resume_saved: asyncio.Event = asyncio.Event()
-        self._cache_flushed: asyncio.Event = asyncio.Event()
-        self._removed: asyncio.Event = asyncio.Event()
         self._started_at = 0.0
         self._verified_at: float | None = None
         self._stalled = False
-        self._last_progress: Progress | None = None
-        self._last_plan: tuple[int, ...] | None = None
-        self._verify_task: asyncio.Task[None] | None = None
         self._scrape = TrackerScrape(manifest.info_hash, self._on_counts)
         self._feed = OwedPieceFeed(
             manifest=manifest,
@@ -169,10 +156,33 @@ class SwarmPeer:
         )
         self._peer_id = ""
         self._ring: RingClient | None = None  # the `chord` policy's link to the ring
-        self._have_bits: tuple[bool, ...] | None = None
-        #: pieces this peer lacks that no connected BitTorrent peer holds (the ones
-        #: worth asking the ring about: libtorrent fetches the others by itself)
-        self._unheld: frozenset[int] = frozenset()
+        self._status = SwarmStatus(
+            manifest=manifest,
+            policy=self.policy,
+            feed=self._feed,
+            handle=lambda: self._handle,
+            peer_id=lambda: self._peer_id,
+            on_pieces_changed=self._nudge_ring,
+        )
+        self._verification = FinalVerification(
+            manifest,
+            self.path,
+            handle=lambda: self._handle,
+            on_verified=self._verified,
+            on_failed=self._verify_failed,
+        )
+        self._leave = LeaveSequence(
+            manifest=manifest,
+            path=self.path,
+            resume_path=self.resume_path,
+            handle=lambda: self._handle,
+            alerts=lambda: self._alerts,
+            ring=lambda: self._ring,
+            clock=self._now,
+            refresh=self._refresh_totals,
+            handing_over=lambda: self._stalled and self._verified_at is None,
+            fed_bytes=lambda: self._feed.fed_bytes,
+        )
 
     @property
     def ring_stats(self) -> RingClientStats | None:
@@ -182,7 +192,7 @@ class SwarmPeer:
     @property
     def bytes_from_web_seeds(self) -> int:
         """Payload from the origins this session: web-seed connections and the feed."""
-        return self._tally.web_bytes + self._feed.session_bytes
+        return self._status.tally.web_bytes + self._feed.session_bytes
 
     def _info_web_seeds(self) -> list[str]:
         return list(self._meta.web_seeds)
@@ -244,8 +254,8 @@ class SwarmPeer:
             peer_id=self._peer_id,
             address=f"{host}:{port}",
             policy=self.policy,
-            have=lambda: self._have_bits,
-            unheld=lambda: self._unheld,
+            have=lambda: self._status.have_bits,
+            unheld=lambda: self._status.unheld,
             totals=self._totals,
             connect=self._connect_peer,
             brought=lambda: self._feed.pieces_fed,
@@ -254,8 +264,16 @@ class SwarmPeer:
         )
         self._ring.start()
 
+    def _nudge_ring(self) -> None:
+        if self._ring is not None:
+            self._ring.nudge()
+
+    def _now(self) -> float:
+        assert self._loop is not None
+        return self._loop.time()
+
     def _totals(self) -> tuple[int, int]:
-        p = self._last_progress
+        p = self._status.last_progress
         return (p.uploaded_bytes, p.downloaded_bytes) if p else (0, 0)
 
     def _connect_peer(self, host: str, port: int) -> None:
@@ -285,7 +303,7 @@ class SwarmPeer:
         """Wait until a rule lets the peer go, leave the swarm, and say how it went."""
         assert self._left is not None, "start() first"
         leave = await asyncio.shield(self._left)
-        await self._leave_swarm(leave.rule)
+        await self._leave.leave(leave.rule)
         return self.result()
 
     async def stop(self) -> SwarmResult:
@@ -295,7 +313,7 @@ class SwarmPeer:
             self._apply(self.core.handle_user_stop(now=self._loop.time()))
         assert self._left is not None
         leave = await asyncio.shield(self._left)
-        await self._leave_swarm(leave.rule)
+        await self._leave.leave(leave.rule)
         return self.result()
 
     async def close(self) -> None:
@@ -303,8 +321,7 @@ class SwarmPeer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._verify_task is not None:
-            self._verify_task.cancel()
+        self._verification.cancel()
         self._feed.cancel()
         await self._scrape.close()
         if self._ring is not None:
@@ -317,13 +334,13 @@ class SwarmPeer:
     def result(self) -> SwarmResult:
         """The outcome so far (final after `finished` / `stop`)."""
         assert self.core is not None
-        p = self._last_progress
+        p = self._status.last_progress
         up = p.uploaded_bytes if p else 0
         down = p.downloaded_bytes if p else 0
         completed = self.core.phase in (PeerPhase.SEEDING, PeerPhase.LEFT) and (
             self._verified_at is not None
         )
-        have = tuple(range(self.manifest.num_pieces)) if completed else self._handover_pieces
+        have = tuple(range(self.manifest.num_pieces)) if completed else self._leave.handover_pieces
         return SwarmResult(
             issue_id=self.manifest.issue_id,
             path=self.path,
@@ -338,77 +355,9 @@ class SwarmPeer:
             ratio=share_ratio(up, down),
             leave_rule=self.core.left.rule if self.core.left else None,
             download_s=(self._verified_at - self._started_at) if self._verified_at else None,
-            seeding_s=self._seeding_s(),
+            seeding_s=self._leave.seeding_s(self._verified_at) if self._loop is not None else None,
             listen_port=self.listen_port,
         )
-
-    _handover_pieces: tuple[int, ...] = ()
-    _left_at: float | None = None
-    _leaving: asyncio.Future[None] | None = None
-
-    def _seeding_s(self) -> float | None:
-        if self._verified_at is None or self._loop is None:
-            return None
-        end = self._left_at if self._left_at is not None else self._loop.time()
-        return end - self._verified_at
-
-    # --- leaving ------------------------------------------------------------
-
-    async def _leave_swarm(self, rule: LeaveRule) -> None:
-        """Leave once, however many callers ask (``finished`` and a ``stop`` from a
-        signal both do): the first starts the leave, every caller awaits that one."""
-        if self._leaving is None:
-            self._leaving = asyncio.ensure_future(self._leave_once(rule))
-        await asyncio.shield(self._leaving)
-
-    async def _leave_once(self, rule: LeaveRule) -> None:
-        """Save resume data, name the rule to the tracker, remove the torrent."""
-        if self._handle is None or self._alerts is None or self._removed.is_set():
-            return
-        assert self._loop is not None
-        self._left_at = self._loop.time()
-        self._refresh_totals()
-        handle = self._handle
-        if self._ring is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ring.leave(), 2.0)  # never chosen again
-        # libtorrent sends `stopped` only to a tracker it has announced to, and sends it
-        # when the torrent pauses: first move to the URL that names the rule and
-        # announce there, then pause (that is the one `stopped`, naming the rule), then
-        # remove. Pausing first would send a `stopped` without the rule to the old URL,
-        # and the leave would reach the tracker twice (docs/tracker.md).
-        urls = [str(t["url"]) for t in handle.trackers()]
-        if urls:
-            sep = "&" if "?" in urls[0] else "?"
-            self._tracker_replied.clear()
-            handle.replace_trackers(
-                [lt.announce_entry(f"{u}{sep}leave_rule={rule.tracker_value}") for u in urls]
-            )
-            handle.force_reannounce()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._tracker_replied.wait(), _LEAVE_ANNOUNCE_TIMEOUT_S)
-        handle.pause()
-        await self._save_resume(wait=True)
-        if self._stalled and self._verified_at is None:
-            # Hand the file over: the origin downloader will fill it in.
-            pieces = [i for i, have in enumerate(handle.status().pieces) if have]
-            self._handover_pieces = tuple(
-                await asyncio.to_thread(verified_pieces, self.manifest, self.path, pieces)
-            )
-        self._alerts.session.remove_torrent(handle)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._removed.wait(), _LEAVE_ANNOUNCE_TIMEOUT_S)
-        if self._stalled and self._verified_at is None:
-            self.resume_path.unlink(missing_ok=True)
-
-    async def _save_resume(self, *, wait: bool) -> None:
-        if self._handle is None:
-            return
-        self._resume_saved.clear()
-        self._handle.save_resume_data(lt.save_resume_flags_t.flush_disk_cache)
-        if wait:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._resume_saved.wait(), 5.0)
 
     # --- the core's effects -------------------------------------------------
 
@@ -422,7 +371,7 @@ class SwarmPeer:
             elif isinstance(effect, AskSwarmCounts):
                 self._ask_counts()
             elif isinstance(effect, DropWebSeeds):
-                p = self._last_progress
+                p = self._status.last_progress
                 log.debug(
                     "%s: dropping web seeds with %s pieces, %d bytes from them",
                     self.manifest.issue_id,
@@ -494,68 +443,32 @@ class SwarmPeer:
                 self._listening.set_exception(SwarmError(f"cannot listen: {a.message()}"))
         elif isinstance(a, lt.torrent_finished_alert):
             self._apply(self.core.handle_download_finished(now=now))
-            self._start_verify()
+            self._verification.start()
         elif isinstance(a, lt.tracker_reply_alert | lt.tracker_error_alert):
-            # only the announce to the URL that names the leave rule counts
-            if "leave_rule=" in str(a.tracker_url()):
-                self._tracker_replied.set()
+            self._leave.tracker_replied(str(a.tracker_url()))
         elif isinstance(a, lt.url_seed_alert):
             log.info("web seed %s failed: %s", a.server_url(), a.error_message())
             self._apply(self.core.handle_web_seed_failed(now=now))
         elif isinstance(a, lt.cache_flushed_alert):
-            self._cache_flushed.set()
+            self._verification.cache_flushed()
         elif isinstance(a, lt.save_resume_data_alert):
-            write_resume(self.resume_path, a.params, self._feed.fed_bytes)
-            self._resume_saved.set()
+            self._leave.resume_data(a.params)
         elif isinstance(a, lt.save_resume_data_failed_alert):
-            self._resume_saved.set()
+            self._leave.resume_failed()
         elif isinstance(a, lt.torrent_removed_alert):
-            self._removed.set()
+            self._leave.removed()
         elif isinstance(a, lt.hash_failed_alert):
             log.info("piece %d failed libtorrent's hash check", a.piece_index)
 
     def _on_status(self, st: Any, now: float) -> None:
         assert self.core is not None
-        if self._handle is not None:
-            # (peer_info_alert cannot be read from Python in the 2.1.1 binding: it has
-            # no converter for its vector; the synchronous call is fine without
-            # set_alert_notify, FIELD-NOTES.md)
-            self._tally.update(self._handle.get_peer_info())
-        have_bits = tuple(bool(b) for b in st.pieces)
-        if self._ring is not None and have_bits != self._have_bits:
-            self._ring.nudge()  # report new pieces now (a brought-in one frees a slot)
-        self._have_bits = have_bits
-        if self.core.phase is PeerPhase.DOWNLOADING:
-            self._plan(st)  # (the owed pieces below are the plan's of now)
-        unheld = self._unheld
-        tradable, owed, coming = self._sources(st)
-        if self._ring is not None and not self._unheld <= unheld:
-            self._ring.nudge()  # pieces no connected peer holds any more: ask the ring
-        progress = Progress(
-            done_bytes=int(st.total_wanted_done),
-            wanted_bytes=int(st.total_wanted),
-            pieces_have=int(st.num_pieces),
-            pieces_total=self.manifest.num_pieces,
-            # all_time_* carry earlier sessions (resume data) but lag the session's
-            # own counters by up to a second tick
-            uploaded_bytes=max(int(st.all_time_upload), int(st.total_payload_upload)),
-            # (plus what the feed fetched: libtorrent counts pieces given to add_piece as
-            # neither downloaded nor announced; not kept across restarts)
-            downloaded_bytes=max(int(st.all_time_download), int(st.total_payload_download))
-            + self._feed.fed_bytes,
-            connected_peers=max(0, int(st.num_peers) - self._tally.web_connections),
-            # (the feed's bytes as they arrive: a piece still on its way is progress)
-            web_seed_bytes=self._tally.web_bytes + self._feed.received_bytes,
-            tradable_pieces=tradable,
-            owed_pieces=owed,
-            coming_pieces=coming,
-        )
-        self._last_progress = progress
+        downloading = self.core.phase is PeerPhase.DOWNLOADING
+        progress = self._status.read(st, now=now, planning=downloading)
         self._apply(self.core.handle_progress(progress, now=now))
         if st.is_seeding and self.core.phase is PeerPhase.DOWNLOADING:
             # A complete file found at start (resume data or recheck): no finished alert.
             self._apply(self.core.handle_download_finished(now=now))
-            self._start_verify()
+            self._verification.start()
         if self.on_progress is not None:
             self.on_progress(
                 SwarmProgress(
@@ -576,92 +489,10 @@ class SwarmPeer:
         st = self._handle.status()
         self._on_status(st, self._loop.time())
 
-    def _sources(self, st: Any) -> tuple[int | None, int, int]:
-        # (tradable, owed, coming): pieces this peer lacks that some connected
-        # BitTorrent peer holds; pieces of top priority in the policy's plan that it
-        # lacks and no connected peer holds (`classify_missing`), with those the ring
-        # said other peers bring; and those alone.
-        if self._handle is None or st.is_seeding:
-            self._feed.set_owed(())
-            self._unheld = frozenset()
-            return None, 0, 0
-        plan = self._last_plan
-        missing = classify_missing(
-            st.pieces, self._handle.piece_availability(), self._tally.web_connections, plan
-        )
-        tradable, owed, absent = missing.tradable, missing.owed, missing.absent
-        self._unheld = frozenset((*owed, *absent))
-        # pieces the ring said another peer brings in or holds: coming, not starving
-        coming = self.policy.waiting_on(absent) if isinstance(self.policy, ChordPolicy) else []
-        if (
-            self.policy.fetches_owed_pieces
-            and plan is not None
-            and tradable == 0
-            and not owed
-            and not coming
-        ):
-            # starved among peers: none can give anything, so whatever it lacks is owed
-            # (a peer alone, with no plan, is starved and uses libtorrent's web seeds)
-            owed = absent
-        self._feed.set_owed(owed)
-        return tradable, len(owed) + len(coming), len(coming)
-
-    def _plan(self, st: Any) -> None:
-        assert self._loop is not None
-        if self._handle is None:
-            return
-        # (libtorrent's availability counts the web seeds too: they hold every piece)
-        web = self._tally.web_connections
-        view = SwarmView(
-            peer_id=self._peer_id,
-            info_hash=self.manifest.info_hash,
-            have=tuple(bool(b) for b in st.pieces),
-            connected_peers=int(st.num_peers),
-            leecher_ids=self._tally.leecher_ids,
-            holders=tuple(max(0, int(n) - web) for n in self._handle.piece_availability()),
-        )
-        plan = self.policy.plan(view, now=self._loop.time())
-        if plan is not None and plan.piece_priorities != self._last_plan:
-            self._last_plan = plan.piece_priorities
-            self._handle.prioritize_pieces(list(plan.piece_priorities))
-
     # --- verification -------------------------------------------------------
 
-    def _start_verify(self) -> None:
-        if self._verify_task is None:
-            self._verify_task = asyncio.get_running_loop().create_task(self._verify())
-
-    async def _verify(self) -> None:
+    def _verified(self) -> None:
         assert self.core is not None and self._loop is not None
-        # torrent_finished_alert comes once every piece passed its hash check, which
-        # libtorrent computes from its store buffer while the writes to the file may
-        # still be queued on its disk threads. flush_cache() queues a fence job behind
-        # every outstanding job of this torrent's storage and posts cache_flushed_alert
-        # when it ran: after that alert the file holds every piece. (The save_resume_data
-        # flush_disk_cache flag used before queues the same fence but posts its alert
-        # without waiting for it, and any periodic save's alert could answer the wait:
-        # the race the final check lost on loaded machines.)
-        if self._handle is not None:
-            self._cache_flushed.clear()
-            self._handle.flush_cache()
-            try:
-                await asyncio.wait_for(self._cache_flushed.wait(), timeout=60.0)
-            except TimeoutError:
-                log.warning("peer: libtorrent did not confirm its disk flush in 60 s")
-        found = await final_check(self.manifest, self.path)
-        if not found.matches(self.manifest):
-            err = SwarmError(
-                f"{self.path} holds every piece by the torrent's hashes but not the "
-                f"manifest's (bad pieces {list(found.bad_pieces[:10])}, size "
-                f"{found.size_bytes}); the torrent and manifest disagree"
-            )
-            for fut in (self._downloaded, self._left):
-                if fut is not None and not fut.done():
-                    fut.set_exception(err)
-                    # whoever awaits first reports it; the other future must not be
-                    # logged as "exception never retrieved"
-                    fut.add_done_callback(lambda f: f.exception())
-            return
         now = self._loop.time()
         self._verified_at = now
         if self._downloaded is not None and not self._downloaded.done():
@@ -669,6 +500,14 @@ class SwarmPeer:
         self._refresh_totals()  # the rules must see the totals of now, not of the last poll
         self._apply(self.core.handle_verified(now=now))
         self._rearm()
+
+    def _verify_failed(self, err: SwarmError) -> None:
+        for fut in (self._downloaded, self._left):
+            if fut is not None and not fut.done():
+                fut.set_exception(err)
+                # whoever awaits first reports it; the other future must not be
+                # logged as "exception never retrieved"
+                fut.add_done_callback(lambda f: f.exception())
 
 
 async def fetch_via_swarm(

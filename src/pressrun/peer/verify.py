@@ -1,19 +1,29 @@
 """Checking a swarm copy against the signed manifest: the final check, kept pieces.
 
 The final check hashes the whole file (SHA-256 of every piece and of the file), once:
-the peer calls it after libtorrent confirmed that its disk jobs for the torrent ran
-(``flush_cache`` and its ``cache_flushed_alert``, pressrun.peer.aio), so a piece that
-does not match is a real disagreement, not a write still on its way.
+`FinalVerification` runs it after libtorrent confirmed that its disk jobs for the
+torrent ran (``flush_cache`` and its ``cache_flushed_alert``, which the peer's alert
+loop in `pressrun.peer.aio` passes on), so a piece that does not match is a real
+disagreement, not a write still on its way. After a stall, `verified_pieces` re-checks
+the pieces the peer hands over and `missing_spans` names the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pressrun.content.codec import Manifest
 from pressrun.content.manifest import FileCheck, check_file, piece_ok
+from pressrun.peer.results import SwarmError
+
+log = logging.getLogger(__name__)
+
+#: how long the final check waits for libtorrent to confirm its disk flush
+_FLUSH_TIMEOUT_S = 60.0
 
 
 async def final_check(manifest: Manifest, path: Path) -> FileCheck:
@@ -49,3 +59,72 @@ def verified_pieces(manifest: Manifest, path: Path, candidates: Sequence[int]) -
     except FileNotFoundError:
         return []
     return good
+
+
+class FinalVerification:
+    """The final check of a finished download, started once: flush, then hash.
+
+    ``handle()`` is the torrent handle (None once it is gone); ``on_verified()`` is
+    called when the copy matches the manifest, ``on_failed(error)`` when it does not.
+    The peer's alert loop calls `cache_flushed` on libtorrent's ``cache_flushed_alert``.
+    """
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        path: Path,
+        *,
+        handle: Callable[[], Any],
+        on_verified: Callable[[], None],
+        on_failed: Callable[[SwarmError], None],
+    ) -> None:
+        self.manifest = manifest
+        self.path = path
+        self._handle = handle
+        self._on_verified = on_verified
+        self._on_failed = on_failed
+        self._flushed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def cache_flushed(self) -> None:
+        """libtorrent ran every disk job queued before the flush."""
+        self._flushed.set()
+
+    def start(self) -> None:
+        """Start the check (once: later calls do nothing)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def cancel(self) -> None:
+        """Stop a check still running."""
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        # torrent_finished_alert comes once every piece passed its hash check, which
+        # libtorrent computes from its store buffer while the writes to the file may
+        # still be queued on its disk threads. flush_cache() queues a fence job behind
+        # every outstanding job of this torrent's storage and posts cache_flushed_alert
+        # when it ran: after that alert the file holds every piece. (The save_resume_data
+        # flush_disk_cache flag used before queues the same fence but posts its alert
+        # without waiting for it, and any periodic save's alert could answer the wait:
+        # the race the final check lost on loaded machines.)
+        handle = self._handle()
+        if handle is not None:
+            self._flushed.clear()
+            handle.flush_cache()
+            try:
+                await asyncio.wait_for(self._flushed.wait(), timeout=_FLUSH_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("peer: libtorrent did not confirm its disk flush in 60 s")
+        found = await final_check(self.manifest, self.path)
+        if not found.matches(self.manifest):
+            self._on_failed(
+                SwarmError(
+                    f"{self.path} holds every piece by the torrent's hashes but not the "
+                    f"manifest's (bad pieces {list(found.bad_pieces[:10])}, size "
+                    f"{found.size_bytes}); the torrent and manifest disagree"
+                )
+            )
+            return
+        self._on_verified()

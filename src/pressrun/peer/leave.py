@@ -1,0 +1,161 @@
+"""The peer's way out of its swarm, and the resume data it saves on the way.
+
+`LeaveSequence` runs the leave once, however many callers ask: tell the ring it left
+(the `chord` policy), name the leave rule to the tracker (announce to the URL that
+carries ``leave_rule=``, then pause: that is the one ``stopped``), save libtorrent's
+resume data (`pressrun.peer.resume`), hand a stalled peer's verified pieces over, remove
+the torrent. The peer's alert loop (`pressrun.peer.aio`) tells it of the alerts it waits
+for: the tracker's reply, the resume data saved (written next to the file here), the
+torrent removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import libtorrent as lt
+
+from pressrun.content.codec import Manifest
+from pressrun.peer.events import LeaveRule
+from pressrun.peer.resume import write_resume
+from pressrun.peer.ring_client import RingClient
+from pressrun.peer.session import AlertSession
+from pressrun.peer.verify import verified_pieces
+
+LEAVE_ANNOUNCE_TIMEOUT_S = 5.0
+
+
+class LeaveSequence:
+    """Leaving the swarm by a rule, once; the pieces handed over after a stall.
+
+    ``handle()`` is the torrent handle and ``alerts()`` the session (None before the
+    start and after the close); ``ring()`` the `chord` policy's ring client, if any;
+    ``refresh()`` reads the status now (the totals the leave reports);
+    ``handing_over()`` says the peer stalled and hands its file to the origin
+    downloader; ``fed_bytes()`` the bytes the feed fetched (kept in the resume data).
+    """
+
+    def __init__(
+        self,
+        *,
+        manifest: Manifest,
+        path: Path,
+        resume_path: Path,
+        handle: Callable[[], Any],
+        alerts: Callable[[], AlertSession | None],
+        ring: Callable[[], RingClient | None],
+        clock: Callable[[], float],
+        refresh: Callable[[], None],
+        handing_over: Callable[[], bool],
+        fed_bytes: Callable[[], int],
+    ) -> None:
+        self.manifest = manifest
+        self.path = path
+        self.resume_path = resume_path
+        self._handle = handle
+        self._alerts = alerts
+        self._ring = ring
+        self._clock = clock
+        self._refresh = refresh
+        self._handing_over = handing_over
+        self._fed_bytes = fed_bytes
+        #: when the leave started (None: not yet)
+        self.left_at: float | None = None
+        #: after a stall, the pieces checked against the manifest and left in the file
+        self.handover_pieces: tuple[int, ...] = ()
+        self._leaving: asyncio.Future[None] | None = None
+        self._tracker_replied = asyncio.Event()
+        self._resume_saved = asyncio.Event()
+        self._removed = asyncio.Event()
+
+    # --- the alerts it waits for ----------------------------------------------
+
+    def tracker_replied(self, tracker_url: str) -> None:
+        """A tracker answered (or failed) an announce."""
+        # only the announce to the URL that names the leave rule counts
+        if "leave_rule=" in tracker_url:
+            self._tracker_replied.set()
+
+    def resume_data(self, params: Any) -> None:
+        """libtorrent's resume data (a save_resume_data_alert's): save it by the file."""
+        write_resume(self.resume_path, params, self._fed_bytes())
+        self._resume_saved.set()
+
+    def resume_failed(self) -> None:
+        """libtorrent could not give its resume data."""
+        self._resume_saved.set()
+
+    def removed(self) -> None:
+        """The torrent is out of the session."""
+        self._removed.set()
+
+    # --- leaving --------------------------------------------------------------
+
+    def seeding_s(self, verified_at: float | None) -> float | None:
+        """How long the peer seeded since ``verified_at``: until it left, or until now."""
+        if verified_at is None:
+            return None
+        end = self.left_at if self.left_at is not None else self._clock()
+        return end - verified_at
+
+    async def leave(self, rule: LeaveRule) -> None:
+        """Leave once, however many callers ask (``finished`` and a ``stop`` from a
+        signal both do): the first starts the leave, every caller awaits that one."""
+        if self._leaving is None:
+            self._leaving = asyncio.ensure_future(self._leave_once(rule))
+        await asyncio.shield(self._leaving)
+
+    async def _leave_once(self, rule: LeaveRule) -> None:
+        """Save resume data, name the rule to the tracker, remove the torrent."""
+        handle, alerts = self._handle(), self._alerts()
+        if handle is None or alerts is None or self._removed.is_set():
+            return
+        self.left_at = self._clock()
+        self._refresh()
+        handle = self._handle()
+        ring = self._ring()
+        if ring is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ring.leave(), 2.0)  # never chosen again
+        # libtorrent sends `stopped` only to a tracker it has announced to, and sends it
+        # when the torrent pauses: first move to the URL that names the rule and
+        # announce there, then pause (that is the one `stopped`, naming the rule), then
+        # remove. Pausing first would send a `stopped` without the rule to the old URL,
+        # and the leave would reach the tracker twice (docs/tracker.md).
+        urls = [str(t["url"]) for t in handle.trackers()]
+        if urls:
+            sep = "&" if "?" in urls[0] else "?"
+            self._tracker_replied.clear()
+            handle.replace_trackers(
+                [lt.announce_entry(f"{u}{sep}leave_rule={rule.tracker_value}") for u in urls]
+            )
+            handle.force_reannounce()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._tracker_replied.wait(), LEAVE_ANNOUNCE_TIMEOUT_S)
+        handle.pause()
+        await self._save_resume(wait=True)
+        if self._handing_over():
+            # Hand the file over: the origin downloader will fill it in.
+            pieces = [i for i, have in enumerate(handle.status().pieces) if have]
+            self.handover_pieces = tuple(
+                await asyncio.to_thread(verified_pieces, self.manifest, self.path, pieces)
+            )
+        alerts.session.remove_torrent(handle)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._removed.wait(), LEAVE_ANNOUNCE_TIMEOUT_S)
+        if self._handing_over():
+            self.resume_path.unlink(missing_ok=True)
+
+    async def _save_resume(self, *, wait: bool) -> None:
+        handle = self._handle()
+        if handle is None:
+            return
+        self._resume_saved.clear()
+        handle.save_resume_data(lt.save_resume_flags_t.flush_disk_cache)
+        if wait:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._resume_saved.wait(), 5.0)

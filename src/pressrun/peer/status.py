@@ -1,0 +1,148 @@
+"""What the peer makes of each status read: the uploader policy's plan, the sources of
+the pieces it lacks, its `Progress` for the core.
+
+`SwarmStatus.read` takes libtorrent's ``torrent_status`` (read on the core's timer by
+`pressrun.peer.aio.SwarmPeer`) and the torrent's peer infos: it tallies the web-seed
+bytes and the leechers (`PeerInfoTally`), asks the policy for its plan while the peer
+downloads, sorts the missing pieces by who could give them (`classify_missing`), hands
+the owed ones to the feed (`pressrun.peer.feed`) and says what the core should hear.
+It keeps what the ring client (`pressrun.peer.ring_client`) reads between polls: the
+pieces held and the pieces no connected peer holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pressrun.content.codec import Manifest
+from pressrun.peer.chord_policy import ChordPolicy
+from pressrun.peer.events import Progress
+from pressrun.peer.feed import OwedPieceFeed
+from pressrun.peer.sources import PeerInfoTally, classify_missing
+from pressrun.peer.uploader import SwarmView, UploaderPolicy
+
+
+class SwarmStatus:
+    """The peer's view of its swarm, updated at each status read.
+
+    ``handle()`` is the torrent handle (None before the start and once it is gone),
+    ``peer_id()`` this peer's id (hex); ``on_pieces_changed()`` is called when the
+    pieces held change or more pieces lose their last connected holder (the ring
+    client should hear now, not at its next round).
+    """
+
+    def __init__(
+        self,
+        *,
+        manifest: Manifest,
+        policy: UploaderPolicy,
+        feed: OwedPieceFeed,
+        handle: Callable[[], Any],
+        peer_id: Callable[[], str],
+        on_pieces_changed: Callable[[], None],
+    ) -> None:
+        self.manifest = manifest
+        self.policy = policy
+        self._feed = feed
+        self._handle = handle
+        self._peer_id = peer_id
+        self._on_pieces_changed = on_pieces_changed
+        self.tally = PeerInfoTally()
+        self.last_progress: Progress | None = None
+        self.last_plan: tuple[int, ...] | None = None
+        self.have_bits: tuple[bool, ...] | None = None
+        #: pieces this peer lacks that no connected BitTorrent peer holds (the ones
+        #: worth asking the ring about: libtorrent fetches the others by itself)
+        self.unheld: frozenset[int] = frozenset()
+
+    def read(self, st: Any, *, now: float, planning: bool) -> Progress:
+        """Take a status read (``planning``: ask the policy for its plan, the peer is
+        downloading); the progress for the core, kept as ``last_progress``."""
+        handle = self._handle()
+        if handle is not None:
+            # (peer_info_alert cannot be read from Python in the 2.1.1 binding: it has
+            # no converter for its vector; the synchronous call is fine without
+            # set_alert_notify, FIELD-NOTES.md)
+            self.tally.update(handle.get_peer_info())
+        have_bits = tuple(bool(b) for b in st.pieces)
+        if have_bits != self.have_bits:
+            self._on_pieces_changed()  # report new pieces now (a brought-in one frees a slot)
+        self.have_bits = have_bits
+        if planning:
+            self._plan(st, now)  # (the owed pieces below are the plan's of now)
+        unheld = self.unheld
+        tradable, owed, coming = self._sources(st)
+        if not self.unheld <= unheld:
+            self._on_pieces_changed()  # pieces no connected peer holds any more: ask the ring
+        progress = Progress(
+            done_bytes=int(st.total_wanted_done),
+            wanted_bytes=int(st.total_wanted),
+            pieces_have=int(st.num_pieces),
+            pieces_total=self.manifest.num_pieces,
+            # all_time_* carry earlier sessions (resume data) but lag the session's
+            # own counters by up to a second tick
+            uploaded_bytes=max(int(st.all_time_upload), int(st.total_payload_upload)),
+            # (plus what the feed fetched: libtorrent counts pieces given to add_piece as
+            # neither downloaded nor announced; not kept across restarts)
+            downloaded_bytes=max(int(st.all_time_download), int(st.total_payload_download))
+            + self._feed.fed_bytes,
+            connected_peers=max(0, int(st.num_peers) - self.tally.web_connections),
+            # (the feed's bytes as they arrive: a piece still on its way is progress)
+            web_seed_bytes=self.tally.web_bytes + self._feed.received_bytes,
+            tradable_pieces=tradable,
+            owed_pieces=owed,
+            coming_pieces=coming,
+        )
+        self.last_progress = progress
+        return progress
+
+    def _sources(self, st: Any) -> tuple[int | None, int, int]:
+        # (tradable, owed, coming): pieces this peer lacks that some connected
+        # BitTorrent peer holds; pieces of top priority in the policy's plan that it
+        # lacks and no connected peer holds (`classify_missing`), with those the ring
+        # said other peers bring; and those alone.
+        handle = self._handle()
+        if handle is None or st.is_seeding:
+            self._feed.set_owed(())
+            self.unheld = frozenset()
+            return None, 0, 0
+        plan = self.last_plan
+        missing = classify_missing(
+            st.pieces, handle.piece_availability(), self.tally.web_connections, plan
+        )
+        tradable, owed, absent = missing.tradable, missing.owed, missing.absent
+        self.unheld = frozenset((*owed, *absent))
+        # pieces the ring said another peer brings in or holds: coming, not starving
+        coming = self.policy.waiting_on(absent) if isinstance(self.policy, ChordPolicy) else []
+        if (
+            self.policy.fetches_owed_pieces
+            and plan is not None
+            and tradable == 0
+            and not owed
+            and not coming
+        ):
+            # starved among peers: none can give anything, so whatever it lacks is owed
+            # (a peer alone, with no plan, is starved and uses libtorrent's web seeds)
+            owed = absent
+        self._feed.set_owed(owed)
+        return tradable, len(owed) + len(coming), len(coming)
+
+    def _plan(self, st: Any, now: float) -> None:
+        handle = self._handle()
+        if handle is None:
+            return
+        # (libtorrent's availability counts the web seeds too: they hold every piece)
+        web = self.tally.web_connections
+        view = SwarmView(
+            peer_id=self._peer_id(),
+            info_hash=self.manifest.info_hash,
+            have=tuple(bool(b) for b in st.pieces),
+            connected_peers=int(st.num_peers),
+            leecher_ids=self.tally.leecher_ids,
+            holders=tuple(max(0, int(n) - web) for n in handle.piece_availability()),
+        )
+        plan = self.policy.plan(view, now=now)
+        if plan is not None and plan.piece_priorities != self.last_plan:
+            self.last_plan = plan.piece_priorities
+            handle.prioritize_pieces(list(plan.piece_priorities))
