@@ -182,7 +182,7 @@ class OriginModel:
     #: status; None before one that reports them
     started_total: int | None = None
     started_by_issue: dict[str, int] = field(default_factory=dict)
-    #: the picks since the status by (need, paced): what the max-min level counts
+    #: the picks on their way by (need, paced): what the max-min level counts
     pending_loads: dict[tuple[float, bool], int] = field(default_factory=dict)
     under_served: bool = False
     #: the rate a starved transfer gets (max-min level), inf when none is starved
@@ -295,10 +295,14 @@ class Headroom(ScoredAlgorithm):
         horizon = now - self.pick_timeout
         while picks and picks[0][0] < horizon:
             picks.popleft()
-        m.pending = len(picks)
-        m.pending_bytes = sum(p[2] for p in picks)
+        self._count_picks(m)
+
+    def _count_picks(self, m: OriginModel) -> None:
+        """`pending`, `pending_bytes` and `pending_loads` from the picks on their way."""
+        m.pending = len(m.picks)
+        m.pending_bytes = sum(p[2] for p in m.picks)
         loads: dict[tuple[float, bool], int] = {}
-        for _, issue, need in picks:
+        for _, issue, need in m.picks:
             key = (need, self.is_paced(issue))
             loads[key] = loads.get(key, 0) + 1
         m.pending_loads = loads
@@ -503,17 +507,9 @@ class Headroom(ScoredAlgorithm):
         m = self.model(name)
         for k in range(len(m.picks) - 1, -1, -1):
             if m.picks[k][1] == issue_id:
-                need = m.picks[k][2]
                 del m.picks[k]
-                m.pending -= 1
                 m.picked_since_status = max(m.picked_since_status - 1, 0)
-                m.pending_bytes -= need
-                key = (need, self.is_paced(issue_id))
-                left = m.pending_loads.get(key, 0) - 1
-                if left > 0:
-                    m.pending_loads[key] = left
-                else:
-                    m.pending_loads.pop(key, None)
+                self._count_picks(m)
                 self.touch(name)
                 return
 
