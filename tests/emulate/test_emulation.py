@@ -109,7 +109,9 @@ def test_small_emulation_delivers_every_file_verified(tmp_path: Path, engine_hos
         assert (swarm[0][1] or 0) >= 1, views
     assert (out / "egress.png").stat().st_size > 10_000
     assert (out / "clients.png").stat().st_size > 10_000
-    # the multicast sender was polled all along (its bytes are in the report)
+    # the multicast sender was polled all along (its bytes are in the report), and it
+    # had encoded the issue when it saw it published, before the first client
     assert len(run["sender_series"]) >= 2
+    assert run["prepared_s"] is not None
     assert "[emulation] tearing down" in stdout
     assert (out / "emulation-services.log").stat().st_size > 0

@@ -39,9 +39,6 @@ def test_builtins_load() -> None:
     for name in names:
         scenario = load_scenario(name)
         assert scenario.clients()
-    # the flash crowd's carousel is encoded before its peak; off unless asked for
-    assert load_scenario("flash-crowd").carousel_ready
-    assert not parse_scenario(MINIMAL).carousel_ready
 
 
 def test_clients_follow_the_arrival_tables_and_draw_links_by_share() -> None:

@@ -160,3 +160,59 @@ async def test_a_bad_control_group_goes_to_the_fallbacks(
         await origin.stop()
     assert result.path.read_bytes() == pub.data
     assert result.bytes_from_multicast == 0 and sum(result.bytes_by_origin.values()) > 0
+
+
+async def test_a_swarm_client_leaves_for_the_carousel_when_one_runs(
+    published: Callable[[int], Published], sender_factory: Any, tmp_path: Path
+) -> None:
+    """Sent to the swarm (its only source a slow origin's web seed), the client hears
+    the issue's carousel on the control channel early in its download, leaves the swarm
+    and ends with the carousel's file, the swarm's verified pieces kept."""
+    pytest.importorskip("libtorrent")
+    import json
+
+    from pressrun.balancer.demand import swarm_info_for
+    from pressrun.multicast.net import free_udp_port
+
+    pub = published(SIZE)
+    sender = await sender_factory(pub, CarouselConfig(channels=2, rate_bps=20e6))
+    await sender.start_carousel(ISSUE, sender.config.carousel)
+    # 4 Mbit/s: the web seed alone would take 4 s for the file
+    origin = await start_origin(
+        OriginConfig(
+            content_dir=pub.content, name="origin-a", stats_interval_s=0.2, egress_cap_mbps=4.0
+        )
+    )
+    info_hash = json.loads(pub.manifest_json)["manifest"]["info_hash"]
+    # no tracker answers there: the swarm is the web seed alone
+    tracker = f"http://127.0.0.1:{free_udp_port()}/announce"
+    swarm_first = DemandConfig(enter_downloaders=1.0, leave_downloaders=0.0, min_dwell_s=0.0)
+    policy = DemandPolicy(
+        swarm_first, {ISSUE: swarm_info_for(origin.url, tracker, ISSUE, info_hash)}
+    )
+    balancer = await start_balancer(
+        BalancerServiceConfig(
+            origins=(OriginSpec("origin-a", origin.url),),
+            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=1.0),
+            seed=1,
+        ),
+        mode_policy=policy,
+    )
+    group = "{}:{}".format(*sender.config.control_group)
+    try:
+        await balancer.wait_until_up(1, timeout_s=10.0)
+        result = await fetch_issue(
+            ISSUE,
+            balancer_url=balancer.url,
+            library=tmp_path / "library",
+            config=replace(CLIENT, carousel_control_group=group, swarm_max_seed_s=0.0),
+            trusted_keys={bytes.fromhex(pub.public_hex)},
+        )
+    finally:
+        await balancer.stop()
+        await origin.stop()
+    assert hashlib.sha256(result.path.read_bytes()).digest() == hashlib.sha256(pub.data).digest()
+    assert result.left_swarm_for_carousel and result.mode == "multicast"
+    assert result.swarm_note is not None and result.swarm_note.startswith("left for the carousel")
+    assert result.bytes_from_multicast > SIZE // 2
+    assert sum(result.bytes_by_origin.values()) == 0  # no origin section was needed

@@ -328,3 +328,38 @@ def test_receiver_socket_binds_the_group_not_the_wildcard() -> None:
         a.close()
         b.close()
         out.close()
+
+
+async def test_an_issue_is_encoded_when_published_and_a_start_costs_no_encoding(
+    published: Callable[[int], Published], sender_factory: Any, tmp_path: Path
+) -> None:
+    pub = published(SIZE)
+    sender = await sender_factory(pub, CarouselConfig(channels=1, rate_bps=8e6))
+
+    def encodes() -> float:
+        value = sender.metrics.registry.get_sample_value("pressrun_multicast_encodes_total")
+        return 0.0 if value is None else value
+
+    # the sender prepares the newest issues of its content folder on its own
+    async with aiohttp.ClientSession() as http:
+        for _ in range(200):
+            async with http.get(f"{sender.url}/healthz") as resp:
+                if ISSUE in (await resp.json())["prepared"]:
+                    break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the issue was not prepared")
+    assert encodes() == 1
+    plan = await sender.start_carousel(ISSUE, sender.config.carousel)
+    assert encodes() == 1  # the start took the prepared pass
+    result = await receive(sender, pub, tmp_path / "r")
+    assert result.completed and exact(result, pub), result.reason
+    assert result.plan is not None and result.plan.channels[0].tsi == plan.channels[0].tsi
+    # a restarted carousel sends the same pass (the same TSI), still without encoding
+    assert sender.stop_carousel(ISSUE)
+    again = await sender.start_carousel(ISSUE, sender.config.carousel)
+    assert encodes() == 1 and again.channels[0].tsi == plan.channels[0].tsi
+    # other FEC settings need another pass: encoded at the start, then kept
+    assert sender.stop_carousel(ISSUE)
+    await sender.start_carousel(ISSUE, CarouselConfig(channels=2, rate_bps=8e6))
+    assert encodes() == 2

@@ -13,7 +13,9 @@
 4. when the directive says ``multicast``, receive the carousel first
    (:mod:`.multicast_receive`); when it says ``swarm`` (docs/protocols.md), the swarm
    next (:mod:`.swarm_handoff`): the origins are web seeds, the peer seeds by the
-   fair-exit rules and leaves; whatever either leaves missing (each piece checked
+   fair-exit rules and leaves (a swarm client watching the control channel moves to
+   the issue's carousel when the balancer starts one while little of the file has
+   come, the swarm then its fallback); whatever either leaves missing (each piece checked
    against the manifest) comes from origin sections, Range requests from the origins
    the balancer names (:mod:`.sections`, the directive's ``fallbacks: ["origin"]``);
 5. hash the whole file against the manifest (an encrypted issue: then decrypt it,
@@ -26,6 +28,7 @@ Every way it can fail ends in `FetchError` with one line for a person.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 from collections.abc import Collection
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
+from pressrun.clients.codec import DirectiveMulticast
 from pressrun.clients.config import ClientConfig
 from pressrun.clients.core import DownloadPlan
 from pressrun.clients.events import PlanState
@@ -82,6 +86,8 @@ class FetchResult:
     multicast_note: str | None = None
     swarm_note: str | None = None  # why the swarm left pieces to the origins, if it did
     seeding_s: float = 0.0  # in swarm mode, the seeding after the download (in `seconds`)
+    #: sent to the swarm, it left it for the issue's carousel when that started
+    left_swarm_for_carousel: bool = False
 
     @property
     def download_s(self) -> float:
@@ -162,8 +168,21 @@ async def _run(f: FetchState) -> FetchResult:
         and directive.swarm is not None
         and plan.state is PlanState.DOWNLOADING
     ):
-        kept, swarm_result = await fetch_swarm(f, m, path, directive.swarm, kept)
+        digest = hashlib.sha256(manifest_json).hexdigest()
+        kept, swarm_result, carousel = await fetch_swarm(
+            f, m, path, directive.swarm, kept, manifest_sha256=digest
+        )
         plan = _replan(f, m, kept)
+        group = f.config.carousel_control_group
+        if carousel is not None and group is not None and plan.state is PlanState.DOWNLOADING:
+            f.left_for_carousel = True
+            kept = await receive_multicast(
+                f, m, manifest_json, path, DirectiveMulticast(group), kept
+            )
+            plan = _replan(f, m, kept)
+            if plan.state is PlanState.DOWNLOADING:  # the swarm is the carousel's fallback
+                kept, swarm_result, _ = await fetch_swarm(f, m, path, directive.swarm, kept)
+                plan = _replan(f, m, kept)
     f.save(plan, m)
     fd = os.open(path, os.O_RDWR)
     try:
@@ -213,13 +232,15 @@ async def _run(f: FetchState) -> FetchResult:
         resumed_bytes=resumed,
         mode=(
             "multicast"
-            if directive is not None and directive.multicast is not None
+            if f.left_for_carousel or (directive is not None and directive.multicast is not None)
             else "origin"
             if swarm_result is None and not f.swarm_tried
             else "swarm"
         ),
-        bytes_from_peers=0 if swarm_result is None else swarm_result.bytes_from_peers,
-        bytes_from_web_seeds=(0 if swarm_result is None else swarm_result.bytes_from_web_seeds),
+        bytes_from_peers=f.left_swarm_peer_bytes
+        + (0 if swarm_result is None else swarm_result.bytes_from_peers),
+        bytes_from_web_seeds=f.left_swarm_web_seed_bytes
+        + (0 if swarm_result is None else swarm_result.bytes_from_web_seeds),
         swarm_stalled=swarm_result is not None and swarm_result.stalled,
         leave_rule=(
             None
@@ -235,6 +256,7 @@ async def _run(f: FetchState) -> FetchResult:
             if swarm_result is None or swarm_result.seeding_s is None
             else swarm_result.seeding_s
         ),
+        left_swarm_for_carousel=f.left_for_carousel,
     )
 
 

@@ -93,6 +93,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "(default: the directive's hint, else the kernel's choice)",
     )
     p.add_argument(
+        "--multicast-control-group",
+        default=None,
+        metavar="GROUP:PORT",
+        help="swarm mode: watch the publisher's control channel here and move to the "
+        "issue's carousel when one starts while less than half of the file has come "
+        "(default: do not watch)",
+    )
+    p.add_argument(
         "--give-up-after-s",
         type=float,
         default=DEFAULT_GIVE_UP_AFTER_S,
@@ -277,6 +285,7 @@ def run_get(args: argparse.Namespace) -> int:
         load_public_key,
         load_subscriber_key,
     )
+    from pressrun.multicast.net import parse_group
 
     def fail(message: str, code: int = 1) -> int:
         print(f"pressrun get: {message}", file=sys.stderr)
@@ -289,6 +298,11 @@ def run_get(args: argparse.Namespace) -> int:
         )
         if args.max_seed_s is not None:
             config = dataclasses.replace(config, swarm_max_seed_s=args.max_seed_s)
+        if args.multicast_control_group:
+            parse_group(args.multicast_control_group)  # a bad value fails here
+            config = dataclasses.replace(
+                config, carousel_control_group=args.multicast_control_group
+            )
         if args.multicast_deadline_s is not None or args.multicast_interface is not None:
             config = dataclasses.replace(
                 config,

@@ -62,6 +62,15 @@ class ClientConfig:
     supernode_host: in swarm mode, also run a Chord supernode of the issue's ring
         while in the swarm, listening on and announced as this reachable address
         (docs/chord.md); None: none. Never with the mobile profile.
+    carousel_control_group: in swarm mode, watch the publisher's signed control
+        channel at this ``GROUP:PORT`` (None: do not): when a carousel of the issue
+        starts while the swarm has brought less than ``carousel_switch_below`` of the
+        file, the client leaves the swarm and takes the file from the carousel (the
+        balancer starts one at peak demand: a newcomer sent to the swarm just before
+        the peak then does not take the file from the origins' web seeds). The swarm
+        is the carousel's fallback.
+    carousel_switch_below: see carousel_control_group. 0.5: past half of the file
+        the swarm finishes sooner than a carousel starting from nothing.
     """
 
     profile: str = "desktop"
@@ -86,6 +95,8 @@ class ClientConfig:
     multicast_interface: str | None = None
     multicast_receive_drop: float = 0.0
     supernode_host: str | None = None
+    carousel_control_group: str | None = None
+    carousel_switch_below: float = 0.5
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -112,6 +123,8 @@ class ClientConfig:
             raise ValueError("multicast_deadline_s must be a positive number")
         if not 0 <= self.multicast_receive_drop < 1:
             raise ValueError("multicast_receive_drop must be in [0, 1)")
+        if not 0 <= self.carousel_switch_below <= 1:
+            raise ValueError("carousel_switch_below must be in [0, 1]")
         if self.failed_ttl_s < 0 or self.retry_backoff_s < 0 or self.retry_backoff_max_s < 0:
             raise ValueError("failed_ttl_s and the backoffs must not be negative")
         if not (self.give_up_after_s >= 0 and math.isfinite(self.give_up_after_s)):

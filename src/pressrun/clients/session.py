@@ -38,6 +38,8 @@ from pressrun.security import BodyTooLarge, read_body_limited
 if TYPE_CHECKING:
     import nacl.public
 
+    from pressrun.peer.results import SwarmProgress
+
 __all__ = ["DirectiveUnavailable", "FetchError", "FetchState", "Progress", "describe", "still_good"]
 
 log = logging.getLogger("pressrun.clients")
@@ -114,6 +116,13 @@ class FetchState:
     multicast_note: str | None = None
     #: why the swarm left pieces to the origins (no torrent, a failure, a stall)
     swarm_note: str | None = None
+    #: the swarm's latest progress report (while a swarm fetch runs)
+    swarm_progress: SwarmProgress | None = None
+    #: the client left the swarm for the issue's carousel (`ClientConfig.
+    #: carousel_control_group`), and what the swarm had brought by then
+    left_for_carousel: bool = False
+    left_swarm_web_seed_bytes: int = 0
+    left_swarm_peer_bytes: int = 0
 
     def now(self) -> float:
         return self.loop.time()

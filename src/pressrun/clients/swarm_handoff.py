@@ -6,16 +6,25 @@ answer, from the others the directive names), then
 of ``config.profile`` (mobile: a metered link never seeds). If the swarm stalls or
 fails, the pieces it holds (each checked against the manifest) are kept and the rest
 comes from origin sections.
+
+With ``ClientConfig.carousel_control_group`` set, the client watches the publisher's
+control channel meanwhile (:mod:`.carousel_watch`): when the balancer starts the
+issue's carousel (peak demand) while the swarm has brought less than
+``carousel_switch_below`` of the file, it leaves the swarm for the carousel, keeping
+the pieces it has.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pressrun.clients.codec import DirectiveSwarm
 from pressrun.clients.session import DirectiveUnavailable, FetchState, describe, still_good
@@ -23,6 +32,7 @@ from pressrun.content.manifest import Manifest
 
 if TYPE_CHECKING:
     from pressrun.chord.host import SupernodeHost
+    from pressrun.multicast.events import CarouselPlan
     from pressrun.peer.results import SwarmProgress, SwarmResult
 
 __all__ = ["MAX_TORRENT_BYTES", "fetch_swarm", "torrent_urls"]
@@ -32,10 +42,18 @@ MAX_TORRENT_BYTES = 32 * 1024 * 1024
 
 
 async def fetch_swarm(
-    f: FetchState, m: Manifest, path: Path, swarm: DirectiveSwarm, kept: list[int]
-) -> tuple[list[int], SwarmResult | None]:
+    f: FetchState,
+    m: Manifest,
+    path: Path,
+    swarm: DirectiveSwarm,
+    kept: list[int],
+    *,
+    manifest_sha256: str | None = None,
+) -> tuple[list[int], SwarmResult | None, CarouselPlan | None]:
     """Fetch from the swarm into the partial file; the pieces verified after it
-    (all of them when it completed) and its result (None when it never ran)."""
+    (all of them when it completed), its result (None when it never ran or was left)
+    and the carousel it was left for (None: not left; watched only with
+    ``manifest_sha256``, the verified manifest's digest, and a control group)."""
     from pressrun.peer.aio import fetch_via_swarm  # libtorrent: only when needed
     from pressrun.peer.config import profile_config
 
@@ -53,7 +71,7 @@ async def fetch_swarm(
     if torrent is None:
         f.swarm_note = f"cannot get the torrent ({'; '.join(reasons)})"
         f.notice(f"swarm: {f.swarm_note}; using origins")
-        return kept, None
+        return kept, None, None
     web_seeds = [f"{url}/content/{m.issue_id}/{m.file_name}" for url in f.origin_urls.values()]
     overrides: dict[str, object] = {}
     if f.config.swarm_stall_after_s is not None:
@@ -63,8 +81,9 @@ async def fetch_swarm(
     name = f.config.profile if f.config.profile in ("desktop", "mobile") else "desktop"
     peer_config = profile_config(name, metered=f.config.metered, **overrides)
     ring = await _supernode(f, m, swarm)
-    try:
-        result = await fetch_via_swarm(
+    f.swarm_progress = None
+    fetching = asyncio.ensure_future(
+        fetch_via_swarm(
             torrent=torrent,
             manifest=m,
             partial_dir=path.parent,
@@ -73,16 +92,36 @@ async def fetch_swarm(
             web_seeds=web_seeds,
             on_progress=functools.partial(_swarm_progress, f),
         )
+    )
+    carousel: CarouselPlan | None = None
+    try:
+        carousel = await _carousel_meanwhile(f, m, fetching, manifest_sha256)
+        if carousel is None:
+            result = await fetching
     except Exception as err:  # any swarm failure falls back to origins
         f.swarm_note = f"failed ({describe(err)})"
         f.notice(f"swarm {f.swarm_note}; the rest comes from origins")
         good = await asyncio.to_thread(still_good, m, path, range(m.num_pieces))
-        return good, None
+        return good, None, None
     finally:
+        if not fetching.done():
+            fetching.cancel()  # the peer closes its session and leaves the swarm
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await fetching
         if ring is not None:
             await ring.close()  # leaves the ring gracefully
+    if carousel is not None:
+        got = _latest_progress(f)
+        if got is not None:  # what the swarm brought before the client left it
+            f.left_swarm_web_seed_bytes += got.bytes_from_web_seeds
+            f.left_swarm_peer_bytes += max(0, got.downloaded_bytes - got.bytes_from_web_seeds)
+        done = 0 if got is None else got.done_bytes
+        f.swarm_note = f"left for the carousel with {done / max(1, m.size_bytes):.0%} of the file"
+        f.notice(f"the issue's carousel started: {f.swarm_note}", level=logging.INFO)
+        good = await asyncio.to_thread(still_good, m, path, range(m.num_pieces))
+        return sorted(set(good) | set(kept)), None, carousel
     if result.completed:
-        return list(range(m.num_pieces)), result
+        return list(range(m.num_pieces)), result, None
     have = sorted(set(result.have_pieces) | set(kept))
     f.swarm_note = f"stalled with {len(result.have_pieces)} of {m.num_pieces} pieces"
     f.notice(
@@ -90,7 +129,67 @@ async def fetch_swarm(
         "the rest comes from origins",
         level=logging.INFO,
     )
-    return have, result
+    return have, result, None
+
+
+async def _carousel_meanwhile(
+    f: FetchState, m: Manifest, fetching: asyncio.Future[Any], manifest_sha256: str | None
+) -> CarouselPlan | None:
+    """While the swarm fetch runs, watch the control channel (when configured); the
+    issue's carousel when one starts while the swarm has brought less than
+    ``carousel_switch_below`` of the file, else None once the fetch is done (or the
+    carousel came too late to pay)."""
+    group_text = f.config.carousel_control_group
+    if group_text is None or manifest_sha256 is None or f.config.carousel_switch_below <= 0:
+        await asyncio.wait({fetching})
+        return None
+    from pressrun.clients.carousel_watch import watch_for_carousel
+    from pressrun.multicast.net import parse_group
+
+    stop = threading.Event()
+    # a thread of its own (the loop's default pool is shared with the file checks)
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pressrun-carousel-watch")
+    watcher = f.loop.run_in_executor(
+        executor,
+        functools.partial(
+            watch_for_carousel,
+            m.issue_id,
+            manifest_sha256,
+            control_group=parse_group(group_text),
+            interface=f.config.multicast_interface or "0.0.0.0",
+            trusted_keys={m.publisher_key},
+            should_stop=stop.is_set,
+        ),
+    )
+    try:
+        done, _ = await asyncio.wait({fetching, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if fetching in done:
+            return None
+        try:
+            plan = watcher.result()
+        except OSError as err:
+            f.notice(f"cannot watch the control channel ({describe(err)}); staying in the swarm")
+            plan = None
+        if plan is not None and _swarm_fraction(f) < f.config.carousel_switch_below:
+            return plan
+        await asyncio.wait({fetching})
+        return None
+    finally:
+        stop.set()
+        executor.shutdown(wait=False)
+
+
+def _latest_progress(f: FetchState) -> SwarmProgress | None:
+    """The swarm fetch's latest progress report (set from its callback)."""
+    return f.swarm_progress
+
+
+def _swarm_fraction(f: FetchState) -> float:
+    """The share of the wanted bytes the swarm has brought so far."""
+    got = _latest_progress(f)
+    if got is None or got.wanted_bytes <= 0:
+        return 0.0
+    return got.done_bytes / got.wanted_bytes
 
 
 def torrent_urls(directive_url: str, origin_urls: Iterable[str], issue_id: str) -> list[str]:
@@ -122,5 +221,6 @@ async def _supernode(f: FetchState, m: Manifest, swarm: DirectiveSwarm) -> Super
 
 
 def _swarm_progress(f: FetchState, progress: SwarmProgress) -> None:
+    f.swarm_progress = progress
     if f.progress is not None:
         f.progress.advanced(progress.done_bytes, "swarm")

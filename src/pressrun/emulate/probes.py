@@ -95,23 +95,23 @@ async def sample_egress(
             await asyncio.sleep(SAMPLE_INTERVAL_S)
 
 
-async def ready_carousel(sender_url: str, issue_id: str, token: str, timeout_s: float) -> None:
-    """Start the issue's carousel on the sender (``POST /v1/carousels``, the API the
-    balancer uses): it encodes the issue now, so that at the peak the balancer's own
-    start finds it running. Its packets reach only the links that joined its groups."""
-    async with (
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http,
-        http.post(
-            f"{sender_url}/v1/carousels",
-            json={"issue_id": issue_id},
-            headers={"Authorization": f"Bearer {token}"},
-        ) as resp,
-    ):
-        if resp.status not in (200, 201):
-            raise EmulationError(
-                f"the multicast sender did not start the carousel: HTTP {resp.status} "
-                f"{(await resp.text())[:200]}"
-            )
+async def wait_prepared(sender_url: str, issue_id: str, timeout_s: float) -> None:
+    """Until the multicast sender has encoded the issue for its carousel (its
+    ``/healthz`` lists it in ``prepared``): the sender does it as soon as the issue is
+    published, so a carousel start at the peak costs no encoding."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        while True:
+            with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, TimeoutError):
+                async with http.get(f"{sender_url}/healthz") as resp:
+                    if issue_id in (await resp.json()).get("prepared", []):
+                        return
+            if loop.time() > deadline:
+                raise EmulationError(
+                    f"the multicast sender did not prepare {issue_id} within {timeout_s:g} s"
+                )
+            await asyncio.sleep(0.5)
 
 
 async def tracker_views(project: ComposeProject, info_hash_hex: str) -> dict[str, Any]:

@@ -43,6 +43,7 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
                 "download_s": _download_s(doc),
                 "seeding_s": doc.get("seeding_s"),
                 "mode": doc.get("mode"),
+                "left_swarm_for_carousel": bool(doc.get("left_swarm_for_carousel")),
                 "swarm_stalled": doc.get("swarm_stalled"),
                 "leave_rule": doc.get("leave_rule"),
                 "swarm_note": doc.get("swarm_note"),
@@ -115,6 +116,17 @@ def summarize(
             "download_s": _spread(
                 [row["download_s"] for row in rows if row["download_s"] is not None]
             ),
+            "download_s_by_mode": {
+                mode: _spread(
+                    [
+                        row["download_s"]
+                        for row in rows
+                        if row["mode"] == mode and row["download_s"] is not None
+                    ]
+                )
+                for mode in sorted(modes)
+            },
+            "left_swarm_for_carousel": sum(1 for row in rows if row["left_swarm_for_carousel"]),
             "seeding_s": _spread([row["seeding_s"] for row in rows if row["seeding_s"]]),
             "start_lag_s": _spread(
                 [row["start_lag_s"] for row in rows if row["start_lag_s"] is not None]
@@ -133,9 +145,7 @@ def summarize(
             ),
             "sender_series": r.sender,
             "wall_s": round(r.wall_s, 1),
-            "carousel_ready_s": (
-                None if r.carousel_ready_s is None else round(r.carousel_ready_s, 1)
-            ),
+            "prepared_s": None if r.prepared_s is None else round(r.prepared_s, 1),
             "faults": r.faults,
             "trackers": r.trackers,
             "trackers_agree": trackers_agree(r.trackers),
@@ -318,6 +328,21 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
             f"{name}: the balancer first answered "
             + (", ".join(f"{mode} at {at:g} s" for mode, at in first) or "nothing")
         )
+        by_mode = v.get("download_s_by_mode", {})
+        if by_mode:
+            console.print(
+                f"{name}: download s (min / median / max) by mode: "
+                + "; ".join(
+                    f"{mode} {t['min']:g} / {t['median']:g} / {t['max']:g}"
+                    for mode, t in by_mode.items()
+                    if t["median"] is not None
+                )
+                + (
+                    f"; {v['left_swarm_for_carousel']} left the swarm for the carousel"
+                    if v.get("left_swarm_for_carousel")
+                    else ""
+                )
+            )
         lag = v["start_lag_s"]
         if lag["median"] is not None:
             console.print(

@@ -37,10 +37,10 @@ from pressrun.emulate.engine import DockerCommandError, Engine
 from pressrun.emulate.held import go_path, ready_path, started_path
 from pressrun.emulate.probes import (
     SAMPLE_INTERVAL_S,
-    ready_carousel,
     sample_egress,
     tracker_views,
     wait_balancer_ready,
+    wait_prepared,
     wait_ring,
 )
 from pressrun.emulate.project import (
@@ -154,9 +154,9 @@ class VariantResult:
     trackers: dict[str, Any] = field(default_factory=dict)
     faults: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
-    #: seconds the sender took to encode and start the carousel before the schedule
-    #: (``carousel_ready`` scenarios; None otherwise)
-    carousel_ready_s: float | None = None
+    #: seconds from the services up to the sender's issue prepared (encoded for its
+    #: carousel at publish time; None without a sender)
+    prepared_s: float | None = None
 
 
 def _info_hash(content_dir: Path, issue_id: str) -> str:
@@ -228,17 +228,17 @@ async def run_variant(
             "supernodes registered with tracker-1"
         )
         await asyncio.to_thread(bridge_querier, engine, project)
-        carousel: asyncio.Task[float] | None = None
-        if scenario.carousel_ready and env.get("PRESSRUN_MULTICAST_SENDER", "x"):
-            report(f"[{variant}] starting the issue's carousel (the sender encodes it now)")
+        prepared: asyncio.Task[float] | None = None
+        if env.get("PRESSRUN_MULTICAST_SENDER", "x"):
+            # the sender encodes the issue once it sees it published: a carousel start
+            # at the peak then costs no encoding (timed beside the clients' start)
+            began = loop.time()
 
-            async def timed_carousel() -> float:
-                began = loop.time()
-                token = env["PRESSRUN_MULTICAST_TOKEN"]
-                await ready_carousel(sender_url, issue.issue_id, token, 600)
+            async def timed_prepare() -> float:
+                await wait_prepared(sender_url, issue.issue_id, 600)
                 return loop.time() - began
 
-            carousel = asyncio.create_task(timed_carousel())
+            prepared = asyncio.create_task(timed_prepare())
         # every client container is created and started before the schedule starts and
         # held at the start line, so that its arrival costs only a file the host writes
         release_dir = log_dir / f"{variant}-release"
@@ -247,6 +247,7 @@ async def run_variant(
         report(f"[{variant}] creating {len(plans)} client containers")
         max_seed = env.get("PRESSRUN_CLIENT_MAX_SEED_S", "30")
         mc_deadline = env.get("PRESSRUN_CLIENT_MULTICAST_DEADLINE_S", "60")
+        control_group = env.get("PRESSRUN_MULTICAST_CONTROL_GROUP") or "239.255.70.1:5400"
         creating = asyncio.Semaphore(4)
 
         async def create_client(outcome: ClientOutcome) -> None:
@@ -264,6 +265,9 @@ async def run_variant(
                 "--publisher-key", issue.public_key_hex, "--json", "--max-seed-s", max_seed,
                 "--multicast-deadline-s", mc_deadline,
             ]  # fmt: skip
+            if env.get("PRESSRUN_MULTICAST_SENDER", "x"):
+                # a swarm client moves to the carousel when it starts early in its download
+                args += ["--multicast-control-group", control_group]
             async with creating:
                 try:
                     await docker_async(engine, *args)
@@ -273,9 +277,12 @@ async def run_variant(
 
         await asyncio.gather(*(create_client(o) for o in outcomes))
         await _start_held(engine, outcomes, release_dir, report, variant)
-        if carousel is not None:
-            result.carousel_ready_s = await carousel
-            report(f"[{variant}] the carousel runs ({result.carousel_ready_s:.0f} s to start)")
+        if prepared is not None:
+            result.prepared_s = await prepared
+            report(
+                f"[{variant}] the sender prepared the issue's carousel "
+                f"({result.prepared_s:.0f} s after the services were up)"
+            )
         t0 = loop.time()
         sampler = asyncio.create_task(
             sample_egress(

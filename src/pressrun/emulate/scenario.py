@@ -9,7 +9,6 @@ links, when clients arrive and what breaks when::
     issue_mb = 50
     unicast_twin = true        # also run it with swarm (and multicast) off; one report
     timeout_s = 1200           # the clients' deadline, from the first arrival
-    carousel_ready = false     # encode the issue's carousel before the first client
 
     [env]                      # the compose project's settings
     PRESSRUN_ORIGIN_C_LINK_RATE = "100mbit"
@@ -116,9 +115,6 @@ class EmulationScenario:
     issue_mb: float
     unicast_twin: bool
     timeout_s: float
-    #: start the issue's carousel on the sender before the schedule (it encodes the
-    #: issue then, not at the peak); the balancer still hands it out only at peak demand
-    carousel_ready: bool
     env: Mapping[str, str]
     links: tuple[ClientLink, ...]
     arrival_specs: tuple[Mapping[str, Any], ...]
@@ -164,7 +160,7 @@ def load_scenario(name_or_path: str) -> EmulationScenario:
 
 _TOP = {
     "name", "description", "issue_mb", "unicast_twin", "timeout_s", "seed", "env", "links",
-    "arrivals", "faults", "carousel_ready",
+    "arrivals", "faults",
 }  # fmt: skip
 _LINK = {"name", "rate", "up_rate", "down_rate", "loss_pct", "profile", "share"}
 _FAULT = {"at_s", "action", "service"}
@@ -272,7 +268,6 @@ def parse_scenario(text: str, *, source: str = "<string>") -> EmulationScenario:
         issue_mb=_number(doc, "issue_mb", 50.0, source, "top level", minimum=0.01),
         unicast_twin=bool(doc.get("unicast_twin", False)),
         timeout_s=_number(doc, "timeout_s", 900.0, source, "top level", minimum=1.0),
-        carousel_ready=bool(doc.get("carousel_ready", False)),
         env=env,
         links=tuple(links),
         arrival_specs=tuple(specs),

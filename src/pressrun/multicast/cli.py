@@ -107,6 +107,21 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         "--multicast-ttl", type=int, default=1, help="IP TTL of multicast packets (default 1)"
     )
     p.add_argument(
+        "--prepare-issues",
+        type=int,
+        default=2,
+        metavar="N",
+        help="encode the N newest issues of --content as soon as they are published, so "
+        "a carousel start costs no encoding (each holds one pass in memory; 0: encode at "
+        "the start; default 2)",
+    )
+    p.add_argument(
+        "--prepare-interval-s",
+        type=float,
+        default=10.0,
+        help="how often --content is looked at for newly published issues (default 10)",
+    )
+    p.add_argument(
         "--start",
         action="append",
         default=[],
@@ -175,6 +190,8 @@ def run_sender(args: argparse.Namespace) -> int:
             announcement_ttl_s=args.announcement_ttl_s,
             multicast_ttl=args.multicast_ttl,
             tls=ServiceSecurity(args.tls_cert, args.tls_key),
+            prepare_issues=args.prepare_issues,
+            prepare_interval_s=args.prepare_interval_s,
         )
         config.tls.server_ssl_context()  # a bad --tls-cert/--tls-key fails here
     except (ValueError, OSError, KeyFileError) as err:

@@ -1,10 +1,17 @@
 """``pressrun serve multicast``: FLUTE carousels, the control channel, the control API.
 
-- **Carousels.** ``POST /v1/carousels`` with an issue id reads the issue's bundle
-  from the content folder, encodes one pass of its file with pressrun's binding over
-  the Rust crate ``flute`` (RaptorQ or no-code, in carousel mode: no Close-Object, the
-  TOI kept), plans the channels (`pressrun.multicast.core.channel_cycles`) and hands
-  the carousel to the send thread, which repeats it until ``DELETE``.
+- **Issues prepared at publish time.** The sender encodes one pass of each of the
+  newest ``prepare_issues`` issues of its content folder as soon as it sees them
+  published (at its start, then every ``prepare_interval_s``): the manifest verified,
+  the file checked against it, one pass encoded with pressrun's binding over the Rust
+  crate ``flute`` (RaptorQ or no-code, in carousel mode: no Close-Object, the TOI
+  kept), its packets kept in memory (`PreparedIssue`). Encoding a 50 MB issue takes
+  seconds on an idle core and over a minute on a starved one; done at publish time, a
+  carousel start at peak demand costs no encoding.
+- **Carousels.** ``POST /v1/carousels`` with an issue id takes the issue's prepared
+  pass (or prepares it then, for an issue not prepared or other FEC settings), plans
+  the channels (`pressrun.multicast.core.channel_cycles`) and hands the carousel to
+  the send thread, which repeats it until ``DELETE``.
 - **The send thread** owns every running carousel's `CarouselSchedule`: it sleeps
   until the next packet is due (``time.perf_counter``), takes the due batches and
   hands each to the binding's `PacketBuffer.send`, which loops over blocking
@@ -82,14 +89,59 @@ class SenderServiceConfig:
     announcement_ttl_s: float = 5.0
     multicast_ttl: int = 1
     tls: ServiceSecurity = field(default_factory=ServiceSecurity)  # HTTPS for the API
+    #: the newest issues of the content folder encoded ahead of their carousels (0: none;
+    #: each holds one pass in memory: size x channels x (1 + overhead) with RaptorQ)
+    prepare_issues: int = 2
+    #: how often the content folder is looked at for newly published issues (seconds)
+    prepare_interval_s: float = 10.0
 
     def __post_init__(self) -> None:
+        if self.prepare_issues < 0 or not self.prepare_interval_s > 0:
+            raise ValueError("need prepare_issues >= 0 and prepare_interval_s > 0")
         if len(self.token) < 16:
             raise ValueError("the control API token must be at least 16 characters")
         if not ipaddress.IPv4Address(self.group_base).is_multicast:
             raise ValueError(f"--group-base {self.group_base} is not a multicast address")
         if not 0 < self.announce_interval_s < self.announcement_ttl_s:
             raise ValueError("need 0 < announce interval < announcement ttl")
+
+
+#: what a pass's packets depend on: FEC, symbol bytes, source block symbols, repair
+#: symbols per block
+Encoding = tuple[str, int, int, int]
+
+
+@dataclass(frozen=True)
+class PreparedIssue:
+    """One pass of an issue's carousel, encoded ahead of its start (`MulticastSender.
+    prepare`): what a carousel of it needs but the channel plan. The packet buffer is
+    only read by the send thread, so every carousel of the issue shares it."""
+
+    issue_id: str
+    manifest_sha256: str  # of the manifest's JSON: a republished issue is prepared again
+    size_bytes: int
+    encoding: Encoding
+    tsi: int
+    toi: int
+    packets: PacketBuffer  # the pass: FDT packets, then the object's
+    fdt_packets: int
+    sbns: list[int]
+    esis: list[int]
+    mean_packet_bytes: float
+    symbol_bytes: int
+    source_symbols: int
+    encode_s: float
+
+
+def encoding_of(carousel: CarouselConfig, size_bytes: int) -> Encoding:
+    """What a pass's packets depend on (FEC, symbol size, block size, repair symbols);
+    a carousel's rate and group do not."""
+    return (
+        carousel.fec,
+        carousel.symbol_bytes,
+        carousel.max_source_block_symbols,
+        carousel.repair_symbols_per_block(size_bytes),
+    )
 
 
 @dataclass
@@ -136,6 +188,21 @@ class SenderMetrics:
         )
         self.carousels = Gauge(
             "pressrun_multicast_carousels", "carousels running", registry=self.registry
+        )
+        self.prepared = Gauge(
+            "pressrun_multicast_issues_prepared",
+            "issues encoded ahead of their carousels, held in memory",
+            registry=self.registry,
+        )
+        self.encodes = Counter(
+            "pressrun_multicast_encodes",
+            "passes encoded (at publish time, or at a carousel start that found none)",
+            registry=self.registry,
+        )
+        self.encode_seconds = Counter(
+            "pressrun_multicast_encode_seconds",
+            "seconds spent encoding passes",
+            registry=self.registry,
         )
         self.starts = Counter(
             "pressrun_multicast_carousel_starts",
@@ -288,7 +355,14 @@ class MulticastSender:
         self._next_group = int(ipaddress.IPv4Address(config.group_base))
         self._next_tsi = 1
         self._starting: dict[str, asyncio.Task[CarouselPlan]] = {}
+        #: issue id -> its prepared pass (the newest encoding asked for)
+        self._prepared: dict[str, PreparedIssue] = {}
+        #: (issue id, manifest sha, encoding) -> its encoding under way
+        self._preparing: dict[tuple[str, str, Encoding], asyncio.Task[PreparedIssue]] = {}
+        #: manifests that failed to prepare (issue, manifest sha): logged once
+        self._unpreparable: set[tuple[str, str]] = set()
         self._announcer: asyncio.Task[None] | None = None
+        self._preparer: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -323,7 +397,9 @@ class MulticastSender:
             pending.add_done_callback(lambda _t: self._starting.pop(issue_id, None))
         return await asyncio.shield(pending)
 
-    async def _start(self, issue_id: str, carousel: CarouselConfig) -> CarouselPlan:
+    async def prepare(self, issue_id: str, carousel: CarouselConfig) -> PreparedIssue:
+        """The issue's pass for ``carousel``'s encoding: the one prepared, or encoded
+        now (and kept) when none matches the issue's manifest on disk and the encoding."""
         if not valid_issue_id(issue_id):
             raise CarouselError(f"invalid issue id {issue_id!r}")
         bundle = self.config.content_dir / issue_id
@@ -331,37 +407,128 @@ class MulticastSender:
             manifest_json = await asyncio.to_thread((bundle / "manifest.json").read_bytes)
         except FileNotFoundError:
             raise CarouselError(f"no issue {issue_id} in {self.config.content_dir}", 404) from None
+        digest = hashlib.sha256(manifest_json).hexdigest()
+        try:
+            size = SignedManifest.from_json_bytes(manifest_json).manifest.size_bytes
+        except ManifestError as err:
+            raise CarouselError(f"the manifest of {issue_id} does not verify: {err}", 409) from None
+        encoding = encoding_of(carousel, size)
+        ready = self._prepared.get(issue_id)
+        if ready is not None and ready.manifest_sha256 == digest and ready.encoding == encoding:
+            return ready
+        key = (issue_id, digest, encoding)
+        pending = self._preparing.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._encode_issue(issue_id, manifest_json, carousel))
+            self._preparing[key] = pending
+            pending.add_done_callback(lambda _t: self._preparing.pop(key, None))
+        prepared = await asyncio.shield(pending)
+        self._prepared[issue_id] = prepared
+        self.metrics.prepared.set(len(self._prepared))
+        return prepared
+
+    async def _encode_issue(
+        self, issue_id: str, manifest_json: bytes, carousel: CarouselConfig
+    ) -> PreparedIssue:
+        bundle = self.config.content_dir / issue_id
         try:
             manifest = SignedManifest.from_json_bytes(manifest_json).verify()
         except ManifestError as err:
             raise CarouselError(f"the manifest of {issue_id} does not verify: {err}", 409) from None
-        data = await asyncio.to_thread((bundle / manifest.file_name).read_bytes)
+        try:
+            data = await asyncio.to_thread((bundle / manifest.file_name).read_bytes)
+        except FileNotFoundError:
+            raise CarouselError(f"{issue_id}/{manifest.file_name} is missing", 404) from None
         if hashlib.sha256(data).hexdigest() != manifest.sha256:
             raise CarouselError(f"{issue_id}/{manifest.file_name} does not match its manifest", 409)
         from pressrun_flute import PacketBuffer
 
-        tsi = self._next_tsi
-        self._next_tsi += 1
-        toi = 1
+        # one TSI per issue for the sender's life: every carousel of it sends the same
+        # packets, so a receiver of a stopped and restarted carousel keeps its symbols
+        ready = self._prepared.get(issue_id)
+        if ready is not None:
+            tsi = ready.tsi
+        else:
+            tsi = self._next_tsi
+            self._next_tsi += 1
+        began = time.perf_counter()
         encoded = await asyncio.to_thread(
             _encode,
             data,
             location=f"file:///{issue_id}/{manifest.file_name}",
             tsi=tsi,
-            toi=toi,
+            toi=1,
             config=carousel,
         )
         del data
         packets = PacketBuffer([*encoded.fdt_packets, *encoded.packets])
-        mean_packet = sum(len(p) for p in encoded.packets) / max(1, len(encoded.packets))
-        pps = carousel.rate_bps / 8 / mean_packet
+        encode_s = time.perf_counter() - began
+        self.metrics.encodes.inc()
+        self.metrics.encode_seconds.inc(encode_s)
+        log.info(
+            "%s prepared for its carousel: %d packets (%s, %.0f MB) encoded in %.1f s",
+            issue_id,
+            len(encoded.packets),
+            carousel.fec,
+            sum(len(p) for p in encoded.packets) / 1e6,
+            encode_s,
+        )
+        return PreparedIssue(
+            issue_id=issue_id,
+            manifest_sha256=hashlib.sha256(manifest_json).hexdigest(),
+            size_bytes=manifest.size_bytes,
+            encoding=encoding_of(carousel, manifest.size_bytes),
+            tsi=tsi,
+            toi=encoded.toi,
+            packets=packets,
+            fdt_packets=len(encoded.fdt_packets),
+            sbns=list(encoded.sbns),
+            esis=list(encoded.esis),
+            mean_packet_bytes=sum(len(p) for p in encoded.packets) / max(1, len(encoded.packets)),
+            symbol_bytes=encoded.encoding_symbol_length,
+            source_symbols=encoded.source_symbols,
+            encode_s=encode_s,
+        )
+
+    def published_issues(self) -> list[str]:
+        """The issues of the content folder, newest manifest first."""
+        found: list[tuple[float, str]] = []
+        for manifest in self.config.content_dir.glob("*/manifest.json"):
+            with contextlib.suppress(OSError):
+                found.append((manifest.stat().st_mtime, manifest.parent.name))
+        return [issue for _, issue in sorted(found, reverse=True) if valid_issue_id(issue)]
+
+    async def _prepare_loop(self) -> None:
+        """Forever: prepare the newest ``prepare_issues`` issues (each once per
+        manifest), forget the prepared passes of older ones not on the air."""
+        while True:
+            newest = await asyncio.to_thread(self.published_issues)
+            newest = newest[: self.config.prepare_issues]
+            for issue_id in newest:
+                try:
+                    await self.prepare(issue_id, self.config.carousel)
+                except CarouselError as err:
+                    note = (issue_id, str(err))
+                    if note not in self._unpreparable:
+                        self._unpreparable.add(note)
+                        log.warning("cannot prepare %s for a carousel: %s", issue_id, err)
+            for issue_id in list(self._prepared):
+                if issue_id not in newest and self.thread.get(issue_id) is None:
+                    del self._prepared[issue_id]
+            self.metrics.prepared.set(len(self._prepared))
+            await asyncio.sleep(self.config.prepare_interval_s)
+
+    async def _start(self, issue_id: str, carousel: CarouselConfig) -> CarouselPlan:
+        prepared = await self.prepare(issue_id, carousel)
+        tsi = prepared.tsi
+        pps = carousel.rate_bps / 8 / prepared.mean_packet_bytes
         specs = self._channels(carousel.channels, tsi, carousel.rate_bps, pps)
         cycles = channel_cycles(
             fec=carousel.fec,
-            sbns=encoded.sbns,
-            esis=encoded.esis,
+            sbns=prepared.sbns,
+            esis=prepared.esis,
             channels=carousel.channels,
-            fdt_packets=len(encoded.fdt_packets),
+            fdt_packets=prepared.fdt_packets,
             fdt_every_packets=carousel.fdt_every_packets,
         )
         now = time.perf_counter()
@@ -372,17 +539,19 @@ class MulticastSender:
         )
         plan = CarouselPlan(
             issue_id=issue_id,
-            manifest_sha256=hashlib.sha256(manifest_json).hexdigest(),
-            size_bytes=manifest.size_bytes,
-            toi=encoded.toi,
+            manifest_sha256=prepared.manifest_sha256,
+            size_bytes=prepared.size_bytes,
+            toi=prepared.toi,
             fec=carousel.fec,
-            symbol_bytes=encoded.encoding_symbol_length,
-            source_symbols=encoded.source_symbols,
+            symbol_bytes=prepared.symbol_bytes,
+            source_symbols=prepared.source_symbols,
             cycle_s=max(schedule.cycle_s(c) for c in range(len(cycles))),
             channels=tuple(specs),
         )
         self.thread.start_carousel(
-            RunningCarousel(plan, packets, schedule, [(s.group, s.port) for s in specs], now)
+            RunningCarousel(
+                plan, prepared.packets, schedule, [(s.group, s.port) for s in specs], now
+            )
         )
         self.metrics.starts.inc()
         log.info(
@@ -392,7 +561,7 @@ class MulticastSender:
             len(specs),
             carousel.rate_bps / 1e6,
             carousel.fec,
-            len(encoded.packets),
+            len(prepared.sbns),
             plan.cycle_s,
             ", ".join(f"{s.group}:{s.port}" for s in specs),
         )
@@ -533,7 +702,13 @@ class MulticastSender:
 
     async def healthz(self, request: web.Request) -> web.Response:
         """``GET /healthz``."""
-        return web.json_response({"ok": True, "carousels": len(self.thread.running())})
+        return web.json_response(
+            {
+                "ok": True,
+                "carousels": len(self.thread.running()),
+                "prepared": sorted(self._prepared),
+            }
+        )
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -541,6 +716,8 @@ class MulticastSender:
         """Start the send thread, the announcements and the HTTP API; the API's URL."""
         self.thread.start()
         self._announcer = asyncio.get_running_loop().create_task(self._announce_loop())
+        if self.config.prepare_issues:
+            self._preparer = asyncio.get_running_loop().create_task(self._prepare_loop())
         self._runner = web.AppRunner(self.make_app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(
@@ -559,9 +736,12 @@ class MulticastSender:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        if self._announcer is not None:
-            self._announcer.cancel()
-            await asyncio.gather(self._announcer, return_exceptions=True)
+        loops = [t for t in (self._announcer, self._preparer) if t is not None]
+        for loop_task in loops:
+            loop_task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        for prep in list(self._preparing.values()):
+            prep.cancel()
         for task in list(self._starting.values()):
             task.cancel()
         self.thread.stop()
