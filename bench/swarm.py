@@ -25,15 +25,66 @@ import asyncio
 import itertools
 import logging
 import os
+import resource
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+import pressrun.peer.aio as peer_aio
 from pressrun.chord.aio import Supernode
 from pressrun.peer.config import PeerConfig, desktop_profile
 from pressrun.peer.loopback import loopback_swarm
 from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, uploader_policy_names
+
+
+class LoopLoad:
+    """The bench process's CPU and its event loop's lag over one run.
+
+    CPU: user + system seconds of the whole process (libtorrent's threads included)
+    and of the event loop's thread alone (the Python adapters), over the run's wall
+    time; a share near 1.0 of the loop thread means the Python side is saturated.
+    Lag: how late a 50 ms sleep wakes up (median, 99th percentile, max).
+    """
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LoopLoad:
+        self._wall = time.perf_counter()
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        self._cpu = ru.ru_utime + ru.ru_stime
+        self._thread = time.thread_time()
+        self._task = asyncio.get_running_loop().create_task(self._sample())
+        return self
+
+    async def _sample(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(0.05)
+            self.lags.append(time.perf_counter() - t - 0.05)
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        wall = time.perf_counter() - self._wall
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        self.process_cpu_share = (ru.ru_utime + ru.ru_stime - self._cpu) / wall
+        self.loop_cpu_share = (time.thread_time() - self._thread) / wall
+
+    def figures(self) -> dict[str, float]:
+        """The run's figures for the table."""
+        lags = sorted(self.lags) or [0.0]
+        return {
+            "cpu_process": self.process_cpu_share,
+            "cpu_loop": self.loop_cpu_share,
+            "lag_p50_ms": 1000 * statistics.median(lags),
+            "lag_p99_ms": 1000 * lags[int(0.99 * (len(lags) - 1))],
+            "lag_max_ms": 1000 * lags[-1],
+        }
 
 
 async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, float]:
@@ -73,7 +124,8 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
                     await sn.wait_on_ring()
             started = time.perf_counter()
             try:
-                results = await swarm.run_peers(n, config, uploader_policy=policy)
+                async with LoopLoad() as load:
+                    results = await swarm.run_peers(n, config, uploader_policy=policy)
             finally:
                 for sn in supernodes:
                     await sn.close()
@@ -111,8 +163,31 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
                 "wall_s": wall,
                 "mean_ratio": statistics.mean(ratios) if ratios else 0.0,
                 **ring_figures,
+                **load.figures(),
                 **{f"rule_{k}": float(v) for k, v in rules.items()},
             }
+
+
+def override_session_settings(pairs: list[str]) -> None:
+    """``--lt KEY=VALUE``: libtorrent settings on top of the peer's own, for every peer
+    of every policy alike (to measure a setting before it goes into
+    `pressrun.peer.session.session_settings`)."""
+    if not pairs:
+        return
+    extra: dict[str, object] = {}
+    for pair in pairs:
+        key, _, raw = pair.partition("=")
+        value: object = int(raw) if raw.lstrip("-").isdigit() else raw
+        if raw in ("true", "false"):
+            value = raw == "true"
+        extra[key] = value
+    base = peer_aio.session_settings
+
+    def settings(*a: Any, **kw: Any) -> dict[str, Any]:
+        return {**base(*a, **kw), **extra}
+
+    peer_aio.session_settings = settings  # type: ignore[assignment]
+    print("libtorrent settings for every peer:", extra)
 
 
 def _load() -> str:
@@ -151,7 +226,15 @@ async def main() -> None:
         help="policy libtorrent: shares of the file a peer takes from the web seeds "
         "before dropping them",
     )
+    p.add_argument(
+        "--lt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a libtorrent setting for every peer (repeatable; to measure one)",
+    )
     args = p.parse_args()
+    override_session_settings(args.lt)
     logging.basicConfig(level=logging.WARNING)
     print("load average (1, 5, 15 min) at the start:", _load())
     print(
@@ -173,6 +256,12 @@ async def main() -> None:
             f"{policy:>10} {n:>4} {med['last_s']:>9.1f} {med['t_min_s']:>8.1f} {med['x']:>8.2f} "
             f"{med['copies']:>14.2f} {med['mean_ratio']:>10.2f}  {rules}"
             + (f"   runs: {each}" if args.runs > 1 else ""),
+            flush=True,
+        )
+        print(
+            f"{'':>15} bench process: CPU {med['cpu_process']:.2f} cores (event loop thread "
+            f"{med['cpu_loop']:.2f}), loop lag median {med['lag_p50_ms']:.0f} ms, "
+            f"p99 {med['lag_p99_ms']:.0f} ms, max {med['lag_max_ms']:.0f} ms",
             flush=True,
         )
         if "ring_requests_per_peer" in med:

@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import collections
 import importlib.util
+import itertools
 import json
 import statistics
 from pathlib import Path
@@ -42,6 +43,7 @@ _spec.loader.exec_module(bench_swarm)
 
 EVENTS: list[dict[str, Any]] = []
 _T0: list[float] = []
+PEERS: list[Any] = []
 
 
 def _ev(kind: str, **kw: Any) -> None:
@@ -50,6 +52,9 @@ def _ev(kind: str, **kw: Any) -> None:
         _T0.append(now)
     kw.update(t=round(now - _T0[0], 3), k=kind)
     EVENTS.append(kw)
+
+
+bench_swarm_args_upload_bps: list[float] = []
 
 
 def _pid(obj: Any) -> str:
@@ -76,6 +81,8 @@ def _install() -> None:
         elif isinstance(a, lt.piece_finished_alert):
             src = self.__dict__.get("_trace_src", {}).get(a.piece_index, "")
             _ev("piece", peer=self._peer_id[-6:], piece=int(a.piece_index), port=src)
+        elif isinstance(a, lt.torrent_finished_alert):
+            _ev("finished", peer=self._peer_id[-6:])
         on_alert(self, a)
 
     peer_aio.SwarmPeer._on_alert = traced_alert  # type: ignore[method-assign]
@@ -84,6 +91,9 @@ def _install() -> None:
 
     async def traced_start(self: Any) -> int:
         port = await start(self)
+        PEERS.append(self)
+        if len(PEERS) == 1:
+            asyncio.get_running_loop().create_task(_sample_uploads())
         pid = self._peer_id[-6:]
         _ev("listen", peer=pid, port=port)
         self._feed._trace_pid = pid
@@ -92,6 +102,14 @@ def _install() -> None:
         return port
 
     peer_aio.SwarmPeer.start = traced_start  # type: ignore[method-assign]
+
+    verified = peer_aio.SwarmPeer._verified
+
+    def traced_verified(self: Any) -> None:
+        _ev("verified", peer=self._peer_id[-6:])
+        verified(self)
+
+    peer_aio.SwarmPeer._verified = traced_verified  # type: ignore[method-assign]
 
     fetch = peer_feed.OwedPieceFeed._fetch_piece
 
@@ -135,6 +153,49 @@ def _install() -> None:
         apply(self, effects)
 
     peer_aio.SwarmPeer._apply = traced_apply  # type: ignore[method-assign]
+
+
+async def _sample_uploads() -> None:
+    # every second: the peers still in the swarm (downloading or seeding), how many
+    # are seeds, and the payload all of them uploaded so far (their last status poll)
+    while True:
+        present = [p for p in PEERS if p.core is not None and p.core.phase.value != "left"]
+        seeds = sum(1 for p in present if p.core.phase.value == "seeding")
+        up = sum(
+            (p._status.last_progress.uploaded_bytes if p._status.last_progress else 0)
+            for p in PEERS
+        )
+        conns = sorted(
+            p._status.last_progress.connected_peers for p in present if p._status.last_progress
+        )
+        _ev("sample", present=len(present), seeds=seeds, uploaded=up, conns=conns)
+        _sample_lone_pieces(present)
+        if PEERS and not present:
+            return
+        await asyncio.sleep(1.0)
+
+
+def _sample_lone_pieces(present: list[Any]) -> None:
+    # pieces exactly one peer holds: how the others see them (availability without the
+    # web seeds, the priority they gave them) -- are they asked for?
+    have = {id(p): p._status.have_bits for p in present if p._status.have_bits and p._handle}
+    if not have:
+        return
+    n = len(next(iter(have.values())))
+    for piece in range(n):
+        holders = [p for p in present if have.get(id(p)) and have[id(p)][piece]]
+        if len(holders) != 1:
+            continue
+        seen = prio = web = 0
+        for p in present:
+            if p is holders[0] or id(p) not in have or p._handle is None:
+                continue
+            if p._handle.piece_availability()[piece] - p._status.tally.web_connections >= 1:
+                seen += 1
+            if p._handle.piece_priority(piece) >= 4:
+                prio += 1
+            web += p._status.tally.web_connections > 0
+        _ev("lone", piece=piece, holder=holders[0]._peer_id[-6:], seen=seen, prio=prio, web=web)
 
 
 def _at(times: list[float], marks: tuple[int, ...]) -> str:
@@ -208,9 +269,42 @@ def summarise(events: list[dict[str, Any]]) -> None:
     print(f"origin pieces per second: {[feed_at.get(i, 0) for i in range(last)]}")
     got_at = collections.Counter(int(t) for t in arrivals)
     print(f"pieces delivered per second: {[got_at.get(i, 0) for i in range(last)]}")
+    samples = [e for e in events if e["k"] == "sample"]
+    if len(samples) > 1:
+        cap = bench_swarm_args_upload_bps[0] if bench_swarm_args_upload_bps else 1e6
+        rows = []
+        for a, b in itertools.pairwise(samples):
+            rate = (b["uploaded"] - a["uploaded"]) / max(1e-3, b["t"] - a["t"])
+            use = rate / (cap * a["present"]) if a["present"] else 0.0
+            conns = a.get("conns") or [0]
+            rows.append(
+                f"{a['t']:.0f}:{a['present']}/{a['seeds']}/{use:.2f}/{conns[0]}-{conns[-1]}"
+            )
+        print(
+            "per second, peers present / seeds among them / upload use / "
+            "connected peers min-max: " + " ".join(rows)
+        )
+    lone = [e for e in events if e["k"] == "lone"]
+    by_second: dict[int, list[str]] = collections.defaultdict(list)
+    for e in lone:
+        by_second[int(e["t"])].append(f"{e['piece']}:{e['seen']}/{e['prio']}/{e['web']}")
+    print(
+        "pieces one peer holds, per second (piece:others that see it/give it priority >= 4/"
+        "with web seeds on):"
+    )
+    for t in sorted(by_second):
+        print(f"  {t}: {' '.join(by_second[t])}")
     print(f"distinct pieces in the swarm at {_at(sorted(held.values()), (2, 4, 6, 8, 10, 12, 15))}")
     for k in ("DropWebSeeds", "RestoreWebSeeds", "Stalled"):
         print(f"{k}: {sum(1 for e in events if e['k'] == k)}")
+    fin = {e["peer"]: e["t"] for e in events if e["k"] == "finished"}
+    ver = {e["peer"]: e["t"] for e in events if e["k"] == "verified"}
+    checks = sorted(ver[p] - fin[p] for p in ver if p in fin)
+    if checks:
+        print(
+            f"last piece -> verified (final check): median {statistics.median(checks):.2f} s, "
+            f"max {checks[-1]:.2f} s; last verified at {max(ver.values()):.1f} s"
+        )
     print(f"completion times (s): {sorted(round(t, 1) for t in done.values())}")
 
 
@@ -219,7 +313,9 @@ async def main() -> None:
     p.add_argument("--n", type=int, default=40, help="peers")
     p.add_argument("--policy", default="chord", help="uploader policy")
     p.add_argument("--json-out", type=Path, default=None, help="write the events here")
+    p.add_argument("--lt", action="append", default=[], metavar="KEY=VALUE")
     a = p.parse_args()
+    bench_swarm.override_session_settings(a.lt)
     args = argparse.Namespace(
         size_mib=20.0,
         peer_upload_mbps=8.0,
@@ -233,6 +329,7 @@ async def main() -> None:
         share_factor=2.0,
     )
     _install()
+    bench_swarm_args_upload_bps.append(args.peer_upload_mbps * 1e6 / 8)
     print("load average (1, 5, 15 min) at the start:", bench_swarm._load())
     try:
         res = await bench_swarm.one_run(a.n, a.policy, args)

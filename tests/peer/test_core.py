@@ -3,6 +3,8 @@ uploader-policy registry. Hypothesis for the exit rule's invariants."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -188,6 +190,34 @@ def test_seeding_peer_leaves_once_it_has_uploaded_what_it_downloaded() -> None:
     assert leave == Leave(LeaveRule.RATIO, 1.0)
     assert core.phase is PeerPhase.LEFT and core.next_deadline() is None
     assert core.handle_timer(now=t + 100) == []
+
+
+def test_the_last_holder_of_a_piece_stays_until_it_has_a_second_holder() -> None:
+    # ratio reached, but no connected peer holds 2 pieces a connected leecher lacks
+    core = seeding_core(desktop_profile(max_seed_time_s=60.0), down=100 * MB)
+    assert core.phase is PeerPhase.SEEDING
+
+    def poll(sole: int, t: float) -> list[Effect]:
+        p = progress(done=100 * MB, up=100 * MB, down=100 * MB, pieces=100)
+        return core.handle_progress(replace(p, sole_pieces=sole), now=t)
+
+    assert not of(poll(2, 3.0), Leave)  # counts unknown: no other seed assumed
+    assert not of(core.handle_swarm_counts(SwarmCounts(seeds=1, leechers=5), now=3.5), Leave)
+    assert not of(poll(1, 4.0), Leave)
+    (leave,) = of(poll(0, 4.5), Leave)  # the piece has a second holder now
+    assert leave.rule is LeaveRule.RATIO
+    # another seed in the swarm holds every piece: no need to stay
+    other = seeding_core(desktop_profile(), down=100 * MB)
+    p = replace(progress(done=100 * MB, up=100 * MB, down=100 * MB, pieces=100), sole_pieces=3)
+    assert not of(other.handle_progress(p, now=3.0), Leave)
+    (leave,) = of(other.handle_swarm_counts(SwarmCounts(seeds=2, leechers=5), now=3.5), Leave)
+    assert leave.rule is LeaveRule.RATIO
+    # "may leave", not "must": the maximum seeding time and the user still end it
+    held = seeding_core(desktop_profile(max_seed_time_s=10.0), down=100 * MB)
+    p = replace(progress(done=100 * MB, up=100 * MB, down=100 * MB, pieces=100), sole_pieces=3)
+    assert not of(held.handle_progress(p, now=3.0), Leave)
+    (leave,) = of(held.handle_timer(now=12.5), Leave)
+    assert leave.rule is LeaveRule.MAX_SEED_TIME
 
 
 def test_counts_from_before_seeding_are_not_trusted() -> None:

@@ -15,6 +15,14 @@ Policy (docs/swarm.md):
   leaves as soon as its copy is verified (`LeaveRule.METERED`, unless the ratio already
   holds). `fair_to_leave` is the rule; the rules are tried in that order, so the
   reported rule is the most honourable one that holds.
+- **The last holder stays**: the fair rules say a peer *may* leave, not that it must.
+  A seed that is the only holder, among its connected peers, of a piece some connected
+  peer still downloads (`Progress.sole_pieces`), with no other seed in the swarm (the
+  tracker's fresh counts; a seed holds every piece), stays until that piece has a
+  second holder; the maximum seeding time and the user still end it. Measured on the
+  loopback bench (docs/chord.md): the last holder of a piece leaving by the ratio rule
+  sent every peer that lacked it back to the origins at once, and the completions came
+  in waves.
 - **Stall detector**: while downloading, no growth of the payload received or of the
   verified bytes for
   ``stall_after_s`` emits `Stalled` once (again only after progress resumes); the
@@ -334,7 +342,24 @@ class PeerCore:
             counts=fresh,
             seeding_for_s=now - self.seeding_since,
         )
+        if rule is not None and rule.fair and self._last_holder(fresh):
+            # the last holder of a piece others still need: may leave, not yet (the
+            # seeding bound still holds)
+            bound = self.config.max_seed_time_s
+            if bound is None or now - self.seeding_since < bound:
+                return []
+            rule = LeaveRule.MAX_SEED_TIME
         return [] if rule is None else [self._leave(rule)]
+
+    def _last_holder(self, counts: SwarmCounts | None) -> bool:
+        # Pieces no connected peer holds while one of them downloads, and no other seed
+        # in the swarm (a seed holds every piece; libtorrent closes seed-to-seed
+        # connections, so the bitfields alone would hold every seed back). Counts not
+        # fresh yet: assume none.
+        assert self.progress is not None
+        if self.progress.sole_pieces <= 0:
+            return False
+        return counts is None or counts.seeds <= 1
 
     def _leave(self, rule: LeaveRule) -> Leave:
         self.phase = PeerPhase.LEFT

@@ -60,6 +60,9 @@ class Progress:
         have them, and this peer is the one meant to fetch them.
     coming_pieces: of those, the pieces the Chord ring answers for (another peer brings
         them in): the stall guard waits ``web_seed_ring_stall_s`` for them.
+    sole_pieces: (seeding) pieces no connected BitTorrent peer holds while some
+        connected peer still downloads: this peer is their last holder among its
+        peers, so a fair-exit rule lets it go only once they have a second holder.
     """
 
     done_bytes: int
@@ -73,6 +76,7 @@ class Progress:
     tradable_pieces: int | None = None
     owed_pieces: int = 0
     coming_pieces: int = 0
+    sole_pieces: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """Where a peer's pieces and bytes come from, read off libtorrent's view.
 
 `PeerInfoTally` counts, from ``get_peer_info``, the bytes that came from web seeds
-(per connection) and which connected peers are leechers; `classify_missing` sorts the
+(per connection), which connected peers are leechers and (for a seed) the pieces only
+it holds among them; `classify_missing` sorts the
 pieces a peer lacks by who could give them: a connected BitTorrent peer, nobody but the
 origins (owed, in the uploader policy's plan), or nobody at all yet.
 """
@@ -26,18 +27,32 @@ class PeerInfoTally:
         self.web_bytes = 0  # bytes from web-seed connections (per peer info)
         self.web_connections = 0
         self.leecher_ids: tuple[str, ...] = ()
+        #: pieces no connected BitTorrent peer holds while one of them downloads (only
+        #: counted with ``count_sole``: a seed's last-holder rule, `PeerCore`)
+        self.sole_pieces = 0
         self._per_connection: dict[tuple[str, int], int] = {}
 
-    def update(self, peers: Sequence[Any]) -> None:
+    def update(self, peers: Sequence[Any], *, count_sole: bool = False) -> None:
         """Bytes from web seeds, per connection: a connection's total only grows, so a
-        total below the last one seen is a new connection to the same origin."""
+        total below the last one seen is a new connection to the same origin.
+        ``count_sole``: also count `sole_pieces` from the peers' bitfields (a seed's
+        piece availability is not kept by libtorrent)."""
         web = 0
         leechers: list[str] = []
+        held: list[bool] | None = None
         for pi in peers:
             if pi.connection_type == lt.peer_info.standard_bittorrent:
                 # (a connection still in its handshake has no peer id yet)
-                if not pi.flags & (_NOT_YET | lt.peer_info.seed):
+                if pi.flags & _NOT_YET:
+                    continue
+                if not pi.flags & lt.peer_info.seed:
                     leechers.append(pi.pid.to_bytes().hex())
+                if count_sole:
+                    bits = pi.pieces
+                    if held is None:
+                        held = [bool(b) for b in bits]
+                    else:
+                        held = [h or bool(b) for h, b in zip(held, bits, strict=False)]
                 continue
             web += 1
             key = (str(pi.ip[0]), int(pi.ip[1]))
@@ -47,6 +62,7 @@ class PeerInfoTally:
             self._per_connection[key] = total
         self.web_connections = web
         self.leecher_ids = tuple(sorted(leechers))
+        self.sole_pieces = held.count(False) if leechers and held is not None else 0
 
 
 @dataclass(frozen=True, slots=True)

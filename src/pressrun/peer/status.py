@@ -64,7 +64,7 @@ class SwarmStatus:
             # (peer_info_alert cannot be read from Python in the 2.1.1 binding: it has
             # no converter for its vector; the synchronous call is fine without
             # set_alert_notify, FIELD-NOTES.md)
-            self.tally.update(handle.get_peer_info())
+            self.tally.update(handle.get_peer_info(), count_sole=bool(st.is_seeding))
         have_bits = tuple(bool(b) for b in st.pieces)
         if have_bits != self.have_bits:
             self._on_pieces_changed()  # report new pieces now (a brought-in one frees a slot)
@@ -93,6 +93,7 @@ class SwarmStatus:
             tradable_pieces=tradable,
             owed_pieces=owed,
             coming_pieces=coming,
+            sole_pieces=self.tally.sole_pieces if st.is_seeding else 0,
         )
         self.last_progress = progress
         return progress
