@@ -69,6 +69,33 @@ def test_the_uploader_owes_first_then_least_loaded_never_left() -> None:
     assert stale.bring_in and stale.peer_id == "q"
 
 
+def test_owing_holders_that_pay_back_soonest_come_first() -> None:
+    # the simulation's order (pressrun.sim.swarm_model): owed bytes over upload rate
+    d = PieceDirectory(rng=random.Random(3))
+    rows = [("slow", 4_000, 1_000), ("fast", 8_000, 8_000), ("mute", 1_000, 0)]
+    for pid, owed, rate in rows:
+        d.handle_report(
+            peer_id=pid,
+            address=f"{pid}:1",
+            have=[2],
+            uploaded_bytes=0,
+            downloaded_bytes=owed,
+            upload_bps=rate,
+            now=0,
+        )
+    # fast: 1 s to pay back; slow: 4 s; mute: rate unknown, last among the owers
+    assert d.choose_uploader(2, peer_id="x1", address="x:1", now=1.0).peer_id == "fast"
+    d.handle_left("fast")
+    assert d.choose_uploader(2, peer_id="x2", address="x:1", now=1.0).peer_id == "slow"
+    d.handle_left("slow")
+    assert d.choose_uploader(2, peer_id="x3", address="x:1", now=1.0).peer_id == "mute"
+    # a report without a rate keeps the one said before
+    d.handle_report(
+        peer_id="slow", address="slow:1", have=[], uploaded_bytes=0, downloaded_bytes=4_000, now=2
+    )
+    assert d.holders["slow"].upload_bps == 1_000
+
+
 def test_a_piece_nobody_holds_is_brought_in_once() -> None:
     d = PieceDirectory(rng=random.Random(1), bring_in_s=5.0)
     first = d.choose_uploader(7, peer_id="x", address="x:1", now=0.0)

@@ -474,6 +474,7 @@ class Supernode:
             downloaded_bytes=q.downloaded,
             now=now,
             left=q.left,
+            upload_bps=q.upload_bps,
         )
         answers = []
         for p in q.want:
@@ -529,6 +530,7 @@ class PiecesQuery:
     left: bool
     bringing: int = 0
     brought: int = 0
+    upload_bps: int = 0
 
 
 def _parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
@@ -564,6 +566,7 @@ def _parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
         body.get("left") is True,
         count("bringing"),
         count("brought"),
+        count("upload_bps"),
     )
 
 

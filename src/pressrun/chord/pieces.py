@@ -20,8 +20,11 @@ places the next.
 
 **The uploader choice** (`PieceDirectory.choose_uploader`): among the fresh holders of
 the piece that have not left and are not the asker, first those that still owe upload
-(downloaded - uploaded > 0, so they reach the fair-exit ratio and leave sooner), then
-the least loaded (uploads assigned in the last ``load_window_s``), ties at random. With
+(downloaded - uploaded > 0, so they reach the fair-exit ratio and leave sooner), those
+that can pay it back soonest first (what they owe over the upload rate they report:
+who reaches the ratio soonest when given the work; `pressrun.sim.swarm_model`'s
+order), then the least loaded (uploads assigned in the last ``load_window_s``), ties
+at random. With
 no holder, the asker itself is told to bring the piece in from the origins, and for the
 next ``bring_in_s`` others asking for it are pointed at that bringer (it will hold the
 piece before they could fetch it themselves): so each piece leaves the origins about
@@ -139,10 +142,19 @@ class Holder:
     assigned_at: list[float] = field(default_factory=list)
     brought: int = 0  # pieces it says it brought in from the origins
     asked_at: float = float("-inf")  # when it last asked who uploads a piece
+    upload_bps: int = 0  # what it says it can upload, bytes/s (0: not said)
 
     @property
     def owes_bytes(self) -> int:
         return self.downloaded_bytes - self.uploaded_bytes
+
+    @property
+    def payback_s(self) -> float:
+        """How soon it can pay back what it owes: owed bytes over its upload rate
+        (0 for a holder that owes nothing, infinite for one whose rate is unknown)."""
+        if self.owes_bytes <= 0:
+            return 0.0
+        return self.owes_bytes / self.upload_bps if self.upload_bps > 0 else float("inf")
 
     def load(self, now: float, window_s: float) -> int:
         cut = now - window_s
@@ -202,18 +214,21 @@ class PieceDirectory:
         downloaded_bytes: int,
         now: float,
         left: bool = False,
+        upload_bps: int = 0,
     ) -> None:
-        """A node's holdings (of the pieces this supernode answers for) and totals."""
+        """A node's holdings (of the pieces this supernode answers for), totals and
+        upload rate (``upload_bps``: 0 keeps what it said before)."""
         h = self.holders.get(peer_id)
         if h is None:
             h = self.holders[peer_id] = Holder(peer_id, address)
         h.address = address
         h.uploaded_bytes = max(h.uploaded_bytes, uploaded_bytes)
         h.downloaded_bytes = max(h.downloaded_bytes, downloaded_bytes)
+        h.upload_bps = upload_bps or h.upload_bps
         h.reported_at = now
         h.left = h.left or left
-        if h.left:  # what it was bringing in goes to the next asker
-            self._bringing = {p: b for p, b in self._bringing.items() if b[0] != peer_id}
+        if h.left:
+            self._drop_bringing(peer_id)
         for piece in have:
             self.pieces.setdefault(piece, set()).add(peer_id)
             bringer = self._bringing.get(piece)
@@ -225,6 +240,10 @@ class PieceDirectory:
         h = self.holders.get(peer_id)
         if h is not None:
             h.left = True
+        self._drop_bringing(peer_id)
+
+    def _drop_bringing(self, peer_id: str) -> None:
+        # a leaving peer's pieces to bring in go to the next asker
         self._bringing = {p: b for p, b in self._bringing.items() if b[0] != peer_id}
 
     def choose_uploader(
@@ -256,7 +275,7 @@ class PieceDirectory:
             self.rng.shuffle(cands)
             best = min(
                 cands,
-                key=lambda h: (h.owes_bytes <= 0, h.load(now, self.load_window_s)),
+                key=lambda h: (h.owes_bytes <= 0, h.payback_s, h.load(now, self.load_window_s)),
             )
             best.assigned_at.append(now)
             return Uploader(piece, best.peer_id, best.address, bring_in=False)

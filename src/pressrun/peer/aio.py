@@ -259,6 +259,8 @@ class SwarmPeer:
             totals=self._totals,
             connect=self._connect_peer,
             brought=lambda: self._feed.pieces_fed,
+            # what it can upload: its limit, else the fastest it has uploaded so far
+            upload_bps=lambda: self.config.upload_limit_bps or self._status.peak_upload_bps,
             # the ring's answers apply now, not at the next status poll
             on_answers=self._refresh_totals,
         )

@@ -17,8 +17,9 @@ is pointed at). A round (docs/chord.md):
    owner is kept until that supernode fails or says ``not_mine``;
 3. to each of those supernodes, one ``POST /chord/v1/pieces`` with everything at once:
    the pieces of its keys this peer got since the last report, its upload/download
-   totals, how many pieces it brings in for the whole ring (``bringing``) and has
-   brought in from the origins so far (``brought``), and the
+   totals and upload rate (``upload_bps``: the supernode picks owing holders that can
+   pay back soonest first), how many pieces it brings in for the whole ring
+   (``bringing``) and has brought in from the origins so far (``brought``), and the
    pieces it wants that *no connected peer holds* (the others libtorrent fetches by
    itself; each asked again at most every ``reask_s``). A
    supernode with nothing new to hear is told only every ``keepalive_s`` (it forgets
@@ -94,6 +95,7 @@ class RingClient:
         totals: Callable[[], tuple[int, int]],
         connect: Callable[[str, int], None],
         brought: Callable[[], int] = lambda: 0,
+        upload_bps: Callable[[], int] = lambda: 0,
         on_answers: Callable[[], None] = lambda: None,
         interval_s: float = 2.0,
         min_gap_s: float = 0.25,
@@ -115,6 +117,7 @@ class RingClient:
         self._totals = totals
         self._connect = connect
         self._brought = brought
+        self._upload_bps = upload_bps
         self._on_answers = on_answers
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
@@ -302,6 +305,7 @@ class RingClient:
             "downloaded": down,
             "bringing": len(self._bring_in),
             "brought": self._brought(),
+            "upload_bps": self._upload_bps(),
         }
         doc = await self._post(owner, "pieces", body)
         if doc is None:

@@ -55,6 +55,8 @@ class SwarmStatus:
         #: pieces this peer lacks that no connected BitTorrent peer holds (the ones
         #: worth asking the ring about: libtorrent fetches the others by itself)
         self.unheld: frozenset[int] = frozenset()
+        #: the fastest payload upload libtorrent reported (bytes/s)
+        self.peak_upload_bps = 0
 
     def read(self, st: Any, *, now: float, planning: bool) -> Progress:
         """Take a status read (``planning``: ask the policy for its plan, the peer is
@@ -65,6 +67,7 @@ class SwarmStatus:
             # no converter for its vector; the synchronous call is fine without
             # set_alert_notify, FIELD-NOTES.md)
             self.tally.update(handle.get_peer_info(), count_sole=bool(st.is_seeding))
+        self.peak_upload_bps = max(self.peak_upload_bps, int(st.upload_payload_rate))
         have_bits = tuple(bool(b) for b in st.pieces)
         if have_bits != self.have_bits:
             self._on_pieces_changed()  # report new pieces now (a brought-in one frees a slot)
