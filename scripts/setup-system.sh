@@ -12,7 +12,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v aria2c >/dev/null 2>&1 || need+=(aria2)
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
-command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)  # the emulation's base image
 # the multicast loss test: a network namespace with nftables dropping packets
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)

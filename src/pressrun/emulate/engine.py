@@ -69,7 +69,6 @@ class Engine:
         *,
         check: bool = True,
         timeout_s: float | None = 600.0,
-        input_bytes: bytes | None = None,
         cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run a client command (``docker ...``, ``docker-compose ...``) on this engine."""
@@ -78,8 +77,9 @@ class Engine:
                 list(args),
                 env=self.env,
                 capture_output=True,
-                text=input_bytes is None,
-                input=input_bytes,
+                text=True,
+                errors="replace",
+                stdin=subprocess.DEVNULL,
                 timeout=timeout_s,
                 check=False,
                 cwd=cwd,
@@ -88,13 +88,6 @@ class Engine:
             raise DockerCommandError(
                 f"{' '.join(args[:4])} ... did not finish in {timeout_s:g} s"
             ) from None
-        if isinstance(done.stdout, bytes):
-            done = subprocess.CompletedProcess(
-                done.args,
-                done.returncode,
-                done.stdout.decode(errors="replace"),
-                (done.stderr or b"").decode(errors="replace"),
-            )
         if check and done.returncode != 0:
             lines = (done.stderr or done.stdout or "").strip().splitlines()
             raise DockerCommandError(
