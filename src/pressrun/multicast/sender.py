@@ -58,7 +58,7 @@ from pressrun.multicast.net import free_udp_port, sender_socket
 from pressrun.security import ServiceSecurity, operator_middleware
 
 if TYPE_CHECKING:
-    from pressrun_flute import EncodedObject, PacketBuffer
+    from pressrun_flute import PacketBuffer
 
 log = logging.getLogger("pressrun.multicast.sender")
 
@@ -106,16 +106,17 @@ class SenderServiceConfig:
             raise ValueError("need 0 < announce interval < announcement ttl")
 
 
-#: what a pass's packets depend on: FEC, symbol bytes, source block symbols, repair
-#: symbols per block
-Encoding = tuple[str, int, int, int]
+#: what a pass and its channels' cycles depend on: FEC, symbol bytes, source block
+#: symbols, repair symbols per block, channels, packets between FDT repeats
+Encoding = tuple[str, int, int, int, int, int]
 
 
 @dataclass(frozen=True)
 class PreparedIssue:
     """One pass of an issue's carousel, encoded ahead of its start (`MulticastSender.
-    prepare`): what a carousel of it needs but the channel plan. The packet buffer is
-    only read by the send thread, so every carousel of the issue shares it."""
+    prepare`), and each channel's cycle through it: a start only adds groups and a
+    schedule. The packet buffer is only read by the send thread, so every carousel of
+    the issue shares it."""
 
     issue_id: str
     manifest_sha256: str  # of the manifest's JSON: a republished issue is prepared again
@@ -125,8 +126,8 @@ class PreparedIssue:
     toi: int
     packets: PacketBuffer  # the pass: FDT packets, then the object's
     fdt_packets: int
-    sbns: list[int]
-    esis: list[int]
+    object_packets: int
+    cycles: list[tuple[int, ...]]  # each channel's cycle (`channel_cycles`)
     mean_packet_bytes: float
     symbol_bytes: int
     source_symbols: int
@@ -134,13 +135,15 @@ class PreparedIssue:
 
 
 def encoding_of(carousel: CarouselConfig, size_bytes: int) -> Encoding:
-    """What a pass's packets depend on (FEC, symbol size, block size, repair symbols);
-    a carousel's rate and group do not."""
+    """What a pass's packets and cycles depend on (`Encoding`); a carousel's rate and
+    groups do not."""
     return (
         carousel.fec,
         carousel.symbol_bytes,
         carousel.max_source_block_symbols,
         carousel.repair_symbols_per_block(size_bytes),
+        carousel.channels,
+        carousel.fdt_every_packets,
     )
 
 
@@ -439,10 +442,9 @@ class MulticastSender:
             data = await asyncio.to_thread((bundle / manifest.file_name).read_bytes)
         except FileNotFoundError:
             raise CarouselError(f"{issue_id}/{manifest.file_name} is missing", 404) from None
-        if hashlib.sha256(data).hexdigest() != manifest.sha256:
+        digest = await asyncio.to_thread(_sha256_hex, data)
+        if digest != manifest.sha256:
             raise CarouselError(f"{issue_id}/{manifest.file_name} does not match its manifest", 409)
-        from pressrun_flute import PacketBuffer
-
         # one TSI per issue for the sender's life: every carousel of it sends the same
         # packets, so a receiver of a stopped and restarted carousel keeps its symbols
         ready = self._prepared.get(issue_id)
@@ -452,43 +454,27 @@ class MulticastSender:
             tsi = self._next_tsi
             self._next_tsi += 1
         began = time.perf_counter()
-        encoded = await asyncio.to_thread(
-            _encode,
+        prepared = await asyncio.to_thread(
+            _prepare_pass,
             data,
-            location=f"file:///{issue_id}/{manifest.file_name}",
+            issue_id=issue_id,
+            file_name=manifest.file_name,
+            manifest_sha256=hashlib.sha256(manifest_json).hexdigest(),
             tsi=tsi,
-            toi=1,
             config=carousel,
         )
         del data
-        packets = PacketBuffer([*encoded.fdt_packets, *encoded.packets])
-        encode_s = time.perf_counter() - began
         self.metrics.encodes.inc()
-        self.metrics.encode_seconds.inc(encode_s)
+        self.metrics.encode_seconds.inc(prepared.encode_s)
         log.info(
-            "%s prepared for its carousel: %d packets (%s, %.0f MB) encoded in %.1f s",
+            "%s prepared for its carousel: %d packets (%s, %d channels) in %.1f s",
             issue_id,
-            len(encoded.packets),
+            prepared.object_packets,
             carousel.fec,
-            sum(len(p) for p in encoded.packets) / 1e6,
-            encode_s,
+            carousel.channels,
+            time.perf_counter() - began,
         )
-        return PreparedIssue(
-            issue_id=issue_id,
-            manifest_sha256=hashlib.sha256(manifest_json).hexdigest(),
-            size_bytes=manifest.size_bytes,
-            encoding=encoding_of(carousel, manifest.size_bytes),
-            tsi=tsi,
-            toi=encoded.toi,
-            packets=packets,
-            fdt_packets=len(encoded.fdt_packets),
-            sbns=list(encoded.sbns),
-            esis=list(encoded.esis),
-            mean_packet_bytes=sum(len(p) for p in encoded.packets) / max(1, len(encoded.packets)),
-            symbol_bytes=encoded.encoding_symbol_length,
-            source_symbols=encoded.source_symbols,
-            encode_s=encode_s,
-        )
+        return prepared
 
     def published_issues(self) -> list[str]:
         """The issues of the content folder, newest manifest first."""
@@ -523,14 +509,7 @@ class MulticastSender:
         tsi = prepared.tsi
         pps = carousel.rate_bps / 8 / prepared.mean_packet_bytes
         specs = self._channels(carousel.channels, tsi, carousel.rate_bps, pps)
-        cycles = channel_cycles(
-            fec=carousel.fec,
-            sbns=prepared.sbns,
-            esis=prepared.esis,
-            channels=carousel.channels,
-            fdt_packets=prepared.fdt_packets,
-            fdt_every_packets=carousel.fdt_every_packets,
-        )
+        cycles = prepared.cycles
         now = time.perf_counter()
         # a late wake-up may send up to 20 ms of a channel's packets at once; later
         # than that the schedule slips (on a loaded host, sleeps overshoot by ms)
@@ -561,7 +540,7 @@ class MulticastSender:
             len(specs),
             carousel.rate_bps / 1e6,
             carousel.fec,
-            len(prepared.sbns),
+            prepared.object_packets,
             plan.cycle_s,
             ", ".join(f"{s.group}:{s.port}" for s in specs),
         )
@@ -750,20 +729,57 @@ class MulticastSender:
         self.sock.close()
 
 
-def _encode(
-    data: bytes, *, location: str, tsi: int, toi: int, config: CarouselConfig
-) -> EncodedObject:
-    """One pass of ``data`` from the binding (imported here: a native module)."""
+def _sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _prepare_pass(
+    data: bytes,
+    *,
+    issue_id: str,
+    file_name: str,
+    manifest_sha256: str,
+    tsi: int,
+    config: CarouselConfig,
+) -> PreparedIssue:
+    """One pass of ``data`` from the binding (imported here: a native module) and each
+    channel's cycle through it; blocking (the sender runs it in a thread)."""
     import pressrun_flute
 
-    return pressrun_flute.encode_object(
+    began = time.perf_counter()
+    encoded = pressrun_flute.encode_object(
         data,
-        content_location=location,
+        content_location=f"file:///{issue_id}/{file_name}",
         content_type="application/octet-stream",
         tsi=tsi,
-        toi=toi,
+        toi=1,
         fec=config.fec,
         encoding_symbol_length=config.symbol_bytes,
         max_source_block_length=config.max_source_block_symbols,
         repair_symbols_per_block=config.repair_symbols_per_block(len(data)),
+    )
+    cycles = channel_cycles(
+        fec=config.fec,
+        sbns=encoded.sbns,
+        esis=encoded.esis,
+        channels=config.channels,
+        fdt_packets=len(encoded.fdt_packets),
+        fdt_every_packets=config.fdt_every_packets,
+    )
+    packets = pressrun_flute.PacketBuffer([*encoded.fdt_packets, *encoded.packets])
+    return PreparedIssue(
+        issue_id=issue_id,
+        manifest_sha256=manifest_sha256,
+        size_bytes=len(data),
+        encoding=encoding_of(config, len(data)),
+        tsi=tsi,
+        toi=encoded.toi,
+        packets=packets,
+        fdt_packets=len(encoded.fdt_packets),
+        object_packets=len(encoded.packets),
+        cycles=cycles,
+        mean_packet_bytes=sum(len(p) for p in encoded.packets) / max(1, len(encoded.packets)),
+        symbol_bytes=encoded.encoding_symbol_length,
+        source_symbols=encoded.source_symbols,
+        encode_s=time.perf_counter() - began,
     )
