@@ -2,7 +2,7 @@
 
 A scenario is a TOML file (docs/chord.md has the format; built-ins in
 ``swarm_scenarios/``): the subscribers, the issue's size and piece size, the origin's
-upload, an arrival window, and classes of access links. `draw_subscribers` gives each
+upload, an arrival window and its shape, and classes of access links. `draw_subscribers` gives each
 subscriber its class and arrival time from the master seed; `fluid_bound_s` is the
 lower bound every uploader choice is measured against.
 """
@@ -18,6 +18,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+
+#: how arrivals spread over the window: ``uniform``, or ``decay`` (a flash crowd that
+#: thins out: exponential with a mean of a quarter of the window, cut at the window)
+ARRIVAL_SHAPES = ("uniform", "decay")
 
 
 class SwarmScenarioError(ValueError):
@@ -40,6 +45,7 @@ class SwarmScenario:
     origin_upload_mbps: float
     arrival_window_s: float
     classes: tuple[PeerClass, ...]
+    arrival_shape: str = "uniform"
 
     @property
     def piece_bytes(self) -> int:
@@ -114,6 +120,11 @@ def _parse(doc: dict[str, Any], where: str) -> SwarmScenario:
     total = sum(c.share for c in classes)
     if abs(total - 1.0) > 1e-6:
         raise SwarmScenarioError(f"{where}: class shares add up to {total}, not 1")
+    shape = sw.get("arrival_shape", "uniform")
+    if shape not in ARRIVAL_SHAPES:
+        raise SwarmScenarioError(
+            f"{where}: swarm.arrival_shape must be one of {', '.join(ARRIVAL_SHAPES)}"
+        )
     subs = int(num("subscribers"))
     if subs < 2:
         raise SwarmScenarioError(f"{where}: swarm.subscribers must be at least 2")
@@ -125,6 +136,7 @@ def _parse(doc: dict[str, Any], where: str) -> SwarmScenario:
         origin_upload_mbps=num("origin_upload_mbps"),
         arrival_window_s=num("arrival_window_s", 0.0, positive=False),
         classes=tuple(classes),
+        arrival_shape=str(shape),
     )
 
 
@@ -140,7 +152,7 @@ class Subscribers:
 
 
 def draw_subscribers(sc: SwarmScenario, rng: np.random.Generator) -> Subscribers:
-    """Classes in their shares, in random order; arrivals uniform over the window."""
+    """Classes in their shares, in random order; arrivals over the window in its shape."""
     n = sc.subscribers
     counts = [round(c.share * n) for c in sc.classes]
     counts[-1] = n - sum(counts[:-1])
@@ -152,7 +164,13 @@ def draw_subscribers(sc: SwarmScenario, rng: np.random.Generator) -> Subscribers
     )
     klass = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     perm = rng.permutation(n)
-    arrive = rng.uniform(0, sc.arrival_window_s, n)
+    u = rng.uniform(0, 1, n)
+    w = sc.arrival_window_s
+    if sc.arrival_shape == "decay" and w > 0:
+        # exponential with mean w/4 cut at w, by its inverse distribution function
+        arrive = -(w / 4) * np.log1p(-u * (1 - math.exp(-4.0)))
+    else:
+        arrive = u * w
     return Subscribers(up[perm], down[perm], arrive, klass[perm])
 
 
