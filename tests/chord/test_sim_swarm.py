@@ -90,6 +90,22 @@ def test_download_bound_is_met_exactly(tmp_path: Path) -> None:
         assert bound <= run.last_done_s <= bound + run.step_s
 
 
+def test_decaying_arrivals(tmp_path: Path) -> None:
+    # a crowd that thins out: exponential with a mean of a quarter of the window, cut at it
+    text = SMALL.replace("subscribers = 300", "subscribers = 20000")
+    text = text.replace("origin_upload_mbps = 10", "origin_upload_mbps = 10\narrival_window_s = 80")
+    uniform = draw_subscribers(small(tmp_path, text), np.random.default_rng(1)).arrive_s
+    sc = small(
+        tmp_path,
+        text.replace("arrival_window_s = 80", 'arrival_window_s = 80\narrival_shape = "decay"'),
+    )
+    decay = draw_subscribers(sc, np.random.default_rng(1)).arrive_s
+    assert decay.min() >= 0 and decay.max() <= 80
+    # truncated at 4 means: mean = 20 * (1 - 5 e^-4) / (1 - e^-4)
+    assert decay.mean() == pytest.approx(20 * (1 - 5 * np.exp(-4)) / (1 - np.exp(-4)), rel=0.03)
+    assert np.median(decay) < np.median(uniform) / 2
+
+
 def test_finer_blocks_give_the_same_answer(tmp_path: Path) -> None:
     # the resolution is not what the result depends on: 8 and 32 blocks a piece agree
     sc = small(tmp_path)
@@ -120,6 +136,11 @@ def test_bad_scenarios_say_what_to_fix(tmp_path: Path) -> None:
     bad.write_text("[swarm]\nsubscribers = 10\n")
     with pytest.raises(SwarmScenarioError, match="classes"):
         load_swarm_scenario(str(bad))
+    bad.write_text(
+        SMALL.replace("origin_upload_mbps = 10", 'origin_upload_mbps = 10\narrival_shape = "wave"')
+    )
+    with pytest.raises(SwarmScenarioError, match="arrival_shape must be one of uniform, decay"):
+        load_swarm_scenario(str(bad))
     for name, subscribers in (("flash-50k", 50000), ("window-20k", 20000), ("mix-20k", 20000)):
         assert load_swarm_scenario(name).subscribers == subscribers
 
@@ -146,28 +167,48 @@ def test_cli_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["sim", "swarm", "--scenario", str(path), "--blocks-per-piece", "0"]) == 2
 
 
-def test_ring_grows_the_swarm_then_serves_the_most_behind(tmp_path: Path) -> None:
-    # Beyond the requests the ring's supernodes hand a holder's upload out by a rule
-    # that changes once the swarm's upload is all used (docs/chord.md, "sim swarm").
+def test_ring_serves_unused_upload_first_then_the_most_behind(tmp_path: Path) -> None:
+    # The ring's supernodes serve first the askers whose upload went most unused by
+    # their last report (a piece there adds upload), then the most behind
+    # (docs/chord.md, "sim swarm").
     sc = small(tmp_path, SMALL.replace("subscribers = 300", "subscribers = 8"))
     sw = _Swarm(sc, "ring", 1, 16)
     everyone = np.arange(8)
     fast = sw.up_rate[:8] > sw.up_rate[:8].min()
-    # the first pieces spreading (nothing used yet): the most upload first
+    # newcomers: all their upload is unused, so the most upload first
     order = sw._asker_order(everyone)
     assert fast[order[:4]].all() and not fast[order[4:]].any()
-    # all the upload used: the most behind first (what it misses over its download rate)
-    sw.run.upload_use_per_step.append(1.0)
+    prio = sw._request_priority(everyone)
+    assert (prio[fast] < prio[~fast]).all()
+    # every upload in use: the most behind first (what it misses over its download rate)
+    sw.unused_reported[:] = 0.0
     sw.downloaded[:] = np.arange(8) * 30
     order = sw._asker_order(everyone)
     behind = (sw.p * sw.b - sw.downloaded) / sw.down_rate
     assert (np.diff(behind[order]) <= 0).all()
-    # ... but not while some of it idles: whoever would finish after the swarm first
-    sw.run.upload_use_per_step.append(0.5)
-    sw.downloaded[:] = sw.p * sw.b - 1
-    sw.downloaded[0] = 0
-    sw.down_rate[0] = 0.1  # its own download makes it the last, by far
-    assert sw._asker_order(everyone)[0] == 0
+    assert (sw._request_priority(everyone) == 255).all()
+    # ... but one whose upload idles comes first, however far along it is
+    sw.unused_reported[7] = 0.5
+    assert sw._asker_order(everyone)[0] == 7
+    assert sw._request_priority(everyone).argmin() == 7
+    # the other choices give no request a rank
+    assert (_Swarm(sc, "random", 1, 16)._request_priority(everyone) == 0).all()
+
+
+def test_ring_knows_unused_upload_as_of_each_report(tmp_path: Path) -> None:
+    sc = small(tmp_path, SMALL.replace("subscribers = 300", "subscribers = 4"))
+    sw = _Swarm(sc, "ring", 1, 16)
+    r = sw.report_steps
+    assert r == round(2.0 / sw.run.step_s)  # a report every 2 s, each at its phase
+    sw.report_phase[:] = 0
+    arrived = np.array([True, True, True, False])
+    for t in range(1, r):  # nothing due: the ring still sees the newcomer's value
+        sw._report(t, arrived, np.array([1, 0, 2, 0]))
+    assert list(sw.unused_reported) == list(sw.up_rate[:4])
+    sw._report(r, arrived, np.array([1, 0, 5, 0]))
+    # the mean over the steps since the last report; not arrived: unchanged
+    assert list(sw.unused_reported[:3]) == pytest.approx([1.0, 0.0, (2 * (r - 1) + 5) / r])
+    assert sw.unused_reported[3] == sw.up_rate[3]
 
 
 def test_ring_gives_requests_to_the_holders_that_pay_back_soonest(tmp_path: Path) -> None:

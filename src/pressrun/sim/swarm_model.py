@@ -20,14 +20,15 @@ upload left in the step, in the order each uploader choice gives:
   supernode of the piece gives the requests to holders that still owe upload
   (downloaded more than uploaded) first, those that can pay it back soonest (what they
   owe over their upload rate) first, then to the least loaded (most upload left this
-  step), ties at random; the rarest pieces claim their holders' upload first.
+  step), ties at random; the rarest pieces claim their holders' upload first. Of the
+  askers of a piece it serves first those whose upload went most unused by their last
+  report (``REPORT_S``; a newcomer's is all unused): a piece there turns idle upload
+  into upload, where a piece to a busy uploader adds none; then the most advanced.
   Subscribers ask for the pieces rarest as they see them (libtorrent's own order,
   which the `chord` policy leaves alone outside the pieces it must bring in). Beyond
-  the requests, a holder's upload left goes first to whoever would finish after the
-  swarm, then: while the swarm's upload is not all used (the first pieces spreading),
-  to those that upload the most (they pass pieces on fastest); once it is, to those
-  whose own download rate leaves them the furthest from done (the most behind first,
-  so everyone finishes together);
+  the requests, a holder's upload left goes in the same order, then to those whose
+  own download rate leaves them the furthest from done (the most behind first, so
+  everyone finishes together);
 - ``random``: holders in random order, pieces in random order, and each subscriber
   asks for random pieces;
 - ``rarest``: BitTorrent's rarest-first: each subscriber asks for the pieces with the
@@ -66,9 +67,9 @@ EXTRA_PIECES = 2
 #: blocks per piece by default: 64 KiB blocks of a 1 MiB piece (BitTorrent's requests
 #: are 16 KiB; four of them pipelined to one uploader make one of these)
 DEFAULT_BLOCKS_PER_PIECE = 16
-#: the swarm's upload counts as all used (the ring's supernodes then serve the most
-#: behind first) when a step used at least this share of the subscribers' upload credit
-SATURATED = 0.99
+#: how often a subscriber reports to the ring (the peer's ring client runs a round every
+#: 2 s): a supernode knows a subscriber's unused upload as of its last report
+REPORT_S = 2.0
 
 Ints = npt.NDArray[np.int64]
 
@@ -169,6 +170,14 @@ class _Swarm:
         if choice != "random":
             self.pool_u *= 0.5  # (a tie-break under one copy)
         self.pool_z = rng.standard_normal(size, dtype=np.float32)
+        # The ring's view of each subscriber's upload: the blocks a step it left unused,
+        # as of its last report (every REPORT_S, each at its own phase); a newcomer
+        # holds nothing yet, so all of its upload is unused.
+        self.report_steps = max(1, round(REPORT_S / step_s))
+        self.report_phase = np.arange(n) % self.report_steps
+        self.unused_reported = self.up_rate[:n].copy()
+        self.unused_since = np.zeros(n)
+        self.steps_since = np.zeros(n, dtype=np.int64)
 
     def _pool(self, pool: npt.NDArray[np.float32], shape: tuple[int, int]) -> Any:
         count = shape[0] * shape[1]
@@ -203,7 +212,8 @@ class _Swarm:
         # random: the order in which the holders' upload serves them
         progress = self.progress
         srt = np.argsort(
-            (piece_rank[req_piece] << 40)
+            (piece_rank[req_piece] << 48)
+            | (self._request_priority(req_node) << 40)
             | ((255 - progress[req_node, req_piece].astype(np.int64)) << 32)
             | rng.integers(0, 1 << 32, req_node.size)
         )
@@ -243,6 +253,8 @@ class _Swarm:
             open_a[cand] = dleft[more] > 0
         used_up = left[:n] - left_o[np.argsort(order)]
         up_credit[:n] -= used_up
+        if self.choice == "ring":
+            self._report(t, arrived, left[:n] - used_up)
         run.upload_use_per_step.append(float(used_up.sum() / max(1, int(left[:n].sum()))))
         run.class_upload_credit.append(np.bincount(self.klass, left[:n], self.classes))
         run.class_uploaded.append(np.bincount(self.klass, used_up, self.classes))
@@ -355,21 +367,35 @@ class _Swarm:
         upload."""
         if self.choice != "ring":
             return self.rng.permutation(active)
-        # the supernodes serve first whoever would otherwise finish after the swarm could
-        # (its own download rate is what limits it: most steps needed first); then,
-        # while some of the swarm's upload goes unused (the first pieces spreading),
-        # whoever passes pieces on fastest (the most upload: the swarm's capacity grows
-        # fastest); once it is all used, the most behind first (what it misses over its
-        # own download rate), so that everyone finishes together
+        # the supernodes serve first whoever left the most upload unused (a piece there
+        # adds upload to the swarm), then the most behind (what it misses over its own
+        # download rate), so that everyone finishes together
         total = self.p * self.b
         finish_steps = (total - self.downloaded[active]) / self.down_rate[active]
-        use = self.run.upload_use_per_step
-        if use and use[-1] >= SATURATED:
-            return active[np.lexsort((self.rng.random(active.size), -finish_steps))]
-        swarm_steps = (total * self.n - self.downloaded.sum()) / self.up_rate.sum()
-        critical = finish_steps >= swarm_steps
-        key = np.where(critical, -finish_steps, -self.up_rate[active])
-        return active[np.lexsort((self.rng.random(active.size), key, ~critical))]
+        return active[
+            np.lexsort((self.rng.random(active.size), -finish_steps, -self.unused_reported[active]))
+        ]
+
+    def _report(self, t: int, arrived: npt.NDArray[np.bool_], unused: Ints) -> None:
+        """Each subscriber's report to the ring: its upload left unused per step, on
+        average since its last report."""
+        self.unused_since += unused
+        self.steps_since += arrived
+        due = arrived & ((t - self.report_phase) % self.report_steps == 0)
+        self.unused_reported[due] = self.unused_since[due] / self.steps_since[due]
+        self.unused_since[due] = 0.0
+        self.steps_since[due] = 0
+
+    def _request_priority(self, req_node: Ints) -> Ints:
+        """Each request's rank within its piece, 0 to 255 (lower first): the ring serves
+        the askers whose upload went most unused first; the other choices make no
+        difference."""
+        if self.choice != "ring":
+            return np.zeros(req_node.size, dtype=np.int64)
+        top = float(self.up_rate[: self.n].max())
+        unused = np.minimum(self.unused_reported[req_node] / top, 1.0)
+        prio: Ints = (255 - np.floor(unused * 255)).astype(np.int64)
+        return prio
 
     def _piece_order(self) -> Ints:
         """Each piece's rank: lower ranks claim their holders' upload first."""

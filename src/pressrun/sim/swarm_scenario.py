@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-
 #: how arrivals spread over the window: ``uniform``, or ``decay`` (a flash crowd that
 #: thins out: exponential with a mean of a quarter of the window, cut at the window)
 ARRIVAL_SHAPES = ("uniform", "decay")
