@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pressrun.cli import main
+from pressrun.sim.swarm_leave import departures
 from pressrun.sim.swarm_model import _Swarm, run_swarm
 from pressrun.sim.swarm_report import compare
 from pressrun.sim.swarm_scenario import (
@@ -148,11 +149,15 @@ def test_bad_scenarios_say_what_to_fix(tmp_path: Path) -> None:
 def test_cli_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "small.toml"
     path.write_text(SMALL.replace("subscribers = 300", "subscribers = 40"))
-    rc = main(["sim", "swarm", "--scenario", str(path), "--out", str(tmp_path), "--json"])
-    assert rc == 0
+    args = ["sim", "swarm", "--scenario", str(path), "--leave", "last-holder", "--json"]
+    assert main([*args, "--out", str(tmp_path)]) == 0
     summary = json.loads(capsys.readouterr().out)
+    assert summary["leave"] == "last-holder"
     assert [c["choice"] for c in summary["choices"]] == ["ring", "random", "rarest"]
     assert all(0.0 <= c["upload_idle_share"] < 1.0 for c in summary["choices"])
+    for choice in summary["choices"]:  # everyone left, the last ones at the end
+        assert choice["left_by_ratio"] + choice["left_by_not_needed"] == 40
+        assert choice["last_holder_stayed_s"] >= 0
     for choice in summary["choices"]:
         classes = choice["classes"]  # per class of access link, in the scenario's order
         assert [(c["share"], c["upload_mbps"]) for c in classes] == [(0.5, 1.0), (0.5, 2.0)]
@@ -162,7 +167,7 @@ def test_cli_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[s
             assert 0.0 < c["upload_use"] <= 1.0
             assert len(c["upload_use_by_span"]) == 10
             assert all(0.0 <= u <= 1.0 for u in c["upload_use_by_span"])
-    assert (tmp_path / "swarm-small-seed1.png").stat().st_size > 1000
+    assert (tmp_path / "swarm-small-seed1-leave-last-holder.png").stat().st_size > 1000
     assert main(["sim", "swarm", "--scenario", str(path), "--choices", "nope"]) == 2
     assert main(["sim", "swarm", "--scenario", str(path), "--blocks-per-piece", "0"]) == 2
 
@@ -220,3 +225,59 @@ def test_ring_gives_requests_to_the_holders_that_pay_back_soonest(tmp_path: Path
     left = np.array([1, 1, 4, 4])
     # payback: 40/1, 10/1, 60/4 steps; then the one that owes nothing
     assert list(sw._holder_order(left)) == [1, 2, 0, 3]
+
+
+def test_leave_rules() -> None:
+    # four subscribers: 0 and 1 finished (0 uploaded what it downloaded), 2 and 3 still
+    # downloading; two pieces, piece 1 held by the seeds only
+    rng = np.random.default_rng(1)
+    have_t = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=bool)
+    seeds = np.array([True, True, False, False])
+    kw = {
+        "seeds": seeds,
+        "leechers": ~seeds,
+        "uploaded": np.array([10, 3, 0, 0]),
+        "downloaded": np.array([10, 10, 5, 5]),
+        "have_t": have_t,
+        "rng": rng,
+    }
+    assert departures("never", **kw).leaving.size == 0
+    # fair: 0 by the ratio rule; 1 stays (one seed left, two leechers: needed)
+    fair = departures("fair", **kw)
+    assert list(fair.by_ratio) == [0] and fair.by_not_needed.size == 0
+    # not_needed: with one leecher, seeds - 1 >= 2 * leechers lets 1 go once 0 has not
+    one = departures("fair", **{**kw, "leechers": np.array([False, False, True, False])})
+    assert list(one.by_ratio) == [0] and one.by_not_needed.size == 0
+    many = np.ones(8, dtype=bool)
+    crowd = departures(
+        "fair",
+        seeds=many,
+        leechers=np.zeros(8, dtype=bool),
+        uploaded=np.zeros(8, dtype=np.int64),
+        downloaded=np.ones(8, dtype=np.int64),
+        have_t=np.ones((2, 8), dtype=bool),
+        rng=rng,
+    )
+    assert crowd.by_not_needed.size == 8  # nobody downloads: nobody is needed
+    # last-holder: 1 is not leaving; make both seeds go by ratio: piece 1 would be lost
+    both = {**kw, "uploaded": np.array([10, 10, 0, 0]), "downloaded": np.array([10, 10, 5, 5])}
+    assert set(departures("fair", **both).leaving) == {0, 1}
+    kept = departures("last-holder", **both)
+    assert kept.leaving.size == 1 and kept.held.size == 1
+    assert set(kept.leaving) | set(kept.held) == {0, 1}
+    # ... but not once a leecher holds piece 1 too
+    shared = have_t.copy()
+    shared[1, 2] = True
+    assert departures("last-holder", **{**both, "have_t": shared}).leaving.size == 2
+
+
+def test_leaving_subscribers_upload_no_more(tmp_path: Path) -> None:
+    sc = small(tmp_path, SMALL.replace("subscribers = 300", "subscribers = 40"))
+    stay = run_swarm(sc, "ring", seed=1, blocks_per_piece=4)
+    for rule in ("fair", "last-holder"):
+        run = run_swarm(sc, "ring", seed=1, blocks_per_piece=4, leave=rule)
+        assert np.isfinite(run.done_at_s).all()
+        assert run.left_by_ratio + run.left_by_not_needed == 40  # the last ones at the end
+        assert (run.left_at_s >= run.done_at_s).all()  # only seeds leave
+        assert run.last_done_s >= stay.last_done_s  # leaving takes upload away
+    assert not np.isfinite(stay.left_at_s).any()

@@ -367,6 +367,14 @@ def register_swarm(sim_sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="resolution: blocks per piece; a step is one block at the slowest upload "
         "rate (default 16)",
     )
+    sw.add_argument(
+        "--leave",
+        choices=("never", "fair", "last-holder"),
+        default="never",
+        help="when finished subscribers leave: never (everyone seeds to the end, as the "
+        "bound assumes; default), fair (the client's ratio and not_needed rules), "
+        "last-holder (fair, but the last holder of a piece someone lacks stays)",
+    )
     add_seed_out_json(sw, out="the plot", printed="a table")
     sw.set_defaults(func=run_swarm_sim)
 
@@ -394,6 +402,7 @@ def run_swarm_sim(args: argparse.Namespace) -> int:
             seed=args.seed,
             blocks_per_piece=args.blocks_per_piece,
             progress=not args.json,
+            leave=args.leave,
         )
     except (SwarmScenarioError, ValueError) as exc:
         print(f"pressrun sim swarm: {exc}", file=sys.stderr)
@@ -404,10 +413,13 @@ def run_swarm_sim(args: argparse.Namespace) -> int:
         "file_bytes": scenario.file_bytes,
         "pieces": scenario.num_pieces,
         "seed": args.seed,
+        "leave": args.leave,
         "fluid_bound_s": round(result.bound_s, 2),
         "choices": result.rows(),
     }
     stem = f"swarm-{scenario.name}-seed{args.seed}"
+    if args.leave != "never":
+        stem += f"-leave-{args.leave}"
     return report_with_plot(
         args,
         stem,

@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pressrun.sim.swarm_leave import LEAVE_RULES, departures
 from pressrun.sim.swarm_scenario import SwarmScenario, draw_subscribers, fluid_bound_s
 
 CHOICES = ("ring", "random", "rarest")
@@ -94,6 +95,14 @@ class SwarmRun:
     #: per step, each class's upload credit and the blocks it uploaded
     class_upload_credit: list[Ints] = field(default_factory=list)
     class_uploaded: list[Ints] = field(default_factory=list)
+    #: when subscribers leave (`swarm_leave`): the rule, each one's departure (inf:
+    #: stayed to the end), how many left by each fair rule, and the steps a subscriber
+    #: allowed to leave stayed as the last holder of a needed piece
+    leave: str = "never"
+    left_at_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    left_by_ratio: int = 0
+    left_by_not_needed: int = 0
+    held_steps: int = 0
 
     @property
     def last_done_s(self) -> float:
@@ -111,14 +120,18 @@ def run_swarm(
     seed: int = 1,
     blocks_per_piece: int = DEFAULT_BLOCKS_PER_PIECE,
     max_steps: int | None = None,
+    leave: str = "never",
 ) -> SwarmRun:
-    """Simulate ``sc`` with one uploader choice (module docstring)."""
+    """Simulate ``sc`` with one uploader choice (module docstring) and a leave rule
+    (`swarm_leave`)."""
     if choice not in CHOICES:
         raise ValueError(f"unknown uploader choice {choice!r}; choose from {', '.join(CHOICES)}")
+    if leave not in LEAVE_RULES:
+        raise ValueError(f"unknown leave rule {leave!r}; choose from {', '.join(LEAVE_RULES)}")
     if not 1 <= blocks_per_piece <= 255:
         raise ValueError("blocks_per_piece must be between 1 and 255")
     started = time.perf_counter()
-    swarm = _Swarm(sc, choice, seed, blocks_per_piece)
+    swarm = _Swarm(sc, choice, seed, blocks_per_piece, leave)
     if max_steps is None:
         max_steps = int(20 * swarm.bound_s / swarm.run.step_s) + 1000
     for t in range(max_steps):
@@ -131,7 +144,9 @@ def run_swarm(
 class _Swarm:
     """The state of one run; `step` moves it on by one step."""
 
-    def __init__(self, sc: SwarmScenario, choice: str, seed: int, b: int) -> None:
+    def __init__(
+        self, sc: SwarmScenario, choice: str, seed: int, b: int, leave: str = "never"
+    ) -> None:
         self.choice = choice
         self.rng = rng = np.random.default_rng(seed)
         self.n, self.p, self.b = n, p, _ = sc.subscribers, sc.num_pieces, b
@@ -158,6 +173,9 @@ class _Swarm:
         self.downloaded = np.zeros(n, dtype=np.int64)
         self.run = SwarmRun(choice, step_s, np.full(n, np.inf), np.full(n, np.inf), 0, b, 0)
         self.run.klass = self.klass = subs.klass
+        self.run.leave = self.leave = leave
+        self.run.left_at_s = np.full(n, np.inf)
+        self.gone = np.zeros(n, dtype=bool)  # left the swarm
         self.classes = len(sc.classes)
         # Random keys for the subscribers' piece order: drawing n*p normals every step
         # cost more than the rest of the step, so they come from a pool drawn once per
@@ -190,11 +208,12 @@ class _Swarm:
         done_at = run.done_at_s
         arrived = self.arrive_step <= t
         active = np.flatnonzero(arrived & ~np.isfinite(done_at))
+        present = arrived & ~self.gone
         if active.size == 0 and np.isfinite(done_at).all():
             return False
         up_credit, down_credit = self.up_credit, self.down_credit
         up_credit[:n] = np.where(
-            arrived, np.minimum(up_credit[:n] + self.up_rate[:n], self.up_cap[:n]), 0
+            present, np.minimum(up_credit[:n] + self.up_rate[:n], self.up_cap[:n]), 0
         )
         o = self.origin
         up_credit[o] = min(up_credit[o] + self.up_rate[o], self.up_cap[o])
@@ -254,7 +273,7 @@ class _Swarm:
         used_up = left[:n] - left_o[np.argsort(order)]
         up_credit[:n] -= used_up
         if self.choice == "ring":
-            self._report(t, arrived, left[:n] - used_up)
+            self._report(t, present, left[:n] - used_up)
         run.upload_use_per_step.append(float(used_up.sum() / max(1, int(left[:n].sum()))))
         run.class_upload_credit.append(np.bincount(self.klass, left[:n], self.classes))
         run.class_uploaded.append(np.bincount(self.klass, used_up, self.classes))
@@ -264,7 +283,7 @@ class _Swarm:
             run.origin_blocks += used
         down_credit[active] -= np.floor(down_credit[active]) - dleft[active]
         # pieces completed in the step become available from the next
-        fp, fn = np.nonzero((progress >= b).T & ~self.have_t)
+        fp, fn = np.nonzero((progress >= b).T & ~self.have_t & ~self.gone)
         self.have_t[fp, fn] = True
         self.copies += np.bincount(fp, minlength=p)
         self.pieces_had += np.bincount(fn, minlength=n)
@@ -276,7 +295,33 @@ class _Swarm:
         fair_at[fair] = end_s
         run.completed_per_step.append(int(np.isfinite(done_at).sum()))
         run.steps = t + 1
+        if self.leave != "never":
+            self._leave(present, end_s)
         return True
+
+    def _leave(self, present: npt.NDArray[np.bool_], end_s: float) -> None:
+        """Subscribers that leave at the end of the step (`swarm_leave`): they upload
+        no more and their pieces no longer count."""
+        run, done = self.run, np.isfinite(self.run.done_at_s)
+        dep = departures(
+            self.leave,
+            seeds=present & done,
+            leechers=present & ~done,
+            uploaded=self.uploaded,
+            downloaded=self.downloaded,
+            have_t=self.have_t,
+            rng=self.rng,
+        )
+        run.held_steps += dep.held.size
+        go = dep.leaving
+        if go.size == 0:
+            return
+        self.copies -= self.have_t[:, go].sum(axis=1)
+        self.have_t[:, go] = False
+        self.gone[go] = True
+        run.left_at_s[go] = end_s
+        run.left_by_ratio += dep.by_ratio.size
+        run.left_by_not_needed += dep.by_not_needed.size
 
     def _serve(self, k: int, d: Ints, order: Ints, hpos: Ints, left_o: Ints, dleft: Ints) -> Ints:
         """Blocks of piece ``k`` to ``d`` (in order) from the holders at ``hpos`` of

@@ -47,7 +47,7 @@ class SwarmComparison:
             if not mine.any():
                 continue
             done = r.done_at_s[mine]
-            leave = np.minimum(r.fair_at_s[mine], r.last_done_s)
+            leave = _leave_times(r)[mine]
             out.append(
                 {
                     "share": pc.share,
@@ -74,9 +74,7 @@ class SwarmComparison:
         out: list[dict[str, Any]] = []
         for r in self.runs:
             fair = r.fair_at_s[np.isfinite(r.fair_at_s)]
-            # a subscriber leaves by the ratio rule when it gets there, else when nobody
-            # needs it any more (the last one finished: the not_needed rule)
-            leave = np.minimum(r.fair_at_s, r.last_done_s)
+            leave = _leave_times(r)
             out.append(
                 {
                     "choice": r.choice,
@@ -93,11 +91,27 @@ class SwarmComparison:
                     "upload_idle_share": round(
                         1.0 - float(np.mean(r.upload_use_per_step or [0.0])), 4
                     ),
+                    "leave_rule": r.leave,
+                    # with a leave rule: how many left by each fair rule (the rest stayed
+                    # to the end), and for how long subscribers allowed to leave stayed
+                    # as the last holder of a needed piece (subscriber-seconds)
+                    "left_by_ratio": r.left_by_ratio,
+                    "left_by_not_needed": r.left_by_not_needed,
+                    "last_holder_stayed_s": round(r.held_steps * r.step_s, 1),
                     "wall_s": round(r.wall_s, 1),
                     "classes": self.class_rows(r),
                 }
             )
         return out
+
+
+def _leave_times(r: SwarmRun) -> Any:
+    """When each subscriber leaves: with no leave rule, when the ratio rule would let it
+    (else when nobody needs it any more: the last one finished, not_needed); with one,
+    when it left (else the end)."""
+    if r.leave == "never":
+        return np.minimum(r.fair_at_s, r.last_done_s)
+    return np.minimum(r.left_at_s, r.last_done_s)
 
 
 def _share(used: Any, credit: Any) -> float:
@@ -112,14 +126,16 @@ def compare(
     seed: int = 1,
     blocks_per_piece: int = DEFAULT_BLOCKS_PER_PIECE,
     progress: bool = False,
+    leave: str = "never",
 ) -> SwarmComparison:
-    """Run each choice on the same scenario and seed (the same subscribers)."""
+    """Run each choice on the same scenario and seed (the same subscribers) and leave
+    rule (`swarm_leave`)."""
     bound = fluid_bound_s(sc, draw_subscribers(sc, np.random.default_rng(seed)))
     runs = []
     for c in choices:
         if progress:
             print(f"pressrun sim swarm: {sc.name}, uploader choice {c} ...", flush=True)
-        run = run_swarm(sc, c, seed=seed, blocks_per_piece=blocks_per_piece)
+        run = run_swarm(sc, c, seed=seed, blocks_per_piece=blocks_per_piece, leave=leave)
         if progress:
             print(
                 f"pressrun sim swarm: {c}: last done {run.last_done_s:.1f} s "
@@ -154,10 +170,23 @@ def format_comparison(cmp: SwarmComparison) -> str:
             f"{row['origin_copies']:>15.2f}{row['ratio_by_end']:>10.2%}"
             f"{row['leave_median_s']:>10.1f}s{row['leave_p90_s']:>10.1f}s"
         )
-    lines.append(
-        "ratio>=1: share that uploaded as much as it downloaded before the last finished; "
-        "leave: then, or when nobody needs it any more (the last finished: not_needed)"
-    )
+    leave_rule = cmp.runs[0].leave if cmp.runs else "never"
+    if leave_rule == "never":
+        lines.append(
+            "ratio>=1: share that uploaded as much as it downloaded before the last finished; "
+            "leave: then, or when nobody needs it any more (the last finished: not_needed)"
+        )
+    else:
+        lines.append(
+            f"ratio>=1: share that uploaded as much as it downloaded before the last finished; "
+            f"leave: when it left by the fair rules (--leave {leave_rule}), else the end"
+        )
+        for row in cmp.rows():
+            lines.append(
+                f"  {row['choice']}: left by ratio {row['left_by_ratio']}, by not_needed "
+                f"{row['left_by_not_needed']}; the last holder stayed "
+                f"{row['last_holder_stayed_s']:g} subscriber-seconds"
+            )
     lines.append(
         f"per class (share up/down Mbit/s): {'median':>8}{'last':>8}{'ratio>=1':>10}"
         f"{'leave p50':>11}{'upload use':>12}  upload use by tenth of the run"
