@@ -41,11 +41,10 @@ import random
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from pressrun.emulate.link import LinkConfigError, parse_rate_bps
+from pressrun.sim import scenario_files
 from pressrun.sim.scenario import ScenarioError, expand_arrivals
 
 FAULT_ACTIONS = ("cut-link", "kill")
@@ -138,24 +137,19 @@ class EmulationScenario:
 
 def builtin_names() -> list[str]:
     """The built-in emulation scenarios (pressrun/emulate/scenarios/*.toml)."""
-    root = resources.files("pressrun.emulate") / "scenarios"
-    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+    return scenario_files.builtin_names("pressrun.emulate", "scenarios")
 
 
 def load_scenario(name_or_path: str) -> EmulationScenario:
     """A built-in scenario by name, or a TOML file by path."""
-    path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
-        if not path.is_file():
-            raise ScenarioError(f"scenario file {name_or_path} does not exist")
-        return parse_scenario(path.read_text(encoding="utf-8"), source=str(path))
-    res = resources.files("pressrun.emulate") / "scenarios" / f"{name_or_path}.toml"
-    if not res.is_file():
-        raise ScenarioError(
-            f"no built-in emulation scenario {name_or_path!r} and no such file; "
-            f"built-in: {', '.join(builtin_names())}"
-        )
-    return parse_scenario(res.read_text(encoding="utf-8"), source=f"built-in {name_or_path}")
+    text, source = scenario_files.read_scenario_text(
+        name_or_path,
+        package="pressrun.emulate",
+        folder="scenarios",
+        kind="emulation",
+        error=ScenarioError,
+    )
+    return parse_scenario(text, source=source)
 
 
 _TOP = {

@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from pressrun.sim.scenario_files import builtin_names, read_scenario_text
 
 #: how arrivals spread over the window: ``uniform``, or ``decay`` (a flash crowd that
 #: thins out: exponential with a mean of a quarter of the window, cut at the window)
@@ -61,25 +62,18 @@ class SwarmScenario:
 
 
 def swarm_scenario_names() -> list[str]:
-    root = resources.files("pressrun.sim") / "swarm_scenarios"
-    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+    return builtin_names("pressrun.sim", "swarm_scenarios")
 
 
 def load_swarm_scenario(name_or_path: str) -> SwarmScenario:
     """A built-in scenario by name, or a TOML file (docs/chord.md has the format)."""
-    path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
-        try:
-            raw = path.read_text(encoding="utf-8")
-        except OSError as err:
-            raise SwarmScenarioError(f"cannot read {path}: {err}") from None
-    else:
-        res = resources.files("pressrun.sim") / "swarm_scenarios" / f"{name_or_path}.toml"
-        if not res.is_file():
-            raise SwarmScenarioError(
-                f"no swarm scenario {name_or_path!r}; built-in: {', '.join(swarm_scenario_names())}"
-            )
-        raw = res.read_text(encoding="utf-8")
+    raw, _ = read_scenario_text(
+        name_or_path,
+        package="pressrun.sim",
+        folder="swarm_scenarios",
+        kind="swarm",
+        error=SwarmScenarioError,
+    )
     try:
         doc = tomllib.loads(raw)
     except tomllib.TOMLDecodeError as err:
