@@ -4,7 +4,8 @@ The settings (FIELD-NOTES.md, libtorrent): DHT, LSD, UPnP and NAT-PMP off; sever
 connections per IP (every loopback peer is 127.0.0.1); TCP only; web-seed requests of
 at most 256 KiB (the 16 MiB default makes the first request reserve most of the file
 for a slow origin); a low ``min_announce_interval``; every address in libtorrent's
-global peer class so the profile's rate limits apply on loopback and LAN as well.
+global peer class so the profile's rate limits apply on loopback and LAN as well; four
+unchoke slots (docs/swarm.md).
 
 Alerts come through ``session.set_alert_fd`` on a pipe watched with
 ``loop.add_reader`` (never ``set_alert_notify`` with a Python callback: it deadlocks
@@ -68,6 +69,11 @@ def session_settings(
         "urlseed_wait_retry": 2,
         "min_announce_interval": 1,
         "stop_tracker_timeout": 2,
+        # four peers unchoked at a time, not libtorrent's eight: each gets a piece in
+        # half the time, so a piece one peer brought spreads sooner (bench/swarm.py at
+        # N = 40, 24 November: `chord` 1.61-1.66x the bound in 4 runs against 1.98x in
+        # 2 with eight; `stripes` 1.54-1.71x against 1.50-1.69x; docs/chord.md)
+        "unchoke_slots_limit": 4,
         "aio_threads": 2,
         "hashing_threads": 1,
         "alert_mask": int(_ALERT_MASK),
