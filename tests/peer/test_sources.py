@@ -1,6 +1,9 @@
-"""`classify_missing`: the pieces a peer lacks, by who could give them."""
+"""`classify_missing`: the pieces a peer lacks, by who could give them; `PeerInfoTally`:
+the pieces only a seed holds among its connected peers."""
 
-from pressrun.peer.sources import MissingPieces, classify_missing
+import libtorrent as lt
+
+from pressrun.peer.sources import MissingPieces, PeerInfoTally, classify_missing
 from pressrun.peer.uploader import MAX_PRIORITY
 
 
@@ -22,3 +25,37 @@ def test_without_a_plan_nothing_is_owed() -> None:
 
 def test_a_complete_copy_lacks_nothing() -> None:
     assert classify_missing([True] * 3, [0, 0, 0], 1, None) == MissingPieces(0, (), ())
+
+
+class _Pid:
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def to_bytes(self) -> bytes:
+        return self.raw
+
+
+class _Info:
+    """The fields of libtorrent's peer_info that the tally reads."""
+
+    def __init__(self, pieces: list[bool], *, seed: bool = False, web: bool = False) -> None:
+        self.connection_type = lt.peer_info.web_seed if web else lt.peer_info.standard_bittorrent
+        self.flags = lt.peer_info.seed if seed else 0
+        self.pieces = pieces
+        self.pid = _Pid(bytes(20))
+        self.ip = ("127.0.0.1", 8000)
+        self.total_download = 0
+
+
+def test_a_seed_counts_the_pieces_only_it_holds_among_downloading_peers() -> None:
+    tally = PeerInfoTally()
+    leecher = _Info([True, False, False, True])
+    other = _Info([False, False, True, False])
+    tally.update([leecher, other, _Info([], web=True)], count_sole=True)
+    assert tally.sole_pieces == 1  # piece 1: nobody connected holds it
+    # no downloading peer connected: nobody needs anything from this seed
+    tally.update([_Info([True] * 4, seed=True)], count_sole=True)
+    assert tally.sole_pieces == 0
+    # counted only when asked (a downloading peer does not need it)
+    tally.update([leecher, other], count_sole=False)
+    assert tally.sole_pieces == 0
