@@ -4,9 +4,9 @@
    made on the host with ``mmdebstrap --variant=minbase`` (Python 3.11, iproute2,
    nftables, redis-server; no manual pages, documentation but the copyright files, or
    translations), written straight into a tarball and imported with ``docker
-   import``. The tarball is kept in the cache folder, so it is made once per machine.
-   mmdebstrap downloads with apt (in parallel) and installs in one dpkg run where
-   debootstrap fetched and unpacked package by package (80 s here).
+   import``. The tarball is kept in the cache folder, so it is made once per machine
+   (87 s in a measured cold build, with the downloads; docs/emulation.md). 130 MB
+   where debootstrap's was 185 MB.
 2. **The dependencies**: every dependency pinned in pyproject.toml but the plotting
    ones (`HOST_ONLY`: only the host draws the report) as wheels (``pip
    wheel`` on the host, from pip's cache), unpacked on the host into a site-packages
