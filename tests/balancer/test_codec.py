@@ -17,9 +17,11 @@ from pressrun.balancer.codec import (
     encode_directive,
     encode_refusal,
     encode_status,
+    parse_client_hint,
     parse_failed,
 )
 from pressrun.balancer.events import (
+    ClientHint,
     DeliveryMode,
     Directive,
     NoDirective,
@@ -291,3 +293,40 @@ def test_parse_failed() -> None:
     for bad in ("a,,b", ",a", "a b", "a/b", "a\n"):
         with pytest.raises(RequestFormatError):
             parse_failed([bad])
+
+
+def test_parse_client_hint() -> None:
+    assert parse_client_hint({}) is None
+    assert parse_client_hint({"failed": "a"}) is None
+    assert parse_client_hint({"have": "100", "size": "400", "rate": "2.5e6"}) == ClientHint(
+        100, 400, 2.5e6
+    )
+    assert parse_client_hint({"size": "4", "elapsed": "12.5"}) == ClientHint(0, 4, None, 12.5)
+    assert parse_client_hint({"elapsed": "1e9"}) == ClientHint(0, None, None, 86400.0)
+    assert parse_client_hint({"size": "400"}) == ClientHint(0, 400, None)
+    assert parse_client_hint({"rate": "1000000"}) == ClientHint(0, None, 1e6)
+    # absurd values are clamped: a rate to 1 kB/s .. 100 Gbit/s, sizes to 2**53
+    assert parse_client_hint({"rate": "1e-9"}) == ClientHint(0, None, 1e3)
+    assert parse_client_hint({"rate": "1e300"}) == ClientHint(0, None, 12.5e9)
+    huge = str(10**19)
+    assert parse_client_hint({"have": huge, "size": huge}) == ClientHint(2**53, 2**53, None)
+    bad: list[tuple[dict[str, str], str]] = [
+        ({"have": "10"}, "needs size="),
+        ({"have": "500", "size": "400"}, "more than size="),
+        ({"size": "0"}, "size= must be at least"),
+        ({"have": "-1", "size": "4"}, "have= must be a number of bytes"),
+        ({"size": "1.5"}, "size= must be a number of bytes"),
+        ({"size": ""}, "size= must be a number of bytes"),
+        ({"size": "1" * 21}, "size= must be a number of bytes"),
+        ({"rate": "fast"}, "rate= must be"),
+        ({"rate": "nan"}, "rate= must be"),
+        ({"rate": "inf"}, "rate= must be"),
+        ({"rate": "0"}, "rate= must be"),
+        ({"rate": "-5"}, "rate= must be"),
+        ({"elapsed": "-1"}, "elapsed= must be"),
+        ({"elapsed": "soon"}, "elapsed= must be"),
+        ({"elapsed": "nan"}, "elapsed= must be"),
+    ]
+    for query, message in bad:
+        with pytest.raises(RequestFormatError, match=message):
+            parse_client_hint(query)

@@ -138,6 +138,9 @@ async def test_failed_list_reselects_without_those_origins(
     doc, resp = await get_json(http, f"{base}?failed=origin-a,origin-b&failed=origin-c", 503)
     assert resp.headers["Retry-After"] == "2"
     assert "could not use" in str(doc["error"])
+    # what a resuming client tells of itself is taken beside failed= (docs/protocols.md)
+    doc, _ = await get_json(http, f"{base}?failed=origin-a&have=10&size=100&rate=1e6&elapsed=3")
+    assert [o["name"] for o in doc["origins"]] == ["origin-b", "origin-c"]  # type: ignore[attr-defined]
 
 
 async def test_bad_requests_get_json_errors(
@@ -153,6 +156,9 @@ async def test_bad_requests_get_json_errors(
             http, f"{balancer.url}/v1/issues/{ISSUE}/directive?failed={bad_failed}", 400
         )
         assert "failed=" in str(doc["error"])
+    for bad_hint in ("have=5", "have=9&size=4", "size=-1", "rate=nan", "rate=x"):
+        doc, _ = await get_json(http, f"{balancer.url}/v1/issues/{ISSUE}/directive?{bad_hint}", 400)
+        assert bad_hint.split("=")[0] + "=" in str(doc["error"])
     await get_json(http, f"{balancer.url}/v1/origins?issue=..", 400)
     await get_json(http, f"{balancer.url}/issues/not-here", 404)
     assert balancer.core.directives_answered == 0

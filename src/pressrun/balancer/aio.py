@@ -12,10 +12,12 @@ beside it, one concern a module:
 
 HTTP endpoints:
 
-``GET /v1/issues/{issue_id}/directive[?failed=a,b]``
+``GET /v1/issues/{issue_id}/directive[?failed=a,b&have=B&size=B&rate=R]``
     200 directive JSON (docs/protocols.md); 404 no origin holds the issue; 503 with
     ``Retry-After`` when every origin holding it is down, full or named in ``failed``;
-    400 for an invalid issue id or ``failed`` list. Errors are ``{"error": "..."}``.
+    400 for an invalid issue id, ``failed`` list or ``have``/``size``/``rate`` (what a
+    downloading client tells of itself: bytes it has, the file's size, its rate).
+    Errors are ``{"error": "..."}``.
 ``GET /issues/{issue_id}``
     302 to ``<origin>/content/<issue_id>/<file_name>``; the file name is read once per
     issue from ``<origin>/content/<issue_id>/manifest.json`` and cached.
@@ -69,6 +71,7 @@ from pressrun.balancer.codec import (
     encode_directive,
     encode_status,
     json_score,
+    parse_client_hint,
     parse_failed,
 )
 from pressrun.balancer.config import BalancerConfig
@@ -353,13 +356,17 @@ class BalancerService:
                 400, f"invalid issue id {issue_id[:140]!r}: letters, digits, '.', '_', '-'"
             )
         failed = _NO_FAILED
+        client = None
         if request.query_string:
             try:
                 failed = parse_failed(request.query.getall("failed", []))
+                client = parse_client_hint(request.query)
             except RequestFormatError as err:
                 return self._error(400, str(err))
         now = self._now()
-        result = self.core.handle_directive_requested(DirectiveRequested(issue_id, failed), now=now)
+        result = self.core.handle_directive_requested(
+            DirectiveRequested(issue_id, failed, client), now=now
+        )
         if decisions_log.isEnabledFor(logging.DEBUG):
             self._log_decision(issue_id, result, now)
         if isinstance(result, NoDirective):

@@ -10,6 +10,7 @@
 - :func:`encode_directive` / :func:`encode_refusal`: `Directive` / `NoDirective` -> the
   JSON dicts of docs/protocols.md ("Balancer HTTP").
 - :func:`parse_failed`: the ``failed=`` list of a directive request.
+- :func:`parse_client_hint`: ``have=``, ``size=``, ``rate=`` of a directive request.
 
 No I/O, no clock.
 """
@@ -22,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pressrun.balancer.events import Directive, NoDirective, OriginStatus
+from pressrun.balancer.events import ClientHint, Directive, NoDirective, OriginStatus
 
 #: issue ids and file names (docs/protocols.md, "Issue bundle on disk")
 # (\Z, not $: "$" also matches before a trailing newline)
@@ -273,3 +274,72 @@ def parse_failed(values: list[str]) -> frozenset[str]:
                 )
             names.add(name)
     return frozenset(names)
+
+
+#: ``rate=`` is clamped to this range (bytes/s): 1 kB/s to 100 Gbit/s
+MIN_RATE_BYTES_PER_S = 1e3
+MAX_RATE_BYTES_PER_S = 12.5e9
+#: ``elapsed=`` is clamped to a day (s)
+MAX_ELAPSED_S = 86400.0
+#: the largest ``have=`` / ``size=`` taken (bytes, 2**53: exact as a float)
+MAX_SIZE_BYTES = 2**53
+_BYTES_RE = re.compile(r"^[0-9]{1,20}\Z")
+
+
+def parse_client_hint(query: Mapping[str, str]) -> ClientHint | None:
+    """What a downloading client tells of itself in a directive request (docs/protocols.md):
+    ``have=BYTES`` (of the issue's file it already holds), ``size=BYTES`` (the file's
+    size), ``rate=BYTES_PER_S`` (its recent download rate), ``elapsed=SECONDS`` (since
+    it first asked for the issue). None when it names none.
+
+    ``have`` and ``size`` are decimal integers, ``have`` only with ``size`` and at most
+    it; ``rate`` a positive and ``elapsed`` a non-negative decimal number. Anything
+    else is a `RequestFormatError` (answered 400). Absurd values are clamped: sizes to
+    2**53, the rate to 1 kB/s .. 12.5 GB/s (100 Gbit/s), ``elapsed`` to a day.
+    """
+    have_s, size_s, rate_s = query.get("have"), query.get("size"), query.get("rate")
+    elapsed_s = query.get("elapsed")
+    if have_s is None and size_s is None and rate_s is None and elapsed_s is None:
+        return None
+    size = None if size_s is None else _bytes_param("size", size_s)
+    have = 0 if have_s is None else _bytes_param("have", have_s)
+    if have_s is not None and size is None:
+        raise RequestFormatError("have= needs size= (the file's size in bytes)")
+    if size is not None:
+        if size == 0:
+            raise RequestFormatError("size= must be at least 1 byte")
+        if have > size:
+            raise RequestFormatError(f"have={have} is more than size={size}")
+    rate = None
+    if rate_s is not None:
+        try:
+            rate = float(rate_s)
+        except ValueError:
+            raise RequestFormatError(
+                f"rate= must be bytes per second, a positive number; {rate_s[:40]!r} is not"
+            ) from None
+        if not (math.isfinite(rate) and rate > 0):
+            raise RequestFormatError(
+                f"rate= must be bytes per second, a positive number; {rate_s[:40]!r} is not"
+            )
+        rate = min(max(rate, MIN_RATE_BYTES_PER_S), MAX_RATE_BYTES_PER_S)
+    elapsed = None
+    if elapsed_s is not None:
+        problem = f"elapsed= must be seconds, a number >= 0; {elapsed_s[:40]!r} is not"
+        try:
+            elapsed = float(elapsed_s)
+        except ValueError:
+            raise RequestFormatError(problem) from None
+        if not (math.isfinite(elapsed) and elapsed >= 0):
+            raise RequestFormatError(problem)
+        elapsed = min(elapsed, MAX_ELAPSED_S)
+    return ClientHint(have, size, rate, elapsed)
+
+
+def _bytes_param(key: str, value: str) -> int:
+    """A ``have=`` or ``size=`` value: a decimal count of bytes, clamped to 2**53."""
+    if _BYTES_RE.match(value) is None:
+        raise RequestFormatError(
+            f"{key}= must be a number of bytes (digits); {value[:40]!r} is not"
+        )
+    return min(int(value), MAX_SIZE_BYTES)

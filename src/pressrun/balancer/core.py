@@ -248,14 +248,14 @@ class BalancerCore:
         if issue not in self._holders:
             # Unknown here (made up, or no holder in rotation): nothing is created.
             return self._refuse(issue, msg.failed)
-        ranked = self.algorithm.rank(
-            issue, exclude=msg.failed, k=self.config.directive_origins, now=now
+        ranked = self.algorithm.rank_for(
+            issue, msg.client, exclude=msg.failed, k=self.config.directive_origins, now=now
         )
         if not ranked:
             return self._refuse(issue, msg.failed)
         picked = ranked[0][0]
         origins = self.origins
-        self.algorithm.handle_pick(picked, issue, now=now)
+        self.algorithm.handle_pick_for(picked, issue, msg.client, now=now)
         origins[picked].picks += 1
         self.directives_answered += 1
         decision = self.mode_policy.decide(issue, now=now)

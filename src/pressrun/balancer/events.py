@@ -129,11 +129,30 @@ class PollFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientHint:
+    """What a downloading client tells the balancer of itself (``have=``, ``size=``,
+    ``rate=`` of a directive request, docs/protocols.md): the bytes of the issue's file
+    it already holds (it resumes where it stopped), the file's size, and its own recent
+    download rate (bytes/s, the best it measured lately: what its link carries).
+
+    `have_bytes` <= `size_bytes`; `size_bytes` is None when the client does not know
+    it yet (no manifest), and `rate_bytes_per_s` None when it has no measure.
+    """
+
+    have_bytes: int = 0
+    size_bytes: int | None = None
+    rate_bytes_per_s: float | None = None
+    elapsed_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DirectiveRequested:
-    """A client asks how to fetch an issue; `failed` names origins it could not use."""
+    """A client asks how to fetch an issue; `failed` names origins it could not use;
+    `client` is what it told of itself (None: nothing)."""
 
     issue_id: str
     failed: frozenset[str] = frozenset()
+    client: ClientHint | None = None
 
 
 # --- effects ----------------------------------------------------------------

@@ -63,7 +63,12 @@ async def _worker(f: FetchState, worker: int, plan: DownloadPlan, m: Manifest, f
             continue
         failed = plan.failed_origins(now=f.now())
         try:
-            directive = await f.directive(failed)
+            directive = await f.directive(
+                failed,
+                have=plan.verified_bytes,
+                size=plan.size_bytes,
+                rate=plan.best_rate_bytes_per_s or None,
+            )
         except DirectiveUnavailable as err:
             f.apply(
                 plan.handle_directive_failed(

@@ -123,6 +123,8 @@ class FetchState:
     left_for_carousel: bool = False
     left_swarm_web_seed_bytes: int = 0
     left_swarm_peer_bytes: int = 0
+    #: when this process first asked the balancer for the issue (`now`)
+    first_asked_at: float | None = None
 
     def now(self) -> float:
         return self.loop.time()
@@ -136,10 +138,31 @@ class FetchState:
 
     # -- balancer
 
-    async def directive(self, failed: frozenset[str]) -> ClientDirective:
-        """A directive; `FetchError` for a fatal answer, `DirectiveUnavailable` else."""
+    async def directive(
+        self,
+        failed: frozenset[str],
+        *,
+        have: int | None = None,
+        size: int | None = None,
+        rate: float | None = None,
+    ) -> ClientDirective:
+        """A directive; `FetchError` for a fatal answer, `DirectiveUnavailable` else.
+
+        `have`, `size`, `rate`: the bytes of the file this client has verified, its
+        size, and the best rate it has measured (bytes/s), told to the balancer with
+        the seconds since this process first asked for the issue, so it counts what
+        this transfer really needs (docs/protocols.md, "Balancer HTTP")."""
         url = f"{self.balancer_url}/v1/issues/{self.issue_id}/directive"
-        params = {"failed": ",".join(sorted(failed))} if failed else None
+        params: dict[str, str] = {"failed": ",".join(sorted(failed))} if failed else {}
+        now = self.now()
+        if self.first_asked_at is None:
+            self.first_asked_at = now
+        if size is not None and size > 0:
+            params["size"] = str(size)
+            params["have"] = str(min(max(have or 0, 0), size))
+            params["elapsed"] = f"{max(now - self.first_asked_at, 0.0):.1f}"
+        if rate is not None and rate > 0:
+            params["rate"] = f"{max(rate, 1.0):.0f}"
         timeout = aiohttp.ClientTimeout(total=self.config.balancer_timeout_s)
         try:
             async with self.session.get(url, params=params, timeout=timeout) as resp:

@@ -25,6 +25,7 @@ from pressrun.balancer.algorithms import ScoringAlgorithm, make_algorithm
 from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.core import BalancerCore
 from pressrun.balancer.events import (
+    ClientHint,
     Directive,
     DirectiveRequested,
     OriginSpec,
@@ -232,8 +233,20 @@ class Simulation:
 
     def _ask(self, client: Client) -> None:
         now = self.loop.now
+        hint = None
+        if client.asset.is_download and self.model.tells_balancer:
+            # What pressrun's client knows: the bytes it has (it resumes), the file's
+            # size, its link's rate (the best it measured) and how long it has been
+            # at it.
+            size = int(client.asset.size_bytes)
+            hint = ClientHint(
+                min(int(client.received_bytes), size),
+                size,
+                client.access_bytes_per_s,
+                now - client.requested_at,
+            )
         answer = self.core.handle_directive_requested(
-            DirectiveRequested(client.asset.name, frozenset(client.failed)), now=now
+            DirectiveRequested(client.asset.name, frozenset(client.failed), hint), now=now
         )
         if not isinstance(answer, Directive):
             client.refusals += 1

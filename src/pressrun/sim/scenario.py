@@ -55,6 +55,10 @@ class ClientModel:
         client stops after 8 failures without progress: `max_attempts_without_progress`).
     access_bytes_per_s: a download client's access link, one of these rates ...
     access_weights: ... drawn with these weights (default: equal).
+    tells_balancer: a download client names in each directive request the bytes it
+        already has (it resumes), the file's size and its link's rate (``have=``,
+        ``size=``, ``rate=``: `ClientHint`), as pressrun's client does; False: only the
+        issue and ``failed=``.
     """
 
     stall_tolerance_s: float = 10.0
@@ -65,6 +69,7 @@ class ClientModel:
     max_failovers: int = 8
     access_bytes_per_s: tuple[float, ...] = (12.5e6,)
     access_weights: tuple[float, ...] = (1.0,)
+    tells_balancer: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,8 +318,12 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
     _check_keys(cl, allowed_client, source, "clients")
     lists = ("access_bytes_per_s", "access_weights")
     client_kwargs: dict[str, Any] = {
-        k: _number(cl, k, None, source, "clients") for k in cl if k not in lists
+        k: _number(cl, k, None, source, "clients")
+        for k in cl
+        if k not in lists and k != "tells_balancer"
     }
+    if "tells_balancer" in cl:
+        client_kwargs["tells_balancer"] = _flag(cl, "tells_balancer", True, source, "clients")
     if "max_failovers" in client_kwargs:
         client_kwargs["max_failovers"] = int(client_kwargs["max_failovers"])
     for key in lists:

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence, Set
 from typing import ClassVar
 
-from pressrun.balancer.events import OriginSpec, OriginStatus
+from pressrun.balancer.events import ClientHint, OriginSpec, OriginStatus
 
 Params = Mapping[str, float]
 
@@ -84,6 +84,26 @@ class ScoringAlgorithm(ABC):
     @abstractmethod
     def handle_pick(self, name: str, issue_id: str, *, now: float) -> None:
         """The balancer sent a client to `name` for `issue_id`."""
+
+    def rank_for(
+        self,
+        issue_id: str,
+        client: ClientHint | None,
+        *,
+        exclude: Set[str] = frozenset(),
+        k: int = 3,
+        now: float,
+    ) -> list[tuple[str, float]]:
+        """`rank` for a client that told the balancer of itself (`ClientHint`: the bytes
+        it has, its link's rate). Algorithms that count each transfer's need
+        (`headroom`) rank by what this one needs; the others rank as for anyone."""
+        return self.rank(issue_id, exclude=exclude, k=k, now=now)
+
+    def handle_pick_for(
+        self, name: str, issue_id: str, client: ClientHint | None, *, now: float
+    ) -> None:
+        """`handle_pick` for a client that told the balancer of itself (`rank_for`)."""
+        self.handle_pick(name, issue_id, now=now)
 
     def handle_pick_not_sent(self, name: str, issue_id: str, *, now: float) -> None:
         """The client of the last pick of `name` is told to use the swarm or the

@@ -145,12 +145,12 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 
 from pressrun.balancer.algorithms.alg2 import MIN_ESTIMATE_BYTES_PER_S
 from pressrun.balancer.algorithms.base import Params, ScoredAlgorithm, register_algorithm
-from pressrun.balancer.events import OriginSpec, OriginStatus
+from pressrun.balancer.events import ClientHint, OriginSpec, OriginStatus
 
 #: a download must get at least 1 MB/s (8 Mbit/s: a 100 MB issue in 100 s), unless the
 #: issue's own need is known; 0 infers paced needs from delivered rates instead
@@ -158,6 +158,30 @@ DEFAULT_NEED_BYTES_PER_S = 1e6
 #: an origin sending this share of its learned capacity is at it: elastic downloads
 #: would take more if there were more, so the limit is not probed upwards
 SATURATED = 0.99
+#: a download a client tells the balancer about (`ClientHint`) is counted at no less
+#: than this share of its issue's need, whatever it says it has or its link carries
+MIN_NEED_SHARE = 0.1
+#: the longest a transfer counted below its issue's need is remembered as such (s)
+MAX_RELIEF_S = 3600.0
+
+#: a pick on its way: (picked at, issue, need counted, relief: bytes/s less than the
+#: issue's need, bytes the client lacks, its link's rate (inf: not told))
+Pick = tuple[float, str, float, float, float, float]
+
+
+@dataclass(slots=True)
+class Relief:
+    """A transfer started that needs `less` bytes/s than its issue's need (its client
+    resumes, or its link is slow: `Headroom.client_need`), until the `left` bytes it
+    lacks have come at the rate the origin's transfers of the issue get (at most its
+    link's `rate`), or for `MAX_RELIEF_S`."""
+
+    issue: str
+    less: float
+    left: float
+    rate: float
+    since: float
+    seen: float
 
 
 @dataclass(slots=True)
@@ -171,9 +195,12 @@ class OriginModel:
     cpu_per_byte: float | None = None
     cost_ram: float | None = None
     committed_bytes_per_s: float = 0.0
-    #: picks whose transfer the origin has not reported started yet, oldest first:
-    #: (picked at, issue, its need); `pending` and `pending_bytes` are their count and sum
-    picks: deque[tuple[float, str, float]] = field(default_factory=deque)
+    #: picks whose transfer the origin has not reported started yet, oldest first
+    #: (`Pick`); `pending` and `pending_bytes` are their count and the needs' sum
+    picks: deque[Pick] = field(default_factory=deque)
+    #: transfers started that need less than their issue's need (a client resuming, or
+    #: on a slow link: `ClientHint`), subtracted from `committed` (`_relief`)
+    reliefs: list[Relief] = field(default_factory=list)
     pending: int = 0
     pending_bytes: float = 0.0
     #: picks since the last status: what the floor of `probe_transfers` counts
@@ -233,6 +260,9 @@ class Headroom(ScoredAlgorithm):
         self.growth = self.param("probe_growth", 0.1)
         self.fixed_need = self.param("need_bytes_per_s", DEFAULT_NEED_BYTES_PER_S)
         self.pick_timeout = self.param("pick_timeout_s", 5.0)
+        self.overload_memory = self.param("overload_memory_s", 30.0)
+        #: when a client was last refused for want of room (none eligible)
+        self.refused_at = -math.inf
         self.models: dict[str, OriginModel] = {}
         self.rate_by_issue: dict[str, float] = {}
         self.rate_any = 0.0
@@ -271,9 +301,11 @@ class Headroom(ScoredAlgorithm):
         transfers it starts, a status is taken to account for every pick."""
         total = status.transfers_total
         picks = m.picks
+        started: list[Pick] = []
         if total is None or m.started_total is None or total < m.started_total:
             # no counters, the first status, or counters that went back (a restart)
             if total is None:
+                started.extend(picks)
                 picks.clear()
         elif total > m.started_total and picks:
             before = m.started_by_issue
@@ -282,14 +314,18 @@ class Headroom(ScoredAlgorithm):
                 for issue, n in status.transfers_total_by_issue.items()
                 if n > before.get(issue, 0)
             }
-            kept: deque[tuple[float, str, float]] = deque()
+            kept: deque[Pick] = deque()
             for pick in picks:
                 left = arrived.get(pick[1], 0)
                 if left > 0:
                     arrived[pick[1]] = left - 1
+                    started.append(pick)
                 else:
                     kept.append(pick)
             m.picks = picks = kept
+        for _, issue, _, less, lack, rate in started:
+            if less > 0:
+                m.reliefs.append(Relief(issue, less, lack, rate, now, now))
         m.started_total = total
         m.started_by_issue = dict(status.transfers_total_by_issue)
         horizon = now - self.pick_timeout
@@ -302,7 +338,7 @@ class Headroom(ScoredAlgorithm):
         m.pending = len(m.picks)
         m.pending_bytes = sum(p[2] for p in m.picks)
         loads: dict[tuple[float, bool], int] = {}
-        for _, issue, need in m.picks:
+        for _, issue, need, _, _, _ in m.picks:
             key = (need, self.is_paced(issue))
             loads[key] = loads.get(key, 0) + 1
         m.pending_loads = loads
@@ -333,6 +369,7 @@ class Headroom(ScoredAlgorithm):
             m.level = math.inf
             m.loads = ()
             m.committed_bytes_per_s = 0.0
+            m.reliefs.clear()
         else:
             if out > 0:
                 per_byte = max(status.cpu_fraction - m.idle_cpu, 0.0) / out
@@ -345,7 +382,8 @@ class Headroom(ScoredAlgorithm):
             m.cost_ram = (
                 ram_cost if m.cost_ram is None else m.cost_ram + a * (ram_cost - m.cost_ram)
             )
-            m.committed_bytes_per_s, short, m.level = self._committed(status)
+            relief = self._relief(m, status, now) if m.reliefs else 0.0
+            m.committed_bytes_per_s, short, m.level = self._committed(status, relief)
             m.under_served = m.level < math.inf
             m.loads = tuple(
                 (self.need(i), k, self.is_paced(i))
@@ -367,11 +405,38 @@ class Headroom(ScoredAlgorithm):
         if changed:
             self.touch_all()  # every origin's room is counted in the inferred needs
 
-    def _committed(self, status: OriginStatus) -> tuple[float, bool, float]:
-        """What the origin's transfers need (bytes/s), whether it delivers less than
-        that in total (its capacity is what it delivers), and the max-min level a
-        starved paced transfer gets there (inf when none is starved: no issue needing
-        more than the level is added until they recover)."""
+    def _relief(self, m: OriginModel, status: OriginStatus, now: float) -> float:
+        """Bytes/s the origin's transfers need less than their issues' needs: those
+        whose clients said they resume (only the rest of the file is needed) or that
+        their link is slower than the need (`rank_for`). Each lasts until its bytes
+        should have come (`Relief`); all of an issue's end when the origin has no
+        transfer of it left, and they never bring an issue's transfers below
+        `MIN_NEED_SHARE` of their need."""
+        counts = status.active_transfers_by_issue
+        means = status.mean_transfer_bytes_per_s_by_issue
+        kept: list[Relief] = []
+        by_issue: dict[str, float] = {}
+        for r in m.reliefs:
+            # The transfer gets what the origin's transfers of its issue get on
+            # average, at most its link's rate: when that has brought the bytes it
+            # lacked, it is done (or nearly), and its relief ends with it.
+            got = min(means.get(r.issue, self.need(r.issue)), r.rate)
+            r.left -= got * (now - r.seen)
+            r.seen = now
+            if r.left > 0 and now - r.since < MAX_RELIEF_S and counts.get(r.issue, 0) > 0:
+                kept.append(r)
+                by_issue[r.issue] = by_issue.get(r.issue, 0.0) + r.less
+        m.reliefs = kept
+        return sum(
+            min(less, counts[issue] * self.need(issue) * (1.0 - MIN_NEED_SHARE))
+            for issue, less in by_issue.items()
+        )
+
+    def _committed(self, status: OriginStatus, relief: float) -> tuple[float, bool, float]:
+        """What the origin's transfers need (bytes/s; `relief` less, `_relief`), whether
+        it delivers less than that in total (its capacity is what it delivers), and the
+        max-min level a starved paced transfer gets there (inf when none is starved: no
+        issue needing more than the level is added until they recover)."""
         out = status.out_bytes_per_s
         limit = 1.0 - self.slack
         # A busy link is shared max-min fairly: the fastest issue's mean is about the
@@ -386,7 +451,7 @@ class Headroom(ScoredAlgorithm):
         starving = top if paced and top < limit * max(paced) else math.inf
         counts = status.active_transfers_by_issue
         if counts:
-            committed = sum(k * self.need(i) for i, k in counts.items())
+            committed = sum(k * self.need(i) for i, k in counts.items()) - relief
             needs = [self.need(i) for i in counts]
         elif self.fixed_need > 0 and not self.issue_needs:
             # Elastic transfers fill the link whatever their number: count them instead.
@@ -404,12 +469,16 @@ class Headroom(ScoredAlgorithm):
         held_back = held_back or top < limit * max(needs)
         return committed, held_back and out < limit * committed, starving
 
-    def room(self, name: str, status: OriginStatus, issue_id: str) -> tuple[float, float]:
+    def room(
+        self, name: str, status: OriginStatus, issue_id: str, need: float | None = None
+    ) -> tuple[float, float]:
         """(free, score): transfers of the issue the origin can still take (Eq. above),
         and what ranks it: the same, or for an origin not measured yet its told room, plus
-        the cache bonus."""
+        the cache bonus. `need`: what this transfer needs, if not its issue's need (a
+        client that told the balancer of itself, `client_need`)."""
         m = self.model(name)
-        need = self.need(issue_id)
+        if need is None:
+            need = self.need(issue_id)
         paced = self.is_paced(issue_id)
         bonus = self.cache_bonus if issue_id in status.cached_issues else 0.0
         if m.cpu_per_byte is None or m.cost_ram is None:
@@ -420,12 +489,7 @@ class Headroom(ScoredAlgorithm):
             return min(
                 told, self.probe - status.active_transfers - m.picked_since_status
             ), told + bonus
-        cap = status.capacity_bytes_per_s
-        if m.learned_bytes_per_s is not None:
-            cap = min(cap, m.learned_bytes_per_s)
-        room = self.u_bw * cap
-        if m.cpu_per_byte > 0:
-            room = min(room, (self.cpu_target - m.idle_cpu) / m.cpu_per_byte)
+        room = self._room_bytes(m, status)
         if paced:
             # A link is shared max-min (TCP): a stream gets its need while the level
             # the link gives each transfer is at least that. Streams needing less take
@@ -457,6 +521,21 @@ class Headroom(ScoredAlgorithm):
             probe = self.probe - status.active_transfers - m.picked_since_status
             free = max(free, min(probe, self._told_free(m, status, need)))
         return free, free + bonus
+
+    def _room_bytes(self, m: OriginModel, status: OriginStatus) -> float:
+        """Bytes/s the origin can send: its link and CPU."""
+        room = self.u_bw * self._link(m, status)
+        if m.cpu_per_byte is not None and m.cpu_per_byte > 0:
+            room = min(room, (self.cpu_target - m.idle_cpu) / m.cpu_per_byte)
+        return room
+
+    @staticmethod
+    def _link(m: OriginModel, status: OriginStatus) -> float:
+        """The origin's link: as learned, at most as told."""
+        cap = status.capacity_bytes_per_s
+        if m.learned_bytes_per_s is not None:
+            cap = min(cap, m.learned_bytes_per_s)
+        return cap
 
     def _told_free(self, m: OriginModel, status: OriginStatus, need: float) -> float:
         """Transfers of `need` the told capacity still holds: beyond what its running
@@ -513,10 +592,108 @@ class Headroom(ScoredAlgorithm):
                 self.touch(name)
                 return
 
-    def on_pick(self, name: str, issue_id: str, *, now: float) -> None:
-        m = self.model(name)
+    def client_need(self, issue_id: str, client: ClientHint | None) -> float | None:
+        """What a download of the issue by this client needs, where what it told the
+        balancer (`ClientHint`) makes that less than the issue's need, else None.
+
+        The issue's need is its size over its target time (`T`). A client resuming
+        lacks only part of the file, and has used part of its time: it needs what it
+        lacks over what is left of `T` (``lack / (T - elapsed)``; without ``elapsed``,
+        ``lack / T``), never more than the issue's need (a client past its target is
+        counted as a new one). Never below `MIN_NEED_SHARE` of the issue's need either:
+        a client saying it has all but one byte is counted as one that truly has 90 %
+        of the file, so lying buys no more than that, and saying it waited longer only
+        counts it at more. It needs the file's size; a stream is always counted at its
+        bitrate (a resumed stream plays at the same rate).
+        """
+        if client is None or not client.size_bytes or self.is_paced(issue_id):
+            return None
         need = self.need(issue_id)
-        m.picks.append((now, issue_id, need))
+        lack = max(client.size_bytes - client.have_bytes, 0)
+        time_left = client.size_bytes / need - (client.elapsed_s or 0.0)
+        counted = need if time_left <= 0 else min(need, lack / time_left)
+        counted = max(counted, MIN_NEED_SHARE * need)
+        return counted if counted < need else None
+
+    def rank_for(
+        self,
+        issue_id: str,
+        client: ClientHint | None,
+        *,
+        exclude: Set[str] = frozenset(),
+        k: int = 3,
+        now: float,
+    ) -> list[tuple[str, float]]:
+        """Rank for a download whose client told what it needs (`client_need`: an
+        origin with room for that, though not for a whole transfer of the issue, is
+        eligible) or its link's rate: an origin where it would get all its link
+        carries (the origin's room shared evenly among its transfers, the picks on
+        their way and this one: `share`) ranks before one where it would not, and
+        the most room wins among those (an idle small origin takes a slow client
+        before a big busy one does). It scores every holder (the index is by the
+        issue's need and has no client); requests without a hint take `rank`."""
+        need = self.client_need(issue_id, client)
+        rate = None if client is None else client.rate_bytes_per_s
+        if self.is_paced(issue_id) or (need is None and rate is None):
+            return self.rank(issue_id, exclude=exclude, k=k, now=now)
+        if (
+            rate is not None
+            and rate < (1.0 - self.slack) * (need or self.need(issue_id))
+            and now - self.refused_at < self.overload_memory
+        ):
+            # Its own link cannot carry what it needs in the time it has left: no
+            # origin can serve it well. While others are refused for want of room,
+            # the room goes to those it can serve well (issue 10, gen-7-036: 80 such
+            # clients took 20 of the 75 GB sent); otherwise it is served.
+            return []
+        found: list[tuple[bool, float, str]] = []
+        for name, status in self.statuses.items():
+            if name in exclude or issue_id not in status.issues:
+                continue
+            free, score = self.room(name, status, issue_id, need)
+            if free >= 1.0:
+                whole_link = rate is not None and self.share(name, status) >= rate
+                found.append((not whole_link, -score, name))
+        if not found:
+            self.refused_at = now
+        found.sort()
+        return [(name, -score) for _, score, name in found[:k]]
+
+    def rank(
+        self, issue_id: str, *, exclude: Set[str] = frozenset(), k: int = 3, now: float
+    ) -> list[tuple[str, float]]:
+        ranked = super().rank(issue_id, exclude=exclude, k=k, now=now)
+        if not ranked:
+            self.refused_at = now
+        return ranked
+
+    def share(self, name: str, status: OriginStatus) -> float:
+        """The rate one more transfer would get there, the origin's room (its learned
+        link, at most as told) shared evenly among its transfers, the picks on their
+        way and it."""
+        m = self.model(name)
+        return self.u_bw * self._link(m, status) / (status.active_transfers + m.pending + 1)
+
+    def handle_pick_for(
+        self, name: str, issue_id: str, client: ClientHint | None, *, now: float
+    ) -> None:
+        need = self.client_need(issue_id, client)
+        if need is None or client is None or client.size_bytes is None:
+            self.handle_pick(name, issue_id, now=now)
+            return
+        left = float(max(client.size_bytes - client.have_bytes, 0))
+        rate = client.rate_bytes_per_s or math.inf
+        pick = (now, issue_id, need, self.need(issue_id) - need, left, rate)
+        self._add_pick(self.model(name), pick)
+        self.touch(name)
+
+    def on_pick(self, name: str, issue_id: str, *, now: float) -> None:
+        self._add_pick(self.model(name), (now, issue_id, self.need(issue_id), 0.0, 0.0, 0.0))
+
+    def _add_pick(self, m: OriginModel, pick: Pick) -> None:
+        """A pick on its way, counted at its need."""
+        _, issue_id, need, _, _, _ = pick
+        m.picks.append(pick)
         m.pending += 1
         m.picked_since_status += 1
         m.pending_bytes += need
