@@ -161,6 +161,9 @@ SATURATED = 0.99
 #: a download a client tells the balancer about (`ClientHint`) is counted at no less
 #: than this share of its issue's need, whatever it says it has or its link carries
 MIN_NEED_SHARE = 0.1
+#: a client whose link cannot carry its need is told apart from one held back by
+#: busy origins when the origins give their transfers this many times its rate
+SLOWER_THAN_ORIGINS = 2.0
 #: the longest a transfer counted below its issue's need is remembered as such (s)
 MAX_RELIEF_S = 3600.0
 
@@ -636,24 +639,29 @@ class Headroom(ScoredAlgorithm):
         rate = None if client is None else client.rate_bytes_per_s
         if self.is_paced(issue_id) or (need is None and rate is None):
             return self.rank(issue_id, exclude=exclude, k=k, now=now)
-        if (
+        # Its own link cannot carry what it needs in the time it has left (and the
+        # origins give their transfers over twice its rate: the link, not the
+        # origins, holds it back): no origin can serve it well. While others are
+        # refused for want of room, the room goes to those it can serve well (issue
+        # 10, gen-7-036: 80 such clients took 20 of the 75 GB sent); otherwise it is
+        # served.
+        slow = (
             rate is not None
             and rate < (1.0 - self.slack) * (need or self.need(issue_id))
             and now - self.refused_at < self.overload_memory
-        ):
-            # Its own link cannot carry what it needs in the time it has left: no
-            # origin can serve it well. While others are refused for want of room,
-            # the room goes to those it can serve well (issue 10, gen-7-036: 80 such
-            # clients took 20 of the 75 GB sent); otherwise it is served.
-            return []
+        )
+        fastest = 0.0
         found: list[tuple[bool, float, str]] = []
         for name, status in self.statuses.items():
             if name in exclude or issue_id not in status.issues:
                 continue
+            fastest = max(fastest, status.mean_transfer_bytes_per_s or 0.0)
             free, score = self.room(name, status, issue_id, need)
             if free >= 1.0:
                 whole_link = rate is not None and self.share(name, status) >= rate
                 found.append((not whole_link, -score, name))
+        if slow and rate is not None and SLOWER_THAN_ORIGINS * rate < fastest:
+            return []
         if not found:
             self.refused_at = now
         found.sort()
