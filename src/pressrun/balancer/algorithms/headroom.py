@@ -126,11 +126,37 @@ reason that holds beyond the scenario (docs/tournament.md, "Spreading, measured"
 - ranking after every origin a pick would mix streams and downloads on (a download
   beside streams costs their bitrate, above): 3 of seed 2026's scenarios below alg2.
 
+What a client tells (`ClientHint`: ``have=``, ``size=``, ``rate=``, ``elapsed=`` of a
+directive request; `rank_for`, `handle_pick_for`), for downloads only:
+
+- a client resuming lacks part of the file and has used part of its time: its transfer
+  counts ``lack / (T - elapsed)`` (T = size / need(i), the issue's target time), at most
+  need(i), at least `MIN_NEED_SHARE` x need(i), in the picks on their way and, once
+  started, in `committed` (a `Relief` of the difference, until its bytes have come at
+  the rate the origin's transfers of the issue get). Counted at the full need, the
+  clients a failed origin dropped were refused "full" by the survivors (gen-7-033);
+  counted at ``lack / T`` (without the time used) too many were admitted and finished
+  late together;
+- an origin where the client would get all its link carries (`share`: its room shared
+  evenly among its transfers, the picks on their way and this one) ranks before one
+  where it would not, most room first among each (an idle small origin takes a slow
+  client a busy big one would slow down: gen-7-059, gen-7-056);
+- a client whose link cannot carry what it needs (``rate`` below it, and the origins
+  give their transfers over `SLOWER_THAN_ORIGINS` times its rate) is refused while
+  another client was refused for want of room in the last `overload_memory_s`:
+  the room goes to those it can serve well (gen-7-036: 80 such clients took 20 of the
+  75 GB sent). Counting it at its link's rate instead admitted more of them (measured
+  worse: docs/tournament.md).
+
+Lying buys nothing beyond what an honest client could get: a claimed ``have`` is
+counted as an honest client holding that much (and never below a tenth of the need),
+a lower ``rate`` or a longer ``elapsed`` only counts the client at more or refuses it.
+
 Defaults: slack 0.02 (a download that gets less than its need on average misses its
 deadline: 2 % absorbs a rate sampled over a poll interval, 5 % let a misconfigured
 origin take 5 % too many before it was seen), u_bw 0.95, cpu_target 0.95, ram_target
 0.9, probe_transfers 10, cache_bonus_slots 2, cost EWMA weight 0.3, probe_growth 0.1,
-pick_timeout_s 5.
+pick_timeout_s 5, overload_memory_s 30.
 
 Why per issue and per byte: a single rate per origin (the highest bitrate seen) makes
 an origin streaming low-bitrate issues look under-served; it then learns a capacity far
