@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import time
@@ -351,6 +352,27 @@ def test_seed_7_mixed_burst_default_keeps_the_streams_level() -> None:
     assert ours.bound == row["bound"] == 1247
     assert ours.successful >= ours.bound
     assert ours.successful > max(n for alg, n in row["served"].items() if alg != default)
+
+
+@pytest.mark.slow
+def test_seed_7_clients_that_tell_what_they_lack_fit_after_a_failure() -> None:
+    # docs/tournament.md, "What a client tells": gen-7-033 (the biggest of 3 servers fails
+    # 32 s into a burst of 483 downloads) and gen-7-056 (two misconfigured 125 MB/s
+    # origins). The recorded counts, and what the same clients get when they tell the
+    # balancer nothing (`tells_balancer = false`): the third round's 236 and 628.
+    default = BalancerConfig().algorithm
+    record = json.loads((DOCS / "tournament-7.json").read_text(encoding="utf-8"))
+    for index, silent in ((33, 236), (56, 628)):
+        scenario = generate_scenario(7, index)
+        row = record["scenarios"][scenario.name]
+        ours = run_entry(scenario, default, 1)
+        assert ours.successful == row["served"][default]
+        quiet = dataclasses.replace(
+            scenario, clients=dataclasses.replace(scenario.clients, tells_balancer=False)
+        )
+        assert run_entry(quiet, default, 1).successful == silent
+        assert ours.successful > silent
+    assert record["scenarios"]["gen-7-056"]["served"][default] == 632  # the bound, = alg2
 
 
 def test_cli_tournament_in_slices_merges_into_one_record(
