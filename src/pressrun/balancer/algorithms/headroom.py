@@ -141,13 +141,12 @@ directive request; `rank_for`, `handle_pick_for`), for downloads only:
   evenly among its transfers, the picks on their way and this one) ranks before one
   where it would not, most room first among each (an idle small origin takes a slow
   client a busy big one would slow down: gen-7-059, gen-7-056);
-- a client whose link cannot carry what it needs (``rate`` below `SLOW_SHARE` of it,
+- a client whose link cannot carry what it needs (``rate`` below (1 - slack) of it,
   and the origins give their transfers over `SLOWER_THAN_ORIGINS` times its rate) is
-  refused while
-  another client was refused for want of room in the last `overload_memory_s`:
-  the room goes to those it can serve well (gen-7-036: 80 such clients took 20 of the
-  75 GB sent). Counting it at its link's rate instead admitted more of them (measured
-  worse: docs/tournament.md).
+  refused while another client was refused for want of room in the last
+  `overload_memory_s`: the room goes to those it can serve well (gen-7-036: 80 such
+  clients took 20 of the 75 GB sent). Counting it at its link's rate instead admitted
+  more of them (measured worse: docs/tournament.md).
 
 Lying buys nothing beyond what an honest client could get: a claimed ``have`` is
 counted as an honest client holding that much (and never below a tenth of the need),
@@ -188,13 +187,8 @@ SATURATED = 0.99
 #: a download a client tells the balancer about (`ClientHint`) is counted at no less
 #: than this share of its issue's need, whatever it says it has or its link carries
 MIN_NEED_SHARE = 0.1
-#: a client is slow when the rate it measured is below this share of what it needs (a
-#: measured rate runs under what the link carries: TCP's start, the window it is
-#: measured over, the client's own CPU; the egress demo's 1 MB/s clients read
-#: 0.9-0.95 MB/s against the service's 1 MB/s need) ...
-SLOW_SHARE = 0.8
-#: ... and the origins give their transfers this many times its rate (its link, not
-#: busy origins, holds it back)
+#: a client whose link cannot carry its need is told apart from one held back by
+#: busy origins when the origins give their transfers this many times its rate
 SLOWER_THAN_ORIGINS = 2.0
 #: the longest a transfer counted below its issue's need is remembered as such (s)
 MAX_RELIEF_S = 3600.0
@@ -679,7 +673,7 @@ class Headroom(ScoredAlgorithm):
         # served.
         slow = (
             rate is not None
-            and rate < SLOW_SHARE * (need or self.need(issue_id))
+            and rate < (1.0 - self.slack) * (need or self.need(issue_id))
             and now - self.refused_at < self.overload_memory
         )
         fastest = 0.0
