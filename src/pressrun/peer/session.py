@@ -4,8 +4,8 @@ The settings (FIELD-NOTES.md, libtorrent): DHT, LSD, UPnP and NAT-PMP off; sever
 connections per IP (every loopback peer is 127.0.0.1); TCP only; web-seed requests of
 at most 256 KiB (the 16 MiB default makes the first request reserve most of the file
 for a slow origin); a low ``min_announce_interval``; every address in libtorrent's
-global peer class so the profile's rate limits apply on loopback and LAN as well; four
-unchoke slots (docs/swarm.md).
+global peer class so the profile's rate limits apply on loopback and LAN as well;
+libtorrent's eight unchoke slots, set explicitly (docs/swarm.md).
 
 Alerts come through ``session.set_alert_fd`` on a pipe watched with
 ``loop.add_reader`` (never ``set_alert_notify`` with a Python callback: it deadlocks
@@ -69,11 +69,13 @@ def session_settings(
         "urlseed_wait_retry": 2,
         "min_announce_interval": 1,
         "stop_tracker_timeout": 2,
-        # four peers unchoked at a time, not libtorrent's eight: each gets a piece in
-        # half the time, so a piece one peer brought spreads sooner (bench/swarm.py at
-        # N = 40, 24 November: `chord` 1.61-1.66x the bound in 4 runs against 1.98x in
-        # 2 with eight; `stripes` 1.54-1.71x against 1.50-1.69x; docs/chord.md)
-        "unchoke_slots_limit": 4,
+        # libtorrent's eight unchoke slots. Four were tried for every policy: on a quiet
+        # machine (bench/swarm.py --policy stripes,chord --runs 3 [--lt
+        # unchoke_slots_limit=8], load under 1.1, 24 November) `stripes`, the default,
+        # was slower with four at both sizes (N = 20: 1.44x the bound against 1.39x;
+        # N = 40: 1.57x against 1.47x); `chord` gained at N = 40 (1.63x against 1.98x)
+        # and lost at N = 20 (1.83x against 1.42x). docs/swarm.md, docs/chord.md
+        "unchoke_slots_limit": 8,
         "aio_threads": 2,
         "hashing_threads": 1,
         "alert_mask": int(_ALERT_MASK),
