@@ -202,7 +202,7 @@ def run_sender(args: argparse.Namespace) -> int:
         return 2
 
     async def main() -> None:
-        from pressrun.multicast.sender import CarouselError
+        from pressrun.multicast.prepare import CarouselError
         from pressrun.service import stop_signals
 
         sender = MulticastSender(config)

@@ -1,12 +1,8 @@
 """``pressrun serve multicast``: FLUTE carousels, the control channel, the control API.
 
-- **Issues prepared at publish time.** The sender encodes one pass of each of the
-  newest ``prepare_issues`` issues of its content folder as soon as it sees them
-  published (at its start, then every ``prepare_interval_s``): the manifest verified,
-  the file checked against it, one pass encoded with pressrun's binding over the Rust
-  crate ``flute`` (RaptorQ or no-code, in carousel mode: no Close-Object, the TOI
-  kept), its packets kept in memory (`PreparedIssue`). Encoding a 50 MB issue takes
-  seconds on an idle core and over a minute on a starved one; done at publish time, a
+- **Issues prepared at publish time** (`pressrun.multicast.prepare`): one pass of
+  each of the newest ``prepare_issues`` issues of the content folder is encoded as
+  soon as it is published (at the start, then every ``prepare_interval_s``), so a
   carousel start at peak demand costs no encoding.
 - **Carousels.** ``POST /v1/carousels`` with an issue id takes the issue's prepared
   pass (or prepares it then, for an issue not prepared or other FEC settings), plans
@@ -31,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import ipaddress
 import json
 import logging
@@ -48,13 +43,12 @@ import nacl.signing
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from pressrun.content.codec import ManifestError, valid_issue_id
-from pressrun.content.manifest import SignedManifest
 from pressrun.multicast.config import CarouselConfig
 from pressrun.multicast.control import sign_announcement
-from pressrun.multicast.core import AnnouncementClock, CarouselSchedule, channel_cycles
+from pressrun.multicast.core import AnnouncementClock, CarouselSchedule
 from pressrun.multicast.events import Announcement, CarouselPlan, ChannelSpec
 from pressrun.multicast.net import free_udp_port, sender_socket
+from pressrun.multicast.prepare import CarouselError, IssuePreparer
 from pressrun.security import ServiceSecurity, operator_middleware
 
 if TYPE_CHECKING:
@@ -104,47 +98,6 @@ class SenderServiceConfig:
             raise ValueError(f"--group-base {self.group_base} is not a multicast address")
         if not 0 < self.announce_interval_s < self.announcement_ttl_s:
             raise ValueError("need 0 < announce interval < announcement ttl")
-
-
-#: what a pass and its channels' cycles depend on: FEC, symbol bytes, source block
-#: symbols, repair symbols per block, channels, packets between FDT repeats
-Encoding = tuple[str, int, int, int, int, int]
-
-
-@dataclass(frozen=True)
-class PreparedIssue:
-    """One pass of an issue's carousel, encoded ahead of its start (`MulticastSender.
-    prepare`), and each channel's cycle through it: a start only adds groups and a
-    schedule. The packet buffer is only read by the send thread, so every carousel of
-    the issue shares it."""
-
-    issue_id: str
-    manifest_sha256: str  # of the manifest's JSON: a republished issue is prepared again
-    size_bytes: int
-    encoding: Encoding
-    tsi: int
-    toi: int
-    packets: PacketBuffer  # the pass: FDT packets, then the object's
-    fdt_packets: int
-    object_packets: int
-    cycles: list[tuple[int, ...]]  # each channel's cycle (`channel_cycles`)
-    mean_packet_bytes: float
-    symbol_bytes: int
-    source_symbols: int
-    encode_s: float
-
-
-def encoding_of(carousel: CarouselConfig, size_bytes: int) -> Encoding:
-    """What a pass's packets and cycles depend on (`Encoding`); a carousel's rate and
-    groups do not."""
-    return (
-        carousel.fec,
-        carousel.symbol_bytes,
-        carousel.max_source_block_symbols,
-        carousel.repair_symbols_per_block(size_bytes),
-        carousel.channels,
-        carousel.fdt_every_packets,
-    )
 
 
 @dataclass
@@ -326,14 +279,6 @@ class SendThread(threading.Thread):
             self._slipped[key] = slipped
 
 
-class CarouselError(Exception):
-    """A carousel cannot start: the message says why (shown to the API caller)."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 def plan_to_json(plan: CarouselPlan) -> dict[str, Any]:
     """A carousel plan as the control API shows it (the announcement's form)."""
     from pressrun.multicast.codec import announcement_to_dict
@@ -356,14 +301,13 @@ class MulticastSender:
         self.thread = SendThread(self.sock, self.metrics)
         self.publisher_key = bytes(config.signing_key.verify_key).hex()
         self._next_group = int(ipaddress.IPv4Address(config.group_base))
-        self._next_tsi = 1
         self._starting: dict[str, asyncio.Task[CarouselPlan]] = {}
-        #: issue id -> its prepared pass (the newest encoding asked for)
-        self._prepared: dict[str, PreparedIssue] = {}
-        #: (issue id, manifest sha, encoding) -> its encoding under way
-        self._preparing: dict[tuple[str, str, Encoding], asyncio.Task[PreparedIssue]] = {}
-        #: manifests that failed to prepare (issue, manifest sha): logged once
-        self._unpreparable: set[tuple[str, str]] = set()
+        self.preparer = IssuePreparer(
+            config.content_dir,
+            prepared=self.metrics.prepared,
+            encodes=self.metrics.encodes,
+            encode_seconds=self.metrics.encode_seconds,
+        )
         self._announcer: asyncio.Task[None] | None = None
         self._preparer: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
@@ -400,112 +344,18 @@ class MulticastSender:
             pending.add_done_callback(lambda _t: self._starting.pop(issue_id, None))
         return await asyncio.shield(pending)
 
-    async def prepare(self, issue_id: str, carousel: CarouselConfig) -> PreparedIssue:
-        """The issue's pass for ``carousel``'s encoding: the one prepared, or encoded
-        now (and kept) when none matches the issue's manifest on disk and the encoding."""
-        if not valid_issue_id(issue_id):
-            raise CarouselError(f"invalid issue id {issue_id!r}")
-        bundle = self.config.content_dir / issue_id
-        try:
-            manifest_json = await asyncio.to_thread((bundle / "manifest.json").read_bytes)
-        except FileNotFoundError:
-            raise CarouselError(f"no issue {issue_id} in {self.config.content_dir}", 404) from None
-        digest = hashlib.sha256(manifest_json).hexdigest()
-        try:
-            size = SignedManifest.from_json_bytes(manifest_json).manifest.size_bytes
-        except ManifestError as err:
-            raise CarouselError(f"the manifest of {issue_id} does not verify: {err}", 409) from None
-        encoding = encoding_of(carousel, size)
-        ready = self._prepared.get(issue_id)
-        if ready is not None and ready.manifest_sha256 == digest and ready.encoding == encoding:
-            return ready
-        key = (issue_id, digest, encoding)
-        pending = self._preparing.get(key)
-        if pending is None:
-            pending = asyncio.ensure_future(self._encode_issue(issue_id, manifest_json, carousel))
-            self._preparing[key] = pending
-            pending.add_done_callback(lambda _t: self._preparing.pop(key, None))
-        prepared = await asyncio.shield(pending)
-        self._prepared[issue_id] = prepared
-        self.metrics.prepared.set(len(self._prepared))
-        return prepared
-
-    async def _encode_issue(
-        self, issue_id: str, manifest_json: bytes, carousel: CarouselConfig
-    ) -> PreparedIssue:
-        bundle = self.config.content_dir / issue_id
-        try:
-            manifest = SignedManifest.from_json_bytes(manifest_json).verify()
-        except ManifestError as err:
-            raise CarouselError(f"the manifest of {issue_id} does not verify: {err}", 409) from None
-        try:
-            data = await asyncio.to_thread((bundle / manifest.file_name).read_bytes)
-        except FileNotFoundError:
-            raise CarouselError(f"{issue_id}/{manifest.file_name} is missing", 404) from None
-        digest = await asyncio.to_thread(_sha256_hex, data)
-        if digest != manifest.sha256:
-            raise CarouselError(f"{issue_id}/{manifest.file_name} does not match its manifest", 409)
-        # one TSI per issue for the sender's life: every carousel of it sends the same
-        # packets, so a receiver of a stopped and restarted carousel keeps its symbols
-        ready = self._prepared.get(issue_id)
-        if ready is not None:
-            tsi = ready.tsi
-        else:
-            tsi = self._next_tsi
-            self._next_tsi += 1
-        began = time.perf_counter()
-        prepared = await asyncio.to_thread(
-            _prepare_pass,
-            data,
-            issue_id=issue_id,
-            file_name=manifest.file_name,
-            manifest_sha256=hashlib.sha256(manifest_json).hexdigest(),
-            tsi=tsi,
-            config=carousel,
-        )
-        del data
-        self.metrics.encodes.inc()
-        self.metrics.encode_seconds.inc(prepared.encode_s)
-        log.info(
-            "%s prepared for its carousel: %d packets (%s, %d channels) in %.1f s",
-            issue_id,
-            prepared.object_packets,
-            carousel.fec,
-            carousel.channels,
-            time.perf_counter() - began,
-        )
-        return prepared
-
-    def published_issues(self) -> list[str]:
-        """The issues of the content folder, newest manifest first."""
-        found: list[tuple[float, str]] = []
-        for manifest in self.config.content_dir.glob("*/manifest.json"):
-            with contextlib.suppress(OSError):
-                found.append((manifest.stat().st_mtime, manifest.parent.name))
-        return [issue for _, issue in sorted(found, reverse=True) if valid_issue_id(issue)]
-
     async def _prepare_loop(self) -> None:
-        """Forever: prepare the newest ``prepare_issues`` issues (each once per
-        manifest), forget the prepared passes of older ones not on the air."""
+        """Forever: a round of the preparer every ``prepare_interval_s``."""
         while True:
-            newest = await asyncio.to_thread(self.published_issues)
-            newest = newest[: self.config.prepare_issues]
-            for issue_id in newest:
-                try:
-                    await self.prepare(issue_id, self.config.carousel)
-                except CarouselError as err:
-                    note = (issue_id, str(err))
-                    if note not in self._unpreparable:
-                        self._unpreparable.add(note)
-                        log.warning("cannot prepare %s for a carousel: %s", issue_id, err)
-            for issue_id in list(self._prepared):
-                if issue_id not in newest and self.thread.get(issue_id) is None:
-                    del self._prepared[issue_id]
-            self.metrics.prepared.set(len(self._prepared))
+            await self.preparer.refresh(
+                self.config.prepare_issues,
+                self.config.carousel,
+                on_air=lambda issue_id: self.thread.get(issue_id) is not None,
+            )
             await asyncio.sleep(self.config.prepare_interval_s)
 
     async def _start(self, issue_id: str, carousel: CarouselConfig) -> CarouselPlan:
-        prepared = await self.prepare(issue_id, carousel)
+        prepared = await self.preparer.prepare(issue_id, carousel)
         tsi = prepared.tsi
         pps = carousel.rate_bps / 8 / prepared.mean_packet_bytes
         specs = self._channels(carousel.channels, tsi, carousel.rate_bps, pps)
@@ -685,7 +535,7 @@ class MulticastSender:
             {
                 "ok": True,
                 "carousels": len(self.thread.running()),
-                "prepared": sorted(self._prepared),
+                "prepared": sorted(self.preparer.prepared),
             }
         )
 
@@ -719,67 +569,10 @@ class MulticastSender:
         for loop_task in loops:
             loop_task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
-        for prep in list(self._preparing.values()):
-            prep.cancel()
+        self.preparer.cancel()
         for task in list(self._starting.values()):
             task.cancel()
         self.thread.stop()
         if self.thread.is_alive():
             await asyncio.to_thread(self.thread.join, 5.0)
         self.sock.close()
-
-
-def _sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _prepare_pass(
-    data: bytes,
-    *,
-    issue_id: str,
-    file_name: str,
-    manifest_sha256: str,
-    tsi: int,
-    config: CarouselConfig,
-) -> PreparedIssue:
-    """One pass of ``data`` from the binding (imported here: a native module) and each
-    channel's cycle through it; blocking (the sender runs it in a thread)."""
-    import pressrun_flute
-
-    began = time.perf_counter()
-    encoded = pressrun_flute.encode_object(
-        data,
-        content_location=f"file:///{issue_id}/{file_name}",
-        content_type="application/octet-stream",
-        tsi=tsi,
-        toi=1,
-        fec=config.fec,
-        encoding_symbol_length=config.symbol_bytes,
-        max_source_block_length=config.max_source_block_symbols,
-        repair_symbols_per_block=config.repair_symbols_per_block(len(data)),
-    )
-    cycles = channel_cycles(
-        fec=config.fec,
-        sbns=encoded.sbns,
-        esis=encoded.esis,
-        channels=config.channels,
-        fdt_packets=len(encoded.fdt_packets),
-        fdt_every_packets=config.fdt_every_packets,
-    )
-    packets = pressrun_flute.PacketBuffer([*encoded.fdt_packets, *encoded.packets])
-    return PreparedIssue(
-        issue_id=issue_id,
-        manifest_sha256=manifest_sha256,
-        size_bytes=len(data),
-        encoding=encoding_of(config, len(data)),
-        tsi=tsi,
-        toi=encoded.toi,
-        packets=packets,
-        fdt_packets=len(encoded.fdt_packets),
-        object_packets=len(encoded.packets),
-        cycles=cycles,
-        mean_packet_bytes=sum(len(p) for p in encoded.packets) / max(1, len(encoded.packets)),
-        symbol_bytes=encoded.encoding_symbol_length,
-        source_symbols=encoded.source_symbols,
-        encode_s=time.perf_counter() - began,
-    )

@@ -1,0 +1,268 @@
+"""Issues prepared for their carousels: one pass of each encoded ahead of its start.
+
+The multicast sender (`pressrun.multicast.sender`) encodes one pass of each of the
+newest issues of its content folder as soon as it sees them published: the manifest
+verified, the file checked against it, the pass encoded with pressrun's binding over
+the Rust crate ``flute`` and each channel's cycle through it computed, the packets kept
+in memory (`PreparedIssue`). A carousel start then only adds groups and a schedule.
+`IssuePreparer` keeps the prepared passes (one per issue, the newest encoding asked
+for), encodes each (issue, manifest, encoding) once however many ask at the same time,
+and gives every issue one TSI for the sender's life.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter, Gauge
+
+from pressrun.content.codec import ManifestError, valid_issue_id
+from pressrun.content.manifest import SignedManifest
+from pressrun.multicast.config import CarouselConfig
+from pressrun.multicast.core import channel_cycles
+
+if TYPE_CHECKING:
+    from pressrun_flute import PacketBuffer
+
+log = logging.getLogger("pressrun.multicast.sender")
+
+
+class CarouselError(Exception):
+    """A carousel cannot start: the message says why (shown to the API caller)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+#: what a pass and its channels' cycles depend on: FEC, symbol bytes, source block
+#: symbols, repair symbols per block, channels, packets between FDT repeats
+Encoding = tuple[str, int, int, int, int, int]
+
+
+@dataclass(frozen=True)
+class PreparedIssue:
+    """One pass of an issue's carousel, encoded ahead of its start (`MulticastSender.
+    prepare`), and each channel's cycle through it: a start only adds groups and a
+    schedule. The packet buffer is only read by the send thread, so every carousel of
+    the issue shares it."""
+
+    issue_id: str
+    manifest_sha256: str  # of the manifest's JSON: a republished issue is prepared again
+    size_bytes: int
+    encoding: Encoding
+    tsi: int
+    toi: int
+    packets: PacketBuffer  # the pass: FDT packets, then the object's
+    fdt_packets: int
+    object_packets: int
+    cycles: list[tuple[int, ...]]  # each channel's cycle (`channel_cycles`)
+    mean_packet_bytes: float
+    symbol_bytes: int
+    source_symbols: int
+    encode_s: float
+
+
+def encoding_of(carousel: CarouselConfig, size_bytes: int) -> Encoding:
+    """What a pass's packets and cycles depend on (`Encoding`); a carousel's rate and
+    groups do not."""
+    return (
+        carousel.fec,
+        carousel.symbol_bytes,
+        carousel.max_source_block_symbols,
+        carousel.repair_symbols_per_block(size_bytes),
+        carousel.channels,
+        carousel.fdt_every_packets,
+    )
+
+
+class IssuePreparer:
+    """The sender's prepared passes, and the encodings under way."""
+
+    def __init__(
+        self, content_dir: Path, *, prepared: Gauge, encodes: Counter, encode_seconds: Counter
+    ) -> None:
+        self.content_dir = content_dir
+        self._prepared_gauge = prepared
+        self._encodes = encodes
+        self._encode_seconds = encode_seconds
+        self._next_tsi = 1
+        #: issue id -> its prepared pass (the newest encoding asked for)
+        self.prepared: dict[str, PreparedIssue] = {}
+        #: (issue id, manifest sha, encoding) -> its encoding under way
+        self._preparing: dict[tuple[str, str, Encoding], asyncio.Task[PreparedIssue]] = {}
+        #: manifests that failed to prepare (issue, manifest sha): logged once
+        self._unpreparable: set[tuple[str, str]] = set()
+
+    async def prepare(self, issue_id: str, carousel: CarouselConfig) -> PreparedIssue:
+        """The issue's pass for ``carousel``'s encoding: the one prepared, or encoded
+        now (and kept) when none matches the issue's manifest on disk and the encoding."""
+        if not valid_issue_id(issue_id):
+            raise CarouselError(f"invalid issue id {issue_id!r}")
+        bundle = self.content_dir / issue_id
+        try:
+            manifest_json = await asyncio.to_thread((bundle / "manifest.json").read_bytes)
+        except FileNotFoundError:
+            raise CarouselError(f"no issue {issue_id} in {self.content_dir}", 404) from None
+        digest = hashlib.sha256(manifest_json).hexdigest()
+        try:
+            size = SignedManifest.from_json_bytes(manifest_json).manifest.size_bytes
+        except ManifestError as err:
+            raise CarouselError(f"the manifest of {issue_id} does not verify: {err}", 409) from None
+        encoding = encoding_of(carousel, size)
+        ready = self.prepared.get(issue_id)
+        if ready is not None and ready.manifest_sha256 == digest and ready.encoding == encoding:
+            return ready
+        key = (issue_id, digest, encoding)
+        pending = self._preparing.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._encode_issue(issue_id, manifest_json, carousel))
+            self._preparing[key] = pending
+            pending.add_done_callback(lambda _t: self._preparing.pop(key, None))
+        prepared = await asyncio.shield(pending)
+        self.prepared[issue_id] = prepared
+        self._prepared_gauge.set(len(self.prepared))
+        return prepared
+
+    async def _encode_issue(
+        self, issue_id: str, manifest_json: bytes, carousel: CarouselConfig
+    ) -> PreparedIssue:
+        bundle = self.content_dir / issue_id
+        try:
+            manifest = SignedManifest.from_json_bytes(manifest_json).verify()
+        except ManifestError as err:
+            raise CarouselError(f"the manifest of {issue_id} does not verify: {err}", 409) from None
+        try:
+            data = await asyncio.to_thread((bundle / manifest.file_name).read_bytes)
+        except FileNotFoundError:
+            raise CarouselError(f"{issue_id}/{manifest.file_name} is missing", 404) from None
+        digest = await asyncio.to_thread(sha256_hex, data)
+        if digest != manifest.sha256:
+            raise CarouselError(f"{issue_id}/{manifest.file_name} does not match its manifest", 409)
+        # one TSI per issue for the sender's life: every carousel of it sends the same
+        # packets, so a receiver of a stopped and restarted carousel keeps its symbols
+        ready = self.prepared.get(issue_id)
+        if ready is not None:
+            tsi = ready.tsi
+        else:
+            tsi = self._next_tsi
+            self._next_tsi += 1
+        began = time.perf_counter()
+        prepared = await asyncio.to_thread(
+            prepare_pass,
+            data,
+            issue_id=issue_id,
+            file_name=manifest.file_name,
+            manifest_sha256=hashlib.sha256(manifest_json).hexdigest(),
+            tsi=tsi,
+            config=carousel,
+        )
+        del data
+        self._encodes.inc()
+        self._encode_seconds.inc(prepared.encode_s)
+        log.info(
+            "%s prepared for its carousel: %d packets (%s, %d channels) in %.1f s",
+            issue_id,
+            prepared.object_packets,
+            carousel.fec,
+            carousel.channels,
+            time.perf_counter() - began,
+        )
+        return prepared
+
+    def published_issues(self) -> list[str]:
+        """The issues of the content folder, newest manifest first."""
+        found: list[tuple[float, str]] = []
+        for manifest in self.content_dir.glob("*/manifest.json"):
+            with contextlib.suppress(OSError):
+                found.append((manifest.stat().st_mtime, manifest.parent.name))
+        return [issue for _, issue in sorted(found, reverse=True) if valid_issue_id(issue)]
+
+    async def refresh(
+        self, count: int, carousel: CarouselConfig, on_air: Callable[[str], bool]
+    ) -> None:
+        """One round: prepare the newest ``count`` issues (each once per manifest),
+        forget the prepared passes of older ones not ``on_air``."""
+        newest = await asyncio.to_thread(self.published_issues)
+        newest = newest[:count]
+        for issue_id in newest:
+            try:
+                await self.prepare(issue_id, carousel)
+            except CarouselError as err:
+                note = (issue_id, str(err))
+                if note not in self._unpreparable:
+                    self._unpreparable.add(note)
+                    log.warning("cannot prepare %s for a carousel: %s", issue_id, err)
+        for issue_id in list(self.prepared):
+            if issue_id not in newest and not on_air(issue_id):
+                del self.prepared[issue_id]
+        self._prepared_gauge.set(len(self.prepared))
+
+    def cancel(self) -> None:
+        """Cancel the encodings under way (the sender is closing)."""
+        for pending in list(self._preparing.values()):
+            pending.cancel()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def prepare_pass(
+    data: bytes,
+    *,
+    issue_id: str,
+    file_name: str,
+    manifest_sha256: str,
+    tsi: int,
+    config: CarouselConfig,
+) -> PreparedIssue:
+    """One pass of ``data`` from the binding (imported here: a native module) and each
+    channel's cycle through it; blocking (the sender runs it in a thread)."""
+    import pressrun_flute
+
+    began = time.perf_counter()
+    encoded = pressrun_flute.encode_object(
+        data,
+        content_location=f"file:///{issue_id}/{file_name}",
+        content_type="application/octet-stream",
+        tsi=tsi,
+        toi=1,
+        fec=config.fec,
+        encoding_symbol_length=config.symbol_bytes,
+        max_source_block_length=config.max_source_block_symbols,
+        repair_symbols_per_block=config.repair_symbols_per_block(len(data)),
+    )
+    cycles = channel_cycles(
+        fec=config.fec,
+        sbns=encoded.sbns,
+        esis=encoded.esis,
+        channels=config.channels,
+        fdt_packets=len(encoded.fdt_packets),
+        fdt_every_packets=config.fdt_every_packets,
+    )
+    packets = pressrun_flute.PacketBuffer([*encoded.fdt_packets, *encoded.packets])
+    return PreparedIssue(
+        issue_id=issue_id,
+        manifest_sha256=manifest_sha256,
+        size_bytes=len(data),
+        encoding=encoding_of(config, len(data)),
+        tsi=tsi,
+        toi=encoded.toi,
+        packets=packets,
+        fdt_packets=len(encoded.fdt_packets),
+        object_packets=len(encoded.packets),
+        cycles=cycles,
+        mean_packet_bytes=sum(len(p) for p in encoded.packets) / max(1, len(encoded.packets)),
+        symbol_bytes=encoded.encoding_symbol_length,
+        source_symbols=encoded.source_symbols,
+        encode_s=time.perf_counter() - began,
+    )
