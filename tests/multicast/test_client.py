@@ -41,20 +41,25 @@ CLIENT = replace(
 )
 
 
+async def _balancer(origin_url: str, policy: DemandPolicy, seed: int | None = 1) -> Any:
+    """A balancer over the one origin, answering modes by ``policy``."""
+    return await start_balancer(
+        BalancerServiceConfig(
+            origins=(OriginSpec("origin-a", origin_url),),
+            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=1.0),
+            seed=seed,
+        ),
+        mode_policy=policy,
+    )
+
+
 async def _fetch(pub: Published, sender: Any, tmp_path: Path) -> Any:
     origin = await start_origin(
         OriginConfig(content_dir=pub.content, name="origin-a", stats_interval_s=0.2)
     )
     group = "{}:{}".format(*sender.config.control_group)
     policy = DemandPolicy(PEAK_AT_ONCE, {}, {ISSUE: MulticastInfo(group, "127.0.0.1")})
-    balancer = await start_balancer(
-        BalancerServiceConfig(
-            origins=(OriginSpec("origin-a", origin.url),),
-            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=1.0),
-            seed=1,
-        ),
-        mode_policy=policy,
-    )
+    balancer = await _balancer(origin.url, policy)
     try:
         await balancer.wait_until_up(1, timeout_s=10.0)
         return await fetch_issue(
@@ -139,13 +144,7 @@ async def test_a_bad_control_group_goes_to_the_fallbacks(
         OriginConfig(content_dir=pub.content, name="origin-a", stats_interval_s=0.2)
     )
     policy = DemandPolicy(PEAK_AT_ONCE, {}, {ISSUE: MulticastInfo(control_group, None)})
-    balancer = await start_balancer(
-        BalancerServiceConfig(
-            origins=(OriginSpec("origin-a", origin.url),),
-            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=1.0),
-        ),
-        mode_policy=policy,
-    )
+    balancer = await _balancer(origin.url, policy, seed=None)
     try:
         await balancer.wait_until_up(1, timeout_s=10.0)
         result = await fetch_issue(
@@ -190,14 +189,7 @@ async def test_a_swarm_client_leaves_for_the_carousel_when_one_runs(
     policy = DemandPolicy(
         swarm_first, {ISSUE: swarm_info_for(origin.url, tracker, ISSUE, info_hash)}
     )
-    balancer = await start_balancer(
-        BalancerServiceConfig(
-            origins=(OriginSpec("origin-a", origin.url),),
-            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=1.0),
-            seed=1,
-        ),
-        mode_policy=policy,
-    )
+    balancer = await _balancer(origin.url, policy)
     group = "{}:{}".format(*sender.config.control_group)
     try:
         await balancer.wait_until_up(1, timeout_s=10.0)
