@@ -11,7 +11,8 @@ NATIVE_STAMP := $(VENV)/.native-installed
 
 .PHONY: demo test lint typecheck contracts unit bench setup system clean images emulate
 
-$(STAMP): pyproject.toml
+# the system programs first (python3-venv, cc, Rust: scripts/setup-system.sh)
+$(STAMP): pyproject.toml | system
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip==25.3
 	$(BIN)/pip install -q -e '.[dev]'
@@ -19,12 +20,12 @@ $(STAMP): pyproject.toml
 
 $(NATIVE_STAMP): $(STAMP) $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(NATIVE)/pyproject.toml $(NATIVE)/src/lib.rs $(NATIVE)/pressrun_flute.pyi
 	./scripts/check-rust.sh
-	PATH="$$HOME/.cargo/bin:$$PATH" CARGO_TARGET_DIR="$(CURDIR)/$(NATIVE)/target" \
+	PATH="$$(./scripts/check-rust.sh --dir):$$PATH" CARGO_TARGET_DIR="$(CURDIR)/$(NATIVE)/target" \
 		$(BIN)/pip install -q ./$(NATIVE)
 	touch $(NATIVE_STAMP)
 
 system:
-	./scripts/setup-system.sh
+	PY=$(PY) ./scripts/setup-system.sh
 
 # The web reader's npm packages (libsodium.js, pdf.js), exactly as the lockfile says.
 READER := src/pressrun/reader

@@ -1,12 +1,25 @@
 #!/usr/bin/env bash
-# Installs the system programs pressrun's tests, benchmarks and demo start:
+# Installs the system programs pressrun's set-up, tests, benchmarks and demo need:
+# python3-venv (the Makefile's venv), a C toolchain and Rust 1.88+ (the FLUTE
+# extension: Debian's rustc-web and cargo-web 1.96 from bookworm-security, unless
+# scripts/check-rust.sh finds a new enough toolchain, e.g. rustup's in ~/.cargo/bin),
 # nginx (the static-serving reference in bench/), redis-server (shared tracker
 # state), aria2c (a third-party BitTorrent client in the swarm tests).
 # chromium (Debian's, driven headless by the reader's browser tests) and nodejs/npm
 # (installs the reader's npm packages from its lockfile).
 # Idempotent: does nothing when they are already there.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+PY=${PY:-python3.11}
 need=()
+# the set-up itself: the venv, and the FLUTE extension's build (maturin links with cc)
+"$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+command -v cc >/dev/null 2>&1 || need+=(build-essential)
+rust_from_apt=0
+if ! "$here/check-rust.sh" --quiet; then
+  need+=(rustc-web cargo-web)
+  rust_from_apt=1
+fi
 command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v aria2c >/dev/null 2>&1 || need+=(aria2)
@@ -38,6 +51,18 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
 fi
 trap 'if [ "$own_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
 apt-get -o DPkg::Lock::Timeout=600 update -qq
+if [ "$rust_from_apt" = 1 ]; then
+  # bookworm's own rustc-web is 1.85; bookworm-security's is 1.96
+  candidate=$(apt-cache policy rustc-web | awk '/Candidate:/ {print $2}')
+  if [ -z "$candidate" ] || [ "$candidate" = "(none)" ] \
+      || ! dpkg --compare-versions "$candidate" ge 1.88; then
+    echo "setup-system: apt offers rustc-web ${candidate:-(none)}, older than the 1.88 the" \
+      "FLUTE extension needs: add bookworm-security to apt's sources (deb" \
+      "http://deb.debian.org/debian-security bookworm-security main) and run make again," \
+      "or install Rust 1.88+ with rustup into ~/.cargo/bin" >&2
+    exit 1
+  fi
+fi
 apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 # Debian starts the services on install; pressrun starts its own on demand.
 systemctl disable --now nginx redis-server docker docker.socket containerd >/dev/null 2>&1 || true
