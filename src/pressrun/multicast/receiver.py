@@ -55,6 +55,10 @@ MAX_DATAGRAM = 65536
 PACKET_READ_BYTES = 4200
 #: memory the binding may hold for undecoded blocks of the object
 MAX_CACHE_BYTES = 512 * 1024 * 1024
+#: after a round that read data packets, wait this long before the next one, so each
+#: wake-up reads the packets of that time from the socket buffers in one go instead of
+#: one packet per wake-up (a carousel of 20 Mbit/s is 1,750 packets/s: 35 per round)
+BATCH_WAIT_S = 0.02
 
 
 def wall_clock() -> float:
@@ -169,6 +173,7 @@ def receive_carousel(
             wake = deadline
             if layers is not None:
                 wake = min(wake, layers.next_deadline() or deadline)
+            read_data = False
             for key, _ in selector.select(max(0.0, min(wake - now, 0.2))):
                 sock: socket.socket = key.fileobj  # type: ignore[assignment]
                 if key.data is None:
@@ -196,6 +201,7 @@ def receive_carousel(
                     continue
                 assert flute is not None and layers is not None
                 index: int = key.data
+                read_data = True
                 kept = 0
                 events = []
                 while True:
@@ -242,6 +248,8 @@ def receive_carousel(
                                 "loss %.0f%%: leaving channel %d", 100 * effect.loss, effect.index
                             )
                             channels.leave(effect.index)
+            if read_data:
+                time.sleep(max(0.0, min(BATCH_WAIT_S, deadline - time.perf_counter())))
         return _finish(result, plan, layers, gate, joined_at)
     finally:
         if channels is not None:
