@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from pressrun.clients.config import UPLOADER_POLICY_ENV
+
 #: where ``pressrun get`` looks for the subscriber key when no flag or env var names one
 DEFAULT_SUBSCRIBER_KEY = "subscriber.key"
 SUBSCRIBER_KEY_ENV = "PRESSRUN_SUBSCRIBER_KEY"
@@ -117,6 +119,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="in swarm mode, also run a Chord supernode of the issue's ring, listening on "
         "and announced as HOST (a reachable address of this machine); refused with "
         "--profile mobile (docs/chord.md)",
+    )
+    p.add_argument(
+        "--uploader-policy",
+        metavar="NAME",
+        default=None,
+        help="in swarm mode, who uploads which piece: libtorrent, stripes or chord (the "
+        "issue's Chord ring chooses each piece's uploader; docs/chord.md); default: "
+        f"${UPLOADER_POLICY_ENV}, else the peer's default",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar, only errors")
     p.add_argument(
@@ -294,7 +304,10 @@ def run_get(args: argparse.Namespace) -> int:
     try:
         config = profile(args.profile).with_section_mb(args.section_mb)
         config = dataclasses.replace(
-            config, give_up_after_s=args.give_up_after_s, supernode_host=args.supernode
+            config,
+            give_up_after_s=args.give_up_after_s,
+            supernode_host=args.supernode,
+            uploader_policy=args.uploader_policy or os.environ.get(UPLOADER_POLICY_ENV) or None,
         )
         if args.max_seed_s is not None:
             config = dataclasses.replace(config, swarm_max_seed_s=args.max_seed_s)

@@ -8,6 +8,10 @@ from dataclasses import dataclass, replace
 MIB = 1024 * 1024
 
 
+#: the environment variable of `pressrun get --uploader-policy`
+UPLOADER_POLICY_ENV = "PRESSRUN_UPLOADER_POLICY"
+
+
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
     """How one client downloads an issue.
@@ -71,6 +75,10 @@ class ClientConfig:
         is the carousel's fallback.
     carousel_switch_below: see carousel_control_group. 0.5: past half of the file
         the swarm finishes sooner than a carousel starting from nothing.
+    uploader_policy: in swarm mode, the peer's uploader policy by name
+        (`pressrun.peer.uploader`: ``libtorrent``, ``stripes``, ``chord``); None: the
+        peer's default. With a policy that asks the issue's Chord ring, the peer
+        listens on (and tells the ring) the address it reaches the tracker from.
     """
 
     profile: str = "desktop"
@@ -97,6 +105,7 @@ class ClientConfig:
     supernode_host: str | None = None
     carousel_control_group: str | None = None
     carousel_switch_below: float = 0.5
+    uploader_policy: str | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -129,6 +138,14 @@ class ClientConfig:
             raise ValueError("failed_ttl_s and the backoffs must not be negative")
         if not (self.give_up_after_s >= 0 and math.isfinite(self.give_up_after_s)):
             raise ValueError("give_up_after_s must be a number >= 0")
+        if self.uploader_policy is not None:
+            from pressrun.peer.uploader import uploader_policy_names
+
+            if self.uploader_policy not in uploader_policy_names():
+                raise ValueError(
+                    f"unknown uploader policy {self.uploader_policy!r}; "
+                    f"known: {', '.join(uploader_policy_names())}"
+                )
         if self.supernode_host is not None and self.profile == "mobile":
             raise ValueError(
                 "a mobile profile never runs a supernode (it uses the ring only as a client)"

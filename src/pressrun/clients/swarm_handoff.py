@@ -20,11 +20,14 @@ import asyncio
 import contextlib
 import functools
 import logging
+import socket
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import yarl
 
 from pressrun.clients.codec import DirectiveSwarm
 from pressrun.clients.session import DirectiveUnavailable, FetchState, describe, still_good
@@ -56,6 +59,7 @@ async def fetch_swarm(
     ``manifest_sha256``, the verified manifest's digest, and a control group)."""
     from pressrun.peer.aio import fetch_via_swarm  # libtorrent: only when needed
     from pressrun.peer.config import profile_config
+    from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY
 
     f.swarm_tried = True
     torrent: bytes | None = None
@@ -82,6 +86,7 @@ async def fetch_swarm(
     peer_config = profile_config(name, metered=f.config.metered, **overrides)
     ring = await _supernode(f, m, swarm)
     f.swarm_progress = None
+    policy = f.config.uploader_policy or DEFAULT_UPLOADER_POLICY
     fetching = asyncio.ensure_future(
         fetch_via_swarm(
             torrent=torrent,
@@ -90,6 +95,8 @@ async def fetch_swarm(
             config=peer_config,
             tracker_url=swarm.tracker_url,
             web_seeds=web_seeds,
+            listen_interfaces=await _listen_interfaces(policy, swarm.tracker_url),
+            uploader_policy=policy,
             on_progress=functools.partial(_swarm_progress, f),
         )
     )
@@ -208,8 +215,6 @@ async def _supernode(f: FetchState, m: Manifest, swarm: DirectiveSwarm) -> Super
     desktop only, ClientConfig refuses it for mobile); None when not asked or refused."""
     if f.config.supernode_host is None:
         return None
-    import yarl
-
     from pressrun.chord.host import SupernodeHost
 
     ring = SupernodeHost(
@@ -218,6 +223,30 @@ async def _supernode(f: FetchState, m: Manifest, swarm: DirectiveSwarm) -> Super
     if await ring.add(m.info_hash, m.num_pieces) is None:
         f.notice("swarm: the tracker did not take this client's supernode; going on without")
     return ring
+
+
+async def _listen_interfaces(policy: str, tracker_url: str) -> str:
+    """libtorrent's ``listen_interfaces``: every interface, except with a policy that
+    asks the Chord ring (the peer tells the ring its listening address, which other
+    peers then connect to): the address this machine reaches the tracker from."""
+    from pressrun.peer.uploader import make_uploader_policy
+
+    if not getattr(make_uploader_policy(policy), "uses_ring", False):
+        return "0.0.0.0:0"
+    url = yarl.URL(tracker_url)
+    try:
+        address = await asyncio.to_thread(_source_address, url.host or "", url.port or 80)
+    except OSError:
+        return "0.0.0.0:0"  # the peer falls back to the tracker's host name
+    return f"{address}:0"
+
+
+def _source_address(host: str, port: int) -> str:
+    """The local IPv4 address the kernel routes to ``host`` from (a UDP socket's
+    connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect((host, port))
+        return str(sock.getsockname()[0])
 
 
 def _swarm_progress(f: FetchState, progress: SwarmProgress) -> None:

@@ -13,7 +13,14 @@ from typing import Any
 import aiohttp
 
 from pressrun.emulate.engine import DockerCommandError
-from pressrun.emulate.project import ORIGINS, TRACKERS, ComposeProject, EmulationError
+from pressrun.emulate.project import (
+    ORIGINS,
+    SUPERNODE_PORT,
+    SUPERNODES,
+    TRACKERS,
+    ComposeProject,
+    EmulationError,
+)
 
 SAMPLE_INTERVAL_S = 1.0
 
@@ -169,6 +176,37 @@ async def wait_ring(
         f"the supernodes were not on every tracker instance's ring in {timeout_s:g} s "
         f"(their rings: {views})"
     )
+
+
+async def supernode_states(project: ComposeProject) -> dict[str, Any]:
+    """Each supernode's ``/chord/v1/state``: its phase and ring neighbours, the piece
+    keys it answers for, ``uploader_answers`` (the uploaders it chose for peers) and
+    ``nodes_failed`` (ring nodes it found dead and routed around); a dead or cut one
+    as ``unreachable``."""
+    states: dict[str, Any] = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
+        for name in SUPERNODES:
+            try:
+                ip = await asyncio.to_thread(project.address, name)
+                async with http.get(f"http://{ip}:{SUPERNODE_PORT}/chord/v1/state") as resp:
+                    states[name] = await resp.json()
+            except (aiohttp.ClientError, OSError, ValueError, TimeoutError,
+                    EmulationError, DockerCommandError) as err:  # fmt: skip
+                states[name] = {"unreachable": str(err) or type(err).__name__}
+    return states
+
+
+async def wait_supernodes_on_ring(project: ComposeProject, timeout_s: float) -> dict[str, Any]:
+    """Each supernode's state once every one of them has joined the Chord ring
+    (phase ``on_ring``; registered with the tracker is not yet joined), or as it is
+    after ``timeout_s`` (the caller reports a supernode still joining)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        states = await supernode_states(project)
+        if all(s.get("phase") == "on_ring" for s in states.values()) or loop.time() > deadline:
+            return states
+        await asyncio.sleep(1.0)
 
 
 def _ring_members(view: Any) -> list[tuple[str, str]]:

@@ -9,6 +9,8 @@ import contextlib
 import ipaddress
 import json
 import logging
+import os
+import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +22,11 @@ log = logging.getLogger(__name__)
 ISSUE_ID = "flash-2026-47"
 ORIGINS = {"origin-a": 8001, "origin-b": 8002, "origin-c": 8003}
 TRACKERS = {"tracker-1": 6969, "tracker-2": 6969}
+#: a run's compose projects are named PREFIX<pid>-<variant> (`project_name`)
+PROJECT_PREFIX = "pressrun-emu-"
 SUPERNODES = ("supernode-1", "supernode-2")
+#: the supernodes' port on the project's network (docker-compose.yml)
+SUPERNODE_PORT = 7000
 BALANCER_PORT = 8080
 SENDER_PORT = 8090
 
@@ -157,23 +163,67 @@ def teardown(engine: Engine, project: ComposeProject, log_path: Path) -> None:
         log.warning("could not save the services' logs: %s", err)
     # every container of the run at once (clients and services), then compose removes
     # the network and the volumes
-    ids: list[str] = []
-    for label in (f"pressrun.emulate.project={project.name}",
-                  f"com.docker.compose.project={project.name}"):  # fmt: skip
-        ids += engine.docker("ps", "-aq", "--filter", f"label={label}", check=False).split()
-    if ids:
-        engine.run(["docker", "rm", "-f", "-v", *ids], check=False, timeout_s=300)
+    _remove_containers(engine, project.name)
     try:
         project.compose("down", "-v", "--remove-orphans", "-t", "3", timeout_s=300)
     except DockerCommandError as err:
         log.warning("docker-compose down: %s", err)
-    # what compose left (a down that timed out, endpoints of killed containers)
-    label = f"label=com.docker.compose.project={project.name}"
+    _remove_networks_and_volumes(engine, project.name)
+
+
+def _remove_containers(engine: Engine, name: str) -> None:
+    """Every container of project ``name``: its services and its clients."""
+    ids: list[str] = []
+    for label in (f"pressrun.emulate.project={name}", f"com.docker.compose.project={name}"):
+        ids += engine.docker("ps", "-aq", "--filter", f"label={label}", check=False).split()
+    if ids:
+        engine.run(["docker", "rm", "-f", "-v", *ids], check=False, timeout_s=300)
+
+
+def _remove_networks_and_volumes(engine: Engine, name: str) -> None:
+    """What compose left of project ``name`` (a down that timed out, endpoints of
+    killed containers, a run that never got to its teardown)."""
+    label = f"label=com.docker.compose.project={name}"
     for net in engine.docker("network", "ls", "-q", "--filter", label, check=False).split():
         fmt = "{{range .Containers}}{{.Name}} {{end}}"
-        for name in engine.docker("network", "inspect", "-f", fmt, net, check=False).split():
-            engine.run(["docker", "network", "disconnect", "-f", net, name], check=False)
+        for member in engine.docker("network", "inspect", "-f", fmt, net, check=False).split():
+            engine.run(["docker", "network", "disconnect", "-f", net, member], check=False)
         engine.run(["docker", "network", "rm", net], check=False)
     volumes = engine.docker("volume", "ls", "-q", "--filter", label, check=False).split()
     if volumes:
         engine.run(["docker", "volume", "rm", "-f", *volumes], check=False)
+
+
+def project_name(variant: str) -> str:
+    """The compose project of this process's run of ``variant``."""
+    return f"{PROJECT_PREFIX}{os.getpid()}-{variant}"
+
+
+def remove_stale_projects(engine: Engine) -> list[str]:
+    """Remove what earlier runs left on the engine when they ended without their
+    teardown (killed by SIGKILL, the machine stopped): the containers, network and
+    volumes of each project whose process, named in the project's name, is gone. The
+    projects removed (their bridges would otherwise stay on the host)."""
+    fmt = '{{.Label "com.docker.compose.project"}}'
+    names = set(engine.docker("network", "ls", "--format", fmt, check=False).split())
+    fmt = '{{.Label "pressrun.emulate.project"}}'
+    names |= set(engine.docker("ps", "-a", "--format", fmt, check=False).split())
+    stale = []
+    for name in sorted(names):
+        match = re.fullmatch(re.escape(PROJECT_PREFIX) + r"(\d+)-[\w-]+", name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        _remove_containers(engine, name)
+        _remove_networks_and_volumes(engine, name)
+        stale.append(name)
+    return stale
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

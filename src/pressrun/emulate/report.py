@@ -149,6 +149,8 @@ def summarize(
             "faults": r.faults,
             "trackers": r.trackers,
             "trackers_agree": trackers_agree(r.trackers),
+            "supernodes_at_start": r.supernodes_at_start,
+            "supernodes_at_end": r.supernodes_at_end,
             "egress_series": {n: s for n, s in r.egress.items()},
             "per_client": rows,
         }
@@ -357,9 +359,29 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
                 + " and "
                 + ("the same ring of supernodes" if agree["ring"] else "different rings")
             )
+        if v.get("supernodes_at_end"):
+            console.print(f"{name}: supernodes at the end: " + supernodes_line(v))
     if "origin_egress_ratio" in summary:
         console.print(
             f"origin egress with swarm/multicast on: {summary['origin_egress_ratio']:.1%} "
             "of the unicast-only run's"
         )
     console.print(f"report: {out / 'summary.json'}, {out / 'egress.png'}, {out / 'clients.png'}")
+
+
+def supernodes_line(variant: dict[str, Any]) -> str:
+    """Each supernode at the end of a run: its phase, the uploaders it chose for peers
+    (``uploader_answers``: the `chord` policy's questions it answered) and the ring
+    nodes it found dead and routed around; or that it did not answer."""
+    parts = []
+    for name, state in sorted(variant.get("supernodes_at_end", {}).items()):
+        if "unreachable" in state:
+            parts.append(f"{name} does not answer")
+            continue
+        failed = state.get("nodes_failed") or []
+        around = f"routed around {', '.join(sorted(set(failed)))}" if failed else "none dead"
+        parts.append(
+            f"{name} {state.get('phase', '?')}, {state.get('uploader_answers', 0)} uploader "
+            f"answers, {state.get('holders', 0)} holders known, {around}"
+        )
+    return "; ".join(parts)

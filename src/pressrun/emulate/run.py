@@ -24,7 +24,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import random
 import secrets
 import shutil
@@ -33,15 +32,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pressrun.clients.config import UPLOADER_POLICY_ENV
 from pressrun.emulate.engine import DockerCommandError, Engine
 from pressrun.emulate.held import go_path, ready_path, started_path
 from pressrun.emulate.probes import (
     SAMPLE_INTERVAL_S,
     sample_egress,
+    supernode_states,
     tracker_views,
     wait_balancer_ready,
     wait_prepared,
     wait_ring,
+    wait_supernodes_on_ring,
 )
 from pressrun.emulate.project import (
     ISSUE_ID,
@@ -52,7 +54,11 @@ from pressrun.emulate.project import (
     bridge_querier,
     docker_async,
     free_subnet,
+    remove_stale_projects,
     teardown,
+)
+from pressrun.emulate.project import (
+    project_name as project_name_of,
 )
 from pressrun.emulate.scenario import ClientPlan, EmulationScenario
 
@@ -152,6 +158,9 @@ class VariantResult:
     directives: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     ring_at_start: dict[str, Any] = field(default_factory=dict)
     trackers: dict[str, Any] = field(default_factory=dict)
+    #: each supernode's /chord/v1/state before the first client and at the end
+    supernodes_at_start: dict[str, Any] = field(default_factory=dict)
+    supernodes_at_end: dict[str, Any] = field(default_factory=dict)
     faults: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
     #: seconds from the services up to the sender's issue prepared (encoded for its
@@ -177,7 +186,7 @@ async def run_variant(
     log_dir: Path,
 ) -> VariantResult:
     """Run the scenario once (``variant``: "emulation" or "unicast-only")."""
-    project_name = f"pressrun-emu-{os.getpid()}-{variant}"
+    project_name = project_name_of(variant)
     subnet = free_subnet(engine)
     env = {
         **scenario.env,
@@ -227,6 +236,10 @@ async def run_variant(
             f"[{variant}] the issue's Chord ring: {len(result.ring_at_start['supernodes'])} "
             "supernodes registered with tracker-1"
         )
+        result.supernodes_at_start = await wait_supernodes_on_ring(project, 60)
+        joining = [n for n, s in result.supernodes_at_start.items() if s.get("phase") != "on_ring"]
+        if joining:
+            report(f"[{variant}] not on the Chord ring after 60 s: {', '.join(joining)}")
         await asyncio.to_thread(bridge_querier, engine, project)
         prepared: asyncio.Task[float] | None = None
         if env.get("PRESSRUN_MULTICAST_SENDER", "x"):
@@ -258,6 +271,8 @@ async def run_variant(
                     "-v", f"{release_dir.resolve()}:{RELEASE_MOUNT}"]  # fmt: skip
             for key, value in link.env().items():
                 args += ["-e", f"{key}={value}"]
+            if env.get(UPLOADER_POLICY_ENV):  # the swarm's uploader policy (docs/chord.md)
+                args += ["-e", f"{UPLOADER_POLICY_ENV}={env[UPLOADER_POLICY_ENV]}"]
             args += [
                 image, "python3", "-m", "pressrun.emulate.held", "--release-dir", RELEASE_MOUNT,
                 "--name", str(outcome.plan.number), "--", "get", issue.issue_id, "--balancer", "http://balancer:8080",
@@ -330,6 +345,7 @@ async def run_variant(
         for outcome in outcomes:
             _read_started(outcome, release_dir, t0)
         result.trackers = await tracker_views(project, info_hash)
+        result.supernodes_at_end = await supernode_states(project)
         await asyncio.sleep(SAMPLE_INTERVAL_S * 1.5)  # one last egress sample
         return result
     finally:
@@ -495,6 +511,9 @@ async def run_scenario(
     from pressrun.emulate.report import print_summary, write_report
 
     folder = out_dir_for(out, scenario.name)
+    stale = await asyncio.to_thread(remove_stale_projects, engine)
+    if stale:
+        report(f"removed what earlier runs left on the engine: {', '.join(stale)}")
     report(f"publishing a {scenario.issue_mb:g} MB issue into {folder / 'content'}")
     issue = await asyncio.to_thread(publish_issue, folder, scenario.issue_mb, scenario.seed)
     variants: list[tuple[str, dict[str, str]]] = [("emulation", {})]

@@ -164,7 +164,7 @@ def run_sender(args: argparse.Namespace) -> int:
     except ImportError:
         print(
             "pressrun serve multicast: the FLUTE binding pressrun_flute is not installed; "
-            "run `make setup` (it needs cargo and rustc 1.88+, see docs/multicast.md)",
+            "run `make setup` (it installs Rust 1.88+ and builds it, docs/multicast.md)",
             file=sys.stderr,
         )
         return 2
