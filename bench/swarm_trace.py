@@ -138,6 +138,7 @@ def _install() -> None:
                 bring=[a["piece"] for a in ans if a.get("bring_in")],
                 wait=[a["piece"] for a in ans if a.get("wait")],
                 up=[a["piece"] for a in ans if not a.get("bring_in") and not a.get("wait")],
+                first=[a["piece"] for a in ans if a.get("first")],
             )
         return doc
 
@@ -170,9 +171,92 @@ async def _sample_uploads() -> None:
         )
         _ev("sample", present=len(present), seeds=seeds, uploaded=up, conns=conns)
         _sample_lone_pieces(present)
+        _sample_idle(present)
         if PEERS and not present:
             return
         await asyncio.sleep(1.0)
+
+
+def _sample_idle(present: list[Any]) -> None:
+    # why a peer's upload sits idle: per downloading peer, its payload uploaded so far
+    # and what its connections say (libtorrent's peer infos): peers interested in it, of
+    # those the ones it unchokes, and of those the ones with requests queued at it
+    for p in present:
+        if p._handle is None or p.core.phase.value != "downloading":
+            continue
+        interested = unchoked = asking = 0
+        for pi in p._handle.get_peer_info():
+            if pi.connection_type != lt.peer_info.standard_bittorrent:
+                continue
+            if pi.flags & lt.peer_info.remote_interested:
+                interested += 1
+                if not pi.flags & lt.peer_info.choked:
+                    unchoked += 1
+                    if pi.upload_queue_length > 0 or pi.up_speed > 0:
+                        asking += 1
+        _ev(
+            "idle",
+            peer=p._peer_id[-6:],
+            up=int(p._handle.status().total_payload_upload),
+            interested=interested,
+            unchoked=unchoked,
+            asking=asking,
+        )
+
+
+def _idle_report(events: list[dict[str, Any]]) -> None:
+    # the downloading peers' upload use, and the peers using under half their upload
+    # by cause: nobody interested in it; interested peers but all choked; unchoked
+    # ones that ask nothing; asked but slow (the rest)
+    rows = [e for e in events if e["k"] == "idle"]
+    if not rows:
+        return
+    cap = bench_swarm_args_upload_bps[0] if bench_swarm_args_upload_bps else 1e6
+    last: dict[str, dict[str, Any]] = {}
+    for e in rows:
+        # (the payload uploaded since the peer's last sample, over its upload cap: not
+        # libtorrent's smoothed upload_payload_rate, which lags by seconds)
+        before = last.get(e["peer"])
+        e["use"] = (
+            round((e["up"] - before["up"]) / max(1e-3, e["t"] - before["t"]) / cap, 2)
+            if before
+            else 0.0
+        )
+        last[e["peer"]] = e
+    by_s: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
+    for e in rows:
+        by_s[int(e["t"])].append(e)
+    print(
+        "downloading peers per second: mean upload use / under half: nobody interested, "
+        "all interested choked, unchoked but no requests, requests but slow"
+    )
+    out = []
+    for t in sorted(by_s):
+        es = by_s[t]
+        low = [e for e in es if e["use"] < 0.5]
+        causes = collections.Counter(
+            "none"
+            if e["interested"] == 0
+            else "choked"
+            if e["unchoked"] == 0
+            else "quiet"
+            if e["asking"] == 0
+            else "slow"
+            for e in low
+        )
+        mean = sum(e["use"] for e in es) / len(es)
+        out.append(
+            f"{t}:{mean:.2f}/{causes['none']},{causes['choked']},{causes['quiet']},{causes['slow']}"
+        )
+    print("  " + " ".join(out))
+    mid = [e for e in rows if 10 <= e["t"] <= 25]
+    if mid:
+        print(
+            f"  10-25 s: upload use {statistics.mean(e['use'] for e in mid):.2f}; interested "
+            f"peers median {statistics.median(e['interested'] for e in mid)}, unchoked "
+            f"{statistics.median(e['unchoked'] for e in mid)}, with requests "
+            f"{statistics.median(e['asking'] for e in mid)}"
+        )
 
 
 def _sample_lone_pieces(present: list[Any]) -> None:
@@ -295,6 +379,8 @@ def summarise(events: list[dict[str, Any]]) -> None:
     for t in sorted(by_second):
         print(f"  {t}: {' '.join(by_second[t])}")
     print(f"distinct pieces in the swarm at {_at(sorted(held.values()), (2, 4, 6, 8, 10, 12, 15))}")
+    _second_holders(events)
+    _idle_report(events)
     for k in ("DropWebSeeds", "RestoreWebSeeds", "Stalled"):
         print(f"{k}: {sum(1 for e in events if e['k'] == k)}")
     fin = {e["peer"]: e["t"] for e in events if e["k"] == "finished"}
@@ -306,6 +392,37 @@ def summarise(events: list[dict[str, Any]]) -> None:
             f"max {checks[-1]:.2f} s; last verified at {max(ver.values()):.1f} s"
         )
     print(f"completion times (s): {sorted(round(t, 1) for t in done.values())}")
+
+
+def _pct(xs: list[float]) -> str:
+    xs = sorted(xs)
+    if not xs:
+        return "none"
+    p90 = xs[min(len(xs) - 1, int(0.9 * len(xs)))]
+    return (
+        f"median {statistics.median(xs):.2f} s, p90 {p90:.2f} s, max {xs[-1]:.2f} s (n = {len(xs)})"
+    )
+
+
+def _second_holders(events: list[dict[str, Any]]) -> None:
+    # how long a piece stays with its first holder (its bringer) before a second peer
+    # has it; and for the first receivers the ring named, from the naming to the piece
+    holders: dict[int, list[float]] = collections.defaultdict(list)
+    got: dict[tuple[str, int], float] = {}
+    for e in events:
+        if e["k"] == "piece":
+            holders[e["piece"]].append(e["t"])
+            got.setdefault((e["peer"], e["piece"]), e["t"])
+    waits = [ts[1] - ts[0] for ts in holders.values() if len(ts) > 1]
+    print(f"second holder after the first: {_pct(waits)}")
+    named: dict[tuple[str, int], float] = {}
+    for e in events:
+        if e["k"] == "ask":
+            for p in e.get("first", ()):
+                named.setdefault((e["peer"], p), e["t"])
+    if named:
+        took = [got[k] - t for k, t in named.items() if k in got and got[k] >= t]
+        print(f"first receivers named: {len(named)}; named -> piece: {_pct(took)}")
 
 
 async def main() -> None:

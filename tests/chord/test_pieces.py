@@ -143,3 +143,47 @@ def test_handoff_round_trip_and_garbage() -> None:
     assert e.pieces == {1: {"a"}} and e.holders["a"].downloaded_bytes == 2
     for junk in (None, 3, {"pieces": 1}, {"pieces": {"x": ["a"]}, "holders": {"a": [1]}}):
         assert PieceDirectory(rng=random.Random(3)).adopt(junk) == 0
+
+
+def test_a_piece_with_one_source_goes_to_two_first_receivers_it_unchokes() -> None:
+    # a tree, not a star: while the bringer "b" alone holds piece 3, two askers it
+    # unchokes are named first receivers; the others wait for a second holder
+    d = PieceDirectory(rng=random.Random(1), first_receivers=2, first_s=4.0)
+    d.handle_report(
+        peer_id="b",
+        address="b:1",
+        have=[3],
+        uploaded_bytes=0,
+        downloaded_bytes=0,
+        now=0.0,
+        unchoked=["x", "y", "z"],
+    )
+    ask = {p: d.choose_uploader(3, peer_id=p, address=f"{p}:1", now=1.0) for p in "wxyz"}
+    assert ask["w"].wait and not ask["w"].first  # choked by the source: not named
+    assert ask["x"].first and ask["x"].address == "b:1" and not ask["x"].wait
+    assert ask["y"].first
+    assert ask["z"].wait  # two named already
+    # a receiver asking again stays named; a naming lapses after first_s
+    assert d.choose_uploader(3, peer_id="x", address="x:1", now=2.0).first
+    assert d.choose_uploader(3, peer_id="z", address="z:1", now=5.5).first
+    # once a receiver holds it (two holders), the plain uploader choice, nobody named
+    d.handle_report(
+        peer_id="y", address="y:1", have=[3], uploaded_bytes=0, downloaded_bytes=0, now=6.0
+    )
+    up = d.choose_uploader(3, peer_id="w", address="w:1", now=6.0)
+    assert not up.first and not up.wait and up.address in ("b:1", "y:1")
+
+
+def test_a_source_that_serves_no_asker_gets_its_receivers_named_after_first_s() -> None:
+    d = PieceDirectory(rng=random.Random(1), first_receivers=1, first_s=4.0)
+    d.handle_report(
+        peer_id="b", address="b:1", have=[3], uploaded_bytes=0, downloaded_bytes=0, now=0.0,
+        unchoked=["q"],
+    )  # fmt: skip
+    assert d.choose_uploader(3, peer_id="w", address="w:1", now=1.0).wait
+    assert d.choose_uploader(3, peer_id="w", address="w:1", now=5.5).first
+    # a bringer still fetching the piece is its source too (nobody reported it yet)
+    d2 = PieceDirectory(rng=random.Random(1), first_receivers=1, bring_in_s=10.0)
+    assert d2.choose_uploader(7, peer_id="b", address="b:1", now=0.0).bring_in
+    assert d2.choose_uploader(7, peer_id="x", address="x:1", now=0.5).first
+    assert d2.choose_uploader(7, peer_id="y", address="y:1", now=0.6).wait

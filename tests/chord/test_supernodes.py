@@ -94,7 +94,9 @@ async def test_ring_of_supernodes_balanced_answers_and_survives_a_crash(tracker:
                 ) as r:
                     owners.append((await r.json())["owners"])
             assert all(o == owners[0] for o in owners)
-            # a holder reports, a newcomer asks: the holder is chosen
+            # a holder reports, a newcomer asks: the holder is chosen, and as it is the
+            # piece's only source (and did not say whom it unchokes), the newcomer is
+            # named one of its first receivers
             owner_of_3 = owners[0][id_hex(keys[3])]["address"]
             q = {
                 "peer_id": "aa",
@@ -115,8 +117,14 @@ async def test_ring_of_supernodes_balanced_answers_and_survives_a_crash(tracker:
                     "address": "127.0.0.1:5001",
                     "bring_in": False,
                     "wait": False,
+                    "first": True,
                 }
             ]
+            # the peers a reporter unchokes must be a short list of short strings
+            for bad in ("aa", [1], ["x" * 65], ["a"] * 65):
+                garbled = {**q, "unchoked": bad}
+                async with http.post(f"http://{owner_of_3}/chord/v1/pieces", json=garbled) as r:
+                    assert r.status == 400 and "unchoked" in (await r.json())["error"], bad
             # a stranger's ring message is refused (403), a garbled one too (400)
             stranger = NodeRef(12345, "127.0.0.1:1")
             body = request_json(Request(1, stranger, GetState()))

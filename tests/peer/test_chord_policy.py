@@ -43,3 +43,41 @@ def test_pieces_nobody_connected_holds_wait_for_the_ring_once_it_answered() -> N
     assert policy.waiting_on([3, 4]) == []  # no ring yet: `stripes`' rules
     policy.set_ring_answers({1})
     assert policy.waiting_on([3, 4]) == [3, 4]
+
+
+def test_a_piece_one_connected_peer_holds_goes_to_its_first_receivers_only() -> None:
+    # a tree, not a star: the ring named this peer a first receiver of piece 1; piece 2
+    # (one holder too) waits for a second holder; piece 3 has two; piece 4 none yet but
+    # named (its bringer is fetching it: not top priority, or it would be owed)
+    policy = ChordPolicy()
+    policy.set_ring_answers({0}, first={1, 4})
+    have = (False, False, False, False, False, True)
+    v = SwarmView(
+        peer_id="aa",
+        info_hash="12" * 20,
+        have=have,
+        connected_peers=3,
+        holders=(0, 1, 1, 2, 0, 1),
+    )
+    plan = policy.plan(v, now=1.0)
+    assert plan is not None
+    assert plan.piece_priorities == (MAX_PRIORITY, MAX_PRIORITY, 0, MIN_PRIORITY, MIN_PRIORITY, 1)
+    # never every missing piece on hold: a torrent with nothing wanted is "finished"
+    # and finished peers drop their connections
+    only_lonely = (True, False, False, True, False, True)
+    plan = policy.plan(
+        SwarmView(
+            peer_id="aa",
+            info_hash="12" * 20,
+            have=only_lonely,
+            connected_peers=3,
+            holders=(0, 1, 1, 2, 0, 1),
+        ),
+        now=1.0,
+    )
+    assert plan is not None and plan.piece_priorities[2] == MIN_PRIORITY
+    # a piece is held off for at most hold_s (4 s) after it became lonely
+    assert policy.plan(v, now=4.9).piece_priorities[2] == 0  # type: ignore[union-attr]
+    assert policy.plan(v, now=5.1).piece_priorities[2] == MIN_PRIORITY  # type: ignore[union-attr]
+    # time-critical: the named piece its source holds (1), not the one still coming (4)
+    assert policy.plan(v, now=5.2).deadlines == frozenset({1})  # type: ignore[union-attr]

@@ -382,5 +382,9 @@ def test_a_policy_registers_and_plans_never_use_priority_zero() -> None:
     view = SwarmView(peer_id="00" * 20, info_hash="ab" * 20, have=(False,) * 4, connected_peers=2)
     plan = make_uploader_policy("test-evens").plan(view, now=0.0)
     assert plan is not None and plan.piece_priorities == (7, 1, 7, 1)
-    with pytest.raises(ValueError, match="0 stalls"):
-        PiecePlan((1, 0, 7))
+    with pytest.raises(ValueError, match=r"must be 0\.\.7"):
+        PiecePlan((1, 8, 7))
+    # pieces on hold (0) only while another missing piece stays wanted
+    have = [False, True, False, False, False]
+    assert PiecePlan.checked([0, 1, 7, 1, 1], have).piece_priorities == (0, 1, 7, 1, 1)
+    assert PiecePlan.checked([0, 7, 7, 0, 1], have).piece_priorities == (1, 7, 7, 1, 1)

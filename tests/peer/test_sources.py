@@ -9,22 +9,23 @@ from pressrun.peer.uploader import MAX_PRIORITY
 
 def test_web_seeds_do_not_count_as_holders() -> None:
     # 2 web-seed connections: availability 2 means only the origins hold the piece
-    have = [True, False, False, False, False]
-    avail = [3, 3, 2, 2, 2]
-    plan = [1, 1, MAX_PRIORITY, 1, MAX_PRIORITY]
+    # (and 3 is one BitTorrent peer's alone: lonely, the ring names its first receivers)
+    have = [True, False, False, False, False, False]
+    avail = [3, 3, 2, 2, 2, 4]
+    plan = [1, 1, MAX_PRIORITY, 1, MAX_PRIORITY, 1]
     assert classify_missing(have, avail, 2, plan) == MissingPieces(
-        tradable=1, owed=(2, 4), absent=(3,)
+        tradable=2, lonely=(1,), owed=(2, 4), absent=(3,)
     )
 
 
 def test_without_a_plan_nothing_is_owed() -> None:
     assert classify_missing([False, False], [0, 1], 0, None) == MissingPieces(
-        tradable=1, owed=(), absent=(0,)
+        tradable=1, lonely=(1,), owed=(), absent=(0,)
     )
 
 
 def test_a_complete_copy_lacks_nothing() -> None:
-    assert classify_missing([True] * 3, [0, 0, 0], 1, None) == MissingPieces(0, (), ())
+    assert classify_missing([True] * 3, [0, 0, 0], 1, None) == MissingPieces(0, (), (), ())
 
 
 class _Pid:

@@ -105,6 +105,7 @@ class Supernode:
         max_bringers: int | None = 2,
         max_bringing_per_peer: int = 3,
         fair_bringing: bool = True,
+        first_receivers: int | None = 2,
         seed: int | None = None,
     ) -> None:
         self.tracker_base = tracker_base.rstrip("/")
@@ -123,12 +124,15 @@ class Supernode:
         # start (10.5 s for 20 MiB at 16 Mbit/s). 10 s handed pieces out twice.
         # max_bringers, max_bringing_per_peer: a few peers at a time fetch this
         # supernode's pieces from the origins, each a few back to back (PieceDirectory)
+        # first_receivers: a piece with one source goes to this many askers first, the
+        # others wait for a second holder (a tree, not a star; None: no naming)
         self.directory = PieceDirectory(
             rng=random.Random(self.rng.getrandbits(64)),
             bring_in_s=bring_in_s,
             max_bringers=max_bringers,
             max_bringing_per_peer=max_bringing_per_peer,
             fair_bringing=fair_bringing,
+            first_receivers=first_receivers,
         )
         self.stats = SupernodeStats()
         self.node: ChordNode | None = None
@@ -475,6 +479,7 @@ class Supernode:
             now=now,
             left=q.left,
             upload_bps=q.upload_bps,
+            unchoked=q.unchoked if "unchoked" in body else None,
         )
         answers = []
         for p in q.want:
@@ -494,6 +499,7 @@ class Supernode:
                         "address": up.address,
                         "bring_in": up.bring_in,
                         "wait": up.wait,
+                        "first": up.first,
                     }
                 )
         self.stats.uploader_answers += len(answers)
@@ -531,6 +537,7 @@ class PiecesQuery:
     bringing: int = 0
     brought: int = 0
     upload_bps: int = 0
+    unchoked: tuple[str, ...] = ()
 
 
 def _parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
@@ -567,7 +574,17 @@ def _parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
         count("bringing"),
         count("brought"),
         count("upload_bps"),
+        _peer_ids(body.get("unchoked", [])),
     )
+
+
+def _peer_ids(v: object) -> tuple[str, ...]:
+    # the peers a reporter unchokes: at most 64 short strings
+    if not isinstance(v, list) or len(v) > 64:
+        raise CodecError("unchoked must be a list of at most 64 peer ids")
+    if not all(isinstance(p, str) and 0 < len(p) <= 64 for p in v):
+        raise CodecError("unchoked must be a list of short peer id strings")
+    return tuple(v)
 
 
 def _same_host(address: str, remote: str | None) -> bool:

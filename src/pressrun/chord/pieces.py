@@ -143,6 +143,7 @@ class Holder:
     brought: int = 0  # pieces it says it brought in from the origins
     asked_at: float = float("-inf")  # when it last asked who uploads a piece
     upload_bps: int = 0  # what it says it can upload, bytes/s (0: not said)
+    unchoked: frozenset[str] | None = None  # the peers it unchokes (None: not said)
 
     @property
     def owes_bytes(self) -> int:
@@ -172,6 +173,9 @@ class Uploader:
     address: str
     bring_in: bool
     wait: bool = False
+    #: the asker is one of the piece's first receivers: it takes the piece from its
+    #: only source at top priority and passes it on (the others hold off meanwhile)
+    first: bool = False
 
 
 class PieceDirectory:
@@ -191,6 +195,8 @@ class PieceDirectory:
         max_bringers: int | None = None,
         fair_bringing: bool = False,
         asked_window_s: float = 3.0,
+        first_receivers: int | None = None,
+        first_s: float = 4.0,
     ) -> None:
         self.rng = rng
         self.holder_ttl_s = holder_ttl_s
@@ -200,9 +206,15 @@ class PieceDirectory:
         self.max_bringers = max_bringers
         self.fair_bringing = fair_bringing
         self.asked_window_s = asked_window_s
+        self.first_receivers = first_receivers
+        self.first_s = first_s
         self.holders: dict[str, Holder] = {}
         self.pieces: dict[int, set[str]] = {}
         self._bringing: dict[int, tuple[str, float]] = {}
+        #: piece -> its first receivers named while it had one source: peer -> when
+        self._named: dict[int, dict[str, float]] = {}
+        #: piece -> when it last had a receiver named (or first had one source)
+        self._single_since: dict[int, float] = {}
 
     def handle_report(
         self,
@@ -215,9 +227,11 @@ class PieceDirectory:
         now: float,
         left: bool = False,
         upload_bps: int = 0,
+        unchoked: Iterable[str] | None = None,
     ) -> None:
-        """A node's holdings (of the pieces this supernode answers for), totals and
-        upload rate (``upload_bps``: 0 keeps what it said before)."""
+        """A node's holdings (of the pieces this supernode answers for), totals,
+        upload rate (``upload_bps``: 0 keeps what it said before) and the peers it
+        unchokes now (``unchoked``; None keeps what it said before)."""
         h = self.holders.get(peer_id)
         if h is None:
             h = self.holders[peer_id] = Holder(peer_id, address)
@@ -225,6 +239,8 @@ class PieceDirectory:
         h.uploaded_bytes = max(h.uploaded_bytes, uploaded_bytes)
         h.downloaded_bytes = max(h.downloaded_bytes, downloaded_bytes)
         h.upload_bps = upload_bps or h.upload_bps
+        if unchoked is not None:
+            h.unchoked = frozenset(unchoked)
         h.reported_at = now
         h.left = h.left or left
         if h.left:
@@ -271,7 +287,11 @@ class PieceDirectory:
             and not h.left
             and now - h.reported_at <= self.holder_ttl_s
         ]
+        if len(cands) == 1 and self.first_receivers is not None:
+            return self._one_source(piece, cands[0], peer_id, now)
         if cands:
+            self._named.pop(piece, None)
+            self._single_since.pop(piece, None)
             self.rng.shuffle(cands)
             best = min(
                 cands,
@@ -283,6 +303,8 @@ class PieceDirectory:
         if bringer is not None and now - bringer[1] <= self.bring_in_s:
             b = self.holders.get(bringer[0])
             if b is not None and not b.left and b.peer_id != peer_id:
+                if self.first_receivers is not None:
+                    return self._one_source(piece, b, peer_id, now)
                 return Uploader(piece, b.peer_id, b.address, bring_in=False)
         bringers = {pid for pid, t in self._bringing.values() if now - t <= self.bring_in_s}
         here = sum(
@@ -301,6 +323,34 @@ class PieceDirectory:
             return Uploader(piece, "", "", bring_in=False, wait=True)
         self._bringing[piece] = (peer_id, now)
         return Uploader(piece, peer_id, address, bring_in=True)
+
+    def _one_source(self, piece: int, source: Holder, peer_id: str, now: float) -> Uploader:
+        # A tree, not a star: while a piece has one source (its bringer, before or
+        # after it reported the piece), at most ``first_receivers`` askers are named to
+        # take it from there; the others wait until it has a second holder. A naming
+        # lapses after ``first_s`` (a receiver its source does not serve, or gone).
+        # The source serves the peers it unchokes (libtorrent's eight slots, rotated
+        # every 15 s): an asker it chokes would wait for a slot, so the receivers are
+        # named among those it unchokes, while it said which and one of them asked
+        # within ``first_s`` (pieces of a source that said nothing go to any asker).
+        assert self.first_receivers is not None
+        named = {
+            p: t
+            for p, t in self._named.get(piece, {}).items()
+            if now - t <= self.first_s and p in self.holders and not self.holders[p].left
+        }
+        served = source.unchoked is None or peer_id in source.unchoked
+        if not served:
+            since = self._single_since.setdefault(piece, now)
+            served = now - since > self.first_s and not named
+        if peer_id not in named and len(named) < self.first_receivers and served:
+            named[peer_id] = now
+            source.assigned_at.append(now)
+            self._single_since[piece] = now
+        self._named[piece] = named
+        if peer_id in named:
+            return Uploader(piece, source.peer_id, source.address, bring_in=False, first=True)
+        return Uploader(piece, "", "", bring_in=False, wait=True)
 
     def _brought_more(self, asker: Holder, now: float) -> bool:
         # another recent asker has brought in two pieces fewer: it gets this one

@@ -256,11 +256,14 @@ class SwarmPeer:
             policy=self.policy,
             have=lambda: self._status.have_bits,
             unheld=lambda: self._status.unheld,
+            lonely=lambda: self._status.lonely,
             totals=self._totals,
             connect=self._connect_peer,
             brought=lambda: self._feed.pieces_fed,
+            sole=lambda: self._status.sole_held,
             # what it can upload: its limit, else the fastest it has uploaded so far
             upload_bps=lambda: self.config.upload_limit_bps or self._status.peak_upload_bps,
+            unchoked=lambda: self._status.tally.unchoked_ids,
             # the ring's answers apply now, not at the next status poll
             on_answers=self._refresh_totals,
         )
@@ -444,6 +447,10 @@ class SwarmPeer:
             if self._listening is not None and not self._listening.done():
                 self._listening.set_exception(SwarmError(f"cannot listen: {a.message()}"))
         elif isinstance(a, lt.torrent_finished_alert):
+            if self._status.lift_holds():
+                # "finished" with pieces on hold (priority 0; a piece completed between
+                # two plans): those are wanted again, the download goes on
+                return
             self._apply(self.core.handle_download_finished(now=now))
             self._verification.start()
         elif isinstance(a, lt.tracker_reply_alert | lt.tracker_error_alert):

@@ -7,10 +7,17 @@ a holder that still owes upload first, then the least loaded). The peer connects
 the uploaders it is given (`pressrun.peer.ring_client`, libtorrent ``connect_peer``);
 a piece nobody holds is this peer's to bring in: those get the top priority here, and
 the peer adapter fetches them from the origins itself (``fetches_owed_pieces``, as
-`stripes` does). A piece only one connected peer holds gets the middle priority, so
-it leaves its bringer at once: with libtorrent's own picking alone, pieces a bringer
-fetched stayed at that one peer for 20 s and more at N = 40 (measured: docs/chord.md)
-while it uploaded common pieces. Everything else is the lowest priority (never 0).
+`stripes` does). **A piece only one connected peer holds spreads as a tree, not a
+star**: the supernode that answers for it names one or two first receivers (the
+answer's ``first``), which take it at the top priority; every other peer holds it off
+(priority 0) until a second holder exists, for at most ``hold_s`` (then it asks the
+one holder like everyone else: a named receiver its source does not serve, a loaded
+machine), and trades common pieces meanwhile. With
+every peer asking the one bringer for it (libtorrent's availability makes a
+one-holder piece the rarest, whatever its priority below 7), a bringer's upload went to
+the same one or two pieces for 24 to 38 peers while its other brought pieces had no
+second holder for up to 28 s (measured: docs/chord.md). Everything else is the lowest
+priority; a peer never holds off every piece it lacks (`PiecePlan.checked`).
 
 Until the ring has answered (no supernode registered, tracker without a ring, a
 peer whose port others cannot reach) the policy is `stripes`: the default where a ring
@@ -23,8 +30,8 @@ from collections.abc import Iterable
 
 from pressrun.peer.stripes_policy import StripesPolicy
 from pressrun.peer.uploader import (
+    HOLD_PRIORITY,
     MAX_PRIORITY,
-    MID_PRIORITY,
     MIN_PRIORITY,
     PiecePlan,
     SwarmView,
@@ -40,20 +47,25 @@ class ChordPolicy(UploaderPolicy):
     #: the adapter looks for this to start a ring client
     uses_ring = True
 
-    def __init__(self) -> None:
+    def __init__(self, *, hold_s: float = 4.0) -> None:
         self._fallback = StripesPolicy()
+        self.hold_s = hold_s
+        self._lonely_since: dict[int, float] = {}
         self.ring_ready = False
         self.bring_in: frozenset[int] = frozenset()
+        self.first: frozenset[int] = frozenset()
 
-    def set_ring_answers(self, bring_in: Iterable[int]) -> None:
-        """The pieces the ring made this peer responsible for bringing in."""
+    def set_ring_answers(self, bring_in: Iterable[int], first: Iterable[int] = ()) -> None:
+        """The pieces the ring made this peer responsible for bringing in, and those
+        it named this peer a first receiver of."""
         self.ring_ready = True
         self.bring_in = frozenset(bring_in)
+        self.first = frozenset(first)
 
     def ring_lost(self) -> None:
         """No supernode answers any more: back to `stripes`."""
         self.ring_ready = False
-        self.bring_in = frozenset()
+        self.bring_in = self.first = frozenset()
 
     def waiting_on(self, absent: Iterable[int]) -> list[int]:
         """Of the pieces no connected peer holds, those the ring answers for: all of
@@ -72,11 +84,28 @@ class ChordPolicy(UploaderPolicy):
         # (also with no downloading peer connected yet: the pieces the ring gave this
         # peer to bring in are fetched at once, and the others wait for the ring)
         holders = view.holders or (0,) * len(view.have)
-        return PiecePlan(
-            tuple(
-                MAX_PRIORITY
-                if i in self.bring_in and not held
-                else (MID_PRIORITY if n == 1 and not held else MIN_PRIORITY)
-                for i, (held, n) in enumerate(zip(view.have, holders, strict=True))
-            )
+        pairs = list(zip(view.have, holders, strict=True))
+        lonely = {i for i, (held, n) in enumerate(pairs) if n == 1 and not held}
+        self._lonely_since = {i: self._lonely_since.get(i, now) for i in lonely}
+        return PiecePlan.checked(
+            [
+                self._priority(i, n, now) if not held else MIN_PRIORITY
+                for i, (held, n) in enumerate(pairs)
+            ],
+            view.have,
+            # (a first receiver's piece is fetched time-critically once its source has it:
+            # its blocks go ahead of those queued for common pieces)
+            frozenset(i for i in self.first if not pairs[i][0] and pairs[i][1] >= 1),
         )
+
+    def _priority(self, piece: int, holders: int, now: float) -> int:
+        # (a first receiver's piece whose source does not hold it yet stays low: top
+        # priority with no connected holder would make it owed, fetched from the origins)
+        if holders == 0:
+            return MAX_PRIORITY if piece in self.bring_in else MIN_PRIORITY
+        if holders == 1:
+            if piece in self.first:
+                return MAX_PRIORITY
+            held_off = now - self._lonely_since[piece] < self.hold_s
+            return HOLD_PRIORITY if held_off else MIN_PRIORITY
+        return MIN_PRIORITY

@@ -18,15 +18,18 @@ is pointed at). A round (docs/chord.md):
 3. to each of those supernodes, one ``POST /chord/v1/pieces`` with everything at once:
    the pieces of its keys this peer got since the last report, its upload/download
    totals and upload rate (``upload_bps``: the supernode picks owing holders that can
-   pay back soonest first), how many pieces it brings in for the whole ring
-   (``bringing``) and has brought in from the origins so far (``brought``), and the
-   pieces it wants that *no connected peer holds* (the others libtorrent fetches by
-   itself; each asked again at most every ``reask_s``). A
-   supernode with nothing new to hear is told only every ``keepalive_s`` (it forgets
-   holders silent for 30 s). The answers: an uploader for a piece (libtorrent
-   ``connect_peer`` to it) or ``bring_in`` (this peer fetches it from the origins:
-   `ChordPolicy.set_ring_answers`, then ``on_answers`` so the peer applies them at
-   once, not at its next status poll).
+   pay back soonest first), the peers it unchokes now (``unchoked``: the first
+   receivers of a piece it alone holds are named among them), how many pieces it
+   brings in for the whole ring (``bringing``, with the pieces it holds alone: those
+   its upload must pass on first) and has brought in from the origins so far
+   (``brought``), and the pieces it wants that *no connected peer holds or one holds*
+   (the others libtorrent fetches by itself; each asked again at most every
+   ``reask_s``). A supernode with nothing new to hear is told only every
+   ``keepalive_s`` (it forgets holders silent for 30 s). The answers: an uploader for
+   a piece (libtorrent ``connect_peer`` to it; ``first``: this peer is one of the
+   piece's first receivers, it takes it at top priority) or ``bring_in`` (this peer
+   fetches it from the origins: `ChordPolicy.set_ring_answers`, then ``on_answers``
+   so the peer applies them at once, not at its next status poll).
 
 Rounds run every ``interval_s``, and sooner (at most every ``min_gap_s``) when
 `nudge` says a piece arrived: a brought-in piece is reported at once, so its supernode
@@ -72,6 +75,7 @@ class RingClientStats:
     requests: int = 0
     uploaders: int = 0
     bring_in: int = 0
+    first: int = 0  # answers naming this peer a first receiver
     connects: int = 0
     lookups: int = 0
     supernode_failures: int = 0
@@ -92,10 +96,13 @@ class RingClient:
         policy: ChordPolicy,
         have: Callable[[], Sequence[bool] | None],
         unheld: Callable[[], Collection[int]],
+        lonely: Callable[[], Collection[int]] = frozenset,
         totals: Callable[[], tuple[int, int]],
         connect: Callable[[str, int], None],
         brought: Callable[[], int] = lambda: 0,
+        sole: Callable[[], int] = lambda: 0,
         upload_bps: Callable[[], int] = lambda: 0,
+        unchoked: Callable[[], Sequence[str]] = tuple,
         on_answers: Callable[[], None] = lambda: None,
         interval_s: float = 2.0,
         min_gap_s: float = 0.25,
@@ -114,10 +121,13 @@ class RingClient:
         self.policy = policy
         self._have = have
         self._unheld = unheld
+        self._lonely = lonely
         self._totals = totals
         self._connect = connect
         self._brought = brought
+        self._sole = sole
         self._upload_bps = upload_bps
+        self._unchoked = unchoked
         self._on_answers = on_answers
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
@@ -139,6 +149,7 @@ class RingClient:
         self._last_report: dict[str, float] = {}  # supernode -> when last told anything
         self._asked: dict[int, float] = {}
         self._bring_in: set[int] = set()
+        self._first: set[int] = set()
         self._connected: set[str] = set()
         self._wake = asyncio.Event()
         self._http: aiohttp.ClientSession | None = None
@@ -208,7 +219,9 @@ class RingClient:
         unowned = [p for p in unowned if p not in self._owner]
         if unowned:
             await self._resolve(unowned)
-        unheld = self._unheld()
+        # (asked about: the pieces no connected peer holds, and those one holds: the
+        # ring names who takes those first)
+        unheld = {*self._unheld(), *self._lonely()}
         up, down = self._totals()
         by_owner: dict[str, tuple[list[int], list[int]]] = {}
         for p, owner in self._owner.items():
@@ -221,6 +234,7 @@ class RingClient:
             if owner not in by_owner and now - t >= self.keepalive_s:
                 by_owner[owner] = ([], [])  # still here, with these totals
         self._bring_in = {p for p in self._bring_in if not have[p]}
+        self._first = {p for p in self._first if not have[p]}
         results = await asyncio.gather(
             *(
                 self._ask(owner, haves, wants, up, down, now)
@@ -228,7 +242,7 @@ class RingClient:
             )
         )
         if any(results):
-            self.policy.set_ring_answers(self._bring_in)
+            self.policy.set_ring_answers(self._bring_in, self._first)
             self._on_answers()
 
     def _guess_owners(self, pieces: list[int]) -> None:
@@ -303,9 +317,12 @@ class RingClient:
             "want": wants,
             "uploaded": up,
             "downloaded": down,
-            "bringing": len(self._bring_in),
+            # (pieces it holds alone count as still being brought in: its upload must
+            # pass them on first, so the ring gives the next ones to other peers)
+            "bringing": len(self._bring_in) + self._sole(),
             "brought": self._brought(),
             "upload_bps": self._upload_bps(),
+            "unchoked": list(self._unchoked()),
         }
         doc = await self._post(owner, "pieces", body)
         if doc is None:
@@ -339,6 +356,9 @@ class RingClient:
                 self.stats.bring_in += 1
                 continue
             self._bring_in.discard(piece)
+            if ans.get("first") is True:
+                self._first.add(piece)
+                self.stats.first += 1
             self.stats.uploaders += 1
             if addr != self.address and addr not in self._connected:
                 host, _, port = addr.rpartition(":")

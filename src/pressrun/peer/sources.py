@@ -27,6 +27,9 @@ class PeerInfoTally:
         self.web_bytes = 0  # bytes from web-seed connections (per peer info)
         self.web_connections = 0
         self.leecher_ids: tuple[str, ...] = ()
+        #: the peer ids (hex, sorted) of the connected peers this one unchokes now (the
+        #: ring names first receivers of its pieces among them)
+        self.unchoked_ids: tuple[str, ...] = ()
         #: pieces no connected BitTorrent peer holds while one of them downloads (only
         #: counted with ``count_sole``: a seed's last-holder rule, `PeerCore`)
         self.sole_pieces = 0
@@ -39,6 +42,7 @@ class PeerInfoTally:
         piece availability is not kept by libtorrent)."""
         web = 0
         leechers: list[str] = []
+        unchoked: list[str] = []
         held: list[bool] | None = None
         for pi in peers:
             if pi.connection_type == lt.peer_info.standard_bittorrent:
@@ -47,6 +51,8 @@ class PeerInfoTally:
                     continue
                 if not pi.flags & lt.peer_info.seed:
                     leechers.append(pi.pid.to_bytes().hex())
+                    if not pi.flags & lt.peer_info.choked:
+                        unchoked.append(leechers[-1])
                 if count_sole:
                     bits = pi.pieces
                     if held is None:
@@ -62,6 +68,7 @@ class PeerInfoTally:
             self._per_connection[key] = total
         self.web_connections = web
         self.leecher_ids = tuple(sorted(leechers))
+        self.unchoked_ids = tuple(sorted(unchoked))
         self.sole_pieces = held.count(False) if leechers and held is not None else 0
 
 
@@ -70,6 +77,7 @@ class MissingPieces:
     """The pieces a peer lacks, by who could give them."""
 
     tradable: int  # how many a connected BitTorrent peer holds
+    lonely: tuple[int, ...]  # of those, the ones exactly one connected peer holds
     owed: tuple[int, ...]  # top priority in the plan, and no connected peer holds them
     absent: tuple[int, ...]  # no connected peer holds them, not owed
 
@@ -83,6 +91,7 @@ def classify_missing(
     """libtorrent's availability counts web seeds too (they hold everything), so a
     piece some BitTorrent peer holds is one seen more than ``web_connections`` times."""
     tradable = 0
+    lonely: list[int] = []
     owed: list[int] = []
     absent: list[int] = []
     for index, (held, n) in enumerate(zip(have, availability, strict=False)):
@@ -90,8 +99,10 @@ def classify_missing(
             continue
         if n > web_connections:
             tradable += 1
+            if n == web_connections + 1:
+                lonely.append(index)
         elif plan is not None and plan[index] == MAX_PRIORITY:
             owed.append(index)
         else:
             absent.append(index)
-    return MissingPieces(tradable, tuple(owed), tuple(absent))
+    return MissingPieces(tradable, tuple(lonely), tuple(owed), tuple(absent))

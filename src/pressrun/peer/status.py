@@ -20,7 +20,7 @@ from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.events import Progress
 from pressrun.peer.feed import OwedPieceFeed
 from pressrun.peer.sources import PeerInfoTally, classify_missing
-from pressrun.peer.uploader import SwarmView, UploaderPolicy
+from pressrun.peer.uploader import HOLD_PRIORITY, MIN_PRIORITY, SwarmView, UploaderPolicy
 
 
 class SwarmStatus:
@@ -55,6 +55,12 @@ class SwarmStatus:
         #: pieces this peer lacks that no connected BitTorrent peer holds (the ones
         #: worth asking the ring about: libtorrent fetches the others by itself)
         self.unheld: frozenset[int] = frozenset()
+        #: pieces this peer lacks that exactly one connected peer holds (the ring
+        #: names who takes such a piece first: a tree, not a star)
+        self.lonely: frozenset[int] = frozenset()
+        #: pieces this peer holds that no connected peer holds (while it downloads)
+        self.sole_held = 0
+        self._deadlines: set[int] = set()  # pieces given a deadline, not yet held
         #: the fastest payload upload libtorrent reported (bytes/s)
         self.peak_upload_bps = 0
 
@@ -74,10 +80,12 @@ class SwarmStatus:
         self.have_bits = have_bits
         if planning:
             self._plan(st, now)  # (the owed pieces below are the plan's of now)
-        unheld = self.unheld
+        unheld, lonely = self.unheld, self.lonely
         tradable, owed, coming = self._sources(st)
-        if not self.unheld <= unheld:
-            self._on_pieces_changed()  # pieces no connected peer holds any more: ask the ring
+        if not self.unheld <= unheld or not self.lonely <= lonely:
+            # pieces no connected peer holds any more, or a new piece with one holder:
+            # ask the ring
+            self._on_pieces_changed()
         progress = Progress(
             done_bytes=int(st.total_wanted_done),
             wanted_bytes=int(st.total_wanted),
@@ -109,14 +117,19 @@ class SwarmStatus:
         handle = self._handle()
         if handle is None or st.is_seeding:
             self._feed.set_owed(())
-            self.unheld = frozenset()
+            self.unheld = self.lonely = frozenset()
+            self.sole_held = 0
             return None, 0, 0
         plan = self.last_plan
-        missing = classify_missing(
-            st.pieces, handle.piece_availability(), self.tally.web_connections, plan
+        availability = handle.piece_availability()
+        web = self.tally.web_connections
+        self.sole_held = sum(
+            1 for held, n in zip(st.pieces, availability, strict=False) if held and n <= web
         )
+        missing = classify_missing(st.pieces, availability, web, plan)
         tradable, owed, absent = missing.tradable, missing.owed, missing.absent
         self.unheld = frozenset((*owed, *absent))
+        self.lonely = frozenset(missing.lonely)
         # pieces the ring said another peer brings in or holds: coming, not starving
         coming = self.policy.waiting_on(absent) if isinstance(self.policy, ChordPolicy) else []
         if (
@@ -131,6 +144,22 @@ class SwarmStatus:
             owed = absent
         self._feed.set_owed(owed)
         return tradable, len(owed) + len(coming), len(coming)
+
+    def lift_holds(self) -> bool:
+        """libtorrent says the torrent finished: if pieces this peer lacks were on hold
+        (priority 0 in the plan, `PiecePlan.checked`), give them the lowest priority so
+        the download goes on; True if it did (the copy is not complete)."""
+        handle = self._handle()
+        plan = self.last_plan
+        if handle is None or plan is None or HOLD_PRIORITY not in plan:
+            return False
+        have = handle.status().pieces
+        if all(have):
+            return False
+        lifted = tuple(max(p, MIN_PRIORITY) for p in plan)
+        self.last_plan = lifted
+        handle.prioritize_pieces(list(lifted))
+        return True
 
     def _plan(self, st: Any, now: float) -> None:
         handle = self._handle()
@@ -150,3 +179,7 @@ class SwarmStatus:
         if plan is not None and plan.piece_priorities != self.last_plan:
             self.last_plan = plan.piece_priorities
             handle.prioritize_pieces(list(plan.piece_priorities))
+        if plan is not None:
+            for piece in plan.deadlines - self._deadlines:
+                handle.set_piece_deadline(piece, 0)
+            self._deadlines = {p for p in self._deadlines | plan.deadlines if not view.have[p]}

@@ -14,11 +14,13 @@ The contract. The peer adapter (`pressrun.peer.aio`) calls `UploaderPolicy.plan`
 a `SwarmView` after every status poll (``status_interval_s``) and applies what it
 returns to its torrent:
 
-- ``PiecePlan.piece_priorities``: libtorrent priorities 1..7 per piece, in piece
+- ``PiecePlan.piece_priorities``: libtorrent priorities 0..7 per piece, in piece
   order (``torrent_handle.prioritize_pieces``); a ring policy raises the pieces this
-  node is responsible for so it fetches and then serves them first. Never 0 for
-  "later": two finished peers drop their connection and libtorrent waits
-  ``min_reconnect_time`` (60 s) before reconnecting (FIELD-NOTES.md). Checked here.
+  node is responsible for so it fetches and then serves them first. 0 (``HOLD``,
+  "not now") only while some other missing piece stays wanted: a torrent whose
+  missing pieces are all 0 is "finished", and two finished peers drop their
+  connection and libtorrent waits ``min_reconnect_time`` (60 s) before reconnecting
+  (FIELD-NOTES.md). Checked here when the plan is made (`PiecePlan.checked`).
 - None: leave libtorrent's choice alone (what `libtorrent` always answers).
 
 A peer *owes* the pieces of top priority in its plan that it lacks and no connected
@@ -37,11 +39,14 @@ peer picks it by name (``fetch_via_swarm(..., uploader_policy="<name>")``,
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-MIN_PRIORITY = 1  # never 0: see the module docstring
+HOLD_PRIORITY = 0  # not now (libtorrent does not request it): see the module docstring
+MIN_PRIORITY = 1
 MID_PRIORITY = 4  # libtorrent's default
+#: pieces on hold only while at least this many missing pieces stay wanted
+HOLD_MARGIN = 3
 MAX_PRIORITY = 7
 
 
@@ -72,14 +77,33 @@ class PiecePlan:
     """Piece priorities for this peer's torrent, 1 (lowest) to 7 (highest)."""
 
     piece_priorities: tuple[int, ...]
+    #: pieces to fetch time-critically (``torrent_handle.set_piece_deadline``: their
+    #: blocks are requested ahead of everything queued), once each
+    deadlines: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
-        bad = [p for p in self.piece_priorities if not MIN_PRIORITY <= p <= MAX_PRIORITY]
+        bad = [p for p in self.piece_priorities if not HOLD_PRIORITY <= p <= MAX_PRIORITY]
         if bad:
             raise ValueError(
-                f"piece priorities must be {MIN_PRIORITY}..{MAX_PRIORITY} "
-                f"(0 stalls finished peers), got {bad[:5]}"
+                f"piece priorities must be {HOLD_PRIORITY}..{MAX_PRIORITY}, got {bad[:5]}"
             )
+
+    @classmethod
+    def checked(
+        cls,
+        priorities: Sequence[int],
+        have: Sequence[bool],
+        deadlines: frozenset[int] = frozenset(),
+    ) -> PiecePlan:
+        """A plan whose pieces on hold (0) go back to the lowest priority unless at
+        least `HOLD_MARGIN` missing pieces stay wanted (the module docstring: a torrent
+        with only pieces of priority 0 left is finished, and a finished torrent drops
+        its seeds; pieces complete between two plans, so one wanted piece is not
+        enough). The peer lifts holds on libtorrent's finished alert too."""
+        wanted = sum(1 for p, h in zip(priorities, have, strict=True) if not h and p)
+        if wanted >= HOLD_MARGIN or HOLD_PRIORITY not in priorities:
+            return cls(tuple(priorities), deadlines)
+        return cls(tuple(max(p, MIN_PRIORITY) for p in priorities), deadlines)
 
 
 class UploaderPolicy(ABC):
