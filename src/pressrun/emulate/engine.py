@@ -23,13 +23,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,19 @@ ENGINE_START_TIMEOUT_S = 60.0
 #: at docker's 1024, a hundred containers would share the CPU of one process
 ENGINE_CGROUP = "pressrun-emulate"
 ENGINE_CPU_SHARES = 4096
+#: The kernel's neighbour (ARP) table is one for every network namespace, with a hard
+#: limit of ``net.ipv4.neigh.default.gc_thresh3`` entries (1024 by default): in a flash
+#: crowd, 150 client containers whose peers each talk to dozens of others pass it, and
+#: then no container can resolve a new address ("table_fulls" in
+#: /proc/net/stat/arp_cache; measured 2026-11-24: a balancer that could not reach the
+#: multicast sender for 35 s at the peak). While our engine runs the limits are these
+#: (raised only, never lowered), and the values before are put back when it stops.
+NEIGHBOUR_LIMITS = {"gc_thresh3": 65536, "gc_thresh2": 32768, "gc_thresh1": 8192}
+NEIGHBOUR_SYSCTL = Path("/proc/sys/net/ipv4/neigh/default")
+#: each engine's socket folder is in here
+RUN_ROOT = Path("/run/pressrun-emulate")
+#: the limits as they were before the first of our engines started
+NEIGHBOUR_SAVED = RUN_ROOT / "neighbour-limits.json"
 
 
 class EngineUnavailable(RuntimeError):
@@ -62,6 +76,8 @@ class Engine:
     lock_file: object | None = None
     log_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    #: our engine's socket folder (None for a ``DOCKER_HOST`` engine)
+    run_dir: Path | None = None
 
     def run(
         self,
@@ -116,6 +132,8 @@ class Engine:
                 proc = None
         if proc is not None:
             stop_daemon(proc)
+            if self.run_dir is not None:
+                restore_neighbour_limits(self.run_dir)
         lock.close()  # type: ignore[attr-defined]
 
 
@@ -135,10 +153,69 @@ def stop_daemon(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
         proc.wait(timeout=10)
 
 
+def raise_neighbour_limits(sysctl: Path = NEIGHBOUR_SYSCTL, saved: Path = NEIGHBOUR_SAVED) -> None:
+    """Raise the kernel's neighbour-table limits to `NEIGHBOUR_LIMITS` (never lower
+    them), first saving the values before in ``saved`` unless an engine that is still
+    running saved them already (the machine's values, not another engine's raised ones)."""
+    try:
+        before = {name: int((sysctl / name).read_text()) for name in NEIGHBOUR_LIMITS}
+        if not saved.exists():
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            saved.write_text(json.dumps(before))
+        for name, value in NEIGHBOUR_LIMITS.items():  # gc_thresh3 first
+            if before[name] < value:
+                (sysctl / name).write_text(str(value))
+    except (OSError, ValueError) as err:
+        log.warning("the kernel's neighbour-table limits stay as they are: %s", err)
+        return
+    log.info("neighbour-table limits while the engine runs: %s", NEIGHBOUR_LIMITS)
+
+
+def restore_neighbour_limits(
+    run_dir: Path,
+    sysctl: Path = NEIGHBOUR_SYSCTL,
+    saved: Path = NEIGHBOUR_SAVED,
+    others: Callable[[Path], bool] | None = None,
+) -> None:
+    """Put back the neighbour-table limits `raise_neighbour_limits` saved, once the
+    engine of ``run_dir`` stopped and no other engine of ours runs (the last one to
+    stop puts them back; ``others``: `other_engines_running`)."""
+    if (others or other_engines_running)(run_dir):
+        return
+    try:
+        before = json.loads(saved.read_text())
+    except (OSError, ValueError):
+        return
+    try:
+        for name in reversed(NEIGHBOUR_LIMITS):  # gc_thresh1 first
+            if name in before:
+                (sysctl / name).write_text(str(int(before[name])))
+        saved.unlink()
+    except (OSError, ValueError) as err:
+        log.warning("could not put the neighbour-table limits back: %s", err)
+
+
+def other_engines_running(run_dir: Path) -> bool:
+    """Whether a ``dockerd`` of ours (its socket under `RUN_ROOT`) other than the one
+    of ``run_dir`` runs."""
+    mine = str(run_dir).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ours = cmdline.startswith(b"dockerd\0") and str(RUN_ROOT).encode() in cmdline
+        if ours and mine not in cmdline:
+            return True
+    return False
+
+
 def _socket_dir(cache_dir: Path) -> Path:
     # unix socket paths are limited to 107 bytes: a short path keyed by the cache folder
     key = hashlib.sha256(str(cache_dir.resolve()).encode()).hexdigest()[:10]
-    return Path("/run/pressrun-emulate") / key
+    return RUN_ROOT / key
 
 
 def _client_env(host: str) -> dict[str, str]:
@@ -253,8 +330,11 @@ def _start_dockerd(cache_dir: Path, run_dir: Path, host: str) -> Engine:
             )
         if _answers(host, timeout_s=3.0):
             give_cpu_weight()
+            raise_neighbour_limits()
             _start_watchdog(run_dir, proc.pid)
-            return Engine(host, process=proc, log_path=log_path, env=_client_env(host))
+            return Engine(
+                host, process=proc, log_path=log_path, env=_client_env(host), run_dir=run_dir
+            )
         try:
             time.sleep(0.5)
         except BaseException:  # Ctrl-C while it starts: it does not outlive us

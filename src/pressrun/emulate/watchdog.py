@@ -7,8 +7,10 @@ it; the kernel releases a lock when its holder exits, however it ends (SIGKILL
 included). The watchdog asks for the exclusive lock and blocks: it gets it once the last
 user is gone, and then stops the daemon (SIGTERM, so it stops its containers and its
 containerd; SIGKILL to its process group after a grace) if ``PID`` is still the daemon
-(its command line contains ``MARK``, the engine's socket folder). A starter that ends
-normally stops the daemon itself first; the watchdog then finds nothing to do.
+(its command line contains ``MARK``, the engine's socket folder), and puts back the
+kernel's neighbour-table limits the engine's start raised (`pressrun.emulate.engine`).
+A starter that ends normally stops the daemon itself first; the watchdog then finds
+nothing to do.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ def main(argv: Sequence[str]) -> int:
     with open(lock_path, "a+") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # blocks while anyone uses the engine
         stop(pid, mark)
+        if not is_daemon(pid, mark):
+            from pressrun.emulate.engine import restore_neighbour_limits
+
+            restore_neighbour_limits(Path(mark))
     return 0
 
 
