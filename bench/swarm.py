@@ -118,6 +118,9 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
                         info_hash=swarm.manifest.info_hash,
                         num_pieces=swarm.manifest.num_pieces,
                         seed=i,
+                        max_bringers=args.max_bringers or None,
+                        max_bringing_per_peer=args.bringing_per_peer,
+                        first_receivers=args.first_receivers or None,
                     )
                     supernodes.append(sn)
                     await sn.start()
@@ -194,6 +197,22 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def add_ring_arguments(p: argparse.ArgumentParser) -> None:
+    """The supernodes' knobs (policy chord), to measure one; defaults: `Supernode`'s."""
+    p.add_argument(
+        "--max-bringers", type=int, default=2, help="policy chord: bringers per supernode (0: any)"
+    )
+    p.add_argument(
+        "--bringing-per-peer", type=int, default=3, help="policy chord: pieces a bringer brings"
+    )
+    p.add_argument(
+        "--first-receivers",
+        type=int,
+        default=2,
+        help="policy chord: first receivers of a piece with one source (0: none named)",
+    )
+
+
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", default="10,20,40", help="peer counts, comma-separated")
@@ -215,6 +234,7 @@ async def main() -> None:
     )
     p.add_argument("--tracker-interval-s", type=int, default=5, help="announce interval")
     p.add_argument("--supernodes", type=int, default=5, help="policy chord: supernodes on the ring")
+    add_ring_arguments(p)
     p.add_argument("--runs", type=int, default=1, help="runs per N (medians printed)")
     p.add_argument(
         "--keep-web-seeds", action="store_true", help="never drop the web seeds (baseline)"

@@ -196,7 +196,7 @@ def _sample_idle(present: list[Any]) -> None:
                         asking += 1
         _ev(
             "idle",
-            peer=p._peer_id[-6:],
+            peer=p._peer_id,
             up=int(p._handle.status().total_payload_upload),
             interested=interested,
             unchoked=unchoked,
@@ -431,6 +431,7 @@ async def main() -> None:
     p.add_argument("--policy", default="chord", help="uploader policy")
     p.add_argument("--json-out", type=Path, default=None, help="write the events here")
     p.add_argument("--lt", action="append", default=[], metavar="KEY=VALUE")
+    bench_swarm.add_ring_arguments(p)
     a = p.parse_args()
     bench_swarm.override_session_settings(a.lt)
     args = argparse.Namespace(
@@ -444,6 +445,9 @@ async def main() -> None:
         supernodes=5,
         keep_web_seeds=False,
         share_factor=2.0,
+        max_bringers=a.max_bringers,
+        bringing_per_peer=a.bringing_per_peer,
+        first_receivers=a.first_receivers,
     )
     _install()
     bench_swarm_args_upload_bps.append(args.peer_upload_mbps * 1e6 / 8)

@@ -187,3 +187,10 @@ def test_a_source_that_serves_no_asker_gets_its_receivers_named_after_first_s() 
     assert d2.choose_uploader(7, peer_id="b", address="b:1", now=0.0).bring_in
     assert d2.choose_uploader(7, peer_id="x", address="x:1", now=0.5).first
     assert d2.choose_uploader(7, peer_id="y", address="y:1", now=0.6).wait
+    # (the naming stands while the bringer fetches; it lapses first_s after it holds it)
+    assert d2.choose_uploader(7, peer_id="y", address="y:1", now=6.0).wait
+    d2.handle_report(
+        peer_id="b", address="b:1", have=[7], uploaded_bytes=0, downloaded_bytes=0, now=6.0
+    )
+    assert d2.choose_uploader(7, peer_id="y", address="y:1", now=9.0).wait
+    assert d2.choose_uploader(7, peer_id="y", address="y:1", now=10.5).first

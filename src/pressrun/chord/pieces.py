@@ -288,7 +288,7 @@ class PieceDirectory:
             and now - h.reported_at <= self.holder_ttl_s
         ]
         if len(cands) == 1 and self.first_receivers is not None:
-            return self._one_source(piece, cands[0], peer_id, now)
+            return self._one_source(piece, cands[0], peer_id, now, fetching=False)
         if cands:
             self._named.pop(piece, None)
             self._single_since.pop(piece, None)
@@ -304,7 +304,7 @@ class PieceDirectory:
             b = self.holders.get(bringer[0])
             if b is not None and not b.left and b.peer_id != peer_id:
                 if self.first_receivers is not None:
-                    return self._one_source(piece, b, peer_id, now)
+                    return self._one_source(piece, b, peer_id, now, fetching=True)
                 return Uploader(piece, b.peer_id, b.address, bring_in=False)
         bringers = {pid for pid, t in self._bringing.values() if now - t <= self.bring_in_s}
         here = sum(
@@ -324,20 +324,25 @@ class PieceDirectory:
         self._bringing[piece] = (peer_id, now)
         return Uploader(piece, peer_id, address, bring_in=True)
 
-    def _one_source(self, piece: int, source: Holder, peer_id: str, now: float) -> Uploader:
+    def _one_source(
+        self, piece: int, source: Holder, peer_id: str, now: float, *, fetching: bool
+    ) -> Uploader:
         # A tree, not a star: while a piece has one source (its bringer, before or
         # after it reported the piece), at most ``first_receivers`` askers are named to
         # take it from there; the others wait until it has a second holder. A naming
-        # lapses after ``first_s`` (a receiver its source does not serve, or gone).
+        # lapses ``first_s`` after the source holds the piece (a receiver its source
+        # does not serve, or gone); while the bringer still fetches it, namings stand.
         # The source serves the peers it unchokes (libtorrent's eight slots, rotated
         # every 15 s): an asker it chokes would wait for a slot, so the receivers are
         # named among those it unchokes, while it said which and one of them asked
         # within ``first_s`` (pieces of a source that said nothing go to any asker).
         assert self.first_receivers is not None
         named = {
-            p: t
+            p: (now if fetching else t)
             for p, t in self._named.get(piece, {}).items()
-            if now - t <= self.first_s and p in self.holders and not self.holders[p].left
+            if (fetching or now - t <= self.first_s)
+            and p in self.holders
+            and not self.holders[p].left
         }
         served = source.unchoked is None or peer_id in source.unchoked
         if not served:

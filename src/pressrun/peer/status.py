@@ -146,19 +146,18 @@ class SwarmStatus:
         return tradable, len(owed) + len(coming), len(coming)
 
     def lift_holds(self) -> bool:
-        """libtorrent says the torrent finished: if pieces this peer lacks were on hold
-        (priority 0 in the plan, `PiecePlan.checked`), give them the lowest priority so
-        the download goes on; True if it did (the copy is not complete)."""
+        """libtorrent says the torrent finished: True if this peer still lacks pieces
+        (they were on hold, priority 0 in a plan, `PiecePlan.checked`, when the last
+        wanted one arrived; a later plan may have raised them already); those pieces
+        get the lowest priority at least, so the download goes on."""
         handle = self._handle()
+        if handle is None or all(handle.status().pieces):
+            return False
         plan = self.last_plan
-        if handle is None or plan is None or HOLD_PRIORITY not in plan:
-            return False
-        have = handle.status().pieces
-        if all(have):
-            return False
-        lifted = tuple(max(p, MIN_PRIORITY) for p in plan)
-        self.last_plan = lifted
-        handle.prioritize_pieces(list(lifted))
+        if plan is not None and HOLD_PRIORITY in plan:
+            lifted = tuple(max(p, MIN_PRIORITY) for p in plan)
+            self.last_plan = lifted
+            handle.prioritize_pieces(list(lifted))
         return True
 
     def _plan(self, st: Any, now: float) -> None:
