@@ -105,6 +105,19 @@ def test_decaying_arrivals(tmp_path: Path) -> None:
     # truncated at 4 means: mean = 20 * (1 - 5 e^-4) / (1 - e^-4)
     assert decay.mean() == pytest.approx(20 * (1 - 5 * np.exp(-4)) / (1 - np.exp(-4)), rel=0.03)
     assert np.median(decay) < np.median(uniform) / 2
+    # a crowd that builds up: density 2t/w^2, mean 2w/3, median w/sqrt(2)
+    rising = draw_subscribers(
+        small(
+            tmp_path,
+            text.replace(
+                "arrival_window_s = 80", 'arrival_window_s = 80\narrival_shape = "rising"'
+            ),
+        ),
+        np.random.default_rng(1),
+    ).arrive_s
+    assert rising.min() >= 0 and rising.max() <= 80
+    assert rising.mean() == pytest.approx(80 * 2 / 3, rel=0.02)
+    assert np.median(rising) == pytest.approx(80 / np.sqrt(2), rel=0.02)
 
 
 def test_finer_blocks_give_the_same_answer(tmp_path: Path) -> None:
@@ -140,7 +153,9 @@ def test_bad_scenarios_say_what_to_fix(tmp_path: Path) -> None:
     bad.write_text(
         SMALL.replace("origin_upload_mbps = 10", 'origin_upload_mbps = 10\narrival_shape = "wave"')
     )
-    with pytest.raises(SwarmScenarioError, match="arrival_shape must be one of uniform, decay"):
+    with pytest.raises(
+        SwarmScenarioError, match="arrival_shape must be one of uniform, decay, rising"
+    ):
         load_swarm_scenario(str(bad))
     for name, subscribers in (("flash-50k", 50000), ("window-20k", 20000), ("mix-20k", 20000)):
         assert load_swarm_scenario(name).subscribers == subscribers

@@ -20,9 +20,11 @@ import numpy.typing as npt
 
 from pressrun.sim.scenario_files import builtin_names, read_scenario_text
 
-#: how arrivals spread over the window: ``uniform``, or ``decay`` (a flash crowd that
-#: thins out: exponential with a mean of a quarter of the window, cut at the window)
-ARRIVAL_SHAPES = ("uniform", "decay")
+#: how arrivals spread over the window: ``uniform``; ``decay`` (a flash crowd that
+#: thins out: exponential with a mean of a quarter of the window, cut at the window); or
+#: ``rising`` (a crowd that builds up: the arrival rate grows in proportion to the time,
+#: the most at the window's end)
+ARRIVAL_SHAPES = ("uniform", "decay", "rising")
 
 
 class SwarmScenarioError(ValueError):
@@ -162,6 +164,9 @@ def draw_subscribers(sc: SwarmScenario, rng: np.random.Generator) -> Subscribers
     if sc.arrival_shape == "decay" and w > 0:
         # exponential with mean w/4 cut at w, by its inverse distribution function
         arrive = -(w / 4) * np.log1p(-u * (1 - math.exp(-4.0)))
+    elif sc.arrival_shape == "rising":
+        # density 2t/w^2 on [0, w]: the inverse of its distribution function (t/w)^2
+        arrive = w * np.sqrt(u)
     else:
         arrive = u * w
     return Subscribers(up[perm], down[perm], arrive, klass[perm])
