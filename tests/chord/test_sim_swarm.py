@@ -296,3 +296,43 @@ def test_leaving_subscribers_upload_no_more(tmp_path: Path) -> None:
         assert (run.left_at_s >= run.done_at_s).all()  # only seeds leave
         assert run.last_done_s >= stay.last_done_s  # leaving takes upload away
     assert not np.isfinite(stay.left_at_s).any()
+
+
+def test_ring_passes_critical_first_and_leavers_ahead_last(tmp_path: Path) -> None:
+    # The ring serves, from every piece's holders, first the askers whose own download
+    # rate would finish them no sooner than the swarm's upload finishes everyone, last
+    # those that will have uploaded the file's size when done (they leave at once by
+    # the ratio rule) and are ahead of the median asker (docs/chord.md, "sim swarm").
+    sc = small(tmp_path, SMALL.replace("subscribers = 300", "subscribers = 8"))
+    sw = _Swarm(sc, "ring", 1, 16)
+    everyone, present = np.arange(8), np.ones(8, dtype=bool)
+    total = sw.p * sw.b
+    slow = np.flatnonzero(sw.down_rate == sw.down_rate.min())
+    fast = np.flatnonzero(sw.down_rate > sw.down_rate.min())
+    sw.unused_reported[:] = 0.0
+    sw.downloaded[:] = total - 20
+    assert (sw._passes(everyone, present) == 0).all()  # one pass: nobody stands out
+    # a slow newcomer: 320 blocks at its 10 a step against the swarm's 460 at its 22
+    sw.downloaded[slow[0]] = 0
+    assert sw.p * sw.b == 320 and sw.up_rate[:8].sum() + sw.up_rate[8] == 22
+    # a fast subscriber that has uploaded the file and is ahead; another that has but
+    # is behind the median asker
+    sw.uploaded[fast[0]] = total
+    sw.uploaded[fast[1]] = total
+    sw.downloaded[fast[1]] = 100
+    passes = sw._passes(everyone, present)
+    assert passes[slow[0]] == 0 and passes[fast[0]] == 2
+    rest = np.setdiff1d(everyone, [slow[0], fast[0]])
+    assert (passes[rest] == 1).all()
+    # its unused upload counts against what it will have uploaded by then
+    # (20 blocks missing at 20 a step: one step, in which it uploads 2)
+    sw.uploaded[fast[0]] = total - 2
+    assert sw._passes(everyone, present)[fast[0]] == 2
+    sw.unused_reported[fast[0]] = sw.up_rate[fast[0]]
+    assert sw._passes(everyone, present)[fast[0]] == 1
+    # without a critical asker the passes are numbered from 0
+    sw.unused_reported[fast[0]] = 0.0
+    sw.downloaded[slow[0]] = total - 20
+    assert set(sw._passes(everyone, present)[everyone]) == {0, 1}
+    # the other choices make one pass
+    assert (_Swarm(sc, "random", 1, 16)._passes(everyone, present) == 0).all()

@@ -28,7 +28,11 @@ upload left in the step, in the order each uploader choice gives:
   which the `chord` policy leaves alone outside the pieces it must bring in). Beyond
   the requests, a holder's upload left goes in the same order, then to those whose
   own download rate leaves them the furthest from done (the most behind first, so
-  everyone finishes together);
+  everyone finishes together). All of this in up to three passes over the pieces
+  (`_Swarm._passes`): first the critical askers (their own download rate would finish
+  them no sooner than the swarm's upload finishes everyone), last those that will
+  leave by the ratio rule the moment they finish and are ahead of the median asker
+  (their last piece takes their upload away), the rest in between;
 - ``random``: holders in random order, pieces in random order, and each subscriber
   asks for random pieces;
 - ``rarest``: BitTorrent's rarest-first: each subscriber asks for the pieces with the
@@ -226,41 +230,53 @@ class _Swarm:
 
         req_node, req_piece = self._requests(active, dleft)
         order = self._holder_order(left[:n])
+        # each request's pass over the pieces (`_passes`: the ring's critical askers
+        # first, those that would leave at once when done and are ahead last)
+        tier = self._passes(active, present)
+        passes = int(tier.max()) + 1
         piece_rank = self._piece_order()
-        # requests by piece (in the choice's piece order), most advanced first, ties at
-        # random: the order in which the holders' upload serves them
+        by_rank = np.argsort(piece_rank)  # rank -> piece
+        slot = piece_rank[req_piece] + p * tier[req_node]
+        # requests by pass and piece (in the choice's piece order), then in the choice's
+        # asker order, the most advanced first, ties at random: the order in which the
+        # holders' upload serves them
         progress = self.progress
         srt = np.argsort(
-            (piece_rank[req_piece] << 48)
+            (slot << 48)
             | (self._request_priority(req_node) << 40)
             | ((255 - progress[req_node, req_piece].astype(np.int64)) << 32)
             | rng.integers(0, 1 << 32, req_node.size)
         )
-        req_node, req_piece = req_node[srt], req_piece[srt]
-        bounds = np.searchsorted(piece_rank[req_piece], np.arange(p + 1))
-        by_rank = np.argsort(piece_rank)  # rank -> piece
+        req_node, req_piece, slot = req_node[srt], req_piece[srt], slot[srt]
+        bounds = np.searchsorted(slot, np.arange(passes * p + 1))
         have_o = self.have_t[:, order]
         left_o = left[order]
         askers = self._asker_order(active)
         prog_a = progress[askers].T.copy()  # piece-major, as at the start of the step
         open_a = dleft[askers] > 0
+        # beyond the requests, a pass's upload goes to the askers of that pass and before
         at_a = np.empty(n, dtype=np.int64)
         at_a[askers] = np.arange(askers.size)
-        for r in range(p):
-            k = int(by_rank[r])
+        in_pass = [open_a & (tier[askers] <= g) for g in range(passes)]
+        for r in range(passes * p):
+            d = req_node[bounds[r] : bounds[r + 1]]
+            may = in_pass[r // p]
+            if d.size == 0 and not may.any():
+                continue
+            k = int(by_rank[r % p])
             hpos = np.flatnonzero(have_o[k] & (left_o > 0))
             if hpos.size == 0:
                 continue
-            d = req_node[bounds[r] : bounds[r + 1]]
             if d.size:
                 hpos = self._serve(k, d, order, hpos, left_o, dleft)
-                open_a[at_a[d]] = dleft[d] > 0
+                for m in in_pass:
+                    m[at_a[d]] &= dleft[d] > 0
                 if hpos.size == 0:
                     continue
             # pipelining: anyone else still able to take blocks that lacks the piece
             # (those that have started it first, the most advanced first); an uploader
             # with capacity left is not idle while someone wants one of its pieces
-            cand = np.flatnonzero(open_a & (prog_a[k] < b))
+            cand = np.flatnonzero(may & (prog_a[k] < b))
             if cand.size == 0:
                 continue
             begun = prog_a[k, cand] > 0
@@ -269,7 +285,8 @@ class _Swarm:
             cand = np.concatenate((first, cand[~begun]))[: int(left_o[hpos].sum())]
             more = askers[cand]
             self._serve(k, more, order, hpos, left_o, dleft)
-            open_a[cand] = dleft[more] > 0
+            for m in in_pass:
+                m[cand] &= dleft[more] > 0
         used_up = left[:n] - left_o[np.argsort(order)]
         up_credit[:n] -= used_up
         if self.choice == "ring":
@@ -420,6 +437,42 @@ class _Swarm:
         return active[
             np.lexsort((self.rng.random(active.size), -finish_steps, -self.unused_reported[active]))
         ]
+
+    def _passes(self, active: Ints, present: npt.NDArray[np.bool_]) -> Ints:
+        """Each subscriber's pass over the pieces (0 first): the ring serves the requests
+        of the askers in pass 0 from every piece's holders before those of pass 1, and
+        so on; the other choices make one pass. Numbered without gaps.
+
+        From what the supernodes know of each asker (its reports: bytes downloaded and
+        uploaded, its rates, the upload it left unused; the pieces it holds) and of the
+        swarm (every present subscriber's upload rate and missing pieces):
+
+        0. *critical*: its own download rate, at full use, would finish it no sooner
+           than the swarm's upload would finish everyone (its missing blocks over its
+           download rate against all the missing blocks over all the upload present and
+           the origin's): every block it does not get delays the end;
+        1. the rest, except
+        2. *leaving when done, and ahead*: it will have uploaded the file's size by the
+           time it finishes at its download rate (what it uploaded so far, plus its
+           upload rate less the unused upload it last reported, over that time), so it
+           leaves by the ratio rule with its last piece and its upload with it; and it
+           has downloaded at least the median asker's bytes. Holding it back keeps its
+           upload in the swarm until the others catch up, not beyond.
+        """
+        passes = np.zeros(self.n, dtype=np.int64)
+        if self.choice != "ring" or active.size == 0:
+            return passes
+        n, total = self.n, self.p * self.b
+        got = self.downloaded[active]
+        missing = total - got
+        finish = missing / self.down_rate[active]  # steps at its own download rate
+        swarm = missing.sum() / (self.up_rate[:n][present].sum() + self.up_rate[n])
+        used = np.maximum(0.0, self.up_rate[active] - self.unused_reported[active])
+        leaves = self.uploaded[active] + used * finish >= total
+        ahead = got >= np.median(got)
+        tier = np.where(finish >= swarm, 0, np.where(leaves & ahead, 2, 1))
+        passes[active] = np.unique(tier, return_inverse=True)[1]
+        return passes
 
     def _report(self, t: int, arrived: npt.NDArray[np.bool_], unused: Ints) -> None:
         """Each subscriber's report to the ring: its upload left unused per step, on
