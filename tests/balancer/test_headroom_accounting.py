@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 
+import pytest
+
 from pressrun.balancer.algorithms import make_algorithm
 from pressrun.balancer.algorithms.headroom import Headroom
 from pressrun.balancer.events import OriginSpec, OriginStatus
@@ -160,3 +162,29 @@ def test_the_probe_is_a_rate_per_status_not_a_cap_on_picks_on_their_way() -> Non
         alg.handle_status(status({}, {}, out=0.0, told=told), now=t + 0.5)
     m = alg.models["o"]
     assert m.pending == 30 and m.picked_since_status == 0
+
+
+def test_a_link_sending_the_same_while_its_downloads_change_in_number_is_full() -> None:
+    # Told 1 GB/s, it has 125 MB/s: 45 downloads get 2.78 MB/s each, more than their 1
+    # MB/s need, so nothing looks held back and the told capacity is believed ...
+    alg = headroom("o")
+    alg.handle_status(status({}, {}, out=0.0, told=1000 * MB), now=0.0)
+    alg.handle_status(status({"a": 45}, None, out=125 * MB, told=1000 * MB), now=1.0)
+    assert alg.models["o"].learned_bytes_per_s is None
+    assert alg.free_slots("o", alg.statuses["o"], "a") > 800
+    # ... too few changed to tell (4 of 49, under a tenth) ...
+    alg.handle_status(status({"a": 49}, None, out=125 * MB, told=1000 * MB), now=2.0)
+    assert alg.models["o"].learned_bytes_per_s is None
+    # ... then 57 send the same 125 MB/s as 45 did: the link is full at that (issue 10,
+    # gen-7-033), 0.95 x 125 MB/s less the 57 MB/s committed leaves room for 61.
+    alg.handle_status(status({"a": 57}, None, out=125 * MB, told=1000 * MB), now=3.0)
+    assert alg.models["o"].learned_bytes_per_s == 125 * MB
+    assert alg.free_slots("o", alg.statuses["o"], "a") == pytest.approx(118.75 - 57)
+
+
+def test_downloads_whose_number_follows_what_they_send_do_not_fill_the_link() -> None:
+    alg = headroom("o")
+    alg.handle_status(status({}, {}, out=0.0, told=1000 * MB), now=0.0)
+    for t, n in enumerate((45, 57, 40, 60), start=1):
+        alg.handle_status(status({"a": n}, None, out=n * 2.5 * MB, told=1000 * MB), now=t)
+    assert alg.models["o"].learned_bytes_per_s is None

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from pressrun.balancer.algorithms import make_algorithm
-from pressrun.balancer.algorithms.headroom import MIN_NEED_SHARE, Headroom
+from pressrun.balancer.algorithms.headroom import Headroom
+from pressrun.balancer.algorithms.headroom_clients import MIN_NEED_SHARE
 from pressrun.balancer.events import ClientHint, OriginSpec, OriginStatus
 
 MB = 1e6

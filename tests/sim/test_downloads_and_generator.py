@@ -198,6 +198,30 @@ def test_headroom_counts_a_download_beside_streams_at_their_bitrate() -> None:
     assert alg.free_slots("a", alg.statuses["a"], "high") < 1.0  # 12 x 2.5 > 9.5
 
 
+def test_headroom_counts_a_download_at_its_need_where_the_downloads_lead() -> None:
+    # 312.5 MB/s: one 1.25 MB/s stream beside 250 downloads needing 0.5 MB/s (125 MB/s).
+    # Counted at the stream's bitrate the downloads fill the link (251 x 1.25 > 0.95 x
+    # 312.5); but the stream needs under half of what the downloads need, so a download
+    # counts its need: (296.9 - 1.25 - 125) / 0.5 more (issue 10, gen-13-064: 1246
+    # served of a bound of 1485, 1488 so).
+    alg = _paced(312.5e6, {"high": 1.25e6})
+    alg.set_issue_need("low", 0.5e6)  # a download (elastic)
+    mixed = _load(312.5e6, 312.5e6, {"high": 1.25e6, "low": 1.33e6}, {"high": 1, "low": 250})
+    alg.handle_status(mixed, now=1.0)
+    free = (0.95 * 312.5e6 - 1.25e6 - 250 * 0.5e6) / 0.5e6
+    assert alg.free_slots("a", alg.statuses["a"], "low") == pytest.approx(free)
+    # ... and where the streams lead (here: `level_share` 0.01, 1.25 >= 1.175 MB/s), the
+    # downloads count at the stream's bitrate
+    led = make_algorithm("headroom", [OriginSpec("a", "")], random.Random(1), {"level_share": 0.01})
+    led.set_issue_need("high", 1.25e6, paced=True)
+    led.set_issue_need("low", 0.5e6)
+    led.handle_status(
+        OriginStatus("a", 0.05, 0.05, 0.0, 312.5e6, 0, frozenset(), frozenset()), now=0.0
+    )
+    led.handle_status(mixed, now=1.0)
+    assert led.free_slots("a", led.statuses["a"], "low") < 1.0
+
+
 def test_headroom_does_not_probe_a_link_saturated_by_downloads_upwards() -> None:
     # Told 100 MB/s, really 50: downloads needing 0.5 MB/s each fill it. Once it is seen
     # short, the learned 50 MB/s stays while it sends exactly that, whatever it holds.

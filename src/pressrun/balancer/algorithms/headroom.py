@@ -27,6 +27,8 @@ rate, out = bytes/s it sends, cpu and ram in use, 0..1)::
                                                      the fastest gets less than the
                                                      largest need; small or slow-client
                                                      transfers send little, each fast)
+                or the link is full (`OriginModel.link_full`: only downloads there,
+                their number changed by 10 % since a status and out within slack)
     learned   = out                          if short (what it really delivers: C)
                 max(learned, out), and x (1 + probe_growth) up to the told capacity
                 while it runs healthy near the learned limit and below 0.99 x it
@@ -54,7 +56,8 @@ to stay at r)::
     level_free = (room - squeezed(need(i))) / need(i)
     free       = min(free, level_free) if free >= 1 else level_free   for a stream i
     free       = min(free, min over the streams' needs r there of
-                                (room - squeezed(r)) / r)           for a download i
+                                (room - squeezed(r)) / r)           for a download i,
+                 where the streams need at least level_share of what the downloads need
     free       = min(free, (ram_target - ram) / ram_cost - pending)
     free       = min(free, 0)                       if level < (1 - slack) * need(i)
     free       = max(free, min(probe_transfers - n - picked, told_free))
@@ -126,37 +129,34 @@ reason that holds beyond the scenario (docs/tournament.md, "Spreading, measured"
 - ranking after every origin a pick would mix streams and downloads on (a download
   beside streams costs their bitrate, above): 3 of seed 2026's scenarios below alg2.
 
-What a client tells (`ClientHint`: ``have=``, ``size=``, ``rate=``, ``elapsed=`` of a
-directive request; `rank_for`, `handle_pick_for`), for downloads only:
+Downloads beside streams: the rule above holds where the streams need at least
+`level_share` (0.5) of what the downloads there need (each at its issue's need). Where
+the downloads lead, a download is counted at its own need: a few streams there are not
+worth the downloads the rule would refuse, and when the level drops below their bitrate
+they stall and fail over to an origin that has room for them (issue 10, gen-13-064:
+one stream of 1.25 MB/s beside 235 downloads made an origin of 312 MB/s count them at
+1.25 MB/s each and refuse downloads with 175 MB/s of their needs unused: 1246 served of
+a bound of 1485, 1488 with the rule; in gen-7-005 the streams lead and it still holds).
+The share is 0.5, not 1: at 1, gen-2026-166's downloads took an origin whose streams
+needed 0.5 to 1 of their needs, and 26 downloads with links fast enough finished late
+(1406 against alg2's 1424; 1429 at 0.5).
 
-- a client resuming lacks part of the file and has used part of its time: its transfer
-  counts ``lack / (T - elapsed)`` (T = size / need(i), the issue's target time), at most
-  need(i), at least `MIN_NEED_SHARE` x need(i), in the picks on their way and, once
-  started, in `committed` (a `Relief` of the difference, until its bytes have come at
-  the rate the origin's transfers of the issue get). Counted at the full need, the
-  clients a failed origin dropped were refused "full" by the survivors (gen-7-033);
-  counted at ``lack / T`` (without the time used) too many were admitted and finished
-  late together;
-- an origin where the client would get all its link carries (`share`: its room shared
-  evenly among its transfers, the picks on their way and this one) ranks before one
-  where it would not, most room first among each (an idle small origin takes a slow
-  client a busy big one would slow down: gen-7-059, gen-7-056);
-- a client whose link cannot carry what it needs (``rate`` below (1 - slack) of it,
-  and the origins give their transfers over `SLOWER_THAN_ORIGINS` times its rate) is
-  refused while another client was refused for want of room in the last
-  `overload_memory_s`: the room goes to those it can serve well (gen-7-036: 80 such
-  clients took 20 of the 75 GB sent). Counting it at its link's rate instead admitted
-  more of them (measured worse: docs/tournament.md).
+A link full at what it sends is learned even when its transfers are not held back
+below their needs: with only downloads there, `out` staying within `slack` while their
+number changed by a tenth shows the link (or the CPU) at its limit, whatever the origin
+is told. (Issue 10, gen-7-033: an origin told 1.13 GB/s, with 125 MB/s, sent 125 MB/s
+to 45 to 58 downloads each getting more than its need; believed at 1.13 GB/s, it took 39
+of the clients a failed origin dropped within one poll interval, and all its 84
+transfers finished late: 280 served, 317 with its link learned.)
 
-Lying buys nothing beyond what an honest client could get: a claimed ``have`` is
-counted as an honest client holding that much (and never below a tenth of the need),
-a lower ``rate`` or a longer ``elapsed`` only counts the client at more or refuses it.
+What a client tells (`ClientHint`, ``have=``, ``size=``, ``rate=``, ``elapsed=``) and
+how a download is counted for it: `pressrun.balancer.algorithms.headroom_clients`.
 
 Defaults: slack 0.02 (a download that gets less than its need on average misses its
 deadline: 2 % absorbs a rate sampled over a poll interval, 5 % let a misconfigured
 origin take 5 % too many before it was seen), u_bw 0.95, cpu_target 0.95, ram_target
 0.9, probe_transfers 10, cache_bonus_slots 2, cost EWMA weight 0.3, probe_growth 0.1,
-pick_timeout_s 5, overload_memory_s 30.
+pick_timeout_s 5, overload_memory_s 30, level_share 0.5.
 
 Why per issue and per byte: a single rate per origin (the highest bitrate seen) makes
 an origin streaming low-bitrate issues look under-served; it then learns a capacity far
@@ -170,99 +170,21 @@ from __future__ import annotations
 
 import math
 import random
-from collections import deque
 from collections.abc import Sequence, Set
-from dataclasses import dataclass, field
 
 from pressrun.balancer.algorithms.alg2 import MIN_ESTIMATE_BYTES_PER_S
 from pressrun.balancer.algorithms.base import Params, ScoredAlgorithm, register_algorithm
+from pressrun.balancer.algorithms.headroom_clients import (
+    SLOWER_THAN_ORIGINS,
+    client_need,
+    relief_total,
+)
+from pressrun.balancer.algorithms.headroom_model import SATURATED, OriginModel
 from pressrun.balancer.events import ClientHint, OriginSpec, OriginStatus
 
 #: a download must get at least 1 MB/s (8 Mbit/s: a 100 MB issue in 100 s), unless the
 #: issue's own need is known; 0 infers paced needs from delivered rates instead
 DEFAULT_NEED_BYTES_PER_S = 1e6
-#: an origin sending this share of its learned capacity is at it: elastic downloads
-#: would take more if there were more, so the limit is not probed upwards
-SATURATED = 0.99
-#: a download a client tells the balancer about (`ClientHint`) is counted at no less
-#: than this share of its issue's need, whatever it says it has or its link carries
-MIN_NEED_SHARE = 0.1
-#: a client whose link cannot carry its need is told apart from one held back by
-#: busy origins when the origins give their transfers this many times its rate
-SLOWER_THAN_ORIGINS = 2.0
-#: the longest a transfer counted below its issue's need is remembered as such (s)
-MAX_RELIEF_S = 3600.0
-
-#: a pick on its way: (picked at, issue, need counted, relief: bytes/s less than the
-#: issue's need, bytes the client lacks, its link's rate (inf: not told))
-Pick = tuple[float, str, float, float, float, float]
-
-
-@dataclass(slots=True)
-class Relief:
-    """A transfer started that needs `less` bytes/s than its issue's need (its client
-    resumes, or its link is slow: `Headroom.client_need`), until the `left` bytes it
-    lacks have come at the rate the origin's transfers of the issue get (at most its
-    link's `rate`), or for `MAX_RELIEF_S`."""
-
-    issue: str
-    less: float
-    left: float
-    rate: float
-    since: float
-    seen: float
-
-
-@dataclass(slots=True)
-class OriginModel:
-    """What headroom dispatch has learned about one origin."""
-
-    learned_bytes_per_s: float | None = None
-    idle_cpu: float = 0.0
-    idle_ram: float = 0.0
-    idle_seen: bool = False
-    cpu_per_byte: float | None = None
-    cost_ram: float | None = None
-    committed_bytes_per_s: float = 0.0
-    #: picks whose transfer the origin has not reported started yet, oldest first
-    #: (`Pick`); `pending` and `pending_bytes` are their count and the needs' sum
-    picks: deque[Pick] = field(default_factory=deque)
-    #: transfers started that need less than their issue's need (a client resuming, or
-    #: on a slow link: `ClientHint`), subtracted from `committed` (`_relief`)
-    reliefs: list[Relief] = field(default_factory=list)
-    pending: int = 0
-    pending_bytes: float = 0.0
-    #: picks since the last status: what the floor of `probe_transfers` counts
-    picked_since_status: int = 0
-    #: the origin's counters of transfers started (in all, per issue) at its last
-    #: status; None before one that reports them
-    started_total: int | None = None
-    started_by_issue: dict[str, int] = field(default_factory=dict)
-    #: the picks on their way by (need, paced): what the max-min level counts
-    pending_loads: dict[tuple[float, bool], int] = field(default_factory=dict)
-    under_served: bool = False
-    #: the rate a starved transfer gets (max-min level), inf when none is starved
-    level: float = math.inf
-    #: (need, transfers, paced) of each issue on the origin, from the last status
-    loads: tuple[tuple[float, int, bool], ...] = ()
-
-    def squeezed(self, rate: float) -> float:
-        """Bytes/s the link must give its transfers (the status's and the picks since)
-        for the max-min level to stay at `rate`: a paced transfer needing less takes its
-        need, every other (a bigger stream, or an elastic download, which takes the
-        level whatever its need) takes `rate`."""
-        total = 0.0
-        for need, k, paced in self.loads:
-            total += k * (min(need, rate) if paced else rate)
-        for (need, paced), k in self.pending_loads.items():
-            total += k * (min(need, rate) if paced else rate)
-        return total
-
-    def paced_needs(self) -> set[float]:
-        """The needs of the streams on the origin (and picked since the status)."""
-        found = {need for need, _, paced in self.loads if paced}
-        found.update(need for need, paced in self.pending_loads if paced)
-        return found
 
 
 @register_algorithm
@@ -290,6 +212,7 @@ class Headroom(ScoredAlgorithm):
         self.fixed_need = self.param("need_bytes_per_s", DEFAULT_NEED_BYTES_PER_S)
         self.pick_timeout = self.param("pick_timeout_s", 5.0)
         self.overload_memory = self.param("overload_memory_s", 30.0)
+        self.level_share = self.param("level_share", 0.5)
         #: when a client was last refused for want of room (none eligible)
         self.refused_at = -math.inf
         self.models: dict[str, OriginModel] = {}
@@ -321,60 +244,10 @@ class Headroom(ScoredAlgorithm):
             return issue_id in self.paced_issues
         return self.fixed_need <= 0
 
-    def _reconcile(self, m: OriginModel, status: OriginStatus, now: float) -> None:
-        """Forget the picks the status accounts for: per issue, as many of the oldest as
-        the origin started transfers of it since its last status (they are in its
-        active counts now, or already done), and any older than `pick_timeout_s` (the
-        client went elsewhere or gave up). A pick whose client has not connected when
-        the origin answers stays pending. From an agent that does not count the
-        transfers it starts, a status is taken to account for every pick."""
-        total = status.transfers_total
-        picks = m.picks
-        started: list[Pick] = []
-        if total is None or m.started_total is None or total < m.started_total:
-            # no counters, the first status, or counters that went back (a restart)
-            if total is None:
-                started.extend(picks)
-                picks.clear()
-        elif total > m.started_total and picks:
-            before = m.started_by_issue
-            arrived = {
-                issue: n - before.get(issue, 0)
-                for issue, n in status.transfers_total_by_issue.items()
-                if n > before.get(issue, 0)
-            }
-            kept: deque[Pick] = deque()
-            for pick in picks:
-                left = arrived.get(pick[1], 0)
-                if left > 0:
-                    arrived[pick[1]] = left - 1
-                    started.append(pick)
-                else:
-                    kept.append(pick)
-            m.picks = picks = kept
-        for _, issue, _, less, lack, rate in started:
-            if less > 0:
-                m.reliefs.append(Relief(issue, less, lack, rate, now, now))
-        m.started_total = total
-        m.started_by_issue = dict(status.transfers_total_by_issue)
-        horizon = now - self.pick_timeout
-        while picks and picks[0][0] < horizon:
-            picks.popleft()
-        self._count_picks(m)
-
-    def _count_picks(self, m: OriginModel) -> None:
-        """`pending`, `pending_bytes` and `pending_loads` from the picks on their way."""
-        m.pending = len(m.picks)
-        m.pending_bytes = sum(p[2] for p in m.picks)
-        loads: dict[tuple[float, bool], int] = {}
-        for _, issue, need, _, _, _ in m.picks:
-            key = (need, self.is_paced(issue))
-            loads[key] = loads.get(key, 0) + 1
-        m.pending_loads = loads
-
     def on_refresh(self, name: str, status: OriginStatus, *, now: float) -> None:
         m = self.model(name)
-        self._reconcile(m, status, now)
+        m.reconcile(status, now, self.pick_timeout)
+        m.count_picks(self.is_paced)
         m.picked_since_status = 0
         changed = False
         for issue, rate in status.mean_transfer_bytes_per_s_by_issue.items():
@@ -411,13 +284,25 @@ class Headroom(ScoredAlgorithm):
             m.cost_ram = (
                 ram_cost if m.cost_ram is None else m.cost_ram + a * (ram_cost - m.cost_ram)
             )
-            relief = self._relief(m, status, now) if m.reliefs else 0.0
+            relief = 0.0
+            if m.reliefs:
+                m.reliefs, relief = relief_total(
+                    m.reliefs,
+                    status.active_transfers_by_issue,
+                    status.mean_transfer_bytes_per_s_by_issue,
+                    self.need,
+                    now,
+                )
             m.committed_bytes_per_s, short, m.level = self._committed(status, relief)
             m.under_served = m.level < math.inf
             m.loads = tuple(
                 (self.need(i), k, self.is_paced(i))
                 for i, k in status.active_transfers_by_issue.items()
             )
+            counts = status.active_transfers_by_issue
+            elastic = bool(counts) and not any(self.is_paced(i) for i in counts)
+            if m.link_full(status, elastic, self.slack):
+                short = True
             if short:
                 m.learned_bytes_per_s = out
             elif m.learned_bytes_per_s is not None:
@@ -434,35 +319,8 @@ class Headroom(ScoredAlgorithm):
         if changed:
             self.touch_all()  # every origin's room is counted in the inferred needs
 
-    def _relief(self, m: OriginModel, status: OriginStatus, now: float) -> float:
-        """Bytes/s the origin's transfers need less than their issues' needs: those
-        whose clients said they resume (only the rest of the file is needed) or that
-        their link is slower than the need (`rank_for`). Each lasts until its bytes
-        should have come (`Relief`); all of an issue's end when the origin has no
-        transfer of it left, and they never bring an issue's transfers below
-        `MIN_NEED_SHARE` of their need."""
-        counts = status.active_transfers_by_issue
-        means = status.mean_transfer_bytes_per_s_by_issue
-        kept: list[Relief] = []
-        by_issue: dict[str, float] = {}
-        for r in m.reliefs:
-            # The transfer gets what the origin's transfers of its issue get on
-            # average, at most its link's rate: when that has brought the bytes it
-            # lacked, it is done (or nearly), and its relief ends with it.
-            got = min(means.get(r.issue, self.need(r.issue)), r.rate)
-            r.left -= got * (now - r.seen)
-            r.seen = now
-            if r.left > 0 and now - r.since < MAX_RELIEF_S and counts.get(r.issue, 0) > 0:
-                kept.append(r)
-                by_issue[r.issue] = by_issue.get(r.issue, 0.0) + r.less
-        m.reliefs = kept
-        return sum(
-            min(less, counts[issue] * self.need(issue) * (1.0 - MIN_NEED_SHARE))
-            for issue, less in by_issue.items()
-        )
-
     def _committed(self, status: OriginStatus, relief: float) -> tuple[float, bool, float]:
-        """What the origin's transfers need (bytes/s; `relief` less, `_relief`), whether
+        """What the origin's transfers need (bytes/s; `relief` less: `relief_total`), whether
         it delivers less than that in total (its capacity is what it delivers), and the
         max-min level a starved paced transfer gets there (inf when none is starved: no
         issue needing more than the level is added until they recover)."""
@@ -533,8 +391,11 @@ class Headroom(ScoredAlgorithm):
             free = (room - m.committed_bytes_per_s - m.pending_bytes) / need
             # An elastic download lowers the level to what every stream there needs
             # before it is counted full: each stream's need must still be the level.
-            for rate in m.paced_needs():
-                free = min(free, (room - m.squeezed(rate)) / rate)
+            # Only where the streams lead: where the downloads do, the streams are not
+            # worth the downloads this would refuse (they fail over when squeezed).
+            if m.streams_lead(self.level_share):
+                for rate in m.paced_needs():
+                    free = min(free, (room - m.squeezed(rate)) / rate)
         if m.cost_ram > 0:
             free = min(free, (self.ram_target - status.ram_fraction) / m.cost_ram - m.pending)
         if m.level < (1.0 - self.slack) * need:
@@ -617,32 +478,18 @@ class Headroom(ScoredAlgorithm):
             if m.picks[k][1] == issue_id:
                 del m.picks[k]
                 m.picked_since_status = max(m.picked_since_status - 1, 0)
-                self._count_picks(m)
+                m.count_picks(self.is_paced)
                 self.touch(name)
                 return
 
     def client_need(self, issue_id: str, client: ClientHint | None) -> float | None:
         """What a download of the issue by this client needs, where what it told the
-        balancer (`ClientHint`) makes that less than the issue's need, else None.
-
-        The issue's need is its size over its target time (`T`). A client resuming
-        lacks only part of the file, and has used part of its time: it needs what it
-        lacks over what is left of `T` (``lack / (T - elapsed)``; without ``elapsed``,
-        ``lack / T``), never more than the issue's need (a client past its target is
-        counted as a new one). Never below `MIN_NEED_SHARE` of the issue's need either:
-        a client saying it has all but one byte is counted as one that truly has 90 %
-        of the file, so lying buys no more than that, and saying it waited longer only
-        counts it at more. It needs the file's size; a stream is always counted at its
-        bitrate (a resumed stream plays at the same rate).
-        """
-        if client is None or not client.size_bytes or self.is_paced(issue_id):
+        balancer makes that less than the issue's need (`headroom_clients.client_need`),
+        else None; a stream is always counted at its bitrate (a resumed stream plays at
+        the same rate)."""
+        if self.is_paced(issue_id):
             return None
-        need = self.need(issue_id)
-        lack = max(client.size_bytes - client.have_bytes, 0)
-        time_left = client.size_bytes / need - (client.elapsed_s or 0.0)
-        counted = need if time_left <= 0 else min(need, lack / time_left)
-        counted = max(counted, MIN_NEED_SHARE * need)
-        return counted if counted < need else None
+        return client_need(self.need(issue_id), client)
 
     def rank_for(
         self,
@@ -718,18 +565,9 @@ class Headroom(ScoredAlgorithm):
         left = float(max(client.size_bytes - client.have_bytes, 0))
         rate = client.rate_bytes_per_s or math.inf
         pick = (now, issue_id, need, self.need(issue_id) - need, left, rate)
-        self._add_pick(self.model(name), pick)
+        self.model(name).add_pick(pick, self.is_paced(issue_id))
         self.touch(name)
 
     def on_pick(self, name: str, issue_id: str, *, now: float) -> None:
-        self._add_pick(self.model(name), (now, issue_id, self.need(issue_id), 0.0, 0.0, 0.0))
-
-    def _add_pick(self, m: OriginModel, pick: Pick) -> None:
-        """A pick on its way, counted at its need."""
-        _, issue_id, need, _, _, _ = pick
-        m.picks.append(pick)
-        m.pending += 1
-        m.picked_since_status += 1
-        m.pending_bytes += need
-        key = (need, self.is_paced(issue_id))
-        m.pending_loads[key] = m.pending_loads.get(key, 0) + 1
+        pick = (now, issue_id, self.need(issue_id), 0.0, 0.0, 0.0)
+        self.model(name).add_pick(pick, self.is_paced(issue_id))
