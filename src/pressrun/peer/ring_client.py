@@ -235,13 +235,27 @@ class RingClient:
                 by_owner[owner] = ([], [])  # still here, with these totals
         self._bring_in = {p for p in self._bring_in if not have[p]}
         self._first = {p for p in self._first if not have[p]}
-        results = await asyncio.gather(
-            *(
-                self._ask(owner, haves, wants, up, down, now)
-                for owner, (haves, wants) in by_owner.items()
+        # The owners that may hand this peer pieces to bring in (it asks them about
+        # pieces no connected peer holds) are asked one after the other, in random
+        # order, each told what the ones before handed out (``bringing``): asked at
+        # once, five supernodes each gave the same fast peer up to three (measured:
+        # two peers of 20 brought in 12 pieces each, second holders 5.0 s at the
+        # median against `stripes`' 1.8 s). The others are asked meanwhile.
+        lonely = set(self._lonely())
+        bringers = [o for o, (_, wants) in by_owner.items() if set(wants) - lonely]
+        self.rng.shuffle(bringers)
+
+        async def in_turn() -> list[bool]:
+            return [await self._ask(o, *by_owner[o], up, down, now) for o in bringers]
+
+        async def at_once() -> list[bool]:
+            rest = [o for o in by_owner if o not in bringers]
+            return list(
+                await asyncio.gather(*(self._ask(o, *by_owner[o], up, down, now) for o in rest))
             )
-        )
-        if any(results):
+
+        first, second = await asyncio.gather(in_turn(), at_once())
+        if any(first) or any(second):
             self.policy.set_ring_answers(self._bring_in, self._first)
             self._on_answers()
 
