@@ -136,10 +136,10 @@ worth the downloads the rule would refuse, and when the level drops below their 
 they stall and fail over to an origin that has room for them (issue 10, gen-13-064:
 one stream of 1.25 MB/s beside 235 downloads made an origin of 312 MB/s count them at
 1.25 MB/s each and refuse downloads with 175 MB/s of their needs unused: 1246 served of
-a bound of 1485, 1488 with the rule; in gen-7-005 the streams lead and it still holds).
-The share is 0.5, not 1: at 1, gen-2026-166's downloads took an origin whose streams
-needed 0.5 to 1 of their needs, and 26 downloads with links fast enough finished late
-(1406 against alg2's 1424; 1429 at 0.5).
+a bound of 1485, 1488 counted at their needs there; in gen-7-005 the streams lead and
+it still holds). The share is 0.5, not 1: at 1, in gen-2026-166 (where the two differ
+only on origins whose streams need 0.5 to 1 of what the downloads need), 26 downloads
+with links fast enough finished late (1406 against alg2's 1424; 1429 at 0.5).
 
 A link full at what it sends is learned even when its transfers are not held back
 below their needs: with only downloads there, `out` staying within `slack` while their
