@@ -48,7 +48,7 @@ from pressrun.content.keys import generate_keypair, load_public_key, load_signin
 from pressrun.content.publish import publish
 from pressrun.multicast.config import CarouselConfig, LayeringConfig
 from pressrun.multicast.net import free_udp_port, sender_socket
-from pressrun.multicast.receiver import receive_carousel
+from pressrun.multicast.receiver import ReceiveResult, receive_carousel
 from pressrun.multicast.sender import MulticastSender, SenderServiceConfig
 
 ISSUE = "bench-issue"
@@ -96,6 +96,31 @@ def sent_bytes_of(sender: MulticastSender) -> float:
         "pressrun_multicast_bytes_sent_total", {"issue": ISSUE, "channel": "0"}
     )
     return value or 0.0
+
+
+def receive_issue(
+    bundle: Bundle,
+    sender: MulticastSender,
+    work: Path,
+    *,
+    deadline_s: float,
+    channels: int,
+    drop_probability: float = 0.0,
+    seed: int | None = None,
+) -> ReceiveResult:
+    """One receiver of the bench issue from ``sender``'s carousel on loopback."""
+    return receive_carousel(
+        ISSUE,
+        hashlib.sha256(bundle.manifest_json).hexdigest(),
+        control_group=sender.config.control_group,
+        interface="127.0.0.1",
+        trusted_keys={bundle.public_hex},
+        work_dir=work,
+        deadline_s=deadline_s,
+        layering=LayeringConfig(max_channels=channels),
+        drop_probability=drop_probability,
+        seed=seed,
+    )
 
 
 async def bench_sender(root: Path, args: argparse.Namespace) -> None:
@@ -175,15 +200,12 @@ async def bench_efficiency(root: Path, args: argparse.Namespace) -> None:
                 work = Path(tempfile.mkdtemp(dir=root))
                 sent0, t0 = running.schedule.sent(0), time.perf_counter()
                 result = await asyncio.to_thread(
-                    receive_carousel,
-                    ISSUE,
-                    hashlib.sha256(bundle.manifest_json).hexdigest(),
-                    control_group=sender.config.control_group,
-                    interface="127.0.0.1",
-                    trusted_keys={bundle.public_hex},
-                    work_dir=work,
+                    receive_issue,
+                    bundle,
+                    sender,
+                    work,
                     deadline_s=60.0,
-                    layering=LayeringConfig(max_channels=1),
+                    channels=1,
                     drop_probability=loss,
                     seed=run,
                 )
@@ -312,16 +334,7 @@ async def bench_receiver_cpu(root: Path, args: argparse.Namespace) -> None:
 
                 def receive(work: Path = work) -> tuple[float, int, bool]:
                     cpu0 = time.thread_time()
-                    result = receive_carousel(
-                        ISSUE,
-                        hashlib.sha256(bundle.manifest_json).hexdigest(),
-                        control_group=sender.config.control_group,
-                        interface="127.0.0.1",
-                        trusted_keys={bundle.public_hex},
-                        work_dir=work,
-                        deadline_s=120.0,
-                        layering=LayeringConfig(max_channels=4),
-                    )
+                    result = receive_issue(bundle, sender, work, deadline_s=120.0, channels=4)
                     return time.thread_time() - cpu0, result.packets_received, result.completed
 
                 cpu, packets, completed = await asyncio.to_thread(receive)

@@ -221,7 +221,8 @@ class RingClient:
             await self._resolve(unowned)
         # (asked about: the pieces no connected peer holds, and those one holds: the
         # ring names who takes those first)
-        unheld = {*self._unheld(), *self._lonely()}
+        lonely = set(self._lonely())
+        unheld = {*self._unheld(), *lonely}
         up, down = self._totals()
         by_owner: dict[str, tuple[list[int], list[int]]] = {}
         for p, owner in self._owner.items():
@@ -241,7 +242,6 @@ class RingClient:
         # once, five supernodes each gave the same fast peer up to three (measured:
         # two peers of 20 brought in 12 pieces each, second holders 5.0 s at the
         # median against `stripes`' 1.8 s). The others are asked meanwhile.
-        lonely = set(self._lonely())
         bringers = [o for o, (_, wants) in by_owner.items() if set(wants) - lonely]
         self.rng.shuffle(bringers)
 
