@@ -33,9 +33,9 @@ from pressrun.balancer.events import (
     OriginStatus,
     StatusReceived,
 )
+from pressrun.bencode import bdecode
 from pressrun.security import BodyTooLarge, bearer, read_body_limited
 from pressrun.tracker.aio import OPERATOR_ROUTES, TrackerService
-from pressrun.tracker.codec import bdecode
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
 from pressrun.tracker.events import AnnounceEvent, AnnounceRequest, LeaveRule

@@ -25,6 +25,7 @@ from pressrun.balancer.codec import (
     decode_status,
     parse_failed,
 )
+from pressrun.bencode import BencodeError, bdecode
 from pressrun.clients.codec import DirectiveFormatError, decode_directive
 from pressrun.content.codec import ManifestError, decode_signed, parse_torrent
 from pressrun.origin.core import RangeNotSatisfiable, parse_range
@@ -40,10 +41,8 @@ from pressrun.subscriptions.codec import (
     parse_wraps,
 )
 from pressrun.tracker.codec import (
-    BencodeError,
     CodecError,
     QueryError,
-    bdecode,
     parse_announce_query,
     parse_scrape_query,
 )

@@ -11,9 +11,9 @@ from urllib.parse import quote_from_bytes
 import aiohttp
 from yarl import URL
 
+from pressrun.bencode import Bencoded, bdecode
 from pressrun.security import ServiceSecurity, bearer
 from pressrun.tracker.aio import TrackerService
-from pressrun.tracker.codec import Bencoded, bdecode
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
 from pressrun.tracker.store import TrackerStore

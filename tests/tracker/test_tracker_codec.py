@@ -8,12 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pressrun.bencode import BencodeError, bdecode, bencode
 from pressrun.tracker.codec import (
-    BencodeError,
     FailureCode,
     QueryError,
-    bdecode,
-    bencode,
     encode_announce_reply,
     encode_failure,
     parse_announce_query,

@@ -21,8 +21,8 @@ from live_tracker import (
     wait_for,
 )
 
+from pressrun.bencode import bdecode
 from pressrun.security import TOKEN_ENV
-from pressrun.tracker.codec import bdecode
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.store import SqliteStore
 

@@ -1,9 +1,9 @@
 """Bytes <-> issue metadata: the signed manifest's JSON and the torrent's bencode.
 
-Pure: hashlib, json and re only; no file, socket, clock or crypto library. Everything
-that reads a file or checks a signature lives in ``manifest.py`` / ``bundle.py`` and
-calls into here, so the simulator and the clients' piece checks can use the same
-definitions without touching the disk.
+Pure: hashlib, json, re and ``pressrun.bencode`` only; no file, socket, clock or crypto
+library. Everything that reads a file or checks a signature lives in ``manifest.py`` /
+``bundle.py`` and calls into here, so the simulator and the clients' piece checks can
+use the same definitions without touching the disk.
 
 The contract these functions implement is docs/protocols.md ("Signed manifest"):
 
@@ -19,8 +19,8 @@ The contract these functions implement is docs/protocols.md ("Signed manifest"):
   lays out each piece's nonce and associated data byte by byte (the AEAD itself is
   in ``encryption.py``, it needs libsodium).
 
-The torrent side is just enough bencode (BEP 3) to find the raw ``info`` dictionary
-and its SHA-1 (the v1 info-hash) and the few fields a bundle check compares.
+The torrent side reads a torrent with ``pressrun.bencode`` and takes the ``info``
+dictionary's SHA-1 (the v1 info-hash) and the few fields a bundle check compares.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ import json
 import re
 import struct
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
+
+from pressrun.bencode import BencodeError, bdecode, bencode
 
 FORMAT = 1
 # docs/protocols.md: issue ids and bundle file names.
@@ -60,6 +62,7 @@ NONCE_PREFIX_BYTES = 16  # random per issue version; + 8 bytes of piece index = 
 AD_MAGIC = b"pressrun-piece-v1"
 KEY_CHECK_MESSAGE = b"pressrun-key-check-v1"
 MAX_URL_CHARS = 2000
+MAX_TORRENT_DEPTH = 32  # a torrent nests four levels; deeper is refused
 _ENCRYPTION_FIELDS = (
     "scheme",
     "version",
@@ -493,9 +496,6 @@ def encode_signed(manifest: Manifest, signature: bytes) -> bytes:
 
 # --- Torrent files (BEP 3 bencode), only what a bundle check needs ------------------
 
-Bencoded: TypeAlias = "int | bytes | list[Bencoded] | dict[bytes, Bencoded]"
-MAX_BENCODE_DEPTH = 32
-
 
 @dataclass(frozen=True)
 class TorrentMeta:
@@ -510,66 +510,20 @@ class TorrentMeta:
     trackers: tuple[str, ...]
 
 
-def _bdecode(data: bytes, i: int, depth: int) -> tuple[Bencoded, int]:
-    if depth > MAX_BENCODE_DEPTH:
-        raise ManifestError("torrent file is nested too deeply")
-    if i >= len(data):
-        raise ManifestError("torrent file ends early")
-    c = data[i : i + 1]
-    if c == b"i":
-        j = data.find(b"e", i)
-        digits = data[i + 1 : j] if j > 0 else b""
-        if not re.fullmatch(rb"-?(0|[1-9][0-9]{0,63})", digits) or digits == b"-0":
-            raise ManifestError(f"torrent file has a bad integer at byte {i}")
-        return int(digits), j + 1
-    if c == b"l":
-        items: list[Bencoded] = []
-        i += 1
-        while data[i : i + 1] != b"e":
-            v, i = _bdecode(data, i, depth + 1)
-            items.append(v)
-        return items, i + 1
-    if c == b"d":
-        out: dict[bytes, Bencoded] = {}
-        i += 1
-        while data[i : i + 1] != b"e":
-            k, i = _bdecode(data, i, depth + 1)
-            if not isinstance(k, bytes):
-                raise ManifestError(f"torrent file has a non-string key at byte {i}")
-            out[k], i = _bdecode(data, i, depth + 1)
-        return out, i + 1
-    j = data.find(b":", i)
-    digits = data[i:j] if j > 0 else b""
-    if not re.fullmatch(rb"0|[1-9][0-9]{0,15}", digits):
-        raise ManifestError(f"torrent file is not bencode (bad byte at {i})")
-    end = j + 1 + int(digits)
-    if end > len(data):
-        raise ManifestError("torrent file ends early")
-    return data[j + 1 : end], end
-
-
 def parse_torrent(data: bytes) -> TorrentMeta:
     """Read a single-file v1 torrent; ManifestError if it is not one.
 
     The info-hash is the SHA-1 of the info dictionary's bytes exactly as they appear
-    in the file (BEP 3), not of a re-encoding.
+    in the file (BEP 3): ``pressrun.bencode`` accepts canonical bencode only, so the
+    info dictionary re-encodes to exactly those bytes.
     """
-    if data[:1] != b"d":
+    try:
+        top = bdecode(data, max_depth=MAX_TORRENT_DEPTH)
+    except BencodeError as err:
+        raise ManifestError(f"torrent file is not canonical bencode: {err}") from None
+    if not isinstance(top, dict):
         raise ManifestError("torrent file is not a bencoded dictionary")
-    i = 1
-    info_span: tuple[int, int] | None = None
-    top: dict[bytes, Bencoded] = {}
-    while data[i : i + 1] != b"e":
-        key, i = _bdecode(data, i, 1)
-        if not isinstance(key, bytes):
-            raise ManifestError("torrent file has a non-string key")
-        start = i
-        top[key], i = _bdecode(data, i, 1)
-        if key == b"info":
-            info_span = (start, i)
-    if i + 1 != len(data):
-        raise ManifestError("torrent file has trailing bytes after the dictionary")
-    if info_span is None:
+    if b"info" not in top:
         raise ManifestError("torrent file has no info dictionary")
     info = top[b"info"]
     if not isinstance(info, dict):
@@ -601,7 +555,7 @@ def parse_torrent(data: bytes) -> TorrentMeta:
             if isinstance(tier, list):
                 trackers.extend(t for t in tier if isinstance(t, bytes) and t not in trackers)
     return TorrentMeta(
-        info_hash=hashlib.sha1(data[info_span[0] : info_span[1]]).hexdigest(),
+        info_hash=hashlib.sha1(bencode(info)).hexdigest(),
         name=name.decode("utf-8", "replace"),
         length=length,
         piece_length=plen,

@@ -14,9 +14,9 @@ from urllib.parse import quote_from_bytes
 import aiohttp
 import yarl
 
+from pressrun.bencode import bdecode
 from pressrun.peer.events import SwarmCounts
 from pressrun.security import BodyTooLarge, client_connector, read_body_limited
-from pressrun.tracker.codec import CodecError, bdecode
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class TrackerScrape:
         except BodyTooLarge as err:
             log.warning("%s", err)
             return
-        except (aiohttp.ClientError, TimeoutError, ValueError, CodecError) as err:
+        except (aiohttp.ClientError, TimeoutError, ValueError) as err:
             log.debug("scrape %s failed: %s", url, err)
             return
         if counts is not None:
