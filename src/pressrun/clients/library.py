@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pressrun.clients.codec import ResumeState
 from pressrun.content.codec import is_hex
+from pressrun.durable import fsync_dir, write_atomic
 
 TRUSTED_FILE = "trusted-publishers"
 PARTIAL_DIR = ".partial"
@@ -33,31 +34,6 @@ MANIFEST_FILE = "manifest.json"
 
 class LibraryError(Exception):
     """The library folder cannot be used (one line for a person)."""
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes, *, sync: bool = True) -> None:
-    """Write ``data`` to ``path`` through a temp file and a rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; library files are for every reader
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 class Library:
@@ -171,7 +147,7 @@ class Library:
                 os.fsync(f.fileno())
             os.rename(partial, staging / file_name)
             write_atomic(staging / MANIFEST_FILE, manifest_json)
-            _fsync_dir(staging)
+            fsync_dir(staging)
             final = self.issue_dir(issue_id)
             if final.exists() or final.is_symlink():
                 old = Path(tempfile.mkdtemp(prefix=f".{issue_id}.replaced-", dir=self.root))
@@ -181,7 +157,7 @@ class Library:
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 os.rename(staging, final)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         except BaseException:
             # Put the verified file back where a retry finds it, then drop the staging.
             with contextlib.suppress(OSError):

@@ -8,16 +8,15 @@ key pair. All end with a newline; readers ignore surrounding whitespace.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 import nacl.public
 import nacl.signing
 
 from pressrun.content.codec import is_hex
+from pressrun.durable import write_atomic
 
 __all__ = [
     "KeyFileError",
@@ -55,20 +54,7 @@ def _write_text(path: Path, text: str, *, mode: int, force: bool) -> None:
         finally:
             os.close(fd)
         return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, data)
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.replace(tmp, path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, data, mode=mode)
 
 
 def generate_keypair(

@@ -59,6 +59,7 @@ from pressrun.content.encryption import (
 )
 from pressrun.content.keys import KeyFileError, is_private_mode, load_signing_key
 from pressrun.content.manifest import sign_manifest
+from pressrun.durable import fsync_dir
 
 __all__ = [
     "DEFAULT_PIECE_SIZE",
@@ -317,14 +318,6 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def publish(
     file: Path,
     *,
@@ -446,7 +439,7 @@ def publish(
         signed = sign_manifest(manifest, signing_key)
         signed.verify()  # never write a manifest this code itself would reject
         _write_synced(tmp / "manifest.json", signed.to_json_bytes())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if encrypt_for is not None and encryption is not None:
             wraps = {k: wrap_key(content_key, k) for k in subscriber_keys}
             skipped = _directory_call(
@@ -464,7 +457,7 @@ def publish(
         if not force and (final.exists() or final.is_symlink()):
             raise PublishError(f"a bundle for issue {issue_id} appeared at {final} meanwhile")
         _move_into_place(tmp, final)
-        _fsync_dir(content_dir)
+        fsync_dir(content_dir)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(err, PublishError):
