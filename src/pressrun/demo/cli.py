@@ -1,17 +1,17 @@
 """``pressrun demo``: three origins, a balancer and about twenty clients on 127.0.0.1.
 
-The origins (`pressrun.demo.testbed`: machines A, B and C of 000_9aae53f3113e9bd8.txt,
-B with a real CPU burner beside it, C with a real 3 MB/s egress cap), a tracker and a
-balancer with Algorithm 2 are ``pressrun serve`` child processes started with
-``--port 0`` (their URLs read from their start-up lines: no fixed ports), each with its
-own event loop as on separate machines. A fresh Ed25519 key signs a generated sample
-issue (32 MiB) published into the content folder all three serve; then the clients
-run `pressrun.clients.aio.fetch_issue` concurrently in the demo's process, each into
-its own library. The demo prints the tables of `pressrun.demo.report` and exits 0;
-anything that fails ends it with a one-line message and exit code 1. Temp folders and
-the burner process are removed in every case. On one host the origins'
-``cpu_percent`` is system-wide, so B's burner raises the CPU figure all three report
-(docs/demo.md).
+The origins (`pressrun.demo.testbed`: machines A, B and C of 000_9aae53f3113e9bd8.txt, B
+with a real CPU burner beside it, C with a real 3 MB/s egress cap), a tracker and a
+balancer (the service's default algorithm unless ``--algorithm``) are ``pressrun serve``
+child processes started with ``--port 0`` (their URLs read from their start-up lines: no
+fixed ports), each with its own event loop as on separate machines. A fresh Ed25519 key
+signs a generated sample issue (32 MiB) published into the content folder all three
+serve; then the clients run `pressrun.clients.aio.fetch_issue` concurrently in the
+demo's process, each into its own library. The demo prints the tables of
+`pressrun.demo.report` and exits 0; anything that fails ends it with a one-line message
+and exit code 1. Temp folders and the burner process are removed in every case. On one
+host the origins' ``cpu_percent`` is system-wide, so B's burner raises the CPU figure
+all three report (docs/demo.md).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pressrun.demo.testbed import (
     DEMO_SHAPES,
     DEMO_SWARM_ENTER,
     balancer_args,
+    default_algorithm,
     multicast_args,
     origin_args,
     tracker_args,
@@ -57,6 +58,7 @@ async def run_demo(
     wave_gap_s: float = 4.0,
     swarm: bool = True,
     multicast: bool = True,
+    algorithm: str | None = None,
 ) -> tuple[list[ClientRow], list[dict[str, Any]], float, float, float | None]:
     """Run the demo; returns the client rows, the origins' /stats, the wall time, the
     CPU seconds B's background burner used and the multicast sender's bytes (None
@@ -123,7 +125,7 @@ async def run_demo(
             mc = (sender.url, control_group)
         balancer = await ServiceProcess.start(
             "balancer",
-            balancer_args({o.name: o.url for o in origins}, tracker_url, mc),
+            balancer_args({o.name: o.url for o in origins}, tracker_url, mc, algorithm=algorithm),
             env=sender_env,
         )
         services.append(balancer)
@@ -234,10 +236,17 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="three origins (machines A, B, C), a balancer and 20 clients on 127.0.0.1",
         description="Start three origins shaped like machines A, B and C of "
         "000_9aae53f3113e9bd8.txt (B with a real CPU burner beside it, C with a 3 MB/s "
-        "egress cap), a balancer with Algorithm 2, publish a generated sample issue, run "
-        "concurrent clients and print per-origin and per-client tables.",
+        "egress cap), a balancer with the service's default algorithm, publish a generated "
+        "sample issue, run concurrent clients and print per-origin and per-client tables.",
     )
     p.add_argument("--clients", type=int, default=20, help="concurrent clients (default 20)")
+    p.add_argument(
+        "--algorithm",
+        default=None,
+        metavar="NAME",
+        help=f"the balancer's algorithm, also for --egress (default: the service's default, "
+        f"{default_algorithm()})",
+    )
     p.add_argument("--size-mib", type=int, default=32, help="sample issue size (default 32)")
     p.add_argument(
         "--stagger-s",
@@ -275,12 +284,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "poll interval",
     )
     egress.add_argument("--egress", action="store_true", help="run the egress check")
-    egress.add_argument(
-        "--algorithm",
-        default=None,
-        metavar="NAME",
-        help="the balancer's algorithm (default: the service's default)",
-    )
     egress.add_argument(
         "--egress-caps-mbps",
         default=None,
@@ -405,10 +408,11 @@ def run(args: argparse.Namespace) -> int:
     keep = Path(args.keep) if args.keep else None
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
+    algorithm = args.algorithm or default_algorithm()
     services = (
-        "balancer (alg2)"
+        f"balancer ({algorithm})"
         if args.no_swarm
-        else f"tracker, balancer (alg2, swarm from {DEMO_SWARM_ENTER:g} downloaders)"
+        else f"tracker, balancer ({algorithm}, swarm from {DEMO_SWARM_ENTER:g} downloaders)"
     )
     if not args.no_multicast:
         services += f", multicast sender (carousel from {DEMO_MULTICAST_ENTER:g} downloaders)"
@@ -429,6 +433,7 @@ def run(args: argparse.Namespace) -> int:
                 wave_gap_s=args.wave_gap_s,
                 swarm=not args.no_swarm,
                 multicast=not args.no_multicast,
+                algorithm=algorithm,
             )
         )
     except Exception as err:  # every failure ends in one line and exit code 1

@@ -135,9 +135,12 @@ def balancer_args(
     origins: dict[str, str],
     tracker_url: str | None,
     multicast: tuple[str, str] | None = None,
+    *,
+    algorithm: str | None = None,
 ) -> list[str]:
-    """``pressrun serve`` arguments of the demo's balancer (Algorithm 2, port 0) over
-    ``origins`` (name -> URL); with a tracker URL, swarm mode at the demo's thresholds;
+    """``pressrun serve`` arguments of the demo's balancer (port 0) over ``origins``
+    (name -> URL) with ``algorithm`` (default: the service's default, what an operator
+    gets); with a tracker URL, swarm mode at the demo's thresholds;
     with ``multicast`` (the sender's API URL and control group), the multicast level
     (the sender's token in ``PRESSRUN_MULTICAST_TOKEN``)."""
     swarm_args: list[str] = []
@@ -173,7 +176,7 @@ def balancer_args(
         "--origins",
         ",".join(f"{name}={url}" for name, url in origins.items()),
         "--algorithm",
-        "alg2",
+        algorithm or default_algorithm(),
         "--port",
         "0",
         "--poll-interval-s",
@@ -181,6 +184,13 @@ def balancer_args(
         "--seed",
         "47",
     ]
+
+
+def default_algorithm() -> str:
+    """The balancer service's default algorithm (what an operator gets)."""
+    from pressrun.balancer.config import BalancerConfig
+
+    return BalancerConfig().algorithm
 
 
 async def wait_for_directive(balancer_url: str, issue_id: str, timeout_s: float) -> None:
@@ -352,7 +362,7 @@ class Testbed:
                 )
         return bundle
 
-    async def start_balancer(self, algorithm: str = "alg2") -> RunningBalancer:
+    async def start_balancer(self, algorithm: str | None = None) -> RunningBalancer:
         """Start the balancer over the running origins and wait until all are up."""
         from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
         from pressrun.balancer.config import BalancerConfig
@@ -364,7 +374,7 @@ class Testbed:
                 balancer=BalancerConfig(
                     poll_interval_s=self.poll_interval_s,
                     stale_after_s=3.5 * self.poll_interval_s,
-                    algorithm=algorithm,
+                    algorithm=algorithm or BalancerConfig().algorithm,
                 ),
                 seed=47,
                 poll_timeout_s=self.poll_timeout_s,
