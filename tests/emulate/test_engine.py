@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,7 +43,9 @@ with engine_session(Path(sys.argv[1])) as engine:
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A cache folder (the engine's data root) nobody else uses; any daemon of it still
-    running at the end is killed, so a failing test leaves nothing behind either."""
+    running at the end is killed, so a failing test leaves nothing behind either, and
+    its socket folder under /run/pressrun-emulate (keyed by this throwaway cache) is
+    removed with it."""
     reason = why_no_engine()
     if reason is not None:
         pytest.skip(f"no container engine can start here: {reason}")
@@ -53,6 +56,10 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for pid in processes_of(folder):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    run_dir = _socket_dir(folder)
+    assert wait_gone(folder) == [], "a daemon of this cache outlived SIGKILL"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    assert not run_dir.exists()
 
 
 def processes_of(cache: Path, exclude: int | None = None) -> list[int]:

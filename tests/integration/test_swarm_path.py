@@ -133,6 +133,8 @@ async def test_clients_fetch_through_the_swarm_and_finish_verified(
         # final check waits for libtorrent's disk jobs, so it cannot lose a race)
         assert result.leave_rule in NAMED_RULES, (result.leave_rule, recorders[i].notices)
         assert result.bytes_from_peers + result.bytes_from_origins >= SIZE
+        # the default policy asks no ring: nothing to report of one
+        assert result.uploader_policy == "stripes" and result.ring is None
     # (no check of the web-seed / peer split against the origins' counters: libtorrent's
     # per-connection tallies are approximate, docs/swarm.md)
 
@@ -200,3 +202,55 @@ async def test_a_stalled_swarm_falls_back_to_origins_keeping_its_pieces(
     # last piece may be among the kept ones)
     assert kept > 0
     assert sections in {SIZE - kept * PIECE, SIZE - (kept - 1) * PIECE - SIZE % PIECE}
+
+
+async def test_clients_on_the_chord_ring_report_what_the_ring_answered_them(
+    swarm: LoopbackSwarm, tmp_path: Path
+) -> None:
+    # one supernode on the issue's ring (beside the tracker, as an origin runs one);
+    # the clients ask for the `chord` policy and their results say what the ring did
+    from pressrun.chord.host import SupernodeHost
+
+    assert swarm.tracker is not None
+    swarm.tracker.ring.expected_supernodes = 1
+    host = SupernodeHost(tracker_base=swarm.tracker_base, host="127.0.0.1")
+    assert await host.add(swarm.manifest.info_hash, swarm.manifest.num_pieces) is not None
+    balancer = await swarm_balancer(swarm, swarm.tracker_url)
+    recorders = [Recorder() for _ in range(2)]
+    try:
+        results: list[FetchResult] = list(
+            await asyncio.wait_for(
+                asyncio.gather(
+                    *(
+                        fetch_issue(
+                            swarm.issue_id,
+                            balancer_url=balancer.url,
+                            library=tmp_path / f"lib{i}",
+                            config=replace(FAST, uploader_policy="chord"),
+                            trusted_keys={swarm.manifest.publisher_key_bytes},
+                            progress=recorders[i],
+                        )
+                        for i in range(2)
+                    )
+                ),
+                60,
+            )
+        )
+    finally:
+        await balancer.stop()
+        await host.close()
+    for i, result in enumerate(results):
+        print(f"client {i}: {result.mode}, ring {result.ring}; {recorders[i].notices}")
+        assert in_library(tmp_path / f"lib{i}", swarm) == swarm.data
+        assert result.mode == "swarm" and result.uploader_policy == "chord"
+        ring = result.ring
+        assert ring is not None and ring["sessions"] == 1
+        assert ring["requests"] >= 1 and ring["rounds"] >= 1
+        # the ring named an uploader for a piece or gave the client pieces to bring in
+        assert ring["uploaders"] + ring["bring_in"] >= 1, ring
+        assert ring["failed_supernodes"] == []
+    # pressrun get --json carries it as it is
+    from pressrun.clients.cli import result_document
+
+    doc = result_document(results[0])
+    assert doc["uploader_policy"] == "chord" and doc["ring"] == results[0].ring

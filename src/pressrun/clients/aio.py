@@ -34,7 +34,7 @@ import os
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -48,7 +48,7 @@ from pressrun.clients.multicast_receive import receive_multicast
 from pressrun.clients.sections import download_sections
 from pressrun.clients.session import FetchError, FetchState, Progress, still_good
 from pressrun.clients.subscription import NotReadable, content_key_for, decrypt_partial
-from pressrun.clients.swarm_handoff import fetch_swarm
+from pressrun.clients.swarm_handoff import fetch_swarm, ring_figures
 from pressrun.content.manifest import Manifest, check_file
 from pressrun.security import client_connector
 
@@ -88,6 +88,13 @@ class FetchResult:
     seeding_s: float = 0.0  # in swarm mode, the seeding after the download (in `seconds`)
     #: sent to the swarm, it left it for the issue's carousel when that started
     left_swarm_for_carousel: bool = False
+    #: the swarm's uploader policy (None: the swarm was not used) and, for a policy
+    #: that asks the Chord ring (``chord``), what its ring client did: rounds,
+    #: requests, ``uploaders`` (answers naming an uploader), ``connects`` (distinct
+    #: uploaders connected to), ``first``, ``bring_in``, ``lookups``,
+    #: ``supernode_failures`` and ``failed_supernodes`` (`swarm_handoff.ring_figures`)
+    uploader_policy: str | None = None
+    ring: dict[str, Any] | None = None
 
     @property
     def download_s(self) -> float:
@@ -257,6 +264,8 @@ async def _run(f: FetchState) -> FetchResult:
             else swarm_result.seeding_s
         ),
         left_swarm_for_carousel=f.left_for_carousel,
+        uploader_policy=f.uploader_policy,
+        ring=ring_figures(f),
     )
 
 

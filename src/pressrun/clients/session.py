@@ -38,6 +38,7 @@ from pressrun.security import BodyTooLarge, read_body_limited
 if TYPE_CHECKING:
     import nacl.public
 
+    from pressrun.peer.aio import SwarmPeer
     from pressrun.peer.results import SwarmProgress
 
 __all__ = ["DirectiveUnavailable", "FetchError", "FetchState", "Progress", "describe", "still_good"]
@@ -123,6 +124,10 @@ class FetchState:
     left_for_carousel: bool = False
     left_swarm_web_seed_bytes: int = 0
     left_swarm_peer_bytes: int = 0
+    #: the swarm's uploader policy (set when a swarm fetch starts) and its peer of
+    #: each swarm session (their `SwarmPeer.ring_stats`: what the Chord ring answered)
+    uploader_policy: str | None = None
+    swarm_peers: list[SwarmPeer] = field(default_factory=list)
     #: when this process first asked the balancer for the issue (`now`)
     first_asked_at: float | None = None
 

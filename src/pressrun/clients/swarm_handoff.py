@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from pressrun.multicast.events import CarouselPlan
     from pressrun.peer.results import SwarmProgress, SwarmResult
 
-__all__ = ["MAX_TORRENT_BYTES", "fetch_swarm", "torrent_urls"]
+__all__ = ["MAX_TORRENT_BYTES", "fetch_swarm", "ring_figures", "torrent_urls"]
 
 #: a .torrent is about 20 bytes per piece; 32 MiB is far beyond any real one
 MAX_TORRENT_BYTES = 32 * 1024 * 1024
@@ -87,6 +87,7 @@ async def fetch_swarm(
     ring = await _supernode(f, m, swarm)
     f.swarm_progress = None
     policy = f.config.uploader_policy or DEFAULT_UPLOADER_POLICY
+    f.uploader_policy = policy
     fetching = asyncio.ensure_future(
         fetch_via_swarm(
             torrent=torrent,
@@ -98,6 +99,7 @@ async def fetch_swarm(
             listen_interfaces=await _listen_interfaces(policy, swarm.tracker_url),
             uploader_policy=policy,
             on_progress=functools.partial(_swarm_progress, f),
+            on_peer=f.swarm_peers.append,
         )
     )
     carousel: CarouselPlan | None = None
@@ -247,6 +249,26 @@ def _source_address(host: str, port: int) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.connect((host, port))
         return str(sock.getsockname()[0])
+
+
+def ring_figures(f: FetchState) -> dict[str, Any] | None:
+    """What the swarm's ring client(s) did for this download, summed over its swarm
+    sessions (`RingClientStats`' counters; ``failed_supernodes`` as a sorted list),
+    or None when no ring client ran (a policy that does not ask the ring)."""
+    sessions = [p.ring_stats for p in f.swarm_peers if p.ring_stats is not None]
+    if not sessions:
+        return None
+    import dataclasses
+
+    total: dict[str, Any] = {"sessions": len(sessions), "failed_supernodes": set()}
+    for stats in sessions:
+        for key, value in dataclasses.asdict(stats).items():
+            if key == "failed_supernodes":
+                total[key] |= set(value)
+            else:
+                total[key] = total.get(key, 0) + value
+    total["failed_supernodes"] = sorted(total["failed_supernodes"])
+    return total
 
 
 def _swarm_progress(f: FetchState, progress: SwarmProgress) -> None:

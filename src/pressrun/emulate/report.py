@@ -47,6 +47,8 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
                 "swarm_stalled": doc.get("swarm_stalled"),
                 "leave_rule": doc.get("leave_rule"),
                 "swarm_note": doc.get("swarm_note"),
+                "uploader_policy": doc.get("uploader_policy"),
+                "ring": doc.get("ring"),
                 "multicast_note": doc.get("multicast_note"),
                 "bytes_from_origins": doc.get("bytes_from_origins", 0),
                 "bytes_by_origin": doc.get("bytes_by_origin", {}),
@@ -59,6 +61,37 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+#: the ring client's counters summed over a run's clients (`ring_by_policy`)
+RING_COUNTERS = ("requests", "uploaders", "connects", "first", "bring_in", "lookups",
+                 "supernode_failures")  # fmt: skip
+
+
+def ring_by_policy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per uploader policy the swarm clients used: how many clients, and for those
+    whose peer asked the Chord ring, the ring's answers summed over them with the
+    spread of ``uploaders`` per client and the supernodes they found dead."""
+    out: dict[str, Any] = {}
+    for row in rows:
+        policy = row.get("uploader_policy")
+        if policy is None:
+            continue
+        entry = out.setdefault(str(policy), {"clients": 0, "with_ring": 0})
+        entry["clients"] += 1
+        ring = row.get("ring")
+        if not ring:
+            continue
+        entry["with_ring"] += 1
+        for key in RING_COUNTERS:
+            entry[key] = entry.get(key, 0) + int(ring.get(key, 0))
+        entry.setdefault("uploaders_per_client", []).append(int(ring.get("uploaders", 0)))
+        failed = set(entry.get("failed_supernodes", [])) | set(ring.get("failed_supernodes", []))
+        entry["failed_supernodes"] = sorted(failed)
+    for entry in out.values():
+        if "uploaders_per_client" in entry:
+            entry["uploaders_per_client"] = _spread(entry["uploaders_per_client"])
+    return out
 
 
 def _download_s(doc: dict[str, Any]) -> float | None:
@@ -135,6 +168,7 @@ def summarize(
             "modes_first_s": modes_first_s(r.directives),
             "directives_series": r.directives,
             "ring_at_start": r.ring_at_start,
+            "ring_by_policy": ring_by_policy(rows),
             "origin_egress_bytes": egress,
             "origin_egress_total_bytes": sum(egress.values()),
             "bytes_from_origins": sum(row["bytes_from_origins"] for row in rows),
@@ -359,6 +393,8 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
                 + " and "
                 + ("the same ring of supernodes" if agree["ring"] else "different rings")
             )
+        if v.get("ring_by_policy"):
+            console.print(f"{name}: the swarm clients' uploader policy: " + policies_line(v))
         if v.get("supernodes_at_end"):
             console.print(f"{name}: supernodes at the end: " + supernodes_line(v))
     if "origin_egress_ratio" in summary:
@@ -367,6 +403,27 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
             "of the unicast-only run's"
         )
     console.print(f"report: {out / 'summary.json'}, {out / 'egress.png'}, {out / 'clients.png'}")
+
+
+def policies_line(variant: dict[str, Any]) -> str:
+    """The swarm clients by uploader policy and, for those on the Chord ring, what the
+    ring answered them (the clients' own count)."""
+    parts = []
+    for policy, entry in sorted(variant.get("ring_by_policy", {}).items()):
+        text = f"{policy} {entry['clients']} clients"
+        if entry.get("with_ring"):
+            per = entry["uploaders_per_client"]
+            dead = entry.get("failed_supernodes") or []
+            text += (
+                f" ({entry['with_ring']} on the ring: {entry.get('uploaders', 0)} uploaders "
+                f"named, {per['min']:g} / {per['median']:g} / {per['max']:g} per client, "
+                f"{entry.get('connects', 0)} connected, {entry.get('bring_in', 0)} pieces to "
+                f"bring in, {entry.get('requests', 0)} requests"
+                + (f"; found dead: {', '.join(dead)}" if dead else "")
+                + ")"
+            )
+        parts.append(text)
+    return "; ".join(parts)
 
 
 def supernodes_line(variant: dict[str, Any]) -> str:

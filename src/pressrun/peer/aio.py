@@ -531,6 +531,7 @@ async def fetch_via_swarm(
     uploader_policy: str = DEFAULT_UPLOADER_POLICY,
     on_progress: Callable[[SwarmProgress], None] | None = None,
     on_verified: Callable[[Path], None] | None = None,
+    on_peer: Callable[[SwarmPeer], None] | None = None,
 ) -> SwarmResult:
     """Download an issue from its swarm, seed it by the fair-exit rules, leave.
 
@@ -538,8 +539,9 @@ async def fetch_via_swarm(
     rule let it go (``result.completed``), or after a stall (``result.stalled``:
     fetch ``result.missing_spans`` from origins into ``result.path``). ``on_verified``
     is called with the path as soon as the copy is verified (the reader may open it
-    while the peer seeds). Raises `SwarmError` for a torrent that is not the
-    manifest's or a copy that fails the manifest.
+    while the peer seeds). ``on_peer`` is given the peer before it starts (its
+    `SwarmPeer.ring_stats` stay readable after a cancelled fetch). Raises `SwarmError`
+    for a torrent that is not the manifest's or a copy that fails the manifest.
     """
     peer = SwarmPeer(
         torrent=torrent,
@@ -552,6 +554,8 @@ async def fetch_via_swarm(
         uploader_policy=uploader_policy,
         on_progress=on_progress,
     )
+    if on_peer is not None:
+        on_peer(peer)
     try:
         await peer.start()
         ok = await peer.downloaded()
