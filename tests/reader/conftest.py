@@ -7,6 +7,13 @@ issue published as a real PDF, and `pressrun serve reader` in this event loop. A
 storage, so OPFS, IndexedDB and the service worker start empty; Playwright starts
 Chromium with a fresh --user-data-dir) with a phone viewport and touch, pointed at
 the reader. Screenshots go to ``artifacts/reader/`` (or ``$PRESSRUN_ARTIFACTS/reader``).
+
+Every wait has an end. Playwright bounds its own navigations, locators and launch, but
+not ``page.evaluate`` of a promise (``window.pressrun.ready``,
+``navigator.serviceWorker.ready``, a storage read), nor the start of its driver, nor a
+CDP call: those go through `bounded`, which fails the test after `STEP_TIMEOUT_S`
+naming the step and the page's last console lines. (A first browser test once hung 17
+minutes on a fresh machine, docs/emulation.md; a hang now fails in a minute.)
 """
 
 from __future__ import annotations
@@ -14,10 +21,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import pytest_asyncio
@@ -27,6 +34,9 @@ from pressrun.content.keys import generate_keypair, load_public_key
 from pressrun.demo.testbed import OriginShape, Testbed
 from pressrun.reader.browser import CHROMIUM, CHROMIUM_ARGS, PHONE, why_no_browser
 from pressrun.reader.config import ReaderConfig
+
+#: how long one step may wait (Playwright's own default is 30 s; a loaded 2-core host)
+STEP_TIMEOUT_S = 60.0
 
 ISSUE = "weekly-2026-47"
 PIECE = 64 * 1024
@@ -99,6 +109,20 @@ class Stack:
 
 
 StackFactory = Callable[..., Awaitable[Stack]]
+T = TypeVar("T")
+
+
+async def bounded(
+    what: str, step: Awaitable[T], *, timeout_s: float = STEP_TIMEOUT_S, console: Sequence[str] = ()
+) -> T:
+    """``await step``, or fail the test after ``timeout_s`` saying which step hung (and
+    the page's last console lines): a wait without an end becomes a clear failure."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await step
+    except TimeoutError:
+        tail = "; ".join(list(console)[-8:]) or "nothing"
+        pytest.fail(f"{what}: no answer in {timeout_s:g} s (the page's console: {tail})")
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -165,16 +189,26 @@ class Phone:
         self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
         self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
         await self.page.goto(self.url)
-        await self.page.evaluate("window.pressrun.ready")
+        await self.evaluate("window.pressrun.ready", what="the app's start")
         return self.page
+
+    async def evaluate(
+        self, expression: str, arg: Any = None, *, what: str, timeout_s: float = STEP_TIMEOUT_S
+    ) -> Any:
+        """``page.evaluate`` (which waits for a promise without an end), bounded:
+        `bounded` fails the test naming ``what`` after ``timeout_s``."""
+        step = self.page.evaluate(expression, arg)
+        return await bounded(what, step, timeout_s=timeout_s, console=self.console)
 
     async def subscriber_key(self) -> str:
         """The public key (hex) the app made for this browser."""
-        return str(await self.page.evaluate("window.pressrun.subscriberPublicKey()"))
+        return str(
+            await self.evaluate("window.pressrun.subscriberPublicKey()", what="the reader's key")
+        )
 
     async def check_for_issues(self) -> None:
         """What the app does on open and on a periodic sync: look for new issues."""
-        await self.page.evaluate("window.pressrun.checkForIssues()")
+        await self.evaluate("window.pressrun.checkForIssues()", what="the check for issues")
 
     async def wait_for_download(self, issue: str = ISSUE, timeout_s: float = 60.0) -> Any:
         """The app's result for ``issue`` (AssertionError with the app's error if it failed)."""
@@ -182,14 +216,14 @@ class Phone:
             f"() => window.pressrun.results[{issue!r}] || window.pressrun.errors[{issue!r}]",
             timeout=timeout_s * 1000,
         )
-        error = await self.page.evaluate(f"window.pressrun.errors[{issue!r}]")
+        error = await self.evaluate(f"window.pressrun.errors[{issue!r}]", what="the app's errors")
         assert error is None, f"the download failed in the browser: {error}"
-        return await self.page.evaluate(f"window.pressrun.results[{issue!r}]")
+        return await self.evaluate(f"window.pressrun.results[{issue!r}]", what="the app's result")
 
     async def stored_sha256(self, issue: str = ISSUE) -> str:
         """SHA-256 (hex) of the issue as the browser stored it (OPFS)."""
         return str(
-            await self.page.evaluate(
+            await self.evaluate(
                 """async (issue) => {
                     const store = await import('./js/store.js');
                     const db = await import('./js/db.js');
@@ -200,29 +234,32 @@ class Phone:
                     return Array.from(new Uint8Array(d), hex).join('');
                 }""",
                 issue,
+                what="the stored issue's SHA-256",
             )
         )
 
     async def stored_pieces(self, issue: str = ISSUE) -> int:
         """How many pieces of ``issue`` are in the browser's storage (OPFS)."""
         return int(
-            await self.page.evaluate(
+            await self.evaluate(
                 """async (issue) => {
                     const store = await import('./js/store.js');
                     return (await store.storedPieces(issue)).size;
                 }""",
                 issue,
+                what="the stored pieces",
             )
         )
 
     async def notices(self) -> list[str]:
-        return [n["text"] for n in await self.page.evaluate("window.pressrun.notices")]
+        notices = await self.evaluate("window.pressrun.notices", what="the app's notices")
+        return [n["text"] for n in notices]
 
     async def screenshot(self, name: str) -> Path:
         """A PNG of the page, kept in the artifacts folder."""
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         path = ARTIFACTS / f"{name}.png"
-        await self.page.screenshot(path=str(path))
+        await self.page.screenshot(path=str(path), timeout=STEP_TIMEOUT_S * 1000)
         return path
 
 
@@ -231,12 +268,16 @@ async def browser() -> AsyncIterator[Any]:
     """One headless Chromium for a test module (each test gets fresh contexts)."""
     from playwright.async_api import async_playwright
 
-    async with async_playwright() as playwright:
+    manager = async_playwright()
+    playwright = await bounded("the Playwright driver's start", manager.__aenter__())
+    try:
         browser = await playwright.chromium.launch(
-            executable_path=CHROMIUM, args=list(CHROMIUM_ARGS)
+            executable_path=CHROMIUM, args=list(CHROMIUM_ARGS), timeout=STEP_TIMEOUT_S * 1000
         )
         yield browser
-        await browser.close()
+        await bounded("Chromium's close", browser.close())
+    finally:
+        await bounded("the Playwright driver's stop", manager.__aexit__(None, None, None))
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -245,10 +286,11 @@ async def phone_factory(browser: Any) -> AsyncIterator[Callable[[str], Awaitable
     contexts: list[Any] = []
 
     async def make(url: str) -> Phone:
-        context = await browser.new_context(**PHONE)
+        context = await bounded("a new browser context", browser.new_context(**PHONE))
+        context.set_default_timeout(STEP_TIMEOUT_S * 1000)
         contexts.append(context)
         return Phone(context, url)
 
     yield make
     for context in contexts:
-        await context.close()
+        await bounded("a browser context's close", context.close())

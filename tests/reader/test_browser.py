@@ -17,7 +17,7 @@ import pytest
 
 from pressrun.clients.config import DESKTOP, MOBILE
 
-from .conftest import ISSUE, PIECE, Phone, Stack, StackFactory, browser_only
+from .conftest import ISSUE, PIECE, Phone, Stack, StackFactory, bounded, browser_only
 
 pytestmark = [browser_only, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -48,10 +48,11 @@ async def test_subscriber_downloads_reads_and_reads_offline(
     assert await phone.stored_sha256() == hashlib.sha256(stack.data).hexdigest()
     assert f"New issue out: {ISSUE}" in await phone.notices()
     # the secret key stays in the browser: only the public key is in the service
-    secret = await page.evaluate(
+    secret = await phone.evaluate(
         "(async () => { const db = await import('./js/db.js');"
         " const k = await db.getRecord('keys', 'subscriber');"
-        " return Array.from(k.secretKey, b => b.toString(16).padStart(2, '0')).join(''); })()"
+        " return Array.from(k.secretKey, b => b.toString(16).padStart(2, '0')).join(''); })()",
+        what="the stored secret key",
     )
     assert secret.encode() not in (stack.root / "subs.db").read_bytes()
 
@@ -72,18 +73,18 @@ async def test_subscriber_downloads_reads_and_reads_offline(
     await page.wait_for_selector("#page[data-page='2']")
 
     # offline: the service worker serves the app, OPFS the issue
-    await page.evaluate("navigator.serviceWorker.ready")
+    await phone.evaluate("navigator.serviceWorker.ready", what="the service worker's start")
     await phone.context.set_offline(True)
     await page.reload()
-    await page.evaluate("window.pressrun.ready")
+    await phone.evaluate("window.pressrun.ready", what="the app's start offline")
     await page.locator(f"li[data-issue='{ISSUE}'] button.open").tap()
     await page.wait_for_selector("#page[data-page='1']")
     await phone.screenshot("reading-offline")
     # back online: Chromium finds nothing against installing the app (manifest, icons,
     # service worker) but that a test context is off the record (never installable)
     await phone.context.set_offline(False)
-    cdp = await phone.context.new_cdp_session(page)
-    installability = await cdp.send("Page.getInstallabilityErrors")
+    cdp = await bounded("a CDP session", phone.context.new_cdp_session(page))
+    installability = await bounded("CDP's installability", cdp.send("Page.getInstallabilityErrors"))
     errors = [e["errorId"] for e in installability["installabilityErrors"]]
     assert set(errors) <= {"in-incognito"}, installability
     # delete: two taps, and the issue's storage is freed
@@ -164,7 +165,7 @@ async def test_tampered_manifest_is_refused_and_nothing_stored(
     path.write_text(json.dumps(doc))
     await phone.check_for_issues()
     await page.wait_for_function(f"() => window.pressrun.errors[{ISSUE!r}]", timeout=30_000)
-    error = await page.evaluate(f"window.pressrun.errors[{ISSUE!r}]")
+    error = await phone.evaluate(f"window.pressrun.errors[{ISSUE!r}]", what="the app's error")
     assert "is rejected: its signature does not match its content" in error
     assert "nothing was saved" in error
     assert await page.locator(".notice.error").first.inner_text() == error
@@ -183,7 +184,7 @@ async def test_non_subscriber_gets_a_clear_error_and_no_content(
     await stack.publish([await subscriber.subscriber_key()])  # not the stranger's key
     await stranger.check_for_issues()
     await page.wait_for_function(f"() => window.pressrun.errors[{ISSUE!r}]", timeout=30_000)
-    error = await page.evaluate(f"window.pressrun.errors[{ISSUE!r}]")
+    error = await stranger.evaluate(f"window.pressrun.errors[{ISSUE!r}]", what="the app's error")
     assert error.startswith("You are not subscribed to Sample issue"), error
     assert "nothing was saved" in error
     assert await page.locator(".notice.error").first.inner_text() == error
@@ -195,15 +196,38 @@ async def test_non_subscriber_gets_a_clear_error_and_no_content(
     await stranger.screenshot("not-subscribed")
 
 
+async def test_a_page_that_never_answers_fails_the_test_at_once_saying_where(
+    make_stack: StackFactory,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # a promise that never settles (as `window.pressrun.ready` of an app that never
+    # starts): the step fails the test after its bound, naming itself and the console
+    stack = await make_stack(origins=("origin-a",))
+    phone: Phone = await phone_factory(stack.reader_url)
+    page = await phone.open()
+    await page.evaluate("console.log('the last thing the page said')")
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(pytest.fail.Exception) as failed:
+        await phone.evaluate("new Promise(() => {})", what="a promise without an end", timeout_s=1)
+    assert loop.time() - began < 10
+    message = str(failed.value)
+    assert message.startswith("a promise without an end: no answer in 1 s"), message
+    assert "log: the last thing the page said" in message, message
+    # the page is still there for the next step
+    assert await phone.evaluate("1 + 1", what="a sum") == 2
+
+
 async def nothing_stored(phone: Phone) -> bool:
     """True when the browser holds no piece and no library record of the issue."""
-    stored = await phone.page.evaluate(
+    stored = await phone.evaluate(
         """async (issue) => {
             const store = await import('./js/store.js');
             const db = await import('./js/db.js');
             return [(await store.storedPieces(issue)).size, await db.getRecord('issues', issue)];
         }""",
         ISSUE,
+        what="what the browser stored",
     )
     return bool(stored == [0, None])
 
@@ -236,8 +260,9 @@ async def test_wifi_only_waits_on_cellular_and_goes_on_over_wifi(
     # not one byte of the issue was fetched on the cellular link
     assert (await stack.bed.stats("origin-a"))["bytes_sent_total"] == 0
     assert await phone.stored_pieces() == 0
-    await page.evaluate(
-        "window.__connection.type = 'wifi'; window.__connection.dispatchEvent(new Event('change'))"
+    await phone.evaluate(
+        "window.__connection.type = 'wifi'; window.__connection.dispatchEvent(new Event('change'))",
+        what="the switch to Wi-Fi",
     )
     result = await phone.wait_for_download()
     assert result["resumed_pieces"] == 0

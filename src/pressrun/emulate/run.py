@@ -223,41 +223,16 @@ async def run_variant(
     result = VariantResult(variant, outcomes, egress)
     loop = asyncio.get_running_loop()
     sampler: asyncio.Task[None] | None = None
+    clients_ready: asyncio.Task[None] | None = None
     try:
         report(f"[{variant}] starting the services on {subnet} (docker-compose up)")
         await asyncio.to_thread(project.compose, "up", "-d", "--no-build", timeout_s=300)
-        balancer_url = f"http://{await asyncio.to_thread(project.address, 'balancer')}:8080"
-        await wait_balancer_ready(balancer_url, issue.issue_id, timeout_s=60)
-        addresses = {n: await asyncio.to_thread(project.address, n) for n in ORIGINS}
-        sender_url = f"http://{await asyncio.to_thread(project.address, 'multicast')}:{SENDER_PORT}"
-        info_hash = _info_hash(issue.content_dir, issue.issue_id)
-        result.ring_at_start = await wait_ring(project, info_hash, len(SUPERNODES), 90)
-        report(
-            f"[{variant}] the issue's Chord ring: {len(result.ring_at_start['supernodes'])} "
-            "supernodes registered with tracker-1"
-        )
-        result.supernodes_at_start = await wait_supernodes_on_ring(project, 60)
-        joining = [n for n, s in result.supernodes_at_start.items() if s.get("phase") != "on_ring"]
-        if joining:
-            report(f"[{variant}] not on the Chord ring after 60 s: {', '.join(joining)}")
-        await asyncio.to_thread(bridge_querier, engine, project)
-        prepared: asyncio.Task[float] | None = None
-        if env.get("PRESSRUN_MULTICAST_SENDER", "x"):
-            # the sender encodes the issue once it sees it published: a carousel start
-            # at the peak then costs no encoding (timed beside the clients' start)
-            began = loop.time()
-
-            async def timed_prepare() -> float:
-                await wait_prepared(sender_url, issue.issue_id, 600)
-                return loop.time() - began
-
-            prepared = asyncio.create_task(timed_prepare())
         # every client container is created and started before the schedule starts and
         # held at the start line, so that its arrival costs only a file the host writes
         release_dir = log_dir / f"{variant}-release"
         shutil.rmtree(release_dir, ignore_errors=True)
         release_dir.mkdir(parents=True)
-        report(f"[{variant}] creating {len(plans)} client containers")
+        report(f"[{variant}] creating {len(plans)} client containers (beside the services' start)")
         max_seed = env.get("PRESSRUN_CLIENT_MAX_SEED_S", "30")
         mc_deadline = env.get("PRESSRUN_CLIENT_MULTICAST_DEADLINE_S", "60")
         control_group = env.get("PRESSRUN_MULTICAST_CONTROL_GROUP") or "239.255.70.1:5400"
@@ -290,8 +265,39 @@ async def run_variant(
                     outcome.error = f"could not create its container: {err}"
                     outcome.exit_code = -1
 
-        await asyncio.gather(*(create_client(o) for o in outcomes))
-        await _start_held(engine, outcomes, release_dir, report, variant)
+        async def prepare_clients() -> None:
+            await asyncio.gather(*(create_client(o) for o in outcomes))
+            await _start_held(engine, outcomes, release_dir, report, variant)
+
+        clients_ready = asyncio.create_task(prepare_clients())
+        balancer_url = f"http://{await asyncio.to_thread(project.address, 'balancer')}:8080"
+        await wait_balancer_ready(balancer_url, issue.issue_id, timeout_s=60)
+        addresses = {n: await asyncio.to_thread(project.address, n) for n in ORIGINS}
+        sender_url = f"http://{await asyncio.to_thread(project.address, 'multicast')}:{SENDER_PORT}"
+        info_hash = _info_hash(issue.content_dir, issue.issue_id)
+        result.ring_at_start = await wait_ring(project, info_hash, len(SUPERNODES), 90)
+        report(
+            f"[{variant}] the issue's Chord ring: {len(result.ring_at_start['supernodes'])} "
+            "supernodes registered with tracker-1"
+        )
+        result.supernodes_at_start = await wait_supernodes_on_ring(project, 60)
+        joining = [n for n, s in result.supernodes_at_start.items() if s.get("phase") != "on_ring"]
+        if joining:
+            report(f"[{variant}] not on the Chord ring after 60 s: {', '.join(joining)}")
+        await asyncio.to_thread(bridge_querier, engine, project)
+        prepared: asyncio.Task[float] | None = None
+        if env.get("PRESSRUN_MULTICAST_SENDER", "x"):
+            # the sender encodes the issue once it sees it published: a carousel start
+            # at the peak then costs no encoding (timed beside the clients' start)
+            began = loop.time()
+
+            async def timed_prepare() -> float:
+                await wait_prepared(sender_url, issue.issue_id, 600)
+                return loop.time() - began
+
+            prepared = asyncio.create_task(timed_prepare())
+        # (the clients, created and started meanwhile, are held at the start line)
+        await clients_ready
         if prepared is not None:
             result.prepared_s = await prepared
             report(
@@ -349,12 +355,19 @@ async def run_variant(
         await asyncio.sleep(SAMPLE_INTERVAL_S * 1.5)  # one last egress sample
         return result
     finally:
-        if sampler is not None:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
+        for task in (sampler, clients_ready):
+            if task is not None and not task.done():
+                task.cancel()
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         report(f"[{variant}] tearing down (the services' logs: {log_path.name})")
-        await asyncio.shield(asyncio.to_thread(teardown, engine, project, log_path))
+        took = await asyncio.shield(asyncio.to_thread(teardown, engine, project, log_path))
+        report(
+            f"[{variant}] torn down in {sum(took.values()):.0f} s ("
+            + ", ".join(f"{step} {s:.1f} s" for step, s in took.items())
+            + ")"
+        )
 
 
 async def _start_held(
