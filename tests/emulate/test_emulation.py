@@ -17,6 +17,7 @@ import pytest
 
 from pressrun.emulate.cli import cache_dir, project_root
 from pressrun.emulate.engine import engine_session, why_no_engine
+from pressrun.peer.uploader import make_uploader_policy, uploader_policy_names
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -93,6 +94,17 @@ def test_small_emulation_delivers_every_file_verified(tmp_path: Path, engine_hos
     # (which of the two depends on how fast the containers start on this host)
     assert run["modes"].get("origin", 0) >= 1, run["modes"]
     assert run["modes"].get("swarm", 0) + run["modes"].get("multicast", 0) >= 3, run["modes"]
+    # each client that used the swarm says with which uploader policy, and one that
+    # asks the Chord ring what the ring answered it (pressrun get --json's `ring`)
+    swarm_clients = [c for c in clients if c["mode"] == "swarm" or c["left_swarm_for_carousel"]]
+    for c in swarm_clients:
+        assert c["uploader_policy"] in uploader_policy_names(), c
+        asks_ring = bool(getattr(make_uploader_policy(c["uploader_policy"]), "uses_ring", False))
+        assert (c["ring"] is not None) == asks_ring, c
+        if asks_ring:
+            assert c["ring"]["requests"] >= 1, c
+    by_policy = run["ring_by_policy"]
+    assert sum(e["clients"] for e in by_policy.values()) >= len(swarm_clients), by_policy
     # every origin was polled during the run and together they sent at least one copy
     assert set(run["origin_egress_bytes"]) == {"origin-a", "origin-b", "origin-c"}
     assert run["origin_egress_total_bytes"] >= summary["issue"]["size_bytes"]
