@@ -13,11 +13,22 @@ def view(have: tuple[bool, ...], leechers: tuple[str, ...] = ("bb",)) -> SwarmVi
     )
 
 
-def test_registered_and_stripes_until_the_ring_answers() -> None:
+def test_registered_waits_for_the_ring_then_stripes() -> None:
     policy = make_uploader_policy("chord")
     assert isinstance(policy, ChordPolicy) and policy.fetches_owed_pieces
     v = view((False,) * 8)
-    assert policy.plan(v, now=0.0) == StripesPolicy().plan(v, now=0.0)
+    # the ring's first answer is coming: nothing owed (every piece the lowest), every
+    # piece nobody connected holds is the ring's to hand out
+    waiting = policy.plan(v, now=10.0)
+    assert waiting is not None and set(waiting.piece_priorities) == {MIN_PRIORITY}
+    assert policy.waiting_on([3, 4]) == [3, 4]
+    # no answer within ring_wait_s: `stripes`
+    assert policy.plan(v, now=10.0 + policy.ring_wait_s) == StripesPolicy().plan(v, now=0.0)
+    assert policy.waiting_on([3, 4]) == []
+    # no ring at all (the tracker lists none): `stripes` at once
+    other = ChordPolicy()
+    other.ring_lost()
+    assert other.plan(v, now=0.0) == StripesPolicy().plan(v, now=0.0)
 
 
 def test_bring_in_pieces_get_the_top_priority_the_rest_the_lowest() -> None:
@@ -40,7 +51,8 @@ def test_bring_in_pieces_get_the_top_priority_the_rest_the_lowest() -> None:
 def test_pieces_nobody_connected_holds_wait_for_the_ring_once_it_answered() -> None:
     # (so the peer never fetches them from the origins on its own: the ring says who)
     policy = ChordPolicy()
-    assert policy.waiting_on([3, 4]) == []  # no ring yet: `stripes`' rules
+    policy.ring_lost()
+    assert policy.waiting_on([3, 4]) == []  # no ring: `stripes`' rules
     policy.set_ring_answers({1})
     assert policy.waiting_on([3, 4]) == [3, 4]
 
