@@ -121,6 +121,9 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
                         max_bringers=args.max_bringers or None,
                         max_bringing_per_peer=args.bringing_per_peer,
                         first_receivers=args.first_receivers or None,
+                        order_askers=bool(getattr(args, "order_askers", 1)),
+                        file_bytes=swarm.manifest.size_bytes,
+                        origin_bps=int(u_s),
                     )
                     supernodes.append(sn)
                     await sn.start()
@@ -210,6 +213,12 @@ def add_ring_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=2,
         help="policy chord: first receivers of a piece with one source (0: none named)",
+    )
+    p.add_argument(
+        "--order-askers",
+        type=int,
+        default=1,
+        help="policy chord: 1 critical askers first, leavers-ahead last (0: off)",
     )
 
 

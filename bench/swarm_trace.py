@@ -448,6 +448,7 @@ async def main() -> None:
         max_bringers=a.max_bringers,
         bringing_per_peer=a.bringing_per_peer,
         first_receivers=a.first_receivers,
+        order_askers=a.order_askers,
     )
     _install()
     bench_swarm_args_upload_bps.append(args.peer_upload_mbps * 1e6 / 8)

@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pressrun.chord.codec import (
+    MAX_RATE_BPS,
     CodecError,
+    parse_pieces_query,
     parse_reply,
     parse_request,
     reply_json,
@@ -64,3 +66,32 @@ def test_garbage_raises_only_codec_errors(doc: object) -> None:
         except CodecError:
             continue
         raise AssertionError(f"{field}={value!r} was accepted")
+
+
+def test_a_pieces_report_and_its_bounds() -> None:
+    base = {"peer_id": "aa", "address": "127.0.0.1:5001", "have": [1], "want": [2, 2]}
+    q = parse_pieces_query(
+        {**base, "upload_bps": 10**6, "unused_upload_bps": 0, "download_bps": 5, "missing": 8},
+        num_pieces=8,
+    )
+    assert (q.want, q.unused_upload_bps, q.download_bps, q.missing) == ((2,), 0, 5, 8)
+    # absent: not said (the supernode keeps what the peer said before)
+    q = parse_pieces_query(base, num_pieces=8)
+    assert q.unused_upload_bps is None and q.missing is None and q.unchoked is None
+    assert q.download_bps == 0
+    for name, bad in (
+        ("unused_upload_bps", -1),
+        ("unused_upload_bps", MAX_RATE_BPS + 1),
+        ("unused_upload_bps", True),
+        ("download_bps", 1.5),
+        ("upload_bps", MAX_RATE_BPS + 1),
+        ("missing", 9),
+        ("missing", "3"),
+        ("unchoked", ["x" * 65]),
+    ):
+        try:
+            parse_pieces_query({**base, name: bad}, num_pieces=8)
+        except CodecError as err:
+            assert name in str(err)
+        else:
+            raise AssertionError(f"{name}={bad!r} accepted")

@@ -194,3 +194,132 @@ def test_a_source_that_serves_no_asker_gets_its_receivers_named_after_first_s() 
     )
     assert d2.choose_uploader(7, peer_id="y", address="y:1", now=9.0).wait
     assert d2.choose_uploader(7, peer_id="y", address="y:1", now=10.5).first
+
+
+P = 256 * 1024  # piece bytes
+FILE = 80 * P
+
+
+def ordered() -> PieceDirectory:
+    # five peers reporting to one supernode of an 80-piece issue, 1 MB/s upload each
+    d = PieceDirectory(
+        rng=random.Random(1),
+        first_receivers=2,
+        order_askers=True,
+        num_pieces=80,
+        file_bytes=FILE,
+        origin_bps=2_000_000,
+    )
+    rows = {
+        # peer: (missing, download_bps, uploaded, downloaded, unused_upload_bps)
+        "slow": (70, 100_000, 0, 10 * P, 900_000),  # 70 / 0.1 MB/s: critical
+        "mid": (40, 4_000_000, 20 * P, 40 * P, 800_000),
+        "idle": (40, 4_000_000, 20 * P, 40 * P, 1_000_000),
+        "busy": (40, 4_000_000, 20 * P, 40 * P, 0),
+        # uploaded the whole file already, almost done: leaves with its last piece
+        "done": (4, 4_000_000, FILE, 76 * P, 0),
+    }
+    for pid, (missing, down, up, got, unused) in rows.items():
+        d.handle_report(
+            peer_id=pid, address=f"{pid}:1", have=[], uploaded_bytes=up, downloaded_bytes=got,
+            now=0.0, upload_bps=1_000_000, download_bps=down, missing=missing,
+            unused_upload_bps=unused,
+        )  # fmt: skip
+    return d
+
+
+def test_the_askers_passes_and_thresholds() -> None:
+    # the model's passes (`pressrun.sim.swarm_model._Swarm._passes`) over what this
+    # supernode sees: critical first, the rest, those that leave when done and are
+    # ahead last
+    d = ordered()
+    for pid in ("slow", "mid", "idle", "busy", "done"):
+        d.choose_uploader(9, peer_id=pid, address=f"{pid}:1", now=1.0)  # (recent askers)
+    s = d.sample(1.0)
+    assert s.missing == 70 + 40 * 3 + 4 and s.upload_bps == 5_000_000 + 2_000_000
+    assert s.median_downloaded == 40 * P and s.median_unused_bps == 800_000
+    # the swarm would finish everyone it sees in 194 / 7 MB/s; "slow" needs 70 / 0.1
+    passes = {pid: d.asker_pass(d.holders[pid], 1.0) for pid in d.holders}
+    assert passes == {"slow": 0, "mid": 1, "idle": 1, "busy": 1, "done": 2}
+    # the threshold itself: at 7 pieces per MB/s of its download "mid" is not critical,
+    # at 200 pieces per MB/s (missing 40 at 0.2 MB/s) it is
+    d.handle_report(
+        peer_id="mid", address="mid:1", have=[], uploaded_bytes=0, downloaded_bytes=0,
+        now=1.5, download_bps=200_000,
+    )  # fmt: skip
+    assert d.asker_pass(d.holders["mid"], 1.5) == 0
+    # "done" behind the median asker is not held back (it is not ahead)
+    d.holders["done"].downloaded_bytes = 0
+    assert d.asker_pass(d.holders["done"], 1.6) == 1
+    # without the issue's size nobody is known to leave when done; off: one pass
+    d.file_bytes = 0
+    d.holders["done"].downloaded_bytes = 76 * P
+    assert d.asker_pass(d.holders["done"], 1.7) == 1
+    d.order_askers = False
+    assert {d.asker_pass(h, 1.8) for h in d.holders.values()} == {1}
+
+
+def test_the_askers_order_names_first_receivers_and_bringers() -> None:
+    d = ordered()
+    d.handle_report(
+        peer_id="src", address="src:1", have=[3], uploaded_bytes=0, downloaded_bytes=0,
+        now=0.5, upload_bps=1_000_000,
+    )  # fmt: skip
+    for pid in ("mid", "idle", "busy", "done"):
+        d.choose_uploader(50, peer_id=pid, address=f"{pid}:1", now=1.0)  # recent askers
+    # of the one source's piece: the asker that goes last waits while others ask, and
+    # so does one with less upload to spare than the median recent asker
+    assert d.choose_uploader(3, peer_id="done", address="done:1", now=1.1).wait
+    assert d.choose_uploader(3, peer_id="busy", address="busy:1", now=1.1).wait
+    # the critical asker and the one with the most upload to spare are named
+    assert d.choose_uploader(3, peer_id="slow", address="slow:1", now=1.2).first
+    assert d.choose_uploader(3, peer_id="idle", address="idle:1", now=1.2).first
+    assert d.choose_uploader(3, peer_id="mid", address="mid:1", now=1.2).wait  # (two named)
+    # a piece whose better askers do not come: anyone once first_s passed, none named
+    assert d.choose_uploader(4, peer_id="busy", address="busy:1", now=1.3).bring_in
+    assert d.choose_uploader(4, peer_id="done", address="done:1", now=1.4).wait
+    assert d.choose_uploader(4, peer_id="done", address="done:1", now=5.5).first
+    # a piece nobody holds: not brought in by the asker that leaves when done while
+    # others ask; by the next
+    d.choose_uploader(50, peer_id="mid", address="mid:1", now=5.55)
+    assert d.choose_uploader(60, peer_id="done", address="done:1", now=5.6).wait
+    assert d.choose_uploader(60, peer_id="mid", address="mid:1", now=5.6).bring_in
+    # several holders: a critical asker gets the least loaded one
+    for pid in ("h1", "h2"):
+        d.handle_report(
+            peer_id=pid, address=f"{pid}:1", have=[7], uploaded_bytes=0,
+            downloaded_bytes=5 * P, now=5.7, upload_bps=1_000_000,
+        )  # fmt: skip
+    d.holders["h1"].assigned_at = [5.7, 5.7]  # h1 owes more and pays back later...
+    d.holders["h2"].downloaded_bytes = 0  # ...h2 owes nothing: the owing rule picks h1
+    assert d.choose_uploader(7, peer_id="mid", address="mid:1", now=5.8).peer_id == "h1"
+    assert d.choose_uploader(7, peer_id="slow", address="slow:1", now=5.8).peer_id == "h2"
+
+
+def test_a_forged_or_absurd_report_is_held_to_what_is_credible() -> None:
+    d = PieceDirectory(rng=random.Random(1), order_askers=True, num_pieces=80)
+
+    def report(now: float, uploaded: int, **kw: int) -> None:
+        d.handle_report(
+            peer_id="x", address="x:1", have=[], uploaded_bytes=uploaded,
+            downloaded_bytes=0, now=now, **kw,
+        )  # fmt: skip
+
+    # no upload rate said: no unused upload counted, whatever it claims
+    report(0.0, 0, unused_upload_bps=10**9)
+    assert d.holders["x"].unused_upload_bps == 0
+    # more unused than its upload: its upload
+    report(10.0, 0, upload_bps=1_000_000, unused_upload_bps=10**9)
+    assert d.holders["x"].unused_upload_bps == 1_000_000
+    # its uploaded total grew at 0.9 MB/s over the last 2 s: 0.1 MB/s to spare at most
+    report(12.0, 1_800_000, unused_upload_bps=1_000_000)
+    assert d.holders["x"].unused_upload_bps == 100_000
+    # (over 30 s the average says little about now: the claim stands)
+    report(42.0, 30_000_000, unused_upload_bps=700_000)
+    assert d.holders["x"].unused_upload_bps == 700_000
+    # totals never go down; more missing pieces than the issue has: all of them
+    report(43.0, 0, missing=10**6)
+    assert d.holders["x"].uploaded_bytes == 30_000_000 and d.holders["x"].missing == 80
+    # a report without the new fields keeps what it said
+    report(44.0, 30_000_000)
+    assert d.holders["x"].unused_upload_bps == 700_000 and d.holders["x"].missing == 80

@@ -125,6 +125,12 @@ async def test_ring_of_supernodes_balanced_answers_and_survives_a_crash(tracker:
                 garbled = {**q, "unchoked": bad}
                 async with http.post(f"http://{owner_of_3}/chord/v1/pieces", json=garbled) as r:
                     assert r.status == 400 and "unchoked" in (await r.json())["error"], bad
+            # and the rates and counts of the asker order within their bounds
+            for name, bad in (("unused_upload_bps", 10**11), ("missing", 10**6)):
+                async with http.post(
+                    f"http://{owner_of_3}/chord/v1/pieces", json={**q, name: bad}
+                ) as r:
+                    assert r.status == 400 and name in (await r.json())["error"], name
             # a stranger's ring message is refused (403), a garbled one too (400)
             stranger = NodeRef(12345, "127.0.0.1:1")
             body = request_json(Request(1, stranger, GetState()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pressrun.peer.chord_policy import ChordPolicy
+from pressrun.peer.status import UploadUse
 from pressrun.peer.stripes_policy import StripesPolicy
 from pressrun.peer.uploader import MAX_PRIORITY, MIN_PRIORITY, SwarmView, make_uploader_policy
 
@@ -93,3 +94,19 @@ def test_a_piece_one_connected_peer_holds_goes_to_its_first_receivers_only() -> 
     assert policy.plan(v, now=5.1).piece_priorities[2] == MIN_PRIORITY  # type: ignore[union-attr]
     # time-critical: the named piece its source holds (1), not the one still coming (4)
     assert policy.plan(v, now=5.2).deadlines == frozenset({1})  # type: ignore[union-attr]
+
+
+def test_the_upload_left_unused_over_the_last_two_seconds() -> None:
+    use = UploadUse(window_s=2.0)
+    assert use.unused_bps(1_000_000) == 1_000_000  # a newcomer: all of it
+    use.add(0.0, 0)
+    use.add(0.5, 100_000)
+    assert use.unused_bps(1_000_000) == 1_000_000  # (under half a window: all of it)
+    use.add(1.0, 600_000)  # 0.6 MB/s
+    assert use.unused_bps(1_000_000) == 400_000
+    for t in (1.5, 2.0, 2.5, 3.0):
+        use.add(t, 600_000 + int((t - 1.0) * 1_000_000))  # then at full rate
+    assert use.unused_bps(1_000_000) == 0
+    for t in (3.5, 4.0, 4.5, 5.0):
+        use.add(t, 2_600_000)  # then nothing: the window forgets the busy seconds
+    assert use.unused_bps(1_000_000) == 1_000_000

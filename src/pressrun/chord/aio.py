@@ -42,6 +42,7 @@ from pressrun.chord.codec import (
     node_json,
     parse_id,
     parse_node,
+    parse_pieces_query,
     parse_reply,
     parse_request,
     reply_json,
@@ -106,6 +107,9 @@ class Supernode:
         max_bringing_per_peer: int = 3,
         fair_bringing: bool = True,
         first_receivers: int | None = 2,
+        order_askers: bool = True,
+        file_bytes: int = 0,
+        origin_bps: int = 0,
         seed: int | None = None,
     ) -> None:
         self.tracker_base = tracker_base.rstrip("/")
@@ -126,6 +130,10 @@ class Supernode:
         # supernode's pieces from the origins, each a few back to back (PieceDirectory)
         # first_receivers: a piece with one source goes to this many askers first, the
         # others wait for a second holder (a tree, not a star; None: no naming)
+        # order_askers: critical askers first, those that leave when done last, the
+        # most upload to spare first (`PieceDirectory.asker_pass`); file_bytes (0:
+        # unknown, no "leaves when done") and origin_bps (the origins' upload, 0:
+        # unknown) for it
         self.directory = PieceDirectory(
             rng=random.Random(self.rng.getrandbits(64)),
             bring_in_s=bring_in_s,
@@ -133,6 +141,10 @@ class Supernode:
             max_bringing_per_peer=max_bringing_per_peer,
             fair_bringing=fair_bringing,
             first_receivers=first_receivers,
+            order_askers=order_askers,
+            num_pieces=num_pieces,
+            file_bytes=file_bytes,
+            origin_bps=origin_bps,
         )
         self.stats = SupernodeStats()
         self.node: ChordNode | None = None
@@ -462,7 +474,7 @@ class Supernode:
     async def _pieces(self, request: web.Request) -> web.Response:
         try:
             body = await request.json()
-            q = _parse_pieces_query(body, self.num_pieces)
+            q = parse_pieces_query(body, self.num_pieces)
         except (CodecError, json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
             return web.json_response({"error": str(err)}, status=400)
         node = self.node
@@ -479,7 +491,10 @@ class Supernode:
             now=now,
             left=q.left,
             upload_bps=q.upload_bps,
-            unchoked=q.unchoked if "unchoked" in body else None,
+            unchoked=q.unchoked,
+            unused_upload_bps=q.unused_upload_bps,
+            download_bps=q.download_bps,
+            missing=q.missing,
         )
         answers = []
         for p in q.want:
@@ -523,68 +538,6 @@ class Supernode:
                 "nodes_failed": self.stats.nodes_failed,
             }
         )
-
-
-@dataclass(frozen=True, slots=True)
-class PiecesQuery:
-    peer_id: str
-    address: str
-    have: tuple[int, ...]
-    want: tuple[int, ...]
-    uploaded: int
-    downloaded: int
-    left: bool
-    bringing: int = 0
-    brought: int = 0
-    upload_bps: int = 0
-    unchoked: tuple[str, ...] = ()
-
-
-def _parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
-    if not isinstance(body, dict):
-        raise CodecError("body must be a JSON object")
-    peer_id, address = body.get("peer_id"), body.get("address")
-    if not isinstance(peer_id, str) or not 0 < len(peer_id) <= 64:
-        raise CodecError("peer_id must be a short string")
-    if not isinstance(address, str) or not 0 < len(address) <= 255:
-        raise CodecError("address must be host:port")
-
-    def pieces(name: str) -> tuple[int, ...]:
-        v = body.get(name, [])
-        if not isinstance(v, list) or not all(
-            isinstance(p, int) and not isinstance(p, bool) and 0 <= p < num_pieces for p in v
-        ):
-            raise CodecError(f"{name} must be a list of piece indices below {num_pieces}")
-        return tuple(dict.fromkeys(v))
-
-    def count(name: str) -> int:
-        v = body.get(name, 0)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise CodecError(f"{name} must be a non-negative integer")
-        return v
-
-    return PiecesQuery(
-        peer_id,
-        address,
-        pieces("have"),
-        pieces("want"),
-        count("uploaded"),
-        count("downloaded"),
-        body.get("left") is True,
-        count("bringing"),
-        count("brought"),
-        count("upload_bps"),
-        _peer_ids(body.get("unchoked", [])),
-    )
-
-
-def _peer_ids(v: object) -> tuple[str, ...]:
-    # the peers a reporter unchokes: at most 64 short strings
-    if not isinstance(v, list) or len(v) > 64:
-        raise CodecError("unchoked must be a list of at most 64 peer ids")
-    if not all(isinstance(p, str) and 0 < len(p) <= 64 for p in v):
-        raise CodecError("unchoked must be a list of short peer id strings")
-    return tuple(v)
 
 
 def _same_host(address: str, remote: str | None) -> bool:

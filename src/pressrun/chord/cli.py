@@ -44,19 +44,20 @@ def run_supernode(args: argparse.Namespace) -> int:
         except (OSError, ManifestError) as err:
             print(f"pressrun supernode: cannot read {args.torrent}: {err}", file=sys.stderr)
             return 2
-        info_hash, num_pieces = meta.info_hash, meta.num_pieces
+        info_hash, num_pieces, file_bytes = meta.info_hash, meta.num_pieces, meta.length
     else:
         info_hash, num_pieces = str(args.info_hash).lower(), args.num_pieces
+        file_bytes = 0  # (unknown)
         if num_pieces is None or num_pieces < 1 or len(info_hash) != 40:
             print(
                 "pressrun supernode: --info-hash needs 40 hex digits and --num-pieces >= 1",
                 file=sys.stderr,
             )
             return 2
-    return asyncio.run(_serve(args, info_hash, num_pieces))
+    return asyncio.run(_serve(args, info_hash, num_pieces, file_bytes))
 
 
-async def _serve(args: argparse.Namespace, info_hash: str, num_pieces: int) -> int:
+async def _serve(args: argparse.Namespace, info_hash: str, num_pieces: int, file_bytes: int) -> int:
     from pressrun.chord.host import SupernodeHost
     from pressrun.service import stop_signals
 
@@ -65,7 +66,7 @@ async def _serve(args: argparse.Namespace, info_hash: str, num_pieces: int) -> i
     )
     with stop_signals() as stopped:
         try:
-            node = await ring.add(info_hash, num_pieces)
+            node = await ring.add(info_hash, num_pieces, file_bytes)
             if node is None or node.node is None:
                 print(
                     "pressrun supernode: could not start (the reason is logged above)",

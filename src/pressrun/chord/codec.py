@@ -8,6 +8,7 @@ answers it with HTTP 400 and the core never sees it.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from pressrun.chord.events import (
@@ -170,3 +171,86 @@ def parse_reply(doc: object) -> Reply:
     else:
         raise CodecError(f"unknown reply type {kind!r}")
     return Reply(rpc, sender, body)
+
+
+# --- POST /chord/v1/pieces: a node's report and its questions ----------------------
+
+#: the bound on every rate a report carries, bytes/s (80 Gbit/s): beyond it, 400
+MAX_RATE_BPS = 10**10
+
+
+@dataclass(frozen=True, slots=True)
+class PiecesQuery:
+    """One report of a node to a supernode, with its questions (docs/protocols.md)."""
+
+    peer_id: str
+    address: str
+    have: tuple[int, ...]
+    want: tuple[int, ...]
+    uploaded: int
+    downloaded: int
+    left: bool
+    bringing: int = 0
+    brought: int = 0
+    upload_bps: int = 0
+    #: None: not said (the supernode keeps what the node said before)
+    unchoked: tuple[str, ...] | None = None
+    unused_upload_bps: int | None = None
+    download_bps: int = 0
+    missing: int | None = None
+
+
+def parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
+    """A report and its questions, checked (`CodecError` with what was wrong)."""
+    if not isinstance(body, dict):
+        raise CodecError("body must be a JSON object")
+    peer_id, address = body.get("peer_id"), body.get("address")
+    if not isinstance(peer_id, str) or not 0 < len(peer_id) <= 64:
+        raise CodecError("peer_id must be a short string")
+    if not isinstance(address, str) or not 0 < len(address) <= 255:
+        raise CodecError("address must be host:port")
+
+    def pieces(name: str) -> tuple[int, ...]:
+        v = body.get(name, [])
+        if not isinstance(v, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 0 <= p < num_pieces for p in v
+        ):
+            raise CodecError(f"{name} must be a list of piece indices below {num_pieces}")
+        return tuple(dict.fromkeys(v))
+
+    def count(name: str, most: int | None = None) -> int:
+        v = body.get(name, 0)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise CodecError(f"{name} must be a non-negative integer")
+        if most is not None and v > most:
+            raise CodecError(f"{name} must be at most {most}")
+        return v
+
+    def said(name: str, most: int) -> int | None:
+        return count(name, most) if name in body else None
+
+    return PiecesQuery(
+        peer_id,
+        address,
+        pieces("have"),
+        pieces("want"),
+        count("uploaded"),
+        count("downloaded"),
+        body.get("left") is True,
+        count("bringing"),
+        count("brought"),
+        count("upload_bps", MAX_RATE_BPS),
+        _peer_ids(body["unchoked"]) if "unchoked" in body else None,
+        said("unused_upload_bps", MAX_RATE_BPS),
+        count("download_bps", MAX_RATE_BPS),
+        said("missing", num_pieces),
+    )
+
+
+def _peer_ids(v: object) -> tuple[str, ...]:
+    # the peers a reporter unchokes: at most 64 short strings
+    if not isinstance(v, list) or len(v) > _MAX_LIST:
+        raise CodecError("unchoked must be a list of at most 64 peer ids")
+    if not all(isinstance(p, str) and 0 < len(p) <= 64 for p in v):
+        raise CodecError("unchoked must be a list of short peer id strings")
+    return tuple(v)

@@ -51,14 +51,16 @@ class SupernodeHost:
             await self.scan()
             self._task = asyncio.get_running_loop().create_task(self._rescan())
 
-    async def add(self, info_hash: str, num_pieces: int) -> Supernode | None:
-        """A supernode for this issue (the running one if any; None if refused)."""
+    async def add(self, info_hash: str, num_pieces: int, file_bytes: int = 0) -> Supernode | None:
+        """A supernode for this issue (the running one if any; None if refused);
+        ``file_bytes``: the issue's size (0: unknown), for the order of the askers."""
         if info_hash in self.supernodes:
             return self.supernodes[info_hash]
         node = Supernode(
             tracker_base=self.tracker_base,
             info_hash=info_hash,
             num_pieces=num_pieces,
+            file_bytes=file_bytes,
             host=self.host,
             port=self.port,
             heartbeat_s=self.heartbeat_s,
@@ -84,7 +86,7 @@ class SupernodeHost:
                 log.info("supernodes: skipping %s: %s", path, err)
                 continue
             if meta.info_hash not in self.supernodes:
-                started += await self.add(meta.info_hash, meta.num_pieces) is not None
+                started += await self.add(meta.info_hash, meta.num_pieces, meta.length) is not None
         return started
 
     async def _rescan(self) -> None:

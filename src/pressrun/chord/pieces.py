@@ -50,6 +50,14 @@ or more pieces than another that asked in the last ``asked_window_s`` waits, so 
 pieces leave the origins through many peers, each uploading its few on at once. One
 peer that brought in a quarter of the pieces (measured: 21 of 80 at N = 40) held most
 of them alone for 20 s, its upload shared among everything it had.
+
+**The order of the askers** (``order_askers``, `asker_pass`): the simulation's passes
+(`pressrun.sim.swarm_model._Swarm._passes`) over what this supernode sees (the fresh
+holders reporting to it, `SwarmSample`): critical askers first, those that leave when
+done and are ahead last, among the rest the most unused upload first. It decides who
+is named a first receiver at once (`_goes_first`), keeps an asker that goes last from
+bringing pieces in while others ask, and points a critical asker at the least loaded
+holder.
 """
 
 from __future__ import annotations
@@ -60,6 +68,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pressrun.chord.ids import RING, distance, piece_key
+
+#: a report's uploaded total checks its unused upload only over intervals this long
+#: (shorter: too noisy; longer: an average over a time the rate changed in)
+_RATE_CHECK_S = (1.0, 4.0)
 
 
 def piece_keys(info_hash_hex: str, num_pieces: int) -> list[int]:
@@ -144,6 +156,12 @@ class Holder:
     asked_at: float = float("-inf")  # when it last asked who uploads a piece
     upload_bps: int = 0  # what it says it can upload, bytes/s (0: not said)
     unchoked: frozenset[str] | None = None  # the peers it unchokes (None: not said)
+    #: the upload it left unused lately, bytes/s, as far as it is credible
+    #: (`PieceDirectory.handle_report`)
+    unused_upload_bps: int = 0
+    download_bps: int = 0  # what it says it can download, bytes/s (0: not said)
+    missing: int | None = None  # pieces it lacks (None: not said)
+    reports_at: float = float("-inf")  # its last report (reported_at: also its asking)
 
     @property
     def owes_bytes(self) -> int:
@@ -157,10 +175,32 @@ class Holder:
             return 0.0
         return self.owes_bytes / self.upload_bps if self.upload_bps > 0 else float("inf")
 
+    @property
+    def finish_s(self) -> float:
+        """Missing pieces over its download rate (0 when either is unknown): the
+        directory compares it with the swarm's, the same unit, never as seconds."""
+        if not self.missing or self.download_bps <= 0:
+            return 0.0
+        return self.missing / self.download_bps
+
     def load(self, now: float, window_s: float) -> int:
         cut = now - window_s
         self.assigned_at = [t for t in self.assigned_at if t > cut]
         return len(self.assigned_at)
+
+
+@dataclass(slots=True)
+class SwarmSample:
+    """What one supernode sees of the swarm: the fresh holders reporting to it (a
+    sample where the swarm is large; at N = 40 with five supernodes, nearly every
+    peer reports to each), plus the origins' upload it was told of."""
+
+    missing: int  # pieces the fresh holders lack, together
+    upload_bps: int  # their upload rates together, and the origins'
+    median_downloaded: int  # of the recent askers
+    median_unused_bps: int  # of the recent askers
+    #: recent askers (asked within ``asked_window_s``) not in the last pass
+    askers_not_last: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +237,10 @@ class PieceDirectory:
         asked_window_s: float = 3.0,
         first_receivers: int | None = None,
         first_s: float = 4.0,
+        order_askers: bool = False,
+        num_pieces: int = 0,
+        file_bytes: int = 0,
+        origin_bps: int = 0,
     ) -> None:
         self.rng = rng
         self.holder_ttl_s = holder_ttl_s
@@ -208,6 +252,11 @@ class PieceDirectory:
         self.asked_window_s = asked_window_s
         self.first_receivers = first_receivers
         self.first_s = first_s
+        self.order_askers = order_askers
+        self.num_pieces = num_pieces
+        self.file_bytes = file_bytes
+        self.origin_bps = origin_bps
+        self._sample: tuple[float, SwarmSample] | None = None
         self.holders: dict[str, Holder] = {}
         self.pieces: dict[int, set[str]] = {}
         self._bringing: dict[int, tuple[str, float]] = {}
@@ -228,20 +277,44 @@ class PieceDirectory:
         left: bool = False,
         upload_bps: int = 0,
         unchoked: Iterable[str] | None = None,
+        unused_upload_bps: int | None = None,
+        download_bps: int = 0,
+        missing: int | None = None,
     ) -> None:
         """A node's holdings (of the pieces this supernode answers for), totals,
-        upload rate (``upload_bps``: 0 keeps what it said before) and the peers it
-        unchokes now (``unchoked``; None keeps what it said before)."""
+        upload rate (``upload_bps``: 0 keeps what it said before), the peers it
+        unchokes now (``unchoked``; None keeps what it said before), the upload it
+        left unused lately (``unused_upload_bps``, None: keeps the last), its download
+        rate (``download_bps``, 0: keeps the last) and how many pieces it lacks
+        (``missing``, None: keeps the last).
+
+        Nothing here is taken blindly (a report may be forged or absurd): totals only
+        grow; ``missing`` is held to the issue's pieces; the unused upload counts only
+        up to the upload the node says it has (none while it has said none), and,
+        when its last report here was 1 to 4 s before this one, up to that upload
+        less what its uploaded total grew by meanwhile (a node that uploaded at full
+        rate has no upload to spare, whatever it says)."""
         h = self.holders.get(peer_id)
         if h is None:
             h = self.holders[peer_id] = Holder(peer_id, address)
+        before_at, before_up = h.reports_at, h.uploaded_bytes
+        self._sample = None
         h.address = address
         h.uploaded_bytes = max(h.uploaded_bytes, uploaded_bytes)
         h.downloaded_bytes = max(h.downloaded_bytes, downloaded_bytes)
         h.upload_bps = upload_bps or h.upload_bps
+        h.download_bps = download_bps or h.download_bps
+        if missing is not None:
+            h.missing = min(missing, self.num_pieces) if self.num_pieces > 0 else missing
+        if unused_upload_bps is not None:
+            unused = min(unused_upload_bps, h.upload_bps)
+            if _RATE_CHECK_S[0] <= now - before_at <= _RATE_CHECK_S[1]:
+                seen = (h.uploaded_bytes - before_up) / (now - before_at)
+                unused = min(unused, max(0, int(h.upload_bps - seen)))
+            h.unused_upload_bps = unused
         if unchoked is not None:
             h.unchoked = frozenset(unchoked)
-        h.reported_at = now
+        h.reported_at = h.reports_at = now
         h.left = h.left or left
         if h.left:
             self._drop_bringing(peer_id)
@@ -256,6 +329,7 @@ class PieceDirectory:
         h = self.holders.get(peer_id)
         if h is not None:
             h.left = True
+            self._sample = None
         self._drop_bringing(peer_id)
 
     def _drop_bringing(self, peer_id: str) -> None:
@@ -278,7 +352,9 @@ class PieceDirectory:
         asker = self.holders.get(peer_id)
         if asker is None:
             asker = self.holders[peer_id] = Holder(peer_id, address, reported_at=now)
-        asker.asked_at = now
+        if asker.asked_at != now:
+            asker.asked_at = now
+            self._sample = None  # (one more recent asker)
         asker.brought = max(asker.brought, brought)
         cands = [
             h
@@ -293,10 +369,18 @@ class PieceDirectory:
             self._named.pop(piece, None)
             self._single_since.pop(piece, None)
             self.rng.shuffle(cands)
-            best = min(
-                cands,
-                key=lambda h: (h.owes_bytes <= 0, h.payback_s, h.load(now, self.load_window_s)),
-            )
+            if self.asker_pass(asker, now) == 0:
+                # a critical asker: the least loaded holder first
+                best = min(cands, key=lambda h: h.load(now, self.load_window_s))
+            else:
+                best = min(
+                    cands,
+                    key=lambda h: (
+                        h.owes_bytes <= 0,
+                        h.payback_s,
+                        h.load(now, self.load_window_s),
+                    ),
+                )
             best.assigned_at.append(now)
             return Uploader(piece, best.peer_id, best.address, bring_in=False)
         bringer = self._bringing.get(piece)
@@ -317,6 +401,7 @@ class PieceDirectory:
             busy
             or max(here, bringing) >= self.max_bringing_per_peer
             or self._brought_more(asker, now)
+            or self._goes_last(asker, now)
         ):
             # this asker brings enough in already, or enough others do: the next asker
             # (or this one, once it reported a piece it brought) gets this one
@@ -345,6 +430,9 @@ class PieceDirectory:
             and not self.holders[p].left
         }
         served = source.unchoked is None or peer_id in source.unchoked
+        # (with ``order_askers``: and among those that go first, `_goes_first`; a
+        # better asker, critical or with more upload to spare, is asking too)
+        served = served and self._goes_first(self.holders[peer_id], now)
         if not served:
             since = self._single_since.setdefault(piece, now)
             served = now - since > self.first_s and not named
@@ -356,6 +444,70 @@ class PieceDirectory:
         if peer_id in named:
             return Uploader(piece, source.peer_id, source.address, bring_in=False, first=True)
         return Uploader(piece, "", "", bring_in=False, wait=True)
+
+    # --- the order of the askers (`pressrun.sim.swarm_model._Swarm._passes`) ---------
+
+    def sample(self, now: float) -> SwarmSample:
+        """What this supernode sees of the swarm at ``now`` (kept until a report or a
+        new asker changes it)."""
+        if self._sample is not None and self._sample[0] == now:
+            return self._sample[1]
+        fresh = [
+            h
+            for h in self.holders.values()
+            if not h.left and now - h.reported_at <= self.holder_ttl_s
+        ]
+        recent = [h for h in fresh if now - h.asked_at <= self.asked_window_s]
+        downs = sorted(h.downloaded_bytes for h in recent)
+        unused = sorted(h.unused_upload_bps for h in recent)
+        sample = SwarmSample(
+            missing=sum(h.missing or 0 for h in fresh),
+            upload_bps=sum(h.upload_bps for h in fresh) + self.origin_bps,
+            median_downloaded=downs[len(downs) // 2] if downs else 0,
+            median_unused_bps=unused[len(unused) // 2] if unused else 0,
+        )
+        sample.askers_not_last = sum(1 for h in recent if self._tier(h, sample) < 2)
+        self._sample = (now, sample)
+        return sample
+
+    def asker_pass(self, h: Holder, now: float) -> int:
+        """0: critical (its own download rate would finish it no sooner than the
+        upload this supernode sees would finish everyone it sees: every piece it does
+        not get delays the end); 2: it will have uploaded the file's size by the time
+        it finishes at its download rate (it leaves by the ratio rule with its last
+        piece, and its upload with it) and has downloaded at least the median recent
+        asker's bytes; 1: the rest. Always 1 unless ``order_askers``."""
+        return self._tier(h, self.sample(now)) if self.order_askers else 1
+
+    def _tier(self, h: Holder, s: SwarmSample) -> int:
+        if h.finish_s > 0 and s.upload_bps > 0 and h.finish_s >= s.missing / s.upload_bps:
+            return 0
+        return 2 if self._leaves_when_done(h) and h.downloaded_bytes >= s.median_downloaded else 1
+
+    def _leaves_when_done(self, h: Holder) -> bool:
+        if self.file_bytes <= 0 or self.num_pieces <= 0 or h.missing is None:
+            return False
+        if h.download_bps <= 0:
+            return False
+        used = max(0, h.upload_bps - h.unused_upload_bps)
+        to_finish_s = h.missing * self.file_bytes / self.num_pieces / h.download_bps
+        return h.uploaded_bytes + used * to_finish_s >= self.file_bytes
+
+    def _goes_first(self, h: Holder, now: float) -> bool:
+        # may this asker be named a first receiver at once: critical, or not one that
+        # goes last, with at least the median recent asker's upload to spare
+        if not self.order_askers:
+            return True
+        tier = self.asker_pass(h, now)
+        if tier == 0:
+            return True
+        if tier == 2:
+            return self.sample(now).askers_not_last == 0
+        return h.unused_upload_bps >= self.sample(now).median_unused_bps
+
+    def _goes_last(self, asker: Holder, now: float) -> bool:
+        # an asker that leaves when done and is ahead brings nothing in while others ask
+        return self.asker_pass(asker, now) == 2 and self.sample(now).askers_not_last > 0
 
     def _brought_more(self, asker: Holder, now: float) -> bool:
         # another recent asker has brought in two pieces fewer: it gets this one

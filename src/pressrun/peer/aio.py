@@ -261,13 +261,19 @@ class SwarmPeer:
             connect=self._connect_peer,
             brought=lambda: self._feed.pieces_fed,
             sole=lambda: self._status.sole_held,
-            # what it can upload: its limit, else the fastest it has uploaded so far
-            upload_bps=lambda: self.config.upload_limit_bps or self._status.peak_upload_bps,
+            upload_bps=self._upload_bps,
+            unused_upload_bps=lambda: self._status.upload_use.unused_bps(self._upload_bps()),
+            download_bps=lambda: self.config.download_limit_bps or self._status.peak_download_bps,
+            missing=lambda: self._status.missing,
             unchoked=lambda: self._status.tally.unchoked_ids,
             # the ring's answers apply now, not at the next status poll
             on_answers=self._refresh_totals,
         )
         self._ring.start()
+
+    def _upload_bps(self) -> int:
+        # what it can upload: its limit, else the fastest it has uploaded so far
+        return self.config.upload_limit_bps or self._status.peak_upload_bps
 
     def _nudge_ring(self) -> None:
         if self._ring is not None:

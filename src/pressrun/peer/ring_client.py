@@ -18,7 +18,9 @@ is pointed at). A round (docs/chord.md):
 3. to each of those supernodes, one ``POST /chord/v1/pieces`` with everything at once:
    the pieces of its keys this peer got since the last report, its upload/download
    totals and upload rate (``upload_bps``: the supernode picks owing holders that can
-   pay back soonest first), the peers it unchokes now (``unchoked``: the first
+   pay back soonest first), its download rate, the upload it left unused over the
+   last 2 s and the pieces it lacks (``download_bps``, ``unused_upload_bps``,
+   ``missing``: the order of the askers), the peers it unchokes now (``unchoked``: the first
    receivers of a piece it alone holds are named among them), how many pieces it
    brings in for the whole ring (``bringing``, with the pieces it holds alone: those
    its upload must pass on first) and has brought in from the origins so far
@@ -102,6 +104,9 @@ class RingClient:
         brought: Callable[[], int] = lambda: 0,
         sole: Callable[[], int] = lambda: 0,
         upload_bps: Callable[[], int] = lambda: 0,
+        unused_upload_bps: Callable[[], int | None] = lambda: None,
+        download_bps: Callable[[], int] = lambda: 0,
+        missing: Callable[[], int | None] = lambda: None,
         unchoked: Callable[[], Sequence[str]] = tuple,
         on_answers: Callable[[], None] = lambda: None,
         interval_s: float = 2.0,
@@ -127,6 +132,9 @@ class RingClient:
         self._brought = brought
         self._sole = sole
         self._upload_bps = upload_bps
+        self._unused_upload_bps = unused_upload_bps
+        self._download_bps = download_bps
+        self._missing = missing
         self._unchoked = unchoked
         self._on_answers = on_answers
         self.interval_s = interval_s
@@ -336,8 +344,16 @@ class RingClient:
             "bringing": len(self._bring_in) + self._sole(),
             "brought": self._brought(),
             "upload_bps": self._upload_bps(),
+            "download_bps": self._download_bps(),
             "unchoked": list(self._unchoked()),
         }
+        # (the order of the askers: the upload it left unused lately, its missing pieces)
+        for name, said in (
+            ("unused_upload_bps", self._unused_upload_bps),
+            ("missing", self._missing),
+        ):
+            if (value := said()) is not None:
+                body[name] = value
         doc = await self._post(owner, "pieces", body)
         if doc is None:
             # dead or unreachable: its pieces are looked up again next round

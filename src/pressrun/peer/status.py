@@ -12,6 +12,7 @@ pieces held and the pieces no connected peer holds.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,37 @@ from pressrun.peer.events import Progress
 from pressrun.peer.feed import OwedPieceFeed
 from pressrun.peer.sources import PeerInfoTally, classify_missing
 from pressrun.peer.uploader import HOLD_PRIORITY, MIN_PRIORITY, SwarmView, UploaderPolicy
+
+#: the unused upload is measured over the last this many seconds (the ring client's
+#: round: what a supernode hears in each report)
+UNUSED_WINDOW_S = 2.0
+
+
+class UploadUse:
+    """The payload upload over the last ``window_s``, from a counter read now and then,
+    and what that leaves unused of a capacity (the ring's report field
+    ``unused_upload_bps``). Pure: reads come with ``now``."""
+
+    def __init__(self, window_s: float = UNUSED_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._reads: deque[tuple[float, int]] = deque()
+
+    def add(self, now: float, uploaded_bytes: int) -> None:
+        """A read of the payload upload counter."""
+        self._reads.append((now, uploaded_bytes))
+        # (keep one read at or before the window's start: the rate spans the window)
+        while len(self._reads) > 2 and self._reads[1][0] <= now - self.window_s:
+            self._reads.popleft()
+
+    def unused_bps(self, capacity_bps: int) -> int:
+        """``capacity_bps`` less the upload rate over the window; all of it until two
+        reads at least half a window apart exist (a newcomer has uploaded nothing)."""
+        if len(self._reads) < 2:
+            return capacity_bps
+        (t0, u0), (t1, u1) = self._reads[0], self._reads[-1]
+        if t1 - t0 < self.window_s / 2:
+            return capacity_bps
+        return max(0, capacity_bps - int((u1 - u0) / (t1 - t0)))
 
 
 class SwarmStatus:
@@ -61,8 +93,13 @@ class SwarmStatus:
         #: pieces this peer holds that no connected peer holds (while it downloads)
         self.sole_held = 0
         self._deadlines: set[int] = set()  # pieces given a deadline, not yet held
-        #: the fastest payload upload libtorrent reported (bytes/s)
+        #: the fastest payload upload and download libtorrent reported (bytes/s)
         self.peak_upload_bps = 0
+        self.peak_download_bps = 0
+        #: the payload upload lately (the ring's report: the upload left unused)
+        self.upload_use = UploadUse()
+        #: pieces this peer lacks
+        self.missing = manifest.num_pieces
 
     def read(self, st: Any, *, now: float, planning: bool) -> Progress:
         """Take a status read (``planning``: ask the policy for its plan, the peer is
@@ -74,6 +111,9 @@ class SwarmStatus:
             # set_alert_notify, FIELD-NOTES.md)
             self.tally.update(handle.get_peer_info(), count_sole=bool(st.is_seeding))
         self.peak_upload_bps = max(self.peak_upload_bps, int(st.upload_payload_rate))
+        self.peak_download_bps = max(self.peak_download_bps, int(st.download_payload_rate))
+        self.upload_use.add(now, int(st.total_payload_upload))
+        self.missing = max(0, self.manifest.num_pieces - int(st.num_pieces))
         have_bits = tuple(bool(b) for b in st.pieces)
         if have_bits != self.have_bits:
             self._on_pieces_changed()  # report new pieces now (a brought-in one frees a slot)
