@@ -34,6 +34,7 @@ from typing import Any
 
 import pressrun.peer.aio as peer_aio
 from pressrun.chord.aio import Supernode
+from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.config import PeerConfig, desktop_profile
 from pressrun.peer.loopback import loopback_swarm
 from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, uploader_policy_names
@@ -200,6 +201,12 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def set_chord_peer_knobs(args: argparse.Namespace) -> None:
+    """``--upload-slots``, ``--sole-upload-slots``: every chord peer's (to measure one)."""
+    ChordPolicy.upload_slots = args.upload_slots or None
+    ChordPolicy.sole_upload_slots = args.sole_upload_slots or None
+
+
 def add_ring_arguments(p: argparse.ArgumentParser) -> None:
     """The supernodes' knobs (policy chord), to measure one; defaults: `Supernode`'s."""
     p.add_argument(
@@ -213,6 +220,18 @@ def add_ring_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=2,
         help="policy chord: first receivers of a piece with one source (0: none named)",
+    )
+    p.add_argument(
+        "--upload-slots",
+        type=int,
+        default=0,
+        help="policy chord: peers a chord peer unchokes at most (0: the session's)",
+    )
+    p.add_argument(
+        "--sole-upload-slots",
+        type=int,
+        default=0,
+        help="policy chord: the same while it holds a piece no connected peer holds",
     )
     p.add_argument(
         "--order-askers",
@@ -263,6 +282,7 @@ async def main() -> None:
         help="a libtorrent setting for every peer (repeatable; to measure one)",
     )
     args = p.parse_args()
+    set_chord_peer_knobs(args)
     override_session_settings(args.lt)
     logging.basicConfig(level=logging.WARNING)
     print("load average (1, 5, 15 min) at the start:", _load())

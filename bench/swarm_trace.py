@@ -433,6 +433,7 @@ async def main() -> None:
     p.add_argument("--lt", action="append", default=[], metavar="KEY=VALUE")
     bench_swarm.add_ring_arguments(p)
     a = p.parse_args()
+    bench_swarm.set_chord_peer_knobs(a)
     bench_swarm.override_session_settings(a.lt)
     args = argparse.Namespace(
         size_mib=20.0,

@@ -54,6 +54,11 @@ class ChordPolicy(UploaderPolicy):
     #: the adapter looks for this to start a ring client
     uses_ring = True
 
+    #: the peers it unchokes at most while it downloads (None: the session's eight),
+    #: and while it holds a piece no connected peer holds (its first receivers')
+    upload_slots: int | None = None
+    sole_upload_slots: int | None = None
+
     def __init__(self, *, hold_s: float = 4.0, ring_wait_s: float = 3.0) -> None:
         self._fallback = StripesPolicy()
         self.hold_s = hold_s
@@ -124,7 +129,14 @@ class ChordPolicy(UploaderPolicy):
             # (a first receiver's piece is fetched time-critically once its source has it:
             # its blocks go ahead of those queued for common pieces)
             frozenset(i for i in self.first if not pairs[i][0] and pairs[i][1] >= 1),
+            self._upload_slots(pairs),
         )
+
+    def _upload_slots(self, pairs: list[tuple[bool, int]]) -> int | None:
+        sole = any(held and n == 0 for held, n in pairs)
+        if sole and self.sole_upload_slots is not None:
+            return self.sole_upload_slots
+        return self.upload_slots
 
     def _priority(self, piece: int, holders: int, now: float) -> int:
         # (a first receiver's piece whose source does not hold it yet stays low: top

@@ -93,6 +93,7 @@ class SwarmStatus:
         #: pieces this peer holds that no connected peer holds (while it downloads)
         self.sole_held = 0
         self._deadlines: set[int] = set()  # pieces given a deadline, not yet held
+        self._upload_slots: int | None = None  # the torrent's unchoke slots (None: session's)
         #: the fastest payload upload and download libtorrent reported (bytes/s)
         self.peak_upload_bps = 0
         self.peak_download_bps = 0
@@ -218,6 +219,9 @@ class SwarmStatus:
         if plan is not None and plan.piece_priorities != self.last_plan:
             self.last_plan = plan.piece_priorities
             handle.prioritize_pieces(list(plan.piece_priorities))
+        if plan is not None and plan.upload_slots != self._upload_slots:
+            self._upload_slots = plan.upload_slots
+            handle.set_max_uploads(plan.upload_slots or -1)  # (-1: the session's)
         if plan is not None:
             for piece in plan.deadlines - self._deadlines:
                 handle.set_piece_deadline(piece, 0)

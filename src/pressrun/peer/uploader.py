@@ -80,6 +80,9 @@ class PiecePlan:
     #: pieces to fetch time-critically (``torrent_handle.set_piece_deadline``: their
     #: blocks are requested ahead of everything queued), once each
     deadlines: frozenset[int] = frozenset()
+    #: the peers this peer's torrent unchokes at most (``torrent_handle.set_max_uploads``;
+    #: None: the session's ``unchoke_slots_limit``)
+    upload_slots: int | None = None
 
     def __post_init__(self) -> None:
         bad = [p for p in self.piece_priorities if not HOLD_PRIORITY <= p <= MAX_PRIORITY]
@@ -94,6 +97,7 @@ class PiecePlan:
         priorities: Sequence[int],
         have: Sequence[bool],
         deadlines: frozenset[int] = frozenset(),
+        upload_slots: int | None = None,
     ) -> PiecePlan:
         """A plan whose pieces on hold (0) go back to the lowest priority unless at
         least `HOLD_MARGIN` missing pieces stay wanted (the module docstring: a torrent
@@ -102,8 +106,8 @@ class PiecePlan:
         enough). The peer lifts holds on libtorrent's finished alert too."""
         wanted = sum(1 for p, h in zip(priorities, have, strict=True) if not h and p)
         if wanted >= HOLD_MARGIN or HOLD_PRIORITY not in priorities:
-            return cls(tuple(priorities), deadlines)
-        return cls(tuple(max(p, MIN_PRIORITY) for p in priorities), deadlines)
+            return cls(tuple(priorities), deadlines, upload_slots)
+        return cls(tuple(max(p, MIN_PRIORITY) for p in priorities), deadlines, upload_slots)
 
 
 class UploaderPolicy(ABC):
