@@ -63,9 +63,15 @@ async def _worker(f: FetchState, worker: int, plan: DownloadPlan, m: Manifest, f
             continue
         failed = plan.failed_origins(now=f.now())
         try:
-            # No rate=: the best rate a section showed is the origins' and this
-            # process's as much as the link's (docs/balancer.md, "What a client tells").
-            directive = await f.directive(failed, have=plan.verified_bytes, size=plan.size_bytes)
+            # rate=: the best rate a section showed (the origins' and this process's as
+            # much as the link's: the balancer refuses on it only for an issue with a
+            # stated deadline; docs/balancer.md, "What a client tells").
+            directive = await f.directive(
+                failed,
+                have=plan.verified_bytes,
+                size=plan.size_bytes,
+                rate=plan.best_rate_bytes_per_s or None,
+            )
         except DirectiveUnavailable as err:
             f.apply(
                 plan.handle_directive_failed(

@@ -73,13 +73,16 @@ def relief_total(
     means: Mapping[str, float],
     need: Callable[[str], float],
     now: float,
-) -> tuple[list[Relief], float]:
-    """(the reliefs still on, bytes/s they take off the origin's `committed`): each
-    transfer counted below its issue's need lasts until its bytes should have come
-    (`Relief`); all of an issue's end when the origin has no transfer of it left, and
-    they never bring an issue's transfers below `MIN_NEED_SHARE` of their need."""
+) -> tuple[list[Relief], float, dict[str, float]]:
+    """(the reliefs still on, bytes/s they take off the origin's `committed`, bytes/s
+    per issue the clients' own links hold its transfers below what they are counted
+    at): each transfer counted below its issue's need, or whose link is slower than
+    that, lasts until its bytes should have come (`Relief`); all of an issue's end when
+    the origin has no transfer of it left, and they never bring an issue's transfers
+    below `MIN_NEED_SHARE` of their need."""
     kept: list[Relief] = []
     by_issue: dict[str, float] = {}
+    slow_by_issue: dict[str, float] = {}
     for r in reliefs:
         # The transfer gets what the origin's transfers of its issue get on average,
         # at most its link's rate: when that has brought the bytes it lacked, it is
@@ -90,8 +93,14 @@ def relief_total(
         if r.left > 0 and now - r.since < MAX_RELIEF_S and counts.get(r.issue, 0) > 0:
             kept.append(r)
             by_issue[r.issue] = by_issue.get(r.issue, 0.0) + r.less
+            slow_by_issue[r.issue] = slow_by_issue.get(r.issue, 0.0) + r.slow
     total = sum(
         min(less, counts[issue] * need(issue) * (1.0 - MIN_NEED_SHARE))
         for issue, less in by_issue.items()
     )
-    return kept, total
+    slow = {
+        issue: min(less, counts[issue] * need(issue) * (1.0 - MIN_NEED_SHARE))
+        for issue, less in slow_by_issue.items()
+        if less > 0
+    }
+    return kept, total, slow

@@ -31,9 +31,12 @@ Pick = tuple[float, str, float, float, float, float]
 @dataclass(slots=True)
 class Relief:
     """A transfer started that needs `less` bytes/s than its issue's need (its client
-    resumes: `headroom_clients.client_need`), until the `left` bytes it lacks have come
-    at the rate the origin's transfers of the issue get (at most its link's `rate`), or
-    for `headroom_clients.MAX_RELIEF_S`."""
+    resumes: `headroom_clients.client_need`), or whose client's link carries `slow`
+    bytes/s less than the need it is counted at (it told its `rate`), until the `left`
+    bytes it lacks have come at the rate the origin's transfers of the issue get (at
+    most its link's `rate`), or for `headroom_clients.MAX_RELIEF_S`. `less` lowers the
+    origin's `committed`; `slow` only what the origin must send to show it is not held
+    back (a transfer limited at the client's end teaches nothing of the origin's link)."""
 
     issue: str
     less: float
@@ -41,6 +44,7 @@ class Relief:
     rate: float
     since: float
     seen: float
+    slow: float = 0.0
 
 
 @dataclass(slots=True)
@@ -58,8 +62,12 @@ class OriginModel:
     #: (`Pick`); `pending` and `pending_bytes` are their count and the needs' sum
     picks: deque[Pick] = field(default_factory=deque)
     #: transfers started that need less than their issue's need (a client resuming:
-    #: `ClientHint`), subtracted from `committed` (`headroom_clients.relief_total`)
+    #: `ClientHint`), subtracted from `committed`, or whose clients' links are slower
+    #: than their need (`headroom_clients.relief_total`)
     reliefs: list[Relief] = field(default_factory=list)
+    #: bytes/s the transfers' own links hold them below `committed`, per issue (their
+    #: clients told their `rate`): from the last status
+    client_slow: dict[str, float] = field(default_factory=dict)
     pending: int = 0
     pending_bytes: float = 0.0
     #: picks since the last status: what the floor of `probe_transfers` counts
@@ -75,8 +83,8 @@ class OriginModel:
     level: float = math.inf
     #: (need, transfers, paced) of each issue on the origin, from the last status
     loads: tuple[tuple[float, int, bool], ...] = ()
-    #: (transfers, out) of the status `link_full` compares the next one with
-    elastic_seen: tuple[int, float] = (0, 0.0)
+    #: (transfers, out, committed) of the status `link_full` compares the next one with
+    elastic_seen: tuple[int, float, float] = (0, 0.0, 0.0)
 
     def squeezed(self, rate: float) -> float:
         """Bytes/s the link must give its transfers (the status's and the picks since)
@@ -106,23 +114,36 @@ class OriginModel:
             need_of[paced] += k * need
         return need_of[True] > 0 and need_of[True] >= share * need_of[False]
 
-    def link_full(self, status: OriginStatus, elastic: bool, slack: float) -> bool:
-        """Whether this status shows the origin's link full at what it sends: with only
-        elastic transfers (downloads, each taking what its client's link takes, at most
-        the link's max-min level), `out` stayed within `slack` while their number
-        changed by `FULL_LINK_CHANGE` since the status compared with. Were the link not
-        the limit, `out` would follow the transfers' number, each adding or removing
-        what its client takes; an unchanged `out` is the link's (or CPU's) limit,
-        whatever it is told (a misconfigured origin: issue 10, gen-7-033)."""
+    def link_full(
+        self, status: OriginStatus, elastic: bool, slack: float, committed: float
+    ) -> bool:
+        """Whether this status shows the origin's link full at what it sends: `out`
+        stayed within `slack` while its transfers' number changed by `FULL_LINK_CHANGE`
+        since the status compared with. With only elastic transfers (downloads, each
+        taking what its client's link takes, at most the link's max-min level), were
+        the link not the limit, `out` would follow their number, each adding or
+        removing what its client takes; with streams there too, the change must also
+        move what the transfers need (`committed`) by twice `slack` of `out` (a paced
+        stream takes its bitrate: twenty of 64 kB/s added to a gigabit link move it by
+        less than the slack). An unchanged `out` is the link's (or CPU's) limit,
+        whatever it is told (a misconfigured origin: issue 10, gen-7-033, and
+        gen-2026-021: streams and downloads on an origin told 10.4 GB/s with
+        1.25 GB/s, its `out` at 1250 MB/s while its transfers went from 286 to 737)."""
         n, out = status.active_transfers, status.out_bytes_per_s
-        if not elastic or n <= 0 or out <= 0:
-            self.elastic_seen = (0, 0.0)
+        if n <= 0 or out <= 0:
+            self.elastic_seen = (0, 0.0, 0.0)
             return False
-        seen_n, seen_out = self.elastic_seen
+        seen_n, seen_out, seen_committed = self.elastic_seen
         changed = abs(n - seen_n)
         if seen_n > 0 and changed < max(FULL_LINK_MIN_CHANGE, FULL_LINK_CHANGE * max(n, seen_n)):
             return False  # too few changed to tell: compare the next with the same one
-        self.elastic_seen = (n, out)
+        if (
+            seen_n > 0
+            and not elastic
+            and abs(committed - seen_committed) < 2.0 * slack * max(out, seen_out)
+        ):
+            return False  # their needs moved too little to tell: the same
+        self.elastic_seen = (n, out, committed)
         return seen_n > 0 and abs(out - seen_out) <= slack * max(out, seen_out)
 
     def count_picks(self, is_paced: Callable[[str], bool]) -> None:
@@ -151,7 +172,8 @@ class OriginModel:
         client went elsewhere or gave up). A pick whose client has not connected when
         the origin answers stays pending. From an agent that does not count the
         transfers it starts, a status is taken to account for every pick. A pick
-        counted below its issue's need becomes a `Relief` when it starts."""
+        counted below its issue's need, or whose client's link is slower than that, becomes a
+        `Relief` when it starts."""
         total = status.transfers_total
         picks = self.picks
         started: list[Pick] = []
@@ -176,9 +198,10 @@ class OriginModel:
                 else:
                     kept.append(pick)
             self.picks = picks = kept
-        for _, issue, _, less, lack, rate in started:
-            if less > 0:
-                self.reliefs.append(Relief(issue, less, lack, rate, now, now))
+        for _, issue, need, less, lack, rate in started:
+            slow = max(need - rate, 0.0)
+            if less > 0 or slow > 0:
+                self.reliefs.append(Relief(issue, less, lack, rate, now, now, slow))
         self.started_total = total
         self.started_by_issue = dict(status.transfers_total_by_issue)
         horizon = now - pick_timeout_s
