@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -119,9 +120,10 @@ def test_the_probe_floor_never_admits_beyond_the_told_capacity() -> None:
     # Measured in the loopback egress check (docs/balancer.md): a 4 MB/s origin with
     # three 1 MB/s downloads just started reports out below its told capacity (the rate
     # is the last interval's) and means a little under the need (so a capacity is
-    # learned at what they took). The floor of probe_transfers used to admit 10 - 3
-    # more; the told capacity holds none.
+    # learned at what they took, where their need is stated: a deadline). The floor of
+    # probe_transfers used to admit 10 - 3 more; the told capacity holds none.
     alg = headroom("o")
+    alg.set_issue_need("a", 1 * MB, paced=False)
     alg.handle_status(status({}, {}, out=0.0), now=0.0)
     alg.handle_status(status({"a": 2}, {"a": 2}, out=1.8 * MB), now=0.5)
     alg.handle_status(status({"a": 3}, {"a": 3}, out=2.6 * MB), now=1.0)
@@ -188,3 +190,45 @@ def test_downloads_whose_number_follows_what_they_send_do_not_fill_the_link() ->
     for t, n in enumerate((45, 57, 40, 60), start=1):
         alg.handle_status(status({"a": n}, None, out=n * 2.5 * MB, told=1000 * MB), now=t)
     assert alg.models["o"].learned_bytes_per_s is None
+
+
+def test_a_link_sending_the_same_while_streams_and_downloads_grow_in_number_is_full() -> None:
+    # Told 1 GB/s with 100 MB/s: streams of a (0.5 MB/s) beside downloads of b (1 MB/s);
+    # 40 then 60 transfers (15 MB/s more needed) send the same 100 MB/s: full at that
+    # (issue 10, gen-2026-021: 286 to 737 transfers at the 1.25 GB/s link's rate).
+    alg = headroom("o")
+    alg.set_issue_need("a", 0.5 * MB, paced=True)
+    alg.set_issue_need("b", 1 * MB, paced=False)
+    alg.handle_status(status({}, {}, out=0.0, told=1000 * MB), now=0.0)
+    alg.handle_status(status({"a": 20, "b": 20}, None, out=100 * MB, told=1000 * MB), now=1.0)
+    assert alg.models["o"].learned_bytes_per_s is None
+    alg.handle_status(status({"a": 30, "b": 30}, None, out=100 * MB, told=1000 * MB), now=2.0)
+    assert alg.models["o"].learned_bytes_per_s == 100 * MB
+
+
+def test_streams_whose_needs_move_less_than_the_slack_do_not_fill_the_link() -> None:
+    # 20 more streams of 64 kB/s on an origin sending 100 MB/s move what its transfers
+    # need by 1.28 MB/s, within the slack (2 % of 100 MB/s): no sign of a full link.
+    alg = headroom("o")
+    alg.set_issue_need("a", 64e3, paced=True)
+    alg.set_issue_need("b", 1 * MB, paced=False)
+    alg.handle_status(status({}, {}, out=0.0, told=1000 * MB), now=0.0)
+    alg.handle_status(status({"a": 20, "b": 20}, None, out=100 * MB, told=1000 * MB), now=1.0)
+    alg.handle_status(status({"a": 40, "b": 20}, None, out=100 * MB, told=1000 * MB), now=2.0)
+    assert alg.models["o"].learned_bytes_per_s is None
+
+
+def test_transfers_a_little_under_the_default_need_teach_no_capacity() -> None:
+    # The egress demo on a loaded machine: ten 1 MB/s clients read at 0.9 MB/s from an
+    # origin told 16 MB/s. The default need is what a transfer should get, not a
+    # deadline: that is no sign the origin is at its limit (learned at 8.9 MB/s, it
+    # refused 36 clients with 5 MB/s of its told room free); under half of it is.
+    for rate, learned in ((0.9 * MB, None), (0.4 * MB, 4 * MB)):
+        alg = headroom("o")
+        alg.handle_status(status({}, {}, out=0.0, told=16 * MB), now=0.0)
+        s = status({"a": 10}, {"a": 10}, out=10 * rate, told=16 * MB)
+        means = {"a": rate}
+        s = replace(s, mean_transfer_bytes_per_s=rate, mean_transfer_bytes_per_s_by_issue=means)
+        alg.handle_status(s, now=1.0)
+        m = alg.models["o"]
+        assert m.learned_bytes_per_s == (None if learned is None else pytest.approx(learned))

@@ -121,3 +121,40 @@ def test_an_origin_that_gives_a_client_its_whole_link_ranks_first() -> None:
     assert [n for n, _ in alg.rank_for("i", dsl, now=2.0)] == ["small", "big"]
     assert [n for n, _ in alg.rank_for("i", gigabit, now=2.0)] == ["big", "small"]
     assert [n for n, _ in alg.rank_for("i", None, now=2.0)] == ["big", "small"]
+
+
+def test_transfers_slow_at_their_clients_end_teach_nothing_of_the_origins_link() -> None:
+    # 20 downloads needing 1 MB/s, each client's link 0.3 MB/s (its rate=): the origin
+    # sends 6 MB/s of its 100. Without the rates that reads as an origin holding its
+    # transfers back, learned at 6 MB/s (issue 10, gen-17-099: a 5 GB/s origin learned
+    # at 440 MB/s, then 80, from its 10-50 Mbit/s clients); with them it is not.
+    told = ClientHint(0, SIZE, 0.3 * MB, 0.0)
+    for hint, learned in ((told, None), (ClientHint(0, SIZE), 6 * MB)):
+        alg = _headroom("a")
+        alg.handle_status(_status("a", 100 * MB, 0, started=0), now=0.0)
+        for _ in range(20):
+            alg.handle_pick_for("a", "i", hint, now=0.5)
+        alg.handle_status(_status("a", 100 * MB, 20, started=20, rate=0.3 * MB), now=1.0)
+        m = alg.models["a"]
+        assert m.learned_bytes_per_s == (None if learned is None else pytest.approx(learned))
+        if hint is told:
+            assert m.client_slow == {"i": pytest.approx(20 * 0.7 * MB)}
+            assert m.committed_bytes_per_s == pytest.approx(20 * MB)  # room: at the need
+
+
+def test_a_slow_client_of_an_issue_without_a_stated_need_is_never_refused_for_it() -> None:
+    # The default need (1 MB/s) is what a transfer should get, not a deadline: a client
+    # reading at 0.4 MB/s (the security soak test's) is served while others are refused.
+    alg = make_algorithm("headroom", [OriginSpec("a", "")], random.Random(1))
+    assert isinstance(alg, Headroom)
+    alg.handle_status(_status("a", 20 * MB, 0, started=0), now=0.0)
+    alg.handle_status(
+        OriginStatus(
+            "a", 0.2, 0.2, 10 * MB, 20 * MB, 10, frozenset({"j"}), frozenset(), 1 * MB,
+            {"j": 1 * MB}, {"j": 10}, 10, {"j": 10},
+        ),
+        now=1.0,
+    )  # fmt: skip
+    alg.refused_at = 0.9
+    hint = ClientHint(0, 65_000, 0.4 * MB, 0.0)
+    assert [n for n, _ in alg.rank_for("j", hint, now=1.0)] == ["a"]
