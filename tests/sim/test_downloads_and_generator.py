@@ -400,10 +400,12 @@ def test_seed_7_clients_that_tell_what_they_lack_fit_after_a_failure() -> None:
     # docs/tournament.md, "What a client tells": gen-7-033 (the biggest of 3 servers fails
     # 32 s into a burst of 483 downloads) and gen-7-056 (two misconfigured 125 MB/s
     # origins). The recorded counts, and what the same clients get when they tell the
-    # balancer nothing (`tells_balancer = false`): the third round's 236 and 628.
+    # balancer nothing (`tells_balancer = false`): the third round's 236; 632 for 056
+    # since the sixth round (628 before: the full-link test now sees its misconfigured
+    # origins, which carry streams too, without the clients' help).
     default = BalancerConfig().algorithm
     record = json.loads((DOCS / "tournament-7.json").read_text(encoding="utf-8"))
-    for index, silent in ((33, 236), (56, 628)):
+    for index, silent in ((33, 236), (56, 632)):
         scenario = generate_scenario(7, index)
         row = record["scenarios"][scenario.name]
         ours = run_entry(scenario, default, 1)
@@ -412,7 +414,7 @@ def test_seed_7_clients_that_tell_what_they_lack_fit_after_a_failure() -> None:
             scenario, clients=dataclasses.replace(scenario.clients, tells_balancer=False)
         )
         assert run_entry(quiet, default, 1).successful == silent
-        assert ours.successful > silent
+        assert ours.successful > silent if index == 33 else ours.successful == silent
     assert record["scenarios"]["gen-7-056"]["served"][default] == 632  # the bound, = alg2
 
 
