@@ -9,7 +9,7 @@ from pressrun.emulate.report import policies_line, ring_by_policy
 
 def _ring(uploaders: int, bring_in: int, failed: list[str]) -> dict[str, object]:
     return {"sessions": 1, "rounds": 5, "requests": 6, "uploaders": uploaders,
-            "connects": uploaders // 2, "first": 0, "bring_in": bring_in, "lookups": 1,
+            "connects": uploaders // 2, "first": 0, "bring_in": bring_in, "waits": 4, "lookups": 1,
             "supernode_failures": len(failed), "failed_supernodes": failed}  # fmt: skip
 
 
@@ -26,6 +26,7 @@ def test_ring_answers_summed_per_policy_with_the_dead_supernodes() -> None:
     chord = by["chord"]
     assert chord["clients"] == 3 and chord["with_ring"] == 3
     assert chord["uploaders"] == 60 and chord["bring_in"] == 3 and chord["requests"] == 18
+    assert chord["waits"] == 12
     assert chord["uploaders_per_client"] == {"min": 10, "median": 20, "max": 30}
     assert chord["failed_supernodes"] == ["198.18.21.11:7000"]
     assert by["stripes"] == {"clients": 1, "with_ring": 0}

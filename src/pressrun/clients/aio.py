@@ -91,7 +91,8 @@ class FetchResult:
     #: the swarm's uploader policy (None: the swarm was not used) and, for a policy
     #: that asks the Chord ring (``chord``), what its ring client did: rounds,
     #: requests, ``uploaders`` (answers naming an uploader), ``connects`` (distinct
-    #: uploaders connected to), ``first``, ``bring_in``, ``lookups``,
+    #: uploaders connected to), ``first``, ``bring_in``, ``waits`` (nobody to upload
+    #: it yet), ``lookups``,
     #: ``supernode_failures`` and ``failed_supernodes`` (`swarm_handoff.ring_figures`)
     uploader_policy: str | None = None
     ring: dict[str, Any] | None = None

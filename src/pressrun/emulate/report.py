@@ -64,8 +64,8 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
 
 
 #: the ring client's counters summed over a run's clients (`ring_by_policy`)
-RING_COUNTERS = ("requests", "uploaders", "connects", "first", "bring_in", "lookups",
-                 "supernode_failures")  # fmt: skip
+RING_COUNTERS = ("requests", "uploaders", "connects", "first", "bring_in", "waits",
+                 "lookups", "supernode_failures")  # fmt: skip
 
 
 def ring_by_policy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -418,7 +418,7 @@ def policies_line(variant: dict[str, Any]) -> str:
                 f" ({entry['with_ring']} on the ring: {entry.get('uploaders', 0)} uploaders "
                 f"named, {per['min']:g} / {per['median']:g} / {per['max']:g} per client, "
                 f"{entry.get('connects', 0)} connected, {entry.get('bring_in', 0)} pieces to "
-                f"bring in, {entry.get('requests', 0)} requests"
+                f"bring in, {entry.get('waits', 0)} waits, {entry.get('requests', 0)} requests"
                 + (f"; found dead: {', '.join(dead)}" if dead else "")
                 + ")"
             )

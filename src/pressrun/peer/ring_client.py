@@ -78,6 +78,7 @@ class RingClientStats:
     uploaders: int = 0
     bring_in: int = 0
     first: int = 0  # answers naming this peer a first receiver
+    waits: int = 0  # answers saying nobody can upload the piece yet (asked again soon)
     connects: int = 0
     lookups: int = 0
     supernode_failures: int = 0
@@ -378,6 +379,7 @@ class RingClient:
                 continue
             if ans.get("wait"):
                 # nobody to upload it yet: ask again soon, not at once
+                self.stats.waits += 1
                 self._asked[piece] = now - self.reask_s + _WAIT_REASK_S
                 continue
             self._asked[piece] = now
