@@ -33,6 +33,7 @@ import libtorrent as lt
 
 import pressrun.peer.aio as peer_aio
 import pressrun.peer.feed as peer_feed
+import pressrun.peer.loopback as peer_loopback
 import pressrun.peer.ring_client as ring_client
 from pressrun.peer.config import PeerConfig
 
@@ -44,6 +45,9 @@ _spec.loader.exec_module(bench_swarm)
 EVENTS: list[dict[str, Any]] = []
 _T0: list[float] = []
 PEERS: list[Any] = []
+SWARM: list[Any] = []  # the run's LoopbackSwarm (its origins' byte counters)
+SAMPLE_S = 0.5  # the upload sampler's period
+SIZES: dict[str, Any] = {}  # n, u, u_s, size of the run, for the decomposition
 
 
 def _ev(kind: str, **kw: Any) -> None:
@@ -87,13 +91,24 @@ def _install() -> None:
 
     peer_aio.SwarmPeer._on_alert = traced_alert  # type: ignore[method-assign]
 
+    run_peers = peer_loopback.LoopbackSwarm.run_peers
+
+    async def traced_run_peers(self: Any, *a: Any, **kw: Any) -> Any:
+        SWARM.append(self)
+        return await run_peers(self, *a, **kw)
+
+    peer_loopback.LoopbackSwarm.run_peers = traced_run_peers  # type: ignore[method-assign]
+
     start = peer_aio.SwarmPeer.start
 
     async def traced_start(self: Any) -> int:
-        port = await start(self)
-        PEERS.append(self)
-        if len(PEERS) == 1:
+        # the peer's arrival: its clock (download_s) starts inside start(), now
+        if not EVENTS:
             asyncio.get_running_loop().create_task(_sample_uploads())
+        _ev("arrive", peer=str(id(self)))
+        port = await start(self)
+        _ev("arrived", peer=str(id(self)), pid=self._peer_id)
+        PEERS.append(self)
         pid = self._peer_id[-6:]
         _ev("listen", peer=pid, port=port)
         self._feed._trace_pid = pid
@@ -157,32 +172,41 @@ def _install() -> None:
 
 
 async def _sample_uploads() -> None:
-    # every second: the peers still in the swarm (downloading or seeding), how many
-    # are seeds, and the payload all of them uploaded so far (their last status poll)
+    # every SAMPLE_S: each present peer's upload and connections (`_sample_idle`), the
+    # origins' bytes; every second also the peers still in the swarm (downloading or
+    # seeding), how many are seeds, the payload all of them uploaded so far (their
+    # last status poll) and the pieces one peer holds
+    tick = 0
     while True:
         present = [p for p in PEERS if p.core is not None and p.core.phase.value != "left"]
-        seeds = sum(1 for p in present if p.core.phase.value == "seeding")
-        up = sum(
-            (p._status.last_progress.uploaded_bytes if p._status.last_progress else 0)
-            for p in PEERS
-        )
-        conns = sorted(
-            p._status.last_progress.connected_peers for p in present if p._status.last_progress
-        )
-        _ev("sample", present=len(present), seeds=seeds, uploaded=up, conns=conns)
-        _sample_lone_pieces(present)
-        _sample_idle(present)
+        if tick % round(1 / SAMPLE_S) == 0:
+            seeds = sum(1 for p in present if p.core.phase.value == "seeding")
+            up = sum(
+                (p._status.last_progress.uploaded_bytes if p._status.last_progress else 0)
+                for p in PEERS
+            )
+            conns = sorted(
+                p._status.last_progress.connected_peers for p in present if p._status.last_progress
+            )
+            _ev("sample", present=len(present), seeds=seeds, uploaded=up, conns=conns)
+            _sample_lone_pieces(present)
+        _sample_idle(present, tick)
         if PEERS and not present:
             return
-        await asyncio.sleep(1.0)
+        tick += 1
+        await asyncio.sleep(SAMPLE_S)
 
 
-def _sample_idle(present: list[Any]) -> None:
-    # why a peer's upload sits idle: per downloading peer, its payload uploaded so far
-    # and what its connections say (libtorrent's peer infos): peers interested in it, of
-    # those the ones it unchokes, and of those the ones with requests queued at it
+def _sample_idle(present: list[Any], tick: int) -> None:
+    # why a peer's upload sits idle: per present peer (downloading or seeding), its
+    # payload uploaded so far (and with the protocol's own bytes) and what its
+    # connections say (libtorrent's peer infos): peers interested in it, of those the
+    # ones it unchokes, and of those the ones with requests queued at it; and the
+    # origins' bytes sent so far (their own counters)
+    origin = SWARM[0].origin_bytes_sent() if SWARM else 0
+    _ev("origin", sent=origin, tick=tick)
     for p in present:
-        if p._handle is None or p.core.phase.value != "downloading":
+        if p._handle is None:
             continue
         interested = unchoked = asking = 0
         for pi in p._handle.get_peer_info():
@@ -194,10 +218,14 @@ def _sample_idle(present: list[Any]) -> None:
                     unchoked += 1
                     if pi.upload_queue_length > 0 or pi.up_speed > 0:
                         asking += 1
+        st = p._handle.status()
         _ev(
             "idle",
+            tick=tick,
             peer=p._peer_id,
-            up=int(p._handle.status().total_payload_upload),
+            phase=p.core.phase.value,
+            up=int(st.total_payload_upload),
+            up_all=int(st.total_upload),
             interested=interested,
             unchoked=unchoked,
             asking=asking,
@@ -208,7 +236,7 @@ def _idle_report(events: list[dict[str, Any]]) -> None:
     # the downloading peers' upload use, and the peers using under half their upload
     # by cause: nobody interested in it; interested peers but all choked; unchoked
     # ones that ask nothing; asked but slow (the rest)
-    rows = [e for e in events if e["k"] == "idle"]
+    rows = [e for e in events if e["k"] == "idle" and e["phase"] == "downloading"]
     if not rows:
         return
     cap = bench_swarm_args_upload_bps[0] if bench_swarm_args_upload_bps else 1e6
@@ -257,6 +285,150 @@ def _idle_report(events: list[dict[str, Any]]) -> None:
             f"{statistics.median(e['unchoked'] for e in mid)}, with requests "
             f"{statistics.median(e['asking'] for e in mid)}"
         )
+
+
+#: the swarm's upload counts as in use from the first sample interval at this share
+RAMP_END_USE = 0.8
+
+
+def decompose(
+    events: list[dict[str, Any]], *, n: int, u: float, u_s: float, size: int
+) -> dict[str, Any]:
+    """Where T went against the fluid bound, from the samples of one traced run.
+
+    With C = u_s + N u and t0 the first arrival, every second of the run either
+    delivers C bytes or loses part of it, so exactly
+
+        t_end - t0 = N F / C + (lost capacity) / C + (bytes beyond N F) / C
+
+    (t_end: the last copy verified; N F / C the bound when it is the largest term).
+    The lost capacity is split by phase (ramp: until the peers' upload first reaches
+    RAMP_END_USE of N u; middle; tail: from the first verified copy) and by who idled
+    and why: the origins (u_s minus what they sent); a peer not started yet or whose
+    session is being made (`start`); a downloading peer that nobody is interested in
+    (`none`), whose interested peers are all choked (`choked`), whose unchoked peers
+    ask nothing (`quiet`) or with requests queued (`slow`: the rate limiter, TCP, the
+    process); a seed (`seed`); a peer that has left (`left`). The residual is what the
+    samples miss (bytes between a peer's last sample and its leaving, sampling
+    jitter)."""
+    c = u_s + n * u
+    arrive = sorted(e["t"] for e in events if e["k"] == "arrive")
+    t0 = arrive[0]
+    ticks = [e for e in events if e["k"] == "origin"]
+    rows: dict[int, dict[str, dict[str, Any]]] = collections.defaultdict(dict)
+    for e in events:
+        if e["k"] == "idle":
+            rows[e["tick"]][e["peer"]] = e
+    tick_rows = [(tk["t"], tk["sent"], rows[tk["tick"]]) for tk in ticks]
+    verified = sorted(e["t"] for e in events if e["k"] == "verified")
+    t_end, t_first = verified[-1], verified[0]
+    seen: dict[str, dict[str, Any]] = {}  # each peer's last row
+    # interval by interval: (start, length, origin bytes, peers' bytes, idle by cause)
+    intervals: list[tuple[float, float, float, float, collections.Counter[str]]] = []
+    first_t = tick_rows[0][0]
+    not_sampled = collections.Counter(start=n * u * (first_t - t0))
+    intervals.append((t0, first_t - t0, 0.0, 0.0, not_sampled))
+    for (ta, sa, ra), (tb, sb, rb) in itertools.pairwise(tick_rows):
+        dt = tb - ta
+        idle: collections.Counter[str] = collections.Counter()
+        peers_bytes = 0.0
+        for pid, b in rb.items():
+            a = ra.get(pid) or seen.get(pid)
+            seen[pid] = b
+            d = b["up"] - a["up"] if a else b["up"]
+            peers_bytes += d
+            if b["phase"] == "seeding":
+                cause = "seed"
+            elif b["interested"] == 0:
+                cause = "none"
+            elif b["unchoked"] == 0:
+                cause = "choked"
+            elif b["asking"] == 0:
+                cause = "quiet"
+            else:
+                cause = "slow"
+            idle[cause] += u * dt - d
+        gone = {pid for pid in seen if pid not in rb}
+        idle["left"] += u * dt * len(gone)
+        idle["start"] += u * dt * (n - len(rb) - len(gone))
+        intervals.append((ta, dt, float(sb - sa), peers_bytes, idle))
+        if tb >= t_end:
+            break
+    if intervals[-1][0] + intervals[-1][1] < t_end:  # after the last sample
+        ta = intervals[-1][0] + intervals[-1][1]
+        dt = t_end - ta
+        intervals.append((ta, dt, 0.0, 0.0, collections.Counter(left=n * u * dt)))
+    t_ramp = next(
+        (ta for ta, dt, _o, pb, _i in intervals if dt > 0 and pb / (n * u * dt) >= RAMP_END_USE),
+        t_first,
+    )
+    phases = (("ramp", t0, t_ramp), ("middle", t_ramp, t_first), ("tail", t_first, t_end))
+    out: dict[str, Any] = {"c": c, "t0": t0, "t_end": t_end, "phases": {}}
+    for name, lo, hi in phases:
+        origin_idle = 0.0
+        idle: collections.Counter[str] = collections.Counter()
+        for ta, dt, ob, _pb, i in intervals:
+            # the share of the interval inside [lo, hi)
+            share = max(0.0, min(ta + dt, hi) - max(ta, lo)) / dt if dt > 0 else 0.0
+            if share <= 0:
+                continue
+            origin_idle += share * (u_s * dt - ob)
+            for k, v in i.items():
+                idle[k] += share * v
+        out["phases"][name] = {
+            "from": lo - t0,
+            "to": hi - t0,
+            "origin": origin_idle / c,
+            **{k: v / c for k, v in idle.items()},
+        }
+    origin_total = tick_rows[-1][1]
+    peers_total = sum(pb for _ta, _dt, _ob, pb, _i in intervals)
+    out["bound"] = max(size / u_s, n * size / c)
+    out["waste"] = (origin_total + peers_total - n * size) / c
+    out["lost"] = sum(
+        sum(v for k, v in ph.items() if k not in ("from", "to")) for ph in out["phases"].values()
+    )
+    out["residual"] = (t_end - t0) - out["bound"] - out["lost"] - out["waste"]
+    by_arrival = {e["pid"][-6:]: e["t"] for e in events if e["k"] == "arrived"}
+    first_arrive = {
+        e["peer"]: e["t"] for e in events if e["k"] == "arrive"
+    }  # id -> t; matched through "arrived"
+    start_of = {e["pid"][-6:]: first_arrive[e["peer"]] for e in events if e["k"] == "arrived"}
+    ver = {e["peer"]: e["t"] for e in events if e["k"] == "verified"}
+    last = max(ver, key=lambda pid: ver[pid] - start_of.get(pid, t0))
+    out["last_peer"] = {
+        "arrived": start_of.get(last, t0) - t0,
+        "listening": by_arrival.get(last, t0) - t0,
+        "t_last": ver[last] - start_of.get(last, t0),
+    }
+    out["arrivals_span"] = arrive[-1] - t0
+    return out
+
+
+def _decomposition_report(d: dict[str, Any]) -> None:
+    causes = ("origin", "start", "none", "choked", "quiet", "slow", "seed", "left")
+    print(
+        f"decomposition against the bound (C = {d['c'] / 1e6:.1f} MB/s; seconds of T, "
+        "lost capacity / C):"
+    )
+    print(f"  {'phase':<7} {'from-to s':>11} {'lost':>5}  " + " ".join(f"{c:>6}" for c in causes))
+    for name, ph in d["phases"].items():
+        lost = sum(v for k, v in ph.items() if k not in ("from", "to"))
+        print(
+            f"  {name:<7} {ph['from']:>5.1f}-{ph['to']:<5.1f} {lost:>5.2f}  "
+            + " ".join(f"{ph.get(c, 0.0):>6.2f}" for c in causes)
+        )
+    print(
+        f"  t_end - t0 = {d['t_end'] - d['t0']:.2f} s = bound {d['bound']:.2f} + lost "
+        f"{d['lost']:.2f} + bytes beyond N F {d['waste']:.2f} + residual {d['residual']:.2f}"
+    )
+    lp = d["last_peer"]
+    print(
+        f"  the last finisher (its own clock, as bench/swarm.py counts): {lp['t_last']:.2f} s; it "
+        f"arrived {lp['arrived']:.2f} s after the first (arrivals spread over "
+        f"{d['arrivals_span']:.2f} s: the sessions are made one after the other), listening "
+        f"at {lp['listening']:.2f} s"
+    )
 
 
 def _sample_lone_pieces(present: list[Any]) -> None:
@@ -392,6 +564,8 @@ def summarise(events: list[dict[str, Any]]) -> None:
             f"max {checks[-1]:.2f} s; last verified at {max(ver.values()):.1f} s"
         )
     print(f"completion times (s): {sorted(round(t, 1) for t in done.values())}")
+    if SIZES:
+        _decomposition_report(decompose(events, **SIZES))
 
 
 def _pct(xs: list[float]) -> str:
@@ -430,17 +604,23 @@ async def main() -> None:
     p.add_argument("--n", type=int, default=40, help="peers")
     p.add_argument("--policy", default="chord", help="uploader policy")
     p.add_argument("--json-out", type=Path, default=None, help="write the events here")
+    p.add_argument(
+        "--replay", type=Path, default=None, help="summarise the events of an earlier --json-out"
+    )
     p.add_argument("--lt", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--piece-kib", type=int, default=256)
+    p.add_argument("--peer-upload-mbps", type=float, default=8.0, help="u per peer (Mbit/s)")
+    p.add_argument("--origin-mbps", type=float, default=16.0, help="u_s (Mbit/s)")
     bench_swarm.add_ring_arguments(p)
     a = p.parse_args()
     bench_swarm.set_chord_peer_knobs(a)
     bench_swarm.override_session_settings(a.lt)
     args = argparse.Namespace(
         size_mib=20.0,
-        peer_upload_mbps=8.0,
-        origin_mbps=16.0,
+        peer_upload_mbps=a.peer_upload_mbps,
+        origin_mbps=a.origin_mbps,
         origins=1,
-        piece_kib=256,
+        piece_kib=a.piece_kib,
         seeds_per_leecher=PeerConfig().not_needed_seeds_per_leecher,
         tracker_interval_s=5,
         supernodes=5,
@@ -451,8 +631,17 @@ async def main() -> None:
         first_receivers=a.first_receivers,
         order_askers=a.order_askers,
     )
-    _install()
     bench_swarm_args_upload_bps.append(args.peer_upload_mbps * 1e6 / 8)
+    SIZES.update(
+        n=a.n,
+        u=args.peer_upload_mbps * 1e6 / 8,
+        u_s=args.origin_mbps * 1e6 / 8,
+        size=int(args.size_mib * (1 << 20)),
+    )
+    if a.replay is not None:
+        summarise(json.loads(a.replay.read_text()))
+        return
+    _install()
     print("load average (1, 5, 15 min) at the start:", bench_swarm._load())
     try:
         res = await bench_swarm.one_run(a.n, a.policy, args)

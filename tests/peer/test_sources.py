@@ -1,9 +1,11 @@
 """`classify_missing`: the pieces a peer lacks, by who could give them; `PeerInfoTally`:
 the pieces only a seed holds among its connected peers."""
 
+import collections
+
 import libtorrent as lt
 
-from pressrun.peer.sources import MissingPieces, PeerInfoTally, classify_missing
+from pressrun.peer.sources import MissingPieces, PeerInfoTally, classify_missing, shared_out
 from pressrun.peer.uploader import MAX_PRIORITY
 
 
@@ -60,3 +62,13 @@ def test_a_seed_counts_the_pieces_only_it_holds_among_downloading_peers() -> Non
     # counted only when asked (a downloading peer does not need it)
     tally.update([leecher, other], count_sole=False)
     assert tally.sole_pieces == 0
+
+
+def test_starved_peers_start_on_different_pieces() -> None:
+    ids = [f"{i:02x}" * 20 for i in range(8)]
+    absent = (3, 9, 14, 20)
+    orders = [shared_out(absent, me, [o for o in ids if o != me]) for me in ids]
+    assert all(sorted(o) == sorted(absent) for o in orders)  # each owes them all
+    # in its own order: two peers a piece to start with, not all eight on piece 3
+    assert collections.Counter(o[0] for o in orders) == {3: 2, 9: 2, 14: 2, 20: 2}
+    assert shared_out((), ids[0], ids[1:]) == ()

@@ -199,11 +199,34 @@ class SwarmPeer:
 
     # --- lifecycle ----------------------------------------------------------
 
-    async def start(self) -> int:
-        """Start the session, add the torrent (with resume data if any); the listen port."""
+    async def open(self) -> int:
+        """Make the libtorrent session and listen; the listen port. Nothing is downloaded
+        yet and the download's clock has not started: `start` calls it if need be, and a
+        caller with many peers opens them all first (`pressrun.peer.loopback`), so that
+        making the sessions one after the other is not counted as the first ones'
+        download time."""
+        if self._listening is not None:
+            return await asyncio.wait_for(asyncio.shield(self._listening), timeout=10)
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._listening = loop.create_future()
+        peer_id = new_peer_id()
+        self._peer_id = peer_id.hex()
+        settings = session_settings(
+            self.config, listen_interfaces=self.listen_interfaces, peer_id=peer_id
+        )
+        self._alerts = AlertSession(
+            settings, loop=loop, on_alert=self._on_alert, after_alerts=self._rearm
+        )
+        self._alerts.drain()  # alerts posted before the reader was attached
+        return await asyncio.wait_for(asyncio.shield(self._listening), timeout=10)
+
+    async def start(self) -> int:
+        """Open the session if not yet (`open`), add the torrent (with resume data if
+        any): the download starts, and its clock (`SwarmResult.download_s`); the port."""
+        port = await self.open()
+        loop = asyncio.get_running_loop()
+        assert self._alerts is not None
         self._downloaded = loop.create_future()
         self._left = loop.create_future()
         self._started_at = loop.time()
@@ -213,14 +236,6 @@ class SwarmPeer:
             fetches_owed=self.policy.fetches_owed_pieces,
         )
         self.partial_dir.mkdir(parents=True, exist_ok=True)
-        peer_id = new_peer_id()
-        self._peer_id = peer_id.hex()
-        settings = session_settings(
-            self.config, listen_interfaces=self.listen_interfaces, peer_id=peer_id
-        )
-        self._alerts = AlertSession(
-            settings, loop=loop, on_alert=self._on_alert, after_alerts=self._rearm
-        )
         self._handle = self._alerts.session.add_torrent(self._add_params())
         # Resume data carries the web seeds of the moment it was saved (maybe dropped),
         # and libtorrent lets them replace the torrent's: start with every origin.
@@ -233,8 +248,7 @@ class SwarmPeer:
         if self.policy.fetches_owed_pieces and self.web_seeds:
             self._feed.start()
         self._rearm()
-        self._alerts.drain()  # alerts posted before the reader was attached
-        port = await asyncio.wait_for(asyncio.shield(self._listening), timeout=10)
+        self._alerts.drain()
         self._start_ring(port)
         return port
 
@@ -442,17 +456,21 @@ class SwarmPeer:
     # --- alerts -------------------------------------------------------------
 
     def _on_alert(self, a: Any) -> None:
-        assert self.core is not None and self._loop is not None
-        now = self._loop.time()
+        assert self._loop is not None
         if isinstance(a, lt.listen_succeeded_alert):
             tcp = a.socket_type == lt.socket_type_t.tcp
             if tcp and self._listening is not None and not self._listening.done():
                 self.listen_port = int(a.port)
                 self._listening.set_result(self.listen_port)
-        elif isinstance(a, lt.listen_failed_alert):
+            return
+        if isinstance(a, lt.listen_failed_alert):
             if self._listening is not None and not self._listening.done():
                 self._listening.set_exception(SwarmError(f"cannot listen: {a.message()}"))
-        elif isinstance(a, lt.torrent_finished_alert):
+            return
+        if self.core is None:  # opened, not started: nothing else is ours yet
+            return
+        now = self._loop.time()
+        if isinstance(a, lt.torrent_finished_alert):
             if self._status.lift_holds():
                 # "finished" with pieces on hold (priority 0; a piece completed between
                 # two plans): those are wanted again, the download goes on

@@ -102,13 +102,21 @@ class LoopbackSwarm:
         seed: int = 1,
         uploader_policy: str = DEFAULT_UPLOADER_POLICY,
     ) -> list[SwarmResult]:
-        """N peers arriving within ``spread_s`` seconds (uniformly, seeded); all results."""
+        """N peers arriving within ``spread_s`` seconds (uniformly, seeded); all results.
+
+        Every peer's session is made and listening before the first one arrives (their
+        machines are on; arriving is asking for the issue): the sessions are made one
+        after the other in this one process, 20 to 40 ms each, and otherwise the first
+        peers' clocks would run while the last ones do not exist yet (1.7 s at N = 40,
+        docs/chord.md "Benches")."""
         rng = random.Random(seed)
         delays = sorted(rng.uniform(0, spread_s) for _ in range(n))
         peers = [
             self.new_peer(len(self.peers), config, uploader_policy=uploader_policy)
             for _ in range(n)
         ]
+        for peer in peers:
+            await peer.open()
         return list(
             await asyncio.gather(
                 *(self.run_peer(p, delay_s=d) for p, d in zip(peers, delays, strict=True))

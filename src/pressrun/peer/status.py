@@ -20,7 +20,7 @@ from pressrun.content.codec import Manifest
 from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.events import Progress
 from pressrun.peer.feed import OwedPieceFeed
-from pressrun.peer.sources import PeerInfoTally, classify_missing
+from pressrun.peer.sources import PeerInfoTally, classify_missing, shared_out
 from pressrun.peer.uploader import HOLD_PRIORITY, MIN_PRIORITY, SwarmView, UploaderPolicy
 
 #: the unused upload is measured over the last this many seconds (the ring client's
@@ -181,8 +181,9 @@ class SwarmStatus:
             and not coming
         ):
             # starved among peers: none can give anything, so whatever it lacks is owed
-            # (a peer alone, with no plan, is starved and uses libtorrent's web seeds)
-            owed = absent
+            # (a peer alone, with no plan, is starved and uses libtorrent's web seeds),
+            # from its own place among them: the others starve on the same pieces
+            owed = shared_out(absent, self._peer_id(), self.tally.leecher_ids)
         self._feed.set_owed(owed)
         return tradable, len(owed) + len(coming), len(coming)
 
