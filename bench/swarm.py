@@ -34,6 +34,7 @@ from typing import Any
 
 import pressrun.peer.aio as peer_aio
 from pressrun.chord.aio import Supernode
+from pressrun.content.publish import DEFAULT_PIECE_SIZE
 from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.config import PeerConfig, desktop_profile
 from pressrun.peer.loopback import loopback_swarm
@@ -120,7 +121,7 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
                         num_pieces=swarm.manifest.num_pieces,
                         seed=i,
                         max_bringers=args.max_bringers or None,
-                        max_bringing_per_peer=args.bringing_per_peer,
+                        max_bringing_per_peer=bringing_per_peer(args),
                         first_receivers=args.first_receivers or None,
                         order_askers=bool(getattr(args, "order_askers", 1)),
                         file_bytes=swarm.manifest.size_bytes,
@@ -207,13 +208,30 @@ def set_chord_peer_knobs(args: argparse.Namespace) -> None:
     ChordPolicy.sole_upload_slots = args.sole_upload_slots or None
 
 
+#: what a bringer brings in at a time (policy chord): `Supernode`'s three pieces of
+#: 256 KiB, the piece size they were measured with, in bytes (docs/chord.md "Benches":
+#: with 128 KiB pieces and three at a time the origins idled, 2.48x the bound)
+BRINGING_BYTES = 3 * 256 * 1024
+
+
+def bringing_per_peer(args: argparse.Namespace) -> int:
+    """``--bringing-per-peer``, else `BRINGING_BYTES` in pieces of ``--piece-kib``."""
+    if args.bringing_per_peer:
+        return int(args.bringing_per_peer)
+    return max(1, BRINGING_BYTES // (args.piece_kib * 1024))
+
+
 def add_ring_arguments(p: argparse.ArgumentParser) -> None:
-    """The supernodes' knobs (policy chord), to measure one; defaults: `Supernode`'s."""
+    """The supernodes' knobs (policy chord), to measure one; defaults: `Supernode`'s,
+    but for the pieces a bringer brings (`BRINGING_BYTES`)."""
     p.add_argument(
         "--max-bringers", type=int, default=2, help="policy chord: bringers per supernode (0: any)"
     )
     p.add_argument(
-        "--bringing-per-peer", type=int, default=3, help="policy chord: pieces a bringer brings"
+        "--bringing-per-peer",
+        type=int,
+        default=0,
+        help="policy chord: pieces a bringer brings (0: 768 KiB worth)",
     )
     p.add_argument(
         "--first-receivers",
@@ -253,7 +271,12 @@ async def main() -> None:
     p.add_argument("--peer-upload-mbps", type=float, default=8.0, help="u per peer (Mbit/s)")
     p.add_argument("--origin-mbps", type=float, default=16.0, help="u_s, all origins (Mbit/s)")
     p.add_argument("--origins", type=int, default=1, help="origins sharing u_s")
-    p.add_argument("--piece-kib", type=int, default=256)
+    p.add_argument(
+        "--piece-kib",
+        type=int,
+        default=DEFAULT_PIECE_SIZE // 1024,
+        help="piece size (KiB; default: the publisher's)",
+    )
     p.add_argument(
         "--seeds-per-leecher",
         type=float,

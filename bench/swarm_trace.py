@@ -35,6 +35,7 @@ import pressrun.peer.aio as peer_aio
 import pressrun.peer.feed as peer_feed
 import pressrun.peer.loopback as peer_loopback
 import pressrun.peer.ring_client as ring_client
+from pressrun.content.publish import DEFAULT_PIECE_SIZE
 from pressrun.peer.config import PeerConfig
 
 _spec = importlib.util.spec_from_file_location("bench_swarm", Path(__file__).with_name("swarm.py"))
@@ -608,7 +609,7 @@ async def main() -> None:
         "--replay", type=Path, default=None, help="summarise the events of an earlier --json-out"
     )
     p.add_argument("--lt", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--piece-kib", type=int, default=256)
+    p.add_argument("--piece-kib", type=int, default=DEFAULT_PIECE_SIZE // 1024)
     p.add_argument("--peer-upload-mbps", type=float, default=8.0, help="u per peer (Mbit/s)")
     p.add_argument("--origin-mbps", type=float, default=16.0, help="u_s (Mbit/s)")
     bench_swarm.add_ring_arguments(p)

@@ -23,7 +23,7 @@ from pressrun.content.keys import (
     load_signing_key,
 )
 from pressrun.content.manifest import ManifestError, SignedManifest, sign_manifest
-from pressrun.content.publish import PublishError, publish
+from pressrun.content.publish import DEFAULT_PIECE_SIZE, PublishError, publish
 
 TAMPERED = "manifest signature does not match its content (tampered or corrupted)"
 
@@ -378,7 +378,7 @@ def test_progress_callback_reports_both_stages(tmp_path: Path, keypair: tuple[Pa
     )
     assert seen["hashing"][-1] == (3_000_000, 3_000_000)
     assert seen["torrent"][-1] == (3_000_000, 3_000_000)
-    assert len(seen["torrent"]) == 12  # one call per 256 KiB piece
+    assert len(seen["torrent"]) == -(-3_000_000 // DEFAULT_PIECE_SIZE)  # one call per piece
 
 
 def test_list_bundles_skips_broken_and_temp_folders(

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pressrun.content.codec import DEFAULT_PIECE_SIZE
+
 LARGE_FILE_BYTES = 8 << 20  # show a progress bar when hashing at least this much
 
 
@@ -63,9 +65,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     pub.add_argument(
         "--piece-size",
         type=int,
-        default=262144,
+        default=DEFAULT_PIECE_SIZE,
         metavar="BYTES",
-        help="piece size, a power of two (default 262144)",
+        help=f"piece size, a power of two (default {DEFAULT_PIECE_SIZE})",
     )
     pub.add_argument("--force", action="store_true", help="replace an existing bundle")
     pub.add_argument(

@@ -39,6 +39,12 @@ FORMAT = 1
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 CREATED_AT_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 MAX_TITLE_CHARS = 1000
+#: the publisher's piece size: 128 KiB. A piece is passed on only once whole (its hash
+#: checked), so each hop of the swarm holds it for a piece's time at the uploader's
+#: rate, and a crowd's first pieces from one capped origin arrive together after
+#: (peers x piece) / origin rate; halving the piece halves both. Measured on the
+#: loopback swarm (docs/publishing.md, docs/chord.md "Benches")
+DEFAULT_PIECE_SIZE = 131072
 
 _FIELDS = (
     "format",

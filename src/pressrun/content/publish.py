@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 
 from pressrun import __version__
 from pressrun.content.codec import (
+    DEFAULT_PIECE_SIZE,
     ENCRYPTION_SCHEME,
     FORMAT,
     MAX_TITLE_CHARS,
@@ -73,7 +74,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PIECE_SIZE = 262144  # FIELD-NOTES: 256 KiB beat 64 KiB and 1 MiB for 20 MB
 MIN_PIECE_SIZE = 16384  # one BitTorrent block
 MAX_PIECE_SIZE = 64 << 20
 COPY_CHUNK_BYTES = 1 << 20

@@ -24,7 +24,7 @@ from typing import Any
 from pressrun.content.bundle import read_manifest
 from pressrun.content.codec import Manifest
 from pressrun.content.keys import generate_keypair
-from pressrun.content.publish import SubscriberDirectory, publish
+from pressrun.content.publish import DEFAULT_PIECE_SIZE, SubscriberDirectory, publish
 from pressrun.origin.aio import RunningOrigin, start_origin
 from pressrun.origin.config import OriginConfig
 from pressrun.peer.aio import SwarmPeer, SwarmResult
@@ -153,7 +153,7 @@ async def loopback_swarm(
     *,
     size_bytes: int,
     origin_cap_mbps: Sequence[float | None] = (16.0,),
-    piece_size: int = 262144,
+    piece_size: int = DEFAULT_PIECE_SIZE,
     issue_id: str = "swarm-issue",
     tracker_interval_s: int = 5,
     seed: int = 47,

@@ -5,7 +5,8 @@ connections per IP (every loopback peer is 127.0.0.1); TCP only; web-seed reques
 at most 256 KiB (the 16 MiB default makes the first request reserve most of the file
 for a slow origin); a low ``min_announce_interval``; every address in libtorrent's
 global peer class so the profile's rate limits apply on loopback and LAN as well;
-libtorrent's eight unchoke slots, set explicitly (docs/swarm.md).
+libtorrent's eight unchoke slots, set explicitly; the rate limits' quota handed out
+every 100 ms (docs/swarm.md).
 
 Alerts come through ``session.set_alert_fd`` on a pipe watched with
 ``loop.add_reader`` (never ``set_alert_notify`` with a Python callback: it deadlocks
@@ -76,6 +77,13 @@ def session_settings(
         # N = 40: 1.57x against 1.47x); `chord` gained at N = 40 (1.63x against 1.98x)
         # and lost at N = 20 (1.83x against 1.42x). docs/swarm.md, docs/chord.md
         "unchoke_slots_limit": 8,
+        # the rate limits' quota handed out every 100 ms, not libtorrent's 500 ms (its
+        # reference: "around 100 means higher resolution bandwidth quota
+        # distribution"): with 500 ms a connection that missed a tick waited half a
+        # second with requests queued (bench/swarm_trace.py at N = 40: peers' upload
+        # idle with requests queued 1.3 to 2.1 s of T in the middle, 1.0 s with 100;
+        # docs/swarm.md, docs/chord.md "Benches")
+        "tick_interval": 100,
         "aio_threads": 2,
         "hashing_threads": 1,
         "alert_mask": int(_ALERT_MASK),
