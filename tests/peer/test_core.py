@@ -3,6 +3,8 @@ uploader-policy registry. Hypothesis for the exit rule's invariants."""
 
 from __future__ import annotations
 
+import random
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -10,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pressrun.peer.config import PeerConfig, desktop_profile, mobile_profile, profile_config
-from pressrun.peer.core import LocalProtocolError, PeerCore, fair_to_leave, not_needed
+from pressrun.peer.core import (
+    LocalProtocolError,
+    PeerCore,
+    fair_to_leave,
+    not_needed,
+    not_needed_share,
+)
 from pressrun.peer.events import (
     AskSwarmCounts,
     DropWebSeeds,
@@ -56,8 +64,10 @@ def of(effects: list[Effect], kind: type) -> list[Effect]:
     return [e for e in effects if isinstance(e, kind)]
 
 
-def seeding_core(config: PeerConfig, *, down: int = 100 * MB, up: int = 0) -> PeerCore:
-    core = PeerCore(config, now=0.0)
+def seeding_core(
+    config: PeerConfig, *, down: int = 100 * MB, up: int = 0, rng: random.Random | None = None
+) -> PeerCore:
+    core = PeerCore(config, now=0.0, rng=rng)
     core.handle_progress(progress(done=100 * MB, down=down, up=up, pieces=100), now=1.0)
     core.handle_download_finished(now=1.0)
     core.handle_verified(now=2.0)
@@ -83,6 +93,29 @@ def test_not_needed_matches_the_trackers_needs_seeds() -> None:
             needs = leechers > 0 and seeds <= leechers
             assert not_needed(SwarmCounts(seeds, leechers), 1.0) is (not needs)
     assert not not_needed(SwarmCounts(10, 0), 0.0)  # 0 disables the rule
+
+
+def test_seeds_on_the_same_counts_do_not_all_leave() -> None:
+    # 15 seeds, 5 leechers, 2 seeds a leecher: the rule can spare 5 of the 15
+    counts = SwarmCounts(seeds=15, leechers=5)
+    assert not_needed_share(counts, 2.0) == pytest.approx(5 / 15)
+    assert not_needed_share(SwarmCounts(seeds=3, leechers=0), 2.0) == 1.0
+    assert not_needed_share(SwarmCounts(seeds=10, leechers=5), 2.0) == 0.0
+    rng = random.Random(4)
+    left = []
+    for _ in range(200):
+        cores = [
+            seeding_core(desktop_profile(), down=100 * MB, rng=random.Random(rng.random()))
+            for _ in range(15)
+        ]
+        left.append(sum(bool(of(c.handle_swarm_counts(counts, now=3.5), Leave)) for c in cores))
+    assert statistics.mean(left) == pytest.approx(5, abs=0.5)
+    # a seed that stayed draws again on the next counts
+    core = seeding_core(desktop_profile(), down=100 * MB, rng=random.Random(1))
+    t = 3.5
+    while not of(core.handle_swarm_counts(counts, now=t), Leave):
+        t += 1.0
+    assert core.left is not None and core.left.rule is LeaveRule.NOT_NEEDED
 
 
 def test_rules_in_order_and_the_max_seed_time() -> None:
@@ -137,6 +170,7 @@ def test_mobile_profiles() -> None:
     seeding_for=st.floats(0.0, 10_000.0),
     max_seed=st.one_of(st.none(), st.floats(0.0, 10_000.0)),
     metered=st.booleans(),
+    draw=st.floats(0.0, 1.0, exclude_max=True),
 )
 def test_every_departure_names_a_rule_that_holds(
     up: int,
@@ -148,15 +182,24 @@ def test_every_departure_names_a_rule_that_holds(
     seeding_for: float,
     max_seed: float | None,
     metered: bool,
+    draw: float,
 ) -> None:
     cfg = desktop_profile(share_ratio=ratio, max_seed_time_s=max_seed, metered=metered)
     counts = SwarmCounts(seeds, leechers) if have_counts else None
     rule = fair_to_leave(
-        cfg, uploaded_bytes=up, downloaded_bytes=down, counts=counts, seeding_for_s=seeding_for
+        cfg,
+        uploaded_bytes=up,
+        downloaded_bytes=down,
+        counts=counts,
+        seeding_for_s=seeding_for,
+        draw=draw,
     )
     ratio_holds = up >= ratio * down
     per_leecher = cfg.not_needed_seeds_per_leecher
-    nobody = counts is not None and (leechers == 0 or seeds - 1 >= per_leecher * leechers)
+    not_needed_now = counts is not None and (leechers == 0 or seeds - 1 >= per_leecher * leechers)
+    # the share is positive exactly where the rule holds; this peer is among the spared
+    assert (counts is not None and not_needed_share(counts, per_leecher) > 0) is not_needed_now
+    nobody = counts is not None and draw < not_needed_share(counts, per_leecher)
     timed_out = max_seed is not None and seeding_for >= max_seed
     if rule is LeaveRule.RATIO:
         assert ratio_holds

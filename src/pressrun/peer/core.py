@@ -15,6 +15,12 @@ Policy (docs/swarm.md):
   leaves as soon as its copy is verified (`LeaveRule.METERED`, unless the ratio already
   holds). `fair_to_leave` is the rule; the rules are tried in that order, so the
   reported rule is the most honourable one that holds.
+- **Not all at once**: every seed reads the same counts, so on one set of counts only
+  the seeds the rule can spare may go: each leaves by ``not_needed`` with probability
+  (spare seeds) / seeds (`not_needed_share`), drawn once per set of counts. Before,
+  every seed left on the same counts: the swarm lost its seeds together and the
+  tracker, seeing too few seeds left, refused the last ones' claim
+  (``claim_refused``, tests/peer/test_swarm.py, 20 peers).
 - **The last holder stays**: the fair rules say a peer *may* leave, not that it must.
   A seed that is the only holder, among its connected peers, of a piece some connected
   peer still downloads (`Progress.sole_pieces`), with no other seed in the swarm (the
@@ -48,6 +54,7 @@ guards, resume saves, the seeding bound) all go through `next_deadline()` /
 from __future__ import annotations
 
 import math
+import random
 
 from pressrun.peer.config import PeerConfig
 from pressrun.peer.events import (
@@ -91,6 +98,18 @@ def not_needed(counts: SwarmCounts, seeds_per_leecher: float) -> bool:
     return counts.seeds - 1 >= seeds_per_leecher * counts.leechers
 
 
+def not_needed_share(counts: SwarmCounts, seeds_per_leecher: float) -> float:
+    """The share of the seeds that may leave on these counts: the seeds the rule can
+    spare (as many as leave ``seeds_per_leecher`` per leecher behind) over the seeds; 1
+    with no leechers, 0 where `not_needed` is false (module docstring)."""
+    if not not_needed(counts, seeds_per_leecher):
+        return 0.0
+    if counts.leechers <= 0:
+        return 1.0
+    spare = math.floor(counts.seeds - seeds_per_leecher * counts.leechers)
+    return min(1.0, spare / counts.seeds)
+
+
 def fair_to_leave(
     config: PeerConfig,
     *,
@@ -98,19 +117,21 @@ def fair_to_leave(
     downloaded_bytes: int,
     counts: SwarmCounts | None,
     seeding_for_s: float,
+    draw: float = 0.0,
 ) -> LeaveRule | None:
     """The rule that lets a finished peer leave now, or None if it must keep seeding.
 
-    Tried in order: ratio (004's fairness), not needed (the tracker's fresh counts),
-    the maximum seeding time, and for a peer that never seeds, metered. A peer told
-    to seed until stopped never leaves by a rule.
+    Tried in order: ratio (004's fairness), not needed (the tracker's fresh counts,
+    when ``draw``, uniform in [0, 1) once per set of counts, is under
+    `not_needed_share`), the maximum seeding time, and for a peer that never seeds,
+    metered. A peer told to seed until stopped never leaves by a rule.
     """
     if config.seed_until_stopped and config.seeds:
         return None
     basis = max(downloaded_bytes, config.ratio_basis_bytes)
     if uploaded_bytes >= config.share_ratio * basis:
         return LeaveRule.RATIO
-    if counts is not None and not_needed(counts, config.not_needed_seeds_per_leecher):
+    if counts is not None and draw < not_needed_share(counts, config.not_needed_seeds_per_leecher):
         return LeaveRule.NOT_NEEDED
     if config.max_seed_time_s is not None and seeding_for_s >= config.max_seed_time_s:
         return LeaveRule.MAX_SEED_TIME
@@ -122,11 +143,21 @@ def fair_to_leave(
 class PeerCore:
     """One peer's fairness, stall and web-seed decisions for one issue."""
 
-    def __init__(self, config: PeerConfig, *, now: float, fetches_owed: bool = False) -> None:
+    def __init__(
+        self,
+        config: PeerConfig,
+        *,
+        now: float,
+        fetches_owed: bool = False,
+        rng: random.Random | None = None,
+    ) -> None:
         """``fetches_owed``: the adapter fetches the pieces this peer owes itself
         (`UploaderPolicy.fetches_owed_pieces`); the peer starts without the web
-        seeds, and owing pieces keeps it from being starved instead of calling them."""
+        seeds, and owing pieces keeps it from being starved instead of calling them.
+        ``rng``: the draw of each set of counts (module docstring, "Not all at once")."""
         self.config = config
+        self._rng = rng or random.Random()
+        self._draw = 0.0
         self.fetches_owed = fetches_owed
         self.phase = PeerPhase.DOWNLOADING
         self.progress: Progress | None = None
@@ -197,6 +228,7 @@ class PeerCore:
             return []
         self.counts = counts
         self._counts_at = now
+        self._draw = self._rng.random()
         return self._check_leave(now)
 
     def handle_web_seed_failed(self, *, now: float) -> list[Effect]:
@@ -341,6 +373,7 @@ class PeerCore:
             downloaded_bytes=self.progress.downloaded_bytes,
             counts=fresh,
             seeding_for_s=now - self.seeding_since,
+            draw=self._draw,
         )
         if rule is not None and rule.fair and self._last_holder(fresh):
             # the last holder of a piece others still need: may leave, not yet (the
