@@ -4,8 +4,9 @@ One run of `bench/swarm.py`'s swarm (same sizes and defaults) with every peer tr
 when each piece arrived and from where (the owed-piece feed from the origins, a web
 seed, another peer), each feed fetch's start and end, each question to the ring and its
 answer (bring in, an uploader, wait), and the web-seed drops and restores with the
-peer's counts at that moment. It prints what docs/chord.md ("Where the time and the
-copies went") reports: fetches from the origins and their duplicates, by cause; how
+peer's counts at that moment. It prints what docs/chord.md ("Benches") reports: the
+last copy's time decomposed against the fluid bound (ramp, middle, tail; who idled and
+why: `decompose`); fetches from the origins and their duplicates, by cause; how
 long the first ring answer took; distinct pieces in the swarm and pieces delivered over
 time; the completion times.
 
@@ -15,6 +16,9 @@ turns on libtorrent's block alerts to learn each piece's source. The figures of 
 come from `bench/swarm.py` itself (no wrapping).
 
     .venv/bin/python bench/swarm_trace.py --policy chord --n 40 [--json-out FILE]
+    .venv/bin/python bench/swarm_trace.py --n 40 --replay FILE   # summarise it again
+    # main's (or any) code under the same trace: its src first on the path
+    PYTHONPATH=OTHER/src .venv/bin/python bench/swarm_trace.py --policy stripes --n 40
 """
 
 from __future__ import annotations
@@ -460,7 +464,7 @@ def _at(times: list[float], marks: tuple[int, ...]) -> str:
 
 
 def summarise(events: list[dict[str, Any]]) -> None:
-    """Print the figures of docs/chord.md's "Where the time and the copies went"."""
+    """Print the figures of docs/chord.md's "Benches"."""
     listen = {e["peer"]: e for e in events if e["k"] == "listen"}
     origins = {e["origin"].rsplit(":", 1)[-1] for e in events if e["k"] == "feed_start"}
     fed_by: dict[str, set[int]] = collections.defaultdict(set)  # peer -> pieces fed
