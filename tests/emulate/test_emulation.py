@@ -105,6 +105,12 @@ def test_small_emulation_delivers_every_file_verified(tmp_path: Path, engine_hos
             assert c["ring"]["requests"] >= 1, c
     by_policy = run["ring_by_policy"]
     assert sum(e["clients"] for e in by_policy.values()) >= len(swarm_clients), by_policy
+    # the host's CPU was sampled all along, and what the engine's containers took of it
+    cpu = run["cpu"]
+    assert len(cpu["series"]) >= 2 and cpu["cores"] >= 1, cpu
+    assert 0 < cpu["busy_cores"] <= cpu["cores"] + 0.1, cpu
+    if Path("/sys/fs/cgroup/cpuacct/pressrun-emulate").is_dir():  # cgroup v1, our engine
+        assert 0 < cpu["containers_cores"] <= cpu["busy_cores"] + 0.1, cpu
     # every origin was polled during the run and together they sent at least one copy
     assert set(run["origin_egress_bytes"]) == {"origin-a", "origin-b", "origin-c"}
     assert run["origin_egress_total_bytes"] >= summary["issue"]["size_bytes"]

@@ -79,6 +79,16 @@ class Engine:
     #: our engine's socket folder (None for a ``DOCKER_HOST`` engine)
     run_dir: Path | None = None
 
+    @property
+    def cgroup(self) -> Path | None:
+        """Where the CPU use of this engine's containers is counted (cgroup v1
+        ``cpuacct``): ours, under `ENGINE_CGROUP`; None for a ``DOCKER_HOST`` engine
+        (its containers' cgroups are its own business) or where there is none."""
+        if self.host.removeprefix("unix://").startswith(str(RUN_ROOT)):
+            path = Path("/sys/fs/cgroup/cpuacct") / ENGINE_CGROUP
+            return path if path.is_dir() else None
+        return None
+
     def run(
         self,
         args: Sequence[str],

@@ -94,6 +94,26 @@ def ring_by_policy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def cpu_summary(series: Sequence[tuple[float, float, float, float | None]]) -> dict[str, Any]:
+    """The host's CPU over the run, in cores: how many it has, how many were busy on
+    average, how many the emulation's containers took (None: not counted), and the
+    samples (``[t, busy_s, all_s, containers_s]``, cumulative seconds)."""
+    out: dict[str, Any] = {"cores": None, "busy_cores": None, "containers_cores": None}
+    if len(series) >= 2:
+        (t0, busy0, all0, c0), (t1, busy1, all1, c1) = series[0], series[-1]
+        dt = t1 - t0
+        if dt > 0:
+            out["cores"] = round((all1 - all0) / dt, 1)
+            out["busy_cores"] = round((busy1 - busy0) / dt, 2)
+            if c0 is not None and c1 is not None:
+                out["containers_cores"] = round((c1 - c0) / dt, 2)
+    out["series"] = [
+        [round(t, 1), round(b, 2), round(a, 2), None if c is None else round(c, 2)]
+        for t, b, a, c in series
+    ]
+    return out
+
+
 def _download_s(doc: dict[str, Any]) -> float | None:
     """Seconds to the verified file: the client's own figure, else its time without
     the seeding."""
@@ -180,6 +200,7 @@ def summarize(
             "sender_series": r.sender,
             "wall_s": round(r.wall_s, 1),
             "prepared_s": None if r.prepared_s is None else round(r.prepared_s, 1),
+            "cpu": cpu_summary(r.cpu),
             "faults": r.faults,
             "trackers": r.trackers,
             "trackers_agree": trackers_agree(r.trackers),
@@ -392,6 +413,14 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
                 + ("the same swarm" if agree["swarm"] else "different swarms")
                 + " and "
                 + ("the same ring of supernodes" if agree["ring"] else "different rings")
+            )
+        cpu = v.get("cpu") or {}
+        if cpu.get("busy_cores") is not None:
+            took = cpu.get("containers_cores")
+            console.print(
+                f"{name}: the host's CPU during the run: {cpu['busy_cores']:g} of "
+                f"{cpu['cores']:g} cores busy on average"
+                + (f", the emulation's containers {took:g}" if took is not None else "")
             )
         if v.get("ring_by_policy"):
             console.print(f"{name}: the swarm clients' uploader policy: " + policies_line(v))

@@ -37,6 +37,7 @@ from pressrun.emulate.engine import DockerCommandError, Engine
 from pressrun.emulate.held import go_path, ready_path, started_path
 from pressrun.emulate.probes import (
     SAMPLE_INTERVAL_S,
+    sample_cpu,
     sample_egress,
     supernode_states,
     tracker_views,
@@ -166,6 +167,8 @@ class VariantResult:
     #: seconds from the services up to the sender's issue prepared (encoded for its
     #: carousel at publish time; None without a sender)
     prepared_s: float | None = None
+    #: the host's CPU during the run: [(t, busy_s, all_s, containers_s)] (`sample_cpu`)
+    cpu: list[tuple[float, float, float, float | None]] = field(default_factory=list)
 
 
 def _info_hash(content_dir: Path, issue_id: str) -> str:
@@ -223,6 +226,7 @@ async def run_variant(
     result = VariantResult(variant, outcomes, egress)
     loop = asyncio.get_running_loop()
     sampler: asyncio.Task[None] | None = None
+    cpu_sampler: asyncio.Task[None] | None = None
     clients_ready: asyncio.Task[None] | None = None
     try:
         report(f"[{variant}] starting the services on {subnet} (docker-compose up)")
@@ -310,6 +314,7 @@ async def run_variant(
                 addresses, egress, t0, sender_url, result.sender, balancer_url, result.directives
             )
         )
+        cpu_sampler = asyncio.create_task(sample_cpu(result.cpu, t0, engine.cgroup))
         report(
             f"[{variant}] {len(plans)} clients over "
             f"{plans[-1].at_s:.0f} s; faults: "
@@ -355,7 +360,7 @@ async def run_variant(
         await asyncio.sleep(SAMPLE_INTERVAL_S * 1.5)  # one last egress sample
         return result
     finally:
-        for task in (sampler, clients_ready):
+        for task in (sampler, cpu_sampler, clients_ready):
             if task is not None and not task.done():
                 task.cancel()
             if task is not None:
