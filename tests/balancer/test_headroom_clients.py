@@ -158,3 +158,19 @@ def test_a_slow_client_of_an_issue_without_a_stated_need_is_never_refused_for_it
     alg.refused_at = 0.9
     hint = ClientHint(0, 65_000, 0.4 * MB, 0.0)
     assert [n for n, _ in alg.rank_for("j", hint, now=1.0)] == ["a"]
+
+
+def test_a_client_that_cannot_finish_at_the_share_it_would_get_waits_while_others_are_refused() -> (
+    None
+):
+    # 20 MB/s with 10 transfers: one more would get 0.95 x 20 / 11 = 1.73 MB/s. A new
+    # client (120 MB in 120 s) can finish at that; one that has waited 100 s cannot
+    # (120 MB in 20 s), and while others are refused for want of room it is too.
+    alg = _headroom("a")
+    _measured(alg, "a", 20 * MB, 10)
+    late = ClientHint(0, SIZE, 100 * MB, 100.0)
+    assert [n for n, _ in alg.rank_for("i", late, now=1.0)] == ["a"]  # no one refused
+    alg.refused_at = 0.5
+    assert alg.rank_for("i", late, now=1.0) == []
+    assert [n for n, _ in alg.rank_for("i", ClientHint(0, SIZE, 100 * MB, 0.0), now=1.0)] == ["a"]
+    assert [n for n, _ in alg.rank_for("i", late, now=4.6)] == ["a"]  # 4 s since

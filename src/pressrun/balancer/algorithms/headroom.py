@@ -22,13 +22,18 @@ rate, out = bytes/s it sends, cpu and ram in use, 0..1)::
                                             when that is set, else out for paced streams)
     level     = max_i m_i  if that is < (1 - slack) * max_{paced i} need(i), else inf
                 (the max-min level a starved stream gets there)
-    short     = out < (1 - slack) * committed       (it does not deliver what they
-                and max_i m_i < (1 - slack) * max_i need(i)     need, and holds them back:
-                                                     the fastest gets less than the
-                                                     largest need; small or slow-client
-                                                     transfers send little, each fast)
-                or the link is full (`OriginModel.link_full`: only downloads there,
-                their number changed by 10 % since a status and out within slack)
+    take_i    = need(i) - slow_i / n_i    (what they would take from an origin not
+                                          holding them back: slow_i, the bytes/s their
+                                          clients' links, told by ``rate=``, are below
+                                          their need: `Relief.slow`)
+    short     = out < (1 - slack) * (committed - sum_i slow_i)    (it does not deliver
+                and max_i m_i < max_i h_i * take_i               what they take, and
+                                     holds them back: the fastest gets less than the
+                                     largest; h_i = 1 - slack where need(i) is stated,
+                                     `UNSTATED_HELD_BACK` (0.5) where it is the default)
+                or the link is full (`OriginModel.link_full`: `out` within slack while
+                the transfers' number changed by 10 % since a status, and with
+                streams there, their needs by 2 x slack of `out`)
     learned   = out                          if short (what it really delivers: C)
                 max(learned, out), and x (1 + probe_growth) up to the told capacity
                 while it runs healthy near the learned limit and below 0.99 x it
@@ -108,26 +113,17 @@ costs are not measured yet (no status with transfers) is ranked by its told room
 most `probe_transfers` (minus those it has) per status until one shows its costs.
 The probe counts the picks since the last status, not all those still on their way:
 it is a rate, `probe_transfers` per status, until the statuses show what the origin
-carries. (Counting every pick on its way, the security soak test's origins, whose
-65 kB transfers end within an interval so that no status ever shows their costs, and
-whose clients connect 2-3 s after their directive on the loaded machine, held 10 picks
-on their way and refused every other client "full": 248 of 294 verified.)
+carries (counting every pick on its way, the security soak test's origins refused
+every other client "full": docs/balancer.md, "Egress caps in the loopback demo").
 
 "Most room wins" puts a burst on the biggest origin while it has room, and a failure of
 that origin then drops it all at once onto origins with no room for it (issue 10,
 gen-7-033: 463 of a burst of 483 downloads on the 1.25 GB/s origin, which failed 32 s
 later: 236 served against alg2's 301). Spreading instead was measured worse, each for a
-reason that holds beyond the scenario (docs/tournament.md, "Spreading, measured"):
-
-- ranking by the share of room still free (every origin fills at the same pace): the
-  paper's machine C (12.5 MB/s, told 125 MB/s) takes a third of the waves and the
-  burst before a status shows it short, and the paper's clients, which do not fail
-  over, lose 130 and 135 of 1500; for downloads only, 50 of seed 2026's 200 scenarios
-  fall below alg2 (a download on a small link gets a small share of it and finishes
-  near its deadline; on the biggest link it gets its whole access rate and finishes
-  early, whatever else happens);
-- ranking after every origin a pick would mix streams and downloads on (a download
-  beside streams costs their bitrate, above): 3 of seed 2026's scenarios below alg2.
+reason that holds beyond the scenario (docs/tournament.md, "Spreading, measured": by
+the share of room still free, the paper's machine C takes a third of a burst before a
+status shows it short, and a download on a small link finishes near its deadline
+where on the biggest it gets its whole access rate and finishes early).
 
 Downloads beside streams: the rule above holds where the streams need at least
 `level_share` (0.5) of what the downloads there need (each at its issue's need). Where
@@ -156,7 +152,7 @@ Defaults: slack 0.02 (a download that gets less than its need on average misses 
 deadline: 2 % absorbs a rate sampled over a poll interval, 5 % let a misconfigured
 origin take 5 % too many before it was seen), u_bw 0.95, cpu_target 0.95, ram_target
 0.9, probe_transfers 10, cache_bonus_slots 2, cost EWMA weight 0.3, probe_growth 0.1,
-pick_timeout_s 5, overload_memory_s 30, level_share 0.5.
+pick_timeout_s 5, overload_memory_s 30, level_share 0.5, doomed_window_s 4.
 
 Why per issue and per byte: a single rate per origin (the highest bitrate seen) makes
 an origin streaming low-bitrate issues look under-served; it then learns a capacity far
@@ -177,6 +173,7 @@ from pressrun.balancer.algorithms.base import Params, ScoredAlgorithm, register_
 from pressrun.balancer.algorithms.headroom_clients import (
     SLOWER_THAN_ORIGINS,
     client_need,
+    finishes_in_time,
     relief_total,
 )
 from pressrun.balancer.algorithms.headroom_model import SATURATED, OriginModel
@@ -216,6 +213,7 @@ class Headroom(ScoredAlgorithm):
         self.pick_timeout = self.param("pick_timeout_s", 5.0)
         self.overload_memory = self.param("overload_memory_s", 30.0)
         self.level_share = self.param("level_share", 0.5)
+        self.doomed_window = self.param("doomed_window_s", 4.0)
         #: when a client was last refused for want of room (none eligible)
         self.refused_at = -math.inf
         self.models: dict[str, OriginModel] = {}
@@ -538,16 +536,8 @@ class Headroom(ScoredAlgorithm):
         rate = None if client is None else client.rate_bytes_per_s
         if self.is_paced(issue_id) or (need is None and rate is None):
             return self.rank(issue_id, exclude=exclude, k=k, now=now)
-        # Its own link cannot carry what it needs in the time it has left (and the
-        # origins give their transfers over twice its rate: the link, not the
-        # origins, holds it back): no origin can serve it well. While others are
-        # refused for want of room, the room goes to those it can serve well (issue
-        # 10, gen-7-036: 80 such clients took 20 of the 75 GB sent); otherwise it is
-        # served. Only for an issue whose need is stated (`set_issue_need`: its size
-        # over a deadline): the default need is what a transfer should get, not a
-        # deadline a slower client cannot meet (the security soak test's clients read
-        # 65 kB at 0.4 MB/s in one busy process; the egress demo's 1 MB/s links
-        # measure a little under the 1 MB/s need).
+        # Refused on its link's rate while others are refused for want of room, for
+        # an issue with a deadline (`headroom_clients`, "a client whose link cannot").
         slow = (
             rate is not None
             and issue_id in self.issue_needs
@@ -568,7 +558,20 @@ class Headroom(ScoredAlgorithm):
             return []
         if not found:
             self.refused_at = now
+            return []
         found.sort()
+        if (
+            client is not None
+            and client.size_bytes
+            and issue_id in self.issue_needs
+            and now - self.refused_at < self.doomed_window
+        ):
+            # Refusing already: one that cannot finish in time at the rate it would
+            # get is refused too (`headroom_clients`, "a client that cannot finish").
+            top = found[0][2]
+            got = min(self.share(top, self.statuses[top]), rate or math.inf)
+            if not finishes_in_time(client, self.need(issue_id), got):
+                return []
         return [(name, -score) for _, score, name in found[:k]]
 
     def rank(

@@ -22,7 +22,24 @@ it. `Headroom.rank_for` and `Headroom.handle_pick_for` use it, for downloads onl
   refused while another client was refused for want of room in the last
   `overload_memory_s`: the room goes to those it can serve well (gen-7-036: 80 such
   clients took 20 of the 75 GB sent). Counting it at its link's rate instead admitted
-  more of them (measured worse: docs/tournament.md).
+  more of them (measured worse: docs/tournament.md). Only for an issue whose need is
+  stated (`set_issue_need`: its size over a deadline): the default need is what a
+  transfer should get, not a deadline a slower client cannot meet (the security soak
+  test's clients read 65 kB at 0.4 MB/s in one busy process, the egress demo's 1 MB/s
+  links measure a little under the 1 MB/s need: `pressrun get` sends ``rate=`` and
+  neither is refused on it);
+- a client that cannot finish by its deadline at the rate it would get on the origin
+  it would go to (`finishes_in_time`: that origin's room shared evenly among its
+  transfers, the picks on their way and it, at most its link) is refused while another
+  was refused for want of room in the last `doomed_window_s` (4 s), for an issue whose
+  need is stated: when the survivors of a failure cannot carry everyone, the bytes go
+  to clients that can still finish (gen-13-039: 656 -> 684 served; gen-7-036 251 ->
+  258). Deferring bigger downloads while smaller ones were refused (SRPT-like) was
+  measured worse (gen-7-033: 317 -> 280; docs/tournament.md);
+- a started transfer whose client's link is slower than its need (``rate``) is
+  remembered (`Relief.slow`) until its bytes have come: the shortfall it explains is
+  the client's, and teaches nothing of the origin's link (gen-17-099: a 5 GB/s origin
+  learned at 440 MB/s, then 80, from its 10-50 Mbit/s clients; 674 -> 732 served).
 
 Lying buys nothing beyond what an honest client could get: a claimed ``have`` is
 counted as an honest client holding that much (and never below a tenth of the need), a
@@ -65,6 +82,14 @@ def client_need(need: float, client: ClientHint | None) -> float | None:
     counted = need if time_left <= 0 else min(need, lack / time_left)
     counted = max(counted, MIN_NEED_SHARE * need)
     return counted if counted < need else None
+
+
+def finishes_in_time(client: ClientHint, need: float, rate: float) -> bool:
+    """Whether the client gets what it lacks before its deadline (its issue's target
+    time, size / `need`, less the time it has been at it) at `rate` bytes/s."""
+    size = client.size_bytes or 0
+    lack = max(size - client.have_bytes, 0)
+    return lack <= rate * (size / need - (client.elapsed_s or 0.0))
 
 
 def relief_total(
