@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from pressrun.chord.aio import Supernode
+from pressrun.chord.aio import Supernode, bringing_per_peer
 from pressrun.chord.codec import id_hex, node_json, request_json
 from pressrun.chord.config import ChordConfig
 from pressrun.chord.events import GetState, Request
@@ -284,3 +284,10 @@ async def test_an_origin_runs_supernodes_and_a_mobile_seed_never_does(tmp_path: 
 
     argv = ["get", "x", "--balancer", "http://127.0.0.1:9", "--library", str(tmp_path / "l")]
     assert main([*argv, "--profile", "mobile", "--supernode", "127.0.0.1"]) == 2
+
+
+def test_a_bringer_brings_768_kib_worth_at_a_time() -> None:
+    # three pieces of 256 KiB, six of 128 KiB; three when the size is unknown
+    mib20 = 20 * 1024 * 1024
+    assert bringing_per_peer(80, mib20) == 3 and bringing_per_peer(160, mib20) == 6
+    assert bringing_per_peer(80, 0) == 3 and bringing_per_peer(2, mib20) == 1

@@ -88,6 +88,20 @@ class SupernodeStats:
     nodes_failed: list[str] = field(default_factory=list)
 
 
+#: what a bringer brings in at a time: three pieces of 256 KiB, the piece size the
+#: supernodes' caps were measured with (with 128 KiB pieces and three at a time the
+#: origins idled: 2.48x the bound, docs/chord.md "Benches")
+BRINGING_BYTES = 3 * 256 * 1024
+
+
+def bringing_per_peer(num_pieces: int, file_bytes: int) -> int:
+    """Pieces a bringer brings in at a time: `BRINGING_BYTES` worth (3 when the piece
+    size is unknown)."""
+    if num_pieces < 1 or file_bytes < 1:
+        return 3
+    return max(1, BRINGING_BYTES * num_pieces // file_bytes)
+
+
 class Supernode:
     """One supernode of one issue (module docstring)."""
 
@@ -104,7 +118,7 @@ class Supernode:
         owner_cache_s: float = 5.0,
         bring_in_s: float = 30.0,
         max_bringers: int | None = 2,
-        max_bringing_per_peer: int = 3,
+        max_bringing_per_peer: int | None = None,
         fair_bringing: bool = True,
         first_receivers: int | None = 2,
         order_askers: bool = True,
@@ -127,7 +141,8 @@ class Supernode:
         # egress is shared by everyone: its last one arrives about F / u_s after the
         # start (10.5 s for 20 MiB at 16 Mbit/s). 10 s handed pieces out twice.
         # max_bringers, max_bringing_per_peer: a few peers at a time fetch this
-        # supernode's pieces from the origins, each a few back to back (PieceDirectory)
+        # supernode's pieces from the origins, each a few back to back (PieceDirectory;
+        # None: `BRINGING_BYTES` worth of pieces)
         # first_receivers: a piece with one source goes to this many askers first, the
         # others wait for a second holder (a tree, not a star; None: no naming)
         # order_askers: critical askers first, those that leave when done last, the
@@ -138,7 +153,11 @@ class Supernode:
             rng=random.Random(self.rng.getrandbits(64)),
             bring_in_s=bring_in_s,
             max_bringers=max_bringers,
-            max_bringing_per_peer=max_bringing_per_peer,
+            max_bringing_per_peer=(
+                max_bringing_per_peer
+                if max_bringing_per_peer is not None
+                else bringing_per_peer(num_pieces, file_bytes)
+            ),
             fair_bringing=fair_bringing,
             first_receivers=first_receivers,
             order_askers=order_askers,
