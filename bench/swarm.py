@@ -208,22 +208,14 @@ def set_chord_peer_knobs(args: argparse.Namespace) -> None:
     ChordPolicy.sole_upload_slots = args.sole_upload_slots or None
 
 
-#: what a bringer brings in at a time (policy chord): `Supernode`'s three pieces of
-#: 256 KiB, the piece size they were measured with, in bytes (docs/chord.md "Benches":
-#: with 128 KiB pieces and three at a time the origins idled, 2.48x the bound)
-BRINGING_BYTES = 3 * 256 * 1024
-
-
-def bringing_per_peer(args: argparse.Namespace) -> int:
-    """``--bringing-per-peer``, else `BRINGING_BYTES` in pieces of ``--piece-kib``."""
-    if args.bringing_per_peer:
-        return int(args.bringing_per_peer)
-    return max(1, BRINGING_BYTES // (args.piece_kib * 1024))
+def bringing_per_peer(args: argparse.Namespace) -> int | None:
+    """``--bringing-per-peer``, else None: `Supernode`'s own, `BRINGING_BYTES` worth of
+    pieces (`pressrun.chord.aio`: three of 256 KiB, six of 128 KiB)."""
+    return int(args.bringing_per_peer) or None
 
 
 def add_ring_arguments(p: argparse.ArgumentParser) -> None:
-    """The supernodes' knobs (policy chord), to measure one; defaults: `Supernode`'s,
-    but for the pieces a bringer brings (`BRINGING_BYTES`)."""
+    """The supernodes' knobs (policy chord), to measure one; defaults: `Supernode`'s."""
     p.add_argument(
         "--max-bringers", type=int, default=2, help="policy chord: bringers per supernode (0: any)"
     )
