@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--build-only",
         action="store_true",
-        help="build the images (base from debootstrap, pressrun from the host's wheels) and stop",
+        help="build the images (base from mmdebstrap, pressrun from the host's wheels) and stop",
     )
     p.add_argument(
         "--no-twin",
