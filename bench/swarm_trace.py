@@ -571,6 +571,33 @@ def summarise(events: list[dict[str, Any]]) -> None:
     print(f"completion times (s): {sorted(round(t, 1) for t in done.values())}")
     if SIZES:
         _decomposition_report(decompose(events, **SIZES))
+    _tail_report(events)
+
+
+def _tail_report(events: list[dict[str, Any]]) -> None:
+    # the tail: at the first verified copy, how many pieces each peer still lacked;
+    # the last finisher's last pieces (when, and from which port)
+    verified = sorted((e["t"], e["peer"]) for e in events if e["k"] == "verified")
+    pieces = [e for e in events if e["k"] == "piece"]
+    if not verified or not pieces:
+        return
+    total = 1 + max(e["piece"] for e in pieces)
+    t_first = verified[0][0]
+    got: collections.Counter[str] = collections.Counter(
+        e["peer"] for e in pieces if e["t"] <= t_first
+    )
+    peers = {e["peer"] for e in pieces}
+    lacking = sorted((total - got[p] for p in peers if total - got[p] > 0), reverse=True)
+    print(
+        f"tail: at the first verified copy ({t_first:.1f} s) {len(lacking)} peers lacked "
+        f"pieces: {lacking}"
+    )
+    last = verified[-1][1]
+    mine = sorted((e["t"], e["piece"], e["port"]) for e in pieces if e["peer"] == last)
+    print(
+        f"tail: the last copy's ({last}, verified {verified[-1][0]:.1f} s) last pieces "
+        "(s, piece, from port): " + " ".join(f"{t:.1f}/{k}/{port}" for t, k, port in mine[-6:])
+    )
 
 
 def _pct(xs: list[float]) -> str:
