@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,8 +104,16 @@ def test_small_emulation_delivers_every_file_verified(tmp_path: Path, engine_hos
         assert (c["ring"] is not None) == asks_ring, c
         if asks_ring:
             assert c["ring"]["requests"] >= 1, c
+    # the report's per-policy summary counts exactly the clients that named a policy
+    # (a client that tried the swarm and finished from the origins names one too), and
+    # those of them the ring answered
     by_policy = run["ring_by_policy"]
-    assert sum(e["clients"] for e in by_policy.values()) >= len(swarm_clients), by_policy
+    used = Counter(c["uploader_policy"] for c in clients if c["uploader_policy"] is not None)
+    assert {p: e["clients"] for p, e in by_policy.items()} == dict(used), by_policy
+    ringed = Counter(c["uploader_policy"] for c in clients if c["ring"])
+    assert {p: e["with_ring"] for p, e in by_policy.items() if e["with_ring"]} == dict(ringed), (
+        by_policy
+    )
     # the host's CPU was sampled all along, and what the engine's containers took of it
     cpu = run["cpu"]
     assert len(cpu["series"]) >= 2 and cpu["cores"] >= 1, cpu
