@@ -3,7 +3,8 @@
 default algorithm serves it (docs/balancer.md, "What a client tells").
 
 A real balancer and origins on 127.0.0.1 (`pressrun.demo.testbed`), the real client,
-and an aiohttp front that keeps each directive request's query and forwards it.
+and a front (`tests/fronts.py`) that keeps each directive request's query and forwards
+it.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 
+from fronts import directive_front
 from pressrun.clients.aio import fetch_issue
 from pressrun.clients.config import DESKTOP
 from pressrun.content.keys import generate_keypair, load_public_key
@@ -31,43 +32,29 @@ async def test_pressrun_get_tells_its_rate_once_a_section_has_shown_one(tmp_path
     bed = Testbed(tmp_path / "bed", (OriginShape("origin-a"),), poll_interval_s=0.3)
     await bed.__aenter__()
     queries: list[dict[str, str]] = []
-    runner: web.AppRunner | None = None
+
+    def keep_query(request: web.Request) -> None:
+        queries.append(dict(request.query))
+
     try:
         await bed.publish(DATA, issue_id=ISSUE, key_path=secret, piece_size=PIECE)
         await bed.start_balancer()
         assert bed.balancer is not None
-        real = bed.balancer.url
 
-        async def directive(request: web.Request) -> web.Response:
-            queries.append(dict(request.query))
-            async with (
-                aiohttp.ClientSession() as http,
-                http.get(f"{real}{request.path_qs}") as resp,
-            ):
-                return web.Response(
-                    body=await resp.read(), status=resp.status, content_type="application/json"
-                )
-
-        app = web.Application()
-        app.router.add_get("/v1/issues/{issue}/directive", directive)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
         # sections of two pieces: one directive request per section
         config = replace(DESKTOP, section_bytes=2 * PIECE, concurrency=1, give_up_after_s=30.0)
-        result = await asyncio.wait_for(
-            fetch_issue(
-                ISSUE,
-                balancer_url=f"http://127.0.0.1:{runner.addresses[0][1]}",
-                library=tmp_path / "lib",
-                config=config,
-                trusted_keys={load_public_key(public)},
-            ),
-            60,
-        )
+        async with directive_front(bed.balancer.url, keep_query) as url:
+            result = await asyncio.wait_for(
+                fetch_issue(
+                    ISSUE,
+                    balancer_url=url,
+                    library=tmp_path / "lib",
+                    config=config,
+                    trusted_keys={load_public_key(public)},
+                ),
+                60,
+            )
     finally:
-        if runner is not None:
-            await runner.cleanup()
         await bed.close()
     assert result.verified and result.path.read_bytes() == DATA
     told = [q for q in queries if "size" in q]

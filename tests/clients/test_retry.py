@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
-import aiohttp
 import pytest
 from aiohttp import web
 
+from fronts import directive_front
 from pressrun.clients.aio import FetchError, FetchResult, fetch_issue
 from pressrun.clients.config import DESKTOP, ClientConfig
 from pressrun.content.keys import generate_keypair, load_public_key
@@ -225,31 +225,16 @@ async def test_retry_after_of_a_503_is_honoured(
     loop = asyncio.get_running_loop()
     asked: list[float] = []
 
-    async def directive(request: web.Request) -> web.Response:
+    def first_refused(request: web.Request) -> web.Response | None:
         asked.append(loop.time())
         if len(asked) == 1:
             return web.json_response(
                 {"error": "overloaded"}, status=503, headers={"Retry-After": "2"}
             )
-        async with (
-            aiohttp.ClientSession() as http,
-            http.get(f"{real}{request.path_qs}") as resp,
-        ):
-            return web.Response(
-                body=await resp.read(), status=resp.status, content_type="application/json"
-            )
+        return None
 
-    app = web.Application()
-    app.router.add_get("/v1/issues/{issue}/directive", directive)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    async with directive_front(real, first_refused) as url:
         result = await asyncio.wait_for(fetch(url, tmp_path / "lib", trusted, PATIENT), 60)
-    finally:
-        await runner.cleanup()
     assert_in_library(tmp_path / "lib", result)
     # the backoff alone would have waited 0.1 s: the server asked for 2
     assert asked[1] - asked[0] >= 2.0
