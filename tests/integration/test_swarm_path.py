@@ -19,7 +19,7 @@ from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.demand import DemandConfig
 from pressrun.balancer.events import OriginSpec
 from pressrun.clients.aio import FetchResult, fetch_issue
-from pressrun.clients.config import DESKTOP
+from pressrun.clients.config import DESKTOP, ClientConfig
 from pressrun.origin.aio import start_origin
 from pressrun.origin.config import OriginConfig
 from pressrun.peer.events import LeaveRule
@@ -93,29 +93,44 @@ def in_library(library: Path, swarm: LoopbackSwarm) -> bytes:
     return path.read_bytes()
 
 
+async def fetch_together(
+    swarm: LoopbackSwarm,
+    balancer_url: str,
+    tmp_path: Path,
+    *,
+    clients: int,
+    config: ClientConfig,
+    timeout_s: float,
+) -> tuple[list[FetchResult], list[Recorder]]:
+    """``clients`` clients fetch the swarm's issue at once, each into its own library
+    (tmp_path / "lib<i>"); their results and what each one's progress recorded."""
+    recorders = [Recorder() for _ in range(clients)]
+    results = await asyncio.wait_for(
+        asyncio.gather(
+            *(
+                fetch_issue(
+                    swarm.issue_id,
+                    balancer_url=balancer_url,
+                    library=tmp_path / f"lib{i}",
+                    config=config,
+                    trusted_keys={swarm.manifest.publisher_key_bytes},
+                    progress=recorders[i],
+                )
+                for i in range(clients)
+            )
+        ),
+        timeout_s,
+    )
+    return list(results), recorders
+
+
 async def test_clients_fetch_through_the_swarm_and_finish_verified(
     swarm: LoopbackSwarm, tmp_path: Path
 ) -> None:
     balancer = await swarm_balancer(swarm, swarm.tracker_url)
-    recorders = [Recorder() for _ in range(3)]
     try:
-        results: list[FetchResult] = list(
-            await asyncio.wait_for(
-                asyncio.gather(
-                    *(
-                        fetch_issue(
-                            swarm.issue_id,
-                            balancer_url=balancer.url,
-                            library=tmp_path / f"lib{i}",
-                            config=FAST,
-                            trusted_keys={swarm.manifest.publisher_key_bytes},
-                            progress=recorders[i],
-                        )
-                        for i in range(3)
-                    )
-                ),
-                40,
-            )
+        results, recorders = await fetch_together(
+            swarm, balancer.url, tmp_path, clients=3, config=FAST, timeout_s=40
         )
     finally:
         await balancer.stop()
@@ -216,25 +231,14 @@ async def test_clients_on_the_chord_ring_report_what_the_ring_answered_them(
     host = SupernodeHost(tracker_base=swarm.tracker_base, host="127.0.0.1")
     assert await host.add(swarm.manifest.info_hash, swarm.manifest.num_pieces) is not None
     balancer = await swarm_balancer(swarm, swarm.tracker_url)
-    recorders = [Recorder() for _ in range(2)]
     try:
-        results: list[FetchResult] = list(
-            await asyncio.wait_for(
-                asyncio.gather(
-                    *(
-                        fetch_issue(
-                            swarm.issue_id,
-                            balancer_url=balancer.url,
-                            library=tmp_path / f"lib{i}",
-                            config=replace(FAST, uploader_policy="chord"),
-                            trusted_keys={swarm.manifest.publisher_key_bytes},
-                            progress=recorders[i],
-                        )
-                        for i in range(2)
-                    )
-                ),
-                60,
-            )
+        results, recorders = await fetch_together(
+            swarm,
+            balancer.url,
+            tmp_path,
+            clients=2,
+            config=replace(FAST, uploader_policy="chord"),
+            timeout_s=60,
         )
     finally:
         await balancer.stop()
