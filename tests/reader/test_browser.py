@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -151,6 +152,17 @@ async def test_tampered_piece_is_refetched_from_another_origin(
     assert await phone.stored_sha256() == hashlib.sha256(stack.data).hexdigest()
 
 
+async def refused_with_nothing_stored(phone: Phone, page: Any) -> str:
+    """The app's error for the issue, once it shows one: it says nothing was saved, the
+    page shows it, and nothing of the issue is stored."""
+    await page.wait_for_function(f"() => window.pressrun.errors[{ISSUE!r}]", timeout=30_000)
+    error: str = await phone.evaluate(f"window.pressrun.errors[{ISSUE!r}]", what="the app's error")
+    assert "nothing was saved" in error
+    assert await page.locator(".notice.error").first.inner_text() == error
+    assert await nothing_stored(phone)
+    return error
+
+
 async def test_tampered_manifest_is_refused_and_nothing_stored(
     make_stack: StackFactory,
     phone_factory,  # type: ignore[no-untyped-def]
@@ -164,12 +176,8 @@ async def test_tampered_manifest_is_refused_and_nothing_stored(
     doc["manifest"]["title"] = "Something else"
     path.write_text(json.dumps(doc))
     await phone.check_for_issues()
-    await page.wait_for_function(f"() => window.pressrun.errors[{ISSUE!r}]", timeout=30_000)
-    error = await phone.evaluate(f"window.pressrun.errors[{ISSUE!r}]", what="the app's error")
+    error = await refused_with_nothing_stored(phone, page)
     assert "is rejected: its signature does not match its content" in error
-    assert "nothing was saved" in error
-    assert await page.locator(".notice.error").first.inner_text() == error
-    assert await nothing_stored(phone)
 
 
 async def test_non_subscriber_gets_a_clear_error_and_no_content(
@@ -183,12 +191,8 @@ async def test_non_subscriber_gets_a_clear_error_and_no_content(
     page = await stranger.open()
     await stack.publish([await subscriber.subscriber_key()])  # not the stranger's key
     await stranger.check_for_issues()
-    await page.wait_for_function(f"() => window.pressrun.errors[{ISSUE!r}]", timeout=30_000)
-    error = await stranger.evaluate(f"window.pressrun.errors[{ISSUE!r}]", what="the app's error")
+    error = await refused_with_nothing_stored(stranger, page)
     assert error.startswith("You are not subscribed to Sample issue"), error
-    assert "nothing was saved" in error
-    assert await page.locator(".notice.error").first.inner_text() == error
-    assert await nothing_stored(stranger)
     # not one byte of the issue was asked for: the origin served only the manifest
     doc = await stack.bed.stats("origin-a")
     manifest_bytes = (stack.bed.content_of("origin-a") / ISSUE / "manifest.json").stat().st_size
