@@ -374,7 +374,7 @@ class Testbed:
                 balancer=BalancerConfig(
                     poll_interval_s=self.poll_interval_s,
                     stale_after_s=3.5 * self.poll_interval_s,
-                    algorithm=algorithm or BalancerConfig().algorithm,
+                    algorithm=algorithm or default_algorithm(),
                 ),
                 seed=47,
                 poll_timeout_s=self.poll_timeout_s,
