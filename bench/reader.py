@@ -61,6 +61,8 @@ from pressrun.subscriptions.store import SubscriptionStore
 ISSUE = "bench-reader"
 TOKEN = "bench-reader-operator-token"
 MB = 1_000_000
+#: the piece size its figures in docs/reader.md were measured with
+PIECE_SIZE = 256 * 1024
 
 
 def pressrun_get(balancer: str, library: Path, pub: Path, key: Path) -> tuple[float, float]:
@@ -183,6 +185,7 @@ async def main(args: argparse.Namespace) -> int:
                     pdf.read_bytes(),
                     issue_id=ISSUE,
                     key_path=secret,
+                    piece_size=PIECE_SIZE,
                     encrypt_for=HttpSubscriberDirectory(subs_url, TOKEN),
                 )
                 await asyncio.sleep(1.5)  # the balancer's next poll sees the issue
@@ -212,7 +215,10 @@ async def main(args: argparse.Namespace) -> int:
     ratio = get_s / br_s
     open_ms = statistics.median(opens)
     print()
-    print(f"issue: {size / MB:.1f} MB PDF, encrypted, 256 KiB pieces; 2 origins on loopback")
+    print(
+        f"issue: {size / MB:.1f} MB PDF, encrypted, {PIECE_SIZE // 1024} KiB pieces; "
+        "2 origins on loopback"
+    )
     print(f"runs: {args.runs} each (medians); browser profile: {args.profile}")
     print(f"{'':28}{'seconds':>10}{'MB/s':>10}")
     print(f"{'pressrun get (download)':28}{get_s:>10.2f}{size / MB / get_s:>10.1f}")

@@ -331,13 +331,14 @@ class Testbed:
         issue_id: str,
         key_path: Path,
         file_name: str | None = None,
-        piece_size: int = 262144,
+        piece_size: int | None = None,
         encrypt_for: SubscriberDirectory | None = None,
     ) -> Path:
         """Publish ``data`` as ``issue_id`` into the shared folder, then copy the
         bundle into every origin with a folder of its own; returns the bundle path.
-        ``encrypt_for``: publish it encrypted for that directory's subscribers."""
-        from pressrun.content.publish import publish
+        ``encrypt_for``: publish it encrypted for that directory's subscribers;
+        ``piece_size``: the publisher's default unless given."""
+        from pressrun.content.publish import DEFAULT_PIECE_SIZE, publish
 
         source_dir = self.root / "source"
         source_dir.mkdir(exist_ok=True)
@@ -351,7 +352,7 @@ class Testbed:
             key_path=key_path,
             content_dir=self.content_dir,
             web_seeds=list(self.urls.values()),
-            piece_size=piece_size,
+            piece_size=piece_size or DEFAULT_PIECE_SIZE,
             encrypt_for=encrypt_for,
             force=encrypt_for is not None,
         )
