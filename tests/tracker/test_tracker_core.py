@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pressrun.tracker.config import TrackerConfig
-from pressrun.tracker.core import TrackerCore, accumulate, needs_seeds
+from pressrun.tracker.core import TrackerCore, accumulate
 from pressrun.tracker.events import AnnounceEvent, AnnounceRequest, LeaveRule
+from pressrun.tracker.swarm import needs_seeds
 
 IH = bytes(range(20))
 IH2 = bytes(range(1, 21))

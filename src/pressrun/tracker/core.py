@@ -12,11 +12,8 @@ Life of a record (BEP 3 events):
                            |  +---announce-----+   (a later session: totals go on)
                            +--no announce for peer_ttl_s--> left (rule ``expired``)
 
-The fair-exit rule of 004_3e4b985b4cf14853.txt (III.A): "once a node has uploaded as
-much content as it has downloaded, it can leave the network". The peer decides; its
-``stopped`` announce names the rule (``leave_rule=ratio|not_needed|max_seed_time|
-user``), and ``ratio`` and ``not_needed`` count as leaving fairly. ``needs_seeds`` is
-the tracker's half of "nobody needs me any more".
+The fair-exit rule (``ratio`` and ``not_needed``, checked by ``supported_rule``) and
+the swarm's index of seeds and leechers are in `pressrun.tracker.swarm`.
 
 Accounting (``accumulate``): announce counters are cumulative per client session and
 restart at zero when the client restarts. The tracker keeps the last counters of the
@@ -33,10 +30,7 @@ the info-hashes of published issues, and the adapter refuses any other before it
 reaches ``handle_announce``; a made-up info-hash creates nothing. A record that left
 is forgotten ``record_ttl_s`` after it left (a second lazy heap, like expiry), and an
 empty swarm with it. A ``stopped`` announce claiming a fair rule is checked against
-the swarm's own totals (``supported_rule``): a peer cannot have uploaded more than
-the other peers could have downloaded, ``ratio`` needs something downloaded and at
-least as much uploaded, ``not_needed`` needs the tracker to agree that seeds are not
-needed; a claim that fails is recorded as ``claim_refused``, which is not fair.
+the swarm's own totals (``supported_rule``).
 
 Time: ``now`` is whatever clock the adapter feeds, the same for every call. The
 aiohttp adapter uses epoch seconds because records are shared across restarts and,
@@ -49,7 +43,7 @@ import heapq
 import ipaddress
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.events import (
@@ -63,8 +57,7 @@ from pressrun.tracker.events import (
     SwarmStats,
     TrackerEvent,
 )
-
-PeerKey = tuple[bytes, AddressFamily]
+from pressrun.tracker.swarm import PeerKey, Swarm, supported_rule
 
 
 class LocalProtocolError(Exception):
@@ -162,124 +155,6 @@ def accumulate(prev: PeerRecord | None, req: AnnounceRequest, *, ip: str, now: f
         left_at=now if stopped else None,
         version=version + 1,
     )
-
-
-class _IndexedKeys:
-    """A set of peer keys that also supports O(1) random access (for sampling)."""
-
-    __slots__ = ("items", "pos")
-
-    def __init__(self) -> None:
-        self.items: list[PeerKey] = []
-        self.pos: dict[PeerKey, int] = {}
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def add(self, key: PeerKey) -> None:
-        if key not in self.pos:
-            self.pos[key] = len(self.items)
-            self.items.append(key)
-
-    def discard(self, key: PeerKey) -> None:
-        index = self.pos.pop(key, None)
-        if index is None:
-            return
-        last = self.items.pop()
-        if index < len(self.items):
-            self.items[index] = last
-            self.pos[last] = index
-
-
-@dataclass(slots=True)
-class Swarm:
-    """One torrent's records, with its active seeds and leechers indexed."""
-
-    info_hash: bytes
-    records: dict[PeerKey, PeerRecord] = field(default_factory=dict)
-    seeds: _IndexedKeys = field(default_factory=_IndexedKeys)
-    leechers: _IndexedKeys = field(default_factory=_IndexedKeys)
-
-    def put(self, record: PeerRecord) -> None:
-        """File ``record``, moving its key between seeds, leechers and neither."""
-        key = record.peer_key
-        self.records[key] = record
-        self.seeds.discard(key)
-        self.leechers.discard(key)
-        if record.active:
-            (self.seeds if record.left == 0 else self.leechers).add(key)
-
-    def drop(self, key: PeerKey) -> None:
-        """Forget a record (a shared store no longer has it)."""
-        self.records.pop(key, None)
-        self.seeds.discard(key)
-        self.leechers.discard(key)
-
-    def stats(self) -> SwarmStats:
-        """Counts and totals; bytes are summed per peer_id, the largest family's."""
-        up: dict[bytes, int] = {}
-        down: dict[bytes, int] = {}
-        by_rule = {rule.value: 0 for rule in LeaveRule}
-        completed = 0
-        for record in self.records.values():
-            up[record.peer_id] = max(up.get(record.peer_id, 0), record.uploaded_total)
-            down[record.peer_id] = max(down.get(record.peer_id, 0), record.downloaded_total)
-            completed += record.completed_count
-            if not record.active and record.leave_rule is not None:
-                by_rule[record.leave_rule.value] += 1
-        seeds, leechers = len(self.seeds), len(self.leechers)
-        return SwarmStats(
-            info_hash=self.info_hash,
-            seeds=seeds,
-            leechers=leechers,
-            completed=completed,
-            uploaded_bytes=sum(up.values()),
-            downloaded_bytes=sum(down.values()),
-            left_by_rule=by_rule,
-            left_fairly=sum(n for rule, n in by_rule.items() if LeaveRule(rule).fair),
-            needs_seeds=needs_seeds(seeds=seeds, leechers=leechers),
-        )
-
-
-def others_download_bound(swarm: Swarm, peer_id: bytes) -> int:
-    """The most the other peers of ``swarm`` can have downloaded: their reported totals
-    plus, for an active leecher, what it still has ``left`` (it may have received that
-    much since its last announce). Everything a peer uploaded was downloaded by one of
-    them, so this bounds any one peer's credible upload."""
-    total = 0
-    for record in swarm.records.values():
-        if record.peer_id == peer_id:
-            continue
-        total += record.downloaded_total
-        if record.active and record.left > 0:
-            total += record.left
-    return total
-
-
-def supported_rule(swarm: Swarm, record: PeerRecord, claimed: LeaveRule) -> LeaveRule:
-    """``claimed`` if the swarm's totals support it, else ``CLAIM_REFUSED``.
-
-    ``record`` is the leaving peer's record after its ``stopped`` announce; ``swarm``
-    still files it as before the announce (so the seed counts include it)."""
-    if claimed is LeaveRule.RATIO:
-        credible_up = min(record.uploaded_total, others_download_bound(swarm, record.peer_id))
-        # Nothing credible uploaded is never a reason; a first seed that downloaded
-        # nothing and uploaded what the others did download qualifies.
-        if credible_up <= 0 or credible_up < record.downloaded_total:
-            return LeaveRule.CLAIM_REFUSED
-    elif claimed is LeaveRule.NOT_NEEDED and needs_seeds(
-        seeds=len(swarm.seeds), leechers=len(swarm.leechers)
-    ):
-        return LeaveRule.CLAIM_REFUSED
-    return claimed
-
-
-def needs_seeds(*, seeds: int, leechers: int) -> bool:
-    """Whether the swarm still wants its seeds: someone is downloading and the seeds
-    do not outnumber the leechers (so one seed leaving would leave fewer seeds than
-    leechers). A seed for which this is false may leave by ``not_needed``.
-    """
-    return leechers > 0 and seeds <= leechers
 
 
 class TrackerCore:
