@@ -14,7 +14,8 @@ from pressrun.security import ServiceSecurity
 from pressrun.tracker.aio import TrackerService
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
-from pressrun.tracker.store import RedisStore, SqliteStore
+from pressrun.tracker.redis_store import RedisStore
+from pressrun.tracker.store import SqliteStore
 
 PUBLISHED = bytes(range(20))
 ADDED = bytes(range(100, 120))

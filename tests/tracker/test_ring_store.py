@@ -10,7 +10,8 @@ import aiohttp
 from live_tracker import start_tracker
 
 from pressrun.tracker.config import TrackerConfig
-from pressrun.tracker.store import RedisStore, SqliteStore
+from pressrun.tracker.redis_store import RedisStore
+from pressrun.tracker.store import SqliteStore
 
 IH = "ab" * 20
 

@@ -9,7 +9,7 @@ import aiohttp
 from live_tracker import OPERATOR, LiveTracker, announce_query, start_tracker
 
 from pressrun.tracker.config import TrackerConfig
-from pressrun.tracker.store import RedisStore
+from pressrun.tracker.redis_store import RedisStore
 
 IH = bytes([0, 0xFF, 0x25, 0x26]) + bytes(range(16))
 

@@ -53,10 +53,11 @@ from pressrun.tracker.events import (
     SwarmStats,
     TrackerEvent,
 )
+from pressrun.tracker.redis_store import RedisStore
 from pressrun.tracker.ring import RingAdmin
 from pressrun.tracker.ring_http import add_ring_routes
 from pressrun.tracker.ring_store import RedisRingStore, RingStore, SqliteRingStore
-from pressrun.tracker.store import RedisStore, SqliteStore, TrackerStore
+from pressrun.tracker.store import SqliteStore, TrackerStore
 
 log = logging.getLogger(__name__)
 

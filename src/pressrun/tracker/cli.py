@@ -114,7 +114,8 @@ def run_tracker(args: argparse.Namespace) -> int:
     from pressrun.security import security_from_args
     from pressrun.tracker.aio import serve
     from pressrun.tracker.config import TrackerConfig
-    from pressrun.tracker.store import RedisStore, SqliteStore, TrackerStore
+    from pressrun.tracker.redis_store import RedisStore
+    from pressrun.tracker.store import SqliteStore, TrackerStore
 
     log = logging.getLogger("pressrun.tracker")
     try:
