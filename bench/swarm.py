@@ -170,6 +170,9 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
                 "copies": swarm.origin_bytes_sent() / size,
                 "wall_s": wall,
                 "mean_ratio": statistics.mean(ratios) if ratios else 0.0,
+                # what the peers downloaded beyond one copy each (libtorrent's payload
+                # counters and the origin fetches: blocks downloaded twice, failed hashes)
+                "beyond_nf": sum(r.downloaded_bytes for r in results) / (n * size) - 1,
                 **ring_figures,
                 **load.figures(),
                 **{f"rule_{k}": float(v) for k, v in rules.items()},
@@ -325,7 +328,8 @@ async def main() -> None:
         print(
             f"{'':>15} bench process: CPU {med['cpu_process']:.2f} cores (event loop thread "
             f"{med['cpu_loop']:.2f}), loop lag median {med['lag_p50_ms']:.0f} ms, "
-            f"p99 {med['lag_p99_ms']:.0f} ms, max {med['lag_max_ms']:.0f} ms",
+            f"p99 {med['lag_p99_ms']:.0f} ms, max {med['lag_max_ms']:.0f} ms; peers "
+            f"downloaded {100 * med['beyond_nf']:.1f}% beyond N F",
             flush=True,
         )
         if "ring_requests_per_peer" in med:

@@ -231,6 +231,9 @@ def _sample_idle(present: list[Any], tick: int) -> None:
             phase=p.core.phase.value,
             up=int(st.total_payload_upload),
             up_all=int(st.total_upload),
+            # (bytes this peer downloaded twice, and those of pieces that failed the hash)
+            redundant=int(st.total_redundant_bytes),
+            failed=int(st.total_failed_bytes),
             interested=interested,
             unchoked=unchoked,
             asking=asking,
@@ -572,6 +575,33 @@ def summarise(events: list[dict[str, Any]]) -> None:
     if SIZES:
         _decomposition_report(decompose(events, **SIZES))
     _tail_report(events)
+    _redundant_report(events)
+
+
+def _redundant_report(events: list[dict[str, Any]]) -> None:
+    # the bytes peers downloaded twice (libtorrent's total_redundant_bytes: a block
+    # that arrived from a second peer, end-game, time-critical pieces) and that failed
+    # the hash, from each peer's last sample, in all and by the second it accrued
+    last: dict[str, dict[str, Any]] = {}
+    by_s: collections.Counter[int] = collections.Counter()
+    for e in events:
+        if e["k"] != "idle" or "redundant" not in e:
+            continue
+        before = last.get(e["peer"])
+        by_s[int(e["t"])] += e["redundant"] - (before["redundant"] if before else 0)
+        last[e["peer"]] = e
+    if not last:
+        return
+    red = sorted((e["redundant"] for e in last.values()), reverse=True)
+    failed = sum(e["failed"] for e in last.values())
+    print(
+        f"redundant bytes (downloaded twice): {sum(red) / 1e6:.2f} MB over {len(red)} peers "
+        f"(most: {[round(r / 1e3) for r in red[:8]]} kB), failed the hash {failed / 1e6:.2f} MB"
+    )
+    print(
+        "  redundant by second (s:kB): "
+        + " ".join(f"{t}:{v / 1e3:.0f}" for t, v in sorted(by_s.items()) if v)
+    )
 
 
 def _tail_report(events: list[dict[str, Any]]) -> None:

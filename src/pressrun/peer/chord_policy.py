@@ -126,9 +126,11 @@ class ChordPolicy(UploaderPolicy):
                 for i, (held, n) in enumerate(pairs)
             ],
             view.have,
-            # (a first receiver's piece is fetched time-critically once its source has it:
-            # its blocks go ahead of those queued for common pieces)
-            frozenset(i for i in self.first if not pairs[i][0] and pairs[i][1] >= 1),
+            # (a first receiver's piece is fetched time-critically while its source is
+            # its one connected holder: its blocks go ahead of those queued for common
+            # pieces; not once it has more: a piece past its deadline has its blocks
+            # requested from every holder at once, the same bytes downloaded twice)
+            frozenset(i for i in self.first if not pairs[i][0] and pairs[i][1] == 1),
             self._upload_slots(pairs),
         )
 

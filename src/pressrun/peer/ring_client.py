@@ -26,12 +26,14 @@ is pointed at). A round (docs/chord.md):
    its upload must pass on first) and has brought in from the origins so far
    (``brought``), and the pieces it wants that *no connected peer holds or one holds*
    (the others libtorrent fetches by itself; each asked again at most every
-   ``reask_s``). A supernode with nothing new to hear is told only every
-   ``keepalive_s`` (it forgets holders silent for 30 s). The answers: an uploader for
-   a piece (libtorrent ``connect_peer`` to it; ``first``: this peer is one of the
-   piece's first receivers, it takes it at top priority) or ``bring_in`` (this peer
-   fetches it from the origins: `ChordPolicy.set_ring_answers`, then ``on_answers``
-   so the peer applies them at once, not at its next status poll).
+   ``reask_s``; one answered ``wait`` after 1 s, then 2 s, then ``reask_s``, and at
+   once when it gets or loses its one connected holder). A supernode with nothing new
+   to hear is told only every ``keepalive_s`` (it forgets holders silent for 30 s).
+   The answers: an uploader for a piece (libtorrent ``connect_peer`` to it;
+   ``first``: this peer is one of the piece's first receivers, it takes it at top
+   priority) or ``bring_in`` (this peer fetches it from the origins:
+   `ChordPolicy.set_ring_answers`, then ``on_answers`` so the peer applies them at
+   once, not at its next status poll).
 
 Rounds run every ``interval_s``, and sooner (at most every ``min_gap_s``) when
 `nudge` says a piece arrived: a brought-in piece is reported at once, so its supernode
@@ -65,7 +67,9 @@ log = logging.getLogger(__name__)
 
 #: supernodes asked to look keys up in one round
 _RESOLVE_TRIES = 2
-#: a piece answered ``wait`` (nobody to upload it yet) is asked again after this long
+#: a piece answered ``wait`` (nobody to upload it yet) is asked again after this long,
+#: doubled with every further ``wait`` up to ``reask_s``; at once when the number of
+#: its connected holders changes (none, one)
 _WAIT_REASK_S = 1.0
 
 
@@ -156,7 +160,9 @@ class RingClient:
         self._owner: dict[int, str] = {}  # piece -> supernode address
         self._reported: dict[int, str] = {}  # held piece -> the supernode told of it
         self._last_report: dict[str, float] = {}  # supernode -> when last told anything
-        self._asked: dict[int, float] = {}
+        #: piece -> (when it may be asked again, whether it had one connected holder)
+        self._ask_at: dict[int, tuple[float, bool]] = {}
+        self._waits: dict[int, int] = {}  # piece -> the ``wait`` answers in a row
         self._bring_in: set[int] = set()
         self._first: set[int] = set()
         self._connected: set[str] = set()
@@ -238,7 +244,7 @@ class RingClient:
             if have[p]:
                 if self._reported.get(p) != owner:
                     by_owner.setdefault(owner, ([], []))[0].append(p)
-            elif p in unheld and now - self._asked.get(p, -1e9) >= self.reask_s:
+            elif p in unheld and self._may_ask(p, p in lonely, now):
                 by_owner.setdefault(owner, ([], []))[1].append(p)
         for owner, t in self._last_report.items():
             if owner not in by_owner and now - t >= self.keepalive_s:
@@ -267,6 +273,23 @@ class RingClient:
         if any(first) or any(second):
             self.policy.set_ring_answers(self._bring_in, self._first)
             self._on_answers()
+
+    def _may_ask(self, piece: int, lonely: bool, now: float) -> bool:
+        # asked again once its answer is old, or at once when it got or lost its one
+        # connected holder (the ring's answer for it changes: a bringer, first receivers)
+        at, was_lonely = self._ask_at.get(piece, (-1e9, lonely))
+        if now < at and was_lonely == lonely:
+            return False
+        if was_lonely != lonely:
+            self._waits.pop(piece, None)
+        self._ask_at[piece] = (at, lonely)
+        return True
+
+    def _answered(self, piece: int, now: float, *, wait: bool) -> None:
+        waits = self._waits[piece] = self._waits.get(piece, 0) + 1 if wait else 0
+        delay = min(_WAIT_REASK_S * 2 ** (waits - 1), self.reask_s) if wait else self.reask_s
+        lonely = self._ask_at.get(piece, (0.0, False))[1]
+        self._ask_at[piece] = (now + delay, lonely)
 
     def _guess_owners(self, pieces: list[int]) -> None:
         # the Chord successor among the listed supernodes that did not fail us
@@ -380,9 +403,9 @@ class RingClient:
             if ans.get("wait"):
                 # nobody to upload it yet: ask again soon, not at once
                 self.stats.waits += 1
-                self._asked[piece] = now - self.reask_s + _WAIT_REASK_S
+                self._answered(piece, now, wait=True)
                 continue
-            self._asked[piece] = now
+            self._answered(piece, now, wait=False)
             if ans.get("bring_in") is True:
                 self._bring_in.add(piece)
                 self.stats.bring_in += 1

@@ -226,4 +226,7 @@ class SwarmStatus:
         if plan is not None:
             for piece in plan.deadlines - self._deadlines:
                 handle.set_piece_deadline(piece, 0)
-            self._deadlines = {p for p in self._deadlines | plan.deadlines if not view.have[p]}
+            for piece in self._deadlines - plan.deadlines:
+                if not view.have[piece]:
+                    handle.reset_piece_deadline(piece)  # (a normal piece again)
+            self._deadlines = {p for p in plan.deadlines if not view.have[p]}
