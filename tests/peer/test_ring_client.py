@@ -1,0 +1,86 @@
+"""The ring client's pacing: when a piece is asked about again, when a change is worth
+a round now (the rounds over HTTP: tests/integration/test_chord_ring.py)."""
+
+from __future__ import annotations
+
+from pressrun.peer.chord_policy import ChordPolicy
+from pressrun.peer.ring_client import RingClient
+
+
+class Pieces:
+    """What the peer's status says: the pieces held, those no connected peer holds,
+    those one holds."""
+
+    def __init__(self, n: int) -> None:
+        self.have = [False] * n
+        self.unheld: set[int] = set()
+        self.lonely: set[int] = set()
+
+
+def client(pieces: Pieces) -> RingClient:
+    c = RingClient(
+        tracker_base="http://127.0.0.1:9",
+        info_hash="12" * 20,
+        num_pieces=len(pieces.have),
+        peer_id="aa",
+        address="127.0.0.1:7",
+        policy=ChordPolicy(),
+        have=lambda: tuple(pieces.have),
+        unheld=lambda: pieces.unheld,
+        lonely=lambda: pieces.lonely,
+        totals=lambda: (0, 0),
+        connect=lambda host, port: None,
+        reask_s=3.0,
+    )
+    c._keys = list(range(len(pieces.have)))  # (the ring's view has been read)
+    return c
+
+
+def test_a_waiting_piece_is_asked_again_later_each_time_and_at_once_on_a_new_holder() -> None:
+    c = client(Pieces(4))
+    assert c._may_ask(1, False, 0.0)
+    c._answered(1, 0.0, wait=True)  # nobody can upload it yet: again after 1 s
+    assert not c._may_ask(1, False, 0.9) and c._may_ask(1, False, 1.0)
+    c._answered(1, 1.0, wait=True)  # then 2 s
+    assert not c._may_ask(1, False, 2.9) and c._may_ask(1, False, 3.0)
+    c._answered(1, 3.0, wait=True)  # then reask_s (not 4 s)
+    assert not c._may_ask(1, False, 5.9) and c._may_ask(1, False, 6.0)
+    c._answered(1, 6.0, wait=True)
+    # it got its one connected holder: the ring's answer changes (first receivers)
+    assert c._may_ask(1, True, 6.1)
+    c._answered(1, 6.1, wait=True)  # (the waits count from 1 s again)
+    assert c._may_ask(1, True, 7.1)
+    # an answer naming an uploader: asked again after reask_s
+    c._answered(1, 7.1, wait=False)
+    assert not c._may_ask(1, True, 10.0) and c._may_ask(1, True, 10.1)
+
+
+def test_a_round_now_only_for_a_change_the_ring_waits_on() -> None:
+    pieces = Pieces(6)
+    c = client(pieces)
+    pieces.unheld, pieces.lonely = {0, 1, 2}, {2}
+    assert c._urgent(0.0)  # pieces never asked about
+    for p in (0, 1, 2):
+        c._may_ask(p, p == 2, 0.0)
+        c._answered(p, 0.0, wait=True)
+    c._reported.update({5: "sn"})
+    assert not c._urgent(0.5)  # asked, answered wait: nothing new
+    pieces.have[3] = True  # a common piece arrived: the next round reports it
+    assert not c._urgent(0.6)
+    pieces.have[1] = True  # a piece nobody connected held arrived: at once
+    pieces.unheld = {0, 2}
+    assert c._urgent(0.7)
+    c._reported[1] = "sn"
+    assert not c._urgent(0.8)
+    pieces.lonely = {0, 2}  # piece 0 got its one holder: asked at once
+    assert c._urgent(0.9)
+    c._may_ask(0, True, 0.9)
+    c._answered(0, 0.9, wait=True)
+    c._answered(2, 0.9, wait=True)  # (its second wait: 2 s)
+    assert not c._urgent(1.0)
+    assert c._urgent(1.9)  # piece 0's wait is over
+    c._bring_in = {4}  # a piece it was to bring in arrived
+    c._answered(0, 1.9, wait=True)
+    c._answered(2, 1.9, wait=True)
+    pieces.have[4] = True
+    assert c._urgent(2.0)
