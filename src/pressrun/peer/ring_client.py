@@ -40,8 +40,9 @@ Rounds run every ``interval_s``, and sooner (at most every ``min_gap_s``) when
 brought in, was named a first receiver of or asked the ring about arrived (reported
 at once: its supernode hands this peer the next one, and the piece's other askers
 stop waiting for a second holder), or a piece it lacks got or lost its one connected
-holder. A common piece that arrived waits for the next round: reporting every piece
-at once cost 75 rounds and 190 requests per peer at N = 40 (docs/chord.md).
+holder; only the supernodes concerned are told then. A common piece that arrived
+is reported to its supernode at most every ``interval_s``: reporting every piece at
+once cost 75 rounds and 190 requests per peer at N = 40 (docs/chord.md).
 
 A supernode that does not answer within ``timeout_s`` (``lookup_timeout_s`` for a
 batch of lookups) is dropped from the cache; the next round asks another supernode to
@@ -265,15 +266,25 @@ class RingClient:
         # (asked about: the pieces no connected peer holds, and those one holds: the
         # ring names who takes those first)
         lonely = set(self._lonely())
+        watched = self._rare | self._bring_in | self._first
         unheld = self._rare = {*self._unheld(), *lonely}
         up, down = self._totals()
         by_owner: dict[str, tuple[list[int], list[int]]] = {}
+        due: set[str] = set()  # owners told now: asked, or told of a watched piece
         for p, owner in self._owner.items():
             if have[p]:
                 if self._reported.get(p) != owner:
                     by_owner.setdefault(owner, ([], []))[0].append(p)
+                    if p in watched:
+                        due.add(owner)
             elif p in unheld and self._may_ask(p, p in lonely, now):
                 by_owner.setdefault(owner, ([], []))[1].append(p)
+                due.add(owner)
+        # (the others hear of common pieces every ``interval_s``, and that this peer is
+        # still here every ``keepalive_s``)
+        for owner in list(by_owner):
+            if owner not in due and now - self._last_report.get(owner, -1e9) < self.interval_s:
+                del by_owner[owner]
         for owner, t in self._last_report.items():
             if owner not in by_owner and now - t >= self.keepalive_s:
                 by_owner[owner] = ([], [])  # still here, with these totals
