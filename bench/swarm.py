@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pressrun.peer.aio as peer_aio
-from pressrun.chord.aio import Supernode
+from pressrun.chord.aio import MAX_BRINGERS, Supernode
 from pressrun.content.publish import DEFAULT_PIECE_SIZE
 from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.config import PeerConfig, desktop_profile
@@ -124,6 +124,7 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
                         max_bringing_per_peer=bringing_per_peer(args),
                         first_receivers=args.first_receivers or None,
                         order_askers=bool(getattr(args, "order_askers", 1)),
+                        fair_bringing=bool(getattr(args, "fair_bringing", 0)),
                         file_bytes=swarm.manifest.size_bytes,
                         origin_bps=int(u_s),
                     )
@@ -213,20 +214,23 @@ def set_chord_peer_knobs(args: argparse.Namespace) -> None:
 
 def bringing_per_peer(args: argparse.Namespace) -> int | None:
     """``--bringing-per-peer``, else None: `Supernode`'s own, `BRINGING_BYTES` worth of
-    pieces (`pressrun.chord.aio`: three of 256 KiB, six of 128 KiB)."""
+    pieces (`pressrun.chord.aio`: one of 128 KiB or more, two of 64 KiB)."""
     return int(args.bringing_per_peer) or None
 
 
 def add_ring_arguments(p: argparse.ArgumentParser) -> None:
     """The supernodes' knobs (policy chord), to measure one; defaults: `Supernode`'s."""
     p.add_argument(
-        "--max-bringers", type=int, default=2, help="policy chord: bringers per supernode (0: any)"
+        "--max-bringers",
+        type=int,
+        default=MAX_BRINGERS,
+        help=f"policy chord: bringers per supernode (0: any; default {MAX_BRINGERS})",
     )
     p.add_argument(
         "--bringing-per-peer",
         type=int,
         default=0,
-        help="policy chord: pieces a bringer brings (0: 768 KiB worth)",
+        help="policy chord: pieces a bringer brings (0: 128 KiB worth)",
     )
     p.add_argument(
         "--first-receivers",
@@ -245,6 +249,12 @@ def add_ring_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="policy chord: the same while it holds a piece no connected peer holds",
+    )
+    p.add_argument(
+        "--fair-bringing",
+        type=int,
+        default=0,
+        help="policy chord: 1 an asker two pieces ahead in bringing waits (0: off)",
     )
     p.add_argument(
         "--order-askers",

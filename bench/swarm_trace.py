@@ -692,6 +692,7 @@ async def main() -> None:
         bringing_per_peer=a.bringing_per_peer,
         first_receivers=a.first_receivers,
         order_askers=a.order_askers,
+        fair_bringing=a.fair_bringing,
     )
     bench_swarm_args_upload_bps.append(args.peer_upload_mbps * 1e6 / 8)
     SIZES.update(

@@ -286,8 +286,9 @@ async def test_an_origin_runs_supernodes_and_a_mobile_seed_never_does(tmp_path: 
     assert main([*argv, "--profile", "mobile", "--supernode", "127.0.0.1"]) == 2
 
 
-def test_a_bringer_brings_768_kib_worth_at_a_time() -> None:
-    # three pieces of 256 KiB, six of 128 KiB; three when the size is unknown
+def test_a_bringer_brings_128_kib_worth_at_a_time() -> None:
+    # one piece of 128 KiB or larger, two of 64 KiB; one when the size is unknown
     mib20 = 20 * 1024 * 1024
-    assert bringing_per_peer(80, mib20) == 3 and bringing_per_peer(160, mib20) == 6
-    assert bringing_per_peer(80, 0) == 3 and bringing_per_peer(2, mib20) == 1
+    assert bringing_per_peer(80, mib20) == 1 and bringing_per_peer(160, mib20) == 1
+    assert bringing_per_peer(320, mib20) == 2 and bringing_per_peer(20, mib20) == 1
+    assert bringing_per_peer(80, 0) == 1

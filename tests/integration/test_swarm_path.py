@@ -148,8 +148,10 @@ async def test_clients_fetch_through_the_swarm_and_finish_verified(
         # final check waits for libtorrent's disk jobs, so it cannot lose a race)
         assert result.leave_rule in NAMED_RULES, (result.leave_rule, recorders[i].notices)
         assert result.bytes_from_peers + result.bytes_from_origins >= SIZE
-        # the default policy asks no ring: nothing to report of one
-        assert result.uploader_policy == "stripes" and result.ring is None
+        # the default policy asks the tracker for the issue's ring; it lists none here,
+        # so the policy is `stripes` and the ring named nobody
+        assert result.uploader_policy == "chord" and result.ring is not None
+        assert result.ring["uploaders"] == result.ring["bring_in"] == 0, result.ring
     # (no check of the web-seed / peer split against the origins' counters: libtorrent's
     # per-connection tallies are approximate, docs/swarm.md)
 

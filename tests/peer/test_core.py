@@ -402,7 +402,7 @@ def test_config_is_checked() -> None:
 
 
 def test_the_libtorrent_policy_leaves_libtorrent_alone() -> None:
-    assert make_uploader_policy().name == "stripes"  # the default
+    assert make_uploader_policy().name == "chord"  # the default (`stripes` without a ring)
     policy = make_uploader_policy("libtorrent")
     assert isinstance(policy, LibtorrentPicker) and policy.name == "libtorrent"
     view = SwarmView(peer_id="00" * 20, info_hash="ab" * 20, have=(False,) * 4, connected_peers=2)

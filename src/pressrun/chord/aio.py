@@ -88,17 +88,27 @@ class SupernodeStats:
     nodes_failed: list[str] = field(default_factory=list)
 
 
-#: what a bringer brings in at a time: three pieces of 256 KiB, the piece size the
-#: supernodes' caps were measured with (with 128 KiB pieces and three at a time the
-#: origins idled: 2.48x the bound, docs/chord.md "Benches")
-BRINGING_BYTES = 3 * 256 * 1024
+#: what a bringer brings in at a time: one piece of 128 KiB, the publisher's default
+#: piece size (two of 64 KiB; one of any larger size). A peer that holds one piece
+#: nobody else holds is an uploader; a second such piece at the same peer adds none,
+#: so the origins' first pieces go to as many peers as ask (docs/chord.md "Benches":
+#: at N = 40, 768 KiB a bringer and two bringers a supernode gave 1.32-1.36x the bound,
+#: one piece each 1.28-1.30x)
+BRINGING_BYTES = 128 * 1024
+
+#: peers that bring this supernode's pieces in at once (each one piece at a time,
+#: `BRINGING_BYTES`): bounded so that in a crowd much larger than the issue's pieces
+#: the origins' egress is not split over every piece at once (every first piece would
+#: then arrive F / u_s after the start); eight a supernode did not bind at N = 40 with
+#: five supernodes, two and four did (docs/chord.md "Benches")
+MAX_BRINGERS = 8
 
 
 def bringing_per_peer(num_pieces: int, file_bytes: int) -> int:
-    """Pieces a bringer brings in at a time: `BRINGING_BYTES` worth (3 when the piece
-    size is unknown)."""
+    """Pieces a bringer brings in at a time: `BRINGING_BYTES` worth, at least one (one
+    when the piece size is unknown)."""
     if num_pieces < 1 or file_bytes < 1:
-        return 3
+        return 1
     return max(1, BRINGING_BYTES * num_pieces // file_bytes)
 
 
@@ -117,9 +127,9 @@ class Supernode:
         heartbeat_s: float = 5.0,
         owner_cache_s: float = 5.0,
         bring_in_s: float = 30.0,
-        max_bringers: int | None = 2,
+        max_bringers: int | None = MAX_BRINGERS,
         max_bringing_per_peer: int | None = None,
-        fair_bringing: bool = True,
+        fair_bringing: bool = False,
         first_receivers: int | None = 2,
         order_askers: bool = True,
         file_bytes: int = 0,
@@ -140,9 +150,9 @@ class Supernode:
         # crowd, and a bringer fetches its share one after the other while the origins'
         # egress is shared by everyone: its last one arrives about F / u_s after the
         # start (10.5 s for 20 MiB at 16 Mbit/s). 10 s handed pieces out twice.
-        # max_bringers, max_bringing_per_peer: a few peers at a time fetch this
-        # supernode's pieces from the origins, each a few back to back (PieceDirectory;
-        # None: `BRINGING_BYTES` worth of pieces)
+        # max_bringers, max_bringing_per_peer: at most that many peers at a time fetch
+        # this supernode's pieces from the origins (None: any number), each
+        # `BRINGING_BYTES` worth at a time unless told (PieceDirectory)
         # first_receivers: a piece with one source goes to this many askers first, the
         # others wait for a second holder (a tree, not a star; None: no naming)
         # order_askers: critical askers first, those that leave when done last, the

@@ -35,21 +35,29 @@ newcomers. The asker may say how many pieces it brings in for the whole ring
 (``bringing``): that count is held to the same cap, so five supernodes do not hand one
 peer five times its share.
 
-**Few bringers at a time** (``max_bringers``, None: no limit): a supernode hands its
+**Bringers at a time** (``max_bringers``, None: no limit): a supernode hands its
 pieces to at most that many peers at once; a bringer's report of a piece it brought
-frees its slot, and the same report's questions take the next piece, so each bringer
-fetches from the origins back to back. A flash crowd that all brought in at once would
-share the origins' egress N ways, and every first piece would arrive N times later
-(measured on the loopback bench: docs/chord.md); a few bringers get each piece out in a
-fraction of that, and the swarm trades it on at once (super-seeding, where the pieces
-are the origins' distinct ones).
+frees its slot, and the same report's questions take the next piece. How many, and
+how much each: a peer holding one piece nobody else holds is an uploader, a second
+such piece at the same peer adds no uploader, so the origins' first pieces go one to
+a peer, to as many peers as ask (`pressrun.chord.aio`: `BRINGING_BYTES`,
+`MAX_BRINGERS`). Measured on the loopback bench at N = 40 (docs/chord.md): two
+bringers a supernode with six pieces each put the first pieces in a few peers' hands
+and left the rest with nothing to upload; one piece a peer took the ring from
+1.32-1.36x the bound to 1.26-1.29x. The bound keeps a crowd much larger than the
+issue's pieces from splitting the origins' egress over every piece at once (each
+first piece would arrive F / u_s after the start).
 
 **Bringing is shared out** (``fair_bringing``): the askers say how many pieces they
 have brought in from the origins so far (``brought``); an asker that has brought in two
 or more pieces than another that asked in the last ``asked_window_s`` waits, so the
 pieces leave the origins through many peers, each uploading its few on at once. One
 peer that brought in a quarter of the pieces (measured: 21 of 80 at N = 40) held most
-of them alone for 20 s, its upload shared among everything it had.
+of them alone for 20 s, its upload shared among everything it had. Off by default
+(`Supernode`): with one piece a bringer at a time the pieces are spread already, and
+the rule left the origins idle whenever one recent asker lagged in bringing (at N =
+20 on the loopback bench: 1.26-1.28x the bound without it, 1.29-1.31x with it;
+docs/chord.md "Benches").
 
 **The order of the askers** (``order_askers``, `asker_pass`): the simulation's passes
 (`pressrun.sim.swarm_model._Swarm._passes`) over what this supernode sees (the fresh

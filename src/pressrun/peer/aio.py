@@ -274,7 +274,6 @@ class SwarmPeer:
             totals=self._totals,
             connect=self._connect_peer,
             brought=lambda: self._feed.pieces_fed,
-            sole=lambda: self._status.sole_held,
             upload_bps=self._upload_bps,
             unused_upload_bps=lambda: self._status.upload_use.unused_bps(self._upload_bps()),
             download_bps=lambda: self.config.download_limit_bps or self._status.peak_download_bps,

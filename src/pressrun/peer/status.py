@@ -90,8 +90,6 @@ class SwarmStatus:
         #: pieces this peer lacks that exactly one connected peer holds (the ring
         #: names who takes such a piece first: a tree, not a star)
         self.lonely: frozenset[int] = frozenset()
-        #: pieces this peer holds that no connected peer holds (while it downloads)
-        self.sole_held = 0
         self._deadlines: set[int] = set()  # pieces given a deadline, not yet held
         self._upload_slots: int | None = None  # the torrent's unchoke slots (None: session's)
         #: the fastest payload upload and download libtorrent reported (bytes/s)
@@ -159,14 +157,10 @@ class SwarmStatus:
         if handle is None or st.is_seeding:
             self._feed.set_owed(())
             self.unheld = self.lonely = frozenset()
-            self.sole_held = 0
             return None, 0, 0
         plan = self.last_plan
         availability = handle.piece_availability()
         web = self.tally.web_connections
-        self.sole_held = sum(
-            1 for held, n in zip(st.pieces, availability, strict=False) if held and n <= web
-        )
         missing = classify_missing(st.pieces, availability, web, plan)
         tradable, owed, absent = missing.tradable, missing.owed, missing.absent
         self.unheld = frozenset((*owed, *absent))

@@ -2,13 +2,15 @@
 
 ARCHITECTURE.md: "a tracker and a Chord ring decide who uploads which piece to whom"
 (004_3e4b985b4cf14853.txt, III.A: every node of a central ring is responsible for
-pieces, and supernodes decide which node uploads a piece). That ring comes in a later
-issue. Two policies now: `libtorrent` (libtorrent's own picking, rarest first and
-tit-for-tat unchoking, untouched) and the default `stripes` (`stripes_policy`: each
-downloading peer brings its own contiguous stripe of pieces in from the origins, and
-libtorrent picks everything else). This module is the one place a policy plugs in,
-in the house shape of pluggable algorithms (STYLE.md, after aioquic's congestion
-controllers): an ABC, a name -> factory registry, one module per policy.
+pieces, and supernodes decide which node uploads a piece). Three policies: the default
+`chord` (`chord_policy`: the ring's supernodes say who brings each piece in from the
+origins and who uploads it; `stripes` where no ring is reachable), `stripes`
+(`stripes_policy`: each downloading peer brings its own stripe of pieces in from the
+origins, and libtorrent picks everything else) and `libtorrent` (libtorrent's own
+picking, rarest first and tit-for-tat unchoking, untouched). This module is the one
+place a policy plugs in, in the house shape of pluggable algorithms (STYLE.md, after
+aioquic's congestion controllers): an ABC, a name -> factory registry, one module per
+policy.
 
 The contract. The peer adapter (`pressrun.peer.aio`) calls `UploaderPolicy.plan` with
 a `SwarmView` after every status poll (``status_interval_s``) and applies what it
@@ -154,9 +156,11 @@ _REGISTRY: dict[str, Callable[[], UploaderPolicy]] = {
     "chord": _chord,
 }
 
-#: measured on the loopback bench (docs/swarm.md): at N = 20 `stripes` came within
-#: 1.44-1.45x of the fluid bound with 1.24 origin copies, `libtorrent` 1.5-1.9x with 2.2
-DEFAULT_UPLOADER_POLICY = "stripes"
+#: measured on the loopback bench (docs/chord.md "Benches", 27 November, three runs
+#: each): at N = 40 `chord` 1.27x the fluid bound with 1.00 origin copies, `stripes`
+#: 1.28x with 1.10, `libtorrent` 1.71x with 2.36. Where no ring is reachable (the
+#: tracker lists no supernode) the `chord` policy is `stripes`.
+DEFAULT_UPLOADER_POLICY = "chord"
 
 
 def register_uploader_policy(name: str, factory: Callable[[], UploaderPolicy]) -> None:
