@@ -93,7 +93,7 @@ class SupernodeStats:
 #: nobody else holds is an uploader; a second such piece at the same peer adds none,
 #: so the origins' first pieces go to as many peers as ask (docs/chord.md "Benches":
 #: at N = 40, 768 KiB a bringer and two bringers a supernode gave 1.32-1.36x the bound,
-#: one piece each 1.28-1.30x)
+#: one piece each 1.27-1.29x)
 BRINGING_BYTES = 128 * 1024
 
 #: peers that bring this supernode's pieces in at once (each one piece at a time,

@@ -158,8 +158,9 @@ _REGISTRY: dict[str, Callable[[], UploaderPolicy]] = {
 
 #: measured on the loopback bench (docs/chord.md "Benches", 27 November, three runs
 #: each): at N = 40 `chord` 1.27x the fluid bound with 1.00 origin copies, `stripes`
-#: 1.28x with 1.10, `libtorrent` 1.71x with 2.36. Where no ring is reachable (the
-#: tracker lists no supernode) the `chord` policy is `stripes`.
+#: 1.29x with 1.09, `libtorrent` 1.76x with 2.44; at N = 20 1.26x / 1.00, 1.25x / 1.02,
+#: 1.65x / 2.26. Where no ring is reachable (the tracker lists no supernode) the
+#: `chord` policy is `stripes`.
 DEFAULT_UPLOADER_POLICY = "chord"
 
 
