@@ -84,3 +84,53 @@ def test_a_round_now_only_for_a_change_the_ring_waits_on() -> None:
     c._answered(2, 1.9, wait=True)
     pieces.have[4] = True
     assert c._urgent(2.0)
+
+
+async def test_without_a_ring_the_tracker_is_asked_once_per_view_refresh() -> None:
+    # `chord` is the default policy: where no supernode runs, every peer's ring client
+    # finds no ring (404) and the policy is `stripes`; it must not ask the tracker
+    # again every round, only every view_refresh_s
+    import asyncio
+
+    from aiohttp import web
+
+    asked: list[float] = []
+
+    async def ring(request: web.Request) -> web.Response:
+        asked.append(asyncio.get_running_loop().time())
+        return web.json_response({"error": "no ring for this issue"}, status=404)
+
+    app = web.Application()
+    app.router.add_get("/v1/ring/{info_hash}", ring)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    pieces = Pieces(4)
+    policy = ChordPolicy()
+    c = RingClient(
+        tracker_base=f"http://127.0.0.1:{port}",
+        info_hash="12" * 20,
+        num_pieces=4,
+        peer_id="aa",
+        address="127.0.0.1:7",
+        policy=policy,
+        have=lambda: tuple(pieces.have),
+        unheld=lambda: pieces.unheld,
+        totals=lambda: (0, 0),
+        connect=lambda host, port: None,
+        interval_s=0.1,
+        min_gap_s=0.05,
+        view_refresh_s=1.0,
+    )
+    try:
+        c.start()
+        await asyncio.sleep(1.5)
+    finally:
+        await c.close()
+        await runner.cleanup()
+    assert policy.ring_absent and not policy.ring_ready  # `stripes`
+    assert c.stats.rounds >= 8  # it kept running rounds ...
+    assert len(asked) == 2, asked  # ... and asked the tracker at 0 s and 1 s only
+    assert asked[1] - asked[0] >= 1.0
