@@ -124,7 +124,7 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
                         max_bringing_per_peer=bringing_per_peer(args),
                         first_receivers=args.first_receivers or None,
                         order_askers=bool(getattr(args, "order_askers", 1)),
-                        fair_bringing=bool(getattr(args, "fair_bringing", 0)),
+                        fair_bringing=bool(args.fair_bringing),
                         file_bytes=swarm.manifest.size_bytes,
                         origin_bps=int(u_s),
                     )

@@ -1,4 +1,7 @@
-"""A front for a real balancer in tests: the directive requests pass through it.
+"""Small HTTP servers for tests, on ephemeral ports of 127.0.0.1.
+
+``served(app)`` runs an aiohttp application for the block and gives its base URL.
+A front for a real balancer: the directive requests pass through it.
 
 ``directive_front(real_url, on_request)`` serves ``/v1/issues/{issue}/directive`` on an
 ephemeral port of 127.0.0.1 and forwards each request, query and all, to the real
@@ -13,6 +16,18 @@ from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import web
+
+
+@contextlib.asynccontextmanager
+async def served(app: web.Application) -> AsyncIterator[str]:
+    """``app`` on an ephemeral port of 127.0.0.1 while the block runs: its base URL."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
 
 
 @contextlib.asynccontextmanager
@@ -35,10 +50,5 @@ async def directive_front(
 
     app = web.Application()
     app.router.add_get("/v1/issues/{issue}/directive", directive)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with served(app) as url:
+        yield url

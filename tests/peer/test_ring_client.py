@@ -3,6 +3,11 @@ a round now (the rounds over HTTP: tests/integration/test_chord_ring.py)."""
 
 from __future__ import annotations
 
+import asyncio
+
+from aiohttp import web
+
+from fronts import served
 from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.ring_client import RingClient
 
@@ -90,10 +95,6 @@ async def test_without_a_ring_the_tracker_is_asked_once_per_view_refresh() -> No
     # `chord` is the default policy: where no supernode runs, every peer's ring client
     # finds no ring (404) and the policy is `stripes`; it must not ask the tracker
     # again every round, only every view_refresh_s
-    import asyncio
-
-    from aiohttp import web
-
     asked: list[float] = []
 
     async def ring(request: web.Request) -> web.Response:
@@ -102,34 +103,29 @@ async def test_without_a_ring_the_tracker_is_asked_once_per_view_refresh() -> No
 
     app = web.Application()
     app.router.add_get("/v1/ring/{info_hash}", ring)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
     pieces = Pieces(4)
     policy = ChordPolicy()
-    c = RingClient(
-        tracker_base=f"http://127.0.0.1:{port}",
-        info_hash="12" * 20,
-        num_pieces=4,
-        peer_id="aa",
-        address="127.0.0.1:7",
-        policy=policy,
-        have=lambda: tuple(pieces.have),
-        unheld=lambda: pieces.unheld,
-        totals=lambda: (0, 0),
-        connect=lambda host, port: None,
-        interval_s=0.1,
-        min_gap_s=0.05,
-        view_refresh_s=1.0,
-    )
-    try:
-        c.start()
-        await asyncio.sleep(1.5)
-    finally:
-        await c.close()
-        await runner.cleanup()
+    async with served(app) as tracker:
+        c = RingClient(
+            tracker_base=tracker,
+            info_hash="12" * 20,
+            num_pieces=4,
+            peer_id="aa",
+            address="127.0.0.1:7",
+            policy=policy,
+            have=lambda: tuple(pieces.have),
+            unheld=lambda: pieces.unheld,
+            totals=lambda: (0, 0),
+            connect=lambda host, port: None,
+            interval_s=0.1,
+            min_gap_s=0.05,
+            view_refresh_s=1.0,
+        )
+        try:
+            c.start()
+            await asyncio.sleep(1.5)
+        finally:
+            await c.close()
     assert policy.ring_absent and not policy.ring_ready  # `stripes`
     assert c.stats.rounds >= 8  # it kept running rounds ...
     assert len(asked) == 2, asked  # ... and asked the tracker at 0 s and 1 s only
