@@ -92,14 +92,6 @@ def test_a_piece_one_connected_peer_holds_goes_to_its_first_receivers_only() -> 
     # a piece is held off for at most hold_s (4 s) after it became lonely
     assert policy.plan(v, now=4.9).piece_priorities[2] == 0  # type: ignore[union-attr]
     assert policy.plan(v, now=5.1).piece_priorities[2] == MIN_PRIORITY  # type: ignore[union-attr]
-    # time-critical: the named piece its source holds (1), not the one still coming (4)
-    assert policy.plan(v, now=5.2).deadlines == frozenset({1})  # type: ignore[union-attr]
-    # not once it has a second holder: a piece past its deadline has its blocks
-    # requested from every holder at once (the same bytes downloaded twice)
-    two = SwarmView(
-        peer_id="aa", info_hash="12" * 20, have=have, connected_peers=3, holders=(0, 2, 1, 2, 0, 1)
-    )
-    assert policy.plan(two, now=5.3).deadlines == frozenset()  # type: ignore[union-attr]
 
 
 def test_the_upload_left_unused_over_the_last_two_seconds() -> None:

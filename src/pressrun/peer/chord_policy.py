@@ -126,12 +126,9 @@ class ChordPolicy(UploaderPolicy):
                 for i, (held, n) in enumerate(pairs)
             ],
             view.have,
-            # (a first receiver's piece is fetched time-critically while its source is
-            # its one connected holder: its blocks go ahead of those queued for common
-            # pieces; not once it has more: a piece past its deadline has its blocks
-            # requested from every holder at once, the same bytes downloaded twice)
-            frozenset(i for i in self.first if not pairs[i][0] and pairs[i][1] == 1),
-            self._upload_slots(pairs),
+            # (no deadline on a first receiver's piece: libtorrent requests a piece past
+            # its deadline from every holder it has, so its bytes came twice; docs/chord.md)
+            upload_slots=self._upload_slots(pairs),
         )
 
     def _upload_slots(self, pairs: list[tuple[bool, int]]) -> int | None:

@@ -90,7 +90,6 @@ class SwarmStatus:
         #: pieces this peer lacks that exactly one connected peer holds (the ring
         #: names who takes such a piece first: a tree, not a star)
         self.lonely: frozenset[int] = frozenset()
-        self._deadlines: set[int] = set()  # pieces given a deadline, not yet held
         self._upload_slots: int | None = None  # the torrent's unchoke slots (None: session's)
         #: the fastest payload upload and download libtorrent reported (bytes/s)
         self.peak_upload_bps = 0
@@ -217,10 +216,3 @@ class SwarmStatus:
         if plan is not None and plan.upload_slots != self._upload_slots:
             self._upload_slots = plan.upload_slots
             handle.set_max_uploads(plan.upload_slots or -1)  # (-1: the session's)
-        if plan is not None:
-            for piece in plan.deadlines - self._deadlines:
-                handle.set_piece_deadline(piece, 0)
-            for piece in self._deadlines - plan.deadlines:
-                if not view.have[piece]:
-                    handle.reset_piece_deadline(piece)  # (a normal piece again)
-            self._deadlines = {p for p in plan.deadlines if not view.have[p]}

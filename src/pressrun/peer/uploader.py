@@ -79,9 +79,6 @@ class PiecePlan:
     """Piece priorities for this peer's torrent, 1 (lowest) to 7 (highest)."""
 
     piece_priorities: tuple[int, ...]
-    #: pieces to fetch time-critically (``torrent_handle.set_piece_deadline``: their
-    #: blocks are requested ahead of everything queued), once each
-    deadlines: frozenset[int] = frozenset()
     #: the peers this peer's torrent unchokes at most (``torrent_handle.set_max_uploads``;
     #: None: the session's ``unchoke_slots_limit``)
     upload_slots: int | None = None
@@ -98,7 +95,6 @@ class PiecePlan:
         cls,
         priorities: Sequence[int],
         have: Sequence[bool],
-        deadlines: frozenset[int] = frozenset(),
         upload_slots: int | None = None,
     ) -> PiecePlan:
         """A plan whose pieces on hold (0) go back to the lowest priority unless at
@@ -108,8 +104,8 @@ class PiecePlan:
         enough). The peer lifts holds on libtorrent's finished alert too."""
         wanted = sum(1 for p, h in zip(priorities, have, strict=True) if not h and p)
         if wanted >= HOLD_MARGIN or HOLD_PRIORITY not in priorities:
-            return cls(tuple(priorities), deadlines, upload_slots)
-        return cls(tuple(max(p, MIN_PRIORITY) for p in priorities), deadlines, upload_slots)
+            return cls(tuple(priorities), upload_slots)
+        return cls(tuple(max(p, MIN_PRIORITY) for p in priorities), upload_slots)
 
 
 class UploaderPolicy(ABC):
