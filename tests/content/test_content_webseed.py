@@ -12,6 +12,7 @@ import libtorrent as lt
 from aiohttp import web
 from published_bundle import make_issue
 
+from fronts import served
 from pressrun.content.bundle import Bundle, verify_issue
 from pressrun.content.keys import generate_keypair, load_public_key
 from pressrun.content.publish import publish
@@ -22,13 +23,8 @@ async def test_libtorrent_downloads_the_issue_from_the_web_seed(tmp_path: Path) 
     content.mkdir()
     app = web.Application()
     app.router.add_static("/content", content)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
     session: lt.session | None = None
-    try:
+    async with served(app) as base:
         secret, public = generate_keypair(tmp_path / "publisher.key")
         source = tmp_path / "daily-9.pdf"
         data = make_issue(source, 1_500_000, seed=9)
@@ -38,7 +34,7 @@ async def test_libtorrent_downloads_the_issue_from_the_web_seed(tmp_path: Path) 
             title="Daily 9",
             key_path=secret,
             content_dir=content,
-            web_seeds=[f"http://127.0.0.1:{port}"],
+            web_seeds=[base],
             piece_size=65536,
         )
         bundle = Bundle.load(bundle_dir, [load_public_key(str(public))])
@@ -70,7 +66,5 @@ async def test_libtorrent_downloads_the_issue_from_the_web_seed(tmp_path: Path) 
         shutil.copy(bundle.manifest_path, download / "manifest.json")
         report = verify_issue(copy, [load_public_key(str(public))])
         assert report.manifest.info_hash == str(handle.status().info_hashes.v1)
-    finally:
         # No tracker to tell "stopped", so the destructor does not block.
         session = None
-        await runner.cleanup()

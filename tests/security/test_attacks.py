@@ -21,6 +21,7 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
+from fronts import served
 from pressrun.balancer.aio import BalancerServiceConfig, ManifestUnavailable, start_balancer
 from pressrun.balancer.algorithms import make_algorithm
 from pressrun.balancer.config import BalancerConfig
@@ -351,15 +352,8 @@ async def hostile() -> AsyncIterator[str]:
     app.router.add_get("/declared", _declared)
     app.router.add_get("/stats", _endless)
     app.router.add_get("/content/{issue}/manifest.json", _endless)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with served(app) as url:
+        yield url
 
 
 async def test_read_body_limited_cuts_endless_and_declared_bodies(hostile: str) -> None:
@@ -400,12 +394,7 @@ async def test_client_cuts_an_endless_directive(hostile: str, tmp_path: Path) ->
 
     app = web.Application()
     app.router.add_get("/v1/issues/{issue}/directive", _endless)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
+    async with served(app) as url:
         config = ClientConfig(max_attempts_without_progress=1, retry_backoff_s=0.01)
         with pytest.raises(FetchError, match="more than 1048576 bytes"):
             await asyncio.wait_for(
@@ -418,8 +407,6 @@ async def test_client_cuts_an_endless_directive(hostile: str, tmp_path: Path) ->
                 ),
                 60,
             )
-    finally:
-        await runner.cleanup()
 
 
 def test_json_of_a_refusal_is_clear() -> None:
