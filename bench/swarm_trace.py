@@ -670,6 +670,7 @@ async def main() -> None:
         "--replay", type=Path, default=None, help="summarise the events of an earlier --json-out"
     )
     p.add_argument("--lt", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--size-mib", type=float, default=20.0, help="file size F (MiB)")
     p.add_argument("--piece-kib", type=int, default=DEFAULT_PIECE_SIZE // 1024)
     p.add_argument("--peer-upload-mbps", type=float, default=8.0, help="u per peer (Mbit/s)")
     p.add_argument("--origin-mbps", type=float, default=16.0, help="u_s (Mbit/s)")
@@ -678,7 +679,7 @@ async def main() -> None:
     bench_swarm.set_chord_peer_knobs(a)
     bench_swarm.override_session_settings(a.lt)
     args = argparse.Namespace(
-        size_mib=20.0,
+        size_mib=a.size_mib,
         peer_upload_mbps=a.peer_upload_mbps,
         origin_mbps=a.origin_mbps,
         origins=1,
