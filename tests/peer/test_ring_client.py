@@ -130,3 +130,42 @@ async def test_without_a_ring_the_tracker_is_asked_once_per_view_refresh() -> No
     assert c.stats.rounds >= 8  # it kept running rounds ...
     assert len(asked) == 2, asked  # ... and asked the tracker at 0 s and 1 s only
     assert asked[1] - asked[0] >= 1.0
+
+
+async def test_close_ends_the_rounds_when_a_nudge_comes_with_it() -> None:
+    # A peer leaving the swarm nudges (a status poll) and closes in the same moment.
+    # Python 3.11's wait_for lost the cancellation then (it returned the event's
+    # result), the rounds ran on and close() waited forever: 2 of 150 clients of an
+    # emulated flash crowd never left the swarm for the carousel.
+    async def ring(request: web.Request) -> web.Response:
+        return web.json_response({"error": "no ring for this issue"}, status=404)
+
+    app = web.Application()
+    app.router.add_get("/v1/ring/{info_hash}", ring)
+    pieces = Pieces(4)
+    loop = asyncio.get_running_loop()
+    async with served(app) as tracker:
+        for _ in range(10):
+            c = RingClient(
+                tracker_base=tracker,
+                info_hash="12" * 20,
+                num_pieces=4,
+                peer_id="aa",
+                address="127.0.0.1:7",
+                policy=ChordPolicy(),
+                have=lambda: tuple(pieces.have),
+                unheld=lambda: pieces.unheld,
+                totals=lambda: (0, 0),
+                connect=lambda host, port: None,
+                interval_s=30.0,
+                min_gap_s=0.01,
+            )
+            c.start()
+            await asyncio.sleep(0.1)  # the first round is over: waiting for a nudge
+            assert c._task is not None and not c._task.done()
+            c.nudge()
+            started = loop.time()
+            async with asyncio.timeout(10):  # (before: forever)
+                await c.close()
+            assert loop.time() - started < 1.0  # not the CLOSE_WAIT_S fallback
+            assert c._task.cancelled()

@@ -3,6 +3,7 @@ size and counts as fed only once it verified; a tracker's scrape answer is cut t
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 from collections.abc import AsyncIterator
@@ -114,3 +115,19 @@ async def test_an_oversized_scrape_answer_is_cut(
         await scrape.close()
     assert got == []
     assert f"more than {MAX_SCRAPE_BYTES} bytes (the limit); cut off" in caplog.text
+
+
+async def test_a_closing_scrape_starts_no_other(origin: str) -> None:
+    # the peer's status polls go on while it closes: a scrape asked then found the
+    # HTTP session closing under it ("Session is closed", an error nobody retrieved)
+    scrape = TrackerScrape("00" * 20, lambda counts: None)
+    scrape.ask([origin + "/announce"])  # (its /scrape: a session is opened)
+    first = scrape._task
+    assert first is not None
+    await asyncio.gather(first, return_exceptions=True)
+    closing = asyncio.ensure_future(scrape.close())
+    await asyncio.sleep(0)  # close() is awaiting the session's close
+    scrape.ask([origin + "/announce"])
+    await closing
+    scrape.ask([origin + "/announce"])
+    assert scrape._task is first  # no scrape asked while or after it closed

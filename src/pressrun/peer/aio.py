@@ -139,6 +139,7 @@ class SwarmPeer:
         self._alerts: AlertSession | None = None
         self._handle: Any = None
         self._timer: asyncio.TimerHandle | None = None
+        self._closing = False  # close() began: no timer is armed again
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listening: asyncio.Future[int] | None = None
         self._downloaded: asyncio.Future[bool] | None = None
@@ -342,6 +343,9 @@ class SwarmPeer:
 
     async def close(self) -> None:
         """Release the session (in a thread: its destructor announces ``stopped``)."""
+        # (the alerts are handled until the session goes: they must not arm the timer
+        # again, whose polls would start scrapes and ring reports while it closes)
+        self._closing = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -440,7 +444,7 @@ class SwarmPeer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self.core is None or self._loop is None:
+        if self.core is None or self._loop is None or self._closing:
             return
         deadline = self.core.next_deadline()
         if deadline is not None:

@@ -57,10 +57,11 @@ class TrackerScrape:
         self._on_counts = on_counts
         self._task: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
+        self._closed = False
 
     def ask(self, announce_urls: Sequence[str]) -> None:
         """Scrape the first tracker that has a scrape URL (unless one is in flight)."""
-        if self._task is not None and not self._task.done():
+        if self._closed or (self._task is not None and not self._task.done()):
             return
         usable = [u for u in (scrape_url(a) for a in announce_urls) if u is not None]
         if usable:
@@ -70,6 +71,8 @@ class TrackerScrape:
         ih = quote_from_bytes(self._info_hash, safe="")
         target = f"{url}{'&' if '?' in url else '?'}info_hash={ih}"
         try:
+            if self._closed:
+                return
             if self._http is None:
                 self._http = aiohttp.ClientSession(
                     timeout=aiohttp.ClientTimeout(total=5), connector=client_connector()
@@ -87,8 +90,12 @@ class TrackerScrape:
             self._on_counts(counts)
 
     async def close(self) -> None:
+        """No scrape after this one: the one in flight is cancelled, later asks are
+        ignored (the peer's status polls go on while it closes: a scrape asked then
+        found the session closing, "Session is closed", an error nobody retrieved)."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()
