@@ -71,15 +71,25 @@ def test_garbage_raises_only_codec_errors(doc: object) -> None:
 def test_a_pieces_report_and_its_bounds() -> None:
     base = {"peer_id": "aa", "address": "127.0.0.1:5001", "have": [1], "want": [2, 2]}
     q = parse_pieces_query(
-        {**base, "upload_bps": 10**6, "unused_upload_bps": 0, "download_bps": 5, "missing": 8},
+        {
+            **base,
+            "upload_bps": 10**6,
+            "unused_upload_bps": 0,
+            "download_bps": 5,
+            "missing": 8,
+            "bring_bps": 7,
+        },
         num_pieces=8,
     )
     assert (q.want, q.unused_upload_bps, q.download_bps, q.missing) == ((2,), 0, 5, 8)
+    assert q.bring_bps == 7
     # absent: not said (the supernode keeps what the peer said before)
     q = parse_pieces_query(base, num_pieces=8)
     assert q.unused_upload_bps is None and q.missing is None and q.unchoked is None
-    assert q.download_bps == 0
+    assert q.download_bps == 0 and q.bring_bps == 0
     for name, bad in (
+        ("bring_bps", -5),
+        ("bring_bps", MAX_RATE_BPS + 1),
         ("unused_upload_bps", -1),
         ("unused_upload_bps", MAX_RATE_BPS + 1),
         ("unused_upload_bps", True),

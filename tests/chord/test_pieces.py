@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from pressrun.chord.ids import RING, node_id_for
 from pressrun.chord.pieces import (
+    MAX_BRING_AHEAD,
     PieceDirectory,
     piece_keys,
     place_one_more,
@@ -130,6 +131,47 @@ def test_a_few_bringers_at_a_time_each_fetching_back_to_back() -> None:
     d.handle_left("x")
     up = d.choose_uploader(2, peer_id="y", address="y:1", now=1.0)
     assert up.bring_in and up.peer_id == "y"
+
+
+def test_a_bringer_is_handed_what_it_fetches_in_a_round_at_its_origin_rate() -> None:
+    # 48 pieces of 1 MiB; one at a time until the asker said its origin rate
+    mib = 1 << 20
+    d = PieceDirectory(
+        rng=random.Random(1), max_bringing_per_peer=1, num_pieces=48, file_bytes=48 * mib
+    )
+
+    def handed(peer: str, pieces: range, now: float) -> list[int]:
+        ask = d.choose_uploader
+        return [p for p in pieces if ask(p, peer_id=peer, address=peer, now=now).bring_in]
+
+    assert handed("x", range(0, 8), 0.0) == [0]
+    # 2.5 MB/s (a 20 Mbit/s link): 4 pieces in the 2 s to its next round
+    d.handle_report(
+        peer_id="x", address="x", have=[0], uploaded_bytes=0, downloaded_bytes=mib,
+        now=1.0, bring_bps=2_500_000,
+    )  # fmt: skip
+    assert handed("x", range(1, 12), 1.0) == [1, 2, 3, 4]
+    # origins shared by 40 fetches (the loopback bench: 50 kB/s): one at a time
+    d.handle_report(
+        peer_id="y", address="y", have=[], uploaded_bytes=0, downloaded_bytes=0,
+        now=1.0, bring_bps=50_000,
+    )  # fmt: skip
+    assert handed("y", range(12, 20), 1.0) == [12]
+    # a rate claimed absurdly high: MAX_BRING_AHEAD pieces at most
+    d.handle_report(
+        peer_id="z", address="z", have=[], uploaded_bytes=0, downloaded_bytes=0,
+        now=1.0, bring_bps=10**12,
+    )  # fmt: skip
+    assert len(handed("z", range(20, 48), 1.0)) == MAX_BRING_AHEAD
+    # the rate counts only where the piece size is known
+    d2 = PieceDirectory(rng=random.Random(1), max_bringing_per_peer=1)
+    d2.handle_report(
+        peer_id="x", address="x", have=[], uploaded_bytes=0, downloaded_bytes=0,
+        now=0.0, bring_bps=10**9,
+    )  # fmt: skip
+    assert [
+        p for p in range(4) if d2.choose_uploader(p, peer_id="x", address="x", now=0.0).bring_in
+    ] == [0]
 
 
 def test_handoff_round_trip_and_garbage() -> None:

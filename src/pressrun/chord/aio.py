@@ -524,6 +524,7 @@ class Supernode:
             unused_upload_bps=q.unused_upload_bps,
             download_bps=q.download_bps,
             missing=q.missing,
+            bring_bps=q.bring_bps,
         )
         answers = []
         for p in q.want:

@@ -198,6 +198,8 @@ class PiecesQuery:
     unused_upload_bps: int | None = None
     download_bps: int = 0
     missing: int | None = None
+    #: how fast its last piece came from the origins, bytes/s (0: not said)
+    bring_bps: int = 0
 
 
 def parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
@@ -244,6 +246,7 @@ def parse_pieces_query(body: object, num_pieces: int) -> PiecesQuery:
         said("unused_upload_bps", MAX_RATE_BPS),
         count("download_bps", MAX_RATE_BPS),
         said("missing", num_pieces),
+        count("bring_bps", MAX_RATE_BPS),
     )
 
 

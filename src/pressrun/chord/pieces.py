@@ -33,7 +33,14 @@ that the answer is ``wait`` (ask again): the first newcomer would otherwise be t
 bring in every piece while the others waited on it, so the bringing is spread over the
 newcomers. The asker may say how many pieces it brings in for the whole ring
 (``bringing``): that count is held to the same cap, so five supernodes do not hand one
-peer five times its share.
+peer five times its share. **The cap follows the asker's origin rate**: an asker that
+said how fast its last piece came from the origins (``bring_bps``) may bring in as
+many as it fetches in ``bring_ahead_s`` (the time to its next round) at that rate, at
+most `MAX_BRING_AHEAD`: where the origins are the bottleneck (the loopback bench: 40
+fetches share 2 MB/s) that is one piece; where they are fast and the pieces large
+(an emulated flash crowd: three origins of 100-200 Mbit/s, 1 MiB pieces, clients on
+6-50 Mbit/s links) one piece a round left each bringer idle between its rounds, and
+the swarm's clients took 115-175 s where `stripes`' took 17-86 s (docs/emulation.md).
 
 **Bringers at a time** (``max_bringers``, None: no limit): a supernode hands its
 pieces to at most that many peers at once; a bringer's report of a piece it brought
@@ -80,6 +87,10 @@ from pressrun.chord.ids import RING, distance, piece_key
 #: a report's uploaded total checks its unused upload only over intervals this long
 #: (shorter: too noisy; longer: an average over a time the rate changed in)
 _RATE_CHECK_S = (1.0, 4.0)
+
+#: the most pieces a bringer is handed at a time on its origin fetch rate
+#: (`PieceDirectory._bring_allowance`), whatever rate it says
+MAX_BRING_AHEAD = 8
 
 
 def piece_keys(info_hash_hex: str, num_pieces: int) -> list[int]:
@@ -169,6 +180,7 @@ class Holder:
     unused_upload_bps: int = 0
     download_bps: int = 0  # what it says it can download, bytes/s (0: not said)
     missing: int | None = None  # pieces it lacks (None: not said)
+    bring_bps: int = 0  # how fast its last piece came from the origins, bytes/s (0: not said)
     reports_at: float = float("-inf")  # its last report (reported_at: also its asking)
 
     @property
@@ -249,6 +261,7 @@ class PieceDirectory:
         num_pieces: int = 0,
         file_bytes: int = 0,
         origin_bps: int = 0,
+        bring_ahead_s: float = 2.0,
     ) -> None:
         self.rng = rng
         self.holder_ttl_s = holder_ttl_s
@@ -264,6 +277,7 @@ class PieceDirectory:
         self.num_pieces = num_pieces
         self.file_bytes = file_bytes
         self.origin_bps = origin_bps
+        self.bring_ahead_s = bring_ahead_s
         self._sample: tuple[float, SwarmSample] | None = None
         self.holders: dict[str, Holder] = {}
         self.pieces: dict[int, set[str]] = {}
@@ -288,6 +302,7 @@ class PieceDirectory:
         unused_upload_bps: int | None = None,
         download_bps: int = 0,
         missing: int | None = None,
+        bring_bps: int = 0,
     ) -> None:
         """A node's holdings (of the pieces this supernode answers for), totals,
         upload rate (``upload_bps``: 0 keeps what it said before), the peers it
@@ -312,6 +327,7 @@ class PieceDirectory:
         h.downloaded_bytes = max(h.downloaded_bytes, downloaded_bytes)
         h.upload_bps = upload_bps or h.upload_bps
         h.download_bps = download_bps or h.download_bps
+        h.bring_bps = bring_bps or h.bring_bps
         if missing is not None:
             h.missing = min(missing, self.num_pieces) if self.num_pieces > 0 else missing
         if unused_upload_bps is not None:
@@ -407,7 +423,7 @@ class PieceDirectory:
         )
         if (
             busy
-            or max(here, bringing) >= self.max_bringing_per_peer
+            or max(here, bringing) >= self._bring_allowance(asker)
             or self._brought_more(asker, now)
             or self._goes_last(asker, now)
         ):
@@ -416,6 +432,17 @@ class PieceDirectory:
             return Uploader(piece, "", "", bring_in=False, wait=True)
         self._bringing[piece] = (peer_id, now)
         return Uploader(piece, peer_id, address, bring_in=True)
+
+    def _bring_allowance(self, asker: Holder) -> int:
+        # ``max_bringing_per_peer`` pieces at a time, or as many as the asker fetched
+        # from the origins in ``bring_ahead_s`` at the rate of its last one (at most
+        # ``MAX_BRING_AHEAD``): where the origins are fast and the pieces large, one
+        # piece a hand-out left a bringer idle between two rounds
+        if self.num_pieces < 1 or self.file_bytes < 1 or asker.bring_bps <= 0:
+            return self.max_bringing_per_peer
+        piece_bytes = self.file_bytes / self.num_pieces
+        ahead = int(asker.bring_bps * self.bring_ahead_s / piece_bytes)
+        return max(self.max_bringing_per_peer, min(ahead, MAX_BRING_AHEAD))
 
     def _one_source(
         self, piece: int, source: Holder, peer_id: str, now: float, *, fetching: bool

@@ -278,6 +278,7 @@ class SwarmPeer:
             upload_bps=self._upload_bps,
             unused_upload_bps=lambda: self._status.upload_use.unused_bps(self._upload_bps()),
             download_bps=lambda: self.config.download_limit_bps or self._status.peak_download_bps,
+            bring_bps=lambda: self._feed.fetch_bps,
             missing=lambda: self._status.missing,
             unchoked=lambda: self._status.tally.unchoked_ids,
             # the ring's answers apply now, not at the next status poll

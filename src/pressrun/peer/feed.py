@@ -58,6 +58,9 @@ class OwedPieceFeed:
         self.session_bytes = 0
         self.received_bytes = 0
         self.pieces_fed = 0  # this session
+        #: the rate of its last verified piece from the origins, bytes/s (0: none yet):
+        #: the ring hands a bringer as many pieces as it fetches in a round
+        self.fetch_bps = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         #: pieces handed to libtorrent, and when: not fetched again while the owed list
@@ -118,6 +121,7 @@ class OwedPieceFeed:
         longer than the piece is cut off, and bytes count as fed only once verified."""
         start, length = self.manifest.piece_span(piece)
         headers = {"Range": f"bytes={start}-{start + length - 1}"}
+        began = asyncio.get_running_loop().time()
         try:
             async with http.get(url, headers=headers) as resp:
                 if resp.status != 206:
@@ -136,4 +140,6 @@ class OwedPieceFeed:
             return None
         self.session_bytes += len(data)
         self.fed_bytes += len(data)
+        took = asyncio.get_running_loop().time() - began
+        self.fetch_bps = int(len(data) / max(took, 1e-3))
         return data

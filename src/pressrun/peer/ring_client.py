@@ -120,6 +120,7 @@ class RingClient:
         upload_bps: Callable[[], int] = lambda: 0,
         unused_upload_bps: Callable[[], int | None] = lambda: None,
         download_bps: Callable[[], int] = lambda: 0,
+        bring_bps: Callable[[], int] = lambda: 0,
         missing: Callable[[], int | None] = lambda: None,
         unchoked: Callable[[], Sequence[str]] = tuple,
         on_answers: Callable[[], None] = lambda: None,
@@ -147,6 +148,7 @@ class RingClient:
         self._upload_bps = upload_bps
         self._unused_upload_bps = unused_upload_bps
         self._download_bps = download_bps
+        self._bring_bps = bring_bps
         self._missing = missing
         self._unchoked = unchoked
         self._on_answers = on_answers
@@ -432,6 +434,7 @@ class RingClient:
             "brought": self._brought(),
             "upload_bps": self._upload_bps(),
             "download_bps": self._download_bps(),
+            "bring_bps": self._bring_bps(),
             "unchoked": list(self._unchoked()),
         }
         # (the order of the askers: the upload it left unused lately, its missing pieces)
