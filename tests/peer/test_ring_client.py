@@ -162,10 +162,47 @@ async def test_close_ends_the_rounds_when_a_nudge_comes_with_it() -> None:
             )
             c.start()
             await asyncio.sleep(0.1)  # the first round is over: waiting for a nudge
-            assert c._task is not None and not c._task.done()
+            rounds = c._task
+            assert rounds is not None and not rounds.done()
             c.nudge()
             started = loop.time()
             async with asyncio.timeout(10):  # (before: forever)
                 await c.close()
             assert loop.time() - started < 1.0  # not the CLOSE_WAIT_S fallback
-            assert c._task.cancelled()
+            assert rounds.cancelled()
+
+
+async def test_leaving_stops_the_rounds_before_the_torrent_goes() -> None:
+    # the peer removes its torrent right after `leave`: a round after that read a gone
+    # libtorrent handle ("invalid torrent handle used") and the rounds died on it
+    async def ring(request: web.Request) -> web.Response:
+        return web.json_response({"error": "no ring for this issue"}, status=404)
+
+    app = web.Application()
+    app.router.add_get("/v1/ring/{info_hash}", ring)
+    pieces = Pieces(4)
+    async with served(app) as tracker:
+        c = RingClient(
+            tracker_base=tracker,
+            info_hash="12" * 20,
+            num_pieces=4,
+            peer_id="aa",
+            address="127.0.0.1:7",
+            policy=ChordPolicy(),
+            have=lambda: tuple(pieces.have),
+            unheld=lambda: pieces.unheld,
+            totals=lambda: (0, 0),
+            connect=lambda host, port: None,
+            interval_s=0.05,
+            min_gap_s=0.01,
+        )
+        c.start()
+        await asyncio.sleep(0.2)
+        rounds = c._task
+        assert rounds is not None
+        await c.leave()
+        assert rounds.cancelled()
+        before = c.stats.rounds
+        await asyncio.sleep(0.2)
+        assert c.stats.rounds == before  # no round after leaving
+        await c.close()

@@ -192,21 +192,30 @@ class RingClient:
         self._wake.set()
 
     async def close(self) -> None:
-        """Stop the rounds and close the HTTP session (the rounds get
-        ``CLOSE_WAIT_S`` to end: a peer leaving the swarm never waits on them for good)."""
-        if self._task is not None:
-            self._task.cancel()
-            done, _ = await asyncio.wait({self._task}, timeout=CLOSE_WAIT_S)
-            if not done:
-                log.warning("ring client: its rounds did not stop in %.0f s", CLOSE_WAIT_S)
-            elif not self._task.cancelled() and self._task.exception() is not None:
-                log.warning("ring client: its rounds had stopped on %r", self._task.exception())
+        """Stop the rounds and close the HTTP session."""
+        await self._stop_rounds()
         http, self._http = self._http, None
         if http is not None:
             await http.close()
 
+    async def _stop_rounds(self) -> None:
+        # (they get CLOSE_WAIT_S to end: a peer leaving the swarm never waits on them
+        # for good)
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=CLOSE_WAIT_S)
+        if not done:
+            log.warning("ring client: its rounds did not stop in %.0f s", CLOSE_WAIT_S)
+        elif not task.cancelled() and task.exception() is not None:
+            log.warning("ring client: its rounds had stopped on %r", task.exception())
+
     async def leave(self) -> None:
-        """Tell every supernode this peer knows that it left (best effort, short)."""
+        """Stop the rounds (the torrent is removed next: they would read a gone
+        handle) and tell every supernode this peer knows that it left (best effort,
+        short)."""
+        await self._stop_rounds()
         if self._http is None:
             return
         owners = set(self._owner.values())
