@@ -17,6 +17,8 @@ come from `bench/swarm.py` itself (no wrapping).
 
     .venv/bin/python bench/swarm_trace.py --policy chord --n 40 [--json-out FILE]
     .venv/bin/python bench/swarm_trace.py --n 40 --replay FILE   # summarise it again
+    # another issue size (20 MiB by default): a crowd larger than the pieces
+    .venv/bin/python bench/swarm_trace.py --policy chord --n 80 --size-mib 5
     # main's (or any) code under the same trace: its src first on the path
     PYTHONPATH=OTHER/src .venv/bin/python bench/swarm_trace.py --policy stripes --n 40
 """
