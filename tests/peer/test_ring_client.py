@@ -4,6 +4,8 @@ a round now (the rounds over HTTP: tests/integration/test_chord_ring.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 
@@ -91,10 +93,10 @@ def test_a_round_now_only_for_a_change_the_ring_waits_on() -> None:
     assert c._urgent(2.0)
 
 
-async def test_without_a_ring_the_tracker_is_asked_once_per_view_refresh() -> None:
-    # `chord` is the default policy: where no supernode runs, every peer's ring client
-    # finds no ring (404) and the policy is `stripes`; it must not ask the tracker
-    # again every round, only every view_refresh_s
+@contextlib.asynccontextmanager
+async def ringless_tracker() -> AsyncIterator[tuple[str, list[float]]]:
+    """A real tracker front on loopback that has no ring for the issue (404): its base
+    URL, and when each ring view was asked for."""
     asked: list[float] = []
 
     async def ring(request: web.Request) -> web.Response:
@@ -103,24 +105,35 @@ async def test_without_a_ring_the_tracker_is_asked_once_per_view_refresh() -> No
 
     app = web.Application()
     app.router.add_get("/v1/ring/{info_hash}", ring)
-    pieces = Pieces(4)
-    policy = ChordPolicy()
     async with served(app) as tracker:
-        c = RingClient(
-            tracker_base=tracker,
-            info_hash="12" * 20,
-            num_pieces=4,
-            peer_id="aa",
-            address="127.0.0.1:7",
-            policy=policy,
-            have=lambda: tuple(pieces.have),
-            unheld=lambda: pieces.unheld,
-            totals=lambda: (0, 0),
-            connect=lambda host, port: None,
-            interval_s=0.1,
-            min_gap_s=0.05,
-            view_refresh_s=1.0,
-        )
+        yield tracker, asked
+
+
+def live_client(tracker: str, policy: ChordPolicy, **pacing: float) -> RingClient:
+    """A ring client of a 4-piece issue asking ``tracker``, with the given pacing."""
+    pieces = Pieces(4)
+    return RingClient(
+        tracker_base=tracker,
+        info_hash="12" * 20,
+        num_pieces=4,
+        peer_id="aa",
+        address="127.0.0.1:7",
+        policy=policy,
+        have=lambda: tuple(pieces.have),
+        unheld=lambda: pieces.unheld,
+        totals=lambda: (0, 0),
+        connect=lambda host, port: None,
+        **pacing,  # type: ignore[arg-type]
+    )
+
+
+async def test_without_a_ring_the_tracker_is_asked_once_per_view_refresh() -> None:
+    # `chord` is the default policy: where no supernode runs, every peer's ring client
+    # finds no ring (404) and the policy is `stripes`; it must not ask the tracker
+    # again every round, only every view_refresh_s
+    policy = ChordPolicy()
+    async with ringless_tracker() as (tracker, asked):
+        c = live_client(tracker, policy, interval_s=0.1, min_gap_s=0.05, view_refresh_s=1.0)
         try:
             c.start()
             await asyncio.sleep(1.5)
@@ -137,29 +150,10 @@ async def test_close_ends_the_rounds_when_a_nudge_comes_with_it() -> None:
     # Python 3.11's wait_for lost the cancellation then (it returned the event's
     # result), the rounds ran on and close() waited forever: 2 of 150 clients of an
     # emulated flash crowd never left the swarm for the carousel.
-    async def ring(request: web.Request) -> web.Response:
-        return web.json_response({"error": "no ring for this issue"}, status=404)
-
-    app = web.Application()
-    app.router.add_get("/v1/ring/{info_hash}", ring)
-    pieces = Pieces(4)
     loop = asyncio.get_running_loop()
-    async with served(app) as tracker:
+    async with ringless_tracker() as (tracker, _):
         for _ in range(10):
-            c = RingClient(
-                tracker_base=tracker,
-                info_hash="12" * 20,
-                num_pieces=4,
-                peer_id="aa",
-                address="127.0.0.1:7",
-                policy=ChordPolicy(),
-                have=lambda: tuple(pieces.have),
-                unheld=lambda: pieces.unheld,
-                totals=lambda: (0, 0),
-                connect=lambda host, port: None,
-                interval_s=30.0,
-                min_gap_s=0.01,
-            )
+            c = live_client(tracker, ChordPolicy(), interval_s=30.0, min_gap_s=0.01)
             c.start()
             await asyncio.sleep(0.1)  # the first round is over: waiting for a nudge
             rounds = c._task
@@ -175,27 +169,8 @@ async def test_close_ends_the_rounds_when_a_nudge_comes_with_it() -> None:
 async def test_leaving_stops_the_rounds_before_the_torrent_goes() -> None:
     # the peer removes its torrent right after `leave`: a round after that read a gone
     # libtorrent handle ("invalid torrent handle used") and the rounds died on it
-    async def ring(request: web.Request) -> web.Response:
-        return web.json_response({"error": "no ring for this issue"}, status=404)
-
-    app = web.Application()
-    app.router.add_get("/v1/ring/{info_hash}", ring)
-    pieces = Pieces(4)
-    async with served(app) as tracker:
-        c = RingClient(
-            tracker_base=tracker,
-            info_hash="12" * 20,
-            num_pieces=4,
-            peer_id="aa",
-            address="127.0.0.1:7",
-            policy=ChordPolicy(),
-            have=lambda: tuple(pieces.have),
-            unheld=lambda: pieces.unheld,
-            totals=lambda: (0, 0),
-            connect=lambda host, port: None,
-            interval_s=0.05,
-            min_gap_s=0.01,
-        )
+    async with ringless_tracker() as (tracker, _):
+        c = live_client(tracker, ChordPolicy(), interval_s=0.05, min_gap_s=0.01)
         c.start()
         await asyncio.sleep(0.2)
         rounds = c._task
