@@ -109,7 +109,14 @@ async def ringless_tracker() -> AsyncIterator[tuple[str, list[float]]]:
         yield tracker, asked
 
 
-def live_client(tracker: str, policy: ChordPolicy, **pacing: float) -> RingClient:
+def live_client(
+    tracker: str,
+    policy: ChordPolicy,
+    *,
+    interval_s: float,
+    min_gap_s: float,
+    view_refresh_s: float = 10.0,
+) -> RingClient:
     """A ring client of a 4-piece issue asking ``tracker``, with the given pacing."""
     pieces = Pieces(4)
     return RingClient(
@@ -123,7 +130,9 @@ def live_client(tracker: str, policy: ChordPolicy, **pacing: float) -> RingClien
         unheld=lambda: pieces.unheld,
         totals=lambda: (0, 0),
         connect=lambda host, port: None,
-        **pacing,  # type: ignore[arg-type]
+        interval_s=interval_s,
+        min_gap_s=min_gap_s,
+        view_refresh_s=view_refresh_s,
     )
 
 

@@ -40,7 +40,8 @@ most `MAX_BRING_AHEAD`: where the origins are the bottleneck (the loopback bench
 fetches share 2 MB/s) that is one piece; where they are fast and the pieces large
 (an emulated flash crowd: three origins of 100-200 Mbit/s, 1 MiB pieces, clients on
 6-50 Mbit/s links) one piece a round left each bringer idle between its rounds, and
-the swarm's clients took 115-175 s where `stripes`' took 17-86 s (docs/emulation.md).
+the swarm's clients took 82-175 s (median 120) where `stripes`' took 17-86 s (43;
+docs/emulation.md).
 
 **Bringers at a time** (``max_bringers``, None: no limit): a supernode hands its
 pieces to at most that many peers at once; a bringer's report of a piece it brought

@@ -71,8 +71,6 @@ class TrackerScrape:
         ih = quote_from_bytes(self._info_hash, safe="")
         target = f"{url}{'&' if '?' in url else '?'}info_hash={ih}"
         try:
-            if self._closed:
-                return
             if self._http is None:
                 self._http = aiohttp.ClientSession(
                     timeout=aiohttp.ClientTimeout(total=5), connector=client_connector()
