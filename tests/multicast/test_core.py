@@ -201,7 +201,7 @@ def test_gate_accepts_fresh_signed_trusted_in_order() -> None:
         (None, False, AnnouncementVerdict.MALFORMED),
         (_ann(9), False, AnnouncementVerdict.UNSIGNED),
         (_ann(9, key="cd" * 32), True, AnnouncementVerdict.UNTRUSTED),
-        (_ann(9, issued=990.0), True, AnnouncementVerdict.STALE),
+        (_ann(9, issued=900.0), True, AnnouncementVerdict.STALE),
         (_ann(9, issued=1100.0), True, AnnouncementVerdict.FUTURE),
         (_ann(5), True, AnnouncementVerdict.REPLAYED),
         (_ann(4), True, AnnouncementVerdict.REPLAYED),
@@ -214,6 +214,27 @@ def test_gate_rejects(
     assert gate.handle(_ann(5), signature_ok=True, now_unix=1000.0) is AnnouncementVerdict.ACCEPTED
     assert gate.handle(ann, signature_ok=signature_ok, now_unix=1001.0) is verdict
     assert gate.counts[verdict] == 1
+
+
+@pytest.mark.parametrize("receiver_ahead_s", [-29.0, -6.0, 0.0, 6.0, 29.0])
+def test_gate_allows_the_same_skew_both_ways(receiver_ahead_s: float) -> None:
+    """A receiver whose clock is a few seconds fast (or slow) takes every fresh
+    announcement: issued at 1000.0 by the sender's clock, 5 s to live, read 0.1 s later."""
+    gate = AnnouncementGate({"ab" * 32}, max_skew_s=30.0)
+    now = 1000.1 + receiver_ahead_s
+    assert gate.handle(_ann(1), signature_ok=True, now_unix=now) is AnnouncementVerdict.ACCEPTED
+
+
+@pytest.mark.parametrize(
+    ("receiver_ahead_s", "verdict"),
+    [(36.0, AnnouncementVerdict.STALE), (-31.0, AnnouncementVerdict.FUTURE)],
+)
+def test_gate_refuses_beyond_the_skew_allowance(
+    receiver_ahead_s: float, verdict: AnnouncementVerdict
+) -> None:
+    gate = AnnouncementGate({"ab" * 32}, max_skew_s=30.0)
+    now = 1000.1 + receiver_ahead_s
+    assert gate.handle(_ann(1), signature_ok=True, now_unix=now) is verdict
 
 
 def test_announcement_clock() -> None:

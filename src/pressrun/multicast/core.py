@@ -37,8 +37,11 @@ channel is tried again (RLM's join timer backoff).
 
 **Announcements** (`AnnouncementGate`). A receiver accepts an announcement only when
 its Ed25519 signature is good (checked by `pressrun.multicast.control`), its key is a
-trusted publisher's, it has not expired, it was not issued in the future (beyond a
-clock skew), and its sequence number is above the last one accepted from that key.
+trusted publisher's, it has not expired and was not issued in the future, both judged
+with the same allowance for the skew between the sender's clock and the receiver's
+(``max_skew_s``, 30 s: a receiver a few seconds fast or slow accepts every fresh
+announcement; a replay is refused by its sequence number in any case), and its
+sequence number is above the last one accepted from that key.
 """
 
 from __future__ import annotations
@@ -319,7 +322,8 @@ class LayerCore:
 
 class AnnouncementGate:
     """Which announcements a receiver accepts (module docstring): trusted key,
-    not expired, not from the future, sequence number above the last accepted."""
+    not expired and not from the future (both within ``max_skew_s`` of the receiver's
+    clock, which may be fast or slow), sequence number above the last accepted."""
 
     def __init__(self, trusted_keys: Collection[str], *, max_skew_s: float = 30.0) -> None:
         self.trusted_keys = frozenset(k.lower() for k in trusted_keys)
@@ -347,7 +351,9 @@ class AnnouncementGate:
         key = ann.publisher_key.lower()
         if key not in self.trusted_keys:
             return AnnouncementVerdict.UNTRUSTED
-        if ann.expires_at <= now_unix:
+        # the hosts' clocks differ: the allowance is the same both ways, or a receiver
+        # a few seconds fast would find every announcement expired on arrival
+        if ann.expires_at + self.max_skew_s <= now_unix:
             return AnnouncementVerdict.STALE
         if ann.issued_at > now_unix + self.max_skew_s:
             return AnnouncementVerdict.FUTURE
