@@ -6,6 +6,13 @@ import math
 from dataclasses import dataclass
 
 FEC_SCHEMES = ("raptorq", "none")
+#: source blocks an object may be split into at most, per FEC scheme: the crate
+#: ``flute`` gives RaptorQ an 8-bit source block number (255 blocks, RFC 6330's Z) and
+#: Compact No-Code a 16-bit one
+MAX_SOURCE_BLOCKS = {"raptorq": 255, "none": 65535}
+#: the largest source block the schemes take (RFC 6330's K'max for RaptorQ; the
+#: 16-bit field of Compact No-Code)
+MAX_BLOCK_SYMBOLS = {"raptorq": 56403, "none": 65535}
 #: the environment variable the sender (and the balancer) read its API token from
 TOKEN_ENV = "PRESSRUN_MULTICAST_TOKEN"
 
@@ -23,7 +30,9 @@ class CarouselConfig:
         MTU with the IP, UDP, LCT and FEC headers.
     max_source_block_symbols: source symbols per block at most (RFC 6330's K). 1024:
         blocks of 1.4 MB, decoded as soon as about K symbols of a block arrive, and far
-        under the receiver's cache (FIELD-NOTES trap 1).
+        under the receiver's cache (FIELD-NOTES trap 1). An issue too large for 255
+        blocks of this size (367 MB with RaptorQ and 1400-byte symbols) gets larger
+        blocks (`source_block_symbols`): 2 GB makes blocks of 6,016 symbols (8.4 MB).
     cycle_overhead: with RaptorQ, each channel's cycle carries K x (1 + this) distinct
         symbols, so a receiver on one channel with loss p completes in one cycle while
         p < overhead / (1 + overhead) (0.35: up to 25% loss). 0.35.
@@ -55,6 +64,22 @@ class CarouselConfig:
         if self.fdt_every_packets < 10:
             raise ValueError("fdt_every_packets must be at least 10")
 
+    def source_block_symbols(self, size_bytes: int) -> int:
+        """The largest source block (symbols) an object of ``size_bytes`` is split
+        into: ``max_source_block_symbols``, or more when the FEC scheme's block count
+        (`MAX_SOURCE_BLOCKS`) would not hold the object in blocks of that size.
+        ValueError (saying by how much) when no block size of the scheme can."""
+        kt = max(1, math.ceil(size_bytes / self.symbol_bytes))
+        needed = math.ceil(kt / MAX_SOURCE_BLOCKS[self.fec])
+        largest = MAX_BLOCK_SYMBOLS[self.fec]
+        if needed > largest:
+            limit = largest * MAX_SOURCE_BLOCKS[self.fec] * self.symbol_bytes
+            raise ValueError(
+                f"{size_bytes} bytes is more than fec {self.fec} carries with "
+                f"{self.symbol_bytes}-byte symbols ({limit} bytes): use larger symbols"
+            )
+        return max(self.max_source_block_symbols, needed)
+
     def repair_symbols_per_block(self, size_bytes: int) -> int:
         """Repair symbols to encode per block of an object of ``size_bytes`` so every
         channel gets K x (1 + overhead) distinct symbols of each block (0 with
@@ -63,7 +88,7 @@ class CarouselConfig:
         if self.fec == "none":
             return 0
         kt = max(1, math.ceil(size_bytes / self.symbol_bytes))
-        blocks = math.ceil(kt / self.max_source_block_symbols)
+        blocks = math.ceil(kt / self.source_block_symbols(size_bytes))
         k = math.ceil(kt / blocks)
         total = math.ceil(k * self.channels * (1 + self.cycle_overhead))
         return min(65535, max(0, total - k))

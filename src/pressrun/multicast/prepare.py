@@ -77,7 +77,7 @@ def encoding_of(carousel: CarouselConfig, size_bytes: int) -> Encoding:
     return (
         carousel.fec,
         carousel.symbol_bytes,
-        carousel.max_source_block_symbols,
+        carousel.source_block_symbols(size_bytes),
         carousel.repair_symbols_per_block(size_bytes),
         carousel.channels,
         carousel.fdt_every_packets,
@@ -99,8 +99,11 @@ class IssuePreparer:
         self.prepared: dict[str, PreparedIssue] = {}
         #: (issue id, manifest sha, encoding) -> its encoding under way
         self._preparing: dict[tuple[str, str, Encoding], asyncio.Task[PreparedIssue]] = {}
-        #: manifests that failed to prepare (issue, manifest sha): logged once
-        self._unpreparable: set[tuple[str, str]] = set()
+        #: issue id -> why its newest manifest could not be prepared (manifest sha,
+        #: encoding or None, the message): shown by ``/healthz`` and the control API,
+        #: logged once, not retried by `refresh` until the manifest or the encoding
+        #: changes (a POST tries again); at most one per issue of the content folder
+        self.failed: dict[str, tuple[str, Encoding | None, str]] = {}
 
     async def prepare(self, issue_id: str, carousel: CarouselConfig) -> PreparedIssue:
         """The issue's pass for ``carousel``'s encoding: the one prepared, or encoded
@@ -112,12 +115,20 @@ class IssuePreparer:
             manifest_json = await asyncio.to_thread((bundle / "manifest.json").read_bytes)
         except FileNotFoundError:
             raise CarouselError(f"no issue {issue_id} in {self.content_dir}", 404) from None
+        except OSError as err:
+            message = f"the manifest of {issue_id} cannot be read: {err}"
+            self._fail(issue_id, "", None, message)
+            raise CarouselError(message, 500) from None
         digest = hashlib.sha256(manifest_json).hexdigest()
         try:
             size = SignedManifest.from_json_bytes(manifest_json).manifest.size_bytes
         except ManifestError as err:
             raise CarouselError(f"the manifest of {issue_id} does not verify: {err}", 409) from None
-        encoding = encoding_of(carousel, size)
+        try:
+            encoding = encoding_of(carousel, size)
+        except ValueError as err:
+            self._fail(issue_id, digest, None, f"{issue_id} cannot be carouselled: {err}")
+            raise CarouselError(f"{issue_id} cannot be carouselled: {err}", 413) from None
         ready = self.prepared.get(issue_id)
         if ready is not None and ready.manifest_sha256 == digest and ready.encoding == encoding:
             return ready
@@ -127,10 +138,25 @@ class IssuePreparer:
             pending = asyncio.ensure_future(self._encode_issue(issue_id, manifest_json, carousel))
             self._preparing[key] = pending
             pending.add_done_callback(lambda _t: self._preparing.pop(key, None))
-        prepared = await asyncio.shield(pending)
+        try:
+            prepared = await asyncio.shield(pending)
+        except CarouselError as err:
+            self._fail(issue_id, digest, encoding, str(err))
+            raise
+        except Exception as err:  # the binding, the disk, memory: say which
+            log.exception("encoding %s for its carousel failed", issue_id)
+            message = f"{issue_id} could not be encoded for its carousel: {err!r}"
+            self._fail(issue_id, digest, encoding, message)
+            raise CarouselError(message, 500) from err
+        self.failed.pop(issue_id, None)
         self.prepared[issue_id] = prepared
         self._prepared_gauge.set(len(self.prepared))
         return prepared
+
+    def _fail(self, issue_id: str, digest: str, encoding: Encoding | None, message: str) -> None:
+        if self.failed.get(issue_id) != (digest, encoding, message):
+            log.warning("cannot prepare %s for a carousel: %s", issue_id, message)
+        self.failed[issue_id] = (digest, encoding, message)
 
     async def _encode_issue(
         self, issue_id: str, manifest_json: bytes, carousel: CarouselConfig
@@ -194,17 +220,33 @@ class IssuePreparer:
         newest = await asyncio.to_thread(self.published_issues)
         newest = newest[:count]
         for issue_id in newest:
-            try:
+            if await self._failed_before(issue_id, carousel):
+                continue  # the same manifest and encoding failed: logged then
+            # any error is the issue's (marked failed, logged by `prepare`): the others
+            # are still prepared and the next round comes
+            with contextlib.suppress(CarouselError):
                 await self.prepare(issue_id, carousel)
-            except CarouselError as err:
-                note = (issue_id, str(err))
-                if note not in self._unpreparable:
-                    self._unpreparable.add(note)
-                    log.warning("cannot prepare %s for a carousel: %s", issue_id, err)
         for issue_id in list(self.prepared):
             if issue_id not in newest and not on_air(issue_id):
                 del self.prepared[issue_id]
+        for issue_id in list(self.failed):
+            if issue_id not in newest:
+                del self.failed[issue_id]
         self._prepared_gauge.set(len(self.prepared))
+
+    async def _failed_before(self, issue_id: str, carousel: CarouselConfig) -> bool:
+        """Whether the issue's manifest on disk already failed with this encoding."""
+        failure = self.failed.get(issue_id)
+        if failure is None:
+            return False
+        manifest = self.content_dir / issue_id / "manifest.json"
+        try:
+            manifest_json = await asyncio.to_thread(manifest.read_bytes)
+            size = SignedManifest.from_json_bytes(manifest_json).manifest.size_bytes
+            now = (hashlib.sha256(manifest_json).hexdigest(), encoding_of(carousel, size))
+        except (OSError, ManifestError, ValueError):
+            return False  # tried again: `prepare` says what is wrong
+        return failure[:2] == now
 
     def cancel(self) -> None:
         """Cancel the encodings under way (the sender is closing)."""
@@ -238,7 +280,7 @@ def prepare_pass(
         toi=1,
         fec=config.fec,
         encoding_symbol_length=config.symbol_bytes,
-        max_source_block_length=config.max_source_block_symbols,
+        max_source_block_length=config.source_block_symbols(len(data)),
         repair_symbols_per_block=config.repair_symbols_per_block(len(data)),
     )
     cycles = channel_cycles(

@@ -195,6 +195,9 @@ class SendThread(threading.Thread):
         self._stopping = threading.Event()
         self._slipped: dict[tuple[str, int], int] = {}
         self._children: dict[tuple[str, int], tuple[Counter, Counter, Gauge, Counter]] = {}
+        #: issues whose carousel stopped: their metric children go at the thread's next
+        #: round (the thread may be counting a batch of the carousel as it stops)
+        self._stopped: set[str] = set()
 
     def start_carousel(self, carousel: RunningCarousel) -> None:
         """Start (or replace) the carousel of ``carousel.plan.issue_id``."""
@@ -208,6 +211,9 @@ class SendThread(threading.Thread):
         with self._lock:
             carousel = self._carousels.pop(issue_id, None)
             self.metrics.carousels.set(len(self._carousels))
+            if carousel is not None:
+                self._stopped.add(issue_id)
+        self._wake.put(None)
         return carousel
 
     def running(self) -> list[RunningCarousel]:
@@ -225,20 +231,49 @@ class SendThread(threading.Thread):
         self._stopping.set()
         self._wake.put(None)
 
+    def _forget_stopped(self) -> None:
+        """Remove the per-(issue, channel) metric children of the carousels stopped
+        since the last round (a carousel running again keeps its counters)."""
+        with self._lock:
+            stopped = {i for i in self._stopped if i not in self._carousels}
+            self._stopped.clear()
+        if not stopped:
+            return
+        for key in [k for k in self._children if k[0] in stopped]:
+            del self._children[key]
+            self._slipped.pop(key, None)
+            labels = (key[0], str(key[1]))
+            for metric in (
+                self.metrics.packets,
+                self.metrics.bytes,
+                self.metrics.cycles,
+                self.metrics.slipped,
+            ):
+                with contextlib.suppress(KeyError):
+                    metric.remove(*labels)
+
     def run(self) -> None:
         while not self._stopping.is_set():
-            carousels = self.running()
-            if not carousels:
-                with contextlib.suppress(queue.Empty):
-                    self._wake.get(timeout=0.5)
-                continue
-            deadline = min(c.schedule.next_deadline() for c in carousels)
+            try:
+                self._round()
+            except Exception:  # every carousel's packets depend on this thread
+                log.exception("the send thread's round failed; it goes on")
+                time.sleep(0.05)
+
+    def _round(self) -> None:
+        self._forget_stopped()
+        carousels = self.running()
+        if not carousels:
+            with contextlib.suppress(queue.Empty):
+                self._wake.get(timeout=0.5)
+            return
+        deadline = min(c.schedule.next_deadline() for c in carousels)
+        now = time.perf_counter()
+        if deadline > now:
+            time.sleep(min(deadline - now, 0.05))
             now = time.perf_counter()
-            if deadline > now:
-                time.sleep(min(deadline - now, 0.05))
-                now = time.perf_counter()
-            for carousel in carousels:
-                self._send_due(carousel, now)
+        for carousel in carousels:
+            self._send_due(carousel, now)
 
     def _send_due(self, carousel: RunningCarousel, now: float) -> None:
         fd = self.sock.fileno()
@@ -347,11 +382,14 @@ class MulticastSender:
     async def _prepare_loop(self) -> None:
         """Forever: a round of the preparer every ``prepare_interval_s``."""
         while True:
-            await self.preparer.refresh(
-                self.config.prepare_issues,
-                self.config.carousel,
-                on_air=lambda issue_id: self.thread.get(issue_id) is not None,
-            )
+            try:
+                await self.preparer.refresh(
+                    self.config.prepare_issues,
+                    self.config.carousel,
+                    on_air=lambda issue_id: self.thread.get(issue_id) is not None,
+                )
+            except Exception:  # the loop outlives any round's error
+                log.exception("a round of issue preparation failed; the next one is due")
             await asyncio.sleep(self.config.prepare_interval_s)
 
     async def _start(self, issue_id: str, carousel: CarouselConfig) -> CarouselPlan:
@@ -513,6 +551,11 @@ class MulticastSender:
             plan = await self.start_carousel(issue_id, carousel)
         except CarouselError as err:
             return web.json_response({"error": str(err)}, status=err.status)
+        except Exception as err:  # the caller gets the reason, not a bare 500
+            log.exception("the carousel of %s did not start", issue_id)
+            return web.json_response(
+                {"error": f"the carousel of {issue_id} did not start: {err!r}"}, status=500
+            )
         return web.json_response(plan_to_json(plan), status=200 if was_running else 201)
 
     async def delete_carousel(self, request: web.Request) -> web.Response:
@@ -536,6 +579,7 @@ class MulticastSender:
                 "ok": True,
                 "carousels": len(self.thread.running()),
                 "prepared": sorted(self.preparer.prepared),
+                "failed": {issue: f[2] for issue, f in sorted(self.preparer.failed.items())},
             }
         )
 
