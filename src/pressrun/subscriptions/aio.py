@@ -23,7 +23,14 @@ import nacl.public
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
-from pressrun.security import UNAUTHORIZED_HEADERS, ServiceSecurity, operator_middleware
+from pressrun.security import (
+    UNAUTHORIZED_HEADERS,
+    BodyTooLarge,
+    ServiceSecurity,
+    check_operator_token,
+    operator_middleware,
+    read_request_limited,
+)
 from pressrun.service import stop_signals
 from pressrun.subscriptions.codec import (
     RequestError,
@@ -77,8 +84,8 @@ class SubscriptionService:
         clock: Callable[[], float] = wall_clock,
         security: ServiceSecurity | None = None,
     ) -> None:
-        if not operator_token:
-            raise ValueError("the operator token must not be empty")
+        # the rule every service shares (pressrun.security): 16 characters at least
+        check_operator_token(operator_token)
         if token_ttl_s < 1:
             raise ValueError("token_ttl_s must be at least 1")
         self.store = store
@@ -190,9 +197,13 @@ class SubscriptionService:
 
     @staticmethod
     async def _small_body(request: web.Request) -> dict[str, Any]:
-        body = await request.content.read(MAX_SMALL_BODY_BYTES + 1)
-        if len(body) > MAX_SMALL_BODY_BYTES:
-            raise RequestError(413, "too_large", f"the body is over {MAX_SMALL_BODY_BYTES} bytes")
+        try:
+            # to its end: content.read(n) answered the first segment of a body sent in two
+            body = await read_request_limited(request, MAX_SMALL_BODY_BYTES, "the body")
+        except BodyTooLarge:
+            raise RequestError(
+                413, "too_large", f"the body is over {MAX_SMALL_BODY_BYTES} bytes"
+            ) from None
         return decode_object(body)
 
     @property

@@ -20,6 +20,7 @@ import nacl.exceptions
 import nacl.public
 
 from pressrun.content.codec import is_hex
+from pressrun.security import BodyTooLarge, read_body_limited
 from pressrun.subscriptions.codec import TOKEN_BYTES, WRAP_BYTES
 
 __all__ = [
@@ -82,8 +83,15 @@ class SubscriptionsClient:
             async with self.session.request(
                 method, url, data=data, headers=headers, timeout=self.timeout
             ) as resp:
-                raw = await resp.content.read(MAX_ANSWER_BYTES)
+                # the whole body: content.read(n) answers the first buffered chunk
+                # only (a list of 1,000 subscribers came back cut at 64 KiB)
+                raw = await read_body_limited(resp, MAX_ANSWER_BYTES, f"the answer to {path}")
                 status = resp.status
+        except BodyTooLarge as err:
+            raise SubscriptionError(
+                f"the subscription service at {self.base_url} answered {method} {path} "
+                f"with too much: {err}"
+            ) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             what = str(err) or type(err).__name__
             raise SubscriptionError(

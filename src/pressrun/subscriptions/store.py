@@ -14,6 +14,8 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from pressrun.security import private_file
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS subscribers (
     public_key BLOB PRIMARY KEY,
@@ -53,6 +55,7 @@ class SubscriptionStore:
 
     def __init__(self, path: Path | str) -> None:
         self.path = str(path)
+        private_file(self.path)  # names, keys and the token secret: owner only
         self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA foreign_keys = ON")
         if self.path != ":memory:":
