@@ -24,6 +24,7 @@ from pressrun.content.keys import (
 )
 from pressrun.content.manifest import ManifestError, SignedManifest, sign_manifest
 from pressrun.content.publish import DEFAULT_PIECE_SIZE, PublishError, publish
+from pressrun.durable import STATE_DIR
 
 TAMPERED = "manifest signature does not match its content (tampered or corrupted)"
 
@@ -100,7 +101,7 @@ def test_publish_makes_the_bundle_of_the_contract(published: Published) -> None:
         "weekly-2026-47.torrent",
     ]
     assert published.copy.read_bytes() == published.data
-    assert [p.name for p in published.content.iterdir()] == ["weekly-2026-47"]  # no temp left
+    assert _leftovers(published.content) == ["weekly-2026-47"]  # no temp left
     signed = SignedManifest.from_json_bytes(published.manifest_path.read_bytes())
     m = signed.verify([load_public_key(str(published.pub))])
     assert m.issue_id == "weekly-2026-47" and m.title == "Weekly, issue 47"
@@ -271,7 +272,15 @@ def _publish_args(source: Path, key: Path, content: Path, issue: str = "weekly-4
 
 
 def _leftovers(content: Path) -> list[str]:
-    return sorted(p.name for p in content.iterdir()) if content.exists() else []
+    """What CONTENT holds besides pressrun's own state (``.pressrun/``), which may
+    hold locks and issue versions only: no swap journal, no temp file."""
+    if not content.exists():
+        return []
+    state = content / STATE_DIR
+    if state.exists():
+        extra = [p.name for p in state.iterdir() if p.suffix not in (".lock", ".version")]
+        assert extra == [], extra
+    return sorted(p.name for p in content.iterdir() if p.name != STATE_DIR)
 
 
 @pytest.mark.parametrize(

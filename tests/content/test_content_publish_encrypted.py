@@ -12,7 +12,7 @@ from published_bundle import PIECE, make_issue
 from pressrun.cli import main
 from pressrun.content.bundle import Bundle, verify_issue
 from pressrun.content.encryption import decrypt_file, open_wrap
-from pressrun.content.publish import PublishError, publish
+from pressrun.content.publish import PublishError, last_version, publish
 
 
 class Directory:
@@ -105,7 +105,14 @@ def test_a_failing_subscription_service_publishes_nothing(
     with pytest.raises(PublishError, match=r"subscription service http://127\.0\.0\.1:8090/: "):
         publish_encrypted(tmp_path, keypair[0], d)
     content = tmp_path / "content"
-    assert not content.exists() or list(content.iterdir()) == []
+    assert not content.exists() or [p.name for p in content.iterdir()] == [".pressrun"]
+    # the version stays reserved (its wraps may be stored): the next publish uses 2
+    if where == "store":
+        assert last_version(content, "weekly-49") == 1
+        d.fail_on = None
+        bundle = Bundle.load(publish_encrypted(tmp_path, keypair[0], d))
+        assert bundle.manifest.encryption is not None
+        assert bundle.manifest.encryption.version == 2
 
 
 def test_encryption_input_errors(tmp_path: Path, keypair: tuple[Path, Path]) -> None:

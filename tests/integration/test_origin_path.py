@@ -49,7 +49,7 @@ class Recorder:
 def assert_in_library(library: Path, data: bytes) -> None:
     path = library / ISSUE / FILE
     assert path.read_bytes() == data
-    assert (library / ISSUE / "manifest.json").exists()
+    assert (library / ISSUE / ".manifest.json").exists()
     assert not (library / ".partial" / ISSUE).exists()
 
 
@@ -429,7 +429,7 @@ async def test_every_origin_failing_gives_up_with_a_reason(
 
 
 def verified_on_disk(library: Path) -> frozenset[int]:
-    state_path = library / ".partial" / ISSUE / "state.json"
+    state_path = library / ".partial" / ISSUE / ".state.json"
     if not state_path.exists():
         return frozenset()
     state = ResumeState.from_json_bytes(state_path.read_bytes())

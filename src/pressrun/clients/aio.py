@@ -20,7 +20,11 @@
    the balancer names (:mod:`.sections`, the directive's ``fallbacks: ["origin"]``);
 5. hash the whole file against the manifest (an encrypted issue: then decrypt it,
    every piece authenticated, beside it) and move it (the plaintext), with the
-   manifest, into ``LIBRARY/<id>/`` in one rename.
+   manifest, into ``LIBRARY/<id>/`` in one swap (:mod:`.library`).
+
+Before step 2 the run takes the issue's lock in the library and recovers what a crash
+left there (`Library.recover`); after step 2, an issue already in the library with
+this very manifest is checked, not downloaded again.
 
 Every way it can fail ends in `FetchError` with one line for a person.
 """
@@ -28,6 +32,7 @@ Every way it can fail ends in `FetchError` with one line for a person.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import os
@@ -49,7 +54,7 @@ from pressrun.clients.sections import download_sections
 from pressrun.clients.session import FetchError, FetchState, Progress, still_good
 from pressrun.clients.subscription import NotReadable, content_key_for, decrypt_partial
 from pressrun.clients.swarm_handoff import fetch_swarm, ring_figures
-from pressrun.content.manifest import Manifest, check_file
+from pressrun.content.manifest import Manifest, check_file, file_sha256
 from pressrun.security import client_connector
 
 if TYPE_CHECKING:
@@ -96,6 +101,9 @@ class FetchResult:
     #: ``supernode_failures`` and ``failed_supernodes`` (`swarm_handoff.ring_figures`)
     uploader_policy: str | None = None
     ring: dict[str, Any] | None = None
+    #: the library already held this very version of the issue; it was checked
+    #: (every piece, or the plaintext's SHA-256) instead of downloaded again
+    already_in_library: bool = False
 
     @property
     def download_s(self) -> float:
@@ -115,13 +123,73 @@ class FetchResult:
 
 
 async def _run(f: FetchState) -> FetchResult:
-    started_at = f.now()
     try:
         f.library.ensure()
-    except LibraryError as err:
+        with f.library.lock(f.issue_id):
+            # what a crash left (this issue's or any other's): finished or rolled back
+            for line in f.library.recover(held=frozenset({f.issue_id})):
+                f.notice(f"library: {line}", level=logging.WARNING)
+            return await _run_locked(f)
+    except (LibraryError, OSError) as err:
+        if isinstance(err, OSError):
+            raise FetchError(f"cannot use the library {f.library.root}: {err}") from None
         raise FetchError(str(err)) from None
+
+
+async def _already_there(f: FetchState, m: Manifest, manifest_json: bytes) -> FetchResult | None:
+    """The result for an issue whose copy in the library is this very manifest's and
+    checks out; None when it must be downloaded (absent, another version, damaged)."""
+    if f.library.installed_manifest(m.issue_id) != manifest_json:
+        return None
+    name = m.file_name if m.encryption is None else m.encryption.plain_file_name
+    path = f.library.issue_dir(m.issue_id) / name
+    try:
+        if m.encryption is None:
+            good = (await asyncio.to_thread(check_file, m, path)).matches(m)
+        else:
+            enc = m.encryption
+            good = (
+                path.stat().st_size == enc.plain_size_bytes
+                and (await asyncio.to_thread(file_sha256, path)) == enc.plain_sha256
+            )
+    except OSError:
+        good = False
+    if not good:
+        f.notice(f"the copy of {m.issue_id} in the library is damaged; downloading it again")
+        return None
+    f.library.discard_partial(m.issue_id)
+    size = m.size_bytes if m.encryption is None else m.encryption.plain_size_bytes
+    return FetchResult(
+        issue_id=m.issue_id,
+        path=path,
+        seconds=0.0,
+        size_bytes=size,
+        bytes_by_origin={},
+        handoffs=0,
+        sections=0,
+        failures=0,
+        resumed_bytes=size,
+        encrypted=m.encryption is not None,
+        already_in_library=True,
+    )
+
+
+async def _run_locked(f: FetchState) -> FetchResult:
+    started_at = f.now()
     manifest, manifest_json = await fetch_manifest(f)
     m = manifest
+    plain_name = None if m.encryption is None else m.encryption.plain_file_name
+    # the plaintext is decrypted beside the ciphertext (and the swarm's sidecar files)
+    if plain_name is not None and (
+        plain_name == m.file_name or plain_name.startswith(m.file_name + ".")
+    ):
+        raise FetchError(
+            f"{m.issue_id}: the manifest names the same file for the ciphertext and the "
+            "plaintext (a publisher error); nothing was saved"
+        )
+    there = await _already_there(f, m, manifest_json)
+    if there is not None:
+        return dataclasses.replace(there, seconds=f.now() - started_at)
     content_key: bytes | None = None
     if m.encryption is not None:
         try:
@@ -226,7 +294,7 @@ async def _run(f: FetchState) -> FetchResult:
         file_name = plain.name
     try:
         final = f.library.install(m.issue_id, file_name, manifest_json)
-    except OSError as err:
+    except (OSError, LibraryError) as err:
         raise FetchError(f"cannot move {file_name} into the library: {err}") from None
     return FetchResult(
         issue_id=m.issue_id,

@@ -24,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         description="Ask the balancer where to download ISSUE, fetch it in sections with "
         "Range requests (asking again between sections, so a long download can move to "
         "another origin), verify every piece and the publisher's signature, and only then "
-        "put it in LIBRARY/<issue>/. A killed download resumes where it stopped.",
+        "put it in LIBRARY/<issue>/. A killed download resumes where it stopped; an issue "
+        "already in the library is checked, not downloaded again.",
     )
     p.add_argument("issue", metavar="ISSUE", help="the issue id")
     p.add_argument("--balancer", required=True, metavar="URL", help="the balancer's base URL")
@@ -376,7 +377,12 @@ def run_get(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result_document(result)), flush=True)
         return 0
-    if not args.quiet:
+    if not args.quiet and result.already_in_library:
+        print(
+            f"{result.path}: already in the library; {result.size_bytes / 1e6:.1f} MB "
+            "checked against the signed manifest, nothing downloaded"
+        )
+    elif not args.quiet:
         origins = ", ".join(
             f"{name} {n / 1e6:.1f} MB" for name, n in sorted(result.bytes_by_origin.items())
         )

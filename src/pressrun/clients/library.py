@@ -4,14 +4,21 @@
 LIBRARY/
   trusted-publishers             one publisher key (64 hex) a line; '#' comments
   <issue_id>/<file_name>         a verified issue ...
-  <issue_id>/manifest.json       ... with its signed manifest beside it
+  <issue_id>/.manifest.json      ... with its signed manifest beside it
   .partial/<issue_id>/<file_name>   a download in progress (sparse, full size)
-  .partial/<issue_id>/state.json    which of its pieces are verified (codec.ResumeState)
-  .partial/<issue_id>/manifest.json the manifest it is being checked against
+  .partial/<issue_id>/.state.json   which of its pieces are verified (codec.ResumeState)
+  .partial/<issue_id>/.manifest.json the manifest it is being checked against
+  .pressrun/<issue_id>.lock      held by the `pressrun get` working on the issue
+  .pressrun/<issue_id>.swap      an install in progress (durable.FolderSwaps)
 ```
 
-An issue folder appears in one ``rename(2)`` of a complete staging folder, so a reader
-of the library sees either no issue or a verified one.
+pressrun's own files start with a dot, which no issue file name may (``valid_file_name``):
+an issue named ``manifest.json`` or ``state.json`` is one more file, never one of them.
+
+An issue folder is built complete in ``LIBRARY/.<issue_id>.arriving-*`` and swapped in
+(`durable.FolderSwaps`), so a reader of the library sees the old copy or the new one;
+`Library.recover`, at the start of every ``pressrun get``, finishes an install a crash
+interrupted or puts the verified file of an unfinished one back into ``.partial``.
 """
 
 from __future__ import annotations
@@ -19,17 +26,22 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from pressrun.clients.codec import ResumeState
-from pressrun.content.codec import is_hex
-from pressrun.durable import fsync_dir, write_atomic
+from pressrun.content.bundle import COPY_MANIFEST_NAME
+from pressrun.content.codec import is_hex, valid_file_name
+from pressrun.durable import FolderSwaps, ItemBusy, fsync_dir, write_atomic
 
 TRUSTED_FILE = "trusted-publishers"
 PARTIAL_DIR = ".partial"
-STATE_FILE = "state.json"
-MANIFEST_FILE = "manifest.json"
+STATE_FILE = ".state.json"
+MANIFEST_FILE = COPY_MANIFEST_NAME
+#: the names of pressrun before issue 27, still read (never written) where they
+#: cannot be the issue's own file
+LEGACY_STATE_FILE = "state.json"
+LEGACY_MANIFEST_FILE = "manifest.json"
 
 
 class LibraryError(Exception):
@@ -41,6 +53,7 @@ class Library:
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
+        self.swaps = FolderSwaps(self.root, "arriving")
 
     def ensure(self) -> None:
         """Create the library folder if needed; LibraryError if it cannot be."""
@@ -99,11 +112,17 @@ class Library:
 
     def load_state(self, issue_id: str) -> ResumeState | None:
         """The resume state of a partial download, or None."""
-        try:
-            data = (self.partial_dir(issue_id) / STATE_FILE).read_bytes()
-        except OSError:
-            return None
-        return ResumeState.from_json_bytes(data)
+        folder = self.partial_dir(issue_id)
+        for name in (STATE_FILE, LEGACY_STATE_FILE):
+            try:
+                data = (folder / name).read_bytes()
+            except OSError:
+                continue
+            state = ResumeState.from_json_bytes(data)
+            # a legacy state.json may be the issue's own file of that name
+            if state is not None and (name == STATE_FILE or state.file_name != name):
+                return state
+        return None
 
     def save_state(self, state: ResumeState) -> None:
         """Record which pieces are verified (not fsynced: a resume re-checks them)."""
@@ -118,6 +137,8 @@ class Library:
 
         ``fresh`` throws away whatever partial download was there.
         """
+        if not valid_file_name(file_name):
+            raise LibraryError(f"{file_name!r} is not a valid issue file name")
         folder = self.partial_dir(issue_id)
         if fresh and folder.exists():
             shutil.rmtree(folder)
@@ -135,34 +156,106 @@ class Library:
         with contextlib.suppress(OSError):
             (self.root / PARTIAL_DIR).rmdir()
 
-    def install(self, issue_id: str, file_name: str, manifest_json: bytes) -> Path:
-        """Move a verified partial file into ``LIBRARY/<issue_id>/`` with its manifest,
-        in one rename of a staging folder; an older copy of the issue is replaced.
-        Returns the file's final path."""
-        partial = self.partial_dir(issue_id) / file_name
-        staging = Path(tempfile.mkdtemp(prefix=f".{issue_id}.arriving-", dir=self.root))
+    def installed_manifest(self, issue_id: str) -> bytes | None:
+        """The signed manifest bytes of the copy of ``issue_id`` in the library, or None."""
+        folder = self.issue_dir(issue_id)
         try:
-            os.chmod(staging, 0o755)
-            with open(partial, "rb+") as f:
-                os.fsync(f.fileno())
+            return (folder / MANIFEST_FILE).read_bytes()
+        except OSError:
+            pass
+        try:  # a library written before issue 27
+            data = (folder / LEGACY_MANIFEST_FILE).read_bytes()
+        except OSError:
+            return None
+        from pressrun.content.manifest import ManifestError, SignedManifest
+
+        try:
+            m = SignedManifest.from_json_bytes(data).manifest
+        except ManifestError:
+            return None
+        plain = m.file_name if m.encryption is None else m.encryption.plain_file_name
+        return None if plain == LEGACY_MANIFEST_FILE else data
+
+    def install(self, issue_id: str, file_name: str, manifest_json: bytes) -> Path:
+        """Move a verified partial file into ``LIBRARY/<issue_id>/`` with its manifest:
+        a complete staging folder swapped in (an older copy of the issue is replaced in
+        the same step). Returns the file's final path.
+
+        On an error the verified file goes back into ``.partial`` (a retry finds it)
+        and an older copy stays as it was."""
+        if not valid_file_name(file_name):
+            raise LibraryError(f"{file_name!r} is not a valid issue file name")
+        partial = self.partial_dir(issue_id) / file_name
+        staging = self.swaps.new_staging(issue_id)
+        try:
+            fd = os.open(partial, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             os.rename(partial, staging / file_name)
-            write_atomic(staging / MANIFEST_FILE, manifest_json)
-            fsync_dir(staging)
-            final = self.issue_dir(issue_id)
-            if final.exists() or final.is_symlink():
-                old = Path(tempfile.mkdtemp(prefix=f".{issue_id}.replaced-", dir=self.root))
-                old.rmdir()
-                os.rename(final, old)
-                os.rename(staging, final)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(staging, final)
-            fsync_dir(self.root)
+            write_atomic(staging / MANIFEST_FILE, manifest_json)  # fsyncs staging too
+            self.swaps.swap_in(staging, issue_id)
         except BaseException:
-            # Put the verified file back where a retry finds it, then drop the staging.
-            with contextlib.suppress(OSError):
-                os.rename(staging / file_name, partial)
-            shutil.rmtree(staging, ignore_errors=True)
+            if staging.exists():
+                self._put_back(issue_id, staging)
+                shutil.rmtree(staging, ignore_errors=True)
             raise
         self.discard_partial(issue_id)
-        return final / file_name
+        return self.issue_dir(issue_id) / file_name
+
+    def _put_back(self, issue_id: str, staging: Path) -> None:
+        """Move the issue file of an unfinished staging folder back into ``.partial``
+        (where its state file still lists its pieces as verified)."""
+        folder = self.partial_dir(issue_id)
+        if not folder.is_dir():
+            return
+        for entry in staging.iterdir():
+            back = folder / entry.name
+            if valid_file_name(entry.name) and entry.is_file() and not back.exists():
+                with contextlib.suppress(OSError):
+                    os.rename(entry, back)
+
+    @contextlib.contextmanager
+    def lock(self, issue_id: str) -> Iterator[None]:
+        """Hold the issue's lock for a whole ``get``; LibraryError if another holds it."""
+        try:
+            with self.swaps.lock(issue_id):
+                yield
+        except ItemBusy as err:
+            raise LibraryError(
+                f"another pressrun get of {issue_id} is running in this library ({err}); "
+                "wait for it to finish"
+            ) from None
+
+    def recover(self, *, held: frozenset[str] = frozenset()) -> list[str]:
+        """Finish or roll back what a crash left in the library; one line per action.
+
+        Installs a crash interrupted are finished (journaled) or rolled back (the
+        verified file back into ``.partial``); a partial download of exactly the copy
+        now in the library (an install killed before it removed it) is removed.
+        """
+        done = self.swaps.recover(held=held, on_roll_back=self._put_back)
+        partials = self.root / PARTIAL_DIR
+        with contextlib.suppress(OSError):
+            for folder in sorted(partials.iterdir()):
+                try:
+                    mine = (folder / MANIFEST_FILE).read_bytes()
+                except OSError:
+                    continue
+                if mine == self.installed_manifest(folder.name):
+                    try:
+                        lock: contextlib.AbstractContextManager[None] = (
+                            contextlib.nullcontext()
+                            if folder.name in held
+                            else self.swaps.lock(folder.name)
+                        )
+                        with lock:
+                            self.discard_partial(folder.name)
+                    except ItemBusy:
+                        continue
+                    done.append(f"{folder.name}: removed the leftover partial download")
+        if done:
+            with contextlib.suppress(OSError):
+                fsync_dir(self.root)
+        return done

@@ -3,7 +3,8 @@
 ``config.concurrency`` workers; each asks the balancer for a fresh directive per
 section (naming failed origins in ``failed=``), takes the next section from the plan
 (:class:`pressrun.clients.core.DownloadPlan`) and fetches it with one Range request,
-hashing each piece as it completes: a good piece is written with ``pwrite`` and
+hashing each piece as it completes: a good piece is written with ``pwrite`` (all of
+it, or the download stops with the disk's error) and
 recorded in the state file, a bad one fails the origin and ends the section; an error,
 reset, 416 or a stall (no byte for ``stall_timeout_s``) fails the origin and the
 pieces not yet verified go back to the plan. An idle worker takes over the rest of a
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 
 import aiohttp
 
@@ -22,6 +22,7 @@ from pressrun.clients.core import DownloadPlan
 from pressrun.clients.events import PlanState, Section
 from pressrun.clients.session import DirectiveUnavailable, FetchError, FetchState, describe
 from pressrun.content.manifest import Manifest, piece_ok
+from pressrun.durable import pwrite_all
 
 __all__ = ["download_sections"]
 
@@ -165,7 +166,9 @@ async def _fetch_section(
                     f.apply(plan.handle_piece_corrupt(sid, index, now=f.now()))
                     return
                 try:
-                    os.pwrite(fd, buf, offset)
+                    # all of it or an error: a short write on a full disk is not a
+                    # verified piece (durable.pwrite_all)
+                    pwrite_all(fd, buf, offset)
                 except OSError as err:  # the disk, not the origin: final
                     raise FetchError(
                         f"cannot write to the partial download: {err.strerror or err}"

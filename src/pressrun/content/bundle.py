@@ -22,9 +22,16 @@ from pressrun.content.codec import (
     valid_file_name,
     valid_issue_id,
 )
-from pressrun.content.manifest import BytesDone, FileCheck, SignedManifest, check_file
+from pressrun.content.manifest import (
+    BytesDone,
+    FileCheck,
+    SignedManifest,
+    check_file,
+    file_sha256,
+)
 
 __all__ = [
+    "COPY_MANIFEST_NAME",
     "MANIFEST_NAME",
     "Bundle",
     "BundleError",
@@ -38,6 +45,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
+#: the signed manifest beside a reader's copy in a library (``LIBRARY/<issue>/``): a
+#: dot-name, which no issue file can have (docs/client.md, "Library layout")
+COPY_MANIFEST_NAME = ".manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20  # a 100 GB issue in 256 KiB pieces is about 26 MB of JSON
 MAX_TORRENT_BYTES = 64 << 20
 
@@ -195,10 +205,18 @@ class VerifyReport:
     file_path: Path
     torrent_path: Path | None  # None: no torrent beside a lone issue file
     trusted: bool  # the signer was checked against trusted keys
+    decrypted: bool = False  # a reader's decrypted copy, checked against plain_sha256
 
     def summary(self) -> str:
         """One line for ``pressrun verify``."""
         m = self.manifest
+        if self.decrypted and m.encryption is not None:
+            signer = "trusted publisher" if self.trusted else "publisher not checked"
+            return (
+                f"OK {m.issue_id}: {self.file_path.name}, {m.encryption.plain_size_bytes} "
+                f"bytes, decrypted copy matches the signed SHA-256 (version "
+                f"{m.encryption.version}), signed by {m.publisher_key[:16]}... ({signer})"
+            )
         torrent = f", info-hash {m.info_hash}" if self.torrent_path else ", no torrent checked"
         signer = (
             "trusted publisher" if self.trusted else "publisher not checked against a trusted key"
@@ -216,14 +234,21 @@ def verify_issue(
     *,
     on_bytes: BytesDone | None = None,
 ) -> VerifyReport:
-    """Fully verify a bundle folder, a ``manifest.json`` in one, or an issue file.
+    """Fully verify a bundle folder, a ``manifest.json`` in one, or an issue file; or a
+    reader's copy: a library's issue folder or the file in it (``.manifest.json``
+    beside it).
 
     An issue file is checked against the ``manifest.json`` beside it (and against the
     torrent beside it if there is one: a reader's copy may come without). Checks the
     signature, the signer (if ``trusted_keys``), the torrent's info-hash, every piece
-    and the whole-file hash. Raises ManifestError/BundleError with one line.
+    and the whole-file hash (a decrypted copy of an encrypted issue: its size and
+    SHA-256 against the signed plaintext ones). Raises ManifestError/BundleError with
+    one line.
     """
     target = Path(target)
+    folder = target if target.is_dir() else target.parent
+    if (folder / COPY_MANIFEST_NAME).is_file():
+        return _verify_copy(folder, None if target.is_dir() else target, trusted_keys, on_bytes)
     if target.is_dir():
         bundle = Bundle.load(target, trusted_keys)
         bundle.check_content(on_bytes=on_bytes)
@@ -257,3 +282,40 @@ def verify_issue(
     if not found.matches(manifest):
         raise BundleError(describe_bad_pieces(manifest, file_path.name, found))
     return VerifyReport(manifest, file_path, torrent_path, trusted_keys is not None)
+
+
+def _verify_copy(
+    folder: Path,
+    file_path: Path | None,
+    trusted_keys: Collection[bytes] | None,
+    on_bytes: BytesDone | None,
+) -> VerifyReport:
+    """A reader's copy in a library folder against the ``.manifest.json`` beside it."""
+    manifest = read_manifest(folder / COPY_MANIFEST_NAME, trusted_keys)
+    enc = manifest.encryption
+    name = manifest.file_name if enc is None else enc.plain_file_name
+    if file_path is None:
+        file_path = folder / name
+    elif file_path.name != name:
+        raise BundleError(f"{file_path.name} is not the issue file of {folder} ({name} is)")
+    if not file_path.is_file():
+        raise BundleError(f"the issue file {name} is not in {folder}")
+    trusted = trusted_keys is not None
+    if enc is None:
+        found = check_file(manifest, file_path, on_bytes=on_bytes)
+        if not found.matches(manifest):
+            raise BundleError(describe_bad_pieces(manifest, file_path.name, found))
+        return VerifyReport(manifest, file_path, None, trusted)
+    size = file_path.stat().st_size
+    if size != enc.plain_size_bytes:
+        raise BundleError(
+            f"{file_path.name} is {size} bytes but the manifest says {enc.plain_size_bytes} "
+            "(truncated or wrong file)"
+        )
+    digest = file_sha256(file_path, on_bytes=on_bytes)
+    if digest != enc.plain_sha256:
+        raise BundleError(
+            f"{file_path.name}: SHA-256 {digest} does not match the manifest's "
+            f"{enc.plain_sha256}; the copy is corrupted"
+        )
+    return VerifyReport(manifest, file_path, None, trusted, decrypted=True)

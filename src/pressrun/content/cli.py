@@ -103,7 +103,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="check an issue bundle or a copy against its signed manifest",
         description="Check the manifest's signature, every piece hash, the whole-file "
         "hash and the torrent's info-hash. TARGET is a bundle folder, its manifest.json, "
-        "or an issue file with manifest.json beside it.",
+        "an issue file with manifest.json beside it, or a reader's copy: a library's "
+        "LIBRARY/<issue> folder or the file in it (a decrypted copy against the signed "
+        "plaintext SHA-256).",
     )
     ver.add_argument("target", type=Path, metavar="TARGET")
     ver.add_argument(

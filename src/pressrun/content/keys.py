@@ -4,11 +4,21 @@
 (mode 0600); ``publisher.key.pub`` holds the public key as 64 hex characters. A
 subscriber's ``reader.key`` / ``reader.key.pub`` have the same layout with an X25519
 key pair. All end with a newline; readers ignore surrounding whitespace.
+
+A pair is written whole or not at all, and as a pair: ``keys new`` first writes both
+keys to ``.<name>.new-pair`` beside them (one file, mode 0600, through a temp file and
+a rename, fsynced), then each key file the same way, then removes it. A crash before
+that file is whole changes nothing; after it, the next ``keys new`` or load of the key
+(`finish_pending_pair`) writes the pair it holds and says so in the log. A secret key
+whose ``.pub`` beside it is not its public half is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -16,7 +26,7 @@ import nacl.public
 import nacl.signing
 
 from pressrun.content.codec import is_hex
-from pressrun.durable import write_atomic
+from pressrun.durable import fsync_dir, write_atomic
 
 __all__ = [
     "KeyFileError",
@@ -28,6 +38,8 @@ __all__ = [
 
 MAX_KEY_FILE_BYTES = 4096
 
+log = logging.getLogger(__name__)
+
 
 class KeyFileError(Exception):
     """A key file that is missing, unreadable or not a pressrun key (one-line message)."""
@@ -38,23 +50,84 @@ def public_path_for(secret_path: Path) -> Path:
     return secret_path.with_name(secret_path.name + ".pub")
 
 
-def _write_text(path: Path, text: str, *, mode: int, force: bool) -> None:
-    """Write ``text`` to ``path`` with ``mode`` from the first byte on.
+def pending_path_for(secret_path: Path) -> Path:
+    """Where a pair being written waits: ``.<name>.new-pair`` beside the secret key."""
+    return secret_path.with_name(f".{secret_path.name}.new-pair")
 
-    Without ``force`` the file is created exclusively (an existing one is an error);
-    with it, a temp file in the same folder is renamed over the old one, so a crash
-    leaves either the old key or the new one, never half of one.
+
+def _write_pair(out: Path, secret: bytes, public: bytes) -> None:
+    """Write both key files from the pending pair file (which must already be whole)."""
+    write_atomic(out, secret.hex().encode("ascii") + b"\n", mode=0o600)
+    write_atomic(public_path_for(out), public.hex().encode("ascii") + b"\n", mode=0o644)
+    os.unlink(pending_path_for(out))
+    fsync_dir(out.parent)
+
+
+def _remove_temps(out: Path) -> None:
+    """Temp files a crash left beside the key files (``write_atomic``'s ``.<name>.*``)."""
+    names = (out.name, public_path_for(out).name, pending_path_for(out).name)
+    temp = re.compile("|".join(rf"\.{re.escape(n)}\.[a-z0-9_]{{8}}" for n in names))
+    for leftover in out.parent.iterdir():
+        if temp.fullmatch(leftover.name) and leftover.is_file():
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+
+
+def finish_pending_pair(out: Path, *, clean_temps: bool = False) -> bool:
+    """Finish a key pair a crash left half-written at ``out``; True if there was one.
+
+    A whole pending pair file (both keys, the public one the secret's own half) is
+    written out; a torn one (it cannot be: it is renamed in whole) is removed.
+    ``clean_temps`` (``keys new``) also removes the temp files of an interrupted
+    write. KeyFileError when the pair cannot be written now.
     """
-    data = text.encode("ascii")
-    if not force:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return
-    write_atomic(path, data, mode=mode)
+    out = Path(out)
+    pending = pending_path_for(out)
+    if clean_temps:
+        with contextlib.suppress(OSError):
+            _remove_temps(out)
+    try:
+        fields = pending.read_text("ascii").split()
+    except FileNotFoundError:
+        return False
+    except (OSError, UnicodeDecodeError):
+        fields = []
+    pair = _pair_from(fields)
+    try:
+        if pair is None:
+            pending.unlink()
+            log.warning("removed %s: not a whole key pair (the old key files stay)", pending)
+            return False
+        _write_pair(out, *pair)
+    except OSError as err:
+        raise KeyFileError(
+            f"a new key pair for {out} was being written when pressrun stopped and it "
+            f"cannot be finished now: {err.strerror or err}"
+        ) from None
+    log.warning(
+        "finished writing the key pair %s and %s (a crash had interrupted it)",
+        out,
+        public_path_for(out),
+    )
+    return True
+
+
+def _pair_from(fields: list[str]) -> tuple[bytes, bytes] | None:
+    """(secret, public) from a pending pair file's words, if they are a real pair."""
+    if len(fields) != 3 or fields[0] not in ("ed25519", "x25519"):
+        return None
+    if not (is_hex(fields[1], 64) and is_hex(fields[2], 64)):
+        return None
+    secret, public = bytes.fromhex(fields[1]), bytes.fromhex(fields[2])
+    if _public_of(secret, subscriber=fields[0] == "x25519") != public:
+        return None
+    return secret, public
+
+
+def _public_of(secret: bytes, *, subscriber: bool) -> bytes:
+    if subscriber:
+        return bytes(nacl.public.PrivateKey(secret).public_key)
+    return bytes(nacl.signing.SigningKey(secret).verify_key)
 
 
 def generate_keypair(
@@ -64,10 +137,14 @@ def generate_keypair(
 
     A publisher's Ed25519 key pair, or with ``subscriber`` a reader's X25519 key pair
     (docs/protocols.md, "Subscriber keys and wraps"). Refuses (KeyFileError) to
-    overwrite either file unless ``force``. Returns ``(secret_path, public_path)``.
+    overwrite either file unless ``force``. Written whole or not at all, as a pair
+    (module docstring). Returns ``(secret_path, public_path)``.
     """
     out = Path(out)
     pub = public_path_for(out)
+    if not out.parent.is_dir():
+        raise KeyFileError(f"folder {out.parent} does not exist")
+    finish_pending_pair(out, clean_temps=True)
     if not force:
         for p in (out, pub):
             if p.exists():
@@ -75,21 +152,28 @@ def generate_keypair(
                     f"{p} already exists; pass --force to replace it "
                     "(anything signed with the old key will no longer match it)"
                 )
-    if not out.parent.is_dir():
-        raise KeyFileError(f"folder {out.parent} does not exist")
     if subscriber:
         reader = nacl.public.PrivateKey.generate()
         secret, public = bytes(reader), bytes(reader.public_key)
     else:
         signer = nacl.signing.SigningKey.generate()
         secret, public = bytes(signer), bytes(signer.verify_key)
+    kind = "x25519" if subscriber else "ed25519"
     try:
-        _write_text(out, secret.hex() + "\n", mode=0o600, force=force)
-        _write_text(pub, public.hex() + "\n", mode=0o644, force=force)
-    except FileExistsError as err:
-        raise KeyFileError(f"{err.filename} already exists; pass --force to replace it") from None
+        # the pair is decided once this file is whole (a rename), before either key file
+        write_atomic(
+            pending_path_for(out), f"{kind} {secret.hex()} {public.hex()}\n".encode(), mode=0o600
+        )
     except OSError as err:
         raise KeyFileError(f"could not write key file {out}: {err.strerror}") from None
+    try:
+        _write_pair(out, secret, public)
+    except OSError as err:
+        raise KeyFileError(
+            f"could not write key file {out}: {err.strerror}; the new pair is kept in "
+            f"{pending_path_for(out)} and written by the next `pressrun keys new --out "
+            f"{out}` or use of the key"
+        ) from None
     return out, pub
 
 
@@ -116,13 +200,17 @@ def _read_hex32(path: Path, what: str) -> bytes:
 def load_signing_key(path: Path | str) -> nacl.signing.SigningKey:
     """Read a publisher's secret key file; KeyFileError with a one-line message if not one."""
     path = Path(path)
+    finish_pending_pair(path)
     seed = _read_hex32(path, "secret key")
-    return nacl.signing.SigningKey(seed)
+    key = nacl.signing.SigningKey(seed)
+    _check_pair(path, bytes(key.verify_key))
+    return key
 
 
 def load_subscriber_key(path: Path | str) -> nacl.public.PrivateKey:
     """Read a subscriber's X25519 secret key file; KeyFileError (one line) if not one."""
     path = Path(path)
+    finish_pending_pair(path)
     try:
         secret = _read_hex32(path, "subscriber key")
     except KeyFileError as err:
@@ -132,7 +220,26 @@ def load_subscriber_key(path: Path | str) -> nacl.public.PrivateKey:
                 "new --subscriber --out FILE` and give its .pub to the publisher)"
             ) from None
         raise err from None
-    return nacl.public.PrivateKey(secret)
+    key = nacl.public.PrivateKey(secret)
+    _check_pair(path, bytes(key.public_key))
+    return key
+
+
+def _check_pair(secret_path: Path, public: bytes) -> None:
+    """KeyFileError if the ``.pub`` beside ``secret_path`` is not ``public``."""
+    pub = public_path_for(secret_path)
+    try:
+        found = _read_hex32(pub, "public key")
+    except KeyFileError:
+        if not pub.exists():
+            return  # a secret key alone is fine
+        raise
+    if found != public:
+        raise KeyFileError(
+            f"{pub} is not the public key of {secret_path} (a mismatched pair: readers "
+            f"would reject what it signs); make a new pair with `pressrun keys new --out "
+            f"{secret_path} --force`"
+        )
 
 
 def load_public_key(path_or_hex: str | Path, what: str = "publisher key") -> bytes:

@@ -1,10 +1,15 @@
 """``publish``: turn an issue file into a signed bundle (docs/protocols.md).
 
 The bundle ``CONTENT/<issue_id>/`` holds the file, ``<issue_id>.torrent`` (v1, made
-by libtorrent, the origins as BEP 19 web seeds) and ``manifest.json``. It is built in
-a hidden temp folder inside CONTENT and renamed into place, so the origins that scan
-CONTENT see either no bundle or a complete one; on any failure the temp folder is
-removed and an existing bundle is left as it was.
+by libtorrent, the origins as BEP 19 web seeds) and ``manifest.json`` (so an issue file
+may have neither of those two names). It is built in a hidden folder
+``CONTENT/.<issue_id>.publishing-*`` and swapped into place (`durable.FolderSwaps`: one
+``renameat2(RENAME_EXCHANGE)``, journaled), so the origins that scan CONTENT see no
+bundle, the old one or the new one, never none where there was one; on any failure
+the temp folder is removed and an existing bundle is left as it was. A publish holds
+the issue's lock (``CONTENT/.pressrun/<issue_id>.lock``) and first recovers what a
+crash left in CONTENT (finishes a journaled swap, removes unfinished temp folders),
+with one log line per action.
 
 One read of the source file both copies it into the bundle and hashes it (per-piece
 and whole-file SHA-256), so the manifest describes the bytes in the bundle even if the
@@ -19,7 +24,9 @@ nonce prefix for this issue version, the file encrypted piece by piece in the sa
 single read, the torrent and every hash over the ciphertext, the key wrapped for each
 subscriber the directory lists and the wraps stored there *before* the bundle is
 renamed into place (a failure leaves no bundle a subscriber could not open). The
-content key is never written anywhere.
+content key is never written anywhere. The version is reserved before any wrap is
+stored, in ``CONTENT/.pressrun/<issue_id>.version`` (fsynced): a version whose wraps
+may exist is never used again, whatever a crash removed.
 """
 
 from __future__ import annotations
@@ -29,14 +36,14 @@ import hashlib
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from pressrun import __version__
+from pressrun.content.bundle import MANIFEST_NAME
 from pressrun.content.codec import (
     DEFAULT_PIECE_SIZE,
     ENCRYPTION_SCHEME,
@@ -60,7 +67,14 @@ from pressrun.content.encryption import (
 )
 from pressrun.content.keys import KeyFileError, is_private_mode, load_signing_key
 from pressrun.content.manifest import sign_manifest
-from pressrun.durable import fsync_dir
+from pressrun.durable import (
+    STATE_DIR,
+    FolderSwaps,
+    ItemBusy,
+    fsync_dir,
+    write_all,
+    write_atomic,
+)
 
 __all__ = [
     "DEFAULT_PIECE_SIZE",
@@ -71,6 +85,9 @@ __all__ = [
     "publish",
     "web_seed_url",
 ]
+
+if TYPE_CHECKING:
+    import nacl.signing
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +160,11 @@ def _check_inputs(
             f"file name {file.name!r} is not allowed in a bundle: rename it to letters, "
             "digits, '.', '_' or '-' (at most 128, starting with a letter or digit)"
         )
+    if file.name in bundle_names(issue_id):
+        raise PublishError(
+            f"file name {file.name!r} is one of the bundle's own files "
+            f"({', '.join(bundle_names(issue_id))}); rename the issue file"
+        )
     if not title.strip():
         raise PublishError("the title is empty; pass --title")
     if len(title) > MAX_TITLE_CHARS:
@@ -177,6 +199,28 @@ def _check_inputs(
     return st.st_size
 
 
+def bundle_names(issue_id: str) -> tuple[str, str]:
+    """The names pressrun itself writes in a bundle folder (the protocol's, served as
+    ``/content/<issue_id>/<name>``): no issue file may have one of them."""
+    return (MANIFEST_NAME, f"{issue_id}.torrent")
+
+
+def _create(path: Path) -> int:
+    """A new file (never over an existing one), for os-level writes: every byte goes
+    through `write_all`, so a short write is finished or is an error."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+
+
+class _Fd:
+    """Closes an os-level file descriptor (for ``contextlib.closing``)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 def _copy_and_hash(
     src: Path, dst: Path, piece_size: int, progress: ProgressCallback | None
 ) -> tuple[int, list[str], str]:
@@ -187,9 +231,10 @@ def _copy_and_hash(
     piece = hashlib.sha256()
     in_piece = 0
     done = 0
-    with open(src, "rb") as fin, open(dst, "xb") as fout:
+    out = _create(dst)
+    with contextlib.closing(_Fd(out)), open(src, "rb") as fin:
         while chunk := fin.read(COPY_CHUNK_BYTES):
-            fout.write(chunk)
+            write_all(out, chunk)
             whole.update(chunk)
             view = memoryview(chunk)
             while view:
@@ -204,8 +249,7 @@ def _copy_and_hash(
             done += len(chunk)
             if progress is not None:
                 progress("hashing", done, max(total, done))
-        fout.flush()
-        os.fsync(fout.fileno())
+        os.fsync(out)
     if in_piece:
         pieces.append(piece.hexdigest())
     return done, pieces, whole.hexdigest()
@@ -222,11 +266,12 @@ def _encrypt_and_hash(
     whole = hashlib.sha256()
     pieces: list[str] = []
     size = 0
-    with open(dst, "xb") as fout:
+    out = _create(dst)
+    try:
 
         def write(index: int, piece: bytes) -> None:
             nonlocal size
-            fout.write(piece)
+            write_all(out, piece)
             whole.update(piece)
             pieces.append(hashlib.sha256(piece).hexdigest())
             size += len(piece)
@@ -236,8 +281,9 @@ def _encrypt_and_hash(
                 progress("encrypting", done, cipher.plain_size_bytes)
 
         plain_sha = encrypt_stream(cipher, src, write, on_bytes=on_bytes)
-        fout.flush()
-        os.fsync(fout.fileno())
+        os.fsync(out)
+    finally:
+        os.close(out)
     return size, pieces, whole.hexdigest(), plain_sha
 
 
@@ -312,10 +358,12 @@ def _make_torrent(
 
 
 def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    fd = _create(path)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def publish(
@@ -364,19 +412,71 @@ def publish(
     except KeyFileError as err:
         raise PublishError(str(err)) from None
     final = content_dir / issue_id
-    if (final.exists() or final.is_symlink()) and not force:
+    if os.path.lexists(final) and not force:
         raise PublishError(f"a bundle for issue {issue_id} already exists at {final}; pass --force")
     try:
         content_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise PublishError(f"cannot create content folder {content_dir}: {err.strerror}") from None
+    swaps = FolderSwaps(content_dir, "publishing")
+    try:
+        with swaps.lock(issue_id):
+            # what a crash left (this issue's or another's): finished or rolled back
+            for line in swaps.recover(held=frozenset({issue_id})):
+                log.warning("content folder %s: %s", content_dir, line)
+            if os.path.lexists(final) and not force:
+                raise PublishError(
+                    f"a bundle for issue {issue_id} already exists at {final}; pass --force"
+                )
+            return _publish_locked(
+                file,
+                swaps,
+                issue_id=issue_id,
+                title=title,
+                signing_key=signing_key,
+                web_seeds=web_seeds,
+                trackers=trackers,
+                piece_size=piece_size,
+                force=force,
+                progress=progress,
+                encrypt_for=encrypt_for,
+                version=version,
+            )
+    except ItemBusy:
+        raise PublishError(
+            f"another pressrun publish of {issue_id} is running in {content_dir}; wait for "
+            "it to finish"
+        ) from None
+    except OSError as err:
+        raise PublishError(
+            f"cannot use the content folder {content_dir}: {err.strerror or err}"
+        ) from None
 
+
+def _publish_locked(
+    file: Path,
+    swaps: FolderSwaps,
+    *,
+    issue_id: str,
+    title: str,
+    signing_key: nacl.signing.SigningKey,
+    web_seeds: Sequence[str],
+    trackers: Sequence[str],
+    piece_size: int,
+    force: bool,
+    progress: ProgressCallback | None,
+    encrypt_for: SubscriberDirectory | None,
+    version: int | None,
+) -> Path:
+    """`publish` once the inputs are checked and the issue's lock is held."""
+    content_dir = swaps.root
+    final = content_dir / issue_id
     encryption: Encryption | None = None
     content_key = b""
     subscriber_keys: list[bytes] = []
     enc_version = 0
     if encrypt_for is not None:
-        enc_version = version or _next_version(final)
+        enc_version = _reserve_version(content_dir, issue_id, version)
         subscriber_keys = _directory_call(encrypt_for, encrypt_for.subscriber_keys)
         if not subscriber_keys:
             log.warning(
@@ -386,9 +486,8 @@ def publish(
                 issue_id,
                 enc_version,
             )
-    tmp = Path(tempfile.mkdtemp(prefix=f".{issue_id}.publishing-", dir=content_dir))
+    tmp = swaps.new_staging(issue_id)
     try:
-        os.chmod(tmp, 0o755)
         if encrypt_for is None:
             copy = tmp / file.name
             size, piece_hashes, whole = _copy_and_hash(file, copy, piece_size, progress)
@@ -438,7 +537,7 @@ def publish(
         )
         signed = sign_manifest(manifest, signing_key)
         signed.verify()  # never write a manifest this code itself would reject
-        _write_synced(tmp / "manifest.json", signed.to_json_bytes())
+        _write_synced(tmp / MANIFEST_NAME, signed.to_json_bytes())
         fsync_dir(tmp)
         if encrypt_for is not None and encryption is not None:
             wraps = {k: wrap_key(content_key, k) for k in subscriber_keys}
@@ -454,10 +553,9 @@ def publish(
                 encryption.version,
                 len(wraps) - len(skipped),
             )
-        if not force and (final.exists() or final.is_symlink()):
+        if not force and os.path.lexists(final):
             raise PublishError(f"a bundle for issue {issue_id} appeared at {final} meanwhile")
-        _move_into_place(tmp, final)
-        fsync_dir(content_dir)
+        swaps.swap_in(tmp, issue_id)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(err, PublishError):
@@ -475,15 +573,47 @@ def publish(
     return final
 
 
-def _next_version(final: Path) -> int:
-    """The version after the encrypted bundle at ``final`` (1 if none or not encrypted)."""
+def _bundle_version(final: Path) -> int:
+    """The version of the encrypted bundle at ``final`` (0 if none or not encrypted)."""
     from pressrun.content.manifest import SignedManifest
 
     try:
-        old = SignedManifest.from_json_bytes((final / "manifest.json").read_bytes()).manifest
+        old = SignedManifest.from_json_bytes((final / MANIFEST_NAME).read_bytes()).manifest
     except (OSError, ManifestError):
-        return 1
-    return 1 if old.encryption is None else old.encryption.version + 1
+        return 0
+    return 0 if old.encryption is None else old.encryption.version
+
+
+def version_path(content_dir: Path, issue_id: str) -> Path:
+    """``CONTENT/.pressrun/<issue_id>.version``: the last encrypted version reserved."""
+    return content_dir / STATE_DIR / f"{issue_id}.version"
+
+
+def last_version(content_dir: Path, issue_id: str) -> int:
+    """The last version of ``issue_id`` reserved or published in ``content_dir`` (0: none)."""
+    recorded = 0
+    try:
+        text = version_path(content_dir, issue_id).read_text("ascii").strip()
+        recorded = int(text) if text.isdigit() else 0
+    except (OSError, UnicodeDecodeError):
+        pass
+    return max(recorded, _bundle_version(content_dir / issue_id))
+
+
+def _reserve_version(content_dir: Path, issue_id: str, wanted: int | None) -> int:
+    """The version this publish uses, recorded on disk (fsynced) before any wrap of it
+    is stored: the next one after every version reserved or published, or ``wanted``
+    when it is above them (a version already used is refused)."""
+    last = last_version(content_dir, issue_id)
+    if wanted is not None and wanted <= last:
+        raise PublishError(
+            f"issue version {wanted} of {issue_id} is not above the last one used ({last}); "
+            "versions never go back: pass a larger --issue-version or none"
+        )
+    chosen = wanted or last + 1
+    (content_dir / STATE_DIR).mkdir(exist_ok=True)
+    write_atomic(version_path(content_dir, issue_id), f"{chosen}\n".encode("ascii"))
+    return chosen
 
 
 def _directory_call(directory: SubscriberDirectory, call: Callable[[], T]) -> T:
@@ -496,28 +626,3 @@ def _directory_call(directory: SubscriberDirectory, call: Callable[[], T]) -> T:
         raise PublishError(
             f"subscription service {directory.url}: {err}; nothing was published"
         ) from None
-
-
-def _move_into_place(tmp: Path, final: Path) -> None:
-    """Rename the finished temp folder to ``final``, replacing an old bundle if any.
-
-    rename() cannot replace a non-empty folder, so an old bundle is first renamed
-    aside, then the new one in, then the old one removed; if the second rename fails
-    the old bundle is put back.
-    """
-    if not (final.exists() or final.is_symlink()):
-        os.rename(tmp, final)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{final.name}.replaced-", dir=final.parent))
-    old.rmdir()
-    os.rename(final, old)
-    try:
-        os.rename(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.rename(old, final)
-        raise
-    if old.is_symlink() or not old.is_dir():
-        old.unlink()
-    else:
-        shutil.rmtree(old, ignore_errors=True)
