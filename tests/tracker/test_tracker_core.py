@@ -362,3 +362,50 @@ def test_swarm_invariants_under_random_announces_and_timers(
             if not r.active
         ]
         assert deadline == (min(due) if due else None)
+
+
+def test_forgotten_records_leave_their_totals_and_are_handed_to_the_store() -> None:
+    core = make_core(interval_s=10, peer_ttl_s=25, record_ttl_s=100)
+    core.handle_announce(req(9, left=0, up=500), remote="127.0.0.1", now=0)
+    for n in range(3):
+        core.handle_announce(
+            req(n, down=100, event=AnnounceEvent.COMPLETED, left=0), remote="127.0.0.1", now=1
+        )
+        core.handle_announce(
+            req(n, down=100, left=0, event=AnnounceEvent.STOPPED, rule=LeaveRule.USER),
+            remote="127.0.0.1",
+            now=2,
+        )
+    before = core.stats(IH)
+    core.handle_announce(req(9, left=0, up=500), remote="127.0.0.1", now=90)
+    assert core.handle_timer(now=102) == []
+    records, swarms = core.drain_forgotten()
+    assert sorted(r.peer_id for r in records) == [pid(0), pid(1), pid(2)] and swarms == []
+    assert [r.peer_id for r in core.records(IH)] == [pid(9)]
+    after = core.stats(IH)
+    assert before is not None and after is not None
+    assert (after.downloaded_bytes, after.completed) == (before.downloaded_bytes, 3)
+    assert after.left_by_rule["user"] == 3
+    assert core.drain_forgotten() == ([], [])
+
+
+def test_max_swarms_counts_live_swarms_and_evicts_the_first_dead() -> None:
+    core = make_core(max_swarms=3)
+    hashes = [bytes([i]) * 20 for i in range(5)]
+    for i, ih in enumerate(hashes[:3]):
+        core.handle_announce(req(i, ih=ih), remote="127.0.0.1", now=i)
+    assert core.refusal(hashes[3]) == "tracker_full"  # three live swarms
+    core.handle_announce(
+        req(1, ih=hashes[1], event=AnnounceEvent.STOPPED), remote="127.0.0.1", now=5
+    )
+    core.handle_announce(
+        req(0, ih=hashes[0], event=AnnounceEvent.STOPPED), remote="127.0.0.1", now=6
+    )
+    assert core.live_swarms == 1 and core.refusal(hashes[3]) is None
+    core.handle_announce(req(3, ih=hashes[3]), remote="127.0.0.1", now=7)
+    assert core.drain_forgotten() == ([], [hashes[1]])  # the first to die goes
+    assert sorted(core.info_hashes()) == sorted([hashes[0], hashes[2], hashes[3]])
+    core.handle_announce(req(0, ih=hashes[0]), remote="127.0.0.1", now=8)  # back to life
+    assert core.refusal(hashes[4]) == "tracker_full"
+    assert core.next_deadline() is not None
+    core.handle_timer(now=1000)  # stale heap entries of the evicted swarm are skipped

@@ -11,9 +11,13 @@ refused and creates nothing. Announce and scrape errors are bencoded
 ``failure reason`` answers with HTTP 200, never a 500: BitTorrent clients read the
 body of a 200 and ignore the rest.
 
-The clock is wall-clock epoch seconds (``time.time``): records live in SQLite across
-restarts and in Redis across processes, where a per-process monotonic clock means
-nothing. Tests inject their own clock.
+Clocks (issue 24): the core runs on ``monotonic`` (``time.monotonic``, the event
+loop's clock), so every deadline inside the process (peer expiry, forgetting) is immune
+to steps of the wall clock. Records live in SQLite across restarts and in Redis across
+processes, where a per-process monotonic clock means nothing: they are stored with
+wall-clock times (``clock``, ``time.time``) and read back as heard at the time they
+were read (`pressrun.tracker.store.live_record`), never expired by comparing a stored
+time with the wall clock. ``clock`` is also the ring's (wall) clock. Tests inject both.
 """
 
 from __future__ import annotations
@@ -57,7 +61,13 @@ from pressrun.tracker.redis_store import RedisStore
 from pressrun.tracker.ring import RingAdmin
 from pressrun.tracker.ring_http import add_ring_routes
 from pressrun.tracker.ring_store import RedisRingStore, RingStore, SqliteRingStore
-from pressrun.tracker.store import SqliteStore, TrackerStore
+from pressrun.tracker.store import (
+    SqliteStore,
+    TrackerStore,
+    live_record,
+    stored_event,
+    stored_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +106,14 @@ def published_info_hashes(
 
 def wall_clock() -> float:
     """Epoch seconds: the only clock that means the same after a restart and in
-    another tracker process sharing the Redis store."""
+    another tracker process sharing the Redis store (what is stored, never a
+    deadline)."""
     return time.time()  # noqa: TID251
+
+
+def monotonic_clock() -> float:
+    """The clock of every deadline in the process (the event loop's clock too)."""
+    return time.monotonic()  # noqa: TID251
 
 
 class _SwarmCollector(Collector):
@@ -218,18 +234,23 @@ class TrackerService:
         store: TrackerStore,
         *,
         clock: Callable[[], float] = wall_clock,
+        monotonic: Callable[[], float] = monotonic_clock,
         security: ServiceSecurity | None = None,
         content_dirs: Sequence[Path] = (),
         trusted_keys: Collection[bytes] | None = None,
         rescan_s: float = 10.0,
     ) -> None:
-        """``security``: TLS and the operator token. ``content_dirs``: folders of
+        """``clock``: wall-clock seconds, for what is stored (and the ring);
+        ``monotonic``: the core's clock, the one timers are armed on (the event loop's,
+        or one that advances with it). ``security``: TLS and the operator token.
+        ``content_dirs``: folders of
         signed bundles whose info-hashes form the allowlist (re-read every
         ``rescan_s``), verified with ``trusted_keys``; with any, the core becomes an
         allowlisting one."""
         self.core = core
         self.store = store
         self.clock = clock
+        self.monotonic = monotonic
         self.security = security or ServiceSecurity()
         self.content_dirs = tuple(content_dirs)
         self.trusted_keys = trusted_keys
@@ -275,7 +296,10 @@ class TrackerService:
         opener = getattr(self.store, "open", None)
         if opener is not None:
             await opener()
-        self.core.restore(await self.store.load_all(), now=self.clock())
+        stored = await self.store.load_all()
+        totals = await self.store.load_totals()
+        now = self.monotonic()
+        self.core.restore([self._live(r, now) for r in stored], now=now, totals=totals)
         await self._restore_allowed()
         if self.content_dirs:
             self.core.allow(await self._scan())
@@ -316,8 +340,9 @@ class TrackerService:
             await self.ring_store.close()
 
     async def _refresh_loop(self) -> None:
-        """Shared store: reload every swarm each interval, so this instance also
-        expires peers that only ever talked to an instance that has since died."""
+        """Shared store: read every swarm changed since the last refresh, each
+        interval, so this instance also expires peers that only ever talked to an
+        instance that has since died."""
         while True:
             await asyncio.sleep(self.core.config.interval_s)
             try:
@@ -326,6 +351,57 @@ class TrackerService:
                 self._rearm()
             except Exception:  # keep refreshing; Redis may come back
                 log.exception("refreshing swarms from the shared store failed")
+
+    # -- the clocks of the core and of the store -------------------------------------
+
+    def _live(self, stored: PeerRecord, now: float) -> PeerRecord:
+        return live_record(
+            stored, now=now, wall_now=self.clock(), record_ttl_s=self.core.config.record_ttl_s
+        )
+
+    def _stored(self, records: Sequence[PeerRecord]) -> list[PeerRecord]:
+        now, wall = self.monotonic(), self.clock()
+        return [stored_record(r, now=now, wall_now=wall) for r in records]
+
+    def _stored_events(self, events: Sequence[TrackerEvent]) -> list[TrackerEvent]:
+        now, wall = self.monotonic(), self.clock()
+        return [stored_event(e, now=now, wall_now=wall) for e in events]
+
+    def _adopt(self, info_hash: bytes, stored: Sequence[PeerRecord], *, whole: bool) -> None:
+        """Records read from the shared store into the core: one whose version the
+        core holds keeps the core's copy (and its times); the others are heard now."""
+        now = self.monotonic()
+        adopted = []
+        for r in stored:
+            mine = self.core.record(info_hash, r.peer_key)
+            same = mine is not None and mine.version == r.version
+            adopted.append(mine if mine is not None and same else self._live(r, now))
+        if whole:
+            self.core.load_swarm(info_hash, adopted)
+        else:
+            self.core.merge_swarm(info_hash, adopted)
+
+    async def _load_swarm(self, info_hash: bytes) -> None:
+        """Bring one swarm up to date from the shared store (what changed only)."""
+        store = self.store
+        if isinstance(store, RedisStore):
+            whole, changed = await store.load_changes(info_hash)
+            self._adopt(info_hash, changed, whole=whole)
+        else:
+            self._adopt(info_hash, await store.load_swarm(info_hash), whole=True)
+
+    def _forget_in_store(self) -> None:
+        """Hand the store what the core forgot (records and whole swarms)."""
+        records, swarms = self.core.drain_forgotten()
+        if records or swarms:
+            self._spawn(self._persist_forgotten(records, swarms))
+
+    async def _persist_forgotten(self, records: list[PeerRecord], swarms: list[bytes]) -> None:
+        try:
+            await self.store.forget(records, swarms)
+        except Exception:
+            # the records stay in the store; the next start forgets them again
+            log.exception("forgetting %d records in the store failed", len(records))
 
     async def _restore_allowed(self) -> None:
         """Add the info-hashes operators added before (kept by the store), unless this
@@ -353,11 +429,16 @@ class TrackerService:
                 log.info("allowlist: %d newly published issue(s)", added)
 
     async def _reload_all(self) -> None:
+        store = self.store
+        if isinstance(store, RedisStore):
+            for info_hash in await store.changed_swarms():
+                await self._load_swarm(info_hash)
+            return
         by_swarm: dict[bytes, list[PeerRecord]] = {}
-        for record in await self.store.load_all():
+        for record in await store.load_all():
             by_swarm.setdefault(record.info_hash, []).append(record)
         for info_hash, records in by_swarm.items():
-            self.core.load_swarm(info_hash, records)
+            self._adopt(info_hash, records, whole=True)
 
     # -- timer --------------------------------------------------------------------
 
@@ -369,17 +450,23 @@ class TrackerService:
             return
         if self._timer is not None:
             self._timer.cancel()
-        delay = max(0.0, deadline - self.clock())
+        delay = max(0.0, deadline - self.monotonic())
         self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
         self._armed_for = deadline
 
     def _on_timer(self) -> None:
         self._timer = None
         self._armed_for = None
-        expired = self.core.handle_timer(now=self.clock())
-        if expired:
-            self._spawn(self._persist_expired(expired))
-        self._rearm()
+        try:
+            expired = self.core.handle_timer(now=self.monotonic())
+            if expired:
+                self._spawn(self._persist_expired(expired))
+            self._forget_in_store()
+        except Exception:
+            # The timer is the only thing that expires peers: it must outlive any bug.
+            log.exception("the tracker's timer failed; it goes on")
+        finally:
+            self._rearm()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -391,11 +478,12 @@ class TrackerService:
         self.metrics.left.labels("expired").inc(len(expired))
         try:
             refused = await self.store.save(
-                [e.record for e in expired], [e.logged for e in expired]
+                self._stored([e.record for e in expired]),
+                self._stored_events([e.logged for e in expired]),
             )
             # Another instance saw these peers more recently: adopt its view instead.
             for info_hash in {r.info_hash for r in refused}:
-                self.core.load_swarm(info_hash, await self.store.load_swarm(info_hash))
+                self._adopt(info_hash, await self.store.load_swarm(info_hash), whole=True)
         except Exception:
             # SQLite keeps the queue for the next flush; with Redis the next refresh
             # or announce reloads the swarm and the peer expires again.
@@ -445,19 +533,26 @@ class TrackerService:
         store = self.store
         if isinstance(store, SqliteStore):
             # The core is the truth; the store copies it behind (fast path, no await).
-            handled = self.core.handle_announce(req, remote=remote, now=self.clock())
+            handled = self.core.handle_announce(req, remote=remote, now=self.monotonic())
             logged: list[TrackerEvent] = [handled.logged] if handled.logged else []
-            store.queue([handled.record], logged)
+            store.queue(self._stored([handled.record]), self._stored_events(logged))
+            self._forget_in_store()  # a dead swarm evicted for this one
             self._rearm()
             return handled
+        whole = False
         for _attempt in range(3):
-            self.core.load_swarm(req.info_hash, await store.load_swarm(req.info_hash))
-            handled = self.core.handle_announce(req, remote=remote, now=self.clock())
+            if whole:
+                self._adopt(req.info_hash, await store.load_swarm(req.info_hash), whole=True)
+            else:
+                await self._load_swarm(req.info_hash)
+            handled = self.core.handle_announce(req, remote=remote, now=self.monotonic())
             logged = [handled.logged] if handled.logged else []
-            refused = await store.save([handled.record], logged)
+            refused = await store.save(self._stored([handled.record]), self._stored_events(logged))
+            self._forget_in_store()
             if not refused:
                 self._rearm()
                 return handled
+            whole = True  # lost a race: read the swarm whole before trying again
         raise RuntimeError("announce lost three races for the same peer record")
 
     async def scrape(self, request: web.Request) -> web.Response:
@@ -471,7 +566,7 @@ class TrackerService:
             if self.store.shared:
                 if hashes:
                     for info_hash in hashes:
-                        self.core.load_swarm(info_hash, await self.store.load_swarm(info_hash))
+                        await self._load_swarm(info_hash)
                 else:
                     await self._reload_all()
             stats = [self._counts_stats(h) for h in (hashes or tuple(self.core.info_hashes()))]
@@ -505,7 +600,7 @@ class TrackerService:
         info_hash = _info_hash_of(request)
         if self.store.shared:
             try:
-                self.core.load_swarm(info_hash, await self.store.load_swarm(info_hash))
+                await self._load_swarm(info_hash)
             except Exception as err:
                 raise _store_unavailable(err) from err
         stats = self.core.stats(info_hash)

@@ -28,13 +28,21 @@ repeated announce is never added twice.
 Hardening (docs/security.md): with an allowlist (``allowed``) the core serves only
 the info-hashes of published issues, and the adapter refuses any other before it
 reaches ``handle_announce``; a made-up info-hash creates nothing. A record that left
-is forgotten ``record_ttl_s`` after it left (a second lazy heap, like expiry), and an
-empty swarm with it. A ``stopped`` announce claiming a fair rule is checked against
-the swarm's own totals (``supported_rule``).
+is forgotten ``record_ttl_s`` after it left (a second lazy heap, like expiry): its
+bytes, completions and leave rule are folded into the swarm's `ForgottenTotals`, and
+the adapter is told (``drain_forgotten``) so the store deletes it too. A swarm whose
+last record is forgotten goes with it. ``max_swarms`` bounds the swarms held, but only
+live ones (an active peer) can fill it: a new swarm beyond it evicts the swarm that
+died first, and only a tracker full of live swarms refuses (``tracker_full``). A
+``stopped`` announce claiming a fair rule is checked against the swarm's own totals
+(``supported_rule``).
 
-Time: ``now`` is whatever clock the adapter feeds, the same for every call. The
-aiohttp adapter uses epoch seconds because records are shared across restarts and,
-with Redis, across tracker processes.
+Time: ``now`` is monotonic seconds, the same clock for every call, and every record
+time (``first_seen``, ``last_seen``, ``left_at``) is in it. Wall time never enters the
+core: a step of the host's clock (NTP, an operator) must not expire every peer at once
+(issue 24). What the stores keep across restarts and processes is converted to and
+from wall time by the adapter (`pressrun.tracker.store.stored_record` and
+``live_record``), and a record read back is treated as heard at the time it was read.
 """
 
 from __future__ import annotations
@@ -57,7 +65,7 @@ from pressrun.tracker.events import (
     SwarmStats,
     TrackerEvent,
 )
-from pressrun.tracker.swarm import PeerKey, Swarm, supported_rule
+from pressrun.tracker.swarm import ForgottenTotals, PeerKey, Swarm, supported_rule
 
 
 class LocalProtocolError(Exception):
@@ -186,11 +194,24 @@ class TrackerCore:
         # After a restart every peer restored as active gets a full TTL to announce
         # again, however long the tracker was down (see restore).
         self._grace_until = float("-inf")
+        # Swarms with no active peer, in the order they died: the first is evicted when
+        # a new swarm needs room (max_swarms counts live swarms only).
+        self._dead: dict[bytes, None] = {}
+        # What the store must forget too, until the adapter drains it.
+        self._forgotten_records: list[PeerRecord] = []
+        self._forgotten_swarms: list[bytes] = []
 
     # -- state in and out -------------------------------------------------------
 
-    def restore(self, records: Iterable[PeerRecord], *, now: float | None = None) -> None:
-        """Adopt records read from a store at start-up.
+    def restore(
+        self,
+        records: Iterable[PeerRecord],
+        *,
+        now: float | None = None,
+        totals: dict[bytes, ForgottenTotals] | None = None,
+    ) -> None:
+        """Adopt records read from a store at start-up, and the totals of the records
+        it forgot before (``totals``, by info-hash).
 
         With ``now``, no restored peer expires before ``now + ttl``: the tracker was
         not there to hear the announces they made while it was down.
@@ -199,6 +220,31 @@ class TrackerCore:
             self._grace_until = max(self._grace_until, now + self.config.ttl_s)
         for record in records:
             self._file(record)
+        for info_hash, forgotten in (totals or {}).items():
+            swarm = self._swarms.get(info_hash)
+            if swarm is not None:  # totals of a swarm with no record left: gone
+                swarm.forgotten = swarm.forgotten + forgotten
+
+    def merge_swarm(self, info_hash: bytes, records: Iterable[PeerRecord]) -> None:
+        """Adopt the records of one swarm that changed in a shared store, keeping the
+        others (an incremental `load_swarm`). A record whose version the core already
+        holds is skipped: the core's own copy keeps its times. Any other version wins,
+        older too: the store's copy is the current one (a record forgotten and made
+        again starts over at version 1)."""
+        swarm = self._swarms.get(info_hash)
+        for record in records:
+            if swarm is None:
+                swarm = self._swarms[info_hash] = Swarm(info_hash)
+            previous = swarm.records.get(record.peer_key)
+            if previous is not None and previous.version == record.version:
+                continue
+            swarm.put(record)
+            if record.active:
+                self._arm(record)
+            else:
+                self._arm_forget(record)
+        if swarm is not None:
+            self._note(swarm)
 
     def load_swarm(self, info_hash: bytes, records: Iterable[PeerRecord]) -> None:
         """Replace one swarm's records with a fresher view from a shared store.
@@ -230,8 +276,19 @@ class TrackerCore:
         if len(seen) != len(swarm.records):
             for key in [k for k in swarm.records if k not in seen]:
                 swarm.drop(key)
+        self._note(swarm)
+
+    def _note(self, swarm: Swarm) -> None:
+        """Keep the index of dead swarms right after ``swarm`` changed; a swarm with
+        no record left is dropped (its store copy is the adapter's business)."""
+        info_hash = swarm.info_hash
         if not swarm.records:
-            del self._swarms[info_hash]
+            self._swarms.pop(info_hash, None)
+            self._dead.pop(info_hash, None)
+        elif swarm.live:
+            self._dead.pop(info_hash, None)
+        elif info_hash not in self._dead:
+            self._dead[info_hash] = None
 
     def _file(self, record: PeerRecord) -> None:
         swarm = self._swarms.get(record.info_hash)
@@ -242,6 +299,22 @@ class TrackerCore:
             self._arm(record)
         else:
             self._arm_forget(record)
+        self._note(swarm)
+
+    def _evict_dead(self) -> None:
+        """Forget the swarm that died first, records and totals (room for a new one)."""
+        info_hash = next(iter(self._dead))
+        del self._dead[info_hash]
+        del self._swarms[info_hash]  # heap entries of its records go stale
+        self._forgotten_swarms.append(info_hash)
+
+    def drain_forgotten(self) -> tuple[list[PeerRecord], list[bytes]]:
+        """The records forgotten (``record_ttl_s`` after they left) and the swarms
+        forgotten whole (last record gone, or evicted) since the last call: the store
+        deletes them, folding the records into its totals."""
+        records, self._forgotten_records = self._forgotten_records, []
+        swarms, self._forgotten_swarms = self._forgotten_swarms, []
+        return records, swarms
 
     def _deadline(self, record: PeerRecord) -> float:
         return max(record.last_seen + self.config.ttl_s, self._grace_until)
@@ -283,9 +356,18 @@ class TrackerCore:
         """Why an announce for ``info_hash`` must be refused, or None to handle it."""
         if not self.is_allowed(info_hash):
             return "unpublished"
-        if info_hash not in self._swarms and len(self._swarms) >= self.config.max_swarms:
-            return "tracker_full"
+        if (
+            info_hash not in self._swarms
+            and len(self._swarms) >= self.config.max_swarms
+            and not self._dead
+        ):
+            return "tracker_full"  # every swarm held has an active peer
         return None
+
+    @property
+    def live_swarms(self) -> int:
+        """How many swarms have an active peer."""
+        return len(self._swarms) - len(self._dead)
 
     def record(self, info_hash: bytes, key: PeerKey) -> PeerRecord | None:
         """The record of one peer, if the tracker has seen it."""
@@ -328,6 +410,8 @@ class TrackerCore:
         family = family_of(ip)
         swarm = self._swarms.get(req.info_hash)
         if swarm is None:
+            if len(self._swarms) >= self.config.max_swarms:
+                self._evict_dead()  # refusal() said there is a dead one
             swarm = self._swarms[req.info_hash] = Swarm(req.info_hash)
         prev = swarm.records.get((req.peer_id, family))
         record = accumulate(prev, req, ip=ip, now=now)
@@ -340,6 +424,7 @@ class TrackerCore:
             self._arm(record)
         else:
             self._arm_forget(record)
+        self._note(swarm)
         logged = None
         if req.event is not AnnounceEvent.NONE:
             logged = TrackerEvent(
@@ -450,9 +535,14 @@ class TrackerCore:
         while (deadline := self._next_forget()) is not None and deadline <= now:
             _, info_hash, peer_id, family = heapq.heappop(self._forget)
             swarm = self._swarms[info_hash]
-            swarm.drop((peer_id, AddressFamily(family)))
-            if not swarm.records:
-                del self._swarms[info_hash]
+            key = (peer_id, AddressFamily(family))
+            gone = swarm.records[key]
+            swarm.drop(key)
+            swarm.forgotten = swarm.forgotten.plus(gone)
+            self._forgotten_records.append(gone)
+            self._note(swarm)
+            if info_hash not in self._swarms:
+                self._forgotten_swarms.append(info_hash)
         expired: list[PeerExpired] = []
         while True:
             deadline = self._next_expiry()
@@ -470,6 +560,7 @@ class TrackerCore:
             )
             swarm.put(record)
             self._arm_forget(record)
+            self._note(swarm)
             expired.append(
                 PeerExpired(
                     record=record,

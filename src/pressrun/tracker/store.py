@@ -15,20 +15,85 @@
   counts on them).
 - ``RedisStore`` (`pressrun.tracker.redis_store`): records in Redis shared by every
   tracker instance (``shared`` is true).
+
+Pruning: the core forgets a record ``record_ttl_s`` after it left; ``forget`` deletes it
+from the store and adds its bytes, completions and leave rule to the swarm's totals
+(table ``swarm_totals``), so the file holds the peers of the last hour and a row of
+totals per swarm, not every peer ever seen. A swarm forgotten whole (its last record,
+or evicted for a new one) loses its rows, totals and events. Events older than
+``event_ttl_s`` (a week) are deleted at most once a minute.
+
+Time: stores keep wall-clock epoch seconds (they outlive the process and, with Redis,
+are read by other processes); the core's records carry monotonic seconds.
+``stored_record`` and ``live_record`` convert, and ``live_record`` never compares a
+stored time with the wall clock to decide that a peer is gone: an active peer read
+back is heard at the time it was read (issue 24: a step of the wall clock expired
+every peer at once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from pressrun.tracker.events import AddressFamily, LeaveRule, PeerRecord, TrackerEvent
+from pressrun.tracker.swarm import ForgottenTotals
 
 RecordKey = tuple[bytes, bytes, AddressFamily]
+
+#: events older than this are deleted from the store's log (a week)
+EVENT_TTL_S = 7 * 86400.0
+
+
+def wall_clock() -> float:
+    """Epoch seconds, for what the stores keep (never for a deadline)."""
+    return time.time()  # noqa: TID251
+
+
+def stored_record(record: PeerRecord, *, now: float, wall_now: float) -> PeerRecord:
+    """``record`` (times in the core's monotonic clock, ``now``) with its times as
+    wall-clock epoch seconds, for a store."""
+    shift = wall_now - now
+    return replace(
+        record,
+        first_seen=record.first_seen + shift,
+        last_seen=record.last_seen + shift,
+        left_at=None if record.left_at is None else record.left_at + shift,
+    )
+
+
+def live_record(
+    stored: PeerRecord, *, now: float, wall_now: float, record_ttl_s: float
+) -> PeerRecord:
+    """A record read from a store, with its times in the core's clock (``now``).
+
+    An active peer is heard ``now``: it gets a full TTL whatever the wall clock says
+    (it may have been stepped, or the tracker down). A record that left keeps its age
+    since leaving, bounded to [0, ``record_ttl_s``]: a clock step forgets it early or
+    late by at most that, and its totals stay either way.
+    """
+    age_left = 0.0
+    if stored.left_at is not None:
+        age_left = min(max(wall_now - stored.left_at, 0.0), record_ttl_s)
+    first_age = max(wall_now - stored.first_seen, 0.0)
+    return replace(
+        stored,
+        first_seen=now - first_age,
+        last_seen=now if stored.active else now - age_left,
+        left_at=None if stored.left_at is None else now - age_left,
+    )
+
+
+def stored_event(event: TrackerEvent, *, now: float, wall_now: float) -> TrackerEvent:
+    """An event stamped in the core's clock, restamped in wall-clock seconds."""
+    return replace(event, at=event.at + (wall_now - now))
 
 
 class TrackerStore(Protocol):
@@ -55,6 +120,15 @@ class TrackerStore(Protocol):
 
     async def flush(self) -> None:
         """Make everything saved so far durable (a no-op where saves are immediate)."""
+        ...
+
+    async def forget(self, records: Sequence[PeerRecord], swarms: Sequence[bytes] = ()) -> None:
+        """Delete records the core forgot (unless the store holds a newer version),
+        adding each one deleted to its swarm's totals; delete ``swarms`` whole."""
+        ...
+
+    async def load_totals(self) -> dict[bytes, ForgottenTotals]:
+        """The totals of the records forgotten so far, by swarm."""
         ...
 
     async def load_allowed(self) -> set[bytes]:
@@ -159,9 +233,18 @@ CREATE TABLE IF NOT EXISTS events (
     leave_rule TEXT
 );
 CREATE INDEX IF NOT EXISTS events_by_swarm ON events (info_hash, at);
+CREATE INDEX IF NOT EXISTS events_by_time ON events (at);
 CREATE TABLE IF NOT EXISTS allowed (
     info_hash BLOB PRIMARY KEY
 );
+CREATE TABLE IF NOT EXISTS swarm_totals (
+    info_hash BLOB PRIMARY KEY,
+    peers INTEGER NOT NULL,
+    uploaded INTEGER NOT NULL,
+    downloaded INTEGER NOT NULL,
+    completed INTEGER NOT NULL,
+    left_by_rule TEXT NOT NULL
+) WITHOUT ROWID;
 """
 
 _COLUMNS = (
@@ -219,6 +302,22 @@ def _row_record(row: Sequence[Any]) -> PeerRecord:
     )
 
 
+def _totals_of(row: Sequence[Any]) -> ForgottenTotals:
+    rules = json.loads(row[4])
+    return ForgottenTotals(
+        peers=row[0],
+        uploaded_bytes=row[1],
+        downloaded_bytes=row[2],
+        completed=row[3],
+        left_by_rule=tuple(sorted((str(k), int(v)) for k, v in rules.items())),
+    )
+
+
+def _totals_row(t: ForgottenTotals) -> tuple[object, ...]:
+    rules = json.dumps(dict(t.left_by_rule), sort_keys=True)
+    return (t.peers, t.uploaded_bytes, t.downloaded_bytes, t.completed, rules)
+
+
 def _event_row(e: TrackerEvent) -> tuple[object, ...]:
     return (
         e.at,
@@ -241,13 +340,27 @@ class SqliteStore:
     queued change, and ``flush``/``close`` write whatever is queued.
     """
 
-    def __init__(self, path: str | Path, *, flush_interval_s: float = 0.1) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        flush_interval_s: float = 0.1,
+        event_ttl_s: float = EVENT_TTL_S,
+        clock: Callable[[], float] = wall_clock,
+    ) -> None:
+        """``event_ttl_s``: how long the event log keeps an event (wall-clock age, by
+        ``clock``: a step of it prunes early or late, and the log is all it touches)."""
         self.path = Path(path)
         self.flush_interval_s = flush_interval_s
+        self.event_ttl_s = event_ttl_s
+        self.clock = clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracker-sqlite")
         self._db: sqlite3.Connection | None = None
         self._dirty: dict[RecordKey, PeerRecord] = {}
         self._events: list[TrackerEvent] = []
+        self._forget: dict[tuple[RecordKey, int], PeerRecord] = {}
+        self._forget_swarms: set[bytes] = set()
+        self._pruned_at = float("-inf")  # the event loop's time of the last prune
         self._flush_handle: asyncio.TimerHandle | None = None
         self._flush_lock = asyncio.Lock()
         self._flush_tasks: set[asyncio.Task[None]] = set()
@@ -354,6 +467,37 @@ class SqliteStore:
         result: list[TrackerEvent] = await self._run(select)
         return result
 
+    async def load_totals(self) -> dict[bytes, ForgottenTotals]:
+        """The totals of forgotten records, by swarm (table ``swarm_totals``)."""
+
+        def select() -> dict[bytes, ForgottenTotals]:
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT info_hash, peers, uploaded, downloaded, completed, left_by_rule "
+                    "FROM swarm_totals"
+                )
+                .fetchall()
+            )
+            return {bytes(r[0]): _totals_of(r[1:]) for r in rows}
+
+        totals: dict[bytes, ForgottenTotals] = await self._run(select)
+        return totals
+
+    async def counts(self) -> dict[str, int]:
+        """Rows per table (for tests and the bench: the file stays bounded)."""
+
+        def count() -> dict[str, int]:
+            db = self._conn()
+            return {
+                table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                for table in ("peers", "events", "swarm_totals")
+            }
+
+        await self.flush()
+        counted: dict[str, int] = await self._run(count)
+        return counted
+
     async def save(
         self, records: Sequence[PeerRecord], events: Sequence[TrackerEvent] = ()
     ) -> list[PeerRecord]:
@@ -361,12 +505,33 @@ class SqliteStore:
         self.queue(records, events)
         return []
 
+    async def forget(self, records: Sequence[PeerRecord], swarms: Sequence[bytes] = ()) -> None:
+        """Queue the deletion of forgotten records (folded into ``swarm_totals``) and
+        of whole swarms; written with the next flush."""
+        for record in records:
+            key = (record.info_hash, record.peer_id, record.family)
+            queued = self._dirty.get(key)
+            if queued is not None and queued.version <= record.version:
+                del self._dirty[key]  # not written yet: nothing to write
+            self._forget[(key, record.version)] = record
+        self._forget_swarms.update(swarms)
+        for info_hash in swarms:
+            self._dirty = {k: r for k, r in self._dirty.items() if k[0] != info_hash}
+            self._forget = {k: r for k, r in self._forget.items() if k[0][0] != info_hash}
+        self._schedule()
+
     def queue(self, records: Sequence[PeerRecord], events: Sequence[TrackerEvent] = ()) -> None:
         """Queue without awaiting (the announce path's fast form of ``save``)."""
         for record in records:
             self._dirty[(record.info_hash, record.peer_id, record.family)] = record
         self._events.extend(events)
-        if self._flush_handle is None and (self._dirty or self._events):
+        self._schedule()
+
+    def _pending(self) -> bool:
+        return bool(self._dirty or self._events or self._forget or self._forget_swarms)
+
+    def _schedule(self) -> None:
+        if self._flush_handle is None and self._pending():
             loop = asyncio.get_running_loop()
             self._flush_handle = loop.call_later(self.flush_interval_s, self._flush_soon)
 
@@ -376,10 +541,44 @@ class SqliteStore:
         self._flush_tasks.add(task)
         task.add_done_callback(self._flush_tasks.discard)
 
-    def _write(self, rows: list[tuple[object, ...]], events: list[tuple[object, ...]]) -> None:
+    def _write(
+        self,
+        rows: list[tuple[object, ...]],
+        events: list[tuple[object, ...]],
+        forgets: list[PeerRecord],
+        swarms: list[bytes],
+        prune_before: float | None,
+    ) -> None:
         db = self._conn()
         db.execute("BEGIN")
         try:
+            for info_hash in swarms:
+                for table in ("peers", "events", "swarm_totals"):
+                    db.execute(f"DELETE FROM {table} WHERE info_hash = ?", (info_hash,))
+            # The core is the truth here: every record it forgot is folded in, written
+            # or not (one written after its forgetting is a newer version, kept).
+            added: dict[bytes, ForgottenTotals] = {}
+            for r in forgets:
+                db.execute(
+                    "DELETE FROM peers WHERE info_hash = ? AND peer_id = ? AND family = ? "
+                    "AND version <= ?",
+                    (r.info_hash, r.peer_id, r.family.value, r.version),
+                )
+                added[r.info_hash] = added.get(r.info_hash, ForgottenTotals()).plus(r)
+            for info_hash, more in added.items():
+                row = db.execute(
+                    "SELECT peers, uploaded, downloaded, completed, left_by_rule "
+                    "FROM swarm_totals WHERE info_hash = ?",
+                    (info_hash,),
+                ).fetchone()
+                total = more if row is None else _totals_of(row) + more
+                db.execute(
+                    "INSERT OR REPLACE INTO swarm_totals (info_hash, peers, uploaded, "
+                    "downloaded, completed, left_by_rule) VALUES (?, ?, ?, ?, ?, ?)",
+                    (info_hash, *_totals_row(total)),
+                )
+            if prune_before is not None:
+                db.execute("DELETE FROM events WHERE at < ?", (prune_before,))
             marks = ", ".join("?" * 19)
             db.executemany(f"INSERT OR REPLACE INTO peers ({_COLUMNS}) VALUES ({marks})", rows)
             db.executemany(
@@ -395,19 +594,36 @@ class SqliteStore:
     async def flush(self) -> None:
         """Write every queued change in one transaction."""
         async with self._flush_lock:
-            if not self._dirty and not self._events:
+            now = asyncio.get_running_loop().time()
+            prune = now - self._pruned_at >= 60.0
+            if not self._pending() and not prune:
                 return
             dirty, self._dirty = self._dirty, {}
             events, self._events = self._events, []
+            forgets, self._forget = self._forget, {}
+            swarms, self._forget_swarms = self._forget_swarms, set()
             rows = [_record_row(r) for r in dirty.values()]
+            prune_before = self.clock() - self.event_ttl_s if prune else None
             try:
-                await self._run(self._write, rows, [_event_row(e) for e in events])
+                await self._run(
+                    self._write,
+                    rows,
+                    [_event_row(e) for e in events],
+                    list(forgets.values()),
+                    sorted(swarms),
+                    prune_before,
+                )
             except BaseException:
                 # Keep what failed queued (newer changes win) so a later flush retries.
                 for key, record in dirty.items():
                     self._dirty.setdefault(key, record)
                 self._events[:0] = events
+                for fkey, record in forgets.items():
+                    self._forget.setdefault(fkey, record)
+                self._forget_swarms |= swarms
                 raise
+            if prune:
+                self._pruned_at = now
             self.flushes += 1
 
     async def close(self) -> None:

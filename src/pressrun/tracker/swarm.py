@@ -12,6 +12,11 @@ A ``stopped`` announce claiming a fair rule is checked against the swarm's own t
 downloaded, ``ratio`` needs something downloaded and at least as much uploaded,
 ``not_needed`` needs the tracker to agree that seeds are not needed; a claim that
 fails is recorded as ``claim_refused``, which is not fair.
+
+Records that left are forgotten an hour after they left (`pressrun.tracker.core`), but
+what fairness accounting needs of them stays, summed per swarm (`ForgottenTotals`):
+bytes moved, completions, how many left by which rule. ``stats`` and the upload bound
+of ``supported_rule`` count them, so forgetting a record changes no total.
 """
 
 from __future__ import annotations
@@ -21,6 +26,46 @@ from dataclasses import dataclass, field
 from pressrun.tracker.events import AddressFamily, LeaveRule, PeerRecord, SwarmStats
 
 PeerKey = tuple[bytes, AddressFamily]
+
+
+@dataclass(frozen=True, slots=True)
+class ForgottenTotals:
+    """What the forgotten records of one swarm add to its totals (fairness accounting).
+
+    ``left_by_rule`` maps a `LeaveRule` value to how many forgotten records left by it.
+    """
+
+    peers: int = 0
+    uploaded_bytes: int = 0
+    downloaded_bytes: int = 0
+    completed: int = 0
+    left_by_rule: tuple[tuple[str, int], ...] = ()
+
+    def plus(self, record: PeerRecord) -> ForgottenTotals:
+        """These totals with ``record`` folded in (it is being forgotten)."""
+        rules = dict(self.left_by_rule)
+        if record.leave_rule is not None:
+            rule = record.leave_rule.value
+            rules[rule] = rules.get(rule, 0) + 1
+        return ForgottenTotals(
+            peers=self.peers + 1,
+            uploaded_bytes=self.uploaded_bytes + record.uploaded_total,
+            downloaded_bytes=self.downloaded_bytes + record.downloaded_total,
+            completed=self.completed + record.completed_count,
+            left_by_rule=tuple(sorted(rules.items())),
+        )
+
+    def __add__(self, other: ForgottenTotals) -> ForgottenTotals:
+        rules = dict(self.left_by_rule)
+        for rule, n in other.left_by_rule:
+            rules[rule] = rules.get(rule, 0) + n
+        return ForgottenTotals(
+            peers=self.peers + other.peers,
+            uploaded_bytes=self.uploaded_bytes + other.uploaded_bytes,
+            downloaded_bytes=self.downloaded_bytes + other.downloaded_bytes,
+            completed=self.completed + other.completed,
+            left_by_rule=tuple(sorted(rules.items())),
+        )
 
 
 class _IndexedKeys:
@@ -58,6 +103,12 @@ class Swarm:
     records: dict[PeerKey, PeerRecord] = field(default_factory=dict)
     seeds: _IndexedKeys = field(default_factory=_IndexedKeys)
     leechers: _IndexedKeys = field(default_factory=_IndexedKeys)
+    forgotten: ForgottenTotals = field(default_factory=ForgottenTotals)
+
+    @property
+    def live(self) -> bool:
+        """Whether any peer is active (a swarm with none is dead and may be forgotten)."""
+        return len(self.seeds) + len(self.leechers) > 0
 
     def put(self, record: PeerRecord) -> None:
         """File ``record``, moving its key between seeds, leechers and neither."""
@@ -79,7 +130,9 @@ class Swarm:
         up: dict[bytes, int] = {}
         down: dict[bytes, int] = {}
         by_rule = {rule.value: 0 for rule in LeaveRule}
-        completed = 0
+        for rule, n in self.forgotten.left_by_rule:
+            by_rule[rule] = by_rule.get(rule, 0) + n
+        completed = self.forgotten.completed
         for record in self.records.values():
             up[record.peer_id] = max(up.get(record.peer_id, 0), record.uploaded_total)
             down[record.peer_id] = max(down.get(record.peer_id, 0), record.downloaded_total)
@@ -92,8 +145,8 @@ class Swarm:
             seeds=seeds,
             leechers=leechers,
             completed=completed,
-            uploaded_bytes=sum(up.values()),
-            downloaded_bytes=sum(down.values()),
+            uploaded_bytes=sum(up.values()) + self.forgotten.uploaded_bytes,
+            downloaded_bytes=sum(down.values()) + self.forgotten.downloaded_bytes,
             left_by_rule=by_rule,
             left_fairly=sum(n for rule, n in by_rule.items() if LeaveRule(rule).fair),
             needs_seeds=needs_seeds(seeds=seeds, leechers=leechers),
@@ -103,9 +156,10 @@ class Swarm:
 def others_download_bound(swarm: Swarm, peer_id: bytes) -> int:
     """The most the other peers of ``swarm`` can have downloaded: their reported totals
     plus, for an active leecher, what it still has ``left`` (it may have received that
-    much since its last announce). Everything a peer uploaded was downloaded by one of
-    them, so this bounds any one peer's credible upload."""
-    total = 0
+    much since its last announce), and what forgotten records downloaded. Everything a
+    peer uploaded was downloaded by one of them, so this bounds any one peer's credible
+    upload."""
+    total = swarm.forgotten.downloaded_bytes
     for record in swarm.records.values():
         if record.peer_id == peer_id:
             continue
