@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from pressrun.origin.config import OriginConfig
 from pressrun.origin.core import (
+    CHUNK_TARGET_S,
     MIN_ACTIVE_S,
+    MIN_CHUNK_BYTES,
     ByteSpan,
     RangeNotSatisfiable,
     TokenBucket,
@@ -18,6 +20,7 @@ from pressrun.origin.core import (
     content_type_for,
     if_range_holds,
     make_etag,
+    next_chunk_bytes,
     none_match,
     parse_range,
     valid_name,
@@ -301,6 +304,7 @@ def test_meter_cached_issues_follow_the_window() -> None:
     assert meter.cached_issues(now=12.0) == ["long", "old"]
     # 'old' last served at 2.0: out of the window after 12.0; 'long' is still active
     assert meter.cached_issues(now=12.5) == ["long"]
+    meter.bytes_sent(long_one, 10, now=12.5)  # moving (a stalled one would not count)
     meter.handle_timer(now=13.0)
     assert meter.cached_issues(now=13.0) == ["long"]
     meter.transfer_ended(long_one, now=13.0)
@@ -391,3 +395,63 @@ def test_config_units_and_validation(tmp_path: object) -> None:
     ):
         with pytest.raises(ValueError):
             OriginConfig(content_dir=Path("c"), **bad)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------- stalled transfers (issue 25)
+
+
+def test_meter_a_stalled_transfer_is_no_load_until_it_moves() -> None:
+    meter = TrafficMeter(interval_s=1.0, cache_window_s=300.0, now=0.0, stalled_after_s=5.0)
+    stuck = meter.transfer_started("w", now=0.0)
+    moving = meter.transfer_started("w", now=0.0)
+    meter.bytes_sent(stuck, 200_000, now=0.1)  # the socket buffers fill, then nothing
+    for t in range(1, 6):
+        meter.bytes_sent(moving, 1_000_000, now=t - 0.5)
+        meter.handle_timer(now=float(t))
+    # at 5.0 the stuck one has sent nothing for 4.9 s: still counted
+    assert meter.active_transfers == 2 and meter.stalled_transfers == 0
+    meter.bytes_sent(moving, 1_000_000, now=5.5)
+    report = meter.handle_timer(now=6.0)
+    # 5.9 s without a byte: stalled. Not active, not in the issue's count, and no
+    # rate of 0 pulling the per-transfer means down
+    assert meter.active_transfers == 1 and meter.stalled_transfers == 1
+    assert meter.active_transfers_by_issue() == {"w": 1}
+    assert report.transfers_seen == 1
+    assert report.mean_transfer_bytes_per_s == pytest.approx(1_000_000)
+    # it moves again: counted again at once
+    meter.bytes_sent(stuck, 65_536, now=6.2)
+    assert meter.active_transfers == 2 and meter.stalled_transfers == 0
+    # it stalls again and is cut (the send timeout): counted once, as stalled
+    meter.handle_timer(now=12.0)
+    meter.handle_timer(now=13.0)
+    assert meter.stalled_transfers == 2  # the moving one stopped too
+    meter.transfer_ended(stuck, now=13.5)
+    meter.transfer_ended(moving, now=13.5)
+    assert meter.active_transfers == 0 and meter.stalled_transfers == 0
+    assert meter.active_transfers_by_issue() == {}
+
+
+def test_meter_keeps_the_issue_of_a_stalled_transfer_past_the_cache_window() -> None:
+    meter = TrafficMeter(interval_s=1.0, cache_window_s=2.0, now=0.0, stalled_after_s=1.0)
+    tid = meter.transfer_started("w", now=0.0)
+    for t in range(1, 10):
+        meter.handle_timer(now=float(t))
+    assert meter.stalled_transfers == 1
+    # the issue's state outlived the window: bytes and the end still find it
+    meter.bytes_sent(tid, 10, now=9.5)
+    assert meter.active_transfers == 1
+    assert meter.transfer_ended(tid, now=9.6) == 10
+
+
+def test_next_chunk_bytes_follows_the_client() -> None:
+    mib = 1 << 20
+    # fast: doubles up to the maximum
+    assert next_chunk_bytes(65_536, 0.001, 65_536, max_bytes=mib) == 131_072
+    assert next_chunk_bytes(mib, 0.01, mib, max_bytes=mib) == mib
+    # slow (200 KB/s): what that rate sends in CHUNK_TARGET_S, at least 64 KiB
+    assert next_chunk_bytes(mib, mib / 200_000, mib, max_bytes=mib) == pytest.approx(
+        200_000 * CHUNK_TARGET_S, abs=1
+    )
+    assert next_chunk_bytes(65_536, 30.0, 65_536, max_bytes=mib) == MIN_CHUNK_BYTES
+    # never above the configured maximum, even below the minimum
+    assert next_chunk_bytes(4096, 10.0, 4096, max_bytes=4096) == 4096

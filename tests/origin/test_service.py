@@ -30,6 +30,7 @@ STATS_FIELDS = {
     "capacity_bytes_per_s",
     "egress_cap_bytes_per_s",
     "active_transfers",
+    "stalled_transfers",
     "issues",
     "cached_issues",
     "mean_transfer_bytes_per_s",
@@ -297,7 +298,7 @@ async def test_stats_has_exactly_the_protocol_fields(
     assert 0.0 < doc["ram_percent"] <= 100.0
     assert doc["capacity_bytes_per_s"] == 12_500_000.0
     assert doc["egress_cap_bytes_per_s"] is None
-    assert doc["active_transfers"] == 0
+    assert doc["active_transfers"] == 0 and doc["stalled_transfers"] == 0
     assert doc["issues"] == [ISSUE]
     assert doc["cached_issues"] == []
     assert doc["mean_transfer_bytes_per_s"] is None

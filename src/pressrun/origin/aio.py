@@ -15,7 +15,11 @@ Endpoints (docs/protocols.md, "Origin HTTP"; docs/origin.md):
 
 A client that goes away mid-transfer (libtorrent closes web-seed connections mid-range
 as a matter of course) ends its transfer quietly: a DEBUG line, and the INFO transfer
-line says ``client gone``.
+line says ``client gone``. A client that stays but stops reading is no load: after
+``stalled_after_s`` without a byte its transfer leaves ``active_transfers`` (the
+`TrafficMeter` counts bytes moving), and a chunk it has not taken within
+``send_timeout_s`` ends the transfer and aborts the connection (``stalled``).
+Chunks follow the client's pace (`next_chunk_bytes`): a slow client gets small ones.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import logging
 import os
 import socket
 import stat
+import struct
 from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
@@ -53,6 +58,7 @@ from pressrun.origin.core import (
     content_type_for,
     if_range_holds,
     make_etag,
+    next_chunk_bytes,
     none_match,
     parse_range,
     valid_name,
@@ -145,7 +151,19 @@ class OriginMetrics:
             registry=r,
         )
         self.active = Gauge(
-            "pressrun_origin_active_transfers", "Transfers sending a body now", registry=r
+            "pressrun_origin_active_transfers",
+            "Transfers moving body bytes now (stalled ones not counted)",
+            registry=r,
+        )
+        self.stalled = Gauge(
+            "pressrun_origin_stalled_transfers",
+            "Transfers open whose client took no byte for --stalled-after-s",
+            registry=r,
+        )
+        self.timed_out = Counter(
+            "pressrun_origin_transfers_timed_out",
+            "Transfers cut because the client took no chunk for --send-timeout-s",
+            registry=r,
         )
         self.duration = Histogram(
             "pressrun_origin_transfer_duration_seconds",
@@ -176,6 +194,10 @@ class OriginMetrics:
         return generate_latest(self.registry)
 
 
+#: SO_LINGER on, 0 s: close() resets the connection and drops the unsent bytes
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)
+
+
 class _FileShrank(Exception):
     """The file ended before the bytes the answer promised."""
 
@@ -192,7 +214,10 @@ class OriginService:
         self._loop = asyncio.get_running_loop()
         now = self._loop.time()
         self.meter = TrafficMeter(
-            interval_s=config.stats_interval_s, cache_window_s=config.cache_window_s, now=now
+            interval_s=config.stats_interval_s,
+            cache_window_s=config.cache_window_s,
+            now=now,
+            stalled_after_s=config.stalled_after_s,
         )
         cap = config.egress_cap_bytes_per_s
         self.bucket = TokenBucket(cap, config.cap_burst_bytes, now=now) if cap is not None else None
@@ -231,9 +256,14 @@ class OriginService:
     def _on_timer(self) -> None:
         report = self.meter.handle_timer(now=self._loop.time())
         self.metrics.out_rate.set(report.out_bytes_per_s)
+        self._count_active()
         self._sample_host()
         self.catalog.refresh()
         self.start_timer()
+
+    def _count_active(self) -> None:
+        self.metrics.active.set(self.meter.active_transfers)
+        self.metrics.stalled.set(self.meter.stalled_transfers)
 
     def _sample_host(self) -> None:
         # System-wide figures, like the paper's agent: the machine is what runs out.
@@ -369,7 +399,7 @@ class OriginService:
         loop = self._loop
         started = loop.time()
         tid = self.meter.transfer_started(issue, now=started)
-        self.metrics.active.inc()
+        self._count_active()
         log.debug(
             "transfer start issue=%s file=%s range=%d-%d/%d client=%s",
             issue,
@@ -394,7 +424,8 @@ class OriginService:
             position, end = offset, offset + count
             bucket = self.bucket
             cfg = self.config
-            chunk = cfg.sendfile_chunk_bytes if bucket is None else cfg.cap_chunk_bytes
+            max_chunk = cfg.sendfile_chunk_bytes if bucket is None else cfg.cap_chunk_bytes
+            chunk = max_chunk
             counter = self.metrics.bytes_sent.labels(issue)
             while position < end:
                 n = min(chunk, end - position)
@@ -404,13 +435,18 @@ class OriginService:
                         await asyncio.sleep(wait_s)
                 if transport.is_closing():
                     raise ConnectionResetError("client closed the connection")
+                began = loop.time()
                 try:
-                    sent = await loop.sendfile(transport, fobj, position, n)
+                    # a client that takes nothing for send_timeout_s stopped reading
+                    async with asyncio.timeout(cfg.send_timeout_s):
+                        sent = await loop.sendfile(transport, fobj, position, n)
                 except RuntimeError:
                     # loop.sendfile's "Transport is closing": the client left.
                     if transport.is_closing():
                         raise ConnectionResetError("client closed the connection") from None
                     raise
+                if bucket is None:
+                    chunk = next_chunk_bytes(sent, loop.time() - began, n, max_bytes=max_chunk)
                 position += sent
                 self.meter.bytes_sent(tid, sent, now=loop.time())
                 counter.inc(sent)
@@ -425,6 +461,19 @@ class OriginService:
             transport = request.transport
             if transport is not None:
                 transport.close()
+        except TimeoutError:
+            # The client stopped reading: cut it with a reset (SO_LINGER 0, nginx's
+            # reset_timedout_connection), so neither the descriptor nor the megabytes
+            # in the kernel's send buffer wait for a client that takes nothing.
+            outcome = "stalled"
+            self.metrics.timed_out.inc()
+            transport = request.transport
+            if transport is not None:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+                transport.abort()
         except ConnectionError as err:
             # ConnectionResetError / BrokenPipeError: the client left. Normal for web
             # seeds (libtorrent closes mid-range); nothing to report above DEBUG.
@@ -437,7 +486,7 @@ class OriginService:
         finally:
             ended = loop.time()
             sent_total = self.meter.transfer_ended(tid, now=ended)
-            self.metrics.active.dec()
+            self._count_active()
             seconds = ended - started
             self.metrics.duration.observe(seconds)
             rate = sent_total / seconds if seconds > 0 else 0.0
@@ -473,6 +522,7 @@ class OriginService:
             "capacity_bytes_per_s": self.config.capacity_bytes_per_s,
             "egress_cap_bytes_per_s": self.config.egress_cap_bytes_per_s,
             "active_transfers": self.meter.active_transfers,
+            "stalled_transfers": self.meter.stalled_transfers,
             "issues": issues,
             "cached_issues": [i for i in self.meter.cached_issues(now=now) if i in on_disk],
             "mean_transfer_bytes_per_s": report.mean_transfer_bytes_per_s,

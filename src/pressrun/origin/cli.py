@@ -73,6 +73,20 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         "autotuning); small, it keeps /stats' byte counters close to the wire",
     )
     p.add_argument(
+        "--send-timeout-s",
+        type=float,
+        default=60.0,
+        help="a client that takes no chunk of a body for this long (it stopped reading) "
+        "is cut and its connection closed (default 60)",
+    )
+    p.add_argument(
+        "--stalled-after-s",
+        type=float,
+        default=5.0,
+        help="a transfer that moved no byte for this long is not counted as load in "
+        "/stats (active_transfers, the per-transfer means) until it moves (default 5)",
+    )
+    p.add_argument(
         "--supernodes",
         metavar="TRACKER",
         default=os.environ.get("PRESSRUN_ORIGIN_SUPERNODES") or None,
@@ -115,6 +129,8 @@ def run_origin(args: argparse.Namespace) -> int:
             send_buffer_bytes=None if args.send_buffer_kib is None else args.send_buffer_kib * 1024,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
+            send_timeout_s=args.send_timeout_s,
+            stalled_after_s=args.stalled_after_s,
         )
         ServiceSecurity(args.tls_cert, args.tls_key).server_ssl_context()  # fail early
         sn_host = args.supernode_host or args.host

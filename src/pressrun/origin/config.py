@@ -44,6 +44,14 @@ class OriginConfig:
         autotuning, for a slow client); a small buffer keeps ``/stats`` close to the
         wire (the egress check of docs/demo.md uses 64 KiB).
     tls_cert, tls_key: PEM files; given, the origin serves HTTPS (pressrun.security).
+    send_timeout_s: a chunk of a body the client has not taken within this long
+        (it stopped reading) ends the transfer and closes the connection. 60 s, nginx's
+        ``send_timeout``: chunks shrink to 64 KiB for a slow client
+        (`pressrun.origin.core.next_chunk_bytes`), so only a client slower than
+        64 KiB a minute (about 9 kbit/s) is cut.
+    stalled_after_s: a transfer that sent no byte for this long is *stalled*: it is
+        left out of ``active_transfers`` and the per-transfer means of ``/stats`` (it
+        is no load) until it moves again. 5 s: several chunks of a slow client.
     """
 
     content_dir: Path
@@ -61,6 +69,8 @@ class OriginConfig:
     send_buffer_bytes: int | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    send_timeout_s: float = 60.0
+    stalled_after_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not (self.capacity_mbps > 0 and math.isfinite(self.capacity_mbps)):
@@ -81,6 +91,10 @@ class OriginConfig:
             raise ValueError("cap_burst_s must not be negative")
         if self.send_buffer_bytes is not None and self.send_buffer_bytes < 4096:
             raise ValueError("send_buffer_bytes must be at least 4096 (or None: the kernel's)")
+        if not (self.send_timeout_s > 0 and math.isfinite(self.send_timeout_s)):
+            raise ValueError("send_timeout_s must be a positive number")
+        if not (self.stalled_after_s > 0 and math.isfinite(self.stalled_after_s)):
+            raise ValueError("stalled_after_s must be a positive number")
         if not 0 <= self.port <= 65535:
             raise ValueError("port must be 0..65535")
         if self.name is not None and not valid_name(self.name):

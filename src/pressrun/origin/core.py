@@ -26,6 +26,12 @@ time and the asyncio adapter (:mod:`pressrun.origin.aio`) feeds it ``loop.time()
   asset ... or an average of all sessions"), and which issues were served recently
   (the cache bonus). It is a timer core: ``next_deadline()`` says when the current
   interval closes, ``handle_timer(now=...)`` closes it and returns its `IntervalReport`.
+  **What counts is bytes moving**: a transfer that has handed no byte to the network
+  for ``stalled_after_s`` (a client that stopped reading) is *stalled*: it leaves
+  ``active_transfers``, the per-issue counts and the per-transfer means until it
+  moves again, so forty idle connections cannot make an origin look full (issue 25).
+- `next_chunk_bytes`: how much the adapter hands to sendfile(2) next, so a slow client
+  gets chunks of about `CHUNK_TARGET_S` and its progress shows within a second or so.
 """
 
 from __future__ import annotations
@@ -235,6 +241,30 @@ class TokenBucket:
         return self._tokens
 
 
+# ------------------------------------------------------------------ chunk sizing
+
+#: a sendfile chunk should take about this long: long enough that a fast client gets
+#: the largest chunks (few calls), short enough that a slow one shows progress often
+CHUNK_TARGET_S = 0.5
+#: the smallest chunk handed to sendfile(2)
+MIN_CHUNK_BYTES = 64 * 1024
+
+
+def next_chunk_bytes(
+    sent: int, elapsed_s: float, current: int, *, max_bytes: int, min_bytes: int = MIN_CHUNK_BYTES
+) -> int:
+    """The size of the next chunk after one of `current` bytes took `elapsed_s` to send
+    `sent`: doubled (up to `max_bytes`) while chunks go out faster than
+    `CHUNK_TARGET_S`, else what the last one's rate sends in `CHUNK_TARGET_S` (at
+    least `min_bytes`). A stalled client thus meets the send timeout on a small chunk,
+    and a slow one is not cut for a chunk sized for a fast one."""
+    low = min(min_bytes, max_bytes)
+    if elapsed_s <= CHUNK_TARGET_S:
+        return max(low, min(max_bytes, 2 * current))
+    rate = sent / elapsed_s
+    return max(low, min(max_bytes, int(rate * CHUNK_TARGET_S)))
+
+
 # ---------------------------------------------------------------- the status agent
 
 #: A transfer active for less than this in an interval counts as active this long,
@@ -279,9 +309,12 @@ class IntervalReport:
 class _Transfer:
     issue: str
     started_at: float
+    last_moved_at: float
     ended_at: float | None = None
     bytes_in_interval: int = 0
     bytes_total: int = 0
+    #: no byte for `TrafficMeter.stalled_after_s`: not counted as load
+    stalled: bool = False
 
 
 @dataclass(slots=True)
@@ -298,11 +331,16 @@ class TrafficMeter:
     Feed it `transfer_started` / `bytes_sent` / `transfer_ended` with ``now``; call
     `handle_timer` when `next_deadline` has come. Transfers that ended are kept until
     the interval they ended in is closed, so a short transfer still counts.
+
+    A transfer that sent nothing for `stalled_after_s` is found stalled when an
+    interval closes: it leaves `active_transfers` (and the per-issue counts) and is
+    left out of the interval means until its next byte, which counts it again.
     """
 
     interval_s: float
     cache_window_s: float
     now: float
+    stalled_after_s: float = 5.0
     _interval_start: float = field(init=False)
     _next_id: int = field(init=False, default=1)
     _transfers: dict[int, _Transfer] = field(init=False, default_factory=dict)
@@ -310,7 +348,10 @@ class TrafficMeter:
     _bytes_in_interval: int = field(init=False, default=0)
     bytes_sent_total: int = field(init=False, default=0)
     transfers_total: int = field(init=False, default=0)
+    #: transfers moving bytes now (started, not ended, not stalled)
     active_transfers: int = field(init=False, default=0)
+    #: transfers open but stalled (their client stopped reading)
+    stalled_transfers: int = field(init=False, default=0)
     #: issue -> bytes sent for it since start (never forgotten, unlike the cache view)
     bytes_sent_by_issue: dict[str, int] = field(init=False, default_factory=dict)
     #: issue -> transfers started for it since start
@@ -326,6 +367,8 @@ class TrafficMeter:
             raise ValueError("interval_s must be positive")
         if self.cache_window_s < 0:
             raise ValueError("cache_window_s must not be negative")
+        if not self.stalled_after_s > 0:
+            raise ValueError("stalled_after_s must be positive")
         self._interval_start = self.now
         # Before the first interval closes: nothing sent, no transfer seen.
         self.last_report = IntervalReport(
@@ -343,7 +386,7 @@ class TrafficMeter:
         """A transfer of a file of `issue` starts; returns its id for the other calls."""
         tid = self._next_id
         self._next_id += 1
-        self._transfers[tid] = _Transfer(issue=issue, started_at=now)
+        self._transfers[tid] = _Transfer(issue=issue, started_at=now, last_moved_at=now)
         state = self._issues.get(issue)
         if state is None:
             state = self._issues[issue] = _IssueState(last_served=now)
@@ -361,6 +404,10 @@ class TrafficMeter:
         transfer.bytes_total += n
         self._bytes_in_interval += n
         self.bytes_sent_total += n
+        if n > 0:
+            transfer.last_moved_at = max(transfer.last_moved_at, now)
+            if transfer.stalled and transfer.ended_at is None:
+                self._set_stalled(transfer, False)
         state = self._issues[transfer.issue]
         state.bytes_total += n
         state.last_served = max(state.last_served, now)
@@ -373,11 +420,24 @@ class TrafficMeter:
         if transfer.ended_at is not None:
             return transfer.bytes_total
         transfer.ended_at = now
-        self.active_transfers -= 1
         state = self._issues[transfer.issue]
-        state.active -= 1
+        if transfer.stalled:
+            self.stalled_transfers -= 1
+        else:
+            self.active_transfers -= 1
+            state.active -= 1
         state.last_served = max(state.last_served, now)
         return transfer.bytes_total
+
+    def _set_stalled(self, transfer: _Transfer, stalled: bool) -> None:
+        """Move an open transfer between the moving and the stalled counts."""
+        if transfer.stalled == stalled:
+            return
+        transfer.stalled = stalled
+        step = -1 if stalled else 1
+        self.active_transfers += step
+        self.stalled_transfers -= step
+        self._issues[transfer.issue].active += step
 
     # -- timer
 
@@ -397,6 +457,13 @@ class TrafficMeter:
         by_issue: dict[str, list[float]] = {}
         for tid in list(self._transfers):
             transfer = self._transfers[tid]
+            if transfer.ended_at is None and end - transfer.last_moved_at >= self.stalled_after_s:
+                self._set_stalled(transfer, True)
+            if transfer.stalled and transfer.bytes_in_interval == 0:
+                # a client that stopped reading is no load: no rate of 0 in the means
+                if transfer.ended_at is not None:
+                    del self._transfers[tid]
+                continue
             active_from = max(transfer.started_at, start)
             active_to = end if transfer.ended_at is None else min(transfer.ended_at, end)
             active_s = max(active_to - active_from, MIN_ACTIVE_S)
@@ -422,7 +489,9 @@ class TrafficMeter:
         self.recent_reports.append(report)
         # Forget issues neither active nor served within the cache window.
         horizon = end - self.cache_window_s
-        for issue in [i for i, s in self._issues.items() if s.active == 0]:
+        # (an issue whose only open transfers are stalled has active 0 but is kept)
+        open_issues = {t.issue for t in self._transfers.values() if t.ended_at is None}
+        for issue in [i for i, s in self._issues.items() if s.active == 0 and i not in open_issues]:
             if self._issues[issue].last_served < horizon:
                 del self._issues[issue]
         return report

@@ -1,0 +1,151 @@
+"""Clients that stop reading (issue 25, finding 1), on a real origin over loopback:
+they are no load in /stats, and they are cut after the send timeout. A slow client
+that keeps reading is neither."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from pressrun.origin.aio import RunningOrigin, start_origin
+from pressrun.origin.config import OriginConfig
+
+ISSUE = "weekly-1"
+BIG = "big.bin"
+#: more than the socket buffers of a stalled connection hold (a few MB on loopback)
+BIG_BYTES = 24 << 20
+STALLED = 20
+
+
+@pytest.fixture
+def content(tmp_path: Path) -> Path:
+    issue = tmp_path / "content" / ISSUE
+    issue.mkdir(parents=True)
+    (issue / BIG).write_bytes(os.urandom(BIG_BYTES))
+    (issue / "small.bin").write_bytes(os.urandom(1 << 20))
+    return tmp_path / "content"
+
+
+async def stall(port: int, target: str, n: int, rcvbuf: int = 4096) -> list[socket.socket]:
+    """``n`` connections that send ``GET target`` and never read a byte."""
+    loop = asyncio.get_running_loop()
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        s.setblocking(False)
+        await loop.sock_connect(s, ("127.0.0.1", port))
+        await loop.sock_sendall(s, f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        socks.append(s)
+    return socks
+
+
+async def stats(http: aiohttp.ClientSession, origin: RunningOrigin) -> dict[str, Any]:
+    async with http.get(f"{origin.url}/stats") as resp:
+        doc: dict[str, Any] = await resp.json()
+        return doc
+
+
+async def reset_by_server(s: socket.socket, timeout_s: float) -> bool:
+    """True when the server resets the connection within ``timeout_s``, seen without
+    reading a byte (reading would make the client a reader)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def test_stalled_clients_are_no_load_and_are_cut(content: Path) -> None:
+    origin = await start_origin(
+        OriginConfig(
+            content_dir=content,
+            stats_interval_s=0.2,
+            stalled_after_s=0.5,
+            send_timeout_s=2.0,
+        )
+    )
+    socks: list[socket.socket] = []
+    try:
+        async with aiohttp.ClientSession() as http:
+            socks = await stall(origin.port, f"/content/{ISSUE}/{BIG}", STALLED)
+            for _ in range(50):
+                await asyncio.sleep(0.05)
+                if (await stats(http, origin))["transfers_total"] == STALLED:
+                    break
+            await asyncio.sleep(0.9)  # stalled_after_s and an interval or two
+            doc = await stats(http, origin)
+            assert doc["transfers_total"] == STALLED
+            assert doc["active_transfers"] == 0, doc
+            assert doc["stalled_transfers"] == STALLED
+            assert doc["active_transfers_by_issue"] == {}
+            assert doc["mean_transfer_bytes_per_s"] is None
+            # a reader meanwhile is served at once and counted
+            started = time.monotonic()
+            async with http.get(f"{origin.url}/content/{ISSUE}/small.bin") as resp:
+                assert resp.status == 200 and len(await resp.read()) == 1 << 20
+            assert time.monotonic() - started < 1.0
+            # the send timeout (2 s) cuts every stalled connection
+            closed = await asyncio.gather(*(reset_by_server(s, 4.0) for s in socks))
+            assert all(closed)
+            doc = await stats(http, origin)
+            assert doc["stalled_transfers"] == 0 and doc["active_transfers"] == 0
+            async with http.get(f"{origin.url}/metrics") as resp:
+                metrics = await resp.text()
+            assert f"pressrun_origin_transfers_timed_out_total {STALLED}.0" in metrics
+    finally:
+        for s in socks:
+            s.close()
+        await origin.stop()
+
+
+async def test_a_slow_reader_is_load_and_is_not_cut(content: Path) -> None:
+    # 64 KiB chunks, a send timeout of 0.6 s, a reader at about 320 KB/s: each chunk
+    # takes about 0.2 s, well within the timeout, and it counts as a transfer all along
+    origin = await start_origin(
+        OriginConfig(
+            content_dir=content,
+            stats_interval_s=0.2,
+            stalled_after_s=1.0,
+            send_timeout_s=0.6,
+            sendfile_chunk_bytes=64 * 1024,
+            send_buffer_bytes=16 * 1024,
+        )
+    )
+    loop = asyncio.get_running_loop()
+    try:
+        async with aiohttp.ClientSession() as http:
+            (s,) = await stall(origin.port, f"/content/{ISSUE}/small.bin", 1, rcvbuf=32 * 1024)
+            got = 0
+            seen_active = []
+            started = time.monotonic()
+            try:
+                while True:
+                    data = await loop.sock_recv(s, 32 * 1024)
+                    if not data:
+                        break
+                    got += len(data)
+                    if got >= (1 << 20) + 100:  # the whole body and the headers
+                        break
+                    await asyncio.sleep(0.1)
+                    if len(seen_active) < 20:
+                        doc = await stats(http, origin)
+                        seen_active.append((doc["active_transfers"], doc["stalled_transfers"]))
+            finally:
+                s.close()
+            assert got > 1 << 20, got
+            assert time.monotonic() - started > 1.5  # it really was slow
+            # once the first interval closed, it counted as moving every time
+            assert all(pair == (1, 0) for pair in seen_active[3:]), seen_active
+            async with http.get(f"{origin.url}/metrics") as resp:
+                assert "pressrun_origin_transfers_timed_out_total 0.0" in await resp.text()
+    finally:
+        await origin.stop()

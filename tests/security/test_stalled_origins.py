@@ -1,0 +1,86 @@
+"""Forty idle connections refused every reader (issue 25, finding 1): a stranger opened
+20 connections to each of two origins, asked for a file and never read; the origins
+counted them as load and the balancer answered 503 "full" for every issue. Real
+origins, a real balancer, real sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from pathlib import Path
+
+import aiohttp
+
+from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
+from pressrun.balancer.config import BalancerConfig
+from pressrun.balancer.events import OriginSpec
+from pressrun.origin.aio import start_origin
+from pressrun.origin.config import OriginConfig
+
+ISSUE = "weekly-1"
+#: per origin, as in the finding
+STALLED = 20
+
+
+async def stall(port: int, target: str, n: int) -> list[socket.socket]:
+    """``n`` connections that send ``GET target`` and never read a byte."""
+    loop = asyncio.get_running_loop()
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.setblocking(False)
+        await loop.sock_connect(s, ("127.0.0.1", port))
+        await loop.sock_sendall(s, f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        socks.append(s)
+    return socks
+
+
+async def test_stalled_connections_do_not_fill_the_origins(tmp_path: Path) -> None:
+    issue = tmp_path / "content" / ISSUE
+    issue.mkdir(parents=True)
+    (issue / "weekly-1.pdf").write_bytes(os.urandom(24 << 20))
+    origins = [
+        await start_origin(
+            OriginConfig(
+                content_dir=tmp_path / "content",
+                name=f"origin-{i}",
+                capacity_mbps=100.0,  # 12.5 MB/s: 20 transfers at 1 MB/s looked full
+                stats_interval_s=0.2,
+                stalled_after_s=0.5,
+            )
+        )
+        for i in range(2)
+    ]
+    balancer = await start_balancer(
+        BalancerServiceConfig(
+            origins=tuple(OriginSpec(o.name, o.url) for o in origins),
+            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=0.7),
+        )
+    )
+    socks: list[socket.socket] = []
+    try:
+        await balancer.wait_until_up(2, timeout_s=5.0)
+        for o in origins:
+            socks += await stall(o.port, f"/content/{ISSUE}/weekly-1.pdf", STALLED)
+        await asyncio.sleep(1.5)  # stalled, and polled by the balancer since
+        statuses = []
+        async with aiohttp.ClientSession() as http:
+            for _ in range(20):
+                async with http.get(f"{balancer.url}/v1/issues/{ISSUE}/directive") as resp:
+                    statuses.append(resp.status)
+                    if resp.status != 200:
+                        reason = await resp.text()
+                await asyncio.sleep(0.05)
+            assert statuses == [200] * 20, reason
+            for o in origins:
+                async with http.get(f"{o.url}/stats") as resp:
+                    doc = await resp.json()
+                assert doc["stalled_transfers"] == STALLED and doc["active_transfers"] == 0
+    finally:
+        for s in socks:
+            s.close()
+        await balancer.stop()
+        for o in origins:
+            await o.stop()
