@@ -18,6 +18,10 @@ class EncodedObject:
     @property
     def encoding_symbol_length(self) -> int: ...
     @property
+    def content_md5(self) -> str | None: ...
+    @property
+    def fdt_instance_id(self) -> int: ...
+    @property
     def block_source_symbols(self) -> list[int]: ...
     @property
     def source_symbols(self) -> int: ...
@@ -43,7 +47,25 @@ def encode_object(
     repair_symbols_per_block: int = 0,
     fdt_duration_s: int = 86400,
     compute_md5: bool = True,
+    fdt_instance_id: int = 1,
+    sender_current_time: bool = True,
 ) -> EncodedObject: ...
+
+def encode_fdt(
+    *,
+    content_location: str,
+    content_type: str,
+    transfer_length: int,
+    content_md5: str | None,
+    tsi: int,
+    toi: int,
+    fec: str,
+    encoding_symbol_length: int = 1400,
+    max_source_block_length: int = 1024,
+    repair_symbols_per_block: int = 0,
+    fdt_instance_id: int = 1,
+    fdt_duration_s: int = 86400,
+) -> list[bytes]: ...
 
 class ObjectEvent:
     """An object completed (``path`` set), failed or was interrupted."""
@@ -69,6 +91,7 @@ class Receiver:
         max_cache_bytes: int = ...,
         object_timeout_s: float | None = None,
         md5_check: bool = False,
+        clock_offset_s: float = 0.0,
     ) -> None: ...
     def push(self, packet: bytes) -> int | None: ...
     def take_events(self) -> list[ObjectEvent]: ...
@@ -84,6 +107,7 @@ class PacketBuffer:
     def __init__(self, packets: list[bytes]) -> None: ...
     def __len__(self) -> int: ...
     def packet(self, index: int) -> bytes: ...
+    def replace(self, index: int, packet: bytes) -> None: ...
     def send(
         self, fd: int, indices: list[int] | tuple[int, ...], host: str, port: int
     ) -> tuple[int, int, int, str | None]: ...

@@ -8,6 +8,7 @@ import random
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ pytest.importorskip("pressrun_flute", reason="the FLUTE binding is built by `mak
 
 ISSUE = "weekly-2026-47"
 TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def random_groups(rng: random.Random) -> tuple[tuple[str, int], str]:
@@ -92,6 +94,75 @@ async def sender_factory() -> AsyncIterator[Callable[..., object]]:
                 announcement_ttl_s=2.0,
             )
         )
+        started.append(sender)
+        await sender.start()
+        return sender
+
+    yield start
+    for sender in started:
+        await sender.close()
+
+
+@dataclass
+class Shelf:
+    """A content folder and the publisher's key: issues published on demand."""
+
+    root: Path
+    content: Path
+    key_path: Path
+    public_hex: str
+
+    def publish(self, issue_id: str, size: int, *, seed: int = 0, force: bool = False) -> bytes:
+        data = random.Random(f"{issue_id}/{seed}").randbytes(size)
+        source = self.root / "source" / f"{issue_id}.pdf"
+        source.parent.mkdir(exist_ok=True)
+        source.write_bytes(data)
+        publish(
+            source,
+            issue_id=issue_id,
+            title=issue_id,
+            key_path=self.key_path,
+            content_dir=self.content,
+            piece_size=16384,
+            force=force,
+        )
+        return data
+
+    def manifest_sha256(self, issue_id: str) -> str:
+        return hashlib.sha256((self.content / issue_id / "manifest.json").read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def shelf(tmp_path: Path) -> Shelf:
+    secret, public = generate_keypair(tmp_path / "publisher.key")
+    content = tmp_path / "content"
+    content.mkdir()
+    return Shelf(tmp_path, content, secret, load_public_key(public).hex())
+
+
+@pytest.fixture
+async def senders() -> AsyncIterator[Callable[..., Any]]:
+    """Start `MulticastSender`s over a `Shelf` on random groups (extra keyword
+    arguments go to `SenderServiceConfig`); all are closed at the end."""
+    started: list[Any] = []
+    rng = random.Random()
+
+    async def start(shelf: Shelf, carousel: CarouselConfig, **extra: Any) -> Any:
+        from pressrun.multicast.sender import MulticastSender, SenderServiceConfig
+
+        control, base = random_groups(rng)
+        options: dict[str, Any] = {
+            "content_dir": shelf.content,
+            "control_group": control,
+            "signing_key": load_signing_key(shelf.key_path),
+            "token": TOKEN,
+            "carousel": carousel,
+            "group_base": base,
+            "announce_interval_s": 0.2,
+            "announcement_ttl_s": 2.0,
+        }
+        options.update(extra)
+        sender = MulticastSender(SenderServiceConfig(**options))
         started.append(sender)
         await sender.start()
         return sender

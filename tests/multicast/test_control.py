@@ -105,3 +105,39 @@ def test_malformed_announcements_are_clear_errors(
     target[path[-1]] = value
     with pytest.raises(AnnouncementFormatError, match=message):
         decode_announcement(json.dumps(doc).encode())
+
+
+def test_a_round_is_cut_into_datagrams_that_each_fit() -> None:
+    """130 carousels of 2 channels were one datagram of over 60,000 bytes (refused by
+    the codec, and the announcement loop died on it); now a round is in parts."""
+    from pressrun.multicast.codec import ANNOUNCEMENT_PART_BYTES, split_announcement
+
+    plans = tuple(
+        replace(PLAN, issue_id=f"weekly-{i:03d}", sent_packets=(7, 9)) for i in range(130)
+    )
+    ann = Announcement(PUBLIC, 10**12, 1000.0, 1005.0, plans)
+    parts = split_announcement(ann, ANNOUNCEMENT_PART_BYTES)
+    assert len(parts) > 1
+    datagrams = [sign_announcement(p, KEY) for p in parts]
+    assert max(len(d) for d in datagrams) <= ANNOUNCEMENT_PART_BYTES
+    gate = AnnouncementGate({PUBLIC})
+    seen = []
+    for k, datagram in enumerate(datagrams):
+        got, verdict, _ = check_datagram(datagram, gate, now_unix=1001.0)
+        assert verdict is AnnouncementVerdict.ACCEPTED and got is not None
+        assert (got.part, got.parts, got.round_seq) == (k, len(parts), 10**12)
+        seen += got.carousels
+    assert tuple(seen) == plans
+    # a carousel bigger than a part goes alone; an empty round is one part
+    big = replace(PLAN, channels=PLAN.channels * 8)
+    alone = split_announcement(replace(ann, carousels=(big, PLAN)), 500)
+    assert [len(p.carousels) for p in alone] == [1, 1]
+    assert len(split_announcement(replace(ann, carousels=()), 1400)) == 1
+
+
+def test_parts_out_of_range_are_malformed() -> None:
+    doc = json.loads(sign_announcement(_ann(1), KEY))
+    doc["announcement"]["part"] = 2
+    doc["announcement"]["parts"] = 2
+    with pytest.raises(AnnouncementFormatError, match="out of range"):
+        decode_announcement(json.dumps(doc).encode())

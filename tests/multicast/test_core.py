@@ -237,6 +237,34 @@ def test_gate_refuses_beyond_the_skew_allowance(
     assert gate.handle(_ann(1), signature_ok=True, now_unix=now) is verdict
 
 
+def test_a_carousel_is_gone_only_after_a_whole_round_without_it() -> None:
+    from dataclasses import replace
+
+    from pressrun.multicast.core import CarouselPresence
+    from pressrun.multicast.events import CarouselPlan
+
+    plan = CarouselPlan("w", "ab" * 32, 10, 1, "raptorq", 1400, 1, 1.0, ())
+    presence = CarouselPresence("w")
+
+    def part(seq: int, k: int, n: int, named: bool) -> Announcement:
+        return replace(_ann(seq), part=k, parts=n, carousels=(plan,) if named else ())
+
+    # a round of three: the carousel is in part 2 only; parts 0 and 1 decide nothing
+    assert presence.handle(part(10, 0, 3, False)) is None
+    assert presence.handle(part(11, 1, 3, False)) is None
+    assert presence.handle(part(12, 2, 3, True)) is True
+    # the next round loses part 2: still nothing decided
+    assert presence.handle(part(13, 0, 3, False)) is None
+    assert presence.handle(part(14, 1, 3, False)) is None
+    # a whole round without it: gone
+    assert presence.handle(part(16, 0, 3, False)) is None
+    assert presence.handle(part(17, 1, 3, False)) is None
+    assert presence.handle(part(18, 2, 3, False)) is False
+    # a late part of an older round is ignored; one-part rounds decide at once
+    assert presence.handle(part(15, 2, 3, True)) is None
+    assert presence.handle(part(19, 0, 1, False)) is False
+
+
 def test_announcement_clock() -> None:
     clock = AnnouncementClock(0.5, 10.0)
     assert clock.handle_timer(now=9.9) is None

@@ -5,91 +5,18 @@ Real senders on 127.0.0.1 with real UDP multicast (as in test_live.py)."""
 from __future__ import annotations
 
 import asyncio
-import random
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from pressrun.content.keys import generate_keypair, load_public_key, load_signing_key
-from pressrun.content.publish import publish
 from pressrun.multicast.config import MAX_SOURCE_BLOCKS, CarouselConfig
 from pressrun.multicast.receiver import receive_carousel
-from pressrun.multicast.sender import MulticastSender, SenderServiceConfig
+from pressrun.multicast.sender import MulticastSender
 
-from .conftest import TOKEN, random_groups
-
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@dataclass
-class Shelf:
-    """A content folder and the publisher's key: issues published on demand."""
-
-    root: Path
-    content: Path
-    key_path: Path
-    public_hex: str
-
-    def publish(self, issue_id: str, size: int, *, seed: int = 0, force: bool = False) -> bytes:
-        data = random.Random(f"{issue_id}/{seed}").randbytes(size)
-        source = self.root / "source" / f"{issue_id}.pdf"
-        source.parent.mkdir(exist_ok=True)
-        source.write_bytes(data)
-        publish(
-            source,
-            issue_id=issue_id,
-            title=issue_id,
-            key_path=self.key_path,
-            content_dir=self.content,
-            piece_size=16384,
-            force=force,
-        )
-        return data
-
-    def manifest_sha256(self, issue_id: str) -> str:
-        import hashlib
-
-        return hashlib.sha256((self.content / issue_id / "manifest.json").read_bytes()).hexdigest()
-
-
-@pytest.fixture
-def shelf(tmp_path: Path) -> Shelf:
-    secret, public = generate_keypair(tmp_path / "publisher.key")
-    content = tmp_path / "content"
-    content.mkdir()
-    return Shelf(tmp_path, content, secret, load_public_key(public).hex())
-
-
-@pytest.fixture
-async def senders() -> AsyncIterator[Callable[..., Any]]:
-    started: list[MulticastSender] = []
-    rng = random.Random()
-
-    async def start(shelf: Shelf, carousel: CarouselConfig, **extra: Any) -> MulticastSender:
-        control, base = random_groups(rng)
-        options: dict[str, Any] = {
-            "content_dir": shelf.content,
-            "control_group": control,
-            "signing_key": load_signing_key(shelf.key_path),
-            "token": TOKEN,
-            "carousel": carousel,
-            "group_base": base,
-            "announce_interval_s": 0.2,
-            "announcement_ttl_s": 2.0,
-        }
-        options.update(extra)
-        sender = MulticastSender(SenderServiceConfig(**options))
-        started.append(sender)
-        await sender.start()
-        return sender
-
-    yield start
-    for sender in started:
-        await sender.close()
+from .conftest import AUTH, Shelf
 
 
 async def wait_for(check: Callable[[], bool], seconds: float, what: str) -> None:
@@ -201,3 +128,100 @@ async def test_a_stopped_carousel_leaves_no_metric_children(shelf: Shelf, sender
                 break
             await asyncio.sleep(0.05)
         assert label in await metrics()
+
+
+def _fdt_packets(sender: MulticastSender, issue_id: str, seconds: float) -> list[bytes]:
+    """The FDT packets (TOI 0) heard on channel 0 of the issue's carousel."""
+    import time
+
+    from pressrun.multicast.net import receiver_socket
+
+    running = sender.thread.get(issue_id)
+    assert running is not None
+    ch = running.plan.channels[0]
+    sock = receiver_socket(ch.group, ch.port, "127.0.0.1")
+    sock.setblocking(True)
+    sock.settimeout(0.2)
+    found: list[bytes] = []
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            try:
+                data = sock.recv(4200)
+            except TimeoutError:
+                continue
+            if b"<FDT-Instance" in data:
+                found.append(data)
+    finally:
+        sock.close()
+    return found
+
+
+def _expires(fdt_packet: bytes) -> int:
+    import re
+
+    match = re.search(rb'Expires="(\d+)"', fdt_packet)
+    assert match is not None
+    return int(match.group(1))
+
+
+async def test_a_receiver_a_day_ahead_takes_the_object(
+    shelf: Shelf, senders: Any, tmp_path: Path
+) -> None:
+    """The pass's FDT expired a day after preparation: pressrun's receive path with
+    its clock 25 h ahead (as after a day of uptime) took packets for ever and never
+    completed. The FDT carries the Sender Current Time now (RFC 6726 EXT_TIME): the
+    expiry is judged by the sender's clock."""
+    import pressrun_flute
+
+    from pressrun.multicast.net import receiver_socket
+
+    data = shelf.publish("weekly-skew", 200_000)
+    carousel = CarouselConfig(channels=1, rate_bps=8e6)
+    sender = await senders(shelf, carousel)
+    plan = await sender.start_carousel("weekly-skew", carousel)
+    ch = plan.channels[0]
+
+    def receive(clock_offset_s: float) -> Path | None:
+        import time
+
+        work = tmp_path / f"r{clock_offset_s:g}"
+        work.mkdir()
+        rx = pressrun_flute.Receiver(work, clock_offset_s=clock_offset_s)
+        sock = receiver_socket(ch.group, ch.port, "127.0.0.1")
+        sock.setblocking(True)
+        sock.settimeout(0.2)
+        end = time.monotonic() + 3 * plan.cycle_s + 5
+        try:
+            while time.monotonic() < end:
+                try:
+                    rx.push(sock.recv(4200))
+                except TimeoutError:
+                    continue
+                for event in rx.take_events():
+                    return Path(event.path) if event.path else None
+        finally:
+            sock.close()
+        return None
+
+    ahead, behind = await asyncio.gather(
+        asyncio.to_thread(receive, 25 * 3600.0), asyncio.to_thread(receive, -25 * 3600.0)
+    )
+    assert ahead is not None and ahead.read_bytes() == data
+    assert behind is not None and behind.read_bytes() == data
+
+
+async def test_a_running_carousel_renews_its_fdt(shelf: Shelf, senders: Any) -> None:
+    """A pass is reused for the sender's life: its FDT is built again every
+    fdt_renew_s with the next FDT Instance ID and a later Expires."""
+    shelf.publish("weekly-fdt", 50_000)
+    carousel = CarouselConfig(channels=1, rate_bps=4e6, fdt_every_packets=10)
+    sender = await senders(shelf, carousel, fdt_renew_s=1.0, prepare_interval_s=0.2)
+    await sender.start_carousel("weekly-fdt", carousel)
+    first = await asyncio.to_thread(_fdt_packets, sender, "weekly-fdt", 0.5)
+    await asyncio.sleep(2.5)
+    later = await asyncio.to_thread(_fdt_packets, sender, "weekly-fdt", 0.5)
+    assert first and later
+    assert max(map(_expires, later)) > max(map(_expires, first))
+    running = sender.thread.get("weekly-fdt")
+    assert running is not None and running.prepared.fdt.instance_id >= 2

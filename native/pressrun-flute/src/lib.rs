@@ -17,6 +17,7 @@ use std::cell::RefCell;
 use std::io::Write;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::RwLock;
 use std::time::{Duration, SystemTime};
 
 use flute::core::{Oti, UDPEndpoint};
@@ -25,7 +26,8 @@ use flute::receiver::writer::{
 };
 use flute::receiver::{Config as ReceiverConfig, MultiReceiver};
 use flute::sender::{
-    CarouselRepeatMode, Config as SenderConfig, ObjectDesc, Sender, TransferConfig,
+    CarouselRepeatMode, Config as SenderConfig, ObjectDataSource, ObjectDesc, Sender,
+    TransferConfig,
 };
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -55,6 +57,12 @@ struct EncodedObject {
     transfer_length: u64,
     #[pyo3(get)]
     encoding_symbol_length: u16,
+    /// the object's Content-MD5 (base64) as the FDT names it, for `encode_fdt`
+    #[pyo3(get)]
+    content_md5: Option<String>,
+    /// the FDT Instance ID of ``fdt_packets``
+    #[pyo3(get)]
+    fdt_instance_id: u32,
     /// source symbols of each source block, in SBN order
     #[pyo3(get)]
     block_source_symbols: Vec<u32>,
@@ -90,18 +98,82 @@ impl EncodedObject {
     }
 }
 
+/// The object's FEC Object Transmission Information from the binding's arguments.
+fn object_oti(
+    fec: &str,
+    encoding_symbol_length: u16,
+    max_source_block_length: u16,
+    repair_symbols_per_block: u16,
+) -> PyResult<Oti> {
+    match fec {
+        "raptorq" => Oti::new_raptorq(
+            encoding_symbol_length,
+            max_source_block_length,
+            repair_symbols_per_block,
+            1,
+            4,
+        )
+        .map_err(|e| flute_err("RaptorQ parameters", e)),
+        "none" => {
+            if repair_symbols_per_block != 0 {
+                return Err(PyValueError::new_err(
+                    "fec 'none' has no repair symbols: repair_symbols_per_block must be 0",
+                ));
+            }
+            Ok(Oti::new_no_code(encoding_symbol_length, max_source_block_length))
+        }
+        other => Err(PyValueError::new_err(format!(
+            "unknown fec {other:?}: use 'raptorq' or 'none'"
+        ))),
+    }
+}
+
+/// The crate's FLUTE sender for one object: the FDT Instance ``fdt_instance_id``
+/// expires ``fdt_duration_s`` after ``now``, and its packets carry the Sender Current
+/// Time (EXT_TIME, RFC 6726 section 3.3.2) of ``now``, so a receiver judges the expiry
+/// by the sender's clock, not its own.
+fn object_sender(
+    tsi: u64,
+    toi: u128,
+    encoding_symbol_length: u16,
+    fdt_instance_id: u32,
+    fdt_duration_s: u64,
+    sender_current_time: bool,
+) -> Sender {
+    let config = SenderConfig {
+        fdt_duration: Duration::from_secs(fdt_duration_s),
+        fdt_start_id: fdt_instance_id & 0xFFFFF,
+        fdt_inband_sct: sender_current_time,
+        toi_initial_value: Some(toi),
+        ..Default::default()
+    };
+    // the FDT itself is sent with no-code (FIELD-NOTES trap 3); the object has its OTI
+    let fdt_oti = Oti::new_no_code(encoding_symbol_length, 64);
+    Sender::new(session_endpoint(), tsi, &fdt_oti, &config)
+}
+
+fn carousel_transfer(oti: &Oti) -> TransferConfig {
+    TransferConfig {
+        oti: Some(oti.clone()),
+        carousel_mode: Some(CarouselRepeatMode::DelayBetweenTransfers(Duration::from_secs(3600))),
+        ..Default::default()
+    }
+}
+
 /// Encode one pass of ``content`` with the crate's FLUTE sender.
 ///
 /// ``fec`` is ``"raptorq"`` (RFC 6330; ``repair_symbols_per_block`` repair symbols
 /// after the source symbols of each block) or ``"none"`` (RFC 6726 Compact No-Code,
 /// FEC Encoding ID 0, no repair). The object is in carousel mode, so no packet sets
-/// Close-Object and replaying the pass keeps the TOI. The FDT expires
-/// ``fdt_duration_s`` after now and names the object's Content-Location, type and
-/// (with ``compute_md5``) Content-MD5.
+/// Close-Object and replaying the pass keeps the TOI. The FDT (Instance
+/// ``fdt_instance_id``) expires ``fdt_duration_s`` after now, carries the Sender
+/// Current Time (unless ``sender_current_time`` is false), and names the object's Content-Location, type and (with
+/// ``compute_md5``) Content-MD5. A carousel that runs on renews its FDT with
+/// `encode_fdt` and `PacketBuffer.replace`.
 #[pyfunction]
 #[pyo3(signature = (content, *, content_location, content_type, tsi, toi, fec,
     encoding_symbol_length=1400, max_source_block_length=1024, repair_symbols_per_block=0,
-    fdt_duration_s=86400, compute_md5=true))]
+    fdt_duration_s=86400, compute_md5=true, fdt_instance_id=1, sender_current_time=true))]
 #[allow(clippy::too_many_arguments)]
 fn encode_object(
     py: Python<'_>,
@@ -116,62 +188,35 @@ fn encode_object(
     repair_symbols_per_block: u16,
     fdt_duration_s: u64,
     compute_md5: bool,
+    fdt_instance_id: u32,
+    sender_current_time: bool,
 ) -> PyResult<EncodedObject> {
     if toi == 0 {
         return Err(PyValueError::new_err("TOI 0 is the FDT's; give the object a TOI above 0"));
     }
-    let oti = match fec {
-        "raptorq" => Oti::new_raptorq(
-            encoding_symbol_length,
-            max_source_block_length,
-            repair_symbols_per_block,
-            1,
-            4,
-        )
-        .map_err(|e| flute_err("RaptorQ parameters", e))?,
-        "none" => {
-            if repair_symbols_per_block != 0 {
-                return Err(PyValueError::new_err(
-                    "fec 'none' has no repair symbols: repair_symbols_per_block must be 0",
-                ));
-            }
-            Oti::new_no_code(encoding_symbol_length, max_source_block_length)
-        }
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "unknown fec {other:?}: use 'raptorq' or 'none'"
-            )))
-        }
-    };
+    let oti = object_oti(fec, encoding_symbol_length, max_source_block_length, repair_symbols_per_block)?;
     let location = url::Url::parse(content_location).map_err(|e| {
         PyValueError::new_err(format!("content_location {content_location:?}: {e}"))
     })?;
     let now = SystemTime::now();
-    let config = SenderConfig {
-        fdt_duration: Duration::from_secs(fdt_duration_s),
-        // a cached pass carries no sender time: it is replayed later
-        fdt_inband_sct: false,
-        toi_initial_value: Some(toi),
-        ..Default::default()
-    };
-    // the FDT itself is sent with no-code (FIELD-NOTES trap 3); the object has its OTI
-    let fdt_oti = Oti::new_no_code(encoding_symbol_length, 64);
-    let mut sender = Sender::new(session_endpoint(), tsi, &fdt_oti, &config);
+    let mut sender = object_sender(
+        tsi,
+        toi,
+        encoding_symbol_length,
+        fdt_instance_id,
+        fdt_duration_s,
+        sender_current_time,
+    );
     let object = ObjectDesc::create_from_buffer(
         content,
         content_type,
         &location,
         compute_md5,
-        TransferConfig {
-            oti: Some(oti.clone()),
-            carousel_mode: Some(CarouselRepeatMode::DelayBetweenTransfers(Duration::from_secs(
-                3600,
-            ))),
-            ..Default::default()
-        },
+        carousel_transfer(&oti),
     )
     .map_err(|e| flute_err("object", e))?;
     let transfer_length = object.transfer_length;
+    let content_md5 = object.md5.clone();
     let toi = sender.add_object(0, object).map_err(|e| flute_err("add object", e))?;
     sender.publish(now).map_err(|e| flute_err("publish FDT", e))?;
 
@@ -215,12 +260,107 @@ fn encode_object(
         fec: fec.to_owned(),
         transfer_length,
         encoding_symbol_length: oti.encoding_symbol_length,
+        content_md5,
+        fdt_instance_id: fdt_instance_id & 0xFFFFF,
         block_source_symbols,
         fdt_packets,
         packets,
         sbns,
         esis,
     })
+}
+
+/// Stands for an object's bytes where only its length is needed (the FDT).
+#[derive(Debug)]
+struct ZeroStream {
+    len: u64,
+    pos: u64,
+}
+
+impl std::io::Read for ZeroStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = (self.len.saturating_sub(self.pos)).min(buf.len() as u64) as usize;
+        buf[..n].fill(0);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for ZeroStream {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let target = match to {
+            std::io::SeekFrom::Start(n) => n as i128,
+            std::io::SeekFrom::End(n) => self.len as i128 + n as i128,
+            std::io::SeekFrom::Current(n) => self.pos as i128 + n as i128,
+        };
+        if target < 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "before the start"));
+        }
+        self.pos = target as u64;
+        Ok(self.pos)
+    }
+}
+
+/// The FDT packets of an object already encoded by `encode_object` (the same
+/// arguments, its ``transfer_length`` and ``content_md5``), as FDT Instance
+/// ``fdt_instance_id`` expiring ``fdt_duration_s`` after now, with the Sender Current
+/// Time of now: a carousel that keeps running renews its FDT with these instead of
+/// sending one that expires (RFC 6726 section 3.4.1: a new FDT Instance ID for the
+/// new Expires). The object is not read.
+#[pyfunction]
+#[pyo3(signature = (*, content_location, content_type, transfer_length, content_md5, tsi,
+    toi, fec, encoding_symbol_length=1400, max_source_block_length=1024,
+    repair_symbols_per_block=0, fdt_instance_id=1, fdt_duration_s=86400))]
+#[allow(clippy::too_many_arguments)]
+fn encode_fdt(
+    py: Python<'_>,
+    content_location: &str,
+    content_type: &str,
+    transfer_length: u64,
+    content_md5: Option<String>,
+    tsi: u64,
+    toi: u128,
+    fec: &str,
+    encoding_symbol_length: u16,
+    max_source_block_length: u16,
+    repair_symbols_per_block: u16,
+    fdt_instance_id: u32,
+    fdt_duration_s: u64,
+) -> PyResult<Vec<Py<PyBytes>>> {
+    if toi == 0 {
+        return Err(PyValueError::new_err("TOI 0 is the FDT's; give the object a TOI above 0"));
+    }
+    let oti = object_oti(fec, encoding_symbol_length, max_source_block_length, repair_symbols_per_block)?;
+    let location = url::Url::parse(content_location).map_err(|e| {
+        PyValueError::new_err(format!("content_location {content_location:?}: {e}"))
+    })?;
+    let now = SystemTime::now();
+    let mut sender =
+        object_sender(tsi, toi, encoding_symbol_length, fdt_instance_id, fdt_duration_s, true);
+    let object = Box::new(ObjectDesc {
+        content_location: location,
+        source: ObjectDataSource::from_stream(Box::new(ZeroStream { len: transfer_length, pos: 0 })),
+        content_type: content_type.to_owned(),
+        content_length: transfer_length,
+        transfer_length,
+        md5: content_md5,
+        config: carousel_transfer(&oti),
+    });
+    sender.add_object(0, object).map_err(|e| flute_err("add object", e))?;
+    sender.publish(now).map_err(|e| flute_err("publish FDT", e))?;
+    let mut fdt_packets = Vec::new();
+    // the FDT comes first; stop at the object's first packet
+    while let Some(pkt) = sender.read(now) {
+        let alc = flute::core::alc::parse_alc_pkt(&pkt).map_err(|e| flute_err("own packet", e))?;
+        if alc.lct.toi != 0 {
+            break;
+        }
+        fdt_packets.push(PyBytes::new(py, &pkt).unbind());
+    }
+    if fdt_packets.is_empty() {
+        return Err(PyValueError::new_err("the sender produced no FDT packet"));
+    }
+    Ok(fdt_packets)
 }
 
 /// What happened to an object a `Receiver` was reconstructing.
@@ -390,6 +530,8 @@ struct Receiver {
     endpoint: UDPEndpoint,
     packets: u64,
     rejected: u64,
+    clock_offset: Duration,
+    clock_ahead: bool,
 }
 
 #[pymethods]
@@ -398,15 +540,21 @@ impl Receiver {
     /// ``max_cache_bytes``: memory for undecoded blocks per object (the crate's
     /// ``object_max_cache_size``; past it an object fails); ``md5_check``: let the crate
     /// reject an object whose FDT Content-MD5 does not match (off in pressrun, which
-    /// checks the signed manifest piece by piece instead).
+    /// checks the signed manifest piece by piece instead); ``clock_offset_s``: this
+    /// receiver's clock is that many seconds ahead of the host's (negative: behind),
+    /// as on a host whose clock is wrong (tests and emulations of clock skew).
     #[new]
-    #[pyo3(signature = (directory, *, max_cache_bytes=256 * 1024 * 1024, object_timeout_s=None, md5_check=false))]
+    #[pyo3(signature = (directory, *, max_cache_bytes=256 * 1024 * 1024, object_timeout_s=None, md5_check=false, clock_offset_s=0.0))]
     fn new(
         directory: PathBuf,
         max_cache_bytes: usize,
         object_timeout_s: Option<f64>,
         md5_check: bool,
+        clock_offset_s: f64,
     ) -> PyResult<Self> {
+        if !clock_offset_s.is_finite() {
+            return Err(PyValueError::new_err("clock_offset_s must be a finite number"));
+        }
         if !directory.is_dir() {
             return Err(PyOSError::new_err(format!("{directory:?} is not a directory")));
         }
@@ -424,6 +572,8 @@ impl Receiver {
             endpoint: session_endpoint(),
             packets: 0,
             rejected: 0,
+            clock_offset: Duration::from_secs_f64(clock_offset_s.abs()),
+            clock_ahead: clock_offset_s >= 0.0,
         })
     }
 
@@ -438,7 +588,7 @@ impl Receiver {
                 return None;
             }
         };
-        match self.inner.push(&self.endpoint, packet, SystemTime::now()) {
+        match self.inner.push(&self.endpoint, packet, self.now()) {
             Ok(()) => Some(toi),
             Err(_) => {
                 self.rejected += 1;
@@ -454,7 +604,8 @@ impl Receiver {
 
     /// Drop expired objects and sessions (call now and then).
     fn cleanup(&mut self) {
-        self.inner.cleanup(SystemTime::now());
+        let now = self.now();
+        self.inner.cleanup(now);
     }
 
     #[getter]
@@ -468,35 +619,65 @@ impl Receiver {
     }
 }
 
+impl Receiver {
+    /// The receiver's clock: the host's, moved by ``clock_offset_s``.
+    fn now(&self) -> SystemTime {
+        if self.clock_ahead {
+            SystemTime::now() + self.clock_offset
+        } else {
+            SystemTime::now() - self.clock_offset
+        }
+    }
+}
+
 /// One carousel pass kept in Rust memory, sent without the GIL.
 ///
 /// The send thread of ``pressrun serve multicast`` hands it the indices the pure
 /// carousel schedule says are due; ``send`` loops over them with ``sendto`` on the
 /// caller's (blocking) UDP socket, with the GIL released, so the Python loop costs
-/// one call per batch instead of one per packet.
+/// one call per batch instead of one per packet. ``replace`` swaps a packet (a
+/// renewed FDT) while the pass is being sent.
 #[pyclass(frozen, module = "pressrun_flute")]
 struct PacketBuffer {
-    packets: Vec<Vec<u8>>,
+    packets: RwLock<Vec<Vec<u8>>>,
+}
+
+impl PacketBuffer {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Vec<u8>>> {
+        // a panic while holding the lock cannot leave a packet half written: go on
+        self.packets.read().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 #[pymethods]
 impl PacketBuffer {
     #[new]
     fn new(packets: Vec<Vec<u8>>) -> Self {
-        Self { packets }
+        Self { packets: RwLock::new(packets) }
     }
 
     fn __len__(&self) -> usize {
-        self.packets.len()
+        self.read().len()
     }
 
     /// The bytes of packet ``index`` (a copy).
     fn packet<'py>(&self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyBytes>> {
-        let data = self
-            .packets
+        let packets = self.read();
+        let data = packets
             .get(index)
             .ok_or_else(|| PyValueError::new_err(format!("no packet {index}")))?;
         Ok(PyBytes::new(py, data))
+    }
+
+    /// Put ``packet`` in place of packet ``index`` (the send thread sends the new
+    /// bytes from its next batch on).
+    fn replace(&self, index: usize, packet: Vec<u8>) -> PyResult<()> {
+        let mut packets = self.packets.write().unwrap_or_else(|e| e.into_inner());
+        let slot = packets
+            .get_mut(index)
+            .ok_or_else(|| PyValueError::new_err(format!("no packet {index}")))?;
+        *slot = packet;
+        Ok(())
     }
 
     /// Send packets ``indices`` to ``host:port`` on the UDP socket ``fd`` (which
@@ -515,14 +696,15 @@ impl PacketBuffer {
             .parse()
             .map_err(|e| PyValueError::new_err(format!("{host:?} is not an IPv4 address: {e}")))?;
         let address = std::net::SocketAddrV4::new(ip, port);
-        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= self.packets.len()) {
+        let length = self.__len__();
+        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= length) {
             return Err(PyValueError::new_err(format!(
-                "packet {bad} out of range (the pass has {})",
-                self.packets.len()
+                "packet {bad} out of range (the pass has {length})"
             )));
         }
-        let packets = &self.packets;
         Ok(py.detach(move || {
+            // the length never changes (`replace` swaps, never adds or removes)
+            let packets = self.read();
             // SAFETY: the descriptor is the caller's open socket; ManuallyDrop keeps
             // this wrapper from closing it
             let socket =
@@ -554,6 +736,7 @@ const FLUTE_VERSION: &str = "1.11.7";
 fn pressrun_flute(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FLUTE_CRATE_VERSION", FLUTE_VERSION)?;
     m.add_function(wrap_pyfunction!(encode_object, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_fdt, m)?)?;
     m.add_class::<EncodedObject>()?;
     m.add_class::<ObjectEvent>()?;
     m.add_class::<Receiver>()?;

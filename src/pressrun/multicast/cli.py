@@ -83,13 +83,36 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--group-base",
         default="239.255.71.1",
-        help="channels get groups from this address upwards (default 239.255.71.1)",
+        help="the first group of the carousels' range (default 239.255.71.1)",
+    )
+    p.add_argument(
+        "--group-count",
+        type=int,
+        default=1024,
+        help="groups in the carousels' range; an issue's carousel takes the groups its id "
+        "hashes to, the same after every restart (default 1024)",
     )
     p.add_argument(
         "--channel-port-base",
         type=int,
         default=0,
-        help="channel c of a carousel uses this port + c (default 0: a free port each)",
+        help="channel c of a carousel uses this port + c (default 0: a port derived from "
+        "the issue id, 40000-59999, + c)",
+    )
+    p.add_argument(
+        "--state-file",
+        default=None,
+        metavar="FILE",
+        help="keep each issue's groups, ports and TSI in FILE (JSON, written atomically), "
+        "so a plan moved off a taken group or a TSI set by hand survives a restart "
+        "(default: none; plans are derived from the issue id)",
+    )
+    p.add_argument(
+        "--fdt-renew-s",
+        type=float,
+        default=600.0,
+        help="a running carousel's FDT is built again (fresh Expires, next FDT Instance "
+        "ID) this often (default 600; it expires 86400 s after it is built)",
     )
     p.add_argument(
         "--announce-interval-s",
@@ -126,10 +149,21 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         action="append",
         default=[],
         metavar="ISSUE",
-        help="start a carousel for ISSUE at once (repeatable)",
+        help="start a carousel for ISSUE at once (repeatable); ISSUE=TSI sets its TSI",
     )
     add_security_arguments(p, token=False)
     p.set_defaults(func=run_sender)
+
+
+def _start_order(order: str) -> tuple[str, int | None]:
+    """``--start ISSUE`` or ``--start ISSUE=TSI``: the issue and its TSI (or None)."""
+    issue, sep, tsi = order.partition("=")
+    if not sep:
+        return issue, None
+    try:
+        return issue, int(tsi)
+    except ValueError:
+        raise ValueError(f"--start {order}: the TSI after '=' must be a number") from None
 
 
 def _read_token(args: argparse.Namespace) -> str:
@@ -185,7 +219,10 @@ def run_sender(args: argparse.Namespace) -> int:
                 cycle_overhead=args.cycle_overhead,
             ),
             group_base=args.group_base,
+            group_count=args.group_count,
             channel_port_base=args.channel_port_base,
+            state_file=Path(args.state_file) if args.state_file else None,
+            fdt_renew_s=args.fdt_renew_s,
             announce_interval_s=args.announce_interval_s,
             announcement_ttl_s=args.announcement_ttl_s,
             multicast_ttl=args.multicast_ttl,
@@ -193,6 +230,7 @@ def run_sender(args: argparse.Namespace) -> int:
             prepare_issues=args.prepare_issues,
             prepare_interval_s=args.prepare_interval_s,
         )
+        starts = [_start_order(order) for order in args.start]
         config.tls.server_ssl_context()  # a bad --tls-cert/--tls-key fails here
     except (ValueError, OSError, KeyFileError) as err:
         print(f"pressrun serve multicast: {err}", file=sys.stderr)
@@ -210,9 +248,9 @@ def run_sender(args: argparse.Namespace) -> int:
         with stop_signals() as stopped:
             try:
                 url = await sender.start()
-                for issue in args.start:
+                for issue, tsi in starts:
                     try:
-                        await sender.start_carousel(issue, config.carousel)
+                        await sender.start_carousel(issue, config.carousel, tsi=tsi)
                     except CarouselError as err:
                         log.error("cannot start the carousel of %s: %s", issue, err)
                 log.info(

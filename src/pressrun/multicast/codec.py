@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 from pressrun.content.codec import canonical_json, is_hex, valid_issue_id
@@ -23,6 +24,14 @@ from pressrun.multicast.events import Announcement, CarouselPlan, ChannelSpec
 ANNOUNCEMENT_FORMAT = 1
 #: an announcement must fit one UDP datagram
 MAX_ANNOUNCEMENT_BYTES = 60_000
+#: a round of announcements is cut into datagrams of at most this many bytes (one
+#: 1500-byte Ethernet frame with the IP and UDP headers: a lost fragment loses no
+#: other carousel's announcement); a carousel larger than that goes alone
+ANNOUNCEMENT_PART_BYTES = 1400
+#: parts of one round at most (the 16-bit field a receiver could be asked to track)
+MAX_ANNOUNCEMENT_PARTS = 4096
+#: the signature and the envelope around the announcement object, in bytes
+_ENVELOPE_BYTES = len('{"announcement":,"signature":""}') + 128
 
 
 class AnnouncementFormatError(ValueError):
@@ -37,31 +46,61 @@ def announcement_to_dict(ann: Announcement) -> dict[str, Any]:
         "seq": ann.seq,
         "issued_at": ann.issued_at,
         "expires_at": ann.expires_at,
-        "carousels": [
-            {
-                "issue_id": c.issue_id,
-                "manifest_sha256": c.manifest_sha256,
-                "size_bytes": c.size_bytes,
-                "toi": c.toi,
-                "fec": c.fec,
-                "symbol_bytes": c.symbol_bytes,
-                "source_symbols": c.source_symbols,
-                "cycle_s": c.cycle_s,
-                "channels": [
-                    {
-                        "group": ch.group,
-                        "port": ch.port,
-                        "tsi": ch.tsi,
-                        "rate_bps": ch.rate_bps,
-                        "packets_per_s": ch.packets_per_s,
-                    }
-                    for ch in c.channels
-                ],
-                "sent_packets": list(c.sent_packets),
-            }
-            for c in ann.carousels
-        ],
+        "part": ann.part,
+        "parts": ann.parts,
+        "carousels": [_carousel_to_dict(c) for c in ann.carousels],
     }
+
+
+def _carousel_to_dict(c: CarouselPlan) -> dict[str, Any]:
+    return {
+        "issue_id": c.issue_id,
+        "manifest_sha256": c.manifest_sha256,
+        "size_bytes": c.size_bytes,
+        "toi": c.toi,
+        "fec": c.fec,
+        "symbol_bytes": c.symbol_bytes,
+        "source_symbols": c.source_symbols,
+        "cycle_s": c.cycle_s,
+        "channels": [
+            {
+                "group": ch.group,
+                "port": ch.port,
+                "tsi": ch.tsi,
+                "rate_bps": ch.rate_bps,
+                "packets_per_s": ch.packets_per_s,
+            }
+            for ch in c.channels
+        ],
+        "sent_packets": list(c.sent_packets),
+    }
+
+
+def split_announcement(ann: Announcement, max_bytes: int) -> list[Announcement]:
+    """One round's announcement cut into parts whose datagrams (signed) are at most
+    ``max_bytes`` each, or hold a single carousel: part k is numbered ``ann.seq + k``
+    and says ``part=k, parts=n``. A round with no carousel is one part."""
+    head = Announcement(ann.publisher_key, ann.seq, ann.issued_at, ann.expires_at, ())
+    # the empty part with the widest numbers it may carry: the room left for carousels
+    widest = replace(head, seq=ann.seq + MAX_ANNOUNCEMENT_PARTS, parts=MAX_ANNOUNCEMENT_PARTS)
+    room = max_bytes - _ENVELOPE_BYTES - len(canonical_json(announcement_to_dict(widest)))
+    groups: list[list[CarouselPlan]] = [[]]
+    used = 0
+    for carousel in ann.carousels:
+        size = len(canonical_json(_carousel_to_dict(carousel))) + 1  # and its comma
+        if groups[-1] and used + size > room:
+            groups.append([])
+            used = 0
+        groups[-1].append(carousel)
+        used += size
+    if len(groups) > MAX_ANNOUNCEMENT_PARTS:
+        raise AnnouncementFormatError(
+            f"{len(ann.carousels)} carousels need more than {MAX_ANNOUNCEMENT_PARTS} datagrams"
+        )
+    return [
+        replace(head, seq=ann.seq + k, carousels=tuple(group), part=k, parts=len(groups))
+        for k, group in enumerate(groups)
+    ]
 
 
 def signed_bytes(ann: Announcement) -> bytes:
@@ -179,11 +218,21 @@ def decode_announcement(data: bytes) -> tuple[Announcement, bytes, bytes]:
     if not is_hex(key, 64):
         raise AnnouncementFormatError("publisher_key is not 64 hex characters")
     carousels = _want(body, "carousels", list)
+    # a sender before rounds in parts named neither: one part
+    parts = _count(body, "parts", minimum=1) if "parts" in body else 1
+    part = _count(body, "part") if "part" in body else 0
+    if parts > MAX_ANNOUNCEMENT_PARTS or part >= parts:
+        raise AnnouncementFormatError(f"part {part} of {parts} is out of range")
+    seq = _count(body, "seq", minimum=1)
+    if seq - part < 1:
+        raise AnnouncementFormatError(f"part {part} cannot have seq {seq}")
     ann = Announcement(
         publisher_key=key.lower(),
-        seq=_count(body, "seq", minimum=1),
+        seq=seq,
         issued_at=_number(body, "issued_at"),
         expires_at=_number(body, "expires_at"),
         carousels=tuple(_carousel(c) for c in carousels),
+        part=part,
+        parts=parts,
     )
     return ann, canonical_json(body), bytes.fromhex(signature_hex)

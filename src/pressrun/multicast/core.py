@@ -363,6 +363,34 @@ class AnnouncementGate:
         return AnnouncementVerdict.ACCEPTED
 
 
+class CarouselPresence:
+    """Whether a sender's announcements still name one issue's carousel. A round of
+    announcements may come in several parts (`Announcement.parts`): the carousel is
+    gone only when every part of one round was accepted and none named it; a lost part
+    decides nothing. One round is kept at a time (at most ``parts`` numbers)."""
+
+    def __init__(self, issue_id: str) -> None:
+        self.issue_id = issue_id
+        self._round: int | None = None
+        self._seen: set[int] = set()
+        self._named = False
+
+    def handle(self, ann: Announcement) -> bool | None:
+        """An accepted announcement: True if it names the carousel, False when a
+        whole round went by without it, None while that is not known."""
+        if ann.round_seq != self._round:
+            if self._round is not None and ann.round_seq < self._round:
+                return None  # a late part of an older round
+            self._round, self._seen, self._named = ann.round_seq, set(), False
+        self._seen.add(ann.part)
+        if ann.plan_for(self.issue_id) is not None:
+            self._named = True
+            return True
+        if not self._named and len(self._seen) >= ann.parts:
+            return False
+        return None
+
+
 @dataclass(slots=True)
 class AnnouncementClock:
     """When the sender announces, and each announcement's sequence number."""

@@ -48,7 +48,9 @@ class Announcement:
 
     ``seq`` grows by one per announcement of a sender (its ``publisher_key``);
     ``issued_at`` and ``expires_at`` are Unix times (seconds): receivers on other
-    machines compare them with their own clock.
+    machines compare them with their own clock. A sender with more carousels than one
+    datagram holds announces them in ``parts`` datagrams a round, part ``part``
+    numbered ``seq - part + part``: the round is ``seq - part`` (`round_seq`).
     """
 
     publisher_key: str  # hex Ed25519 public key
@@ -56,6 +58,13 @@ class Announcement:
     issued_at: float
     expires_at: float
     carousels: tuple[CarouselPlan, ...]
+    part: int = 0
+    parts: int = 1
+
+    @property
+    def round_seq(self) -> int:
+        """The sequence number of the round's first part."""
+        return self.seq - self.part
 
     def plan_for(self, issue_id: str) -> CarouselPlan | None:
         """The carousel of ``issue_id``, if this announcement has one."""

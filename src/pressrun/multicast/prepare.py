@@ -6,8 +6,17 @@ verified, the file checked against it, the pass encoded with pressrun's binding 
 the Rust crate ``flute`` and each channel's cycle through it computed, the packets kept
 in memory (`PreparedIssue`). A carousel start then only adds groups and a schedule.
 `IssuePreparer` keeps the prepared passes (one per issue, the newest encoding asked
-for), encodes each (issue, manifest, encoding) once however many ask at the same time,
-and gives every issue one TSI for the sender's life.
+for) and encodes each (issue, manifest, encoding) once however many ask at the same
+time. The TSI is the issue's (`pressrun.multicast.plans`: the same across restarts),
+the TOI the manifest's (a republished issue is another object).
+
+**The FDT is renewed while the pass is in use** (`renew_fdt`): the pass's FDT
+Instance expires ``fdt_duration_s`` after it was built, and a pass is reused for as
+long as the sender runs, so every ``fdt_renew_s`` the sender builds the FDT again (a
+new FDT Instance ID, a fresh ``Expires``) and swaps its packets in the running pass.
+Each FDT packet also carries the Sender Current Time (EXT_TIME, RFC 6726 section
+3.3.2), so a receiver judges the expiry by the sender's clock and a receiver whose
+clock is hours or days off still takes the object.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +37,7 @@ from pressrun.content.codec import ManifestError, valid_issue_id
 from pressrun.content.manifest import SignedManifest
 from pressrun.multicast.config import CarouselConfig
 from pressrun.multicast.core import channel_cycles
+from pressrun.multicast.plans import issue_toi
 
 if TYPE_CHECKING:
     from pressrun_flute import PacketBuffer
@@ -44,8 +54,19 @@ class CarouselError(Exception):
 
 
 #: what a pass and its channels' cycles depend on: FEC, symbol bytes, source block
-#: symbols, repair symbols per block, channels, packets between FDT repeats
-Encoding = tuple[str, int, int, int, int, int]
+#: symbols, repair symbols per block, channels, packets between FDT repeats, TSI
+Encoding = tuple[str, int, int, int, int, int, int]
+#: the FDT Instance ID is a 20-bit field (RFC 6726 section 3.4.1): renewals wrap
+FDT_INSTANCE_IDS = 1 << 20
+
+
+@dataclass
+class FdtRenewal:
+    """The FDT of a pass: its instance ID and when it was built (the sender's
+    monotonic clock); renewed by `renew_fdt`."""
+
+    instance_id: int
+    built_at: float
 
 
 @dataclass(frozen=True)
@@ -57,6 +78,7 @@ class PreparedIssue:
 
     issue_id: str
     manifest_sha256: str  # of the manifest's JSON: a republished issue is prepared again
+    file_name: str
     size_bytes: int
     encoding: Encoding
     tsi: int
@@ -69,9 +91,11 @@ class PreparedIssue:
     symbol_bytes: int
     source_symbols: int
     encode_s: float
+    content_md5: str | None = None  # the FDT's Content-MD5 (base64), for renewals
+    fdt: FdtRenewal = field(default_factory=lambda: FdtRenewal(1, 0.0))
 
 
-def encoding_of(carousel: CarouselConfig, size_bytes: int) -> Encoding:
+def encoding_of(carousel: CarouselConfig, size_bytes: int, tsi: int) -> Encoding:
     """What a pass's packets and cycles depend on (`Encoding`); a carousel's rate and
     groups do not."""
     return (
@@ -81,6 +105,7 @@ def encoding_of(carousel: CarouselConfig, size_bytes: int) -> Encoding:
         carousel.repair_symbols_per_block(size_bytes),
         carousel.channels,
         carousel.fdt_every_packets,
+        tsi,
     )
 
 
@@ -88,13 +113,20 @@ class IssuePreparer:
     """The sender's prepared passes, and the encodings under way."""
 
     def __init__(
-        self, content_dir: Path, *, prepared: Gauge, encodes: Counter, encode_seconds: Counter
+        self,
+        content_dir: Path,
+        *,
+        prepared: Gauge,
+        encodes: Counter,
+        encode_seconds: Counter,
+        fdt_duration_s: int = 86400,
     ) -> None:
         self.content_dir = content_dir
+        #: how long after it is built a pass's FDT expires (renewed well before)
+        self.fdt_duration_s = fdt_duration_s
         self._prepared_gauge = prepared
         self._encodes = encodes
         self._encode_seconds = encode_seconds
-        self._next_tsi = 1
         #: issue id -> its prepared pass (the newest encoding asked for)
         self.prepared: dict[str, PreparedIssue] = {}
         #: (issue id, manifest sha, encoding) -> its encoding under way
@@ -105,9 +137,10 @@ class IssuePreparer:
         #: changes (a POST tries again); at most one per issue of the content folder
         self.failed: dict[str, tuple[str, Encoding | None, str]] = {}
 
-    async def prepare(self, issue_id: str, carousel: CarouselConfig) -> PreparedIssue:
-        """The issue's pass for ``carousel``'s encoding: the one prepared, or encoded
-        now (and kept) when none matches the issue's manifest on disk and the encoding."""
+    async def prepare(self, issue_id: str, carousel: CarouselConfig, *, tsi: int) -> PreparedIssue:
+        """The issue's pass for ``carousel``'s encoding with TSI ``tsi``: the one
+        prepared, or encoded now (and kept) when none matches the issue's manifest on
+        disk and the encoding."""
         if not valid_issue_id(issue_id):
             raise CarouselError(f"invalid issue id {issue_id!r}")
         bundle = self.content_dir / issue_id
@@ -125,7 +158,7 @@ class IssuePreparer:
         except ManifestError as err:
             raise CarouselError(f"the manifest of {issue_id} does not verify: {err}", 409) from None
         try:
-            encoding = encoding_of(carousel, size)
+            encoding = encoding_of(carousel, size, tsi)
         except ValueError as err:
             self._fail(issue_id, digest, None, f"{issue_id} cannot be carouselled: {err}")
             raise CarouselError(f"{issue_id} cannot be carouselled: {err}", 413) from None
@@ -135,7 +168,9 @@ class IssuePreparer:
         key = (issue_id, digest, encoding)
         pending = self._preparing.get(key)
         if pending is None:
-            pending = asyncio.ensure_future(self._encode_issue(issue_id, manifest_json, carousel))
+            pending = asyncio.ensure_future(
+                self._encode_issue(issue_id, manifest_json, carousel, tsi)
+            )
             self._preparing[key] = pending
             pending.add_done_callback(lambda _t: self._preparing.pop(key, None))
         try:
@@ -159,7 +194,7 @@ class IssuePreparer:
         self.failed[issue_id] = (digest, encoding, message)
 
     async def _encode_issue(
-        self, issue_id: str, manifest_json: bytes, carousel: CarouselConfig
+        self, issue_id: str, manifest_json: bytes, carousel: CarouselConfig, tsi: int
     ) -> PreparedIssue:
         bundle = self.content_dir / issue_id
         try:
@@ -173,14 +208,6 @@ class IssuePreparer:
         digest = await asyncio.to_thread(sha256_hex, data)
         if digest != manifest.sha256:
             raise CarouselError(f"{issue_id}/{manifest.file_name} does not match its manifest", 409)
-        # one TSI per issue for the sender's life: every carousel of it sends the same
-        # packets, so a receiver of a stopped and restarted carousel keeps its symbols
-        ready = self.prepared.get(issue_id)
-        if ready is not None:
-            tsi = ready.tsi
-        else:
-            tsi = self._next_tsi
-            self._next_tsi += 1
         began = time.perf_counter()
         prepared = await asyncio.to_thread(
             prepare_pass,
@@ -190,6 +217,8 @@ class IssuePreparer:
             manifest_sha256=hashlib.sha256(manifest_json).hexdigest(),
             tsi=tsi,
             config=carousel,
+            fdt_duration_s=self.fdt_duration_s,
+            built_at=time.perf_counter(),
         )
         del data
         self._encodes.inc()
@@ -213,19 +242,23 @@ class IssuePreparer:
         return [issue for _, issue in sorted(found, reverse=True) if valid_issue_id(issue)]
 
     async def refresh(
-        self, count: int, carousel: CarouselConfig, on_air: Callable[[str], bool]
+        self,
+        count: int,
+        carousel: CarouselConfig,
+        on_air: Callable[[str], bool],
+        tsi_for: Callable[[str], int],
     ) -> None:
         """One round: prepare the newest ``count`` issues (each once per manifest),
         forget the prepared passes of older ones not ``on_air``."""
         newest = await asyncio.to_thread(self.published_issues)
         newest = newest[:count]
         for issue_id in newest:
-            if await self._failed_before(issue_id, carousel):
+            if await self._failed_before(issue_id, carousel, tsi_for(issue_id)):
                 continue  # the same manifest and encoding failed: logged then
             # any error is the issue's (marked failed, logged by `prepare`): the others
             # are still prepared and the next round comes
             with contextlib.suppress(CarouselError):
-                await self.prepare(issue_id, carousel)
+                await self.prepare(issue_id, carousel, tsi=tsi_for(issue_id))
         for issue_id in list(self.prepared):
             if issue_id not in newest and not on_air(issue_id):
                 del self.prepared[issue_id]
@@ -234,7 +267,7 @@ class IssuePreparer:
                 del self.failed[issue_id]
         self._prepared_gauge.set(len(self.prepared))
 
-    async def _failed_before(self, issue_id: str, carousel: CarouselConfig) -> bool:
+    async def _failed_before(self, issue_id: str, carousel: CarouselConfig, tsi: int) -> bool:
         """Whether the issue's manifest on disk already failed with this encoding."""
         failure = self.failed.get(issue_id)
         if failure is None:
@@ -243,7 +276,7 @@ class IssuePreparer:
         try:
             manifest_json = await asyncio.to_thread(manifest.read_bytes)
             size = SignedManifest.from_json_bytes(manifest_json).manifest.size_bytes
-            now = (hashlib.sha256(manifest_json).hexdigest(), encoding_of(carousel, size))
+            now = (hashlib.sha256(manifest_json).hexdigest(), encoding_of(carousel, size, tsi))
         except (OSError, ManifestError, ValueError):
             return False  # tried again: `prepare` says what is wrong
         return failure[:2] == now
@@ -258,6 +291,15 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+#: the type the FDT gives every issue's object
+CONTENT_TYPE = "application/octet-stream"
+
+
+def content_location(issue_id: str, file_name: str) -> str:
+    """The Content-Location the FDT gives an issue's file."""
+    return f"file:///{issue_id}/{file_name}"
+
+
 def prepare_pass(
     data: bytes,
     *,
@@ -266,22 +308,27 @@ def prepare_pass(
     manifest_sha256: str,
     tsi: int,
     config: CarouselConfig,
+    fdt_duration_s: int = 86400,
+    built_at: float = 0.0,
 ) -> PreparedIssue:
     """One pass of ``data`` from the binding (imported here: a native module) and each
-    channel's cycle through it; blocking (the sender runs it in a thread)."""
+    channel's cycle through it; its FDT expires ``fdt_duration_s`` from now and was
+    built at ``built_at`` (the caller's monotonic clock). Blocking (the sender runs it
+    in a thread)."""
     import pressrun_flute
 
     began = time.perf_counter()
     encoded = pressrun_flute.encode_object(
         data,
-        content_location=f"file:///{issue_id}/{file_name}",
-        content_type="application/octet-stream",
+        content_location=content_location(issue_id, file_name),
+        content_type=CONTENT_TYPE,
         tsi=tsi,
-        toi=1,
+        toi=issue_toi(manifest_sha256),
         fec=config.fec,
         encoding_symbol_length=config.symbol_bytes,
         max_source_block_length=config.source_block_symbols(len(data)),
         repair_symbols_per_block=config.repair_symbols_per_block(len(data)),
+        fdt_duration_s=fdt_duration_s,
     )
     cycles = channel_cycles(
         fec=config.fec,
@@ -295,8 +342,9 @@ def prepare_pass(
     return PreparedIssue(
         issue_id=issue_id,
         manifest_sha256=manifest_sha256,
+        file_name=file_name,
         size_bytes=len(data),
-        encoding=encoding_of(config, len(data)),
+        encoding=encoding_of(config, len(data), tsi),
         tsi=tsi,
         toi=encoded.toi,
         packets=packets,
@@ -307,4 +355,39 @@ def prepare_pass(
         symbol_bytes=encoded.encoding_symbol_length,
         source_symbols=encoded.source_symbols,
         encode_s=time.perf_counter() - began,
+        content_md5=encoded.content_md5,
+        fdt=FdtRenewal(encoded.fdt_instance_id, built_at),
     )
+
+
+def renew_fdt(prepared: PreparedIssue, *, fdt_duration_s: int, built_at: float) -> bool:
+    """Build the pass's FDT again (the next FDT Instance ID, ``Expires`` and the
+    Sender Current Time from now) and put its packets in place of the old ones in the
+    pass, which the send thread may be sending. False (and the old FDT kept) when the
+    new FDT does not take as many packets as the old one (it names one file: never
+    seen). Blocking but cheap (the object is not read)."""
+    import pressrun_flute
+
+    fec, symbol_bytes, block_symbols, repair, _channels, _every, tsi = prepared.encoding
+    instance_id = (prepared.fdt.instance_id + 1) % FDT_INSTANCE_IDS
+    packets = pressrun_flute.encode_fdt(
+        content_location=content_location(prepared.issue_id, prepared.file_name),
+        content_type=CONTENT_TYPE,
+        transfer_length=prepared.size_bytes,
+        content_md5=prepared.content_md5,
+        tsi=tsi,
+        toi=prepared.toi,
+        fec=fec,
+        encoding_symbol_length=symbol_bytes,
+        max_source_block_length=block_symbols,
+        repair_symbols_per_block=repair,
+        fdt_instance_id=instance_id,
+        fdt_duration_s=fdt_duration_s,
+    )
+    if len(packets) != prepared.fdt_packets:
+        return False
+    for index, packet in enumerate(packets):
+        prepared.packets.replace(index, packet)
+    prepared.fdt.instance_id = instance_id
+    prepared.fdt.built_at = built_at
+    return True

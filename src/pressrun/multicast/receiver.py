@@ -38,7 +38,7 @@ from pathlib import Path
 from pressrun.content.codec import Manifest, piece_ok
 from pressrun.multicast.config import LayeringConfig
 from pressrun.multicast.control import check_datagram
-from pressrun.multicast.core import AnnouncementGate, LayerCore
+from pressrun.multicast.core import AnnouncementGate, CarouselPresence, LayerCore
 from pressrun.multicast.events import AnnouncementVerdict, CarouselPlan, JoinChannel
 from pressrun.multicast.net import (
     enable_arrival_times,
@@ -150,6 +150,7 @@ def receive_carousel(
     started = time.perf_counter()
     deadline = started + deadline_s
     gate = AnnouncementGate(trusted_keys)
+    presence = CarouselPresence(issue_id)
     result = ReceiveResult(False, None, "deadline")
     selector = selectors.DefaultSelector()
     control = receiver_socket(*control_group, interface)
@@ -177,7 +178,7 @@ def receive_carousel(
             for key, _ in selector.select(max(0.0, min(wake - now, 0.2))):
                 sock: socket.socket = key.fileobj  # type: ignore[assignment]
                 if key.data is None:
-                    stop = _control(sock, buffer, gate, issue_id, manifest_sha256, plan)
+                    stop = _control(sock, buffer, gate, presence, manifest_sha256, plan)
                     if isinstance(stop, str):
                         result.reason = stop
                         return _finish(result, plan, layers, gate, joined_at)
@@ -263,13 +264,14 @@ def _control(
     sock: socket.socket,
     buffer: bytearray,
     gate: AnnouncementGate,
-    issue_id: str,
+    presence: CarouselPresence,
     manifest_sha256: str,
     current: CarouselPlan | None,
 ) -> CarouselPlan | str | None:
     """Read the control datagrams waiting: the issue's plan from the latest accepted
     announcement, or a reason (str) when the accepted announcements say the carousel
-    is gone."""
+    is gone (a whole round without it) or now carries another version of the issue."""
+    issue_id = presence.issue_id
     found: CarouselPlan | None = None
     while True:
         try:
@@ -280,12 +282,15 @@ def _control(
         if verdict is not AnnouncementVerdict.ACCEPTED or ann is None:
             log.warning("ignoring a control announcement (%s): %s", verdict.value, detail)
             continue
+        named = presence.handle(ann)
         plan = ann.plan_for(issue_id)
         if plan is None:
-            if current is not None:
+            if current is not None and named is False:
                 return f"the sender stopped the carousel of {issue_id}"
             continue
         if plan.manifest_sha256 != manifest_sha256:
+            if current is not None:
+                return f"the carousel of {issue_id} now carries another version of the issue"
             log.warning(
                 "the carousel of %s carries another manifest (%s...); not using it",
                 issue_id,

@@ -6,8 +6,13 @@
   carousel start at peak demand costs no encoding.
 - **Carousels.** ``POST /v1/carousels`` with an issue id takes the issue's prepared
   pass (or prepares it then, for an issue not prepared or other FEC settings), plans
-  the channels (`pressrun.multicast.core.channel_cycles`) and hands the carousel to
-  the send thread, which repeats it until ``DELETE``.
+  the channels (`pressrun.multicast.core.channel_cycles`) on the groups, ports and
+  TSI the issue keeps across restarts (`pressrun.multicast.plans`) and hands the
+  carousel to the send thread, which repeats it until ``DELETE``.
+- **Upkeep** (every ``prepare_interval_s``, each step surviving any error): new issues
+  prepared; a running carousel whose issue was republished is re-prepared and carries
+  the new version on the same groups; every pass in use gets a fresh FDT every
+  ``fdt_renew_s`` (`pressrun.multicast.prepare.renew_fdt`).
 - **The send thread** owns every running carousel's `CarouselSchedule`: it sleeps
   until the next packet is due (``time.perf_counter``), takes the due batches and
   hands each to the binding's `PacketBuffer.send`, which loops over blocking
@@ -16,7 +21,8 @@
   carousel lives in memory (size x channels x (1 + overhead) bytes with RaptorQ).
 - **The control channel.** Every ``announce_interval_s`` an `Announcement` of every
   running carousel, signed with the publisher's Ed25519 key, goes to the control
-  group with a sequence number and an expiry ``announcement_ttl_s`` later.
+  group with a sequence number and an expiry ``announcement_ttl_s`` later, in as many
+  datagrams (parts of one round) as keep each under ``ANNOUNCEMENT_PART_BYTES``.
 - **HTTP.** ``/v1/carousels`` (GET, POST), ``/v1/carousels/<issue_id>`` (GET,
   DELETE), all needing ``Authorization: Bearer <token>`` (the shared guard of
   `pressrun.security.operator_middleware`: 401 with ``WWW-Authenticate: Bearer``);
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import ipaddress
 import json
 import logging
@@ -43,12 +50,14 @@ import nacl.signing
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from pressrun.multicast.codec import ANNOUNCEMENT_PART_BYTES, split_announcement
 from pressrun.multicast.config import CarouselConfig
 from pressrun.multicast.control import sign_announcement
 from pressrun.multicast.core import AnnouncementClock, CarouselSchedule
 from pressrun.multicast.events import Announcement, CarouselPlan, ChannelSpec
-from pressrun.multicast.net import free_udp_port, sender_socket
-from pressrun.multicast.prepare import CarouselError, IssuePreparer
+from pressrun.multicast.net import sender_socket
+from pressrun.multicast.plans import MAX_TSI, ChannelPlanner
+from pressrun.multicast.prepare import CarouselError, IssuePreparer, PreparedIssue, renew_fdt
 from pressrun.security import ServiceSecurity, operator_middleware
 
 if TYPE_CHECKING:
@@ -78,7 +87,12 @@ class SenderServiceConfig:
     port: int = 0
     carousel: CarouselConfig = field(default_factory=CarouselConfig)
     group_base: str = "239.255.71.1"
-    channel_port_base: int = 0  # 0: a free UDP port per channel
+    #: the carousels' groups are group_base .. group_base + group_count - 1
+    group_count: int = 1024
+    channel_port_base: int = 0  # 0: ports derived from the issue id (plans.py)
+    #: where each issue's groups, ports and TSI are kept across restarts (None: only
+    #: in memory; without it they are still derived from the issue id)
+    state_file: Path | None = None
     announce_interval_s: float = 0.5
     announcement_ttl_s: float = 5.0
     multicast_ttl: int = 1
@@ -88,6 +102,10 @@ class SenderServiceConfig:
     prepare_issues: int = 2
     #: how often the content folder is looked at for newly published issues (seconds)
     prepare_interval_s: float = 10.0
+    #: a pass's FDT expires this long after it is built (seconds) ...
+    fdt_duration_s: int = 86400
+    #: ... and is built again this often while the pass is in use (seconds)
+    fdt_renew_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.prepare_issues < 0 or not self.prepare_interval_s > 0:
@@ -98,6 +116,8 @@ class SenderServiceConfig:
             raise ValueError(f"--group-base {self.group_base} is not a multicast address")
         if not 0 < self.announce_interval_s < self.announcement_ttl_s:
             raise ValueError("need 0 < announce interval < announcement ttl")
+        if not 0 < self.fdt_renew_s < self.fdt_duration_s:
+            raise ValueError("need 0 < fdt_renew_s < fdt_duration_s")
 
 
 @dataclass
@@ -110,6 +130,8 @@ class RunningCarousel:
     schedule: CarouselSchedule
     addresses: list[tuple[str, int]]
     started_at: float
+    config: CarouselConfig  # what it was started with (a republished issue: again)
+    prepared: PreparedIssue
 
 
 class SenderMetrics:
@@ -314,6 +336,10 @@ class SendThread(threading.Thread):
             self._slipped[key] = slipped
 
 
+def _sha256_of_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def plan_to_json(plan: CarouselPlan) -> dict[str, Any]:
     """A carousel plan as the control API shows it (the announcement's form)."""
     from pressrun.multicast.codec import announcement_to_dict
@@ -335,68 +361,159 @@ class MulticastSender:
         self.sock = sender_socket(config.interface, ttl=config.multicast_ttl)
         self.thread = SendThread(self.sock, self.metrics)
         self.publisher_key = bytes(config.signing_key.verify_key).hex()
-        self._next_group = int(ipaddress.IPv4Address(config.group_base))
+        self.planner = ChannelPlanner(
+            group_base=config.group_base,
+            group_count=config.group_count,
+            channel_port_base=config.channel_port_base,
+            state_file=config.state_file,
+        )
         self._starting: dict[str, asyncio.Task[CarouselPlan]] = {}
         self.preparer = IssuePreparer(
             config.content_dir,
             prepared=self.metrics.prepared,
             encodes=self.metrics.encodes,
             encode_seconds=self.metrics.encode_seconds,
+            fdt_duration_s=config.fdt_duration_s,
         )
         self._announcer: asyncio.Task[None] | None = None
-        self._preparer: asyncio.Task[None] | None = None
+        self._upkeep: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self.url = ""
 
     # -- carousels -------------------------------------------------------------------
 
-    def _channels(
-        self, count: int, tsi: int, rate_bps: float, packets_per_s: float
-    ) -> list[ChannelSpec]:
-        specs: list[ChannelSpec] = []
-        for _ in range(count):
-            group = str(ipaddress.IPv4Address(self._next_group))
-            self._next_group += 1
-            if not ipaddress.IPv4Address(self._next_group).is_multicast:
-                self._next_group = int(ipaddress.IPv4Address(self.config.group_base))
-            if self.config.channel_port_base:
-                port = self.config.channel_port_base + len(specs)
-            else:
-                port = free_udp_port()
-            specs.append(ChannelSpec(group, port, tsi, rate_bps, packets_per_s))
-        return specs
-
-    async def start_carousel(self, issue_id: str, carousel: CarouselConfig) -> CarouselPlan:
+    async def start_carousel(
+        self, issue_id: str, carousel: CarouselConfig, *, tsi: int | None = None
+    ) -> CarouselPlan:
         """Encode the issue and start its carousel; the plan. A carousel already
-        running for the issue is kept (its plan is answered)."""
+        running for the issue is kept (its plan is answered). ``tsi``: the carousel's
+        TSI (None: the one it had before, else the issue's own; `plans`)."""
         running = self.thread.get(issue_id)
         if running is not None:
             return running.plan
         pending = self._starting.get(issue_id)
         if pending is None:
-            pending = asyncio.ensure_future(self._start(issue_id, carousel))
+            pending = asyncio.ensure_future(self._start(issue_id, carousel, tsi))
             self._starting[issue_id] = pending
             pending.add_done_callback(lambda _t: self._starting.pop(issue_id, None))
         return await asyncio.shield(pending)
 
-    async def _prepare_loop(self) -> None:
-        """Forever: a round of the preparer every ``prepare_interval_s``."""
+    async def _upkeep_loop(self) -> None:
+        """Forever, every ``prepare_interval_s`` (or ``fdt_renew_s`` if shorter): new
+        issues prepared, republished issues' carousels re-prepared, FDTs renewed.
+        Each step survives any error (logged) and the next round comes."""
+        interval = min(self.config.prepare_interval_s, self.config.fdt_renew_s)
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("preparing new issues", self._prepare_round),
+            ("following republished issues", self._follow_republished),
+            ("renewing FDTs", self._renew_fdts),
+        ]
         while True:
-            try:
-                await self.preparer.refresh(
-                    self.config.prepare_issues,
-                    self.config.carousel,
-                    on_air=lambda issue_id: self.thread.get(issue_id) is not None,
-                )
-            except Exception:  # the loop outlives any round's error
-                log.exception("a round of issue preparation failed; the next one is due")
-            await asyncio.sleep(self.config.prepare_interval_s)
+            for what, step in steps:
+                try:
+                    await step()
+                except Exception:  # the loop outlives any round's error
+                    log.exception("%s failed; the next round is due in %.1f s", what, interval)
+            await asyncio.sleep(interval)
 
-    async def _start(self, issue_id: str, carousel: CarouselConfig) -> CarouselPlan:
-        prepared = await self.preparer.prepare(issue_id, carousel)
-        tsi = prepared.tsi
+    async def _prepare_round(self) -> None:
+        if self.config.prepare_issues:
+            await self.preparer.refresh(
+                self.config.prepare_issues,
+                self.config.carousel,
+                on_air=lambda issue_id: self.thread.get(issue_id) is not None,
+                tsi_for=self.planner.tsi_for,
+            )
+
+    async def _follow_republished(self) -> None:
+        """A running carousel whose issue's manifest changed on disk carries the new
+        version from now on (same groups, ports and TSI; a new TOI): receivers of the
+        new manifest refuse a carousel of the old one."""
+        for running in self.thread.running():
+            issue_id = running.plan.issue_id
+            manifest = self.config.content_dir / issue_id / "manifest.json"
+            try:
+                digest = await asyncio.to_thread(_sha256_of_file, manifest)
+            except OSError:
+                continue  # withdrawn or unreadable: the carousel keeps what it has
+            if digest == running.plan.manifest_sha256:
+                continue
+            tsi = running.plan.channels[0].tsi
+            try:
+                prepared = await self.preparer.prepare(issue_id, running.config, tsi=tsi)
+            except CarouselError as err:
+                log.warning("%s was republished but cannot be prepared: %s", issue_id, err)
+                continue
+            if self.thread.get(issue_id) is not running:
+                continue  # stopped or restarted meanwhile
+            addresses = [(ch.group, ch.port) for ch in running.plan.channels]
+            self._launch(issue_id, running.config, prepared, addresses, tsi)
+            log.info(
+                "%s was republished: its carousel now carries manifest %s...",
+                issue_id,
+                digest[:16],
+            )
+
+    async def _renew_fdts(self) -> None:
+        """Every pass in use (running or prepared) whose FDT is ``fdt_renew_s`` old
+        gets a fresh one (`renew_fdt`)."""
+        now = time.perf_counter()
+        passes = {id(p): p for p in self.preparer.prepared.values()}
+        passes.update({id(c.prepared): c.prepared for c in self.thread.running()})
+        for prepared in passes.values():
+            if now - prepared.fdt.built_at < self.config.fdt_renew_s:
+                continue
+            renewed = await asyncio.to_thread(
+                renew_fdt, prepared, fdt_duration_s=self.config.fdt_duration_s, built_at=now
+            )
+            if not renewed:
+                log.warning("the FDT of %s could not be renewed in place", prepared.issue_id)
+
+    async def _start(
+        self, issue_id: str, carousel: CarouselConfig, tsi: int | None
+    ) -> CarouselPlan:
+        taken = {ch.group for c in self.thread.running() for ch in c.plan.channels}
+        try:
+            planned = self.planner.plan(issue_id, carousel.channels, tsi=tsi, taken=taken)
+        except ValueError as err:
+            raise CarouselError(str(err), 409 if "free groups" in str(err) else 400) from None
+        prepared = await self.preparer.prepare(issue_id, carousel, tsi=planned.tsi)
+        # groups may have been taken while the pass was encoded: plan again
+        taken = {ch.group for c in self.thread.running() for ch in c.plan.channels}
+        try:
+            planned = self.planner.plan(issue_id, carousel.channels, tsi=planned.tsi, taken=taken)
+        except ValueError as err:
+            raise CarouselError(str(err), 409) from None
+        self.planner.remember(issue_id, planned, now_unix=self.clock())
+        addresses = list(zip(planned.groups, planned.ports, strict=True))
+        plan = self._launch(issue_id, carousel, prepared, addresses, planned.tsi)
+        self.metrics.starts.inc()
+        log.info(
+            "carousel %s started: %d channel(s) of %.1f Mbit/s, fec %s, %d packets per pass, "
+            "cycle %.2f s, tsi %d, groups %s",
+            issue_id,
+            len(plan.channels),
+            carousel.rate_bps / 1e6,
+            carousel.fec,
+            prepared.object_packets,
+            plan.cycle_s,
+            planned.tsi,
+            ", ".join(f"{s.group}:{s.port}" for s in plan.channels),
+        )
+        return plan
+
+    def _launch(
+        self,
+        issue_id: str,
+        carousel: CarouselConfig,
+        prepared: PreparedIssue,
+        addresses: list[tuple[str, int]],
+        tsi: int,
+    ) -> CarouselPlan:
+        """Hand the send thread a carousel of ``prepared`` on ``addresses`` (replacing
+        the issue's running one, if any); its plan."""
         pps = carousel.rate_bps / 8 / prepared.mean_packet_bytes
-        specs = self._channels(carousel.channels, tsi, carousel.rate_bps, pps)
+        specs = [ChannelSpec(group, port, tsi, carousel.rate_bps, pps) for group, port in addresses]
         cycles = prepared.cycles
         now = time.perf_counter()
         # a late wake-up may send up to 20 ms of a channel's packets at once; later
@@ -416,21 +533,7 @@ class MulticastSender:
             channels=tuple(specs),
         )
         self.thread.start_carousel(
-            RunningCarousel(
-                plan, prepared.packets, schedule, [(s.group, s.port) for s in specs], now
-            )
-        )
-        self.metrics.starts.inc()
-        log.info(
-            "carousel %s started: %d channel(s) of %.1f Mbit/s, fec %s, %d packets per pass, "
-            "cycle %.2f s, groups %s",
-            issue_id,
-            len(specs),
-            carousel.rate_bps / 1e6,
-            carousel.fec,
-            prepared.object_packets,
-            plan.cycle_s,
-            ", ".join(f"{s.group}:{s.port}" for s in specs),
+            RunningCarousel(plan, prepared.packets, schedule, addresses, now, carousel, prepared)
         )
         return plan
 
@@ -446,7 +549,8 @@ class MulticastSender:
     # -- control channel ----------------------------------------------------------------
 
     def announcement(self, seq: int) -> Announcement:
-        """The announcement of every running carousel, numbered ``seq``."""
+        """The announcement of every running carousel, numbered ``seq`` (one round,
+        before `split_announcement` cuts it into datagrams)."""
         now = self.clock()
         return Announcement(
             publisher_key=self.publisher_key,
@@ -458,9 +562,14 @@ class MulticastSender:
                     c.plan,
                     sent_packets=tuple(c.schedule.sent(i) for i in range(len(c.plan.channels))),
                 )
-                for c in self.thread.running()
+                for c in sorted(self.thread.running(), key=lambda c: c.plan.issue_id)
             ),
         )
+
+    def announcement_datagrams(self, seq: int) -> list[bytes]:
+        """One round of announcements: the signed datagrams, numbered from ``seq``."""
+        parts = split_announcement(self.announcement(seq), ANNOUNCEMENT_PART_BYTES)
+        return [sign_announcement(part, self.config.signing_key) for part in parts]
 
     async def _announce_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -473,13 +582,20 @@ class MulticastSender:
             seq = clock.handle_timer(now=loop.time())
             if seq is None:
                 continue
-            datagram = sign_announcement(self.announcement(seq), self.config.signing_key)
             try:
-                self.sock.sendto(datagram, self.config.control_group)
-                self.metrics.announcements.inc()
-            except OSError as err:
-                self.metrics.send_errors.inc()
-                log.warning("announcement %d not sent: %s", seq, err)
+                datagrams = self.announcement_datagrams(seq)
+            except Exception:  # every carousel's announcements depend on this loop
+                log.exception("announcement %d could not be made; the next one is due", seq)
+                continue
+            # a round of n parts takes n sequence numbers
+            clock.seq = seq + len(datagrams) - 1
+            for datagram in datagrams:
+                try:
+                    self.sock.sendto(datagram, self.config.control_group)
+                    self.metrics.announcements.inc()
+                except OSError as err:
+                    self.metrics.send_errors.inc()
+                    log.warning("announcement %d not sent: %s", seq, err)
 
     # -- HTTP ---------------------------------------------------------------------------
 
@@ -543,12 +659,17 @@ class MulticastSender:
             if "fec" in body:
                 overrides["fec"] = str(body["fec"])
             carousel = replace(self.config.carousel, **overrides)
+            tsi = body.get("tsi")
+            if tsi is not None and (
+                isinstance(tsi, bool) or not isinstance(tsi, int) or not 1 <= tsi <= MAX_TSI
+            ):
+                raise ValueError(f"tsi must be an integer 1 .. {MAX_TSI}")
         except (TypeError, ValueError) as err:
             return web.json_response({"error": str(err)}, status=400)
         issue_id = body["issue_id"]
         was_running = self.thread.get(issue_id) is not None
         try:
-            plan = await self.start_carousel(issue_id, carousel)
+            plan = await self.start_carousel(issue_id, carousel, tsi=tsi)
         except CarouselError as err:
             return web.json_response({"error": str(err)}, status=err.status)
         except Exception as err:  # the caller gets the reason, not a bare 500
@@ -589,8 +710,7 @@ class MulticastSender:
         """Start the send thread, the announcements and the HTTP API; the API's URL."""
         self.thread.start()
         self._announcer = asyncio.get_running_loop().create_task(self._announce_loop())
-        if self.config.prepare_issues:
-            self._preparer = asyncio.get_running_loop().create_task(self._prepare_loop())
+        self._upkeep = asyncio.get_running_loop().create_task(self._upkeep_loop())
         self._runner = web.AppRunner(self.make_app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(
@@ -609,7 +729,7 @@ class MulticastSender:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        loops = [t for t in (self._announcer, self._preparer) if t is not None]
+        loops = [t for t in (self._announcer, self._upkeep) if t is not None]
         for loop_task in loops:
             loop_task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)

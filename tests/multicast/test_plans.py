@@ -1,0 +1,53 @@
+"""Where an issue's carousel goes (`pressrun.multicast.plans`): pure, with a state file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pressrun.multicast.plans import (
+    DERIVED_PORT_BASE,
+    DERIVED_PORT_SPAN,
+    ChannelPlanner,
+    derived_tsi,
+    issue_toi,
+)
+
+
+def test_derived_plans_are_stable_inside_the_range_and_never_share_a_group() -> None:
+    planner = ChannelPlanner(group_base="239.255.10.0", group_count=8)
+    a = planner.plan("weekly-a", 2, tsi=None, taken=())
+    assert a == ChannelPlanner(group_base="239.255.10.0", group_count=8).plan(
+        "weekly-a", 2, tsi=None, taken=()
+    )
+    assert all(g.startswith("239.255.10.") and int(g.rsplit(".", 1)[1]) < 8 for g in a.groups)
+    assert a.tsi == derived_tsi("weekly-a") and 0 < a.tsi < 2**31
+    assert all(DERIVED_PORT_BASE <= p < DERIVED_PORT_BASE + DERIVED_PORT_SPAN + 2 for p in a.ports)
+    b = planner.plan("weekly-b", 3, tsi=7, taken=a.groups)
+    assert set(b.groups).isdisjoint(a.groups) and b.tsi == 7
+    with pytest.raises(ValueError, match="no 4 free groups"):
+        planner.plan("weekly-c", 4, tsi=None, taken=a.groups + b.groups)
+    based = ChannelPlanner(group_base="239.255.10.0", group_count=8, channel_port_base=5000)
+    assert based.plan("weekly-a", 2, tsi=None, taken=()).ports == (5000, 5001)
+    with pytest.raises(ValueError, match="not all multicast"):
+        ChannelPlanner(group_base="239.255.255.250", group_count=16)
+    assert issue_toi("ab" * 32) != issue_toi("cd" * 32) and issue_toi("0" * 64) == 1
+
+
+def test_the_state_file_keeps_plans_and_a_damaged_one_costs_only_them(tmp_path: Path) -> None:
+    state = tmp_path / "carousels.json"
+    planner = ChannelPlanner(group_base="239.255.10.0", group_count=8, state_file=state)
+    moved = planner.plan("weekly-a", 1, tsi=99, taken=("239.255.10.0", "239.255.10.1"))
+    planner.remember("weekly-a", moved, now_unix=1.0)
+    again = ChannelPlanner(group_base="239.255.10.0", group_count=8, state_file=state)
+    assert again.tsi_for("weekly-a") == 99
+    assert again.plan("weekly-a", 1, tsi=None, taken=()) == moved
+    # another channel count, or a group outside a new range: planned afresh
+    assert len(again.plan("weekly-a", 2, tsi=None, taken=()).groups) == 2
+    state.write_text("{not json")
+    damaged = ChannelPlanner(group_base="239.255.10.0", group_count=8, state_file=state)
+    assert damaged.tsi_for("weekly-a") == derived_tsi("weekly-a")
+    damaged.remember("weekly-b", moved, now_unix=2.0)
+    assert set(json.loads(state.read_text())["carousels"]) == {"weekly-b"}
