@@ -234,7 +234,7 @@ def test_mode_policy_sets_mode_swarm_and_origin_fallback() -> None:
     swarm = SwarmInfo("http://o/content/i/i.torrent", "http://t/announce", "ab" * 20)
 
     class Swarming:
-        def decide(self, issue_id: str, *, now: float) -> ModeDecision:
+        def decide(self, issue_id: str, *, now: float, address: str | None = None) -> ModeDecision:
             return ModeDecision(DeliveryMode.SWARM, swarm)
 
     origins = specs(("a",))

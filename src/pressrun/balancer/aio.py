@@ -365,7 +365,7 @@ class BalancerService:
                 return self._error(400, str(err))
         now = self._now()
         result = self.core.handle_directive_requested(
-            DirectiveRequested(issue_id, failed, client), now=now
+            DirectiveRequested(issue_id, failed, client, request.remote), now=now
         )
         if decisions_log.isEnabledFor(logging.DEBUG):
             self._log_decision(issue_id, result, now)

@@ -201,6 +201,22 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         f"(default {demand.min_dwell_s:g})",
     )
     p.add_argument(
+        "--demand-client-window-s",
+        type=float,
+        default=demand.client_window_s,
+        help="a client address (IPv4, IPv6 /64) counts as demand at most once per issue "
+        f"in this many seconds; 0: every request counts (default {demand.client_window_s:g})",
+    )
+    p.add_argument(
+        "--demand-count-every-request-from",
+        action="append",
+        default=None,
+        metavar="CIDR",
+        help="a network whose every request counts as demand (repeatable; default "
+        "loopback, the operator's host; 'none': no such network, e.g. behind a reverse "
+        "proxy on this host)",
+    )
+    p.add_argument(
         "--multicast-sender",
         default=None,
         metavar="URL",
@@ -289,6 +305,15 @@ def _multicast_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _every_request_from(given: list[str] | None) -> tuple[str, ...]:
+    """``--demand-count-every-request-from`` (None: DemandConfig's default, loopback)."""
+    from pressrun.balancer.demand import DemandConfig
+
+    if given is None:
+        return DemandConfig().count_every_request_from
+    return tuple(n for n in given if n.lower() != "none")
+
+
 def run_balancer(args: argparse.Namespace) -> int:
     """Run the balancer until SIGTERM/SIGINT; 0 on a clean stop, 2 on bad flags."""
     import asyncio
@@ -333,6 +358,8 @@ def run_balancer(args: argparse.Namespace) -> int:
                     args.multicast_enter_downloaders if args.multicast_sender else None
                 ),
                 multicast_leave_downloaders=args.multicast_leave_downloaders,
+                client_window_s=args.demand_client_window_s,
+                count_every_request_from=_every_request_from(args.demand_count_every_request_from),
             ),
             **_multicast_options(args),
             security=security_from_args(args),

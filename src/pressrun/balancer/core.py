@@ -97,8 +97,9 @@ class ModeDecision:
 class ModePolicy(Protocol):
     """Chooses the delivery mode of each directive (e.g. from demand per issue)."""
 
-    def decide(self, issue_id: str, *, now: float) -> ModeDecision:
-        """The mode for a client asking now; called once per directive request.
+    def decide(self, issue_id: str, *, now: float, address: str | None = None) -> ModeDecision:
+        """The mode for a client asking now from ``address`` (None: unknown); called
+        once per directive request.
 
         A policy that keeps state per issue also has ``forget_issue(issue_id)``: the
         core calls it when no origin in rotation holds the issue any more."""
@@ -111,7 +112,7 @@ _ORIGIN_MODE = ModeDecision(DeliveryMode.ORIGIN)
 class OriginOnly:
     """The default mode policy: always the origin path."""
 
-    def decide(self, issue_id: str, *, now: float) -> ModeDecision:
+    def decide(self, issue_id: str, *, now: float, address: str | None = None) -> ModeDecision:
         """Always `origin`."""
         return _ORIGIN_MODE
 
@@ -258,7 +259,7 @@ class BalancerCore:
         self.algorithm.handle_pick_for(picked, issue, msg.client, now=now)
         origins[picked].picks += 1
         self.directives_answered += 1
-        decision = self.mode_policy.decide(issue, now=now)
+        decision = self.mode_policy.decide(issue, now=now, address=msg.address)
         if decision.mode is not DeliveryMode.ORIGIN:
             # the client goes to the swarm or the carousel first, not to the origin
             self.algorithm.handle_pick_not_sent(picked, issue, now=now)

@@ -1,8 +1,26 @@
 """Demand per issue and the mode it calls for: the balancer moving crowds onto the swarm.
 
-A pure `ModePolicy` (pressrun.balancer.core): `DemandPolicy.decide(issue_id, now=)` is
-called once per directive request; it counts the request, updates the issue's demand
-estimate and answers `origin` or `swarm` (with the issue's `SwarmInfo`).
+A pure `ModePolicy` (pressrun.balancer.core): `DemandPolicy.decide(issue_id, now=,
+address=)` is called once per directive request; it counts the request (once per client
+address and window, below), updates the issue's demand estimate and answers `origin`
+or `swarm` (with the issue's `SwarmInfo`).
+
+**Who counts** (issue 25, finding 7). Directive requests are anonymous and cost nothing
+to send: 40 in 2 s from one address pushed an issue past the multicast threshold and 2
+a second kept it there for 10 minutes, a carousel at full rate for nobody. So a
+request counts only as *one client that may be downloading*: an address (IPv4, or an
+IPv6 /64, what one subscriber line gets) counts at most once per issue within
+``client_window_s`` (30 s, the typical download); its other requests in the window
+(retries, re-asks, a script) are answered but add nothing. A client that asks again and
+again is thus one downloader (rate 1/window x window = 1), which is what it is. The
+pairs remembered are bounded (``max_clients_tracked``, the oldest forgotten first) and
+forgotten after the window. Requests from ``count_every_request_from`` (loopback by
+default: the operator's own host, the demo and the tests, whose clients share
+127.0.0.1) and requests without an address (the simulator) count each, as before.
+What this does not stop: a stranger with many addresses (a botnet) still looks like
+many readers; demand from directives cannot tell them apart. Behind a reverse proxy on
+the balancer's own host every client is 127.0.0.1: take loopback out of
+``count_every_request_from`` there, or each request counts again (docs/balancer.md).
 
 The estimate (per issue):
 
@@ -46,7 +64,9 @@ service may update as issues are published; the policy reads it at each request)
 
 from __future__ import annotations
 
+import ipaddress
 import math
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -74,6 +94,15 @@ class DemandConfig:
         multicast sender is given: above the swarm's threshold by the factor the
         loopback runs show a swarm's origins' share rising again (docs/multicast.md).
     multicast_leave_downloaders: T_mc_lo, D below which it leaves multicast. 50.
+    client_window_s: a client address (an IPv4 address, an IPv6 /64) counts at most
+        once per issue within this many seconds; 0 counts every request (the rule
+        before issue 25). 30: ``typical_download_s``, so a client that keeps asking
+        counts as the one downloader it is.
+    max_clients_tracked: the most (issue, address) pairs remembered for the window;
+        past it the oldest are forgotten (and may count again). 100,000: about 20 MB.
+    count_every_request_from: networks whose every request counts (CIDR strings).
+        Loopback by default: the operator's host (the demo's and the tests' clients
+        all come from 127.0.0.1). Empty behind a reverse proxy on the same host.
     """
 
     tau_s: float = 10.0
@@ -83,6 +112,9 @@ class DemandConfig:
     min_dwell_s: float = 30.0
     multicast_enter_downloaders: float | None = None
     multicast_leave_downloaders: float = 50.0
+    client_window_s: float = 30.0
+    max_clients_tracked: int = 100_000
+    count_every_request_from: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
 
     def __post_init__(self) -> None:
         if self.multicast_enter_downloaders is not None and not (
@@ -106,6 +138,36 @@ class DemandConfig:
             )
         if not (self.min_dwell_s >= 0 and math.isfinite(self.min_dwell_s)):
             raise ValueError("min_dwell_s must be >= 0")
+        if not (self.client_window_s >= 0 and math.isfinite(self.client_window_s)):
+            raise ValueError("client_window_s must be >= 0 (0: every request counts)")
+        if self.max_clients_tracked < 1:
+            raise ValueError("max_clients_tracked must be at least 1")
+        for net in self.count_every_request_from:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"count_every_request_from: {net!r} is not a network (e.g. 10.0.0.0/8)"
+                ) from None
+
+    def networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """`count_every_request_from` parsed."""
+        return tuple(ipaddress.ip_network(n, strict=False) for n in self.count_every_request_from)
+
+
+def client_key(address: str) -> str:
+    """What one client is for counting: an IPv4 address, an IPv6 /64 (one subscriber
+    line's prefix: an attacker has 2^64 addresses in it), or, for anything that does
+    not parse, its first 64 characters."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address[:64]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
+    return str(ip)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +214,44 @@ class DemandPolicy:
         #: issue id -> its running carousel (the service keeps it up to date)
         self.carousels: Mapping[str, MulticastInfo] = carousels if carousels is not None else {}
         self._issues: dict[str, _IssueDemand] = {}
+        #: (issue, client key) -> when it last counted, oldest first (``now`` only grows)
+        self._counted: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._every_request_from = config.networks()
+        #: requests answered but not counted (the same client within its window)
+        self.requests_not_counted = 0
+
+    def counts(self, issue_id: str, address: str | None, *, now: float) -> bool:
+        """Whether a request for the issue from ``address`` counts as demand now, and
+        remember it if so (once per client and issue within ``client_window_s``)."""
+        window = self.config.client_window_s
+        if address is None or window == 0:
+            return True
+        if self._every_request_from:
+            try:
+                ip = ipaddress.ip_address(address.split("%", 1)[0])
+            except ValueError:
+                ip = None
+            if ip is not None and any(ip in net for net in self._every_request_from):
+                return True
+        counted = self._counted
+        horizon = now - window
+        while counted:
+            oldest_key, oldest_at = next(iter(counted.items()))
+            if oldest_at > horizon:
+                break
+            del counted[oldest_key]
+        pair = (issue_id, client_key(address))
+        if pair in counted:
+            self.requests_not_counted += 1
+            return False
+        counted[pair] = now
+        if len(counted) > self.config.max_clients_tracked:
+            counted.popitem(last=False)
+        return True
+
+    def clients_tracked(self) -> int:
+        """How many (issue, client) pairs are remembered (bounded)."""
+        return len(self._counted)
 
     def _rate_at(self, state: _IssueDemand, now: float) -> float:
         if state.last_request_at is None:
@@ -200,10 +300,12 @@ class DemandPolicy:
             state.mode_since = now
             state.changes += 1
 
-    def decide(self, issue_id: str, *, now: float) -> ModeDecision:
-        """Count this request and answer the issue's mode (with hysteresis and dwell)."""
-        self.handle_request(issue_id, now=now)
-        state = self._issues[issue_id]
+    def decide(self, issue_id: str, *, now: float, address: str | None = None) -> ModeDecision:
+        """Count this request (once per client address and window: `counts`) and answer
+        the issue's mode (with hysteresis and dwell)."""
+        if self.counts(issue_id, address, now=now):
+            self.handle_request(issue_id, now=now)
+        state = self._issues.setdefault(issue_id, _IssueDemand())
         self._update(issue_id, state, now)
         swarm = self.swarms.get(issue_id)
         if state.mode is DeliveryMode.MULTICAST:

@@ -148,11 +148,13 @@ class ClientHint:
 @dataclass(frozen=True, slots=True)
 class DirectiveRequested:
     """A client asks how to fetch an issue; `failed` names origins it could not use;
-    `client` is what it told of itself (None: nothing)."""
+    `client` is what it told of itself (None: nothing); `address` is where the request
+    came from as the adapter saw it (None: unknown, e.g. in the simulator)."""
 
     issue_id: str
     failed: frozenset[str] = frozenset()
     client: ClientHint | None = None
+    address: str | None = None
 
 
 # --- effects ----------------------------------------------------------------
