@@ -1,21 +1,31 @@
-"""The balancer's client of the multicast sender: keeps the carousels the demand
-policy wants running (``pressrun serve multicast``'s control API, docs/multicast.md).
+"""The balancer's client of the multicast sender: keeps the sender's carousels what the
+demand policy wants (``pressrun serve multicast``'s control API, docs/multicast.md).
 
-Every ``interval_s`` it lets the policy re-evaluate demand (`DemandPolicy.review`,
-so an issue nobody asks for any more leaves multicast), then starts the carousels
-wanted and not running (``POST /v1/carousels``) and stops those running and no longer
-wanted (``DELETE /v1/carousels/<issue>``). An issue enters ``carousels`` (and the
-policy answers ``multicast`` for it) only once the sender has confirmed its carousel;
-a carousel that fails to start is retried at the next round, and until then the
-issue is answered in swarm or origin mode.
+**Reconciliation.** The sender's own list is the truth, not a memory of what was
+asked: a sender restarts and forgets its carousels, a balancer restarts and forgets
+what it asked for, a DELETE is lost. So every ``interval_s`` (the poll interval) the
+balancer
+
+1. lets the policy re-evaluate demand (`DemandPolicy.review`, so an issue nobody asks
+   for any more leaves multicast);
+2. reads the sender's list (``GET /v1/carousels``);
+3. starts what is wanted and not running (``POST /v1/carousels``) and stops what runs
+   and is not wanted (``DELETE /v1/carousels/<issue>``), an orphan of an earlier
+   balancer included (one balancer owns a sender's carousels);
+4. answers ``multicast`` (``carousels``) for exactly the wanted issues the sender runs.
+
+A start or stop that fails is tried again at a later round, after a wait that doubles
+from one interval up to ``max_retry_s`` (`CarouselReconciler`, pure); a sender that
+does not answer its list leaves every issue answered in swarm or origin mode until it
+does. The loop survives any error (logged) and goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, MutableMapping
+from dataclasses import dataclass, field
 
 import aiohttp
 
@@ -29,9 +39,60 @@ class SenderError(Exception):
     """The multicast sender refused or did not answer."""
 
 
+@dataclass(frozen=True, slots=True)
+class CarouselOrders:
+    """What one round of reconciliation asks the sender: carousels to start, to stop."""
+
+    start: tuple[str, ...]
+    stop: tuple[str, ...]
+
+
+@dataclass
+class CarouselReconciler:
+    """Which carousels to start and stop from what is wanted and what the sender
+    runs, with a doubling wait before an issue whose order failed is ordered again.
+    Pure: every input takes ``now``; its state is bounded by the issues wanted or
+    running (an issue in neither is forgotten)."""
+
+    retry_s: float
+    max_retry_s: float = 60.0
+    #: issue -> (not before, the wait after the next failure)
+    _backoff: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def orders(
+        self, wanted: Collection[str], running: Collection[str], *, now: float
+    ) -> CarouselOrders:
+        """The orders of this round (an issue still waiting after a failure is left
+        for a later one)."""
+        wanted_set, running_set = set(wanted), set(running)
+        for issue in list(self._backoff):
+            if issue not in wanted_set and issue not in running_set:
+                del self._backoff[issue]
+        due = [i for i in sorted(wanted_set ^ running_set) if self._due(i, now)]
+        return CarouselOrders(
+            start=tuple(i for i in due if i in wanted_set),
+            stop=tuple(i for i in due if i in running_set),
+        )
+
+    def _due(self, issue: str, now: float) -> bool:
+        backoff = self._backoff.get(issue)
+        return backoff is None or now >= backoff[0]
+
+    def handle_done(self, issue: str) -> None:
+        """The sender did what it was asked for the issue."""
+        self._backoff.pop(issue, None)
+
+    def handle_failed(self, issue: str, *, now: float) -> float:
+        """The sender refused or did not answer an order for the issue: the seconds
+        until it is ordered again."""
+        wait = self._backoff.get(issue, (0.0, self.retry_s))[1]
+        self._backoff[issue] = (now + wait, min(self.max_retry_s, 2 * wait))
+        return wait
+
+
 @dataclass
 class CarouselClient:
-    """Start and stop carousels on a multicast sender's token-protected API."""
+    """Start, stop and list carousels on a multicast sender's token-protected API."""
 
     http: aiohttp.ClientSession
     url: str
@@ -40,6 +101,28 @@ class CarouselClient:
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
+
+    async def running(self) -> set[str]:
+        """The issues whose carousels the sender runs."""
+        try:
+            async with self.http.get(
+                f"{self.url}/v1/carousels",
+                headers=self._headers(),
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+            ) as resp:
+                if resp.status != 200:
+                    raise SenderError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
+                doc = await resp.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+            raise SenderError(str(err) or type(err).__name__) from None
+        carousels = doc.get("carousels") if isinstance(doc, dict) else None
+        if not isinstance(carousels, list):
+            raise SenderError("the sender's list has no carousels")
+        return {
+            c["issue_id"]
+            for c in carousels
+            if isinstance(c, dict) and isinstance(c.get("issue_id"), str)
+        }
 
     async def start(self, issue_id: str) -> None:
         """Start (or keep) the issue's carousel."""
@@ -69,33 +152,87 @@ class CarouselClient:
             raise SenderError(str(err) or type(err).__name__) from None
 
 
+async def reconcile_carousels(
+    policy: DemandPolicy,
+    carousels: MutableMapping[str, MulticastInfo],
+    client: CarouselClient,
+    info: MulticastInfo,
+    reconciler: CarouselReconciler,
+    *,
+    now: Callable[[], float],
+) -> None:
+    """One round (module docstring): review demand, read the sender's list, order
+    what differs, and leave in ``carousels`` the wanted issues the sender runs."""
+    policy.review(now=now())
+    wanted = policy.carousels_wanted()
+    try:
+        running = await client.running()
+    except SenderError as err:
+        if carousels:
+            log.warning(
+                "the multicast sender did not list its carousels (%s); %d issue(s) are "
+                "answered in swarm or origin mode until it does",
+                err,
+                len(carousels),
+            )
+        carousels.clear()
+        return
+    orders = reconciler.orders(wanted, running, now=now())
+    for issue_id in orders.start:
+        try:
+            await client.start(issue_id)
+        except SenderError as err:
+            wait = reconciler.handle_failed(issue_id, now=now())
+            log.warning(
+                "the multicast sender did not start %s: %s (tried again in %.0f s)",
+                issue_id,
+                err,
+                wait,
+            )
+            continue
+        reconciler.handle_done(issue_id)
+        running.add(issue_id)
+        log.info("peak demand: %s moves to multicast (carousel started)", issue_id)
+    for issue_id in orders.stop:
+        # clients are told swarm/origin from now on, whether the stop succeeds or not
+        running.discard(issue_id)
+        try:
+            await client.stop(issue_id)
+        except SenderError as err:
+            wait = reconciler.handle_failed(issue_id, now=now())
+            log.warning(
+                "the multicast sender did not stop %s: %s (tried again in %.0f s)",
+                issue_id,
+                err,
+                wait,
+            )
+            continue
+        reconciler.handle_done(issue_id)
+        log.info("the carousel of %s is stopped (not wanted)", issue_id)
+    confirmed = wanted & running
+    for issue_id in list(carousels):
+        if issue_id not in confirmed:
+            del carousels[issue_id]
+    for issue_id in confirmed:
+        carousels[issue_id] = info
+
+
 async def keep_carousels(
     policy: DemandPolicy,
-    carousels: dict[str, MulticastInfo],
+    carousels: MutableMapping[str, MulticastInfo],
     client: CarouselClient,
     info: MulticastInfo,
     *,
     interval_s: float,
     now: Callable[[], float],
+    max_retry_s: float = 60.0,
 ) -> None:
-    """Forever: review demand, start wanted carousels, stop unwanted ones."""
+    """Forever, every ``interval_s``: one `reconcile_carousels` round; any error of a
+    round is logged and the next round comes."""
+    reconciler = CarouselReconciler(retry_s=interval_s, max_retry_s=max_retry_s)
     while True:
-        policy.review(now=now())
-        wanted = policy.carousels_wanted()
-        for issue_id in sorted(wanted - carousels.keys()):
-            try:
-                await client.start(issue_id)
-            except SenderError as err:
-                log.warning("the multicast sender did not start %s: %s", issue_id, err)
-                continue
-            carousels[issue_id] = info
-            log.info("peak demand: %s moves to multicast (carousel started)", issue_id)
-        for issue_id in sorted(carousels.keys() - wanted):
-            # clients are told swarm/origin from now on, whether the stop succeeds or not
-            del carousels[issue_id]
-            try:
-                await client.stop(issue_id)
-                log.info("demand fell: the carousel of %s is stopped", issue_id)
-            except SenderError as err:
-                log.warning("the multicast sender did not stop %s: %s", issue_id, err)
+        try:
+            await reconcile_carousels(policy, carousels, client, info, reconciler, now=now)
+        except Exception:  # the carousels of every issue depend on this loop
+            log.exception("a round of carousel reconciliation failed; the next one is due")
         await asyncio.sleep(interval_s)
