@@ -431,3 +431,33 @@ def test_a_policy_registers_and_plans_never_use_priority_zero() -> None:
     have = [False, True, False, False, False]
     assert PiecePlan.checked([0, 1, 7, 1, 1], have).piece_priorities == (0, 1, 7, 1, 1)
     assert PiecePlan.checked([0, 7, 7, 0, 1], have).piece_priorities == (1, 7, 7, 1, 1)
+
+
+def test_a_sudden_fall_of_the_counts_does_not_make_the_seeds_leave() -> None:
+    """Issue 24: a tracker that lost its peers (a step of its clock, a restart) answers
+    0 / 0 until they announce again; a seed must not read that as "nobody needs me".
+    The fall holds not_needed back for not_needed_settle_s; counts that still say so
+    after it let the seed go."""
+    config = desktop_profile(max_seed_time_s=None)
+    core = seeding_core(config, rng=random.Random(3))
+    assert not of(core.handle_swarm_counts(SwarmCounts(seeds=3, leechers=7), now=3.0), Leave)
+    assert not of(core.handle_swarm_counts(SwarmCounts(seeds=0, leechers=0), now=5.0), Leave)
+    # the peers announce again one by one: (1, 0) is a fall still settling
+    assert not of(core.handle_swarm_counts(SwarmCounts(seeds=1, leechers=0), now=7.0), Leave)
+    assert not of(core.handle_swarm_counts(SwarmCounts(seeds=3, leechers=7), now=30.0), Leave)
+    # counts that never count this seed are never a reason
+    for t in (70.0, 140.0, 210.0):
+        assert not of(core.handle_swarm_counts(SwarmCounts(seeds=0, leechers=0), now=t), Leave)
+    # a swarm that really emptied: the counts still say so after the settling time
+    assert not of(core.handle_swarm_counts(SwarmCounts(seeds=2, leechers=0), now=240.0), Leave)
+    (leave,) = of(core.handle_swarm_counts(SwarmCounts(seeds=2, leechers=0), now=271.0), Leave)
+    assert leave.rule is LeaveRule.NOT_NEEDED
+
+
+def test_counts_that_shrink_as_seeds_leave_are_not_a_fall() -> None:
+    """The normal end of a swarm: seeds leave a few at a time, no settling."""
+    core = seeding_core(desktop_profile(max_seed_time_s=None), rng=random.Random(1))
+    core.handle_swarm_counts(SwarmCounts(seeds=8, leechers=4), now=3.0)  # needed
+    assert core.phase is PeerPhase.SEEDING
+    (leave,) = of(core.handle_swarm_counts(SwarmCounts(seeds=6, leechers=0), now=5.0), Leave)
+    assert leave.rule is LeaveRule.NOT_NEEDED

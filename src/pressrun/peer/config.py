@@ -29,6 +29,14 @@ class PeerConfig:
         seeds a little longer for the last leechers (at N = 20 on the loopback bench
         1.45x the fluid bound in 3 of 3 runs against 1.49-1.81x with 1.0,
         docs/swarm.md). 0 disables the rule.
+    not_needed_settle_s: counts that fell suddenly (their seeds + leechers under half of
+        the last counts' as they turned from "needed" to "not needed", or no seed at all
+        while this peer seeds: the tracker does not count it) do not let a seed leave
+        by ``not_needed`` until this long after the fall, and only if the counts then
+        still say so. A tracker that lost its peers (a step of its clock, a restart,
+        a failover) answers 0 seeds / 0 leechers until they announce again, within one
+        announce interval (30 s); every seed would read "nobody needs me" at once
+        (issue 24). Default 60 s, two intervals.
     max_seed_time_s: a finished peer leaves after seeding this long, whatever its ratio
         (None: no bound).
     seed_after_download: False for a peer that never seeds (mobile on a metered link):
@@ -73,6 +81,7 @@ class PeerConfig:
     profile: ProfileName = ProfileName.DESKTOP
     share_ratio: float = 1.0
     not_needed_seeds_per_leecher: float = 2.0
+    not_needed_settle_s: float = 60.0
     max_seed_time_s: float | None = 1800.0
     seed_after_download: bool = True
     metered: bool = False
@@ -97,6 +106,8 @@ class PeerConfig:
             raise ValueError("share_ratio must be a finite number >= 0")
         if not (self.not_needed_seeds_per_leecher >= 0):
             raise ValueError("not_needed_seeds_per_leecher must be >= 0")
+        if not (self.not_needed_settle_s >= 0):
+            raise ValueError("not_needed_settle_s must be >= 0")
         if self.max_seed_time_s is not None and not self.max_seed_time_s >= 0:
             raise ValueError("max_seed_time_s must be >= 0 (or None)")
         if self.upload_limit_bps < 0 or self.download_limit_bps < 0:

@@ -21,6 +21,14 @@ Policy (docs/swarm.md):
   every seed left on the same counts: the swarm lost its seeds together and the
   tracker, seeing too few seeds left, refused the last ones' claim
   (``claim_refused``, tests/peer/test_swarm.py, 20 peers).
+- **A sudden fall is not "nobody"**: counts whose seeds + leechers fell under half of
+  the last counts' while they turned from "needed" to "not needed", or that count no
+  seed while this peer seeds (the tracker does not know it), are suspect:
+  ``not_needed`` is not used until ``not_needed_settle_s`` after the last suspect
+  counts, and then only on the counts of that moment. A tracker that lost its peers
+  (its clock stepped, a restart, a failover) answers 0 / 0 until they announce again;
+  before, every seed read "nobody needs me" and left within seconds (issue 24:
+  (3, 7) to (0, 0), all three seeds gone). Ratio and the seeding bound are untouched.
 - **The last holder stays**: the fair rules say a peer *may* leave, not that it must.
   A seed that is the only holder, among its connected peers, of a piece some connected
   peer still downloads (`Progress.sole_pieces`), with no other seed in the swarm (the
@@ -163,6 +171,7 @@ class PeerCore:
         self.progress: Progress | None = None
         self.counts: SwarmCounts | None = None
         self._counts_at = -math.inf
+        self._counts_suspect_at = -math.inf  # the last counts that fell suddenly
         self._last_done = -1
         self._last_down = -1
         self._last_pieces = 0
@@ -226,6 +235,8 @@ class PeerCore:
         """The tracker's seeds/leechers for this swarm."""
         if self.phase is PeerPhase.LEFT:
             return []
+        if self._suspect(counts):
+            self._counts_suspect_at = now
         self.counts = counts
         self._counts_at = now
         self._draw = self._rng.random()
@@ -362,11 +373,27 @@ class PeerCore:
             return progress.tradable_pieces == 0 and progress.owed_pieces == 0
         return progress.tradable_pieces == 0 or progress.owed_pieces > 0
 
+    def _suspect(self, counts: SwarmCounts) -> bool:
+        """Counts that fell suddenly, or that do not count this seed (module doc)."""
+        if self.phase is PeerPhase.SEEDING and counts.seeds <= 0:
+            return True
+        before = self.counts
+        if before is None:
+            return False
+        # a fall from counts that said "needed" to counts that say "not needed"; a
+        # swarm whose spare seeds leave (the rule held before) is not one
+        spl = self.config.not_needed_seeds_per_leecher
+        turned = not not_needed(before, spl) and not_needed(counts, spl)
+        fell = 2 * (counts.seeds + counts.leechers) < before.seeds + before.leechers
+        return turned and fell
+
     def _check_leave(self, now: float) -> list[Effect]:
         if self.phase is not PeerPhase.SEEDING or self.progress is None:
             return []
         assert self.seeding_since is not None
         fresh = self.counts if self._counts_at >= self.seeding_since else None
+        if now - self._counts_suspect_at < self.config.not_needed_settle_s:
+            fresh = None  # a sudden fall: not a reason to leave yet
         rule = fair_to_leave(
             self.config,
             uploaded_bytes=self.progress.uploaded_bytes,
