@@ -7,10 +7,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pressrun.chord.directory import MAX_BRING_AHEAD, PieceDirectory
 from pressrun.chord.ids import RING, node_id_for
 from pressrun.chord.pieces import (
-    MAX_BRING_AHEAD,
-    PieceDirectory,
     piece_keys,
     place_one_more,
     place_supernodes,
@@ -72,18 +71,21 @@ def test_the_uploader_owes_first_then_least_loaded_never_left() -> None:
 
 def test_owing_holders_that_pay_back_soonest_come_first() -> None:
     # the simulation's order (pressrun.sim.swarm_model): owed bytes over upload rate
+    # (the rates their own totals show between two reports: a claimed rate counts up
+    # to that, or to the lower median of the claims: test_directory_bounds)
     d = PieceDirectory(rng=random.Random(3))
     rows = [("slow", 4_000, 1_000), ("fast", 8_000, 8_000), ("mute", 1_000, 0)]
-    for pid, owed, rate in rows:
-        d.handle_report(
-            peer_id=pid,
-            address=f"{pid}:1",
-            have=[2],
-            uploaded_bytes=0,
-            downloaded_bytes=owed,
-            upload_bps=rate,
-            now=0,
-        )
+    for now in (0.0, 1.0):
+        for pid, owed, rate in rows:
+            d.handle_report(
+                peer_id=pid,
+                address=f"{pid}:1",
+                have=[2],
+                uploaded_bytes=int(now * rate),
+                downloaded_bytes=owed + int(now * rate),
+                upload_bps=rate,
+                now=now,
+            )
     # fast: 1 s to pay back; slow: 4 s; mute: rate unknown, last among the owers
     assert d.choose_uploader(2, peer_id="x1", address="x:1", now=1.0).peer_id == "fast"
     d.handle_left("fast")
@@ -92,7 +94,7 @@ def test_owing_holders_that_pay_back_soonest_come_first() -> None:
     assert d.choose_uploader(2, peer_id="x3", address="x:1", now=1.0).peer_id == "mute"
     # a report without a rate keeps the one said before
     d.handle_report(
-        peer_id="slow", address="slow:1", have=[], uploaded_bytes=0, downloaded_bytes=4_000, now=2
+        peer_id="slow", address="slow:1", have=[], uploaded_bytes=0, downloaded_bytes=4_000, now=3
     )
     assert d.holders["slow"].upload_bps == 1_000
 
@@ -179,12 +181,14 @@ def test_handoff_round_trip_and_garbage() -> None:
     d.handle_report(
         peer_id="a", address="a:1", have=[1, 2], uploaded_bytes=1, downloaded_bytes=2, now=3.0
     )
-    blob = d.export([1])
+    blob = d.export([1], now=5.0)
     e = PieceDirectory(rng=random.Random(2))
-    assert e.adopt(blob) == 1
+    # (another process's clock: the holder's age, 2 s, is what travels)
+    assert e.adopt(blob, now=1000.0) == 1
     assert e.pieces == {1: {"a"}} and e.holders["a"].downloaded_bytes == 2
+    assert e.holders["a"].reported_at == 998.0
     for junk in (None, 3, {"pieces": 1}, {"pieces": {"x": ["a"]}, "holders": {"a": [1]}}):
-        assert PieceDirectory(rng=random.Random(3)).adopt(junk) == 0
+        assert PieceDirectory(rng=random.Random(3)).adopt(junk, now=0.0) == 0
 
 
 def test_a_piece_with_one_source_goes_to_two_first_receivers_it_unchokes() -> None:

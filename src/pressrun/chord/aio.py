@@ -11,10 +11,21 @@ HTTP routes (aiohttp; JSON bodies, docs/protocols.md):
   A sender that is not on the tracker's list, or whose address is not the one the
   request came from, gets 403 and the core never acts on it;
 - ``POST /chord/v1/lookup``: ``{"keys": [hex, ...]}`` -> ``{"owners": {hex: node|null}}``
-  (a client's way into the ring: which supernode answers for each key);
+  (a client's way into the ring: which supernode answers for each key). Only the
+  issue's piece keys are looked up (anything else is 400), so what the answers are
+  kept in is bounded by the issue's pieces;
 - ``POST /chord/v1/pieces``: a node reports the pieces it holds and its totals, and asks
   who uploads the pieces it wants, for the keys this supernode answers for
-  (`PieceDirectory`); the others come back in ``not_mine`` (ask the ring again).
+  (`PieceDirectory`); the others come back in ``not_mine`` (ask the ring again). **A
+  report speaks for the peer it comes from**: the holder's address is the request's
+  source address with the port the report names, and a peer id is bound to that host
+  while its holder is fresh (another host reporting it gets 403; more holders than
+  `pressrun.chord.directory.MAX_HOLDERS_PER_HOST` from one host, 429).
+
+The tracker's list is the ring's membership, and the id it lists for this supernode is
+the one it takes: a tracker that placed it elsewhere (it lost its list, or expired the
+supernode and could not give its id back) is followed, the supernode rejoins at the new
+id (`_move_to`).
 
 Outgoing requests are HTTP POSTs with a ``rpc_timeout_s`` timeout; the core itself
 sends again after a timeout and routes around a node that stays silent. One timer
@@ -50,6 +61,7 @@ from pressrun.chord.codec import (
 )
 from pressrun.chord.config import ChordConfig
 from pressrun.chord.core import ChordNode, LocalProtocolError, Phase
+from pressrun.chord.directory import PieceDirectory
 from pressrun.chord.events import (
     DropReason,
     Effect,
@@ -63,8 +75,8 @@ from pressrun.chord.events import (
     Request,
     Send,
 )
-from pressrun.chord.ids import NodeRef
-from pressrun.chord.pieces import PieceDirectory, piece_keys
+from pressrun.chord.ids import NodeRef, host_of
+from pressrun.chord.pieces import piece_keys
 from pressrun.chord.post import post_json
 
 log = logging.getLogger(__name__)
@@ -85,6 +97,11 @@ class SupernodeStats:
     lookups: int = 0
     lookups_failed: int = 0
     uploader_answers: int = 0
+    #: reports, questions and lookups from clients (`SupernodeHost` retires a
+    #: supernode whose count stays still for its ``idle_s``)
+    client_requests: int = 0
+    refused_reports: int = 0
+    moved: int = 0  # times the tracker placed it at another id and it rejoined there
     nodes_failed: list[str] = field(default_factory=list)
 
 
@@ -145,6 +162,7 @@ class Supernode:
         self.heartbeat_s = heartbeat_s
         self.rng = random.Random(seed)
         self.keys = piece_keys(info_hash, num_pieces)
+        self._key_set = frozenset(self.keys)
         # bring_in_s: a piece handed out to be brought in is not handed out again for
         # this long. All of an issue's pieces go out in the first round of a flash
         # crowd, and a bringer fetches its share one after the other while the origins'
@@ -244,7 +262,8 @@ class Supernode:
             self._heartbeat.cancel()
         if graceful and self.node is not None and self.node.phase is Phase.ON_RING:
             mine = [i for i, k in enumerate(self.keys) if self.node.answers_for(k)]
-            effects = self.node.leave(now=self._now(), handoff=self.directory.export(mine))
+            handoff = self.directory.export(mine, now=self._now())
+            effects = self.node.leave(now=self._now(), handoff=handoff)
             sends = [self._post(e.to, e.message) for e in effects if isinstance(e, Send)]
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 3.0)
@@ -288,24 +307,66 @@ class Supernode:
         while True:
             await asyncio.sleep(self.heartbeat_s)
             try:
-                _, nodes = await self._register()
+                me, nodes = await self._register()
             except SupernodeError as err:
                 log.warning("supernode %s: %s", self.address, err)
+                continue
+            except Exception:  # (the heartbeat outlives any error: logged, next beat)
+                log.exception("supernode %s: heartbeat failed", self.address)
                 continue
             node = self.node
             if node is None:
                 continue
+            if node.me.id != me.id:
+                self._move_to(me, nodes)
+                continue
             node.restrict_to(self.members)
             boot = [n for n in nodes if n.id != node.me.id]
             if node.phase is Phase.NEW:  # a join that failed: try again
-                self._apply(
-                    node.join(boot, now=self._now()) if boot else node.create(now=self._now())
-                )
+                self._enter(node, nodes)
             elif node.alone and boot:
                 # every neighbour timed out at once while the tracker still lists
                 # others: find our place again rather than stay a ring of one
                 self._apply(node.rejoin(boot, now=self._now()))
             self._rearm()
+
+    def _move_to(self, me: NodeRef, nodes: list[NodeRef]) -> None:
+        # The tracker lists this supernode at another id than the one it runs at (it
+        # lost its list, or expired the supernode and placed it anew): the others trust
+        # only the listed id, so the old one would stay a ring of its own for ever
+        # (issue 24, item 3). A new node at the listed id joins through the others;
+        # lookups in flight at the old one fail (their askers look up again); the
+        # piece directory stays (the holders' reports are as true at the new place).
+        old = self.node
+        log.warning(
+            "supernode %s: the tracker lists it at %s, not %s; rejoining the ring there",
+            self.address,
+            id_hex(me.id)[:10],
+            id_hex(old.me.id)[:10] if old is not None else "-",
+        )
+        self.stats.moved += 1
+        for lid, fut in list(self._lookups.items()):
+            if not fut.done():
+                fut.set_result(LookupFailed(lid, 0, 0, 0, "the supernode moved on the ring"))
+        self._lookups.clear()
+        now = self._now()
+        node = self.node = ChordNode(me, self.config, now=now, rng=self.rng)
+        node.restrict_to(self.members)
+        self._ring_changed()
+        self._enter(node, nodes)
+
+    def _enter(self, node: ChordNode, nodes: list[NodeRef]) -> None:
+        # Join through the others, except the first the tracker lists (the longest
+        # known), which creates the ring: when every supernode moved at once (a tracker
+        # that lost its list) all would otherwise join through nodes that are joining
+        # too, for ever. One that created while others were on a ring finds its place
+        # at the next heartbeat (`ChordNode.rejoin`, alone with others listed).
+        now = self._now()
+        boot = [n for n in nodes if n.id != node.me.id]
+        if boot and nodes[0].id != node.me.id:
+            self._apply(node.join(boot, now=now))
+        else:
+            self._apply(node.create(now=now))
 
     # --- effects, timer, outgoing requests ---------------------------------------
 
@@ -324,7 +385,7 @@ class Supernode:
             if isinstance(eff, HandoffReceived | NodeFailed | PredecessorChanged):
                 self._ring_changed()
             if isinstance(eff, HandoffReceived):
-                merged = self.directory.adopt(eff.handoff)
+                merged = self.directory.adopt(eff.handoff, now=self._now())
                 log.info(
                     "supernode %s: %d pieces handed over by %s", self.address, merged, eff.sender
                 )
@@ -422,7 +483,8 @@ class Supernode:
     async def lookup(
         self, keys: list[int], *, failed: Collection[str] = ()
     ) -> dict[int, NodeRef | None]:
-        """The supernode that answers for each key (None: the lookup failed).
+        """The supernode that answers for each of ``keys``, piece keys of this issue
+        (None: the lookup failed).
 
         Cheap per question: keys this supernode answers for are answered at once, an
         answer found by a lookup is kept for ``owner_cache_s`` (until the ring changes
@@ -487,11 +549,16 @@ class Supernode:
             if not isinstance(raw, list) or len(raw) > _MAX_KEYS:
                 raise CodecError(f"keys must be a list of at most {_MAX_KEYS} ids")
             keys = [parse_id(k, "key") for k in raw]
+            if not all(k in self._key_set for k in keys):
+                # (any other key would be looked up through the ring and its answer
+                # kept: 4,096 random keys a request cost 29 MB and 5.4 s of CPU)
+                raise CodecError("keys must be piece keys of this issue (GET /v1/ring)")
             failed = body.get("failed", [])
             if not isinstance(failed, list) or not all(isinstance(a, str) for a in failed):
                 raise CodecError("failed must be a list of host:port strings")
         except (CodecError, json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
             return web.json_response({"error": str(err)}, status=400)
+        self.stats.client_requests += 1
         try:
             owners = await asyncio.wait_for(self.lookup(keys, failed=failed[:64]), timeout=30.0)
         except LocalProtocolError:
@@ -509,11 +576,28 @@ class Supernode:
         node = self.node
         if node is None or node.phase is not Phase.ON_RING:
             return web.json_response({"error": "not on the ring yet"}, status=503)
+        self.stats.client_requests += 1
         now = self._now()
+        # the holder is where the report comes from (module docstring): its own host,
+        # the port it listens on
+        address = _seen_address(request.remote, q.address)
+        if address is None:
+            return web.json_response(
+                {"error": "address must be host:port, reported from an IP address"}, status=400
+            )
+        refusal = self.directory.admit(q.peer_id, address, now)
+        if refusal is not None:
+            self.stats.refused_reports += 1
+            bound = "reports from" in refusal
+            return web.json_response(
+                {"error": refusal},
+                status=403 if bound else 429,
+                headers=None if bound else {"Retry-After": "30"},
+            )
         mine = {p for p in (*q.have, *q.want) if node.answers_for(self.keys[p])}
         self.directory.handle_report(
             peer_id=q.peer_id,
-            address=q.address,
+            address=address,
             have=[p for p in q.have if p in mine],
             uploaded_bytes=q.uploaded,
             downloaded_bytes=q.downloaded,
@@ -532,7 +616,7 @@ class Supernode:
                 up = self.directory.choose_uploader(
                     p,
                     peer_id=q.peer_id,
-                    address=q.address,
+                    address=address,
                     now=now,
                     bringing=q.bringing,
                     brought=q.brought,
@@ -570,9 +654,25 @@ class Supernode:
         )
 
 
+def _seen_address(remote: str | None, claimed: str) -> str | None:
+    """``remote:port``, the port from ``claimed`` (``host:port``); None when either is
+    not what it must be (a source that is no IP address, a port that is no port)."""
+    port = claimed.rsplit(":", 1)[1] if ":" in claimed else ""
+    if remote is None or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    try:
+        ip = ipaddress.ip_address(remote)
+    except ValueError:
+        return None
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    if mapped is not None:
+        ip = mapped
+    return f"[{ip}]:{int(port)}" if ip.version == 6 else f"{ip}:{int(port)}"
+
+
 def _same_host(address: str, remote: str | None) -> bool:
     # The sender's claimed host must be where the request came from.
-    host = address.rsplit(":", 1)[0].strip("[]")
+    host = host_of(address)
     if remote is None:
         return False
     try:

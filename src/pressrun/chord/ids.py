@@ -63,6 +63,12 @@ def in_half_open(x: int, a: int, b: int) -> bool:
     return x > a or x <= b if a != b else True
 
 
+def host_of(address: str) -> str:
+    """The host of ``host:port`` (``[v6]:port`` without the brackets; a name without a
+    port as it is)."""
+    return address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
+
+
 def distance(a: int, b: int) -> int:
     """Clockwise distance from a to b."""
     return (b - a) % RING

@@ -82,10 +82,11 @@ MAX_METRIC_SWARMS = 50
 
 def published_info_hashes(
     content_dirs: Sequence[Path], trusted_keys: Collection[bytes] | None
-) -> set[bytes]:
+) -> dict[bytes, int]:
     """The info-hashes of the signed bundles in ``content_dirs`` (``<dir>/<issue>/
-    manifest.json``) whose signature verifies with one of ``trusted_keys``."""
-    found: set[bytes] = set()
+    manifest.json``) whose signature verifies with one of ``trusted_keys``, each with
+    its torrent's piece count (the ring's, `pressrun.tracker.ring`)."""
+    found: dict[bytes, int] = {}
     for content_dir in content_dirs:
         try:
             entries = sorted(content_dir.iterdir())
@@ -100,7 +101,7 @@ def published_info_hashes(
             except ManifestError as err:
                 log.warning("not allowing %s: %s", entry.name, err)
                 continue
-            found.add(bytes.fromhex(manifest.info_hash))
+            found[bytes.fromhex(manifest.info_hash)] = manifest.num_pieces
     return found
 
 
@@ -262,7 +263,12 @@ class TrackerService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._refresh_task: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
-        self.ring = RingAdmin(expected_supernodes=core.config.ring_supernodes)
+        # (the ring's piece counts: the published torrents', filled by `_scan`)
+        self.piece_counts: dict[str, int] = {}
+        self.ring = RingAdmin(
+            expected_supernodes=core.config.ring_supernodes,
+            published_pieces=self.piece_counts.get,
+        )
         # the ring lists live beside the peer records (two instances on one Redis share
         # them; SQLite keeps them across a restart)
         self.ring_store: RingStore | None = None
@@ -413,8 +419,10 @@ class TrackerService:
         if added:
             log.info("allowlist: %d info-hash(es) added by operators before", added)
 
-    async def _scan(self) -> set[bytes]:
-        return await asyncio.to_thread(published_info_hashes, self.content_dirs, self.trusted_keys)
+    async def _scan(self) -> dict[bytes, int]:
+        found = await asyncio.to_thread(published_info_hashes, self.content_dirs, self.trusted_keys)
+        self.piece_counts.update((h.hex(), n) for h, n in found.items())
+        return found
 
     async def _rescan_loop(self) -> None:
         """Allow issues published after start-up (new bundles in the content dirs)."""

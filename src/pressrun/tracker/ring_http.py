@@ -2,10 +2,16 @@
 
 GET  /v1/ring/{info_hash}             -> 200 {info_hash, num_pieces, piece_keys,
                                           supernodes: [{id, address}]} | 404
+                                      | 400: not 40 hex digits
 POST /v1/ring/{info_hash}/supernodes  {address, num_pieces[, leaving]}
                                       -> 200 {id, supernodes} | 400 {error}
                                       | 403 {error}: the request does not come from
                                       the address it registers or unregisters
+                                      | 429 {error}: a limit (`RingFull`), Retry-After
+
+Nothing a GET names is kept unless it is a ring: which issues were read from the store
+already is an LRU of at most `LOADED_MAX` (reading again is harmless: every change is
+written through), and a name that is no info-hash is answered 400 before anything.
 """
 
 from __future__ import annotations
@@ -13,16 +19,20 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from pressrun.chord.codec import id_hex, node_json
-from pressrun.tracker.ring import RingAdmin, RingError, RingView
+from pressrun.tracker.ring import RingAdmin, RingError, RingFull, RingView
 from pressrun.tracker.ring_store import STORE_ERRORS, RingStore
 
 log = logging.getLogger(__name__)
+
+#: issues whose ring list was read from a store only this process writes (an LRU)
+LOADED_MAX = 1024
 
 
 def _json(status: int, body: dict[str, Any]) -> web.Response:
@@ -49,7 +59,7 @@ def view_json(view: RingView) -> dict[str, Any]:
     return {
         "info_hash": view.info_hash,
         "num_pieces": view.num_pieces,
-        "piece_keys": [id_hex(k) for k in view.piece_keys],
+        "piece_keys": list(view.piece_keys_hex) or [id_hex(k) for k in view.piece_keys],
         "supernodes": [node_json(n) for n in view.supernodes],
     }
 
@@ -66,13 +76,18 @@ def add_ring_routes(
     supernodes for made-up info-hashes creates nothing (docs/security.md). ``store``
     keeps the lists (`pressrun.tracker.ring_store`): read before every answer when
     other instances share it, once per issue otherwise; every change written at once."""
-    loaded: set[str] = set()
+    loaded: OrderedDict[str, None] = OrderedDict()
 
     async def sync_in(info_hash: str) -> None:
         if store is None or (not store.shared and info_hash in loaded):
+            if info_hash in loaded:
+                loaded.move_to_end(info_hash)
             return
         got = await store.load(info_hash)
-        loaded.add(info_hash)
+        if not store.shared:
+            loaded[info_hash] = None
+            while len(loaded) > LOADED_MAX:
+                loaded.popitem(last=False)
         if got is not None:
             admin.restore(info_hash, *got)
 
@@ -112,6 +127,9 @@ def add_ring_routes(
 
     async def get_ring(request: web.Request) -> web.Response:
         info_hash = request.match_info["info_hash"].lower()
+        refusal = refused(info_hash)
+        if refusal is not None:
+            return refusal
         try:
             await sync_in(info_hash)
             before = members(info_hash)
@@ -157,6 +175,10 @@ def add_ring_routes(
                 return _json(200, {"left": True})
             try:
                 me = admin.register(info_hash, address, pieces, now=clock())
+            except RingFull as err:
+                return web.json_response(
+                    {"error": str(err)}, status=429, headers={"Retry-After": "30"}
+                )
             except RingError as err:
                 return _json(400, {"error": str(err)})
             view = admin.view(info_hash, now=clock())
