@@ -99,6 +99,35 @@ async def test_an_issue_past_the_default_block_limit_is_carried(
     assert result.path.read_bytes() == data
 
 
+async def test_the_receive_cache_grows_with_the_issue(
+    shelf: Shelf, senders: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every block of a carousel's object is in progress at once, so the binding's
+    cache must hold about the whole object: with a fixed cache (512 MiB, here 20 kB
+    for a 100 kB issue) the object failed with "Pkt cache is full"."""
+    from pressrun.multicast import receiver
+
+    monkeypatch.setattr(receiver, "MAX_CACHE_BYTES", 20_000)
+    data = shelf.publish("weekly-cache", 100_000)
+    carousel = CarouselConfig(channels=1, rate_bps=8e6, symbol_bytes=256)
+    sender = await senders(shelf, carousel)
+    await sender.start_carousel("weekly-cache", carousel)
+    work = tmp_path / "r"
+    work.mkdir()
+    result = await asyncio.to_thread(
+        receive_carousel,
+        "weekly-cache",
+        shelf.manifest_sha256("weekly-cache"),
+        control_group=sender.config.control_group,
+        interface="127.0.0.1",
+        trusted_keys={shelf.public_hex},
+        work_dir=work,
+        deadline_s=20.0,
+    )
+    assert result.completed and result.path is not None, result.reason
+    assert result.path.read_bytes() == data
+
+
 async def test_a_stopped_carousel_leaves_no_metric_children(shelf: Shelf, senders: Any) -> None:
     shelf.publish("weekly-m", 30_000)
     sender = await senders(shelf, CarouselConfig(channels=2, rate_bps=2e6))

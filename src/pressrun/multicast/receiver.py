@@ -53,12 +53,26 @@ log = logging.getLogger("pressrun.multicast.receiver")
 MAX_DATAGRAM = 65536
 #: a data packet read (symbols of up to 4 kB with their headers)
 PACKET_READ_BYTES = 4200
-#: memory the binding may hold for undecoded blocks of the object
+#: memory the binding may hold for undecoded blocks of the object, at least; a larger
+#: issue gets more (`cache_bytes_for`)
 MAX_CACHE_BYTES = 512 * 1024 * 1024
+#: what the crate caches per symbol besides its bytes (the packet's headers), at most
+CACHED_HEADER_BYTES = 64
 #: after a round that read data packets, wait this long before the next one, so each
 #: wake-up reads the packets of that time from the socket buffers in one go instead of
 #: one packet per wake-up (a carousel of 20 Mbit/s is 1,750 packets/s: 35 per round)
 BATCH_WAIT_S = 0.02
+
+
+def cache_bytes_for(plan: CarouselPlan) -> int:
+    """The binding's cache for a carousel's object: every source block of it is in
+    progress at once (each channel's cycle spreads its symbols over all blocks), so
+    the crate may hold about the whole object's symbols, with their headers, before
+    the blocks decode: a quarter more than that, and never under `MAX_CACHE_BYTES`
+    (an issue past 367 MB failed with "Pkt cache is full" at a fixed 512 MiB)."""
+    symbols = -(-plan.size_bytes // max(1, plan.symbol_bytes))
+    needed = symbols * (plan.symbol_bytes + CACHED_HEADER_BYTES) * 5 // 4
+    return max(MAX_CACHE_BYTES, needed)
 
 
 def wall_clock() -> float:
@@ -188,7 +202,9 @@ def receive_carousel(
                     elif stop is not None and plan is None:
                         plan = stop
                         result.plan = plan
-                        flute = pressrun_flute.Receiver(work_dir, max_cache_bytes=MAX_CACHE_BYTES)
+                        flute = pressrun_flute.Receiver(
+                            work_dir, max_cache_bytes=cache_bytes_for(plan)
+                        )
                         channels = _Channels(selector, plan, interface)
                         layers = LayerCore(
                             layering or LayeringConfig(),
