@@ -51,3 +51,19 @@ def test_the_state_file_keeps_plans_and_a_damaged_one_costs_only_them(tmp_path: 
     assert damaged.tsi_for("weekly-a") == derived_tsi("weekly-a")
     damaged.remember("weekly-b", moved, now_unix=2.0)
     assert set(json.loads(state.read_text())["carousels"]) == {"weekly-b"}
+
+
+def test_the_sender_range_defaults_to_what_is_left_below_239_255_255_255() -> None:
+    import nacl.signing
+
+    from pressrun.multicast.sender import SenderServiceConfig
+
+    def config(**kw: object) -> SenderServiceConfig:
+        return SenderServiceConfig(
+            Path("."), ("239.1.1.1", 5400), nacl.signing.SigningKey.generate(), "t" * 16, **kw
+        )  # type: ignore[arg-type]
+
+    assert config().groups() == 1024
+    assert config(group_base="239.255.255.200").groups() == 56
+    with pytest.raises(ValueError, match="leaves the multicast range"):
+        config(group_base="239.255.255.200", group_count=100)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from pressrun.multicast.config import CarouselConfig
 from pressrun.multicast.control import check_datagram
 from pressrun.multicast.core import AnnouncementGate
 from pressrun.multicast.events import AnnouncementVerdict, CarouselPlan
-from pressrun.multicast.net import free_udp_port, receiver_socket
+from pressrun.multicast.net import receiver_socket
 from pressrun.multicast.plans import derived_tsi
 from pressrun.multicast.receiver import receive_carousel
 
@@ -29,6 +30,13 @@ SLOW = CarouselConfig(channels=2, rate_bps=200e3)
 
 def addresses(plan: CarouselPlan) -> list[tuple[str, int, int]]:
     return [(ch.group, ch.port, ch.tsi) for ch in plan.channels]
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def lct_tsi(packet: bytes) -> int:
@@ -71,7 +79,7 @@ async def test_the_tsi_is_set_through_the_api_and_kept_in_the_state_file(
         "group_base": base,
         "prepare_issues": 0,
         "state_file": tmp_path / "carousels.json",
-        "port": free_udp_port(),
+        "port": free_tcp_port(),
     }
     carousel = CarouselConfig(channels=1, rate_bps=4e6)
     first = await senders(shelf, carousel, **where)
@@ -200,7 +208,7 @@ async def test_130_carousels_keep_their_announcements_flowing(
     issues = [f"weekly-{i:03d}" for i in range(count)]
     data = {issue: shelf.publish(issue, 2_000) for issue in issues}
     slow = CarouselConfig(channels=2, rate_bps=20e3)
-    sender = await senders(shelf, slow, prepare_issues=0, group_count=1024)
+    sender = await senders(shelf, slow, prepare_issues=0)
     for issue in issues[:-1]:
         await sender.start_carousel(issue, slow)
     last = issues[-1]

@@ -88,9 +88,10 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--group-count",
         type=int,
-        default=1024,
+        default=None,
         help="groups in the carousels' range; an issue's carousel takes the groups its id "
-        "hashes to, the same after every restart (default 1024)",
+        "hashes to, the same after every restart (default 1024, or as many as there are "
+        "up to 239.255.255.255)",
     )
     p.add_argument(
         "--channel-port-base",

@@ -65,6 +65,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pressrun.multicast.sender")
 
+#: the groups of the carousels' range unless configured
+DEFAULT_GROUPS = 1024
 #: the control API's routes: every one needs ``Authorization: Bearer <token>``
 API_ROUTES = frozenset({"/v1/carousels", "/v1/carousels/{issue_id}"})
 
@@ -87,8 +89,9 @@ class SenderServiceConfig:
     port: int = 0
     carousel: CarouselConfig = field(default_factory=CarouselConfig)
     group_base: str = "239.255.71.1"
-    #: the carousels' groups are group_base .. group_base + group_count - 1
-    group_count: int = 1024
+    #: the carousels' groups are group_base .. group_base + group_count - 1 (None: 1024,
+    #: or as many as there are up to 239.255.255.255)
+    group_count: int | None = None
     channel_port_base: int = 0  # 0: ports derived from the issue id (plans.py)
     #: where each issue's groups, ports and TSI are kept across restarts (None: only
     #: in memory; without it they are still derived from the issue id)
@@ -114,10 +117,26 @@ class SenderServiceConfig:
             raise ValueError("the control API token must be at least 16 characters")
         if not ipaddress.IPv4Address(self.group_base).is_multicast:
             raise ValueError(f"--group-base {self.group_base} is not a multicast address")
+        count = self.groups()
+        last = int(ipaddress.IPv4Address(self.group_base)) + count - 1
+        if count < 1 or not ipaddress.IPv4Address(last).is_multicast:
+            raise ValueError(
+                f"--group-count {count} from --group-base {self.group_base} "
+                "leaves the multicast range"
+            )
         if not 0 < self.announce_interval_s < self.announcement_ttl_s:
             raise ValueError("need 0 < announce interval < announcement ttl")
         if not 0 < self.fdt_renew_s < self.fdt_duration_s:
             raise ValueError("need 0 < fdt_renew_s < fdt_duration_s")
+
+    def groups(self) -> int:
+        """How many groups the carousels' range has (``group_count`` or its default)."""
+        if self.group_count is not None:
+            return self.group_count
+        left = int(ipaddress.IPv4Address("239.255.255.255")) - int(
+            ipaddress.IPv4Address(self.group_base)
+        )
+        return max(1, min(DEFAULT_GROUPS, left + 1))
 
 
 @dataclass
@@ -363,7 +382,7 @@ class MulticastSender:
         self.publisher_key = bytes(config.signing_key.verify_key).hex()
         self.planner = ChannelPlanner(
             group_base=config.group_base,
-            group_count=config.group_count,
+            group_count=config.groups(),
             channel_port_base=config.channel_port_base,
             state_file=config.state_file,
         )
