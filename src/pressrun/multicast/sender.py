@@ -37,7 +37,6 @@ import hashlib
 import ipaddress
 import json
 import logging
-import queue
 import socket
 import threading
 import time
@@ -232,7 +231,10 @@ class SendThread(threading.Thread):
         self.metrics = metrics
         self._lock = threading.Lock()
         self._carousels: dict[str, RunningCarousel] = {}
-        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        #: set on a start or stop, so an idle thread looks again at once (an event, not
+        #: a queue: a queue the thread drains only when idle grew by one per order for
+        #: as long as any carousel ran)
+        self._wake = threading.Event()
         self._stopping = threading.Event()
         self._slipped: dict[tuple[str, int], int] = {}
         self._children: dict[tuple[str, int], tuple[Counter, Counter, Gauge, Counter]] = {}
@@ -245,7 +247,7 @@ class SendThread(threading.Thread):
         with self._lock:
             self._carousels[carousel.plan.issue_id] = carousel
             self.metrics.carousels.set(len(self._carousels))
-        self._wake.put(None)
+        self._wake.set()
 
     def stop_carousel(self, issue_id: str) -> RunningCarousel | None:
         """Stop an issue's carousel; the stopped carousel, or None if none ran."""
@@ -254,7 +256,7 @@ class SendThread(threading.Thread):
             self.metrics.carousels.set(len(self._carousels))
             if carousel is not None:
                 self._stopped.add(issue_id)
-        self._wake.put(None)
+        self._wake.set()
         return carousel
 
     def running(self) -> list[RunningCarousel]:
@@ -270,7 +272,7 @@ class SendThread(threading.Thread):
     def stop(self) -> None:
         """Ask the thread to end (join it afterwards)."""
         self._stopping.set()
-        self._wake.put(None)
+        self._wake.set()
 
     def _forget_stopped(self) -> None:
         """Remove the per-(issue, channel) metric children of the carousels stopped
@@ -305,8 +307,8 @@ class SendThread(threading.Thread):
         self._forget_stopped()
         carousels = self.running()
         if not carousels:
-            with contextlib.suppress(queue.Empty):
-                self._wake.get(timeout=0.5)
+            self._wake.wait(timeout=0.5)
+            self._wake.clear()
             return
         deadline = min(c.schedule.next_deadline() for c in carousels)
         now = time.perf_counter()
