@@ -254,3 +254,20 @@ async def test_a_running_carousel_renews_its_fdt(shelf: Shelf, senders: Any) -> 
     assert max(map(_expires, later)) > max(map(_expires, first))
     running = sender.thread.get("weekly-fdt")
     assert running is not None and running.prepared.fdt.instance_id >= 2
+
+
+async def test_passes_of_carousels_gone_from_the_air_are_dropped(
+    shelf: Shelf, senders: Any
+) -> None:
+    """With --prepare-issues 0 every pass a carousel start encoded stayed in memory for
+    the sender's life (size x channels x 1.35 per issue ever carouselled)."""
+    for issue in ("weekly-p1", "weekly-p2"):
+        shelf.publish(issue, 30_000)
+    carousel = CarouselConfig(channels=2, rate_bps=200e3)
+    sender = await senders(shelf, carousel, prepare_issues=0, prepare_interval_s=0.1)
+    for issue in ("weekly-p1", "weekly-p2"):
+        await sender.start_carousel(issue, carousel)
+    assert sender.stop_carousel("weekly-p1")
+    await wait_for(lambda: set(sender.preparer.prepared) == {"weekly-p2"}, 5, "the pass dropped")
+    await asyncio.sleep(0.3)
+    assert set(sender.preparer.prepared) == {"weekly-p2"}  # the one on the air stays

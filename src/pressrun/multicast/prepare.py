@@ -250,8 +250,7 @@ class IssuePreparer:
     ) -> None:
         """One round: prepare the newest ``count`` issues (each once per manifest),
         forget the prepared passes of older ones not ``on_air``."""
-        newest = await asyncio.to_thread(self.published_issues)
-        newest = newest[:count]
+        newest = (await asyncio.to_thread(self.published_issues))[:count] if count else []
         for issue_id in newest:
             if await self._failed_before(issue_id, carousel, tsi_for(issue_id)):
                 continue  # the same manifest and encoding failed: logged then

@@ -438,13 +438,14 @@ class MulticastSender:
             await asyncio.sleep(interval)
 
     async def _prepare_round(self) -> None:
-        if self.config.prepare_issues:
-            await self.preparer.refresh(
-                self.config.prepare_issues,
-                self.config.carousel,
-                on_air=lambda issue_id: self.thread.get(issue_id) is not None,
-                tsi_for=self.planner.tsi_for,
-            )
+        # with --prepare-issues 0 too: the passes of carousels no longer on the air go
+        # (they were kept for the sender's life, one pass per issue ever carouselled)
+        await self.preparer.refresh(
+            self.config.prepare_issues,
+            self.config.carousel,
+            on_air=lambda issue_id: self.thread.get(issue_id) is not None,
+            tsi_for=self.planner.tsi_for,
+        )
 
     async def _follow_republished(self) -> None:
         """A running carousel whose issue's manifest changed on disk carries the new
