@@ -464,7 +464,8 @@ class MulticastSender:
             try:
                 prepared = await self.preparer.prepare(issue_id, running.config, tsi=tsi)
             except CarouselError as err:
-                log.warning("%s was republished but cannot be prepared: %s", issue_id, err)
+                # the preparer logged why (once); the carousel keeps the old version
+                log.debug("%s was republished but cannot be prepared: %s", issue_id, err)
                 continue
             if self.thread.get(issue_id) is not running:
                 continue  # stopped or restarted meanwhile
