@@ -48,6 +48,9 @@ def test_no_token_is_refused(
         (("--channels", "0"), "channels must be 1..16"),
         (("--group-base", "192.168.1.1"), "not a multicast address"),
         (("--token-env", "PR_TEST_SHORT"), "at least 16 characters"),
+        (("--start", "weekly-1=abc"), "the TSI after '=' must be a number"),
+        (("--group-base", "239.255.255.200", "--group-count", "100"), "leaves the multicast"),
+        (("--fdt-renew-s", "0"), "fdt_renew_s"),
     ],
 )
 def test_bad_flags_are_clear_errors(
