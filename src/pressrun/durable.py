@@ -183,6 +183,10 @@ class FolderSwaps:
         r"\.(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,127})\."
         r"(?P<kind>arriving|publishing|replaced)-(?P<token>[A-Za-z0-9_]+)"
     )
+    #: `write_atomic`'s temp files in ``.pressrun`` (of ``<name>.swap``, ``<name>.version``)
+    STATE_TEMP_RE = re.compile(
+        r"\.(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,127})\.(?:swap|version)\.[a-z0-9_]{8}"
+    )
 
     def __init__(self, root: Path, kind: str) -> None:
         if kind not in ("arriving", "publishing"):
@@ -328,7 +332,10 @@ class FolderSwaps:
                     found.setdefault(m["name"], []).append(entry)
         with contextlib.suppress(OSError):
             for entry in self.state_dir.iterdir():
-                if entry.name.endswith(".swap"):
+                m = self.STATE_TEMP_RE.fullmatch(entry.name)
+                if m is not None:
+                    found.setdefault(m["name"], []).append(entry)
+                elif entry.name.endswith(".swap"):
                     found.setdefault(entry.name[: -len(".swap")], [])
         return found
 
@@ -367,6 +374,10 @@ class FolderSwaps:
         final = self.root / name
         for p in sorted(paths, key=lambda p: "replaced" not in p.name):
             if not os.path.lexists(p):
+                continue
+            if p.parent == self.state_dir:
+                p.unlink()  # a temp file of a write a crash interrupted
+                done.append(f"{name}: removed the temp file {p.name} of an unfinished write")
                 continue
             if "replaced" in p.name:
                 # an old version moved aside with no journal (pressrun before the

@@ -55,7 +55,7 @@ async def _worker(f: FetchState, worker: int, plan: DownloadPlan, m: Manifest, f
             if not plan.sections or f.config.steal_after_s is None:
                 return
             if not plan.worth_stealing(now=f.now()):
-                await asyncio.sleep(STEAL_CHECK_S)
+                await f.wait_changed(STEAL_CHECK_S)
                 continue
         deadline = plan.next_deadline()
         delay = 0.0 if deadline is None else deadline - f.now()
@@ -87,7 +87,7 @@ async def _worker(f: FetchState, worker: int, plan: DownloadPlan, m: Manifest, f
         if stealing:
             started = plan.steal_section(names, now=f.now())
             if started is None:
-                await asyncio.sleep(STEAL_CHECK_S)
+                await f.wait_changed(STEAL_CHECK_S)
                 continue
             origin = started.section.origin
         else:

@@ -130,6 +130,9 @@ class FetchState:
     swarm_peers: list[SwarmPeer] = field(default_factory=list)
     #: when this process first asked the balancer for the issue (`now`)
     first_asked_at: float | None = None
+    #: set whenever the plan reports events (a piece verified, a section ended): an
+    #: idle worker wakes on it instead of polling (`wait_changed`)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def now(self) -> float:
         return self.loop.time()
@@ -234,7 +237,16 @@ class FetchState:
         if self.progress is not None:
             self.progress.advanced(self.verified_bytes + sum(self.in_progress.values()), origin)
 
+    async def wait_changed(self, timeout_s: float) -> None:
+        """Until the plan reports events, at most ``timeout_s`` (an idle worker's wait:
+        the last section's end wakes it at once, so a download does not end late)."""
+        self.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self.changed.wait()
+
     def apply(self, events: Sequence[Event]) -> None:
+        self.changed.set()
         for event in events:
             if isinstance(event, OriginFailed):
                 self.notice(f"origin {event.origin} failed: {event.reason}; moving on")

@@ -412,8 +412,6 @@ def publish(
     except KeyFileError as err:
         raise PublishError(str(err)) from None
     final = content_dir / issue_id
-    if os.path.lexists(final) and not force:
-        raise PublishError(f"a bundle for issue {issue_id} already exists at {final}; pass --force")
     try:
         content_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
