@@ -21,6 +21,15 @@ and telling the algorithm which origin was picked (for Algorithm 2 this is where
 bandwidth inflation grows). A `ModePolicy` may turn an origin directive into a swarm or
 multicast one; by default every directive is `origin`.
 
+Request classes (`RequestClass`, `pressrun.balancer.request_classes`): a request
+names its class (``class=``), or the core classifies it (``crowd``; ``catalogue`` for
+an issue some origin in rotation does not hold, with `catalogue_by_holders`). Each
+class is placed by its policy (`BalancerConfig.class_policies`): ``algorithm`` is the
+path above (the scoring algorithm ranks, is told the pick, and the mode policy may
+turn the directive into swarm or multicast); ``gwrr`` and ``least-loaded`` place the
+request among the class's group of holders without the algorithm (its picks and
+admission stay the crowd's) and in origin mode.
+
 Bounded state (docs/security.md): an issue id no origin in rotation holds is refused
 before the algorithm, the ranked cache or the mode policy see it, so made-up ids cost
 nothing and leave nothing behind. The core keeps which origins in rotation hold each
@@ -54,9 +63,11 @@ from pressrun.balancer.events import (
     PollOrigin,
     RankedOrigin,
     Refusal,
+    RequestClass,
     StatusReceived,
     SwarmInfo,
 )
+from pressrun.balancer.request_classes import ClassDispatch
 
 
 class LocalProtocolError(Exception):
@@ -145,6 +156,8 @@ class BalancerCore:
         # issue id -> the origins in rotation (UP) whose latest status holds it
         self._holders: dict[str, set[str]] = {}
         self.refusals: dict[Refusal, int] = dict.fromkeys(Refusal, 0)
+        self.classes = ClassDispatch(origins, config.class_groups)
+        self.directives_by_class: dict[RequestClass, int] = dict.fromkeys(RequestClass, 0)
 
     # --- timers -------------------------------------------------------------
 
@@ -198,6 +211,7 @@ class BalancerCore:
         came_back = rec.state is not OriginState.UP
         rec.state = OriginState.UP
         self.algorithm.handle_status(msg.status, now=now)
+        self.classes.handle_status(rec.spec.name)
         return [OriginCameBack(rec.spec.name)] if came_back else []
 
     def handle_poll_failed(self, msg: PollFailed, *, now: float) -> list[Effect]:
@@ -249,6 +263,10 @@ class BalancerCore:
         if issue not in self._holders:
             # Unknown here (made up, or no holder in rotation): nothing is created.
             return self._refuse(issue, msg.failed)
+        klass = msg.request_class or self.classify(issue)
+        policy = self.config.class_policy(klass.value)
+        if policy != "algorithm":
+            return self._place_by_class(msg, klass, policy, now=now)
         ranked = self.algorithm.rank_for(
             issue, msg.client, exclude=msg.failed, k=self.config.directive_origins, now=now
         )
@@ -259,6 +277,7 @@ class BalancerCore:
         self.algorithm.handle_pick_for(picked, issue, msg.client, now=now)
         origins[picked].picks += 1
         self.directives_answered += 1
+        self.directives_by_class[klass] += 1
         decision = self.mode_policy.decide(issue, now=now, address=msg.address)
         if decision.mode is not DeliveryMode.ORIGIN:
             # the client goes to the swarm or the carousel first, not to the origin
@@ -277,6 +296,53 @@ class BalancerCore:
             self.config.expires_in_s,
             self.algorithm.name,
             decision.multicast,
+            klass,
+        )
+
+    def classify(self, issue: str) -> RequestClass:
+        """The class of a request that names none: ``crowd``, or with
+        `catalogue_by_holders` ``catalogue`` when some origin in rotation does not hold
+        the issue (the back catalogue lives on some origins only)."""
+        if self.config.catalogue_by_holders:
+            holders = self._holders.get(issue, set())
+            up = sum(1 for rec in self.origins.values() if rec.state is OriginState.UP)
+            if len(holders) < up:
+                return RequestClass.CATALOGUE
+        return RequestClass.CROWD
+
+    def _place_by_class(
+        self, msg: DirectiveRequested, klass: RequestClass, policy: str, *, now: float
+    ) -> Directive | NoDirective:
+        """A request placed by its class's own policy (``gwrr``, ``least-loaded``),
+        among the holders in rotation: the algorithm is not asked nor told (the
+        crowd's placement stays its own), the directive is `origin`."""
+        issue = msg.issue_id
+        holders = self._holders[issue]
+        statuses: dict[str, OriginStatus] = {}
+        for name in holders:
+            status = self.origins[name].status
+            if status is not None:
+                statuses[name] = status
+        ranked = self.classes.rank(
+            policy, klass, holders, statuses, exclude=msg.failed, k=self.config.directive_origins
+        )
+        if not ranked:
+            return self._refuse(issue, msg.failed)
+        picked = ranked[0][0]
+        self.classes.handle_pick(policy, klass, picked, holders, msg.failed)
+        self.origins[picked].picks += 1
+        self.directives_answered += 1
+        self.directives_by_class[klass] += 1
+        return Directive(
+            issue,
+            DeliveryMode.ORIGIN,
+            tuple(RankedOrigin(n, self.origins[n].spec.url, s) for n, s in ranked),
+            None,
+            (),
+            self.config.expires_in_s,
+            policy,
+            None,
+            klass,
         )
 
     def _ranked_origins(

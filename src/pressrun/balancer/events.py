@@ -50,6 +50,19 @@ class DeliveryMode(Enum):
     MULTICAST = "multicast"
 
 
+class RequestClass(Enum):
+    """What a request is for, which decides how the balancer places it and how an
+    origin serves it (docs/balancer.md, "Request classes"; the content-aware classes
+    of LVS-CAD, 001_524169374db25375.txt)."""
+
+    #: small, latency-bound objects: manifests, torrents, covers, subscription wraps
+    SMALL = "small"
+    #: the new issue, asked for by a crowd at once (bulk, with a deadline)
+    CROWD = "crowd"
+    #: the back catalogue: issues only some origins hold and a few readers ask for
+    CATALOGUE = "catalogue"
+
+
 @dataclass(frozen=True, slots=True)
 class RankedOrigin:
     """An origin in a directive, with the score it had when ranked."""
@@ -90,6 +103,8 @@ class Directive:
     expires_in_s: float
     algorithm: str
     multicast: MulticastInfo | None = None
+    #: the class the request was placed as
+    request_class: RequestClass = RequestClass.CROWD
 
 
 class Refusal(Enum):
@@ -149,12 +164,15 @@ class ClientHint:
 class DirectiveRequested:
     """A client asks how to fetch an issue; `failed` names origins it could not use;
     `client` is what it told of itself (None: nothing); `address` is where the request
-    came from as the adapter saw it (None: unknown, e.g. in the simulator)."""
+    came from as the adapter saw it (None: unknown, e.g. in the simulator);
+    `request_class` what the request is for (``class=``; None: the core classifies it,
+    `BalancerCore.classify`)."""
 
     issue_id: str
     failed: frozenset[str] = frozenset()
     client: ClientHint | None = None
     address: str | None = None
+    request_class: RequestClass | None = None
 
 
 # --- effects ----------------------------------------------------------------

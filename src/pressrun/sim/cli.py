@@ -82,6 +82,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(e.g. docs/tournament-2026.json) without running anything",
     )
     bal.add_argument(
+        "--generator",
+        choices=("general", "crowd"),
+        default="general",
+        help="with --generate: which kind of scenario (general: 3-50 servers, downloads and "
+        "streams, 0.2x-2x capacity; crowd: issue 33's flash crowds of 1,500-4,000 clients "
+        "at 2x-5x capacity; docs/simulator.md)",
+    )
+    bal.add_argument(
         "--scenarios",
         metavar="A:B",
         help="with --generate: run only scenarios A to B-1 of the N (a slice, so a long "
@@ -99,6 +107,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         default=1,
         help="with --generate: runs in parallel processes (default 1)",
+    )
+    bal.add_argument(
+        "--classes",
+        choices=("on", "off"),
+        default=None,
+        help="with --scenario: request classes told to the balancer and the origins (on) "
+        "or not (off), whatever the scenario says (docs/simulator.md, 'Request classes')",
     )
     bal.add_argument(
         "--failover-stall-s",
@@ -198,7 +213,14 @@ def run_tournament_command(args: argparse.Namespace) -> int:
     if isinstance(names, str):
         print(f"pressrun sim: {names}", file=sys.stderr)
         return 2
-    scenarios = generate_scenarios(args.generate, args.seed)
+    if args.generator == "crowd":
+        from pressrun.sim.generate_crowd import generate_crowd_scenarios
+
+        scenarios = generate_crowd_scenarios(args.generate, args.seed)
+        stem = f"tournament-crowd-{args.seed}"
+    else:
+        scenarios = generate_scenarios(args.generate, args.seed)
+        stem = f"tournament-{args.seed}"
     if args.scenarios is not None:
         part = _slice(args.scenarios, len(scenarios))
         if part is None:
@@ -209,7 +231,7 @@ def run_tournament_command(args: argparse.Namespace) -> int:
             )
             return 2
         scenarios = scenarios[part[0] : part[1]]
-    out = None if args.out is None else args.out / f"tournament-{args.seed}.json"
+    out = None if args.out is None else args.out / f"{stem}.json"
     previous: dict[str, Any] | None = None
     if out is not None and out.exists():
         read = _read_record(out)
@@ -219,6 +241,9 @@ def run_tournament_command(args: argparse.Namespace) -> int:
         previous = read
         if previous.get("seed") != args.seed:
             print(f"pressrun sim: {out} is a record of another seed", file=sys.stderr)
+            return 2
+        if previous.get("generator", "general") != args.generator:
+            print(f"pressrun sim: {out} is a record of another generator", file=sys.stderr)
             return 2
     total = len(scenarios) * len(names)
     done = 0
@@ -244,6 +269,8 @@ def run_tournament_command(args: argparse.Namespace) -> int:
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         record = tournament_record(entries, args.seed, previous)
+        if args.generator != "general":
+            record["generator"] = args.generator
         tmp = out.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         tmp.replace(out)
@@ -315,6 +342,8 @@ def run_balancer(args: argparse.Namespace) -> int:
         print("pressrun sim: --failover-stall-s must be >= 0", file=sys.stderr)
         return 2
     scenario = scenario.with_failover_stall(args.failover_stall_s)
+    if args.classes is not None:
+        scenario = scenario.with_classes(args.classes == "on")
     names = _algorithms(args.algorithm, [BalancerConfig().algorithm])
     if isinstance(names, str):
         print(f"pressrun sim: {names}", file=sys.stderr)

@@ -370,7 +370,57 @@ def summarize(result: RunResult) -> dict[str, Any]:
         "stall_s_p99": percentile(stalls, 99),
         "capacity": capacity_bound(result.scenario, result),
         "events": result.events,
+        **({"classes": class_rows(result)} if _has_classes(result) else {}),
     }
+
+
+def _has_classes(result: RunResult) -> bool:
+    return any(a.request_class is not None for a in result.scenario.assets)
+
+
+def class_rows(result: RunResult) -> dict[str, dict[str, Any]]:
+    """Per request class (the assets' `request_class`): requests, successful, refused
+    until they gave up, time to first byte p50/p90/p99 and completion p99 (s), and the
+    clients sent to an origin that does not hold their asset."""
+    by_class: dict[str, list[Client]] = {}
+    for c in result.clients:
+        by_class.setdefault(c.asset.request_class or "none", []).append(c)
+    out: dict[str, dict[str, Any]] = {}
+    for klass in sorted(by_class):
+        clients = by_class[klass]
+        ttfb = [c.first_byte_at - c.requested_at for c in clients if c.first_byte_at is not None]
+        done = [
+            c.ended_at - c.requested_at
+            for c in clients
+            if c.state is ClientState.DONE and c.ended_at is not None
+        ]
+        out[klass] = {
+            "requests": len(clients),
+            "successful": len(done),
+            "gave_up_refused": sum(1 for c in clients if c.reason.startswith("refused")),
+            "ttfb_s": {q: percentile(ttfb, q) for q in (50, 90, 99)},
+            "completion_s_p99": percentile(done, 99),
+            "outside_holders": sum(1 for c in clients if c.non_holder),
+        }
+    return out
+
+
+def format_classes(summary: dict[str, Any]) -> str:
+    """The per-class lines of a run with request classes (empty without)."""
+    rows = summary.get("classes")
+    if not rows:
+        return ""
+    lines = [
+        f"{'class':10} {'requests':>8} {'successful':>10} {'gave up':>7} {'TTFB p50':>8} "
+        f"{'TTFB p99':>8} {'done p99':>8} {'outside holders':>15}"
+    ]
+    for klass, r in rows.items():
+        lines.append(
+            f"{klass:10} {r['requests']:8d} {r['successful']:10d} {r['gave_up_refused']:7d} "
+            f"{_fmt(r['ttfb_s'][50]):>8} {_fmt(r['ttfb_s'][99]):>8} "
+            f"{_fmt(r['completion_s_p99']):>8} {r['outside_holders']:15d}"
+        )
+    return "\n".join(lines)
 
 
 def _pct(x: float) -> str:
@@ -391,6 +441,8 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{m['crashes']:7d}"
         )
     lines.append(_metrics_line(summary))
+    if summary.get("classes"):
+        lines.append(format_classes(summary))
     return "\n".join(lines)
 
 

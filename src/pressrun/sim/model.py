@@ -97,6 +97,9 @@ class AssetSpec:
     popularity: float = 1.0
     download_bytes: float | None = None
     deadline_s: float = 600.0
+    #: what requests for it are (``small``, ``crowd``, ``catalogue``; None: unclassed),
+    #: told to the balancer and the origins when the scenario has classes
+    request_class: str | None = None
 
     @property
     def is_download(self) -> bool:
@@ -161,6 +164,8 @@ class Client:
     received_bytes: float = 0.0
     joined_d: float = 0.0
     flow: FlowClass | None = None
+    #: it was sent to a server that does not hold its asset (never, by the core's rule)
+    non_holder: bool = False
 
     @property
     def cap_bytes_per_s(self) -> float:
@@ -177,6 +182,7 @@ class FlowClass:
         "cap",
         "cpu_coef",
         "download",
+        "first",
         "integral",
         "members",
         "order",
@@ -185,9 +191,11 @@ class FlowClass:
         "targets",
     )
 
-    def __init__(self, cap: float, download: bool) -> None:
+    def __init__(self, cap: float, download: bool, first: bool = False) -> None:
         self.cap = cap
         self.download = download
+        # served ahead of the others (small objects on an origin with request classes)
+        self.first = first
         self.members = 0
         self.cpu_coef = 0.0  # sum of the members' cores per byte/s
         self.rate = cap  # bytes/s each member gets now
@@ -200,6 +208,29 @@ class FlowClass:
     def fraction(self) -> float:
         """rate / cap: 1 when every member gets all it takes."""
         return self.rate / self.cap if self.cap > 0 else 1.0
+
+
+def _water_fill(flows: list[FlowClass], link: float) -> float:
+    """Share `link` max-min fairly over `flows` (sorted by cap): each class under the
+    fair level gets its cap, the others the level. Returns what is left of the link."""
+    left_bw = link
+    left_n = sum(f.members for f in flows)
+    level = float("inf")
+    for f in flows:
+        if left_n <= 0:
+            break
+        level = left_bw / left_n
+        if f.cap <= level:
+            f.rate = f.cap
+            left_bw -= f.cap * f.members
+            left_n -= f.members
+        else:
+            break
+    for f in flows:
+        if f.cap > level:
+            f.rate = level
+            left_bw -= level * f.members
+    return max(left_bw, 0.0)
 
 
 class Server:
@@ -221,6 +252,7 @@ class Server:
         "ram_area",
         "ram_backlog",
         "rng",
+        "small_first",
         "spec",
         "started",
         "status_memo",
@@ -228,15 +260,17 @@ class Server:
         "version",
     )
 
-    def __init__(self, spec: ServerSpec, rng: random.Random) -> None:
+    def __init__(self, spec: ServerSpec, rng: random.Random, *, small_first: bool = False) -> None:
         self.spec = spec
         self.rng = rng
+        # The origin knows request classes: small objects go ahead of bulk transfers.
+        self.small_first = small_first
         self.clients: dict[int, Client] = {}
         # asset -> flow class -> members of that asset in it (for per-issue rates)
         self.asset_counts: dict[str, dict[FlowClass, int]] = {}
         # asset -> transfers started for it (the agent's transfers_total_by_issue)
         self.started: dict[str, int] = {}
-        self.flows: dict[tuple[bool, float], FlowClass] = {}
+        self.flows: dict[tuple[bool, float, bool], FlowClass] = {}
         self.bg_cpu = spec.cpu_idle
         self.out = 0.0
         self.cpu_used = 0.0  # cores the clients use at their current rates
@@ -277,26 +311,21 @@ class Server:
         """Every class's rate, after the client set or background changed.
 
         Water-filling over the classes by cap (max-min fair sharing of the link), then
-        one factor for all if the CPU cannot keep up.
+        one factor for all if the CPU cannot keep up. With request classes, the small
+        objects' classes are filled first and the rest share what they leave (strict
+        priority: an origin sends a manifest ahead of bulk transfers).
         """
         spec = self.spec
         flows = sorted(self.flows.values(), key=lambda f: f.cap)
         left_bw = spec.link_bytes_per_s
-        left_n = sum(f.members for f in flows)
-        level = float("inf")
-        for f in flows:
-            if left_n <= 0:
-                break
-            level = left_bw / left_n
-            if f.cap <= level:
-                f.rate = f.cap
-                left_bw -= f.cap * f.members
-                left_n -= f.members
-            else:
-                break
-        for f in flows:
-            if f.cap > level:
-                f.rate = level
+        if self.small_first:
+            ahead = [f for f in flows if f.first]
+            if ahead:
+                left_bw = _water_fill(ahead, left_bw)
+                flows = [f for f in flows if not f.first]
+        _water_fill(flows, left_bw)
+        flows = list(self.flows.values())
+        flows.sort(key=lambda f: f.cap)
         need_cpu = 0.0
         for f in flows:
             need_cpu += f.rate * f.cpu_coef
@@ -356,10 +385,11 @@ class Server:
         self.advance(now)
         download = client.asset.is_download
         cap = client.cap_bytes_per_s
-        key = (download, cap)
+        first = self.small_first and client.asset.request_class == "small"
+        key = (download, cap, first)
         flow = self.flows.get(key)
         if flow is None:
-            flow = self.flows[key] = FlowClass(cap, download)
+            flow = self.flows[key] = FlowClass(cap, download, first)
         client.flow = flow
         client.joined_u = flow.stall_u
         client.joined_d = flow.integral
@@ -412,7 +442,7 @@ class Server:
         else:
             stall = flow.stall_u - client.joined_u
         if flow.members <= 0:
-            del self.flows[(flow.download, flow.cap)]
+            del self.flows[(flow.download, flow.cap, flow.first)]
         self.recompute()
         return stall
 

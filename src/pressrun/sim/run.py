@@ -32,6 +32,7 @@ from pressrun.balancer.events import (
     OriginStatus,
     PollFailed,
     PollOrigin,
+    RequestClass,
     StatusReceived,
 )
 from pressrun.sim.engine import EventLoop
@@ -107,8 +108,17 @@ class Simulation:
         for a in self._asset_list:
             total += a.popularity
             self._cum.append(total)
+        # Per request class, its assets and their cumulative popularity (arrivals that
+        # name a class draw among its assets).
+        self._by_class: dict[str, tuple[list[AssetSpec], list[float]]] = {}
+        for a in self._asset_list:
+            if a.request_class is not None:
+                listed, cum = self._by_class.setdefault(a.request_class, ([], []))
+                listed.append(a)
+                cum.append((cum[-1] if cum else 0.0) + a.popularity)
+        classes = scenario.balancer.classes
         self.servers: dict[str, Server] = {
-            spec.name: Server(spec, random.Random(s))
+            spec.name: Server(spec, random.Random(s), small_first=classes)
             for spec, s in zip(scenario.servers, server_seeds, strict=True)
         }
         all_assets = frozenset(self.assets)
@@ -128,13 +138,23 @@ class Simulation:
             stale_after_s=b.stale_after_s,
             retry_after_s=b.retry_after_s,
             algorithm=algorithm,
+            # Without classes every request is the algorithm's, as before issue 33.
+            class_policies=dict(b.class_policies) if b.classes else {},
         )
         self.core = BalancerCore(self.config, origins, self.algorithm, now=0.0)
         if scenario.balancer.tell_needs:
             # What the real service learns from each issue's manifest (its size) and
             # the operator's target download time; a stream's need is its bitrate.
             for a in scenario.assets:
-                self.algorithm.set_issue_need(a.name, a.need_bytes_per_s, paced=not a.is_download)
+                if a.request_class not in (None, "crowd") and b.classes:
+                    # Placed by its class's own policy: the algorithm never sees it.
+                    continue
+                self.algorithm.set_issue_need(
+                    a.name,
+                    a.need_bytes_per_s,
+                    paced=not a.is_download,
+                    deadline_s=a.deadline_s if a.is_download else None,
+                )
         self.clients: list[Client] = []
         self.samples: dict[str, list[Sample]] = {name: [] for name in self.servers}
         self._timer_at: float | None = None
@@ -206,11 +226,14 @@ class Simulation:
 
     # --- clients ----------------------------------------------------------------
 
-    def _draw_asset(self) -> AssetSpec:
-        if len(self._asset_list) == 1:
-            return self._asset_list[0]
-        x = self.rng_arrivals.random() * self._cum[-1]
-        return self._asset_list[min(bisect.bisect_right(self._cum, x), len(self._asset_list) - 1)]
+    def _draw_asset(self, request_class: str | None = None) -> AssetSpec:
+        listed, cum = self._asset_list, self._cum
+        if request_class is not None and request_class in self._by_class:
+            listed, cum = self._by_class[request_class]
+        if len(listed) == 1:
+            return listed[0]
+        x = self.rng_arrivals.random() * cum[-1]
+        return listed[min(bisect.bisect_right(cum, x), len(listed) - 1)]
 
     def _draw_access(self) -> float:
         """A download client's access link: one of the model's rates, by weight."""
@@ -220,11 +243,11 @@ class Simulation:
         x = self.rng_access.random() * self._access_cum[-1]
         return rates[min(bisect.bisect_right(self._access_cum, x), len(rates) - 1)]
 
-    def _arrive(self, asset_name: str | None) -> None:
+    def _arrive(self, asset_name: str | None, request_class: str | None = None) -> None:
         self._arrivals_left -= 1
         asset = self.assets.get(asset_name) if asset_name else None
         if asset is None:
-            asset = self._draw_asset()
+            asset = self._draw_asset(request_class)
         client = Client(len(self.clients), asset, self.loop.now, waiting_since=self.loop.now)
         if asset.is_download:
             client.access_bytes_per_s = self._draw_access()
@@ -245,9 +268,18 @@ class Simulation:
                 client.access_bytes_per_s,
                 now - client.requested_at,
             )
-        answer = self.core.handle_directive_requested(
-            DirectiveRequested(client.asset.name, frozenset(client.failed), hint), now=now
+        klass = client.asset.request_class
+        request = DirectiveRequested(
+            client.asset.name,
+            frozenset(client.failed),
+            hint,
+            request_class=(
+                RequestClass(klass)
+                if klass is not None and self.scenario.balancer.classes
+                else None
+            ),
         )
+        answer = self.core.handle_directive_requested(request, now=now)
         if not isinstance(answer, Directive):
             client.refusals += 1
             if now + answer.retry_after_s - client.waiting_since > self.model.max_wait_s:
@@ -279,13 +311,15 @@ class Simulation:
             client.dropped_at = None
         client.server = name
         client.state = ClientState.PLAYING
+        if client.asset.name not in self.issues[name]:
+            client.non_holder = True
         server.add(client, now)
         if client.first_byte_at is None:
             flow = client.flow
             rate = max(flow.rate if flow is not None else 0.0, 1e-3 * client.cap_bytes_per_s)
-            client.first_byte_at = (
-                now + self.model.rtt_s + min(self.model.first_chunk_bytes / rate, 60.0)
-            )
+            # the first chunk, or the whole object when it is smaller (a manifest)
+            chunk = min(self.model.first_chunk_bytes, client.asset.size_bytes)
+            client.first_byte_at = now + self.model.rtt_s + min(chunk / rate, 60.0)
         epoch = client.epoch
         self.loop.after(server.spec.startup_s, self._settle, client, name, epoch)
         if client.asset.name not in server.cached:
@@ -483,7 +517,7 @@ class Simulation:
         sc = self.scenario
         for arrival in sc.arrivals(self.rng_arrivals):
             self._arrivals_left += 1
-            self.loop.at(arrival.at_s, self._arrive, arrival.asset)
+            self.loop.at(arrival.at_s, self._arrive, arrival.asset, arrival.request_class)
         for failure in sc.failures:
             server = self.servers[failure.server]
             back = None if failure.up_at_s is None else failure.up_at_s - failure.down_at_s

@@ -36,6 +36,13 @@ class BalancerSetup:
     retry_after_s: float = 2.0
     params: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     tell_needs: bool = True
+    #: the balancer and the origins know each request's class (the asset's
+    #: `request_class`): the balancer places it by `class_policies`
+    #: (`BalancerConfig.class_policies`), an origin serves small objects first;
+    #: False: no class is told, every request goes through the algorithm and shares
+    #: the origins' links alike
+    classes: bool = False
+    class_policies: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +81,12 @@ class ClientModel:
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
-    """One client request: when, and for which asset (None: drawn by popularity)."""
+    """One client request: when, and for which asset (None: drawn by popularity, among
+    the assets of `request_class` when it is set)."""
 
     at_s: float
     asset: str | None = None
+    request_class: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +122,13 @@ class Scenario:
         out.sort(key=lambda a: a.at_s)
         return out
 
+    def with_classes(self, classes: bool | None) -> Scenario:
+        """This scenario with request classes told (True) or not (False; None:
+        unchanged): `--classes on|off`."""
+        if classes is None:
+            return self
+        return replace(self, balancer=replace(self.balancer, classes=classes))
+
     def with_failover_stall(self, stall_s: float | None) -> Scenario:
         """This scenario with its clients' `failover_stall_s` replaced (None: unchanged;
         0 is the paper's harness, > 0 pressrun's client: `--failover-stall-s`)."""
@@ -132,6 +148,11 @@ def builtin_names() -> list[str]:
 
 def load_scenario(name_or_path: str) -> Scenario:
     """A built-in scenario by name, or a TOML file by path."""
+    from pressrun.sim.mixed_classes import BUILDERS
+
+    builder = BUILDERS.get(name_or_path)
+    if builder is not None:
+        return builder()
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
         if not path.is_file():
@@ -141,7 +162,7 @@ def load_scenario(name_or_path: str) -> Scenario:
     else:
         res = resources.files("pressrun.sim") / "scenarios" / f"{name_or_path}.toml"
         if not res.is_file():
-            choices = ", ".join(builtin_names())
+            choices = ", ".join(builtin_names() + sorted(BUILDERS))
             raise ScenarioError(
                 f"no built-in scenario {name_or_path!r} and no such file; "
                 f"built-in scenarios: {choices}"
@@ -283,10 +304,17 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
             "retry_after_s",
             "params",
             "tell_needs",
+            "classes",
+            "class_policies",
         },
         source,
         "balancer",
     )
+    policies_doc = bal.get("class_policies", {})
+    if not isinstance(policies_doc, dict) or not all(
+        isinstance(v, str) for v in policies_doc.values()
+    ):
+        raise _err(source, "balancer.class_policies", "must be a table of policy names")
     params_doc = bal.get("params", {})
     if not isinstance(params_doc, dict):
         raise _err(source, "balancer.params", "must be a table of tables, one per algorithm")
@@ -309,6 +337,8 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
         retry_after_s=_number(bal, "retry_after_s", 2.0, source, "balancer", positive=True),
         params=params,
         tell_needs=_flag(bal, "tell_needs", True, source, "balancer"),
+        classes=_flag(bal, "classes", False, source, "balancer"),
+        class_policies=dict(policies_doc),
     )
     if balancer.stale_after_s <= balancer.poll_interval_s:
         raise _err(source, "balancer.stale_after_s", "must be longer than poll_interval_s")
@@ -357,6 +387,7 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
         "count",
         "size_bytes",
         "deadline_s",
+        "request_class",
     }
     assets: list[AssetSpec] = []
     for rank, (aname, body) in enumerate(asset_items, start=1):
@@ -382,6 +413,7 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
                     else None
                 ),
                 deadline_s=_number(body, "deadline_s", 600.0, source, where, positive=True),
+                request_class=_request_class(body.get("request_class"), source, where),
             )
         )
     asset_names = {a.name for a in assets}
@@ -489,12 +521,29 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
     )
 
 
+def _request_class(value: Any, source: str, where: str) -> str | None:
+    """A request class name (``small``, ``crowd``, ``catalogue``) or None."""
+    if value is None:
+        return None
+    if value not in REQUEST_CLASSES:
+        raise _err(
+            source,
+            f"{where}.request_class",
+            f"must be one of {', '.join(REQUEST_CLASSES)}, got {value!r}",
+        )
+    return str(value)
+
+
+#: the request classes a scenario may give its assets (`RequestClass` values)
+REQUEST_CLASSES = ("small", "crowd", "catalogue")
+
+
 # --- arrivals -------------------------------------------------------------------
 
 _KINDS = {
-    "rate": {"kind", "rate_per_s", "start_s", "end_s", "poisson", "asset"},
-    "burst": {"kind", "count", "at_s", "spread_s", "asset"},
-    "waves": {"kind", "count", "every_s", "waves", "start_s", "spread_s", "asset"},
+    "rate": {"kind", "rate_per_s", "start_s", "end_s", "poisson", "asset", "class"},
+    "burst": {"kind", "count", "at_s", "spread_s", "asset", "class"},
+    "waves": {"kind", "count", "every_s", "waves", "start_s", "spread_s", "asset", "class"},
     "log": {"kind", "path", "time_scale", "start_s", "asset"},
 }
 
@@ -517,6 +566,7 @@ def _expand_arrivals(
         )
     _check_keys(spec, _KINDS[kind], source, where)
     asset = spec.get("asset")
+    klass = _request_class(spec.get("class"), source, where)
     if kind == "rate":
         rate = _number(spec, "rate_per_s", None, source, where, positive=True)
         start = _number(spec, "start_s", 0.0, source, where)
@@ -535,14 +585,14 @@ def _expand_arrivals(
             times.append(t)
             if not poisson:
                 t += 1.0 / rate
-        return [Arrival(t, asset) for t in times]
+        return [Arrival(t, asset, klass) for t in times]
     if kind == "burst":
         count = int(_number(spec, "count", None, source, where, positive=True))
         at = _number(spec, "at_s", 0.0, source, where)
         spread = _number(spec, "spread_s", 0.0, source, where)
         if validate_only:
             return []
-        return [Arrival(at + spread * k / count, asset) for k in range(count)]
+        return [Arrival(at + spread * k / count, asset, klass) for k in range(count)]
     if kind == "waves":
         count = int(_number(spec, "count", None, source, where, positive=True))
         every = _number(spec, "every_s", None, source, where, positive=True)
@@ -552,7 +602,7 @@ def _expand_arrivals(
         if validate_only:
             return []
         return [
-            Arrival(start + w * every + spread * k / count, asset)
+            Arrival(start + w * every + spread * k / count, asset, klass)
             for w in range(waves)
             for k in range(count)
         ]

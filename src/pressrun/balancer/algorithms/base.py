@@ -42,6 +42,8 @@ class ScoringAlgorithm(ABC):
         # What one transfer of an issue needs, bytes/s, where known (set_issue_need).
         self.issue_needs: dict[str, float] = {}
         self.paced_issues: set[str] = set()
+        # A download's deadline (s from its request), where stated (set_issue_need).
+        self.issue_deadlines: dict[str, float] = {}
 
     def param(self, key: str, default: float) -> float:
         """An algorithm parameter from config, or its documented default."""
@@ -56,17 +58,29 @@ class ScoringAlgorithm(ABC):
         self.statuses.pop(name, None)
 
     def set_issue_need(
-        self, issue_id: str, need_bytes_per_s: float, *, paced: bool = False
+        self,
+        issue_id: str,
+        need_bytes_per_s: float,
+        *,
+        paced: bool = False,
+        deadline_s: float | None = None,
     ) -> None:
         """What one transfer of an issue needs to succeed, in bytes/s.
 
         A stream's bitrate (`paced`: it fails as soon as it gets less), or a download's
-        size over the time it should take (elastic: it needs that on average). Only
-        algorithms that reason per byte (`headroom`) read it; the others ignore it.
+        size over the time it should take (elastic: it needs that on average), that
+        time being `deadline_s` where known (a download's size is then need x deadline).
+        Only algorithms that reason per byte (`headroom`) read it; the others ignore it.
         """
         if not need_bytes_per_s > 0:
             raise ValueError(f"need of {issue_id!r} must be positive, got {need_bytes_per_s!r}")
+        if deadline_s is not None and not deadline_s > 0:
+            raise ValueError(f"deadline of {issue_id!r} must be positive, got {deadline_s!r}")
         self.issue_needs[issue_id] = need_bytes_per_s
+        if deadline_s is None or paced:
+            self.issue_deadlines.pop(issue_id, None)
+        else:
+            self.issue_deadlines[issue_id] = deadline_s
         if paced:
             self.paced_issues.add(issue_id)
         else:
@@ -197,9 +211,14 @@ class ScoredAlgorithm(ScoringAlgorithm):
         """Hook run on each refresh of one origin, before it is re-indexed."""
 
     def set_issue_need(
-        self, issue_id: str, need_bytes_per_s: float, *, paced: bool = False
+        self,
+        issue_id: str,
+        need_bytes_per_s: float,
+        *,
+        paced: bool = False,
+        deadline_s: float | None = None,
     ) -> None:
-        super().set_issue_need(issue_id, need_bytes_per_s, paced=paced)
+        super().set_issue_need(issue_id, need_bytes_per_s, paced=paced, deadline_s=deadline_s)
         self.touch_all()  # scores may count in needs
 
     def handle_origin_down(self, name: str, *, now: float) -> None:

@@ -214,6 +214,7 @@ class Headroom(ScoredAlgorithm):
         self.overload_memory = self.param("overload_memory_s", 30.0)
         self.level_share = self.param("level_share", 0.5)
         self.doomed_window = self.param("doomed_window_s", 4.0)
+        self.deadline_margin = self.param("deadline_margin", 0.05)
         #: when a client was last refused for want of room (none eligible)
         self.refused_at = -math.inf
         self.models: dict[str, OriginModel] = {}
@@ -420,6 +421,8 @@ class Headroom(ScoredAlgorithm):
             if m.streams_lead(self.level_share):
                 for rate in m.paced_needs():
                     free = min(free, (room - m.squeezed(rate)) / rate)
+            if issue_id in self.issue_deadlines and self._deadlines_differ(m, status, issue_id):
+                free = min(free, self._deadline_free(m, status, issue_id, room))
         if m.cost_ram > 0:
             free = min(free, (self.ram_target - status.ram_fraction) / m.cost_ram - m.pending)
         if m.level < (1.0 - self.slack) * need:
@@ -435,6 +438,59 @@ class Headroom(ScoredAlgorithm):
             probe = self.probe - status.active_transfers - m.picked_since_status
             free = max(free, min(probe, self._told_free(m, status, need)))
         return free, free + bonus
+
+    def _download_counts(self, m: OriginModel, status: OriginStatus) -> dict[str, int]:
+        """Downloads with a stated deadline on the origin and on their way to it, per issue."""
+        deadlines = self.issue_deadlines
+        counts = {i: k for i, k in status.active_transfers_by_issue.items() if i in deadlines}
+        for pick in m.picks:
+            if pick[1] in deadlines:
+                counts[pick[1]] = counts.get(pick[1], 0) + 1
+        return counts
+
+    def _deadlines_differ(self, m: OriginModel, status: OriginStatus, issue_id: str) -> bool:
+        """Whether downloads of another deadline are on the origin (the rule of
+        `_deadline_free` says no more than `committed` when every deadline is the same)."""
+        mine = self.issue_deadlines[issue_id]
+        for issue in status.active_transfers_by_issue:
+            d = self.issue_deadlines.get(issue)
+            if d is not None and abs(d - mine) > self.slack * mine:
+                return True
+        for pick in m.picks:
+            d = self.issue_deadlines.get(pick[1])
+            if d is not None and abs(d - mine) > self.slack * mine:
+                return True
+        return False
+
+    def _deadline_free(
+        self, m: OriginModel, status: OriginStatus, issue_id: str, room: float
+    ) -> float:
+        """Downloads of `issue_id` the origin can take with every download there still
+        finishing by its deadline, its link shared evenly (processor sharing, as TCP
+        shares a bottleneck). Under sharing a download of S_k bytes is done once every
+        other has received min(S_j, S_k): it is on time while
+        ``sum_j n_j * min(S_j, S_k) <= room * D_k`` (S = need x deadline; the
+        transfers counted whole, as if all had just started). With one deadline for
+        all this is ``sum_j n_j * need_j <= room`` (the committed rule); with several,
+        a download of a short deadline waits for the bytes of those of a long one too
+        (issue 33: 178 MB over 696 s counted at 0.26 MB/s beside 228 MB over 451 s,
+        where each took the same share and the 451 s ones were late)."""
+        counts = self._download_counts(m, status)
+        size = {i: self.need(i) * self.issue_deadlines[i] for i in counts}
+        size[issue_id] = mine = self.need(issue_id) * self.issue_deadlines[issue_id]
+        # Transfers of issues without a deadline (streams, the default need) take their
+        # need throughout.
+        other = sum(
+            k * self.need(i)
+            for i, k in status.active_transfers_by_issue.items()
+            if i not in self.issue_deadlines
+        )
+        free = math.inf
+        for k_issue, s_k in size.items():
+            d_k = self.issue_deadlines[k_issue] * (1.0 - self.deadline_margin)
+            load = sum(n * min(size[j], s_k) for j, n in counts.items()) / d_k + other
+            free = min(free, (room - load) / (min(mine, s_k) / d_k))
+        return free
 
     def _room_bytes(self, m: OriginModel, status: OriginStatus) -> float:
         """Bytes/s the origin can send: its link and CPU."""
