@@ -160,11 +160,6 @@ def _check_inputs(
             f"file name {file.name!r} is not allowed in a bundle: rename it to letters, "
             "digits, '.', '_' or '-' (at most 128, starting with a letter or digit)"
         )
-    if file.name in bundle_names(issue_id):
-        raise PublishError(
-            f"file name {file.name!r} is one of the bundle's own files "
-            f"({', '.join(bundle_names(issue_id))}); rename the issue file"
-        )
     if not title.strip():
         raise PublishError("the title is empty; pass --title")
     if len(title) > MAX_TITLE_CHARS:
@@ -396,6 +391,12 @@ def publish(
     _check_inputs(file, issue_id, title, piece_size, web_seeds, trackers)
     if encrypt_for is None and version is not None:
         raise PublishError("an issue version only applies to an encrypted issue (--encrypt)")
+    if encrypt_for is None and file.name in bundle_names(issue_id):
+        # (encrypted, the bundle holds <name>.enc: a plaintext of any name is fine)
+        raise PublishError(
+            f"file name {file.name!r} is one of the bundle's own files "
+            f"({', '.join(bundle_names(issue_id))}); rename the issue file"
+        )
     if encrypt_for is not None:
         if not valid_file_name(file.name + ENCRYPTED_SUFFIX):
             raise PublishError(
