@@ -33,6 +33,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "STATE_DIR",
@@ -111,6 +112,7 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, sync: bool = Tru
         fsync_dir(path.parent)
 
 
+_renameat2: Any = None  # libc's renameat2, once looked up
 _exchange_works: bool | None = None
 
 
@@ -121,16 +123,19 @@ def exchange(a: Path, b: Path) -> bool:
     done nothing, where it is not available (another OS, an old libc, a file system
     without it); OSError for any other failure.
     """
-    global _exchange_works
+    global _exchange_works, _renameat2
     if _exchange_works is False:
         return False
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError):
-        _exchange_works = False
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    fn.restype = ctypes.c_int
+    if _renameat2 is None:
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).renameat2
+        except (AttributeError, OSError):
+            _exchange_works = False
+            return False
+        fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        fn.restype = ctypes.c_int
+        _renameat2 = fn
+    fn = _renameat2
     if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
         _exchange_works = True
         return True
