@@ -330,3 +330,14 @@ def test_parse_client_hint() -> None:
     for query, message in bad:
         with pytest.raises(RequestFormatError, match=message):
             parse_client_hint(query)
+
+
+def test_parse_request_class() -> None:
+    from pressrun.balancer.codec import parse_request_class
+    from pressrun.balancer.events import RequestClass
+
+    assert parse_request_class({}) is None
+    assert parse_request_class({"class": "small"}) is RequestClass.SMALL
+    assert parse_request_class({"class": "catalogue"}) is RequestClass.CATALOGUE
+    with pytest.raises(RequestFormatError, match="class= must be one of small, crowd"):
+        parse_request_class({"class": "huge"})

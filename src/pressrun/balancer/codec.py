@@ -23,7 +23,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pressrun.balancer.events import ClientHint, Directive, NoDirective, OriginStatus
+from pressrun.balancer.events import (
+    ClientHint,
+    Directive,
+    NoDirective,
+    OriginStatus,
+    RequestClass,
+)
 
 #: issue ids and file names (docs/protocols.md, "Issue bundle on disk")
 # (\Z, not $: "$" also matches before a trailing newline)
@@ -274,6 +280,20 @@ def parse_failed(values: list[str]) -> frozenset[str]:
                 )
             names.add(name)
     return frozenset(names)
+
+
+def parse_request_class(query: Mapping[str, str]) -> RequestClass | None:
+    """The class a request names (``class=small``, ``crowd`` or ``catalogue``;
+    docs/balancer.md, "Request classes"), None when it names none; any other value is
+    a `RequestFormatError`."""
+    value = query.get("class")
+    if value is None:
+        return None
+    try:
+        return RequestClass(value)
+    except ValueError:
+        names = ", ".join(c.value for c in RequestClass)
+        raise RequestFormatError(f"class= must be one of {names}, not {value[:40]!r}") from None
 
 
 #: ``rate=`` is clamped to this range (bytes/s): 1 kB/s to 100 Gbit/s
