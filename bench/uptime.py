@@ -231,6 +231,90 @@ class SpedClock:
         }
 
 
+#: the services in the order they start (each needs the URLs of some before it)
+SERVICES = (
+    "tracker-sqlite",
+    "tracker-redis",
+    "subscriptions",
+    *(shape.name for shape in DEMO_SHAPES),
+    "sender",
+    "balancer-origin",
+    "balancer-swarm",
+    "balancer-mc",
+    "reader",
+)
+
+
+def service_commands(
+    out: Path,
+    *,
+    rate: float,
+    seconds_per_day: float,
+    publisher_key: Path,
+    redis_url: str,
+    control_group: str,
+    group_base: str,
+    urls: dict[str, str],
+) -> dict[str, list[str]]:
+    """The ``pressrun serve`` arguments of every service of the soak (port 0), given the
+    URLs of those already started (``urls``; a missing one reads http://127.0.0.1:9)."""
+
+    def url(name: str) -> str:
+        return urls.get(name, "http://127.0.0.1:9")
+
+    content = out / "content"
+    pub = publisher_key.with_name(publisher_key.name + ".pub")
+    # the record TTL is real seconds on the tracker's monotonic clock: a quarter of a
+    # simulated day, so what left is forgotten within the run
+    tracker = [
+        "--port", "0", "--interval-s", "2", "--min-interval-s", "1",
+        "--record-ttl-s", f"{max(30.0, seconds_per_day / 4):g}",
+        "--content", str(content), "--publisher-key", str(pub),
+    ]  # fmt: skip
+    origins = ",".join(f"{s.name}={url(s.name)}" for s in DEMO_SHAPES)
+    balancer = [
+        "balancer", "--origins", origins, "--port", "0", "--poll-interval-s", "0.5",
+        "--seed", "47",
+    ]  # fmt: skip
+    # swarm from the first directive request, and never back
+    always_swarm = ["--swarm-enter-downloaders", "0.01", "--swarm-leave-downloaders", "0"]
+    t1, t2 = url("tracker-sqlite"), url("tracker-redis")
+    commands = {
+        "tracker-sqlite": [
+            "tracker", "--db", str(out / "tracker.db"), "--ring-supernodes", "3", *tracker,
+        ],
+        "tracker-redis": ["tracker", "--redis", redis_url, *tracker],
+        # a challenge token lives 300 real seconds (it is meant to outlast a round trip)
+        "subscriptions": [
+            "subscriptions", "--port", "0", "--db", str(out / "subscriptions.db"),
+            "--token-ttl-s", str(int(300 * rate)),
+        ],
+        "sender": [
+            *multicast_args(content, publisher_key, control_group, group_base),
+            # 2 channels of 8 Mbit/s (the demo's 40 would keep a core busy all week);
+            # an announcement lives 5 real seconds, or it would expire in transit
+            "--rate-mbps", "8", "--port", "0", "--announcement-ttl-s", f"{5 * rate:g}",
+        ],
+        "balancer-origin": balancer,
+        "balancer-swarm": [*balancer, "--tracker", f"{t1}/announce,{t2}/announce", *always_swarm],
+        "balancer-mc": [
+            *balancer, "--tracker", f"{t2}/announce", *always_swarm,
+            "--swarm-min-dwell-s", "3", "--multicast-sender", url("sender"),
+            "--multicast-control-group", control_group, "--multicast-interface", "127.0.0.1",
+            # multicast from the first request, left about 150 s after the last
+            "--multicast-enter-downloaders", "0.02",
+            "--multicast-leave-downloaders", "0.000001",
+        ],
+        "reader": [
+            "reader", "--balancer", url("balancer-origin"), "--port", "0",
+            "--publisher-key", str(pub),
+        ],
+    }  # fmt: skip
+    for shape in DEMO_SHAPES:
+        commands[shape.name] = [*origin_args(shape, content, 0.5), "--supernodes", t1]
+    return commands
+
+
 # --- what is recorded ------------------------------------------------------------------
 
 
@@ -270,6 +354,8 @@ class DayFigures:
     sizes: dict[str, float] = field(default_factory=dict)
     events: list[str] = field(default_factory=list)
     loadavg: str = ""
+    ring_samples: int = 0  # samples of the newest issue's ring
+    ring_whole: int = 0  # ... with all three origins' supernodes on it, consistent
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -421,112 +507,44 @@ class Soak:
         from pressrun.content.keys import generate_keypair
         from pressrun.multicast.net import free_udp_port
 
-        content = self.out / "content"
-        content.mkdir()
+        (self.out / "content").mkdir()
         (self.out / "logs").mkdir(exist_ok=True)
         (self.out / "sitecustomize.py").write_text(SITECUSTOMIZE)
         self.key, self.pub = generate_keypair(self.out / "publisher.key")
         self.sub_key, self.sub_pub = generate_keypair(self.out / "reader.key", subscriber=True)
         self.start_redis()
-        rate = self.rate
-        # the record TTL is real seconds while the tracker's clocks are monotonic: a
-        # quarter of a simulated day, so what left is forgotten within the run
-        record_ttl = f"{max(30.0, self.spd / 4):g}"
-        common_tracker = [
-            "--port", "0", "--interval-s", "2", "--min-interval-s", "1",
-            "--record-ttl-s", record_ttl, "--content", str(content),
-            "--publisher-key", str(self.pub),
-        ]  # fmt: skip
-        t1 = await self.start_service(
-            "tracker-sqlite",
-            [
-                "tracker",
-                "--db",
-                str(self.out / "tracker.db"),
-                "--ring-supernodes",
-                "3",
-                *common_tracker,
-            ],
-            tracker_clock=True,
-        )
-        t2 = await self.start_service(
-            "tracker-redis", ["tracker", "--redis", self.redis_url, *common_tracker]
-        )
-        subs = await self.start_service(
-            "subscriptions",
-            [
-                "subscriptions",
-                "--port",
-                "0",
-                "--db",
-                str(self.out / "subscriptions.db"),
-                "--token-ttl-s",
-                str(int(300 * rate)),
-            ],
-        )
-        self.subs_url = subs
-        origins: dict[str, str] = {}
-        for shape in DEMO_SHAPES:
-            args = [*origin_args(shape, content, 0.5), "--supernodes", t1]
-            origins[shape.name] = await self.start_service(shape.name, args)
-        self.origins = origins
         control = f"239.255.{self.rng.randrange(1, 255)}.{self.rng.randrange(1, 200)}"
         self.control_group = f"{control}:{free_udp_port()}"
-        base = control.rsplit(".", 1)[0] + f".{int(control.rsplit('.', 1)[1]) + 1}"
-        sender = await self.start_service(
-            "sender",
-            [
-                *multicast_args(content, self.key, self.control_group, base),
-                # 2 channels of 8 Mbit/s (the demo's 40 would keep a core busy all week)
-                "--rate-mbps",
-                "8",
-                "--port",
-                "0",
-                "--announcement-ttl-s",
-                f"{5 * rate:g}",
-            ],
+        group_base = control.rsplit(".", 1)[0] + f".{int(control.rsplit('.', 1)[1]) + 1}"
+        urls: dict[str, str] = {}
+        for name in SERVICES:
+            args = service_commands(
+                self.out,
+                rate=self.rate,
+                seconds_per_day=self.spd,
+                publisher_key=self.key,
+                redis_url=self.redis_url,
+                control_group=self.control_group,
+                group_base=group_base,
+                urls=urls,
+            )[name]
+            urls[name] = await self.start_service(
+                name, args, tracker_clock=name == "tracker-sqlite"
+            )
+        self.origins = {s.name: urls[s.name] for s in DEMO_SHAPES}
+        self.subs_url, self.sender_url, self.reader_url = (
+            urls["subscriptions"],
+            urls["sender"],
+            urls["reader"],
         )
-        self.sender_url = sender
-        origin_list = ",".join(f"{n}={u}" for n, u in origins.items())
-        balancer_common = [
-            "balancer", "--origins", origin_list, "--port", "0",
-            "--poll-interval-s", "0.5", "--seed", "47",
-        ]  # fmt: skip
-        always_swarm = ["--swarm-enter-downloaders", "0.01", "--swarm-leave-downloaders", "0"]
         self.balancers = {
-            "origin": await self.start_service("balancer-origin", balancer_common),
-            "swarm": await self.start_service(
-                "balancer-swarm",
-                [*balancer_common, "--tracker", f"{t1}/announce,{t2}/announce", *always_swarm],
-            ),
-            "multicast": await self.start_service(
-                "balancer-mc",
-                [
-                    *balancer_common, "--tracker", f"{t2}/announce", *always_swarm,
-                    "--swarm-min-dwell-s", "3", "--multicast-sender", sender,
-                    "--multicast-control-group", self.control_group,
-                    "--multicast-interface", "127.0.0.1",
-                    # multicast from the first request, left about 150 s after the last
-                    "--multicast-enter-downloaders", "0.02",
-                    "--multicast-leave-downloaders", "0.000001",
-                ],
-            ),
-        }  # fmt: skip
-        self.reader_url = await self.start_service(
-            "reader",
-            [
-                "reader",
-                "--balancer",
-                self.balancers["origin"],
-                "--port",
-                "0",
-                "--publisher-key",
-                str(self.pub),
-            ],
-        )
+            "origin": urls["balancer-origin"],
+            "swarm": urls["balancer-swarm"],
+            "multicast": urls["balancer-mc"],
+        }
         assert self.http is not None
         async with self.http.put(
-            f"{subs}/v1/subscribers/{self.sub_pub.read_text().strip()}",
+            f"{self.subs_url}/v1/subscribers/{self.sub_pub.read_text().strip()}",
             json={"name": "soak reader"},
             headers=self._subs_auth(),
         ) as resp:
@@ -613,9 +631,11 @@ class Soak:
         balancer = self.balancers[mode]
         run = ReaderRun(self.day, mode, issue, balancer, started_fake=self.clock.fake_now())
         self.readers.append(run)
-        if mode == "multicast" and not await self.wait_for_mode(balancer, issue, "multicast", 60.0):
-            run.note = "balancer-mc did not answer multicast within 60 s; "
         library = self.out / "libraries" / f"r{len(self.readers):04d}"
+        # a reader of a crowd arrives once the balancer has moved the issue to its mode
+        # (balancer-swarm: its first directive; balancer-mc: the carousel runs)
+        if mode != "origin" and not await self.wait_for_mode(balancer, issue, mode, 60.0):
+            run.note = f"the balancer did not answer {mode} within 60 s; "
         library.mkdir(parents=True)
         cmd = [
             sys.executable, "-m", "pressrun.cli", "--log-level", "WARNING", "get", issue,
@@ -815,13 +835,15 @@ class Soak:
         nodes = [] if view is None else view.get("supernodes", [])
         return str(nodes[0]["address"]) if nodes else None
 
-    async def ring_consistent(self, issue: str) -> bool | None:
-        """Whether the supernodes tracker-sqlite lists answer for exactly the issue's
-        pieces between them, each under the id the tracker gave it (None: no ring)."""
+    async def ring_consistent(self, issue: str) -> tuple[int, bool]:
+        """How many supernodes tracker-sqlite lists for the issue's ring, and whether
+        they answer for exactly the issue's pieces between them, each under the id the
+        tracker gave it ((0, False): no ring)."""
         assert self.http is not None
         view = await self.ring_view(issue)
         if view is None or not view.get("supernodes"):
-            return None
+            return 0, False
+        members = len(view["supernodes"])
         pieces = 0
         for node in view["supernodes"]:
             try:
@@ -831,11 +853,11 @@ class Soak:
                 ) as resp:
                     state = await resp.json()
             except (aiohttp.ClientError, OSError, ValueError, TimeoutError):
-                return False
+                return members, False
             if (state.get("node") or {}).get("id") != node["id"]:
-                return False
+                return members, False
             pieces += int(state.get("pieces") or 0)
-        return pieces == self.num_pieces[issue]
+        return members, pieces == self.num_pieces[issue]
 
     async def sample(self) -> None:
         """RSS, CPU and store sizes now, into today's figures."""
@@ -857,9 +879,15 @@ class Soak:
                 async with self.http.get(f"{self.sender_url}/healthz") as resp:
                     day.sizes["carousels running"] = float((await resp.json())["carousels"])
         results = [await self.ring_consistent(i) for i in self.issues]
-        rings = [r for r in results if r is not None]
+        rings = [ok for members, ok in results if members]
         day.sizes["rings"] = float(len(rings))
-        day.sizes["rings consistent"] = float(sum(1 for r in rings if r))
+        day.sizes["rings consistent"] = float(sum(1 for ok in rings if ok))
+        if results:
+            # the newest issue's ring: every origin's supernode on it, consistent
+            members, ok = results[-1]
+            whole = ok and members == len(DEMO_SHAPES)
+            day.ring_samples += 1
+            day.ring_whole += int(whole)
         day.loadavg = " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
     def store_sizes(self) -> dict[str, float]:
@@ -1023,7 +1051,9 @@ class Soak:
             f"({s.get('redis keys', 0):.0f} keys, {s.get('redis entries', 0):.0f} entries); "
             f"subscriptions.db {s.get('subscriptions.db bytes', 0) / 1024:.0f} KiB; "
             f"carousels running {s.get('carousels running', 0):.0f}; rings consistent "
-            f"{s.get('rings consistent', 0):.0f}/{s.get('rings', 0):.0f}",
+            f"{s.get('rings consistent', 0):.0f}/{s.get('rings', 0):.0f} (issues "
+            f"{len(self.issues)}); the newest issue's ring whole and consistent in "
+            f"{fig.ring_whole}/{fig.ring_samples} samples",
             flush=True,
         )
 
@@ -1082,6 +1112,13 @@ class Soak:
             f"{'ok  ' if holds else 'SPLIT'} rings consistent at the end: "
             f"{consistent:.0f} of {rings:.0f}"
         )
+        holds = last.ring_samples > 0 and last.ring_whole >= 0.9 * last.ring_samples
+        ok &= holds
+        lines.append(
+            f"{'ok  ' if holds else 'RING'} the newest issue's ring whole (3 supernodes) and "
+            f"consistent in {last.ring_whole} of {last.ring_samples} samples of the last day "
+            "(at least 90%)"
+        )
         return ok, lines
 
     def report(self) -> int:
@@ -1102,6 +1139,7 @@ class Soak:
                     "rss_bytes": f.rss,
                     "cpu_s": f.cpu_s,
                     "sizes": f.sizes,
+                    "newest_ring_whole": [f.ring_whole, f.ring_samples],
                     "events": f.events,
                     "loadavg": f.loadavg,
                 }
@@ -1193,6 +1231,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     try:
         return asyncio.run(Soak(args).run())
+    except Exception as err:  # a service that would not start, a publish that failed
+        print(f"uptime: failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
     finally:
         if temp:
             shutil.rmtree(out, ignore_errors=True)
