@@ -94,10 +94,16 @@ monotonic time: intervals and TTLs kept on ``loop.time()`` (announce intervals, 
 TTLs once they are monotonic, the balancer's demand, heartbeats) run at real speed, so
 the run shortens the ones that have a flag (tracker ``--interval-s 2``,
 ``--record-ttl-s`` a quarter of a simulated day in real seconds, balancer polls of
-0.5 s) and lengthens the wall-clock lifetimes that are meant to be seconds of real
-time (announcement TTL and challenge-token TTL times the rate, or they would expire
-in transit). Nor a day's traffic: a few tens of readers a day, not thousands, so
-growth that costs bytes per reader shows in row counts, not in RSS.
+0.5 s, the sender's ``--fdt-renew-s`` 600 simulated seconds, as the FDT it renews
+expires a wall-clock day after) and lengthens the wall-clock lifetimes that are meant
+to be seconds of real time (announcement TTL and challenge-token TTL times the rate,
+or they would expire in transit). Two have no flag and run at real speed: a
+supernode retires after an hour of no client (``chord/host.py``, ``idle_s``), so
+within the run every issue keeps its supernodes; and the tracker's ring list expires a
+supernode 30 s of the tracker's *wall* clock after its last heartbeat (every 5 real
+seconds), which the sped clock passes between two heartbeats. Nor a day's traffic: a
+few tens of readers a day, not thousands, so growth that costs bytes per reader shows
+in row counts, not in RSS.
 
 Results: ``--out DIR`` keeps each service's log (``logs/``), ``uptime.json`` (every
 figure) and the readers' outputs. docs/results/2026-11-28-uptime.md has measured runs.
@@ -294,6 +300,11 @@ def service_commands(
             # 2 channels of 8 Mbit/s (the demo's 40 would keep a core busy all week);
             # an announcement lives 5 real seconds, or it would expire in transit
             "--rate-mbps", "8", "--port", "0", "--announcement-ttl-s", f"{5 * rate:g}",
+            # the FDT is renewed on the monotonic clock and expires a wall-clock day
+            # after: renewed every 600 simulated seconds, as every 600 s in a real day
+            "--fdt-renew-s", f"{max(1.0, 600 / rate):g}",
+            # what each issue's carousel got survives a restart, as an operator keeps it
+            "--state-file", str(out / "sender-state.json"),
         ],
         "balancer-origin": balancer,
         "balancer-swarm": [*balancer, "--tracker", f"{t1}/announce,{t2}/announce", *always_swarm],
