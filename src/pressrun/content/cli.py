@@ -94,7 +94,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="with --encrypt: the issue version (default: the replaced bundle's + 1, or 1)",
+        help="with --encrypt: the issue version, above every version used before (default: "
+        "one above the last reserved or published in CONTENT, or 1)",
     )
     pub.set_defaults(func=run_publish)
 

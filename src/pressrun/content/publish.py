@@ -385,7 +385,9 @@ def publish(
 
     ``encrypt_for``: publish the issue encrypted for the subscribers of that
     directory (module docstring). ``version``: the issue version of an encrypted
-    issue (default: the replaced bundle's version + 1, or 1).
+    issue, above every version reserved or published before (default: one above the
+    last, or 1; recorded in ``CONTENT/.pressrun/<issue_id>.version`` before any wrap
+    of it is stored).
     """
     file, key_path, content_dir = Path(file), Path(key_path), Path(content_dir)
     _check_inputs(file, issue_id, title, piece_size, web_seeds, trackers)
