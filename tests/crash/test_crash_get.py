@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import pytest
 from crashpoint import Outcome, Zygote, fresh_copy, sweep
 
@@ -21,13 +22,17 @@ from pressrun.clients.aio import fetch_issue
 from pressrun.clients.codec import ResumeState
 from pressrun.clients.config import DESKTOP
 from pressrun.content.bundle import verify_issue
-from pressrun.content.keys import generate_keypair, load_public_key
+from pressrun.content.keys import generate_keypair, load_public_key, load_subscriber_key
 from pressrun.content.publish import publish
-from pressrun.demo.testbed import OriginShape, Testbed
+from pressrun.demo.testbed import OriginShape, Testbed, wait_for_directive
+from pressrun.subscriptions.aio import SubscriptionService
+from pressrun.subscriptions.client import HttpSubscriberDirectory, SubscriptionsClient
+from pressrun.subscriptions.store import SubscriptionStore
 
 ISSUE = "mag-1"
 PIECE = 128 * 1024
 SIZE = 300_001  # three pieces of 128 KiB, the last one short
+TOKEN = "crash-get-operator-token"
 
 
 @dataclass
@@ -160,3 +165,67 @@ async def test_get_replacing_an_issue_at_every_step(
             exchange=exchange,
         )
     assert done.calls >= 15
+
+
+async def test_get_of_an_encrypted_issue_at_every_step(tmp_path: Path, bed: Bed) -> None:
+    # an encrypted issue: the ciphertext is verified, decrypted beside it in .partial,
+    # and the plaintext installed; the file is named like pressrun's own manifest
+    service = SubscriptionService(SubscriptionStore(tmp_path / "subs.db"), operator_token=TOKEN)
+    port = await service.start("127.0.0.1", 0)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        reader_secret, _ = generate_keypair(tmp_path / "reader.key", subscriber=True)
+        reader = load_subscriber_key(reader_secret)
+        async with aiohttp.ClientSession() as http:
+            operator = SubscriptionsClient(url, http, operator_token=TOKEN)
+            await operator.add_subscriber(bytes(reader.public_key), "reader")
+        source = tmp_path / "enc" / "manifest.json"
+        source.parent.mkdir()
+        source.write_bytes(bed.new)
+        await asyncio.to_thread(
+            publish,
+            source,
+            issue_id="enc-1",
+            title="Encrypted",
+            key_path=bed.public.with_suffix(""),
+            content_dir=bed.bed.content_dir,
+            web_seeds=list(bed.bed.urls.values()),
+            piece_size=PIECE,
+            encrypt_for=HttpSubscriberDirectory(url, TOKEN),
+        )
+        await wait_for_directive(bed.url, "enc-1", 10.0)
+        library = tmp_path / "library"
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        argv = ["get", "enc-1", "--balancer", bed.url, "--library", str(library)]
+        argv += ["--publisher-key", str(bed.public), "--subscriber-key", str(reader_secret)]
+        argv += ["--give-up-after-s", "5", "--json"]
+
+        async def after_crash(outcome: Outcome, mode: str, n: int) -> None:
+            if not outcome.killed and outcome.rc != 0:
+                assert outcome.err.startswith("pressrun get: "), outcome.err
+            folder = library / "enc-1"
+            if folder.exists():  # whole, or not there at all
+                assert (folder / "manifest.json").read_bytes() == bed.new
+                verify_issue(folder, bed.trusted)
+
+        async def rerun() -> None:
+            again = await zygote.run(argv, cwd=tmp_path)
+            assert again.rc == 0, again.err
+            assert (library / "enc-1" / "manifest.json").read_bytes() == bed.new
+            assert verify_issue(library / "enc-1", bed.trusted).decrypted
+            assert [p.name for p in library.iterdir() if p.name != ".pressrun"] == ["enc-1"]
+            assert [p.suffix for p in (library / ".pressrun").iterdir()] == [".lock"]
+
+        async with Zygote(tmp_path / "zygote") as zygote:
+            done = await sweep(
+                zygote,
+                argv,
+                cwd=tmp_path,
+                prepare=lambda: fresh_copy(empty, library),
+                after_crash=after_crash,
+                rerun=rerun,
+            )
+        assert done.calls >= 15
+    finally:
+        await service.close()
