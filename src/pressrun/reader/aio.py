@@ -12,18 +12,28 @@ Endpoints (docs/reader.md):
   ``package-lock.json``); only the files listed in `VENDOR_FILES` / `VENDOR_DIRS`;
 - ``GET /config.json``: where the balancer is, the trusted publisher keys and the
   download settings (the client's mobile profile);
+- ``POST /csp-report``: where the browser reports a Content-Security-Policy
+  violation (``report-uri``; the Reporting API's shape too); each is logged as one WARNING line,
+  bounded (`CSP_REPORT_BYTES` a report, `CSP_REPORTS_PER_MINUTE` logged);
 - ``GET /healthz``: ``ok``.
 
 Every answer has ``Cache-Control: no-cache``: the service worker keeps the offline
-copy; the browser's HTTP cache only revalidates (ETag / Last-Modified).
+copy; the browser's HTTP cache only revalidates (ETag / Last-Modified). Every answer
+also carries the security headers (`security_headers`): a Content-Security-Policy
+that allows only the app's own files (no inline script but the import map, by hash;
+WebAssembly for libsodium and pdf.js; no framing), ``X-Content-Type-Options:
+nosniff``, ``Referrer-Policy: no-referrer`` (issue 25, finding 8; docs/reader.md).
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import hashlib
 import json
 import logging
 import mimetypes
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +41,7 @@ from typing import Any
 from aiohttp import web
 
 from pressrun.reader.config import ReaderConfig
+from pressrun.security import BodyTooLarge, read_request_limited
 
 log = logging.getLogger("pressrun.reader")
 
@@ -60,6 +71,134 @@ for _ext, _type in (
     (".wasm", "application/wasm"),
 ):
     mimetypes.add_type(_type, _ext)
+
+
+#: where the browser sends CSP violation reports (a route of this service)
+CSP_REPORT_PATH = "/csp-report"
+#: the largest report read (a real one is under 2 KB); a larger body is refused (413)
+CSP_REPORT_BYTES = 16 * 1024
+#: reports logged per minute at most (a burst of this many, then this rate); the rest
+#: are counted and summed up in the next line logged: a page in a loop, or a stranger
+#: posting reports, cannot fill the log
+CSP_REPORTS_PER_MINUTE = 30
+#: each field of a report is logged cut to this many characters
+CSP_FIELD_CHARS = 200
+#: inline ``<script>`` elements of index.html (the import map): allowed by their hash
+_INLINE_SCRIPT = re.compile(r"<script(?![^>]*\ssrc=)[^>]*>(.*?)</script>", re.DOTALL | re.I)
+
+
+def inline_script_hashes(index_html: str) -> list[str]:
+    """The CSP source of each inline ``<script>`` of the page: ``'sha256-<base64>'``.
+
+    The app's one inline script is its import map, which a browser only takes inline;
+    it is allowed by its hash, computed from the file served, so an edit to it needs
+    no edit here, and any other inline script is refused."""
+    return [
+        "'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() + "'"
+        for body in _INLINE_SCRIPT.findall(index_html)
+    ]
+
+
+def content_security_policy(script_hashes: list[str]) -> str:
+    """The reader's Content-Security-Policy (docs/reader.md, "Security headers").
+
+    - scripts: the app's own files, its import map by hash, and WebAssembly
+      compilation ('wasm-unsafe-eval': libsodium.js and pdf.js's decoders are wasm;
+      it allows no JavaScript eval);
+    - connect-src any http(s) URL: the balancer, the origins it names and the
+      subscription service an issue's manifest names are only known at run time;
+    - images: the app's, and the covers it draws (blob:) and pdf.js's (data:);
+    - no plugins, no <base>, no forms, never in a frame (frame-ancestors 'none');
+    - violations reported to this service with ``report-uri``. Not ``report-to``:
+      where both are given, Chromium uses only the Reporting API, which batches
+      reports and delivers them up to a minute later (the endpoint takes that format
+      too, `csp_reports`).
+    """
+    script = " ".join(["'self'", "'wasm-unsafe-eval'", *script_hashes])
+    return "; ".join(
+        [
+            "default-src 'self'",
+            f"script-src {script}",
+            "worker-src 'self'",
+            "style-src 'self'",
+            "img-src 'self' blob: data:",
+            "font-src 'self' data:",
+            "connect-src 'self' http: https:",
+            "manifest-src 'self'",
+            "object-src 'none'",
+            "base-uri 'none'",
+            "form-action 'none'",
+            "frame-ancestors 'none'",
+            f"report-uri {CSP_REPORT_PATH}",
+        ]
+    )
+
+
+def security_headers(script_hashes: list[str]) -> dict[str, str]:
+    """The headers every answer of the reader carries."""
+    return {
+        "Content-Security-Policy": content_security_policy(script_hashes),
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "X-Frame-Options": "DENY",  # frame-ancestors for browsers without CSP 2
+        "Cross-Origin-Opener-Policy": "same-origin",
+    }
+
+
+class ReportLimiter:
+    """At most `per_minute` reports logged a minute, with a burst of as many: a token
+    bucket driven with ``now`` (monotonic seconds)."""
+
+    def __init__(self, per_minute: int, *, now: float) -> None:
+        self.rate_per_s = per_minute / 60.0
+        self.burst = float(per_minute)
+        self._tokens = self.burst
+        self._last = now
+        #: reports not logged since the last one that was
+        self.dropped = 0
+
+    def allow(self, *, now: float) -> bool:
+        """True when this report may be logged now (else it is counted in `dropped`)."""
+        self._tokens = min(self.burst, self._tokens + max(0.0, now - self._last) * self.rate_per_s)
+        self._last = max(self._last, now)
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        self.dropped += 1
+        return False
+
+
+def _field(value: object) -> str:
+    """A report field as logged: text, cut to `CSP_FIELD_CHARS`, quoted by repr so a
+    stranger's newlines cannot forge log lines."""
+    return repr(str(value)[:CSP_FIELD_CHARS]) if value is not None else "-"
+
+
+def csp_reports(body: bytes) -> list[dict[str, Any]]:
+    """The violations in a report body: ``{"csp-report": {...}}`` (report-uri) or a
+    Reporting API list of ``{"type": "csp-violation", "body": {...}}`` (report-to),
+    as dicts with the report-uri field names. ValueError if it is neither."""
+    doc = json.loads(body)
+    if isinstance(doc, dict) and isinstance(doc.get("csp-report"), dict):
+        return [doc["csp-report"]]
+    if isinstance(doc, list):
+        out = []
+        for item in doc[:10]:
+            if not isinstance(item, dict) or not isinstance(item.get("body"), dict):
+                continue
+            b = item["body"]
+            out.append(
+                {
+                    "document-uri": b.get("documentURL"),
+                    "violated-directive": b.get("effectiveDirective"),
+                    "blocked-uri": b.get("blockedURL"),
+                    "source-file": b.get("sourceFile"),
+                    "line-number": b.get("lineNumber"),
+                    "disposition": b.get("disposition"),
+                }
+            )
+        return out
+    raise ValueError("neither a report-uri nor a Reporting API document")
 
 
 class AssetsMissing(Exception):
@@ -109,6 +248,11 @@ class ReaderService:
         self.build = build_hash(config)
         sw = (config.web_dir / "sw.js").read_text(encoding="utf-8")
         self._sw = sw.replace(BUILD_PLACEHOLDER, self.build).encode("utf-8")
+        index = (config.web_dir / "index.html").read_text(encoding="utf-8")
+        self.headers = security_headers(inline_script_hashes(index))
+        self._limiter: ReportLimiter | None = None
+        #: CSP violation reports received (logged or not)
+        self.csp_reports_received = 0
 
     def app_config(self) -> dict[str, Any]:
         """The ``config.json`` document the app reads at start (docs/reader.md)."""
@@ -135,13 +279,57 @@ class ReaderService:
 
     def make_app(self) -> web.Application:
         """The aiohttp application with every route."""
-        app = web.Application()
+        app = web.Application(middlewares=[self._add_headers])
+        app.router.add_post(CSP_REPORT_PATH, self.csp_report)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/config.json", self.config_json)
         app.router.add_get("/sw.js", self.service_worker)
         app.router.add_get("/vendor/{rel:.+}", self.vendor)
         app.router.add_get("/{rel:.*}", self.web_file)
         return app
+
+    @web.middleware
+    async def _add_headers(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Every answer (404s and errors too) with the security headers."""
+        try:
+            response: web.StreamResponse = await handler(request)
+        except web.HTTPException as exc:
+            exc.headers.update(self.headers)
+            raise
+        response.headers.update(self.headers)
+        return response
+
+    async def csp_report(self, request: web.Request) -> web.Response:
+        """``POST /csp-report``: log a CSP violation the browser reports (bounded)."""
+        try:
+            body = await read_request_limited(request, CSP_REPORT_BYTES, "a CSP report")
+        except BodyTooLarge:
+            return web.Response(status=413, text=f"a report is at most {CSP_REPORT_BYTES} bytes\n")
+        try:
+            reports = csp_reports(body)
+        except ValueError:
+            return web.Response(status=400, text="not a CSP violation report\n")
+        loop = asyncio.get_running_loop()
+        if self._limiter is None:
+            self._limiter = ReportLimiter(CSP_REPORTS_PER_MINUTE, now=loop.time())
+        for report in reports:
+            self.csp_reports_received += 1
+            if not self._limiter.allow(now=loop.time()):
+                continue
+            dropped, self._limiter.dropped = self._limiter.dropped, 0
+            log.warning(
+                "CSP violation: directive=%s blocked=%s document=%s source=%s:%s from %s%s",
+                _field(report.get("violated-directive") or report.get("effective-directive")),
+                _field(report.get("blocked-uri")),
+                _field(report.get("document-uri")),
+                _field(report.get("source-file")),
+                _field(report.get("line-number")),
+                request.remote,
+                f" ({dropped} earlier reports not logged: over {CSP_REPORTS_PER_MINUTE}/min)"
+                if dropped
+                else "",
+            )
+        return web.Response(status=204)
 
     @staticmethod
     def _file(path: Path) -> web.FileResponse:
