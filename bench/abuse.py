@@ -11,8 +11,15 @@
 4. Operator endpoints without their token: how many answer 401 (target all).
 5. Oversized bodies (an endless body, a huge Content-Length) read by the shared reader
    the balancer, the clients and the peer use: bytes read before the cut.
+6. Clients that stop reading (issue 25, finding 1): --stalled connections on each of
+   two real 100 Mbit/s origins behind a real balancer; 20 readers (a directive, then
+   1 MiB from the origin it names) before, while they sit, and after the origins'
+   --send-timeout-s cut them (target: every reader served as before).
+7. Anonymous demand (finding 7): 40 directive requests in 2 s then 2/s for 10 minutes
+   from one address, against the demand policy: the estimate (target: no carousel).
 
-    .venv/bin/python bench/abuse.py [--runs 3] [--http 2000]
+    .venv/bin/python bench/abuse.py [--runs 3] [--http 2000] [--stalled 300]
+        [--send-timeout-s 20]
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import random
+import socket
 import statistics
 import tempfile
 import time
@@ -237,10 +246,177 @@ async def bench_bodies(limit: int) -> list[tuple[str, int, float]]:
     return rows
 
 
+# --- clients that stop reading, and anonymous demand (issue 25, findings 1 and 7) ----
+# (its own section: functions stalled_*, demand_*; imports are local)
+
+STALLED_FILE_BYTES = 24 << 20  # more than a stalled socket's buffers hold
+
+
+async def _stall(port: int, target: str, n: int) -> list[socket.socket]:
+    """``n`` connections that ask for ``target`` and never read a byte."""
+    loop = asyncio.get_running_loop()
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.setblocking(False)
+        await loop.sock_connect(s, ("127.0.0.1", port))
+        await loop.sock_sendall(s, f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        socks.append(s)
+    return socks
+
+
+async def _readers(
+    http: aiohttp.ClientSession, balancer_url: str, issue: str, n: int
+) -> dict[str, float]:
+    """``n`` readers, one every 0.2 s: a directive, then 1 MiB of the issue from the
+    origin it names. Directives answered 200, ranges served whole, median seconds."""
+    ok = served = 0
+    directive_s, range_s = [], []
+    for _ in range(n):
+        began = time.perf_counter()
+        async with http.get(f"{balancer_url}/v1/issues/{issue}/directive") as resp:
+            doc = await resp.json() if resp.status == 200 else None
+        directive_s.append(time.perf_counter() - began)
+        if doc is not None:
+            ok += 1
+            url = f"{doc['origins'][0]['url']}/content/{issue}/{issue}.pdf"
+            began = time.perf_counter()
+            async with http.get(url, headers={"Range": "bytes=0-1048575"}) as resp:
+                served += resp.status == 206 and len(await resp.read()) == 1 << 20
+            range_s.append(time.perf_counter() - began)
+        await asyncio.sleep(0.2)
+    return {
+        "directives_ok": ok,
+        "served": served,
+        "directive_ms": statistics.median(directive_s) * 1e3,
+        "range_ms": statistics.median(range_s) * 1e3 if range_s else float("nan"),
+    }
+
+
+async def stalled_origins(folder: Path, per_origin: int, send_timeout_s: float) -> None:
+    """Two origins of 100 Mbit/s and a real balancer (headroom, the default); readers
+    before, while ``per_origin`` stalled connections sit on each origin, and after the
+    send timeout cut them. Before issue 25 every directive was 503 'full' then."""
+    import resource
+
+    from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
+    from pressrun.origin.aio import start_origin
+    from pressrun.origin.config import OriginConfig
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # 3 descriptors a socket
+    issue = "weekly-1"
+    (folder / issue).mkdir(parents=True)
+    (folder / issue / f"{issue}.pdf").write_bytes(os.urandom(STALLED_FILE_BYTES))
+    origins = [
+        await start_origin(
+            OriginConfig(
+                content_dir=folder,
+                name=f"origin-{i}",
+                capacity_mbps=100.0,
+                send_timeout_s=send_timeout_s,
+            )
+        )
+        for i in range(2)
+    ]
+    balancer = await start_balancer(
+        BalancerServiceConfig(
+            origins=tuple(OriginSpec(o.name, o.url) for o in origins),
+            balancer=BalancerConfig(poll_interval_s=0.5, stale_after_s=1.75),
+        )
+    )
+    socks: list[socket.socket] = []
+    readers = 20
+    try:
+        await balancer.wait_until_up(2, timeout_s=10.0)
+        async with aiohttp.ClientSession() as http:
+            before = await _readers(http, balancer.url, issue, readers)
+            started = time.perf_counter()
+            for o in origins:
+                socks += await _stall(o.port, f"/content/{issue}/{issue}.pdf", per_origin)
+            await asyncio.sleep(7.0)  # --stalled-after-s (5 s) and a poll
+            stats = [o.service.stats_document() for o in origins]
+            held = sum(d["stalled_transfers"] for d in stats)
+            active = sum(d["active_transfers"] for d in stats)
+            during = await _readers(http, balancer.url, issue, readers)
+            still = sum(o.service.meter.stalled_transfers for o in origins)
+            # the send timeout: wait until the origins hold none
+            while any(o.service.meter.stalled_transfers for o in origins):
+                if time.perf_counter() - started > send_timeout_s + 30:
+                    break
+                await asyncio.sleep(0.5)
+            cut_s = time.perf_counter() - started
+            left = sum(o.service.meter.stalled_transfers for o in origins)
+            after = await _readers(http, balancer.url, issue, readers)
+    finally:
+        for s in socks:
+            s.close()
+        await balancer.stop()
+        for o in origins:
+            await o.stop()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    for label, r in (("before", before), (f"{per_origin} stalled/origin", during)):
+        print(
+            f"   {label:>18}: {r['directives_ok']:.0f}/{readers} directives 200, "
+            f"{r['served']:.0f}/{readers} readers served 1 MiB; directive "
+            f"{r['directive_ms']:.1f} ms, range {r['range_ms']:.1f} ms (medians)"
+        )
+    print(
+        f"   7 s after opening them the origins counted {active} active and {held} "
+        f"stalled transfers ({still} still stalled after the readers); the "
+        f"{send_timeout_s:g} s send timeout cut them within {cut_s:.0f} s of opening "
+        f"({left} left)"
+    )
+    print(
+        f"   {'after the cut':>18}: {after['directives_ok']:.0f}/{readers} directives 200, "
+        f"{after['served']:.0f}/{readers} readers served (target: every reader served as before)"
+    )
+
+
+def demand_one_address() -> tuple[float, float, bool]:
+    """Finding 7 against the pure policy: 40 directive requests in 2 s, then 2 a second
+    for 10 minutes, all from one address. The highest and the mean downloader estimate
+    and whether a carousel was ever wanted (before: yes, within the first 2 s)."""
+    from pressrun.balancer.demand import DemandConfig, DemandPolicy
+
+    policy = DemandPolicy(DemandConfig(multicast_enter_downloaders=100.0), {})
+    seen, wanted = [], False
+    times = [i * 0.05 for i in range(40)] + [2.0 + i * 0.5 for i in range(1200)]
+    for now in times:
+        policy.decide("weekly-1", now=now, address="203.0.113.9")
+        policy.review(now=now)
+        wanted = wanted or bool(policy.carousels_wanted())
+        seen.append(policy.estimate("weekly-1", now=now).downloaders)
+    return max(seen), statistics.mean(seen), wanted
+
+
+async def stalled_and_demand_section(per_origin: int, send_timeout_s: float) -> None:
+    """Print this section's figures."""
+    print(
+        f"6. clients that stop reading: {per_origin} stalled connections on each of two "
+        "100 Mbit/s origins, 20 readers (directive + 1 MiB range) before, during, after"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        await stalled_origins(Path(tmp), per_origin, send_timeout_s)
+    top, mean, wanted = demand_one_address()
+    print(
+        "7. anonymous demand: 40 directive requests in 2 s then 2/s for 10 min from one "
+        f"address -> estimate at most {top:.2f} downloaders (mean {mean:.2f}), carousel "
+        f"wanted: {wanted} (target: never; multicast at 100, swarm at 20)"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per balancer figure")
     parser.add_argument("--http", type=int, default=2000, help="made-up announces over HTTP")
+    parser.add_argument(
+        "--stalled", type=int, default=300, help="stalled connections on each origin"
+    )
+    parser.add_argument(
+        "--send-timeout-s", type=float, default=20.0, help="the origins' send timeout"
+    )
     args = parser.parse_args()
 
     print(f"1. balancer: {MADE_UP:,} made-up issue ids (median of {args.runs} runs)")
@@ -281,6 +457,7 @@ async def main() -> None:
     print("5. oversized bodies (limit 1 MiB):")
     for message, _, seconds in await bench_bodies(1 << 20):
         print(f"   {message} ({seconds * 1e3:.1f} ms)")
+    await stalled_and_demand_section(args.stalled, args.send_timeout_s)
 
 
 if __name__ == "__main__":
