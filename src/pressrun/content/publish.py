@@ -36,6 +36,7 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -541,18 +542,24 @@ def _publish_locked(
         _write_synced(tmp / MANIFEST_NAME, signed.to_json_bytes())
         fsync_dir(tmp)
         if encrypt_for is not None and encryption is not None:
+            wrapping = time.perf_counter()
             wraps = {k: wrap_key(content_key, k) for k in subscriber_keys}
+            storing = time.perf_counter()
             skipped = _directory_call(
                 encrypt_for,
                 lambda: encrypt_for.store_wraps(issue_id, encryption.version, wraps),
             )
+            stored = time.perf_counter()
             for k in skipped:
                 log.warning("subscriber %s was removed meanwhile: no wrap stored", k.hex())
             log.info(
-                "%s version %d: wraps stored for %d subscribers",
+                "%s version %d: wraps stored for %d subscribers (wrapped in %.2f s, "
+                "stored in %.2f s)",
                 issue_id,
                 encryption.version,
                 len(wraps) - len(skipped),
+                storing - wrapping,
+                stored - storing,
             )
         if not force and os.path.lexists(final):
             raise PublishError(f"a bundle for issue {issue_id} appeared at {final} meanwhile")
