@@ -7,6 +7,15 @@ and `started`/`completed`). Each run measures for --seconds after a warm-up; pri
 median of --runs runs. Target: at least 2,000 announces/s on a 2-core machine.
 
     .venv/bin/python bench/tracker.py [--runs 3] [--seconds 5] [--connections 32]
+
+With ``--ever-seen 0,10000,50000`` it measures instead what peers that came and went
+cost (issue 24): for each number, the store is filled with that many records of peers
+that left a minute ago in one swarm (as weeks of downloads leave them), the tracker is
+started on it (``--record-ttl-s 5``), and it prints the time to start, the announces/s
+of 20 live peers in that swarm once the old records are past their TTL, and what the
+store holds after. Run it with ``PYTHONPATH=<an older src>`` to measure that code.
+
+    .venv/bin/python bench/tracker.py --ever-seen 0,10000,50000 [--redis]
 """
 
 from __future__ import annotations
@@ -87,10 +96,12 @@ async def load(base: str, queries: list[str], connections: int, seconds: float) 
     return counted / elapsed
 
 
-async def start_tracker(store_args: list[str]) -> tuple[asyncio.subprocess.Process, int]:
+async def start_tracker(
+    store_args: list[str], extra: tuple[str, ...] = ()
+) -> tuple[asyncio.subprocess.Process, int]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pressrun.cli", "--log-level", "WARNING", "serve", "tracker",
-        "--port", "0", "--max-numwant", "50", *store_args,
+        "--port", "0", "--max-numwant", "50", *store_args, *extra,
         # made-up swarms: an open tracker (the allowlist check is one set lookup)
         "--allow-any",
         stdout=asyncio.subprocess.PIPE,
@@ -100,6 +111,119 @@ async def start_tracker(store_args: list[str]) -> tuple[asyncio.subprocess.Proce
     line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
     port = int(line.rsplit(":", 1)[1].split("/")[0])
     return proc, port
+
+
+EVER_IH = bytes(range(20))
+
+
+def left_records(count: int) -> list[object]:
+    """``count`` records of peers that completed and left a minute ago (wall time)."""
+    from pressrun.tracker.events import AddressFamily, LeaveRule, PeerRecord
+
+    left_at = time.time() - 60.0  # what a store holds: wall time
+    return [
+        PeerRecord(
+            info_hash=EVER_IH,
+            peer_id=b"-BN0001-" + n.to_bytes(12, "big"),
+            family=AddressFamily.IPV4,
+            ip=f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}",
+            port=6881,
+            left=0,
+            uploaded_total=1000,
+            downloaded_total=1000,
+            session_uploaded=1000,
+            session_downloaded=1000,
+            session_key=f"k{n}",
+            active=False,
+            session_stopped=True,
+            completed_count=1,
+            first_seen=left_at - 60.0,
+            last_seen=left_at,
+            leave_rule=LeaveRule.USER,
+            left_at=left_at,
+            version=3,
+        )
+        for n in range(count)
+    ]
+
+
+async def fill_store(store_args: list[str], count: int) -> None:
+    """Write ``count`` left records the way the tracker's own store does."""
+    records = left_records(count)
+    if store_args[0] == "--redis":
+        from pressrun.tracker.redis_store import RedisStore
+
+        redis_store = RedisStore(store_args[1], prefix=store_args[3])
+        for i in range(0, len(records), 1000):
+            await redis_store.save(records[i : i + 1000])  # type: ignore[arg-type]
+        await redis_store.close()
+    else:
+        from pressrun.tracker.store import SqliteStore
+
+        sqlite_store = SqliteStore(store_args[1])
+        sqlite_store.queue(records)  # type: ignore[arg-type]
+        await sqlite_store.close()
+
+
+async def store_rows(store_args: list[str]) -> int:
+    """Peer records the store holds."""
+    if store_args[0] == "--redis":
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(store_args[1])
+        try:
+            held: int = await client.hlen(f"{store_args[3]}peers:{EVER_IH.hex()}")
+        finally:
+            await client.aclose()
+        return held
+    import sqlite3
+
+    with sqlite3.connect(store_args[1]) as conn:
+        rows: int = conn.execute("SELECT count(*) FROM peers").fetchone()[0]
+        return rows
+
+
+async def ever_seen(args: argparse.Namespace, tmp: str, redis_url: str | None) -> None:
+    """The --ever-seen table (module docstring)."""
+    rng = random.Random(2)
+    queries = []
+    for n in range(20):
+        peer_id = quote_from_bytes(b"-BNLIVE-" + rng.randbytes(12), safe="")
+        ih = quote_from_bytes(EVER_IH, safe="")
+        base = f"info_hash={ih}&peer_id={peer_id}&port={20000 + n}&key=l{n}&compact=1"
+        queries += [
+            f"{base}&uploaded=0&downloaded=0&left=1000",
+            f"{base}&uploaded=0&downloaded=0&left=0",
+        ]
+    print(
+        "peers ever seen | start s | announces/s (20 live peers) | records held after | restart s"
+    )
+    for count in [int(c) for c in args.ever_seen.split(",")]:
+        if redis_url is not None:
+            store_args = ["--redis", redis_url, "--redis-prefix", f"ever{count}:"]
+        else:
+            store_args = ["--db", str(Path(tmp) / f"ever{count}.db")]
+        await fill_store(store_args, count)
+        extra = ("--record-ttl-s", "5")
+        started = time.perf_counter()
+        proc, port = await start_tracker(store_args, extra)
+        start_s = time.perf_counter() - started
+        try:
+            await asyncio.sleep(7.0)  # past the record TTL: what is forgotten is
+            rate = await load(f"http://127.0.0.1:{port}", queries, 8, args.seconds)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+        held = await store_rows(store_args)
+        started = time.perf_counter()
+        proc, port = await start_tracker(store_args, extra)
+        restart_s = time.perf_counter() - started
+        proc.send_signal(signal.SIGTERM)
+        await proc.wait()
+        print(
+            f"{count:>15,} | {start_s:7.2f} | {rate:27,.0f} | {held:17,} | {restart_s:9.2f}",
+            flush=True,
+        )
 
 
 async def main() -> None:
@@ -117,6 +241,11 @@ async def main() -> None:
         action="store_true",
         help="measure the Redis backend instead (starts a throwaway redis-server)",
     )
+    parser.add_argument(
+        "--ever-seen",
+        metavar="N,N,...",
+        help="measure what this many peers that came and went cost (module docstring)",
+    )
     args = parser.parse_args()
     queries = build_queries(args.peers, args.swarms, random.Random(1))
     rates = []
@@ -131,6 +260,14 @@ async def main() -> None:
             )  # fmt: skip
             redis_url = f"redis://127.0.0.1:{redis_port}/0"
             await asyncio.sleep(0.5)
+        if args.ever_seen:
+            try:
+                await ever_seen(args, tmp, redis_url if args.redis else None)
+            finally:
+                if redis_proc is not None:
+                    redis_proc.terminate()
+                    redis_proc.wait()
+            return
         for run in range(args.runs):
             if args.redis:
                 store_args = ["--redis", redis_url, "--redis-prefix", f"bench{run}:"]

@@ -409,3 +409,25 @@ def test_max_swarms_counts_live_swarms_and_evicts_the_first_dead() -> None:
     assert core.refusal(hashes[4]) == "tracker_full"
     assert core.next_deadline() is not None
     core.handle_timer(now=1000)  # stale heap entries of the evicted swarm are skipped
+
+
+def test_a_full_swarm_forgets_the_record_that_left_first() -> None:
+    """Peer ids made up by the thousand: the swarm holds at most max_records_per_swarm
+    records; the first to leave goes first, its bytes stay in the totals."""
+    core = make_core(max_records_per_swarm=5)
+    for n in range(5):
+        core.handle_announce(req(n, down=10), remote="127.0.0.1", now=n)
+    for n in (1, 3):
+        core.handle_announce(
+            req(n, down=10, event=AnnounceEvent.STOPPED), remote="127.0.0.1", now=10 + n
+        )
+    core.handle_announce(req(7), remote="127.0.0.1", now=20)
+    records, _ = core.drain_forgotten()
+    assert [r.peer_id for r in records] == [pid(1)]  # left at 11, before peer 3
+    core.handle_announce(req(8), remote="127.0.0.1", now=21)
+    core.handle_announce(req(9), remote="127.0.0.1", now=22)  # nobody left to forget
+    assert [r.peer_id for r in core.drain_forgotten()[0]] == [pid(3)]
+    assert len(core.records(IH)) == 6 and core.counts(IH)[:2] == (0, 6)
+    stats = core.stats(IH)
+    assert stats is not None and stats.downloaded_bytes == 50
+    assert core.handle_timer(now=20 + core.config.record_ttl_s) != []  # stale entries skipped

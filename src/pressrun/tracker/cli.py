@@ -94,7 +94,15 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         "--max-swarms",
         type=int,
         default=10_000,
-        help="refuse announces that would open more swarms than this (default 10000)",
+        help="the most swarms held; only live ones (an active peer) fill it, a new swarm "
+        "evicts the swarm that died first (default 10000)",
+    )
+    p.add_argument(
+        "--max-records-per-swarm",
+        type=int,
+        default=100_000,
+        help="the most peer records a swarm holds; beyond, the record that left first is "
+        "forgotten at once, its totals kept (default 100000)",
     )
     add_security_arguments(p)
     p.set_defaults(func=run_tracker)
@@ -127,6 +135,7 @@ def run_tracker(args: argparse.Namespace) -> int:
             ring_supernodes=args.ring_supernodes,
             record_ttl_s=args.record_ttl_s,
             max_swarms=args.max_swarms,
+            max_records_per_swarm=args.max_records_per_swarm,
         )
         security = security_from_args(args)
         security.server_ssl_context()  # a bad --tls-cert/--tls-key fails here, clearly

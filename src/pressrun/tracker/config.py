@@ -26,9 +26,15 @@ class TrackerConfig:
         it left, and a swarm with no record left is dropped: what strangers announce
         cannot pile up (default one hour, long enough for ``/v1/swarms`` to show how
         a wave of peers left).
-    max_swarms: the most swarms held at once; an announce that would open one more is
-        refused (``tracker_full``) until old ones are pruned. With an allowlist the
-        published issues bound it anyway.
+    max_swarms: the most swarms held at once. Only live swarms (an active peer) fill
+        it: an announce that would open one more evicts the swarm that died first, and
+        is refused (``tracker_full``) only when every swarm held is live. With an
+        allowlist the published issues bound it anyway.
+    max_records_per_swarm: the most peer records one swarm holds; a new peer beyond it
+        makes the swarm forget the record that left first at once (its totals stay),
+        so peer ids made up by the thousand cannot fill memory and the store for the
+        hour of ``record_ttl_s``. Active peers are never dropped for it (they expire
+        after the TTL unless they keep announcing).
     """
 
     interval_s: int = 30
@@ -39,6 +45,7 @@ class TrackerConfig:
     ring_supernodes: int = 0
     record_ttl_s: float = 3600.0
     max_swarms: int = 10_000
+    max_records_per_swarm: int = 100_000
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
@@ -55,6 +62,8 @@ class TrackerConfig:
             raise ValueError("record_ttl_s must be positive")
         if self.max_swarms < 1:
             raise ValueError("max_swarms must be at least 1")
+        if self.max_records_per_swarm < 1:
+            raise ValueError("max_records_per_swarm must be at least 1")
         if self.default_numwant < 0:
             raise ValueError("default_numwant must not be negative")
 

@@ -308,6 +308,16 @@ class TrackerCore:
         del self._swarms[info_hash]  # heap entries of its records go stale
         self._forgotten_swarms.append(info_hash)
 
+    def _forget_first_left(self, swarm: Swarm) -> None:
+        """Forget the record of ``swarm`` that left first, now (the swarm is full)."""
+        if not swarm.left_order:
+            return  # every record is an active peer: they expire by the TTL
+        key = next(iter(swarm.left_order))
+        gone = swarm.records[key]
+        swarm.drop(key)  # its forget-heap entry goes stale
+        swarm.forgotten = swarm.forgotten.plus(gone)
+        self._forgotten_records.append(gone)
+
     def drain_forgotten(self) -> tuple[list[PeerRecord], list[bytes]]:
         """The records forgotten (``record_ttl_s`` after they left) and the swarms
         forgotten whole (last record gone, or evicted) since the last call: the store
@@ -414,6 +424,8 @@ class TrackerCore:
                 self._evict_dead()  # refusal() said there is a dead one
             swarm = self._swarms[req.info_hash] = Swarm(req.info_hash)
         prev = swarm.records.get((req.peer_id, family))
+        if prev is None and len(swarm.records) >= self.config.max_records_per_swarm:
+            self._forget_first_left(swarm)
         record = accumulate(prev, req, ip=ip, now=now)
         if record.leave_rule is not None and record.leave_rule.fair:
             checked = supported_rule(swarm, record, record.leave_rule)

@@ -104,6 +104,9 @@ class Swarm:
     seeds: _IndexedKeys = field(default_factory=_IndexedKeys)
     leechers: _IndexedKeys = field(default_factory=_IndexedKeys)
     forgotten: ForgottenTotals = field(default_factory=ForgottenTotals)
+    # keys of the records that left, in the order they left (the first is the one to
+    # forget early when the swarm holds as many records as it may)
+    left_order: dict[PeerKey, None] = field(default_factory=dict)
 
     @property
     def live(self) -> bool:
@@ -116,14 +119,18 @@ class Swarm:
         self.records[key] = record
         self.seeds.discard(key)
         self.leechers.discard(key)
+        self.left_order.pop(key, None)
         if record.active:
             (self.seeds if record.left == 0 else self.leechers).add(key)
+        else:
+            self.left_order[key] = None
 
     def drop(self, key: PeerKey) -> None:
         """Forget a record (a shared store no longer has it)."""
         self.records.pop(key, None)
         self.seeds.discard(key)
         self.leechers.discard(key)
+        self.left_order.pop(key, None)
 
     def stats(self) -> SwarmStats:
         """Counts and totals; bytes are summed per peer_id, the largest family's."""
