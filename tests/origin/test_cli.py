@@ -66,8 +66,17 @@ def test_parser_has_every_flag() -> None:
             "60",
             "--shutdown-grace-s",
             "2",
+            "--send-timeout-s",
+            "30",
+            "--stalled-after-s",
+            "3",
         ]
     )
+    assert (args.send_timeout_s, args.stalled_after_s) == (30.0, 3.0)
+    defaults = build_parser().parse_args(
+        ["serve", "origin", "--content", "c", "--port", "0", "--capacity-mbps", "1"]
+    )
+    assert (defaults.send_timeout_s, defaults.stalled_after_s) == (60.0, 5.0)
     assert (args.content, args.port, args.host, args.name) == ("c", 8001, "0.0.0.0", "origin-a")
     assert (args.capacity_mbps, args.egress_cap_mbps) == (1000.0, 100.0)
     assert (args.stats_interval_s, args.cache_window_s, args.shutdown_grace_s) == (0.5, 60.0, 2.0)
@@ -92,6 +101,14 @@ def test_bad_flags_exit_2(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert b"capacity_mbps must be a positive number" in out.stderr
+    argv = ["serve", "origin", "--content", str(tmp_path), "--port", "0", "--capacity-mbps", "5"]
+    out = subprocess.run(
+        [*PRESSRUN, *argv, "--send-timeout-s", "0"],
+        capture_output=True,
+        timeout=30,
+    )
+    assert out.returncode == 2
+    assert b"send_timeout_s must be a positive number" in out.stderr
 
 
 def test_missing_content_dir_exits_1(tmp_path: Path) -> None:
