@@ -29,6 +29,7 @@ from live_tracker import OPERATOR_TOKEN, LiveTracker, announce_query, wait_for
 from pressrun.bencode import bdecode
 from pressrun.security import TOKEN_ENV, ServiceSecurity
 from pressrun.tracker.aio import TrackerService
+from pressrun.tracker.codec import parse_announce_query
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
 from pressrun.tracker.redis_store import RedisStore
@@ -359,3 +360,29 @@ async def test_redis_forgotten_records_stay_forgotten(
             await b.close()
     finally:
         await a.close()
+
+
+async def test_a_failed_write_behind_flush_is_retried_by_itself(tmp_path: Path) -> None:
+    """The file locked by another process for a while (a backup, sqlite3 in a shell):
+    the flush that failed is tried again, with no new announce to trigger it."""
+    db = tmp_path / "t.db"
+    store = SqliteStore(db, flush_interval_s=0.05)
+    await store.open()
+    service, _port = await start(store, TrackerConfig(), time.time)
+    try:
+        locker = sqlite3.connect(db, timeout=0.1, isolation_level=None)
+        locker.execute("BEGIN EXCLUSIVE")
+        core = service.core
+        q = announce_query(IH, pid(1), 7001, left=0, key="k1")
+        handled = core.handle_announce(parse_announce_query(q), remote="127.0.0.1", now=1.0)
+        store.queue([handled.record])
+        await asyncio.sleep(6.0)  # the flush waits 5 s for the lock, then fails
+        locker.execute("ROLLBACK")
+        locker.close()
+
+        async def written() -> bool:
+            return sqlite_rows(db)["peers"] == 1
+
+        assert await wait_for(written, timeout_s=4)
+    finally:
+        await service.close()

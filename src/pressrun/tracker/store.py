@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +46,8 @@ from typing import Any, Protocol
 
 from pressrun.tracker.events import AddressFamily, LeaveRule, PeerRecord, TrackerEvent
 from pressrun.tracker.swarm import ForgottenTotals
+
+log = logging.getLogger(__name__)
 
 RecordKey = tuple[bytes, bytes, AddressFamily]
 
@@ -537,9 +540,23 @@ class SqliteStore:
 
     def _flush_soon(self) -> None:
         self._flush_handle = None
-        task = asyncio.get_running_loop().create_task(self.flush())
+        task = asyncio.get_running_loop().create_task(self._flush_or_retry())
         self._flush_tasks.add(task)
         task.add_done_callback(self._flush_tasks.discard)
+
+    async def _flush_or_retry(self) -> None:
+        """A scheduled flush: one that fails (the disk full, the file locked) is logged
+        and tried again, whether or not anything else is queued meanwhile."""
+        try:
+            await self.flush()
+        except Exception:
+            retry_s = max(1.0, self.flush_interval_s)
+            log.exception(
+                "writing the tracker's records to %s failed; again in %.0f s", self.path, retry_s
+            )
+            if self._flush_handle is None and self._pending():
+                loop = asyncio.get_running_loop()
+                self._flush_handle = loop.call_later(retry_s, self._flush_soon)
 
     def _write(
         self,
