@@ -455,3 +455,15 @@ def test_next_chunk_bytes_follows_the_client() -> None:
     assert next_chunk_bytes(65_536, 30.0, 65_536, max_bytes=mib) == MIN_CHUNK_BYTES
     # never above the configured maximum, even below the minimum
     assert next_chunk_bytes(4096, 10.0, 4096, max_bytes=4096) == 4096
+
+
+def test_meter_a_transfer_waiting_on_the_cap_is_not_stalled() -> None:
+    meter = TrafficMeter(interval_s=1.0, cache_window_s=300.0, now=0.0, stalled_after_s=5.0)
+    tid = meter.transfer_started("w", now=0.0)
+    meter.transfer_paced(tid, now=4.0)  # 4 s in the egress bucket's queue
+    meter.handle_timer(now=6.0)
+    assert meter.active_transfers == 1 and meter.stalled_transfers == 0
+    meter.handle_timer(now=9.5)
+    assert meter.stalled_transfers == 1
+    meter.transfer_paced(tid, now=9.6)
+    assert meter.active_transfers == 1 and meter.stalled_transfers == 0

@@ -433,6 +433,7 @@ class OriginService:
                     wait_s = bucket.take(n, now=loop.time())
                     if wait_s > 0:
                         await asyncio.sleep(wait_s)
+                        self.meter.transfer_paced(tid, now=loop.time())
                 if transport.is_closing():
                     raise ConnectionResetError("client closed the connection")
                 began = loop.time()

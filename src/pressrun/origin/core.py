@@ -414,6 +414,14 @@ class TrafficMeter:
         issue = transfer.issue
         self.bytes_sent_by_issue[issue] = self.bytes_sent_by_issue.get(issue, 0) + n
 
+    def transfer_paced(self, transfer_id: int, *, now: float) -> None:
+        """The transfer waited `now` for the egress cap (our pacing, not its client):
+        it counts as moving (a long queue on a small cap is load, not a stall)."""
+        transfer = self._transfers[transfer_id]
+        transfer.last_moved_at = max(transfer.last_moved_at, now)
+        if transfer.stalled and transfer.ended_at is None:
+            self._set_stalled(transfer, False)
+
     def transfer_ended(self, transfer_id: int, *, now: float) -> int:
         """The transfer ended (complete, cut or failed); returns the bytes it sent."""
         transfer = self._transfers[transfer_id]
