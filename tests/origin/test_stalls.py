@@ -16,6 +16,7 @@ import pytest
 
 from pressrun.origin.aio import RunningOrigin, start_origin
 from pressrun.origin.config import OriginConfig
+from stalled_clients import stall
 
 ISSUE = "weekly-1"
 BIG = "big.bin"
@@ -31,20 +32,6 @@ def content(tmp_path: Path) -> Path:
     (issue / BIG).write_bytes(os.urandom(BIG_BYTES))
     (issue / "small.bin").write_bytes(os.urandom(1 << 20))
     return tmp_path / "content"
-
-
-async def stall(port: int, target: str, n: int, rcvbuf: int = 4096) -> list[socket.socket]:
-    """``n`` connections that send ``GET target`` and never read a byte."""
-    loop = asyncio.get_running_loop()
-    socks = []
-    for _ in range(n):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        s.setblocking(False)
-        await loop.sock_connect(s, ("127.0.0.1", port))
-        await loop.sock_sendall(s, f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        socks.append(s)
-    return socks
 
 
 async def stats(http: aiohttp.ClientSession, origin: RunningOrigin) -> dict[str, Any]:

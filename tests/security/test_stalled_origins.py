@@ -17,24 +17,11 @@ from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.events import OriginSpec
 from pressrun.origin.aio import start_origin
 from pressrun.origin.config import OriginConfig
+from stalled_clients import stall
 
 ISSUE = "weekly-1"
 #: per origin, as in the finding
 STALLED = 20
-
-
-async def stall(port: int, target: str, n: int) -> list[socket.socket]:
-    """``n`` connections that send ``GET target`` and never read a byte."""
-    loop = asyncio.get_running_loop()
-    socks = []
-    for _ in range(n):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.setblocking(False)
-        await loop.sock_connect(s, ("127.0.0.1", port))
-        await loop.sock_sendall(s, f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        socks.append(s)
-    return socks
 
 
 async def test_stalled_connections_do_not_fill_the_origins(tmp_path: Path) -> None:
