@@ -56,9 +56,13 @@ The verdict (exit 0 only when all of it holds):
   is the warm-up): RSS at the day's end at most 1.3 x day 2's + 16 MiB; probe p50 at
   most 2 x + 3 ms and p99 at most 3 x + 30 ms (a 2-core machine shared with the
   readers: allowances for scheduling noise); the stores: the tracker's SQLite rows and
-  Redis entries at most 1.5 x day 2's + 20 (a store that keeps a row per reader or per
-  download ever seen grows with the days and fails this; one that forgets what is
-  stale does not); every ring consistent at the last day's end.
+  Redis entries of peers and events at most 1.5 x day 2's + 20 (a store that keeps a
+  row per reader or per download ever seen grows with the days and fails this; one
+  that forgets what is stale does not), and what the catalogue adds (allowlist,
+  per-swarm totals, the rings' supernodes) at most 1.5 x day 2's per issue + 2; every
+  ring the tracker lists consistent at the last day's end, and the newest issue's ring
+  whole (the three origins' supernodes) and consistent in 90% of the last day's
+  samples.
 
 **How the clock is sped up, and what a simulated day is.** Every pressrun process
 (services, readers, ``pressrun publish``) runs under libfaketime (Debian package
@@ -147,6 +151,11 @@ PROBE_PERIOD_S = 1.0
 SAMPLE_PERIOD_S = 3.0
 TRACKER_DOWN_S = 35.0
 STEP_S = 3600.0
+#: the tracker's SQLite tables and Redis keys that grow with readers (the others grow
+#: with the catalogue: allowlist, per-swarm totals, the rings' supernodes)
+READER_TABLES = frozenset({"peers", "events"})
+READER_KEYS = frozenset({"peers", "events", "changes"})
+REDIS_PREFIX = "pressrun:tracker:"
 
 SITECUSTOMIZE = '''"""Written by bench/uptime.py (on PYTHONPATH of its children only).
 
@@ -914,8 +923,14 @@ class Soak:
                 tables = [
                     r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
                 ]
-                sizes["tracker.db rows"] = float(
-                    sum(conn.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in tables)
+                rows = {
+                    t: conn.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in tables
+                }
+                sizes["tracker.db rows"] = float(sum(rows.values()))
+                # rows a reader adds (peer records, events) against rows an issue adds
+                # (allowlist, swarm totals, the ring's supernodes): a catalogue grows
+                sizes["tracker.db reader rows"] = float(
+                    sum(n for t, n in rows.items() if t in READER_TABLES)
                 )
             finally:
                 conn.close()
@@ -929,18 +944,23 @@ class Soak:
             client = redis.Redis.from_url(self.redis_url, socket_timeout=5)
             try:
                 sizes["redis used_memory"] = float(client.info("memory")["used_memory"])
-                keys = entries = 0
+                keys = entries = reader_entries = 0
                 for key in client.scan_iter(count=500):
                     keys += 1
                     kind = client.type(key)
                     kind = kind.decode() if isinstance(kind, bytes) else kind
-                    entries += {
+                    n = {
                         "hash": client.hlen,
                         "set": client.scard,
                         "zset": client.zcard,
                         "list": client.llen,
                     }.get(kind, lambda _k: 1)(key)
+                    entries += n
+                    name = key.decode(errors="replace").removeprefix(REDIS_PREFIX)
+                    if name.split(":", 1)[0] in READER_KEYS:
+                        reader_entries += n
                 sizes["redis keys"], sizes["redis entries"] = float(keys), float(entries)
+                sizes["redis reader entries"] = float(reader_entries)
             finally:
                 client.close()
         return sizes
@@ -1057,9 +1077,11 @@ class Soak:
         s = fig.sizes
         print(
             f"   stores: tracker.db {s.get('tracker.db bytes', 0) / 1024:.0f} KiB "
-            f"({s.get('tracker.db rows', 0):.0f} rows); "
+            f"({s.get('tracker.db rows', 0):.0f} rows, "
+            f"{s.get('tracker.db reader rows', 0):.0f} of peers and events); "
             f"redis {s.get('redis used_memory', 0) / MIB:.2f} MiB "
-            f"({s.get('redis keys', 0):.0f} keys, {s.get('redis entries', 0):.0f} entries); "
+            f"({s.get('redis keys', 0):.0f} keys, {s.get('redis entries', 0):.0f} entries, "
+            f"{s.get('redis reader entries', 0):.0f} of peers and events); "
             f"subscriptions.db {s.get('subscriptions.db bytes', 0) / 1024:.0f} KiB; "
             f"carousels running {s.get('carousels running', 0):.0f}; rings consistent "
             f"{s.get('rings consistent', 0):.0f}/{s.get('rings', 0):.0f} (issues "
@@ -1109,12 +1131,26 @@ class Soak:
                 f"{'ok  ' if holds else 'SLOW'} {name} p50 {b50:.1f} -> {e50:.1f} ms, p99 "
                 f"{b99:.1f} -> {e99:.1f} ms (limits 2 x + 3, 3 x + 30)"
             )
-        for key in ("tracker.db rows", "redis entries"):
+        for key in ("tracker.db reader rows", "redis reader entries"):
             b, e = base.sizes.get(key, float("nan")), last.sizes.get(key, float("nan"))
             holds = e <= 1.5 * b + 20
             ok &= holds
             lines.append(
                 f"{'ok  ' if holds else 'GREW'} {key} {b:.0f} -> {e:.0f} (limit 1.5 x + 20)"
+            )
+        # what an issue costs the stores may grow with the catalogue, not per issue
+        issues_base, issues_last = min(2, len(self.issues)), len(self.issues)
+        for total, readers in (
+            ("tracker.db rows", "tracker.db reader rows"),
+            ("redis entries", "redis reader entries"),
+        ):
+            b = (base.sizes.get(total, 0.0) - base.sizes.get(readers, 0.0)) / issues_base
+            e = (last.sizes.get(total, 0.0) - last.sizes.get(readers, 0.0)) / issues_last
+            holds = e <= 1.5 * b + 2
+            ok &= holds
+            lines.append(
+                f"{'ok  ' if holds else 'GREW'} {total} of the catalogue, per issue: "
+                f"{b:.1f} -> {e:.1f} (limit 1.5 x + 2)"
             )
         rings, consistent = last.sizes.get("rings", 0.0), last.sizes.get("rings consistent", 0.0)
         holds = rings == consistent

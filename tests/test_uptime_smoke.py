@@ -131,10 +131,12 @@ def test_the_verdict_fails_a_store_that_grows(uptime: ModuleType, tmp_path: Path
         fig = uptime.DayFigures(n)
         fig.rss = {"tracker-sqlite": 50e6}
         fig.latency_ms = {"tracker-sqlite": [1.0] * 50}
-        fig.sizes = {"tracker.db rows": rows, "redis entries": 10.0}
+        fig.sizes = {"tracker.db rows": rows + 2 * n, "tracker.db reader rows": rows}
+        fig.sizes |= {"redis entries": 10.0 + n, "redis reader entries": 10.0}
         fig.ring_samples = fig.ring_whole = 10
         return fig
 
+    s.issues = ["d1", "d2", "d3"]
     s.readers = [uptime.ReaderRun(1, "origin", "d1", "b", exit_code=0, got_mode="origin")]
     s.readers[0].verified = True
     s.figures = {1: day(1, 10), 2: day(2, 40), 3: day(3, 60)}
@@ -143,4 +145,10 @@ def test_the_verdict_fails_a_store_that_grows(uptime: ModuleType, tmp_path: Path
     s.figures[3] = day(3, 120)  # 3 x day 2: a row per reader ever seen
     ok, lines = s.verdict()
     assert not ok
-    assert any(line.startswith("GREW tracker.db rows") for line in lines)
+    assert any(line.startswith("GREW tracker.db reader rows") for line in lines)
+    # rows that grow with the catalogue only count per issue
+    s.figures[3] = day(3, 60)
+    s.figures[3].sizes["tracker.db rows"] = 60 + 3 * 4.0  # 4 rows an issue, as day 2
+    assert s.verdict()[0]
+    s.figures[3].sizes["tracker.db rows"] = 60 + 3 * 9.0  # 9 an issue: more each issue
+    assert not s.verdict()[0]
