@@ -386,3 +386,26 @@ async def test_a_failed_write_behind_flush_is_retried_by_itself(tmp_path: Path) 
         assert await wait_for(written, timeout_s=4)
     finally:
         await service.close()
+
+
+async def test_an_instance_that_expired_a_peer_alone_adopts_its_later_announce(
+    redis_url: str, http: aiohttp.ClientSession
+) -> None:
+    """Instance A expired a peer on its own (its write to Redis never made it) while
+    the peer's next announce reached B with the same version number: A must take B's
+    record, not keep its own expired copy because the versions match."""
+    config = TrackerConfig(interval_s=30)
+    a, a_port = await start(RedisStore(redis_url), config, time.time)
+    b, b_port = await start(RedisStore(redis_url), config, time.time)
+    try:
+        live_a, live_b = LiveTracker(a, a_port, http), LiveTracker(b, b_port, http)
+        q = announce_query(IH, pid(1), 7001, left=0, key="k1")
+        await live_b.announce(q)
+        assert await scrape_counts(live_a) == (1, 0)
+        a.core.handle_timer(now=a.monotonic() + 1000)  # expired in A's memory only
+        assert await scrape_counts(live_a) == (0, 0)
+        await live_b.announce(q)  # the peer announces again, through B
+        assert await scrape_counts(live_a) == (1, 0)
+    finally:
+        await a.close()
+        await b.close()

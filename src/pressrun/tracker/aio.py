@@ -374,14 +374,16 @@ class TrackerService:
         return [stored_event(e, now=now, wall_now=wall) for e in events]
 
     def _adopt(self, info_hash: bytes, stored: Sequence[PeerRecord], *, whole: bool) -> None:
-        """Records read from the shared store into the core: one whose version the
-        core holds keeps the core's copy (and its times); the others are heard now."""
+        """Records read from the shared store into the core: one the core holds
+        unchanged keeps the core's copy (and its times); the others are heard now."""
         now = self.monotonic()
         adopted = []
         for r in stored:
             mine = self.core.record(info_hash, r.peer_key)
-            same = mine is not None and mine.version == r.version
-            adopted.append(mine if mine is not None and same else self._live(r, now))
+            if mine is not None and same_change(mine, r):
+                adopted.append(mine)
+            else:
+                adopted.append(self._live(r, now))
         if whole:
             self.core.load_swarm(info_hash, adopted)
         else:
@@ -660,6 +662,23 @@ class TrackerService:
     async def healthz(self, request: web.Request) -> web.Response:
         """``GET /healthz``: ok."""
         return web.Response(text="ok")
+
+
+def same_change(mine: PeerRecord, stored: PeerRecord) -> bool:
+    """Whether the core's record is the stored one (times aside: they are in two
+    clocks). The version alone is not enough: an instance that expired a peer while
+    the store was out of reach holds a version the store may have given to another
+    instance's announce of the same peer."""
+    return (
+        mine.version == stored.version
+        and mine.active == stored.active
+        and mine.left == stored.left
+        and mine.leave_rule == stored.leave_rule
+        and mine.session_uploaded == stored.session_uploaded
+        and mine.session_downloaded == stored.session_downloaded
+        and mine.uploaded_total == stored.uploaded_total
+        and mine.downloaded_total == stored.downloaded_total
+    )
 
 
 def _info_hash_of(request: web.Request) -> bytes:

@@ -227,16 +227,17 @@ class TrackerCore:
 
     def merge_swarm(self, info_hash: bytes, records: Iterable[PeerRecord]) -> None:
         """Adopt the records of one swarm that changed in a shared store, keeping the
-        others (an incremental `load_swarm`). A record whose version the core already
-        holds is skipped: the core's own copy keeps its times. Any other version wins,
-        older too: the store's copy is the current one (a record forgotten and made
-        again starts over at version 1)."""
+        others (an incremental `load_swarm`). A record that is the very object the
+        core holds is skipped (the adapter hands back the core's own copy of a record
+        that did not change, with its times); any other wins, an older version too:
+        the store's copy is the current one (a record forgotten and made again starts
+        over at version 1)."""
         swarm = self._swarms.get(info_hash)
         for record in records:
             if swarm is None:
                 swarm = self._swarms[info_hash] = Swarm(info_hash)
             previous = swarm.records.get(record.peer_key)
-            if previous is not None and previous.version == record.version:
+            if previous is record:
                 continue
             swarm.put(record)
             if record.active:
