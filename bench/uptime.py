@@ -351,6 +351,9 @@ class ReaderRun:
     got_mode: str | None = None
     verified: bool = False
     multicast_bytes: int = 0
+    peer_bytes: int = 0  # swarm: bytes from other peers (not the origins' web seeds)
+    leave_rule: str | None = None  # swarm: the rule it left the swarm by
+    download_s: float | None = None  # until verified (without the seeding after)
     seconds: float = 0.0
     note: str = ""
 
@@ -684,6 +687,9 @@ class Soak:
             doc = json.loads(lines[-1])
             run.got_mode = doc.get("mode")
             run.multicast_bytes = int(doc.get("bytes_from_multicast") or 0)
+            run.peer_bytes = int(doc.get("bytes_from_peers") or 0)
+            run.leave_rule = doc.get("leave_rule")
+            run.download_s = doc.get("download_s")
             run.verified = doc.get("sha256") == self.plain_sha[issue]
             if not run.verified:
                 run.note += "SHA-256 differs from the published file; "
@@ -1051,6 +1057,25 @@ class Soak:
             counts[mode] = (len(runs), len(done), sum(1 for r in done if r.ok))
         return counts
 
+    def reader_details(self, day: int) -> str:
+        """Median download time per mode, and the swarm readers' peers and leave rules."""
+        done = [r for r in self.readers if r.day == day and r.download_s is not None]
+        parts = []
+        for mode in ("origin", "swarm", "multicast"):
+            times = [float(r.download_s or 0) for r in done if r.mode == mode]
+            if times:
+                parts.append(f"{mode} {percentile(times, 0.5):.1f} s")
+        swarm = [r for r in done if r.mode == "swarm"]
+        rules: dict[str, int] = {}
+        for r in swarm:
+            rules[r.leave_rule or "none"] = rules.get(r.leave_rule or "none", 0) + 1
+        peers_mb = sum(r.peer_bytes for r in swarm) / 1e6
+        return (
+            f"median download: {', '.join(parts) or '-'}; swarm readers took "
+            f"{peers_mb:.1f} MB from peers, left by "
+            + (", ".join(f"{k} {v}" for k, v in sorted(rules.items())) or "-")
+        )
+
     def print_day(self, fig: DayFigures) -> None:
         """The day's table."""
         counts = self.reader_counts(fig.day)
@@ -1060,6 +1085,7 @@ class Soak:
         )
         print(f"\n== simulated day {fig.day} ({self.fake_clock_text()}) load {fig.loadavg}")
         print(f"   readers verified in their mode: {readers}")
+        print(f"   {self.reader_details(fig.day)}")
         if fig.events:
             print(f"   events: {'; '.join(fig.events)}")
         print(
