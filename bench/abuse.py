@@ -18,6 +18,12 @@
 7. Anonymous demand (finding 7): 40 directive requests in 2 s then 2/s for 10 minutes
    from one address, against the demand policy: the estimate (target: no carousel).
 
+Ring (functions ring_*, their own section): one supernode's RSS and honest answer
+before and after 20,000 forged reports and 20,000 random lookup keys from another
+address (target: within 10 MB and 1.5x); a report plus a question at the directory
+with 1,000 to 50,000 holders ever seen; a tracker that publishes one issue against a
+forged registration and a 1,024-port flood (target: the real supernode registers).
+
     .venv/bin/python bench/abuse.py [--runs 3] [--http 2000] [--stalled 300]
         [--send-timeout-s 20]
 """
@@ -407,6 +413,281 @@ async def stalled_and_demand_section(per_origin: int, send_timeout_s: float) -> 
     )
 
 
+# --- the Chord ring and the tracker's ring administration (issue 25, findings 3-5;
+# issue 24, item 6) --------------------------------------------------------------------
+# (its own section: functions ring_*; imports are local so the section stands alone)
+
+RING_FORGED = 20_000
+RING_STRANGER = "127.0.0.2"  # all of 127/8 is the loopback: the stranger's own address
+
+
+async def _ring_answer_s(http: aiohttp.ClientSession, address: str, n: int = 200) -> float:
+    """Median seconds of an honest report plus question to the supernode at ``address``."""
+    times = []
+    for i in range(n):
+        body = {
+            "peer_id": f"honest-{i % 20}",
+            "address": "127.0.0.1:5001",
+            "have": [i % 40],
+            "want": [(i + 1) % 40],
+            "uploaded": i,
+            "downloaded": 10 * i,
+        }
+        started = time.perf_counter()
+        async with http.post(f"http://{address}/chord/v1/pieces", json=body) as resp:
+            await resp.read()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+async def bench_ring_supernode(folder: Path) -> dict[str, float]:
+    """One supernode (with the tracker, an open one) in this process: its memory and
+    the median honest answer before and after RING_FORGED forged reports from another
+    address (new peer ids; the honest holders' ids with other addresses; left: true)
+    and RING_FORGED random lookup keys."""
+    from pressrun.chord.aio import Supernode
+    from pressrun.chord.codec import id_hex
+
+    service = TrackerService(
+        TrackerCore(TrackerConfig(), random.Random(1)), SqliteStore(folder / "ring.db")
+    )
+    port = await service.start("127.0.0.1", 0)
+    node = Supernode(
+        tracker_base=f"http://127.0.0.1:{port}", info_hash="ab" * 20, num_pieces=40, seed=1
+    )
+    await node.start()
+    await node.wait_on_ring()
+    figures: dict[str, float] = {}
+    statuses: dict[int, int] = {}
+    evil_connector = aiohttp.TCPConnector(local_addr=(RING_STRANGER, 0), limit=50)
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            aiohttp.ClientSession(connector=evil_connector) as evil,
+        ):
+            await _ring_answer_s(http, node.address, 50)  # warm up
+            figures["answer_before_s"] = await _ring_answer_s(http, node.address)
+            mem = rss()
+            url = f"http://{node.address}/chord/v1/pieces"
+
+            async def forge(i: int) -> None:
+                kind = i % 4
+                body: dict[str, object]
+                if kind == 0:  # an honest holder's peer id, the stranger's address
+                    body = {
+                        "peer_id": f"honest-{i % 20}",
+                        "address": "127.0.0.1:5001",
+                        "have": [i % 40],
+                    }
+                elif kind == 1:  # "it left"
+                    body = {
+                        "peer_id": f"honest-{i % 20}",
+                        "address": "127.0.0.1:5001",
+                        "left": True,
+                    }
+                else:  # a new peer id, an absurd rate
+                    body = {
+                        "peer_id": f"forged-{i}",
+                        "address": f"{RING_STRANGER}:{i % 60000 + 1}",
+                        "have": [i % 40],
+                        "upload_bps": 10**10,
+                        "downloaded": 10**9,
+                    }
+                async with evil.post(url, json=body) as resp:
+                    await resp.read()
+                    statuses[resp.status] = statuses.get(resp.status, 0) + 1
+
+            started = time.perf_counter()
+            for chunk in range(0, RING_FORGED, 200):
+                await asyncio.gather(*(forge(i) for i in range(chunk, chunk + 200)))
+            figures["forged_s"] = time.perf_counter() - started
+            rng = random.Random(7)
+            lookup_status: dict[int, int] = {}
+            for chunk in range(0, RING_FORGED, 4096):
+                keys = [id_hex(rng.getrandbits(160)) for _ in range(min(4096, RING_FORGED - chunk))]
+                async with evil.post(
+                    f"http://{node.address}/chord/v1/lookup", json={"keys": keys}
+                ) as resp:
+                    await resp.read()
+                    lookup_status[resp.status] = lookup_status.get(resp.status, 0) + 1
+            figures["grown_bytes"] = rss() - mem
+            figures["answer_after_s"] = await _ring_answer_s(http, node.address)
+            figures["holders"] = len(node.directory.holders)
+            figures["owners_cached"] = len(node._owners)
+            figures["lookups_through_ring"] = node.stats.lookups
+            # who is named for a piece the honest holders and forged ones hold
+            named: dict[str, int] = {}
+            for i in range(100):  # (askers from 127.0.0.1 count to its 128 holders)
+                body = {"peer_id": f"asker-{i}", "address": "127.0.0.1:6000", "want": [i % 40]}
+                async with http.post(url, json=body) as resp:
+                    for up in (await resp.json())["uploaders"]:
+                        who = "forged" if str(up["peer_id"]).startswith("forged") else "other"
+                        named[who] = named.get(who, 0) + 1
+            figures["forged_holders"] = sum(
+                1 for pid in node.directory.holders if pid.startswith("forged")
+            )
+            figures["named_forged"] = named.get("forged", 0)
+            figures["named_all"] = sum(named.values())
+    finally:
+        await node.close(graceful=False)
+        await service.close()
+    figures.update({f"status_{k}": v for k, v in statuses.items()})
+    figures.update({f"lookup_status_{k}": v for k, v in lookup_status.items()})
+    return figures
+
+
+def bench_ring_directory() -> list[tuple[int, float]]:
+    """A report plus a question at the pure directory, with this many holders ever
+    seen (20 readers arriving a second, each reporting once): best of 20 (issue 24:
+    1.1 ms at 1,000, 8.6 ms at 10,000, 137 ms at 50,000 before)."""
+    from pressrun.chord.directory import PieceDirectory
+
+    rows = []
+    for ever in (1_000, 10_000, 50_000):
+        d = PieceDirectory(rng=random.Random(1), order_askers=True, num_pieces=80)
+        t = 0.0
+        for i in range(ever):
+            t = i / 20
+            d.handle_report(
+                peer_id=f"p{i}",
+                address=f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}:1",
+                have=[i % 80],
+                uploaded_bytes=0,
+                downloaded_bytes=0,
+                now=t,
+            )
+        best = float("inf")
+        for k in range(20):
+            now = t + 1 + k * 0.01
+            started = time.perf_counter()
+            d.handle_report(
+                peer_id=f"q{k}",
+                address=f"10.200.0.{k}:1",
+                have=[k],
+                uploaded_bytes=0,
+                downloaded_bytes=0,
+                now=now,
+            )
+            d.choose_uploader((k + 1) % 80, peer_id=f"q{k}", address=f"10.200.0.{k}:1", now=now)
+            best = min(best, time.perf_counter() - started)
+        rows.append((ever, best))
+    return rows
+
+
+async def bench_ring_registrations(folder: Path) -> dict[str, object]:
+    """A tracker that allows one published issue (16 pieces): a forged registration
+    naming 1,048,576 pieces, 1,024 registrations from one other address on different
+    ports, then the real supernode (127.0.0.1) starts."""
+    import json
+
+    from pressrun.chord.aio import Supernode
+    from pressrun.content.bundle import read_manifest
+    from pressrun.content.keys import generate_keypair, load_public_key
+    from pressrun.content.publish import publish
+
+    secret, pub = generate_keypair(folder / "publisher.key")
+    (folder / "issue.pdf").write_bytes(random.Random(1).randbytes(16 * 65536))
+    content = folder / "content"
+    content.mkdir()
+    bundle = publish(
+        folder / "issue.pdf",
+        issue_id="weekly-47",
+        title="Weekly 47",
+        key_path=secret,
+        content_dir=content,
+        piece_size=65536,
+    )
+    manifest = read_manifest(bundle / "manifest.json")
+    service = TrackerService(
+        TrackerCore(TrackerConfig(), random.Random(1), allowed=[]),
+        SqliteStore(folder / "pub.db"),
+        content_dirs=[content],
+        trusted_keys={load_public_key(pub)},
+    )
+    port = await service.start("127.0.0.1", 0)
+    base = f"http://127.0.0.1:{port}"
+    url = f"{base}/v1/ring/{manifest.info_hash}/supernodes"
+    out: dict[str, object] = {}
+    try:
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(local_addr=(RING_STRANGER, 0))
+        ) as evil:
+            body = {"address": f"{RING_STRANGER}:7000", "num_pieces": 1 << 20}
+            started = time.perf_counter()
+            async with evil.post(url, json=body) as resp:
+                out["forged_count"] = resp.status
+            out["forged_count_ms"] = (time.perf_counter() - started) * 1e3
+            flood: dict[int, int] = {}
+            for p in range(1024):
+                body = {
+                    "address": f"{RING_STRANGER}:{10000 + p}",
+                    "num_pieces": manifest.num_pieces,
+                }
+                async with evil.post(url, json=body) as resp:
+                    flood[resp.status] = flood.get(resp.status, 0) + 1
+            out["flood"] = flood
+        node = Supernode(
+            tracker_base=base, info_hash=manifest.info_hash, num_pieces=manifest.num_pieces, seed=1
+        )
+        try:
+            me = await node.start()
+            out["real"] = f"registered at {me.id:040x}"[:24]
+        except Exception as err:  # (the figure: refused, and why)
+            out["real"] = f"refused: {err}"
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{base}/v1/ring/{manifest.info_hash}") as resp,
+        ):
+            raw = await resp.read()
+            view = json.loads(raw) if resp.status == 200 else {}
+        out["view_bytes"] = len(raw)
+        out["view_pieces"] = view.get("num_pieces")
+        out["view_supernodes"] = len(view.get("supernodes", []))
+        out["real_listed"] = node.address in {s["address"] for s in view.get("supernodes", [])}
+        await node.close(graceful=False)
+    finally:
+        await service.close()
+    return out
+
+
+async def ring_section() -> None:
+    """Print the ring's figures (called at the end of main)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        f = await bench_ring_supernode(Path(tmp))
+    grown_mb = f["grown_bytes"] / 1e6
+    ratio = f["answer_after_s"] / f["answer_before_s"]
+    statuses = ", ".join(f"{k[7:]}: {int(v)}" for k, v in f.items() if k.startswith("status_"))
+    lookups = ", ".join(
+        f"{k[14:]}: {int(v)}" for k, v in f.items() if k.startswith("lookup_status_")
+    )
+    print(
+        f"ring 1. supernode: {RING_FORGED:,} forged reports from {RING_STRANGER} in "
+        f"{f['forged_s']:.1f} s (answers {statuses}) and {RING_FORGED:,} random lookup "
+        f"keys ({lookups}): RSS {grown_mb:+.2f} MB (target < 10), honest answer "
+        f"{f['answer_before_s'] * 1e3:.2f} ms before, {f['answer_after_s'] * 1e3:.2f} ms "
+        f"after: {ratio:.2f}x (target <= 1.5x); holders kept {int(f['holders'])}, owners "
+        f"cached {int(f['owners_cached'])}, lookups through the ring "
+        f"{int(f['lookups_through_ring'])}; forged holders named in "
+        f"{int(f['named_forged'])} of {int(f['named_all'])} answers (they are "
+        f"{int(f['forged_holders'])} of the {int(f['holders'])} holders; each claims 10^10 B/s)"
+    )
+    rows = bench_ring_directory()
+    print(
+        "ring 2. directory: a report + a question with "
+        + ", ".join(f"{ever:,} holders ever seen {s * 1e3:.3f} ms" for ever, s in rows)
+        + " (before: 1.1, 8.6, 137 ms)"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        r = await bench_ring_registrations(Path(tmp))
+    print(
+        f"ring 3. tracker: a registration naming 1,048,576 pieces -> HTTP {r['forged_count']} "
+        f"({r['forged_count_ms']:.1f} ms); 1,024 ports from one address -> {r['flood']}; "
+        f"the real supernode {r['real']}, listed: {r['real_listed']} "
+        f"(the ring: {r['view_supernodes']} supernodes, {r['view_pieces']} pieces, "
+        f"{r['view_bytes']:,} bytes)"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per balancer figure")
@@ -458,6 +739,7 @@ async def main() -> None:
     for message, _, seconds in await bench_bodies(1 << 20):
         print(f"   {message} ({seconds * 1e3:.1f} ms)")
     await stalled_and_demand_section(args.stalled, args.send_timeout_s)
+    await ring_section()  # (the Chord ring's section, above)
 
 
 if __name__ == "__main__":

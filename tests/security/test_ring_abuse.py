@@ -118,8 +118,8 @@ async def test_forged_peer_ids_are_bounded_per_address_and_forgotten(supernode: 
         for i in range(600):
             body = {"peer_id": f"forged-{i}", "address": f"{STRANGER}:{7000 + i}", "have": [1]}
             refused += await pieces(evil, supernode, body) == 429
-    # (docs/chord.md: at most 256 holders reporting from one address)
-    assert len(d.holders) <= 256 and refused == 600 - len(d.holders)
+    # (docs/chord.md: at most 128 holders reporting from one address)
+    assert len(d.holders) <= 128 and refused == 600 - len(d.holders)
     # the holder TTL later, one honest report: the forged ones are gone
     now = supernode._now() + d.holder_ttl_s + 1
     d.handle_report(
@@ -260,3 +260,14 @@ async def test_a_port_flood_from_one_address_leaves_room_for_the_real_supernode(
         status, doc = await register(http, svc, ih, "127.0.0.1:7000", num_pieces)
         assert status == 200, doc
     assert statuses.count(200) <= 8 and set(statuses) <= {200, 429}
+
+
+def test_the_dead_supernodes_a_supernode_remembers_are_bounded() -> None:
+    # (a ring running for weeks routes around many: the list grew with every one)
+    from pressrun.chord.events import NodeFailed
+    from pressrun.chord.ids import NodeRef
+
+    node = Supernode(tracker_base="http://127.0.0.1:9", info_hash=IH, num_pieces=PIECES)
+    node._apply([NodeFailed(NodeRef(i, f"10.0.{i // 250}.{i % 250}:1")) for i in range(5000)])
+    assert len(node.stats.nodes_failed) <= 64
+    assert node.stats.nodes_failed[-1] == "10.0.19.249:1"  # (the latest kept)

@@ -40,6 +40,7 @@ import ipaddress
 import json
 import logging
 import random
+from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +85,7 @@ log = logging.getLogger(__name__)
 _MAX_KEYS = 4096
 #: a tracker that does not answer at start is asked again (a busy host)
 _REGISTER_ATTEMPTS = 5
+_NODES_FAILED_KEPT = 64
 
 
 class SupernodeError(Exception):
@@ -102,7 +104,9 @@ class SupernodeStats:
     client_requests: int = 0
     refused_reports: int = 0
     moved: int = 0  # times the tracker placed it at another id and it rejoined there
-    nodes_failed: list[str] = field(default_factory=list)
+    #: the last `_NODES_FAILED_KEPT` supernodes found dead (a ring running for weeks
+    #: routes around many)
+    nodes_failed: deque[str] = field(default_factory=lambda: deque(maxlen=_NODES_FAILED_KEPT))
 
 
 #: what a bringer brings in at a time: one piece of 128 KiB, the publisher's default
@@ -649,7 +653,7 @@ class Supernode:
                 "holders": len(self.directory.holders),
                 "uploader_answers": self.stats.uploader_answers,
                 "dropped": self.stats.dropped,
-                "nodes_failed": self.stats.nodes_failed,
+                "nodes_failed": list(self.stats.nodes_failed),
             }
         )
 

@@ -92,9 +92,9 @@ _RATE_CHECK_S = (1.0, 4.0)
 _MEASURE_MIN_S = 1.0
 
 #: holders one supernode keeps at most, and at most from one host (a NAT's readers
-#: share an address; the loopback benches run 80 peers on 127.0.0.1)
+#: share an address; the loopback benches run up to 80 peers on 127.0.0.1)
 MAX_HOLDERS = 4096
-MAX_HOLDERS_PER_HOST = 256
+MAX_HOLDERS_PER_HOST = 128
 
 
 @dataclass(slots=True)
