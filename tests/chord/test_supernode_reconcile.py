@@ -36,6 +36,7 @@ async def tracker(
         TrackerCore(TrackerConfig(ring_supernodes=3), random.Random(1)),
         SqliteStore(db),
         clock=lambda: loop.time() + offset[0],
+        monotonic=lambda: loop.time() + offset[0],
     )
     await svc.start("127.0.0.1", port)
     return svc

@@ -4,9 +4,18 @@ rings that are gone."""
 
 from __future__ import annotations
 
+import random
+import sqlite3
+from pathlib import Path
+
+import aiohttp
 import pytest
 
+from pressrun.tracker.aio import TrackerService
+from pressrun.tracker.config import TrackerConfig
+from pressrun.tracker.core import TrackerCore
 from pressrun.tracker.ring import RingAdmin, RingError
+from pressrun.tracker.store import SqliteStore
 
 IH = "ab" * 20
 
@@ -70,3 +79,75 @@ def test_rings_that_are_gone_are_forgotten() -> None:
         admin.register(f"{i:040x}", "10.0.0.1:1", 4, now=0.0)
     admin.register(IH, "10.0.0.1:1", 4, now=1000.0)
     assert admin.issues() == [IH]
+
+
+# --- over HTTP: the ring's clocks and its rows in the store ---------------------------
+
+
+async def _ring_tracker(
+    db: Path, wall: list[float], mono: list[float]
+) -> tuple[TrackerService, str]:
+    svc = TrackerService(
+        TrackerCore(TrackerConfig(ring_supernodes=3), random.Random(1)),
+        SqliteStore(db),
+        clock=lambda: wall[0],
+        monotonic=lambda: mono[0],
+    )
+    port = await svc.start("127.0.0.1", 0)
+    return svc, f"http://127.0.0.1:{port}"
+
+
+async def _register(http: aiohttp.ClientSession, base: str, ih: str, address: str) -> str:
+    url = f"{base}/v1/ring/{ih}/supernodes"
+    async with http.post(url, json={"address": address, "num_pieces": 40}) as r:
+        assert r.status == 200, await r.text()
+        return str((await r.json())["id"])
+
+
+async def _listed(http: aiohttp.ClientSession, base: str, ih: str) -> dict[str, str]:
+    async with http.get(f"{base}/v1/ring/{ih}") as r:
+        if r.status == 404:
+            return {}
+        return {n["address"]: n["id"] for n in (await r.json())["supernodes"]}
+
+
+async def test_a_step_of_the_wall_clock_neither_expires_nor_keeps_supernodes(
+    tmp_path: Path,
+) -> None:
+    # (issue 24: the ring's TTL ran on the wall clock)
+    wall, mono = [1.8e9], [100.0]
+    svc, base = await _ring_tracker(tmp_path / "t.db", wall, mono)
+    try:
+        async with aiohttp.ClientSession() as http:
+            ids = {
+                a: await _register(http, base, IH, a)
+                for a in ("127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003")
+            }
+            wall[0] += 3600  # NTP steps the clock an hour forward
+            mono[0] += 5
+            assert await _listed(http, base, IH) == ids
+            wall[0] -= 7200  # ... and two hours back
+            for _ in range(4):  # 7001 and 7002 keep beating; 7003 went silent
+                mono[0] += 10
+                for a in ("127.0.0.1:7001", "127.0.0.1:7002"):
+                    assert await _register(http, base, IH, a) == ids[a]
+            assert set(await _listed(http, base, IH)) == {"127.0.0.1:7001", "127.0.0.1:7002"}
+    finally:
+        await svc.close()
+
+
+async def test_the_rows_of_a_forgotten_ring_leave_the_store(tmp_path: Path) -> None:
+    wall, mono = [1.8e9], [100.0]
+    svc, base = await _ring_tracker(tmp_path / "t.db", wall, mono)
+    try:
+        async with aiohttp.ClientSession() as http:
+            for i in range(50):  # rings for 50 made-up issues (an open tracker)
+                await _register(http, base, f"{i:040x}", "127.0.0.1:7001")
+            wall[0] += 4000
+            mono[0] += 4000  # every one silent past the TTL and the ids kept
+            await _register(http, base, IH, "127.0.0.1:7001")
+    finally:
+        await svc.close()
+    with sqlite3.connect(tmp_path / "t.db") as db:
+        rows = db.execute("SELECT DISTINCT info_hash FROM ring_supernodes").fetchall()
+    assert rows == [(IH,)]

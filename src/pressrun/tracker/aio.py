@@ -292,7 +292,14 @@ class TrackerService:
         app.router.add_get("/metrics", self.metrics_handler)
         app.router.add_get("/healthz", self.healthz)
         # the Chord ring's administration, for published issues only
-        add_ring_routes(app, self.ring, self.clock, self.core.is_allowed, self.ring_store)
+        add_ring_routes(
+            app,
+            self.ring,
+            self.clock,
+            self.core.is_allowed,
+            self.ring_store,
+            monotonic=self.monotonic,  # (the ring's deadlines; the store keeps wall time)
+        )
         app.router.add_get("/v1/allowed", self.allowed)
         app.router.add_put("/v1/allowed/{info_hash}", self.allow)
         return app

@@ -113,6 +113,8 @@ class RingAdmin:
         self.max_issues = max_issues
         self._issues: dict[str, _Issue] = {}
         self._sweep_at = float("-inf")
+        #: rings forgotten since `take_forgotten` (their rows leave the store)
+        self._forgotten: list[str] = []
 
     def register(self, info_hash: str, address: str, num_pieces: int, *, now: float) -> NodeRef:
         """Add (or refresh) a supernode; its placed id."""
@@ -243,3 +245,9 @@ class RingAdmin:
             self._expire(issue, now)
             if not issue.supernodes and not issue.gone:
                 del self._issues[info_hash]
+                self._forgotten.append(info_hash)
+
+    def take_forgotten(self) -> list[str]:
+        """The rings forgotten since the last call (the adapter drops their rows)."""
+        out, self._forgotten = self._forgotten, []
+        return out

@@ -12,6 +12,14 @@ POST /v1/ring/{info_hash}/supernodes  {address, num_pieces[, leaving]}
 Nothing a GET names is kept unless it is a ring: which issues were read from the store
 already is an LRU of at most `LOADED_MAX` (reading again is harmless: every change is
 written through), and a name that is no info-hash is answered 400 before anything.
+The rows of a ring the administration forgot leave the store too.
+
+Clocks: the administration's deadlines (a supernode's TTL, the ids kept) run on the
+process's monotonic clock when one is given (``monotonic``), so a step of the wall
+clock neither expires every supernode at once nor keeps dead ones listed; the store
+keeps wall-clock times (``clock``: another instance, or a restarted one, reads them),
+converted as ages both ways. Instances sharing a store (Redis) read its times on every
+answer: there a step of one host's wall clock still moves the ages it reads.
 """
 
 from __future__ import annotations
@@ -70,6 +78,7 @@ def add_ring_routes(
     clock: Callable[[], float],
     allowed: Callable[[bytes], bool] = lambda info_hash: True,
     store: RingStore | None = None,
+    monotonic: Callable[[], float] | None = None,
 ) -> None:
     """Add the two routes to the tracker's application. ``allowed`` is the tracker's
     allowlist: a ring is kept only for a published issue, so a stranger registering
@@ -77,6 +86,17 @@ def add_ring_routes(
     keeps the lists (`pressrun.tracker.ring_store`): read before every answer when
     other instances share it, once per issue otherwise; every change written at once."""
     loaded: OrderedDict[str, None] = OrderedDict()
+    now_of = monotonic or clock
+
+    def to_wall(seen: float) -> float:
+        # a time of the administration's clock as wall-clock seconds (for the store)
+        return seen if monotonic is None else clock() - max(0.0, monotonic() - seen)
+
+    def from_wall(members: dict[str, tuple[int, float]]) -> dict[str, tuple[int, float]]:
+        if monotonic is None:
+            return members
+        wall, mono = clock(), monotonic()
+        return {a: (i, mono - max(0.0, wall - seen)) for a, (i, seen) in members.items()}
 
     async def sync_in(info_hash: str) -> None:
         if store is None or (not store.shared and info_hash in loaded):
@@ -89,18 +109,23 @@ def add_ring_routes(
             while len(loaded) > LOADED_MAX:
                 loaded.popitem(last=False)
         if got is not None:
-            admin.restore(info_hash, *got)
+            admin.restore(info_hash, got[0], from_wall(got[1]))
 
     async def sync_out(info_hash: str, before: dict[str, tuple[int, float]]) -> None:
+        if store is None:
+            return
+        for forgotten in admin.take_forgotten():
+            loaded.pop(forgotten, None)
+            await store.forget(forgotten)
         after = admin.members(info_hash)
-        if store is None or after is None:
+        if after is None:
             return
         num_pieces, now_members = after
         gone = [a for a in before if a not in now_members]
         await store.drop(info_hash, gone)
         for address, (node_id, seen) in now_members.items():
             if before.get(address) != (node_id, seen):
-                await store.put(info_hash, num_pieces, address, node_id, seen)
+                await store.put(info_hash, num_pieces, address, node_id, to_wall(seen))
 
     def store_failed(err: Exception) -> web.Response:
         log.error("the tracker's store did not answer for the ring: %s", err)
@@ -133,7 +158,7 @@ def add_ring_routes(
         try:
             await sync_in(info_hash)
             before = members(info_hash)
-            view = admin.view(info_hash, now=clock())
+            view = admin.view(info_hash, now=now_of())
             await sync_out(info_hash, before)  # (expired supernodes leave the store too)
         except STORE_ERRORS as err:
             return store_failed(err)
@@ -174,14 +199,14 @@ def add_ring_routes(
                 await sync_out(info_hash, before)
                 return _json(200, {"left": True})
             try:
-                me = admin.register(info_hash, address, pieces, now=clock())
+                me = admin.register(info_hash, address, pieces, now=now_of())
             except RingFull as err:
                 return web.json_response(
                     {"error": str(err)}, status=429, headers={"Retry-After": "30"}
                 )
             except RingError as err:
                 return _json(400, {"error": str(err)})
-            view = admin.view(info_hash, now=clock())
+            view = admin.view(info_hash, now=now_of())
             await sync_out(info_hash, before)
         except STORE_ERRORS as err:
             return store_failed(err)

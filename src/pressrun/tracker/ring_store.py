@@ -56,6 +56,10 @@ class RingStore(Protocol):
         """Take supernodes off the list (left, or silent too long)."""
         ...
 
+    async def forget(self, info_hash: str) -> None:
+        """Delete everything kept of one issue's ring (the administration forgot it)."""
+        ...
+
     async def close(self) -> None:
         """Release the connection."""
         ...
@@ -127,6 +131,12 @@ class SqliteRingStore:
                 (info_hash, address),
             )
 
+    async def forget(self, info_hash: str) -> None:
+        """Delete the issue's rows."""
+        await self._run(
+            self._conn().execute, "DELETE FROM ring_supernodes WHERE info_hash = ?", (info_hash,)
+        )
+
     async def close(self) -> None:
         """Close the file."""
         if self._db is not None:
@@ -180,6 +190,10 @@ class RedisRingStore:
         """Take supernodes off the list."""
         if addresses:
             await self._redis.hdel(self._key(info_hash), *(f"sn:{a}" for a in addresses))
+
+    async def forget(self, info_hash: str) -> None:
+        """Delete the issue's hash."""
+        await self._redis.delete(self._key(info_hash))
 
     async def close(self) -> None:
         """Close the connection pool."""
