@@ -152,3 +152,18 @@ def test_a_second_get_of_the_same_issue_waits_for_none(tmp_path: Path) -> None:
         pass
     with lib.lock("mag-1"):  # released: free again
         pass
+
+
+async def test_an_issue_id_that_is_a_path_names_no_file(tmp_path: Path) -> None:
+    from pressrun.clients.aio import FetchError, fetch_issue
+    from pressrun.clients.config import DESKTOP
+
+    with pytest.raises(FetchError, match=r"'\.\./\.\./escape' is not an issue id"):
+        await fetch_issue(
+            "../../escape",
+            balancer_url="http://127.0.0.1:9",
+            library=tmp_path / "a" / "lib",
+            config=DESKTOP,
+            trusted_keys=None,
+        )
+    assert not (tmp_path / "a" / "lib").exists() and not (tmp_path / "escape.lock").exists()

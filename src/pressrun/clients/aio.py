@@ -54,6 +54,7 @@ from pressrun.clients.sections import download_sections
 from pressrun.clients.session import FetchError, FetchState, Progress, still_good
 from pressrun.clients.subscription import NotReadable, content_key_for, decrypt_partial
 from pressrun.clients.swarm_handoff import fetch_swarm, ring_figures
+from pressrun.content.codec import valid_issue_id
 from pressrun.content.manifest import Manifest, check_file, file_sha256
 from pressrun.security import client_connector
 
@@ -123,6 +124,11 @@ class FetchResult:
 
 
 async def _run(f: FetchState) -> FetchResult:
+    if not valid_issue_id(f.issue_id):  # it names files in the library (the lock)
+        raise FetchError(
+            f"{f.issue_id!r} is not an issue id: use 1-128 letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit"
+        )
     try:
         f.library.ensure()
         with f.library.lock(f.issue_id):
