@@ -318,13 +318,14 @@ class BalancerCore:
         crowd's placement stays its own), the directive is `origin`."""
         issue = msg.issue_id
         holders = self._holders[issue]
-        statuses: dict[str, OriginStatus] = {}
-        for name in holders:
-            status = self.origins[name].status
-            if status is not None:
-                statuses[name] = status
+        origins = self.origins
         ranked = self.classes.rank(
-            policy, klass, holders, statuses, exclude=msg.failed, k=self.config.directive_origins
+            policy,
+            klass,
+            holders,
+            lambda name: origins[name].status,
+            exclude=msg.failed,
+            k=self.config.directive_origins,
         )
         if not ranked:
             return self._refuse(issue, msg.failed)

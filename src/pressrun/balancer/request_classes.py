@@ -39,7 +39,8 @@ per origin since its last status, both bounded by the configured origins.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence, Set
+import heapq
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
 from pressrun.balancer.events import OriginSpec, OriginStatus, RequestClass
 
@@ -60,7 +61,8 @@ class ClassDispatch:
     ) -> list[str]:
         """The origins that may take a request of the class: the holders in rotation,
         not excluded, of positive weight, within the class's group if it holds any."""
-        usable = sorted(n for n in holders if n not in exclude and self.weights.get(n, 0.0) > 0)
+        weights = self.weights
+        usable = [n for n in holders if n not in exclude and weights.get(n, 0.0) > 0]
         group = self.groups.get(klass.value)
         if group is None:
             return usable
@@ -72,30 +74,33 @@ class ClassDispatch:
         policy: str,
         klass: RequestClass,
         holders: Iterable[str],
-        statuses: Mapping[str, OriginStatus],
+        status_of: Callable[[str], OriginStatus | None],
         *,
         exclude: Set[str] = frozenset(),
         k: int = 3,
     ) -> list[tuple[str, float]]:
-        """Up to `k` origins for a request of the class, best first, with their
-        scores (credit after this pick for ``gwrr``; minus the load per weight for
-        ``least-loaded``). Empty when no holder is usable. Changes nothing."""
+        """Up to `k` origins for a request of the class, best first (ties to the
+        smaller name), with their scores (credit after this pick for ``gwrr``; minus
+        the load per weight for ``least-loaded``). Empty when no holder is usable.
+        Changes nothing. O(holders), as every pick of a smooth round robin is."""
         names = self.candidates(klass, holders, exclude)
         if not names:
             return []
+        weights = self.weights
         if policy == "gwrr":
-            scored = [(self.credits.get((klass, n), 0.0) + self.weights[n], n) for n in names]
+            credits = self.credits
+            scored = [(credits.get((klass, n), 0.0) + weights[n], n) for n in names]
         elif policy == "least-loaded":
+            picked = self.picked_since_status
             scored = []
             for n in names:
-                status = statuses.get(n)
+                status = status_of(n)
                 active = status.active_transfers if status is not None else 0
-                load = active + self.picked_since_status.get(n, 0)
-                scored.append((-load / self.weights[n], n))
+                scored.append((-(active + picked.get(n, 0)) / weights[n], n))
         else:
             raise ValueError(f"no class policy {policy!r} here")
-        scored.sort(key=lambda x: (-x[0], x[1]))
-        return [(n, s) for s, n in scored[:k]]
+        best = heapq.nsmallest(k, scored, key=lambda x: (-x[0], x[1]))
+        return [(n, score) for score, n in best]
 
     def handle_pick(
         self, policy: str, klass: RequestClass, name: str, holders: Iterable[str], exclude: Set[str]
