@@ -41,7 +41,7 @@ def test_a_crowd_of_several_deadlines_is_not_served_late() -> None:
     # crowd-33-014: 14 servers (6 CPU-bound), two issues due in different times. Counted
     # at their own needs, the downloads of the short deadline shared each link evenly
     # with those of the long one and 230 of them were late: 392 served (bound 1045).
-    # Counting what each costs the others (`Headroom._deadline_free`): 644.
+    # Counting what each costs the others (`headroom_deadlines.deadline_free`): 644.
     entry = run_entry(generate_crowd_scenario(33, 14), "headroom", 1)
     assert entry.bound == 1045
     assert entry.successful == 644

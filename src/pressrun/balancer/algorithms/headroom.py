@@ -145,6 +145,18 @@ to 45 to 58 downloads each getting more than its need; believed at 1.13 GB/s, it
 of the clients a failed origin dropped within one poll interval, and all its 84
 transfers finished late: 280 served, 317 with its link learned.)
 
+Downloads of different deadlines on one origin (issue 33): a link shared evenly gives
+every download there the same rate, so one of S_k bytes is done once every other has
+received min(S_j, S_k). Where the deadlines D of the downloads there differ (stated
+with the need: `set_issue_need(..., deadline_s=)`, S = need x D), a download is
+admitted only if for every issue k there and itself::
+
+    sum_j n_j * min(S_j, S_k) + min(S_new, S_k) <= room * D_k * (1 - deadline_margin)
+
+(the transfers on the origin and the picks on their way, counted whole). With one
+deadline for all this is the committed rule, so it applies only where they differ
+(`headroom_deadlines`; crowd-33-014: 392 to 644 served of a bound of 1045).
+
 What a client tells (`ClientHint`, ``have=``, ``size=``, ``rate=``, ``elapsed=``) and
 how a download is counted for it: `pressrun.balancer.algorithms.headroom_clients`.
 
@@ -152,7 +164,8 @@ Defaults: slack 0.02 (a download that gets less than its need on average misses 
 deadline: 2 % absorbs a rate sampled over a poll interval, 5 % let a misconfigured
 origin take 5 % too many before it was seen), u_bw 0.95, cpu_target 0.95, ram_target
 0.9, probe_transfers 10, cache_bonus_slots 2, cost EWMA weight 0.3, probe_growth 0.1,
-pick_timeout_s 5, overload_memory_s 30, level_share 0.5, doomed_window_s 4.
+pick_timeout_s 5, overload_memory_s 30, level_share 0.5, doomed_window_s 4,
+deadline_margin 0.05.
 
 Why per issue and per byte: a single rate per origin (the highest bitrate seen) makes
 an origin streaming low-bitrate issues look under-served; it then learns a capacity far
@@ -176,6 +189,7 @@ from pressrun.balancer.algorithms.headroom_clients import (
     finishes_in_time,
     relief_total,
 )
+from pressrun.balancer.algorithms.headroom_deadlines import deadline_free, deadlines_differ
 from pressrun.balancer.algorithms.headroom_model import SATURATED, OriginModel
 from pressrun.balancer.events import ClientHint, OriginSpec, OriginStatus
 
@@ -421,8 +435,19 @@ class Headroom(ScoredAlgorithm):
             if m.streams_lead(self.level_share):
                 for rate in m.paced_needs():
                     free = min(free, (room - m.squeezed(rate)) / rate)
-            if issue_id in self.issue_deadlines and self._deadlines_differ(m, status, issue_id):
-                free = min(free, self._deadline_free(m, status, issue_id, room))
+            deadlines = self.issue_deadlines
+            active = status.active_transfers_by_issue
+            if issue_id in deadlines and deadlines_differ(
+                issue_id, active, m.picks, deadlines, self.slack
+            ):
+                # Downloads of different deadlines there: each counted at what it costs
+                # the others, its link shared evenly (`headroom_deadlines`).
+                free = min(
+                    free,
+                    deadline_free(
+                        issue_id, active, m.picks, deadlines, self.need, room, self.deadline_margin
+                    ),
+                )
         if m.cost_ram > 0:
             free = min(free, (self.ram_target - status.ram_fraction) / m.cost_ram - m.pending)
         if m.level < (1.0 - self.slack) * need:
@@ -438,59 +463,6 @@ class Headroom(ScoredAlgorithm):
             probe = self.probe - status.active_transfers - m.picked_since_status
             free = max(free, min(probe, self._told_free(m, status, need)))
         return free, free + bonus
-
-    def _download_counts(self, m: OriginModel, status: OriginStatus) -> dict[str, int]:
-        """Downloads with a stated deadline on the origin and on their way to it, per issue."""
-        deadlines = self.issue_deadlines
-        counts = {i: k for i, k in status.active_transfers_by_issue.items() if i in deadlines}
-        for pick in m.picks:
-            if pick[1] in deadlines:
-                counts[pick[1]] = counts.get(pick[1], 0) + 1
-        return counts
-
-    def _deadlines_differ(self, m: OriginModel, status: OriginStatus, issue_id: str) -> bool:
-        """Whether downloads of another deadline are on the origin (the rule of
-        `_deadline_free` says no more than `committed` when every deadline is the same)."""
-        mine = self.issue_deadlines[issue_id]
-        for issue in status.active_transfers_by_issue:
-            d = self.issue_deadlines.get(issue)
-            if d is not None and abs(d - mine) > self.slack * mine:
-                return True
-        for pick in m.picks:
-            d = self.issue_deadlines.get(pick[1])
-            if d is not None and abs(d - mine) > self.slack * mine:
-                return True
-        return False
-
-    def _deadline_free(
-        self, m: OriginModel, status: OriginStatus, issue_id: str, room: float
-    ) -> float:
-        """Downloads of `issue_id` the origin can take with every download there still
-        finishing by its deadline, its link shared evenly (processor sharing, as TCP
-        shares a bottleneck). Under sharing a download of S_k bytes is done once every
-        other has received min(S_j, S_k): it is on time while
-        ``sum_j n_j * min(S_j, S_k) <= room * D_k`` (S = need x deadline; the
-        transfers counted whole, as if all had just started). With one deadline for
-        all this is ``sum_j n_j * need_j <= room`` (the committed rule); with several,
-        a download of a short deadline waits for the bytes of those of a long one too
-        (issue 33: 178 MB over 696 s counted at 0.26 MB/s beside 228 MB over 451 s,
-        where each took the same share and the 451 s ones were late)."""
-        counts = self._download_counts(m, status)
-        size = {i: self.need(i) * self.issue_deadlines[i] for i in counts}
-        size[issue_id] = mine = self.need(issue_id) * self.issue_deadlines[issue_id]
-        # Transfers of issues without a deadline (streams, the default need) take their
-        # need throughout.
-        other = sum(
-            k * self.need(i)
-            for i, k in status.active_transfers_by_issue.items()
-            if i not in self.issue_deadlines
-        )
-        free = math.inf
-        for k_issue, s_k in size.items():
-            d_k = self.issue_deadlines[k_issue] * (1.0 - self.deadline_margin)
-            load = sum(n * min(size[j], s_k) for j, n in counts.items()) / d_k + other
-            free = min(free, (room - load) / (min(mine, s_k) / d_k))
-        return free
 
     def _room_bytes(self, m: OriginModel, status: OriginStatus) -> float:
         """Bytes/s the origin can send: its link and CPU."""
