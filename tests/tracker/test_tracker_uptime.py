@@ -36,7 +36,11 @@ from pressrun.tracker.redis_store import RedisStore
 from pressrun.tracker.store import SqliteStore, TrackerStore
 
 IH = bytes(range(20))
-FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+# Debian's faketime package, whatever the architecture
+FAKETIME_LIB = next(
+    iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))),
+    Path("/usr/lib/faketime/libfaketime.so.1"),
+)
 
 
 def pid(n: int) -> bytes:
