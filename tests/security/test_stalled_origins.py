@@ -51,7 +51,11 @@ async def test_stalled_connections_do_not_fill_the_origins(tmp_path: Path) -> No
         await balancer.wait_until_up(2, timeout_s=5.0)
         for o in origins:
             socks += await stall(o.port, f"/content/{ISSUE}/weekly-1.pdf", STALLED)
-        await asyncio.sleep(1.5)  # stalled, and polled by the balancer since
+        for _ in range(50):  # stalled (polled: a loaded host may take longer)
+            await asyncio.sleep(0.1)
+            if all(o.service.meter.stalled_transfers == STALLED for o in origins):
+                break
+        await asyncio.sleep(0.6)  # and polled by the balancer since (every 0.2 s)
         statuses = []
         async with aiohttp.ClientSession() as http:
             for _ in range(20):
