@@ -68,6 +68,7 @@ from pressrun.tracker.store import (
     stored_event,
     stored_record,
 )
+from pressrun.tracker.websocket import add_webtorrent_routes
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +301,8 @@ class TrackerService:
             self.ring_store,
             monotonic=self.monotonic,  # (the ring's deadlines; the store keeps wall time)
         )
+        # the WebTorrent (WebSocket) tracker beside /announce: browsers and WebRTC peers
+        add_webtorrent_routes(app, self)
         app.router.add_get("/v1/allowed", self.allowed)
         app.router.add_put("/v1/allowed/{info_hash}", self.allow)
         return app

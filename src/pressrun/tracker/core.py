@@ -501,6 +501,8 @@ class TrackerCore:
                 record.ip == requester.ip and record.port == requester.port
             ):
                 continue
+            if record.port == 0:
+                continue  # a WebRTC-only peer (tracker/websocket.py): no address to hand out
             chosen.append(PeerContact(record.peer_id, record.ip, record.port, record.family))
             if len(chosen) == numwant:
                 break
