@@ -22,12 +22,18 @@ lt = pytest.importorskip("libtorrent")
 PIECE = 256 * 1024
 
 
-def make_torrent(path: Path, trackers: list[str]) -> Any:
+def torrent_bytes(path: Path, trackers: list[str]) -> bytes:
+    """A v1 torrent of one file naming ``trackers`` (each its own tier)."""
     ct = lt.create_torrent(lt.list_files(str(path)), PIECE, lt.create_torrent.v1_only)
-    for url in trackers:
-        ct.add_tracker(url)
+    for tier, url in enumerate(trackers):
+        ct.add_tracker(url, tier)
     lt.set_piece_hashes(ct, str(path.parent))
-    return lt.torrent_info(lt.bdecode(lt.bencode(ct.generate())))
+    raw: bytes = lt.bencode(ct.generate())
+    return raw
+
+
+def make_torrent(path: Path, trackers: list[str]) -> Any:
+    return lt.torrent_info(lt.bdecode(torrent_bytes(path, trackers)))
 
 
 def webrtc_session() -> Any:
