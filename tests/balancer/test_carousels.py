@@ -20,22 +20,15 @@ from pressrun.balancer.carousels import (
     CarouselReconciler,
     keep_carousels,
 )
-from pressrun.balancer.demand import DemandConfig, DemandPolicy
+from pressrun.balancer.demand import DemandPolicy
 from pressrun.balancer.events import MulticastInfo
+
+from .test_multicast_demand import CFG
 
 pytest.importorskip("pressrun_flute", reason="the FLUTE binding is built by `make setup`")
 
 TOKEN = "test-token-0123456789"
 INFO = MulticastInfo("239.255.70.1:5400", "127.0.0.1")
-CFG = DemandConfig(
-    tau_s=10.0,
-    typical_download_s=30.0,
-    enter_downloaders=20.0,
-    leave_downloaders=8.0,
-    min_dwell_s=5.0,
-    multicast_enter_downloaders=60.0,
-    multicast_leave_downloaders=30.0,
-)
 
 
 def test_the_reconciler_orders_the_difference() -> None:

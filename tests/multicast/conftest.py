@@ -170,3 +170,27 @@ async def senders() -> AsyncIterator[Callable[..., Any]]:
     yield start
     for sender in started:
         await sender.close()
+
+
+async def receive_issue(
+    shelf: Shelf, control_group: tuple[str, int], issue_id: str, work: Path, **options: Any
+) -> Any:
+    """pressrun's receive path for ``issue_id`` of ``shelf`` from the carousel announced
+    on ``control_group`` (a thread of its own; 20 s deadline unless given): the
+    `ReceiveResult`."""
+    import asyncio
+
+    from pressrun.multicast.receiver import receive_carousel
+
+    work.mkdir(parents=True, exist_ok=True)
+    options.setdefault("deadline_s", 20.0)
+    return await asyncio.to_thread(
+        receive_carousel,
+        issue_id,
+        shelf.manifest_sha256(issue_id),
+        control_group=control_group,
+        interface="127.0.0.1",
+        trusted_keys={shelf.public_hex},
+        work_dir=work,
+        **options,
+    )

@@ -21,9 +21,8 @@ from pressrun.multicast.core import AnnouncementGate
 from pressrun.multicast.events import AnnouncementVerdict, CarouselPlan
 from pressrun.multicast.net import receiver_socket
 from pressrun.multicast.plans import derived_tsi
-from pressrun.multicast.receiver import receive_carousel
 
-from .conftest import AUTH, Shelf, random_groups
+from .conftest import AUTH, Shelf, random_groups, receive_issue
 
 SLOW = CarouselConfig(channels=2, rate_bps=200e3)
 
@@ -114,18 +113,7 @@ async def test_the_tsi_is_set_through_the_api_and_kept_in_the_state_file(
         assert resp.status == 201
         plan2 = await resp.json()
     assert plan2["channels"] == plan["channels"]
-    work = tmp_path / "r"
-    work.mkdir()
-    result = await asyncio.to_thread(
-        receive_carousel,
-        "weekly-t",
-        shelf.manifest_sha256("weekly-t"),
-        control_group=control,
-        interface="127.0.0.1",
-        trusted_keys={shelf.public_hex},
-        work_dir=work,
-        deadline_s=20.0,
-    )
+    result = await receive_issue(shelf, control, "weekly-t", tmp_path / "r")
     assert result.completed and result.path is not None and result.path.read_bytes() == data
 
 
@@ -182,18 +170,7 @@ async def test_a_republished_issue_is_carried_in_its_new_version(
     assert running is not None and running.plan.manifest_sha256 == new_sha
     new = running.plan
     assert addresses(new) == addresses(old) and new.toi != old.toi
-    work = tmp_path / "r"
-    work.mkdir()
-    result = await asyncio.to_thread(
-        receive_carousel,
-        "weekly-r",
-        new_sha,
-        control_group=sender.config.control_group,
-        interface="127.0.0.1",
-        trusted_keys={shelf.public_hex},
-        work_dir=work,
-        deadline_s=20.0,
-    )
+    result = await receive_issue(shelf, sender.config.control_group, "weekly-r", tmp_path / "r")
     assert result.completed and result.path is not None, result.reason
     assert result.path.read_bytes() == new_data
 
@@ -231,20 +208,8 @@ async def test_130_carousels_keep_their_announcements_flowing(
             sock.close()
         return heard
 
-    work = tmp_path / "r"
-    work.mkdir()
     heard, result = await asyncio.gather(
-        asyncio.to_thread(listen, 1.5),
-        asyncio.to_thread(
-            receive_carousel,
-            last,
-            shelf.manifest_sha256(last),
-            control_group=group,
-            interface="127.0.0.1",
-            trusted_keys={shelf.public_hex},
-            work_dir=work,
-            deadline_s=20.0,
-        ),
+        asyncio.to_thread(listen, 1.5), receive_issue(shelf, group, last, tmp_path / "r")
     )
     assert heard and max(len(d) for d in heard) <= ANNOUNCEMENT_PART_BYTES
     gate = AnnouncementGate({shelf.public_hex})

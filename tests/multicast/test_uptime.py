@@ -13,10 +13,9 @@ import aiohttp
 import pytest
 
 from pressrun.multicast.config import MAX_SOURCE_BLOCKS, CarouselConfig
-from pressrun.multicast.receiver import receive_carousel
 from pressrun.multicast.sender import MulticastSender
 
-from .conftest import AUTH, Shelf
+from .conftest import AUTH, Shelf, receive_issue
 
 
 async def wait_for(check: Callable[[], bool], seconds: float, what: str) -> None:
@@ -83,17 +82,8 @@ async def test_an_issue_past_the_default_block_limit_is_carried(
     await wait_for(lambda: "weekly-big" in sender.preparer.prepared, 20, "the issue prepared")
     assert not sender.preparer.failed
     await sender.start_carousel("weekly-big", carousel)
-    work = tmp_path / "r"
-    work.mkdir()
-    result = await asyncio.to_thread(
-        receive_carousel,
-        "weekly-big",
-        shelf.manifest_sha256("weekly-big"),
-        control_group=sender.config.control_group,
-        interface="127.0.0.1",
-        trusted_keys={shelf.public_hex},
-        work_dir=work,
-        deadline_s=30.0,
+    result = await receive_issue(
+        shelf, sender.config.control_group, "weekly-big", tmp_path / "r", deadline_s=30.0
     )
     assert result.completed and result.path is not None, result.reason
     assert result.path.read_bytes() == data
@@ -112,18 +102,7 @@ async def test_the_receive_cache_grows_with_the_issue(
     carousel = CarouselConfig(channels=1, rate_bps=8e6, symbol_bytes=256)
     sender = await senders(shelf, carousel)
     await sender.start_carousel("weekly-cache", carousel)
-    work = tmp_path / "r"
-    work.mkdir()
-    result = await asyncio.to_thread(
-        receive_carousel,
-        "weekly-cache",
-        shelf.manifest_sha256("weekly-cache"),
-        control_group=sender.config.control_group,
-        interface="127.0.0.1",
-        trusted_keys={shelf.public_hex},
-        work_dir=work,
-        deadline_s=20.0,
-    )
+    result = await receive_issue(shelf, sender.config.control_group, "weekly-cache", tmp_path / "r")
     assert result.completed and result.path is not None, result.reason
     assert result.path.read_bytes() == data
 

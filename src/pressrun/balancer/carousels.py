@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, MutableMapping
+from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -179,42 +179,45 @@ async def reconcile_carousels(
         return
     orders = reconciler.orders(wanted, running, now=now())
     for issue_id in orders.start:
-        try:
-            await client.start(issue_id)
-        except SenderError as err:
-            wait = reconciler.handle_failed(issue_id, now=now())
-            log.warning(
-                "the multicast sender did not start %s: %s (tried again in %.0f s)",
-                issue_id,
-                err,
-                wait,
-            )
-            continue
-        reconciler.handle_done(issue_id)
-        running.add(issue_id)
-        log.info("peak demand: %s moves to multicast (carousel started)", issue_id)
+        if await _order(client.start, "start", issue_id, reconciler, now):
+            running.add(issue_id)
+            log.info("peak demand: %s moves to multicast (carousel started)", issue_id)
     for issue_id in orders.stop:
         # clients are told swarm/origin from now on, whether the stop succeeds or not
         running.discard(issue_id)
-        try:
-            await client.stop(issue_id)
-        except SenderError as err:
-            wait = reconciler.handle_failed(issue_id, now=now())
-            log.warning(
-                "the multicast sender did not stop %s: %s (tried again in %.0f s)",
-                issue_id,
-                err,
-                wait,
-            )
-            continue
-        reconciler.handle_done(issue_id)
-        log.info("the carousel of %s is stopped (not wanted)", issue_id)
+        if await _order(client.stop, "stop", issue_id, reconciler, now):
+            log.info("the carousel of %s is stopped (not wanted)", issue_id)
     confirmed = wanted & running
     for issue_id in list(carousels):
         if issue_id not in confirmed:
             del carousels[issue_id]
     for issue_id in confirmed:
         carousels[issue_id] = info
+
+
+async def _order(
+    send: Callable[[str], Awaitable[None]],
+    verb: str,
+    issue_id: str,
+    reconciler: CarouselReconciler,
+    now: Callable[[], float],
+) -> bool:
+    """Send one order for the issue; whether the sender did it (a failure is logged
+    and left to the reconciler's wait)."""
+    try:
+        await send(issue_id)
+    except SenderError as err:
+        wait = reconciler.handle_failed(issue_id, now=now())
+        log.warning(
+            "the multicast sender did not %s %s: %s (tried again in %.0f s)",
+            verb,
+            issue_id,
+            err,
+            wait,
+        )
+        return False
+    reconciler.handle_done(issue_id)
+    return True
 
 
 async def keep_carousels(
