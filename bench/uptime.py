@@ -101,11 +101,11 @@ the run shortens the ones that have a flag (tracker ``--interval-s 2``,
 0.5 s, the sender's ``--fdt-renew-s`` 600 simulated seconds, as the FDT it renews
 expires a wall-clock day after) and lengthens the wall-clock lifetimes that are meant
 to be seconds of real time (announcement TTL and challenge-token TTL times the rate,
-or they would expire in transit). Two have no flag and run at real speed: a
+or they would expire in transit). One has no flag and runs at real speed: a
 supernode retires after an hour of no client (``chord/host.py``, ``idle_s``), so
-within the run every issue keeps its supernodes; and the tracker's ring list expires a
-supernode 30 s of the tracker's *wall* clock after its last heartbeat (every 5 real
-seconds), which the sped clock passes between two heartbeats. Nor a day's traffic: a
+within the run every issue keeps its supernodes (until ``bdb29c2`` the tracker's ring
+list also expired supernodes on its wall clock, which the sped clock passed between
+two heartbeats: the ring was never whole). Nor a day's traffic: a
 few tens of readers a day, not thousands, so growth that costs bytes per reader shows
 in row counts, not in RSS.
 
