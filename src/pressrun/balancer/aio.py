@@ -86,6 +86,7 @@ from pressrun.balancer.events import (
     Refusal,
     SwarmInfo,
 )
+from pressrun.balancer.health import HealthConfig
 from pressrun.balancer.manifests import ManifestReader, ManifestUnavailable
 from pressrun.balancer.metrics import BalancerCollector
 from pressrun.balancer.poller import OriginPoller
@@ -140,6 +141,9 @@ class BalancerServiceConfig:
     security: TLS of the listening socket (``--tls-cert/--tls-key``).
     ca_file: an extra CA the origins' certificates may chain to (besides the
         system's and ``PRESSRUN_CA_FILE``).
+    health: rise/fall/slowstart of the origins' polls (`pressrun.balancer.health`;
+        default: one poll decides, as before issue 30; ``pressrun serve balancer``
+        uses HAProxy's rise 2, fall 3 and a 10 s slow start).
     """
 
     origins: tuple[OriginSpec, ...]
@@ -159,6 +163,7 @@ class BalancerServiceConfig:
     multicast: MulticastInfo | None = None
     security: ServiceSecurity = field(default_factory=ServiceSecurity)
     ca_file: Path | None = None
+    health: HealthConfig = field(default_factory=HealthConfig.immediate)
 
     def effective_poll_timeout_s(self) -> float:
         """The poll timeout in force: the configured one or 0.8 x the interval."""
@@ -229,7 +234,12 @@ class BalancerService:
         rng = random.Random(cfg.seed)
         algorithm = make_algorithm(cfg.balancer.algorithm, cfg.origins, rng, cfg.algorithm_params)
         self._core = BalancerCore(
-            cfg.balancer, cfg.origins, algorithm, self._mode_policy, now=loop.time()
+            cfg.balancer,
+            cfg.origins,
+            algorithm,
+            self._mode_policy,
+            now=loop.time(),
+            health=cfg.health,
         )
         self._http = aiohttp.ClientSession(
             connector=client_connector(cfg.ca_file, limit=0, ttl_dns_cache=300),

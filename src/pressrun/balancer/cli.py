@@ -84,6 +84,7 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     from pressrun.balancer.algorithms import algorithm_class, algorithm_names
     from pressrun.balancer.config import BalancerConfig
     from pressrun.balancer.demand import DemandConfig
+    from pressrun.balancer.health import HealthConfig
 
     demand = DemandConfig()
 
@@ -123,7 +124,29 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         type=float,
         default=None,
         help="an origin with no good status for this long is out of rotation even if no "
-        "poll failed outright (default 3.5 x the poll interval)",
+        "poll failed outright (default (fall + 0.5) x the poll interval, at least 3.5 x)",
+    )
+    p.add_argument(
+        "--rise",
+        type=int,
+        default=HealthConfig().rise,
+        help="consecutive good /stats polls that bring an origin that was down back into "
+        f"rotation (HAProxy's rise; default {HealthConfig().rise})",
+    )
+    p.add_argument(
+        "--fall",
+        type=int,
+        default=HealthConfig().fall,
+        help="consecutive failed polls that take an origin in rotation out (HAProxy's "
+        f"fall; default {HealthConfig().fall})",
+    )
+    p.add_argument(
+        "--slowstart-s",
+        type=float,
+        default=HealthConfig().slowstart_s,
+        help="seconds over which an origin that came back grows from no share of new "
+        f"clients to its full share (HAProxy's slowstart; default {HealthConfig().slowstart_s:g}"
+        "; 0: at once)",
     )
     p.add_argument(
         "--poll-timeout-s",
@@ -322,11 +345,17 @@ def run_balancer(args: argparse.Namespace) -> int:
     from pressrun.balancer.aio import BalancerServiceConfig, serve
     from pressrun.balancer.config import BalancerConfig
     from pressrun.balancer.demand import DemandConfig
+    from pressrun.balancer.health import HealthConfig
 
     try:
         origins = parse_origins(args.origins)
         trackers = parse_trackers(args.tracker or "")
-        stale = args.stale_after_s if args.stale_after_s is not None else 3.5 * args.poll_interval_s
+        health = HealthConfig(rise=args.rise, fall=args.fall, slowstart_s=args.slowstart_s)
+        stale = (
+            args.stale_after_s
+            if args.stale_after_s is not None
+            else max(3.5, health.fall + 0.5) * args.poll_interval_s
+        )
         balancer = BalancerConfig(
             poll_interval_s=args.poll_interval_s,
             stale_after_s=stale,
@@ -364,6 +393,7 @@ def run_balancer(args: argparse.Namespace) -> int:
             **_multicast_options(args),
             security=security_from_args(args),
             ca_file=args.ca_file,
+            health=health,
         )
         config.security.server_ssl_context()  # a bad --tls-cert/--tls-key fails here
     except ValueError as err:

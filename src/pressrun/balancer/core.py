@@ -8,7 +8,8 @@ Transitions::
 
 An origin is out of rotation unless UP (ARCHITECTURE.md: "an origin that does not
 answer is taken out until it answers again"; MistServer takes up to 25 s to notice,
-we notice at the first failed poll).
+we notice at the first failed poll, or at the `fall`-th in a row with a
+`HealthConfig`: `pressrun.balancer.health`, HAProxy's rise/fall/slowstart).
 
 Each origin is polled every `poll_interval_s`: the core says when with
 `next_deadline()`, and `handle_timer(now)` returns the `PollOrigin` effects due. The
@@ -67,6 +68,7 @@ from pressrun.balancer.events import (
     StatusReceived,
     SwarmInfo,
 )
+from pressrun.balancer.health import HealthChecks, HealthConfig
 from pressrun.balancer.request_classes import ClassDispatch
 
 
@@ -139,6 +141,7 @@ class BalancerCore:
         mode_policy: ModePolicy | None = None,
         *,
         now: float = 0.0,
+        health: HealthConfig | None = None,
     ) -> None:
         if not origins:
             raise LocalProtocolError("the balancer needs at least one origin")
@@ -158,6 +161,8 @@ class BalancerCore:
         self.refusals: dict[Refusal, int] = dict.fromkeys(Refusal, 0)
         self.classes = ClassDispatch(origins, config.class_groups)
         self.directives_by_class: dict[RequestClass, int] = dict.fromkeys(RequestClass, 0)
+        # rise/fall/slowstart (pressrun.balancer.health); default: one poll decides
+        self.health = HealthChecks(health or HealthConfig.immediate(), origins)
 
     # --- timers -------------------------------------------------------------
 
@@ -200,6 +205,9 @@ class BalancerCore:
         rec = self._record(msg.status.name)
         rec.polling = False
         rec.next_poll_at = now + self.config.poll_interval_s
+        if not self.health.status_ok(rec.spec.name, rec.state.value, now=now):
+            rec.down_reason = "rising: fewer good polls in a row than rise"
+            return []
         held_before = (
             rec.status.issues
             if rec.state is OriginState.UP and rec.status is not None
@@ -219,10 +227,13 @@ class BalancerCore:
         rec = self._record(msg.name)
         rec.polling = False
         rec.next_poll_at = now + self.config.poll_interval_s
+        if not self.health.poll_failed(rec.spec.name, rec.state.value):
+            return []  # in rotation until `fall` failed polls in a row
         return self._take_down(rec, msg.reason, now=now)
 
     def _take_down(self, rec: OriginRecord, reason: str, *, now: float) -> list[Effect]:
         rec.down_reason = reason
+        self.health.went_down(rec.spec.name)
         if rec.state is OriginState.DOWN:
             return []
         was_up = rec.state is OriginState.UP
@@ -270,6 +281,7 @@ class BalancerCore:
         ranked = self.algorithm.rank_for(
             issue, msg.client, exclude=msg.failed, k=self.config.directive_origins, now=now
         )
+        ranked = self.health.admit(ranked, now=now)  # slow starts
         if not ranked:
             return self._refuse(issue, msg.failed)
         picked = ranked[0][0]
@@ -327,6 +339,7 @@ class BalancerCore:
             exclude=msg.failed,
             k=self.config.directive_origins,
         )
+        ranked = self.health.admit(ranked, now=now)  # slow starts
         if not ranked:
             return self._refuse(issue, msg.failed)
         picked = ranked[0][0]
