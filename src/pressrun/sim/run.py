@@ -35,6 +35,7 @@ from pressrun.balancer.events import (
     RequestClass,
     StatusReceived,
 )
+from pressrun.balancer.health import HealthConfig
 from pressrun.sim.engine import EventLoop
 from pressrun.sim.model import AssetSpec, Client, ClientState, Server
 from pressrun.sim.scenario import Scenario
@@ -141,7 +142,20 @@ class Simulation:
             # Without classes every request is the algorithm's, as before issue 33.
             class_policies=dict(b.class_policies) if b.classes else {},
         )
-        self.core = BalancerCore(self.config, origins, self.algorithm, now=0.0)
+        self.core = BalancerCore(
+            self.config,
+            origins,
+            self.algorithm,
+            now=0.0,
+            health=HealthConfig(b.rise, b.fall, b.slowstart_s),
+        )
+        # flapping origins: server -> (from, until, every N-th poll fails), polls so far
+        self._flaps = {
+            f.server: (f.down_at_s, f.up_at_s, f.flap_every)
+            for f in scenario.failures
+            if f.flap_every
+        }
+        self._polls: dict[str, int] = {}
         if scenario.balancer.tell_needs:
             # What the real service learns from each issue's manifest (its size) and
             # the operator's target download time; a stream's need is its bitrate.
@@ -195,11 +209,23 @@ class Simulation:
     def _sample_status(self, name: str) -> None:
         server = self.servers[name]
         b = self.scenario.balancer
-        if not server.up:
+        if self._poll_flaps(name) or not server.up:
             self.loop.after(b.poll_timeout_s - b.status_delay_s / 2.0, self._deliver_failure, name)
             return
         status = server.status(self.issues[name])
         self.loop.after(b.status_delay_s / 2.0, self._deliver_status, status)
+
+    def _poll_flaps(self, name: str) -> bool:
+        """Whether this poll of a flapping origin fails (every N-th in its window)."""
+        flap = self._flaps.get(name)
+        if flap is None:
+            return False
+        start, end, every = flap
+        now = self.loop.now
+        if now < start or (end is not None and now >= end):
+            return False
+        self._polls[name] = count = self._polls.get(name, 0) + 1
+        return count % every == 0
 
     def _deliver_status(self, status: OriginStatus) -> None:
         self.core.handle_status_received(StatusReceived(status), now=self.loop.now)
@@ -519,6 +545,8 @@ class Simulation:
             self._arrivals_left += 1
             self.loop.at(arrival.at_s, self._arrive, arrival.asset, arrival.request_class)
         for failure in sc.failures:
+            if failure.flap_every:
+                continue  # its polls fail (_poll_flaps); it keeps serving
             server = self.servers[failure.server]
             back = None if failure.up_at_s is None else failure.up_at_s - failure.down_at_s
             self.loop.at(failure.down_at_s, self._crash, server, back)

@@ -43,6 +43,11 @@ class BalancerSetup:
     #: the origins' links alike
     classes: bool = False
     class_policies: Mapping[str, str] = field(default_factory=dict)
+    #: HAProxy's health counts (`pressrun.balancer.health.HealthConfig`); the
+    #: default, 1/1/0, is one poll decides (the rule before issue 30)
+    rise: int = 1
+    fall: int = 1
+    slowstart_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +96,16 @@ class Arrival:
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """A server down at `down_at_s` (dropping its clients), back at `up_at_s`."""
+    """A server down at `down_at_s` (dropping its clients), back at `up_at_s`.
+
+    With `flap_every` (N >= 2) the server does not go down: from `down_at_s` to
+    `up_at_s` (or the end) every N-th poll of its /stats fails while it keeps serving
+    (a flapping origin, for the balancer's rise/fall)."""
 
     server: str
     down_at_s: float
     up_at_s: float | None
+    flap_every: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +316,9 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
             "tell_needs",
             "classes",
             "class_policies",
+            "rise",
+            "fall",
+            "slowstart_s",
         },
         source,
         "balancer",
@@ -339,6 +352,9 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
         tell_needs=_flag(bal, "tell_needs", True, source, "balancer"),
         classes=_flag(bal, "classes", False, source, "balancer"),
         class_policies=dict(policies_doc),
+        rise=int(_number(bal, "rise", 1.0, source, "balancer", minimum=1.0)),
+        fall=int(_number(bal, "fall", 1.0, source, "balancer", minimum=1.0)),
+        slowstart_s=_number(bal, "slowstart_s", 0.0, source, "balancer"),
     )
     if balancer.stale_after_s <= balancer.poll_interval_s:
         raise _err(source, "balancer.stale_after_s", "must be longer than poll_interval_s")
@@ -497,14 +513,17 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
     server_names = {s.name for s in servers}
     for i, f in enumerate(_array(doc, "failures", source)):
         where = f"failures[{i}]"
-        _check_keys(f, {"server", "down_at_s", "up_at_s"}, source, where)
+        _check_keys(f, {"server", "down_at_s", "up_at_s", "flap_every"}, source, where)
         if f.get("server") not in server_names:
             raise _err(source, f"{where}.server", f"unknown server {f.get('server')!r}")
         down = _number(f, "down_at_s", None, source, where)
         up = _number(f, "up_at_s", -1.0, source, where, minimum=None)
         if up >= 0 and up <= down:
             raise _err(source, f"{where}.up_at_s", "must be after down_at_s")
-        failures.append(Failure(str(f["server"]), down, up if up >= 0 else None))
+        flap = _number(f, "flap_every", 0.0, source, where)
+        if flap and (flap < 2 or flap != int(flap)):
+            raise _err(source, f"{where}.flap_every", "must be a whole number, 2 or more")
+        failures.append(Failure(str(f["server"]), down, up if up >= 0 else None, int(flap) or None))
 
     return Scenario(
         name=name,
