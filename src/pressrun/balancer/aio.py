@@ -90,6 +90,7 @@ from pressrun.balancer.health import HealthConfig
 from pressrun.balancer.manifests import ManifestReader, ManifestUnavailable
 from pressrun.balancer.metrics import BalancerCollector
 from pressrun.balancer.poller import OriginPoller
+from pressrun.balancer.shared import SharedDemand
 from pressrun.cors import enable_cors
 from pressrun.security import ServiceSecurity, client_connector
 from pressrun.service import stop_signals
@@ -141,6 +142,9 @@ class BalancerServiceConfig:
     security: TLS of the listening socket (``--tls-cert/--tls-key``).
     ca_file: an extra CA the origins' certificates may chain to (besides the
         system's and ``PRESSRUN_CA_FILE``).
+    redis_url: Redis shared by several balancer instances (`pressrun.balancer.shared`):
+        they share each issue's demand, and one of them orders the carousels; None: a
+        balancer alone.
     health: rise/fall/slowstart of the origins' polls (`pressrun.balancer.health`;
         default: one poll decides, as before issue 30; ``pressrun serve balancer``
         uses HAProxy's rise 2, fall 3 and a 10 s slow start).
@@ -164,6 +168,7 @@ class BalancerServiceConfig:
     security: ServiceSecurity = field(default_factory=ServiceSecurity)
     ca_file: Path | None = None
     health: HealthConfig = field(default_factory=HealthConfig.immediate)
+    redis_url: str | None = None
 
     def effective_poll_timeout_s(self) -> float:
         """The poll timeout in force: the configured one or 0.8 x the interval."""
@@ -196,6 +201,7 @@ class BalancerService:
         self._runner: web.AppRunner | None = None
         self._poller: OriginPoller | None = None
         self._manifests: ManifestReader | None = None
+        self.shared: SharedDemand | None = None
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self.directives_by_mode: TallyCounter[str] = TallyCounter()
@@ -280,6 +286,15 @@ class BalancerService:
         sockets = getattr(server, "sockets", None) or []
         bound: int = sockets[0].getsockname()[1] if sockets else cfg.port
         self._poller.start()  # the first polls are due now
+        if self._demand is not None and cfg.redis_url:
+            self.shared = SharedDemand(
+                cfg.redis_url,
+                self._demand,
+                # half a poll: what one instance counted reaches the others within one
+                interval_s=cfg.balancer.poll_interval_s / 2,
+                now=self._now,
+            )
+            self._spawn(self.shared.run())
         if self._demand is not None and cfg.multicast_sender_url and cfg.multicast is not None:
             from pressrun.balancer.carousels import CarouselClient, keep_carousels
 
@@ -292,6 +307,7 @@ class BalancerService:
                     cfg.multicast,
                     interval_s=cfg.balancer.poll_interval_s,
                     now=self._now,
+                    is_leader=self.shared.is_leader if self.shared is not None else None,
                 )
             )
         return bound
@@ -308,6 +324,8 @@ class BalancerService:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        if self.shared is not None:
+            await self.shared.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -160,9 +160,12 @@ async def reconcile_carousels(
     reconciler: CarouselReconciler,
     *,
     now: Callable[[], float],
+    is_leader: Callable[[], bool] | None = None,
 ) -> None:
     """One round (module docstring): review demand, read the sender's list, order
-    what differs, and leave in ``carousels`` the wanted issues the sender runs."""
+    what differs, and leave in ``carousels`` the wanted issues the sender runs.
+    With ``is_leader`` (several balancers, `pressrun.balancer.shared`), only while it
+    answers True are orders sent: one balancer starts and stops the carousels."""
     policy.review(now=now())
     wanted = policy.carousels_wanted()
     try:
@@ -178,6 +181,8 @@ async def reconcile_carousels(
         carousels.clear()
         return
     orders = reconciler.orders(wanted, running, now=now())
+    if is_leader is not None and not is_leader():
+        orders = CarouselOrders((), ())  # another balancer orders
     for issue_id in orders.start:
         if await _order(client.start, "start", issue_id, reconciler, now):
             running.add(issue_id)
@@ -229,13 +234,16 @@ async def keep_carousels(
     interval_s: float,
     now: Callable[[], float],
     max_retry_s: float = 60.0,
+    is_leader: Callable[[], bool] | None = None,
 ) -> None:
     """Forever, every ``interval_s``: one `reconcile_carousels` round; any error of a
     round is logged and the next round comes."""
     reconciler = CarouselReconciler(retry_s=interval_s, max_retry_s=max_retry_s)
     while True:
         try:
-            await reconcile_carousels(policy, carousels, client, info, reconciler, now=now)
+            await reconcile_carousels(
+                policy, carousels, client, info, reconciler, now=now, is_leader=is_leader
+            )
         except Exception:  # the carousels of every issue depend on this loop
             log.exception("a round of carousel reconciliation failed; the next one is due")
         await asyncio.sleep(interval_s)

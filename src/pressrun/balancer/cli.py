@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import string
 from pathlib import Path
 from typing import Any
@@ -281,6 +282,15 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         "(default 50; between the swarm's leave and the multicast enter threshold)",
     )
     p.add_argument(
+        "--redis",
+        default=os.environ.get("PRESSRUN_BALANCER_REDIS") or None,
+        metavar="URL",
+        help="redis://host:port/db shared by several balancer instances: they share each "
+        "issue's demand (the swarm and multicast thresholds hold for the total) and one "
+        "of them starts and stops carousels (default: $PRESSRUN_BALANCER_REDIS, else a "
+        "balancer alone)",
+    )
+    p.add_argument(
         "--ca-file",
         type=Path,
         default=None,
@@ -394,6 +404,7 @@ def run_balancer(args: argparse.Namespace) -> int:
             security=security_from_args(args),
             ca_file=args.ca_file,
             health=health,
+            redis_url=args.redis or None,
         )
         config.security.server_ssl_context()  # a bad --tls-cert/--tls-key fails here
     except ValueError as err:

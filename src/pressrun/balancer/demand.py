@@ -57,6 +57,14 @@ An issue with no `SwarmInfo` (no torrent known: `swarms` has no entry for it) st
 `origin` below the multicast level. `swarm_info_for` builds the `SwarmInfo` from the
 protocol's URLs: torrent at ``<origin>/content/<issue>/<issue>.torrent`` (docs/protocols.md).
 
+**Several balancers** (issue 30). Balancer instances on one Redis share demand: each
+publishes its own per-issue rates (`local_rates`) and hears the sum of the others'
+(`set_remote_rates`, `pressrun.balancer.shared`); D is then computed from this
+instance's rate plus the others' (decayed from when they were heard at the same
+``tau_s``), so the thresholds hold whatever the number of instances, and each
+instance, applying the same thresholds to the same total, takes the same mode within
+one exchange. Without it (no Redis) the remote part is zero: a balancer alone.
+
 Wiring (the balancer service owner): ``BalancerCore(..., mode_policy=DemandPolicy(
 DemandConfig(...), swarms))`` where ``swarms`` maps issue id -> SwarmInfo (a dict the
 service may update as issues are published; the policy reads it at each request).
@@ -181,10 +189,19 @@ class DemandEstimate:
     mode_since: float | None
 
 
+#: no issue heard of only from other balancers is added past this many issues with
+#: state (their rates come from our own instances, but the bound holds whatever
+#: Redis holds)
+MAX_REMOTE_ISSUES = 10_000
+
+
 @dataclass(slots=True)
 class _IssueDemand:
     rate_per_s: float = 0.0
     last_request_at: float | None = None
+    #: the other balancers' rate for the issue when heard, and when (``now``)
+    remote_rate_per_s: float = 0.0
+    remote_at: float = 0.0
     mode: DeliveryMode = DeliveryMode.ORIGIN
     mode_since: float | None = None
     changes: int = 0
@@ -254,10 +271,50 @@ class DemandPolicy:
         return len(self._counted)
 
     def _rate_at(self, state: _IssueDemand, now: float) -> float:
+        """This balancer's own rate for the issue now."""
         if state.last_request_at is None:
             return 0.0
         elapsed = max(0.0, now - state.last_request_at)
         return state.rate_per_s * math.exp(-elapsed / self.config.tau_s)
+
+    def _total_rate_at(self, state: _IssueDemand, now: float) -> float:
+        """This balancer's rate plus the other balancers' (decayed since heard)."""
+        rate = self._rate_at(state, now)
+        if state.remote_rate_per_s > 0.0:
+            elapsed = max(0.0, now - state.remote_at)
+            rate += state.remote_rate_per_s * math.exp(-elapsed / self.config.tau_s)
+        return rate
+
+    def local_rates(self, *, now: float, floor: float = 1e-4) -> dict[str, float]:
+        """This balancer's own request rate per issue now (what it shares with the
+        others); rates below ``floor`` (requests/s) are left out."""
+        out: dict[str, float] = {}
+        for issue_id, state in self._issues.items():
+            rate = self._rate_at(state, now)
+            if rate >= floor:
+                out[issue_id] = rate
+        return out
+
+    def set_remote_rates(self, rates: Mapping[str, float], *, now: float) -> None:
+        """The other balancers' summed rate per issue, as of ``now``: replaces what
+        was heard before (an issue not named has no remote demand any more). An issue
+        known only from them gets a state (up to `MAX_REMOTE_ISSUES`), so its mode
+        (and carousel) follows the total even here."""
+        for issue_id, state in list(self._issues.items()):
+            if issue_id not in rates:
+                state.remote_rate_per_s = 0.0
+                if state.last_request_at is None and state.mode is DeliveryMode.ORIGIN:
+                    del self._issues[issue_id]  # heard only from others, and gone there
+        for issue_id, rate in rates.items():
+            if not (rate >= 0.0 and math.isfinite(rate)):
+                continue
+            known = self._issues.get(issue_id)
+            if known is None:
+                if len(self._issues) >= MAX_REMOTE_ISSUES:
+                    continue
+                known = self._issues[issue_id] = _IssueDemand()
+            known.remote_rate_per_s = rate
+            known.remote_at = now
 
     def handle_request(self, issue_id: str, *, now: float) -> None:
         """Count one directive request for the issue (decide() does this itself)."""
@@ -270,7 +327,7 @@ class DemandPolicy:
     def estimate(self, issue_id: str, *, now: float) -> DemandEstimate:
         """The issue's demand now, without counting a request."""
         state = self._issues.get(issue_id, _IssueDemand())
-        rate = self._rate_at(state, now)
+        rate = self._total_rate_at(state, now)
         return DemandEstimate(
             issue_id, rate, rate * self.config.typical_download_s, state.mode, state.mode_since
         )
@@ -292,7 +349,7 @@ class DemandPolicy:
         return DeliveryMode.ORIGIN if downloaders < cfg.leave_downloaders else DeliveryMode.SWARM
 
     def _update(self, issue_id: str, state: _IssueDemand, now: float) -> None:
-        downloaders = self._rate_at(state, now) * self.config.typical_download_s
+        downloaders = self._total_rate_at(state, now) * self.config.typical_download_s
         target = self._target(state, downloaders, issue_id in self.swarms)
         dwelt = state.mode_since is None or now - state.mode_since >= self.config.min_dwell_s
         if target is not state.mode and dwelt:

@@ -1,0 +1,294 @@
+"""Several balancers, one view of demand (issue 30): the pure sharing in DemandPolicy,
+then two real ``pressrun serve balancer`` processes on a real redis-server with real
+origins, a crowd spread over them against the same crowd on one balancer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from balancer.test_service import REAL_NAMES, start_real_origin
+from pressrun.balancer.demand import DemandConfig, DemandPolicy
+from pressrun.balancer.events import DeliveryMode, SwarmInfo
+from pressrun.balancer.shared import sum_remote
+from pressrun.content.keys import generate_keypair
+from pressrun.content.publish import publish
+from pressrun.origin import RunningOrigin
+
+ISSUE = "weekly-2026-47"
+SWARM = SwarmInfo("http://o/content/i/i.torrent", "http://t/announce", "00" * 20)
+CFG = DemandConfig(
+    tau_s=10.0,
+    typical_download_s=30.0,
+    enter_downloaders=20.0,
+    leave_downloaders=5.0,
+    min_dwell_s=0.0,
+    client_window_s=0.0,
+)
+
+
+# --- pure -----------------------------------------------------------------------
+
+
+def test_remote_rates_add_to_the_local_estimate_and_decay_alike() -> None:
+    alone = DemandPolicy(CFG, {"i": SWARM})
+    a = DemandPolicy(CFG, {"i": SWARM})
+    b = DemandPolicy(CFG, {"i": SWARM})
+    for k in range(10):  # the same 10 requests: all on one, or spread over two
+        alone.decide("i", now=k * 0.1)
+        (a if k % 2 else b).decide("i", now=k * 0.1)
+    now = 1.0
+    a.set_remote_rates(b.local_rates(now=now), now=now)
+    assert a.estimate("i", now=now).downloaders == pytest.approx(
+        alone.estimate("i", now=now).downloaders
+    )
+    # heard at 1.0, read at 5.0: decayed like the local part
+    assert a.estimate("i", now=5.0).downloaders == pytest.approx(
+        alone.estimate("i", now=5.0).downloaders
+    )
+
+
+def test_the_mode_follows_the_total_and_an_issue_heard_only_from_others() -> None:
+    a = DemandPolicy(CFG, {"i": SWARM})
+    # 8 requests here = 24 downloaders: swarm alone; 4 here + 4 there: swarm only together
+    for k in range(4):
+        assert a.decide("i", now=k * 0.01).mode is DeliveryMode.ORIGIN
+    a.set_remote_rates({"i": 4 / CFG.tau_s, "other": 10 / CFG.tau_s}, now=0.05)
+    assert a.decide("i", now=0.05).mode is DeliveryMode.SWARM
+    a.review(now=0.05)
+    assert a.estimate("other", now=0.05).downloaders == pytest.approx(30.0)
+    # the others stop naming "other": a state heard only from them is dropped
+    a.set_remote_rates({}, now=0.1)
+    assert "other" not in a._issues
+
+
+def test_sum_remote_decays_by_age_and_skips_what_it_cannot_read() -> None:
+    docs: list[bytes | str | None] = [
+        json.dumps({"at": 100.0, "rates": {"i": 1.0}}),
+        json.dumps({"at": 90.0, "rates": {"i": 1.0, "j": "x"}}),
+        json.dumps({"at": 200.0, "rates": {"i": 1.0}}),  # a clock ahead: not above 1
+        b"not json",
+        None,
+    ]
+    total = sum_remote(docs, wall_now=100.0, tau_s=10.0)
+    assert total == {"i": pytest.approx(1.0 + 0.36787944 + 1.0)}
+
+
+# --- two processes on a real Redis ------------------------------------------------
+
+INTERVAL_S = 0.2
+PACE_S = 0.05  # a new client every 50 ms: one poll is 4 clients
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A throwaway redis-server on a free port (as tests/tracker/conftest.py)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (scripts/setup-system.sh installs it)")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("redis-server did not start")
+        time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(timeout=5)
+
+
+@pytest.fixture
+async def origins(tmp_path: Path) -> AsyncIterator[list[RunningOrigin]]:
+    source = tmp_path / f"{ISSUE}.pdf"
+    source.write_bytes(os.urandom(200_000))
+    key, _ = generate_keypair(tmp_path / "publisher.key")
+    content = tmp_path / "content"
+    publish(source, issue_id=ISSUE, title="Weekly 47", key_path=key, content_dir=content)
+    started = [await start_real_origin(content, name) for name in REAL_NAMES[:2]]
+    yield started
+    for origin in started:
+        await origin.stop()
+
+
+class FakeSender:
+    """The multicast sender's control API, counting the orders it gets."""
+
+    def __init__(self) -> None:
+        self.running: set[str] = set()
+        self.starts: list[str] = []
+        self.stops: list[str] = []
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/v1/carousels", self._list)
+        app.router.add_post("/v1/carousels", self._start)
+        app.router.add_delete("/v1/carousels/{issue}", self._stop)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def _list(self, request: web.Request) -> web.Response:
+        return web.json_response({"carousels": [{"issue_id": i} for i in sorted(self.running)]})
+
+    async def _start(self, request: web.Request) -> web.Response:
+        issue = (await request.json())["issue_id"]
+        self.starts.append(issue)
+        self.running.add(issue)
+        return web.json_response({}, status=201)
+
+    async def _stop(self, request: web.Request) -> web.Response:
+        self.stops.append(request.match_info["issue"])
+        self.running.discard(request.match_info["issue"])
+        return web.json_response({})
+
+
+def start_balancer_process(
+    origins: list[RunningOrigin], sender: FakeSender, redis_url: str | None
+) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    argv = [
+        str(Path(sys.executable).with_name("pressrun")), "serve", "balancer",
+        "--origins", ",".join(f"{o.name}={o.url}" for o in origins),
+        "--port", str(port),
+        "--poll-interval-s", str(INTERVAL_S),
+        "--tracker", "http://127.0.0.1:6969/announce",
+        "--swarm-enter-downloaders", "30", "--swarm-leave-downloaders", "5",
+        "--swarm-min-dwell-s", "0",
+        "--multicast-sender", f"http://127.0.0.1:{sender.port}",
+        "--multicast-control-group", "239.255.70.1:5400",
+        "--multicast-enter-downloaders", "60", "--multicast-leave-downloaders", "20",
+    ]  # fmt: skip
+    if redis_url:
+        argv += ["--redis", redis_url]
+    env = dict(os.environ, PRESSRUN_MULTICAST_TOKEN="test-token-0123456789")
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+async def wait_ready(http: aiohttp.ClientSession, url: str, origins: int) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            async with http.get(f"{url}/v1/origins") as resp:
+                doc = await resp.json()
+                up = [o for o in doc["origins"] if o["state"] == "up"]
+                if len(up) == origins:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"balancer {url} not ready")
+
+
+async def ask(http: aiohttp.ClientSession, url: str) -> str:
+    async with http.get(f"{url}/v1/issues/{ISSUE}/directive") as resp:
+        assert resp.status == 200, await resp.text()
+        mode: str = (await resp.json())["mode"]
+        return mode
+
+
+async def crowd(http: aiohttp.ClientSession, urls: list[str]) -> dict[str, int]:
+    """The same crowd whatever the balancers: one warm-up request each for two
+    (the manifest is read at the first), then a new client every PACE_S, spread in
+    turn; the client number (warm-up included) at which each mode is first answered."""
+    for k in range(2):
+        await ask(http, urls[k % len(urls)])
+    await asyncio.sleep(0.5)  # each has read the manifest: the swarm is known
+    first: dict[str, int] = {}
+    for n in range(2, 80):
+        started = time.monotonic()
+        mode = await ask(http, urls[n % len(urls)])
+        first.setdefault(mode, n)
+        if "multicast" in first and n - first["multicast"] >= 2 * len(urls):
+            break
+        await asyncio.sleep(max(0.0, PACE_S - (time.monotonic() - started)))
+    return first
+
+
+async def run_crowd(
+    origins: list[RunningOrigin], redis_url: str | None, count: int
+) -> tuple[dict[str, int], FakeSender]:
+    sender = FakeSender()
+    await sender.start()
+    procs = [start_balancer_process(origins, sender, redis_url) for _ in range(count)]
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _, url in procs:
+                await wait_ready(http, url, len(origins))
+            await asyncio.sleep(2 * INTERVAL_S)  # the exchange has run (a lease taken)
+            first = await crowd(http, [url for _, url in procs])
+            await asyncio.sleep(3 * INTERVAL_S)  # any late second order would show
+            return first, sender
+    finally:
+        for proc, _ in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc, _ in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        assert sender.runner is not None
+        await sender.runner.cleanup()
+
+
+async def test_a_crowd_spread_over_two_balancers_moves_at_the_same_total_demand(
+    origins: list[RunningOrigin], redis_url: str
+) -> None:
+    one, one_sender = await run_crowd(origins, None, 1)
+    two, two_sender = await run_crowd(origins, redis_url, 2)
+    print("first client answered each mode: one balancer", one, "two on Redis", two)
+    poll = round(INTERVAL_S / PACE_S)  # clients in one poll interval
+    # each request adds 3 downloaders: swarm (30) at about the 10th, multicast (60) at
+    # about the 20th client, whatever the number of balancers, within one poll
+    assert 8 <= one["swarm"] <= 12
+    assert one["swarm"] <= two["swarm"] <= one["swarm"] + poll
+    # multicast is answered once the carousel is in the sender's list (a round later)
+    assert one["multicast"] - poll <= two["multicast"] <= one["multicast"] + poll
+    assert one_sender.starts == [ISSUE]
+    assert two_sender.starts == [ISSUE], "the carousel was started more than once"
+
+
+async def test_without_redis_two_balancers_each_see_half_the_crowd(
+    origins: list[RunningOrigin],
+) -> None:
+    two, sender = await run_crowd(origins, None, 2)
+    one_like = 10  # about where one balancer crosses (above)
+    assert two["swarm"] >= one_like + 6, two  # each counts only its half
+    assert len(sender.starts) >= 1
