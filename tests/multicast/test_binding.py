@@ -171,3 +171,72 @@ def test_packet_buffer_sends_the_indices_given_on_the_callers_socket() -> None:
             buffer.send(tx.fileno(), [5], "127.0.0.1", port)
         with pytest.raises(ValueError, match="not an IPv4 address"):
             buffer.send(tx.fileno(), [0], "localhost", port)
+
+
+def test_channel_sequence_extension_is_skipped_by_a_standard_receiver(tmp_path: Path) -> None:
+    """Every packet numbered with the channel sequence extension (HET 250) still
+    decodes in the crate's receiver, which knows nothing of it (RFC 5651: unknown
+    header extensions are skipped); the numbers read back, mod 2^24."""
+    data = random.Random(5).randbytes(200_000)
+    enc = pressrun_flute.encode_object(
+        data,
+        content_location="file:///weekly.pdf",
+        content_type="application/pdf",
+        tsi=4,
+        toi=2,
+        fec="none",
+    )
+    first = (1 << 24) - 3  # the numbers wrap while the pass is sent
+    numbered = [
+        pressrun_flute.add_channel_sequence(p, first + k)
+        for k, p in enumerate([*enc.fdt_packets, *enc.packets])
+    ]
+    assert [pressrun_flute.channel_sequence(p) for p in numbered[:5]] == [
+        (1 << 24) - 3,
+        (1 << 24) - 2,
+        (1 << 24) - 1,
+        0,
+        1,
+    ]
+    assert pressrun_flute.channel_sequence(enc.packets[0]) is None
+    plain = [*enc.fdt_packets, *enc.packets]
+    assert all(len(n) == len(p) + 4 for n, p in zip(numbered, plain, strict=True))
+    receiver = pressrun_flute.Receiver(tmp_path)
+    for pkt in numbered:
+        receiver.push(pkt)
+    (event,) = receiver.take_events()
+    assert event.kind == "completed" and event.path is not None
+    assert Path(event.path).read_bytes() == data
+    assert receiver.rejected == 0
+    with pytest.raises(ValueError):
+        pressrun_flute.add_channel_sequence(b"\x00", 1)
+
+
+def test_sequence_counts_per_channel_measure_the_gaps(tmp_path: Path) -> None:
+    """push_channel counts, per channel, the packets with a number and how far the
+    numbers moved on: gaps are loss, a late packet is no gap, a sender restarted
+    from 0 starts the count over, and a forgotten channel starts from its next packet."""
+    enc = pressrun_flute.encode_object(
+        random.Random(6).randbytes(100_000),
+        content_location="file:///weekly.pdf",
+        content_type="application/pdf",
+        tsi=4,
+        toi=2,
+        fec="none",
+    )
+    pkt = enc.packets[0]
+    receiver = pressrun_flute.Receiver(tmp_path)
+    for seq in [100, 101, 103, 102, 110]:  # 104..109 lost, 102 late
+        receiver.push_channel(0, pressrun_flute.add_channel_sequence(pkt, seq))
+    for seq in range(50, 60):
+        receiver.push_channel(1, pressrun_flute.add_channel_sequence(pkt, seq))
+    assert receiver.take_sequence_counts() == [(0, 5, 11), (1, 10, 10)]
+    assert receiver.take_sequence_counts() == [(0, 0, 0), (1, 0, 0)]
+    receiver.push_channel(0, pressrun_flute.add_channel_sequence(pkt, 99))  # late
+    receiver.forget_channel(1)
+    receiver.push_channel(1, pressrun_flute.add_channel_sequence(pkt, 5000))
+    for seq in (9000, 3, 4):  # far back: the sender restarted its numbers
+        receiver.push_channel(3, pressrun_flute.add_channel_sequence(pkt, seq))
+    assert receiver.take_sequence_counts() == [(0, 1, 0), (1, 1, 1), (3, 3, 3)]
+    receiver.push_channel(2, pkt)  # no number: nothing counted
+    assert all(ch != 2 for ch, _, _ in receiver.take_sequence_counts())

@@ -319,3 +319,70 @@ def test_layering_counts_loss_against_what_was_sent() -> None:
     blind.handle_packets(0, 50)
     assert blind.handle_timer(now=1.0) == []
     assert blind.losses == [pytest.approx(0.5)]
+
+
+def test_layering_leaves_on_path_loss_from_sequence_gaps() -> None:
+    """Loss is judged from each channel's sequence numbers: gaps the own socket does
+    not explain are the path's, and past leave_above_loss the last channel goes."""
+    layers = _layers()
+    layers.start(now=0.0)
+    layers.handle_packets(0, 100)
+    layers.handle_sequence(0, received=100, expected=100)
+    assert layers.handle_timer(now=1.0) == [JoinChannel(1)]
+    for ch in (0, 1):  # the link carries 120 of 200: 40% lost on the path
+        layers.handle_packets(ch, 60)
+        layers.handle_sequence(ch, received=60, expected=100)
+    effects = layers.handle_timer(now=2.0)
+    assert effects == [LeaveChannel(1, pytest.approx(0.4))]
+
+
+def test_layering_own_socket_drops_are_not_path_loss_and_hold_joins() -> None:
+    """A receiver starved of CPU: its socket overflows (SO_RXQ_OVFL counts the
+    drops), the sequence gaps are all its own. It does not leave (no path loss) and
+    it never joins while the socket overflows; once the drops stop it joins again."""
+    layers = _layers()
+    layers.start(now=0.0)
+    layers.handle_packets(0, 100)
+    layers.handle_sequence(0, received=100, expected=100)
+    assert layers.handle_timer(now=1.0) == [JoinChannel(1)]
+    for step in (2.0, 3.0, 4.0):
+        for ch in (0, 1):
+            layers.handle_packets(ch, 50)
+            layers.handle_sequence(ch, received=50, expected=100, socket_drops=50)
+        assert layers.handle_timer(now=step) == []  # neither leave nor join
+    assert layers.losses[-3:] == [0.0, 0.0, 0.0]
+    assert layers.overflow_windows == 3 and layers.socket_drops == 300
+    for ch in (0, 1):
+        layers.handle_packets(ch, 100)
+        layers.handle_sequence(ch, received=100, expected=100)
+    assert layers.handle_timer(now=5.0) == [JoinChannel(2)]
+
+
+def test_layering_overflow_holds_joins_without_sequence_numbers_too() -> None:
+    """An older sender (no sequence numbers): the socket's drops still count as the
+    receiver's own, not the path's, and still hold joins back."""
+    layers = _layers()
+    layers.start(now=0.0)
+    layers.handle_packets(0, 70)
+    layers.handle_sequence(0, received=0, expected=0, socket_drops=30)
+    assert layers.handle_timer(now=1.0) == []
+    assert layers.losses == [0.0] and layers.overflow_windows == 1
+
+
+def test_layering_slow_sender_is_not_congestion_by_sequence_numbers() -> None:
+    """The sender sends 40 of its announced 100 packets/s and no announcement
+    counters reach the receiver: the sequence numbers moved on by 40, all arrived,
+    so there is no loss and the receiver joins on."""
+    layers = _layers()
+    layers.start(now=0.0)
+    layers.handle_packets(0, 40)
+    layers.handle_sequence(0, received=40, expected=40)
+    assert layers.handle_timer(now=1.0) == [JoinChannel(1)]
+    assert layers.losses == [0.0]
+
+
+def test_layering_sequence_counts_misuse() -> None:
+    layers = _layers()
+    layers.start(now=0.0)
+    with pytest.raises(LocalProtocolError):
+        layers.handle_sequence(0, received=-1, expected=0)

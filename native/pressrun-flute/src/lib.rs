@@ -33,6 +33,108 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+/// The LCT header extension that carries a channel's packet sequence number: HET 250,
+/// a fixed-length (32-bit) extension (RFC 5651 section 5: HET 128..255), the HET then
+/// a 24-bit sequence number counted per channel by the sender. Receivers that do not
+/// know it skip it (RFC 5651 section 5.2; the crate's `get_ext` walks past it), so a
+/// standard FLUTE receiver takes the packets as they are; pressrun's receivers count the
+/// gaps per channel to tell the loss on the path.
+const HET_CHANNEL_SEQUENCE: u8 = 250;
+/// Sequence numbers wrap at 2^24.
+const SEQUENCE_MODULO: u32 = 1 << 24;
+
+/// ``packet`` with the channel sequence extension added after its other header
+/// extensions (HDR_LEN one word more); None when it is not an LCT packet that can take
+/// one (shorter than its header, or a header already 255 words long).
+fn with_channel_sequence(packet: &[u8], sequence: u32, out: &mut Vec<u8>) -> bool {
+    if packet.len() < 4 || packet[2] == 255 {
+        return false;
+    }
+    let header = (packet[2] as usize) << 2;
+    if header > packet.len() {
+        return false;
+    }
+    out.clear();
+    out.reserve(packet.len() + 4);
+    out.extend_from_slice(&packet[..header]);
+    let seq = (sequence % SEQUENCE_MODULO).to_be_bytes();
+    out.extend_from_slice(&[HET_CHANNEL_SEQUENCE, seq[1], seq[2], seq[3]]);
+    out.extend_from_slice(&packet[header..]);
+    out[2] += 1;
+    true
+}
+
+/// The channel sequence number a packet carries (None: none, or not ALC/LCT).
+fn sequence_of(packet: &[u8], lct: &flute::core::lct::LCTHeader) -> Option<u32> {
+    match flute::core::lct::get_ext(packet, lct, HET_CHANNEL_SEQUENCE) {
+        Ok(Some(ext)) if ext.len() >= 4 => {
+            Some(u32::from_be_bytes([0, ext[1], ext[2], ext[3]]))
+        }
+        _ => None,
+    }
+}
+
+/// ``packet`` with channel sequence number ``sequence`` (mod 2^24) in an LCT header
+/// extension (HET 250) that standard receivers skip.
+#[pyfunction]
+fn add_channel_sequence<'py>(
+    py: Python<'py>,
+    packet: &[u8],
+    sequence: u32,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let mut out = Vec::new();
+    if !with_channel_sequence(packet, sequence, &mut out) {
+        return Err(PyValueError::new_err("not an LCT packet that can take another extension"));
+    }
+    Ok(PyBytes::new(py, &out))
+}
+
+/// The channel sequence number of ``packet``, or None when it carries none.
+#[pyfunction]
+fn channel_sequence(packet: &[u8]) -> Option<u32> {
+    let alc = flute::core::alc::parse_alc_pkt(packet).ok()?;
+    sequence_of(packet, &alc.lct)
+}
+
+/// What a receiver counted on one channel from the sequence numbers: ``received``
+/// packets that carried one, and ``expected``, how far the highest number seen moved
+/// on (a gap is packets lost before this socket's queue or in it).
+#[derive(Debug, Default, Clone, Copy)]
+struct SequenceTrack {
+    highest: Option<u32>,
+    received: u64,
+    expected: u64,
+}
+
+/// Beyond this many numbers back, a sequence number means the sender restarted (its
+/// counters begin again): the track starts over from it.
+const SEQUENCE_RESTART_GAP: u32 = 4096;
+
+impl SequenceTrack {
+    fn see(&mut self, seq: u32) {
+        self.received += 1;
+        match self.highest {
+            None => {
+                self.highest = Some(seq);
+                self.expected += 1;
+            }
+            Some(high) => {
+                let ahead = seq.wrapping_sub(high) % SEQUENCE_MODULO;
+                if ahead == 0 {
+                    // a duplicate: counted received, expects nothing more
+                } else if ahead < SEQUENCE_MODULO / 2 {
+                    self.highest = Some(seq);
+                    self.expected += ahead as u64;
+                } else if SEQUENCE_MODULO - ahead > SEQUENCE_RESTART_GAP {
+                    self.highest = Some(seq);
+                    self.expected += 1;
+                }
+                // else: late (reordered), already expected
+            }
+        }
+    }
+}
+
 /// The endpoint every packet of a receiver is filed under: the sockets are the
 /// adapter's business; one key makes every channel of a carousel one FLUTE session.
 fn session_endpoint() -> UDPEndpoint {
@@ -521,6 +623,190 @@ impl ObjectWriter for EventWriter {
     }
 }
 
+
+// ---------------------------------------------------------------------------------
+// The receive loop: recvmmsg on the channel sockets, without the GIL.
+
+/// Linux's SO_TIMESTAMPNS (SCM_TIMESTAMPNS) and SO_RXQ_OVFL, as the Python side sets
+/// them on the channel sockets (pressrun.multicast.net).
+const SO_TIMESTAMPNS: i32 = 35;
+const SO_RXQ_OVFL: i32 = 40;
+/// Datagrams read by one recvmmsg call at most.
+const BATCH: usize = 64;
+/// Bytes read of each datagram (symbols of up to 4 kB with their headers).
+const DATAGRAM_BYTES: usize = 4200;
+/// Control bytes per datagram: a timespec and a u32, each in its cmsg header.
+const CONTROL_BYTES: usize = 64;
+
+/// The buffers of one recvmmsg batch, kept between calls.
+struct Batch {
+    data: Vec<u8>,
+    control: Vec<u8>,
+    iov: Vec<libc::iovec>,
+    headers: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers in `iov` and `headers` point into `data` and `control`,
+// which the same struct owns; they are set again before each use.
+unsafe impl Send for Batch {}
+
+impl Batch {
+    fn new() -> Self {
+        Self {
+            data: vec![0u8; BATCH * DATAGRAM_BYTES],
+            control: vec![0u8; BATCH * CONTROL_BYTES],
+            // SAFETY: all-zero iovec and mmsghdr are valid (null pointers, zero lengths)
+            iov: vec![unsafe { std::mem::zeroed() }; BATCH],
+            headers: vec![unsafe { std::mem::zeroed() }; BATCH],
+        }
+    }
+
+    /// Read up to BATCH datagrams from ``fd`` without blocking: how many (0 when
+    /// none is waiting), or the error.
+    fn read(&mut self, fd: i32) -> std::io::Result<usize> {
+        for i in 0..BATCH {
+            self.iov[i] = libc::iovec {
+                iov_base: self.data[i * DATAGRAM_BYTES..].as_mut_ptr().cast(),
+                iov_len: DATAGRAM_BYTES,
+            };
+            let hdr = &mut self.headers[i].msg_hdr;
+            hdr.msg_name = std::ptr::null_mut();
+            hdr.msg_namelen = 0;
+            hdr.msg_iov = &mut self.iov[i];
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = self.control[i * CONTROL_BYTES..].as_mut_ptr().cast();
+            hdr.msg_controllen = CONTROL_BYTES as _;
+            hdr.msg_flags = 0;
+            self.headers[i].msg_len = 0;
+        }
+        // SAFETY: every header points into buffers of the lengths it states
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.headers.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::WouldBlock {
+                return Ok(0);
+            }
+            return Err(err);
+        }
+        Ok(n as usize)
+    }
+
+    /// Datagram ``i`` of the last read: its bytes, its arrival (Unix seconds) and
+    /// the socket's drop count, where the kernel gave them.
+    fn datagram(&self, i: usize) -> (&[u8], Option<f64>, Option<u32>) {
+        let len = (self.headers[i].msg_len as usize).min(DATAGRAM_BYTES);
+        let data = &self.data[i * DATAGRAM_BYTES..i * DATAGRAM_BYTES + len];
+        let hdr = &self.headers[i].msg_hdr;
+        let (mut arrived, mut drops) = (None, None);
+        // SAFETY: the kernel filled msg_control up to msg_controllen; the CMSG macros
+        // stay within it
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+            while !cmsg.is_null() {
+                let c = &*cmsg;
+                if c.cmsg_level == libc::SOL_SOCKET {
+                    let payload = libc::CMSG_DATA(cmsg);
+                    if c.cmsg_type == SO_TIMESTAMPNS {
+                        let ts: libc::timespec = std::ptr::read_unaligned(payload.cast());
+                        arrived = Some(ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9);
+                    } else if c.cmsg_type == SO_RXQ_OVFL {
+                        drops = Some(std::ptr::read_unaligned(payload.cast::<u32>()));
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+            }
+        }
+        (data, arrived, drops)
+    }
+}
+
+/// One channel's counts in the receive loop.
+#[derive(Debug, Default, Clone, Copy)]
+struct ChannelCounts {
+    /// datagrams read since the last report
+    received: u64,
+    /// the socket's SO_RXQ_OVFL count when last seen
+    drops_seen: u32,
+    /// its growth since the last report
+    drops_new: u64,
+}
+
+/// Wait until one of ``fds`` is readable or ``timeout`` passes (poll).
+fn wait_readable(fds: &[i32], timeout: Duration) -> std::io::Result<Vec<bool>> {
+    let mut polls: Vec<libc::pollfd> =
+        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `polls` is a valid array of its length
+    let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let err = std::io::Error::last_os_error();
+        if err.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(err);
+    }
+    Ok(polls.iter().map(|p| p.revents != 0).collect())
+}
+
+/// A raw pointer the GIL-free closure may carry: the `Receiver` is `unsendable`, so
+/// it is only ever used on the thread that made it, which is the one running the
+/// closure (releasing the GIL moves nothing to another thread).
+struct OnThisThread<T>(*mut T);
+// SAFETY: see above: the pointer is dereferenced only on the thread that owns it
+unsafe impl<T> Send for OnThisThread<T> {}
+
+/// What `Receiver.receive` read: (per channel (channel, datagrams, socket drops
+/// new), object packets pushed, datagrams dropped by the loss emulation, whether a
+/// wake descriptor is readable, whether the object ended (events waiting)).
+type ReceiveReport = (Vec<(u32, u64, u64)>, u64, u64, bool, bool);
+
+/// A bare loop for comparison (bench/multicast.py): the same poll and recvmmsg on
+/// ``fds`` for ``duration_s``, batching as `Receiver.receive` does, the datagrams
+/// discarded; returns how many were read.
+#[pyfunction]
+#[pyo3(signature = (fds, duration_s, batch_wait_s=0.02))]
+fn drain_datagrams(py: Python<'_>, fds: Vec<i32>, duration_s: f64, batch_wait_s: f64) -> PyResult<u64> {
+    if !(duration_s >= 0.0 && batch_wait_s >= 0.0) {
+        return Err(PyValueError::new_err("durations must not be negative"));
+    }
+    py.detach(move || {
+        let mut batch = Batch::new();
+        let end = std::time::Instant::now() + Duration::from_secs_f64(duration_s);
+        let mut total = 0u64;
+        loop {
+            let now = std::time::Instant::now();
+            if now >= end {
+                return Ok(total);
+            }
+            let ready = wait_readable(&fds, end - now)?;
+            let mut read = false;
+            for (&fd, _) in fds.iter().zip(ready).filter(|(_, r)| *r) {
+                loop {
+                    let n = batch.read(fd)?;
+                    total += n as u64;
+                    read |= n > 0;
+                    if n < BATCH {
+                        break;
+                    }
+                }
+            }
+            if read {
+                let left = end.saturating_duration_since(std::time::Instant::now());
+                std::thread::sleep(Duration::from_secs_f64(batch_wait_s).min(left));
+            }
+        }
+    })
+    .map_err(|e: std::io::Error| PyOSError::new_err(e.to_string()))
+}
+
 /// A FLUTE receiver for one carousel: push every packet of every channel joined, then
 /// take the `ObjectEvent`s. Not thread-safe: use it from the thread that made it.
 #[pyclass(unsendable, module = "pressrun_flute")]
@@ -532,6 +818,14 @@ struct Receiver {
     rejected: u64,
     clock_offset: Duration,
     clock_ahead: bool,
+    sequences: std::collections::HashMap<u32, SequenceTrack>,
+    counts: std::collections::HashMap<u32, ChannelCounts>,
+    batch: Option<Batch>,
+    rng: u64,
+    /// arrival (kernel stamp, Unix s) of the first datagram read, and of the one
+    /// that ended the object
+    first_arrival: Option<f64>,
+    end_arrival: Option<f64>,
 }
 
 #[pymethods]
@@ -574,6 +868,12 @@ impl Receiver {
             rejected: 0,
             clock_offset: Duration::from_secs_f64(clock_offset_s.abs()),
             clock_ahead: clock_offset_s >= 0.0,
+            sequences: std::collections::HashMap::new(),
+            counts: std::collections::HashMap::new(),
+            batch: None,
+            rng: 0x9E37_79B9_7F4A_7C15,
+            first_arrival: None,
+            end_arrival: None,
         })
     }
 
@@ -595,6 +895,97 @@ impl Receiver {
                 None
             }
         }
+    }
+
+    /// Feed one UDP payload received on channel ``channel``: as `push`, and its
+    /// channel sequence number (if any) counted for that channel.
+    fn push_channel(&mut self, channel: u32, packet: &[u8]) -> Option<u128> {
+        if let Ok(alc) = flute::core::alc::parse_alc_pkt(packet) {
+            if let Some(seq) = sequence_of(packet, &alc.lct) {
+                self.sequences.entry(channel).or_default().see(seq);
+            }
+        }
+        self.push(packet)
+    }
+
+    /// Per channel, (packets with a sequence number, packets the sequence numbers
+    /// say were sent) since the last call; the counts start again from zero.
+    fn take_sequence_counts(&mut self) -> Vec<(u32, u64, u64)> {
+        let mut out: Vec<(u32, u64, u64)> = self
+            .sequences
+            .iter_mut()
+            .map(|(&ch, track)| {
+                let counts = (ch, track.received, track.expected);
+                track.received = 0;
+                track.expected = 0;
+                counts
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Forget channel ``channel``'s sequence numbers (it was left: a later join
+    /// starts from the first packet then, the numbers sent meanwhile are not lost).
+    fn forget_channel(&mut self, channel: u32) {
+        self.sequences.remove(&channel);
+        self.counts.remove(&channel);
+    }
+
+    /// The receive loop, without the GIL: wait for datagrams on ``channels`` (pairs
+    /// of channel index and the socket's descriptor, which stays the caller's), read
+    /// them in batches with recvmmsg, count each channel's datagrams, sequence
+    /// numbers and socket drops (SO_RXQ_OVFL), and push every one into the session.
+    /// After each round that read something it waits ``batch_wait_s`` so the next
+    /// round reads that time's datagrams in one go. Returns when the object ends
+    /// (its event is waiting: `take_events`), when one of ``wake_fds`` is readable
+    /// (the control socket: not read here), or after ``timeout_s``; a
+    /// `ReceiveReport`. ``drop_probability`` drops that share of the datagrams at
+    /// random (loss emulation for tests and benchmarks; ``seed`` sets the draw).
+    #[pyo3(signature = (channels, timeout_s, *, wake_fds=Vec::new(), batch_wait_s=0.02,
+        drop_probability=0.0, seed=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn receive(
+        &mut self,
+        py: Python<'_>,
+        channels: Vec<(u32, i32)>,
+        timeout_s: f64,
+        wake_fds: Vec<i32>,
+        batch_wait_s: f64,
+        drop_probability: f64,
+        seed: Option<u64>,
+    ) -> PyResult<ReceiveReport> {
+        if !(timeout_s >= 0.0 && batch_wait_s >= 0.0) {
+            return Err(PyValueError::new_err("durations must not be negative"));
+        }
+        if !(0.0..1.0).contains(&drop_probability) {
+            return Err(PyValueError::new_err("drop_probability must be in [0, 1)"));
+        }
+        if let Some(seed) = seed {
+            self.rng = seed | 1;
+        }
+        let this = OnThisThread(self as *mut Self);
+        py.detach(move || {
+            let this = this;
+            // SAFETY: OnThisThread: this thread owns the receiver, and Python cannot
+            // touch it while the call runs (it holds the only &mut)
+            let me = unsafe { &mut *this.0 };
+            me.receive_loop(&channels, timeout_s, &wake_fds, batch_wait_s, drop_probability)
+        })
+        .map_err(|e| PyOSError::new_err(e.to_string()))
+    }
+
+    /// Arrival (the kernel's stamp, Unix seconds) of the first datagram `receive`
+    /// read, or None.
+    #[getter]
+    fn first_arrival(&self) -> Option<f64> {
+        self.first_arrival
+    }
+
+    /// Arrival of the datagram after which the object ended, or None.
+    #[getter]
+    fn end_arrival(&self) -> Option<f64> {
+        self.end_arrival
     }
 
     /// The events since the last call, oldest first.
@@ -620,6 +1011,105 @@ impl Receiver {
 }
 
 impl Receiver {
+    fn next_random(&mut self) -> f64 {
+        // xorshift64*: the loss emulation needs speed, not quality
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn receive_loop(
+        &mut self,
+        channels: &[(u32, i32)],
+        timeout_s: f64,
+        wake_fds: &[i32],
+        batch_wait_s: f64,
+        drop_probability: f64,
+    ) -> std::io::Result<ReceiveReport> {
+        let end = std::time::Instant::now() + Duration::from_secs_f64(timeout_s);
+        let mut batch = self.batch.take().unwrap_or_else(Batch::new);
+        let mut fds: Vec<i32> = channels.iter().map(|&(_, fd)| fd).collect();
+        fds.extend_from_slice(wake_fds);
+        let (mut object_packets, mut emulated) = (0u64, 0u64);
+        let mut woken = false;
+        let mut ended = !self.events.borrow().is_empty();
+        let result = (|| -> std::io::Result<()> {
+            while !ended && !woken {
+                let now = std::time::Instant::now();
+                if now >= end {
+                    break;
+                }
+                let ready = wait_readable(&fds, end - now)?;
+                woken = ready[channels.len()..].iter().any(|&r| r);
+                let mut read = false;
+                for (&(channel, fd), _) in channels.iter().zip(&ready).filter(|(_, r)| **r) {
+                    'socket: loop {
+                        let n = batch.read(fd)?;
+                        read |= n > 0;
+                        for i in 0..n {
+                            let (data, arrived, drops) = batch.datagram(i);
+                            if self.first_arrival.is_none() {
+                                self.first_arrival = arrived;
+                            }
+                            let counts = self.counts.entry(channel).or_default();
+                            if let Some(drops) = drops {
+                                counts.drops_new += drops.wrapping_sub(counts.drops_seen) as u64;
+                                counts.drops_seen = drops;
+                            }
+                            if drop_probability > 0.0 && self.next_random() < drop_probability {
+                                emulated += 1;
+                                continue;
+                            }
+                            self.counts.entry(channel).or_default().received += 1;
+                            if let Ok(alc) = flute::core::alc::parse_alc_pkt(data) {
+                                if let Some(seq) = sequence_of(data, &alc.lct) {
+                                    self.sequences.entry(channel).or_default().see(seq);
+                                }
+                            }
+                            if let Some(toi) = self.push(data) {
+                                if toi != 0 {
+                                    object_packets += 1;
+                                }
+                            }
+                            if !self.events.borrow().is_empty() {
+                                // stop at the datagram that ended the object
+                                self.end_arrival = arrived;
+                                ended = true;
+                                break 'socket;
+                            }
+                        }
+                        if n < BATCH {
+                            break;
+                        }
+                    }
+                    if ended {
+                        break;
+                    }
+                }
+                if read && !ended && !woken {
+                    let left = end.saturating_duration_since(std::time::Instant::now());
+                    std::thread::sleep(Duration::from_secs_f64(batch_wait_s).min(left));
+                }
+            }
+            Ok(())
+        })();
+        self.batch = Some(batch);
+        result?;
+        let mut per_channel: Vec<(u32, u64, u64)> = channels
+            .iter()
+            .map(|&(channel, _)| {
+                let counts = self.counts.entry(channel).or_default();
+                let report = (channel, counts.received, counts.drops_new);
+                counts.received = 0;
+                counts.drops_new = 0;
+                report
+            })
+            .collect();
+        per_channel.sort_unstable();
+        Ok((per_channel, object_packets, emulated, woken, ended))
+    }
+
     /// The receiver's clock: the host's, moved by ``clock_offset_s``.
     fn now(&self) -> SystemTime {
         if self.clock_ahead {
@@ -682,7 +1172,9 @@ impl PacketBuffer {
 
     /// Send packets ``indices`` to ``host:port`` on the UDP socket ``fd`` (which
     /// stays the caller's); returns (packets sent, bytes sent, failures, the first
-    /// failure's message or None).
+    /// failure's message or None). With ``sequence_start``, the k-th packet goes out
+    /// with channel sequence number ``sequence_start + k`` (HET 250, mod 2^24).
+    #[pyo3(signature = (fd, indices, host, port, sequence_start=None))]
     fn send(
         &self,
         py: Python<'_>,
@@ -690,6 +1182,7 @@ impl PacketBuffer {
         indices: Vec<u32>,
         host: &str,
         port: u16,
+        sequence_start: Option<u32>,
     ) -> PyResult<(usize, usize, usize, Option<String>)> {
         use std::os::fd::FromRawFd;
         let ip: std::net::Ipv4Addr = host
@@ -711,8 +1204,15 @@ impl PacketBuffer {
                 std::mem::ManuallyDrop::new(unsafe { std::net::UdpSocket::from_raw_fd(fd) });
             let (mut sent, mut bytes, mut failures) = (0usize, 0usize, 0usize);
             let mut first_error = None;
-            for &i in &indices {
-                let data = &packets[i as usize];
+            let mut numbered = Vec::with_capacity(2048);
+            for (k, &i) in indices.iter().enumerate() {
+                let mut data: &[u8] = &packets[i as usize];
+                if let Some(start) = sequence_start {
+                    let seq = start.wrapping_add(k as u32);
+                    if with_channel_sequence(data, seq, &mut numbered) {
+                        data = &numbered;
+                    }
+                }
                 match socket.send_to(data, address) {
                     Ok(n) => {
                         sent += 1;
@@ -737,6 +1237,9 @@ fn pressrun_flute(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FLUTE_CRATE_VERSION", FLUTE_VERSION)?;
     m.add_function(wrap_pyfunction!(encode_object, m)?)?;
     m.add_function(wrap_pyfunction!(encode_fdt, m)?)?;
+    m.add_function(wrap_pyfunction!(add_channel_sequence, m)?)?;
+    m.add_function(wrap_pyfunction!(channel_sequence, m)?)?;
+    m.add_function(wrap_pyfunction!(drain_datagrams, m)?)?;
     m.add_class::<EncodedObject>()?;
     m.add_class::<ObjectEvent>()?;
     m.add_class::<Receiver>()?;

@@ -27,13 +27,24 @@ the receivers' socket buffers).
 **Receiver-driven layering** (`LayerCore`, after McCanne, Jacobson and Vetterli,
 "Receiver-driven Layered Multicast", SIGCOMM 1996). The sender does no congestion
 control; each receiver owes it to the network. It starts on ``start_channels``
-channels and measures its loss over windows: ``loss = 1 - received / expected``
-where expected is the packet rate of each channel joined for at least ``settle_s``:
-the rate it was actually sent at, from the packets-sent counters in the
-announcements (a sender that falls behind its schedule is not congestion), capped
-by the announced rate. Loss below ``join_below_loss`` adds the next channel; loss above
-``leave_above_loss`` leaves the last one joined and doubles the wait before that
-channel is tried again (RLM's join timer backoff).
+channels and measures the loss *on the path* over windows, per channel joined for at
+least ``settle_s``:
+
+- from the channel's sequence numbers (an LCT header extension the sender numbers
+  per channel, `handle_sequence`): expected is how far the numbers moved on, lost is
+  the gaps less the packets the receiver's own socket dropped (the kernel's
+  ``SO_RXQ_OVFL`` count): a receiver starved of CPU overflows its own queue, which
+  is not the network's congestion. A sender that falls behind its schedule sends
+  fewer numbers, not gaps, so a slow sender is never counted as loss.
+- without sequence numbers (an older sender, or no packet at all in the window):
+  ``1 - received / expected`` with expected the rate the channel was actually sent
+  at, from the packets-sent counters in the announcements, capped by the announced
+  rate.
+
+Path loss above ``leave_above_loss`` leaves the last channel joined and doubles the
+wait before that channel is tried again (RLM's join timer backoff). Path loss below
+``join_below_loss`` adds the next channel, but never while the own socket overflowed
+in the window (more channels would only overflow it more).
 
 **Announcements** (`AnnouncementGate`). A receiver accepts an announcement only when
 its Ed25519 signature is good (checked by `pressrun.multicast.control`), its key is a
@@ -213,6 +224,10 @@ class _Joined:
     index: int
     since: float
     received: int = 0
+    # from the channel's sequence numbers since the window began
+    seq_received: int = 0
+    seq_expected: int = 0
+    socket_drops: int = 0
 
 
 @dataclass(slots=True)
@@ -234,6 +249,10 @@ class LayerCore:
     #: the rate each channel was actually sent at, from the announcements' counters
     sent_rates: dict[int, float] = field(default_factory=dict)
     _last_sent: tuple[float, tuple[int, ...]] | None = None
+    #: packets the receiver's own sockets dropped (SO_RXQ_OVFL), over the whole run
+    socket_drops: int = 0
+    #: windows in which a join was held back because the own socket overflowed
+    overflow_windows: int = 0
 
     @property
     def limit(self) -> int:
@@ -277,6 +296,23 @@ class LayerCore:
                 ch.received += count
                 return
 
+    def handle_sequence(
+        self, index: int, *, received: int, expected: int, socket_drops: int = 0
+    ) -> None:
+        """Channel ``index``'s counts since the last call: ``received`` packets that
+        carried a sequence number, ``expected`` how far the numbers moved on (both
+        from the binding), and ``socket_drops`` the packets the channel's own socket
+        dropped meanwhile (the growth of its SO_RXQ_OVFL count)."""
+        if received < 0 or expected < 0 or socket_drops < 0:
+            raise LocalProtocolError("counts are never negative")
+        self.socket_drops += socket_drops
+        for ch in self.joined:
+            if ch.index == index:
+                ch.seq_received += received
+                ch.seq_expected += expected
+                ch.socket_drops += socket_drops
+                return
+
     def next_deadline(self) -> float | None:
         """The end of the current measuring window."""
         if self._window_start is None:
@@ -284,25 +320,36 @@ class LayerCore:
         return self._window_start + self.config.window_s
 
     def handle_timer(self, *, now: float) -> list[LayerEffect]:
-        """At a window's end: measure the loss, join or leave a channel."""
+        """At a window's end: measure the path loss, join or leave a channel."""
         if self._window_start is None:
             raise LocalProtocolError("LayerCore.start first")
         start, self._window_start = self._window_start, now
         expected = 0.0
-        received = 0
+        lost = 0.0
+        overflowed = False
         for ch in self.joined:
-            counted_from = max(start, ch.since + self.config.settle_s)
+            overflowed = overflowed or ch.socket_drops > 0
+            settled_at = ch.since + self.config.settle_s
+            counted_from = max(start, settled_at)
             if counted_from < now:
-                expected += (now - counted_from) * self._rate(ch.index)
-                if ch.since + self.config.settle_s <= start:
-                    received += ch.received
+                if ch.seq_expected > 0 and settled_at <= start:
+                    # the sequence numbers: gaps the own socket does not explain
+                    expected += ch.seq_expected
+                    gaps = max(0, ch.seq_expected - ch.seq_received)
+                    lost += max(0, gaps - ch.socket_drops)
                 else:
-                    # joined within the window: count its share after settling
-                    received += round(ch.received * (now - counted_from) / (now - ch.since))
-            ch.received = 0
+                    rate_expected = (now - counted_from) * self._rate(ch.index)
+                    if settled_at <= start:
+                        received = ch.received
+                    else:
+                        # joined within the window: count its share after settling
+                        received = round(ch.received * (now - counted_from) / (now - ch.since))
+                    expected += rate_expected
+                    lost += max(0.0, rate_expected - received - ch.socket_drops)
+            ch.received = ch.seq_received = ch.seq_expected = ch.socket_drops = 0
         if expected < 1.0:
             return []
-        loss = min(1.0, max(0.0, 1.0 - received / expected))
+        loss = min(1.0, max(0.0, lost / expected))
         self.losses.append(loss)
         settled = all(ch.since + self.config.settle_s <= start for ch in self.joined)
         if loss > self.config.leave_above_loss and len(self.joined) > 1:
@@ -312,6 +359,10 @@ class LayerCore:
             self._retry_at[last.index] = now + backoff
             return [LeaveChannel(last.index, loss)]
         if loss < self.config.join_below_loss and settled and len(self.joined) < self.limit:
+            if overflowed:
+                # the own socket cannot keep up: another channel would only add drops
+                self.overflow_windows += 1
+                return []
             index = len(self.joined)
             if now >= self._retry_at.get(index, 0.0):
                 self.joined.append(_Joined(index, now))

@@ -63,19 +63,19 @@ def _membership(group: str, interface: str) -> bytes:
     return struct.pack("4s4s", socket.inet_aton(group), socket.inet_aton(interface))
 
 
-def _big_receive_buffer(sock: socket.socket) -> None:
-    """Ask for RECEIVE_BUFFER_BYTES of receive buffer: a receiver that loses the CPU
-    for a moment then finds its packets queued rather than dropped. As root,
-    SO_RCVBUFFORCE passes the net.core.rmem_max cap (208 KiB by default); otherwise
-    the kernel caps SO_RCVBUF there."""
+def _big_receive_buffer(sock: socket.socket, size: int = RECEIVE_BUFFER_BYTES) -> None:
+    """Ask for ``size`` bytes of receive buffer (RECEIVE_BUFFER_BYTES): a receiver
+    that loses the CPU for a moment then finds its packets queued rather than
+    dropped. As root, SO_RCVBUFFORCE passes the net.core.rmem_max cap (208 KiB by
+    default); otherwise the kernel caps SO_RCVBUF there."""
     force = getattr(socket, "SO_RCVBUFFORCE", None)
     if force is not None:
         try:
-            sock.setsockopt(socket.SOL_SOCKET, force, RECEIVE_BUFFER_BYTES)
+            sock.setsockopt(socket.SOL_SOCKET, force, size)
             return
         except PermissionError:
             pass
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
 
 
 #: Linux's SO_TIMESTAMPNS (and its control message SCM_TIMESTAMPNS), not exported by
@@ -94,24 +94,51 @@ def enable_arrival_times(sock: socket.socket) -> bool:
     return True
 
 
-def recv_with_arrival(sock: socket.socket, size: int) -> tuple[bytes, float | None]:
-    """One datagram and the Unix time the kernel received it (None without a stamp):
-    the time a packet arrived, not when a busy receiver got round to reading it."""
+#: Linux's SO_RXQ_OVFL: each datagram then comes with the count of datagrams the
+#: socket dropped so far because its receive queue was full (the kernel's sk_drops)
+SO_RXQ_OVFL = 40
+_DROPS = struct.Struct("I")
+
+
+def enable_drop_counts(sock: socket.socket) -> bool:
+    """Ask the kernel to give each datagram the socket's drop count (SO_RXQ_OVFL);
+    False where it cannot (then `recv_with_arrival` answers None for it)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
+    except OSError:
+        return False
+    return True
+
+
+def recv_with_arrival(sock: socket.socket, size: int) -> tuple[bytes, float | None, int | None]:
+    """One datagram, the Unix time the kernel received it (None without a stamp: the
+    time a packet arrived, not when a busy receiver got round to reading it), and the
+    datagrams this socket dropped so far for a full queue (None without
+    `enable_drop_counts`; the kernel sends it only once the count is above 0)."""
     data, ancillary, _, _ = sock.recvmsg(size, 64)
+    arrived: float | None = None
+    drops: int | None = None
     for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+        if level != socket.SOL_SOCKET:
+            continue
+        if kind == SO_TIMESTAMPNS and len(payload) >= 16:
             seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
-            return data, seconds + nanoseconds / 1e9
-    return data, None
+            arrived = seconds + nanoseconds / 1e9
+        elif kind == SO_RXQ_OVFL and len(payload) >= 4:
+            (drops,) = _DROPS.unpack_from(payload)
+    return data, arrived, drops
 
 
-def receiver_socket(group: str, port: int, interface: str) -> socket.socket:
+def receiver_socket(
+    group: str, port: int, interface: str, *, receive_buffer_bytes: int = RECEIVE_BUFFER_BYTES
+) -> socket.socket:
     """A non-blocking UDP socket bound to ``group:port`` and joined to the group on
-    ``interface`` (several receivers on one host may bind the same group and port)."""
+    ``interface`` (several receivers on one host may bind the same group and port),
+    with ``receive_buffer_bytes`` of receive buffer."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        _big_receive_buffer(sock)
+        _big_receive_buffer(sock, receive_buffer_bytes)
         sock.bind((group, port))
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _membership(group, interface))
         sock.setblocking(False)

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pressrun.content.codec import Manifest, piece_ok
 from pressrun.multicast.config import LayeringConfig
@@ -41,11 +42,15 @@ from pressrun.multicast.control import check_datagram
 from pressrun.multicast.core import AnnouncementGate, CarouselPresence, LayerCore
 from pressrun.multicast.events import AnnouncementVerdict, CarouselPlan, JoinChannel
 from pressrun.multicast.net import (
+    RECEIVE_BUFFER_BYTES,
     enable_arrival_times,
+    enable_drop_counts,
     leave_and_close,
     receiver_socket,
-    recv_with_arrival,
 )
+
+if TYPE_CHECKING:
+    from pressrun_flute import Receiver as FluteReceiver
 
 log = logging.getLogger("pressrun.multicast.receiver")
 
@@ -97,7 +102,16 @@ class ReceiveResult:
     #: read them); None without stamps or without completion
     arrival_seconds: float | None = None
     most_channels: int = 0
+    #: channels joined when it ended
+    final_channels: int = 0
+    #: (seconds since the first join, channels joined) at the start and each change
+    channel_log: list[tuple[float, int]] = field(default_factory=list)
+    #: path loss per measuring window (sequence gaps less the own socket's drops)
     losses: list[float] = field(default_factory=list)
+    #: packets the own sockets dropped for a full queue (SO_RXQ_OVFL)
+    socket_drops: int = 0
+    #: windows in which a join was held back because the own socket overflowed
+    overflow_windows: int = 0
     verdicts: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -109,27 +123,33 @@ class ReceiveResult:
 
 
 class _Channels:
-    """The sockets of the joined channels, registered with one selector."""
+    """The sockets of the joined channels (the binding reads them)."""
 
-    def __init__(self, selector: selectors.BaseSelector, plan: CarouselPlan, interface: str):
-        self.selector = selector
+    def __init__(
+        self,
+        plan: CarouselPlan,
+        interface: str,
+        receive_buffer_bytes: int = RECEIVE_BUFFER_BYTES,
+    ):
         self.plan = plan
         self.interface = interface
+        self.receive_buffer_bytes = receive_buffer_bytes
         self.sockets: dict[int, socket.socket] = {}
 
     def join(self, index: int) -> None:
         ch = self.plan.channels[index]
-        sock = receiver_socket(ch.group, ch.port, self.interface)
+        sock = receiver_socket(
+            ch.group, ch.port, self.interface, receive_buffer_bytes=self.receive_buffer_bytes
+        )
         enable_arrival_times(sock)
+        enable_drop_counts(sock)  # the binding reads SO_RXQ_OVFL with each datagram
         self.sockets[index] = sock
-        self.selector.register(sock, selectors.EVENT_READ, index)
         log.info("joined channel %d (%s:%d)", index, ch.group, ch.port)
 
     def leave(self, index: int) -> None:
         sock = self.sockets.pop(index, None)
         if sock is None:
             return
-        self.selector.unregister(sock)
         ch = self.plan.channels[index]
         leave_and_close(sock, ch.group, self.interface)
 
@@ -152,15 +172,18 @@ def receive_carousel(
     seed: int | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    receive_buffer_bytes: int = RECEIVE_BUFFER_BYTES,
 ) -> ReceiveResult:
     """Receive ``issue_id`` from its carousel into ``work_dir`` (blocking; see the
     module docstring). ``trusted_keys``: hex Ed25519 keys whose announcements count.
-    ``on_progress(object_packets, source_symbols)`` is called now and then."""
+    ``on_progress(object_packets, source_symbols)`` is called now and then.
+    ``receive_buffer_bytes``: each channel socket's receive buffer (tests make it tiny
+    to starve a receiver)."""
     import pressrun_flute  # the native binding: only when a carousel is used
 
     if not 0 <= drop_probability < 1:
         raise ValueError("drop_probability must be in [0, 1)")
-    rng = random.Random(seed)
+    seed_once: int | None = seed if seed is not None else random.getrandbits(63)
     started = time.perf_counter()
     deadline = started + deadline_s
     gate = AnnouncementGate(trusted_keys)
@@ -173,9 +196,8 @@ def receive_carousel(
     plan: CarouselPlan | None = None
     channels: _Channels | None = None
     layers: LayerCore | None = None
-    flute = None
+    flute: FluteReceiver | None = None
     joined_at = started
-    first_arrival: float | None = None
     try:
         while True:
             now = time.perf_counter()
@@ -185,88 +207,76 @@ def receive_carousel(
             if should_stop is not None and should_stop():
                 result.reason = "stopped"
                 break
-            wake = deadline
-            if layers is not None:
-                wake = min(wake, layers.next_deadline() or deadline)
-            read_data = False
-            for key, _ in selector.select(max(0.0, min(wake - now, 0.2))):
-                sock: socket.socket = key.fileobj  # type: ignore[assignment]
-                if key.data is None:
-                    stop = _control(sock, buffer, gate, presence, manifest_sha256, plan)
-                    if isinstance(stop, str):
-                        result.reason = stop
-                        return _finish(result, plan, layers, gate, joined_at)
-                    if stop is not None and layers is not None and plan is not None:
-                        if stop.channels == plan.channels and stop.sent_packets:
-                            layers.handle_sent(stop.sent_packets, now=time.perf_counter())
-                    elif stop is not None and plan is None:
-                        plan = stop
-                        result.plan = plan
-                        flute = pressrun_flute.Receiver(
-                            work_dir, max_cache_bytes=cache_bytes_for(plan)
-                        )
-                        channels = _Channels(selector, plan, interface)
-                        layers = LayerCore(
-                            layering or LayeringConfig(),
-                            tuple(ch.packets_per_s for ch in plan.channels),
-                        )
-                        joined_at = time.perf_counter()
-                        if plan.sent_packets:
-                            layers.handle_sent(plan.sent_packets, now=joined_at)
-                        for effect in layers.start(now=joined_at):
-                            channels.join(effect.index)
-                    continue
-                assert flute is not None and layers is not None
-                index: int = key.data
-                read_data = True
-                kept = 0
-                events = []
-                while True:
-                    try:
-                        data, arrived = recv_with_arrival(sock, PACKET_READ_BYTES)
-                    except BlockingIOError:
-                        break
-                    if first_arrival is None:
-                        first_arrival = arrived
-                    if drop_probability and rng.random() < drop_probability:
-                        result.dropped += 1
-                        continue
-                    kept += 1
-                    if flute.push(data):
-                        result.object_packets += 1
-                    events = flute.take_events()
-                    if events:  # stop counting at the packet that completed it
-                        if arrived is not None and first_arrival is not None:
-                            result.arrival_seconds = arrived - first_arrival
-                        break
-                result.packets_received += kept
-                layers.handle_packets(index, kept)
-                for event in events:
-                    if event.kind == "completed" and event.path is not None:
-                        result.completed = True
-                        result.path = Path(event.path)
-                        result.reason = "completed"
-                    else:
-                        log.warning("carousel %s: the object ended in %s", issue_id, event.kind)
-                        result.reason = f"the FLUTE object ended in {event.kind}"
-                if events:
+            control_ready = False
+            if flute is None or layers is None or channels is None:
+                # no plan yet: the control group alone
+                control_ready = bool(selector.select(max(0.0, min(deadline - now, 0.2))))
+            else:
+                # the binding reads the channels without the GIL until the object
+                # ends, an announcement waits, or the window ends (at most 0.2 s, so
+                # should_stop is asked often enough)
+                wake = min(deadline, layers.next_deadline() or deadline)
+                per_channel, pushed, emulated, control_ready, ended = flute.receive(
+                    [(index, sock.fileno()) for index, sock in channels.sockets.items()],
+                    max(0.0, min(wake - now, 0.2)),
+                    wake_fds=[control.fileno()],
+                    batch_wait_s=BATCH_WAIT_S,
+                    drop_probability=drop_probability,
+                    seed=seed_once,
+                )
+                seed_once = None
+                result.object_packets += pushed
+                result.dropped += emulated
+                for index, count, drops in per_channel:
+                    result.packets_received += count
+                    layers.handle_packets(index, count)
+                    if drops:
+                        layers.handle_sequence(index, received=0, expected=0, socket_drops=drops)
+                if ended:
+                    _ended(result, flute, issue_id)
                     return _finish(result, plan, layers, gate, joined_at)
                 if on_progress is not None and plan is not None:
                     on_progress(result.object_packets, plan.source_symbols)
-            if layers is not None and channels is not None:
+            if control_ready:
+                stop = _control(control, buffer, gate, presence, manifest_sha256, plan)
+                if isinstance(stop, str):
+                    result.reason = stop
+                    return _finish(result, plan, layers, gate, joined_at)
+                if stop is not None and layers is not None and plan is not None:
+                    if stop.channels == plan.channels and stop.sent_packets:
+                        layers.handle_sent(stop.sent_packets, now=time.perf_counter())
+                elif stop is not None and plan is None:
+                    plan = stop
+                    result.plan = plan
+                    flute = pressrun_flute.Receiver(work_dir, max_cache_bytes=cache_bytes_for(plan))
+                    channels = _Channels(plan, interface, receive_buffer_bytes)
+                    layers = LayerCore(
+                        layering or LayeringConfig(),
+                        tuple(ch.packets_per_s for ch in plan.channels),
+                    )
+                    joined_at = time.perf_counter()
+                    if plan.sent_packets:
+                        layers.handle_sent(plan.sent_packets, now=joined_at)
+                    for effect in layers.start(now=joined_at):
+                        channels.join(effect.index)
+                    result.channel_log.append((0.0, len(channels.sockets)))
+            if layers is not None and channels is not None and flute is not None:
                 now = time.perf_counter()
                 step = layers.next_deadline()
                 if step is not None and now >= step:
+                    _feed_sequences(flute, layers)
                     for effect in layers.handle_timer(now=now):
                         if isinstance(effect, JoinChannel):
                             channels.join(effect.index)
                         else:
                             log.info(
-                                "loss %.0f%%: leaving channel %d", 100 * effect.loss, effect.index
+                                "path loss %.0f%%: leaving channel %d",
+                                100 * effect.loss,
+                                effect.index,
                             )
                             channels.leave(effect.index)
-            if read_data:
-                time.sleep(max(0.0, min(BATCH_WAIT_S, deadline - time.perf_counter())))
+                            flute.forget_channel(effect.index)
+                        result.channel_log.append((now - joined_at, len(channels.sockets)))
         return _finish(result, plan, layers, gate, joined_at)
     finally:
         if channels is not None:
@@ -274,6 +284,21 @@ def receive_carousel(
         selector.unregister(control)
         leave_and_close(control, control_group[0], interface)
         selector.close()
+
+
+def _ended(result: ReceiveResult, flute: FluteReceiver, issue_id: str) -> None:
+    """The object ended: its events into the result."""
+    first, last = flute.first_arrival, flute.end_arrival
+    if first is not None and last is not None:
+        result.arrival_seconds = last - first
+    for event in flute.take_events():
+        if event.kind == "completed" and event.path is not None:
+            result.completed = True
+            result.path = Path(event.path)
+            result.reason = "completed"
+        else:
+            log.warning("carousel %s: the object ended in %s", issue_id, event.kind)
+            result.reason = f"the FLUTE object ended in {event.kind}"
 
 
 def _control(
@@ -327,9 +352,19 @@ def _finish(
     result.seconds = time.perf_counter() - joined_at
     if layers is not None:
         result.most_channels = layers.most_joined
+        result.final_channels = len(layers.joined)
         result.losses = list(layers.losses)
+        result.socket_drops = layers.socket_drops
+        result.overflow_windows = layers.overflow_windows
     result.verdicts = {v.value: n for v, n in gate.counts.items()}
     return result
+
+
+def _feed_sequences(flute: FluteReceiver, layers: LayerCore) -> None:
+    """Hand the layering each channel's sequence counts of the window (the socket
+    drops were handed over as the binding read them)."""
+    for index, received, expected in flute.take_sequence_counts():
+        layers.handle_sequence(index, received=received, expected=expected)
 
 
 def copy_verified_pieces(manifest: Manifest, decoded: Path, partial: Path) -> list[int]:

@@ -64,6 +64,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pressrun.multicast.sender")
 
+#: channel sequence numbers (the binding's LCT extension, HET 250) wrap at 2^24
+SEQUENCE_MODULO = 1 << 24
+
 #: the groups of the carousels' range unless configured
 DEFAULT_GROUPS = 1024
 #: the control API's routes: every one needs ``Authorization: Bearer <token>``
@@ -322,8 +325,12 @@ class SendThread(threading.Thread):
         fd = self.sock.fileno()
         for batch in carousel.schedule.handle_timer(now=now):
             host, port = carousel.addresses[batch.channel]
-            # the binding loops over sendto with the GIL released
-            sent, sent_bytes, failures, error = carousel.packets.send(fd, batch.packets, host, port)
+            # the binding loops over sendto with the GIL released, numbering each
+            # channel's packets (an LCT extension) so receivers see the path's loss
+            first = carousel.schedule.sent(batch.channel) - len(batch.packets)
+            sent, sent_bytes, failures, error = carousel.packets.send(
+                fd, batch.packets, host, port, first % SEQUENCE_MODULO
+            )
             if failures:
                 self.metrics.send_errors.inc(failures)
                 log.warning(
