@@ -36,7 +36,7 @@ import dataclasses
 import hashlib
 import logging
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from pressrun.clients.codec import DirectiveMulticast
-from pressrun.clients.config import ClientConfig
+from pressrun.clients.config import ClientConfig, parse_balancer_urls
 from pressrun.clients.core import DownloadPlan
 from pressrun.clients.events import PlanState
 from pressrun.clients.library import Library, LibraryError
@@ -361,7 +361,7 @@ def _replan(f: FetchState, m: Manifest, kept: list[int]) -> DownloadPlan:
 async def fetch_issue(
     issue_id: str,
     *,
-    balancer_url: str,
+    balancer_url: str | Sequence[str],
     library: Path | str,
     config: ClientConfig,
     trusted_keys: Collection[bytes] | None,
@@ -372,6 +372,10 @@ async def fetch_issue(
 ) -> FetchResult:
     """Download ``issue_id`` through the balancer into ``library``; verified or not at all.
 
+    ``balancer_url``: one balancer, a comma-separated list or a sequence of them; the
+    client asks the first and moves to the next on a refused connection, a timeout or
+    a 5xx, keeping every piece it has (issue 30).
+
     ``trusted_keys``: the publisher keys to accept; None: the library's
     ``trusted-publishers`` file; when that has none, an error, or with
     ``trust_on_first_use`` the manifest's own key is recorded there. An encrypted
@@ -380,12 +384,17 @@ async def fetch_issue(
     `FetchError` (one line) when the issue cannot be fetched; the pieces verified so
     far stay in ``LIBRARY/.partial/`` for the next attempt.
     """
+    try:
+        balancers = parse_balancer_urls(balancer_url)
+    except ValueError as err:
+        raise FetchError(str(err)) from None
     # TLS verified against the system's CAs plus $PRESSRUN_CA_FILE (pressrun.security).
     connector = client_connector(limit=0, force_close=False)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
         fetch = FetchState(
             issue_id=issue_id,
-            balancer_url=balancer_url.rstrip("/"),
+            balancer_url=balancers[0],
+            balancer_urls=balancers,
             library=Library(library),
             config=config,
             trusted_keys=trusted_keys,

@@ -28,7 +28,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "already in the library is checked, not downloaded again.",
     )
     p.add_argument("issue", metavar="ISSUE", help="the issue id")
-    p.add_argument("--balancer", required=True, metavar="URL", help="the balancer's base URL")
+    p.add_argument(
+        "--balancer",
+        action="append",
+        default=None,
+        metavar="URL[,URL...]",
+        help="the balancers' base URLs, tried in order: a comma-separated list or the "
+        "flag repeated; the client moves to the next on a refused connection, a timeout "
+        "or a 5xx, keeping what it has (default: $PRESSRUN_BALANCERS or "
+        "$PRESSRUN_BALANCER)",
+    )
     p.add_argument("--library", required=True, metavar="DIR", help="the local library folder")
     p.add_argument(
         "--profile",
@@ -289,7 +298,7 @@ def run_get(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from pressrun.clients.aio import FetchError, fetch_issue
-    from pressrun.clients.config import profile
+    from pressrun.clients.config import BALANCER_ENVS, parse_balancer_urls, profile
     from pressrun.content.keys import (
         KeyFileError,
         is_private_mode,
@@ -303,6 +312,13 @@ def run_get(args: argparse.Namespace) -> int:
         return code
 
     try:
+        given = (
+            args.balancer
+            or [os.environ[name] for name in BALANCER_ENVS if os.environ.get(name, "").strip()][:1]
+        )
+        if not given:
+            raise ValueError("name the balancer: --balancer URL[,URL...] (or $PRESSRUN_BALANCERS)")
+        balancers = parse_balancer_urls(given)
         config = profile(args.profile).with_section_mb(args.section_mb)
         config = dataclasses.replace(
             config,
@@ -356,7 +372,7 @@ def run_get(args: argparse.Namespace) -> int:
     async def go() -> Any:
         return await fetch_issue(
             args.issue,
-            balancer_url=args.balancer,
+            balancer_url=balancers,
             library=Path(args.library),
             config=config,
             trusted_keys=trusted,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 MIB = 1024 * 1024
@@ -10,6 +11,30 @@ MIB = 1024 * 1024
 
 #: the environment variable of `pressrun get --uploader-policy`
 UPLOADER_POLICY_ENV = "PRESSRUN_UPLOADER_POLICY"
+
+#: the environment variables naming the balancers when ``--balancer`` is not given
+#: (either; a comma-separated list, tried in order)
+BALANCER_ENVS = ("PRESSRUN_BALANCERS", "PRESSRUN_BALANCER")
+
+
+def parse_balancer_urls(items: str | Sequence[str]) -> tuple[str, ...]:
+    """Balancer base URLs from a comma-separated list or several of them (a repeated
+    ``--balancer``), in order, without a trailing slash or a repeat; ValueError for an
+    empty list or a URL that is not http(s)."""
+    texts = [items] if isinstance(items, str) else list(items)
+    urls: list[str] = []
+    for text in texts:
+        for item in text.split(","):
+            url = item.strip().rstrip("/")
+            if not url:
+                continue
+            if not url.startswith(("http://", "https://")) or url[-3:] == "://":
+                raise ValueError(f"balancer {url!r} is not an http:// or https:// URL")
+            if url not in urls:
+                urls.append(url)
+    if not urls:
+        raise ValueError("no balancer URL given")
+    return tuple(urls)
 
 
 @dataclass(frozen=True, slots=True)

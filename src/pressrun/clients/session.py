@@ -92,11 +92,17 @@ def describe(err: BaseException) -> str:
     return " ".join(text.split())[:200]
 
 
+class _NextBalancer(DirectiveUnavailable):
+    """This balancer could not answer (refused connection, timeout, 5xx): ask the
+    next one the client knows."""
+
+
 @dataclass
 class FetchState:
     """One download in progress: the state shared by its workers."""
 
     issue_id: str
+    #: the balancer asked now (the first of `balancer_urls` that answers)
     balancer_url: str
     library: Library
     config: ClientConfig
@@ -130,6 +136,9 @@ class FetchState:
     swarm_peers: list[SwarmPeer] = field(default_factory=list)
     #: when this process first asked the balancer for the issue (`now`)
     first_asked_at: float | None = None
+    #: every balancer the client knows, in order (empty: `balancer_url` alone); a
+    #: refused connection, a timeout or a 5xx moves it to the next (issue 30)
+    balancer_urls: tuple[str, ...] = ()
     #: set whenever the plan reports events (a piece verified, a section ended): an
     #: idle worker wakes on it instead of polling (`wait_changed`)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -160,7 +169,6 @@ class FetchState:
         size, and the best rate it has measured (bytes/s), told to the balancer with
         the seconds since this process first asked for the issue, so it counts what
         this transfer really needs (docs/protocols.md, "Balancer HTTP")."""
-        url = f"{self.balancer_url}/v1/issues/{self.issue_id}/directive"
         params: dict[str, str] = {"failed": ",".join(sorted(failed))} if failed else {}
         now = self.now()
         if self.first_asked_at is None:
@@ -171,6 +179,34 @@ class FetchState:
             params["elapsed"] = f"{max(now - self.first_asked_at, 0.0):.1f}"
         if rate is not None and rate > 0:
             params["rate"] = f"{max(rate, 1.0):.0f}"
+        urls = self.balancer_urls or (self.balancer_url,)
+        start = urls.index(self.balancer_url) if self.balancer_url in urls else 0
+        failures: list[DirectiveUnavailable] = []
+        for step in range(len(urls)):
+            base = urls[(start + step) % len(urls)]
+            try:
+                directive = await self._directive_from(base, params)
+            except _NextBalancer as err:
+                failures.append(err)
+                continue
+            if base != self.balancer_url:
+                self.notice(
+                    f"{failures[-1] if failures else 'the balancer failed'}; "
+                    f"asking the balancer at {base} from now on",
+                    level=logging.INFO,
+                )
+                self.balancer_url = base
+            return directive
+        # every balancer failed: a refusal (503 with Retry-After) first, it says when
+        refused = [f for f in failures if f.refused]
+        if len(failures) == 1 or refused:
+            raise (refused or failures)[0]
+        raise DirectiveUnavailable("; ".join(str(f) for f in failures))
+
+    async def _directive_from(self, base: str, params: dict[str, str]) -> ClientDirective:
+        """One balancer's directive; `_NextBalancer` when it is unreachable, slow or
+        answers a 5xx (another balancer may answer)."""
+        url = f"{base}/v1/issues/{self.issue_id}/directive"
         timeout = aiohttp.ClientTimeout(total=self.config.balancer_timeout_s)
         try:
             async with self.session.get(url, params=params, timeout=timeout) as resp:
@@ -180,13 +216,12 @@ class FetchState:
         except BodyTooLarge as err:
             raise DirectiveUnavailable(str(err)) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
-            reason = f"the balancer at {self.balancer_url} is unreachable: {describe(err)}"
-            raise DirectiveUnavailable(reason) from None
+            reason = f"the balancer at {base} is unreachable: {describe(err)}"
+            raise _NextBalancer(reason) from None
         message = decode_error(body) or f"HTTP {status}"
         if status == 404:
             raise FetchError(
-                f"issue {self.issue_id!r} is unknown to the balancer at "
-                f"{self.balancer_url}: {message}"
+                f"issue {self.issue_id!r} is unknown to the balancer at {base}: {message}"
             )
         if status == 400:
             raise FetchError(f"the balancer refused the request: {message}")
@@ -194,11 +229,13 @@ class FetchState:
             wait: float | None = None
             with contextlib.suppress(TypeError, ValueError):
                 wait = max(0.0, float(retry_after))  # type: ignore[arg-type]
-            raise DirectiveUnavailable(
+            raise _NextBalancer(
                 f"the balancer has no origin for {self.issue_id} now: {message}",
                 retry_after_s=wait,
                 refused=True,
             )
+        if status >= 500:
+            raise _NextBalancer(f"the balancer at {base} answered {message}")
         if status != 200:
             raise DirectiveUnavailable(f"the balancer answered {message}")
         try:

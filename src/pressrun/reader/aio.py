@@ -259,7 +259,8 @@ class ReaderService:
         d = self.config.download
         return {
             "build": self.build,
-            "balancer_url": self.config.balancer_url.rstrip("/"),
+            "balancer_url": self.config.balancer_urls[0],
+            "balancer_urls": list(self.config.balancer_urls),  # tried in order (issue 30)
             "publisher_keys": list(self.config.publisher_keys),
             "trust_on_first_use": self.config.trust_on_first_use,
             "download": {

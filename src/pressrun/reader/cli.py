@@ -21,9 +21,12 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--balancer",
-        required=True,
-        metavar="URL",
-        help="the balancer the app asks for directives, as the browser reaches it",
+        action="append",
+        default=None,
+        metavar="URL[,URL...]",
+        help="the balancers the app asks for directives, as the browser reaches them, "
+        "tried in order (comma-separated or the flag repeated; default "
+        "$PRESSRUN_BALANCERS or $PRESSRUN_BALANCER)",
     )
     p.add_argument("--port", type=int, default=8080, help="TCP port (0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -50,6 +53,19 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=run_reader)
 
 
+def _balancers(given: list[str] | None) -> str:
+    """``--balancer`` (repeatable, comma lists) or the environment, as one comma list."""
+    import os
+
+    from pressrun.clients.config import BALANCER_ENVS
+
+    if not given:
+        given = [os.environ[n] for n in BALANCER_ENVS if os.environ.get(n, "").strip()][:1]
+    if not given:
+        raise ValueError("name the balancer: --balancer URL[,URL...] (or $PRESSRUN_BALANCERS)")
+    return ",".join(given)
+
+
 def run_reader(args: argparse.Namespace) -> int:
     """Run the reader service until SIGTERM/SIGINT; 0 on a clean stop, 2 on bad flags."""
     import asyncio
@@ -63,7 +79,7 @@ def run_reader(args: argparse.Namespace) -> int:
     try:
         keys = tuple(load_public_key(k).hex() for k in args.publisher_key)
         config = ReaderConfig(
-            balancer_url=args.balancer,
+            balancer_url=_balancers(args.balancer),
             host=args.host,
             port=args.port,
             publisher_keys=keys,

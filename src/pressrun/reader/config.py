@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pressrun.clients.config import MOBILE, ClientConfig
+from pressrun.clients.config import MOBILE, ClientConfig, parse_balancer_urls
 from pressrun.security import ServiceSecurity
 
 #: this package's folder: ``web/`` (the app) and ``node_modules/`` (npm packages)
@@ -19,7 +19,8 @@ class ReaderConfig:
     balancer_url: the balancer the app asks for directives (and, through its
         ``/v1/origins``, for the issues there are); the browser calls it directly, so
         it must be reachable from the phone and answer CORS (docs/reader.md). An
-        encrypted issue's manifest names its subscription service itself.
+        encrypted issue's manifest names its subscription service itself. Several
+        balancers: a comma-separated list, tried in order (`balancer_urls`).
     publisher_keys: Ed25519 public keys (64 hex) the app accepts manifests from. At
         least one is needed unless ``trust_on_first_use`` is set: like ``pressrun get``,
         the reader trusts no key it was not configured with (issue 11).
@@ -43,8 +44,7 @@ class ReaderConfig:
     tls: ServiceSecurity = field(default_factory=ServiceSecurity)  # HTTPS (--tls-cert/--tls-key)
 
     def __post_init__(self) -> None:
-        if not self.balancer_url.startswith(("http://", "https://")):
-            raise ValueError(f"{self.balancer_url!r} is not an http:// or https:// URL")
+        self.balancer_urls  # noqa: B018 (a malformed list fails here)
         for key in self.publisher_keys:
             if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
                 raise ValueError(f"publisher key {key!r} is not 64 lower-case hex digits")
@@ -55,3 +55,9 @@ class ReaderConfig:
             )
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port {self.port} is out of range 0..65535")
+
+    @property
+    def balancer_urls(self) -> tuple[str, ...]:
+        """The balancers, in order: ``balancer_url`` may be a comma-separated list
+        (issue 30: the app moves to the next on a failure, as ``pressrun get``)."""
+        return parse_balancer_urls(self.balancer_url)

@@ -104,7 +104,7 @@ async function lookForNewIssues() {
   const cached = await cache.match("config.json");
   if (!cached) return;
   const config = await cached.json();
-  const { fresh } = await checkNewIssues(config.balancer_url);
+  const { fresh } = await checkNewIssues(config.balancer_urls ?? config.balancer_url);
   if (fresh.length === 0) return;
   const pages = await self.clients.matchAll({ type: "window" });
   for (const page of pages) page.postMessage({ type: "new-issues", issues: fresh });

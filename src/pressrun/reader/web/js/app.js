@@ -374,7 +374,7 @@ async function setUpSettings() {
 
 async function checkForIssues() {
   try {
-    const { available, fresh } = await checkNewIssues(state.config.balancer_url);
+    const { available, fresh } = await checkNewIssues(state.config.balancer_urls ?? state.config.balancer_url);
     state.available = available;
     for (const id of fresh) notice(`New issue out: ${id}`, "new");
     if (fresh.length && (await getSetting("auto_download", true))) {

@@ -130,9 +130,29 @@ export class Download {
 
   // -- balancer
 
+  /** A directive from the first balancer that answers, starting at the one that last
+   * did; a refused connection, a timeout or a 5xx moves to the next (issue 30). */
   async directive() {
+    const urls = this.config.balancer_urls?.length ? this.config.balancer_urls : [this.config.balancer_url];
+    this.balancerIndex ??= 0;
+    let last = null;
+    for (let step = 0; step < urls.length; step++) {
+      const i = (this.balancerIndex + step) % urls.length;
+      try {
+        const origins = await this.directiveFrom(urls[i]);
+        this.balancerIndex = i;
+        return origins;
+      } catch (err) {
+        if (!(err instanceof Unavailable) || !err.nextBalancer) throw err;
+        if (!last?.refused) last = err;
+      }
+    }
+    throw last;
+  }
+
+  async directiveFrom(balancerUrl) {
     const failed = this.failedNames();
-    const base = `${this.config.balancer_url}/v1/issues/${encodeURIComponent(this.issueId)}/directive`;
+    const base = `${balancerUrl}/v1/issues/${encodeURIComponent(this.issueId)}/directive`;
     const url = failed.length ? `${base}?failed=${failed.map(encodeURIComponent).join(",")}` : base;
     let resp;
     let body;
@@ -142,7 +162,9 @@ export class Download {
       body = await resp.text();
     } catch (err) {
       if (this.signal.aborted) throw this.signal.reason;
-      throw new Unavailable(`the balancer at ${this.config.balancer_url} is unreachable: ${describe(err)}`);
+      throw Object.assign(new Unavailable(`the balancer at ${balancerUrl} is unreachable: ${describe(err)}`), {
+        nextBalancer: true,
+      });
     }
     let doc = null;
     try {
@@ -156,10 +178,14 @@ export class Download {
     }
     if (resp.status === 503) {
       const retry = Number(resp.headers.get("Retry-After"));
-      throw new Unavailable(`the balancer has no origin for ${this.issueId} now: ${message}`, {
+      const refusal = new Unavailable(`the balancer has no origin for ${this.issueId} now: ${message}`, {
         retryAfterS: Number.isFinite(retry) && retry > 0 ? retry : null,
         refused: true,
       });
+      throw Object.assign(refusal, { nextBalancer: true });
+    }
+    if (resp.status >= 500) {
+      throw Object.assign(new Unavailable(`the balancer at ${balancerUrl} answered ${message}`), { nextBalancer: true });
     }
     if (resp.status !== 200 || doc === null || !Array.isArray(doc.origins)) {
       throw new Unavailable(`the balancer answered ${message}`);

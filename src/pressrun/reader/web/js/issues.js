@@ -5,11 +5,24 @@
 
 import { allRecords, getSetting, putSetting } from "./db.js";
 
-/** The issue ids the balancer's origins hold now (sorted). */
+/** The issue ids the balancer's origins hold now (sorted); `balancerUrl` may be a
+ * list of balancers, asked in turn until one answers (issue 30). */
 export async function availableIssues(balancerUrl, signal = undefined) {
-  const resp = await fetch(`${balancerUrl}/v1/origins`, { cache: "no-store", signal });
-  if (!resp.ok) throw new Error(`the balancer answered HTTP ${resp.status} to /v1/origins`);
-  const doc = await resp.json();
+  const urls = Array.isArray(balancerUrl) ? balancerUrl : [balancerUrl];
+  let doc = null;
+  let last = null;
+  for (const url of urls) {
+    try {
+      const resp = await fetch(`${url}/v1/origins`, { cache: "no-store", signal });
+      if (!resp.ok) throw new Error(`the balancer at ${url} answered HTTP ${resp.status} to /v1/origins`);
+      doc = await resp.json();
+      break;
+    } catch (err) {
+      if (signal?.aborted) throw err;
+      last = err;
+    }
+  }
+  if (doc === null) throw last;
   const ids = new Set();
   for (const origin of doc.origins ?? []) {
     if (origin.state !== "up") continue;
