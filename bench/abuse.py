@@ -24,6 +24,11 @@ address (target: within 10 MB and 1.5x); a report plus a question at the directo
 with 1,000 to 50,000 holders ever seen; a tracker that publishes one issue against a
 forged registration and a 1,024-port flood (target: the real supernode registers).
 
+WebTorrent (functions webtorrent_*, their own section): a live tracker's /webtorrent
+after 10,000 bogus offers, 1,000 answers for peers that do not exist, a 20 KB SDP,
+1,000 made-up info-hashes and a forged upload: RSS growth, state kept, what was
+counted (target: bounded, 0), the honest announce's round trip before and after.
+
     .venv/bin/python bench/abuse.py [--runs 3] [--http 2000] [--stalled 300]
         [--send-timeout-s 20]
 """
@@ -688,6 +693,149 @@ async def ring_section() -> None:
     )
 
 
+# --- the WebTorrent tracker (issue 26): /webtorrent under attack ----------------------
+# (its own section: functions webtorrent_*; imports are local so the section stands alone)
+
+
+async def webtorrent_flood(n_offers: int) -> dict[str, float]:
+    """A live tracker publishing one issue: an honest WebSocket peer's announce round
+    trip before and after ``n_offers`` bogus offers (10 an announce, 8 peer ids on each
+    of 25 sockets), 1,000 answers for peers that do not exist, a 20 KB SDP, 1,000
+    made-up info-hashes and a forged upload of 10^15 bytes; the RSS growth and what
+    was counted."""
+    import json
+    import os
+    import random as random_module
+
+    from pressrun.tracker.aio import TrackerService
+    from pressrun.tracker.config import TrackerConfig
+    from pressrun.tracker.core import TrackerCore
+    from pressrun.tracker.store import SqliteStore
+    from pressrun.tracker.websocket_relay import Fault
+
+    ih = bytes(range(20))
+
+    def frame(peer: bytes, *, info_hash: bytes = ih, offers: int = 0, **extra: object) -> str:
+        body: dict[str, object] = {
+            "action": "announce",
+            "info_hash": info_hash.decode("latin-1"),
+            "peer_id": peer.decode("latin-1"),
+            "uploaded": 0,
+            "downloaded": 0,
+            "left": 1000,
+            "numwant": offers,
+            "offers": [
+                {
+                    "offer_id": os.urandom(20).decode("latin-1"),
+                    "offer": {"type": "offer", "sdp": "v=0 " + "a" * 1000},
+                }
+                for _ in range(offers)
+            ],
+        }
+        body.update(extra)
+        return json.dumps(body)
+
+    async def round_trip(ws: aiohttp.ClientWebSocketResponse, n: int = 20) -> float:
+        times = []
+        for _ in range(n):
+            started = time.perf_counter()
+            await ws.send_str(frame(b"H" * 20))
+            while True:
+                reply = json.loads((await ws.receive(timeout=5)).data)
+                if "interval" in reply:
+                    break
+            times.append(time.perf_counter() - started)
+            await asyncio.sleep(0.1)  # within the socket's rate
+        return statistics.median(times)
+
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        service = TrackerService(
+            TrackerCore(TrackerConfig(), random_module.Random(1), allowed=[ih]),
+            SqliteStore(Path(tmp) / "t.db", flush_interval_s=0.05),
+        )
+        port = await service.start("127.0.0.1", 0)
+        url = f"ws://127.0.0.1:{port}/webtorrent"
+        relay = service.webtorrent.relay  # type: ignore[attr-defined]
+        try:
+            async with aiohttp.ClientSession() as http:
+                honest = await http.ws_connect(url)
+                out["before_s"] = await round_trip(honest)
+                rss_before = rss()
+                sockets = [await http.ws_connect(url) for _ in range(25)]
+
+                async def drain(ws: aiohttp.ClientWebSocketResponse) -> None:
+                    # the attackers read what they are sent: this process's RSS is
+                    # then the tracker's, not the clients' unread frames
+                    async for _ in ws:
+                        pass
+
+                drains = [asyncio.create_task(drain(ws)) for ws in sockets]
+                started = time.perf_counter()
+                sent = 0
+                while sent < n_offers:
+                    for i, ws in enumerate(sockets):
+                        if not ws.closed and sent < n_offers:
+                            await ws.send_str(frame(bytes([i, sent % 8]) * 10, offers=10))
+                            sent += 10
+                    await asyncio.sleep(0.05)
+                out["flood_s"] = time.perf_counter() - started
+                liar = await http.ws_connect(url)
+                await liar.send_str(frame(b"X" * 20))
+                for _ in range(1000):
+                    if liar.closed:
+                        break
+                    answer = {
+                        "action": "announce",
+                        "info_hash": ih.decode("latin-1"),
+                        "peer_id": "X" * 20,
+                        "to_peer_id": "H" * 20,
+                        "offer_id": os.urandom(20).decode("latin-1"),
+                        "answer": {"type": "answer", "sdp": "v=0"},
+                    }
+                    await liar.send_str(json.dumps(answer))
+                big = await http.ws_connect(url)
+                await big.send_str(frame(b"B" * 20, offers=1).replace("v=0 ", "x" * 20_000))
+                strangers = await http.ws_connect(url)
+                for _ in range(1000):
+                    if strangers.closed:
+                        break
+                    await strangers.send_str(frame(os.urandom(20), info_hash=os.urandom(20)))
+                forger = await http.ws_connect(url)
+                await forger.send_str(frame(b"F" * 20, left=0, uploaded=10**15))
+                await asyncio.sleep(1.0)
+                out["rss_grown_bytes"] = rss() - rss_before
+                out["pending_offers"] = relay.pending_offers()
+                out["swarm_peers"] = relay.swarm_size(ih)
+                out["records"] = len(service.core.records(ih))
+                out["swarms"] = len(service.core.info_hashes())
+                out["answers_refused"] = relay.faults[Fault.ANSWER_UNKNOWN]
+                stats = service.core.stats(ih)
+                out["uploaded_counted"] = stats.uploaded_bytes if stats else 0
+                out["after_s"] = await round_trip(honest)
+                for ws in [*sockets, liar, big, strangers, forger, honest]:
+                    await ws.close()
+                await asyncio.gather(*drains, return_exceptions=True)
+        finally:
+            await service.close()
+    return out
+
+
+async def webtorrent_section() -> None:
+    """Print the WebTorrent tracker's figures."""
+    f = await webtorrent_flood(10_000)
+    print(
+        f"webtorrent: 10,000 bogus offers in {f['flood_s']:.1f} s, 1,000 answers for peers "
+        f"that do not exist ({f['answers_refused']:.0f} refused before the socket closed), "
+        f"a 20 KB SDP, 1,000 made-up info-hashes, an upload of 10^15 B: RSS "
+        f"{f['rss_grown_bytes'] / 1e6:+.2f} MB (target < 10); unanswered offers kept "
+        f"{f['pending_offers']:.0f}, WebRTC peers in the swarm {f['swarm_peers']:.0f}, records "
+        f"{f['records']:.0f}, swarms {f['swarms']:.0f} (target 1), upload counted "
+        f"{f['uploaded_counted']:.0f} (target 0); the honest announce "
+        f"{f['before_s'] * 1e3:.2f} ms before, {f['after_s'] * 1e3:.2f} ms after"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per balancer figure")
@@ -740,6 +888,7 @@ async def main() -> None:
         print(f"   {message} ({seconds * 1e3:.1f} ms)")
     await stalled_and_demand_section(args.stalled, args.send_timeout_s)
     await ring_section()  # (the Chord ring's section, above)
+    await webtorrent_section()  # (the WebTorrent tracker's section, above)
 
 
 if __name__ == "__main__":
