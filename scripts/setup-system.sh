@@ -29,6 +29,9 @@ command -v curl >/dev/null 2>&1 || need+=(curl)  # the origin's CLI test, bench/
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
 command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)  # the emulation's base image
+# promtool checks the deployment's Prometheus rules (tests/test_prometheus_rules.py);
+# the same Debian package is what the compose file's Prometheus runs
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 # the multicast loss test: a network namespace with nftables dropping packets
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
@@ -68,6 +71,8 @@ if [ "$rust_from_apt" = 1 ]; then
 fi
 apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 # Debian starts the services on install; pressrun starts its own on demand.
-systemctl disable --now nginx redis-server docker docker.socket containerd >/dev/null 2>&1 || true
+systemctl disable --now nginx redis-server docker docker.socket containerd prometheus \
+  >/dev/null 2>&1 || true
+service prometheus stop >/dev/null 2>&1 || true
 service nginx stop >/dev/null 2>&1 || true
 service redis-server stop >/dev/null 2>&1 || true

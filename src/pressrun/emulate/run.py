@@ -202,6 +202,8 @@ async def run_variant(
         "PRESSRUN_PUBLISHER_KEY_FILE": str(issue.key_file.resolve()),
         "PRESSRUN_MULTICAST_TOKEN": secrets.token_hex(16),
         "PRESSRUN_OPERATOR_TOKEN": secrets.token_hex(16),  # the trackers' /v1/swarms
+        "PRESSRUN_SUBSCRIPTIONS_TOKEN": secrets.token_hex(16),
+        "PRESSRUN_PUBLISHER_PUB_FILE": str(issue.key_file.resolve()) + ".pub",
         "PRESSRUN_RESTART": "no",
         "PRESSRUN_REDIS_SAVE": "",
         # no fixed host ports: each published port on an ephemeral port of 127.0.0.1
@@ -214,7 +216,11 @@ async def run_variant(
                 "TRACKER_1",
                 "TRACKER_2",
                 "BALANCER",
+                "BALANCER_2",
                 "MULTICAST",
+                "SUBSCRIPTIONS",
+                "READER",
+                "PROMETHEUS",
             )
         },
     }

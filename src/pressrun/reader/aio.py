@@ -283,6 +283,7 @@ class ReaderService:
         app = web.Application(middlewares=[self._add_headers])
         app.router.add_post(CSP_REPORT_PATH, self.csp_report)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/config.json", self.config_json)
         app.router.add_get("/sw.js", self.service_worker)
         app.router.add_get("/vendor/{rel:.+}", self.vendor)
@@ -343,6 +344,27 @@ class ReaderService:
     async def healthz(self, request: web.Request) -> web.Response:
         """``GET /healthz``."""
         return web.Response(text="ok\n")
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """``GET /metrics`` (Prometheus text; the deployment scrapes every service):
+        the CSP violation reports received."""
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+        from prometheus_client.core import CounterMetricFamily
+
+        reports = CounterMetricFamily(
+            "pressrun_reader_csp_reports", "CSP violation reports received"
+        )
+        reports.add_metric([], self.csp_reports_received)
+
+        class _Collector:
+            def collect(self) -> list[CounterMetricFamily]:
+                return [reports]
+
+        registry = CollectorRegistry()
+        registry.register(_Collector())
+        return web.Response(
+            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
 
     async def config_json(self, request: web.Request) -> web.Response:
         """``GET /config.json``."""
