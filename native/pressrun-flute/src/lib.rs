@@ -1042,6 +1042,8 @@ impl Receiver {
                 }
                 let ready = wait_readable(&fds, end - now)?;
                 woken = ready[channels.len()..].iter().any(|&r| r);
+                // one clock reading per round: the session uses it for expiries only
+                let clock = self.now();
                 let mut read = false;
                 for (&(channel, fd), _) in channels.iter().zip(&ready).filter(|(_, r)| **r) {
                     'socket: loop {
@@ -1062,15 +1064,27 @@ impl Receiver {
                                 continue;
                             }
                             self.counts.entry(channel).or_default().received += 1;
-                            if let Ok(alc) = flute::core::alc::parse_alc_pkt(data) {
-                                if let Some(seq) = sequence_of(data, &alc.lct) {
-                                    self.sequences.entry(channel).or_default().see(seq);
+                            // one parse for the sequence number and the TOI (the
+                            // session parses again: its API takes bytes)
+                            self.packets += 1;
+                            let toi = match flute::core::alc::parse_alc_pkt(data) {
+                                Ok(alc) => {
+                                    if let Some(seq) = sequence_of(data, &alc.lct) {
+                                        self.sequences.entry(channel).or_default().see(seq);
+                                    }
+                                    Some(alc.lct.toi)
                                 }
-                            }
-                            if let Some(toi) = self.push(data) {
-                                if toi != 0 {
-                                    object_packets += 1;
+                                Err(_) => None,
+                            };
+                            match toi {
+                                Some(toi) => {
+                                    match self.inner.push(&self.endpoint, data, clock) {
+                                        Ok(()) if toi != 0 => object_packets += 1,
+                                        Ok(()) => {}
+                                        Err(_) => self.rejected += 1,
+                                    }
                                 }
+                                None => self.rejected += 1,
                             }
                             if !self.events.borrow().is_empty() {
                                 // stop at the datagram that ended the object
