@@ -93,6 +93,18 @@ class PublishedIssue:
     size_bytes: int
 
 
+#: the two balancers as the clients reach them (docker-compose.yml)
+BALANCERS = ("http://balancer:8080", "http://balancer-2:8080")
+
+
+def balancers_for(number: int) -> str:
+    """A client's ``--balancer`` list: both balancers, the first in turn by client
+    number, so the crowd is spread over them (their demand shared through Redis) and a
+    killed one is passed over by its half of the clients (issue 30)."""
+    first = number % len(BALANCERS)
+    return ",".join(BALANCERS[first:] + BALANCERS[:first])
+
+
 def publish_issue(out_dir: Path, size_mb: float, seed: int) -> PublishedIssue:
     """A generated issue of ``size_mb`` MB, signed with a fresh key, web seeds on the
     three origins by their service names."""
@@ -260,7 +272,8 @@ async def run_variant(
                 args += ["-e", f"{UPLOADER_POLICY_ENV}={env[UPLOADER_POLICY_ENV]}"]
             args += [
                 image, "python3", "-m", "pressrun.emulate.held", "--release-dir", RELEASE_MOUNT,
-                "--name", str(outcome.plan.number), "--", "get", issue.issue_id, "--balancer", "http://balancer:8080",
+                "--name", str(outcome.plan.number), "--", "get", issue.issue_id,
+                "--balancer", balancers_for(outcome.plan.number),
                 "--library", "/var/lib/pressrun/library", "--profile", link.profile,
                 "--publisher-key", issue.public_key_hex, "--json", "--max-seed-s", max_seed,
                 "--multicast-deadline-s", mc_deadline,
@@ -341,6 +354,8 @@ async def run_variant(
             container = project.container(service)
             if action == "kill":
                 await docker_async(engine, "kill", container)
+            elif action == "start":  # a killed service back (its container restarted)
+                await docker_async(engine, "start", container)
             else:
                 await docker_async(
                     engine, "exec", container, "python3", "-m",

@@ -28,7 +28,8 @@ links, when clients arrive and what breaks when::
 
     [[faults]]
     at_s = 40
-    action = "cut-link"        # cut-link (the service keeps running) or kill
+    action = "cut-link"        # cut-link (the service keeps running), kill, or start
+                               # (a service killed earlier, back)
     service = "origin-c"
 
 Built-in scenarios live in `pressrun/emulate/scenarios/*.toml`.
@@ -47,7 +48,8 @@ from pressrun.emulate.link import LinkConfigError, parse_rate_bps
 from pressrun.sim import scenario_files
 from pressrun.sim.scenario import ScenarioError, expand_arrivals
 
-FAULT_ACTIONS = ("cut-link", "kill")
+#: cut-link (the service keeps running), kill, start (a killed service back)
+FAULT_ACTIONS = ("cut-link", "kill", "start")
 PROFILES = ("desktop", "mobile")
 #: services of docker-compose.yml a fault may name
 SERVICES = (
@@ -60,6 +62,7 @@ SERVICES = (
     "supernode-2",
     "multicast",
     "balancer",
+    "balancer-2",
     "redis",
 )
 
