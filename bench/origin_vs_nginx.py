@@ -1,20 +1,31 @@
-"""Whole-file download throughput: pressrun's origin against nginx, same file, same load.
+"""pressrun's origin against nginx, same files, same load, same run: whole files and
+the crowd's byte ranges at 20, 200 and 1,000 concurrent connections.
 
-Generates a 64 MB file in a temporary content directory, starts ``pressrun serve origin``
-(its own process, no egress cap) and ``/usr/sbin/nginx`` (generated config in a temp
-prefix: sendfile on, access_log off, daemon off, one loopback port), warms the page
-cache, then for each round starts N concurrent ``curl`` processes (default 20) that each
-download the whole file to /dev/null, and times the round from the first spawn to the
-last exit with time.perf_counter. Throughput of a round = N * file size / wall time.
-Prints the median of --rounds rounds for each server and the ratio ours/nginx.
-Target: ratio >= 0.7.
+Generates an 8 MB file (whole-file downloads) and a 64 MB file (ranges) in a temporary
+content directory, starts ``pressrun serve origin`` (its own process tree: a supervisor
+and ``--workers``, default one per CPU; no egress cap) and ``/usr/sbin/nginx``
+(generated config in a temp prefix: ``worker_processes auto``, sendfile on, tcp_nopush
+on, access_log off: the origin logs nothing per request at its default INFO level
+either), warms the page cache, then for each pattern and each connection count runs
+Debian's ``wrk`` (C, epoll; one thread per CPU) for --seconds against each server in
+turn, --rounds times, alternating servers so a slow patch of the shared machine hits
+both alike:
 
-curl (C, one process per client) is the load generator, so the client side costs far
-less CPU than a Python client would; on a 2-core machine clients and server still share
-the cores, identically for both servers.
+- ``whole``: GET of the whole 8 MB file, keep-alive;
+- ``ranges``: GET with ``Range: bytes=a-b`` of a random 128 KiB to 1 MiB span at a
+  random offset of the 64 MB file (a web seed's piece or a few; the wrk Lua script
+  below), every answer must be 206.
 
-    .venv/bin/python bench/origin_vs_nginx.py [--clients 20] [--rounds 3] [--size-mb 64]
-        [--nginx-workers auto] [--origin-log-level INFO]
+Throughput = bytes wrk read / wrk's duration; CPU = user + system seconds of the
+server's whole process tree during the round (psutil), per GB read. Prints per round
+and then, per point, the medians and the ratios ours/nginx, with ``/proc/loadavg``.
+Targets (issue 32): throughput ratio >= 1.0, CPU per GB ratio <= 2.0.
+
+The client shares the machine's cores with the server, identically for both servers.
+
+    flock /work/heavy.lock .venv/bin/python bench/origin_vs_nginx.py \\
+        [--connections 20,200,1000] [--patterns whole,ranges] [--rounds 3] [--seconds 5]
+        [--workers N] [--cap-mbps 80,800,4000 (the cap check; "" skips it)]
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -39,8 +51,44 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 PRESSRUN = ROOT / ".venv" / "bin" / "pressrun"
 NGINX = "/usr/sbin/nginx"
+WRK = "/usr/bin/wrk"
 ISSUE = "bench-issue"
-FILE = "bench.bin"
+FILE = "bench.bin"  # the cap check's file
+WHOLE_FILE = "whole.bin"
+RANGE_FILE = "ranges.bin"
+WHOLE_BYTES = 8_000_000
+RANGE_FILE_BYTES = 64 * 1024 * 1024
+
+#: wrk's script: each request a random span of 128 KiB .. 1 MiB at a random offset;
+#: done() prints the totals this bench parses (bytes, requests, errors)
+WRK_SCRIPT = """
+local size = tonumber(os.getenv("BENCH_FILE_BYTES") or "0")
+local path = os.getenv("BENCH_PATH")
+local ranges = os.getenv("BENCH_RANGES") == "1"
+local counter = 0
+function setup(thread)
+  counter = counter + 1
+  thread:set("seed", counter)
+end
+function init(args)
+  math.randomseed(seed * 7919 + os.time())
+end
+function request()
+  if ranges then
+    local len = math.random(131072, 1048576)
+    local first = math.random(0, size - len)
+    return wrk.format("GET", path, {["Range"] = "bytes=" .. first .. "-" .. (first + len - 1)})
+  end
+  return wrk.format("GET", path)
+end
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("BENCH bytes=%d requests=%d duration_us=%d connect=%d read=%d "
+    .. "write=%d status=%d timeout=%d p50_us=%d p99_us=%d\\n", summary.bytes, summary.requests,
+    summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(99)))
+end
+"""
 
 
 def free_port() -> int:
@@ -124,15 +172,17 @@ def start_nginx(content: Path, workdir: Path, workers: str) -> tuple[subprocess.
         f"""
 user root;
 worker_processes {workers};
+worker_rlimit_nofile 20000;
 daemon off;
 pid {workdir}/nginx.pid;
 error_log {workdir}/logs/error.log warn;
-events {{ worker_connections 1024; }}
+events {{ worker_connections 4096; }}
 http {{
     access_log off;
     sendfile on;
     tcp_nopush on;
     keepalive_timeout 65;
+    keepalive_requests 1000000;
     default_type application/octet-stream;
     client_body_temp_path {workdir}/body;
     proxy_temp_path {workdir}/proxy;
@@ -140,7 +190,7 @@ http {{
     uwsgi_temp_path {workdir}/uwsgi;
     scgi_temp_path {workdir}/scgi;
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port} backlog=4096;
         location /content/ {{ alias {content}/; }}
     }}
 }}
@@ -152,26 +202,69 @@ http {{
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/content/{ISSUE}/{FILE}")
+    wait_http(f"{url}/content/{ISSUE}/{WHOLE_FILE}")
     return proc, url
 
 
-def one_round(url: str, clients: int, downloads: int, size_bytes: int) -> float:
-    """`clients` curls at once, each downloading the file `downloads` times over one
-    keep-alive connection; bytes per second over the round's wall time."""
-    file_url = f"{url}/content/{ISSUE}/{FILE}"
-    cmd = ["curl", "-s", "-f", "-w", "%{size_download}\\n"]
-    for _ in range(downloads):
-        cmd += ["-o", "/dev/null", file_url]
-    t0 = time.perf_counter()
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE) for _ in range(clients)]
-    outs = [p.communicate()[0] for p in procs]
-    wall = time.perf_counter() - t0
-    for p, out in zip(procs, outs, strict=True):
-        sizes = [int(x) for x in out.split()]
-        if p.returncode != 0 or sizes != [size_bytes] * downloads:
-            raise RuntimeError(f"a download failed: rc={p.returncode} got {sizes} bytes")
-    return clients * downloads * size_bytes / wall
+@dataclass(frozen=True)
+class Round:
+    """One wrk run against one server."""
+
+    bytes_read: int
+    seconds: float
+    requests: int
+    errors: int
+    cpu_s: float
+    p99_ms: float
+
+    @property
+    def rate(self) -> float:
+        """Bytes per second."""
+        return self.bytes_read / self.seconds
+
+    @property
+    def cpu_per_gb(self) -> float:
+        """Server CPU seconds per GB read."""
+        return self.cpu_s / (self.bytes_read / 1e9)
+
+
+def loadavg() -> str:
+    """The first three fields of /proc/loadavg."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def wrk_round(
+    url: str, pid: int, pattern: str, connections: int, seconds: float, script: Path
+) -> Round:
+    """wrk with `connections` connections for `seconds` against one server."""
+    ranges = pattern == "ranges"
+    env = dict(
+        os.environ,
+        BENCH_PATH=f"/content/{ISSUE}/{RANGE_FILE if ranges else WHOLE_FILE}",
+        BENCH_RANGES="1" if ranges else "0",
+        BENCH_FILE_BYTES=str(RANGE_FILE_BYTES if ranges else WHOLE_BYTES),
+    )
+    threads = min(connections, os.cpu_count() or 1)
+    before = cpu_seconds(pid)
+    out = subprocess.run(
+        [WRK, f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "30s",
+         "-s", str(script), url],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    cpu = cpu_seconds(pid) - before
+    m = re.search(r"BENCH (.*)", out)
+    if m is None:
+        raise RuntimeError(f"wrk printed no totals: {out}")
+    fields = {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
+    errors = sum(fields[k] for k in ("connect", "read", "write", "status", "timeout"))
+    return Round(
+        bytes_read=fields["bytes"],
+        seconds=fields["duration_us"] / 1e6,
+        requests=fields["requests"],
+        errors=errors,
+        cpu_s=cpu,
+        p99_ms=fields["p99_us"] / 1e3,
+    )
 
 
 def cpu_seconds(pid: int) -> float:
@@ -186,23 +279,44 @@ def cpu_seconds(pid: int) -> float:
 
 
 def measure(
-    servers: dict[str, tuple[str, int]], args: argparse.Namespace, size_bytes: int
-) -> dict[str, tuple[float, float]]:
-    """Median throughput of each server and its CPU seconds per GB sent; rounds
-    alternate between servers, so a slow patch of the machine hits both alike."""
-    for url, _ in servers.values():
-        one_round(url, 2, 1, size_bytes)  # warm-up: page cache, code paths
-    rates: dict[str, list[float]] = {label: [] for label in servers}
-    cpu: dict[str, float] = dict.fromkeys(servers, 0.0)
-    for i in range(args.rounds):
-        for label, (url, pid) in servers.items():
-            before = cpu_seconds(pid)
-            rate = one_round(url, args.clients, args.downloads_per_client, size_bytes)
-            cpu[label] += cpu_seconds(pid) - before
-            rates[label].append(rate)
-            print(f"  round {i + 1} {label:>16}: {rate / 1e6:8.1f} MB/s", flush=True)
-    gigabytes = args.rounds * args.clients * args.downloads_per_client * size_bytes / 1e9
-    return {label: (statistics.median(r), cpu[label] / gigabytes) for label, r in rates.items()}
+    servers: dict[str, tuple[str, int]], args: argparse.Namespace, script: Path
+) -> list[str]:
+    """Every pattern at every connection count, rounds alternating between servers;
+    returns the summary lines (medians and ratios)."""
+    for url, pid in servers.values():  # warm-up: page cache, code paths
+        for pattern in args.patterns.split(","):
+            wrk_round(url, pid, pattern, 4, 1.0, script)
+    summary = []
+    for pattern in args.patterns.split(","):
+        for connections in [int(c) for c in args.connections.split(",")]:
+            rounds: dict[str, list[Round]] = {label: [] for label in servers}
+            for i in range(args.rounds):
+                for label, (url, pid) in servers.items():
+                    r = wrk_round(url, pid, pattern, connections, args.seconds, script)
+                    rounds[label].append(r)
+                    print(
+                        f"  {pattern:>6} c={connections:<5} round {i + 1} {label:>15}: "
+                        f"{r.rate / 1e6:8.1f} MB/s, {r.cpu_per_gb:.3f} CPU-s/GB, "
+                        f"{r.requests} requests, {r.errors} errors, p99 {r.p99_ms:.1f} ms "
+                        f"[load {loadavg()}]",
+                        flush=True,
+                    )
+            ours, theirs = rounds["pressrun origin"], rounds["nginx"]
+            ours_rate = statistics.median(r.rate for r in ours)
+            theirs_rate = statistics.median(r.rate for r in theirs)
+            ours_cpu = statistics.median(r.cpu_per_gb for r in ours)
+            theirs_cpu = statistics.median(r.cpu_per_gb for r in theirs)
+            errors = sum(r.errors for r in ours), sum(r.errors for r in theirs)
+            line = (
+                f"{pattern:>6} c={connections:<5} ours {ours_rate / 1e6:8.1f} MB/s "
+                f"{ours_cpu:.3f} CPU-s/GB | nginx {theirs_rate / 1e6:8.1f} MB/s "
+                f"{theirs_cpu:.3f} CPU-s/GB | throughput {ours_rate / theirs_rate:.2f}x, "
+                f"CPU/GB {ours_cpu / theirs_cpu:.2f}x | errors {errors[0]}/{errors[1]} "
+                f"[load {loadavg()}]"
+            )
+            print(line, flush=True)
+            summary.append(line)
+    return summary
 
 
 def cap_round(url: str, clients: int, bytes_per_client: int) -> float:
@@ -255,12 +369,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--clients", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument(
-        "--downloads-per-client", type=int, default=3, help="whole-file downloads per curl"
-    )
-    parser.add_argument("--size-mb", type=int, default=64)
+    parser.add_argument("--connections", default="20,200,1000", help="comma-separated")
+    parser.add_argument("--patterns", default="whole,ranges", help="whole, ranges or both")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of a wrk run")
+    parser.add_argument("--workers", default="", help="the origin's --workers (default: its own)")
     parser.add_argument("--nginx-workers", default="auto", help="nginx worker_processes")
     parser.add_argument("--origin-log-level", default="INFO")
     parser.add_argument(
@@ -268,57 +381,60 @@ def main() -> int:
         default="80,800,4000",
         help="egress caps (Mbit/s, comma-separated) to check; empty: skip",
     )
+    parser.add_argument("--clients", type=int, default=20, help="clients of the cap check")
     parser.add_argument("--cap-seconds", type=float, default=4.0, help="length of a cap round")
     parser.add_argument("--skip-nginx", action="store_true", help="only check the caps")
     parser.add_argument(
         "--origin-args", default="", help="extra flags for pressrun serve origin (one string)"
     )
     args = parser.parse_args()
-    if shutil.which("curl") is None or not os.path.exists(NGINX):
-        print("needs curl and /usr/sbin/nginx", file=sys.stderr)
+    if shutil.which("curl") is None or not os.path.exists(NGINX) or not os.path.exists(WRK):
+        print("needs curl, /usr/sbin/nginx and /usr/bin/wrk (scripts/setup-system.sh)")
         return 2
-    size_bytes = args.size_mb * 1_000_000
+    extra = args.origin_args.split()
+    if args.workers:
+        extra += ["--workers", args.workers]
     with tempfile.TemporaryDirectory(prefix="pressrun-bench-origin-") as tmp:
         tmpdir = Path(tmp)
         content = tmpdir / "content"
-        make_file(content / ISSUE / FILE, size_bytes)
+        make_file(content / ISSUE / WHOLE_FILE, WHOLE_BYTES)
+        make_file(content / ISSUE / RANGE_FILE, RANGE_FILE_BYTES)
+        script = tmpdir / "bench.lua"
+        script.write_text(WRK_SCRIPT)
         print(
-            f"{args.clients} concurrent curl clients x {args.downloads_per_client} downloads "
-            f"x {args.size_mb} MB, "
-            f"{args.rounds} rounds, {os.cpu_count()} CPUs",
+            f"wrk, {args.rounds} rounds of {args.seconds:g} s per point, {os.cpu_count()} CPUs, "
+            f"connections {args.connections}, patterns {args.patterns} [load {loadavg()}]",
             flush=True,
         )
         if args.cap_mbps:
-            check_caps(content, args, size_bytes)
+            make_file(content / ISSUE / FILE, 64_000_000)
+            check_caps(content, args, 64_000_000)
         if args.skip_nginx:
             return 0
-        origin, origin_url = start_origin(content, args.origin_log_level, args.origin_args.split())
+        origin, origin_url = start_origin(content, args.origin_log_level, extra)
         try:
             wait_http(f"{origin_url}/healthz")
             nginx, nginx_url = start_nginx(content, tmpdir / "nginx", args.nginx_workers)
             try:
-                results = measure(
+                summary = measure(
                     {
                         "pressrun origin": (origin_url, origin.pid),
                         "nginx": (nginx_url, nginx.pid),
                     },
                     args,
-                    size_bytes,
+                    script,
                 )
             finally:
                 stop(nginx)
         finally:
             stop(origin)
-    (ours, ours_cpu), (theirs, theirs_cpu) = results["pressrun origin"], results["nginx"]
     print(
-        f"pressrun origin: {ours / 1e6:8.1f} MB/s (median of {args.rounds}), "
-        f"{ours_cpu:.3f} CPU-s per GB sent"
+        f"medians of {args.rounds} rounds (origin {args.origin_args or 'defaults'}"
+        f"{', --workers ' + args.workers if args.workers else ''}; nginx worker_processes "
+        f"{args.nginx_workers}); targets: throughput >= 1.00x, CPU/GB <= 2.00x"
     )
-    print(
-        f"nginx:           {theirs / 1e6:8.1f} MB/s (median of {args.rounds}, "
-        f"worker_processes {args.nginx_workers}), {theirs_cpu:.3f} CPU-s per GB sent"
-    )
-    print(f"ratio ours/nginx: {ours / theirs:.2f} (target >= 0.7)")
+    for line in summary:
+        print(line)
     return 0
 
 

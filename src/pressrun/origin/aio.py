@@ -47,6 +47,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.metrics_core import Metric
 
 from pressrun.cors import enable_cors
 from pressrun.origin.config import OriginConfig
@@ -62,6 +63,14 @@ from pressrun.origin.core import (
     none_match,
     parse_range,
     valid_name,
+)
+from pressrun.origin.shared import (
+    PUBLISH_EVERY_S,
+    SharedBucket,
+    WorkerShare,
+    add_counts,
+    merge_samples,
+    merge_stats,
 )
 from pressrun.security import ServiceSecurity
 
@@ -193,6 +202,44 @@ class OriginMetrics:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
 
+    def families(self) -> list[dict[str, Any]]:
+        """Every sample of the registry as plain data (a worker's snapshot)."""
+        return [
+            {
+                "name": metric.name,
+                "type": metric.type,
+                "documentation": metric.documentation,
+                "samples": [[s.name, dict(s.labels), s.value] for s in metric.samples],
+            }
+            for metric in self.registry.collect()
+        ]
+
+
+class _Families:
+    """A collector that yields families given as plain data (the merged workers')."""
+
+    def __init__(self, families: list[dict[str, Any]]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        out = []
+        for family in self._families:
+            metric = Metric(family["name"], family["documentation"], family["type"])
+            for name, labels, value in family["samples"]:
+                metric.add_sample(name, labels, value)
+            out.append(metric)
+        return out
+
+
+def families_exposition(families: list[dict[str, Any]]) -> bytes:
+    """Prometheus text of families given as plain data."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return generate_latest(registry)
+
+
+#: transfer outcomes logged at DEBUG (the others at INFO)
+_QUIET_OUTCOMES = frozenset({"complete", "client gone"})
 
 #: SO_LINGER on, 0 s: close() resets the connection and drops the unsent bytes
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)
@@ -205,7 +252,9 @@ class _FileShrank(Exception):
 class OriginService:
     """One origin: the aiohttp app, the traffic meter, the egress bucket, the timer."""
 
-    def __init__(self, config: OriginConfig, *, name: str) -> None:
+    def __init__(
+        self, config: OriginConfig, *, name: str, share: WorkerShare | None = None
+    ) -> None:
         self.config = config
         self.name = name
         self.content_dir = Path(config.content_dir)
@@ -213,14 +262,32 @@ class OriginService:
         self.metrics = OriginMetrics(config)
         self._loop = asyncio.get_running_loop()
         now = self._loop.time()
+        self.share = share
+        meter_start = now
+        if share is not None:
+            # every worker's intervals start on multiples of the interval of the
+            # shared monotonic clock (a replacement's first one is short), so the
+            # windows of different workers line up
+            meter_start = now - now % config.stats_interval_s
         self.meter = TrafficMeter(
             interval_s=config.stats_interval_s,
             cache_window_s=config.cache_window_s,
-            now=now,
+            now=meter_start,
             stalled_after_s=config.stalled_after_s,
         )
         cap = config.egress_cap_bytes_per_s
-        self.bucket = TokenBucket(cap, config.cap_burst_bytes, now=now) if cap is not None else None
+        self.bucket: TokenBucket | SharedBucket | None = None
+        if share is not None and share.bucket is not None:
+            self.bucket = share.bucket  # one cap for the whole origin
+        elif cap is not None:
+            self.bucket = TokenBucket(cap, config.cap_burst_bytes, now=now)
+        # totals of a worker that ran in this slot before (killed, replaced)
+        self._carried: dict[str, Any] = (share.carried() if share is not None else None) or {}
+        self._carried_families = merge_samples(
+            [self._carried.get("metrics", [])], counters_only=True
+        )
+        self._dirty = False
+        self._publisher: asyncio.TimerHandle | None = None
         self.cpu_percent = 0.0
         self.ram_percent = 0.0
         self._cpu = SystemCpu()
@@ -248,10 +315,13 @@ class OriginService:
         self._timer = self._loop.call_at(self.meter.next_deadline(), self._on_timer)
 
     def stop_timer(self) -> None:
-        """Disarm the stats timer."""
+        """Disarm the stats timer (and the snapshot publisher of a worker)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._publisher is not None:
+            self._publisher.cancel()
+            self._publisher = None
 
     def _on_timer(self) -> None:
         report = self.meter.handle_timer(now=self._loop.time())
@@ -260,8 +330,29 @@ class OriginService:
         self._sample_host()
         self.catalog.refresh()
         self.start_timer()
+        if self.share is not None:
+            self.publish()
+
+    def start_publisher(self) -> None:
+        """A worker: publish the snapshot now and whenever the figures moved, at most
+        every `PUBLISH_EVERY_S` (the other workers' ``/stats`` read it)."""
+        if self._dirty or self._publisher is None:
+            self.publish()
+        self._publisher = self._loop.call_later(PUBLISH_EVERY_S, self.start_publisher)
+
+    def publish(self) -> None:
+        """Write this worker's snapshot for the others (an error is logged, not raised:
+        the figures are late, the transfers go on)."""
+        assert self.share is not None
+        self._dirty = False
+        try:
+            self.share.publish(self.snapshot())
+        except OSError as err:
+            log.warning("worker %d could not publish its figures: %s", self.share.slot, err)
 
     def _count_active(self) -> None:
+        # set when read (/metrics, the timer), not per transfer: two gauge writes a
+        # transfer were measurable per-request work
         self.metrics.active.set(self.meter.active_transfers)
         self.metrics.stalled.set(self.meter.stalled_transfers)
 
@@ -308,15 +399,18 @@ class OriginService:
         if not valid_name(name):
             return self._not_found(f"issue {issue!r} has no file {name!r}: not a valid name")
         issue_dir = self.content_dir / issue
-        if not issue_dir.is_dir():
-            return self._not_found(f"unknown issue {issue!r}: this origin does not hold it")
         waited_s = 0.0
         while True:
             try:
+                # open first, ask why only when it fails: one stat less per request
                 fobj = open(issue_dir / name, "rb")  # noqa: SIM115 - closed by the caller
                 break
             except OSError as err:
                 if err.errno not in (errno.EMFILE, errno.ENFILE):
+                    if not issue_dir.is_dir():
+                        return self._not_found(
+                            f"unknown issue {issue!r}: this origin does not hold it"
+                        )
                     return self._not_found(f"issue {issue!r} has no file {name!r}")
                 if waited_s == 0.0:
                     log.warning("out of file descriptors: %s/%s waits for one", issue, name)
@@ -399,7 +493,7 @@ class OriginService:
         loop = self._loop
         started = loop.time()
         tid = self.meter.transfer_started(issue, now=started)
-        self._count_active()
+        self._dirty = True
         log.debug(
             "transfer start issue=%s file=%s range=%d-%d/%d client=%s",
             issue,
@@ -487,33 +581,108 @@ class OriginService:
         finally:
             ended = loop.time()
             sent_total = self.meter.transfer_ended(tid, now=ended)
-            self._count_active()
+            self._dirty = True
             seconds = ended - started
             self.metrics.duration.observe(seconds)
-            rate = sent_total / seconds if seconds > 0 else 0.0
-            log.info(
-                "transfer %s issue=%s file=%s range=%d-%d/%d bytes=%d seconds=%.3f "
-                "rate=%.2fMB/s client=%s",
-                outcome,
-                issue,
-                name,
-                offset,
-                offset + count - 1,
-                size,
-                sent_total,
-                seconds,
-                rate / 1e6,
-                request.remote,
-            )
+            # One line per transfer is per-request work (formatting, a write): the
+            # ordinary outcomes at DEBUG, the ones an operator must see at INFO.
+            level = logging.DEBUG if outcome in _QUIET_OUTCOMES else logging.INFO
+            if log.isEnabledFor(level):
+                rate = sent_total / seconds if seconds > 0 else 0.0
+                log.log(
+                    level,
+                    "transfer %s issue=%s file=%s range=%d-%d/%d bytes=%d seconds=%.3f "
+                    "rate=%.2fMB/s client=%s",
+                    outcome,
+                    issue,
+                    name,
+                    offset,
+                    offset + count - 1,
+                    size,
+                    sent_total,
+                    seconds,
+                    rate / 1e6,
+                    request.remote,
+                )
 
     # -- status agent, metrics, health
 
+    def snapshot(self) -> dict[str, Any]:
+        """This worker's figures as plain data (totals include its slot's carried ones)."""
+        meter = self.meter
+        report = meter.last_report
+        carried = self._carried
+        self._count_active()
+        return {
+            "slot": self.share.slot if self.share is not None else 0,
+            "pid": os.getpid(),
+            "out_bytes_per_s": report.out_bytes_per_s,
+            "transfers_seen": report.transfers_seen,
+            "mean_transfer_bytes_per_s": report.mean_transfer_bytes_per_s or 0.0,
+            "mean_by_issue": report.mean_transfer_bytes_per_s_by_issue,
+            "transfers_seen_by_issue": report.transfers_seen_by_issue,
+            "recent": [[r.start, r.end, r.out_bytes] for r in meter.recent_reports],
+            "active": meter.active_transfers,
+            "stalled": meter.stalled_transfers,
+            "cached_issues": meter.cached_issues(now=self._loop.time()),
+            "active_by_issue": meter.active_transfers_by_issue(),
+            "transfers_by_issue": add_counts(
+                dict(carried.get("transfers_by_issue", {})), meter.transfers_by_issue
+            ),
+            "bytes_by_issue": add_counts(
+                dict(carried.get("bytes_by_issue", {})), meter.bytes_sent_by_issue
+            ),
+            "bytes_sent_total": carried.get("bytes_sent_total", 0) + meter.bytes_sent_total,
+            "transfers_total": carried.get("transfers_total", 0) + meter.transfers_total,
+            "transfers_cut": carried.get("transfers_cut", 0) + self.transfers_cut,
+            "metrics": merge_samples([self.metrics.families(), self._carried_families]),
+        }
+
+    def _merged(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """This worker's live snapshot (published) and the other workers' last ones."""
+        assert self.share is not None
+        own = self.snapshot()
+        with contextlib.suppress(OSError):
+            self.share.publish(own)
+        others = [d for slot, d in self.share.read_all().items() if slot != self.share.slot]
+        return own, others
+
     def stats_document(self) -> dict[str, Any]:
-        """The ``/stats`` JSON of docs/protocols.md."""
+        """The ``/stats`` JSON of docs/protocols.md (of the whole origin: with workers,
+        this worker's live figures merged with the others' last published ones)."""
         report = self.meter.last_report
         issues = self.catalog.refresh()
         on_disk = set(issues)
         now = self._loop.time()
+        if self.share is not None:
+            own, others = self._merged()
+            merged = merge_stats(own, others)
+            return {
+                "name": self.name,
+                "cpu_percent": self.cpu_percent,
+                "ram_percent": self.ram_percent,
+                "out_bytes_per_s": merged["out_bytes_per_s"],
+                "interval_s": round(report.interval_s, 6),
+                "capacity_bytes_per_s": self.config.capacity_bytes_per_s,
+                "egress_cap_bytes_per_s": self.config.egress_cap_bytes_per_s,
+                "active_transfers": merged["active_transfers"],
+                "stalled_transfers": merged["stalled_transfers"],
+                "issues": issues,
+                "cached_issues": [i for i in merged["cached_issues"] if i in on_disk],
+                "mean_transfer_bytes_per_s": merged["mean_transfer_bytes_per_s"],
+                "mean_transfer_bytes_per_s_by_issue": {
+                    issue: rate
+                    for issue, rate in merged["mean_transfer_bytes_per_s_by_issue"].items()
+                    if issue in on_disk
+                },
+                "bytes_sent_total": merged["bytes_sent_total"],
+                "transfers_total": merged["transfers_total"],
+                "active_transfers_by_issue": merged["active_transfers_by_issue"],
+                "transfers_total_by_issue": merged["transfers_total_by_issue"],
+                "bytes_sent_by_issue": merged["bytes_sent_by_issue"],
+                "recent_intervals": merged["recent_intervals"],
+                "workers": merged["workers"],
+            }
         return {
             "name": self.name,
             "cpu_percent": self.cpu_percent,
@@ -548,10 +717,16 @@ class OriginService:
         return web.json_response(self.stats_document())
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
-        """``GET /metrics``."""
-        return web.Response(
-            body=self.metrics.exposition(), headers={hdrs.CONTENT_TYPE: CONTENT_TYPE_LATEST}
-        )
+        """``GET /metrics`` (with workers: every worker's samples added up)."""
+        self._count_active()
+        if self.share is not None:
+            own, others = self._merged()
+            body = families_exposition(
+                merge_samples([own["metrics"], *(d.get("metrics", []) for d in others)])
+            )
+        else:
+            body = self.metrics.exposition()
+        return web.Response(body=body, headers={hdrs.CONTENT_TYPE: CONTENT_TYPE_LATEST})
 
     async def healthz(self, request: web.Request) -> web.Response:
         """``GET /healthz``."""
@@ -581,23 +756,39 @@ class RunningOrigin:
 
     async def stop(self) -> None:
         """Stop listening, let transfers finish for the grace period, cut the rest."""
-        active = self.service.meter.active_transfers
+        service = self.service
+        active = service.meter.active_transfers
         await self.runner.cleanup()
-        self.service.stop_timer()
+        service.stop_timer()
+        share = service.share
+        if share is not None:
+            service.publish()  # the final totals, for the supervisor's stop line
         log.info(
             "origin %s stopped: %d transfer(s) running at stop, %d cut after %.1f s grace; "
-            "%d bytes in %d transfers since start",
+            "%d bytes in %d transfers since start%s",
             self.name,
             active,
-            self.service.transfers_cut,
-            self.service.config.shutdown_grace_s,
-            self.service.meter.bytes_sent_total,
-            self.service.meter.transfers_total,
+            service.transfers_cut,
+            service.config.shutdown_grace_s,
+            service.meter.bytes_sent_total,
+            service.meter.transfers_total,
+            "" if share is None else f" (worker {share.slot + 1} of {share.workers})",
         )
 
 
-async def start_origin(config: OriginConfig) -> RunningOrigin:
-    """Start an origin on the running loop; return once it accepts connections."""
+async def start_origin(
+    config: OriginConfig,
+    *,
+    sock: socket.socket | None = None,
+    share: WorkerShare | None = None,
+) -> RunningOrigin:
+    """Start an origin on the running loop; return once it accepts connections.
+
+    `sock` and `share`: one worker of a multi-process origin
+    (:mod:`pressrun.origin.workers`): it serves on the listening socket `sock` the
+    supervisor bound, and `share` is its place among the workers (one cap, figures of
+    the whole origin).
+    """
     content_dir = Path(config.content_dir)
     if not content_dir.is_dir():
         raise FileNotFoundError(
@@ -605,7 +796,7 @@ async def start_origin(config: OriginConfig) -> RunningOrigin:
             "first (pressrun publish) or pass the right --content"
         )
     # The name may depend on the port, which is known only after binding.
-    service = OriginService(config, name=config.name or "origin")
+    service = OriginService(config, name=config.name or "origin", share=share)
     runner = web.AppRunner(
         service.make_app(),
         access_log=None,  # one INFO line per transfer instead (see _transfer)
@@ -613,7 +804,13 @@ async def start_origin(config: OriginConfig) -> RunningOrigin:
     )
     security = ServiceSecurity(config.tls_cert, config.tls_key)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, ssl_context=security.server_ssl_context())
+    site: web.BaseSite
+    if sock is not None:
+        site = web.SockSite(runner, sock, ssl_context=security.server_ssl_context())
+    else:
+        site = web.TCPSite(
+            runner, config.host, config.port, ssl_context=security.server_ssl_context()
+        )
     await site.start()
     port = config.port
     for address in runner.addresses:
@@ -626,6 +823,10 @@ async def start_origin(config: OriginConfig) -> RunningOrigin:
     running = RunningOrigin(
         service=service, runner=runner, host=config.host, port=port, scheme=security.scheme
     )
+    if share is not None:
+        service.start_publisher()
+        log.debug("origin %s worker %d (pid %d) serving", running.name, share.slot, os.getpid())
+        return running
     cap = config.egress_cap_mbps
     log.info(
         "origin %s serving %s on %s (capacity %g Mbit/s, egress cap %s, %d issues)",

@@ -87,6 +87,14 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         "/stats (active_transfers, the per-transfer means) until it moves (default 5)",
     )
     p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes serving the port (SO_REUSEPORT), with one egress cap and "
+        "/stats, /metrics of the whole origin; a dead worker is replaced "
+        "(default: one per CPU; 1: a single process, no supervisor)",
+    )
+    p.add_argument(
         "--supernodes",
         metavar="TRACKER",
         default=os.environ.get("PRESSRUN_ORIGIN_SUPERNODES") or None,
@@ -136,16 +144,40 @@ def run_origin(args: argparse.Namespace) -> int:
         sn_host = args.supernode_host or args.host
         if args.supernodes and sn_host in ("0.0.0.0", "::", ""):
             raise ValueError("--supernodes with a wildcard --host needs --supernode-host ADDRESS")
+        workers = default_workers() if args.workers is None else args.workers
+        if workers < 1:
+            raise ValueError("--workers must be at least 1")
     except ValueError as err:
         print(f"pressrun serve origin: {err}", file=sys.stderr)
         return 2
     _raise_open_files_limit()
     try:
+        if workers > 1:
+            if not config.content_dir.is_dir():
+                raise FileNotFoundError(
+                    f"content directory {config.content_dir} does not exist: publish an "
+                    "issue into it first (pressrun publish) or pass the right --content"
+                )
+            # imported before the fork: the workers do not import aiohttp each
+            from pressrun.origin import aio  # noqa: F401
+            from pressrun.origin.workers import Supervisor
+
+            supervisor = Supervisor(
+                config, workers, supernodes=args.supernodes, supernode_host=sn_host
+            )
+            return supervisor.run()
         asyncio.run(serve_until_signal(config, supernodes=args.supernodes, supernode_host=sn_host))
     except (FileNotFoundError, OSError) as err:
         print(f"pressrun serve origin: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def default_workers() -> int:
+    """One worker per CPU this process may run on."""
+    from pressrun.origin.workers import default_workers as count
+
+    return count()
 
 
 def _raise_open_files_limit() -> None:
@@ -160,10 +192,16 @@ def _raise_open_files_limit() -> None:
 
 
 async def serve_until_signal(
-    config: Any, *, supernodes: str | None = None, supernode_host: str = "127.0.0.1"
+    config: Any,
+    *,
+    supernodes: str | None = None,
+    supernode_host: str = "127.0.0.1",
+    sock: Any = None,
+    share: Any = None,
 ) -> None:
     """Start the origin (and its supernodes if ``supernodes`` names a tracker), wait
-    for SIGTERM or SIGINT, stop it cleanly (the supernodes leave their rings first)."""
+    for SIGTERM or SIGINT, stop it cleanly (the supernodes leave their rings first).
+    `sock` and `share`: one worker of a supervised origin (`start_origin`)."""
     import logging
 
     from pressrun.chord.host import SupernodeHost
@@ -172,7 +210,7 @@ async def serve_until_signal(
 
     # the handlers first: a signal right after the "serving ... on" line is a clean stop
     with stop_signals() as stopped:
-        origin = await start_origin(config)
+        origin = await start_origin(config, sock=sock, share=share)
         ring = None
         if supernodes:
             ring = SupernodeHost(

@@ -220,10 +220,9 @@ class TokenBucket:
         self._last = now
 
     def _refill(self, now: float) -> None:
-        # A clock that steps back (it should not) refills nothing.
-        elapsed = max(0.0, now - self._last)
-        self._last = max(self._last, now)
-        self._tokens = min(self.burst_bytes, self._tokens + elapsed * self.rate_bytes_per_s)
+        self._tokens, self._last = refill_tokens(
+            self._tokens, self._last, now, self.rate_bytes_per_s, self.burst_bytes
+        )
 
     def take(self, n: int, *, now: float) -> float:
         """Grant `n` bytes; return the seconds to wait (from `now`) before sending them."""
@@ -239,6 +238,16 @@ class TokenBucket:
         """Tokens available at `now` (negative: debt still to be waited out)."""
         self._refill(now)
         return self._tokens
+
+
+def refill_tokens(
+    tokens: float, last: float, now: float, rate_bytes_per_s: float, burst_bytes: float
+) -> tuple[float, float]:
+    """A bucket's ``(tokens, last)`` after refilling from `last` to `now` (`TokenBucket`
+    and the workers' shared bucket, `pressrun.origin.shared.SharedBucket`)."""
+    # A clock that steps back (it should not) refills nothing.
+    elapsed = max(0.0, now - last)
+    return min(burst_bytes, tokens + elapsed * rate_bytes_per_s), max(last, now)
 
 
 # ------------------------------------------------------------------ chunk sizing
@@ -292,6 +301,8 @@ class IntervalReport:
     transfers_seen: int
     mean_transfer_bytes_per_s: float | None
     mean_transfer_bytes_per_s_by_issue: dict[str, float]
+    #: issue -> how many transfers its mean is over (what merging workers' means needs)
+    transfers_seen_by_issue: dict[str, int] = field(default_factory=dict)
 
     @property
     def interval_s(self) -> float:
@@ -489,6 +500,9 @@ class TrafficMeter:
             mean_transfer_bytes_per_s=sum(rates) / len(rates) if rates else None,
             mean_transfer_bytes_per_s_by_issue={
                 issue: sum(values) / len(values) for issue, values in sorted(by_issue.items())
+            },
+            transfers_seen_by_issue={
+                issue: len(values) for issue, values in sorted(by_issue.items())
             },
         )
         self._bytes_in_interval = 0
