@@ -26,6 +26,7 @@ command -v aria2c >/dev/null 2>&1 || need+=(aria2)
 # libfaketime: the tracker's wall-clock step test (tests/tracker/test_tracker_uptime.py)
 command -v faketime >/dev/null 2>&1 || need+=(faketime)
 command -v curl >/dev/null 2>&1 || need+=(curl)  # the origin's CLI test, bench/origin_vs_nginx.py
+command -v wrk >/dev/null 2>&1 || need+=(wrk)  # bench/origin_vs_nginx.py's load generator
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
 command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)  # the emulation's base image
