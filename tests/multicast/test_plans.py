@@ -67,3 +67,11 @@ def test_the_sender_range_defaults_to_what_is_left_below_239_255_255_255() -> No
     assert config(group_base="239.255.255.200").groups() == 56
     with pytest.raises(ValueError, match="leaves the multicast range"):
         config(group_base="239.255.255.200", group_count=100)
+
+
+def test_issue_toi_fits_sixteen_bits() -> None:
+    """The TOI is 16 bits (never 0): with a TSI up to 65,535 every LCT field is 16 or
+    32 bits, which rt-libflute reads right (docs/multicast.md, third-party receivers)."""
+    tois = {issue_toi(f"{n:064x}"[::-1]) for n in range(1, 2000)}
+    assert all(1 <= toi <= 0xFFFF for toi in tois)
+    assert issue_toi("f" * 64) == 0xFFFF

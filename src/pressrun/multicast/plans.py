@@ -59,10 +59,17 @@ def derived_tsi(issue_id: str) -> int:
 
 
 def issue_toi(manifest_sha256: str) -> int:
-    """The TOI of an issue's object: from the SHA-256 of its manifest (28 bits, never
+    """The TOI of an issue's object: from the SHA-256 of its manifest (16 bits, never
     0), so a republished issue is another object and a receiver never mixes the
-    symbols of two versions in one decoder."""
-    return (int(manifest_sha256[:7], 16) or 1) if manifest_sha256 else 1
+    symbols of two versions in one decoder (two versions share a TOI once in 65,535;
+    a receiver also takes only the carousel naming the manifest it verified).
+
+    16 bits because the crate sizes the LCT fields to their values and sets the
+    half-word flag H for the FDT's TOI 0: with a 16-bit TOI and a TSI up to 65,535
+    every field of every packet is 16 or 32 bits, which 5G-MAG's rt-libflute 0.12.3
+    reads right; it reads the 48-bit fields that H with a 32-bit TOI or TSI makes
+    with their halves swapped (it found no file of a 28-bit TOI)."""
+    return (int(manifest_sha256[:4], 16) or 1) if manifest_sha256 else 1
 
 
 @dataclass(frozen=True, slots=True)
