@@ -24,8 +24,12 @@ class CarouselConfig:
     fec: ``raptorq`` (RFC 6330: every channel carries different encoding symbols, so k
         channels deliver about k times faster) or ``none`` (RFC 6726 no-code FEC, for
         standard receivers: every channel carries the whole file, phase-shifted).
-    channels: number of channels (group, port, TSI each). 2.
-    rate_bps: each channel's rate on the wire, bits/s of UDP payload. 40 Mbit/s.
+    channels: number of channels (group, port, TSI each). 4.
+    rate_bps: each channel's rate on the wire, bits/s of UDP payload. 5 Mbit/s: the
+        slowest link to serve carries one channel, faster links join more (receiver-
+        driven layering); 2 x 40 Mbit/s congested every link slower than 40 Mbit/s
+        (docs/multicast.md, "A plan for mixed links", bench/multicast.py
+        --mixed-links).
     symbol_bytes: encoding symbol length (one symbol per packet); 1400 fits a 1500-byte
         MTU with the IP, UDP, LCT and FEC headers.
     max_source_block_symbols: source symbols per block at most (RFC 6330's K). 1024:
@@ -41,8 +45,8 @@ class CarouselConfig:
     """
 
     fec: str = "raptorq"
-    channels: int = 2
-    rate_bps: float = 40e6
+    channels: int = 4
+    rate_bps: float = 5e6
     symbol_bytes: int = 1400
     max_source_block_symbols: int = 1024
     cycle_overhead: float = 0.35
