@@ -292,3 +292,71 @@ async def test_without_redis_two_balancers_each_see_half_the_crowd(
     one_like = 10  # about where one balancer crosses (above)
     assert two["swarm"] >= one_like + 6, two  # each counts only its half
     assert len(sender.starts) >= 1
+
+
+# --- the carousel lease ---------------------------------------------------------
+
+
+async def test_one_instance_holds_the_lease_and_another_takes_it_when_it_stops(
+    redis_url: str,
+) -> None:
+    from pressrun.balancer.shared import SharedDemand
+
+    clock = {"now": 0.0}
+    shared = [
+        SharedDemand(redis_url, DemandPolicy(CFG, {}), interval_s=0.1,
+                     now=lambda: clock["now"], name=f"b{i}")
+        for i in range(2)
+    ]  # fmt: skip
+    try:
+        for _ in range(3):
+            for s in shared:
+                await s.exchange()
+        assert [s.leader for s in shared] == [True, False]
+        await shared[0].close()  # gives the lease up
+        await shared[1].exchange()
+        assert shared[1].leader
+    finally:
+        for s in shared[1:]:
+            await s.close()
+
+
+async def test_a_leader_that_dies_loses_the_lease_after_it_expires(redis_url: str) -> None:
+    from pressrun.balancer.shared import SharedDemand
+
+    a = SharedDemand(redis_url, DemandPolicy(CFG, {}), interval_s=0.1, now=lambda: 0.0, name="a")
+    b = SharedDemand(redis_url, DemandPolicy(CFG, {}), interval_s=0.1, now=lambda: 0.0, name="b")
+    try:
+        await a.exchange()
+        await b.exchange()
+        assert (a.leader, b.leader) == (True, False)
+        await asyncio.sleep(a.lease_s + 0.1)  # a stops renewing (as if killed)
+        await b.exchange()
+        assert b.leader
+        await a.exchange()  # a, back, finds the lease taken
+        assert not a.leader
+    finally:
+        await a.redis.aclose()
+        await b.close()
+
+
+async def test_without_redis_answering_a_balancer_counts_alone_and_never_orders() -> None:
+    from pressrun.balancer.shared import SharedDemand
+
+    policy = DemandPolicy(CFG, {"i": SWARM})
+    shared = SharedDemand(
+        f"redis://127.0.0.1:{_free_port()}/0", policy, interval_s=0.05, now=lambda: 0.0
+    )
+    task = asyncio.create_task(shared.run())
+    try:
+        await asyncio.sleep(0.3)
+        assert shared.failures >= 2 and shared.rounds == 0
+        assert not shared.is_leader()
+        for k in range(8):  # its own demand still moves the issue to the swarm
+            policy.decide("i", now=k * 0.01)
+        assert policy.decide("i", now=0.1).mode is DeliveryMode.SWARM
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await shared.close()
