@@ -10,6 +10,7 @@ import struct
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -607,11 +608,11 @@ async def test_out_of_file_descriptors_waits_instead_of_refusing(
 
     failures = [2]
 
-    def scarce_open(path: object, mode: str = "r") -> object:
+    def scarce_open(path: object, mode: str = "r", **kwargs: Any) -> object:
         if failures[0] > 0:
             failures[0] -= 1
             raise OSError(errno.EMFILE, "Too many open files")
-        return builtins.open(path, mode)  # type: ignore[call-overload]
+        return builtins.open(path, mode, **kwargs)  # type: ignore[call-overload]
 
     monkeypatch.setattr(aio, "open", scarce_open, raising=False)
     t0 = time.perf_counter()
