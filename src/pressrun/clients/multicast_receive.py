@@ -81,7 +81,12 @@ async def receive_multicast(
     before = set(kept)
     f.multicast_bytes = sum(m.piece_span(i)[1] for i in good if i not in before)
     if len(have) == m.num_pieces:
-        f.multicast_note = f"{result.most_channels} channel(s), {result.seconds:.1f} s"
+        # the channels it held against its link: at most, and at the end (receiver-
+        # driven layering), and the packets its own socket dropped (not path loss)
+        f.multicast_note = (
+            f"{result.most_channels} channel(s), {result.seconds:.1f} s, "
+            f"{result.final_channels} at the end, {result.socket_drops} own socket drops"
+        )
         return have
     why = (
         result.reason
