@@ -245,11 +245,6 @@ def _http_date(mtime: float) -> str:
     return formatdate(mtime, usegmt=True)
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
 #: transfer outcomes logged at DEBUG (the others at INFO)
 _QUIET_OUTCOMES = frozenset({"complete", "client gone"})
 
@@ -657,27 +652,55 @@ class OriginService:
             try:
                 n = os.sendfile(out_fd, in_fd, offset + sent, count - sent)
             except (BlockingIOError, InterruptedError):
-                await self._writable(out_fd, deadline)
-                # the wait may end because the client left: the transport then closes
-                # (its descriptor too, or soon), so it is asked before each call
-                if transport.is_closing():
-                    raise ConnectionResetError("client closed the connection") from None
-                continue
+                return sent + await self._sendfile_waiting(
+                    transport, out_fd, in_fd, offset + sent, count - sent, deadline
+                )
             if n == 0:
                 break  # the file ended
             sent += n
         return sent
 
-    async def _writable(self, fd: int, deadline: float) -> None:
-        """Wait until the socket `fd` can take bytes, at most until `deadline`."""
+    async def _sendfile_waiting(
+        self,
+        transport: asyncio.BaseTransport,
+        out_fd: int,
+        in_fd: int,
+        offset: int,
+        count: int,
+        deadline: float,
+    ) -> int:
+        """The rest of `_sendfile_direct` once the socket is full: one writer
+        registration and one timeout for the whole rest of the chunk (not one per
+        wait: a slow client or 1,000 connections make many waits)."""
         loop: Any = self._loop  # the selector loop's private writer slot, as loop.sendfile
-        waiter = loop.create_future()
-        loop._add_writer(fd, _wake, waiter)
+        waiter: list[asyncio.Future[None]] = [loop.create_future()]
+
+        def wake() -> None:
+            if not waiter[0].done():
+                waiter[0].set_result(None)
+
+        loop._add_writer(out_fd, wake)
+        sent = 0
         try:
             async with asyncio.timeout_at(deadline):
-                await waiter
+                while sent < count:
+                    await waiter[0]
+                    # the wait may end because the client left: the transport then
+                    # closes (its descriptor too, or soon), so ask before each call
+                    if transport.is_closing():
+                        raise ConnectionResetError("client closed the connection")
+                    waiter[0] = loop.create_future()
+                    while sent < count:
+                        try:
+                            n = os.sendfile(out_fd, in_fd, offset + sent, count - sent)
+                        except (BlockingIOError, InterruptedError):
+                            break
+                        if n == 0:
+                            return sent  # the file ended
+                        sent += n
         finally:
-            loop._remove_writer(fd)
+            loop._remove_writer(out_fd)
+        return sent
 
     async def _sendfile_asyncio(
         self, transport: asyncio.Transport, fobj: IO[bytes], offset: int, count: int
