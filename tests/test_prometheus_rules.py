@@ -70,4 +70,5 @@ def test_every_service_with_metrics_is_scraped() -> None:
     assert set(compose["services"]) - without <= targets
     assert config["rule_files"] == ["/etc/pressrun/prometheus/rules.yml"]
     prometheus = compose["services"]["prometheus"]
-    assert "./deploy/prometheus:/etc/pressrun/prometheus:ro" in prometheus["volumes"]
+    mount = "${PRESSRUN_PROMETHEUS_CONFIG_DIR:-./deploy/prometheus}:/etc/pressrun/prometheus:ro"
+    assert mount in prometheus["volumes"]

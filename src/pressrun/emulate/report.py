@@ -185,6 +185,7 @@ def summarize(
                 [row["start_lag_s"] for row in rows if row["start_lag_s"] is not None]
             ),
             "ready_s": _spread([row["ready_s"] for row in rows if row["ready_s"] is not None]),
+            "series_source": r.series_source,
             "modes_first_s": modes_first_s(r.directives),
             "directives_series": r.directives,
             "ring_at_start": r.ring_at_start,

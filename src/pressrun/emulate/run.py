@@ -52,6 +52,7 @@ from pressrun.emulate.project import (
     SENDER_PORT,
     SUPERNODES,
     ComposeProject,
+    EmulationError,
     bridge_querier,
     docker_async,
     free_subnet,
@@ -181,6 +182,65 @@ class VariantResult:
     prepared_s: float | None = None
     #: the host's CPU during the run: [(t, busy_s, all_s, containers_s)] (`sample_cpu`)
     cpu: list[tuple[float, float, float, float | None]] = field(default_factory=list)
+    #: where egress, sender and directives come from: "prometheus" (the deployment's,
+    #: what an operator's dashboard shows) or "probes (why not Prometheus)"
+    series_source: str = "probes"
+
+
+def _wall_clock() -> float:
+    import time
+
+    return time.time()  # noqa: TID251 (Prometheus's timestamps are wall-clock)
+
+
+def prometheus_config_for_emulation(source: Path, out: Path) -> Path:
+    """deploy/prometheus/ with every interval at 1 s (the report's resolution) in
+    ``out``, for the compose file's ``PRESSRUN_PROMETHEUS_CONFIG_DIR``."""
+    import re
+
+    out.mkdir(parents=True, exist_ok=True)
+    text = (source / "prometheus.yml").read_text()
+    text = re.sub(r"(scrape_interval|evaluation_interval): \d+s", r"\1: 1s", text)
+    (out / "prometheus.yml").write_text(text)
+    shutil.copy(source / "rules.yml", out / "rules.yml")
+    return out
+
+
+async def _series_from_prometheus(
+    project: ComposeProject,
+    result: VariantResult,
+    elapsed_s: float,
+    report: Callable[[str], None],
+    variant: str,
+) -> None:
+    """The report's egress, sender and directive series from the deployment's
+    Prometheus (issue 30) in place of the probes' when it has them."""
+    from pressrun.emulate.prometheus_series import PrometheusError, read_series
+
+    try:
+        ip = await asyncio.to_thread(project.address, "prometheus")
+        end = _wall_clock()
+        series = await asyncio.to_thread(
+            read_series,
+            f"http://{ip}:9090",
+            origins={f"{name}:{port}": name for name, port in ORIGINS.items()},
+            start_wall=end - elapsed_s,
+            end_wall=end,
+        )
+    except (PrometheusError, EmulationError, DockerCommandError, OSError) as err:
+        result.series_source = f"probes (Prometheus: {err})"
+        report(f"[{variant}] the series come from the probes: {err}")
+        return
+    if not any(series.egress.values()) or not series.directives:
+        result.series_source = "probes (Prometheus had no samples of the run)"
+        report(f"[{variant}] the series come from the probes: Prometheus had no samples")
+        return
+    result.egress, result.sender, result.directives = (
+        series.egress,
+        series.sender,
+        series.directives,
+    )
+    result.series_source = "prometheus"
 
 
 def _info_hash(content_dir: Path, issue_id: str) -> str:
@@ -216,6 +276,11 @@ async def run_variant(
         "PRESSRUN_OPERATOR_TOKEN": secrets.token_hex(16),  # the trackers' /v1/swarms
         "PRESSRUN_SUBSCRIPTIONS_TOKEN": secrets.token_hex(16),
         "PRESSRUN_PUBLISHER_PUB_FILE": str(issue.key_file.resolve()) + ".pub",
+        "PRESSRUN_PROMETHEUS_CONFIG_DIR": str(
+            prometheus_config_for_emulation(
+                compose_file.parent / "deploy" / "prometheus", log_dir / f"{variant}-prometheus"
+            ).resolve()
+        ),
         "PRESSRUN_RESTART": "no",
         "PRESSRUN_REDIS_SAVE": "",
         # no fixed host ports: each published port on an ephemeral port of 127.0.0.1
@@ -379,6 +444,7 @@ async def run_variant(
         result.trackers = await tracker_views(project, info_hash)
         result.supernodes_at_end = await supernode_states(project)
         await asyncio.sleep(SAMPLE_INTERVAL_S * 1.5)  # one last egress sample
+        await _series_from_prometheus(project, result, loop.time() - t0, report, variant)
         return result
     finally:
         for task in (sampler, cpu_sampler, clients_ready):
