@@ -19,6 +19,8 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pressrun.balancer.codec import decode_status
+
 from .test_cli import _start
 
 ISSUE = "issue-1"
@@ -144,6 +146,7 @@ async def test_stats_and_metrics_count_the_whole_origin(origin: tuple[str, int])
     assert len(stats["workers"]) == 2
     assert all(w["bytes_sent_total"] > 0 for w in stats["workers"]), stats["workers"]
     assert sum(w["bytes_sent_total"] for w in stats["workers"]) == received[0]
+    decode_status(stats, origin_name="a")  # the balancer reads the merged document
     text = await asyncio.to_thread(
         lambda: urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
     )

@@ -16,7 +16,9 @@ required one is ``content_dir``. ``RunningOrigin.service.stats_document()`` is t
 ``/stats`` JSON without an HTTP round trip.
 
 Modules: :mod:`core` (pure: names, ranges, validators, `TokenBucket`, `TrafficMeter`),
-:mod:`config`, :mod:`aio` (the aiohttp service), :mod:`cli` (``pressrun serve origin``).
+:mod:`config`, :mod:`aio` (the aiohttp service), :mod:`shared` (what the workers of one
+origin share: the cap, their figures), :mod:`workers` (the supervisor of ``--workers``),
+:mod:`cli` (``pressrun serve origin``).
 """
 
 from __future__ import annotations
