@@ -285,3 +285,29 @@ async def test_an_origin_that_comes_back_ramps_over_slowstart(
             assert share == pytest.approx(0.5 * (k + 0.5) / 4, abs=0.08), shares
     finally:
         await running.stop()
+
+
+def test_serve_balancer_health_flags_out_of_range_exit_2() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pressrun = str(Path(sys.executable).with_name("pressrun"))
+    for flags, message in (
+        (["--rise", "0"], "rise and fall"),
+        (["--slowstart-s", "-1"], "slowstart"),
+    ):
+        done = subprocess.run(
+            [pressrun, "serve", "balancer", "--origins", "http://127.0.0.1:9", "--port", "0",
+             *flags],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr
+
+
+def test_the_cli_defaults_are_haproxys() -> None:
+    from pressrun.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "balancer", "--origins", "http://o:1"])
+    assert (args.rise, args.fall, args.slowstart_s) == (2, 3, 10.0)
