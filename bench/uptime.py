@@ -383,7 +383,7 @@ class DayFigures:
     latency_ms: dict[str, list[float]] = field(default_factory=dict)
     probe_errors: dict[str, int] = field(default_factory=dict)
     rss: dict[str, float] = field(default_factory=dict)  # bytes, last sample of the day
-    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds used in the day
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds since the start
     sizes: dict[str, float] = field(default_factory=dict)
     events: list[str] = field(default_factory=list)
     loadavg: str = ""
@@ -1112,11 +1112,18 @@ class Soak:
             f"{'probes':>7} {'errors':>6}"
         )
         names = sorted(set(fig.rss) | set(fig.latency_ms))
+        before = self.figures.get(fig.day - 1)
+
+        def cpu_in_day(name: str) -> float:
+            """CPU seconds the service used in this simulated day."""
+            then = 0.0 if before is None else before.cpu_s.get(name, 0.0)
+            return fig.cpu_s.get(name, float("nan")) - then
+
         for name in names:
             lat = fig.latency_ms.get(name, [])
             print(
                 f"   {name:<16} {fig.rss.get(name, float('nan')) / MIB:>8.1f} "
-                f"{fig.cpu_s.get(name, float('nan')):>7.1f} {percentile(lat, 0.5):>7.1f} "
+                f"{cpu_in_day(name):>7.1f} {percentile(lat, 0.5):>7.1f} "
                 f"{percentile(lat, 0.99):>7.1f} {len(lat):>7d} {fig.probe_errors.get(name, 0):>6d}"
             )
         s = fig.sizes
