@@ -907,7 +907,7 @@ class Soak:
             if name in self.down:
                 continue
             with contextlib.suppress(psutil.Error):
-                day.rss[name] = float(psutil.Process(proc.proc.pid).memory_info().rss)
+                day.rss[name] = _rss(proc.proc.pid)
                 day.cpu_s[name] = self.cpu_base.get(name, 0.0) + _cpu(proc.proc.pid)
         if self.redis is not None:
             with contextlib.suppress(psutil.Error):
@@ -1279,13 +1279,33 @@ def _bound(func: Callable[..., Awaitable[None]], *args: Any) -> Callable[[], Awa
     return lambda: func(*args)
 
 
+def _tree(pid: int) -> list[psutil.Process]:
+    """A process and its children (an origin's workers: ``--workers``)."""
+    top = psutil.Process(pid)
+    return [top, *top.children(recursive=True)]
+
+
+def _rss(pid: int) -> float:
+    """Resident bytes of a process and its children."""
+    total = 0.0
+    for p in _tree(pid):
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
 def _cpu(pid: int) -> float:
-    """CPU seconds of a process (0 once it is gone)."""
+    """CPU seconds of a process and its live children (0 once it is gone)."""
     try:
-        t = psutil.Process(pid).cpu_times()
+        procs = _tree(pid)
     except psutil.Error:
         return 0.0
-    return float(t.user + t.system)
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
 
 
 def _free_port() -> int:
