@@ -180,9 +180,13 @@ class FakeSender:
 
 
 def start_balancer_process(
-    origins: list[RunningOrigin], sender: FakeSender, redis_url: str | None
+    origins: list[RunningOrigin],
+    sender: FakeSender,
+    redis_url: str | None,
+    port: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    """A ``pressrun serve balancer`` process (on ``port``, default a free one)."""
+    port = port or _free_port()
     argv = [
         str(Path(sys.executable).with_name("pressrun")), "serve", "balancer",
         "--origins", ",".join(f"{o.name}={o.url}" for o in origins),
@@ -360,3 +364,72 @@ async def test_without_redis_answering_a_balancer_counts_alone_and_never_orders(
         with pytest.raises(asyncio.CancelledError):
             await task
         await shared.close()
+
+
+async def test_a_balancer_killed_mid_crowd_and_restarted(
+    origins: list[RunningOrigin], redis_url: str
+) -> None:
+    """Two balancers on Redis; the crowd's clients ask either first and the other when
+    it does not answer (as `pressrun get` with both URLs). One is SIGKILLed after 8
+    clients (below the swarm threshold) and started again after 16: the crowd still
+    moves to the swarm and the carousel near the clients where one balancer moves it,
+    and the carousel is started once."""
+    sender = FakeSender()
+    await sender.start()
+    procs = [start_balancer_process(origins, sender, redis_url) for _ in range(2)]
+    urls = [url for _, url in procs]
+    first: dict[str, int] = {}
+    answered_by: list[str] = []
+    try:
+        async with aiohttp.ClientSession() as http:
+            for url in urls:
+                await wait_ready(http, url, len(origins))
+            await asyncio.sleep(2 * INTERVAL_S)
+            for k in range(2):
+                await ask(http, urls[k])
+            await asyncio.sleep(0.5)
+            for n in range(2, 60):
+                if n == 8:
+                    procs[1][0].kill()  # SIGKILL: no lease given up, no goodbye
+                    procs[1][0].wait(timeout=10)
+                if n == 16:
+                    port = int(urls[1].rsplit(":", 1)[1])
+                    procs[1] = start_balancer_process(origins, sender, redis_url, port)
+                started = time.monotonic()
+                order = [urls[n % 2], urls[1 - n % 2]]
+                for url in order:  # the client's list: the next on a refused connection
+                    try:
+                        mode = await ask(http, url)
+                    except aiohttp.ClientConnectionError:
+                        continue
+                    answered_by.append(url)
+                    first.setdefault(mode, n)
+                    break
+                else:
+                    raise AssertionError(f"client {n}: no balancer answered")
+                if "multicast" in first and n - first["multicast"] >= 4:
+                    break
+                await asyncio.sleep(max(0.0, PACE_S - (time.monotonic() - started)))
+            # the restarted one is back in the crowd's answers and agrees
+            await wait_ready(http, urls[1], len(origins))
+            await asyncio.sleep(3 * INTERVAL_S)
+            modes = [await ask(http, url) for url in urls]
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc, _ in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        assert sender.runner is not None
+        await sender.runner.cleanup()
+    print("killed at client 8, back at 16; first answer of each mode:", first)
+    poll = round(INTERVAL_S / PACE_S)
+    # one balancer: swarm at about client 10, multicast at about 24 (the test above)
+    assert 8 <= first["swarm"] <= 12 + poll
+    assert 20 <= first["multicast"] <= 24 + 2 * poll
+    assert modes == ["multicast", "multicast"]
+    assert sender.starts == [ISSUE], "the carousel was started more than once"
+    assert answered_by[8:16].count(urls[1]) == 0  # the killed one answered nobody
