@@ -205,3 +205,15 @@ async def test_a_killed_worker_is_replaced_and_the_others_transfers_go_on(
     assert sorted(w["pid"] for w in stats["workers"]) == sorted(children)
     # the survivor's transfers are all in the origin's totals
     assert stats["bytes_sent_total"] >= len(on_survivor) * span + 800_000
+
+
+async def test_workers_stop_when_the_supervisor_is_killed(origin: tuple[str, int]) -> None:
+    _, supervisor = origin
+    workers = [c.pid for c in psutil.Process(supervisor).children()]
+    assert len(workers) == 2
+    os.kill(supervisor, signal.SIGKILL)
+    # no worker serves on unsupervised (nothing would replace it, nothing stops it)
+    gone, alive = await asyncio.to_thread(
+        psutil.wait_procs, [psutil.Process(pid) for pid in workers], 10
+    )
+    assert alive == [] and len(gone) == 2

@@ -30,6 +30,7 @@ import errno
 import functools
 import logging
 import os
+import signal
 import socket
 import stat
 import struct
@@ -345,6 +346,13 @@ class OriginService:
     def start_publisher(self) -> None:
         """A worker: publish the snapshot now and whenever the figures moved, at most
         every `PUBLISH_EVERY_S` (the other workers' ``/stats`` read it)."""
+        share = self.share
+        assert share is not None
+        if share.parent_pid and os.getppid() != share.parent_pid:
+            # the supervisor is gone (killed): stop as on SIGTERM, do not serve on alone
+            log.warning("origin %s worker %d: supervisor gone, stopping", self.name, share.slot)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         if self._dirty or self._publisher is None:
             self.publish()
         self._publisher = self._loop.call_later(PUBLISH_EVERY_S, self.start_publisher)
@@ -647,18 +655,19 @@ class OriginService:
         writer slot of the transport's descriptor: the transport's own buffer is empty,
         so nothing else writes it), until `deadline` (TimeoutError).
         """
-        sent = 0
-        while sent < count:
-            try:
-                n = os.sendfile(out_fd, in_fd, offset + sent, count - sent)
-            except (BlockingIOError, InterruptedError):
-                return sent + await self._sendfile_waiting(
-                    transport, out_fd, in_fd, offset + sent, count - sent, deadline
-                )
-            if n == 0:
-                break  # the file ended
-            sent += n
-        return sent
+        try:
+            sent = os.sendfile(out_fd, in_fd, offset, count)
+        except (BlockingIOError, InterruptedError):
+            sent = -1
+        if sent == 0 or sent == count:
+            return sent  # all of it, or the file ended
+        # EAGAIN or a short send: the socket buffer is full (asking again at once
+        # would cost a system call and an exception for EAGAIN); if the file ended just
+        # there, the next call after the wait says 0
+        sent = max(sent, 0)
+        return sent + await self._sendfile_waiting(
+            transport, out_fd, in_fd, offset + sent, count - sent, deadline
+        )
 
     async def _sendfile_waiting(
         self,
@@ -690,14 +699,15 @@ class OriginService:
                     if transport.is_closing():
                         raise ConnectionResetError("client closed the connection")
                     waiter[0] = loop.create_future()
-                    while sent < count:
-                        try:
-                            n = os.sendfile(out_fd, in_fd, offset + sent, count - sent)
-                        except (BlockingIOError, InterruptedError):
-                            break
-                        if n == 0:
-                            return sent  # the file ended
-                        sent += n
+                    try:
+                        n = os.sendfile(out_fd, in_fd, offset + sent, count - sent)
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    if n == 0:
+                        return sent  # the file ended
+                    # a short send filled the buffer: wait for room (level-triggered:
+                    # the selector wakes us at once if there is some left)
+                    sent += n
         finally:
             loop._remove_writer(out_fd)
         return sent

@@ -111,6 +111,9 @@ class WorkerShare:
     workers: int
     state_dir: Path
     bucket: SharedBucket | None = None
+    #: the supervisor's pid: a worker whose parent is no longer it (the supervisor was
+    #: killed) stops instead of serving on, unsupervised
+    parent_pid: int = 0
 
     def path(self, slot: int) -> Path:
         """The snapshot file of worker `slot`."""

@@ -140,6 +140,7 @@ class Supervisor:
             workers=self.workers,
             state_dir=self.state_dir,
             bucket=bucket,
+            parent_pid=os.getpid(),
         )
 
     def _spawn(self, slot: _Slot) -> None:
