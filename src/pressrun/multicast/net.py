@@ -81,12 +81,11 @@ def _big_receive_buffer(sock: socket.socket, size: int = RECEIVE_BUFFER_BYTES) -
 #: Linux's SO_TIMESTAMPNS (and its control message SCM_TIMESTAMPNS), not exported by
 #: Python's socket module: the kernel stamps each datagram with its arrival time
 SO_TIMESTAMPNS = 35
-_TIMESPEC = struct.Struct("qq")
 
 
 def enable_arrival_times(sock: socket.socket) -> bool:
-    """Ask the kernel to stamp each datagram with its arrival time; False where it
-    cannot (then `recv_with_arrival` answers None for the time)."""
+    """Ask the kernel to stamp each datagram with its arrival time (the binding's
+    receive loop reads it); False where it cannot."""
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     except OSError:
@@ -97,36 +96,17 @@ def enable_arrival_times(sock: socket.socket) -> bool:
 #: Linux's SO_RXQ_OVFL: each datagram then comes with the count of datagrams the
 #: socket dropped so far because its receive queue was full (the kernel's sk_drops)
 SO_RXQ_OVFL = 40
-_DROPS = struct.Struct("I")
 
 
 def enable_drop_counts(sock: socket.socket) -> bool:
-    """Ask the kernel to give each datagram the socket's drop count (SO_RXQ_OVFL);
-    False where it cannot (then `recv_with_arrival` answers None for it)."""
+    """Ask the kernel to give each datagram the socket's drop count (SO_RXQ_OVFL; the
+    binding's receive loop reads it, and the kernel adds it only once the count is
+    above 0); False where it cannot."""
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
     except OSError:
         return False
     return True
-
-
-def recv_with_arrival(sock: socket.socket, size: int) -> tuple[bytes, float | None, int | None]:
-    """One datagram, the Unix time the kernel received it (None without a stamp: the
-    time a packet arrived, not when a busy receiver got round to reading it), and the
-    datagrams this socket dropped so far for a full queue (None without
-    `enable_drop_counts`; the kernel sends it only once the count is above 0)."""
-    data, ancillary, _, _ = sock.recvmsg(size, 64)
-    arrived: float | None = None
-    drops: int | None = None
-    for level, kind, payload in ancillary:
-        if level != socket.SOL_SOCKET:
-            continue
-        if kind == SO_TIMESTAMPNS and len(payload) >= 16:
-            seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
-            arrived = seconds + nanoseconds / 1e9
-        elif kind == SO_RXQ_OVFL and len(payload) >= 4:
-            (drops,) = _DROPS.unpack_from(payload)
-    return data, arrived, drops
 
 
 def receiver_socket(

@@ -9,9 +9,12 @@ with 150 k packets/s where an asyncio datagram protocol lost 2%. It
    (signed by a trusted publisher, not expired, not replayed) and that names the
    issue with the manifest the client verified; every announcement ignored is logged
    with the reason;
-2. joins channels as `LayerCore` decides (receiver-driven layering) and feeds every
-   packet of every joined channel into one FLUTE session of pressrun's binding over
-   the crate ``flute`` (symbols from several channels meet in one RaptorQ decoder);
+2. joins channels as `LayerCore` decides (receiver-driven layering on the path's
+   loss: each window, the channels' sequence counts and socket drops go to the core)
+   and lets the binding's receive loop (``Receiver.receive``: recvmmsg, without the
+   GIL) feed every packet of every joined channel into one FLUTE session of the crate
+   ``flute`` (symbols from several channels meet in one RaptorQ decoder); Python is
+   woken at the object's end, an announcement, or the window's end, not per packet;
 3. returns when the binding reports the object completed (an event, not a log line),
    at the deadline, or when the sender's announcements stop naming the carousel.
 
@@ -56,8 +59,6 @@ log = logging.getLogger("pressrun.multicast.receiver")
 
 #: the largest datagram read (an announcement; data packets are about 1.4 kB)
 MAX_DATAGRAM = 65536
-#: a data packet read (symbols of up to 4 kB with their headers)
-PACKET_READ_BYTES = 4200
 #: memory the binding may hold for undecoded blocks of the object, at least; a larger
 #: issue gets more (`cache_bytes_for`)
 MAX_CACHE_BYTES = 512 * 1024 * 1024
