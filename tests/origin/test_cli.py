@@ -109,6 +109,9 @@ def test_bad_flags_exit_2(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert b"send_timeout_s must be a positive number" in out.stderr
+    out = subprocess.run([*PRESSRUN, *argv, "--workers", "0"], capture_output=True, timeout=30)
+    assert out.returncode == 2
+    assert b"--workers must be at least 1" in out.stderr
 
 
 def test_missing_content_dir_exits_1(tmp_path: Path) -> None:
