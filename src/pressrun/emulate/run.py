@@ -231,6 +231,11 @@ async def _series_from_prometheus(
         result.series_source = f"probes (Prometheus: {err})"
         report(f"[{variant}] the series come from the probes: {err}")
         return
+    except Exception as err:  # the report's source must never end a run
+        log.exception("reading the series from Prometheus failed")
+        result.series_source = f"probes (Prometheus: {type(err).__name__}: {err})"
+        report(f"[{variant}] the series come from the probes: {err}")
+        return
     if not any(series.egress.values()) or not series.directives:
         result.series_source = "probes (Prometheus had no samples of the run)"
         report(f"[{variant}] the series come from the probes: Prometheus had no samples")
