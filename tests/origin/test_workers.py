@@ -163,8 +163,8 @@ async def test_stats_and_metrics_count_the_whole_origin(origin: tuple[str, int])
     assert samples[("pressrun_origin_capacity_bytes_per_second", ())] == 125e6
 
 
-# 80 Mbit/s = 10 MB/s shared: 12 transfers of 1.6 MB last about 2 s
-@pytest.mark.parametrize("origin", [["--egress-cap-mbps", "80"]], indirect=True)
+# 40 Mbit/s = 5 MB/s shared: 12 transfers of 1.6 MB last about 4 s
+@pytest.mark.parametrize("origin", [["--egress-cap-mbps", "40"]], indirect=True)
 async def test_a_killed_worker_is_replaced_and_the_others_transfers_go_on(
     origin: tuple[str, int],
 ) -> None:
@@ -192,7 +192,7 @@ async def test_a_killed_worker_is_replaced_and_the_others_transfers_go_on(
     assert all(got[i] < span for i in on_victim), got
     # a new worker took the dead one's place (same slot, same socket) and serves
     children: list[int] = []
-    for _ in range(100):
+    for _ in range(400):  # 20 s at most: a loaded host forks slowly
         children = [c.pid for c in psutil.Process(supervisor).children()]
         if len(children) == 2 and victim not in children:
             break

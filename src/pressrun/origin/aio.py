@@ -776,7 +776,7 @@ class OriginService:
         now = self._loop.time()
         if self.share is not None:
             own, others = self._merged()
-            merged = merge_stats(own, others)
+            merged = merge_stats(own, others, interval_s=self.config.stats_interval_s)
             return {
                 "name": self.name,
                 "cpu_percent": self.cpu_percent,

@@ -209,14 +209,42 @@ def _spread(frame: list[list[float]], windows: list[list[float]]) -> None:
                 target[2] += count * overlap / length
 
 
-def merge_stats(own: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, Any]:
+def _closed_everywhere(
+    frame: list[list[float]], others: list[dict[str, Any]], interval_s: float
+) -> list[list[float]]:
+    """The frame's windows every other worker has closed and published too.
+
+    Workers close their intervals within milliseconds of each other, but a window the
+    answering worker just closed may not be in another's file yet: reported now, it
+    would lack that worker's bytes for good (readers take each window once, e.g. the
+    demo's egress check). It is left for the next answer. A worker with no window yet
+    (just started) or none within three intervals (stuck, dying) does not hold the
+    others back."""
+    if not frame:
+        return frame
+    newest = frame[-1][1]
+    ends = [
+        d["recent"][-1][1]
+        for d in others
+        if d["recent"] and d["recent"][-1][1] >= newest - 3 * interval_s
+    ]
+    if not ends:
+        return frame
+    limit = min(ends) + interval_s / 2  # boundaries agree to a timer's lateness
+    return [w for w in frame if w[1] <= limit]
+
+
+def merge_stats(
+    own: dict[str, Any], others: list[dict[str, Any]], *, interval_s: float = 1.0
+) -> dict[str, Any]:
     """The ``/stats`` figures of the whole origin from the answering worker's live
     snapshot `own` and the other workers' last ones (see `snapshot` in aio).
 
     Counts and totals add up; the interval rate is the sum of each worker's last
     interval rate; the per-transfer means are weighted by the transfers each is over;
     ``recent_intervals`` keeps `own`'s windows, each other worker's bytes spread over
-    them by overlap.
+    them by overlap, and only those every worker has published (`_closed_everywhere`).
+    `interval_s` is the stats interval.
     """
     docs = [own, *others]
     seen = sum(d["transfers_seen"] for d in docs)
@@ -231,6 +259,7 @@ def merge_stats(own: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, 
     frame = [list(w) for w in own["recent"]]
     for d in others:
         _spread(frame, d["recent"])
+    frame = _closed_everywhere(frame, others, interval_s)
     active_by_issue: dict[str, int] = {}
     transfers_by_issue: dict[str, int] = {}
     bytes_by_issue: dict[str, int] = {}
