@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -217,3 +218,33 @@ async def test_workers_stop_when_the_supervisor_is_killed(origin: tuple[str, int
         psutil.wait_procs, [psutil.Process(pid) for pid in workers], 10
     )
     assert alive == [] and len(gone) == 2
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [["--stalled-after-s", "0.5", "--stats-interval-s", "0.25", "--send-timeout-s", "30"]],
+    indirect=True,
+)
+async def test_stalled_transfers_of_every_worker_are_counted(origin: tuple[str, int]) -> None:
+    url, _ = origin
+    host, port = url.removeprefix("http://").split(":")
+    writers = []
+    for _ in range(10):  # clients that ask for 32 MB and never read
+        _, writer = await asyncio.open_connection(host, int(port))
+        sock = writer.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        writer.write(f"GET /content/{ISSUE}/big.bin HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        writers.append(writer)
+    stats: dict[str, Any] = {}
+    try:
+        for _ in range(100):
+            stats = await asyncio.to_thread(_get_json, f"{url}/stats")
+            if stats["stalled_transfers"] == 10:
+                break
+            await asyncio.sleep(0.1)
+        assert stats["stalled_transfers"] == 10 and stats["active_transfers"] == 0, stats
+        assert all(w["stalled_transfers"] > 0 for w in stats["workers"]), stats["workers"]
+        assert sum(w["stalled_transfers"] for w in stats["workers"]) == 10
+    finally:
+        for writer in writers:
+            writer.close()
