@@ -73,6 +73,7 @@ from pressrun.balancer.codec import (
     json_score,
     parse_client_hint,
     parse_failed,
+    parse_request_class,
 )
 from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.core import BalancerCore, ModePolicy, OriginState
@@ -385,15 +386,17 @@ class BalancerService:
             )
         failed = _NO_FAILED
         client = None
+        request_class = None
         if request.query_string:
             try:
                 failed = parse_failed(request.query.getall("failed", []))
                 client = parse_client_hint(request.query)
+                request_class = parse_request_class(request.query)
             except RequestFormatError as err:
                 return self._error(400, str(err))
         now = self._now()
         result = self.core.handle_directive_requested(
-            DirectiveRequested(issue_id, failed, client, request.remote), now=now
+            DirectiveRequested(issue_id, failed, client, request.remote, request_class), now=now
         )
         if decisions_log.isEnabledFor(logging.DEBUG):
             self._log_decision(issue_id, result, now)

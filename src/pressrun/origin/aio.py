@@ -60,6 +60,7 @@ from pressrun.origin.core import (
     TrafficMeter,
     content_type_for,
     if_range_holds,
+    is_small_object,
     make_etag,
     next_chunk_bytes,
     none_match,
@@ -552,11 +553,14 @@ class OriginService:
             max_chunk = cfg.sendfile_chunk_bytes if bucket is None else cfg.cap_chunk_bytes
             chunk = max_chunk
             counter = self.metrics.bytes_sent.labels(issue)
+            # A small object (a manifest, a cover) takes its bytes from the bucket but
+            # does not wait behind the bulk transfers' debt: they pay it back (issue 33).
+            small = is_small_object(name, size)
             while position < end:
                 n = min(chunk, end - position)
                 if bucket is not None:
                     wait_s = bucket.take(n, now=loop.time())
-                    if wait_s > 0:
+                    if wait_s > 0 and not small:
                         await asyncio.sleep(wait_s)
                         self.meter.transfer_paced(tid, now=loop.time())
                 if transport.is_closing():

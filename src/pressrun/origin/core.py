@@ -199,6 +199,20 @@ def content_type_for(name: str) -> str:
 # ---------------------------------------------------------------------- token bucket
 
 
+#: a file of at most this many bytes is a small object (a cover, a subscription wrap),
+#: as are an issue's manifest and torrent whatever their size: the request class
+#: ``small`` of docs/balancer.md; with an egress cap a small object goes out ahead of
+#: the bulk transfers instead of waiting behind them (the issues themselves, and the
+#: test files of the origin's own tests, are over 1 MB)
+SMALL_OBJECT_BYTES = 256 * 1024
+
+
+def is_small_object(name: str, size_bytes: int) -> bool:
+    """Whether a file of the bundle is a small object: ``manifest.json``, a
+    ``.torrent``, or any file of at most `SMALL_OBJECT_BYTES`."""
+    return name == "manifest.json" or name.endswith(".torrent") or size_bytes <= SMALL_OBJECT_BYTES
+
+
 class TokenBucket:
     """A token bucket of `rate_bytes_per_s` refill and `burst_bytes` depth, with debt.
 
