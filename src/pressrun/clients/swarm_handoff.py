@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import socket
 import threading
 from collections.abc import Iterable
@@ -77,7 +78,8 @@ async def fetch_swarm(
         f.notice(f"swarm: {f.swarm_note}; using origins")
         return kept, None, None
     web_seeds = [f"{url}/content/{m.issue_id}/{m.file_name}" for url in f.origin_urls.values()]
-    overrides: dict[str, object] = {}
+    # WebRTC peers' STUN server (libtorrent's WebTorrent; docs/tracker.md): none unless set
+    overrides: dict[str, object] = {"stun_server": os.environ.get("PRESSRUN_STUN", "")}
     if f.config.swarm_stall_after_s is not None:
         overrides["stall_after_s"] = f.config.swarm_stall_after_s
     if f.config.swarm_max_seed_s is not None:

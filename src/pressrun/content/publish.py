@@ -181,7 +181,7 @@ def _check_inputs(
             # FIELD-NOTES: libtorrent refuses query strings on loopback web seeds.
             raise PublishError(f"web seed {url!r} has a query string; give the origin's base URL")
     for url in trackers:
-        _check_url(url, "tracker", ("http", "https", "udp"))
+        _check_url(url, "tracker", ("http", "https", "udp", "ws", "wss"))
     try:
         st = file.stat()
     except FileNotFoundError:
@@ -339,6 +339,8 @@ def _make_torrent(
     ct = lt.create_torrent(lt.list_files(str(file)), piece_size, lt.create_torrent.v1_only)
     for base in web_seeds:
         ct.add_url_seed(web_seed_url(base, issue_id, file.name))
+    # (a ws:// tracker, tracker/websocket.py, may be named: browsers use it; publish
+    # does not add one by itself while desktop peers cannot use it, docs/tracker.md)
     for url in trackers:
         ct.add_tracker(url, 0)
     ct.set_creator(f"pressrun {__version__}")

@@ -13,6 +13,7 @@ docs/swarm.md); with it, only Ctrl-C / SIGTERM stop it (rule `user`).
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, uploader_policy_names
@@ -54,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--upload-limit-kbps", type=float, default=None, help="upload cap in kB/s (0: none)"
     )
     p.add_argument("--listen", default="0.0.0.0:0", help="libtorrent listen_interfaces")
+    p.add_argument(
+        "--stun",
+        default=os.environ.get("PRESSRUN_STUN", ""),
+        metavar="HOST:PORT",
+        help="STUN server for WebRTC peers (browser readers); default $PRESSRUN_STUN, else none",
+    )
     p.add_argument(
         "--uploader-policy",
         default=DEFAULT_UPLOADER_POLICY,
@@ -104,6 +111,7 @@ def _seed(args: argparse.Namespace) -> int:
     overrides: dict[str, object] = {
         "share_ratio": args.ratio,
         "ratio_basis_bytes": manifest.size_bytes,
+        "stun_server": args.stun,
     }
     if args.max_seed_time_s is not None:
         overrides["max_seed_time_s"] = args.max_seed_time_s

@@ -76,6 +76,9 @@ class PeerConfig:
     ratio_basis_bytes: the ratio rule counts at least this many bytes as downloaded.
         `pressrun seed` sets the file's size, so a copy that came from the origins is
         paid back to the swarm (otherwise 0 downloaded would let it leave at once).
+    stun_server: the STUN server (``host:port``) libtorrent's WebRTC peers (browser
+        readers, through the tracker's WebSocket) learn their public address from;
+        empty: none (LAN, loopback, tests). ``--stun`` / ``PRESSRUN_STUN``.
     """
 
     profile: ProfileName = ProfileName.DESKTOP
@@ -100,6 +103,7 @@ class PeerConfig:
     resume_save_interval_s: float = 2.0
     seed_until_stopped: bool = False
     ratio_basis_bytes: int = 0
+    stun_server: str = ""
 
     def __post_init__(self) -> None:
         if not (self.share_ratio >= 0 and math.isfinite(self.share_ratio)):

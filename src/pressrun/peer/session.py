@@ -91,6 +91,11 @@ def session_settings(
         "upload_rate_limit": config.upload_limit_bps,
         "download_rate_limit": config.download_limit_bps,
         "user_agent": "pressrun-peer/0.1 libtorrent/2.1",
+        # libtorrent's WebRTC (a ws:// tracker in a torrent): our STUN server or none,
+        # never libtorrent's default (Google's). Desktop peers do not announce to the
+        # ws:// tracker yet: with announce_to_all_tiers they did, and a session that had
+        # a WebRTC peer then hung in its destructor (docs/tracker.md, "WebTorrent")
+        "webtorrent_stun_server": config.stun_server,
     }
 
 
