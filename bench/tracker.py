@@ -59,9 +59,17 @@ def build_queries(peers: int, swarms: int, rng: random.Random) -> list[str]:
     return queries
 
 
-async def load(base: str, queries: list[str], connections: int, seconds: float) -> float:
-    """Announces per second answered (checked to be non-failures) during `seconds`."""
+async def load(
+    base: str,
+    queries: list[str],
+    connections: int,
+    seconds: float,
+    answered: list[int] | None = None,
+) -> float:
+    """Announces per second answered (checked to be non-failures) during `seconds`;
+    ``answered`` gets how many were answered in all, warm-up included."""
     counted = 0
+    total = 0
     measuring = False
     failures = 0
     stop_at = 0.0
@@ -70,15 +78,16 @@ async def load(base: str, queries: list[str], connections: int, seconds: float) 
         urls = [URL(f"{base}/announce?{q}", encoded=True) for q in queries]
 
         async def worker(offset: int) -> None:
-            nonlocal counted, failures
+            nonlocal counted, failures, total
             i = offset
             while time.perf_counter() < stop_at:
                 async with http.get(urls[i % len(urls)]) as resp:
                     body = await resp.read()
                 if b"failure reason" in body or resp.status != 200:
                     failures += 1
-                elif measuring:
-                    counted += 1
+                else:
+                    total += 1
+                    counted += measuring
                 i += connections
 
         warm_s = 1.0
@@ -93,7 +102,15 @@ async def load(base: str, queries: list[str], connections: int, seconds: float) 
         await asyncio.gather(*tasks)
     if failures:
         raise SystemExit(f"{failures} announces failed; the benchmark is invalid")
+    if answered is not None:
+        answered.append(total)
     return counted / elapsed
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def start_tracker(
@@ -183,7 +200,9 @@ async def store_rows(store_args: list[str]) -> int:
         return rows
 
 
-async def ever_seen(args: argparse.Namespace, tmp: str, redis_url: str | None) -> None:
+async def ever_seen(
+    args: argparse.Namespace, tmp: str, redis_url: str | None, redis_pid: int | None
+) -> None:
     """The --ever-seen table (module docstring)."""
     rng = random.Random(2)
     queries = []
@@ -196,7 +215,8 @@ async def ever_seen(args: argparse.Namespace, tmp: str, redis_url: str | None) -
             f"{base}&uploaded=0&downloaded=0&left=0",
         ]
     print(
-        "peers ever seen | start s | announces/s (20 live peers) | records held after | restart s"
+        "peers ever seen | start s | announces/s | tracker CPU ms/announce | Redis CPU "
+        "ms/announce | records held after | restart s"
     )
     for count in [int(c) for c in args.ever_seen.split(",")]:
         if redis_url is not None:
@@ -210,7 +230,14 @@ async def ever_seen(args: argparse.Namespace, tmp: str, redis_url: str | None) -
         start_s = time.perf_counter() - started
         try:
             await asyncio.sleep(7.0)  # past the record TTL: what is forgotten is
-            rate = await load(f"http://127.0.0.1:{port}", queries, 8, args.seconds)
+            answered: list[int] = []
+            cpu0 = cpu_s(proc.pid)
+            redis0 = cpu_s(redis_pid) if redis_pid is not None else 0.0
+            rate = await load(f"http://127.0.0.1:{port}", queries, 8, args.seconds, answered)
+            tracker_ms = (cpu_s(proc.pid) - cpu0) * 1000 / answered[0]
+            redis_ms = (
+                (cpu_s(redis_pid) - redis0) * 1000 / answered[0] if redis_pid is not None else 0.0
+            )
         finally:
             proc.send_signal(signal.SIGTERM)
             await proc.wait()
@@ -221,7 +248,8 @@ async def ever_seen(args: argparse.Namespace, tmp: str, redis_url: str | None) -
         proc.send_signal(signal.SIGTERM)
         await proc.wait()
         print(
-            f"{count:>15,} | {start_s:7.2f} | {rate:27,.0f} | {held:17,} | {restart_s:9.2f}",
+            f"{count:>15,} | {start_s:7.2f} | {rate:11,.0f} | {tracker_ms:23.3f} | "
+            f"{redis_ms:21.3f} | {held:17,} | {restart_s:9.2f}",
             flush=True,
         )
 
@@ -262,7 +290,12 @@ async def main() -> None:
             await asyncio.sleep(0.5)
         if args.ever_seen:
             try:
-                await ever_seen(args, tmp, redis_url if args.redis else None)
+                await ever_seen(
+                    args,
+                    tmp,
+                    redis_url if args.redis else None,
+                    redis_proc.pid if redis_proc is not None else None,
+                )
             finally:
                 if redis_proc is not None:
                     redis_proc.terminate()
