@@ -28,6 +28,8 @@ from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
+from pressrun.security import private_file
+
 #: what a store that does not answer raises (the routes answer 503 with Retry-After)
 STORE_ERRORS: tuple[type[Exception], ...] = (RedisError, sqlite3.Error, OSError)
 #: per supernode address: (ring id, last registration in wall-clock seconds)
@@ -80,6 +82,7 @@ class SqliteRingStore:
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
+            private_file(self.path)  # supernode addresses: the owner's alone (0600)
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(

@@ -44,6 +44,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from pressrun.security import private_file
 from pressrun.tracker.events import AddressFamily, LeaveRule, PeerRecord, TrackerEvent
 from pressrun.tracker.swarm import ForgottenTotals
 
@@ -378,6 +379,9 @@ class SqliteStore:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     def _open(self) -> None:
+        # readers' addresses, ports and peer ids: the owner's alone (0600, as every
+        # service's state; SQLite gives its -wal/-shm files the database's mode)
+        private_file(self.path)
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
