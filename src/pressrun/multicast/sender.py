@@ -57,7 +57,7 @@ from pressrun.multicast.events import Announcement, CarouselPlan, ChannelSpec
 from pressrun.multicast.net import sender_socket
 from pressrun.multicast.plans import MAX_TSI, ChannelPlanner
 from pressrun.multicast.prepare import CarouselError, IssuePreparer, PreparedIssue, renew_fdt
-from pressrun.security import ServiceSecurity, operator_middleware
+from pressrun.security import ServiceSecurity, check_operator_token, operator_middleware
 
 if TYPE_CHECKING:
     from pressrun_flute import PacketBuffer
@@ -115,8 +115,7 @@ class SenderServiceConfig:
     def __post_init__(self) -> None:
         if self.prepare_issues < 0 or not self.prepare_interval_s > 0:
             raise ValueError("need prepare_issues >= 0 and prepare_interval_s > 0")
-        if len(self.token) < 16:
-            raise ValueError("the control API token must be at least 16 characters")
+        check_operator_token(self.token)  # the one token rule of every service
         if not ipaddress.IPv4Address(self.group_base).is_multicast:
             raise ValueError(f"--group-base {self.group_base} is not a multicast address")
         count = self.groups()
