@@ -23,7 +23,7 @@ fi
 command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v aria2c >/dev/null 2>&1 || need+=(aria2)
-# libfaketime: the tracker's wall-clock step test (tests/tracker/test_tracker_uptime.py)
+# libfaketime: the tracker's wall-clock step test (tests/tracker/test_tracker_uptime.py), bench/uptime.py's sped clock
 command -v faketime >/dev/null 2>&1 || need+=(faketime)
 command -v curl >/dev/null 2>&1 || need+=(curl)  # the origin's CLI test, bench/origin_vs_nginx.py
 command -v wrk >/dev/null 2>&1 || need+=(wrk)  # bench/origin_vs_nginx.py's load generator
