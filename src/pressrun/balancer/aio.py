@@ -247,6 +247,7 @@ class BalancerService:
             self._mode_policy,
             now=loop.time(),
             health=cfg.health,
+            count_every_pick_from=cfg.demand.count_every_request_from,
         )
         self._http = aiohttp.ClientSession(
             connector=client_connector(cfg.ca_file, limit=0, ttl_dns_cache=300),

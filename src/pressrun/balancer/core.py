@@ -37,11 +37,18 @@ nothing and leave nothing behind. The core keeps which origins in rotation hold 
 issue (`_holders`); when no origin holds an issue any more, its per-issue state is
 evicted everywhere (`forget_issue` on the algorithm and the mode policy).
 
+One client's picks on their way (issue 25's class): a request from an address (an IPv6
+/64) names its client to the algorithm (`handle_client_asks`, `handle_pick_for`), so
+that one address asking again and again holds one pick on its way per issue, not one
+per request; loopback and requests without an address add one each
+(`count_every_pick_from`, as demand counts requests).
+
 Pure: no clock, no I/O; every entry point takes `now`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -142,7 +149,15 @@ class BalancerCore:
         *,
         now: float = 0.0,
         health: HealthConfig | None = None,
+        count_every_pick_from: Sequence[str] | None = None,
     ) -> None:
+        """`count_every_pick_from`: networks (CIDR) whose every request adds a pick on
+        its way (None: the demand policy's default, loopback; the balancer service
+        passes ``--demand-count-every-request-from``); from any other address one
+        client's picks on their way for an issue count once (`_client_key`)."""
+        # Imported here: pressrun.balancer.demand imports this module (ModeDecision).
+        from pressrun.balancer.demand import DemandConfig, client_key
+
         if not origins:
             raise LocalProtocolError("the balancer needs at least one origin")
         names = [o.name for o in origins]
@@ -163,6 +178,14 @@ class BalancerCore:
         self.directives_by_class: dict[RequestClass, int] = dict.fromkeys(RequestClass, 0)
         # rise/fall/slowstart (pressrun.balancer.health); default: one poll decides
         self.health = HealthChecks(health or HealthConfig.immediate(), origins)
+        # Who one client is, as demand counts it (an IPv4 address, an IPv6 /64).
+        every = (
+            DemandConfig().count_every_request_from
+            if count_every_pick_from is None
+            else tuple(count_every_pick_from)
+        )
+        self._every_pick_from = tuple(ipaddress.ip_network(n, strict=False) for n in every)
+        self._client_key_of = client_key
 
     # --- timers -------------------------------------------------------------
 
@@ -278,6 +301,10 @@ class BalancerCore:
         policy = self.config.class_policy(klass.value)
         if policy != "algorithm":
             return self._place_by_class(msg, klass, policy, now=now)
+        client = self._client_key(msg.address)
+        if client is not None:
+            # Its pick still on its way (an earlier request) is replaced by this one.
+            self.algorithm.handle_client_asks(issue, client, now=now)
         ranked = self.algorithm.rank_for(
             issue, msg.client, exclude=msg.failed, k=self.config.directive_origins, now=now
         )
@@ -286,7 +313,7 @@ class BalancerCore:
             return self._refuse(issue, msg.failed)
         picked = ranked[0][0]
         origins = self.origins
-        self.algorithm.handle_pick_for(picked, issue, msg.client, now=now)
+        self.algorithm.handle_pick_for(picked, issue, msg.client, now=now, client_key=client)
         origins[picked].picks += 1
         self.directives_answered += 1
         self.directives_by_class[klass] += 1
@@ -310,6 +337,23 @@ class BalancerCore:
             decision.multicast,
             klass,
         )
+
+    def _client_key(self, address: str | None) -> str | None:
+        """Who asks, for counting its picks on their way once (issue 25's class: one
+        address asking again and again made origins "full" for everyone): its address
+        (an IPv6 /64), or None where every pick counts: no address (the simulator), or
+        one in `count_every_pick_from` (loopback by default, as for demand: the demo's
+        clients all come from 127.0.0.1)."""
+        if address is None:
+            return None
+        if self._every_pick_from:
+            try:
+                ip = ipaddress.ip_address(address.split("%", 1)[0])
+            except ValueError:
+                ip = None
+            if ip is not None and any(ip in net for net in self._every_pick_from):
+                return None
+        return self._client_key_of(address)
 
     def classify(self, issue: str) -> RequestClass:
         """The class of a request that names none: ``crowd``, or with

@@ -113,10 +113,24 @@ class ScoringAlgorithm(ABC):
         (`headroom`) rank by what this one needs; the others rank as for anyone."""
         return self.rank(issue_id, exclude=exclude, k=k, now=now)
 
+    def handle_client_asks(self, issue_id: str, client_key: str, *, now: float) -> None:
+        """A client (`client_key`: its address, an IPv6 /64) asks for the issue again,
+        before it is ranked: the directive it may have had is replaced by this one.
+        Algorithms that count picks as transfers on their way (`headroom`) take its
+        pick back; the others ignore it."""
+        return None
+
     def handle_pick_for(
-        self, name: str, issue_id: str, client: ClientHint | None, *, now: float
+        self,
+        name: str,
+        issue_id: str,
+        client: ClientHint | None,
+        *,
+        now: float,
+        client_key: str | None = None,
     ) -> None:
-        """`handle_pick` for a client that told the balancer of itself (`rank_for`)."""
+        """`handle_pick` for a client that told the balancer of itself (`rank_for`);
+        `client_key`: who asked (`handle_client_asks`), None where each pick counts."""
         self.handle_pick(name, issue_id, now=now)
 
     def handle_pick_not_sent(self, name: str, issue_id: str, *, now: float) -> None:

@@ -160,12 +160,27 @@ deadline for all this is the committed rule, so it applies only where they diffe
 What a client tells (`ClientHint`, ``have=``, ``size=``, ``rate=``, ``elapsed=``) and
 how a download is counted for it: `pressrun.balancer.algorithms.headroom_clients`.
 
+Picks from one client (issue 25's class: a stranger can neither starve nor steer it).
+A pick on its way costs the asker nothing: eleven back-to-back directive requests from
+one address made an idle 1 Gbit/s origin "full" (503) without a byte downloaded, and a
+stranger asking 50 times a second had 10 of 20 readers refused. So the picks on their
+way from one client for one issue count once: the core names the client
+(`BalancerCore`: an IPv4 address, an IPv6 /64, as demand counts them) and each request
+of it takes back its pick still on its way (`handle_client_asks`, before it is ranked)
+and leaves the new one (`handle_pick_for`). What is remembered is one entry per
+(issue, client), forgotten after `pick_timeout_s` (when the pick itself would be) and
+at most `max_clients_tracked` (100,000; the oldest go first). Requests without an
+address (the simulator) and from the networks whose every request counts as demand
+(loopback by default, ``--demand-count-every-request-from``) add a pick each, as
+before. A stranger with many addresses still holds one pick per address for
+`pick_timeout_s`, and one client asking for many issues one per issue.
+
 Defaults: slack 0.02 (a download that gets less than its need on average misses its
 deadline: 2 % absorbs a rate sampled over a poll interval, 5 % let a misconfigured
 origin take 5 % too many before it was seen), u_bw 0.95, cpu_target 0.95, ram_target
 0.9, probe_transfers 10, cache_bonus_slots 2, cost EWMA weight 0.3, probe_growth 0.1,
 pick_timeout_s 5, overload_memory_s 30, level_share 0.5, doomed_window_s 4,
-deadline_margin 0.05.
+deadline_margin 0.05, max_clients_tracked 100000.
 
 Why per issue and per byte: a single rate per origin (the highest bitrate seen) makes
 an origin streaming low-bitrate issues look under-served; it then learns a capacity far
@@ -179,6 +194,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence, Set
 
 from pressrun.balancer.algorithms.alg2 import MIN_ESTIMATE_BYTES_PER_S
@@ -190,7 +206,7 @@ from pressrun.balancer.algorithms.headroom_clients import (
     relief_total,
 )
 from pressrun.balancer.algorithms.headroom_deadlines import deadline_free, deadlines_differ
-from pressrun.balancer.algorithms.headroom_model import SATURATED, OriginModel
+from pressrun.balancer.algorithms.headroom_model import SATURATED, OriginModel, Pick
 from pressrun.balancer.events import ClientHint, OriginSpec, OriginStatus
 
 #: a download must get at least 1 MB/s (8 Mbit/s: a 100 MB issue in 100 s), unless the
@@ -229,6 +245,10 @@ class Headroom(ScoredAlgorithm):
         self.level_share = self.param("level_share", 0.5)
         self.doomed_window = self.param("doomed_window_s", 4.0)
         self.deadline_margin = self.param("deadline_margin", 0.05)
+        self.max_clients_tracked = int(self.param("max_clients_tracked", 100_000))
+        #: (issue, client key) -> (origin, its pick on its way there), oldest first:
+        #: one pick on its way per client and issue (`handle_client_asks`)
+        self._client_picks: OrderedDict[tuple[str, str], tuple[str, Pick]] = OrderedDict()
         #: when a client was last refused for want of room (none eligible)
         self.refused_at = -math.inf
         self.models: dict[str, OriginModel] = {}
@@ -265,6 +285,7 @@ class Headroom(ScoredAlgorithm):
         m.reconcile(status, now, self.pick_timeout)
         m.count_picks(self.is_paced)
         m.picked_since_status = 0
+        m.status_at = now
         changed = False
         for issue, rate in status.mean_transfer_bytes_per_s_by_issue.items():
             if issue not in self.issue_needs and rate > self.rate_by_issue.get(issue, 0.0):
@@ -524,6 +545,35 @@ class Headroom(ScoredAlgorithm):
     def compute_score(self, name: str, status: OriginStatus, issue_id: str) -> float:
         return self.room(name, status, issue_id)[1]
 
+    def handle_client_asks(self, issue_id: str, client_key: str, *, now: float) -> None:
+        """The client asks for the issue again: its pick still on its way (if any, made
+        within `pick_timeout_s`) is taken back before it is ranked, so however often it
+        asks it counts as one transfer on its way (module docstring, "Picks from one
+        client")."""
+        picks = self._client_picks
+        horizon = now - self.pick_timeout
+        while picks:
+            _, (_, oldest) = next(iter(picks.items()))
+            if oldest[0] > horizon:
+                break
+            picks.popitem(last=False)
+        entry = picks.pop((issue_id, client_key), None)
+        if entry is None:
+            return
+        name, pick = entry
+        m = self.models.get(name)
+        if m is not None and m.take_back(pick, self.is_paced):
+            self.touch(name)
+
+    def clients_with_picks(self) -> int:
+        """How many (issue, client) picks on their way are remembered (bounded)."""
+        return len(self._client_picks)
+
+    def forget_issue(self, issue_id: str) -> None:
+        super().forget_issue(issue_id)
+        for key in [k for k in self._client_picks if k[0] == issue_id]:
+            del self._client_picks[key]
+
     def handle_pick_not_sent(self, name: str, issue_id: str, *, now: float) -> None:
         m = self.model(name)
         for k in range(len(m.picks) - 1, -1, -1):
@@ -618,8 +668,26 @@ class Headroom(ScoredAlgorithm):
         return self.u_bw * self._link(m, status) / (status.active_transfers + m.pending + 1)
 
     def handle_pick_for(
-        self, name: str, issue_id: str, client: ClientHint | None, *, now: float
+        self,
+        name: str,
+        issue_id: str,
+        client: ClientHint | None,
+        *,
+        now: float,
+        client_key: str | None = None,
     ) -> None:
+        self._pick_for(name, issue_id, client, now=now)
+        m = self.models.get(name)
+        if client_key is None or m is None or not m.picks:
+            return
+        # Remembered as this client's pick on its way: its next request replaces it.
+        picks = self._client_picks
+        picks[(issue_id, client_key)] = (name, m.picks[-1])
+        picks.move_to_end((issue_id, client_key))
+        if len(picks) > self.max_clients_tracked:
+            picks.popitem(last=False)
+
+    def _pick_for(self, name: str, issue_id: str, client: ClientHint | None, *, now: float) -> None:
         if client is None or client.size_bytes is None or self.is_paced(issue_id):
             self.handle_pick(name, issue_id, now=now)
             return

@@ -72,6 +72,9 @@ class OriginModel:
     pending_bytes: float = 0.0
     #: picks since the last status: what the floor of `probe_transfers` counts
     picked_since_status: int = 0
+    #: when the last status was taken in (``now``): picks after it are in
+    #: `picked_since_status`
+    status_at: float = -math.inf
     #: the origin's counters of transfers started (in all, per issue) at its last
     #: status; None before one that reports them
     started_total: int | None = None
@@ -164,6 +167,18 @@ class OriginModel:
         self.pending_bytes += pick[2]
         key = (pick[2], paced)
         self.pending_loads[key] = self.pending_loads.get(key, 0) + 1
+
+    def take_back(self, pick: Pick, is_paced: Callable[[str], bool]) -> bool:
+        """Remove this pick (the very tuple) if it is still on its way; whether it was."""
+        picks = self.picks
+        for k in range(len(picks) - 1, -1, -1):
+            if picks[k] is pick:
+                del picks[k]
+                if pick[0] >= self.status_at:
+                    self.picked_since_status = max(self.picked_since_status - 1, 0)
+                self.count_picks(is_paced)
+                return True
+        return False
 
     def reconcile(self, status: OriginStatus, now: float, pick_timeout_s: float) -> None:
         """Forget the picks the status accounts for: per issue, as many of the oldest as
