@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 from live_tracker import LiveTracker, wait_for
-from test_webtorrent_live import add, end_sessions, torrent_bytes, webrtc_session
+from test_webtorrent_live import torrent_bytes
+from webrtc_peer import WebRTCPeer
 
 from pressrun.reader.browser import CHROMIUM, CHROMIUM_ARGS, PHONE, why_no_browser
 from pressrun.reader.config import PACKAGE_DIR
@@ -76,10 +77,11 @@ async def test_a_plain_webtorrent_page_downloads_from_a_libtorrent_seed(
     (seed / "issue.pdf").write_bytes(data)
     torrent = torrent_bytes(seed / "issue.pdf", [f"ws://127.0.0.1:{tracker.port}/webtorrent"])
     info = lt.torrent_info(lt.bdecode(torrent))
-    session = webrtc_session()
+    (tmp_path / "issue.torrent").write_bytes(torrent)
+    seeder = await WebRTCPeer.start(tmp_path / "issue.torrent", seed)
     runner, url = await serve_page(torrent)
     try:
-        add(session, info, seed)
+        assert await seeder.complete(30)
         context = await chromium.new_context(**PHONE)
         page = await context.new_page()
         await page.goto(url)
@@ -97,5 +99,5 @@ async def test_a_plain_webtorrent_page_downloads_from_a_libtorrent_seed(
         print(f"libtorrent -> plain webtorrent page: {result['seconds']:.2f} s")
         await context.close()
     finally:
-        await end_sessions(session)
+        await seeder.stop()
         await runner.cleanup()

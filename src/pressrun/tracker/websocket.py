@@ -24,12 +24,13 @@ import logging
 import random
 import secrets
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
 from pressrun.tracker.core import effective_address, family_of
-from pressrun.tracker.events import AddressFamily
+from pressrun.tracker.events import AddressFamily, AnnounceEvent
 from pressrun.tracker.redis_store import RedisStore
 from pressrun.tracker.websocket_relay import (
     Effect,
@@ -103,6 +104,11 @@ class WebTorrentTracker:
         self._next_id = 0
         self._redis: Any = None
         self._listener: asyncio.Task[None] | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        # socket -> (its address, the last announce of each peer it holds): an open
+        # socket is a present peer, and libtorrent re-announces over a WebSocket only
+        # once a minute, so the core hears it again from here (`_keep_alive`)
+        self._present: dict[int, tuple[str, dict[tuple[bytes, bytes], WsAnnounce]]] = {}
         store = service.store
         self._prefix = store.prefix if isinstance(store, RedisStore) else ""
         self._redis_url = store.url if isinstance(store, RedisStore) else None
@@ -116,6 +122,7 @@ class WebTorrentTracker:
     # -- life cycle -------------------------------------------------------------------
 
     async def _startup(self, app: web.Application) -> None:
+        self._keeper = asyncio.get_running_loop().create_task(self._keep_alive())
         if self._redis_url is None:
             return
         import redis.asyncio as aioredis
@@ -128,11 +135,34 @@ class WebTorrentTracker:
     async def _shutdown(self, app: web.Application) -> None:
         for peer in list(self._peers.values()):
             await peer.ws.close(code=1001, message=b"tracker stopping")
-        if self._listener is not None:
-            self._listener.cancel()
-            await asyncio.gather(self._listener, return_exceptions=True)
+        for task in (self._listener, self._keeper):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._redis is not None:
             await self._redis.aclose()
+
+    async def _keep_alive(self) -> None:
+        """Every interval, each open socket's peers are heard again by the core with
+        their last counters (which adds no byte: the same session's counters): a
+        WebRTC peer is present while its socket is open, whatever its client's
+        re-announce interval, and expires like any peer once the socket is gone."""
+        while True:
+            await asyncio.sleep(self.service.core.config.interval_s / 2)
+            for remote, held in list(self._present.values()):
+                for msg in list(held.values()):
+                    try:
+                        if self.service.core.refusal(msg.info_hash) is not None:
+                            continue
+                        prev = self.service.core.record(
+                            msg.info_hash, (msg.peer_id, _family(remote))
+                        )
+                        if prev is None or not prev.active:
+                            continue
+                        again = replace(msg, event=AnnounceEvent.NONE, offers=())
+                        await self.service._handle_announce(announce_request(again, prev), remote)
+                    except Exception:
+                        log.exception("keeping a WebRTC peer's record alive failed")
 
     def _channel(self, instance: str) -> str:
         return f"{self._prefix}ws:to:{instance}"
@@ -193,6 +223,7 @@ class WebTorrentTracker:
                 if closing:
                     break
         finally:
+            self._present.pop(socket_id, None)
             left = self.relay.close_socket(socket_id)
             del self._peers[socket_id]
             peer.put(None)
@@ -272,6 +303,11 @@ class WebTorrentTracker:
             self._say(socket_id, failure(f"announce refused ({joined.value})", msg.info_hash))
             return self._fault(socket_id, joined)
         handled = await service._handle_announce(req, remote)
+        held = self._present.setdefault(socket_id, (remote, {}))[1]
+        if msg.event is AnnounceEvent.STOPPED:
+            held.pop((msg.info_hash, msg.peer_id), None)
+        else:
+            held[(msg.info_hash, msg.peer_id)] = msg  # (at most 8: the relay's bound)
         service.metrics.announces.labels(f"ws_{msg.event.value or 'none'}").inc()
         self._say(
             socket_id,
