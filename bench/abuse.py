@@ -17,6 +17,9 @@
    --send-timeout-s cut them (target: every reader served as before).
 7. Anonymous demand (finding 7): 40 directive requests in 2 s then 2/s for 10 minutes
    from one address, against the demand policy: the estimate (target: no carousel).
+   And headroom's picks on their way: a stranger asking for directives 50 times a
+   second from 127.0.0.2 (no download) at a real balancer and 1 Gbit/s origin, 20
+   readers from other addresses meanwhile: readers served (target: 20; was 10).
 
 Ring (functions ring_*, their own section): one supernode's RSS and honest answer
 before and after 20,000 forged reports and 20,000 random lookup keys from another
@@ -402,6 +405,63 @@ def demand_one_address() -> tuple[float, float, bool]:
     return max(seen), statistics.mean(seen), wanted
 
 
+async def demand_pending_picks(folder: Path, rate_per_s: float = 50.0) -> tuple[int, int, int]:
+    """A stranger asking for directives ``rate_per_s`` times a second from 127.0.0.2,
+    downloading nothing, while 20 readers from 127.0.0.10 and up ask once each (one
+    every 0.1 s), at a real balancer (headroom) and one 1 Gbit/s origin. Readers
+    answered 200, the stranger's requests and how many of them were answered 200.
+    Before its picks on their way counted once, 10 of 20 readers were refused."""
+    from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
+    from pressrun.balancer.demand import DemandConfig
+    from pressrun.origin.aio import start_origin
+    from pressrun.origin.config import OriginConfig
+
+    issue = "weekly-1"
+    (folder / issue).mkdir(parents=True)
+    (folder / issue / f"{issue}.pdf").write_bytes(os.urandom(1 << 16))
+    origin = await start_origin(OriginConfig(content_dir=folder, name="origin-0"))
+    balancer = await start_balancer(
+        BalancerServiceConfig(
+            origins=(OriginSpec(origin.name, origin.url),),
+            balancer=BalancerConfig(poll_interval_s=0.5, stale_after_s=1.75),
+            # 127.0.0.2 must not count as the operator's own host here
+            demand=DemandConfig(count_every_request_from=()),
+        )
+    )
+    target = f"{balancer.url}/v1/issues/{issue}/directive"
+    stop = asyncio.Event()
+    asked: list[int] = []
+
+    async def stranger() -> None:
+        one = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+        async with aiohttp.ClientSession(connector=one) as http:
+            while not stop.is_set():
+                async with http.get(target) as resp:
+                    asked.append(resp.status)
+                await asyncio.sleep(1.0 / rate_per_s)
+
+    served = 0
+    try:
+        await balancer.wait_until_up(1, timeout_s=10.0)
+        task = asyncio.create_task(stranger())
+        await asyncio.sleep(1.0)
+        for i in range(20):
+            connector = aiohttp.TCPConnector(local_addr=(f"127.0.0.{10 + i}", 0))
+            async with (
+                aiohttp.ClientSession(connector=connector) as http,
+                http.get(target) as resp,
+            ):
+                served += resp.status == 200
+            await asyncio.sleep(0.1)
+        stop.set()
+        await task
+    finally:
+        stop.set()
+        await balancer.stop()
+        await origin.stop()
+    return served, len(asked), sum(status == 200 for status in asked)
+
+
 async def stalled_and_demand_section(per_origin: int, send_timeout_s: float) -> None:
     """Print this section's figures."""
     print(
@@ -415,6 +475,13 @@ async def stalled_and_demand_section(per_origin: int, send_timeout_s: float) -> 
         "7. anonymous demand: 40 directive requests in 2 s then 2/s for 10 min from one "
         f"address -> estimate at most {top:.2f} downloaders (mean {mean:.2f}), carousel "
         f"wanted: {wanted} (target: never; multicast at 100, swarm at 20)"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        served, asked, answered = await demand_pending_picks(Path(tmp))
+    print(
+        "   headroom's picks on their way: a stranger at 50 directive requests/s from one "
+        f"address, no download ({asked} requests, {answered} answered 200): {served}/20 "
+        "readers from other addresses served while it asks (target: 20; was 10)"
     )
 
 
