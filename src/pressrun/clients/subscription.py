@@ -17,7 +17,9 @@ Errors are :class:`NotReadable` with one line for a person.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from pathlib import Path
 
 import aiohttp
@@ -28,11 +30,48 @@ from pressrun.content.manifest import Manifest
 from pressrun.subscriptions.client import (
     NotSubscribed,
     NoWrap,
+    ServiceUnavailable,
     SubscriptionError,
     SubscriptionsClient,
 )
 
-__all__ = ["NotReadable", "content_key_for", "decrypt_partial"]
+__all__ = ["NotReadable", "content_key_for", "decrypt_partial", "fetch_wrap_patiently"]
+
+log = logging.getLogger("pressrun.clients.subscription")
+
+#: how long a reader keeps asking a subscription service that is down or answers 5xx
+#: (a restart takes seconds; the balancer and the origins are retried the same way)
+WRAP_RETRY_S = 60.0
+#: the first pause between two asks, doubled each time up to the last
+WRAP_RETRY_FIRST_S = 0.5
+WRAP_RETRY_MAX_S = 5.0
+
+
+async def fetch_wrap_patiently(
+    client: SubscriptionsClient,
+    issue_id: str,
+    version: int,
+    subscriber_key: nacl.public.PrivateKey,
+    *,
+    retry_s: float = WRAP_RETRY_S,
+) -> bytes:
+    """``client.fetch_wrap``, asked again while the service is unreachable or answers
+    5xx (a restart, an overload) for up to ``retry_s`` seconds (monotonic), with
+    pauses of 0.5 s doubling to 5 s. A refusal (not subscribed, no wrap) is final at
+    once; the last ServiceUnavailable is raised when the time is up."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + retry_s
+    pause = WRAP_RETRY_FIRST_S
+    while True:
+        try:
+            return await client.fetch_wrap(issue_id, version, subscriber_key)
+        except ServiceUnavailable as err:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise
+            log.warning("%s; asking again in %.1f s", err, min(pause, left))
+            await asyncio.sleep(min(pause, left))
+            pause = min(2 * pause, WRAP_RETRY_MAX_S)
 
 
 class NotReadable(Exception):
@@ -50,7 +89,8 @@ async def content_key_for(
 
     ``subscriptions_url`` overrides the manifest's. NotReadable when there is no
     subscriber key, the key is not subscribed, there is no wrap for this version,
-    the service cannot be reached, or the wrap does not open (another subscriber's).
+    the service cannot be reached for WRAP_RETRY_S (asked again meanwhile: a restart
+    passes), or the wrap does not open (another subscriber's).
     """
     enc = manifest.encryption
     if enc is None:
@@ -66,7 +106,7 @@ async def content_key_for(
     client = SubscriptionsClient(url, session, timeout_s=30.0)
     who = bytes(subscriber_key.public_key).hex()[:16]
     try:
-        wrap = await client.fetch_wrap(manifest.issue_id, enc.version, subscriber_key)
+        wrap = await fetch_wrap_patiently(client, manifest.issue_id, enc.version, subscriber_key)
     except NotSubscribed:
         raise NotReadable(
             f"not subscribed: subscriber key {who}... is not a subscriber at {url}, so it "

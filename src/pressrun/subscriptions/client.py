@@ -28,6 +28,7 @@ __all__ = [
     "HttpSubscriberDirectory",
     "NoWrap",
     "NotSubscribed",
+    "ServiceUnavailable",
     "SubscriptionError",
     "SubscriptionsClient",
 ]
@@ -40,6 +41,11 @@ T = TypeVar("T")
 
 class SubscriptionError(Exception):
     """The subscription service could not be used (one line for a person)."""
+
+
+class ServiceUnavailable(SubscriptionError):
+    """The service could not be reached, timed out or answered 5xx: a restart or an
+    overload that may pass, unlike a refusal (a caller may ask again)."""
 
 
 class NotSubscribed(SubscriptionError):
@@ -94,7 +100,7 @@ class SubscriptionsClient:
             ) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             what = str(err) or type(err).__name__
-            raise SubscriptionError(
+            raise ServiceUnavailable(
                 f"the subscription service at {self.base_url} is unreachable ({what})"
             ) from None
         try:
@@ -102,7 +108,9 @@ class SubscriptionsClient:
         except ValueError:
             doc = None
         if not isinstance(doc, dict):
-            raise SubscriptionError(
+            # a 502/503 of a proxy in front of a restarting service passes; a 200 of a
+            # page that is not the service does not
+            raise (ServiceUnavailable if status >= 500 else SubscriptionError)(
                 f"the subscription service at {self.base_url} answered {method} {path} with "
                 f"HTTP {status} and no JSON object (is that URL a pressrun subscription service?)"
             )
@@ -118,6 +126,8 @@ class SubscriptionsClient:
 
     def _fail(self, status: int, doc: Mapping[str, Any], what: str) -> SubscriptionError:
         message = doc.get("error") or f"HTTP {status}"
+        if status >= 500:
+            return ServiceUnavailable(f"could not {what} at {self.base_url}: {message}")
         if doc.get("code") == "bad_token" and status == 401 and what != "fetch the wrap":
             message = f"{message} (check {TOKEN_ENV} or --token)"
         return SubscriptionError(f"could not {what} at {self.base_url}: {message}")
