@@ -189,6 +189,13 @@ class DemandEstimate:
     mode_since: float | None
 
 
+#: requests/s under which an issue's demand has faded: not shared with the other
+#: balancers (`DemandPolicy.local_rates`), and forgotten once no origin holds it
+FADED_RATE_PER_S = 1e-4
+
+#: how often `DemandPolicy.decide` looks for faded issues no origin holds (seconds)
+_SWEEP_EVERY_S = 1.0
+
 #: no issue heard of only from other balancers is added past this many issues with
 #: state (their rates come from our own instances, but the bound holds whatever
 #: Redis holds)
@@ -236,6 +243,10 @@ class DemandPolicy:
         self._every_request_from = config.networks()
         #: requests answered but not counted (the same client within its window)
         self.requests_not_counted = 0
+        #: issues no origin in rotation holds (`forget_issue`) whose demand is kept
+        #: until it has faded (insertion order; bounded by the issues held before)
+        self._unheld: dict[str, None] = {}
+        self._swept_at = -math.inf
 
     def counts(self, issue_id: str, address: str | None, *, now: float) -> bool:
         """Whether a request for the issue from ``address`` counts as demand now, and
@@ -285,7 +296,7 @@ class DemandPolicy:
             rate += state.remote_rate_per_s * math.exp(-elapsed / self.config.tau_s)
         return rate
 
-    def local_rates(self, *, now: float, floor: float = 1e-4) -> dict[str, float]:
+    def local_rates(self, *, now: float, floor: float = FADED_RATE_PER_S) -> dict[str, float]:
         """This balancer's own request rate per issue now (what it shares with the
         others); rates below ``floor`` (requests/s) are left out."""
         out: dict[str, float] = {}
@@ -360,6 +371,11 @@ class DemandPolicy:
     def decide(self, issue_id: str, *, now: float, address: str | None = None) -> ModeDecision:
         """Count this request (once per client address and window: `counts`) and answer
         the issue's mode (with hysteresis and dwell)."""
+        if self._unheld:
+            # asked for, so some origin holds it again (the core refuses the others)
+            self._unheld.pop(issue_id, None)
+            if now - self._swept_at >= _SWEEP_EVERY_S:
+                self._sweep_unheld(now)
         if self.counts(issue_id, address, now=now):
             self.handle_request(issue_id, now=now)
         state = self._issues.setdefault(issue_id, _IssueDemand())
@@ -375,9 +391,26 @@ class DemandPolicy:
 
     def review(self, *, now: float) -> None:
         """Re-evaluate every issue's mode without counting a request (demand decays
-        between requests: an issue nobody asks for any more leaves multicast)."""
+        between requests: an issue nobody asks for any more leaves multicast), and
+        forget the issues no origin holds whose demand has faded."""
         for issue_id, state in self._issues.items():
             self._update(issue_id, state, now)
+        self._sweep_unheld(now)
+
+    def _sweep_unheld(self, now: float) -> None:
+        """Forget each issue no origin holds once its mode is back to origin and its
+        demand (with the other balancers') under `FADED_RATE_PER_S`."""
+        self._swept_at = now
+        for issue_id in list(self._unheld):
+            state = self._issues.get(issue_id)
+            if state is not None:
+                self._update(issue_id, state, now)
+                if state.mode is not DeliveryMode.ORIGIN:
+                    continue
+                if self._total_rate_at(state, now) >= FADED_RATE_PER_S:
+                    continue
+                del self._issues[issue_id]
+            del self._unheld[issue_id]
 
     def carousels_wanted(self) -> frozenset[str]:
         """The issues in multicast mode: their carousels should run."""
@@ -386,8 +419,16 @@ class DemandPolicy:
         )
 
     def forget_issue(self, issue_id: str) -> None:
-        """No origin holds the issue any more: forget its demand."""
-        self._issues.pop(issue_id, None)
+        """No origin in rotation holds the issue any more. Its demand, mode and dwell
+        are kept until the demand has faded (`review`, `decide`), then forgotten: every
+        origin missing its polls for a few seconds at a peak (as under load in the
+        emulated flash crowd) must not reset a crowd's multicast mode to origin, which
+        stopped its carousel 3 s after it started and left the crowd's next clients
+        to build the demand up again. Clients are refused meanwhile (the core), so the
+        demand only fades; an issue retracted from every origin keeps its mode (and
+        carousel) until then, as it would had the requests simply stopped."""
+        if issue_id in self._issues:
+            self._unheld[issue_id] = None
 
     def mode_changes(self, issue_id: str) -> int:
         """How many times the issue changed mode (for metrics and tests)."""
