@@ -23,13 +23,13 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
+from balancer import test_shared_demand
 from balancer.test_service import REAL_NAMES, start_real_origin
 from balancer.test_shared_demand import (
     INTERVAL_S,
     ISSUE,
     PACE_S,
     FakeSender,
-    redis_url,  # noqa: F401 (a fixture)
     start_balancer_process,
     wait_ready,
 )
@@ -38,6 +38,9 @@ from pressrun.balancer.shared import DEFAULT_PREFIX
 from pressrun.content.keys import generate_keypair
 from pressrun.content.publish import publish
 from pressrun.origin import RunningOrigin
+
+#: a throwaway redis-server (the fixture of test_shared_demand)
+redis_url = test_shared_demand.redis_url
 
 
 class Origins:
@@ -116,7 +119,7 @@ async def leader_pid(url: str) -> int:
 async def test_the_carousel_stays_up_while_the_crowd_stays_above_the_threshold(
     origins: Origins,
     redis_url: str,
-    count: int,  # noqa: F811 (the fixture)
+    count: int,
 ) -> None:
     """The crowd crosses the multicast threshold (60 downloaders: about 20 clients at
     3 each), then keeps arriving; every origin stops for 1.5 s (out of rotation on
@@ -215,3 +218,73 @@ def test_a_faded_issue_no_origin_holds_is_forgotten_by_requests_for_others() -> 
     assert "gone" in policy._issues  # 3 downloaders: not faded
     policy.decide("other", now=200.0)  # 3 x e^-20: faded; no review() without a sender
     assert "gone" not in policy._issues and not policy._unheld
+
+
+async def test_a_balancer_that_joins_late_keeps_the_carousel_when_it_takes_the_lease(
+    origins: Origins,
+    redis_url: str,
+) -> None:
+    """A crowd on balancer A moves the issue to multicast (A holds the lease and starts
+    the carousel), then stops arriving. B starts while the total demand is between the
+    leave (20) and enter (60) thresholds: it never saw the total cross 60. A is
+    SIGKILLed; B takes the lease with the demand still above 20: the carousel runs on
+    (B answers multicast) and is never stopped."""
+    sender = FakeSender()
+    await sender.start()
+    procs = [start_balancer_process(origins.running, sender, redis_url)]
+    try:
+        async with aiohttp.ClientSession() as http:
+            await wait_ready(http, procs[0][1], 2)
+            await asyncio.sleep(2 * INTERVAL_S)
+            await ask(http, [procs[0][1]])
+            await asyncio.sleep(0.5)
+            rise = await clients(http, [procs[0][1]], 26, 0)  # about 75 downloaders
+            assert rise[-3:] == ["multicast"] * 3, rise
+            crowd_ended = time.monotonic()
+            await asyncio.sleep(3.0)  # the total falls under 60 (75 x e^-0.3 = 56)
+            procs.append(start_balancer_process(origins.running, sender, redis_url))
+            await wait_ready(http, procs[1][1], 2)
+            await asyncio.sleep(3 * INTERVAL_S)  # B has heard A's demand
+            assert await leader_pid(redis_url) == procs[0][0].pid
+            procs[0][0].kill()
+            procs[0][0].wait(timeout=10)
+            await asyncio.sleep(6 * INTERVAL_S)  # the lease runs out, B takes it
+            assert await leader_pid(redis_url) == procs[1][0].pid
+            mode = await ask(http, [procs[1][1]])
+            quiet_s = time.monotonic() - crowd_ended
+            # 75 x e^(-quiet/10) is still above the leave threshold (20)
+            assert quiet_s < 10.0, f"too slow a host: the crowd ended {quiet_s:.1f} s ago"
+            await asyncio.sleep(3 * INTERVAL_S)  # a late order would show
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc, _ in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        assert sender.runner is not None
+        await sender.runner.cleanup()
+    print(f"B took the lease {quiet_s:.1f} s after the crowd: {sender.starts=} {sender.stops=}")
+    assert sender.starts == [ISSUE]
+    assert sender.stops == [], "the new holder stopped a carousel its demand still wants"
+    assert mode == "multicast"
+
+
+def test_a_running_carousel_is_adopted_above_the_leave_threshold_only() -> None:
+    late = DemandPolicy(MC_CFG, {})
+    # heard only from the others: 40 downloaders, between leave (20) and enter (60)
+    late.set_remote_rates({"i": 40 / 30, "j": 10 / 30}, now=0.0)
+    late.review(now=0.0)
+    assert late.carousels_wanted() == frozenset()
+    late.adopt_carousels({"i", "j", "unknown"}, now=0.0)
+    assert late.carousels_wanted() == {"i"}  # j (10) is below the leave threshold
+    assert "unknown" not in late._issues  # nothing created for a name from the sender
+    no_multicast = DemandPolicy(CFG_NO_MC, {})
+    no_multicast.set_remote_rates({"i": 40 / 30}, now=0.0)
+    no_multicast.adopt_carousels({"i"}, now=0.0)
+    assert no_multicast.carousels_wanted() == frozenset()
+
+
+CFG_NO_MC = DemandConfig(enter_downloaders=30.0, leave_downloaders=5.0, client_window_s=0.0)

@@ -180,6 +180,10 @@ async def reconcile_carousels(
             )
         carousels.clear()
         return
+    # a carousel running for a demand still above the leave threshold stays wanted,
+    # whichever balancer saw the total cross the enter threshold (several balancers)
+    policy.adopt_carousels(running, now=now())
+    wanted = policy.carousels_wanted()
     orders = reconciler.orders(wanted, running, now=now())
     if is_leader is not None and not is_leader():
         orders = CarouselOrders((), ())  # another balancer orders

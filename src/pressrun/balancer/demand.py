@@ -75,7 +75,7 @@ from __future__ import annotations
 import ipaddress
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from pressrun.balancer.core import ModeDecision
@@ -411,6 +411,26 @@ class DemandPolicy:
                     continue
                 del self._issues[issue_id]
             del self._unheld[issue_id]
+
+    def adopt_carousels(self, running: Collection[str], *, now: float) -> None:
+        """The sender runs carousels for ``running``: an issue of them whose total
+        demand is at or above the leave threshold (``multicast_leave_downloaders``)
+        counts as in multicast here too, whatever this balancer's own path to it. The
+        hysteresis holds for the carousel, not for one instance's memory: a balancer
+        that joined (or restarted) after the total crossed the enter threshold never
+        saw it cross, and as the lease holder it would stop the carousel of a crowd
+        still above the leave threshold (and tell its clients swarm meanwhile)."""
+        if self.config.multicast_enter_downloaders is None:
+            return
+        for issue_id in running:
+            state = self._issues.get(issue_id)
+            if state is None or state.mode is DeliveryMode.MULTICAST:
+                continue
+            downloaders = self._total_rate_at(state, now) * self.config.typical_download_s
+            if downloaders >= self.config.multicast_leave_downloaders:
+                state.mode = DeliveryMode.MULTICAST
+                state.mode_since = now
+                state.changes += 1
 
     def carousels_wanted(self) -> frozenset[str]:
         """The issues in multicast mode: their carousels should run."""
