@@ -8,7 +8,10 @@ balancer
 
 1. lets the policy re-evaluate demand (`DemandPolicy.review`, so an issue nobody asks
    for any more leaves multicast);
-2. reads the sender's list (``GET /v1/carousels``);
+2. reads the sender's list (``GET /v1/carousels``); a carousel that runs for an issue
+   whose total demand is at or above the leave threshold stays wanted
+   (`DemandPolicy.adopt_carousels`: several balancers, one that never saw the total
+   cross the enter threshold);
 3. starts what is wanted and not running (``POST /v1/carousels``) and stops what runs
    and is not wanted (``DELETE /v1/carousels/<issue>``), an orphan of an earlier
    balancer included (one balancer owns a sender's carousels);
