@@ -1,4 +1,8 @@
-"""The origin's asyncio adapter: aiohttp handlers, sendfile transfers, one stats timer.
+"""The origin's asyncio adapter: the aiohttp app, its handlers, one stats timer.
+
+The body of a content answer goes out in :mod:`pressrun.origin.transfer`, the
+``/stats`` figures are assembled in :mod:`pressrun.origin.status`, the Prometheus
+registry is :mod:`pressrun.origin.metrics`'s.
 
 Endpoints (docs/protocols.md, "Origin HTTP"; docs/origin.md):
 
@@ -25,7 +29,6 @@ Chunks follow the client's pace (`next_chunk_bytes`): a slow client gets small o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import functools
 import logging
@@ -33,23 +36,13 @@ import os
 import signal
 import socket
 import stat
-import struct
 from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
 from typing import IO, Any
 
-import psutil
 from aiohttp import hdrs, web
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
-from prometheus_client.metrics_core import Metric
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from pressrun.cors import enable_cors
 from pressrun.origin.config import OriginConfig
@@ -60,185 +53,23 @@ from pressrun.origin.core import (
     TrafficMeter,
     content_type_for,
     if_range_holds,
-    is_small_object,
     make_etag,
-    next_chunk_bytes,
     none_match,
     parse_range,
     valid_name,
 )
+from pressrun.origin.metrics import OriginMetrics, families_exposition
 from pressrun.origin.shared import (
     PUBLISH_EVERY_S,
     SharedBucket,
     WorkerShare,
-    add_counts,
     merge_samples,
-    merge_stats,
 )
+from pressrun.origin.status import IssueCatalog, StatusMixin, SystemCpu
+from pressrun.origin.transfer import TransferMixin
 from pressrun.security import ServiceSecurity
 
 log = logging.getLogger("pressrun.origin")
-
-#: transfer durations (s) for the histogram: a 256 KiB web-seed piece on loopback to a
-#: 100 MB issue over a slow link
-DURATION_BUCKETS_S = (0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900)
-
-
-class IssueCatalog:
-    """The issues on disk: every directory in CONTENT whose name is a valid issue id.
-
-    ``pressrun publish`` builds a bundle in a hidden folder (``.<id>.publishing-*``,
-    not a valid id) and renames it into place, so a valid folder is a whole bundle.
-    A rename into or out of CONTENT changes its mtime: the list is rescanned then.
-    """
-
-    def __init__(self, content_dir: Path) -> None:
-        self.content_dir = content_dir
-        self._stamp: int | None = None
-        self.issues: list[str] = []
-
-    def refresh(self) -> list[str]:
-        """Rescan when the content directory changed; return the sorted issue ids."""
-        try:
-            stamp = os.stat(self.content_dir).st_mtime_ns
-        except OSError:
-            self._stamp, self.issues = None, []
-            return self.issues
-        if stamp != self._stamp:
-            found: list[str] = []
-            with contextlib.suppress(OSError), os.scandir(self.content_dir) as entries:
-                for entry in entries:
-                    if valid_name(entry.name) and entry.is_dir():
-                        found.append(entry.name)
-            self._stamp, self.issues = stamp, sorted(found)
-        return self.issues
-
-
-class SystemCpu:
-    """System-wide CPU use between two samples, in percent of all CPUs.
-
-    psutil's own ``cpu_percent(interval=None)`` keeps one baseline per process, so two
-    origins in one process (the demo, the tests) would each reset the other's; this
-    keeps its own. Busy time is psutil's: everything but idle and iowait.
-    """
-
-    def __init__(self) -> None:
-        self._last = psutil.cpu_times()
-
-    @staticmethod
-    def _busy_total(times: Any) -> tuple[float, float]:
-        # Linux counts guest time inside user/nice too (psutil subtracts it likewise).
-        guest = float(getattr(times, "guest", 0.0)) + float(getattr(times, "guest_nice", 0.0))
-        total = float(sum(times)) - guest
-        idle = float(times.idle) + float(getattr(times, "iowait", 0.0))
-        return total - idle, total
-
-    def sample(self) -> float:
-        """CPU use since the previous sample (or since construction), 0..100."""
-        now = psutil.cpu_times()
-        busy0, total0 = self._busy_total(self._last)
-        busy1, total1 = self._busy_total(now)
-        self._last = now
-        if total1 <= total0:
-            return 0.0
-        return round(min(100.0, max(0.0, 100.0 * (busy1 - busy0) / (total1 - total0))), 1)
-
-
-class OriginMetrics:
-    """Prometheus metrics of one origin, in its own registry (not the global one)."""
-
-    def __init__(self, config: OriginConfig) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.bytes_sent = Counter(
-            "pressrun_origin_sent_bytes",
-            "Body bytes handed to the network, by issue",
-            ["issue"],
-            registry=r,
-        )
-        self.requests = Counter(
-            "pressrun_origin_requests",
-            "HTTP requests answered, by endpoint and status code",
-            ["endpoint", "code"],
-            registry=r,
-        )
-        self.active = Gauge(
-            "pressrun_origin_active_transfers",
-            "Transfers moving body bytes now (stalled ones not counted)",
-            registry=r,
-        )
-        self.stalled = Gauge(
-            "pressrun_origin_stalled_transfers",
-            "Transfers open whose client took no byte for --stalled-after-s",
-            registry=r,
-        )
-        self.timed_out = Counter(
-            "pressrun_origin_transfers_timed_out",
-            "Transfers cut because the client took no chunk for --send-timeout-s",
-            registry=r,
-        )
-        self.duration = Histogram(
-            "pressrun_origin_transfer_duration_seconds",
-            "Time from the first to the last byte of a transfer (complete or not)",
-            buckets=DURATION_BUCKETS_S,
-            registry=r,
-        )
-        self.out_rate = Gauge(
-            "pressrun_origin_out_bytes_per_second",
-            "Outbound body bytes per second over the last stats interval",
-            registry=r,
-        )
-        capacity = Gauge(
-            "pressrun_origin_capacity_bytes_per_second",
-            "Link capacity the operator configured (--capacity-mbps)",
-            registry=r,
-        )
-        capacity.set(config.capacity_bytes_per_s)
-        cap = Gauge(
-            "pressrun_origin_egress_cap_bytes_per_second",
-            "Egress cap enforced on all transfers (0: no cap)",
-            registry=r,
-        )
-        cap.set(config.egress_cap_bytes_per_s or 0.0)
-
-    def exposition(self) -> bytes:
-        """The registry in the Prometheus text format."""
-        return generate_latest(self.registry)
-
-    def families(self) -> list[dict[str, Any]]:
-        """Every sample of the registry as plain data (a worker's snapshot)."""
-        return [
-            {
-                "name": metric.name,
-                "type": metric.type,
-                "documentation": metric.documentation,
-                "samples": [[s.name, dict(s.labels), s.value] for s in metric.samples],
-            }
-            for metric in self.registry.collect()
-        ]
-
-
-class _Families:
-    """A collector that yields families given as plain data (the merged workers')."""
-
-    def __init__(self, families: list[dict[str, Any]]) -> None:
-        self._families = families
-
-    def collect(self) -> list[Metric]:
-        out = []
-        for family in self._families:
-            metric = Metric(family["name"], family["documentation"], family["type"])
-            for name, labels, value in family["samples"]:
-                metric.add_sample(name, labels, value)
-            out.append(metric)
-        return out
-
-
-def families_exposition(families: list[dict[str, Any]]) -> bytes:
-    """Prometheus text of families given as plain data."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(families))
-    return generate_latest(registry)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -247,19 +78,12 @@ def _http_date(mtime: float) -> str:
     return formatdate(mtime, usegmt=True)
 
 
-#: transfer outcomes logged at DEBUG (the others at INFO)
-_QUIET_OUTCOMES = frozenset({"complete", "client gone"})
+class OriginService(TransferMixin, StatusMixin):
+    """One origin: the aiohttp app, the traffic meter, the egress bucket, the timer.
 
-#: SO_LINGER on, 0 s: close() resets the connection and drops the unsent bytes
-_RESET_ON_CLOSE = struct.pack("ii", 1, 0)
-
-
-class _FileShrank(Exception):
-    """The file ended before the bytes the answer promised."""
-
-
-class OriginService:
-    """One origin: the aiohttp app, the traffic meter, the egress bucket, the timer."""
+    The transfer loop is `TransferMixin`'s (:mod:`pressrun.origin.transfer`), the
+    ``/stats`` figures `StatusMixin`'s (:mod:`pressrun.origin.status`).
+    """
 
     def __init__(
         self, config: OriginConfig, *, name: str, share: WorkerShare | None = None
@@ -367,17 +191,6 @@ class OriginService:
             self.share.publish(self.snapshot())
         except OSError as err:
             log.warning("worker %d could not publish its figures: %s", self.share.slot, err)
-
-    def _count_active(self) -> None:
-        # set when read (/metrics, the timer), not per transfer: two gauge writes a
-        # transfer were measurable per-request work
-        self.metrics.active.set(self.meter.active_transfers)
-        self.metrics.stalled.set(self.meter.stalled_transfers)
-
-    def _sample_host(self) -> None:
-        # System-wide figures, like the paper's agent: the machine is what runs out.
-        self.cpu_percent = self._cpu.sample()
-        self.ram_percent = float(psutil.virtual_memory().percent)
 
     # -- middleware
 
@@ -508,333 +321,7 @@ class OriginService:
         await self._transfer(request, response, issue, name, fobj, offset, count, size)
         return response
 
-    async def _transfer(
-        self,
-        request: web.Request,
-        response: web.StreamResponse,
-        issue: str,
-        name: str,
-        fobj: IO[bytes],
-        offset: int,
-        count: int,
-        size: int,
-    ) -> None:
-        """Send `count` bytes from `offset`, counted as they go; log one line at the end."""
-        loop = self._loop
-        started = loop.time()
-        tid = self.meter.transfer_started(issue, now=started)
-        self._dirty = True
-        if log.isEnabledFor(logging.DEBUG):  # request.remote is a lookup: only when logged
-            log.debug(
-                "transfer start issue=%s file=%s range=%d-%d/%d client=%s",
-                issue,
-                name,
-                offset,
-                offset + count - 1,
-                size,
-                request.remote,
-            )
-        outcome = "complete"
-        try:
-            await response.prepare(request)
-            transport = request.transport
-            if transport is None:
-                raise ConnectionResetError("connection lost before the body")
-            sock = transport.get_extra_info("socket")
-            if self.config.send_buffer_bytes is not None and sock is not None:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes)
-            # our own sendfile(2) loop on a plain socket; asyncio's under TLS
-            out_fd = -1
-            if sock is not None and transport.get_extra_info("sslcontext") is None:
-                out_fd = sock.fileno()
-            position, end = offset, offset + count
-            bucket = self.bucket
-            cfg = self.config
-            max_chunk = cfg.sendfile_chunk_bytes if bucket is None else cfg.cap_chunk_bytes
-            chunk = max_chunk
-            counter = self.metrics.bytes_sent.labels(issue)
-            # A small object (a manifest, a cover) takes its bytes from the bucket but
-            # does not wait behind the bulk transfers' debt: they pay it back (issue 33).
-            small = is_small_object(name, size)
-            while position < end:
-                n = min(chunk, end - position)
-                if bucket is not None:
-                    wait_s = bucket.take(n, now=loop.time())
-                    if wait_s > 0 and not small:
-                        await asyncio.sleep(wait_s)
-                        self.meter.transfer_paced(tid, now=loop.time())
-                if transport.is_closing():
-                    raise ConnectionResetError("client closed the connection")
-                began = loop.time()
-                # a client that takes nothing of a chunk for send_timeout_s stopped
-                # reading: TimeoutError
-                if out_fd >= 0 and transport.get_write_buffer_size() == 0:
-                    sent = await self._sendfile_direct(
-                        transport, out_fd, fobj.fileno(), position, n, began + cfg.send_timeout_s
-                    )
-                else:
-                    sent = await self._sendfile_asyncio(transport, fobj, position, n)
-                if bucket is None:
-                    chunk = next_chunk_bytes(sent, loop.time() - began, n, max_bytes=max_chunk)
-                position += sent
-                self.meter.bytes_sent(tid, sent, now=loop.time())
-                counter.inc(sent)
-                if sent < n:
-                    raise _FileShrank(f"{issue}/{name} ended at byte {position} of {end}")
-            await response.write_eof()
-        except _FileShrank as err:
-            # The file was truncated under us (replaced files are safe: the open
-            # descriptor keeps the old version). The client sees a short body.
-            outcome = "file shrank"
-            log.warning("%s; the connection is closed short", err)
-            transport = request.transport
-            if transport is not None:
-                transport.close()
-        except TimeoutError:
-            # The client stopped reading: cut it with a reset (SO_LINGER 0, nginx's
-            # reset_timedout_connection), so neither the descriptor nor the megabytes
-            # in the kernel's send buffer wait for a client that takes nothing.
-            outcome = "stalled"
-            self.metrics.timed_out.inc()
-            transport = request.transport
-            if transport is not None:
-                sock = transport.get_extra_info("socket")
-                if sock is not None:
-                    with contextlib.suppress(OSError):
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
-                transport.abort()
-        except ConnectionError as err:
-            # ConnectionResetError / BrokenPipeError: the client left. Normal for web
-            # seeds (libtorrent closes mid-range); nothing to report above DEBUG.
-            outcome = "client gone"
-            log.debug("%s/%s: client %s left mid-transfer: %r", issue, name, request.remote, err)
-        except asyncio.CancelledError:
-            outcome = "cut at shutdown"
-            self.transfers_cut += 1
-            raise
-        finally:
-            ended = loop.time()
-            sent_total = self.meter.transfer_ended(tid, now=ended)
-            self._dirty = True
-            seconds = ended - started
-            self.metrics.duration.observe(seconds)
-            # One line per transfer is per-request work (formatting, a write): the
-            # ordinary outcomes at DEBUG, the ones an operator must see at INFO.
-            level = logging.DEBUG if outcome in _QUIET_OUTCOMES else logging.INFO
-            if log.isEnabledFor(level):
-                rate = sent_total / seconds if seconds > 0 else 0.0
-                log.log(
-                    level,
-                    "transfer %s issue=%s file=%s range=%d-%d/%d bytes=%d seconds=%.3f "
-                    "rate=%.2fMB/s client=%s",
-                    outcome,
-                    issue,
-                    name,
-                    offset,
-                    offset + count - 1,
-                    size,
-                    sent_total,
-                    seconds,
-                    rate / 1e6,
-                    request.remote,
-                )
-
-    async def _sendfile_direct(
-        self,
-        transport: asyncio.BaseTransport,
-        out_fd: int,
-        in_fd: int,
-        offset: int,
-        count: int,
-        deadline: float,
-    ) -> int:
-        """sendfile(2) `count` bytes from `offset` of `in_fd` to the socket `out_fd`;
-        the bytes sent (fewer only when the file ends first).
-
-        asyncio's ``loop.sendfile`` pauses and resumes the transport's reading, waits
-        for an empty-buffer waiter, makes a future and seeks the file on every call:
-        over a third of the origin's CPU on 128 KiB - 1 MiB ranges (py-spy). Here a
-        chunk the socket's buffer can take costs one system call; only when the kernel
-        says EAGAIN does the loop wait for the socket to be writable (the selector's
-        writer slot of the transport's descriptor: the transport's own buffer is empty,
-        so nothing else writes it), until `deadline` (TimeoutError).
-        """
-        try:
-            sent = os.sendfile(out_fd, in_fd, offset, count)
-        except (BlockingIOError, InterruptedError):
-            sent = -1
-        if sent == 0 or sent == count:
-            return sent  # all of it, or the file ended
-        # EAGAIN or a short send: the socket buffer is full (asking again at once
-        # would cost a system call and an exception for EAGAIN); if the file ended just
-        # there, the next call after the wait says 0
-        sent = max(sent, 0)
-        return sent + await self._sendfile_waiting(
-            transport, out_fd, in_fd, offset + sent, count - sent, deadline
-        )
-
-    async def _sendfile_waiting(
-        self,
-        transport: asyncio.BaseTransport,
-        out_fd: int,
-        in_fd: int,
-        offset: int,
-        count: int,
-        deadline: float,
-    ) -> int:
-        """The rest of `_sendfile_direct` once the socket is full: one writer
-        registration and one timeout for the whole rest of the chunk (not one per
-        wait: a slow client or 1,000 connections make many waits)."""
-        loop: Any = self._loop  # the selector loop's private writer slot, as loop.sendfile
-        waiter: list[asyncio.Future[None]] = [loop.create_future()]
-
-        def wake() -> None:
-            if not waiter[0].done():
-                waiter[0].set_result(None)
-
-        loop._add_writer(out_fd, wake)
-        sent = 0
-        try:
-            async with asyncio.timeout_at(deadline):
-                while sent < count:
-                    await waiter[0]
-                    # the wait may end because the client left: the transport then
-                    # closes (its descriptor too, or soon), so ask before each call
-                    if transport.is_closing():
-                        raise ConnectionResetError("client closed the connection")
-                    waiter[0] = loop.create_future()
-                    try:
-                        n = os.sendfile(out_fd, in_fd, offset + sent, count - sent)
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    if n == 0:
-                        return sent  # the file ended
-                    # a short send filled the buffer: wait for room (level-triggered:
-                    # the selector wakes us at once if there is some left)
-                    sent += n
-        finally:
-            loop._remove_writer(out_fd)
-        return sent
-
-    async def _sendfile_asyncio(
-        self, transport: asyncio.Transport, fobj: IO[bytes], offset: int, count: int
-    ) -> int:
-        """``loop.sendfile`` (TLS: read and write; a transport with bytes buffered)."""
-        try:
-            async with asyncio.timeout(self.config.send_timeout_s):
-                return await self._loop.sendfile(transport, fobj, offset, count)
-        except RuntimeError:
-            # loop.sendfile's "Transport is closing": the client left.
-            if transport.is_closing():
-                raise ConnectionResetError("client closed the connection") from None
-            raise
-
     # -- status agent, metrics, health
-
-    def snapshot(self) -> dict[str, Any]:
-        """This worker's figures as plain data (totals include its slot's carried ones)."""
-        meter = self.meter
-        report = meter.last_report
-        carried = self._carried
-        self._count_active()
-        return {
-            "slot": self.share.slot if self.share is not None else 0,
-            "pid": os.getpid(),
-            "out_bytes_per_s": report.out_bytes_per_s,
-            "transfers_seen": report.transfers_seen,
-            "mean_transfer_bytes_per_s": report.mean_transfer_bytes_per_s or 0.0,
-            "mean_by_issue": report.mean_transfer_bytes_per_s_by_issue,
-            "transfers_seen_by_issue": report.transfers_seen_by_issue,
-            "recent": [[r.start, r.end, r.out_bytes] for r in meter.recent_reports],
-            "active": meter.active_transfers,
-            "stalled": meter.stalled_transfers,
-            "cached_issues": meter.cached_issues(now=self._loop.time()),
-            "active_by_issue": meter.active_transfers_by_issue(),
-            "transfers_by_issue": add_counts(
-                dict(carried.get("transfers_by_issue", {})), meter.transfers_by_issue
-            ),
-            "bytes_by_issue": add_counts(
-                dict(carried.get("bytes_by_issue", {})), meter.bytes_sent_by_issue
-            ),
-            "bytes_sent_total": carried.get("bytes_sent_total", 0) + meter.bytes_sent_total,
-            "transfers_total": carried.get("transfers_total", 0) + meter.transfers_total,
-            "transfers_cut": carried.get("transfers_cut", 0) + self.transfers_cut,
-            "metrics": merge_samples([self.metrics.families(), self._carried_families]),
-        }
-
-    def _merged(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """This worker's live snapshot (published) and the other workers' last ones."""
-        assert self.share is not None
-        own = self.snapshot()
-        with contextlib.suppress(OSError):
-            self.share.publish(own)
-        others = [d for slot, d in self.share.read_all().items() if slot != self.share.slot]
-        return own, others
-
-    def stats_document(self) -> dict[str, Any]:
-        """The ``/stats`` JSON of docs/protocols.md (of the whole origin: with workers,
-        this worker's live figures merged with the others' last published ones)."""
-        report = self.meter.last_report
-        issues = self.catalog.refresh()
-        on_disk = set(issues)
-        now = self._loop.time()
-        if self.share is not None:
-            own, others = self._merged()
-            merged = merge_stats(own, others, interval_s=self.config.stats_interval_s)
-            return {
-                "name": self.name,
-                "cpu_percent": self.cpu_percent,
-                "ram_percent": self.ram_percent,
-                "out_bytes_per_s": merged["out_bytes_per_s"],
-                "interval_s": round(report.interval_s, 6),
-                "capacity_bytes_per_s": self.config.capacity_bytes_per_s,
-                "egress_cap_bytes_per_s": self.config.egress_cap_bytes_per_s,
-                "active_transfers": merged["active_transfers"],
-                "stalled_transfers": merged["stalled_transfers"],
-                "issues": issues,
-                "cached_issues": [i for i in merged["cached_issues"] if i in on_disk],
-                "mean_transfer_bytes_per_s": merged["mean_transfer_bytes_per_s"],
-                "mean_transfer_bytes_per_s_by_issue": {
-                    issue: rate
-                    for issue, rate in merged["mean_transfer_bytes_per_s_by_issue"].items()
-                    if issue in on_disk
-                },
-                "bytes_sent_total": merged["bytes_sent_total"],
-                "transfers_total": merged["transfers_total"],
-                "active_transfers_by_issue": merged["active_transfers_by_issue"],
-                "transfers_total_by_issue": merged["transfers_total_by_issue"],
-                "bytes_sent_by_issue": merged["bytes_sent_by_issue"],
-                "recent_intervals": merged["recent_intervals"],
-                "workers": merged["workers"],
-            }
-        return {
-            "name": self.name,
-            "cpu_percent": self.cpu_percent,
-            "ram_percent": self.ram_percent,
-            "out_bytes_per_s": report.out_bytes_per_s,
-            "interval_s": round(report.interval_s, 6),
-            "capacity_bytes_per_s": self.config.capacity_bytes_per_s,
-            "egress_cap_bytes_per_s": self.config.egress_cap_bytes_per_s,
-            "active_transfers": self.meter.active_transfers,
-            "stalled_transfers": self.meter.stalled_transfers,
-            "issues": issues,
-            "cached_issues": [i for i in self.meter.cached_issues(now=now) if i in on_disk],
-            "mean_transfer_bytes_per_s": report.mean_transfer_bytes_per_s,
-            "mean_transfer_bytes_per_s_by_issue": {
-                issue: rate
-                for issue, rate in report.mean_transfer_bytes_per_s_by_issue.items()
-                if issue in on_disk
-            },
-            "bytes_sent_total": self.meter.bytes_sent_total,
-            "transfers_total": self.meter.transfers_total,
-            "active_transfers_by_issue": self.meter.active_transfers_by_issue(),
-            "transfers_total_by_issue": dict(sorted(self.meter.transfers_by_issue.items())),
-            "bytes_sent_by_issue": dict(sorted(self.meter.bytes_sent_by_issue.items())),
-            "recent_intervals": [
-                {"start_s": r.start, "end_s": r.end, "bytes": r.out_bytes}
-                for r in self.meter.recent_reports
-            ],
-        }
 
     async def stats(self, request: web.Request) -> web.Response:
         """``GET /stats``."""

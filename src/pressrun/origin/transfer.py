@@ -1,0 +1,274 @@
+"""The body of a content answer: the sendfile(2) transfer loop and its waits.
+
+`TransferMixin` is the part of `pressrun.origin.aio.OriginService` that sends the
+bytes of a range once the headers are decided: chunks paced by the egress bucket when
+there is a cap (a small object does not wait behind the bulk transfers' debt), sized
+by the client's pace (`next_chunk_bytes`) when there is none; our own sendfile(2) loop
+on a plain socket (`TransferMixin._sendfile_direct`, waiting for room only on EAGAIN),
+``loop.sendfile`` under TLS. A chunk the client has not taken within ``send_timeout_s``
+ends the transfer with a reset (``stalled``); a client that leaves ends it quietly
+(``client gone``); a file truncated under us closes the connection short. One log line
+per transfer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import struct
+from typing import IO, Any
+
+from aiohttp import web
+
+from pressrun.origin.config import OriginConfig
+from pressrun.origin.core import TokenBucket, TrafficMeter, is_small_object, next_chunk_bytes
+from pressrun.origin.metrics import OriginMetrics
+from pressrun.origin.shared import SharedBucket
+
+log = logging.getLogger("pressrun.origin")
+
+#: transfer outcomes logged at DEBUG (the others at INFO)
+_QUIET_OUTCOMES = frozenset({"complete", "client gone"})
+
+#: SO_LINGER on, 0 s: close() resets the connection and drops the unsent bytes
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)
+
+
+class _FileShrank(Exception):
+    """The file ended before the bytes the answer promised."""
+
+
+class TransferMixin:
+    """The transfers of `pressrun.origin.aio.OriginService` (which sets these attributes)."""
+
+    config: OriginConfig
+    metrics: OriginMetrics
+    meter: TrafficMeter
+    bucket: TokenBucket | SharedBucket | None
+    transfers_cut: int
+    _loop: asyncio.AbstractEventLoop
+    _dirty: bool
+
+    async def _transfer(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        issue: str,
+        name: str,
+        fobj: IO[bytes],
+        offset: int,
+        count: int,
+        size: int,
+    ) -> None:
+        """Send `count` bytes from `offset`, counted as they go; log one line at the end."""
+        loop = self._loop
+        started = loop.time()
+        tid = self.meter.transfer_started(issue, now=started)
+        self._dirty = True
+        if log.isEnabledFor(logging.DEBUG):  # request.remote is a lookup: only when logged
+            log.debug(
+                "transfer start issue=%s file=%s range=%d-%d/%d client=%s",
+                issue,
+                name,
+                offset,
+                offset + count - 1,
+                size,
+                request.remote,
+            )
+        outcome = "complete"
+        try:
+            await response.prepare(request)
+            transport = request.transport
+            if transport is None:
+                raise ConnectionResetError("connection lost before the body")
+            sock = transport.get_extra_info("socket")
+            if self.config.send_buffer_bytes is not None and sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes)
+            # our own sendfile(2) loop on a plain socket; asyncio's under TLS
+            out_fd = -1
+            if sock is not None and transport.get_extra_info("sslcontext") is None:
+                out_fd = sock.fileno()
+            position, end = offset, offset + count
+            bucket = self.bucket
+            cfg = self.config
+            max_chunk = cfg.sendfile_chunk_bytes if bucket is None else cfg.cap_chunk_bytes
+            chunk = max_chunk
+            counter = self.metrics.bytes_sent.labels(issue)
+            # A small object (a manifest, a cover) takes its bytes from the bucket but
+            # does not wait behind the bulk transfers' debt: they pay it back (issue 33).
+            small = is_small_object(name, size)
+            while position < end:
+                n = min(chunk, end - position)
+                if bucket is not None:
+                    wait_s = bucket.take(n, now=loop.time())
+                    if wait_s > 0 and not small:
+                        await asyncio.sleep(wait_s)
+                        self.meter.transfer_paced(tid, now=loop.time())
+                if transport.is_closing():
+                    raise ConnectionResetError("client closed the connection")
+                began = loop.time()
+                # a client that takes nothing of a chunk for send_timeout_s stopped
+                # reading: TimeoutError
+                if out_fd >= 0 and transport.get_write_buffer_size() == 0:
+                    sent = await self._sendfile_direct(
+                        transport, out_fd, fobj.fileno(), position, n, began + cfg.send_timeout_s
+                    )
+                else:
+                    sent = await self._sendfile_asyncio(transport, fobj, position, n)
+                if bucket is None:
+                    chunk = next_chunk_bytes(sent, loop.time() - began, n, max_bytes=max_chunk)
+                position += sent
+                self.meter.bytes_sent(tid, sent, now=loop.time())
+                counter.inc(sent)
+                if sent < n:
+                    raise _FileShrank(f"{issue}/{name} ended at byte {position} of {end}")
+            await response.write_eof()
+        except _FileShrank as err:
+            # The file was truncated under us (replaced files are safe: the open
+            # descriptor keeps the old version). The client sees a short body.
+            outcome = "file shrank"
+            log.warning("%s; the connection is closed short", err)
+            transport = request.transport
+            if transport is not None:
+                transport.close()
+        except TimeoutError:
+            # The client stopped reading: cut it with a reset (SO_LINGER 0, nginx's
+            # reset_timedout_connection), so neither the descriptor nor the megabytes
+            # in the kernel's send buffer wait for a client that takes nothing.
+            outcome = "stalled"
+            self.metrics.timed_out.inc()
+            transport = request.transport
+            if transport is not None:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+                transport.abort()
+        except ConnectionError as err:
+            # ConnectionResetError / BrokenPipeError: the client left. Normal for web
+            # seeds (libtorrent closes mid-range); nothing to report above DEBUG.
+            outcome = "client gone"
+            log.debug("%s/%s: client %s left mid-transfer: %r", issue, name, request.remote, err)
+        except asyncio.CancelledError:
+            outcome = "cut at shutdown"
+            self.transfers_cut += 1
+            raise
+        finally:
+            ended = loop.time()
+            sent_total = self.meter.transfer_ended(tid, now=ended)
+            self._dirty = True
+            seconds = ended - started
+            self.metrics.duration.observe(seconds)
+            # One line per transfer is per-request work (formatting, a write): the
+            # ordinary outcomes at DEBUG, the ones an operator must see at INFO.
+            level = logging.DEBUG if outcome in _QUIET_OUTCOMES else logging.INFO
+            if log.isEnabledFor(level):
+                rate = sent_total / seconds if seconds > 0 else 0.0
+                log.log(
+                    level,
+                    "transfer %s issue=%s file=%s range=%d-%d/%d bytes=%d seconds=%.3f "
+                    "rate=%.2fMB/s client=%s",
+                    outcome,
+                    issue,
+                    name,
+                    offset,
+                    offset + count - 1,
+                    size,
+                    sent_total,
+                    seconds,
+                    rate / 1e6,
+                    request.remote,
+                )
+
+    async def _sendfile_direct(
+        self,
+        transport: asyncio.BaseTransport,
+        out_fd: int,
+        in_fd: int,
+        offset: int,
+        count: int,
+        deadline: float,
+    ) -> int:
+        """sendfile(2) `count` bytes from `offset` of `in_fd` to the socket `out_fd`;
+        the bytes sent (fewer only when the file ends first).
+
+        asyncio's ``loop.sendfile`` pauses and resumes the transport's reading, waits
+        for an empty-buffer waiter, makes a future and seeks the file on every call:
+        over a third of the origin's CPU on 128 KiB - 1 MiB ranges (py-spy). Here a
+        chunk the socket's buffer can take costs one system call; only when the kernel
+        says EAGAIN does the loop wait for the socket to be writable (the selector's
+        writer slot of the transport's descriptor: the transport's own buffer is empty,
+        so nothing else writes it), until `deadline` (TimeoutError).
+        """
+        try:
+            sent = os.sendfile(out_fd, in_fd, offset, count)
+        except (BlockingIOError, InterruptedError):
+            sent = -1
+        if sent == 0 or sent == count:
+            return sent  # all of it, or the file ended
+        # EAGAIN or a short send: the socket buffer is full (asking again at once
+        # would cost a system call and an exception for EAGAIN); if the file ended just
+        # there, the next call after the wait says 0
+        sent = max(sent, 0)
+        return sent + await self._sendfile_waiting(
+            transport, out_fd, in_fd, offset + sent, count - sent, deadline
+        )
+
+    async def _sendfile_waiting(
+        self,
+        transport: asyncio.BaseTransport,
+        out_fd: int,
+        in_fd: int,
+        offset: int,
+        count: int,
+        deadline: float,
+    ) -> int:
+        """The rest of `_sendfile_direct` once the socket is full: one writer
+        registration and one timeout for the whole rest of the chunk (not one per
+        wait: a slow client or 1,000 connections make many waits)."""
+        loop: Any = self._loop  # the selector loop's private writer slot, as loop.sendfile
+        waiter: list[asyncio.Future[None]] = [loop.create_future()]
+
+        def wake() -> None:
+            if not waiter[0].done():
+                waiter[0].set_result(None)
+
+        loop._add_writer(out_fd, wake)
+        sent = 0
+        try:
+            async with asyncio.timeout_at(deadline):
+                while sent < count:
+                    await waiter[0]
+                    # the wait may end because the client left: the transport then
+                    # closes (its descriptor too, or soon), so ask before each call
+                    if transport.is_closing():
+                        raise ConnectionResetError("client closed the connection")
+                    waiter[0] = loop.create_future()
+                    try:
+                        n = os.sendfile(out_fd, in_fd, offset + sent, count - sent)
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    if n == 0:
+                        return sent  # the file ended
+                    # a short send filled the buffer: wait for room (level-triggered:
+                    # the selector wakes us at once if there is some left)
+                    sent += n
+        finally:
+            loop._remove_writer(out_fd)
+        return sent
+
+    async def _sendfile_asyncio(
+        self, transport: asyncio.Transport, fobj: IO[bytes], offset: int, count: int
+    ) -> int:
+        """``loop.sendfile`` (TLS: read and write; a transport with bytes buffered)."""
+        try:
+            async with asyncio.timeout(self.config.send_timeout_s):
+                return await self._loop.sendfile(transport, fobj, offset, count)
+        except RuntimeError:
+            # loop.sendfile's "Transport is closing": the client left.
+            if transport.is_closing():
+                raise ConnectionResetError("client closed the connection") from None
+            raise
