@@ -57,6 +57,10 @@ class OriginShape:
     egress_cap_mbps: float | None = None
     content_dir: Path | None = None  # None: the test bed's shared folder
     description: str = ""
+    #: worker processes (`serve origin --workers`): one, so that an origin is one
+    #: process, as the test bed's machines share one host's cores and its tests freeze
+    #: (SIGSTOP) or kill an origin by its process (`serve origin` alone takes one per CPU)
+    workers: int = 1
 
 
 #: Machines A, B and C of 000_9aae53f3113e9bd8.txt.
@@ -83,6 +87,8 @@ def origin_args(shape: OriginShape, content: Path, stats_interval_s: float) -> l
         f"{stats_interval_s:g}",
         "--shutdown-grace-s",
         "0",
+        "--workers",
+        str(shape.workers),
     ]
     if shape.egress_cap_mbps is not None:
         args += ["--egress-cap-mbps", f"{shape.egress_cap_mbps:g}"]
