@@ -39,6 +39,9 @@ command -v nft >/dev/null 2>&1 || need+=(nftables)
 # the web reader: its browser tests and its npm packages
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
+# the STUN/TURN server of the reader's WebRTC peers (docker-compose.yml's turn service,
+# deploy/coturn/; tests/test_compose.py runs it)
+command -v turnserver >/dev/null 2>&1 || need+=(coturn)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
@@ -72,7 +75,7 @@ if [ "$rust_from_apt" = 1 ]; then
 fi
 apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 # Debian starts the services on install; pressrun starts its own on demand.
-systemctl disable --now nginx redis-server docker docker.socket containerd prometheus \
+systemctl disable --now nginx redis-server docker docker.socket containerd prometheus coturn \
   >/dev/null 2>&1 || true
 service prometheus stop >/dev/null 2>&1 || true
 service nginx stop >/dev/null 2>&1 || true

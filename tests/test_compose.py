@@ -102,3 +102,41 @@ def _default(text: str) -> str:
     import re
 
     return re.sub(r"\$\{[A-Z0-9_]+:?-([^}]*)\}", r"\1", text)
+
+
+@needs_compose
+def test_turn_service_runs_the_deployment_coturn_file_and_the_reader_names_it() -> None:
+    doc = _config({"PRESSRUN_TURN_PASSWORD": "s3cret-turn", "PRESSRUN_TURN_HOST": "news.example"})
+    services = doc["services"]
+    turn = services["turn"]
+    command = turn["command"]
+    assert command[:3] == ["turnserver", "-c", "/etc/pressrun/coturn/turnserver.conf"]
+    # the file coturn reads is deploy/coturn/turnserver.conf (tests/test_turn.py runs it)
+    mounts = {v.split(":")[1]: Path(v.split(":")[0]) for v in _volumes(turn)}
+    assert (mounts["/etc/pressrun/coturn"] / "turnserver.conf").is_file()
+    assert mounts["/etc/pressrun/coturn"].resolve() == (ROOT / "deploy" / "coturn").resolve()
+    assert "--user=reader:s3cret-turn" in command
+    # the relay range coturn allocates from is the range published, one to one
+    first = int(command[command.index("--min-port") + 1])
+    last = int(command[command.index("--max-port") + 1])
+    relayed = {p["target"] for p in turn["ports"] if p["protocol"] == "udp"} - {3478}
+    assert relayed == set(range(first, last + 1))
+    assert {(p["target"], p["protocol"]) for p in turn["ports"]} >= {(3478, "udp"), (3478, "tcp")}
+    # the reader hands the browsers that server and that user (as they reach it)
+    reader_env = services["reader"]["environment"]
+    assert reader_env["PRESSRUN_READER_ICE_SERVERS"].split(",") == [
+        "stun:news.example:3478",
+        "turn:news.example:3478",
+    ]
+    assert reader_env["PRESSRUN_READER_TURN_USER"] == "reader"
+    assert reader_env["PRESSRUN_READER_TURN_PASSWORD"] == "s3cret-turn"
+    # desktop clients' WebRTC (libtorrent's WebTorrent) uses it for STUN, by its name
+    assert services["client"]["environment"]["PRESSRUN_STUN"] == "turn:3478"
+
+
+def _volumes(service: dict[str, Any]) -> list[str]:
+    """A service's bind mounts as ``SOURCE:TARGET`` (compose 1.29 writes them as text)."""
+    out: list[str] = []
+    for v in service.get("volumes", []):
+        out.append(v if isinstance(v, str) else f"{v['source']}:{v['target']}")
+    return out

@@ -67,7 +67,8 @@ def test_prometheus_scrapes_every_service_and_alerts_on_a_stopped_origin(
     built = build_images(engine, cache_dir=cache_dir(root), project_root=root, report=print)
     issue = publish_issue(tmp_path, 1.0, 30)
     ports = ("ORIGIN_A", "ORIGIN_B", "ORIGIN_C", "TRACKER_1", "TRACKER_2", "BALANCER",
-             "BALANCER_2", "MULTICAST", "SUBSCRIPTIONS", "READER", "PROMETHEUS")  # fmt: skip
+             "BALANCER_2", "MULTICAST", "SUBSCRIPTIONS", "READER", "PROMETHEUS",
+             "TURN", "TURN_RELAY")  # fmt: skip
     env = {
         "PRESSRUN_IMAGE": built.image,
         "PRESSRUN_SUBNET": free_subnet(engine),

@@ -47,8 +47,11 @@ from pressrun.emulate.engine import DockerCommandError, Engine
 
 SUITE = "bookworm"
 #: Debian packages the base image adds to minbase (tc and ip, nft, redis-server, ps,
-#: and Prometheus: the compose deployment's monitoring runs from the same image)
-BASE_PACKAGES = ("python3", "iproute2", "nftables", "redis-server", "procps", "prometheus")
+#: Prometheus: the compose deployment's monitoring runs from the same image, and coturn:
+#: its STUN/TURN server for the readers' WebRTC peers)
+BASE_PACKAGES = (
+    "python3", "iproute2", "nftables", "redis-server", "procps", "prometheus", "coturn",
+)  # fmt: skip
 #: what dpkg leaves out of the base image (no container reads them; the copyright
 #: files stay)
 DPKG_OPTIONS = (

@@ -303,6 +303,8 @@ async def run_variant(
                 "SUBSCRIPTIONS",
                 "READER",
                 "PROMETHEUS",
+                "TURN",
+                "TURN_RELAY",
             )
         },
     }
