@@ -1,6 +1,8 @@
 """Loopback swarm bench: last peer's completion time against the fluid lower bound.
 
-N libtorrent peers (pressrun.peer, all in this process) arrive together and download
+N libtorrent peers (pressrun.peer, in worker processes of at most --peers-per-proc
+each: `bench/swarm_procs.py`; the tracker and the origins in this one, the ring's
+supernodes in one of their own) arrive together and download
 one published issue of F bytes; the only initial source is the origins' web seeds,
 their total egress capped at u_s (pressrun.origin's token bucket); each peer uploads at
 most u. Printed per N: the last peer's completion time T, the fluid lower bound of
@@ -9,12 +11,17 @@ Kumar and Ross,
     T_min = max(F / u_s, F / d_min, N * F / (u_s + N * u))
 
 (d_min: the slowest peer's download cap; unlimited here, so that term is 0), T / T_min,
-and the origins' bytes in copies of the file (their own counters).
+and the origins' bytes in copies of the file (their own counters). Beside each run:
+the harness's processes' CPU, their worst event loop lag and the machine's busy CPU; a
+run whose harness was saturated (`swarm_procs.verdict`) is printed REFUSED with the
+reason and left out of the medians.
 
     # N = 10, 20, 40; F = 20 MiB; u = 1 MB/s; u_s = 2 MB/s; policies stripes, libtorrent
     .venv/bin/python bench/swarm.py
     .venv/bin/python bench/swarm.py --n 20 --runs 3 --policy stripes
-    # the Chord ring's choice (5 supernodes in this process) against both, same run
+    # the Chord ring's choice (5 supernodes) against both, same run; 80 and 160 peers
+    flock /work/heavy.lock .venv/bin/python bench/swarm.py --n 80,160 --runs 3 \
+        --policy chord,stripes,libtorrent
     .venv/bin/python bench/swarm.py --n 20,40 --policy chord,stripes,libtorrent
 """
 
@@ -22,74 +29,63 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import itertools
 import logging
 import os
-import resource
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pressrun.peer.aio as peer_aio
-from pressrun.chord.aio import MAX_BRINGERS, Supernode
+from pressrun.chord.aio import MAX_BRINGERS
 from pressrun.content.publish import DEFAULT_PIECE_SIZE
 from pressrun.peer.chord_policy import ChordPolicy
-from pressrun.peer.config import PeerConfig, desktop_profile
+from pressrun.peer.config import PeerConfig
 from pressrun.peer.loopback import loopback_swarm
 from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, uploader_policy_names
 
 
-class LoopLoad:
-    """The bench process's CPU and its event loop's lag over one run.
-
-    CPU: user + system seconds of the whole process (libtorrent's threads included)
-    and of the event loop's thread alone (the Python adapters), over the run's wall
-    time; a share near 1.0 of the loop thread means the Python side is saturated.
-    Lag: how late a 50 ms sleep wakes up (median, 99th percentile, max).
-    """
-
-    def __init__(self) -> None:
-        self.lags: list[float] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> LoopLoad:
-        self._wall = time.perf_counter()
-        ru = resource.getrusage(resource.RUSAGE_SELF)
-        self._cpu = ru.ru_utime + ru.ru_stime
-        self._thread = time.thread_time()
-        self._task = asyncio.get_running_loop().create_task(self._sample())
-        return self
-
-    async def _sample(self) -> None:
-        while True:
-            t = time.perf_counter()
-            await asyncio.sleep(0.05)
-            self.lags.append(time.perf_counter() - t - 0.05)
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-        wall = time.perf_counter() - self._wall
-        ru = resource.getrusage(resource.RUSAGE_SELF)
-        self.process_cpu_share = (ru.ru_utime + ru.ru_stime - self._cpu) / wall
-        self.loop_cpu_share = (time.thread_time() - self._thread) / wall
-
-    def figures(self) -> dict[str, float]:
-        """The run's figures for the table."""
-        lags = sorted(self.lags) or [0.0]
-        return {
-            "cpu_process": self.process_cpu_share,
-            "cpu_loop": self.loop_cpu_share,
-            "lag_p50_ms": 1000 * statistics.median(lags),
-            "lag_p99_ms": 1000 * lags[int(0.99 * (len(lags) - 1))],
-            "lag_max_ms": 1000 * lags[-1],
-        }
+def load_bench_module(name: str) -> ModuleType:
+    """A sibling bench script as a module (bench/ is scripts, not a package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, float]:
+swarm_procs = load_bench_module("swarm_procs")
+LoopLoad = swarm_procs.LoopLoad
+
+
+def ring_knobs(args: argparse.Namespace, size_bytes: int, u_s: float) -> dict[str, Any]:
+    """The supernodes' keyword arguments from the bench's flags."""
+    return {
+        "max_bringers": args.max_bringers or None,
+        "max_bringing_per_peer": bringing_per_peer(args),
+        "first_receivers": args.first_receivers or None,
+        "order_askers": bool(getattr(args, "order_askers", 1)),
+        "fair_bringing": bool(args.fair_bringing),
+        "file_bytes": size_bytes,
+        "origin_bps": int(u_s),
+    }
+
+
+async def one_run(
+    n: int, policy: str, args: argparse.Namespace, *, trace: Any = None
+) -> dict[str, Any]:
+    """One swarm of N peers over worker processes (`bench/swarm_procs.py`); its figures,
+    with ``refused`` set when the harness was saturated. ``trace``: the
+    `bench/swarm_trace.py` module, whose workers trace their peers (their events are
+    merged into its ``EVENTS``) while this process samples the origins' bytes."""
     size = int(args.size_mib * (1 << 20))
     u = args.peer_upload_mbps * 1e6 / 8
     u_s = args.origin_mbps * 1e6 / 8
@@ -102,68 +98,115 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
             piece_size=args.piece_kib * 1024,
             tracker_interval_s=args.tracker_interval_s,
         ) as swarm:
-            config = desktop_profile(
-                upload_limit_bps=int(u),
-                counts_interval_s=1.0,
-                drop_web_seeds=not args.keep_web_seeds,
-                web_seed_share_factor=args.share_factor,
-                not_needed_seeds_per_leecher=args.seeds_per_leecher,
-            )
-            supernodes: list[Supernode] = []
+            bundle = swarm.work_dir / "content" / swarm.issue_id
+            config = {
+                "upload_limit_bps": int(u),
+                "counts_interval_s": 1.0,
+                "drop_web_seeds": not args.keep_web_seeds,
+                "web_seed_share_factor": args.share_factor,
+                "not_needed_seeds_per_leecher": args.seeds_per_leecher,
+            }
+            workers: list[Any] = []
+            sn_worker = None
             if policy == "chord":
-                # the ring: supernodes placed at equal shares by the tracker
+                # the ring: supernodes placed at equal shares by the tracker, in a
+                # process of their own
                 assert swarm.tracker is not None
                 swarm.tracker.ring.expected_supernodes = args.supernodes
-                for i in range(args.supernodes):
-                    sn = Supernode(
-                        tracker_base=swarm.tracker_base,
-                        info_hash=swarm.manifest.info_hash,
-                        num_pieces=swarm.manifest.num_pieces,
-                        seed=i,
-                        max_bringers=args.max_bringers or None,
-                        max_bringing_per_peer=bringing_per_peer(args),
-                        first_receivers=args.first_receivers or None,
-                        order_askers=bool(getattr(args, "order_askers", 1)),
-                        fair_bringing=bool(args.fair_bringing),
-                        file_bytes=swarm.manifest.size_bytes,
-                        origin_bps=int(u_s),
+                sn_worker = swarm_procs.Worker(
+                    "supernodes",
+                    {
+                        "role": "supernodes",
+                        "count": args.supernodes,
+                        "tracker_base": swarm.tracker_base,
+                        "info_hash": swarm.manifest.info_hash,
+                        "num_pieces": swarm.manifest.num_pieces,
+                        "knobs": ring_knobs(args, swarm.manifest.size_bytes, u_s),
+                    },
+                )
+            first = 0
+            for i, count in enumerate(swarm_procs.split(n, args.peers_per_proc)):
+                workers.append(
+                    swarm_procs.Worker(
+                        f"peers-{i}",
+                        {
+                            "role": "peers",
+                            "count": count,
+                            "first_index": first,
+                            "work_dir": str(swarm.work_dir),
+                            "issue": swarm.issue_id,
+                            "manifest": str(bundle / "manifest.json"),
+                            "torrent": str(bundle / f"{swarm.issue_id}.torrent"),
+                            "tracker_url": swarm.tracker_url,
+                            "policy": policy,
+                            "config": config,
+                            "args": {k: v for k, v in vars(args).items() if _plain(v)},
+                            "trace": trace is not None,
+                        },
                     )
-                    supernodes.append(sn)
-                    await sn.start()
-                    await sn.wait_on_ring()
-            started = time.perf_counter()
+                )
+                first += count
+            everyone = ([sn_worker] if sn_worker else []) + workers
             try:
+                if sn_worker is not None:
+                    await sn_worker.start()
+                await asyncio.gather(*(w.start() for w in workers))
+                go = time.monotonic() + swarm_procs.GO_AFTER_S
+                for w in everyone:
+                    await w.send({"go": go})
+                sampler = trace.start_sampler(go, origin=swarm) if trace is not None else None
+                await asyncio.sleep(max(0.0, go - time.monotonic()))
+                machine = swarm_procs.MachineCpu()
+                machine.start()
+                started = time.perf_counter()
                 async with LoopLoad() as load:
-                    results = await swarm.run_peers(n, config, uploader_policy=policy)
+                    done = await asyncio.gather(*(w.receive() for w in workers))
+                wall = time.perf_counter() - started
+                machine_figures = machine.stop()
+                sn_done: dict[str, Any] = {}
+                if sn_worker is not None:
+                    await sn_worker.send({"stop": True})
+                    sn_done = await sn_worker.receive()
+                if sampler is not None:
+                    sampler.cancel()
             finally:
-                for sn in supernodes:
-                    await sn.close()
-            wall = time.perf_counter() - started
-            ring = [s for p in swarm.peers if (s := p.ring_stats) is not None]
+                for w in everyone:
+                    await w.close()
+            results = [r for d in done for r in d["results"]]
+            loads = {"harness": load.figures()}
+            loads.update({w.name: d["load"] for w, d in zip(workers, done, strict=True)})
+            if sn_done:
+                loads["supernodes"] = sn_done["load"]
+            if trace is not None:
+                for d in done:
+                    trace.EVENTS.extend(d["events"])
+                trace.EVENTS.sort(key=lambda e: e["t"])
             ring_figures = (
                 {
                     # the ring's cost: HTTP requests each peer sent to supernodes, the
                     # lookups the supernodes ran through the ring (all peers together)
-                    "ring_requests_per_peer": sum(s.requests for s in ring) / n,
-                    "ring_rounds_per_peer": sum(s.rounds for s in ring) / n,
-                    "sn_lookups": float(sum(sn.stats.lookups for sn in supernodes)),
-                    "sn_uploader_answers": float(
-                        sum(sn.stats.uploader_answers for sn in supernodes)
-                    ),
+                    "ring_requests_per_peer": sum(d["ring_requests"] for d in done) / n,
+                    "ring_rounds_per_peer": sum(d["ring_rounds"] for d in done) / n,
+                    "ring_waits_per_peer": sum(d["ring_waits"] for d in done) / n,
+                    "sn_lookups": float(sn_done.get("sn_lookups", 0)),
+                    "sn_uploader_answers": float(sn_done.get("sn_uploader_answers", 0)),
                 }
-                if ring
+                if any(d["ring"] for d in done)
                 else {}
             )
-            bad = [r for r in results if not r.completed]
+            bad = [r for r in results if not r["completed"]]
             if bad:
                 raise SystemExit(f"{len(bad)} peers did not complete")
-            last = max(r.download_s or 0.0 for r in results)
+            last = max(r["download_s"] or 0.0 for r in results)
             t_min = max(size / u_s, n * size / (u_s + n * u))
             rules: dict[str, int] = {}
             for r in results:
-                key = r.leave_rule.value if r.leave_rule else "none"
-                rules[key] = rules.get(key, 0) + 1
-            ratios = [r.ratio for r in results if r.ratio is not None]
+                rules[r["leave_rule"]] = rules.get(r["leave_rule"], 0) + 1
+            ratios = [r["ratio"] for r in results if r["ratio"] is not None]
+            worst = {
+                k: max(f[k] for f in loads.values())
+                for k in ("lag_p50_ms", "lag_p99_ms", "lag_max_ms", "cpu_loop")
+            }
             return {
                 "last_s": last,
                 "t_min_s": t_min,
@@ -173,14 +216,27 @@ async def one_run(n: int, policy: str, args: argparse.Namespace) -> dict[str, fl
                 "mean_ratio": statistics.mean(ratios) if ratios else 0.0,
                 # what the peers downloaded beyond one copy each (libtorrent's payload
                 # counters and the origin fetches: blocks downloaded twice, failed hashes)
-                "beyond_nf": sum(r.downloaded_bytes for r in results) / (n * size) - 1,
+                "beyond_nf": sum(r["downloaded_bytes"] for r in results) / (n * size) - 1,
                 **ring_figures,
-                **load.figures(),
+                # the harness: every process's CPU summed, the worst loop among them
+                "cpu_process": sum(f["cpu_process"] for f in loads.values()),
+                "cpu_loop": worst["cpu_loop"],
+                "lag_p50_ms": worst["lag_p50_ms"],
+                "lag_p99_ms": worst["lag_p99_ms"],
+                "lag_max_ms": worst["lag_max_ms"],
+                "procs": float(len(loads)),
+                **machine_figures,
                 **{f"rule_{k}": float(v) for k, v in rules.items()},
+                "loads": loads,
+                "refused": swarm_procs.verdict(loads, machine_figures),
             }
 
 
-def override_session_settings(pairs: list[str]) -> None:
+def _plain(v: object) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool, list))
+
+
+def override_session_settings(pairs: list[str], *, quiet: bool = False) -> None:
     """``--lt KEY=VALUE``: libtorrent settings on top of the peer's own, for every peer
     of every policy alike (to measure a setting before it goes into
     `pressrun.peer.session.session_settings`)."""
@@ -199,7 +255,8 @@ def override_session_settings(pairs: list[str]) -> None:
         return {**base(*a, **kw), **extra}
 
     peer_aio.session_settings = settings  # type: ignore[assignment]
-    print("libtorrent settings for every peer:", extra)
+    if not quiet:
+        print("libtorrent settings for every peer:", extra)
 
 
 def _load() -> str:
@@ -264,6 +321,64 @@ def add_ring_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _harness(r: dict[str, Any]) -> str:
+    return (
+        f"harness: {int(r['procs'])} processes, CPU {r['cpu_process']:.2f} cores in all "
+        f"(worst event loop thread {r['cpu_loop']:.2f}), worst loop lag median "
+        f"{r['lag_p50_ms']:.0f} ms, p99 {r['lag_p99_ms']:.0f} ms, max {r['lag_max_ms']:.0f} ms; "
+        f"machine CPU busy {100 * r['machine_busy']:.0f}% of {r['cores']:.0f} cores, "
+        f"load {r['load_start']:.2f} -> {r['load_end']:.2f}"
+    )
+
+
+def print_run_line(policy: str, n: int, k: int, r: dict[str, Any]) -> None:
+    """One run: its figures and its harness, or why it is refused."""
+    ring = (
+        f"; ring {r['ring_requests_per_peer']:.0f} requests, {r['ring_rounds_per_peer']:.0f} "
+        f"rounds, {r['ring_waits_per_peer']:.0f} waits per peer, "
+        f"{r['sn_uploader_answers']:.0f} uploader answers"
+        if "ring_requests_per_peer" in r
+        else ""
+    )
+    state = f"REFUSED ({r['refused']})" if r["refused"] else "ok"
+    print(
+        f"  run {k + 1}: {policy} N = {n}: {r['last_s']:.1f} s = {r['x']:.2f}x, "
+        f"{r['copies']:.2f} copies{ring}; {_harness(r)}: {state}",
+        flush=True,
+    )
+
+
+def print_medians(policy: str, n: int, runs: list[dict[str, Any]]) -> None:
+    """The medians of the runs whose harness was not saturated (none: said so)."""
+    kept = [r for r in runs if not r["refused"]]
+    if not kept:
+        print(f"{policy:>10} {n:>4}  no run to report: every run's harness was saturated")
+        return
+    keys = [k for k, v in kept[0].items() if isinstance(v, float)]
+    med = {k: statistics.median(r.get(k, 0.0) for r in kept) for k in keys}
+    rules = ", ".join(f"{k[5:]}={int(v)}" for k, v in sorted(med.items()) if k.startswith("rule_"))
+    each = " ".join(f"{r['x']:.2f}x/{r['copies']:.2f}" for r in kept)
+    refused = len(runs) - len(kept)
+    print(
+        f"{policy:>10} {n:>4} {med['last_s']:>9.1f} {med['t_min_s']:>8.1f} {med['x']:>8.2f} "
+        f"{med['copies']:>14.2f} {med['mean_ratio']:>10.2f}  {rules}"
+        f"   runs: {each}" + (f" ({refused} refused)" if refused else ""),
+        flush=True,
+    )
+    print(
+        f"{'':>15} {_harness(med)}; peers downloaded {100 * med['beyond_nf']:.1f}% beyond N F",
+        flush=True,
+    )
+    if "ring_requests_per_peer" in med:
+        print(
+            f"{'':>15} ring: {med['ring_requests_per_peer']:.0f} requests, "
+            f"{med['ring_rounds_per_peer']:.0f} rounds and {med['ring_waits_per_peer']:.0f} "
+            f"wait answers per peer, supernodes ran {med['sn_lookups']:.0f} lookups and gave "
+            f"{med['sn_uploader_answers']:.0f} uploader answers",
+            flush=True,
+        )
+
+
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", default="10,20,40", help="peer counts, comma-separated")
@@ -292,6 +407,12 @@ async def main() -> None:
     p.add_argument("--supernodes", type=int, default=5, help="policy chord: supernodes on the ring")
     add_ring_arguments(p)
     p.add_argument("--runs", type=int, default=1, help="runs per N (medians printed)")
+    p.add_argument(
+        "--peers-per-proc",
+        type=int,
+        default=20,
+        help="peers per worker process (the supernodes have one of their own)",
+    )
     p.add_argument(
         "--keep-web-seeds", action="store_true", help="never drop the web seeds (baseline)"
     )
@@ -323,33 +444,12 @@ async def main() -> None:
     print(f"{'policy':>10} {'N':>4} {'T_last s':>9} {'T_min s':>8} {'T/T_min':>8} "
           f"{'origin copies':>14} {'mean ratio':>10}  leave rules")  # fmt: skip
     for policy, n in itertools.product(args.policy.split(","), map(int, args.n.split(","))):
-        runs = [await one_run(n, policy, args) for _ in range(args.runs)]
-        med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
-        rules = ", ".join(
-            f"{k[5:]}={int(v)}" for k, v in sorted(med.items()) if k.startswith("rule_")
-        )
-        each = " ".join(f"{r['x']:.2f}x/{r['copies']:.2f}" for r in runs)
-        print(
-            f"{policy:>10} {n:>4} {med['last_s']:>9.1f} {med['t_min_s']:>8.1f} {med['x']:>8.2f} "
-            f"{med['copies']:>14.2f} {med['mean_ratio']:>10.2f}  {rules}"
-            + (f"   runs: {each}" if args.runs > 1 else ""),
-            flush=True,
-        )
-        print(
-            f"{'':>15} bench process: CPU {med['cpu_process']:.2f} cores (event loop thread "
-            f"{med['cpu_loop']:.2f}), loop lag median {med['lag_p50_ms']:.0f} ms, "
-            f"p99 {med['lag_p99_ms']:.0f} ms, max {med['lag_max_ms']:.0f} ms; peers "
-            f"downloaded {100 * med['beyond_nf']:.1f}% beyond N F",
-            flush=True,
-        )
-        if "ring_requests_per_peer" in med:
-            print(
-                f"{'':>15} ring: {med['ring_requests_per_peer']:.0f} requests and "
-                f"{med['ring_rounds_per_peer']:.0f} rounds per peer, supernodes ran "
-                f"{med['sn_lookups']:.0f} lookups and gave {med['sn_uploader_answers']:.0f} "
-                "uploader answers",
-                flush=True,
-            )
+        runs = []
+        for k in range(args.runs):
+            r = await one_run(n, policy, args)
+            print_run_line(policy, n, k, r)
+            runs.append(r)
+        print_medians(policy, n, runs)
     print("load average (1, 5, 15 min) at the end:", _load())
 
 

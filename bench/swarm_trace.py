@@ -31,7 +31,10 @@ import collections
 import importlib.util
 import itertools
 import json
+import os
 import statistics
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +42,6 @@ import libtorrent as lt
 
 import pressrun.peer.aio as peer_aio
 import pressrun.peer.feed as peer_feed
-import pressrun.peer.loopback as peer_loopback
 import pressrun.peer.ring_client as ring_client
 from pressrun.content.publish import DEFAULT_PIECE_SIZE
 from pressrun.peer.config import PeerConfig
@@ -52,7 +54,6 @@ _spec.loader.exec_module(bench_swarm)
 EVENTS: list[dict[str, Any]] = []
 _T0: list[float] = []
 PEERS: list[Any] = []
-SWARM: list[Any] = []  # the run's LoopbackSwarm (its origins' byte counters)
 SAMPLE_S = 0.5  # the upload sampler's period
 SIZES: dict[str, Any] = {}  # n, u, u_s, size of the run, for the decomposition
 
@@ -98,23 +99,15 @@ def _install() -> None:
 
     peer_aio.SwarmPeer._on_alert = traced_alert  # type: ignore[method-assign]
 
-    run_peers = peer_loopback.LoopbackSwarm.run_peers
-
-    async def traced_run_peers(self: Any, *a: Any, **kw: Any) -> Any:
-        SWARM.append(self)
-        return await run_peers(self, *a, **kw)
-
-    peer_loopback.LoopbackSwarm.run_peers = traced_run_peers  # type: ignore[method-assign]
-
     start = peer_aio.SwarmPeer.start
 
     async def traced_start(self: Any) -> int:
-        # the peer's arrival: its clock (download_s) starts inside start(), now
-        if not EVENTS:
-            asyncio.get_running_loop().create_task(_sample_uploads())
-        _ev("arrive", peer=str(id(self)))
+        # the peer's arrival: its clock (download_s) starts inside start(), now (the
+        # key: this process and the object, unique across the bench's workers)
+        key = f"{os.getpid()}-{id(self)}"
+        _ev("arrive", peer=key)
         port = await start(self)
-        _ev("arrived", peer=str(id(self)), pid=self._peer_id)
+        _ev("arrived", peer=key, pid=self._peer_id)
         PEERS.append(self)
         pid = self._peer_id[-6:]
         _ev("listen", peer=pid, port=port)
@@ -178,13 +171,28 @@ def _install() -> None:
     peer_aio.SwarmPeer._apply = traced_apply  # type: ignore[method-assign]
 
 
-async def _sample_uploads() -> None:
-    # every SAMPLE_S: each present peer's upload and connections (`_sample_idle`), the
-    # origins' bytes; every second also the peers still in the swarm (downloading or
-    # seeding), how many are seeds, the payload all of them uploaded so far (their
-    # last status poll) and the pieces one peer holds
+def start_sampler(go: float, *, origin: Any) -> asyncio.Task[None]:
+    """The samples of the run from ``go`` (a `time.monotonic` value, the common start of
+    every process of the bench, and the events' zero): in a worker (``origin`` None)
+    its peers' upload and connections; in the harness (``origin``: the
+    `LoopbackSwarm`) the origins' bytes. Every process samples at ``go + k SAMPLE_S``,
+    so the ticks of different workers line up."""
+    _T0[:] = [go]
+    return asyncio.get_running_loop().create_task(_sample_uploads(go, origin))
+
+
+async def _sample_uploads(go: float, origin: Any) -> None:
+    # every SAMPLE_S: each present peer's upload and connections (`_sample_idle`), or
+    # the origins' bytes; every second also the peers still in the swarm (downloading
+    # or seeding), how many are seeds, the payload all of them uploaded so far (their
+    # last status poll); `merge_samples` adds up those of every worker
     tick = 0
     while True:
+        await asyncio.sleep(max(0.0, go + tick * SAMPLE_S - time.monotonic()))
+        if origin is not None:
+            _ev("origin", sent=origin.origin_bytes_sent(), tick=tick)
+            tick += 1
+            continue
         present = [p for p in PEERS if p.core is not None and p.core.phase.value != "left"]
         if tick % round(1 / SAMPLE_S) == 0:
             seeds = sum(1 for p in present if p.core.phase.value == "seeding")
@@ -195,13 +203,30 @@ async def _sample_uploads() -> None:
             conns = sorted(
                 p._status.last_progress.connected_peers for p in present if p._status.last_progress
             )
-            _ev("sample", present=len(present), seeds=seeds, uploaded=up, conns=conns)
-            _sample_lone_pieces(present)
+            _ev("sample", tick=tick, present=len(present), seeds=seeds, uploaded=up, conns=conns)
         _sample_idle(present, tick)
         if PEERS and not present:
             return
         tick += 1
-        await asyncio.sleep(SAMPLE_S)
+
+
+def merge_samples(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-second samples of every worker added up, one per tick (the others'
+    events unchanged)."""
+    merged: dict[int, dict[str, Any]] = {}
+    rest = []
+    for e in events:
+        if e["k"] != "sample" or "tick" not in e:
+            rest.append(e)
+            continue
+        m = merged.setdefault(
+            e["tick"], {**e, "present": 0, "seeds": 0, "uploaded": 0, "conns": []}
+        )
+        m["t"] = min(m["t"], e["t"])
+        for k in ("present", "seeds", "uploaded"):
+            m[k] += e[k]
+        m["conns"] = sorted([*m["conns"], *e["conns"]])
+    return sorted([*rest, *merged.values()], key=lambda e: e["t"])
 
 
 def _sample_idle(present: list[Any], tick: int) -> None:
@@ -209,9 +234,7 @@ def _sample_idle(present: list[Any], tick: int) -> None:
     # payload uploaded so far (and with the protocol's own bytes) and what its
     # connections say (libtorrent's peer infos): peers interested in it, of those the
     # ones it unchokes, and of those the ones with requests queued at it; and the
-    # origins' bytes sent so far (their own counters)
-    origin = SWARM[0].origin_bytes_sent() if SWARM else 0
-    _ev("origin", sent=origin, tick=tick)
+    # origins' bytes sent so far (the harness's own events, `start_sampler`)
     for p in present:
         if p._handle is None:
             continue
@@ -441,29 +464,6 @@ def _decomposition_report(d: dict[str, Any]) -> None:
     )
 
 
-def _sample_lone_pieces(present: list[Any]) -> None:
-    # pieces exactly one peer holds: how the others see them (availability without the
-    # web seeds, the priority they gave them) -- are they asked for?
-    have = {id(p): p._status.have_bits for p in present if p._status.have_bits and p._handle}
-    if not have:
-        return
-    n = len(next(iter(have.values())))
-    for piece in range(n):
-        holders = [p for p in present if have.get(id(p)) and have[id(p)][piece]]
-        if len(holders) != 1:
-            continue
-        seen = prio = web = 0
-        for p in present:
-            if p is holders[0] or id(p) not in have or p._handle is None:
-                continue
-            if p._handle.piece_availability()[piece] - p._status.tally.web_connections >= 1:
-                seen += 1
-            if p._handle.piece_priority(piece) >= 4:
-                prio += 1
-            web += p._status.tally.web_connections > 0
-        _ev("lone", piece=piece, holder=holders[0]._peer_id[-6:], seen=seen, prio=prio, web=web)
-
-
 def _at(times: list[float], marks: tuple[int, ...]) -> str:
     return ", ".join(f"{m} s: {sum(1 for t in times if t <= m)}" for m in marks)
 
@@ -550,16 +550,6 @@ def summarise(events: list[dict[str, Any]]) -> None:
             "per second, peers present / seeds among them / upload use / "
             "connected peers min-max: " + " ".join(rows)
         )
-    lone = [e for e in events if e["k"] == "lone"]
-    by_second: dict[int, list[str]] = collections.defaultdict(list)
-    for e in lone:
-        by_second[int(e["t"])].append(f"{e['piece']}:{e['seen']}/{e['prio']}/{e['web']}")
-    print(
-        "pieces one peer holds, per second (piece:others that see it/give it priority >= 4/"
-        "with web seeds on):"
-    )
-    for t in sorted(by_second):
-        print(f"  {t}: {' '.join(by_second[t])}")
     print(f"distinct pieces in the swarm at {_at(sorted(held.values()), (2, 4, 6, 8, 10, 12, 15))}")
     _second_holders(events)
     _idle_report(events)
@@ -676,6 +666,7 @@ async def main() -> None:
     p.add_argument("--piece-kib", type=int, default=DEFAULT_PIECE_SIZE // 1024)
     p.add_argument("--peer-upload-mbps", type=float, default=8.0, help="u per peer (Mbit/s)")
     p.add_argument("--origin-mbps", type=float, default=16.0, help="u_s (Mbit/s)")
+    p.add_argument("--peers-per-proc", type=int, default=20, help="peers per worker process")
     bench_swarm.add_ring_arguments(p)
     a = p.parse_args()
     bench_swarm.set_chord_peer_knobs(a)
@@ -696,6 +687,10 @@ async def main() -> None:
         first_receivers=a.first_receivers,
         order_askers=a.order_askers,
         fair_bringing=a.fair_bringing,
+        peers_per_proc=a.peers_per_proc,
+        lt=a.lt,
+        upload_slots=a.upload_slots,
+        sole_upload_slots=a.sole_upload_slots,
     )
     bench_swarm_args_upload_bps.append(args.peer_upload_mbps * 1e6 / 8)
     SIZES.update(
@@ -707,20 +702,23 @@ async def main() -> None:
     if a.replay is not None:
         summarise(json.loads(a.replay.read_text()))
         return
-    _install()
     print("load average (1, 5, 15 min) at the start:", bench_swarm._load())
     try:
-        res = await bench_swarm.one_run(a.n, a.policy, args)
+        # the peers in worker processes, each tracing its own (`_install` there); this
+        # process samples the origins
+        res = await bench_swarm.one_run(a.n, a.policy, args, trace=sys.modules[__name__])
         print(
             f"{a.policy} N = {a.n}: last peer {res['last_s']:.1f} s = {res['x']:.2f}x the bound, "
-            f"origins {res['copies']:.2f} copies"
+            f"origins {res['copies']:.2f} copies; {bench_swarm._harness(res)}: "
+            + (f"REFUSED ({res['refused']})" if res["refused"] else "ok")
         )
     except SystemExit as err:
         print(f"{a.policy} N = {a.n}: {err}")
     print("load average (1, 5, 15 min) at the end:", bench_swarm._load())
-    summarise(EVENTS)
+    events = merge_samples(EVENTS)
+    summarise(events)
     if a.json_out is not None:
-        a.json_out.write_text(json.dumps(EVENTS))
+        a.json_out.write_text(json.dumps(events))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,356 @@
+"""The loopback swarm bench's harness over several processes, and what it measures of
+itself.
+
+`bench/swarm.py` ran every peer, the supernodes, the tracker and the origin in one
+process: at N = 80 that process used 1.5 of the machine's 2 cores with its event loop
+up to 1.3 s late (docs/chord.md), so the figure measured the harness as much as the
+swarm. Here:
+
+- the parent keeps the tracker and the origins (and their egress token bucket);
+- the ring's supernodes run in a process of their own (`--role supernodes`);
+- the peers run in worker processes of at most ``peers_per_proc`` each
+  (`--role peers`), every session made and listening before a common start time
+  (the same monotonic clock for every process on the host), so every peer's clock
+  runs from the same moment as in the one-process bench;
+- every process measures its CPU (user + system, libtorrent's threads included), its
+  event loop thread's CPU and the loop's lag (how late a 50 ms sleep wakes), and the
+  parent samples the whole machine's busy CPU from ``/proc/stat``.
+
+`verdict` refuses a run whose harness was saturated: a process's loop lag p99 above
+`MAX_LAG_P99_MS`, a loop thread above `MAX_LOOP_CPU` of a core, or the machine's CPU
+busy above `MAX_MACHINE_BUSY` of all its cores over the run. A refused run is printed
+with its figures and the reason and left out of the medians: it measured the machine,
+not the swarm.
+
+Workers talk JSON lines over stdin/stdout: the spec in, ``ready``, the ``go`` time in,
+the result out (for a traced run, with the worker's events: `bench/swarm_trace.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+#: a run is refused when any harness process's event loop was later than this at the
+#: 99th percentile (one-process runs at N = 40 had 78-94 ms; at N = 80 757 ms)
+MAX_LAG_P99_MS = 250.0
+#: ... or its event loop thread used more than this share of a core
+MAX_LOOP_CPU = 0.85
+#: ... or the whole machine's CPU was busy above this share of all cores over the run
+MAX_MACHINE_BUSY = 0.92
+#: seconds from every worker's ``ready`` to the common start (time to read the line)
+GO_AFTER_S = 0.3
+
+
+class LoopLoad:
+    """A process's CPU and its event loop's lag over one run.
+
+    CPU: user + system seconds of the whole process (libtorrent's threads included)
+    and of the event loop's thread alone (the Python adapters), over the run's wall
+    time; a share near 1.0 of the loop thread means the Python side is saturated.
+    Lag: how late a 50 ms sleep wakes up (median, 99th percentile, max).
+    """
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+        self.process_cpu_share = 0.0
+        self.loop_cpu_share = 0.0
+
+    async def __aenter__(self) -> LoopLoad:
+        self._wall = time.perf_counter()
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        self._cpu = ru.ru_utime + ru.ru_stime
+        self._thread = time.thread_time()
+        self._task = asyncio.get_running_loop().create_task(self._sample())
+        return self
+
+    async def _sample(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(0.05)
+            self.lags.append(time.perf_counter() - t - 0.05)
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        wall = max(1e-6, time.perf_counter() - self._wall)
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        self.process_cpu_share = (ru.ru_utime + ru.ru_stime - self._cpu) / wall
+        self.loop_cpu_share = (time.thread_time() - self._thread) / wall
+
+    def figures(self) -> dict[str, float]:
+        """The run's figures for the table."""
+        lags = sorted(self.lags) or [0.0]
+        return {
+            "cpu_process": self.process_cpu_share,
+            "cpu_loop": self.loop_cpu_share,
+            "lag_p50_ms": 1000 * statistics.median(lags),
+            "lag_p99_ms": 1000 * lags[int(0.99 * (len(lags) - 1))],
+            "lag_max_ms": 1000 * lags[-1],
+        }
+
+
+class MachineCpu:
+    """The whole machine's busy CPU between `start` and `stop`, from ``/proc/stat``
+    (every process, other people's work included): busy share of all cores."""
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields), idle
+
+    def start(self) -> None:
+        self._a = self._read()
+        self._load = os.getloadavg()[0]
+
+    def stop(self) -> dict[str, float]:
+        """``machine_busy`` (0..1 of all cores), ``cores``, the load average at both ends."""
+        total_b, idle_b = self._read()
+        total_a, idle_a = self._a
+        dt = max(1, total_b - total_a)
+        return {
+            "machine_busy": 1 - (idle_b - idle_a) / dt,
+            "cores": float(os.cpu_count() or 1),
+            "load_start": self._load,
+            "load_end": os.getloadavg()[0],
+        }
+
+
+def verdict(loads: dict[str, dict[str, float]], machine: dict[str, float]) -> str | None:
+    """Why this run's harness was saturated (None: it was not). ``loads``: each
+    process's `LoopLoad.figures`, by name."""
+    why = []
+    for name, f in loads.items():
+        if f["lag_p99_ms"] > MAX_LAG_P99_MS:
+            why.append(f"{name} loop lag p99 {f['lag_p99_ms']:.0f} ms > {MAX_LAG_P99_MS:.0f}")
+        if f["cpu_loop"] > MAX_LOOP_CPU:
+            why.append(f"{name} loop thread {f['cpu_loop']:.2f} cores > {MAX_LOOP_CPU}")
+    if machine["machine_busy"] > MAX_MACHINE_BUSY:
+        why.append(
+            f"machine CPU busy {100 * machine['machine_busy']:.0f}% of "
+            f"{machine['cores']:.0f} cores > {100 * MAX_MACHINE_BUSY:.0f}%"
+        )
+    return "; ".join(why) or None
+
+
+def load_bench(name: str) -> ModuleType:
+    """A sibling bench script as a module (they are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        f"bench_{name}", Path(__file__).with_name(f"{name}.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- the parent's side -------------------------------------------------------------
+
+
+class Worker:
+    """One child process of the harness (a role and its spec)."""
+
+    def __init__(self, name: str, spec: dict[str, Any]) -> None:
+        self.name = name
+        self.spec = spec
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        """Start it and send the spec; returns once it said ``ready``."""
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            limit=1 << 30,  # (a traced worker's events come in one line)
+        )
+        await self.send(self.spec)
+        msg = await self.receive()
+        if not msg.get("ready"):
+            raise RuntimeError(f"{self.name}: {msg}")
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+        await self.proc.stdin.drain()
+
+    async def receive(self) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdout is not None
+        line = await self.proc.stdout.readline()
+        if not line:
+            code = await self.proc.wait()
+            raise RuntimeError(f"{self.name} exited ({code}) without an answer")
+        doc = json.loads(line)
+        assert isinstance(doc, dict)
+        return doc
+
+    async def close(self) -> None:
+        """Wait for it to exit (it does after its result); kill it after 10 s."""
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        try:
+            await asyncio.wait_for(self.proc.wait(), timeout=10)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+
+
+def split(n: int, per_proc: int) -> list[int]:
+    """N peers over as few processes of at most ``per_proc`` as it takes, evenly."""
+    procs = max(1, -(-n // max(1, per_proc)))
+    return [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
+
+
+# --- the children's side -----------------------------------------------------------
+
+
+def _send(msg: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+
+
+async def _receive() -> dict[str, Any]:
+    line = await asyncio.to_thread(sys.stdin.readline)
+    if not line:
+        raise SystemExit("the harness went away")
+    doc = json.loads(line)
+    assert isinstance(doc, dict)
+    return doc
+
+
+async def _sleep_until(t: float) -> None:
+    await asyncio.sleep(max(0.0, t - time.monotonic()))
+
+
+async def run_supernodes(spec: dict[str, Any]) -> None:
+    """``--role supernodes``: the ring's supernodes until told to stop; their stats."""
+    from pressrun.chord.aio import Supernode
+
+    sns = []
+    for i in range(spec["count"]):
+        sn = Supernode(
+            tracker_base=spec["tracker_base"],
+            info_hash=spec["info_hash"],
+            num_pieces=spec["num_pieces"],
+            seed=i,
+            **spec["knobs"],
+        )
+        sns.append(sn)
+        await sn.start()
+        await sn.wait_on_ring()
+    _send({"ready": True})
+    go = await _receive()
+    await _sleep_until(go["go"])
+    async with LoopLoad() as load:
+        await _receive()  # "stop"
+    for sn in sns:
+        await sn.close()
+    _send(
+        {
+            "load": load.figures(),
+            "sn_lookups": sum(sn.stats.lookups for sn in sns),
+            "sn_uploader_answers": sum(sn.stats.uploader_answers for sn in sns),
+        }
+    )
+
+
+async def run_peers(spec: dict[str, Any]) -> None:
+    """``--role peers``: this worker's share of the peers, started at the common time."""
+    from pressrun.content.bundle import read_manifest
+    from pressrun.peer.aio import SwarmPeer, SwarmResult
+    from pressrun.peer.config import desktop_profile
+
+    swarm_bench = load_bench("swarm")
+    args = argparse.Namespace(**spec["args"])
+    swarm_bench.set_chord_peer_knobs(args)
+    trace: ModuleType | None = None
+    if spec.get("trace"):
+        trace = load_bench("swarm_trace")
+        trace.bench_swarm_args_upload_bps.append(spec["config"]["upload_limit_bps"])
+        trace._install()
+    swarm_bench.override_session_settings(args.lt, quiet=True)
+    manifest = read_manifest(Path(spec["manifest"]))
+    torrent = Path(spec["torrent"]).read_bytes()
+    config = desktop_profile(**spec["config"])
+    work = Path(spec["work_dir"])
+    peers = [
+        SwarmPeer(
+            torrent=torrent,
+            manifest=manifest,
+            partial_dir=work / "peers" / str(spec["first_index"] + i) / ".partial" / spec["issue"],
+            config=config,
+            tracker_url=spec["tracker_url"],
+            listen_interfaces="127.0.0.1:0",
+            uploader_policy=spec["policy"],
+        )
+        for i in range(spec["count"])
+    ]
+    for p in peers:
+        await p.open()
+    _send({"ready": True})
+    go = (await _receive())["go"]
+    if trace is not None:
+        trace.start_sampler(go, origin=None)
+    await _sleep_until(go)
+
+    async def one(peer: SwarmPeer) -> SwarmResult:
+        try:
+            await peer.start()
+            if not await peer.downloaded():
+                return await peer.stop()
+            return await peer.finished()
+        finally:
+            await peer.close()
+
+    async with LoopLoad() as load:
+        results = await asyncio.gather(*(one(p) for p in peers))
+    ring = [s for p in peers if (s := p.ring_stats) is not None]
+    _send(
+        {
+            "load": load.figures(),
+            "results": [
+                {
+                    "completed": r.completed,
+                    "download_s": r.download_s,
+                    "leave_rule": r.leave_rule.value if r.leave_rule else "none",
+                    "ratio": r.ratio,
+                    "downloaded_bytes": r.downloaded_bytes,
+                }
+                for r in results
+            ],
+            "ring_requests": sum(s.requests for s in ring),
+            "ring_rounds": sum(s.rounds for s in ring),
+            "ring_waits": sum(s.waits for s in ring),
+            "ring": bool(ring),
+            "events": trace.EVENTS if trace is not None else [],
+        }
+    )
+
+
+async def _child() -> None:
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    spec = await _receive()
+    if spec["role"] == "supernodes":
+        await run_supernodes(spec)
+    else:
+        await run_peers(spec)
+
+
+if __name__ == "__main__":
+    asyncio.run(_child())
