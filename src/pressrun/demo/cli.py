@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from pressrun.demo.processes import ServiceProcess, cpu_seconds, start_cpu_burner, stop_process
-from pressrun.demo.report import ClientRow, print_tables
+from pressrun.demo.readers import BrowserReaders, ReaderOutcome, start_reader_service
+from pressrun.demo.report import ClientRow, print_reader_table, print_tables
 from pressrun.demo.testbed import (
     DEMO_ISSUE,
     DEMO_MULTICAST_ENTER,
@@ -59,13 +60,17 @@ async def run_demo(
     swarm: bool = True,
     multicast: bool = True,
     algorithm: str | None = None,
-) -> tuple[list[ClientRow], list[dict[str, Any]], float, float, float | None]:
-    """Run the demo; returns the client rows, the origins' /stats, the wall time, the
-    CPU seconds B's background burner used and the multicast sender's bytes (None
-    without the sender).
+    readers: int = 0,
+) -> tuple[list[ClientRow], list[ReaderOutcome], list[dict[str, Any]], float, float, float | None]:
+    """Run the demo; returns the client rows, the browser readers' outcomes, the
+    origins' /stats, the wall time, the CPU seconds B's background burner used and the
+    multicast sender's bytes (None without the sender).
 
     Origins and balancer are ``pressrun serve`` child processes (each its own event
-    loop, as on separate machines); the clients run in this process.
+    loop, as on separate machines); the clients run in this process. ``readers``
+    browser readers (`pressrun.demo.readers`: the web reader in headless Chromium,
+    phone profile, served by a ``pressrun serve reader`` child process) arrive in the
+    same waves as the clients.
     """
     from dataclasses import replace
 
@@ -82,6 +87,7 @@ async def run_demo(
     content.mkdir(parents=True, exist_ok=True)
     burner = start_cpu_burner()
     services: list[ServiceProcess] = []
+    stack = contextlib.AsyncExitStack()
     try:
         for shape in DEMO_SHAPES:
             services.append(
@@ -130,6 +136,13 @@ async def run_demo(
         )
         services.append(balancer)
         await wait_for_directive(balancer.url, DEMO_ISSUE, timeout_s=15.0)
+        fleet: BrowserReaders | None = None
+        reader_url = ""
+        if readers > 0:
+            reader = await start_reader_service(balancer.url, pub)
+            services.append(reader)
+            reader_url = reader.url
+            fleet = await stack.enter_async_context(BrowserReaders())
         trusted = {load_public_key(pub)}
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -169,7 +182,21 @@ async def run_demo(
             sha = await asyncio.to_thread(file_sha256, result.path)
             return ClientRow(number, result, None, sha == want_sha, wave + 1)
 
-        rows = await asyncio.gather(*(one(n) for n in range(1, clients + 1)))
+        async def phone(number: int) -> ReaderOutcome:
+            # the readers come in the clients' waves, after that wave's clients
+            assert fleet is not None
+            wave = (number - 1) % max(1, waves)
+            place = per_wave + (number - 1) // max(1, waves)
+            await asyncio.sleep(wave * wave_gap_s + place * stagger_s)
+            if wave == last_wave and carousel_up is not None:
+                await carousel_up
+            return await fleet.read(number, reader_url, DEMO_ISSUE, want_sha, wave=wave + 1)
+
+        both = await asyncio.gather(
+            asyncio.gather(*(one(n) for n in range(1, clients + 1))),
+            asyncio.gather(*(phone(n) for n in range(1, readers + 1))),
+        )
+        rows, phones = both
         wall = loop.time() - started
         burner_cpu_s = cpu_seconds(burner.pid)
         stats: list[dict[str, Any]] = []
@@ -178,8 +205,9 @@ async def run_demo(
                 async with http.get(f"{origin.url}/stats") as resp:
                     stats.append(await resp.json())
             sender_bytes = None if sender is None else await _sender_bytes(http, sender.url)
-        return list(rows), stats, wall, burner_cpu_s, sender_bytes
+        return list(rows), list(phones), stats, wall, burner_cpu_s, sender_bytes
     finally:
+        await stack.aclose()  # Chromium first: its pages are peers of the services
         for service in reversed(services):
             await service.stop()
         stop_process(burner)
@@ -240,6 +268,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "sample issue, run concurrent clients and print per-origin and per-client tables.",
     )
     p.add_argument("--clients", type=int, default=20, help="concurrent clients (default 20)")
+    p.add_argument(
+        "--readers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N browser readers: the web reader in headless Chromium (phone profile), "
+        "arriving in the clients' waves (default 0)",
+    )
     p.add_argument(
         "--algorithm",
         default=None,
@@ -384,6 +420,7 @@ def run(args: argparse.Namespace) -> int:
 
     if (
         args.clients < 1
+        or args.readers < 0
         or args.size_mib < 1
         or args.stagger_s < 0
         or args.waves < 1
@@ -391,7 +428,7 @@ def run(args: argparse.Namespace) -> int:
     ):
         print(
             "pressrun demo: --clients, --size-mib and --waves must be positive, "
-            "--stagger-s and --wave-gap-s not negative",
+            "--readers, --stagger-s and --wave-gap-s not negative",
             file=sys.stderr,
         )
         return 2
@@ -418,12 +455,14 @@ def run(args: argparse.Namespace) -> int:
         services += f", multicast sender (carousel from {DEMO_MULTICAST_ENTER:g} downloaders)"
     print(
         f"pressrun demo: 3 origins, {services}, "
-        f"{args.clients} clients in {args.waves} wave(s) {args.wave_gap_s:g} s apart, "
+        f"{args.clients} clients"
+        + (f" and {args.readers} browser readers" if args.readers else "")
+        + f" in {args.waves} wave(s) {args.wave_gap_s:g} s apart, "
         f"a {args.size_mib} MiB issue; starting ...",
         flush=True,
     )
     try:
-        rows, stats, wall, burner_cpu_s, sender_bytes = asyncio.run(
+        rows, phones, stats, wall, burner_cpu_s, sender_bytes = asyncio.run(
             run_demo(
                 clients=args.clients,
                 size_mib=args.size_mib,
@@ -434,17 +473,29 @@ def run(args: argparse.Namespace) -> int:
                 swarm=not args.no_swarm,
                 multicast=not args.no_multicast,
                 algorithm=algorithm,
+                readers=args.readers,
             )
         )
     except Exception as err:  # every failure ends in one line and exit code 1
         print(f"pressrun demo: failed: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
     print_tables(rows, stats, wall, sender_bytes=sender_bytes)
+    if phones:
+        print_reader_table(phones)
     print(
         f"origin-b's background load: the burner process used {burner_cpu_s:.1f} CPU-seconds "
         "(niced busy loop, running from before the origins started until the end)"
     )
     bad = [r for r in rows if r.result is None or not r.sha_ok]
+    bad_phones = [p for p in phones if not p.verified]
+    if bad_phones:
+        first_phone = bad_phones[0]
+        print(
+            f"pressrun demo: {len(bad_phones)} of {len(phones)} browser readers did not end "
+            f"with a verified file (reader {first_phone.number}: "
+            f"{first_phone.error or 'SHA-256 mismatch'})",
+            file=sys.stderr,
+        )
     if bad:
         first = bad[0]
         print(
@@ -452,6 +503,8 @@ def run(args: argparse.Namespace) -> int:
             f"file (client {first.number}: {first.error or 'SHA-256 mismatch'})",
             file=sys.stderr,
         )
+        return 1
+    if bad_phones:
         return 1
     with contextlib.suppress(OSError):
         os.sync()

@@ -15,6 +15,7 @@ from pressrun.demo.testbed import DEMO_SHAPES, OriginShape
 
 if TYPE_CHECKING:
     from pressrun.clients.aio import FetchResult
+    from pressrun.demo.readers import ReaderOutcome
 
 
 @dataclass(frozen=True)
@@ -152,4 +153,46 @@ def print_tables(
             f"{len(done)}/{len(rows)} clients verified; seconds per client: "
             f"min {min(done):.1f}, median {sorted(done)[len(done) // 2]:.1f}, "
             f"max {max(done):.1f}; all done {wall_s:.1f} s after the first started"
+        )
+
+
+def print_reader_table(readers: Sequence[ReaderOutcome]) -> None:
+    """The browser readers' table (rich): per reader its wave, the directive's mode it
+    followed, the app's seconds, MB from origins (sections and web seeds) and from
+    peers (the app's own tallies), and whether the page's SHA-256 of the stored file is
+    the publisher's; then one summary line."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"Browser readers ({len(readers)}, headless Chromium, phone profile)")
+    table.add_column("reader", justify="right")
+    table.add_column("wave", justify="right")
+    table.add_column("mode")
+    table.add_column("s", justify="right")
+    table.add_column("origins MB", justify="right")
+    table.add_column("peers MB", justify="right")
+    table.add_column("ok")
+    for r in readers:
+        if r.seconds is None:
+            table.add_row(str(r.number), str(r.wave), "-", "-", "-", "-", f"[red]no: {r.error}")
+            continue
+        table.add_row(
+            str(r.number),
+            str(r.wave),
+            r.mode,
+            f"{r.seconds:.1f}",
+            f"{r.bytes_from_origins / 1e6:.1f}",
+            f"{r.bytes_from_peers / 1e6:.1f}",
+            "[green]yes" if r.verified else "[red]NO",
+        )
+    console.print(table)
+    done = [r for r in readers if r.seconds is not None]
+    origins = sum(r.bytes_from_origins for r in done)
+    peers = sum(r.bytes_from_peers for r in done)
+    if done and origins + peers:
+        console.print(
+            f"{sum(r.verified for r in readers)}/{len(readers)} browser readers verified; "
+            f"they took {origins / 1e6:.1f} MB from origins and {peers / 1e6:.1f} MB from "
+            f"peers ({peers / (origins + peers):.0%} from peers; the app's own tallies)"
         )
