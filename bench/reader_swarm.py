@@ -1,0 +1,505 @@
+"""A flash crowd of browser readers, with the reader's peer path on and off (issue 26).
+
+For each N in --readers (default 10 and 20), two halves in the same run, each on a
+fresh set of services on 127.0.0.1 (child processes: --origins origins of
+--origin-mbps each, a real egress cap, so the origins are the scarce resource as at a
+peak; the tracker with its WebTorrent WebSocket; the balancer with swarm mode from
+--swarm-enter downloaders; the reader service in this process):
+
+- **peers**: N browser readers (the web reader in Debian's headless Chromium, phone
+  profile, one browser context each: `pressrun.demo.readers`) and --desktops desktop
+  peers (``pressrun get --json`` child processes: libtorrent, WebRTC through the
+  tracker's WebSocket, no STUN server: host candidates on one machine) arrive as a
+  flash crowd (seeded random times within --arrive-s) for one --mb MB issue;
+- **origin-only**: the same crowd (same arrival times, same desktop peers) with the
+  reader's peer path off (``SwarmSettings(enabled=False)``: the app never asks for the
+  swarm and downloads from the origins as before issue 26).
+
+Printed per half: origin bytes / (N x size), from the origins' own counters (every
+byte they sent: the readers', the desktop peers', manifests and torrents; the target
+is judged on this, the strictest), the same without what the desktop peers say they
+took from origins, and the readers' own tally; each reader's download time (the app's
+seconds) and the median. Targets: at most 0.25 with peers (about 1.0 without), and
+the median download time with peers no worse than origin-only. Every reader's stored
+file is checked against the publisher's SHA-256 in its page. Exit 0 when every target
+is met and every reader verified; 1 otherwise; 2 when the browser cannot run here.
+
+When the reader has no peer path (``pressrun.reader.config.SwarmSettings`` missing),
+only the origin-only half runs and the bench says plainly that the peer half is not
+measurable yet.
+
+    flock /work/heavy.lock .venv/bin/python bench/reader_swarm.py \\
+        [--readers 10,20] [--desktops 2] [--mb 24] [--origins 2] [--origin-mbps 40] \\
+        [--arrive-s 2] [--json OUT.json] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from pressrun.content.keys import generate_keypair
+from pressrun.content.publish import publish
+from pressrun.demo.processes import ServiceProcess
+from pressrun.demo.readers import BrowserReaders, ReaderOutcome
+from pressrun.demo.testbed import (
+    OriginShape,
+    balancer_args,
+    origin_args,
+    tracker_args,
+    wait_for_directive,
+)
+from pressrun.reader.aio import start_reader
+from pressrun.reader.browser import why_no_browser
+from pressrun.reader.config import ReaderConfig
+
+ISSUE = "bench-reader-swarm"
+MB = 1_000_000
+
+
+def peer_path() -> type | None:
+    """The reader's swarm settings class, or None while the reader has no peer path."""
+    try:
+        from pressrun.reader.config import SwarmSettings
+    except ImportError:
+        return None
+    return SwarmSettings
+
+
+@dataclass
+class Desktop:
+    """One desktop peer's ``pressrun get --json`` outcome (or its error)."""
+
+    number: int
+    ok: bool
+    seconds: float | None = None
+    bytes_from_origins: int = 0
+    bytes_from_peers: int = 0
+    mode: str = "-"
+    error: str | None = None
+
+
+@dataclass
+class Half:
+    """One half of the run: N readers and the desktop peers, peers on or off."""
+
+    readers: int
+    peers: bool
+    size_bytes: int
+    origin_bytes: int = 0
+    outcomes: list[ReaderOutcome] = field(default_factory=list)
+    desktops: list[Desktop] = field(default_factory=list)
+    wall_s: float = 0.0
+    load_before: str = ""
+    load_after: str = ""
+
+    @property
+    def name(self) -> str:
+        return "peers" if self.peers else "origin-only"
+
+    def ratio(self) -> float:
+        """Origin bytes (the origins' own counters, all of them) / (N x size)."""
+        return self.origin_bytes / (self.readers * self.size_bytes)
+
+    def ratio_without_desktops(self) -> float:
+        """The same, less what the desktop peers report they took from origins."""
+        desktop = sum(d.bytes_from_origins for d in self.desktops)
+        return (self.origin_bytes - desktop) / (self.readers * self.size_bytes)
+
+    def readers_own_ratio(self) -> float:
+        """The readers' own tally of bytes from origins / (N x size)."""
+        own = sum(o.bytes_from_origins for o in self.outcomes)
+        return own / (self.readers * self.size_bytes)
+
+    def seconds(self) -> list[float]:
+        return [o.seconds for o in self.outcomes if o.seconds is not None]
+
+    def median_s(self) -> float | None:
+        done = self.seconds()
+        return statistics.median(done) if done else None
+
+    def verified(self) -> int:
+        return sum(o.verified for o in self.outcomes)
+
+
+def _s(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s"
+
+
+def loadavg() -> str:
+    """The first three fields of /proc/loadavg."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+async def desktop_get(
+    number: int,
+    balancer: str,
+    library: Path,
+    pub: Path,
+    delay_s: float,
+    max_seed_s: float,
+    running: list[asyncio.subprocess.Process],
+) -> Desktop:
+    """A desktop peer arriving after ``delay_s``: ``pressrun get --json``, which seeds
+    after its download until its fair-exit rule or ``max_seed_s`` and then prints its
+    outcome; the process is put in ``running`` (to be stopped when the crowd is over:
+    then it has no outcome)."""
+    await asyncio.sleep(delay_s)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pressrun.cli",
+        "--log-level",
+        "WARNING",
+        "get",
+        ISSUE,
+        "--balancer",
+        balancer,
+        "--library",
+        str(library),
+        "--publisher-key",
+        str(pub),
+        "--json",
+        "--max-seed-s",
+        f"{max_seed_s:g}",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**_environ(), "PRESSRUN_STUN": ""},
+    )
+    running.append(proc)
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        tail = (err or out).decode(errors="replace").strip().splitlines()[-1:]
+        why = tail[0] if tail else f"exit {proc.returncode} (stopped while seeding?)"
+        return Desktop(number, False, error=why)
+    doc: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return Desktop(
+        number,
+        True,
+        seconds=float(doc["seconds"]),
+        bytes_from_origins=int(doc.get("bytes_from_origins") or 0),
+        bytes_from_peers=int(doc.get("bytes_from_peers") or 0),
+        mode=str(doc.get("mode") or "-"),
+    )
+
+
+def _environ() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+async def run_half(
+    half: Half,
+    *,
+    root: Path,
+    data: bytes,
+    want_sha: str,
+    arrivals: list[float],
+    desktop_arrivals: list[float],
+    args: argparse.Namespace,
+) -> None:
+    """Start fresh services, run the crowd, fill ``half`` in; stop everything."""
+    content = root / "content"
+    content.mkdir(parents=True)
+    services: list[ServiceProcess] = []
+    reader: Any = None
+    half.load_before = loadavg()
+    try:
+        shapes = [
+            OriginShape(f"origin-{chr(ord('a') + i)}", args.origin_mbps, args.origin_mbps)
+            for i in range(args.origins)
+        ]
+        for shape in shapes:
+            services.append(
+                await ServiceProcess.start(
+                    shape.name,
+                    origin_args(shape, content, 0.5),
+                    log_path=root / f"{shape.name}.log",
+                )
+            )
+        origins = services[:]
+        key, pub = generate_keypair(root / "publisher.key")
+        source = root / "issue.pdf"
+        source.write_bytes(data)
+        await asyncio.to_thread(
+            publish,
+            source,
+            issue_id=ISSUE,
+            title="Bench issue (generated)",
+            key_path=key,
+            content_dir=content,
+            web_seeds=[o.url for o in origins],
+        )
+        tracker = await ServiceProcess.start(
+            "tracker",
+            tracker_args(root / "tracker.db", content, pub),
+            log_path=root / "tracker.log",
+        )
+        services.append(tracker)
+        b_args = balancer_args({o.name: o.url for o in origins}, tracker.url)
+        b_args[b_args.index("--swarm-enter-downloaders") + 1] = f"{args.swarm_enter:g}"
+        b_args[b_args.index("--swarm-leave-downloaders") + 1] = "1"
+        balancer = await ServiceProcess.start("balancer", b_args, log_path=root / "balancer.log")
+        services.append(balancer)
+        await wait_for_directive(balancer.url, ISSUE, timeout_s=30.0)
+
+        settings: dict[str, Any] = {}
+        swarm_settings = peer_path()
+        if swarm_settings is not None:
+            settings["swarm"] = swarm_settings(enabled=half.peers)
+        reader = await start_reader(
+            ReaderConfig(
+                balancer_url=balancer.url,
+                publisher_keys=(pub.read_text().strip(),),
+                **settings,
+            )
+        )
+        loop = asyncio.get_running_loop()
+        async with BrowserReaders() as fleet:
+
+            async def phone(number: int) -> ReaderOutcome:
+                await asyncio.sleep(arrivals[number - 1])
+                return await fleet.read(
+                    number, reader.url, ISSUE, want_sha, timeout_s=args.timeout_s
+                )
+
+            started = loop.time()
+            running: list[asyncio.subprocess.Process] = []
+            readers = asyncio.gather(*(phone(n) for n in range(1, half.readers + 1)))
+            desktops = asyncio.gather(
+                *(
+                    desktop_get(
+                        i + 1,
+                        balancer.url,
+                        root / f"desktop-{i + 1}",
+                        pub,
+                        desktop_arrivals[i],
+                        args.desktop_max_seed_s,
+                        running,
+                    )
+                    for i in range(args.desktops)
+                )
+            )
+            half.outcomes = list(await readers)
+            half.wall_s = loop.time() - started
+            # the desktop peers seed while the readers download; once the crowd is
+            # done, they get 15 s to leave by their own rule, then SIGTERM
+            try:
+                async with asyncio.timeout(15.0):
+                    half.desktops = list(await asyncio.shield(desktops))
+            except TimeoutError:
+                for proc in running:
+                    if proc.returncode is None:
+                        with contextlib.suppress(ProcessLookupError):
+                            proc.terminate()
+                try:
+                    async with asyncio.timeout(10.0):
+                        half.desktops = list(await asyncio.shield(desktops))
+                except TimeoutError:  # libtorrent's WebRTC threads can hang an exit
+                    for proc in running:
+                        if proc.returncode is None:
+                            with contextlib.suppress(ProcessLookupError):
+                                proc.kill()
+                    half.desktops = list(await desktops)
+        async with aiohttp.ClientSession() as http:
+            for origin in origins:
+                async with http.get(f"{origin.url}/stats") as resp:
+                    half.origin_bytes += int((await resp.json())["bytes_sent_total"])
+    finally:
+        half.load_after = loadavg()
+        if reader is not None:
+            await reader.stop()
+        for service in reversed(services):
+            await service.stop()
+
+
+def print_half(half: Half) -> None:
+    """One half's figures and its readers' rows."""
+    med = half.median_s()
+    print(
+        f"\n== N = {half.readers}, {half.name}: {half.verified()}/{half.readers} readers "
+        f"verified, crowd done in {half.wall_s:.1f} s (load {half.load_before} -> "
+        f"{half.load_after})"
+    )
+    print(
+        f"origin bytes / (N x size): {half.ratio():.3f} (origins' counters, all: "
+        f"{half.origin_bytes / MB:.1f} MB); without the desktop peers' "
+        f"{sum(d.bytes_from_origins for d in half.desktops) / MB:.1f} MB: "
+        f"{half.ratio_without_desktops():.3f}; the readers' own tally: "
+        f"{half.readers_own_ratio():.3f}"
+    )
+    secs = half.seconds()
+    if secs and med is not None:
+        print(
+            f"reader download time (the app's seconds): median {med:.1f} s, min "
+            f"{min(secs):.1f}, max {max(secs):.1f}"
+        )
+    print(f"{'reader':>6} {'mode':>7} {'s':>6} {'origins MB':>11} {'peers MB':>9}  ok")
+    for o in half.outcomes:
+        if o.seconds is None:
+            print(f"{o.number:>6} {'-':>7} {'-':>6} {'-':>11} {'-':>9}  no: {o.error}")
+        else:
+            print(
+                f"{o.number:>6} {o.mode:>7} {o.seconds:>6.1f} {o.bytes_from_origins / MB:>11.1f} "
+                f"{o.bytes_from_peers / MB:>9.1f}  {'yes' if o.verified else 'NO'}"
+            )
+    for d in half.desktops:
+        if d.ok:
+            print(
+                f"desktop {d.number}: {d.mode}, {d.seconds:.1f} s, "
+                f"{d.bytes_from_origins / MB:.1f} MB from origins, "
+                f"{d.bytes_from_peers / MB:.1f} MB from peers"
+            )
+        else:
+            print(f"desktop {d.number}: failed: {d.error}")
+
+
+async def main(args: argparse.Namespace) -> int:
+    reason = why_no_browser()
+    if reason is not None:
+        print(f"bench/reader_swarm.py: {reason}", file=sys.stderr)
+        return 2
+    counts = [int(x) for x in args.readers.split(",") if x.strip()]
+    base = Path(tempfile.mkdtemp(prefix="pressrun-bench-reader-swarm-"))
+    if args.keep:
+        base = Path(args.keep)
+        base.mkdir(parents=True, exist_ok=True)
+    size = int(args.mb * MB)
+    data = random.Random(26).randbytes(size)
+    want_sha = hashlib.sha256(data).hexdigest()
+    can_peer = peer_path() is not None
+    print(
+        f"bench/reader_swarm.py: a {args.mb:g} MB issue, {args.origins} origins of "
+        f"{args.origin_mbps:g} Mbit/s (capped), {args.desktops} desktop peers, readers "
+        f"{counts}, arriving within {args.arrive_s:g} s; load {loadavg()}",
+        flush=True,
+    )
+    if not can_peer:
+        print(
+            "THE PEER HALF IS NOT MEASURABLE YET: this reader has no peer path "
+            "(pressrun.reader.config.SwarmSettings is missing); only the origin-only "
+            "half runs",
+            flush=True,
+        )
+    halves: list[Half] = []
+    rng = random.Random(args.seed)
+    try:
+        for n in counts:
+            arrivals = sorted(rng.uniform(0, args.arrive_s) for _ in range(n))
+            desktop_arrivals = sorted(rng.uniform(0, args.arrive_s) for _ in range(args.desktops))
+            for peers in [True, False] if can_peer else [False]:
+                half = Half(n, peers, size)
+                print(f"\nrunning N = {n}, {half.name} ...", flush=True)
+                await run_half(
+                    half,
+                    root=base / f"n{n}-{half.name}",
+                    data=data,
+                    want_sha=want_sha,
+                    arrivals=arrivals,
+                    desktop_arrivals=desktop_arrivals,
+                    args=args,
+                )
+                print_half(half)
+                halves.append(half)
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+    print("\n== summary")
+    ok = True
+    for n in counts:
+        with_peers = next((h for h in halves if h.readers == n and h.peers), None)
+        alone = next(h for h in halves if h.readers == n and not h.peers)
+        ok &= alone.verified() == n
+        line = f"N = {n}: origin-only ratio {alone.ratio():.3f}, median {_s(alone.median_s())}"
+        if with_peers is None:
+            print(line + "; peers: NOT MEASURABLE YET (the reader has no peer path)")
+            ok = False
+            continue
+        ok &= with_peers.verified() == n
+        ratio_ok = with_peers.ratio() <= 0.25
+        med_p, med_o = with_peers.median_s(), alone.median_s()
+        time_ok = med_p is not None and med_o is not None and med_p <= med_o
+        ok &= ratio_ok and time_ok
+        print(
+            f"{line}; with peers ratio {with_peers.ratio():.3f} (target <= 0.25: "
+            f"{'met' if ratio_ok else 'NOT MET'}), median {_s(med_p)} (target <= origin-only: "
+            f"{'met' if time_ok else 'NOT MET'}); readers from peers "
+            f"{sum(o.bytes_from_peers for o in with_peers.outcomes) / MB:.1f} MB"
+        )
+        if not any(o.bytes_from_peers for o in with_peers.outcomes):
+            print(
+                f"  N = {n}: no reader took a byte from a peer (were they sent to the swarm? "
+                "the balancer answers peer=webrtc readers 'swarm' at swarm demand)"
+            )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                [
+                    {
+                        **{k: v for k, v in asdict(h).items() if k != "outcomes"},
+                        "half": h.name,
+                        "ratio": h.ratio(),
+                        "ratio_without_desktops": h.ratio_without_desktops(),
+                        "readers_own_ratio": h.readers_own_ratio(),
+                        "median_s": h.median_s(),
+                        "outcomes": [asdict(o) for o in h.outcomes],
+                    }
+                    for h in halves
+                ],
+                indent=1,
+            )
+        )
+    print("targets met" if ok else "TARGETS NOT MET (or not measurable)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--readers", default="10,20", help="crowd sizes (default 10,20)")
+    parser.add_argument("--desktops", type=int, default=2, help="desktop peers (default 2)")
+    parser.add_argument("--mb", type=float, default=24.0, help="issue size, MB (default 24)")
+    parser.add_argument("--origins", type=int, default=2, help="origins (default 2)")
+    parser.add_argument(
+        "--origin-mbps",
+        type=float,
+        default=40.0,
+        help="each origin's egress cap and stated capacity, Mbit/s (default 40)",
+    )
+    parser.add_argument(
+        "--arrive-s", type=float, default=2.0, help="the crowd arrives within (default 2 s)"
+    )
+    parser.add_argument(
+        "--swarm-enter",
+        type=float,
+        default=4.0,
+        help="the balancer's --swarm-enter-downloaders (default 4)",
+    )
+    parser.add_argument(
+        "--timeout-s", type=float, default=300.0, help="a reader's download at most (300 s)"
+    )
+    parser.add_argument(
+        "--desktop-max-seed-s",
+        type=float,
+        default=120.0,
+        help="a desktop peer seeds at most this long after its download (default 120)",
+    )
+    parser.add_argument("--seed", type=int, default=26, help="arrival times' seed (26)")
+    parser.add_argument("--json", default=None, metavar="OUT", help="write the figures as JSON")
+    parser.add_argument("--keep", default=None, metavar="DIR", help="work in DIR and keep it")
+    sys.exit(asyncio.run(main(parser.parse_args())))
