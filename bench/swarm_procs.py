@@ -104,13 +104,16 @@ class LoopLoad:
 
 class MachineCpu:
     """The whole machine's busy CPU between `start` and `stop`, from ``/proc/stat``
-    (every process, other people's work included): busy share of all cores."""
+    (every process, other people's work included, niced ones left out): busy share of
+    all cores."""
 
     @staticmethod
     def _read() -> tuple[int, int]:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        # idle + iowait, and niced time: a niced process (someone's background
+        # spinner) yields to the bench's processes
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0) + fields[1]
         return sum(fields), idle
 
     def start(self) -> None:

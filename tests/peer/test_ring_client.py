@@ -190,3 +190,73 @@ async def test_leaving_stops_the_rounds_before_the_torrent_goes() -> None:
         await asyncio.sleep(0.2)
         assert c.stats.rounds == before  # no round after leaving
         await c.close()
+
+
+@contextlib.asynccontextmanager
+async def waiting_ring(num_pieces: int) -> AsyncIterator[tuple[str, list[list[int]]]]:
+    """A tracker front listing one supernode, which is this same loopback server and
+    answers ``wait`` for every piece asked about: its base URL, and the ``want`` list
+    of every question it got."""
+    wants: list[list[int]] = []
+
+    async def ring(request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "num_pieces": num_pieces,
+                "piece_keys": [f"{k:040x}" for k in range(num_pieces)],
+                "supernodes": [{"id": "f" * 40, "address": request.host}],
+            }
+        )
+
+    async def pieces(request: web.Request) -> web.Response:
+        doc = await request.json()
+        wants.append(list(doc.get("want", [])))
+        return web.json_response(
+            {"uploaders": [{"piece": p, "address": "", "wait": True} for p in doc["want"]]}
+        )
+
+    app = web.Application()
+    app.router.add_get("/v1/ring/{info_hash}", ring)
+    app.router.add_post("/chord/v1/pieces", pieces)
+    async with served(app) as base:
+        yield base, wants
+
+
+async def test_a_round_asks_about_a_window_of_pieces_not_every_piece_it_lacks() -> None:
+    # At N = 40 (160 pieces) every peer asked about every piece nobody connected held,
+    # each round: 47,283 answers, nearly all `wait`; the answers grew with pieces x
+    # peers. A round now asks about at most `max_wants` of them (before: all 160 in
+    # the first question), and a peer whose window is answered `wait` does not run a
+    # round at every nudge.
+    pieces = Pieces(160)
+    pieces.unheld = set(range(160))
+    async with waiting_ring(160) as (base, wants):
+        c = RingClient(
+            tracker_base=base,
+            info_hash="12" * 20,
+            num_pieces=160,
+            peer_id="ab" * 20,
+            address="127.0.0.1:7",
+            policy=ChordPolicy(),
+            have=lambda: tuple(pieces.have),
+            unheld=lambda: pieces.unheld,
+            totals=lambda: (0, 0),
+            connect=lambda host, port: None,
+            interval_s=0.5,
+            min_gap_s=0.05,
+        )
+        c.start()
+        try:
+            for _ in range(10):  # a status poll every 0.1 s nudges it
+                await asyncio.sleep(0.1)
+                c.nudge()
+            await asyncio.sleep(0.5)
+        finally:
+            await c.close()
+    asked = [w for w in wants if w]
+    assert asked, wants
+    assert max(len(w) for w in asked) <= 8, [len(w) for w in asked]
+    # (1.5 s: a round at 0, the window asked again after its 1 s wait, ...)
+    assert c.stats.waits <= 4 * 8, c.stats.waits
+    # its own order: from its place among the pieces, not all from piece 0
+    assert asked[0] != list(range(8))

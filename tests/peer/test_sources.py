@@ -2,6 +2,8 @@
 the pieces only a seed holds among its connected peers."""
 
 import collections
+import types
+from typing import Any
 
 import libtorrent as lt
 
@@ -72,3 +74,95 @@ def test_starved_peers_start_on_different_pieces() -> None:
     # in its own order: two peers a piece to start with, not all eight on piece 3
     assert collections.Counter(o[0] for o in orders) == {3: 2, 9: 2, 14: 2, 20: 2}
     assert shared_out((), ids[0], ids[1:]) == ()
+
+
+class _Handle:
+    """The libtorrent handle as `SwarmStatus` reads it: piece availability (the
+    connected BitTorrent peers holding each piece; no web seed connected) and nothing
+    in flight."""
+
+    def __init__(self, availability: list[int]) -> None:
+        self.availability = availability
+
+    def piece_availability(self) -> list[int]:
+        return self.availability
+
+    def get_download_queue(self) -> list[object]:
+        return []
+
+
+def _status_with_ring_answers(fetch_bps: int) -> tuple[Any, Any]:
+    # Six pieces: 0 held (the ring had this peer bring it in), 1 and 2 held by no
+    # connected peer (the ring says others bring them: `wait`), 3 held by one
+    # connected peer (held off: the chord policy's priority 0), 4 and 5 by two.
+    from pressrun.peer.chord_policy import ChordPolicy
+    from pressrun.peer.feed import OwedPieceFeed
+    from pressrun.peer.status import SwarmStatus
+    from pressrun.peer.uploader import SwarmView
+
+    manifest = types.SimpleNamespace(num_pieces=6, info_hash="12" * 20)
+    handle = _Handle([1, 0, 0, 1, 2, 2])
+    policy = ChordPolicy()
+    policy.set_ring_answers(bring_in=[0])
+    feed = OwedPieceFeed(
+        manifest=manifest,  # type: ignore[arg-type]
+        web_seeds=["http://origin"],
+        retry_s=1.0,
+        handle=lambda: handle,
+        running=lambda: True,
+    )
+    feed.fetch_bps = fetch_bps  # its last piece from the origins came at this rate
+    status = SwarmStatus(
+        manifest=manifest,  # type: ignore[arg-type]
+        policy=policy,
+        feed=feed,
+        handle=lambda: handle,
+        peer_id=lambda: "ab" * 20,
+        on_pieces_changed=lambda: None,
+        upload_limit_bps=1_000_000,
+    )
+    have = (True, False, False, False, False, False)
+    plan = policy.plan(
+        SwarmView(
+            peer_id="ab" * 20,
+            info_hash="12" * 20,
+            have=have,
+            connected_peers=2,
+            leecher_ids=("cd" * 20, "ef" * 20),
+            holders=tuple(handle.availability),
+        ),
+        now=10.0,
+    )
+    assert plan is not None and plan.piece_priorities[3] == 0  # held off
+    status.last_plan = plan.piece_priorities
+    st = types.SimpleNamespace(pieces=list(have), is_seeding=False)
+    return status, st
+
+
+def test_a_peer_takes_from_roomy_origins_what_its_peers_cannot_give_it_yet() -> None:
+    # `make emulate SCENARIO=small`: the origin client took 2.2 s, the ring's swarm
+    # clients 13.9-14.9 s, told `wait` 186 times while the origins had room. A piece
+    # no connected peer holds (the ring: another brings it) and one it holds off now
+    # come from the origins while they send this peer as fast as it takes pieces
+    # (before: nothing owed, the peer waited on the ring)
+    status, st = _status_with_ring_answers(fetch_bps=2_000_000)
+    _tradable, owed, coming = status._sources(st)
+    assert set(status._feed.owed) == {1, 2, 3}
+    assert (owed, coming) == (3, 0)
+
+
+def test_busy_origins_leave_the_pieces_to_the_ring() -> None:
+    # the loopback bench: the origin's 2 MB/s shared by 40 bringers, 50 kB/s each
+    # against 1 MB/s of upload a peer: nothing but what the ring hands out
+    status, st = _status_with_ring_answers(fetch_bps=50_000)
+    _tradable, owed, coming = status._sources(st)
+    assert status._feed.owed == ()
+    assert (owed, coming) == (2, 2)
+
+
+def test_the_origins_have_room_at_half_the_rate_a_peer_takes_pieces_at() -> None:
+    from pressrun.peer.sources import origins_have_room
+
+    assert not origins_have_room(0, 0)  # nothing fetched yet: no measure
+    assert origins_have_room(500_000, 1_000_000)
+    assert not origins_have_room(499_999, 1_000_000)

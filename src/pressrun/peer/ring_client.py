@@ -59,6 +59,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import zlib
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +78,13 @@ CLOSE_WAIT_S = 5.0
 
 #: supernodes asked to look keys up in one round
 _RESOLVE_TRIES = 2
+#: pieces asked about in one round at most (the first of the askable ones in this
+#: peer's own order, `_window`): every peer asked about every piece it lacked that no
+#: connected peer held, so the answers grew with pieces x peers, nearly all ``wait``
+#: (47,283 answers at N = 40, 160 pieces; docs/chord.md). A supernode hands a peer at
+#: most `pressrun.chord.directory.MAX_BRING_AHEAD` pieces to bring in at once, and
+#: names two first receivers of a piece: a window of that size loses neither.
+MAX_WANTS = 8
 #: a piece answered ``wait`` (nobody to upload it yet) is asked again after this long,
 #: doubled with every further ``wait`` up to ``reask_s``; at once when the number of
 #: its connected holders changes (none, one)
@@ -131,6 +139,7 @@ class RingClient:
         view_refresh_s: float = 10.0,
         timeout_s: float = 3.0,
         lookup_timeout_s: float = 6.0,
+        max_wants: int = MAX_WANTS,
         seed: int | None = None,
     ) -> None:
         self.tracker_base = tracker_base.rstrip("/")
@@ -159,6 +168,7 @@ class RingClient:
         self.view_refresh_s = view_refresh_s
         self.timeout_s = timeout_s
         self.lookup_timeout_s = lookup_timeout_s
+        self.max_wants = max_wants
         self.rng = random.Random(seed)
         self.stats = RingClientStats()
         self._keys: list[int] = []
@@ -271,7 +281,31 @@ class RingClient:
         self._rare = rare
         if any(have[p] and p not in self._reported for p in watched):
             return True
-        return any(not have[p] and self._askable(p, p in lonely, now) for p in rare)
+        lacked = [p for p in rare if not have[p]]
+        if any(p in self._ask_at and self._askable(p, p in lonely, now) for p in lacked):
+            return True
+        # a piece never asked about: at once only while the window has room for it
+        # (with the window full of pieces answered ``wait``, every nudge would
+        # otherwise be urgent and the rounds would run every ``min_gap_s``)
+        pending = sum(1 for p in lacked if p in self._ask_at)
+        return pending < self.max_wants and any(p not in self._ask_at for p in lacked)
+
+    def _window(self, wanted: Collection[int], lonely: Collection[int], now: float) -> set[int]:
+        """The pieces to ask about this round: of ``wanted`` (lacked, with at most one
+        connected holder), those that may be asked now, at most ``max_wants``, in this
+        peer's own order (from its place among the pieces, set by its id, round to the
+        start), so the peers of a crowd ask about different pieces first."""
+        if not wanted:
+            return set()
+        start = zlib.crc32(self.peer_id.encode()) % self.num_pieces
+        order = sorted(wanted, key=lambda p: (p - start) % self.num_pieces)
+        chosen: set[int] = set()
+        for p in order:
+            if len(chosen) >= self.max_wants:
+                break
+            if self._may_ask(p, p in lonely, now):
+                chosen.add(p)
+        return chosen
 
     async def _round(self) -> None:
         now = asyncio.get_running_loop().time()
@@ -297,6 +331,7 @@ class RingClient:
         lonely = set(self._lonely())
         watched = self._rare | self._bring_in | self._first
         unheld = self._rare = {*self._unheld(), *lonely}
+        asking = self._window([p for p in unheld if not have[p] and p in self._owner], lonely, now)
         up, down = self._totals()
         by_owner: dict[str, tuple[list[int], list[int]]] = {}
         due: set[str] = set()  # owners told now: asked, or told of a watched piece
@@ -306,7 +341,7 @@ class RingClient:
                     by_owner.setdefault(owner, ([], []))[0].append(p)
                     if p in watched:
                         due.add(owner)
-            elif p in unheld and self._may_ask(p, p in lonely, now):
+            elif p in asking:
                 by_owner.setdefault(owner, ([], []))[1].append(p)
                 due.add(owner)
         # (the others hear of common pieces every ``interval_s``, and that this peer is

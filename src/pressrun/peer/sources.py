@@ -15,7 +15,11 @@ from typing import Any
 
 import libtorrent as lt
 
-from pressrun.peer.uploader import MAX_PRIORITY
+from pressrun.peer.uploader import HOLD_PRIORITY, MAX_PRIORITY
+
+#: the origins have room for this peer when its last piece from them came at least
+#: this share of the rate it can take pieces at (`origins_have_room`)
+ROOM_SHARE = 0.5
 
 _NOT_YET = lt.peer_info.handshake | lt.peer_info.connecting
 
@@ -119,3 +123,45 @@ def shared_out(pieces: Sequence[int], peer_id: str, leecher_ids: Sequence[str]) 
     members = sorted({peer_id, *leecher_ids})
     at = members.index(peer_id) * len(pieces) // len(members)
     return (*pieces[at:], *pieces[:at])
+
+
+def origins_have_room(fetch_bps: int, reference_bps: int) -> bool:
+    """Whether the origins have room for this peer: its last piece from them
+    (``fetch_bps``, the feed's measure; 0: none yet) came at least `ROOM_SHARE` of
+    ``reference_bps``, the rate it takes pieces at otherwise (the fastest it
+    downloaded from peers, or what it uploads: a peer of this swarm gives at most that).
+    A busy origin shares its egress among every fetch (the loopback bench: 2 MB/s over
+    up to 40 fetches, 50 kB/s each against 1 MB/s a peer): no room. An origin with
+    room sends at the reader's own link rate (the emulated small scenario: its
+    origin client took 2.2 s for 4 MB, the ring's swarm clients 13.9-14.9 s)."""
+    return fetch_bps > 0 and fetch_bps >= ROOM_SHARE * reference_bps
+
+
+def origin_fill(
+    missing: MissingPieces,
+    plan: Sequence[int] | None,
+    *,
+    room: bool,
+    peer_id: str,
+    leecher_ids: Sequence[str],
+) -> tuple[int, ...]:
+    """Whatever the policy, a peer takes from the origins what its peers cannot give
+    it yet, while the origins have room (``room``: `origins_have_room`): the pieces
+    no connected peer holds that are not already owed, and those it holds off (the
+    `chord` policy's hold on a piece one connected peer holds, priority 0 in the
+    ``plan``), in this peer's own order (`shared_out`: the peers doing the same start
+    on different pieces). None while the origins have no room: then a piece enters
+    the swarm once, from the peer the policy gave it to."""
+    if not room:
+        return ()
+    held_off = (
+        [
+            i
+            for i in missing.lonely
+            if plan is not None and i < len(plan) and plan[i] == HOLD_PRIORITY
+        ]
+        if plan is not None
+        else []
+    )
+    pieces = sorted({*missing.absent, *held_off} - set(missing.owed))
+    return shared_out(pieces, peer_id, leecher_ids)

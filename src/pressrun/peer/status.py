@@ -20,7 +20,14 @@ from pressrun.content.codec import Manifest
 from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.events import Progress
 from pressrun.peer.feed import OwedPieceFeed
-from pressrun.peer.sources import PeerInfoTally, classify_missing, shared_out
+from pressrun.peer.sources import (
+    MissingPieces,
+    PeerInfoTally,
+    classify_missing,
+    origin_fill,
+    origins_have_room,
+    shared_out,
+)
 from pressrun.peer.uploader import HOLD_PRIORITY, MIN_PRIORITY, SwarmView, UploaderPolicy
 
 #: the unused upload is measured over the last this many seconds (the ring client's
@@ -73,6 +80,7 @@ class SwarmStatus:
         handle: Callable[[], Any],
         peer_id: Callable[[], str],
         on_pieces_changed: Callable[[], None],
+        upload_limit_bps: int = 0,
     ) -> None:
         self.manifest = manifest
         self.policy = policy
@@ -80,6 +88,8 @@ class SwarmStatus:
         self._handle = handle
         self._peer_id = peer_id
         self._on_pieces_changed = on_pieces_changed
+        #: the peer's upload limit (0: none; its fastest upload stands in)
+        self.upload_limit_bps = upload_limit_bps
         self.tally = PeerInfoTally()
         self.last_progress: Progress | None = None
         self.last_plan: tuple[int, ...] | None = None
@@ -166,7 +176,12 @@ class SwarmStatus:
         self.lonely = frozenset(missing.lonely)
         # pieces the ring said another peer brings in or holds: coming, not starving
         coming = self.policy.waiting_on(absent) if isinstance(self.policy, ChordPolicy) else []
-        if (
+        fill = self._fill(missing, plan)
+        if fill:
+            # the origins have room: what no peer can give it yet comes from them now
+            owed = (*owed, *fill)
+            coming = [p for p in coming if p not in set(fill)]
+        elif (
             self.policy.fetches_owed_pieces
             and plan is not None
             and tradable == 0
@@ -179,6 +194,20 @@ class SwarmStatus:
             owed = shared_out(absent, self._peer_id(), self.tally.leecher_ids)
         self._feed.set_owed(owed)
         return tradable, len(owed) + len(coming), len(coming)
+
+    def _fill(self, missing: MissingPieces, plan: tuple[int, ...] | None) -> tuple[int, ...]:
+        # (`sources.origin_fill`; the rate it takes pieces at otherwise: the fastest
+        # it downloaded from peers, or its upload, its limit else its fastest)
+        if not self.policy.fetches_owed_pieces or plan is None:
+            return ()
+        reference = max(self.peak_download_bps, self.upload_limit_bps or self.peak_upload_bps)
+        return origin_fill(
+            missing,
+            plan,
+            room=origins_have_room(self._feed.fetch_bps, reference),
+            peer_id=self._peer_id(),
+            leecher_ids=self.tally.leecher_ids,
+        )
 
     def lift_holds(self) -> bool:
         """libtorrent says the torrent finished: True if this peer still lacks pieces
