@@ -164,6 +164,7 @@ class SwarmPeer:
             handle=lambda: self._handle,
             peer_id=lambda: self._peer_id,
             on_pieces_changed=self._nudge_ring,
+            upload_limit_bps=config.upload_limit_bps,
         )
         self._verification = FinalVerification(
             manifest,
