@@ -75,7 +75,9 @@ class Directory:
     def subscriber_keys(self) -> list[bytes]:
         return [bytes(r.public_key) for r in self.readers]
 
-    def store_wraps(self, issue_id: str, version: int, wraps: Mapping[bytes, bytes]) -> list[bytes]:
+    def store_wraps(
+        self, issue_id: str, version: int, wraps: Mapping[bytes, bytes], release: object = None
+    ) -> list[bytes]:
         self.stored = dict(wraps)
         return []
 

@@ -36,7 +36,9 @@ class Directory:
     def subscriber_keys(self) -> list[bytes]:
         return [bytes(self.reader.public_key)]
 
-    def store_wraps(self, issue_id: str, version: int, wraps: Mapping[bytes, bytes]) -> list[bytes]:
+    def store_wraps(
+        self, issue_id: str, version: int, wraps: Mapping[bytes, bytes], release: object = None
+    ) -> list[bytes]:
         self.stored.append(version)
         return []
 

@@ -29,7 +29,9 @@ class Directory:
             raise ConnectionError("the service is unreachable")
         return [bytes(r.public_key) for r in self.readers]
 
-    def store_wraps(self, issue_id: str, version: int, wraps: Mapping[bytes, bytes]) -> list[bytes]:
+    def store_wraps(
+        self, issue_id: str, version: int, wraps: Mapping[bytes, bytes], release: object = None
+    ) -> list[bytes]:
         if self.fail_on == "store":
             raise ConnectionError("the service refused the wraps")
         self.stored[(issue_id, version)] = dict(wraps)

@@ -97,6 +97,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="with --encrypt: the issue version, above every version used before (default: "
         "one above the last reserved or published in CONTENT, or 1)",
     )
+    pub.add_argument(
+        "--release-at",
+        metavar="TIME",
+        default=None,
+        help="with --encrypt: the embargo; no subscriber gets the key before TIME "
+        "(2026-11-28T06:00:00Z, 2026-11-28T07:00+01:00, or +2h / +30m from now); the "
+        "ciphertext may travel before it (docs/subscriptions.md, 'Embargo')",
+    )
     pub.set_defaults(func=run_publish)
 
     ver = subparsers.add_parser(
@@ -211,8 +219,22 @@ def run_publish(args: argparse.Namespace) -> int:
                 "--subscriptions-token",
             )
         directory = HttpSubscriberDirectory(args.subscriptions, token)
-    elif args.subscriptions or args.issue_version is not None:
-        return _fail("publish", "--subscriptions and --issue-version only apply with --encrypt")
+    elif args.subscriptions or args.issue_version is not None or args.release_at:
+        return _fail(
+            "publish",
+            "--subscriptions, --issue-version and --release-at only apply with --encrypt",
+        )
+    release_at = None
+    if args.release_at:
+        import time
+
+        from pressrun.content.release import ReleaseError, parse_release_time
+
+        try:
+            # the CLI is an adapter: the wall clock only turns "+2h" into a time
+            release_at = parse_release_time(args.release_at, now_unix=time.time())  # noqa: TID251
+        except ReleaseError as err:
+            return _fail("publish", str(err))
     try:
         size = args.file.stat().st_size
     except OSError:
@@ -232,6 +254,7 @@ def run_publish(args: argparse.Namespace) -> int:
                 progress=progress,
                 encrypt_for=directory,
                 version=args.issue_version,
+                release_at=release_at,
             )
     except PublishError as err:
         return _fail("publish", str(err))
@@ -244,6 +267,8 @@ def run_publish(args: argparse.Namespace) -> int:
             f"{manifest['file_name']}, version {enc['version']}; wraps at "
             f"{enc['subscriptions_url']}"
         )
+        if "release_at" in enc:
+            print(f"embargo: no wrap is handed out before {enc['release_at']}")
     print(f"info-hash: {manifest['info_hash']}")
     print(
         f"{manifest['size_bytes']} bytes in {len(manifest['piece_sha256'])} pieces of "

@@ -125,10 +125,13 @@ class Encryption:
     plain_size_bytes: int
     plain_sha256: str
     subscriptions_url: str
+    # the embargo (issue 35): no wrap is handed out before this UTC time
+    # ("2026-11-28T06:00:00Z"); absent from the JSON when None
+    release_at: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The object as it appears in the manifest's JSON."""
-        return {
+        d: dict[str, Any] = {
             "scheme": self.scheme,
             "version": self.version,
             "nonce_prefix": self.nonce_prefix.hex(),
@@ -138,6 +141,9 @@ class Encryption:
             "plain_sha256": self.plain_sha256,
             "subscriptions_url": self.subscriptions_url,
         }
+        if self.release_at is not None:
+            d["release_at"] = self.release_at
+        return d
 
 
 def plain_piece_size(piece_size_bytes: int) -> int:
@@ -416,7 +422,7 @@ def encryption_from_dict(d: object, size_bytes: int, piece_size_bytes: int) -> E
     missing = [k for k in _ENCRYPTION_FIELDS if k not in d]
     if missing:
         raise ManifestError(f"manifest encryption is missing field(s): {', '.join(missing)}")
-    unknown = sorted(str(k) for k in d if k not in _ENCRYPTION_FIELDS)
+    unknown = sorted(str(k) for k in d if k not in (*_ENCRYPTION_FIELDS, "release_at"))
     if unknown:
         raise ManifestError(f"manifest encryption has unknown field(s): {', '.join(unknown)}")
     scheme = _want_str(d, "scheme")
@@ -450,6 +456,14 @@ def encryption_from_dict(d: object, size_bytes: int, piece_size_bytes: int) -> E
         raise ManifestError(
             f"manifest encryption subscriptions_url {url[:80]!r} is not an http(s) base URL"
         )
+    release_at = None
+    if "release_at" in d:
+        release_at = _want_str(d, "release_at")
+        if not CREATED_AT_RE.fullmatch(release_at):
+            raise ManifestError(
+                f"manifest encryption release_at {release_at[:40]!r} is not a UTC time like "
+                "2026-11-28T06:00:00Z"
+            )
     return Encryption(
         scheme=scheme,
         version=version,
@@ -459,6 +473,7 @@ def encryption_from_dict(d: object, size_bytes: int, piece_size_bytes: int) -> E
         plain_size_bytes=plain_size,
         plain_sha256=_want_hex(d, "plain_sha256", 64),
         subscriptions_url=url,
+        release_at=release_at,
     )
 
 

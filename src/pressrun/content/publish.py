@@ -32,6 +32,7 @@ may exist is never used again, whatever a crash removed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -68,6 +69,7 @@ from pressrun.content.encryption import (
 )
 from pressrun.content.keys import KeyFileError, is_private_mode, load_signing_key
 from pressrun.content.manifest import sign_manifest
+from pressrun.content.release import ReleaseNotice, SignedRelease, sign_release
 from pressrun.durable import (
     STATE_DIR,
     FolderSwaps,
@@ -124,8 +126,15 @@ class SubscriberDirectory(Protocol):
         """The X25519 public keys of every current subscriber."""
         ...
 
-    def store_wraps(self, issue_id: str, version: int, wraps: Mapping[bytes, bytes]) -> list[bytes]:
-        """Store one issue version's wraps (replacing any); the keys skipped (removed)."""
+    def store_wraps(
+        self,
+        issue_id: str,
+        version: int,
+        wraps: Mapping[bytes, bytes],
+        release: SignedRelease | None = None,
+    ) -> list[bytes]:
+        """Store one issue version's wraps (replacing any) and, with ``release``, its
+        embargo in the same step; the keys skipped (removed)."""
         ...
 
 
@@ -378,6 +387,7 @@ def publish(
     progress: ProgressCallback | None = None,
     encrypt_for: SubscriberDirectory | None = None,
     version: int | None = None,
+    release_at: str | None = None,
 ) -> Path:
     """Make the signed bundle ``content_dir/<issue_id>/`` for ``file``; returns its path.
 
@@ -390,12 +400,16 @@ def publish(
     directory (module docstring). ``version``: the issue version of an encrypted
     issue, above every version reserved or published before (default: one above the
     last, or 1; recorded in ``CONTENT/.pressrun/<issue_id>.version`` before any wrap
-    of it is stored).
+    of it is stored; ``release_at`` (UTC text, ``2026-11-28T06:00:00Z``): the embargo,
+    signed into the manifest and stored with the wraps as release notice sequence 1,
+    ``pressrun.content.release``: no wrap is handed out before it).
     """
     file, key_path, content_dir = Path(file), Path(key_path), Path(content_dir)
     _check_inputs(file, issue_id, title, piece_size, web_seeds, trackers)
     if encrypt_for is None and version is not None:
         raise PublishError("an issue version only applies to an encrypted issue (--encrypt)")
+    if encrypt_for is None and release_at is not None:
+        raise PublishError("a release time only applies to an encrypted issue (--encrypt)")
     if encrypt_for is None and file.name in bundle_names(issue_id):
         # (encrypted, the bundle holds <name>.enc: a plaintext of any name is fine)
         raise PublishError(
@@ -445,6 +459,7 @@ def publish(
                 progress=progress,
                 encrypt_for=encrypt_for,
                 version=version,
+                release_at=release_at,
             )
     except ItemBusy:
         raise PublishError(
@@ -471,6 +486,7 @@ def _publish_locked(
     progress: ProgressCallback | None,
     encrypt_for: SubscriberDirectory | None,
     version: int | None,
+    release_at: str | None = None,
 ) -> Path:
     """`publish` once the inputs are checked and the issue's lock is held."""
     content_dir = swaps.root
@@ -508,6 +524,7 @@ def _publish_locked(
                 subscriptions_url=encrypt_for.url,
                 progress=progress,
             )
+            encryption = dataclasses.replace(encryption, release_at=release_at)
         if size == 0:
             raise PublishError(f"issue file {file} is empty; there is nothing to publish")
         torrent = _make_torrent(
@@ -546,10 +563,22 @@ def _publish_locked(
         if encrypt_for is not None and encryption is not None:
             wrapping = time.perf_counter()
             wraps = {k: wrap_key(content_key, k) for k in subscriber_keys}
+            release = None
+            if release_at is not None:  # the embargo goes with the wraps, never after
+                notice = ReleaseNotice(
+                    issue_id=issue_id,
+                    version=encryption.version,
+                    release_at=release_at,
+                    revoked=False,
+                    sequence=1,
+                    publisher_key=manifest.publisher_key,
+                    signed_at=manifest.created_at,
+                )
+                release = sign_release(notice, signing_key)
             storing = time.perf_counter()
             skipped = _directory_call(
                 encrypt_for,
-                lambda: encrypt_for.store_wraps(issue_id, encryption.version, wraps),
+                lambda: encrypt_for.store_wraps(issue_id, encryption.version, wraps, release),
             )
             stored = time.perf_counter()
             for k in skipped:

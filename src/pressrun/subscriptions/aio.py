@@ -5,7 +5,20 @@ a challenge sealed to their X25519 key, open it, and fetch their own wrap of an 
 version with the token inside (these routes carry CORS headers, through aiohttp-cors,
 so a reader web app on another origin can call them); operators (the publisher,
 ``pressrun subscribers``) add, remove and list subscribers and upload wraps with the
-operator token. State is the SQLite store; its calls run on one worker thread.
+operator token. State is the SQLite store; its writes run on one worker thread.
+
+The embargo (issue 35): an issue version with a signed release notice has its wraps
+handed out only from the notice's time, by this service's clock
+(:mod:`.embargo`); notices come with the wraps' upload or through
+``PUT .../release`` and their signature is checked once, when they arrive, not per
+request.
+
+The wrap route is the release minute's hot path: it reads SQLite straight from the
+event loop on a second, read-only connection (one primary-key lookup, microseconds,
+never blocked by a writer in WAL mode) instead of two hops to the worker thread, and
+keeps the release notices in memory, reloaded when ``PRAGMA data_version`` says
+another connection (the worker thread, or another service instance on the same file)
+committed.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import nacl.public
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
+from pressrun.content.release import ReleaseError, SignedRelease
 from pressrun.security import (
     UNAUTHORIZED_HEADERS,
     BodyTooLarge,
@@ -44,7 +58,8 @@ from pressrun.subscriptions.codec import (
     parse_public_key,
     parse_wraps,
 )
-from pressrun.subscriptions.store import SubscriptionStore
+from pressrun.subscriptions.embargo import embargo_refusal
+from pressrun.subscriptions.store import ReleaseRefused, SubscriptionStore
 
 __all__ = ["DEFAULT_TOKEN_TTL_S", "MAX_WRAPS_BODY_BYTES", "SubscriptionService", "serve"]
 
@@ -56,6 +71,7 @@ OPERATOR_ROUTES = frozenset(
         "/v1/subscribers",
         "/v1/subscribers/{public_key}",
         "/v1/issues/{issue_id}/versions/{version}/wraps",
+        "/v1/issues/{issue_id}/versions/{version}/release",
     }
 )
 
@@ -83,6 +99,7 @@ class SubscriptionService:
         token_ttl_s: int = DEFAULT_TOKEN_TTL_S,
         clock: Callable[[], float] = wall_clock,
         security: ServiceSecurity | None = None,
+        publisher_keys: Sequence[bytes] = (),
     ) -> None:
         # the rule every service shares (pressrun.security): 16 characters at least
         check_operator_token(operator_token)
@@ -94,7 +111,13 @@ class SubscriptionService:
         self.token_ttl_s = token_ttl_s
         self.clock = clock
         self.security = security or ServiceSecurity()  # TLS (pressrun.security)
+        # release notices are accepted only signed by one of these (none: any key,
+        # pinned per issue version by its first notice)
+        self.publisher_keys = frozenset(bytes(k) for k in publisher_keys) or None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="subscriptions-db")
+        self._reader: SubscriptionStore | None = None
+        self._releases: dict[tuple[str, int], SignedRelease] = {}
+        self._seen_data_version = -1
         self._secret: bytes | None = None
         self._runner: web.AppRunner | None = None
         self.registry = CollectorRegistry(auto_describe=True)
@@ -103,6 +126,11 @@ class SubscriptionService:
         )
         self.wraps_served = Counter(
             "pressrun_subscriptions_wraps_served_total", "wraps handed out", registry=self.registry
+        )
+        self.embargo_refusals = Counter(
+            "pressrun_subscriptions_embargoed_total",
+            "wraps asked for before their release (refused with the release time)",
+            registry=self.registry,
         )
         self.refusals = Counter(
             "pressrun_subscriptions_refusals_total",
@@ -139,6 +167,12 @@ class SubscriptionService:
             ),
             per_origin,
         )
+        # the release notice: the operator reads and replaces it (guarded by the
+        # middleware like every operator route); a reader learns the release time from
+        # the signed manifest and from the refusal of its wrap
+        release = app.router.add_resource("/v1/issues/{issue_id}/versions/{version}/release")
+        release.add_route("GET", self._wrapped(self.get_release))
+        release.add_route("PUT", self._wrapped(self.put_release))
         # (every route of OPERATOR_ROUTES is guarded by the middleware above)
         app.router.add_get("/v1/subscribers", self._wrapped(self.list_subscribers))
         app.router.add_put("/v1/subscribers/{public_key}", self._wrapped(self.add_subscriber))
@@ -156,13 +190,16 @@ class SubscriptionService:
                 return await handler(request)
             except RequestError as err:
                 self.refusals.labels(err.code).inc()
-                return web.json_response(error_body(err.message, err.code), status=err.status)
+                return web.json_response(err.body(), status=err.status, headers=err.headers)
 
         return run
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Listen; answer the port actually bound."""
         self._secret = await self._db(self.store.token_secret)
+        # the read-only connection of the wrap route (module docstring)
+        self._reader = SubscriptionStore(self.store.path, read_only=True)
+        self._fresh_releases()
         self._runner = web.AppRunner(self.make_app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(
@@ -181,6 +218,9 @@ class SubscriptionService:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         await self._db(self.store.close)
         self._executor.shutdown(wait=True)
 
@@ -205,6 +245,38 @@ class SubscriptionService:
                 413, "too_large", f"the body is over {MAX_SMALL_BODY_BYTES} bytes"
             ) from None
         return decode_object(body)
+
+    @property
+    def reader(self) -> SubscriptionStore:
+        if self._reader is None:
+            raise RuntimeError("the service is not started")
+        return self._reader
+
+    def _fresh_releases(self) -> dict[tuple[str, int], SignedRelease]:
+        """The release notices, reloaded if any connection committed since the last
+        look (a PRAGMA, microseconds; the reload reads one small table)."""
+        version = self.reader.data_version()
+        if version != self._seen_data_version:
+            self._releases = self.reader.releases()
+            self._seen_data_version = version
+        return self._releases
+
+    def _verified_release(self, doc: object, issue_id: str, version: int) -> SignedRelease:
+        """A signed release notice from a request body, for this issue version, with a
+        good signature of a trusted publisher key; RequestError 400 if not."""
+        try:
+            release = SignedRelease.from_json(doc)
+            notice = release.verify(self.publisher_keys)
+        except ReleaseError as err:
+            raise RequestError(400, "bad_release", str(err)) from None
+        if (notice.issue_id, notice.version) != (issue_id, version):
+            raise RequestError(
+                400,
+                "bad_release",
+                f"the release notice is for {notice.issue_id} version {notice.version}, "
+                f"not {issue_id} version {version}",
+            )
+        return release
 
     @property
     def secret(self) -> bytes:
@@ -243,14 +315,17 @@ class SubscriptionService:
             token = bytes.fromhex(raw)
         except ValueError:
             raise RequestError(401, "bad_token", "the token must be hex") from None
-        public_key = check_token(self.secret, token, now_unix=self.clock())
-        if not await self._db(self.store.is_subscriber, public_key):
+        now_unix = self.clock()
+        public_key = check_token(self.secret, token, now_unix=now_unix)
+        # one lookup on the loop's read-only connection: a wrap is deleted with its
+        # subscriber, so a wrap found is a current subscriber's
+        wrap = self.reader.wrap(issue_id, version, public_key)
+        if wrap is None and not self.reader.is_subscriber(public_key):
             raise RequestError(
                 403,
                 "not_subscribed",
                 f"key {public_key.hex()[:16]}... is not a subscriber; subscribe to read {issue_id}",
             )
-        wrap = await self._db(self.store.wrap, issue_id, version, public_key)
         if wrap is None:
             raise RequestError(
                 404,
@@ -258,6 +333,13 @@ class SubscriptionService:
                 f"there is no wrap of {issue_id} version {version} for this subscriber (it "
                 "was published before the subscription began, or no such version exists)",
             )
+        refusal = embargo_refusal(
+            self._fresh_releases().get((issue_id, version)), now_unix=now_unix
+        )
+        if refusal is not None:
+            if refusal.code == "embargoed":
+                self.embargo_refusals.inc()
+            raise refusal
         self.wraps_served.inc()
         return web.json_response(
             {
@@ -306,8 +388,25 @@ class SubscriptionService:
             raise RequestError(
                 413, "too_large", f"the wraps body is over {MAX_WRAPS_BODY_BYTES} bytes"
             ) from None
-        wraps = parse_wraps(decode_object(body))
-        stored, skipped = await self._db(self.store.put_wraps, issue_id, version, wraps)
+        doc = decode_object(body)
+        wraps = parse_wraps(doc)
+        release = None
+        if doc.get("release") is not None:
+            release = self._verified_release(doc["release"], issue_id, version)
+        try:
+            stored, skipped = await self._db(
+                self.store.put_wraps, issue_id, version, wraps, release
+            )
+        except ReleaseRefused as err:
+            raise RequestError(409, "release_refused", str(err)) from None
+        if release is not None:
+            log.info(
+                "%s version %d: embargoed until %s (release sequence %d)",
+                issue_id,
+                version,
+                release.notice.release_at,
+                release.notice.sequence,
+            )
         log.info(
             "%s version %d: %d wraps stored, %d skipped (not subscribers)",
             issue_id,
@@ -316,6 +415,48 @@ class SubscriptionService:
             len(skipped),
         )
         return web.json_response({"stored": stored, "skipped": [k.hex() for k in skipped]})
+
+    async def get_release(self, request: web.Request) -> web.Response:
+        """``GET /v1/issues/<id>/versions/<v>/release``: the signed notice, whether it is
+        released by this service's clock, and the seconds left."""
+        issue_id, version = parse_issue_version(
+            request.match_info["issue_id"], request.match_info["version"]
+        )
+        release = self._fresh_releases().get((issue_id, version))
+        if release is None:
+            raise RequestError(
+                404, "no_release", f"{issue_id} version {version} has no embargo here"
+            )
+        at = release.notice.release_at_unix
+        now_unix = self.clock()
+        return web.json_response(
+            {
+                **release.to_json(),
+                "released": at is not None and now_unix >= at,
+                "retry_after_s": None if at is None else round(max(0.0, at - now_unix), 3),
+            }
+        )
+
+    async def put_release(self, request: web.Request) -> web.Response:
+        """``PUT /v1/issues/<id>/versions/<v>/release``: a later signed notice (move the
+        release, or revoke it)."""
+        issue_id, version = parse_issue_version(
+            request.match_info["issue_id"], request.match_info["version"]
+        )
+        release = self._verified_release(await self._small_body(request), issue_id, version)
+        try:
+            await self._db(self.store.put_release, release)
+        except ReleaseRefused as err:
+            raise RequestError(409, "release_refused", str(err)) from None
+        n = release.notice
+        log.info(
+            "%s version %d: release %s (sequence %d)",
+            issue_id,
+            version,
+            "revoked" if n.revoked else f"at {n.release_at}",
+            n.sequence,
+        )
+        return web.json_response(release.to_json())
 
     async def healthz(self, request: web.Request) -> web.Response:
         """``GET /healthz``."""

@@ -1,4 +1,5 @@
-"""``pressrun serve subscriptions`` and ``pressrun subscribers add|remove|list``.
+"""``pressrun serve subscriptions``, ``pressrun subscribers add|remove|list`` and
+``pressrun release show|move|revoke`` (the embargo of an encrypted issue version).
 
 The service needs an operator token (``--operator-token`` or the environment variable
 ``PRESSRUN_SUBSCRIPTIONS_TOKEN``); ``pressrun subscribers`` and ``pressrun publish
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from pressrun.security import add_security_arguments
@@ -58,6 +60,14 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         default=300,
         help="how long a challenge token stays valid (default 300)",
     )
+    p.add_argument(
+        "--publisher-key",
+        action="append",
+        default=[],
+        metavar="HEX_OR_PUBFILE",
+        help="accept release notices (embargoes) signed by this publisher key only; "
+        "repeatable; default: any key, pinned per issue version by its first notice",
+    )
     add_security_arguments(p, token=False)
     p.set_defaults(func=run_serve)
 
@@ -78,6 +88,12 @@ def run_serve(args: argparse.Namespace) -> int:
     if not token:
         return _fail(command, f"no operator token: set {TOKEN_ENV} or pass --operator-token", 2)
     log = logging.getLogger("pressrun.subscriptions")
+    from pressrun.content.keys import KeyFileError, load_public_key
+
+    try:
+        publisher_keys = [load_public_key(k) for k in args.publisher_key]
+    except KeyFileError as err:
+        return _fail(command, str(err), 2)
     try:
         store = SubscriptionStore(args.db)
         service = SubscriptionService(
@@ -86,6 +102,7 @@ def run_serve(args: argparse.Namespace) -> int:
             cors_origins=args.cors_origin or ["*"],
             token_ttl_s=args.token_ttl_s,
             security=ServiceSecurity(args.tls_cert, args.tls_key),
+            publisher_keys=publisher_keys,
         )
         service.security.server_ssl_context()  # a bad --tls-cert/--tls-key fails here
     except (sqlite3.Error, OSError) as err:
@@ -139,6 +156,128 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     ls = sub.add_parser("list", help="list the subscribers")
     common(ls)
     ls.set_defaults(func=run_subscribers)
+    register_release(subparsers)
+
+
+def register_release(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add ``pressrun release show|move|revoke``."""
+    p = subparsers.add_parser(
+        "release",
+        help="the embargo of an encrypted issue version: show, move or revoke its release",
+        description="An issue published with --encrypt --release-at has its wraps handed "
+        "out only from that time, by the subscription service's clock. `move` signs a new "
+        "release time with the publisher key, `revoke` withdraws the issue (no wrap at all "
+        "until a later `move`); both need the operator token. docs/subscriptions.md.",
+    )
+    sub = p.add_subparsers(dest="release_command", metavar="COMMAND", required=True)
+
+    def common(q: argparse.ArgumentParser, *, signed: bool) -> None:
+        q.add_argument("issue", metavar="ISSUE", help="the issue id")
+        q.add_argument(
+            "--issue-version", type=int, required=True, metavar="N", help="the issue version"
+        )
+        q.add_argument("--service", required=True, metavar="URL", help="the service's base URL")
+        if signed:
+            q.add_argument(
+                "--key", required=True, type=Path, help="the publisher's secret key file"
+            )
+            q.add_argument(
+                "--token",
+                default=None,
+                help="operator token (default: $PRESSRUN_SUBSCRIPTIONS_TOKEN)",
+            )
+
+    show = sub.add_parser("show", help="the release notice the service holds")
+    common(show, signed=False)
+    show.set_defaults(func=run_release)
+    move = sub.add_parser("move", help="set a new release time (earlier or later)")
+    common(move, signed=True)
+    move.add_argument(
+        "--at",
+        required=True,
+        metavar="TIME",
+        help="2026-11-28T06:00:00Z, 2026-11-28T07:00+01:00, or +2h / +30m from now",
+    )
+    move.set_defaults(func=run_release)
+    revoke = sub.add_parser("revoke", help="withdraw the issue version: no wrap is handed out")
+    common(revoke, signed=True)
+    revoke.set_defaults(func=run_release)
+
+
+def run_release(args: argparse.Namespace) -> int:
+    """``pressrun release show|move|revoke``."""
+    import asyncio
+    import time
+
+    import aiohttp
+
+    from pressrun.content.keys import KeyFileError, load_signing_key
+    from pressrun.content.release import (
+        ReleaseError,
+        ReleaseNotice,
+        SignedRelease,
+        parse_release_time,
+        sign_release,
+        utc_text,
+    )
+    from pressrun.subscriptions.client import TOKEN_ENV, SubscriptionError, SubscriptionsClient
+
+    command = f"release {args.release_command}"
+    # an adapter: the wall clock turns "+2h" into a time and dates the notice
+    now_unix = time.time()  # noqa: TID251
+    at = None
+    key = None
+    try:
+        if args.release_command == "move":
+            at = parse_release_time(args.at, now_unix=now_unix)
+        if args.release_command != "show":
+            key = load_signing_key(args.key)
+    except (ReleaseError, KeyFileError) as err:
+        return _fail(command, str(err), 2)
+    token = getattr(args, "token", None) or os.environ.get(TOKEN_ENV) or None
+
+    async def go() -> str:
+        async with aiohttp.ClientSession() as session:
+            client = SubscriptionsClient(args.service, session, operator_token=token)
+            doc = await client.release(args.issue, args.issue_version)
+            what = f"{args.issue} version {args.issue_version}"
+            if args.release_command == "show":
+                if doc is None:
+                    return f"{what}: no embargo (its wraps are handed out at once)"
+                n = SignedRelease.from_json(
+                    {"release": doc["release"], "signature": doc["signature"]}
+                ).notice
+                if n.revoked:
+                    return f"{what}: revoked (sequence {n.sequence}); no wrap is handed out"
+                state = (
+                    "released"
+                    if doc.get("released")
+                    else f"embargoed, {doc.get('retry_after_s')} s left by the service's clock"
+                )
+                return f"{what}: release at {n.release_at} (sequence {n.sequence}): {state}"
+            assert key is not None
+            sequence = 1
+            if doc is not None:
+                sequence = int(doc["release"]["sequence"]) + 1
+            notice = ReleaseNotice(
+                issue_id=args.issue,
+                version=args.issue_version,
+                release_at=at,
+                revoked=at is None,
+                sequence=sequence,
+                publisher_key=bytes(key.verify_key).hex(),
+                signed_at=utc_text(now_unix),
+            )
+            await client.put_release(sign_release(notice, key))
+            if at is None:
+                return f"{what}: revoked (sequence {sequence}); no wrap is handed out"
+            return f"{what}: release moved to {at} (sequence {sequence})"
+
+    try:
+        print(asyncio.run(go()))
+    except (SubscriptionError, ReleaseError) as err:
+        return _fail(command, str(err))
+    return 0
 
 
 def run_subscribers(args: argparse.Namespace) -> int:

@@ -4,7 +4,9 @@ Used by ``pressrun publish --encrypt`` (list subscribers, upload wraps), ``press
 subscribers`` (add, remove, list) and ``pressrun get`` (challenge, then its own wrap).
 Every failure is a :class:`SubscriptionError` with one line for a person; a subscriber
 that is not (or no longer) subscribed gets :class:`NotSubscribed`, one without a wrap
-for that issue version :class:`NoWrap`.
+for that issue version :class:`NoWrap`, one asking before an embargoed issue's
+release :class:`Embargoed` (with the release time and the seconds left by the
+service's clock), one asking for a withdrawn issue :class:`Revoked`.
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ import nacl.exceptions
 import nacl.public
 
 from pressrun.content.codec import is_hex
+from pressrun.content.release import ReleaseError, SignedRelease
 from pressrun.security import BodyTooLarge, read_body_limited
 from pressrun.subscriptions.codec import TOKEN_BYTES, WRAP_BYTES
 
 __all__ = [
     "TOKEN_ENV",
+    "Embargoed",
     "HttpSubscriberDirectory",
     "NoWrap",
     "NotSubscribed",
+    "Revoked",
     "ServiceUnavailable",
     "SubscriptionError",
     "SubscriptionsClient",
@@ -54,6 +59,27 @@ class NotSubscribed(SubscriptionError):
 
 class NoWrap(SubscriptionError):
     """A subscriber, but there is no wrap for that issue version."""
+
+
+class Embargoed(SubscriptionError):
+    """A subscriber with a wrap, asking before the release (docs/protocols.md, "Embargo").
+
+    ``release_at`` is the UTC text; ``retry_after_s`` the seconds left by the service's
+    clock when it answered (what to wait, whatever this host's clock says);
+    ``release`` the signed notice when the answer carried a well-formed one.
+    """
+
+    def __init__(
+        self, message: str, release_at: str, retry_after_s: float, release: SignedRelease | None
+    ) -> None:
+        super().__init__(message)
+        self.release_at = release_at
+        self.retry_after_s = retry_after_s
+        self.release = release
+
+
+class Revoked(SubscriptionError):
+    """The publisher withdrew that issue version before its release: no wrap."""
 
 
 class SubscriptionsClient:
@@ -166,18 +192,52 @@ class SubscriptionsClient:
         return int(doc.get("wraps_deleted", 0))
 
     async def put_wraps(
-        self, issue_id: str, version: int, wraps: Mapping[bytes, bytes]
+        self,
+        issue_id: str,
+        version: int,
+        wraps: Mapping[bytes, bytes],
+        release: SignedRelease | None = None,
     ) -> tuple[int, list[str]]:
-        """Upload one issue version's wraps; ``(stored, skipped keys as hex)``."""
+        """Upload one issue version's wraps (with its embargo's signed release notice,
+        stored in the same transaction); ``(stored, skipped keys as hex)``."""
+        body: dict[str, object] = {"wraps": {k.hex(): w.hex() for k, w in wraps.items()}}
+        if release is not None:
+            body["release"] = release.to_json()
         status, doc = await self._call(
             "PUT",
             f"/v1/issues/{issue_id}/versions/{version}/wraps",
-            body={"wraps": {k.hex(): w.hex() for k, w in wraps.items()}},
+            body=body,
             authorization=self._need_operator(),
         )
         if status != 200:
             raise self._fail(status, doc, f"store the wraps of {issue_id} version {version}")
         return int(doc.get("stored", 0)), [str(k) for k in doc.get("skipped", [])]
+
+    async def put_release(self, release: SignedRelease) -> None:
+        """Replace an issue version's release notice (move or revoke the release)."""
+        n = release.notice
+        status, doc = await self._call(
+            "PUT",
+            f"/v1/issues/{n.issue_id}/versions/{n.version}/release",
+            body=release.to_json(),
+            authorization=self._need_operator(),
+        )
+        if status != 200:
+            raise self._fail(status, doc, f"set the release of {n.issue_id} version {n.version}")
+
+    async def release(self, issue_id: str, version: int) -> dict[str, Any] | None:
+        """The service's release notice of an issue version with ``released`` and
+        ``retry_after_s`` (by the service's clock); None when it has no embargo."""
+        status, doc = await self._call(
+            "GET",
+            f"/v1/issues/{issue_id}/versions/{version}/release",
+            authorization=self._need_operator(),
+        )
+        if status == 404 and doc.get("code") == "no_release":
+            return None
+        if status != 200 or not isinstance(doc.get("release"), dict):
+            raise self._fail(status, doc, f"read the release of {issue_id} version {version}")
+        return doc
 
     # -- subscriber
 
@@ -211,10 +271,27 @@ class SubscriptionsClient:
             raise NotSubscribed(f"not subscribed: {message}")
         if status == 404 and code == "no_wrap":
             raise NoWrap(f"not subscribed to this issue: {message}")
+        if status == 403 and code == "embargoed":
+            raise _embargoed(doc, message)
+        if status == 410 and code == "revoked":
+            raise Revoked(f"withdrawn: {message}")
         wrap = doc.get("wrap")
         if status != 200 or not isinstance(wrap, str) or not is_hex(wrap, 2 * WRAP_BYTES):
             raise self._fail(status, doc, "fetch the wrap")
         return bytes.fromhex(wrap)
+
+
+def _embargoed(doc: Mapping[str, Any], message: str) -> SubscriptionError:
+    """Embargoed from a ``403 embargoed`` answer; a plain SubscriptionError if the answer
+    lacks its fields (a wrong release time is worse than none)."""
+    at, left = doc.get("release_at"), doc.get("retry_after_s")
+    if not isinstance(at, str) or isinstance(left, bool) or not isinstance(left, int | float):
+        return SubscriptionError(f"embargoed, but the answer has no release time: {message}")
+    try:
+        release = SignedRelease.from_json(doc.get("release"))
+    except ReleaseError:
+        release = None
+    return Embargoed(f"embargoed: {message}", at, max(0.0, float(left)), release)
 
 
 class HttpSubscriberDirectory:
@@ -255,7 +332,13 @@ class HttpSubscriberDirectory:
         subs = self._run(lambda c: c.subscribers())
         return [bytes.fromhex(s["public_key"]) for s in subs]
 
-    def store_wraps(self, issue_id: str, version: int, wraps: Mapping[bytes, bytes]) -> list[bytes]:
-        """Upload one issue version's wraps; the keys the service skipped."""
-        _, skipped = self._run(lambda c: c.put_wraps(issue_id, version, wraps))
+    def store_wraps(
+        self,
+        issue_id: str,
+        version: int,
+        wraps: Mapping[bytes, bytes],
+        release: SignedRelease | None = None,
+    ) -> list[bytes]:
+        """Upload one issue version's wraps (and its embargo); the keys the service skipped."""
+        _, skipped = self._run(lambda c: c.put_wraps(issue_id, version, wraps, release))
         return [bytes.fromhex(k) for k in skipped]

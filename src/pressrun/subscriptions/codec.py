@@ -28,13 +28,29 @@ MAX_NAME_CHARS = 200
 
 
 class RequestError(Exception):
-    """A request the service refuses: HTTP status, a machine code and one line."""
+    """A request the service refuses: HTTP status, a machine code and one line;
+    ``extra`` fields join the JSON body (an embargo's ``release_at``), ``headers`` the
+    answer (``Retry-After``)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        extra: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.extra = extra or {}
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """The JSON of the answer."""
+        return {**self.extra, **error_body(self.message, self.code)}
 
 
 def error_body(message: str, code: str) -> dict[str, str]:
