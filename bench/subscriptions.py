@@ -45,11 +45,13 @@ from pathlib import Path
 
 import aiohttp
 import nacl.public
+import nacl.signing
 
 from pressrun.content.bundle import Bundle
 from pressrun.content.encryption import open_wrap
 from pressrun.content.keys import generate_keypair
-from pressrun.subscriptions.client import SubscriptionsClient
+from pressrun.content.release import ReleaseNotice, sign_release, utc_text
+from pressrun.subscriptions.client import Embargoed, SubscriptionsClient
 from pressrun.subscriptions.codec import WRAP_BYTES, make_token
 from pressrun.subscriptions.store import SubscriptionStore
 
@@ -132,6 +134,7 @@ function request()
 end
 """
 
+EMBARGO_S = 8  # the release, this long after the database is filled
 WRK_THREADS = 1
 WRK_CONNECTIONS = 32
 
@@ -220,9 +223,21 @@ def start_bare(body_bytes: int) -> tuple[subprocess.Popen[str], str]:
     return proc, match.group(0)
 
 
-def fill_crowd(db: Path, keys: list[bytes], version: int) -> None:
-    """The subscribers and one (random: the service never opens it) wrap each."""
+def fill_crowd(db: Path, keys: list[bytes], version: int, release_at_unix: float) -> None:
+    """The subscribers, one (random: the service never opens it) wrap each, and the
+    embargo: a release notice signed by a new publisher key."""
+    signer = nacl.signing.SigningKey.generate()
+    notice = ReleaseNotice(
+        issue_id=ISSUE,
+        version=version,
+        release_at=utc_text(release_at_unix),
+        revoked=False,
+        sequence=1,
+        publisher_key=bytes(signer.verify_key).hex(),
+        signed_at=utc_text(time.time()),
+    )
     store = SubscriptionStore(db)
+    store.put_release(sign_release(notice, signer))
     with store.db:
         store.db.execute("BEGIN IMMEDIATE")
         store.db.executemany(
@@ -244,7 +259,8 @@ def crowd(n: int, seconds: float) -> None:
         reader = nacl.public.PrivateKey.generate()
         keys = [os.urandom(32) for _ in range(n - 1)] + [bytes(reader.public_key)]
         started = time.perf_counter()
-        fill_crowd(root / "subs.db", keys, version)
+        release_at = int(time.time()) + EMBARGO_S
+        fill_crowd(root / "subs.db", keys, version, release_at)
         prepare_s = time.perf_counter() - started
         lua = root / "crowd.lua"
         lua.write_text(CROWD_LUA)
@@ -263,6 +279,8 @@ def crowd(n: int, seconds: float) -> None:
             challenge_lines = root / "challenges.txt"
             real = [bytes(nacl.public.PrivateKey.generate().public_key) for _ in range(2000)]
             challenge_lines.write_text("".join(f"{k.hex()}\n" for k in real))
+            refused = asyncio.run(refused_before(url, reader, version))
+            time.sleep(max(0.0, release_at - time.time()))
             opened = asyncio.run(open_one(url, reader, version))
             answer_bytes = len(
                 json.dumps(
@@ -287,7 +305,8 @@ def crowd(n: int, seconds: float) -> None:
         load = f.read().strip()
     print(f"the wrap crowd: {n:,} subscribers, one wrap each, one service process")
     print(f"  subscribers and wraps put into SQLite beforehand in {prepare_s:.2f} s")
-    print(f"  one real subscriber: challenge, wrap, opened: {opened}")
+    print(f"  before the release: the real subscriber's wrap refused with the time: {refused}")
+    print(f"  from the release: challenge, wrap, opened: {opened}")
     print(
         f"  wraps: {wraps.requests_per_s:,.0f}/s ({wraps.requests:,} in {seconds:g} s, "
         f"{wraps.not_ok} not 200), latency p50 {wraps.p50_ms:.2f} ms p99 {wraps.p99_ms:.2f} ms "
@@ -305,8 +324,18 @@ def crowd(n: int, seconds: float) -> None:
         f"per subscriber: {1 / (1 / challenges.requests_per_s + 1 / wraps.requests_per_s):,.0f}/s"
     )
     print(f"  load average: {load}")
-    if wraps.not_ok or plain.not_ok or challenges.not_ok or not opened:
+    if wraps.not_ok or plain.not_ok or challenges.not_ok or not opened or not refused:
         raise SystemExit("not every request was answered 200")
+
+
+async def refused_before(url: str, reader: nacl.public.PrivateKey, version: int) -> bool:
+    """The real subscriber asks before the release: refused, with the release time."""
+    async with aiohttp.ClientSession() as http:
+        try:
+            await SubscriptionsClient(url, http).fetch_wrap(ISSUE, version, reader)
+        except Embargoed as err:
+            return err.retry_after_s > 0 and bool(err.release_at)
+    return False
 
 
 async def open_one(url: str, reader: nacl.public.PrivateKey, version: int) -> bool:

@@ -8,6 +8,7 @@ Real HTTP on 127.0.0.1, a real SQLite store, a real ``pressrun publish`` (throug
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -185,7 +186,7 @@ async def test_a_moved_release_time_is_honoured(published: Published) -> None:
         await client.put_release(published.notice("2027-01-15T05:00:00Z", 2))
     stranger = nacl.signing.SigningKey.generate()
     n = published.notice("2027-01-15T05:00:00Z", 9).notice
-    forged = ReleaseNotice(**{**n.__dict__, "publisher_key": bytes(stranger.verify_key).hex()})
+    forged = dataclasses.replace(n, publisher_key=bytes(stranger.verify_key).hex())
     with pytest.raises(SubscriptionError, match="another publisher key"):
         await client.put_release(sign_release(forged, stranger))
     # a notice whose signature does not match is refused before anything is stored
@@ -270,9 +271,7 @@ def test_embargo_rule_with_an_explicit_clock() -> None:
     assert before.extra["release_at"] == RELEASE and before.headers["Retry-After"] == "1"
     assert embargo_refusal(release, now_unix=RELEASE_UNIX) is None
     gone = embargo_refusal(
-        sign_release(
-            ReleaseNotice(**{**notice.__dict__, "release_at": None, "revoked": True}), signer
-        ),
+        sign_release(dataclasses.replace(notice, release_at=None, revoked=True), signer),
         now_unix=RELEASE_UNIX + 1,
     )
     assert gone is not None and gone.status == 410 and gone.code == "revoked"

@@ -27,6 +27,7 @@ Pure but for Ed25519 (PyNaCl): the wall-clock time comes in as ``now_unix``.
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 import time
 from collections.abc import Collection
@@ -140,9 +141,10 @@ class ReleaseNotice:
         if not is_hex(self.publisher_key, 64):
             raise ReleaseError("release publisher_key must be 64 lower-case hex characters")
 
-    @property
+    @functools.cached_property
     def release_at_unix(self) -> int | None:
-        """The release time in Unix seconds (None when revoked)."""
+        """The release time in Unix seconds (None when revoked); parsed once, since
+        the service asks it on every wrap request."""
         return None if self.release_at is None else unix_of(self.release_at)
 
     def to_dict(self) -> dict[str, Any]:
