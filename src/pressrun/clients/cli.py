@@ -29,6 +29,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument("issue", metavar="ISSUE", help="the issue id")
     p.add_argument(
+        "--stun",
+        default=None,
+        metavar="HOST:PORT",
+        help="STUN server for WebRTC peers (browser readers) while in a swarm "
+        "(default $PRESSRUN_STUN, else none)",
+    )
+    p.add_argument(
         "--balancer",
         action="append",
         default=None,
@@ -382,6 +389,12 @@ def run_get(args: argparse.Namespace) -> int:
             subscriptions_url=args.subscriptions,
         )
 
+    from pressrun.peer import watchdog  # no libtorrent import
+
+    if args.stun is not None:
+        os.environ["PRESSRUN_STUN"] = args.stun  # what the swarm hand-off reads
+    # a swarm peer's close and the exit are bounded (pressrun.peer.watchdog)
+    watchdog.set_close_bound(watchdog.COMMAND_LINE_BOUND_S)
     try:
         if show_bar:
             with progress:
@@ -390,6 +403,8 @@ def run_get(args: argparse.Namespace) -> int:
             result = asyncio.run(go())
     except FetchError as err:
         return fail(str(err))
+    finally:
+        watchdog.bounded_exit()
     if args.json:
         print(json.dumps(result_document(result)), flush=True)
         return 0

@@ -63,6 +63,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--tracker", action="append", default=[], metavar="URL", help="announce URL; repeatable"
     )
     pub.add_argument(
+        "--no-webtorrent",
+        action="store_true",
+        help="do not name each HTTP tracker's ws:// twin (/webtorrent: browser readers)",
+    )
+    pub.add_argument(
         "--piece-size",
         type=int,
         default=DEFAULT_PIECE_SIZE,
@@ -249,6 +254,7 @@ def run_publish(args: argparse.Namespace) -> int:
                 content_dir=args.content,
                 web_seeds=args.web_seed,
                 trackers=args.tracker,
+                webtorrent=not args.no_webtorrent,
                 piece_size=args.piece_size,
                 force=args.force,
                 progress=progress,

@@ -333,6 +333,29 @@ def _encrypt_into(
     return size, piece_hashes, whole, encryption
 
 
+def webtorrent_tracker_url(tracker_url: str) -> str | None:
+    """The WebSocket tracker of a pressrun tracker's announce URL, or None.
+
+    ``http://host:port/announce`` -> ``ws://host:port/webtorrent`` (``https`` ->
+    ``wss``): the tracker serves both routes on one port (tracker/websocket.py)."""
+    parts = urlsplit(tracker_url)
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme)
+    if scheme is None or not parts.hostname or not parts.path.endswith("/announce"):
+        return None
+    path = parts.path[: -len("/announce")] + "/webtorrent"
+    return f"{scheme}://{parts.netloc}{path}"
+
+
+def with_webtorrent_trackers(trackers: Sequence[str]) -> list[str]:
+    """``trackers`` with each HTTP tracker's WebSocket twin after them (once each)."""
+    out = list(dict.fromkeys(trackers))
+    for url in trackers:
+        ws = webtorrent_tracker_url(url)
+        if ws is not None and ws not in out:
+            out.append(ws)
+    return out
+
+
 def _make_torrent(
     file: Path,
     *,
@@ -348,8 +371,8 @@ def _make_torrent(
     ct = lt.create_torrent(lt.list_files(str(file)), piece_size, lt.create_torrent.v1_only)
     for base in web_seeds:
         ct.add_url_seed(web_seed_url(base, issue_id, file.name))
-    # (a ws:// tracker, tracker/websocket.py, may be named: browsers use it; publish
-    # does not add one by itself while desktop peers cannot use it, docs/tracker.md)
+    # (with webtorrent, each HTTP tracker's ws:// twin is in the list: browsers and
+    # desktop peers meet over WebRTC through it, docs/tracker.md "GET /webtorrent")
     for url in trackers:
         ct.add_tracker(url, 0)
     ct.set_creator(f"pressrun {__version__}")
@@ -388,6 +411,7 @@ def publish(
     encrypt_for: SubscriberDirectory | None = None,
     version: int | None = None,
     release_at: str | None = None,
+    webtorrent: bool = False,
 ) -> Path:
     """Make the signed bundle ``content_dir/<issue_id>/`` for ``file``; returns its path.
 
@@ -402,9 +426,14 @@ def publish(
     last, or 1; recorded in ``CONTENT/.pressrun/<issue_id>.version`` before any wrap
     of it is stored; ``release_at`` (UTC text, ``2026-11-28T06:00:00Z``): the embargo,
     signed into the manifest and stored with the wraps as release notice sequence 1,
-    ``pressrun.content.release``: no wrap is handed out before it).
+    ``pressrun.content.release``: no wrap is handed out before it). ``webtorrent``:
+    name each HTTP tracker's WebSocket twin (`webtorrent_tracker_url`) too, so
+    browsers reach desktop peers over WebRTC (``pressrun publish`` does unless
+    ``--no-webtorrent``).
     """
     file, key_path, content_dir = Path(file), Path(key_path), Path(content_dir)
+    if webtorrent:
+        trackers = with_webtorrent_trackers(trackers)
     _check_inputs(file, issue_id, title, piece_size, web_seeds, trackers)
     if encrypt_for is None and version is not None:
         raise PublishError("an issue version only applies to an encrypted issue (--encrypt)")

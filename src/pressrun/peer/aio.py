@@ -90,6 +90,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: tracker URL schemes of the WebTorrent tracker (tracker/websocket.py)
+WEBSOCKET_SCHEMES = ("ws://", "wss://")
+
 
 class SwarmPeer:
     """One peer in one issue's swarm: a libtorrent session, its core, its alerts.
@@ -199,6 +202,11 @@ class SwarmPeer:
     def _info_web_seeds(self) -> list[str]:
         return list(self._meta.web_seeds)
 
+    @property
+    def websocket_trackers(self) -> list[str]:
+        """The torrent's ``ws://``/``wss://`` trackers (WebRTC peers, browser readers)."""
+        return [t for t in self._meta.trackers if t.startswith(WEBSOCKET_SCHEMES)]
+
     # --- lifecycle ----------------------------------------------------------
 
     async def open(self) -> int:
@@ -238,6 +246,7 @@ class SwarmPeer:
             fetches_owed=self.policy.fetches_owed_pieces,
         )
         self.partial_dir.mkdir(parents=True, exist_ok=True)
+        self._alerts.websocket = bool(self.websocket_trackers)
         self._handle = self._alerts.session.add_torrent(self._add_params())
         # Resume data carries the web seeds of the moment it was saved (maybe dropped),
         # and libtorrent lets them replace the torrent's: start with every origin.
@@ -314,7 +323,9 @@ class SwarmPeer:
         atp.ti = self._info
         atp.save_path = str(self.partial_dir)
         if self.tracker_url is not None:
-            atp.trackers = [self.tracker_url]
+            # the directive's tracker replaces the torrent's HTTP ones; its WebSocket
+            # trackers stay: that is how browser readers reach this peer (WebRTC)
+            atp.trackers = [self.tracker_url, *self.websocket_trackers]
         # Only the origins the torrent does not name already: libtorrent keeps a
         # duplicate as a second web seed, which remove_url_seed() does not remove.
         in_torrent = set(self._info_web_seeds())

@@ -59,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--stun",
         default=os.environ.get("PRESSRUN_STUN", ""),
         metavar="HOST:PORT",
-        help="STUN server for WebRTC peers (browser readers); default $PRESSRUN_STUN, else none",
+        help="STUN server (HOST:PORT) for WebRTC peers, the browser readers that reach this "
+        "peer through the torrent's ws:// tracker; default $PRESSRUN_STUN, else none",
     )
     p.add_argument(
         "--uploader-policy",
@@ -87,6 +88,7 @@ def _seed(args: argparse.Namespace) -> int:
     from pressrun.content.bundle import read_manifest
     from pressrun.content.codec import ManifestError
     from pressrun.content.keys import KeyFileError, load_public_key
+    from pressrun.peer import watchdog
     from pressrun.peer.aio import SwarmError, SwarmPeer
     from pressrun.peer.config import profile_config
 
@@ -191,4 +193,10 @@ def _seed(args: argparse.Namespace) -> int:
             if ring is not None:
                 await ring.close()
 
-    return asyncio.run(run())
+    # the session's close and the exit are bounded (a WebSocket tracker that stops
+    # answering mid-close must not hold the process: pressrun.peer.watchdog)
+    watchdog.set_close_bound(watchdog.COMMAND_LINE_BOUND_S)
+    try:
+        return asyncio.run(run())
+    finally:
+        watchdog.bounded_exit()

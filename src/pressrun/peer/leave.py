@@ -127,11 +127,19 @@ class LeaveSequence:
         # remove. Pausing first would send a `stopped` without the rule to the old URL,
         # and the leave would reach the tracker twice (docs/tracker.md).
         urls = [str(t["url"]) for t in handle.trackers()]
-        if urls:
-            sep = "&" if "?" in urls[0] else "?"
+        # a WebSocket tracker keeps its URL: a new URL is a new socket, which the
+        # tracker refuses for a peer_id another socket holds (docs/tracker.md)
+        if any(not u.startswith(("ws://", "wss://")) for u in urls):
             self._tracker_replied.clear()
             handle.replace_trackers(
-                [lt.announce_entry(f"{u}{sep}leave_rule={rule.tracker_value}") for u in urls]
+                [
+                    lt.announce_entry(
+                        u
+                        if u.startswith(("ws://", "wss://"))
+                        else f"{u}{'&' if '?' in u else '?'}leave_rule={rule.tracker_value}"
+                    )
+                    for u in urls
+                ]
             )
             handle.force_reannounce()
             with contextlib.suppress(TimeoutError):

@@ -12,6 +12,21 @@ Alerts come through ``session.set_alert_fd`` on a pipe watched with
 ``loop.add_reader`` (never ``set_alert_notify`` with a Python callback: it deadlocks
 against calls that hold the GIL). The session is destroyed in a worker thread: its
 destructor blocks while it announces ``stopped``.
+
+WebRTC peers (a ``ws://`` tracker in the torrent, libtorrent's WebTorrent) need
+``announce_to_all_tiers``: ``publish`` writes every tracker in tier 0 and libtorrent
+otherwise announces to the first that answers, never to the ``ws://`` one. The binding
+runs the session's destructor *holding the GIL* (``make_session`` returns a plain
+``std::shared_ptr``), and the destructor waits for every tracker connection to close;
+a WebSocket closes with a handshake (Boost.Beast ``async_close``, no timeout) that waits
+for the tracker's own close frame. A tracker served by this process's event loop
+(tests, loopback swarms) can never answer it: the GIL is held, the loop is frozen, and
+the process hung for good (docs/tracker.md). So `AlertSession.close` first pauses the
+session (libtorrent then closes its tracker connections, WebSockets included) and lets
+the loop run `WEBSOCKET_CLOSE_GRACE_S` before the destructor. A tracker that stops
+answering mid-close (frozen, or its network gone) would still hold the destructor; the
+command-line peers bound it with a watchdog that does not need the GIL
+(`pressrun.peer.watchdog`), so ``pressrun get``/``seed`` always end.
 """
 
 from __future__ import annotations
@@ -27,6 +42,7 @@ from typing import Any
 import libtorrent as lt
 
 from pressrun.peer.config import PeerConfig
+from pressrun.peer.watchdog import bounded
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +58,10 @@ PEER_ID_PREFIX = b"-PR0100-"
 #: one web-seed HTTP request: short requests keep a slow, shared origin's pieces
 #: in flight for less time, so other peers see them sooner (docs/swarm.md)
 WEB_SEED_REQUEST_BYTES = 256 * 1024
+#: how long the loop runs between pausing a session that had a WebSocket tracker and
+#: destroying it: the tracker's close frame comes back in milliseconds on a LAN, and a
+#: tracker in this process needs the loop to send it (module docstring)
+WEBSOCKET_CLOSE_GRACE_S = 0.5
 
 
 def new_peer_id() -> bytes:
@@ -92,10 +112,12 @@ def session_settings(
         "download_rate_limit": config.download_limit_bps,
         "user_agent": "pressrun-peer/0.1 libtorrent/2.1",
         # libtorrent's WebRTC (a ws:// tracker in a torrent): our STUN server or none,
-        # never libtorrent's default (Google's). Desktop peers do not announce to the
-        # ws:// tracker yet: with announce_to_all_tiers they did, and a session that had
-        # a WebRTC peer then hung in its destructor (docs/tracker.md, "WebTorrent")
+        # never libtorrent's default (Google's)
         "webtorrent_stun_server": config.stun_server,
+        # every tier: publish writes the http:// and ws:// trackers in tier 0, and
+        # without this libtorrent announces only to the first (never opening the
+        # WebSocket; announce_to_all_trackers alone did not either, FIELD-NOTES.md)
+        "announce_to_all_tiers": True,
     }
 
 
@@ -111,7 +133,10 @@ def _global_class_filter() -> Any:
 
 
 def _drop(session: Any) -> None:
-    del session
+    # The destructor holds the GIL (module docstring): only a watchdog that needs no
+    # GIL can end a hang here, and it ends the process (pressrun.peer.watchdog).
+    with bounded():
+        del session
 
 
 class AlertSession:
@@ -142,6 +167,9 @@ class AlertSession:
         ses.set_alert_fd(w)
         loop.add_reader(r, self.drain)
         self.session: Any = ses
+        #: a torrent of this session names a ws:// tracker (set by the peer): `close`
+        #: then gives the WebSocket close handshake the loop (module docstring)
+        self.websocket = False
 
     def drain(self) -> None:
         """Handle every queued alert (also called once after start: alerts posted early)."""
@@ -160,8 +188,15 @@ class AlertSession:
         self._after_alerts()
 
     async def close(self) -> None:
-        """Release the session (in a thread: its destructor announces ``stopped``)."""
+        """Release the session: pause it (its tracker connections close, a WebSocket's
+        handshake with the loop running), then destroy it in a thread (its destructor
+        announces ``stopped`` to HTTP trackers, at most ``stop_tracker_timeout``)."""
         ses, self.session = self.session, None
+        if ses is not None:
+            ses.pause()
+            if self.websocket:
+                # (the alert pipe is still read meanwhile: it must not fill)
+                await asyncio.sleep(WEBSOCKET_CLOSE_GRACE_S)
         if self._pipe is not None:
             self._loop.remove_reader(self._pipe[0])
         if ses is not None:

@@ -302,7 +302,18 @@ class WebTorrentTracker:
         if joined is not None:
             self._say(socket_id, failure(f"announce refused ({joined.value})", msg.info_hash))
             return self._fault(socket_id, joined)
-        handled = await service._handle_announce(req, remote)
+        desktop = prev is not None and prev.port != 0
+        if desktop and (msg.event is AnnounceEvent.STOPPED or (prev and not prev.active)):
+            # A desktop peer on both trackers (its record has the port its HTTP announce
+            # gave) leaves by its HTTP `stopped`, which names its leave rule: a
+            # WebSocket `stopped` would replace that rule with "unspecified", and a
+            # WebSocket announce after it (libtorrent re-announces to every tracker as
+            # it leaves) would bring the record back with port 0. Its bytes are
+            # accounted by the announces that keep it active.
+            complete, incomplete, _ = service.core.counts(msg.info_hash)
+        else:
+            handled = await service._handle_announce(req, remote)
+            complete, incomplete = handled.reply.complete, handled.reply.incomplete
         held = self._present.setdefault(socket_id, (remote, {}))[1]
         if msg.event is AnnounceEvent.STOPPED:
             held.pop((msg.info_hash, msg.peer_id), None)
@@ -315,8 +326,8 @@ class WebTorrentTracker:
                 "action": "announce",
                 "info_hash": msg.info_hash.decode("latin-1"),
                 "interval": service.core.config.interval_s,
-                "complete": handled.reply.complete,
-                "incomplete": handled.reply.incomplete,
+                "complete": complete,
+                "incomplete": incomplete,
             },
         )
         if self._redis is not None:

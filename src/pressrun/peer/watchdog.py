@@ -1,0 +1,58 @@
+"""A bound on how long a command-line peer may take to end, that needs no GIL.
+
+libtorrent's Python binding destroys a session holding the GIL, and the destructor
+waits for each tracker connection to close; a WebSocket tracker that stops answering
+mid-close (frozen, its network gone) would hold it for good, and with it the whole
+process, signal handlers included (`pressrun.peer.session`, docs/tracker.md). A
+Python timer cannot fire then; ``faulthandler``'s watchdog thread can: past the bound
+it writes every thread's stack to stderr and ends the process with status 1.
+
+Libraries leave the bound off (it ends the whole process); ``pressrun get`` and
+``pressrun seed`` set it (`set_close_bound`) and arm it once more for the exit
+(`bounded_exit`: libdatachannel's threads once held an interpreter exit after a session
+with WebRTC peers, FIELD-NOTES.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+from collections.abc import Iterator
+
+#: the bound the command-line peers use: a session closes in at most about 2.5 s
+#: (``stop_tracker_timeout`` 2 s for HTTP trackers, the WebSocket grace 0.5 s)
+COMMAND_LINE_BOUND_S = 8.0
+
+_bound_s: float | None = None
+
+
+def set_close_bound(seconds: float | None) -> None:
+    """Bound each session's destructor (and `bounded_exit`) to ``seconds``; None: off."""
+    global _bound_s
+    _bound_s = seconds
+
+
+def close_bound() -> float | None:
+    """The bound set by `set_close_bound` (None: off)."""
+    return _bound_s
+
+
+@contextlib.contextmanager
+def bounded() -> Iterator[None]:
+    """Within the block, a hang past the bound ends the process (no-op when off)."""
+    bound = _bound_s
+    if bound is None:
+        yield
+        return
+    faulthandler.dump_traceback_later(bound, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def bounded_exit() -> None:
+    """Arm the watchdog for the interpreter's exit (no-op when off): a normal exit
+    ends the process first."""
+    if _bound_s is not None:
+        faulthandler.dump_traceback_later(_bound_s, exit=True)
