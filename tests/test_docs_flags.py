@@ -1,0 +1,223 @@
+"""The docs say what the code does: flags, variables and links cannot drift.
+
+For every ``pressrun`` command (found by walking the argparse parser that
+``pressrun.cli.build_parser`` builds, no subprocess), every flag appears in a
+table row of the command's doc page (``COMMAND_DOCS``); every ``PRESSRUN_*``
+variable the code reads (a string constant in ``src/pressrun`` or a
+``${PRESSRUN_...}`` in ``docker-compose.yml``) appears in a table row of its page
+(``VARIABLE_DOCS``, else the compose reference in docs/emulation.md); a flag a
+page's table names in its first column belongs to one of the page's commands; and
+every relative link in README.md and docs/ points at a file that exists.
+
+A failure names the command, the flag or variable and the page: add a row for it
+to that page's flag table (or take the stale row out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from pressrun.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+# Each command's reference page: its flags are listed in a table there.
+COMMAND_DOCS: dict[str, str] = {
+    "pressrun": "docs/operations.md",  # --log-level, --version: every command
+    "keys new": "docs/publishing.md",
+    "publish": "docs/publishing.md",
+    "verify": "docs/publishing.md",
+    "get": "docs/client.md",
+    "trust add": "docs/client.md",
+    "trust list": "docs/client.md",
+    "subscribers add": "docs/subscriptions.md",
+    "subscribers remove": "docs/subscriptions.md",
+    "subscribers list": "docs/subscriptions.md",
+    "release show": "docs/subscriptions.md",
+    "release move": "docs/subscriptions.md",
+    "release revoke": "docs/subscriptions.md",
+    "seed": "docs/swarm.md",
+    "supernode": "docs/chord.md",
+    "sim balancer": "docs/simulator.md",
+    "sim chord": "docs/chord.md",
+    "sim swarm": "docs/chord.md",
+    "demo": "docs/demo.md",
+    "emulate": "docs/emulation.md",
+    "serve origin": "docs/origin.md",
+    "serve balancer": "docs/balancer.md",
+    "serve tracker": "docs/tracker.md",
+    "serve subscriptions": "docs/subscriptions.md",
+    "serve multicast": "docs/multicast.md",
+    "serve reader": "docs/reader.md",
+}
+
+# Variables the Python code reads, each on the page of what reads it. A variable
+# not named here is one docker-compose.yml reads: docs/emulation.md lists those.
+VARIABLE_DOCS: dict[str, str] = {
+    "PRESSRUN_OPERATOR_TOKEN": "docs/security.md",
+    "PRESSRUN_CA_FILE": "docs/security.md",
+    "PRESSRUN_SUBSCRIPTIONS_TOKEN": "docs/subscriptions.md",
+    "PRESSRUN_MULTICAST_TOKEN": "docs/multicast.md",
+    "PRESSRUN_BALANCER_REDIS": "docs/balancer.md",
+    "PRESSRUN_BALANCERS": "docs/client.md",
+    "PRESSRUN_BALANCER": "docs/client.md",
+    "PRESSRUN_SUBSCRIBER_KEY": "docs/client.md",
+    "PRESSRUN_UPLOADER_POLICY": "docs/client.md",
+    "PRESSRUN_STUN": "docs/swarm.md",
+    "PRESSRUN_ORIGIN_SUPERNODES": "docs/origin.md",
+    "PRESSRUN_SUPERNODE_HOST": "docs/origin.md",
+    "PRESSRUN_EMULATE_CACHE": "docs/emulation.md",
+    "PRESSRUN_IMAGE": "docs/emulation.md",
+}
+COMPOSE_DOC = "docs/emulation.md"
+
+# A page's tables may also list the flags of the bench scripts (bench/*.py).
+BENCH_FLAG = re.compile(r'add_argument\(\s*(?:"-\w",\s*)?"(--[a-z0-9-]+)"')
+
+_VARIABLE = re.compile(r"PRESSRUN_[A-Z0-9_]*[A-Z0-9]")
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every command that takes flags: ("serve balancer", its parser), ...; a
+    command with subcommands yields only its leaves (and the root, for the global
+    flags)."""
+    children = [
+        action for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+    ]
+    if not children or not path:
+        yield (" ".join(path) or "pressrun", parser)
+    for action in children:
+        seen: set[int] = set()
+        for name, child in action.choices.items():
+            if id(child) in seen:  # an alias
+                continue
+            seen.add(id(child))
+            yield from _commands(child, (*path, name))
+
+
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    """The long flags of one command (``--help`` left out)."""
+    flags: list[str] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        flags.extend(f for f in action.option_strings if f.startswith("--"))
+    return flags
+
+
+@cache
+def _all_commands() -> dict[str, list[str]]:
+    return {name: _flags(parser) for name, parser in _commands(build_parser())}
+
+
+def _table_rows(page: str) -> list[str]:
+    return [
+        line
+        for line in (ROOT / page).read_text(encoding="utf-8").splitlines()
+        if line.lstrip().startswith("|")
+    ]
+
+
+def _in_a_row(rows: list[str], word: str) -> bool:
+    pattern = re.compile(r"`[^`]*(?<![\w-])" + re.escape(word) + r"(?![\w-])[^`]*`")
+    return any(pattern.search(row) for row in rows)
+
+
+def _variables_read() -> set[str]:
+    """``PRESSRUN_*`` names the code reads: exact string constants in the source
+    (``os.environ.get("PRESSRUN_STUN")``, ``TOKEN_ENV = "..."``, the emulation's
+    compose environment) and the compose file's ``${PRESSRUN_...}``."""
+    names: set[str] = set()
+    for source in (ROOT / "src" / "pressrun").rglob("*.py"):
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and _VARIABLE.fullmatch(node.value)
+            ):
+                names.add(node.value)
+    compose = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+    names.update(re.findall(r"\$\{(" + _VARIABLE.pattern + r")", compose))
+    return names
+
+
+def test_every_command_has_a_page() -> None:
+    commands = set(_all_commands())
+    assert commands - set(COMMAND_DOCS) == set(), "add these commands to COMMAND_DOCS"
+    assert set(COMMAND_DOCS) - commands == set(), "these commands are gone: remove them"
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_DOCS))
+def test_every_flag_is_documented(command: str) -> None:
+    page = COMMAND_DOCS[command]
+    rows = _table_rows(page)
+    flags = _all_commands().get(command, [])
+    missing = [flag for flag in flags if not _in_a_row(rows, flag)]
+    assert missing == [], f"`pressrun {command}` flags without a table row in {page}: {missing}"
+
+
+def _bench_flags() -> set[str]:
+    return {
+        flag
+        for script in (ROOT / "bench").glob("*.py")
+        for flag in BENCH_FLAG.findall(script.read_text(encoding="utf-8"))
+    }
+
+
+@pytest.mark.parametrize("page", sorted(set(COMMAND_DOCS.values())))
+def test_no_documented_flag_is_stale(page: str) -> None:
+    """A flag in the first column of a page's table exists: on a pressrun command
+    (a page may list another command's flags where it explains them) or a bench
+    script."""
+    known = {flag for flags in _all_commands().values() for flag in flags}
+    known |= _bench_flags()
+    known.add("--help")
+    stale: list[str] = []
+    for row in _table_rows(page):
+        cells = row.strip().strip("|").split("|")
+        first = cells[0] if cells else ""
+        for flag in re.findall(r"`(--[a-z][a-z0-9-]*)", first):
+            if flag not in known:
+                stale.append(flag)
+    assert stale == [], f"{page} lists flags no command of the page has: {stale}"
+
+
+def test_every_variable_is_documented() -> None:
+    read = _variables_read()
+    assert set(VARIABLE_DOCS) - read == set(), "VARIABLE_DOCS names variables no code reads"
+    missing: dict[str, list[str]] = {}
+    for name in sorted(read):
+        page = VARIABLE_DOCS.get(name, COMPOSE_DOC)
+        if not _in_a_row(_table_rows(page), name):
+            missing.setdefault(page, []).append(name)
+    assert missing == {}, f"variables without a table row on their page: {missing}"
+
+
+def _markdown_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def test_relative_links_point_at_files() -> None:
+    broken: list[str] = []
+    for doc in _markdown_files():
+        text = doc.read_text(encoding="utf-8")
+        text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)  # code blocks
+        for target in _LINK.findall(text):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = target.split("#", 1)[0]
+            if not (doc.parent / path).exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+    assert broken == [], f"links to files that do not exist: {broken}"
