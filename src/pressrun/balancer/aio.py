@@ -73,6 +73,7 @@ from pressrun.balancer.codec import (
     json_score,
     parse_client_hint,
     parse_failed,
+    parse_peer,
     parse_request_class,
 )
 from pressrun.balancer.config import BalancerConfig
@@ -95,6 +96,7 @@ from pressrun.balancer.shared import SharedDemand
 from pressrun.cors import enable_cors
 from pressrun.security import ServiceSecurity, client_connector
 from pressrun.service import stop_signals
+from pressrun.tracker.websocket_urls import webtorrent_tracker_url
 
 __all__ = [
     "BalancerService",
@@ -388,16 +390,19 @@ class BalancerService:
         failed = _NO_FAILED
         client = None
         request_class = None
+        webrtc = False
         if request.query_string:
             try:
                 failed = parse_failed(request.query.getall("failed", []))
                 client = parse_client_hint(request.query)
                 request_class = parse_request_class(request.query)
+                webrtc = parse_peer(request.query)
             except RequestFormatError as err:
                 return self._error(400, str(err))
         now = self._now()
         result = self.core.handle_directive_requested(
-            DirectiveRequested(issue_id, failed, client, request.remote, request_class), now=now
+            DirectiveRequested(issue_id, failed, client, request.remote, request_class, webrtc),
+            now=now,
         )
         if decisions_log.isEnabledFor(logging.DEBUG):
             self._log_decision(issue_id, result, now)
@@ -431,7 +436,11 @@ class BalancerService:
         trackers = (self.config.tracker_url, *self.config.extra_tracker_urls)
         url = trackers[self._swarm_directives % len(trackers)]
         self._swarm_directives += 1
-        return replace(directive, swarm=replace(directive.swarm, tracker_url=url))
+        swarm = replace(directive.swarm, tracker_url=url)
+        if swarm.webtorrent_url is not None:
+            # a browser's directive: the WebSocket route of the same instance
+            swarm = replace(swarm, webtorrent_url=webtorrent_tracker_url(url) or url)
+        return replace(directive, swarm=swarm)
 
     async def directive(self, request: web.Request) -> web.Response:
         """``GET /v1/issues/{issue_id}/directive[?failed=a,b]``."""

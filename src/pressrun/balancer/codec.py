@@ -29,6 +29,7 @@ from pressrun.balancer.events import (
     NoDirective,
     OriginStatus,
     RequestClass,
+    SwarmInfo,
 )
 
 #: issue ids and file names (docs/protocols.md, "Issue bundle on disk")
@@ -239,13 +240,7 @@ def encode_directive(directive: Directive) -> dict[str, Any]:
         "origins": [
             {"name": o.name, "url": o.url, "score": json_score(o.score)} for o in directive.origins
         ],
-        "swarm": None
-        if swarm is None
-        else {
-            "torrent_url": swarm.torrent_url,
-            "tracker_url": swarm.tracker_url,
-            "info_hash": swarm.info_hash,
-        },
+        "swarm": None if swarm is None else _encode_swarm(swarm),
         "multicast": None
         if directive.multicast is None
         else {
@@ -256,6 +251,30 @@ def encode_directive(directive: Directive) -> dict[str, Any]:
         "expires_in_s": directive.expires_in_s,
         "algorithm": directive.algorithm,
     }
+
+
+def _encode_swarm(swarm: SwarmInfo) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "torrent_url": swarm.torrent_url,
+        "tracker_url": swarm.tracker_url,
+        "info_hash": swarm.info_hash,
+    }
+    if swarm.webtorrent_url is not None:
+        # a browser reader's directive only (peer=webrtc): the others' are unchanged
+        doc["webtorrent_url"] = swarm.webtorrent_url
+        doc["web_seeds"] = list(swarm.web_seeds)
+    return doc
+
+
+def parse_peer(query: Mapping[str, str]) -> bool:
+    """Whether the client trades pieces over WebRTC (``peer=webrtc``: a browser
+    reader, docs/protocols.md); any other ``peer=`` value is a `RequestFormatError`."""
+    value = query.get("peer")
+    if value is None:
+        return False
+    if value != "webrtc":
+        raise RequestFormatError(f"peer= must be webrtc, not {value[:40]!r}")
+    return True
 
 
 def encode_refusal(refusal: NoDirective) -> dict[str, Any]:

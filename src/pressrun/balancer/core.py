@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Protocol
 
@@ -77,6 +77,7 @@ from pressrun.balancer.events import (
 )
 from pressrun.balancer.health import HealthChecks, HealthConfig
 from pressrun.balancer.request_classes import ClassDispatch
+from pressrun.tracker.websocket_urls import webtorrent_tracker_url
 
 
 class LocalProtocolError(Exception):
@@ -127,6 +128,26 @@ class ModePolicy(Protocol):
 
 
 _ORIGIN_MODE = ModeDecision(DeliveryMode.ORIGIN)
+
+
+def browser_decision(
+    decision: ModeDecision, issue_id: str, origins: tuple[RankedOrigin, ...]
+) -> ModeDecision:
+    """The mode for a browser reader (``peer=webrtc``, docs/protocols.md).
+
+    A browser cannot join a multicast group: where the policy says multicast it is
+    sent to the swarm, as at swarm-level demand. Its swarm names the tracker's
+    WebSocket route (``ws://``/``wss://``, from the announce URL) and the directive's
+    origins as web seeds (``<origin>/content/<issue>/<file>``), so a piece no peer has
+    still comes. Without a WebSocket route or the file name it stays on the origins."""
+    swarm = decision.swarm
+    if decision.mode is DeliveryMode.ORIGIN or swarm is None:
+        return decision
+    ws = webtorrent_tracker_url(swarm.tracker_url)
+    if ws is None or swarm.file_name is None:
+        return _ORIGIN_MODE
+    seeds = tuple(f"{o.url.rstrip('/')}/content/{issue_id}/{swarm.file_name}" for o in origins)
+    return ModeDecision(DeliveryMode.SWARM, replace(swarm, webtorrent_url=ws, web_seeds=seeds))
 
 
 class OriginOnly:
@@ -318,6 +339,9 @@ class BalancerCore:
         self.directives_answered += 1
         self.directives_by_class[klass] += 1
         decision = self.mode_policy.decide(issue, now=now, address=msg.address)
+        ranked_origins = self._ranked_origins(issue, ranked)
+        if msg.webrtc:
+            decision = browser_decision(decision, issue, ranked_origins)
         if decision.mode is not DeliveryMode.ORIGIN:
             # the client goes to the swarm or the carousel first, not to the origin
             self.algorithm.handle_pick_not_sent(picked, issue, now=now)
@@ -329,7 +353,7 @@ class BalancerCore:
         return Directive(
             issue,
             decision.mode,
-            self._ranked_origins(issue, ranked),
+            ranked_origins,
             decision.swarm,
             fallbacks,
             self.config.expires_in_s,

@@ -214,13 +214,21 @@ class _IssueDemand:
     changes: int = 0
 
 
-def swarm_info_for(origin_url: str, tracker_url: str, issue_id: str, info_hash: str) -> SwarmInfo:
-    """The `SwarmInfo` of an issue published on ``origin_url`` (docs/protocols.md)."""
+def swarm_info_for(
+    origin_url: str,
+    tracker_url: str,
+    issue_id: str,
+    info_hash: str,
+    file_name: str | None = None,
+) -> SwarmInfo:
+    """The `SwarmInfo` of an issue published on ``origin_url`` (docs/protocols.md);
+    ``file_name`` (the manifest's) lets a browser's directive name web seeds."""
     base = origin_url.rstrip("/")
     return SwarmInfo(
         torrent_url=f"{base}/content/{issue_id}/{issue_id}.torrent",
         tracker_url=tracker_url,
         info_hash=info_hash,
+        file_name=file_name,
     )
 
 

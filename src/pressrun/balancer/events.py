@@ -79,6 +79,12 @@ class SwarmInfo:
     torrent_url: str
     tracker_url: str
     info_hash: str
+    #: the issue's file name (the manifest's), for web-seed URLs; None: not known
+    file_name: str | None = None
+    #: for a browser reader (``peer=webrtc``): the tracker's WebSocket route and the
+    #: origins as web seeds (docs/protocols.md); None / empty for everyone else
+    webtorrent_url: str | None = None
+    web_seeds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +179,8 @@ class DirectiveRequested:
     client: ClientHint | None = None
     address: str | None = None
     request_class: RequestClass | None = None
+    #: the client is a browser reader that trades pieces over WebRTC (``peer=webrtc``)
+    webrtc: bool = False
 
 
 # --- effects ----------------------------------------------------------------

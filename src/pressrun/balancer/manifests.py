@@ -133,7 +133,7 @@ class ManifestReader:
                 and isinstance(info_hash, str)
                 and re.fullmatch(r"[0-9a-f]{40}", info_hash) is not None
             ):
-                self.swarms[issue_id] = swarm_info_for(url, tracker, issue_id, info_hash)
+                self.swarms[issue_id] = swarm_info_for(url, tracker, issue_id, info_hash, file_name)
             return file_name
         raise ManifestUnavailable(
             f"could not read the manifest of {issue_id!r}: " + "; ".join(problems)

@@ -78,6 +78,7 @@ from pressrun.durable import (
     write_all,
     write_atomic,
 )
+from pressrun.tracker.websocket_urls import with_webtorrent_trackers
 
 __all__ = [
     "DEFAULT_PIECE_SIZE",
@@ -333,29 +334,6 @@ def _encrypt_into(
     return size, piece_hashes, whole, encryption
 
 
-def webtorrent_tracker_url(tracker_url: str) -> str | None:
-    """The WebSocket tracker of a pressrun tracker's announce URL, or None.
-
-    ``http://host:port/announce`` -> ``ws://host:port/webtorrent`` (``https`` ->
-    ``wss``): the tracker serves both routes on one port (tracker/websocket.py)."""
-    parts = urlsplit(tracker_url)
-    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme)
-    if scheme is None or not parts.hostname or not parts.path.endswith("/announce"):
-        return None
-    path = parts.path[: -len("/announce")] + "/webtorrent"
-    return f"{scheme}://{parts.netloc}{path}"
-
-
-def with_webtorrent_trackers(trackers: Sequence[str]) -> list[str]:
-    """``trackers`` with each HTTP tracker's WebSocket twin after them (once each)."""
-    out = list(dict.fromkeys(trackers))
-    for url in trackers:
-        ws = webtorrent_tracker_url(url)
-        if ws is not None and ws not in out:
-            out.append(ws)
-    return out
-
-
 def _make_torrent(
     file: Path,
     *,
@@ -427,7 +405,7 @@ def publish(
     of it is stored; ``release_at`` (UTC text, ``2026-11-28T06:00:00Z``): the embargo,
     signed into the manifest and stored with the wraps as release notice sequence 1,
     ``pressrun.content.release``: no wrap is handed out before it). ``webtorrent``:
-    name each HTTP tracker's WebSocket twin (`webtorrent_tracker_url`) too, so
+    name each HTTP tracker's WebSocket twin (`pressrun.tracker.websocket_urls`) too, so
     browsers reach desktop peers over WebRTC (``pressrun publish`` does unless
     ``--no-webtorrent``).
     """
