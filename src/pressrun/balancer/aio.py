@@ -18,6 +18,9 @@ HTTP endpoints:
     400 for an invalid issue id, ``failed`` list or ``have``/``size``/``rate`` (what a
     downloading client tells of itself: bytes it has, the file's size, its rate).
     Errors are ``{"error": "..."}``.
+``GET /v1/issues/{issue_id}/prefetch[?client=ID]``
+    a paced grant for pre-positioning an embargoed issue, counted apart from readers
+    (`pressrun.balancer.prefetch`): 200 rate and origins, 429 with ``Retry-After``.
 ``GET /issues/{issue_id}``
     302 to ``<origin>/content/<issue_id>/<file_name>``; the file name is read once per
     issue from ``<origin>/content/<issue_id>/manifest.json`` and cached.
@@ -92,6 +95,7 @@ from pressrun.balancer.health import HealthConfig
 from pressrun.balancer.manifests import ManifestReader, ManifestUnavailable
 from pressrun.balancer.metrics import BalancerCollector
 from pressrun.balancer.poller import OriginPoller
+from pressrun.balancer.prefetch import PrefetchConfig, PrefetchPacer, client_id, prefetch_answer
 from pressrun.balancer.shared import SharedDemand
 from pressrun.cors import enable_cors
 from pressrun.security import ServiceSecurity, client_connector
@@ -172,6 +176,8 @@ class BalancerServiceConfig:
     ca_file: Path | None = None
     health: HealthConfig = field(default_factory=HealthConfig.immediate)
     redis_url: str | None = None
+    #: the prefetch pacing (issue 35, `pressrun.balancer.prefetch`)
+    prefetch: PrefetchConfig = field(default_factory=PrefetchConfig)
 
     def effective_poll_timeout_s(self) -> float:
         """The poll timeout in force: the configured one or 0.8 x the interval."""
@@ -208,6 +214,7 @@ class BalancerService:
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self.directives_by_mode: TallyCounter[str] = TallyCounter()
+        self.prefetch = PrefetchPacer(config.prefetch)
         self._swarm_directives = 0
         self.registry = CollectorRegistry()
         self.registry.register(BalancerCollector(lambda: self.core, self.directives_by_mode))
@@ -226,6 +233,7 @@ class BalancerService:
         app = web.Application()
         app.router.add_get("/v1/issues/{issue_id}/directive", self.directive)
         app.router.add_get("/issues/{issue_id}", self.redirect)
+        app.router.add_get("/v1/issues/{issue_id}/prefetch", self.prefetch_grant)
         app.router.add_get("/v1/origins", self.origins)
         app.router.add_get("/v1/algorithms", self.algorithms)
         app.router.add_get("/metrics", self.metrics)
@@ -450,6 +458,23 @@ class BalancerService:
         return web.Response(
             body=json.dumps(encode_directive(result)).encode(), content_type=JSON_TYPE
         )
+
+    async def prefetch_grant(self, request: web.Request) -> web.Response:
+        """``GET /v1/issues/{issue_id}/prefetch``: not a reader, so no demand, no pick."""
+        issue_id = request.match_info["issue_id"]
+        if ISSUE_ID_RE.match(issue_id) is None:
+            return self._error(400, f"invalid issue id {issue_id[:140]!r}")
+        try:
+            who = client_id(request.remote, request.query.get("client"))
+        except ValueError as err:
+            return self._error(400, str(err))
+        up = [
+            (name, rec.spec.url, rec.status)
+            for name, rec in self.core.origins.items()
+            if rec.state is OriginState.UP and rec.status is not None
+        ]
+        status, doc, headers = prefetch_answer(self.prefetch, up, issue_id, who, now=self._now())
+        return web.json_response(doc, status=status, headers=headers)
 
     async def redirect(self, request: web.Request) -> web.Response:
         """``GET /issues/{issue_id}``: 302 to the picked origin's copy of the file."""
