@@ -24,8 +24,16 @@ from aiohttp import web
 
 __all__ = ["ALLOWED_HEADERS", "EXPOSED_HEADERS", "enable_cors"]
 
-#: request headers a cross-origin script may send
-ALLOWED_HEADERS = ("Range", "If-None-Match", "If-Range", "If-Modified-Since")
+#: request headers a cross-origin script may send (Cache-Control and User-Agent: the
+#: reader's webtorrent web seeds send both with each Range request, issue 26)
+ALLOWED_HEADERS = (
+    "Range",
+    "If-None-Match",
+    "If-Range",
+    "If-Modified-Since",
+    "Cache-Control",
+    "User-Agent",
+)
 #: response headers a cross-origin script may read (beyond the CORS-safelisted ones)
 EXPOSED_HEADERS = (
     "Content-Range",

@@ -8,8 +8,9 @@ Endpoints (docs/reader.md):
   file the app is made of, so a new version of any file is a new service worker and
   the phone updates its offline copy;
 - ``GET /vendor/...``: the npm packages the app imports (libsodium.js, pdf.js and
-  pdf.js's fonts and CMaps), from ``node_modules`` (``make setup`` installs them from
-  ``package-lock.json``); only the files listed in `VENDOR_FILES` / `VENDOR_DIRS`;
+  pdf.js's fonts and CMaps, webtorrent's browser build), from ``node_modules``
+  (``make setup`` installs them from ``package-lock.json``); only the files listed
+  in `VENDOR_FILES` / `VENDOR_DIRS`;
 - ``GET /config.json``: where the balancer is, the trusted publisher keys and the
   download settings (the client's mobile profile);
 - ``POST /csp-report``: where the browser reports a Content-Security-Policy
@@ -51,6 +52,8 @@ VENDOR_FILES = {
     "libsodium.mjs": "libsodium/dist/modules-esm/libsodium.mjs",
     "pdfjs/pdf.min.mjs": "pdfjs-dist/build/pdf.min.mjs",
     "pdfjs/pdf.worker.min.mjs": "pdfjs-dist/build/pdf.worker.min.mjs",
+    # npm webtorrent's browser build: one self-contained ES module (the swarm peer)
+    "webtorrent.min.js": "webtorrent/dist/webtorrent.min.js",
 }
 #: URL folder under /vendor/ -> folder under node_modules (pdf.js loads these lazily)
 VENDOR_DIRS = {
@@ -107,6 +110,8 @@ def content_security_policy(script_hashes: list[str]) -> str:
       it allows no JavaScript eval);
     - connect-src any http(s) URL: the balancer, the origins it names and the
       subscription service an issue's manifest names are only known at run time;
+      and any ws(s) URL: the tracker's /webtorrent a swarm directive names (WebRTC
+      itself is not governed by CSP);
     - images: the app's, and the covers it draws (blob:) and pdf.js's (data:);
     - no plugins, no <base>, no forms, never in a frame (frame-ancestors 'none');
     - violations reported to this service with ``report-uri``. Not ``report-to``:
@@ -123,7 +128,7 @@ def content_security_policy(script_hashes: list[str]) -> str:
             "style-src 'self'",
             "img-src 'self' blob: data:",
             "font-src 'self' data:",
-            "connect-src 'self' http: https:",
+            "connect-src 'self' http: https: ws: wss:",
             "manifest-src 'self'",
             "object-src 'none'",
             "base-uri 'none'",
@@ -276,6 +281,7 @@ class ReaderService:
                 "retry_backoff_s": d.retry_backoff_s,
                 "retry_backoff_max_s": d.retry_backoff_max_s,
             },
+            "swarm": self.config.swarm.app_config(),
         }
 
     def make_app(self) -> web.Application:

@@ -2,14 +2,116 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pressrun.clients.config import MOBILE, ClientConfig, parse_balancer_urls
 from pressrun.security import ServiceSecurity
 
 #: this package's folder: ``web/`` (the app) and ``node_modules/`` (npm packages)
 PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+#: an ICE server URL as RTCPeerConnection takes it (RFC 7064 / RFC 7065)
+_ICE_URL = re.compile(r"^(stun|stuns|turn|turns):[^\s]+$")
+
+
+@dataclass(frozen=True)
+class SwarmSettings:
+    """The reader as a swarm peer (docs/reader.md, "Peers"), served in ``config.json``.
+
+    enabled: the app adds ``peer=webrtc`` to its directive requests and joins the
+        swarm a "swarm" directive names; False: origins only (the bench's baseline).
+    ice_servers: STUN/TURN URLs for WebRTC (``stun:host:3478``, ``turn:host:3478``,
+        ``turns:host:5349?transport=tcp``); none: host candidates only, enough on one
+        LAN (and in the tests), not across NATs.
+    turn_username / turn_credential: the TURN server's long-term credential, given to
+        every ``turn:``/``turns:`` URL. It is in ``config.json``, which anyone who can
+        load the app reads: use a TURN user for readers only (coturn ``--user``), or
+        short-lived REST credentials rotated by the operator.
+    connect_timeout_s: no peer connected within this long: the origins as before.
+    stall_timeout_s: no piece stored through the swarm for this long: the origins.
+    web_seed_starved_s / web_seed_stall_s / web_seed_hold_s: when the origins join as
+        web seeds (the peer core's rule, docs/swarm.md): no connected peer holds a
+        piece the reader lacks for starved_s, or no byte from a peer for stall_s; they
+        leave once peers deliver, after hold_s.
+    share_ratio / max_seed_time_s: the fair-exit rule for a reader that finished: it
+        stays in the swarm (the page open, uploading allowed) until it uploaded
+        share_ratio x what it downloaded, or for max_seed_time_s at most (the mobile
+        peer profile's 300 s, docs/swarm.md).
+    upload_limit_bytes_per_s: the upload cap (the mobile peer profile's 256 KiB/s);
+        0: none.
+    """
+
+    enabled: bool = True
+    ice_servers: tuple[str, ...] = ()
+    turn_username: str | None = None
+    turn_credential: str | None = None
+    connect_timeout_s: float = 5.0
+    stall_timeout_s: float = 15.0
+    web_seed_starved_s: float = 1.0
+    web_seed_stall_s: float = 2.0
+    web_seed_hold_s: float = 1.0
+    share_ratio: float = 1.0
+    max_seed_time_s: float = 300.0
+    upload_limit_bytes_per_s: int = 256 * 1024
+
+    def __post_init__(self) -> None:
+        for url in self.ice_servers:
+            if not _ICE_URL.match(url):
+                raise ValueError(
+                    f"ICE server {url!r} is not a stun:, stuns:, turn: or turns: URL "
+                    "(e.g. stun:stun.example.net:3478)"
+                )
+        turn = [u for u in self.ice_servers if u.startswith("turn")]
+        if turn and (not self.turn_username or not self.turn_credential):
+            raise ValueError(
+                "a TURN server needs --turn-username and --turn-credential (its "
+                "long-term credential)"
+            )
+        for name in (
+            "connect_timeout_s",
+            "stall_timeout_s",
+            "web_seed_starved_s",
+            "web_seed_stall_s",
+            "web_seed_hold_s",
+            "max_seed_time_s",
+        ):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, not {value!r}")
+        if not (math.isfinite(self.share_ratio) and self.share_ratio >= 0):
+            raise ValueError("share_ratio must be a finite number >= 0")
+        if self.upload_limit_bytes_per_s < 0:
+            raise ValueError("upload_limit_bytes_per_s must be >= 0")
+
+    def ice_config(self) -> list[dict[str, str]]:
+        """The ``iceServers`` of RTCPeerConnection's configuration."""
+        out: list[dict[str, str]] = []
+        for url in self.ice_servers:
+            entry = {"urls": url}
+            if url.startswith("turn") and self.turn_username and self.turn_credential:
+                entry |= {"username": self.turn_username, "credential": self.turn_credential}
+            out.append(entry)
+        return out
+
+    def app_config(self) -> dict[str, Any]:
+        """The ``swarm`` object of ``config.json``."""
+        return {
+            "enabled": self.enabled,
+            "ice_servers": self.ice_config(),
+            "connect_timeout_s": self.connect_timeout_s,
+            "stall_timeout_s": self.stall_timeout_s,
+            "web_seed_starved_s": self.web_seed_starved_s,
+            "web_seed_stall_s": self.web_seed_stall_s,
+            "web_seed_hold_s": self.web_seed_hold_s,
+            "share_ratio": self.share_ratio,
+            "max_seed_time_s": self.max_seed_time_s,
+            "upload_limit_bytes_per_s": self.upload_limit_bytes_per_s,
+        }
 
 
 @dataclass(frozen=True)
@@ -31,6 +133,8 @@ class ReaderConfig:
         profile unless told otherwise, so the phone downloads as ``pressrun get
         --profile mobile`` does.
     web_dir / modules_dir: the app's files and the installed npm packages.
+    swarm: the peer path (issue 26, docs/reader.md "Peers"): whether the app asks to
+        be sent to the swarm, its STUN/TURN servers, and its timings (`SwarmSettings`).
     """
 
     balancer_url: str
@@ -42,6 +146,7 @@ class ReaderConfig:
     web_dir: Path = field(default=PACKAGE_DIR / "web")
     modules_dir: Path = field(default=PACKAGE_DIR / "node_modules")
     tls: ServiceSecurity = field(default_factory=ServiceSecurity)  # HTTPS (--tls-cert/--tls-key)
+    swarm: SwarmSettings = field(default_factory=SwarmSettings)
 
     def __post_init__(self) -> None:
         self.balancer_urls  # noqa: B018 (a malformed list fails here)

@@ -35,11 +35,14 @@ const SHELL = [
   "js/manifest.js",
   "js/store.js",
   "js/subscription.js",
+  "js/swarm.js",
+  "js/torrent.js",
   "js/viewer.js",
   "vendor/libsodium.mjs",
   "vendor/libsodium-wrappers.mjs",
   "vendor/pdfjs/pdf.min.mjs",
   "vendor/pdfjs/pdf.worker.min.mjs",
+  "vendor/webtorrent.min.js",
 ];
 
 self.addEventListener("install", (event) => {

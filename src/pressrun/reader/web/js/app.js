@@ -4,13 +4,15 @@
 // window.pressrun exposes the app's state for the tests and the benchmark: `ready`
 // (a promise), `results` (finished downloads by issue), `errors` (by issue),
 // `notices`, `openTimesMs` (open -> page 1 drawn, per opening), `viewerReady` (pdf.js's
-// worker is up).
+// worker is up), `swarm()` (each issue's swarm figures: peers, bytes from peers and
+// from web seeds, uploaded, bans, state and the rule it left by).
 
 import { allRecords, deleteRecord, getRecord, getSetting, putSetting, updateIssue } from "./db.js";
 import { Download, DownloadError } from "./download.js";
 import { checkNewIssues } from "./issues.js";
 import { deleteIssueFiles, issueBlob, issueBytes, storageEstimate } from "./store.js";
 import { prepareDecryption, subscriberPublicKey } from "./subscription.js";
+import { leaveSwarm } from "./swarm.js";
 import { openPdf, renderCover, renderPage, warmUp } from "./viewer.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -19,6 +21,8 @@ const state = {
   available: [],
   downloads: new Map(), // issue id -> {controller, progress, waiting}
   reading: null, // {issueId, doc, page, pages}
+  shareUploads: true, // the "Share issues with other readers" setting
+  swarm: new Map(), // issue id -> its swarm status (swarm.js SwarmFetch.status())
 };
 const hooks = { results: {}, errors: {}, notices: [], openTimesMs: [] };
 window.pressrun = hooks;
@@ -65,6 +69,17 @@ async function networkAllowed() {
   // Only where the browser says what the link is (Chrome on Android, ChromeOS):
   // elsewhere the type is unknown and the download goes ahead.
   return connectionType() !== "cellular";
+}
+
+// Uploading to peers: only while the setting allows it and the network is not
+// metered: the Wi-Fi only rule (a cellular link), and Data Saver (`saveData`), where
+// the browser says so.
+function metered() {
+  return connectionType() === "cellular" || navigator.connection?.saveData === true;
+}
+
+function uploadAllowed() {
+  return state.shareUploads && !metered();
 }
 
 async function waitForNetwork(issueId, signal) {
@@ -117,6 +132,8 @@ export async function startDownload(issueId) {
       notice: (text) => notice(`${issueId}: ${text}`),
       waitForNetwork: (signal) => waitForNetwork(issueId, signal),
     },
+    uploadAllowed,
+    onSwarm: (fetcher) => swarmChanged(issueId, fetcher),
   });
   entry.promise = (async () => {
     renderLibrary();
@@ -131,6 +148,13 @@ export async function startDownload(issueId) {
       }
       hooks.results[issueId] = result;
       notice(`${record.title || issueId} is ready to read (${formatBytes(record.size_bytes)}, verified)`);
+      const fetcher = download.swarmFetch;
+      if (fetcher?.state === "seeding") {
+        // stay a peer while the page is open, until the fair-exit rule lets it go
+        const downloaded =
+          fetcher.fromPeers + fetcher.fromWebSeeds + Object.values(result.bytes_by_origin).reduce((a, b) => a + b, 0);
+        fetcher.seed(downloaded).catch((err) => notice(`${issueId}: ${err.message}`, "error"));
+      }
       return result;
     } catch (err) {
       if (controller.signal.aborted) return null;
@@ -150,6 +174,32 @@ export async function startDownload(issueId) {
     }
   })();
   return entry.promise;
+}
+
+let swarmRender = null;
+function swarmChanged(issueId, fetcher) {
+  const status = fetcher.status();
+  const before = state.swarm.get(issueId);
+  state.swarm.set(issueId, status);
+  if (status.state === "left" && before?.state !== "left") {
+    updateIssue(issueId, { uploaded_bytes: status.uploaded_bytes, leave_rule: status.leave_rule }).catch(() => {});
+  }
+  // the library's line for the issue, at most every half second
+  swarmRender ??= setTimeout(() => {
+    swarmRender = null;
+    renderLibrary();
+  }, 500);
+}
+
+/** "From origins 1.2 MB · from peers 3.4 MB" for an issue's record (and its swarm). */
+function sourcesLine(record, swarm) {
+  const origins =
+    Object.values(record.bytes_by_origin ?? {}).reduce((a, b) => a + b, 0) + (record.bytes_from_web_seeds ?? 0);
+  let text = `From origins ${formatBytes(origins)} · from peers ${formatBytes(record.bytes_from_peers ?? 0)}`;
+  const uploaded = swarm?.uploaded_bytes ?? record.uploaded_bytes;
+  if (swarm?.state === "seeding") text += ` · sharing (${formatBytes(uploaded)} sent to ${swarm.peers} peer(s))`;
+  else if (uploaded) text += ` · shared ${formatBytes(uploaded)}`;
+  return text;
 }
 
 function updateProgress(issueId, p) {
@@ -219,9 +269,19 @@ async function issueItem(r) {
   if (r.status === "complete" && !active) {
     const stored = await issueBytes(id);
     info.append(element("p", { className: "meta", textContent: `${formatBytes(r.size_bytes)} · on this device (${formatBytes(stored)})` }));
+    info.append(element("p", { className: "sources", textContent: sourcesLine(r, state.swarm.get(id)) }));
     actions.append(element("button", { className: "open", textContent: "Read", onclick: () => openIssue(id) }));
   } else if (active) {
     const p = active.progress;
+    const swarm = state.swarm.get(id);
+    if (swarm && swarm.state !== "left") {
+      info.append(
+        element("p", {
+          className: "sources",
+          textContent: `${swarm.peers} peer(s) · from peers ${formatBytes(swarm.bytes_from_peers)} · from origins ${formatBytes(swarm.bytes_from_web_seeds)}`,
+        }),
+      );
+    }
     info.append(
       element("p", {
         className: "status",
@@ -271,6 +331,7 @@ function deleteButton(id) {
 
 function pauseDownload(id) {
   state.downloads.get(id)?.controller.abort(new DOMException("paused", "AbortError"));
+  leaveSwarm(id);
 }
 
 export async function deleteIssue(id) {
@@ -351,8 +412,14 @@ function setUpReaderGestures() {
 async function setUpSettings() {
   const wifi = $("#wifi-only");
   const auto = $("#auto-download");
+  const share = $("#share-uploads");
   wifi.checked = await getSetting("wifi_only", true);
   auto.checked = await getSetting("auto_download", true);
+  share.checked = state.shareUploads = await getSetting("share_uploads", true);
+  share.onchange = async () => {
+    state.shareUploads = share.checked;
+    await putSetting("share_uploads", share.checked);
+  };
   wifi.onchange = async () => {
     await putSetting("wifi_only", wifi.checked);
     window.dispatchEvent(new Event("pressrun-settings"));
@@ -439,3 +506,4 @@ hooks.checkForIssues = checkForIssues;
 hooks.subscriberPublicKey = subscriberPublicKey;
 hooks.openIssue = openIssue;
 hooks.deleteIssue = deleteIssue;
+hooks.swarm = () => Object.fromEntries(state.swarm);

@@ -20,10 +20,17 @@
 //    stays for the next try.
 //
 // Settings come from config.json (the client's mobile profile by default).
+//
+// Peers (issue 26): the reader tells the balancer it can be a WebRTC peer
+// (`?peer=webrtc`); when the directive's mode is "swarm" and names a WebSocket
+// tracker, the pieces not stored yet come through the swarm first (swarm.js), the
+// origins as web seeds in the same client; no peer within a few seconds, or a swarm
+// that stops delivering, and the workers above fetch the rest from the origins.
 
 import { getSetting, putSetting, updateIssue } from "./db.js";
 import { ManifestError, bytesToHex, parseManifest, pieceOk, pieceSpan, verifyManifest } from "./manifest.js";
 import { deleteIssueFiles, issueBlob, removeUnfinishedWrites, storedPieces, writeRun } from "./store.js";
+import { NoPeers, SwarmFetch, SwarmStalled } from "./swarm.js";
 
 /** A download that cannot go on; the message is one line for a person. */
 export class DownloadError extends Error {}
@@ -74,9 +81,11 @@ export class Download {
    * issueId; config: config.json's document; hooks: {progress(p), notice(text),
    * waitForNetwork(signal)} (all optional); prepareDecryption: subscription.js's
    * (manifest -> null for a plain issue, or the piece decryptor), or null;
-   * signal: an AbortSignal that stops the download (pieces stored so far stay).
+   * signal: an AbortSignal that stops the download (pieces stored so far stay);
+   * uploadAllowed(): whether a peer may be sent a piece now (swarm.js);
+   * onSwarm(swarmFetch): told when the download joins a swarm.
    */
-  constructor({ issueId, config, hooks = {}, prepareDecryption = null, signal = null }) {
+  constructor({ issueId, config, hooks = {}, prepareDecryption = null, signal = null, uploadAllowed = () => false, onSwarm = () => {} }) {
     this.issueId = issueId;
     this.config = config;
     this.cfg = config.download;
@@ -93,6 +102,15 @@ export class Download {
     this.lastOrigin = null;
     this.lastReason = null;
     this.ranges = []; // the Range headers this run sent (for the tests and the log)
+    this.uploadAllowed = uploadAllowed;
+    this.onSwarm = onSwarm;
+    this.swarmInfo = null; // the last directive's swarm, when it sends this reader there
+    this.swarmFetch = null;
+  }
+
+  /** Whether this reader asks to be sent to the swarm (config.json and the browser). */
+  peerCapable() {
+    return Boolean(this.config.swarm?.enabled) && typeof RTCPeerConnection === "function";
   }
 
   notice(text) {
@@ -153,7 +171,10 @@ export class Download {
   async directiveFrom(balancerUrl) {
     const failed = this.failedNames();
     const base = `${balancerUrl}/v1/issues/${encodeURIComponent(this.issueId)}/directive`;
-    const url = failed.length ? `${base}?failed=${failed.map(encodeURIComponent).join(",")}` : base;
+    const query = [];
+    if (failed.length) query.push(`failed=${failed.map(encodeURIComponent).join(",")}`);
+    if (this.peerCapable()) query.push("peer=webrtc");
+    const url = query.length ? `${base}?${query.join("&")}` : base;
     let resp;
     let body;
     try {
@@ -195,6 +216,7 @@ export class Download {
       throw new Unavailable(`the balancer's ${doc.mode} directive lists no origin (the reader downloads from origins)`);
     }
     for (const o of origins) this.originUrls.set(o.name, o.url.replace(/\/+$/, ""));
+    this.swarmInfo = doc.mode === "swarm" && usableSwarm(doc.swarm) ? doc.swarm : null;
     return origins;
   }
 
@@ -286,6 +308,7 @@ export class Download {
     this.storedBytes = this.resumedPieces.reduce((s, i) => s + pieceSpan(m, i)[1], 0);
     this.inFlight = new Map();
     this.decrypt = opener === null ? null : (index, bytes) => opener.decryptPiece(index, bytes);
+    this.opener = opener;
     await updateIssue(this.issueId, {
       title: m.title,
       file_name: opener === null ? m.file_name : opener.plain_file_name,
@@ -303,6 +326,7 @@ export class Download {
     }
     this.sectionPieces = sectionBytesFor(this.cfg, m.size_bytes, m.piece_size_bytes) / m.piece_size_bytes;
     this.progress();
+    if (this.storedCount < n && this.swarmInfo !== null && this.peerCapable()) await this.viaSwarm();
     const workers = [];
     for (let w = 0; w < this.cfg.concurrency; w++) workers.push(this.worker(w));
     const results = await Promise.allSettled(workers);
@@ -322,9 +346,14 @@ export class Download {
       );
     }
     const seconds = (performance.now() - started) / 1000;
+    const swarm = this.swarmFetch;
     const summary = {
       status: "complete",
       bytes_by_origin: this.bytesByOrigin,
+      bytes_from_peers: swarm?.fromPeers ?? 0,
+      bytes_from_web_seeds: swarm?.fromWebSeeds ?? 0,
+      peers_seen: swarm?.peersSeen.size ?? 0,
+      banned_peers: swarm?.bans.length ?? 0,
       handoffs: this.handoffs,
       sections: this.sections,
       failures: this.failures,
@@ -342,6 +371,54 @@ export class Download {
       ranges: this.ranges,
       resumed: this.resumedPieces,
     };
+  }
+
+  /** The swarm first (swarm.js); on NoPeers or SwarmStalled the origins go on. */
+  async viaSwarm() {
+    const fetcher = new SwarmFetch({
+      download: this,
+      swarm: this.swarmInfo,
+      cfg: this.config.swarm,
+      uploadAllowed: this.uploadAllowed,
+      onChange: () => this.onSwarm(fetcher),
+    });
+    this.swarmFetch = fetcher;
+    this.onSwarm(fetcher);
+    try {
+      await fetcher.run();
+    } catch (err) {
+      if (this.signal.aborted) throw this.signal.reason;
+      if (err instanceof DownloadError) throw err;
+      if (!(err instanceof NoPeers || err instanceof SwarmStalled)) throw err;
+      const left = this.state.length - this.storedCount;
+      this.notice(`${err.message}: the ${left} pieces left come from the origins`);
+    }
+  }
+
+  /**
+   * Store pieces first..first+chunks.length-1 (verified, decrypted) as one run and
+   * count them; returns the run's file handle. DownloadError when the device is full.
+   */
+  async storeRun(first, chunks, source) {
+    let handle;
+    try {
+      handle = await writeRun(this.issueId, first, chunks);
+    } catch (err) {
+      throw new DownloadError(
+        `cannot store ${this.issueId} on this device (${err.name}: ${err.message}); free some space ` +
+          "(delete an issue) and download it again: the pieces stored so far are kept",
+      );
+    }
+    for (let k = 0; k < chunks.length; k++) {
+      const i = first + k;
+      if (this.state[i] !== 2) {
+        this.state[i] = 2;
+        this.storedCount += 1;
+        this.storedBytes += pieceSpan(this.m, i)[1];
+      }
+    }
+    this.progress(source);
+    return handle;
   }
 
   progress(origin = null) {
@@ -438,21 +515,7 @@ export class Download {
       if (run.chunks.length === 0) return;
       const done = run;
       run = { first: null, chunks: [], bytes: 0 };
-      try {
-        await writeRun(this.issueId, done.first, done.chunks);
-      } catch (err) {
-        throw new DownloadError(
-          `cannot store ${this.issueId} on this device (${err.name}: ${err.message}); free some space ` +
-            "(delete an issue) and download it again: the pieces stored so far are kept",
-        );
-      }
-      for (let k = 0; k < done.chunks.length; k++) {
-        const i = done.first + k;
-        this.state[i] = 2;
-        this.storedCount += 1;
-        this.storedBytes += pieceSpan(m, i)[1];
-      }
-      this.progress(origin);
+      await this.storeRun(done.first, done.chunks, origin);
     };
     try {
       armStall();
@@ -523,6 +586,18 @@ export class Download {
       }
     }
   }
+}
+
+/** Whether a directive's swarm object has what the reader needs to join it. */
+function usableSwarm(swarm) {
+  return (
+    swarm !== null &&
+    typeof swarm === "object" &&
+    typeof swarm.torrent_url === "string" &&
+    /^https?:\/\//.test(swarm.torrent_url) &&
+    typeof swarm.webtorrent_url === "string" &&
+    /^wss?:\/\//.test(swarm.webtorrent_url)
+  );
 }
 
 /** Why an origin's answer to a Range request is unusable, or null. */

@@ -43,6 +43,7 @@ export async function writeRun(issueId, first, chunks) {
     throw err;
   }
   await handle.move(`r${name}`);
+  return handle;
 }
 
 /** The runs stored for an issue, sorted: [{first, count, handle}]. */
@@ -55,6 +56,40 @@ async function runs(issueId) {
     if (m !== null && handle.kind === "file") found.push({ first: Number(m[1]), count: Number(m[2]), handle });
   }
   return found.sort((a, b) => a.first - b.first);
+}
+
+/**
+ * The stored pieces of one issue, read back to upload them to peers (swarm.js).
+ * `plainPieceBytes`: a piece's size as stored (the manifest's piece size, less the
+ * 16-byte tag for an encrypted issue, whose pieces are stored decrypted). The runs
+ * are listed once (`load`) and each new one added as it is written (`add`), so a
+ * peer's request reads one slice of one file and never lists the folder.
+ */
+export class StoredPieces {
+  constructor(issueId, plainPieceBytes) {
+    this.issueId = issueId;
+    this.plainPieceBytes = plainPieceBytes;
+    this.runs = []; // [{first, count, file}], sorted by first
+  }
+
+  async load() {
+    this.runs = [];
+    for (const run of await runs(this.issueId)) this.runs.push({ first: run.first, count: run.count, file: await run.handle.getFile() });
+  }
+
+  async add(first, count, handle) {
+    this.runs.push({ first, count, file: await handle.getFile() });
+    this.runs.sort((a, b) => a.first - b.first);
+  }
+
+  /** Piece `index` as stored (a Uint8Array), or null when it is not stored. */
+  async read(index) {
+    const run = this.runs.find((r) => r.first <= index && index < r.first + r.count);
+    if (run === undefined) return null;
+    const start = (index - run.first) * this.plainPieceBytes;
+    const end = Math.min(start + this.plainPieceBytes, run.file.size);
+    return new Uint8Array(await run.file.slice(start, end).arrayBuffer());
+  }
 }
 
 /** Remove the temporary files of writes that were cut short (before a download starts). */

@@ -146,29 +146,40 @@ export async function prepareDecryption(m) {
   const prefix = hexToBytes(e.nonce_prefix);
   const name = new TextEncoder().encode(m.issue_id);
   const context = new TextEncoder().encode(PIECE_CONTEXT);
+  const nonceAndData = (index) => {
+    const nonce = new Uint8Array(24);
+    nonce.set(prefix, 0);
+    u64(new DataView(nonce.buffer), 16, index);
+    const ad = new Uint8Array(context.length + 1 + name.length + 32);
+    ad.set(context, 0);
+    ad[context.length] = name.length;
+    ad.set(name, context.length + 1);
+    const view = new DataView(ad.buffer);
+    let at = context.length + 1 + name.length;
+    for (const n of [e.version, index, count, e.plain_size_bytes]) {
+      u64(view, at, n);
+      at += 8;
+    }
+    return [nonce, ad];
+  };
   return {
     plain_sha256: e.plain_sha256,
     plain_size_bytes: e.plain_size_bytes,
     plain_file_name: e.plain_file_name,
     decryptPiece(index, piece) {
-      const nonce = new Uint8Array(24);
-      nonce.set(prefix, 0);
-      u64(new DataView(nonce.buffer), 16, index);
-      const ad = new Uint8Array(context.length + 1 + name.length + 32);
-      ad.set(context, 0);
-      ad[context.length] = name.length;
-      ad.set(name, context.length + 1);
-      const view = new DataView(ad.buffer);
-      let at = context.length + 1 + name.length;
-      for (const n of [e.version, index, count, e.plain_size_bytes]) {
-        u64(view, at, n);
-        at += 8;
-      }
+      const [nonce, ad] = nonceAndData(index);
       try {
         return s.crypto_aead_xchacha20poly1305_ietf_decrypt(null, piece, ad, nonce, key);
       } catch {
         throw new DownloadError(`piece ${index} of ${title} matches the manifest but does not decrypt (a publisher error); the pieces stored so far are kept`);
       }
+    },
+    // The stored (decrypted) piece back to the publisher's ciphertext, to upload it to
+    // peers: the nonce and associated data are fixed per piece, so this is the same
+    // ciphertext, byte for byte (swarm.js checks its SHA-256 before it is sent).
+    encryptPiece(index, plain) {
+      const [nonce, ad] = nonceAndData(index);
+      return s.crypto_aead_xchacha20poly1305_ietf_encrypt(plain, ad, null, nonce, key);
     },
   };
 }

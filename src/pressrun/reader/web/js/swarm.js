@@ -1,0 +1,514 @@
+// The reader as a swarm peer (issue 26, docs/reader.md "Peers"): when the balancer's
+// directive says "swarm", the issue's pieces come from other readers and desktop
+// peers over WebRTC (npm webtorrent, the BitTorrent wire protocol on data channels,
+// signalled through the tracker's /webtorrent WebSocket), with the origins kept as
+// web seeds in the same client for the pieces no peer has.
+//
+// - The torrent comes from an origin and is checked against the signed manifest's
+//   info-hash before anything else (torrent.js).
+// - Every piece webtorrent accepts (its SHA-1 from that torrent) is checked again
+//   against the manifest's SHA-256 in this store's put(), then decrypted (encrypted
+//   issues) and written to the OPFS store (store.js) beside the origin path's pieces:
+//   a download moves between the two and resumes with what either stored.
+// - A piece that fails webtorrent's SHA-1 names the peers that sent its blocks: one
+//   that sent it alone is banned (its connection destroyed, its peer id refused from
+//   then on); one of several senders gets a strike, and two strikes ban it.
+// - Web seeds (the origins) join as the peer core's rule (docs/swarm.md) has them:
+//   when no connected peer holds a piece this reader lacks for web_seed_starved_s, or
+//   no byte came from a peer for web_seed_stall_s; they leave again once peers
+//   deliver, after web_seed_hold_s.
+// - No peer within connect_timeout_s, or no piece stored for stall_timeout_s: NoPeers
+//   / SwarmStalled, and download.js goes on from the origins as before.
+// - Uploads: a peer's request is served only while uploadAllowed() (the setting on,
+//   and the network not metered), from the stored pieces (encrypted again for an
+//   encrypted issue: the same ciphertext, checked against the manifest before it
+//   goes). After the download the reader stays in the swarm while the page is open,
+//   until the fair-exit rule lets it go (uploaded >= share_ratio x downloaded), or it
+//   has seeded max_seed_time_s, or uploading is no longer allowed.
+
+import WebTorrent from "webtorrent";
+import { pieceOk } from "./manifest.js";
+import { StoredPieces } from "./store.js";
+import { fetchCheckedTorrent } from "./torrent.js";
+
+/** No peer connected in time: download from the origins instead. */
+export class NoPeers extends Error {}
+/** The swarm stopped delivering (or its torrent is unusable): origins instead. */
+export class SwarmStalled extends Error {}
+
+const TAG_BYTES = 16;
+const MAX_BANNED = 1000;
+const PIECE_CACHE = 8; // pieces kept ready for upload (a piece is asked for block by block)
+const MAX_RUN = 64; // pieces written as one OPFS file at most
+const TICK_MS = 250;
+
+let client = null;
+/** issue id -> the SwarmFetch in the swarm (downloading or seeding) */
+const sessions = new Map();
+
+function swarmClient(cfg) {
+  if (client === null || client.destroyed) {
+    client = new WebTorrent({
+      dht: false,
+      lsd: false,
+      utPex: false,
+      natUpnp: false,
+      natPmp: false,
+      webSeeds: false, // the torrent's url-list is not used: web seeds come and go by the rule below
+      tracker: { rtcConfig: { iceServers: cfg.ice_servers ?? [] } },
+    });
+    if (cfg.upload_limit_bytes_per_s > 0) client.throttleUpload(cfg.upload_limit_bytes_per_s);
+    client.on("error", (err) => console.warn(`webtorrent: ${err?.message ?? err}`));
+  }
+  return client;
+}
+
+/**
+ * When the origins serve as web seeds (pure; `now` in seconds): on when starved (no
+ * connected peer holds a piece this reader lacks) for `starvedS`, or no byte came
+ * from a peer for `stallS`; off again when peers deliver and hold some piece it
+ * lacks, after at least `holdS` on.
+ */
+export class WebSeedRule {
+  constructor({ starvedS, stallS, holdS }) {
+    Object.assign(this, { starvedS, stallS, holdS });
+    this.on = false;
+    this.since = null;
+    this.starvedSince = null;
+  }
+
+  step(now, { starved, lastPeerPayloadAt }) {
+    if (starved) this.starvedSince ??= now;
+    else this.starvedSince = null;
+    const starvedLong = this.starvedSince !== null && now - this.starvedSince >= this.starvedS;
+    const stalled = now - lastPeerPayloadAt >= this.stallS;
+    if (!this.on && (starvedLong || stalled)) {
+      this.on = true;
+      this.since = now;
+    } else if (this.on && !starved && !stalled && now - this.since >= this.holdS) {
+      this.on = false;
+      this.since = now;
+    }
+    return this.on;
+  }
+}
+
+/**
+ * The fair-exit rule for a reader that finished (pure; seconds): "ratio" once it
+ * uploaded share_ratio x what it downloaded, "max_seed_time" after max_seed_time_s of
+ * seeding, "metered" when uploading is not allowed (a metered network or the
+ * setting off); null: stay.
+ */
+export function leaveRule({ now, seedingSince, uploaded, downloaded, allowed, ratio, maxSeedS }) {
+  if (!allowed) return "metered";
+  if (uploaded >= ratio * downloaded) return "ratio";
+  if (maxSeedS != null && now - seedingSince >= maxSeedS) return "max_seed_time";
+  return null;
+}
+
+const nowS = () => performance.now() / 1000;
+
+/** Piece `index` of the bitfield webtorrent keeps (most significant bit first). */
+function bitfieldOf(state) {
+  const bytes = new Uint8Array(Math.ceil(state.length / 8));
+  for (let i = 0; i < state.length; i++) if (state[i] === 2) bytes[i >> 3] |= 128 >> (i & 7);
+  return bytes;
+}
+
+export class SwarmFetch {
+  /**
+   * download: the Download (issue, manifest, piece states, storeRun, notice);
+   * swarm: the directive's swarm object; cfg: config.json's "swarm";
+   * uploadAllowed(): whether a peer may be sent a piece now.
+   */
+  constructor({ download, swarm, cfg, uploadAllowed, onChange = () => {} }) {
+    this.download = download;
+    this.issueId = download.issueId;
+    this.m = download.m;
+    this.swarm = swarm;
+    this.cfg = cfg;
+    this.uploadAllowed = uploadAllowed;
+    this.onChange = onChange;
+    this.encrypt = download.opener?.encryptPiece ?? null;
+    this.decrypt = download.decrypt;
+    const plainPiece = this.m.piece_size_bytes - (this.encrypt === null ? 0 : TAG_BYTES);
+    this.stored = new StoredPieces(this.issueId, plainPiece);
+    this.pending = new Map(); // index -> {kept, resolve, reject}: verified, being written
+    this.writing = false;
+    this.cache = new Map(); // index -> the piece as sent (LRU)
+    this.contributors = new Map(); // index -> Map(wire -> bytes of it sent), until it is verified or failed
+    this.strikes = new Map(); // peer id -> strikes
+    this.banned = new Set(); // peer ids
+    this.bans = []; // [{peer, piece}] for the page and the tests
+    this.peersSeen = new Set();
+    this.fromPeers = 0; // bytes of pieces stored, sent by peers
+    this.fromWebSeeds = 0; // bytes of pieces stored, sent by the origins as web seeds
+    this.receivedFromPeers = 0; // every byte peers sent (refused pieces too)
+    this.uploaded = 0;
+    this.badPieces = 0;
+    this.webSeedsOn = false;
+    this.state = "joining"; // joining | downloading | seeding | left
+    this.leaveRule = null;
+    this.torrent = null;
+    this.writer = Promise.resolve();
+  }
+
+  status() {
+    return {
+      state: this.state,
+      peers: this.torrent?.wires.filter((w) => w.type !== "webSeed").length ?? 0,
+      peers_seen: this.peersSeen.size,
+      bytes_from_peers: this.fromPeers,
+      bytes_from_web_seeds: this.fromWebSeeds,
+      bytes_received_from_peers: this.receivedFromPeers,
+      uploaded_bytes: this.uploaded,
+      bad_pieces: this.badPieces,
+      banned: this.bans,
+      web_seeds_on: this.webSeedsOn,
+      leave_rule: this.leaveRule,
+    };
+  }
+
+  // -- the store webtorrent reads and writes (abstract-chunk-store)
+
+  storeClass() {
+    const self = this;
+    return class SwarmStore {
+      constructor(chunkLength) {
+        this.chunkLength = chunkLength;
+      }
+      put(index, buf, cb) {
+        self.put(index, buf).then(() => cb?.(null), (err) => cb?.(err));
+      }
+      get(index, opts, cb) {
+        if (typeof opts === "function") [cb, opts] = [opts, null];
+        self.get(index, opts).then((b) => cb(null, b), (err) => cb(err));
+      }
+      close(cb) {
+        queueMicrotask(() => cb?.(null));
+      }
+      destroy(cb) {
+        queueMicrotask(() => cb?.(null));
+      }
+    };
+  }
+
+  /** A piece webtorrent verified (SHA-1): check SHA-256, decrypt, store. */
+  async put(index, buf) {
+    if (this.state === "left") throw new Error("left the swarm");
+    const bytes = new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength).slice();
+    const who = this.contributors.get(index) ?? new Map();
+    this.contributors.delete(index);
+    if (!(await pieceOk(this.m, index, bytes))) {
+      // the torrent's SHA-1 and the manifest's SHA-256 disagree: a publisher error
+      // (the info-hash matched); webtorrent destroys the torrent, origins take over
+      this.failure = `piece ${index} passed the torrent's SHA-1 but not the signed manifest's SHA-256`;
+      throw new Error(this.failure);
+    }
+    const kept = this.decrypt === null ? bytes : await this.decrypt(index, bytes);
+    if (this.state === "left") throw new Error("left the swarm");
+    for (const [wire, n] of who) {
+      if (wire.type === "webSeed") this.fromWebSeeds += n;
+      else this.fromPeers += n;
+    }
+    await new Promise((resolve, reject) => {
+      this.pending.set(index, { kept, resolve, reject });
+      if (!this.writing) this.writer = this.writeQueued();
+    });
+  }
+
+  /** Write the verified pieces waiting, in runs of consecutive pieces, until none is
+   * left (one writer at a time: `this.writer` is its promise). */
+  async writeQueued() {
+    this.writing = true;
+    try {
+      while (this.pending.size) {
+        const batch = [...this.pending.entries()].sort((a, b) => a[0] - b[0]);
+        this.pending.clear();
+        let run = [];
+        const flush = async () => {
+          if (!run.length) return;
+          const done = run;
+          run = [];
+          try {
+            const first = done[0][0];
+            const handle = await this.download.storeRun(first, done.map(([, p]) => p.kept), "peers");
+            await this.stored.add(first, done.length, handle);
+            for (const [, p] of done) p.resolve();
+          } catch (err) {
+            this.storeError ??= err; // the device is full: the download's own error
+            for (const [, p] of done) p.reject(err);
+          }
+        };
+        for (const entry of batch) {
+          const last = run[run.length - 1];
+          if (last && (entry[0] !== last[0] + 1 || run.length >= MAX_RUN)) await flush();
+          run.push(entry);
+        }
+        await flush();
+      }
+    } finally {
+      this.writing = false;
+    }
+  }
+
+  /**
+   * A read of piece `index` as the publisher made it. webtorrent reads whole pieces
+   * (no offset) to check a sample of the stored pieces against the torrent at start;
+   * a peer's request always names its block's offset, and is served only while
+   * uploading is allowed.
+   */
+  async get(index, opts) {
+    const forPeer = typeof opts?.offset === "number";
+    if (forPeer && !this.uploadAllowed()) throw new Error("not uploading (a metered network, or sharing is off)");
+    let piece = this.cache.get(index);
+    if (piece === undefined) {
+      const plain = await this.stored.read(index);
+      if (plain === null) throw new Error(`piece ${index} is not stored`);
+      piece = this.encrypt === null ? plain : this.encrypt(index, plain);
+      if (!(await pieceOk(this.m, index, piece))) throw new Error(`stored piece ${index} does not match the manifest`);
+      this.cache.set(index, piece);
+      if (this.cache.size > PIECE_CACHE) this.cache.delete(this.cache.keys().next().value);
+    }
+    if (!opts) return piece;
+    const offset = opts.offset ?? 0;
+    return piece.subarray(offset, offset + (opts.length ?? piece.length - offset));
+  }
+
+  // -- peers
+
+  onWire(wire) {
+    if (wire.type === "webSeed") {
+      wire.on("piece", (index, offset, buffer) => this.contributed(index, wire, buffer.length));
+      return;
+    }
+    if (this.banned.has(wire.peerId)) {
+      wire.destroy();
+      return;
+    }
+    this.peersSeen.add(wire.peerId);
+    this.firstPeer?.();
+    wire.on("download", (n) => {
+      this.receivedFromPeers += n;
+      this.lastPeerPayloadAt = nowS();
+    });
+    wire.on("upload", (n) => {
+      this.uploaded += n;
+    });
+    wire.on("piece", (index, offset, buffer) => this.contributed(index, wire, buffer.length));
+  }
+
+  contributed(index, wire, bytes) {
+    let who = this.contributors.get(index);
+    if (who === undefined) this.contributors.set(index, (who = new Map()));
+    who.set(wire, (who.get(wire) ?? 0) + bytes);
+  }
+
+  onWarning(err) {
+    const bad = /Piece (\d+) failed verification/.exec(String(err?.message ?? err));
+    if (bad === null) return;
+    const index = Number(bad[1]);
+    const who = [...(this.contributors.get(index)?.keys() ?? [])];
+    this.contributors.delete(index);
+    this.badPieces += 1;
+    // a peer banned already sent blocks of it: that explains it, nobody else is blamed
+    if (who.some((w) => this.banned.has(w.peerId))) return;
+    for (const wire of who) {
+      if (wire.type === "webSeed") {
+        // an origin sent it: the origins leave this swarm (the origin path checks
+        // each origin's pieces and fails the bad one)
+        this.webSeedsRefused = true;
+        this.setWebSeeds(false);
+        this.download.notice(`piece ${index} from an origin (web seed) does not match the torrent; web seeds are dropped`);
+        continue;
+      }
+      const strikes = (this.strikes.get(wire.peerId) ?? 0) + (who.length === 1 ? 2 : 1);
+      this.strikes.set(wire.peerId, strikes);
+      if (strikes >= 2) this.ban(wire, index);
+    }
+  }
+
+  ban(wire, index) {
+    if (this.banned.size >= MAX_BANNED) this.banned.delete(this.banned.values().next().value);
+    this.banned.add(wire.peerId);
+    this.strikes.delete(wire.peerId);
+    this.bans.push({ peer: wire.peerId, piece: index });
+    wire.destroy();
+    // the blocks it sent of pieces not complete yet are thrown away: those pieces
+    // start again (as webtorrent does after a failed piece), so no honest sender of
+    // their other blocks is blamed for them
+    const pieces = this.torrent.pieces;
+    for (const [i, who] of this.contributors) {
+      if (!who.has(wire)) continue;
+      this.contributors.delete(i);
+      if (pieces[i]) pieces[i] = new pieces[i].constructor(pieces[i].length);
+    }
+    this.download.notice(
+      `peer ${wire.peerId.slice(0, 12)}… sent piece ${index}, which does not match the signed torrent: it is banned`,
+    );
+    this.onChange();
+  }
+
+  /** Whether no connected peer holds a piece this reader lacks. */
+  starved() {
+    const t = this.torrent;
+    const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed);
+    for (let i = 0; i < t.pieces.length; i++) {
+      if (t.bitfield.get(i)) continue;
+      if (peers.some((w) => w.peerPieces.get(i))) return false;
+    }
+    return true;
+  }
+
+  setWebSeeds(on) {
+    const urls = this.webSeedUrls();
+    if (on && (this.webSeedsRefused || !urls.length)) on = false;
+    if (on === this.webSeedsOn) return;
+    this.webSeedsOn = on;
+    for (const url of urls) {
+      if (on) this.torrent.addWebSeed(url);
+      else this.torrent.removePeer(url);
+    }
+    this.onChange();
+  }
+
+  webSeedUrls() {
+    const given = Array.isArray(this.swarm.web_seeds) ? this.swarm.web_seeds : [];
+    return given.filter((u) => typeof u === "string" && /^https?:\/\//.test(u));
+  }
+
+  // -- the run
+
+  /** Download what is not stored yet through the swarm; NoPeers / SwarmStalled when
+   * the origins should take over (the pieces stored so far stay). */
+  async run() {
+    const d = this.download;
+    const signal = d.signal;
+    let torrentBytes;
+    try {
+      ({ torrent: torrentBytes } = await fetchCheckedTorrent(this.swarm.torrent_url, this.m, this.swarm.webtorrent_url, signal));
+    } catch (err) {
+      if (signal.aborted) throw signal.reason;
+      throw new SwarmStalled(`the issue's torrent is unusable (${err.message})`);
+    }
+    await this.stored.load();
+    sessions.get(this.issueId)?.leave("user");
+    sessions.set(this.issueId, this);
+    const wt = swarmClient(this.cfg);
+    const torrent = (this.torrent = wt.add(torrentBytes, {
+      store: this.storeClass(),
+      storeCacheSlots: 0, // the pieces are read from OPFS, through the upload check
+      bitfield: bitfieldOf(d.state),
+      maxWebConns: 2,
+    }));
+    let fail;
+    const failed = new Promise((_, reject) => (fail = reject));
+    failed.catch(() => {});
+    torrent.on("wire", (wire) => this.onWire(wire));
+    torrent.on("warning", (err) => this.onWarning(err));
+    torrent.on("error", (err) => fail(this.storeError ?? new SwarmStalled(this.failure ?? `webtorrent: ${err?.message ?? err}`)));
+    const onAbort = () => fail(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    const started = nowS();
+    try {
+      // 1. a peer within connect_timeout_s, or the origins as before
+      const connected = new Promise((resolve) => {
+        this.firstPeer = resolve;
+        if (this.peersSeen.size) resolve();
+      });
+      let timer;
+      const timeout = new Promise((resolve) => (timer = setTimeout(resolve, this.cfg.connect_timeout_s * 1000, "timeout")));
+      const first = await Promise.race([connected, timeout, failed]);
+      clearTimeout(timer);
+      if (first === "timeout") {
+        throw new NoPeers(`no peer connected within ${this.cfg.connect_timeout_s} s`);
+      }
+      this.state = "downloading";
+      d.notice(`joined the swarm: ${this.peersSeen.size} peer(s) connected`);
+      this.onChange();
+      // 2. pieces from peers, web seeds by the rule, until done or stalled
+      this.lastPeerPayloadAt = nowS();
+      const rule = new WebSeedRule({
+        starvedS: this.cfg.web_seed_starved_s,
+        stallS: this.cfg.web_seed_stall_s,
+        holdS: this.cfg.web_seed_hold_s,
+      });
+      let storedAt = nowS();
+      let storedCount = d.storedCount;
+      while (!torrent.done) {
+        await Promise.race([new Promise((r) => setTimeout(r, TICK_MS)), failed]);
+        if (torrent.done) break;
+        const now = nowS();
+        if (d.storedCount !== storedCount) [storedCount, storedAt] = [d.storedCount, now];
+        if (now - storedAt >= this.cfg.stall_timeout_s) {
+          throw new SwarmStalled(`no piece came through the swarm for ${this.cfg.stall_timeout_s} s`);
+        }
+        this.setWebSeeds(rule.step(now, { starved: this.starved(), lastPeerPayloadAt: this.lastPeerPayloadAt }));
+        this.onChange();
+      }
+      this.setWebSeeds(false);
+      d.notice(
+        `through the swarm in ${(nowS() - started).toFixed(1)} s: ${this.fromPeers} bytes from peers, ` +
+          `${this.fromWebSeeds} from origins as web seeds`,
+      );
+    } catch (err) {
+      this.leave(err instanceof NoPeers ? "no_peers" : "user");
+      await this.writer; // nothing of the swarm is written once the origins take over
+      throw err;
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+      this.firstPeer = null;
+    }
+    this.state = "seeding";
+    this.seedingSince = nowS();
+    this.onChange();
+  }
+
+  /** Stay in the swarm (the page open) until the fair-exit rule lets the reader go. */
+  async seed(downloaded) {
+    while (this.state === "seeding") {
+      const rule = leaveRule({
+        now: nowS(),
+        seedingSince: this.seedingSince,
+        uploaded: this.uploaded,
+        downloaded,
+        allowed: this.uploadAllowed(),
+        ratio: this.cfg.share_ratio,
+        maxSeedS: this.cfg.max_seed_time_s,
+      });
+      if (rule !== null) {
+        this.download.notice(`leaving the swarm (${rule}): uploaded ${this.uploaded} bytes, downloaded ${downloaded}`);
+        this.leave(rule);
+        break;
+      }
+      this.onChange();
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+
+  /** Leave the swarm now (the tracker is told "stopped"). */
+  leave(rule) {
+    if (this.state === "left") return;
+    this.state = "left";
+    this.leaveRule = rule;
+    if (sessions.get(this.issueId) === this) sessions.delete(this.issueId);
+    try {
+      this.torrent?.destroy();
+    } catch (err) {
+      console.warn(`webtorrent: ${err?.message ?? err}`);
+    }
+    for (const [, p] of this.pending) p.reject(new Error("left the swarm"));
+    this.pending.clear();
+    this.onChange();
+  }
+}
+
+/** The swarm sessions by issue (downloading or seeding), for the page and the tests. */
+export function swarmSessions() {
+  return sessions;
+}
+
+/** Leave the swarm of an issue (the issue is paused or deleted). */
+export function leaveSwarm(issueId, rule = "user") {
+  sessions.get(issueId)?.leave(rule);
+}

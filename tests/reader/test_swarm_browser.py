@@ -1,0 +1,549 @@
+"""The web reader as a swarm peer (issue 26, part 3), in Debian's headless Chromium.
+
+Real parts on 127.0.0.1: pressrun's tracker (its ``/webtorrent`` WebSocket relays the
+WebRTC offers and answers), libtorrent 2.1.1 peers in child processes
+(``tests/tracker/webrtc_peer.py``: a session with WebRTC peers can hang when it is
+destroyed, so it is ended with SIGTERM), real origins (``start_origin``), the
+subscription service, the reader service, and one Chromium whose contexts are the
+phones. The balancer's ``peer=webrtc`` answer is not built yet (another engineer's
+part): a small stand-in serves the agreed directive (mode ``swarm``, ``swarm`` with
+``torrent_url``, ``tracker_url``, ``info_hash``, ``webtorrent_url``, ``web_seeds``)
+and, as a mirror of the small files, each issue's ``manifest.json`` and ``.torrent``
+(so an issue can be fetched with every origin stopped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import importlib.util
+import json
+import random
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from pressrun.clients.config import MOBILE
+from pressrun.content.keys import generate_keypair, load_public_key
+from pressrun.reader.config import ReaderConfig, SwarmSettings
+
+from .conftest import REPO, Phone, browser_only
+
+lt = pytest.importorskip("libtorrent")
+
+pytestmark = [browser_only, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+PIECE = 64 * 1024
+SIZE = 1_500_000  # 23 pieces
+TOKEN = "swarm-tests-operator-token-0123456789"
+
+_spec = importlib.util.spec_from_file_location(
+    "webrtc_peer", REPO / "tests" / "tracker" / "webrtc_peer.py"
+)
+assert _spec is not None and _spec.loader is not None
+webrtc_peer = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("webrtc_peer", webrtc_peer)
+_spec.loader.exec_module(webrtc_peer)
+WebRTCPeer = webrtc_peer.WebRTCPeer
+
+
+@dataclass
+class Issue:
+    """A published issue: its bytes, bundle and what the directive names."""
+
+    issue_id: str
+    data: bytes
+    bundle: Path
+    manifest: dict[str, Any]
+
+    @property
+    def file_name(self) -> str:
+        return str(self.manifest["file_name"])
+
+    @property
+    def transfer_bytes(self) -> int:
+        return int(self.manifest["size_bytes"])
+
+
+@dataclass
+class SwarmStack:
+    """The tracker, the directive stand-in (and mirror), the reader, the content."""
+
+    root: Path
+    content: Path
+    key: Path
+    ws_url: str
+    tracker: Any
+    standin_url: str = ""
+    reader_url: str = ""
+    subscriptions_url: str = ""
+    directives: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queries: list[dict[str, str]] = field(default_factory=list)
+    origins: list[Any] = field(default_factory=list)
+    peers: list[Any] = field(default_factory=list)
+
+    async def publish(
+        self, issue_id: str, *, subscribers: list[str] | None = None, data: bytes | None = None
+    ) -> Issue:
+        """Publish an issue: ``data`` or random bytes (encrypted for these subscribers'
+        keys, if given)."""
+        import aiohttp
+
+        from pressrun.content.publish import publish
+        from pressrun.subscriptions.client import HttpSubscriberDirectory, SubscriptionsClient
+
+        directory = None
+        if subscribers is not None:
+            directory = HttpSubscriberDirectory(self.subscriptions_url, TOKEN)
+            async with aiohttp.ClientSession() as http:
+                client = SubscriptionsClient(self.subscriptions_url, http, operator_token=TOKEN)
+                for n, key in enumerate(subscribers):
+                    await client.add_subscriber(bytes.fromhex(key), f"{issue_id}-{n}")
+        data = random.Random(issue_id).randbytes(SIZE) if data is None else data
+        source = self.root / f"{issue_id}.pdf"
+        source.write_bytes(data)
+        bundle = await asyncio.to_thread(
+            publish,
+            source,
+            issue_id=issue_id,
+            title=f"Swarm issue {issue_id}",
+            key_path=self.key,
+            content_dir=self.content,
+            trackers=[self.ws_url],
+            piece_size=PIECE,
+            encrypt_for=directory,
+        )
+        manifest = json.loads((bundle / "manifest.json").read_text())["manifest"]
+        return Issue(issue_id, data, bundle, manifest)
+
+    async def origin(self, *, stopped: bool = False) -> str:
+        """A real origin over the content folder; its URL (``stopped``: it is stopped
+        at once, so the URL refuses connections)."""
+        from pressrun.origin.aio import start_origin
+        from pressrun.origin.config import OriginConfig
+
+        running = await start_origin(OriginConfig(content_dir=self.content, port=0))
+        if stopped:
+            await running.stop()
+        else:
+            self.origins.append(running)
+        return str(running.url)
+
+    def direct(self, issue: Issue, *, origins: list[str], web_seeds: list[str]) -> None:
+        """The stand-in answers a swarm directive for the issue."""
+        mirror = f"{self.standin_url}/content/{issue.issue_id}"
+        self.directives[issue.issue_id] = {
+            "issue_id": issue.issue_id,
+            "mode": "swarm",
+            "origins": [
+                {"name": f"origin-{n}", "url": url, "score": None} for n, url in enumerate(origins)
+            ],
+            "swarm": {
+                "torrent_url": f"{mirror}/{issue.issue_id}.torrent",
+                "tracker_url": f"http://127.0.0.1:{self.ws_url.split(':')[2].split('/')[0]}/announce",
+                "info_hash": issue.manifest["info_hash"],
+                "webtorrent_url": self.ws_url,
+                "web_seeds": [f"{u}/content/{issue.issue_id}/{issue.file_name}" for u in web_seeds],
+            },
+            "multicast": None,
+            "fallbacks": ["origin"],
+            "expires_in_s": 30,
+            "algorithm": "stand-in",
+        }
+
+    async def libtorrent_seed(self, issue: Issue) -> Any:
+        """A libtorrent 2.1.1 WebRTC seed of the bundle, in a child process."""
+        peer = await WebRTCPeer.start(issue.bundle / f"{issue.issue_id}.torrent", issue.bundle)
+        self.peers.append(peer)
+        assert await peer.complete(30), "the libtorrent seed did not check its copy"
+        return peer
+
+
+def stand_in(stack: SwarmStack) -> web.Application:
+    """The balancer's agreed swarm directive, and a mirror of the small bundle files."""
+
+    @web.middleware
+    async def cors(request: web.Request, handler: Any) -> web.StreamResponse:
+        response: web.StreamResponse = await handler(request)
+        response.headers["Access-Control-Allow-Origin"] = "*"
+        return response
+
+    async def directive(request: web.Request) -> web.Response:
+        issue = request.match_info["issue"]
+        stack.queries.append(dict(request.query))
+        if issue not in stack.directives:
+            return web.json_response({"error": f"unknown issue {issue}"}, status=404)
+        return web.json_response(stack.directives[issue])
+
+    async def origins(_: web.Request) -> web.Response:
+        return web.json_response({"origins": []})  # nothing is downloaded on its own
+
+    async def mirror(request: web.Request) -> web.StreamResponse:
+        issue, name = request.match_info["issue"], request.match_info["name"]
+        if name != "manifest.json" and not name.endswith(".torrent"):
+            return web.Response(status=404, text="the mirror has only the small files\n")
+        path = stack.content / issue / name
+        if not path.is_file():
+            return web.Response(status=404)
+        return web.Response(body=path.read_bytes())
+
+    app = web.Application(middlewares=[cors])
+    app.router.add_get("/v1/issues/{issue}/directive", directive)
+    app.router.add_get("/v1/origins", origins)
+    app.router.add_get("/content/{issue}/{name}", mirror)
+    return app
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SwarmStack]:
+    """One tracker, stand-in, subscription service and reader for the module."""
+    from pressrun.reader.aio import start_reader
+    from pressrun.security import ServiceSecurity
+    from pressrun.subscriptions.aio import SubscriptionService
+    from pressrun.subscriptions.store import SubscriptionStore
+    from pressrun.tracker.aio import TrackerService
+    from pressrun.tracker.config import TrackerConfig
+    from pressrun.tracker.core import TrackerCore
+    from pressrun.tracker.store import SqliteStore
+
+    root = tmp_path_factory.mktemp("swarm")
+    content = root / "content"
+    content.mkdir()
+    generate_keypair(root / "publisher.key")
+    tracker = TrackerService(
+        TrackerCore(TrackerConfig(), random.Random(1)),
+        SqliteStore(root / "tracker.db", flush_interval_s=0.05),
+        security=ServiceSecurity(operator_token=TOKEN),
+    )
+    port = await tracker.start("127.0.0.1", 0)
+    ws_url = f"ws://127.0.0.1:{port}/webtorrent"
+    s = SwarmStack(root, content, root / "publisher.key", ws_url, tracker)
+    runner = web.AppRunner(stand_in(s), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    s.standin_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    subs = SubscriptionService(SubscriptionStore(root / "subs.db"), operator_token=TOKEN)
+    s.subscriptions_url = f"http://127.0.0.1:{await subs.start('127.0.0.1', 0)}"
+    reader = await start_reader(
+        ReaderConfig(
+            balancer_url=s.standin_url,
+            publisher_keys=(load_public_key(root / "publisher.key.pub").hex(),),
+            download=MOBILE,
+            swarm=SwarmSettings(
+                connect_timeout_s=3.0,
+                stall_timeout_s=10.0,
+                max_seed_time_s=60.0,
+                upload_limit_bytes_per_s=0,  # no cap: the tests are about who sends what
+            ),
+        )
+    )
+    s.reader_url = reader.url
+    try:
+        yield s
+    finally:
+        await reader.stop()
+        await subs.close()
+        await runner.cleanup()
+        await tracker.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def swarm(stack: SwarmStack) -> AsyncIterator[SwarmStack]:
+    """The module's stack; the origins and libtorrent peers a test starts are stopped
+    after it."""
+    yield stack
+    for peer in stack.peers:
+        await peer.stop()
+    for origin in stack.origins:
+        await origin.stop()
+    stack.peers.clear()
+    stack.origins.clear()
+
+
+# -- the phone's side
+
+
+async def start(phone: Phone, issue: Issue) -> None:
+    """Tap Download (what auto-download does for a new issue)."""
+    await phone.evaluate(
+        f"void window.pressrun.startDownload({issue.issue_id!r})", what="the download's start"
+    )
+
+
+async def swarm_status(phone: Phone, issue: Issue) -> dict[str, Any]:
+    status = await phone.evaluate("window.pressrun.swarm()", what="the swarm status")
+    return dict(status.get(issue.issue_id) or {})
+
+
+async def verified(phone: Phone, issue: Issue, plain: bytes) -> dict[str, Any]:
+    """The download's result, the stored copy checked against ``plain``."""
+    try:
+        result: dict[str, Any] = await phone.wait_for_download(issue.issue_id, timeout_s=40)
+    except AssertionError as err:
+        # what the phone stored, said and saw of the swarm, for the failure's message
+        runs = await phone.evaluate(
+            """async (issue) => {
+                const root = await navigator.storage.getDirectory();
+                const issues = await root.getDirectoryHandle('issues');
+                const dir = await issues.getDirectoryHandle(issue);
+                const names = [];
+                for await (const name of dir.keys()) names.push(name);
+                return names.sort();
+            }""",
+            issue.issue_id,
+            what="the stored runs",
+        )
+        status = await swarm_status(phone, issue)
+        raise AssertionError(f"{err}; runs {runs}; {await phone.notices()}; {status}") from None
+    assert await phone.stored_sha256(issue.issue_id) == hashlib.sha256(plain).hexdigest()
+    return result
+
+
+async def prestore(phone: Phone, issue: Issue, first: int, count: int) -> None:
+    """Pieces first..first+count-1 already in the phone's store (a cut download)."""
+    chunk = issue.data[first * PIECE : (first + count) * PIECE]
+    await phone.evaluate(
+        """async ([issue, first, count, b64, piece]) => {
+            const store = await import('./js/store.js');
+            const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+            const chunks = [];
+            for (let k = 0; k < count; k++) chunks.push(bytes.subarray(k * piece, (k + 1) * piece));
+            await store.writeRun(issue, first, chunks);
+        }""",
+        [issue.issue_id, first, count, base64.b64encode(chunk).decode(), PIECE],
+        what="the pieces stored before",
+    )
+
+
+async def wait_status(phone: Phone, issue: Issue, key: str, value: Any, timeout_s: float) -> None:
+    async def check() -> bool:
+        return (await swarm_status(phone, issue)).get(key) == value
+
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        assert time.monotonic() < deadline, (key, value, await swarm_status(phone, issue))
+        await asyncio.sleep(0.1)
+
+
+CELLULAR = """
+(() => {
+  const connection = new EventTarget();
+  connection.type = "cellular";
+  Object.defineProperty(Navigator.prototype, "connection", { get: () => connection });
+})();
+"""
+
+
+# -- the tests
+
+
+async def test_reader_gets_an_issue_from_a_libtorrent_peer_with_the_origins_stopped(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    issue = await swarm.publish("swarm-lt")
+    stopped = await swarm.origin(stopped=True)
+    swarm.direct(issue, origins=[swarm.standin_url], web_seeds=[stopped])
+    await swarm.libtorrent_seed(issue)
+    phone: Phone = await phone_factory(swarm.reader_url)
+    page = await phone.open()
+    started = time.monotonic()
+    await start(phone, issue)
+    result = await verified(phone, issue, issue.data)
+    print(f"libtorrent peer -> reader: {time.monotonic() - started:.2f} s")
+    assert result["bytes_by_origin"] == {}
+    assert result["bytes_from_web_seeds"] == 0
+    assert result["bytes_from_peers"] >= issue.transfer_bytes
+    assert result["peers_seen"] == 1
+    assert {"peer": "webrtc"}.items() <= swarm.queries[-1].items()
+    # the browser is a peer of the swarm in the tracker's own accounting
+    records = swarm.tracker.core.records(bytes.fromhex(issue.manifest["info_hash"]))
+    assert len(records) == 2
+    # the library says where the bytes came from
+    line = page.locator(f"li[data-issue='{issue.issue_id}'] .sources")
+    await line.filter(has_text="from peers 1.5 MB").wait_for()
+    assert "From origins 0 B" in await line.inner_text()
+    assert not [c for c in phone.console if c.startswith("pageerror")], phone.console
+
+
+async def test_two_readers_trade_pieces_with_each_other(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # each phone holds half of the issue (a cut download); the origins are stopped
+    # and no other peer exists: each can finish only with the other's half
+    issue = await swarm.publish("swarm-trade")
+    stopped = await swarm.origin(stopped=True)
+    swarm.direct(issue, origins=[swarm.standin_url], web_seeds=[stopped])
+    n = -(-SIZE // PIECE)
+    half = n // 2
+    a: Phone = await phone_factory(swarm.reader_url)
+    b: Phone = await phone_factory(swarm.reader_url)
+    await a.open()
+    await b.open()
+    await prestore(a, issue, 0, half)
+    await prestore(b, issue, half, n - half)
+    started = time.monotonic()
+    await start(a, issue)
+    await start(b, issue)
+    ra, rb = await asyncio.gather(verified(a, issue, issue.data), verified(b, issue, issue.data))
+    print(f"two readers traded halves in {time.monotonic() - started:.2f} s")
+    assert ra["resumed_pieces"] == half and rb["resumed_pieces"] == n - half
+    assert ra["bytes_from_peers"] >= SIZE - half * PIECE
+    assert rb["bytes_from_peers"] >= half * PIECE
+    assert ra["bytes_by_origin"] == rb["bytes_by_origin"] == {}
+    sa, sb = await swarm_status(a, issue), await swarm_status(b, issue)
+    assert sa["uploaded_bytes"] >= half * PIECE, sa
+    assert sb["uploaded_bytes"] >= SIZE - half * PIECE, sb
+
+
+async def test_subscribers_encrypted_issue_arrives_through_peers_and_opens(
+    swarm: SwarmStack,
+    sample_pdf: bytes,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # A gets the ciphertext from a libtorrent seed; the seed goes; B gets it from A
+    # alone (A sends its stored pieces encrypted again), opens it, and A leaves by
+    # the fair-exit rule once it has uploaded what it downloaded
+    a: Phone = await phone_factory(swarm.reader_url)
+    b: Phone = await phone_factory(swarm.reader_url)
+    await a.open()
+    page_b = await b.open()
+    issue = await swarm.publish(
+        "swarm-enc",
+        subscribers=[await a.subscriber_key(), await b.subscriber_key()],
+        data=sample_pdf,
+    )
+    assert "encryption" in issue.manifest
+    stopped = await swarm.origin(stopped=True)
+    swarm.direct(issue, origins=[swarm.standin_url], web_seeds=[stopped])
+    seed = await swarm.libtorrent_seed(issue)
+    await start(a, issue)
+    ra = await verified(a, issue, sample_pdf)
+    assert ra["encrypted"] and ra["bytes_from_peers"] >= issue.transfer_bytes
+    await seed.stop()
+    started = time.monotonic()
+    await start(b, issue)
+    rb = await verified(b, issue, sample_pdf)
+    print(f"reader -> reader, encrypted: {time.monotonic() - started:.2f} s")
+    assert rb["bytes_from_peers"] >= issue.transfer_bytes
+    assert rb["bytes_by_origin"] == {} and rb["bytes_from_web_seeds"] == 0
+    await wait_status(a, issue, "leave_rule", "ratio", timeout_s=10)
+    assert (await swarm_status(a, issue))["uploaded_bytes"] >= issue.transfer_bytes
+    await b.evaluate(f"window.pressrun.openIssue({issue.issue_id!r})", what="opening the issue")
+    await page_b.wait_for_selector("#page[data-page='1']")
+
+
+async def test_a_peer_sending_a_poisoned_piece_is_banned_and_the_issue_ends_verified(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    issue = await swarm.publish("swarm-poison")
+    origin = await swarm.origin()
+    swarm.direct(issue, origins=[origin], web_seeds=[origin])
+    # the poisoner: a plain webtorrent client (no pressrun code) that claims every
+    # piece and sends the issue with one byte of every piece flipped
+    poisoner: Phone = await phone_factory(swarm.reader_url)
+    await poisoner.open()
+    bad_peer = await poisoner.evaluate(
+        """async ([torrentUrl, fileUrl, piece]) => {
+            const { default: WebTorrent } = await import('webtorrent');
+            const data = new Uint8Array(await (await fetch(fileUrl)).arrayBuffer());
+            for (let i = 100; i < data.length; i += piece) data[i] ^= 0xff;
+            const raw = new Uint8Array(await (await fetch(torrentUrl)).arrayBuffer());
+            class Poisoned {
+              constructor(chunkLength) { this.chunkLength = chunkLength; }
+              put(i, b, cb) { cb?.(null); }
+              get(i, o, cb) {
+                if (typeof o === 'function') [cb, o] = [o, null];
+                const p = data.subarray(i * piece, Math.min((i + 1) * piece, data.length));
+                const off = o?.offset ?? 0;
+                cb(null, p.subarray(off, off + (o?.length ?? p.length - off)));
+              }
+              close(cb) { cb?.(null); }
+              destroy(cb) { cb?.(null); }
+            }
+            const client = new WebTorrent({ dht: false, lsd: false, utPex: false, webSeeds: false,
+                                            tracker: { rtcConfig: { iceServers: [] } } });
+            const t = client.add(raw, { store: Poisoned, skipVerify: true, storeCacheSlots: 0 });
+            await new Promise((resolve) => t.on('ready', resolve));
+            window.__poisoner = t;
+            return client.peerId;
+        }""",
+        [
+            f"{swarm.standin_url}/content/{issue.issue_id}/{issue.issue_id}.torrent",
+            f"{origin}/content/{issue.issue_id}/{issue.file_name}",
+            PIECE,
+        ],
+        what="the poisoner's start",
+    )
+    phone: Phone = await phone_factory(swarm.reader_url)
+    await phone.open()
+    await start(phone, issue)
+    result = await verified(phone, issue, issue.data)
+    status = await swarm_status(phone, issue)
+    assert [ban["peer"] for ban in status["banned"]] == [bad_peer], status
+    assert status["bad_pieces"] >= 1
+    assert result["banned_peers"] == 1
+    # what the poisoner sent was refused; the pieces came from the origin (web seed)
+    assert result["bytes_from_web_seeds"] >= issue.transfer_bytes - PIECE
+    assert any("it is banned" in text for text in await phone.notices())
+
+
+async def test_a_metered_network_uploads_nothing(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # A (cellular, Wi-Fi only off) holds half the issue; B holds nothing and is
+    # connected to A: A sends B nothing, and both finish from the origin (web seed)
+    issue = await swarm.publish("swarm-metered")
+    origin = await swarm.origin()
+    swarm.direct(issue, origins=[origin], web_seeds=[origin])
+    n = -(-SIZE // PIECE)
+    a: Phone = await phone_factory(swarm.reader_url)
+    await a.context.add_init_script(CELLULAR)
+    await a.open()
+    await a.evaluate(
+        "import('./js/db.js').then((db) => db.putSetting('wifi_only', false))",
+        what="Wi-Fi only off",
+    )
+    await prestore(a, issue, 0, n // 2)
+    b: Phone = await phone_factory(swarm.reader_url)
+    await b.open()
+    await start(a, issue)
+    await start(b, issue)
+    _, rb = await asyncio.gather(verified(a, issue, issue.data), verified(b, issue, issue.data))
+    sa = await swarm_status(a, issue)
+    assert sa["uploaded_bytes"] == 0, sa
+    assert rb["peers_seen"] == 1, rb  # B was connected to A
+    assert rb["bytes_from_peers"] == 0, rb
+    assert rb["bytes_from_web_seeds"] >= issue.transfer_bytes
+    await wait_status(a, issue, "leave_rule", "metered", timeout_s=5)
+
+
+async def test_no_peer_in_time_downloads_from_the_origins(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    issue = await swarm.publish("swarm-alone")
+    origin = await swarm.origin()
+    swarm.direct(issue, origins=[origin], web_seeds=[origin])
+    phone: Phone = await phone_factory(swarm.reader_url)
+    await phone.open()
+    started = time.monotonic()
+    await start(phone, issue)
+    result = await verified(phone, issue, issue.data)
+    print(f"no peer: from the origins after the wait, {time.monotonic() - started:.2f} s")
+    assert result["bytes_from_peers"] == 0
+    assert result["bytes_by_origin"] == {"origin-0": issue.transfer_bytes}
+    notices = await phone.notices()
+    assert any("no peer connected within 3" in t and "come from the origins" in t for t in notices)
