@@ -195,8 +195,10 @@ async def one_run(
                 else {}
             )
             bad = [r for r in results if not r["completed"]]
+            refused = swarm_procs.verdict(loads, machine_figures)
             if bad:
-                raise SystemExit(f"{len(bad)} peers did not complete")
+                # (printed with the harness's figures: a saturated harness stalls peers)
+                refused = f"{len(bad)} peers did not complete" + (f"; {refused}" if refused else "")
             last = max(r["download_s"] or 0.0 for r in results)
             t_min = max(size / u_s, n * size / (u_s + n * u))
             rules: dict[str, int] = {}
@@ -228,7 +230,7 @@ async def one_run(
                 **machine_figures,
                 **{f"rule_{k}": float(v) for k, v in rules.items()},
                 "loads": loads,
-                "refused": swarm_procs.verdict(loads, machine_figures),
+                "refused": refused,
             }
 
 
@@ -341,9 +343,10 @@ def print_run_line(policy: str, n: int, k: int, r: dict[str, Any]) -> None:
         else ""
     )
     state = f"REFUSED ({r['refused']})" if r["refused"] else "ok"
+    cpu = ", ".join(f"{name} {f['cpu_process']:.2f}" for name, f in r["loads"].items())
     print(
         f"  run {k + 1}: {policy} N = {n}: {r['last_s']:.1f} s = {r['x']:.2f}x, "
-        f"{r['copies']:.2f} copies{ring}; {_harness(r)}: {state}",
+        f"{r['copies']:.2f} copies{ring}; {_harness(r)} (CPU cores: {cpu}): {state}",
         flush=True,
     )
 

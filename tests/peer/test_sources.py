@@ -151,13 +151,18 @@ def test_a_peer_takes_from_roomy_origins_what_its_peers_cannot_give_it_yet() -> 
     assert (owed, coming) == (3, 0)
 
 
-def test_busy_origins_leave_the_pieces_to_the_ring() -> None:
+def test_busy_origins_or_a_full_download_leave_the_pieces_to_the_ring() -> None:
     # the loopback bench: the origin's 2 MB/s shared by 40 bringers, 50 kB/s each
     # against 1 MB/s of upload a peer: nothing but what the ring hands out
     status, st = _status_with_ring_answers(fetch_bps=50_000)
     _tradable, owed, coming = status._sources(st)
     assert status._feed.owed == ()
     assert (owed, coming) == (2, 2)
+    # roomy origins, but its peers fill its download already
+    status, st = _status_with_ring_answers(fetch_bps=2_000_000)
+    status.download_bps = 800_000
+    status._sources(st)
+    assert status._feed.owed == ()
 
 
 def test_the_origins_have_room_at_half_the_rate_a_peer_takes_pieces_at() -> None:
@@ -166,3 +171,6 @@ def test_the_origins_have_room_at_half_the_rate_a_peer_takes_pieces_at() -> None
     assert not origins_have_room(0, 0)  # nothing fetched yet: no measure
     assert origins_have_room(500_000, 1_000_000)
     assert not origins_have_room(499_999, 1_000_000)
+    # its peers fill half its download already: nothing from the origins
+    assert origins_have_room(2_000_000, 1_000_000, download_bps=499_999)
+    assert not origins_have_room(2_000_000, 1_000_000, download_bps=500_000)

@@ -125,16 +125,19 @@ def shared_out(pieces: Sequence[int], peer_id: str, leecher_ids: Sequence[str]) 
     return (*pieces[at:], *pieces[:at])
 
 
-def origins_have_room(fetch_bps: int, reference_bps: int) -> bool:
-    """Whether the origins have room for this peer: its last piece from them
-    (``fetch_bps``, the feed's measure; 0: none yet) came at least `ROOM_SHARE` of
-    ``reference_bps``, the rate it takes pieces at otherwise (the fastest it
-    downloaded from peers, or what it uploads: a peer of this swarm gives at most that).
+def origins_have_room(fetch_bps: int, reference_bps: int, download_bps: int = 0) -> bool:
+    """Whether the origins have room for this peer, and it for them: its last piece
+    from them (``fetch_bps``, the feed's measure; 0: none yet) came at least
+    `ROOM_SHARE` of ``reference_bps``, the rate it takes pieces at otherwise (the
+    fastest it downloaded from peers, or what it uploads: a peer of this swarm gives
+    at most that), while its peers give it less than that share now
+    (``download_bps``: a peer whose download is full needs nothing more).
     A busy origin shares its egress among every fetch (the loopback bench: 2 MB/s over
     up to 40 fetches, 50 kB/s each against 1 MB/s a peer): no room. An origin with
     room sends at the reader's own link rate (the emulated small scenario: its
     origin client took 2.2 s for 4 MB, the ring's swarm clients 13.9-14.9 s)."""
-    return fetch_bps > 0 and fetch_bps >= ROOM_SHARE * reference_bps
+    share = ROOM_SHARE * reference_bps
+    return fetch_bps > 0 and fetch_bps >= share and download_bps < share
 
 
 def origin_fill(

@@ -104,6 +104,7 @@ class SwarmStatus:
         #: the fastest payload upload and download libtorrent reported (bytes/s)
         self.peak_upload_bps = 0
         self.peak_download_bps = 0
+        self.download_bps = 0  # the payload download rate now (from peers)
         #: the payload upload lately (the ring's report: the upload left unused)
         self.upload_use = UploadUse()
         #: pieces this peer lacks
@@ -119,7 +120,8 @@ class SwarmStatus:
             # set_alert_notify, FIELD-NOTES.md)
             self.tally.update(handle.get_peer_info(), count_sole=bool(st.is_seeding))
         self.peak_upload_bps = max(self.peak_upload_bps, int(st.upload_payload_rate))
-        self.peak_download_bps = max(self.peak_download_bps, int(st.download_payload_rate))
+        self.download_bps = int(st.download_payload_rate)
+        self.peak_download_bps = max(self.peak_download_bps, self.download_bps)
         self.upload_use.add(now, int(st.total_payload_upload))
         self.missing = max(0, self.manifest.num_pieces - int(st.num_pieces))
         have_bits = tuple(bool(b) for b in st.pieces)
@@ -197,14 +199,15 @@ class SwarmStatus:
 
     def _fill(self, missing: MissingPieces, plan: tuple[int, ...] | None) -> tuple[int, ...]:
         # (`sources.origin_fill`; the rate it takes pieces at otherwise: the fastest
-        # it downloaded from peers, or its upload, its limit else its fastest)
+        # it downloaded from peers, or its upload, its limit else its fastest; and
+        # what its peers give it now)
         if not self.policy.fetches_owed_pieces or plan is None:
             return ()
         reference = max(self.peak_download_bps, self.upload_limit_bps or self.peak_upload_bps)
         return origin_fill(
             missing,
             plan,
-            room=origins_have_room(self._feed.fetch_bps, reference),
+            room=origins_have_room(self._feed.fetch_bps, reference, self.download_bps),
             peer_id=self._peer_id(),
             leecher_ids=self.tally.leecher_ids,
         )
