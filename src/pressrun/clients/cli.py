@@ -145,6 +145,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "issue's Chord ring chooses each piece's uploader; docs/chord.md); default: "
         f"${UPLOADER_POLICY_ENV}, else the peer's default",
     )
+    p.add_argument(
+        "--prefetch",
+        action="store_true",
+        help="an embargoed issue (published with --release-at): download it now at the "
+        "balancer's prefetch pace and open it at the release (the command waits until "
+        "then); any other issue is downloaded as usual (docs/subscriptions.md, 'Embargo')",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar, only errors")
     p.add_argument(
         "--json",
@@ -377,6 +384,20 @@ def run_get(args: argparse.Namespace) -> int:
     progress: Any = _RichProgress(console) if show_bar else _PlainNotices(args.quiet or args.json)
 
     async def go() -> Any:
+        if args.prefetch:
+            from pressrun.clients.prefetch import prefetch_issue
+
+            return await prefetch_issue(
+                args.issue,
+                balancer_url=balancers,
+                library=Path(args.library),
+                config=config,
+                trusted_keys=trusted,
+                progress=progress,
+                trust_on_first_use=args.trust_on_first_use,
+                subscriber_key=subscriber_key,
+                subscriptions_url=args.subscriptions,
+            )
         return await fetch_issue(
             args.issue,
             balancer_url=balancers,

@@ -28,14 +28,22 @@ import nacl.public
 from pressrun.content.encryption import DecryptError, WrapError, decrypt_file, open_wrap
 from pressrun.content.manifest import Manifest
 from pressrun.subscriptions.client import (
+    Embargoed,
     NotSubscribed,
     NoWrap,
+    Revoked,
     ServiceUnavailable,
     SubscriptionError,
     SubscriptionsClient,
 )
 
-__all__ = ["NotReadable", "content_key_for", "decrypt_partial", "fetch_wrap_patiently"]
+__all__ = [
+    "NotReadable",
+    "content_key_for",
+    "content_key_or_embargo",
+    "decrypt_partial",
+    "fetch_wrap_patiently",
+]
 
 log = logging.getLogger("pressrun.clients.subscription")
 
@@ -92,6 +100,32 @@ async def content_key_for(
     the service cannot be reached for WRAP_RETRY_S (asked again meanwhile: a restart
     passes), or the wrap does not open (another subscriber's).
     """
+    got = await content_key_or_embargo(
+        manifest,
+        subscriber_key=subscriber_key,
+        subscriptions_url=subscriptions_url,
+        session=session,
+    )
+    if isinstance(got, Embargoed):
+        raise NotReadable(
+            f"{manifest.issue_id} is released at {got.release_at}: its key is handed out "
+            f"from then on ({got.retry_after_s:.0f} s from now by the subscription "
+            "service's clock); run `pressrun get --prefetch` to download it now and open "
+            "it at the release; nothing was downloaded"
+        )
+    return got
+
+
+async def content_key_or_embargo(
+    manifest: Manifest,
+    *,
+    subscriber_key: nacl.public.PrivateKey | None,
+    subscriptions_url: str | None,
+    session: aiohttp.ClientSession,
+) -> bytes | Embargoed:
+    """:func:`content_key_for`, but an embargo (the release is still to come) is
+    answered, not raised: the caller may pre-position the ciphertext meanwhile
+    (``pressrun get --prefetch``). A withdrawn issue (revoked) is NotReadable."""
     enc = manifest.encryption
     if enc is None:
         raise ValueError(f"issue {manifest.issue_id} is not encrypted")
@@ -114,6 +148,10 @@ async def content_key_for(
         ) from None
     except NoWrap as err:
         raise NotReadable(f"{what}: {err}; nothing was downloaded") from None
+    except Embargoed as err:
+        return err
+    except Revoked as err:
+        raise NotReadable(f"{what}: {err}") from None
     except SubscriptionError as err:
         raise NotReadable(f"cannot get the key of {what}: {err}; nothing was downloaded") from None
     try:

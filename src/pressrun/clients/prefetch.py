@@ -1,0 +1,405 @@
+"""``pressrun get --prefetch``: pre-position an embargoed issue, open it at the release.
+
+An issue published with ``--encrypt --release-at`` (docs/subscriptions.md, "Embargo")
+can travel before its release: only the key is held back. With ``--prefetch`` the
+client:
+
+1. asks the balancer for a prefetch grant (``GET /v1/issues/<id>/prefetch``, counted
+   apart from the readers: `pressrun.balancer.prefetch`), which names the origins and
+   the rate to keep to; a 429 means wait (``Retry-After``) and ask again;
+2. fetches and verifies the signed manifest from the first origin. An issue that is
+   not encrypted, has no release time, or whose release has come already, is simply
+   downloaded as ``pressrun get`` does (`fetch_issue`);
+3. asks its wrap once: a non-subscriber, a subscriber without a wrap, or a withdrawn
+   issue stops here with nothing downloaded; the embargo's answer gives the seconds
+   left by the subscription service's clock, which is the only clock the client
+   trusts for the release (its own may be off);
+4. downloads the ciphertext piece by piece from the granted origins (HTTP Range, one
+   piece at a time, each checked against the manifest and recorded in the resume
+   state as ``get`` does), paced to the grant (`PrefetchPace`), renewing the grant
+   every ``renew_s``; an interrupted prefetch resumes like any ``get``;
+5. waits for the release (asking the wrap again every ``RECHECK_S`` meanwhile, so a
+   release moved earlier or later, or revoked, is followed), fetches the wrap at the
+   release, decrypts and moves the plaintext into the library at once.
+
+If the release comes before the ciphertext is all there, the rest is fetched at full
+speed the ordinary way (`fetch_issue` resumes from the verified pieces).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import nacl.public
+
+from pressrun.clients.aio import FetchResult, _already_there, fetch_issue
+from pressrun.clients.codec import ResumeState
+from pressrun.clients.config import ClientConfig, parse_balancer_urls
+from pressrun.clients.core import PrefetchPace
+from pressrun.clients.library import Library, LibraryError
+from pressrun.clients.manifest_fetch import MAX_MANIFEST_BYTES, _BadManifest, _verified_manifest
+from pressrun.clients.session import (
+    DirectiveUnavailable,
+    FetchError,
+    FetchState,
+    Progress,
+    still_good,
+)
+from pressrun.clients.subscription import (
+    NotReadable,
+    content_key_or_embargo,
+    decrypt_partial,
+)
+from pressrun.content.codec import piece_ok, valid_issue_id
+from pressrun.content.manifest import Manifest, check_file
+from pressrun.security import client_connector
+from pressrun.subscriptions.client import Embargoed
+
+__all__ = ["RECHECK_S", "prefetch_issue"]
+
+log = logging.getLogger("pressrun.clients.prefetch")
+
+#: while waiting for the release, ask the wrap again this often: a release moved
+#: earlier (or later, or revoked) is followed within it
+RECHECK_S = 600.0
+#: the most a granted or waiting prefetcher waits before asking the balancer again
+MAX_GRANT_WAIT_S = 300.0
+
+
+@dataclass
+class _Grant:
+    rate_bytes_per_s: float
+    renew_at: float
+    origins: list[tuple[str, str]]  # (name, base URL)
+
+
+async def prefetch_issue(
+    issue_id: str,
+    *,
+    balancer_url: str | Sequence[str],
+    library: Path | str,
+    config: ClientConfig,
+    trusted_keys: Collection[bytes] | None,
+    progress: Progress | None = None,
+    trust_on_first_use: bool = False,
+    subscriber_key: nacl.public.PrivateKey | None = None,
+    subscriptions_url: str | None = None,
+    client_id: str | None = None,
+) -> FetchResult:
+    """Pre-position ``issue_id`` and open it at its release (module docstring).
+
+    The arguments are `fetch_issue`'s; ``client_id`` is what the balancer knows this
+    prefetcher by (default: random per run). Returns once the plaintext is in the
+    library; FetchError (one line) otherwise, the verified ciphertext kept in
+    ``LIBRARY/.partial/`` for the next attempt.
+    """
+
+    async def ordinary() -> FetchResult:
+        return await fetch_issue(
+            issue_id,
+            balancer_url=balancer_url,
+            library=library,
+            config=config,
+            trusted_keys=trusted_keys,
+            progress=progress,
+            trust_on_first_use=trust_on_first_use,
+            subscriber_key=subscriber_key,
+            subscriptions_url=subscriptions_url,
+        )
+
+    if not valid_issue_id(issue_id):
+        return await ordinary()  # which says what is wrong with it
+    try:
+        balancers = parse_balancer_urls(balancer_url)
+    except ValueError as err:
+        raise FetchError(str(err)) from None
+    connector = client_connector(limit=0, force_close=False)
+    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+        f = FetchState(
+            issue_id=issue_id,
+            balancer_url=balancers[0],
+            balancer_urls=balancers,
+            library=Library(library),
+            config=config,
+            trusted_keys=trusted_keys,
+            progress=progress,
+            session=session,
+            trust_on_first_use=trust_on_first_use,
+            subscriber_key=subscriber_key,
+            subscriptions_url=subscriptions_url,
+        )
+        prefetcher = _Prefetcher(f, client_id or secrets.token_hex(8))
+        result = await prefetcher.run()
+    return result if result is not None else await ordinary()
+
+
+class _Prefetcher:
+    """One prefetch: the grant, the paced download, the wait, the opening."""
+
+    def __init__(self, f: FetchState, client_id: str) -> None:
+        self.f = f
+        self.client_id = client_id
+        self.started_at = f.now()
+        self.bytes_by_origin: dict[str, int] = {}
+
+    # -- the balancer's grant
+
+    async def grant(self) -> _Grant:
+        """A grant with a rate above 0, waiting (and asking again) while deferred."""
+        f = self.f
+        failures = 0
+        while True:
+            for base in f.balancer_urls or (f.balancer_url,):
+                url = f"{base}/v1/issues/{f.issue_id}/prefetch?client={self.client_id}"
+                try:
+                    async with f.session.get(
+                        url, timeout=aiohttp.ClientTimeout(total=f.config.connect_timeout_s * 3)
+                    ) as resp:
+                        doc = await resp.json(content_type=None)
+                        status = resp.status
+                except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as err:
+                    f.notice(f"balancer {base}: {err or type(err).__name__}; trying the next")
+                    continue
+                if status == 200 and isinstance(doc, dict):
+                    origins = [
+                        (str(o["name"]), str(o["url"]).rstrip("/"))
+                        for o in doc.get("origins", [])
+                        if isinstance(o, dict) and "name" in o and "url" in o
+                    ]
+                    if origins:
+                        renew = float(doc.get("renew_s", 20.0))
+                        rate = float(doc.get("rate_bytes_per_s", 0))
+                        return _Grant(rate, f.now() + renew, origins)
+                if status == 404:
+                    raise FetchError(
+                        f"no origin holds {f.issue_id} yet (the balancer answered 404 to the "
+                        "prefetch); run it again once the issue is published"
+                    )
+                if status == 429 and isinstance(doc, dict):
+                    wait = min(float(doc.get("retry_after_s", 20.0)), MAX_GRANT_WAIT_S)
+                    log.info("%s: prefetch deferred for %.0f s: %s", f.issue_id, wait, doc)
+                    await asyncio.sleep(wait)
+                    break
+                f.notice(f"balancer {base} answered the prefetch with HTTP {status}")
+            else:
+                failures += 1
+                if f.config.gives_up(failures, f.now() - self.started_at):
+                    raise FetchError(
+                        f"no balancer answered the prefetch of {f.issue_id} after {failures} rounds"
+                    )
+                await asyncio.sleep(f.config.backoff_s(failures, None))
+
+    # -- the whole prefetch
+
+    async def run(self) -> FetchResult | None:
+        """The issue in the library, or None: download it the ordinary way (not
+        embargoed, or released already, or released before the prefetch finished)."""
+        f = self.f
+        grant = await self.grant()
+        m, manifest_json = await self.manifest(grant)
+        if m.encryption is None or m.encryption.release_at is None:
+            return None
+        try:
+            f.library.ensure()
+            with f.library.lock(f.issue_id):
+                for line in f.library.recover(held=frozenset({f.issue_id})):
+                    f.notice(f"library: {line}", level=logging.WARNING)
+                there = await _already_there(f, m, manifest_json)
+                if there is not None:
+                    return there
+                release = await self.ask_key(m)
+                if not isinstance(release, Embargoed):
+                    return None  # released already: the ordinary get, at full speed
+                deadline = f.now() + release.retry_after_s
+                f.notice(
+                    f"{f.issue_id} is released at {release.release_at}: downloading it now "
+                    "at the prefetch pace, to open at the release",
+                    level=logging.INFO,
+                )
+                path = await self.download(m, manifest_json, grant, deadline)
+                if path is None:
+                    return None  # the release came first: the rest at full speed
+                key = await self.wait_for_release(m, deadline)
+                return await self.open(m, manifest_json, path, key)
+        except (LibraryError, OSError) as err:
+            raise FetchError(f"cannot use the library {f.library.root}: {err}") from None
+
+    async def manifest(self, grant: _Grant) -> tuple[Manifest, bytes]:
+        """The verified manifest from the first granted origin that serves a good one."""
+        last = ""
+        for name, base in grant.origins:
+            url = f"{base}/content/{self.f.issue_id}/manifest.json"
+            try:
+                data = await self.f.get_small(url, MAX_MANIFEST_BYTES)
+                return _verified_manifest(self.f, data, name), data
+            except (DirectiveUnavailable, _BadManifest) as err:
+                last = f"{name}: {err}"
+        raise FetchError(f"no origin served a good manifest of {self.f.issue_id}; the last: {last}")
+
+    async def ask_key(self, m: Manifest) -> bytes | Embargoed:
+        f = self.f
+        try:
+            return await content_key_or_embargo(
+                m,
+                subscriber_key=f.subscriber_key,
+                subscriptions_url=f.subscriptions_url,
+                session=f.session,
+            )
+        except NotReadable as err:
+            raise FetchError(str(err)) from None
+
+    # -- the paced download
+
+    async def download(
+        self, m: Manifest, manifest_json: bytes, grant: _Grant, deadline: float
+    ) -> Path | None:
+        """Every piece, verified, before ``deadline``; the file, or None if the release
+        came first."""
+        f = self.f
+        state = f.library.load_state(m.issue_id)
+        fresh = state is None or not state.matches(
+            m.issue_id, m.file_name, m.sha256, m.size_bytes, m.piece_size_bytes
+        )
+        path = f.library.prepare_partial(
+            m.issue_id, m.file_name, m.size_bytes, manifest_json, fresh
+        )
+        verified: set[int] = set()
+        if state is not None and not fresh:
+            verified = set(await asyncio.to_thread(still_good, m, path, sorted(state.verified)))
+        if f.progress is not None:
+            f.progress.started(m.issue_id, m.size_bytes, self._verified_bytes(m, verified))
+        pace = PrefetchPace(grant.rate_bytes_per_s, now=f.now())
+        missing = [i for i in range(m.num_pieces) if i not in verified]
+        origin = 0
+        failures = 0
+        fd = os.open(path, os.O_RDWR)
+        try:
+            while missing:
+                if f.now() >= deadline:
+                    self._save(m, verified)
+                    return None
+                if f.now() >= grant.renew_at:
+                    grant = await self.grant()
+                    pace.set_rate(grant.rate_bytes_per_s)
+                index = missing[0]
+                offset, length = m.piece_span(index)
+                wait = pace.wait_s(length, now=f.now())
+                if wait is None:  # no rate: ask again at the renewal
+                    await asyncio.sleep(max(0.0, min(grant.renew_at, deadline) - f.now()))
+                    continue
+                if wait > 0:
+                    await asyncio.sleep(min(wait, max(0.0, deadline - f.now())))
+                name, base = grant.origins[origin % len(grant.origins)]
+                data = await self._piece(base, m, offset, length)
+                if data is None or not piece_ok(m, index, data):
+                    failures += 1
+                    origin += 1  # the next granted origin
+                    if f.config.gives_up(failures, 0.0):
+                        grant = await self.grant()  # a new list of origins
+                        failures = 0
+                    await asyncio.sleep(f.config.backoff_s(failures, None))
+                    continue
+                failures = 0
+                await asyncio.to_thread(os.pwrite, fd, data, offset)
+                verified.add(index)
+                missing.pop(0)
+                self.bytes_by_origin[name] = self.bytes_by_origin.get(name, 0) + length
+                if len(verified) % 16 == 0 or not missing:
+                    self._save(m, verified)
+                if f.progress is not None:
+                    f.progress.advanced(self._verified_bytes(m, verified), name)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        check = await asyncio.to_thread(check_file, m, path)
+        if not check.matches(m):
+            raise FetchError(
+                f"{m.issue_id}: the prefetched file does not match the manifest "
+                f"({len(check.bad_pieces)} bad pieces); run it again"
+            )
+        return path
+
+    async def _piece(self, base: str, m: Manifest, offset: int, length: int) -> bytes | None:
+        f = self.f
+        url = f"{base}/content/{m.issue_id}/{m.file_name}"
+        headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=f.config.connect_timeout_s, sock_read=f.config.stall_timeout_s
+        )
+        try:
+            async with f.session.get(url, headers=headers, timeout=timeout) as resp:
+                if resp.status != 206:
+                    log.info("%s: %s answered HTTP %d to a piece", m.issue_id, base, resp.status)
+                    return None
+                return await resp.content.readexactly(length)
+        except (TimeoutError, aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as err:
+            log.info("%s: %s: %s", m.issue_id, base, err or type(err).__name__)
+            return None
+
+    def _save(self, m: Manifest, verified: set[int]) -> None:
+        try:
+            self.f.library.save_state(
+                ResumeState(
+                    issue_id=m.issue_id,
+                    file_name=m.file_name,
+                    sha256=m.sha256,
+                    size_bytes=m.size_bytes,
+                    piece_size_bytes=m.piece_size_bytes,
+                    verified=frozenset(verified),
+                )
+            )
+        except OSError as err:
+            raise FetchError(f"cannot record the download state: {err}") from None
+
+    @staticmethod
+    def _verified_bytes(m: Manifest, verified: set[int]) -> int:
+        return sum(m.piece_span(i)[1] for i in verified)
+
+    # -- the release
+
+    async def wait_for_release(self, m: Manifest, deadline: float) -> bytes:
+        """The content key, fetched at the release (the service's clock decides)."""
+        f = self.f
+        while True:
+            left = deadline - f.now()
+            if left > 0:
+                await asyncio.sleep(min(left, RECHECK_S))
+            got = await self.ask_key(m)
+            if not isinstance(got, Embargoed):
+                return got
+            deadline = f.now() + got.retry_after_s
+            log.info("%s: not released yet; %.1f s left", m.issue_id, got.retry_after_s)
+
+    async def open(self, m: Manifest, manifest_json: bytes, path: Path, key: bytes) -> FetchResult:
+        """Decrypt beside the ciphertext and move the plaintext into the library."""
+        f = self.f
+        try:
+            plain = await asyncio.to_thread(decrypt_partial, m, key, path)
+        except NotReadable as err:
+            raise FetchError(str(err)) from None
+        try:
+            final = f.library.install(m.issue_id, plain.name, manifest_json)
+        except (OSError, LibraryError) as err:
+            raise FetchError(f"cannot move {plain.name} into the library: {err}") from None
+        enc = m.encryption
+        assert enc is not None
+        return FetchResult(
+            issue_id=m.issue_id,
+            path=final,
+            seconds=f.now() - self.started_at,
+            size_bytes=enc.plain_size_bytes,
+            bytes_by_origin=dict(self.bytes_by_origin),
+            handoffs=0,
+            sections=0,
+            failures=0,
+            resumed_bytes=m.size_bytes - sum(self.bytes_by_origin.values()),
+            mode="prefetch",
+            encrypted=True,
+        )
