@@ -4,8 +4,11 @@ built-in scenario kills balancer-2 mid-burst and starts it later."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
+from pressrun.emulate.balancer_kill import balancer_events, compare_modes, mode_change_demand
 from pressrun.emulate.run import BALANCERS, balancers_for
 from pressrun.emulate.scenario import Fault, ScenarioError, load_scenario, parse_scenario
 
@@ -48,3 +51,50 @@ at_s = 1
         parse_scenario(base + 'action = "start"\nservice = "balancer-3"\n')
     parsed = parse_scenario(base + 'action = "start"\nservice = "balancer-2"\n')
     assert parsed.faults == (Fault(1.0, "start", "balancer-2"),)
+
+
+def test_the_scenario_runs_a_one_balancer_twin_naming_only_the_first() -> None:
+    assert load_scenario("balancer-kill").one_balancer_twin
+    assert not load_scenario("fault").one_balancer_twin
+    assert {balancers_for(n, single=True) for n in range(4)} == {"http://balancer:8080"}
+
+
+def test_the_demand_at_each_mode_change_is_the_first_directive_of_that_mode() -> None:
+    directives = [
+        (0.0, {"origin": 0}),
+        (1.0, {"origin": 3}),
+        (2.0, {"origin": 4, "swarm": 2}),  # the first swarm one: 5th or 6th
+        (3.0, {"origin": 4, "swarm": 6, "multicast": 0}),
+        (4.0, {"origin": 4, "swarm": 9, "multicast": 1}),  # the 14th
+    ]
+    assert mode_change_demand(directives) == {
+        "swarm": {"lo": 4, "hi": 5, "at_s": 2.0},
+        "multicast": {"lo": 11, "hi": 14, "at_s": 4.0},
+    }
+    assert mode_change_demand([(0.0, {"origin": 5})]) == {}
+    two = {"swarm": {"lo": 4, "hi": 5, "at_s": 2.0}}
+    one = {"swarm": {"lo": 7, "hi": 9, "at_s": 2.5}, "multicast": {"lo": 14, "hi": 15, "at_s": 5}}
+    compared = compare_modes(two, one)
+    assert compared["swarm"]["gap"] == 2
+    assert compared["multicast"] == {"two_balancers": None, "one_balancer": one["multicast"],
+                                     "gap": None}  # fmt: skip
+
+
+def test_each_balancers_lease_and_carousel_events_from_the_services_log() -> None:
+    t0 = datetime(2026, 11, 28, 3, 0, 0, tzinfo=UTC).timestamp()
+    log = "\n".join([
+        "balancer-2 | 2026-11-28T02:59:50.123456789Z 2026-11-28 02:59:50,1 INFO pressrun."
+        "balancer.shared: this balancer (x-8-aa) now orders the carousels",
+        "balancer-2 | 2026-11-28T03:00:04.500000000Z 2026-11-28 03:00:04,5 INFO pressrun."
+        "balancer.carousels: peak demand: i-1 moves to multicast (carousel started)",
+        "balancer | 2026-11-28T03:00:09.900000000Z 2026-11-28 03:00:09,9 INFO pressrun."
+        "balancer.shared: this balancer (y-8-bb) now orders the carousels",
+        "balancer | 2026-11-28T03:00:10.000000000Z GET /v1/directive 200",
+        "origin-a | 2026-11-28T03:00:11.000000000Z the carousel of i-1 is stopped (not wanted)",
+        "balancer | 2026-11-28T03:01:00.000000000Z INFO pressrun.balancer.carousels: the "
+        "carousel of i-1 is stopped (not wanted)",
+    ])  # fmt: skip
+    assert balancer_events(log, t0) == {
+        "balancer-2": [[-9.9, "took the carousel lease"], [4.5, "started the carousel"]],
+        "balancer": [[9.9, "took the carousel lease"], [60.0, "stopped the carousel"]],
+    }

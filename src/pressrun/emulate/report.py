@@ -17,6 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pressrun.emulate.balancer_kill import (
+    ONE_BALANCER,
+    balancers_line,
+    compare_modes,
+    mode_change_demand,
+)
 from pressrun.emulate.probes import trackers_agree
 from pressrun.emulate.run import PublishedIssue, VariantResult
 from pressrun.emulate.scenario import EmulationScenario
@@ -203,6 +209,11 @@ def summarize(
             "prepared_s": None if r.prepared_s is None else round(r.prepared_s, 1),
             "cpu": cpu_summary(r.cpu),
             "faults": r.faults,
+            "balancers": {
+                "mode_change_demand": mode_change_demand(r.directives),
+                "carousel_counts": r.carousel_counts,
+                "events": r.balancer_events,
+            },
             "trackers": r.trackers,
             "trackers_agree": trackers_agree(r.trackers),
             "supernodes_at_start": r.supernodes_at_start,
@@ -216,6 +227,12 @@ def summarize(
         "issue": {"id": issue.issue_id, "size_bytes": issue.size_bytes, "sha256": issue.sha256},
         "variants": variants,
     }
+    if "emulation" in variants and ONE_BALANCER in variants:
+        # the crowd's mode changes over two balancers (one killed) and over one
+        summary["one_balancer_comparison"] = compare_modes(
+            variants["emulation"]["balancers"]["mode_change_demand"],
+            variants[ONE_BALANCER]["balancers"]["mode_change_demand"],
+        )
     if "emulation" in variants and "unicast-only" in variants:
         unicast = variants["unicast-only"]["origin_egress_total_bytes"]
         if unicast:
@@ -427,6 +444,8 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
             console.print(f"{name}: the swarm clients' uploader policy: " + policies_line(v))
         if v.get("supernodes_at_end"):
             console.print(f"{name}: supernodes at the end: " + supernodes_line(v))
+        if "one_balancer_comparison" in summary:
+            console.print(balancers_line(name, v))
     if "origin_egress_ratio" in summary:
         console.print(
             f"origin egress with swarm/multicast on: {summary['origin_egress_ratio']:.1%} "

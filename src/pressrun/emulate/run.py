@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pressrun.clients.config import UPLOADER_POLICY_ENV
+from pressrun.emulate.balancer_kill import ONE_BALANCER, SECOND_BALANCER
 from pressrun.emulate.engine import DockerCommandError, Engine
 from pressrun.emulate.held import go_path, ready_path, started_path
 from pressrun.emulate.probes import (
@@ -98,10 +99,13 @@ class PublishedIssue:
 BALANCERS = ("http://balancer:8080", "http://balancer-2:8080")
 
 
-def balancers_for(number: int) -> str:
+def balancers_for(number: int, *, single: bool = False) -> str:
     """A client's ``--balancer`` list: both balancers, the first in turn by client
     number, so the crowd is spread over them (their demand shared through Redis) and a
-    killed one is passed over by its half of the clients (issue 30)."""
+    killed one is passed over by its half of the clients (issue 30); ``single``: the
+    first balancer alone (the one-balancer twin)."""
+    if single:
+        return BALANCERS[0]
     first = number % len(BALANCERS)
     return ",".join(BALANCERS[first:] + BALANCERS[:first])
 
@@ -185,6 +189,12 @@ class VariantResult:
     #: where egress, sender and directives come from: "prometheus" (the deployment's,
     #: what an operator's dashboard shows) or "probes (why not Prometheus)"
     series_source: str = "probes"
+    #: the wall time of the first client's release (the services' log has wall times)
+    t0_wall: float | None = None
+    #: the carousels the sender started and stopped in the run (from Prometheus;
+    #: None: not read) and each balancer's lease and carousel events (`balancer_kill`)
+    carousel_counts: dict[str, int] | None = None
+    balancer_events: dict[str, list[list[Any]]] = field(default_factory=dict)
 
 
 def _wall_clock() -> float:
@@ -248,6 +258,38 @@ async def _series_from_prometheus(
     result.series_source = "prometheus"
 
 
+async def _carousel_counts(
+    project: ComposeProject, result: VariantResult, report: Callable[[str], None], variant: str
+) -> None:
+    """The carousels the sender started and stopped during the run, from Prometheus
+    (left None, and said, when it does not answer: the report's figure is never
+    guessed)."""
+    from pressrun.emulate.balancer_kill import carousel_counts
+
+    if result.t0_wall is None:
+        return
+    try:
+        ip = await asyncio.to_thread(project.address, "prometheus")
+        result.carousel_counts = await asyncio.to_thread(
+            carousel_counts, f"http://{ip}:9090", start_wall=result.t0_wall,
+            end_wall=_wall_clock(),
+        )  # fmt: skip
+    except Exception as err:  # a figure of the report must never end a run
+        report(f"[{variant}] the carousels started are not known: {err}")
+
+
+def _read_balancer_events(result: VariantResult, log_path: Path) -> None:
+    """Each balancer's lease and carousel events from the services' log."""
+    from pressrun.emulate.balancer_kill import balancer_events
+
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError as err:
+        log.warning("the services' log %s could not be read: %s", log_path, err)
+        return
+    result.balancer_events = balancer_events(text, result.t0_wall)
+
+
 def _info_hash(content_dir: Path, issue_id: str) -> str:
     doc = json.loads((content_dir / issue_id / "manifest.json").read_text())
     return str(doc["manifest"].get("info_hash") or "")
@@ -267,6 +309,8 @@ async def run_variant(
 ) -> VariantResult:
     """Run the scenario once (``variant``: "emulation" or "unicast-only")."""
     project_name = project_name_of(variant)
+    # the one-balancer twin: balancer-2 never starts and no client names it
+    single = variant == ONE_BALANCER
     subnet = free_subnet(engine)
     env = {
         **scenario.env,
@@ -320,7 +364,8 @@ async def run_variant(
     clients_ready: asyncio.Task[None] | None = None
     try:
         report(f"[{variant}] starting the services on {subnet} (docker-compose up)")
-        await asyncio.to_thread(project.compose, "up", "-d", "--no-build", timeout_s=300)
+        scale = ("--scale", f"{SECOND_BALANCER}=0") if single else ()
+        await asyncio.to_thread(project.compose, "up", "-d", "--no-build", *scale, timeout_s=300)
         # every client container is created and started before the schedule starts and
         # held at the start line, so that its arrival costs only a file the host writes
         release_dir = log_dir / f"{variant}-release"
@@ -345,7 +390,7 @@ async def run_variant(
             args += [
                 image, "python3", "-m", "pressrun.emulate.held", "--release-dir", RELEASE_MOUNT,
                 "--name", str(outcome.plan.number), "--", "get", issue.issue_id,
-                "--balancer", balancers_for(outcome.plan.number),
+                "--balancer", balancers_for(outcome.plan.number, single=single),
                 "--library", "/var/lib/pressrun/library", "--profile", link.profile,
                 "--publisher-key", issue.public_key_hex, "--json", "--max-seed-s", max_seed,
                 "--multicast-deadline-s", mc_deadline,
@@ -400,6 +445,7 @@ async def run_variant(
                 f"({result.prepared_s:.0f} s after the services were up)"
             )
         t0 = loop.time()
+        result.t0_wall = _wall_clock()
         sampler = asyncio.create_task(
             sample_egress(
                 addresses, egress, t0, sender_url, result.sender, balancer_url, result.directives
@@ -439,7 +485,8 @@ async def run_variant(
 
         starters = [asyncio.create_task(start_client(o)) for o in outcomes]
         faulters = [asyncio.create_task(fault(f.at_s, f.action, f.service))
-                    for f in scenario.faults]  # fmt: skip
+                    for f in scenario.faults
+                    if not (single and f.service == SECOND_BALANCER)]  # fmt: skip
         deadline = t0 + plans[-1].at_s + scenario.timeout_s
         await asyncio.gather(
             *starters, _wait_clients(engine, outcomes, deadline, report, variant, t0)
@@ -452,6 +499,7 @@ async def run_variant(
         result.supernodes_at_end = await supernode_states(project)
         await asyncio.sleep(SAMPLE_INTERVAL_S * 1.5)  # one last egress sample
         await _series_from_prometheus(project, result, loop.time() - t0, report, variant)
+        await _carousel_counts(project, result, report, variant)
         return result
     finally:
         for task in (sampler, cpu_sampler, clients_ready):
@@ -631,6 +679,8 @@ async def run_scenario(
     variants: list[tuple[str, dict[str, str]]] = [("emulation", {})]
     if scenario.unicast_twin and twin:
         variants.append(("unicast-only", UNICAST_ENV))
+    if scenario.one_balancer_twin and twin:
+        variants.append((ONE_BALANCER, {}))
     results: list[VariantResult] = []
     for variant, extra in variants:
         results.append(
@@ -646,6 +696,7 @@ async def run_scenario(
                 log_dir=folder,
             )
         )
+        _read_balancer_events(results[-1], folder / f"{variant}-services.log")
     summary = write_report(folder, scenario, issue, results)
     print_summary(summary, folder)
     bad = [

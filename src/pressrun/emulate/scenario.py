@@ -8,6 +8,8 @@ links, when clients arrive and what breaks when::
     description = "..."
     issue_mb = 50
     unicast_twin = true        # also run it with swarm (and multicast) off; one report
+    one_balancer_twin = false  # also run it against one balancer (balancer-2 scaled
+                               # to 0, its faults left out): the report shows both
     timeout_s = 1200           # the clients' deadline, from the first arrival
 
     [env]                      # the compose project's settings
@@ -123,6 +125,8 @@ class EmulationScenario:
     faults: tuple[Fault, ...]
     seed: int
     source: str
+    #: also run the crowd against ``balancer`` alone (issue 30, `balancer_kill`)
+    one_balancer_twin: bool = False
 
     def clients(self) -> list[ClientPlan]:
         """Every client in start order, each with a link drawn by share (seeded)."""
@@ -157,7 +161,7 @@ def load_scenario(name_or_path: str) -> EmulationScenario:
 
 _TOP = {
     "name", "description", "issue_mb", "unicast_twin", "timeout_s", "seed", "env", "links",
-    "arrivals", "faults",
+    "arrivals", "faults", "one_balancer_twin",
 }  # fmt: skip
 _LINK = {"name", "rate", "up_rate", "down_rate", "loss_pct", "profile", "share"}
 _FAULT = {"at_s", "action", "service"}
@@ -271,6 +275,7 @@ def parse_scenario(text: str, *, source: str = "<string>") -> EmulationScenario:
         faults=tuple(sorted(faults, key=lambda f: f.at_s)),
         seed=int(_number(doc, "seed", 2026, source, "top level")),
         source=source,
+        one_balancer_twin=bool(doc.get("one_balancer_twin", False)),
     )
     if not scenario.clients():
         raise _err(source, "arrivals", "no client arrives")

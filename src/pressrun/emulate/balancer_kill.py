@@ -1,0 +1,160 @@
+"""Several balancers in the emulation (issue 30): what the report says about them.
+
+The ``balancer-kill`` scenario runs the crowd over two balancers sharing demand through
+Redis and kills one mid-burst; its ``one_balancer_twin`` runs the same crowd again
+against ``balancer`` alone (``balancer-2`` scaled to 0), so the report can show that the
+crowd's mode changes at the same demand whatever the number of balancers. Per run:
+
+- **the demand at each mode change** (`mode_change_demand`): over every balancer, which
+  directive (by its number in the run, all modes counted) was the first answered in
+  ``swarm`` and in ``multicast``. Each client asks once at its start (and counts once
+  per address and window), so the directive's number is the crowd's size when the mode
+  changed. The series come at 1 s steps (Prometheus), so it is a range: ``[lo, hi]``
+  (the first of that mode was at least the ``lo``-th and at most the ``hi``-th);
+- **the carousel orders** (`carousel_counts`): the multicast sender's own count of
+  carousels started and stopped (``pressrun_multicast_carousel_{starts,stops}_total``
+  from Prometheus): 1 start in a run where the carousel lease works;
+- **each balancer's events** (`balancer_events`), read from the services' log: when it
+  took or lost the carousel lease and each carousel it started or stopped, in seconds
+  from the first client.
+
+Pure but for `carousel_counts` (Prometheus's HTTP API).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+#: the twin run's name: the crowd against ``balancer`` alone
+ONE_BALANCER = "one-balancer"
+#: the second balancer of docker-compose.yml (scaled to 0 in the one-balancer run)
+SECOND_BALANCER = "balancer-2"
+#: the balancers of docker-compose.yml
+BALANCER_SERVICES = ("balancer", SECOND_BALANCER)
+
+#: log messages of the balancer (pressrun.balancer.shared and .carousels) -> event
+_EVENTS = (
+    ("now orders the carousels", "took the carousel lease"),
+    ("lost the carousel lease", "lost the carousel lease"),
+    ("this balancer stops ordering", "lost the carousel lease (Redis)"),
+    ("moves to multicast (carousel started)", "started the carousel"),
+    ("is stopped (not wanted)", "stopped the carousel"),
+)
+#: ``<service> | <RFC 3339 time from docker logs -t> <the line>``
+_LINE = re.compile(
+    r"^(?P<service>[\w.-]+) \| (?P<at>\d{4}-\d\d-\d\dT[\d:]+(?:\.\d+)?Z) (?P<text>.*)$"
+)
+
+
+def _wall_seconds(stamp: str) -> float:
+    """Seconds since the epoch of docker's RFC 3339 UTC stamp (nanoseconds cut to
+    microseconds)."""
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    text = head + (f".{frac[:6]}" if frac else "") + "+00:00"
+    return datetime.fromisoformat(text).timestamp()
+
+
+def balancer_events(log_text: str, t0_wall: float | None) -> dict[str, list[list[Any]]]:
+    """Per balancer, ``[seconds from the first client, event]`` for each lease taken or
+    lost and each carousel started or stopped, from the services' log (`service_logs`
+    format). Without ``t0_wall`` (the run never reached its first client) the times are
+    seconds since the epoch."""
+    out: dict[str, list[list[Any]]] = {name: [] for name in BALANCER_SERVICES}
+    for line in log_text.splitlines():
+        match = _LINE.match(line)
+        if match is None or match["service"] not in out:
+            continue
+        for needle, event in _EVENTS:
+            if needle in match["text"]:
+                try:
+                    at = _wall_seconds(match["at"])
+                except ValueError:
+                    continue
+                when = at - t0_wall if t0_wall is not None else at
+                out[match["service"]].append([round(when, 1), event])
+                break
+    return out
+
+
+def mode_change_demand(
+    directives: Sequence[tuple[float, Mapping[str, int]]],
+) -> dict[str, dict[str, float]]:
+    """Per mode but origin, the range of the first directive of that mode by its
+    number among every directive of the run (all balancers, all modes), and when
+    (``at_s``: the first sample showing it): ``{"lo": , "hi": , "at_s": }``."""
+    out: dict[str, dict[str, float]] = {}
+    modes = sorted({m for _, counts in directives for m in counts if m != "origin"})
+    for mode in modes:
+        for i, (t, counts) in enumerate(directives):
+            seen = counts.get(mode, 0)
+            if seen <= 0:
+                continue
+            before = sum(directives[i - 1][1].values()) if i > 0 else 0
+            # this sample's directives hold ``seen`` of the mode: the first of them is
+            # at most the one after every other directive of the sample
+            latest = sum(counts.values()) - seen + 1
+            out[mode] = {"lo": before + 1, "hi": max(before + 1, latest), "at_s": round(t, 1)}
+            break
+    return out
+
+
+def compare_modes(
+    two: Mapping[str, Mapping[str, float]], one: Mapping[str, Mapping[str, float]]
+) -> dict[str, Any]:
+    """Per mode, the two runs' ranges side by side and the gap between them in
+    directives (0 when they overlap)."""
+    out: dict[str, Any] = {}
+    for mode in sorted(set(two) | set(one)):
+        a, b = two.get(mode), one.get(mode)
+        entry: dict[str, Any] = {"two_balancers": a, "one_balancer": b, "gap": None}
+        if a is not None and b is not None:
+            entry["gap"] = max(0.0, a["lo"] - b["hi"], b["lo"] - a["hi"])
+        out[mode] = entry
+    return out
+
+
+def carousel_counts(base: str, *, start_wall: float, end_wall: float) -> dict[str, int]:
+    """The carousels the multicast sender started and stopped between two wall times
+    (its counters in Prometheus at ``base``, resets undone)."""
+    from pressrun.emulate.prometheus_series import monotonic, query_range
+
+    out: dict[str, int] = {}
+    for key in ("starts", "stops"):
+        found = query_range(
+            base,
+            f"pressrun_multicast_carousel_{key}_total",
+            start=start_wall,
+            end=end_wall,
+            step_s=1.0,
+        )
+        total = 0
+        for _labels, points in found:
+            points = monotonic(points)
+            if points:
+                # the sender started before the window with 0 (nothing wanted a carousel)
+                total += int(points[-1][1])
+        out[key] = total
+    return out
+
+
+def balancers_line(name: str, variant: Mapping[str, Any]) -> str:
+    """One console line: the demand at each mode change, the carousel orders and who
+    gave them."""
+    info = variant.get("balancers") or {}
+    changes = info.get("mode_change_demand") or {}
+    parts = [
+        f"{mode} from directive {r['lo']:g}-{r['hi']:g} (t={r['at_s']:g} s)"
+        for mode, r in sorted(changes.items(), key=lambda kv: kv[1]["lo"])
+    ]
+    counts = info.get("carousel_counts")
+    if counts is not None:
+        parts.append(
+            f"the sender started {counts['starts']} carousel(s), stopped {counts['stops']}"
+        )
+    for service, events in sorted((info.get("events") or {}).items()):
+        if events:
+            parts.append(f"{service}: " + ", ".join(f"{e} at {t:g} s" for t, e in events))
+    return f"{name}: balancers: " + ("; ".join(parts) or "nothing recorded")
