@@ -190,6 +190,14 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         help="seed of the random numbers of algorithms that draw them (default: random)",
     )
     p.add_argument(
+        "--prefetch-share",
+        type=float,
+        default=0.2,
+        metavar="FRACTION",
+        help="the most of the origins' capacity prefetch of embargoed issues may use "
+        "(GET /v1/issues/<id>/prefetch, `pressrun get --prefetch`; default 0.2)",
+    )
+    p.add_argument(
         "--access-log",
         action="store_true",
         help="log every HTTP request (off by default: it slows directives down)",
@@ -356,6 +364,7 @@ def run_balancer(args: argparse.Namespace) -> int:
     from pressrun.balancer.config import BalancerConfig
     from pressrun.balancer.demand import DemandConfig
     from pressrun.balancer.health import HealthConfig
+    from pressrun.balancer.prefetch import PrefetchConfig
 
     try:
         origins = parse_origins(args.origins)
@@ -405,6 +414,7 @@ def run_balancer(args: argparse.Namespace) -> int:
             ca_file=args.ca_file,
             health=health,
             redis_url=args.redis or None,
+            prefetch=PrefetchConfig(share=args.prefetch_share),
         )
         config.security.server_ssl_context()  # a bad --tls-cert/--tls-key fails here
     except ValueError as err:
