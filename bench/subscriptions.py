@@ -50,7 +50,7 @@ import nacl.signing
 from pressrun.content.bundle import Bundle
 from pressrun.content.encryption import open_wrap
 from pressrun.content.keys import generate_keypair
-from pressrun.content.release import ReleaseNotice, sign_release, utc_text
+from pressrun.content.release import ReleaseNotice, SignedRelease, sign_release, utc_text
 from pressrun.subscriptions.client import Embargoed, SubscriptionsClient
 from pressrun.subscriptions.codec import WRAP_BYTES, make_token
 from pressrun.subscriptions.store import SubscriptionStore
@@ -134,7 +134,7 @@ function request()
 end
 """
 
-EMBARGO_S = 8  # the release, this long after the database is filled
+EMBARGO_S = 3  # the release, this long after the embargo is put
 WRK_THREADS = 1
 WRK_CONNECTIONS = 32
 
@@ -223,9 +223,8 @@ def start_bare(body_bytes: int) -> tuple[subprocess.Popen[str], str]:
     return proc, match.group(0)
 
 
-def fill_crowd(db: Path, keys: list[bytes], version: int, release_at_unix: float) -> None:
-    """The subscribers, one (random: the service never opens it) wrap each, and the
-    embargo: a release notice signed by a new publisher key."""
+def embargo(version: int, release_at_unix: float) -> SignedRelease:
+    """The issue version's release notice, signed by a new publisher key."""
     signer = nacl.signing.SigningKey.generate()
     notice = ReleaseNotice(
         issue_id=ISSUE,
@@ -236,8 +235,12 @@ def fill_crowd(db: Path, keys: list[bytes], version: int, release_at_unix: float
         publisher_key=bytes(signer.verify_key).hex(),
         signed_at=utc_text(time.time()),
     )
+    return sign_release(notice, signer)
+
+
+def fill_crowd(db: Path, keys: list[bytes], version: int) -> None:
+    """The subscribers and one (random: the service never opens it) wrap each."""
     store = SubscriptionStore(db)
-    store.put_release(sign_release(notice, signer))
     with store.db:
         store.db.execute("BEGIN IMMEDIATE")
         store.db.executemany(
@@ -259,8 +262,7 @@ def crowd(n: int, seconds: float) -> None:
         reader = nacl.public.PrivateKey.generate()
         keys = [os.urandom(32) for _ in range(n - 1)] + [bytes(reader.public_key)]
         started = time.perf_counter()
-        release_at = int(time.time()) + EMBARGO_S
-        fill_crowd(root / "subs.db", keys, version, release_at)
+        fill_crowd(root / "subs.db", keys, version)
         prepare_s = time.perf_counter() - started
         lua = root / "crowd.lua"
         lua.write_text(CROWD_LUA)
@@ -279,7 +281,12 @@ def crowd(n: int, seconds: float) -> None:
             challenge_lines = root / "challenges.txt"
             real = [bytes(nacl.public.PrivateKey.generate().public_key) for _ in range(2000)]
             challenge_lines.write_text("".join(f"{k.hex()}\n" for k in real))
-            refused = asyncio.run(refused_before(url, reader, version))
+            # the embargo, set through the operator route once all is ready: the
+            # release a few seconds on, a wrap asked before it refused
+            release_at = int(time.time()) + EMBARGO_S
+            refused = asyncio.run(
+                refused_before(url, reader, version, embargo(version, release_at))
+            )
             time.sleep(max(0.0, release_at - time.time()))
             opened = asyncio.run(open_one(url, reader, version))
             answer_bytes = len(
@@ -328,9 +335,13 @@ def crowd(n: int, seconds: float) -> None:
         raise SystemExit("not every request was answered 200")
 
 
-async def refused_before(url: str, reader: nacl.public.PrivateKey, version: int) -> bool:
-    """The real subscriber asks before the release: refused, with the release time."""
+async def refused_before(
+    url: str, reader: nacl.public.PrivateKey, version: int, release: SignedRelease
+) -> bool:
+    """The embargo is put; the real subscriber asks before the release: refused, with
+    the release time."""
     async with aiohttp.ClientSession() as http:
+        await SubscriptionsClient(url, http, operator_token=TOKEN).put_release(release)
         try:
             await SubscriptionsClient(url, http).fetch_wrap(ISSUE, version, reader)
         except Embargoed as err:

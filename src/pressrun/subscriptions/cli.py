@@ -181,11 +181,11 @@ def register_release(subparsers: argparse._SubParsersAction[Any]) -> None:
             q.add_argument(
                 "--key", required=True, type=Path, help="the publisher's secret key file"
             )
-            q.add_argument(
-                "--token",
-                default=None,
-                help="operator token (default: $PRESSRUN_SUBSCRIPTIONS_TOKEN)",
-            )
+        q.add_argument(
+            "--token",
+            default=None,
+            help="operator token (default: $PRESSRUN_SUBSCRIPTIONS_TOKEN)",
+        )
 
     show = sub.add_parser("show", help="the release notice the service holds")
     common(show, signed=False)
@@ -234,7 +234,7 @@ def run_release(args: argparse.Namespace) -> int:
             key = load_signing_key(args.key)
     except (ReleaseError, KeyFileError) as err:
         return _fail(command, str(err), 2)
-    token = getattr(args, "token", None) or os.environ.get(TOKEN_ENV) or None
+    token = args.token or os.environ.get(TOKEN_ENV) or None
 
     async def go() -> str:
         async with aiohttp.ClientSession() as session:
