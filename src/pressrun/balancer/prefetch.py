@@ -49,7 +49,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class PrefetchConfig:
-    """The prefetch pacing's settings (docs/balancer.md, "Prefetch pacing")."""
+    """The prefetch pacing's settings (docs/subscriptions.md, "Embargo")."""
 
     #: the largest share of the origins' capacity prefetch may use (0..1)
     share: float = 0.2

@@ -98,7 +98,8 @@ async def content_key_for(
     ``subscriptions_url`` overrides the manifest's. NotReadable when there is no
     subscriber key, the key is not subscribed, there is no wrap for this version,
     the service cannot be reached for WRAP_RETRY_S (asked again meanwhile: a restart
-    passes), or the wrap does not open (another subscriber's).
+    passes), or the wrap does not open (another subscriber's); and when the issue is
+    under an embargo still (the message gives the release time and ``--prefetch``).
     """
     got = await content_key_or_embargo(
         manifest,
