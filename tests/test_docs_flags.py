@@ -16,7 +16,6 @@ to that page's flag table (or take the stale row out).
 from __future__ import annotations
 
 import argparse
-import ast
 import re
 from collections.abc import Iterator
 from functools import cache
@@ -95,7 +94,10 @@ COMPOSE_DOC = "docs/emulation.md"
 BENCH_FLAG = re.compile(r'add_argument\(\s*(?:"-\w",\s*)?"(--[a-z0-9-]+)"')
 
 _VARIABLE = re.compile(r"PRESSRUN_[A-Z0-9_]*[A-Z0-9]")
+_QUOTED_VARIABLE = re.compile(r"""(?<![\w])["'](""" + _VARIABLE.pattern + r""")["']""")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+# a `pressrun ...` command line in an example: the command words, then the rest
+_EXAMPLE = re.compile(r"(?:^|[\s/(;&|])pressrun((?:\s+[a-z][a-z-]*)+)((?:\s+\S+)*)")
 
 
 def _commands(
@@ -155,14 +157,10 @@ def _variables_read() -> dict[str, set[str]]:
     package = ROOT / "src" / "pressrun"
     for source in package.rglob("*.py"):
         component = source.relative_to(package).parts[0].removesuffix(".py")
-        tree = ast.parse(source.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Constant)
-                and isinstance(node.value, str)
-                and _VARIABLE.fullmatch(node.value)
-            ):
-                readers.setdefault(node.value, set()).add(component)
+        # a quoted string that is exactly the name (a regex: parsing every module's
+        # syntax tree took seconds on a loaded machine)
+        for name in _QUOTED_VARIABLE.findall(source.read_text(encoding="utf-8")):
+            readers.setdefault(name, set()).add(component)
     compose = (ROOT / COMPOSE).read_text(encoding="utf-8")
     for name in re.findall(r"\$\{(" + _VARIABLE.pattern + r")", compose):
         readers.setdefault(name, set()).add(COMPOSE)
@@ -253,3 +251,49 @@ def test_relative_links_point_at_files() -> None:
             if not (doc.parent / path).exists():
                 broken.append(f"{doc.relative_to(ROOT)}: {target}")
     assert broken == [], f"links to files that do not exist: {broken}"
+
+
+def _subcommands(
+    parser: argparse.ArgumentParser,
+) -> dict[str, argparse.ArgumentParser] | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return None
+
+
+def test_examples_use_flags_that_exist() -> None:
+    """Every ``pressrun <command> ... --flag`` written in README.md and docs/*.md (code
+    blocks and inline code; not docs/results/, which keeps what was run then) names
+    flags the command has."""
+    root = build_parser()
+    root_flags = {flag for action in root._actions for flag in action.option_strings}
+    wrong: list[str] = []
+    checked = 0
+    for doc in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        blocks = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.DOTALL)
+        inline = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.DOTALL))
+        for chunk in blocks + inline:
+            for line in chunk.replace("\\\n", " ").splitlines():
+                for match in _EXAMPLE.finditer(line):
+                    words = match.group(1).split()
+                    parser, used = root, 0
+                    while used < len(words):
+                        children = _subcommands(parser)
+                        if children is None or words[used] not in children:
+                            break
+                        parser = children[words[used]]
+                        used += 1
+                    if used == 0:
+                        continue  # prose ("pressrun delivers ..."), not a command
+                    rest = " ".join(words[used:]) + " " + match.group(2)
+                    rest = re.split(r"\s[|;&#]|\)", rest)[0]  # up to a pipe, ;, & or comment
+                    known = root_flags | {f for a in parser._actions for f in a.option_strings}
+                    checked += 1
+                    for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", rest):
+                        if flag not in known:
+                            command = " ".join(words[:used])
+                            wrong.append(f"{doc.relative_to(ROOT)}: pressrun {command} {flag}")
+    assert checked > 100, f"only {checked} examples found: is the pattern still right?"
+    assert wrong == [], f"examples with flags their command does not have: {wrong}"
