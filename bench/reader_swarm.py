@@ -4,11 +4,14 @@ For each N in --readers (default 10 and 20), two halves in the same run, each on
 fresh set of services on 127.0.0.1 (child processes: --origins origins of
 --origin-mbps each, a real egress cap, so the origins are the scarce resource as at a
 peak; the tracker with its WebTorrent WebSocket; the balancer with swarm mode from
---swarm-enter downloaders; the reader service in this process):
+--swarm-enter downloaders, 1 by default, so that the whole crowd, the desktop peers
+too, is sent to the swarm; the reader service in this process, the reader's defaults:
+the mobile profile, 256 KiB/s upload cap):
 
 - **peers**: N browser readers (the web reader in Debian's headless Chromium, phone
   profile, one browser context each: `pressrun.demo.readers`) and --desktops desktop
-  peers (``pressrun get --json`` child processes: libtorrent, WebRTC through the
+  peers (``pressrun get --json`` child processes, the crowd's last arrivals, at
+  --arrive-s, once the balancer sends the crowd to the swarm: libtorrent, WebRTC through the
   tracker's WebSocket, no STUN server: host candidates on one machine) arrive as a
   flash crowd (seeded random times within --arrive-s) for one --mb MB issue;
 - **origin-only**: the same crowd (same arrival times, same desktop peers) with the
@@ -253,7 +256,7 @@ async def run_half(
         services.append(tracker)
         b_args = balancer_args({o.name: o.url for o in origins}, tracker.url)
         b_args[b_args.index("--swarm-enter-downloaders") + 1] = f"{args.swarm_enter:g}"
-        b_args[b_args.index("--swarm-leave-downloaders") + 1] = "1"
+        b_args[b_args.index("--swarm-leave-downloaders") + 1] = f"{args.swarm_enter / 2:g}"
         balancer = await ServiceProcess.start("balancer", b_args, log_path=root / "balancer.log")
         services.append(balancer)
         await wait_for_directive(balancer.url, ISSUE, timeout_s=30.0)
@@ -401,7 +404,10 @@ async def main(args: argparse.Namespace) -> int:
     try:
         for n in counts:
             arrivals = sorted(rng.uniform(0, args.arrive_s) for _ in range(n))
-            desktop_arrivals = sorted(rng.uniform(0, args.arrive_s) for _ in range(args.desktops))
+            # the desktop peers are the crowd's last arrivals: one that comes before the
+            # balancer has seen the crowd is sent to the origins, downloads in a second
+            # and leaves, and bridges nothing (two trial runs)
+            desktop_arrivals = [args.arrive_s] * args.desktops
             for peers in [True, False] if can_peer else [False]:
                 half = Half(n, peers, size)
                 print(f"\nrunning N = {n}, {half.name} ...", flush=True)
@@ -487,8 +493,9 @@ if __name__ == "__main__":
     parser.add_argument(
         "--swarm-enter",
         type=float,
-        default=4.0,
-        help="the balancer's --swarm-enter-downloaders (default 4)",
+        default=1.0,
+        help="the balancer's --swarm-enter-downloaders (default 1: the crowd, desktop peers "
+        "included, is in the swarm from its first request; leave at half of it)",
     )
     parser.add_argument(
         "--timeout-s", type=float, default=300.0, help="a reader's download at most (300 s)"
