@@ -98,3 +98,26 @@ def test_each_balancers_lease_and_carousel_events_from_the_services_log() -> Non
         "balancer-2": [[-9.9, "took the carousel lease"], [4.5, "started the carousel"]],
         "balancer": [[9.9, "took the carousel lease"], [60.0, "stopped the carousel"]],
     }
+
+
+def test_a_kill_is_sigkill_to_the_containers_process_and_spares_a_reused_pid() -> None:
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from pressrun.emulate.run import _kill_container_process
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        # a pid whose cgroup does not name the container (freed and reused): left alone
+        assert not _kill_container_process(proc.pid, "f963cdc9dfc0" * 5)
+        assert proc.poll() is None
+        # its cgroup names it (as /proc/<pid>/cgroup names a container's id): killed
+        own = Path(f"/proc/{proc.pid}/cgroup").read_text().splitlines()[0]
+        assert _kill_container_process(proc.pid, own)
+        assert proc.wait(timeout=5) == -signal.SIGKILL
+        assert not _kill_container_process(proc.pid, own)  # gone: nothing sent
+    finally:
+        proc.kill()
+        proc.wait()
