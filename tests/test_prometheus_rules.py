@@ -65,8 +65,8 @@ def test_every_service_with_metrics_is_scraped() -> None:
         for sc in job["static_configs"]
         for t in sc["targets"]
     }
-    # the services with /metrics (the supernodes, redis and the clients have none)
-    without = {"redis", "supernode-1", "supernode-2", "client", "prometheus"}
+    # the services with /metrics (the supernodes, redis, coturn and the clients have none)
+    without = {"redis", "supernode-1", "supernode-2", "client", "prometheus", "turn"}
     assert set(compose["services"]) - without <= targets
     assert config["rule_files"] == ["/etc/pressrun/prometheus/rules.yml"]
     prometheus = compose["services"]["prometheus"]
