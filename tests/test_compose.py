@@ -5,6 +5,7 @@ with today's CLI."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -99,8 +100,6 @@ def test_every_pressrun_command_parses() -> None:
 
 
 def _default(text: str) -> str:
-    import re
-
     return re.sub(r"\$\{[A-Z0-9_]+:?-([^}]*)\}", r"\1", text)
 
 
@@ -140,3 +139,49 @@ def _volumes(service: dict[str, Any]) -> list[str]:
     for v in service.get("volumes", []):
         out.append(v if isinstance(v, str) else f"{v['source']}:{v['target']}")
     return out
+
+
+@needs_compose
+def test_the_reader_as_compose_starts_it_hands_browsers_the_turn_server(tmp_path: Path) -> None:
+    """`pressrun serve reader` with the compose file's command and environment (its port
+    and key file aside) serves a config.json naming the turn service and its user."""
+    import json
+    import sys
+    import urllib.request
+
+    from pressrun.content.keys import generate_keypair
+
+    _, pub = generate_keypair(tmp_path / "publisher.key")
+    doc = _config({"PRESSRUN_TURN_PASSWORD": "s3cret-turn", "PRESSRUN_TURN_HOST": "news.example"})
+    reader = doc["services"]["reader"]
+    args = [str(a) for a in reader["command"][1:]]
+    args[args.index("--port") + 1] = "0"
+    args[args.index("--host") + 1] = "127.0.0.1"
+    args = [f"--publisher-key={pub}" if a.startswith("--publisher-key=") else a for a in args]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PRESSRUN_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pressrun.cli", "--log-level", "INFO", *args],
+        env={**clean, **{k: str(v) for k, v in reader["environment"].items()}},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        url = None
+        for line in proc.stderr:
+            found = re.search(r" on (http://127\.0\.0\.1:\d+)", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url is not None, "the reader exited before listening"
+        with urllib.request.urlopen(f"{url}/config.json", timeout=10) as resp:
+            config = json.load(resp)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert config["swarm"]["ice_servers"] == [
+        {"urls": "stun:news.example:3478"},
+        {"urls": "turn:news.example:3478", "username": "reader", "credential": "s3cret-turn"},
+    ]

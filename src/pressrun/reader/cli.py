@@ -49,6 +49,30 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         choices=["mobile", "desktop"],
         help="the client profile whose download settings the app uses (default mobile)",
     )
+    # the app's WebRTC peers' STUN/TURN servers (SwarmSettings; docker-compose.yml's
+    # turn service sets them through the environment)
+    import os
+
+    p.add_argument(
+        "--ice-server",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="a STUN/TURN server for the app's WebRTC peers (stun:HOST:PORT, "
+        "turn:HOST:PORT, turns:...), repeatable; default $PRESSRUN_READER_ICE_SERVERS "
+        "(comma-separated), else none",
+    )
+    p.add_argument(
+        "--turn-username",
+        default=os.environ.get("PRESSRUN_READER_TURN_USER") or None,
+        help="the TURN servers' user (default $PRESSRUN_READER_TURN_USER)",
+    )
+    p.add_argument(
+        "--turn-credential",
+        default=os.environ.get("PRESSRUN_READER_TURN_PASSWORD") or None,
+        help="its password, handed to every browser in config.json "
+        "(default $PRESSRUN_READER_TURN_PASSWORD)",
+    )
     add_security_arguments(p, token=False)
     p.set_defaults(func=run_reader)
 
@@ -69,15 +93,23 @@ def _balancers(given: list[str] | None) -> str:
 def run_reader(args: argparse.Namespace) -> int:
     """Run the reader service until SIGTERM/SIGINT; 0 on a clean stop, 2 on bad flags."""
     import asyncio
+    import os
     import sys
 
     from pressrun.clients.config import profile
     from pressrun.content.keys import KeyFileError, load_public_key
-    from pressrun.reader.config import ReaderConfig
+    from pressrun.reader.config import ReaderConfig, SwarmSettings
     from pressrun.security import ServiceSecurity
 
     try:
         keys = tuple(load_public_key(k).hex() for k in args.publisher_key)
+        given = args.ice_server or [os.environ.get("PRESSRUN_READER_ICE_SERVERS", "")]
+        ice = [url for text in given for url in text.split(",")]
+        swarm = SwarmSettings(
+            ice_servers=tuple(u.strip() for u in ice if u.strip()),
+            turn_username=args.turn_username,
+            turn_credential=args.turn_credential,
+        )
         config = ReaderConfig(
             balancer_url=_balancers(args.balancer),
             host=args.host,
@@ -86,6 +118,7 @@ def run_reader(args: argparse.Namespace) -> int:
             trust_on_first_use=args.trust_on_first_use,
             download=profile(args.profile),
             tls=ServiceSecurity(args.tls_cert, args.tls_key),
+            swarm=swarm,
         )
         config.tls.server_ssl_context()  # a bad --tls-cert/--tls-key fails here
     except (ValueError, KeyFileError) as err:
