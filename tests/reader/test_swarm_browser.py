@@ -427,8 +427,10 @@ async def test_subscribers_encrypted_issue_arrives_through_peers_and_opens(
     stopped = await swarm.origin(stopped=True)
     swarm.direct(issue, origins=[swarm.standin_url], web_seeds=[stopped])
     seed = await swarm.libtorrent_seed(issue)
+    started = time.monotonic()
     await start(a, issue)
     ra = await verified(a, issue, sample_pdf)
+    print(f"libtorrent peer -> reader, encrypted: {time.monotonic() - started:.2f} s")
     assert ra["encrypted"] and ra["bytes_from_peers"] >= issue.transfer_bytes
     await seed.stop()
     started = time.monotonic()
@@ -438,7 +440,9 @@ async def test_subscribers_encrypted_issue_arrives_through_peers_and_opens(
     assert rb["bytes_from_peers"] >= issue.transfer_bytes
     assert rb["bytes_by_origin"] == {} and rb["bytes_from_web_seeds"] == 0
     await wait_status(a, issue, "leave_rule", "ratio", timeout_s=10)
-    assert (await swarm_status(a, issue))["uploaded_bytes"] >= issue.transfer_bytes
+    sa = await swarm_status(a, issue)
+    assert sa["uploaded_bytes"] >= issue.transfer_bytes, sa
+    print(f"A: {sa}")
     await b.evaluate(f"window.pressrun.openIssue({issue.issue_id!r})", what="opening the issue")
     await page_b.wait_for_selector("#page[data-page='1']")
 

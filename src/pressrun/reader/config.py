@@ -34,6 +34,8 @@ class SwarmSettings:
         short-lived REST credentials rotated by the operator.
     connect_timeout_s: no peer connected within this long: the origins as before.
     stall_timeout_s: no piece stored through the swarm for this long: the origins.
+    request_timeout_s: a peer that sent nothing for this long while it has requests
+        of this reader is asked again; silent once more, it is disconnected.
     web_seed_starved_s / web_seed_stall_s / web_seed_hold_s: when the origins join as
         web seeds (the peer core's rule, docs/swarm.md): no connected peer holds a
         piece the reader lacks for starved_s, or no byte from a peer for stall_s; they
@@ -52,6 +54,7 @@ class SwarmSettings:
     turn_credential: str | None = None
     connect_timeout_s: float = 5.0
     stall_timeout_s: float = 15.0
+    request_timeout_s: float = 3.0
     web_seed_starved_s: float = 1.0
     web_seed_stall_s: float = 2.0
     web_seed_hold_s: float = 1.0
@@ -75,6 +78,7 @@ class SwarmSettings:
         for name in (
             "connect_timeout_s",
             "stall_timeout_s",
+            "request_timeout_s",
             "web_seed_starved_s",
             "web_seed_stall_s",
             "web_seed_hold_s",
@@ -105,6 +109,7 @@ class SwarmSettings:
             "ice_servers": self.ice_config(),
             "connect_timeout_s": self.connect_timeout_s,
             "stall_timeout_s": self.stall_timeout_s,
+            "request_timeout_s": self.request_timeout_s,
             "web_seed_starved_s": self.web_seed_starved_s,
             "web_seed_stall_s": self.web_seed_stall_s,
             "web_seed_hold_s": self.web_seed_hold_s,

@@ -146,6 +146,7 @@ export class SwarmFetch {
     this.receivedFromPeers = 0; // every byte peers sent (refused pieces too)
     this.uploaded = 0;
     this.badPieces = 0;
+    this.reasked = 0; // requests asked again of a peer that left them unanswered
     this.webSeedsOn = false;
     this.state = "joining"; // joining | downloading | seeding | left
     this.leaveRule = null;
@@ -163,6 +164,7 @@ export class SwarmFetch {
       bytes_received_from_peers: this.receivedFromPeers,
       uploaded_bytes: this.uploaded,
       bad_pieces: this.badPieces,
+      reasked_requests: this.reasked,
       banned: this.bans,
       web_seeds_on: this.webSeedsOn,
       leave_rule: this.leaveRule,
@@ -290,8 +292,9 @@ export class SwarmFetch {
     this.firstPeer?.();
     wire.on("download", (n) => {
       this.receivedFromPeers += n;
-      this.lastPeerPayloadAt = nowS();
+      this.lastPeerPayloadAt = wire.lastPayloadAt = nowS();
     });
+    wire.lastPayloadAt = nowS();
     wire.on("upload", (n) => {
       this.uploaded += n;
     });
@@ -347,6 +350,33 @@ export class SwarmFetch {
       `peer ${wire.peerId.slice(0, 12)}… sent piece ${index}, which does not match the signed torrent: it is banned`,
     );
     this.onChange();
+  }
+
+  /**
+   * Requests a peer has left unanswered for request_timeout_s are asked again (once
+   * seen on these machines: a libtorrent peer left the last blocks of two pieces
+   * unanswered and webtorrent waits 30 s before it gives a request up); a peer that
+   * leaves the asked-again requests unanswered too is disconnected (it can come back
+   * through the tracker).
+   */
+  reaskSilentPeers(now) {
+    for (const wire of this.torrent.wires) {
+      if (wire.type === "webSeed" || wire.destroyed || wire.requests.length === 0) continue;
+      if (now - wire.lastPayloadAt < this.cfg.request_timeout_s) continue;
+      if (wire.reaskedAt !== undefined && wire.reaskedAt >= wire.lastPayloadAt) {
+        this.download.notice(`peer ${wire.peerId.slice(0, 12)}… answers no request: disconnected`);
+        wire.destroy();
+        continue;
+      }
+      wire.reaskedAt = wire.lastPayloadAt = now;
+      // each unanswered request fails as webtorrent's own timeout fails it (without
+      // its 'timeout' event, which destroys the wire): its blocks are reserved again
+      // and asked for at once
+      for (let n = wire.requests.length; n > 0 && wire.requests.length; n--) {
+        wire._callback(wire.requests.shift(), new Error("unanswered: asked again"), null);
+        this.reasked += 1;
+      }
+    }
   }
 
   /** Whether no connected peer holds a piece this reader lacks. */
@@ -443,6 +473,7 @@ export class SwarmFetch {
         if (now - storedAt >= this.cfg.stall_timeout_s) {
           throw new SwarmStalled(`no piece came through the swarm for ${this.cfg.stall_timeout_s} s`);
         }
+        this.reaskSilentPeers(now);
         this.setWebSeeds(rule.step(now, { starved: this.starved(), lastPeerPayloadAt: this.lastPeerPayloadAt }));
         this.onChange();
       }
