@@ -10,16 +10,23 @@ hang into a failed run (the process ends with a thread dump) instead of a stuck 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import faulthandler
+import json
+import os
 import random
 import shutil
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from aiohttp import WSMsgType, web
 
+from pressrun.bencode import bencode
 from pressrun.content.bundle import read_manifest
 from pressrun.content.codec import Manifest
 from pressrun.content.keys import generate_keypair
@@ -175,3 +182,88 @@ async def test_a_desktop_peer_on_both_trackers_leaves_once_by_its_rule(
     # one leave: the WebSocket's `stopped` does not replace the rule the HTTP one named
     assert len(stops) == 1, stops
     assert stops[0].leave_rule is not None and stops[0].leave_rule.value == "user"
+
+
+PRESSRUN = str(Path(sys.executable).with_name("pressrun"))
+
+
+@contextlib.asynccontextmanager
+async def tracker_frozen_at_close() -> AsyncIterator[int]:
+    """A tracker whose WebSocket stops answering when the peer closes it (what a
+    tracker that froze, or whose network went, does mid-close): ``/announce`` answers,
+    ``/webtorrent`` answers announces and never the close frame; its port."""
+
+    released = asyncio.Event()
+
+    async def announce(_: web.Request) -> web.Response:
+        return web.Response(body=bencode({b"interval": 30, b"peers": b""}))
+
+    async def webtorrent(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoclose=False)
+        await ws.prepare(request)
+        while not released.is_set():
+            # (``async for`` ends at the close frame, and aiohttp then answers it)
+            try:
+                msg = await ws.receive(timeout=0.2)
+            except TimeoutError:
+                continue
+            if msg.type is WSMsgType.TEXT:
+                doc = json.loads(msg.data)
+                if doc.get("action") == "announce" and "answer" not in doc:
+                    reply = {"action": "announce", "info_hash": doc["info_hash"]}
+                    await ws.send_str(json.dumps({**reply, "interval": 120}))
+            elif msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.ERROR):
+                await released.wait()  # never the close frame back (until the test ends)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/announce", announce)
+    app.router.add_get("/webtorrent", webtorrent)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        released.set()
+        await runner.cleanup()
+
+
+async def test_pressrun_seed_ends_when_its_websocket_tracker_never_answers_the_close(
+    tmp_path: Path,
+) -> None:
+    # The WebSocket close handshake can never complete: the session's destructor
+    # would wait for good, holding the GIL (no signal handler runs); the watchdog ends
+    # the process (status 1, a thread dump) at the bound, 2 s here.
+    async with tracker_frozen_at_close() as port:
+        issue = publish_issue(tmp_path, [f"http://127.0.0.1:{port}/announce"], webtorrent=True)
+        copy = tmp_path / "library" / issue.manifest.file_name
+        copy.parent.mkdir()
+        copy.write_bytes(issue.data)
+        seed = await asyncio.create_subprocess_exec(
+            PRESSRUN, "seed", str(copy), "--torrent", str(issue.bundle / "w1.torrent"),
+            "--manifest", str(issue.bundle / "manifest.json"),
+            "--trusted-key", str(tmp_path / "publisher.key.pub"),
+            "--listen", "127.0.0.1:0", "--until-stopped",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PRESSRUN_CLOSE_BOUND_S": "2"},
+        )  # fmt: skip
+        try:
+            assert seed.stdout is not None
+            while b"seeding" not in (out := await asyncio.wait_for(seed.stdout.readline(), 30)):
+                assert out, "pressrun seed ended before seeding"
+            await asyncio.sleep(1.0)  # announced on both trackers (the WebSocket open)
+            started = time.monotonic()
+            seed.send_signal(signal.SIGTERM)
+            out, err = await asyncio.wait_for(seed.communicate(), 20)
+            ended_s = time.monotonic() - started
+        finally:
+            if seed.returncode is None:
+                seed.kill()
+                await seed.wait()
+    assert b"left the swarm by rule user" in out, out
+    # the close's 0.5 s for the WebSocket, then the destructor's 2 s bound
+    assert seed.returncode == 1 and b"Timeout (0:00:02)" in err, (seed.returncode, err[-800:])
+    assert ended_s < 6.0, ended_s
+    print(f"pressrun seed ended {ended_s:.2f} s after SIGTERM (the close never answered)")

@@ -415,7 +415,10 @@ def run_get(args: argparse.Namespace) -> int:
     if args.stun is not None:
         os.environ["PRESSRUN_STUN"] = args.stun  # what the swarm hand-off reads
     # a swarm peer's close and the exit are bounded (pressrun.peer.watchdog)
-    watchdog.set_close_bound(watchdog.COMMAND_LINE_BOUND_S)
+    try:
+        watchdog.set_close_bound(watchdog.command_line_bound())
+    except ValueError as err:
+        return fail(str(err), 2)
     try:
         if show_bar:
             with progress:

@@ -195,7 +195,11 @@ def _seed(args: argparse.Namespace) -> int:
 
     # the session's close and the exit are bounded (a WebSocket tracker that stops
     # answering mid-close must not hold the process: pressrun.peer.watchdog)
-    watchdog.set_close_bound(watchdog.COMMAND_LINE_BOUND_S)
+    try:
+        watchdog.set_close_bound(watchdog.command_line_bound())
+    except ValueError as err:
+        print(f"pressrun seed: {err}", file=sys.stderr)
+        return 2
     try:
         return asyncio.run(run())
     finally:

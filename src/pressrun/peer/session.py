@@ -132,11 +132,13 @@ def _global_class_filter() -> Any:
     return f
 
 
-def _drop(session: Any) -> None:
-    # The destructor holds the GIL (module docstring): only a watchdog that needs no
-    # GIL can end a hang here, and it ends the process (pressrun.peer.watchdog).
+def _drop(holder: list[Any]) -> None:
+    # ``holder`` has the session's last reference, so the destructor runs here, in this
+    # thread (a reference left in the caller's frame would run it later on the loop).
+    # It holds the GIL (module docstring): only a watchdog that needs no GIL can end a
+    # hang here, and it ends the process (pressrun.peer.watchdog).
     with bounded():
-        del session
+        holder.clear()
 
 
 class AlertSession:
@@ -200,7 +202,9 @@ class AlertSession:
         if self._pipe is not None:
             self._loop.remove_reader(self._pipe[0])
         if ses is not None:
-            await asyncio.to_thread(_drop, ses)
+            holder = [ses]
+            del ses  # the holder has the last reference (`_drop`)
+            await asyncio.to_thread(_drop, holder)
         if self._pipe is not None:
             for fd in self._pipe:
                 with contextlib.suppress(OSError):

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import math
+import os
 from collections.abc import Iterator
 
 #: the bound the command-line peers use: a session closes in at most about 2.5 s
 #: (``stop_tracker_timeout`` 2 s for HTTP trackers, the WebSocket grace 0.5 s)
 COMMAND_LINE_BOUND_S = 8.0
+#: overrides `COMMAND_LINE_BOUND_S` (seconds, > 0)
+BOUND_ENV = "PRESSRUN_CLOSE_BOUND_S"
 
 _bound_s: float | None = None
 
@@ -30,6 +34,21 @@ def set_close_bound(seconds: float | None) -> None:
     """Bound each session's destructor (and `bounded_exit`) to ``seconds``; None: off."""
     global _bound_s
     _bound_s = seconds
+
+
+def command_line_bound() -> float:
+    """The command-line peers' bound: ``$PRESSRUN_CLOSE_BOUND_S`` if set (a positive
+    number), else `COMMAND_LINE_BOUND_S`; a bad value is a `ValueError`."""
+    raw = os.environ.get(BOUND_ENV, "").strip()
+    if not raw:
+        return COMMAND_LINE_BOUND_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{BOUND_ENV} must be a positive number of seconds, not {raw!r}")
+    return value
 
 
 def close_bound() -> float | None:
