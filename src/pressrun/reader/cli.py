@@ -73,6 +73,11 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         help="its password, handed to every browser in config.json "
         "(default $PRESSRUN_READER_TURN_PASSWORD)",
     )
+    p.add_argument(
+        "--no-peers",
+        action="store_true",
+        help="the app never asks to be sent to a swarm: origins only (a baseline)",
+    )
     add_security_arguments(p, token=False)
     p.set_defaults(func=run_reader)
 
@@ -109,6 +114,7 @@ def run_reader(args: argparse.Namespace) -> int:
             ice_servers=tuple(u.strip() for u in ice if u.strip()),
             turn_username=args.turn_username,
             turn_credential=args.turn_credential,
+            enabled=not args.no_peers,
         )
         config = ReaderConfig(
             balancer_url=_balancers(args.balancer),
