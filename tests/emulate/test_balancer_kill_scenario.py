@@ -8,7 +8,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pressrun.emulate.balancer_kill import balancer_events, compare_modes, mode_change_demand
+from pressrun.emulate.balancer_kill import (
+    balancer_events,
+    compare_modes,
+    mode_change_clients,
+    mode_change_demand,
+)
 from pressrun.emulate.run import BALANCERS, balancers_for
 from pressrun.emulate.scenario import Fault, ScenarioError, load_scenario, parse_scenario
 
@@ -23,13 +28,13 @@ def test_clients_list_both_balancers_the_first_in_turn() -> None:
 def test_the_built_in_scenario_kills_and_restarts_balancer_2() -> None:
     scenario = load_scenario("balancer-kill")
     assert scenario.faults == (
-        Fault(8.0, "kill", "balancer-2"),
+        Fault(3.0, "kill", "balancer-2"),
         Fault(40.0, "start", "balancer-2"),
     )
     plans = scenario.clients()
     assert len(plans) == 60
     # the kill falls in the burst: clients arrive before and after it
-    assert min(p.at_s for p in plans) < 8.0 < max(p.at_s for p in plans)
+    assert min(p.at_s for p in plans) < 3.0 < max(p.at_s for p in plans)
 
 
 def test_a_fault_action_or_service_not_known_is_refused() -> None:
@@ -72,12 +77,33 @@ def test_the_demand_at_each_mode_change_is_the_first_directive_of_that_mode() ->
         "multicast": {"lo": 11, "hi": 14, "at_s": 4.0},
     }
     assert mode_change_demand([(0.0, {"origin": 5})]) == {}
-    two = {"swarm": {"lo": 4, "hi": 5, "at_s": 2.0}}
-    one = {"swarm": {"lo": 7, "hi": 9, "at_s": 2.5}, "multicast": {"lo": 14, "hi": 15, "at_s": 5}}
+    two = {"mode_change_demand": {"swarm": {"lo": 4, "hi": 5, "at_s": 2.0}},
+           "mode_change_clients": {"swarm": 5, "multicast": 15}}  # fmt: skip
+    one = {
+        "mode_change_demand": {
+            "swarm": {"lo": 7, "hi": 9, "at_s": 2.5},
+            "multicast": {"lo": 14, "hi": 15, "at_s": 5},
+        },
+        "mode_change_clients": {"swarm": 5, "multicast": 17},
+    }
     compared = compare_modes(two, one)
-    assert compared["swarm"]["gap"] == 2
-    assert compared["multicast"] == {"two_balancers": None, "one_balancer": one["multicast"],
-                                     "gap": None}  # fmt: skip
+    assert compared["swarm"]["directive_gap"] == 2
+    assert compared["swarm"]["client_gap"] == 0
+    assert compared["multicast"]["client_gap"] == 2
+    assert compared["multicast"]["directive_gap"] is None
+
+
+def test_the_first_client_answered_each_mode_in_the_order_they_began() -> None:
+    rows = [
+        {"started_s": 0.4, "mode": "origin"},
+        {"started_s": 0.1, "mode": "origin"},
+        {"started_s": None, "mode": "swarm"},  # never began: not ranked
+        {"started_s": 1.5, "mode": "multicast", "left_swarm_for_carousel": True},
+        {"started_s": 1.9, "mode": "swarm"},
+        {"started_s": 4.0, "mode": "multicast"},
+    ]
+    # the third to begin was answered swarm (it left the swarm for the carousel later)
+    assert mode_change_clients(rows) == {"swarm": 3, "multicast": 5}
 
 
 def test_each_balancers_lease_and_carousel_events_from_the_services_log() -> None:

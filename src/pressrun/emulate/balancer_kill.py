@@ -5,12 +5,15 @@ Redis and kills one mid-burst; its ``one_balancer_twin`` runs the same crowd aga
 against ``balancer`` alone (``balancer-2`` scaled to 0), so the report can show that the
 crowd's mode changes at the same demand whatever the number of balancers. Per run:
 
-- **the demand at each mode change** (`mode_change_demand`): over every balancer, which
-  directive (by its number in the run, all modes counted) was the first answered in
-  ``swarm`` and in ``multicast``. Each client asks once at its start (and counts once
-  per address and window), so the directive's number is the crowd's size when the mode
-  changed. The series come at 1 s steps (Prometheus), so it is a range: ``[lo, hi]``
-  (the first of that mode was at least the ``lo``-th and at most the ``hi``-th);
+- **the demand at each mode change**: the crowd's size when the first client was
+  answered each mode (`mode_change_clients`: the first client, in the order the
+  clients began, that was answered ``swarm``, and ``multicast``; a client counts once
+  per address and window as demand, so its rank is the demand); and, over every
+  balancer, which directive (by its number in the run, all modes counted) was the
+  first answered in each mode (`mode_change_demand`). Clients ask more than once (a
+  client in origin mode re-asks: 14 directives for the first 4 clients in a measured
+  run), so the directive's number is not the crowd's size; and the series come at 1 s
+  steps (Prometheus), so it is a range ``[lo, hi]``;
 - **the carousel orders** (`carousel_counts`): the multicast sender's own count of
   carousels started and stopped (``pressrun_multicast_carousel_{starts,stops}_total``
   from Prometheus): 1 start in a run where the carousel lease works;
@@ -101,17 +104,43 @@ def mode_change_demand(
     return out
 
 
-def compare_modes(
-    two: Mapping[str, Mapping[str, float]], one: Mapping[str, Mapping[str, float]]
-) -> dict[str, Any]:
-    """Per mode, the two runs' ranges side by side and the gap between them in
-    directives (0 when they overlap)."""
+def mode_change_clients(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Per mode but origin, the rank (from 1, in the order the clients began) of the
+    first client answered that mode at its directive: ``swarm`` for a client that ended
+    in the swarm or left it for the carousel, ``multicast`` for one that went to the
+    carousel straight away (not one that left the swarm for it when it started)."""
+    began = sorted(
+        (row for row in rows if row.get("started_s") is not None),
+        key=lambda row: float(row["started_s"]),
+    )
+    out: dict[str, int] = {}
+    for rank, row in enumerate(began, start=1):
+        left = bool(row.get("left_swarm_for_carousel"))
+        mode = "swarm" if left else str(row.get("mode"))
+        if mode in ("swarm", "multicast"):
+            out.setdefault(mode, rank)
+    return out
+
+
+def compare_modes(two: Mapping[str, Any], one: Mapping[str, Any]) -> dict[str, Any]:
+    """Per mode, the two runs side by side (each run's ``balancers`` of the summary):
+    the first client answered it and the first directive's range, and the gaps between
+    them (clients; directives, 0 when the ranges overlap)."""
     out: dict[str, Any] = {}
-    for mode in sorted(set(two) | set(one)):
-        a, b = two.get(mode), one.get(mode)
-        entry: dict[str, Any] = {"two_balancers": a, "one_balancer": b, "gap": None}
+    two_c, one_c = two.get("mode_change_clients") or {}, one.get("mode_change_clients") or {}
+    two_d, one_d = two.get("mode_change_demand") or {}, one.get("mode_change_demand") or {}
+    for mode in sorted(set(two_c) | set(one_c) | set(two_d) | set(one_d)):
+        a, b = two_d.get(mode), one_d.get(mode)
+        entry: dict[str, Any] = {
+            "first_client": {"two_balancers": two_c.get(mode), "one_balancer": one_c.get(mode)},
+            "first_directive": {"two_balancers": a, "one_balancer": b},
+            "client_gap": None,
+            "directive_gap": None,
+        }
+        if mode in two_c and mode in one_c:
+            entry["client_gap"] = abs(two_c[mode] - one_c[mode])
         if a is not None and b is not None:
-            entry["gap"] = max(0.0, a["lo"] - b["hi"], b["lo"] - a["hi"])
+            entry["directive_gap"] = max(0.0, a["lo"] - b["hi"], b["lo"] - a["hi"])
         out[mode] = entry
     return out
 
@@ -145,8 +174,10 @@ def balancers_line(name: str, variant: Mapping[str, Any]) -> str:
     gave them."""
     info = variant.get("balancers") or {}
     changes = info.get("mode_change_demand") or {}
+    clients = info.get("mode_change_clients") or {}
     parts = [
-        f"{mode} from directive {r['lo']:g}-{r['hi']:g} (t={r['at_s']:g} s)"
+        f"{mode} first to client {clients.get(mode, '-')}, directive {r['lo']:g}-{r['hi']:g} "
+        f"(t={r['at_s']:g} s)"
         for mode, r in sorted(changes.items(), key=lambda kv: kv[1]["lo"])
     ]
     counts = info.get("carousel_counts")

@@ -21,6 +21,7 @@ from pressrun.emulate.balancer_kill import (
     ONE_BALANCER,
     balancers_line,
     compare_modes,
+    mode_change_clients,
     mode_change_demand,
 )
 from pressrun.emulate.probes import trackers_agree
@@ -210,6 +211,7 @@ def summarize(
             "cpu": cpu_summary(r.cpu),
             "faults": r.faults,
             "balancers": {
+                "mode_change_clients": mode_change_clients(rows),
                 "mode_change_demand": mode_change_demand(r.directives),
                 "carousel_counts": r.carousel_counts,
                 "events": r.balancer_events,
@@ -230,8 +232,7 @@ def summarize(
     if "emulation" in variants and ONE_BALANCER in variants:
         # the crowd's mode changes over two balancers (one killed) and over one
         summary["one_balancer_comparison"] = compare_modes(
-            variants["emulation"]["balancers"]["mode_change_demand"],
-            variants[ONE_BALANCER]["balancers"]["mode_change_demand"],
+            variants["emulation"]["balancers"], variants[ONE_BALANCER]["balancers"]
         )
     if "emulation" in variants and "unicast-only" in variants:
         unicast = variants["unicast-only"]["origin_egress_total_bytes"]

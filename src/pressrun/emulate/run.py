@@ -483,11 +483,13 @@ async def run_variant(
             )
         )
         cpu_sampler = asyncio.create_task(sample_cpu(result.cpu, t0, engine.cgroup))
+        # the one-balancer twin leaves out the faults of the balancer it does not run
+        faults = [f for f in scenario.faults if not (single and f.service == SECOND_BALANCER)]
         report(
             f"[{variant}] {len(plans)} clients over "
             f"{plans[-1].at_s:.0f} s; faults: "
             + (
-                ", ".join(f"{f.action} {f.service} at {f.at_s:g} s" for f in scenario.faults)
+                ", ".join(f"{f.action} {f.service} at {f.at_s:g} s" for f in faults)
                 or "none"
             )
         )
@@ -522,8 +524,7 @@ async def run_variant(
 
         starters = [asyncio.create_task(start_client(o)) for o in outcomes]
         faulters = [asyncio.create_task(fault(f.at_s, f.action, f.service))
-                    for f in scenario.faults
-                    if not (single and f.service == SECOND_BALANCER)]  # fmt: skip
+                    for f in faults]  # fmt: skip
         deadline = t0 + plans[-1].at_s + scenario.timeout_s
         await asyncio.gather(
             *starters, _wait_clients(engine, outcomes, deadline, report, variant, t0)
