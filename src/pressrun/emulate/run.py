@@ -488,10 +488,7 @@ async def run_variant(
         report(
             f"[{variant}] {len(plans)} clients over "
             f"{plans[-1].at_s:.0f} s; faults: "
-            + (
-                ", ".join(f"{f.action} {f.service} at {f.at_s:g} s" for f in faults)
-                or "none"
-            )
+            + (", ".join(f"{f.action} {f.service} at {f.at_s:g} s" for f in faults) or "none")
         )
 
         async def start_client(outcome: ClientOutcome) -> None:
