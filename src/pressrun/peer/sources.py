@@ -136,8 +136,10 @@ def origins_have_room(fetch_bps: int, reference_bps: int, download_bps: int = 0)
     up to 40 fetches, 50 kB/s each against 1 MB/s a peer): no room. An origin with
     room sends at the reader's own link rate (the emulated small scenario: its
     origin client took 2.2 s for 4 MB, the ring's swarm clients 13.9-14.9 s)."""
+    # (a peer that never traded with a peer, nor has an upload limit, has no
+    # reference: any rate the origins give it is room, its peers give it nothing)
     share = ROOM_SHARE * reference_bps
-    return fetch_bps > 0 and fetch_bps >= share and download_bps < share
+    return fetch_bps > 0 and fetch_bps >= share and (download_bps < share or share == 0)
 
 
 def origin_fill(
