@@ -109,7 +109,8 @@ def test_the_first_client_answered_each_mode_in_the_order_they_began() -> None:
 def test_each_balancers_lease_and_carousel_events_from_the_services_log() -> None:
     t0 = datetime(2026, 11, 28, 3, 0, 0, tzinfo=UTC).timestamp()
     log = "\n".join([
-        "balancer-2 | 2026-11-28T02:59:50.123456789Z 2026-11-28 02:59:50,1 INFO pressrun."
+        # the service's own time first (docker's stamp is when the engine read the line)
+        "balancer-2 | 2026-11-28T02:59:50.123456789Z 2026-11-28 02:59:48,500 INFO pressrun."
         "balancer.shared: this balancer (x-8-aa) now orders the carousels",
         "balancer-2 | 2026-11-28T03:00:04.500000000Z 2026-11-28 03:00:04,5 INFO pressrun."
         "balancer.carousels: peak demand: i-1 moves to multicast (carousel started)",
@@ -121,7 +122,7 @@ def test_each_balancers_lease_and_carousel_events_from_the_services_log() -> Non
         "carousel of i-1 is stopped (not wanted)",
     ])  # fmt: skip
     assert balancer_events(log, t0) == {
-        "balancer-2": [[-9.9, "took the carousel lease"], [4.5, "started the carousel"]],
+        "balancer-2": [[-11.5, "took the carousel lease"], [4.5, "started the carousel"]],
         "balancer": [[9.9, "took the carousel lease"], [60.0, "stopped the carousel"]],
     }
 

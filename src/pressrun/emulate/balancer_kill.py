@@ -16,7 +16,9 @@ crowd's mode changes at the same demand whatever the number of balancers. Per ru
   steps (Prometheus), so it is a range ``[lo, hi]``;
 - **the carousel orders** (`carousel_counts`): the multicast sender's own count of
   carousels started and stopped (``pressrun_multicast_carousel_{starts,stops}_total``
-  from Prometheus): 1 start in a run where the carousel lease works;
+  from Prometheus): 1 start in a run where the carousel lease works; and each
+  balancer's directives over the run, with those after a restart (`directives_by`:
+  the killed one's clients went to the other);
 - **each balancer's events** (`balancer_events`), read from the services' log: when it
   took or lost the carousel lease and each carousel it started or stopped, in seconds
   from the first client.
@@ -46,6 +48,9 @@ _EVENTS = (
     ("moves to multicast (carousel started)", "started the carousel"),
     ("is stopped (not wanted)", "stopped the carousel"),
 )
+#: the service's own time at the head of its line (logging's asctime, UTC in the
+#: containers): docker's stamp is when the engine read the line, seconds later under load
+_ASCTIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 #: ``<service> | <RFC 3339 time from docker logs -t> <the line>``
 _LINE = re.compile(
     r"^(?P<service>[\w.-]+) \| (?P<at>\d{4}-\d\d-\d\dT[\d:]+(?:\.\d+)?Z) (?P<text>.*)$"
@@ -72,8 +77,12 @@ def balancer_events(log_text: str, t0_wall: float | None) -> dict[str, list[list
             continue
         for needle, event in _EVENTS:
             if needle in match["text"]:
+                own = _ASCTIME.match(match["text"])
                 try:
-                    at = _wall_seconds(match["at"])
+                    if own is not None:
+                        at = _wall_seconds(f"{own[1].replace(' ', 'T')}.{own[2]}Z")
+                    else:
+                        at = _wall_seconds(match["at"])
                 except ValueError:
                     continue
                 when = at - t0_wall if t0_wall is not None else at
@@ -169,6 +178,29 @@ def carousel_counts(base: str, *, start_wall: float, end_wall: float) -> dict[st
     return out
 
 
+def directives_by(base: str, *, start_wall: float, end_wall: float) -> dict[str, Any]:
+    """Per balancer (scrape instance), the directives it answered between two wall
+    times, all modes, and those since its last restart (None: it was not restarted)."""
+    from pressrun.emulate.prometheus_series import monotonic, query_range
+
+    found = query_range(
+        base, "pressrun_balancer_directives_total", start=start_wall, end=end_wall, step_s=1.0
+    )
+    out: dict[str, Any] = {}
+    for labels, points in found:
+        if not points:
+            continue
+        entry = out.setdefault(labels.get("instance", "?"), {"total": 0, "since_restart": None})
+        counted = monotonic(points)
+        # a series already there at the window's start counts from its value then
+        # (a series born in the window, at its first directive, from 0)
+        base_value = points[0][1] if points[0][0] - start_wall <= 1.5 else 0.0
+        entry["total"] += int(counted[-1][1] - base_value)
+        if counted[-1][1] != points[-1][1]:  # reset: the process was restarted
+            entry["since_restart"] = (entry["since_restart"] or 0) + int(points[-1][1])
+    return out
+
+
 def balancers_line(name: str, variant: Mapping[str, Any]) -> str:
     """One console line: the demand at each mode change, the carousel orders and who
     gave them."""
@@ -180,6 +212,12 @@ def balancers_line(name: str, variant: Mapping[str, Any]) -> str:
         f"(t={r['at_s']:g} s)"
         for mode, r in sorted(changes.items(), key=lambda kv: kv[1]["lo"])
     ]
+    for instance, n in sorted((info.get("directives_by") or {}).items()):
+        restarted = n.get("since_restart")
+        parts.append(
+            f"{instance} answered {n['total']} directives"
+            + (f" ({restarted} after its restart)" if restarted is not None else "")
+        )
     counts = info.get("carousel_counts")
     if counts is not None:
         parts.append(

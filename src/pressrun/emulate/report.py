@@ -214,6 +214,7 @@ def summarize(
                 "mode_change_clients": mode_change_clients(rows),
                 "mode_change_demand": mode_change_demand(r.directives),
                 "carousel_counts": r.carousel_counts,
+                "directives_by": r.directives_by,
                 "events": r.balancer_events,
             },
             "trackers": r.trackers,

@@ -194,6 +194,8 @@ class VariantResult:
     #: the carousels the sender started and stopped in the run (from Prometheus;
     #: None: not read) and each balancer's lease and carousel events (`balancer_kill`)
     carousel_counts: dict[str, int] | None = None
+    #: per balancer, the directives it answered (and since its restart), from Prometheus
+    directives_by: dict[str, Any] = field(default_factory=dict)
     balancer_events: dict[str, list[list[Any]]] = field(default_factory=dict)
 
 
@@ -295,16 +297,16 @@ async def _carousel_counts(
     """The carousels the sender started and stopped during the run, from Prometheus
     (left None, and said, when it does not answer: the report's figure is never
     guessed)."""
-    from pressrun.emulate.balancer_kill import carousel_counts
+    from pressrun.emulate.balancer_kill import carousel_counts, directives_by
 
     if result.t0_wall is None:
         return
     try:
         ip = await asyncio.to_thread(project.address, "prometheus")
-        result.carousel_counts = await asyncio.to_thread(
-            carousel_counts, f"http://{ip}:9090", start_wall=result.t0_wall,
-            end_wall=_wall_clock(),
-        )  # fmt: skip
+        window = {"start_wall": result.t0_wall, "end_wall": _wall_clock()}
+        base = f"http://{ip}:9090"
+        result.carousel_counts = await asyncio.to_thread(carousel_counts, base, **window)
+        result.directives_by = await asyncio.to_thread(directives_by, base, **window)
     except Exception as err:  # a figure of the report must never end a run
         report(f"[{variant}] the carousels started are not known: {err}")
 
