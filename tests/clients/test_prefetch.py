@@ -72,8 +72,8 @@ async def bed(tmp_path: Path) -> AsyncIterator[Bed]:
         data = os.urandom(SIZE)
         source = tmp_path / "weekly.pdf"
         source.write_bytes(data)
-        # the release: the next whole second plus 5 s (a real embargo, the wall clock)
-        release_unix = math.ceil(time.time()) + 5
+        # the release: the next whole second plus 4 s (a real embargo, the wall clock)
+        release_unix = math.ceil(time.time()) + 4
         await asyncio.to_thread(
             publish,
             source,
@@ -163,6 +163,34 @@ async def test_a_removed_subscriber_holding_the_ciphertext_gets_nothing(
     with pytest.raises(FetchError, match="not subscribed"):
         await asyncio.wait_for(getting, 15)
     assert not (library / ISSUE).exists()
+
+
+async def test_a_prefetcher_never_granted_room_opens_the_issue_at_the_release(
+    bed: Bed, tmp_path: Path
+) -> None:
+    """The origins have no room for prefetch at all (every grant deferred): the client
+    still reads the manifest (the 429 names the origins), waits no later than the
+    release, and then fetches the issue the ordinary way."""
+    assert bed.bed.balancer is not None
+    bed.bed.balancer.service.prefetch = PrefetchPacer(
+        PrefetchConfig(share=1e-6, min_rate_bytes_per_s=100_000)
+    )
+    library = tmp_path / "library"
+    result = await asyncio.wait_for(
+        prefetch_issue(
+            ISSUE,
+            balancer_url=bed.url,
+            library=library,
+            config=FAST,
+            trusted_keys=bed.trusted,
+            subscriber_key=bed.reader,
+        ),
+        20,
+    )
+    opened_at = time.time()
+    assert bed.release_unix <= opened_at < bed.release_unix + 4.0
+    assert result.path.read_bytes() == bed.data
+    assert result.mode != "prefetch"  # the ordinary get did it, at the release
 
 
 def test_the_pace_books_each_piece_at_the_granted_rate() -> None:

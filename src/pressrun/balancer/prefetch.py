@@ -212,7 +212,8 @@ def prefetch_answer(
 
     ``statuses``: ``(name, base URL, status)`` of the origins in rotation; those that
     hold the issue are the ones named and whose capacity is shared. 200 with the grant
-    and the origins (most spare capacity first); 429 with ``Retry-After`` when deferred;
+    and the origins (most spare capacity first); 429 with ``Retry-After`` (and the
+    origins, for the manifest) when deferred;
     404 when no origin in rotation holds the issue.
     """
     holders = [(name, url, s) for name, url, s in statuses if issue_id in s.issues]
@@ -222,6 +223,7 @@ def prefetch_answer(
     decision = pacer.handle_request(
         issue_id, client, capacity_bytes_per_s=capacity, out_bytes_per_s=out, now=now
     )
+    spare = sorted(holders, key=lambda h: (h[2].out_bytes_per_s - h[2].capacity_bytes_per_s, h[0]))
     if isinstance(decision, PrefetchDeferred):
         wait = max(1, math.ceil(decision.retry_after_s))
         return (
@@ -230,10 +232,12 @@ def prefetch_answer(
                 "error": f"prefetch of {issue_id} deferred: {decision.reason}",
                 "code": "prefetch_deferred",
                 "retry_after_s": wait,
+                # the origins all the same: the client reads the (small) manifest and
+                # learns the release time while it waits for room
+                "origins": [{"name": name, "url": url} for name, url, _ in spare],
             },
             {"Retry-After": str(wait)},
         )
-    spare = sorted(holders, key=lambda h: (h[2].out_bytes_per_s - h[2].capacity_bytes_per_s, h[0]))
     return (
         200,
         {

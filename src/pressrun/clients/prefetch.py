@@ -152,7 +152,8 @@ class _Prefetcher:
     # -- the balancer's grant
 
     async def grant(self) -> _Grant:
-        """A grant with a rate above 0, waiting (and asking again) while deferred."""
+        """A grant: the origins and a rate (0 while deferred: ask again at
+        ``renew_at``); a balancer that defers without naming origins is waited for."""
         f = self.f
         failures = 0
         while True:
@@ -167,16 +168,23 @@ class _Prefetcher:
                 except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as err:
                     f.notice(f"balancer {base}: {err or type(err).__name__}; trying the next")
                     continue
-                if status == 200 and isinstance(doc, dict):
+                origins = []
+                if isinstance(doc, dict) and isinstance(doc.get("origins"), list):
                     origins = [
                         (str(o["name"]), str(o["url"]).rstrip("/"))
-                        for o in doc.get("origins", [])
+                        for o in doc["origins"]
                         if isinstance(o, dict) and "name" in o and "url" in o
                     ]
-                    if origins:
-                        renew = float(doc.get("renew_s", 20.0))
-                        rate = float(doc.get("rate_bytes_per_s", 0))
-                        return _Grant(rate, f.now() + renew, origins)
+                if status == 200 and isinstance(doc, dict) and origins:
+                    renew = float(doc.get("renew_s", 20.0))
+                    rate = float(doc.get("rate_bytes_per_s", 0))
+                    return _Grant(rate, f.now() + renew, origins)
+                if status == 429 and isinstance(doc, dict) and origins:
+                    # no room now: a grant of rate 0 until then (the caller reads the
+                    # manifest, learns the release and waits no later than it)
+                    wait = min(float(doc.get("retry_after_s", 20.0)), MAX_GRANT_WAIT_S)
+                    log.info("%s: prefetch deferred for %.0f s: %s", f.issue_id, wait, doc)
+                    return _Grant(0.0, f.now() + wait, origins)
                 if status == 404:
                     raise FetchError(
                         f"no origin holds {f.issue_id} yet (the balancer answered 404 to the "
@@ -286,7 +294,11 @@ class _Prefetcher:
                     self._save(m, verified)
                     return None
                 if f.now() >= grant.renew_at:
-                    grant = await self.grant()
+                    try:  # a deferral may last: never past the release
+                        async with asyncio.timeout(max(0.0, deadline - f.now())):
+                            grant = await self.grant()
+                    except TimeoutError:
+                        continue  # the release came: the loop's first check
                     pace.set_rate(grant.rate_bytes_per_s)
                 index = missing[0]
                 offset, length = m.piece_span(index)
@@ -302,7 +314,7 @@ class _Prefetcher:
                     failures += 1
                     origin += 1  # the next granted origin
                     if f.config.gives_up(failures, 0.0):
-                        grant = await self.grant()  # a new list of origins
+                        grant.renew_at = f.now()  # a new grant: a new list of origins
                         failures = 0
                     await asyncio.sleep(f.config.backoff_s(failures, None))
                     continue
