@@ -5,11 +5,14 @@ WebRTC offers and answers), libtorrent 2.1.1 peers in child processes
 (``tests/tracker/webrtc_peer.py``: a session with WebRTC peers can hang when it is
 destroyed, so it is ended with SIGTERM), real origins (``start_origin``), the
 subscription service, the reader service, and one Chromium whose contexts are the
-phones. The balancer's ``peer=webrtc`` answer is not built yet (another engineer's
-part): a small stand-in serves the agreed directive (mode ``swarm``, ``swarm`` with
-``torrent_url``, ``tracker_url``, ``info_hash``, ``webtorrent_url``, ``web_seeds``)
-and, as a mirror of the small files, each issue's ``manifest.json`` and ``.torrent``
-(so an issue can be fetched with every origin stopped).
+phones. The reader asks one front for directives: for an issue with a real
+balancer (``SwarmStack.balance``: the balancer over that test's origin, the tracker
+named, demand thresholds low enough that one reader's requests are a crowd) it
+passes the request through; for the tests whose origins are stopped (a balancer
+would have no origin to direct to) it answers the directive the balancer gives a
+``peer=webrtc`` request (mode ``swarm``; ``swarm`` with ``torrent_url``,
+``tracker_url``, ``info_hash``, ``webtorrent_url``, ``web_seeds``) itself, and
+mirrors each issue's small files (``manifest.json``, the ``.torrent``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pressrun.content.keys import generate_keypair, load_public_key
 from pressrun.reader.config import ReaderConfig, SwarmSettings
 
 from .conftest import REPO, Phone, browser_only
+from .test_browser import CELLULAR_PHONE
 
 lt = pytest.importorskip("libtorrent")
 
@@ -89,6 +93,7 @@ class SwarmStack:
     queries: list[dict[str, str]] = field(default_factory=list)
     origins: list[Any] = field(default_factory=list)
     peers: list[Any] = field(default_factory=list)
+    balancers: dict[str, Any] = field(default_factory=dict)  # issue id -> running balancer
 
     async def publish(
         self, issue_id: str, *, subscribers: list[str] | None = None, data: bytes | None = None
@@ -159,6 +164,39 @@ class SwarmStack:
             "algorithm": "stand-in",
         }
 
+    async def balance(self, issue: Issue, origin: str) -> None:
+        """A real balancer over ``origin`` directs the issue's requests; it answers
+        ``swarm`` once a few directive requests (the test's, standing in for other
+        readers) made a crowd."""
+        import aiohttp
+
+        from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
+        from pressrun.balancer.config import BalancerConfig
+        from pressrun.balancer.demand import DemandConfig
+        from pressrun.balancer.events import OriginSpec
+
+        port = self.ws_url.split(":")[2].split("/")[0]
+        balancer = await start_balancer(
+            BalancerServiceConfig(
+                origins=(OriginSpec("origin-0", origin),),
+                balancer=BalancerConfig(poll_interval_s=0.3, stale_after_s=1.05),
+                poll_timeout_s=1.0,
+                seed=26,
+                tracker_url=f"http://127.0.0.1:{port}/announce",
+                demand=DemandConfig(enter_downloaders=1.0, leave_downloaders=0.5),
+            )
+        )
+        self.balancers[issue.issue_id] = balancer
+        await balancer.wait_until_up(1, timeout_s=10.0)
+        url = f"{balancer.url}/v1/issues/{issue.issue_id}/directive?peer=webrtc"
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):
+                async with http.get(url) as resp:
+                    if resp.status == 200 and (await resp.json())["mode"] == "swarm":
+                        return
+                await asyncio.sleep(0.1)
+        raise AssertionError(f"the balancer never sent {issue.issue_id} to the swarm")
+
     async def libtorrent_seed(self, issue: Issue) -> Any:
         """A libtorrent 2.1.1 WebRTC seed of the bundle, in a child process."""
         peer = await WebRTCPeer.start(issue.bundle / f"{issue.issue_id}.torrent", issue.bundle)
@@ -177,8 +215,16 @@ def stand_in(stack: SwarmStack) -> web.Application:
         return response
 
     async def directive(request: web.Request) -> web.Response:
+        import aiohttp
+
         issue = request.match_info["issue"]
         stack.queries.append(dict(request.query))
+        if issue in stack.balancers:
+            url = f"{stack.balancers[issue].url}{request.path_qs}"
+            async with aiohttp.ClientSession() as http, http.get(url) as resp:
+                return web.Response(
+                    status=resp.status, body=await resp.read(), content_type="application/json"
+                )
         if issue not in stack.directives:
             return web.json_response({"error": f"unknown issue {issue}"}, status=404)
         return web.json_response(stack.directives[issue])
@@ -261,15 +307,30 @@ async def swarm(stack: SwarmStack) -> AsyncIterator[SwarmStack]:
     """The module's stack; the origins and libtorrent peers a test starts are stopped
     after it."""
     yield stack
+    for balancer in stack.balancers.values():
+        await balancer.stop()
     for peer in stack.peers:
         await peer.stop()
     for origin in stack.origins:
         await origin.stop()
     stack.peers.clear()
     stack.origins.clear()
+    stack.balancers.clear()
 
 
 # -- the phone's side
+
+
+async def open_phone(phone_factory: Any, url: str, init_script: str | None = None) -> Phone:
+    """A phone on the reader, the app started (its console in the error if not)."""
+    phone: Phone = await phone_factory(url)
+    if init_script is not None:
+        await phone.context.add_init_script(init_script)
+    try:
+        await phone.open()
+    except Exception as err:
+        raise AssertionError(f"the app did not start: {err}; console: {phone.console}") from err
+    return phone
 
 
 async def start(phone: Phone, issue: Issue) -> None:
@@ -334,15 +395,6 @@ async def wait_status(phone: Phone, issue: Issue, key: str, value: Any, timeout_
         await asyncio.sleep(0.1)
 
 
-CELLULAR = """
-(() => {
-  const connection = new EventTarget();
-  connection.type = "cellular";
-  Object.defineProperty(Navigator.prototype, "connection", { get: () => connection });
-})();
-"""
-
-
 # -- the tests
 
 
@@ -354,8 +406,8 @@ async def test_reader_gets_an_issue_from_a_libtorrent_peer_with_the_origins_stop
     stopped = await swarm.origin(stopped=True)
     swarm.direct(issue, origins=[swarm.standin_url], web_seeds=[stopped])
     await swarm.libtorrent_seed(issue)
-    phone: Phone = await phone_factory(swarm.reader_url)
-    page = await phone.open()
+    phone = await open_phone(phone_factory, swarm.reader_url)
+    page = phone.page
     started = time.monotonic()
     await start(phone, issue)
     result = await verified(phone, issue, issue.data)
@@ -386,10 +438,8 @@ async def test_two_readers_trade_pieces_with_each_other(
     swarm.direct(issue, origins=[swarm.standin_url], web_seeds=[stopped])
     n = -(-SIZE // PIECE)
     half = n // 2
-    a: Phone = await phone_factory(swarm.reader_url)
-    b: Phone = await phone_factory(swarm.reader_url)
-    await a.open()
-    await b.open()
+    a = await open_phone(phone_factory, swarm.reader_url)
+    b = await open_phone(phone_factory, swarm.reader_url)
     await prestore(a, issue, 0, half)
     await prestore(b, issue, half, n - half)
     started = time.monotonic()
@@ -414,10 +464,9 @@ async def test_subscribers_encrypted_issue_arrives_through_peers_and_opens(
     # A gets the ciphertext from a libtorrent seed; the seed goes; B gets it from A
     # alone (A sends its stored pieces encrypted again), opens it, and A leaves by
     # the fair-exit rule once it has uploaded what it downloaded
-    a: Phone = await phone_factory(swarm.reader_url)
-    b: Phone = await phone_factory(swarm.reader_url)
-    await a.open()
-    page_b = await b.open()
+    a = await open_phone(phone_factory, swarm.reader_url)
+    b = await open_phone(phone_factory, swarm.reader_url)
+    page_b = b.page
     issue = await swarm.publish(
         "swarm-enc",
         subscribers=[await a.subscriber_key(), await b.subscriber_key()],
@@ -456,8 +505,7 @@ async def test_a_peer_sending_a_poisoned_piece_is_banned_and_the_issue_ends_veri
     swarm.direct(issue, origins=[origin], web_seeds=[origin])
     # the poisoner: a plain webtorrent client (no pressrun code) that claims every
     # piece and sends the issue with one byte of every piece flipped
-    poisoner: Phone = await phone_factory(swarm.reader_url)
-    await poisoner.open()
+    poisoner = await open_phone(phone_factory, swarm.reader_url)
     bad_peer = await poisoner.evaluate(
         """async ([torrentUrl, fileUrl, piece]) => {
             const { default: WebTorrent } = await import('webtorrent');
@@ -490,8 +538,7 @@ async def test_a_peer_sending_a_poisoned_piece_is_banned_and_the_issue_ends_veri
         ],
         what="the poisoner's start",
     )
-    phone: Phone = await phone_factory(swarm.reader_url)
-    await phone.open()
+    phone = await open_phone(phone_factory, swarm.reader_url)
     await start(phone, issue)
     result = await verified(phone, issue, issue.data)
     status = await swarm_status(phone, issue)
@@ -511,18 +558,15 @@ async def test_a_metered_network_uploads_nothing(
     # connected to A: A sends B nothing, and both finish from the origin (web seed)
     issue = await swarm.publish("swarm-metered")
     origin = await swarm.origin()
-    swarm.direct(issue, origins=[origin], web_seeds=[origin])
+    await swarm.balance(issue, origin)
     n = -(-SIZE // PIECE)
-    a: Phone = await phone_factory(swarm.reader_url)
-    await a.context.add_init_script(CELLULAR)
-    await a.open()
+    a = await open_phone(phone_factory, swarm.reader_url, init_script=CELLULAR_PHONE)
     await a.evaluate(
         "import('./js/db.js').then((db) => db.putSetting('wifi_only', false))",
         what="Wi-Fi only off",
     )
     await prestore(a, issue, 0, n // 2)
-    b: Phone = await phone_factory(swarm.reader_url)
-    await b.open()
+    b = await open_phone(phone_factory, swarm.reader_url)
     await start(a, issue)
     await start(b, issue)
     _, rb = await asyncio.gather(verified(a, issue, issue.data), verified(b, issue, issue.data))
@@ -540,9 +584,8 @@ async def test_no_peer_in_time_downloads_from_the_origins(
 ) -> None:
     issue = await swarm.publish("swarm-alone")
     origin = await swarm.origin()
-    swarm.direct(issue, origins=[origin], web_seeds=[origin])
-    phone: Phone = await phone_factory(swarm.reader_url)
-    await phone.open()
+    await swarm.balance(issue, origin)
+    phone = await open_phone(phone_factory, swarm.reader_url)
     started = time.monotonic()
     await start(phone, issue)
     result = await verified(phone, issue, issue.data)
