@@ -206,3 +206,14 @@ def test_the_pace_books_each_piece_at_the_granted_rate() -> None:
     pace.set_rate(2000.0)
     assert pace.wait_s(1000, now=30.0) == 0.0
     assert pace.wait_s(1000, now=30.0) == pytest.approx(0.5)
+
+
+def test_a_malformed_grant_is_no_grant() -> None:
+    from pressrun.clients.prefetch import MAX_GRANT_WAIT_S, _seconds
+
+    assert _seconds({"renew_s": 20}, "renew_s") == 20.0
+    assert _seconds({"retry_after_s": 1e9}, "retry_after_s") == MAX_GRANT_WAIT_S
+    assert _seconds({"rate_bytes_per_s": 5e6}, "rate_bytes_per_s") == 5e6
+    for bad in ("20", True, -1, float("nan"), float("inf"), None, [1]):
+        assert _seconds({"renew_s": bad}, "renew_s") is None
+    assert _seconds(["not", "a", "dict"], "renew_s") is None

@@ -62,7 +62,7 @@ from pressrun.content.manifest import Manifest, check_file
 from pressrun.security import client_connector
 from pressrun.subscriptions.client import Embargoed
 
-__all__ = ["RECHECK_S", "prefetch_issue"]
+__all__ = ["MAX_GRANT_WAIT_S", "RECHECK_S", "prefetch_issue"]
 
 log = logging.getLogger("pressrun.clients.prefetch")
 
@@ -71,6 +71,17 @@ log = logging.getLogger("pressrun.clients.prefetch")
 RECHECK_S = 600.0
 #: the most a granted or waiting prefetcher waits before asking the balancer again
 MAX_GRANT_WAIT_S = 300.0
+
+
+def _seconds(doc: object, key: str) -> float | None:
+    """A non-negative finite number of a balancer's answer (capped at
+    MAX_GRANT_WAIT_S for times), or None: a malformed answer is no answer."""
+    value = doc.get(key) if isinstance(doc, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not 0 <= value < float("inf"):
+        return None
+    return float(value) if key == "rate_bytes_per_s" else min(float(value), MAX_GRANT_WAIT_S)
 
 
 @dataclass
@@ -175,14 +186,14 @@ class _Prefetcher:
                         for o in doc["origins"]
                         if isinstance(o, dict) and "name" in o and "url" in o
                     ]
-                if status == 200 and isinstance(doc, dict) and origins:
-                    renew = float(doc.get("renew_s", 20.0))
-                    rate = float(doc.get("rate_bytes_per_s", 0))
+                renew = _seconds(doc, "renew_s")
+                if status == 200 and isinstance(doc, dict) and origins and renew is not None:
+                    rate = _seconds(doc, "rate_bytes_per_s") or 0.0
                     return _Grant(rate, f.now() + renew, origins)
-                if status == 429 and isinstance(doc, dict) and origins:
+                wait = _seconds(doc, "retry_after_s")
+                if status == 429 and isinstance(doc, dict) and origins and wait is not None:
                     # no room now: a grant of rate 0 until then (the caller reads the
                     # manifest, learns the release and waits no later than it)
-                    wait = min(float(doc.get("retry_after_s", 20.0)), MAX_GRANT_WAIT_S)
                     log.info("%s: prefetch deferred for %.0f s: %s", f.issue_id, wait, doc)
                     return _Grant(0.0, f.now() + wait, origins)
                 if status == 404:
@@ -190,8 +201,8 @@ class _Prefetcher:
                         f"no origin holds {f.issue_id} yet (the balancer answered 404 to the "
                         "prefetch); run it again once the issue is published"
                     )
-                if status == 429 and isinstance(doc, dict):
-                    wait = min(float(doc.get("retry_after_s", 20.0)), MAX_GRANT_WAIT_S)
+                if status == 429:  # deferred, naming no origin: wait and ask again
+                    wait = 20.0 if wait is None else wait
                     log.info("%s: prefetch deferred for %.0f s: %s", f.issue_id, wait, doc)
                     await asyncio.sleep(wait)
                     break
