@@ -264,7 +264,10 @@ async def run_half(
         settings: dict[str, Any] = {}
         swarm_settings = peer_path()
         if swarm_settings is not None:
-            settings["swarm"] = swarm_settings(enabled=half.peers)
+            tuned: dict[str, Any] = {"enabled": half.peers}
+            if args.reader_upload_kib is not None:
+                tuned["upload_limit_bytes_per_s"] = int(args.reader_upload_kib * 1024)
+            settings["swarm"] = swarm_settings(**tuned)
         reader = await start_reader(
             ReaderConfig(
                 balancer_url=balancer.url,
@@ -386,10 +389,13 @@ async def main(args: argparse.Namespace) -> int:
     data = random.Random(26).randbytes(size)
     want_sha = hashlib.sha256(data).hexdigest()
     can_peer = peer_path() is not None
+    cap = "default" if args.reader_upload_kib is None else f"{args.reader_upload_kib:g} KiB/s"
     print(
         f"bench/reader_swarm.py: a {args.mb:g} MB issue, {args.origins} origins of "
         f"{args.origin_mbps:g} Mbit/s (capped), {args.desktops} desktop peers, readers "
-        f"{counts}, arriving within {args.arrive_s:g} s; load {loadavg()}",
+        f"{counts}, arriving within {args.arrive_s:g} s; readers' upload cap "
+        f"{cap}"
+        f"; load {loadavg()}",
         flush=True,
     )
     if not can_peer:
@@ -505,6 +511,14 @@ if __name__ == "__main__":
         type=float,
         default=120.0,
         help="a desktop peer seeds at most this long after its download (default 120)",
+    )
+    parser.add_argument(
+        "--reader-upload-kib",
+        type=float,
+        default=None,
+        metavar="KIB_PER_S",
+        help="the readers' upload cap instead of the reader's default (256 KiB/s, the "
+        "mobile peer profile's); 0: none",
     )
     parser.add_argument("--seed", type=int, default=26, help="arrival times' seed (26)")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the figures as JSON")
