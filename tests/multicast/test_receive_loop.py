@@ -1,0 +1,145 @@
+"""The binding's receive loop decodes objects itself (native/pressrun-flute/src/fast.rs):
+each symbol copied once into place, a RaptorQ block decoded only once it can be solved
+cheaply (K + 20 symbols) or its symbols repeat. Real UDP on 127.0.0.1, the packets
+the crate's own sender made."""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pressrun_flute")
+import pressrun_flute
+
+
+@contextmanager
+def _socket_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        yield rx, tx
+    finally:
+        rx.close()
+        tx.close()
+
+
+def _receive(
+    receiver: pressrun_flute.Receiver,
+    packets: Sequence[bytes],
+    *,
+    rounds: int = 3,
+    drop_probability: float = 0.0,
+) -> tuple[list[pressrun_flute.ObjectEvent], int]:
+    """Send ``packets`` ``rounds`` times over, 200 at a time (the socket buffer holds
+    that), the receive loop reading after each batch; (events, object packets)."""
+    pushed = 0
+    with _socket_pair() as (rx, tx):
+        for _ in range(rounds):
+            for start in range(0, len(packets), 200):
+                for pkt in packets[start : start + 200]:
+                    tx.sendto(pkt, rx.getsockname())
+                _, n, _, _, ended = receiver.receive(
+                    [(0, rx.fileno())],
+                    0.02,
+                    batch_wait_s=0.0,
+                    drop_probability=drop_probability,
+                    seed=7,
+                )
+                pushed += n
+                if ended:
+                    return receiver.take_events(), pushed
+    return receiver.take_events(), pushed
+
+
+def _encode(data: bytes, fec: str, repair: int, toi: int = 2) -> pressrun_flute.EncodedObject:
+    return pressrun_flute.encode_object(
+        data,
+        content_location="file:///weekly.pdf",
+        content_type="application/pdf",
+        tsi=3,
+        toi=toi,
+        fec=fec,
+        max_source_block_length=256,
+        repair_symbols_per_block=repair,
+    )
+
+
+def test_raptorq_under_loss_decodes_bit_exact_from_about_k_plus_20(tmp_path: Path) -> None:
+    data = random.Random(1).randbytes(1_000_000)
+    enc = _encode(data, "raptorq", 300)
+    packets = [*enc.fdt_packets, *enc.packets]
+    random.Random(2).shuffle(packets)
+    receiver = pressrun_flute.Receiver(tmp_path)
+    events, pushed = _receive(receiver, packets, drop_probability=0.2)
+    assert [e.kind for e in events] == ["completed"]
+    assert events[0].path is not None and Path(events[0].path).read_bytes() == data
+    assert events[0].content_length == len(data)
+    assert receiver.rejected == 0
+    blocks = len(enc.block_source_symbols)
+    # every block waits for K + 20 symbols; the shuffled order spreads the last ones
+    assert pushed <= enc.source_symbols + 40 * blocks + 200
+    # nothing but the object's own file in the folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["2.object"]
+
+
+def test_no_code_object_is_placed_symbol_by_symbol(tmp_path: Path) -> None:
+    data = random.Random(3).randbytes(300_001)  # a short last symbol
+    enc = _encode(data, "none", 0)
+    packets = [*enc.fdt_packets, *enc.packets]
+    random.Random(4).shuffle(packets)
+    receiver = pressrun_flute.Receiver(tmp_path)
+    events, _ = _receive(receiver, packets)
+    assert [e.kind for e in events] == ["completed"]
+    assert events[0].path is not None and Path(events[0].path).read_bytes() == data
+
+
+def test_a_block_with_fewer_than_k_plus_20_symbols_decodes_when_they_repeat(
+    tmp_path: Path,
+) -> None:
+    """A sender with only 5 repair symbols per block never gives K + 20: the block is
+    decoded once its symbols come round again (the carousel's next cycle)."""
+    data = random.Random(5).randbytes(400_000)
+    enc = _encode(data, "raptorq", 5)
+    # the first 3 source symbols of every block never arrive: repair is needed
+    kept = [p for p, esi in zip(enc.packets, enc.esis, strict=True) if esi >= 3]
+    receiver = pressrun_flute.Receiver(tmp_path)
+    events, _ = _receive(receiver, [*enc.fdt_packets, *kept], rounds=2)
+    assert [e.kind for e in events] == ["completed"]
+    assert events[0].path is not None and Path(events[0].path).read_bytes() == data
+
+
+def test_strangers_objects_are_bounded_and_leave_no_files(tmp_path: Path) -> None:
+    """Packets of ten other objects (TOIs 10..19) before the real one: at most four
+    followed at once, an evicted one's file removed, the real one still completes."""
+    rng = random.Random(6)
+    strangers = [
+        _encode(rng.randbytes(50_000), "raptorq", 10, toi=10 + i).packets[:5] for i in range(10)
+    ]
+    data = rng.randbytes(200_000)
+    enc = _encode(data, "raptorq", 50)
+    receiver = pressrun_flute.Receiver(tmp_path)
+    packets = [p for batch in strangers for p in batch] + [*enc.fdt_packets, *enc.packets]
+    events, _ = _receive(receiver, packets, rounds=1)
+    assert [e.kind for e in events] == ["completed"]
+    assert events[0].path is not None and Path(events[0].path).read_bytes() == data
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert "2.object" in left and len(left) <= 4
+    del receiver  # the incomplete objects' files go with it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["2.object"]
+
+
+def test_md5_checking_receiver_keeps_the_crates_session(tmp_path: Path) -> None:
+    """With md5_check the crate's session decodes (it checks the FDT's Content-MD5),
+    and the event names the FDT's Content-Location, as `push` does."""
+    data = random.Random(8).randbytes(100_000)
+    enc = _encode(data, "raptorq", 50)
+    receiver = pressrun_flute.Receiver(tmp_path, md5_check=True)
+    events, _ = _receive(receiver, [*enc.fdt_packets, *enc.packets])
+    assert [(e.kind, e.content_location) for e in events] == [("completed", "file:///weekly.pdf")]
