@@ -13,8 +13,9 @@ Kumar and Ross,
 (d_min: the slowest peer's download cap; unlimited here, so that term is 0), T / T_min,
 and the origins' bytes in copies of the file (their own counters). Beside each run:
 the harness's processes' CPU, their worst event loop lag and the machine's busy CPU; a
-run whose harness was saturated (`swarm_procs.verdict`) is printed REFUSED with the
-reason and left out of the medians.
+run whose harness was saturated (`swarm_procs.verdict`: a process's loop lag p99 above
+250 ms or its loop thread above 0.85 of a core) is printed REFUSED with the reason and
+left out of the medians.
 
     # N = 10, 20, 40; F = 20 MiB; u = 1 MB/s; u_s = 2 MB/s; policies stripes, libtorrent
     .venv/bin/python bench/swarm.py
@@ -195,7 +196,7 @@ async def one_run(
                 else {}
             )
             bad = [r for r in results if not r["completed"]]
-            refused = swarm_procs.verdict(loads, machine_figures)
+            refused = swarm_procs.verdict(loads)
             if bad:
                 # (printed with the harness's figures: a saturated harness stalls peers)
                 refused = f"{len(bad)} peers did not complete" + (f"; {refused}" if refused else "")
@@ -329,7 +330,7 @@ def _harness(r: dict[str, Any]) -> str:
         f"(worst event loop thread {r['cpu_loop']:.2f}), worst loop lag median "
         f"{r['lag_p50_ms']:.0f} ms, p99 {r['lag_p99_ms']:.0f} ms, max {r['lag_max_ms']:.0f} ms; "
         f"machine CPU busy {100 * r['machine_busy']:.0f}% of {r['cores']:.0f} cores, "
-        f"load {r['load_start']:.2f} -> {r['load_end']:.2f}"
+        f"load {r['load_start']:.2f} -> {r['load_end']:.2f}" + swarm_procs.busy_flag(r)
     )
 
 
