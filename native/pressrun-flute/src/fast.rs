@@ -27,12 +27,18 @@ use std::path::{Path, PathBuf};
 use flute::core::alc::{AlcPkt, PayloadID};
 use flute::core::{FECEncodingID, Oti};
 
-/// Symbols beyond K a RaptorQ block waits for before it is decoded: with K + H
-/// (H, the HDPC symbols of RFC 6330 section 5.3.3.3, at most 16 for K up to 56403)
-/// the `raptorq` crate solves without the HDPC rows, in GF(2) alone, which costs
-/// (measured here, K = 1024, T = 1400) less than half of the full decode from K.
-/// A block whose symbols repeat (the cycle came round) is decoded from what it has.
+/// Symbols beyond K a RaptorQ block of K >= 1000 waits for before it is decoded:
+/// with K + H (H, the HDPC symbols of RFC 6330 section 5.3.3.3, at most 16 for K up
+/// to 56403) the `raptorq` crate solves without the HDPC rows, in GF(2) alone, and
+/// skips its GF(256) row operations. Smaller blocks wait for K / 50 more (2% of the
+/// reception at most; their decode is cheap anyway). A block whose symbols repeat
+/// (the cycle came round) is decoded from what it has.
 const DECODE_EXTRA: usize = 20;
+
+fn decode_extra(k: usize) -> usize {
+    DECODE_EXTRA.min(k / 50)
+}
+
 /// Repair symbols kept per block beyond its source symbols (the decode from K
 /// fails with probability about 0.01, from K + 2 about 1e-6).
 const REPAIR_MARGIN: usize = DECODE_EXTRA + 16;
@@ -346,7 +352,7 @@ impl FastObject {
         let distinct = block.sources + block.repair_esis.len();
         // decode once enough symbols for the cheap solve came, every source symbol
         // came, or the symbols began to repeat with at least K of them
-        let ready = distinct >= block.k + DECODE_EXTRA
+        let ready = distinct >= block.k + decode_extra(block.k)
             || block.sources == block.k
             || (repeated && distinct >= block.k);
         if ready && distinct > block.tried_at {
