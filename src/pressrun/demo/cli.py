@@ -106,11 +106,19 @@ async def run_demo(
             raise errors[0]
         origins = services[:]
         key, pub = generate_keypair(root / "publisher.key")
-        data = random.Random(2026).randbytes(size_mib * MIB)
-        want_sha = hashlib.sha256(data).hexdigest()
         source = root / "source" / f"{DEMO_ISSUE}.pdf"
         source.parent.mkdir(exist_ok=True)
-        source.write_bytes(data)
+        if readers > 0:
+            # the phones draw the issue's cover with pdf.js after the download: a real
+            # PDF of the same size (a cover, text pages, a page of random pixels)
+            from pressrun.reader.sample import write_sample_pdf
+
+            write_sample_pdf(source, title="Weekly, issue 47", pad_to_bytes=size_mib * MIB)
+            data = source.read_bytes()
+        else:
+            data = random.Random(2026).randbytes(size_mib * MIB)
+            source.write_bytes(data)
+        want_sha = hashlib.sha256(data).hexdigest()
         del data
         await asyncio.to_thread(
             publish,
