@@ -42,6 +42,8 @@ command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
 # the STUN/TURN server of the reader's WebRTC peers (docker-compose.yml's turn service,
 # deploy/coturn/; tests/test_compose.py runs it)
 command -v turnserver >/dev/null 2>&1 || need+=(coturn)
+# AMT (RFC 7450) wire-format check: Wireshark's AMT dissector decodes the codec's messages
+command -v tshark >/dev/null 2>&1 || need+=(tshark)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
@@ -51,6 +53,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "setup-system: installing ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# tshark's wireshark-common asks whether non-root users may capture: no
+echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
 # no service may start on install: Debian's docker.service would start the engine with
 # its defaults, which add NAT rules and set the host's FORWARD policy to DROP
 own_policy=0
