@@ -213,7 +213,15 @@ class BrowserReaders:
             page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
             await page.goto(reader_url)
             await _bounded("the app's start", page.evaluate("window.pressrun.ready"))
-            result = await _bounded("the download", page.evaluate(_DOWNLOAD, issue), timeout_s)
+            try:
+                result = await _bounded("the download", page.evaluate(_DOWNLOAD, issue), timeout_s)
+            except RuntimeError as err:  # say where the app was: its last notices
+                notices = await _bounded(
+                    "the app's notices",
+                    page.evaluate("window.pressrun.notices.slice(-2).map((n) => n.text)"),
+                    10.0,
+                )
+                raise RuntimeError(f"{err}; the app's last notices: {notices}") from None
             wall = time.perf_counter() - started
             if "error" in result:
                 return ReaderOutcome(number, False, str(result["error"]), wall_s=wall, wave=wave)
