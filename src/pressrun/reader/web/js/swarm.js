@@ -37,7 +37,7 @@ export class NoPeers extends Error {}
 export class SwarmStalled extends Error {}
 
 const TAG_BYTES = 16;
-const MAX_BANNED = 1000;
+const MAX_BANNED = 1000; // peer ids remembered as banned (and with a strike), at most
 const PIECE_CACHE = 8; // pieces kept ready for upload (a piece is asked for block by block)
 const MAX_RUN = 64; // pieces written as one OPFS file at most
 const TICK_MS = 250;
@@ -327,6 +327,7 @@ export class SwarmFetch {
       }
       const strikes = (this.strikes.get(wire.peerId) ?? 0) + (who.length === 1 ? 2 : 1);
       this.strikes.set(wire.peerId, strikes);
+      if (this.strikes.size > MAX_BANNED) this.strikes.delete(this.strikes.keys().next().value);
       if (strikes >= 2) this.ban(wire, index);
     }
   }
