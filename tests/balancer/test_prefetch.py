@@ -194,6 +194,11 @@ async def test_prefetch_route_is_paced_and_not_counted_as_demand() -> None:
                 assert resp.status == 404
             async with http.get(f"{base}?client=NOT/OK") as resp:
                 assert resp.status == 400
+            async with http.get(f"{running.url}/metrics") as resp:
+                metrics = await resp.text()
+            assert 'pressrun_balancer_prefetchers{state="granted"} 2.0' in metrics
+            assert "pressrun_balancer_prefetch_granted_bytes_per_second 1e+07" in metrics
+            assert "pressrun_balancer_prefetch_deferrals_total 1.0" in metrics
         # prefetch is not demand: no directive answered, no pick on any origin
         assert running.core.directives_answered == 0
         assert all(rec.picks == 0 for rec in running.core.origins.values())

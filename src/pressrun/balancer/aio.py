@@ -93,7 +93,7 @@ from pressrun.balancer.events import (
 )
 from pressrun.balancer.health import HealthConfig
 from pressrun.balancer.manifests import ManifestReader, ManifestUnavailable
-from pressrun.balancer.metrics import BalancerCollector
+from pressrun.balancer.metrics import BalancerCollector, PrefetchCollector
 from pressrun.balancer.poller import OriginPoller
 from pressrun.balancer.prefetch import PrefetchConfig, PrefetchPacer, client_id, prefetch_answer
 from pressrun.balancer.shared import SharedDemand
@@ -218,6 +218,7 @@ class BalancerService:
         self._swarm_directives = 0
         self.registry = CollectorRegistry()
         self.registry.register(BalancerCollector(lambda: self.core, self.directives_by_mode))
+        self.registry.register(PrefetchCollector(lambda: self.prefetch))
 
     @property
     def core(self) -> BalancerCore:

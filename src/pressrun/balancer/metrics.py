@@ -4,7 +4,8 @@ read when Prometheus scrapes, so answering a directive costs no metric update.
 Families (``GET /metrics`` of the balancer, docs/balancer.md):
 ``pressrun_balancer_directives_total{mode,algorithm}``,
 ``pressrun_balancer_refusals_total{reason}``, ``pressrun_balancer_picks_total{origin}``,
-``pressrun_balancer_origin_up{origin}``, ``pressrun_balancer_origin_score{origin,issue}``.
+``pressrun_balancer_origin_up{origin}``, ``pressrun_balancer_origin_score{origin,issue}``;
+and the prefetch pacing's, apart from the readers' (`PrefetchCollector`).
 The poll histogram and failure counter are the poller's (`pressrun.balancer.poller`).
 """
 
@@ -18,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from pressrun.balancer.core import BalancerCore, OriginState
+from pressrun.balancer.prefetch import PrefetchPacer
 
 
 class BalancerCollector(Collector):
@@ -70,3 +72,38 @@ class BalancerCollector(Collector):
                     if value is not None and math.isfinite(value):
                         score.add_metric([name, issue], value)
         return [directives, refusals, picks, up, score]
+
+
+class PrefetchCollector(Collector):
+    """The prefetch pacing (`pressrun.balancer.prefetch`, issue 35), counted apart from
+    the readers: ``pressrun_balancer_prefetchers{state}`` (granted, waiting),
+    ``pressrun_balancer_prefetch_granted_bytes_per_second`` (the live grants' sum),
+    ``pressrun_balancer_prefetch_grants_total`` and ``..._deferrals_total``."""
+
+    def __init__(self, pacer: Callable[[], PrefetchPacer]) -> None:
+        self._pacer = pacer
+
+    def collect(self) -> Iterable[Metric]:
+        """The metric families, from the pacer's counts."""
+        pacer = self._pacer()
+        prefetchers = GaugeMetricFamily(
+            "pressrun_balancer_prefetchers",
+            "Clients pre-positioning embargoed issues, granted a rate or waiting for room",
+            labels=["state"],
+        )
+        prefetchers.add_metric(["granted"], pacer.prefetchers())
+        prefetchers.add_metric(["waiting"], pacer.prefetchers(waiting=True))
+        granted = GaugeMetricFamily(
+            "pressrun_balancer_prefetch_granted_bytes_per_second",
+            "The sum of the live prefetch grants",
+        )
+        granted.add_metric([], pacer.granted_bytes_per_s())
+        grants = CounterMetricFamily(
+            "pressrun_balancer_prefetch_grants", "Prefetch grants made (renewals included)"
+        )
+        grants.add_metric([], pacer.granted_total)
+        deferrals = CounterMetricFamily(
+            "pressrun_balancer_prefetch_deferrals", "Prefetch requests told to wait for room"
+        )
+        deferrals.add_metric([], pacer.deferred_total)
+        return [prefetchers, granted, grants, deferrals]
