@@ -1,5 +1,6 @@
 """Desktop peers and the WebSocket tracker: the STUN server libtorrent's WebRTC uses
-comes from configuration (none by default), and a torrent may name a ws:// tracker."""
+comes from configuration (none by default), a torrent may name a ws:// tracker, and a
+peer keeps it beside the directive's tracker and announces to every tier."""
 
 from __future__ import annotations
 
@@ -24,3 +25,41 @@ def test_publish_accepts_a_websocket_tracker(tmp_path: Path) -> None:
     issue.write_bytes(b"%PDF-1.4 x")
     trackers = ["http://t:6969/announce", "ws://t:6969/webtorrent", "wss://t/webtorrent"]
     assert _check_inputs(issue, "w1", "W", 262144, [], trackers) == issue.stat().st_size
+
+
+def test_the_directives_tracker_replaces_the_http_ones_and_the_websocket_ones_stay(
+    tmp_path: Path,
+) -> None:
+    from pressrun.content.bundle import read_manifest
+    from pressrun.content.keys import generate_keypair
+    from pressrun.content.publish import publish
+    from pressrun.peer.aio import SwarmPeer
+    from pressrun.peer.session import session_settings
+
+    issue = tmp_path / "w.pdf"
+    issue.write_bytes(b"%PDF-1.4 " * 5000)
+    secret, _ = generate_keypair(tmp_path / "k")
+    bundle = publish(
+        issue,
+        issue_id="w",
+        title="w",
+        key_path=secret,
+        content_dir=tmp_path / "c",
+        trackers=["http://t1:6969/announce"],
+        webtorrent=True,
+    )
+    peer = SwarmPeer(
+        torrent=(bundle / "w.torrent").read_bytes(),
+        manifest=read_manifest(bundle / "manifest.json"),
+        partial_dir=tmp_path / "p",
+        config=desktop_profile(),
+        tracker_url="http://t2:6969/announce",
+    )
+    assert peer.websocket_trackers == ["ws://t1:6969/webtorrent"]
+    assert list(peer._add_params().trackers) == [
+        "http://t2:6969/announce",
+        "ws://t1:6969/webtorrent",
+    ]
+    # every tier, so the ws:// tracker beside an http:// one in tier 0 is announced to
+    settings = session_settings(desktop_profile(), listen_interfaces="127.0.0.1:0")
+    assert settings["announce_to_all_tiers"] is True
