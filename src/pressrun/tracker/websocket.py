@@ -333,7 +333,15 @@ class WebTorrentTracker:
         if self._redis is not None:
             await self._list(msg)
             await self._learn(msg.info_hash)
-        await self._effects(self.relay.handle_announce(socket_id, msg, now=service.monotonic()))
+        # A desktop peer (its record has the port its HTTP announce gave) reaches the
+        # other desktop peers over TCP through /announce: its offers go only to
+        # WebRTC-only peers (browsers), not into DTLS connections that duplicate those.
+        not_to: frozenset[bytes] = frozenset()
+        if desktop and prev is not None and prev.active:
+            not_to = frozenset(r.peer_id for r in records if r.port != 0 and r.active)
+        await self._effects(
+            self.relay.handle_announce(socket_id, msg, now=service.monotonic(), not_to=not_to)
+        )
         return False
 
     async def _effects(self, effects: list[Effect]) -> None:

@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 import random
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -495,10 +495,17 @@ class WebTorrentRelay:
         )
         return None
 
-    def handle_announce(self, socket_id: int, msg: WsAnnounce, *, now: float) -> list[Effect]:
+    def handle_announce(
+        self,
+        socket_id: int,
+        msg: WsAnnounce,
+        *,
+        now: float,
+        not_to: Collection[bytes] = (),
+    ) -> list[Effect]:
         """Forward each offer of a joined peer's announce to a different other peer
-        of the swarm (a seed's only to leechers). The reply itself is the adapter's
-        (it carries the tracker core's counts)."""
+        of the swarm (a seed's only to leechers), none to a peer in ``not_to``. The
+        reply itself is the adapter's (it carries the tracker core's counts)."""
         if msg.event is AnnounceEvent.STOPPED or not msg.offers:
             return []
         swarm = self._swarms.get(msg.info_hash, {})
@@ -510,6 +517,7 @@ class WebTorrentRelay:
             if peer_id != msg.peer_id
             and not (seed and entry.seed)
             and (entry.instance == self.instance or entry.heard >= horizon)
+            and peer_id not in not_to
         )
         wanted = min(len(msg.offers), msg.numwant or len(msg.offers), len(candidates))
         targets = self.rng.sample(candidates, wanted)
