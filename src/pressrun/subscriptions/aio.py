@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -319,8 +320,19 @@ class SubscriptionService:
         public_key = check_token(self.secret, token, now_unix=now_unix)
         # one lookup on the loop's read-only connection: a wrap is deleted with its
         # subscriber, so a wrap found is a current subscriber's
-        wrap = self.reader.wrap(issue_id, version, public_key)
-        if wrap is None and not self.reader.is_subscriber(public_key):
+        try:
+            wrap = self.reader.wrap(issue_id, version, public_key)
+            subscribed = wrap is not None or self.reader.is_subscriber(public_key)
+            release = self._fresh_releases().get((issue_id, version))
+        except sqlite3.Error as err:  # the database busy or failing: ask again
+            log.warning("wrap of %s version %d: the database: %s", issue_id, version, err)
+            raise RequestError(
+                503,
+                "unavailable",
+                "the subscription service cannot read its database now; ask again",
+                headers={"Retry-After": "1"},
+            ) from None
+        if not subscribed:
             raise RequestError(
                 403,
                 "not_subscribed",
@@ -333,9 +345,7 @@ class SubscriptionService:
                 f"there is no wrap of {issue_id} version {version} for this subscriber (it "
                 "was published before the subscription began, or no such version exists)",
             )
-        refusal = embargo_refusal(
-            self._fresh_releases().get((issue_id, version)), now_unix=now_unix
-        )
+        refusal = embargo_refusal(release, now_unix=now_unix)
         if refusal is not None:
             if refusal.code == "embargoed":
                 self.embargo_refusals.inc()

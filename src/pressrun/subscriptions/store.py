@@ -73,7 +73,9 @@ class SubscriptionStore:
         self.path = str(path)
         if read_only:
             uri = f"file:{quote(str(Path(self.path).resolve()))}?mode=ro"
-            self.db = sqlite3.connect(uri, uri=True, isolation_level=None)
+            # a reader in WAL mode is not blocked by the writer; the rare busy moment
+            # (a checkpoint's WAL reset) is waited for briefly, on the event loop
+            self.db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=0.2)
             return
         private_file(self.path)  # names, keys and the token secret: owner only
         self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
