@@ -462,10 +462,17 @@ async def main(args: argparse.Namespace) -> int:
             f"{'met' if time_ok else 'NOT MET'}); readers from peers "
             f"{sum(o.bytes_from_peers for o in with_peers.outcomes) / MB:.1f} MB"
         )
+        unfinished = sum(o.seconds is None for o in with_peers.outcomes)
+        if unfinished:
+            print(
+                f"  N = {n}: {unfinished} readers with peers did not finish (their bytes are "
+                "in the origins' counters, not in the readers' tallies)"
+            )
         if not any(o.bytes_from_peers for o in with_peers.outcomes):
             print(
-                f"  N = {n}: no reader took a byte from a peer (were they sent to the swarm? "
-                "the balancer answers peer=webrtc readers 'swarm' at swarm demand)"
+                f"  N = {n}: no reader that finished took a byte from a peer (were they sent "
+                "to the swarm? the balancer answers peer=webrtc readers 'swarm' at swarm "
+                "demand)"
             )
     if args.json:
         Path(args.json).write_text(
