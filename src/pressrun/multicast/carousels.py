@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pressrun.multicast.config import CarouselConfig
+from pressrun.multicast.config import CarouselConfig, is_ssm
 from pressrun.multicast.core import CarouselSchedule
 from pressrun.multicast.events import CarouselPlan, ChannelSpec
 from pressrun.multicast.metrics import SenderMetrics
@@ -207,6 +207,9 @@ class CarouselRegistry:
             source_symbols=prepared.source_symbols,
             cycle_s=max(schedule.cycle_s(c) for c in range(len(cycles))),
             channels=tuple(specs),
+            # source-specific groups are joined by (S, G): S is the address the send
+            # socket sends from (IP_MULTICAST_IF)
+            source=self.config.interface if any(is_ssm(g) for g, _ in addresses) else None,
         )
         self.thread.start_carousel(
             RunningCarousel(plan, prepared.packets, schedule, addresses, now, carousel, prepared)

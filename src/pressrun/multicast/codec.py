@@ -18,16 +18,18 @@ from dataclasses import replace
 from typing import Any
 
 from pressrun.content.codec import canonical_json, is_hex, valid_issue_id
-from pressrun.multicast.config import FEC_SCHEMES
+from pressrun.multicast.config import FEC_SCHEMES, is_ssm
 from pressrun.multicast.events import Announcement, CarouselPlan, ChannelSpec
 
 ANNOUNCEMENT_FORMAT = 1
 #: an announcement must fit one UDP datagram
 MAX_ANNOUNCEMENT_BYTES = 60_000
 #: a round of announcements is cut into datagrams of at most this many bytes (one
-#: 1500-byte Ethernet frame with the IP and UDP headers: a lost fragment loses no
-#: other carousel's announcement); a carousel larger than that goes alone
-ANNOUNCEMENT_PART_BYTES = 1400
+#: 1500-byte Ethernet frame with the IP and UDP headers, also inside an AMT tunnel
+#: (30 bytes more) with room for another encapsulation, as the channels' packets: a
+#: lost fragment loses no other carousel's announcement); a carousel larger than
+#: that goes alone
+ANNOUNCEMENT_PART_BYTES = 1320
 #: parts of one round at most (the 16-bit field a receiver could be asked to track)
 MAX_ANNOUNCEMENT_PARTS = 4096
 #: the signature and the envelope around the announcement object, in bytes
@@ -73,6 +75,8 @@ def _carousel_to_dict(c: CarouselPlan) -> dict[str, Any]:
             for ch in c.channels
         ],
         "sent_packets": list(c.sent_packets),
+        # only when set: an any-source plan's bytes (and signature) stay as they were
+        **({"source": c.source} if c.source is not None else {}),
     }
 
 
@@ -180,6 +184,20 @@ def _carousel(d: object) -> CarouselPlan:
         raise AnnouncementFormatError("sent_packets is not a list of counts")
     if sent and len(sent) != len(channels):
         raise AnnouncementFormatError("sent_packets needs one count per channel")
+    source = d.get("source")
+    if source is not None:
+        try:
+            address = ipaddress.IPv4Address(str(_want(d, "source", str)))
+        except ipaddress.AddressValueError:
+            raise AnnouncementFormatError(f"source {source!r} is not an IPv4 address") from None
+        if address.is_multicast or address.is_unspecified:
+            raise AnnouncementFormatError(f"source {address} is not a unicast address")
+        source = str(address)
+    specs = tuple(_channel(ch) for ch in channels)
+    if source is None and any(is_ssm(ch.group) for ch in specs):
+        raise AnnouncementFormatError(
+            f"carousel {issue_id} has source-specific groups (232/8) but names no source"
+        )
     return CarouselPlan(
         issue_id=issue_id,
         manifest_sha256=manifest_sha256,
@@ -189,8 +207,9 @@ def _carousel(d: object) -> CarouselPlan:
         symbol_bytes=_count(d, "symbol_bytes", minimum=1),
         source_symbols=_count(d, "source_symbols"),
         cycle_s=_number(d, "cycle_s"),
-        channels=tuple(_channel(ch) for ch in channels),
+        channels=specs,
         sent_packets=tuple(sent),
+        source=source,
     )
 
 

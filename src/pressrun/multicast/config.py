@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from dataclasses import dataclass
 
@@ -17,6 +18,19 @@ MAX_BLOCK_SYMBOLS = {"raptorq": 56403, "none": 65535}
 TOKEN_ENV = "PRESSRUN_MULTICAST_TOKEN"
 
 
+#: source-specific multicast groups (RFC 4607): joined by (source, group)
+SSM_RANGE = ipaddress.IPv4Network("232.0.0.0/8")
+
+
+def is_ssm(group: str) -> bool:
+    """Whether ``group`` is a source-specific multicast group (232.0.0.0/8), which a
+    receiver joins by source and group, as AMT relays and SSM networks expect."""
+    try:
+        return ipaddress.IPv4Address(group) in SSM_RANGE
+    except ipaddress.AddressValueError:
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class CarouselConfig:
     """How one issue is carouselled.
@@ -30,12 +44,15 @@ class CarouselConfig:
         driven layering); 2 x 40 Mbit/s congested every link slower than 40 Mbit/s
         (docs/multicast.md, "A plan for mixed links", bench/multicast.py
         --mixed-links).
-    symbol_bytes: encoding symbol length (one symbol per packet); 1400 fits a 1500-byte
-        MTU with the IP, UDP, LCT and FEC headers.
+    symbol_bytes: encoding symbol length (one symbol per packet). 1320: with the LCT
+        and FEC headers (36 bytes) and IP/UDP (28) a packet is 1384 bytes, 1414 inside
+        an AMT tunnel (RFC 7450: outer IP, UDP and its 2-byte header), which leaves 86
+        bytes of a 1500-byte path for another encapsulation (IPsec, VXLAN). 1400
+        filled a 1500-byte frame on a LAN but not a tunnel.
     max_source_block_symbols: source symbols per block at most (RFC 6330's K). 1024:
         blocks of 1.4 MB, decoded as soon as about K symbols of a block arrive, and far
         under the receiver's cache (FIELD-NOTES trap 1). An issue too large for 255
-        blocks of this size (367 MB with RaptorQ and 1400-byte symbols) gets larger
+        blocks of this size (345 MB with RaptorQ and 1320-byte symbols) gets larger
         blocks (`source_block_symbols`): 2 GB makes blocks of 6,016 symbols (8.4 MB).
     cycle_overhead: with RaptorQ, each channel's cycle carries K x (1 + this) distinct
         symbols, so a receiver on one channel with loss p completes in one cycle while
@@ -47,7 +64,7 @@ class CarouselConfig:
     fec: str = "raptorq"
     channels: int = 4
     rate_bps: float = 5e6
-    symbol_bytes: int = 1400
+    symbol_bytes: int = 1320
     max_source_block_symbols: int = 1024
     cycle_overhead: float = 0.35
     fdt_every_packets: int = 500

@@ -40,6 +40,9 @@ class CarouselPlan:
     #: packets each channel has sent since the carousel started, when the
     #: announcement was issued (receivers measure their loss against it)
     sent_packets: tuple[int, ...] = ()
+    #: the sender's address, the S of the (S, G) a receiver joins when the channels'
+    #: groups are source-specific (232.0.0.0/8, RFC 4607); None for any-source groups
+    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,10 @@
 The interface is named by its address (``--interface 127.0.0.1``): the sender sends
 through it (``IP_MULTICAST_IF``, loopback on so receivers on the same host hear it,
 TTL 1 by default: the groups stay on the link), a receiver joins its groups on it
-(``IP_ADD_MEMBERSHIP``). Multicast on the loopback interface works in the initial
+(``IP_ADD_MEMBERSHIP``), or, for a source-specific group (232/8, RFC 4607), the
+(source, group) channel (``IP_ADD_SOURCE_MEMBERSHIP``: packets from another source
+are not delivered, and an AMT relay or SSM router forwards by (S, G)). Multicast on
+the loopback interface works in the initial
 network namespace and, after ``ip link set lo multicast on``, in a namespace of its
 own (FIELD-NOTES.md).
 """
@@ -14,6 +17,8 @@ import contextlib
 import ipaddress
 import socket
 import struct
+
+from pressrun.multicast.config import is_ssm
 
 #: receive buffer asked for each channel socket; the kernel caps it at rmem_max
 RECEIVE_BUFFER_BYTES = 8 * 1024 * 1024
@@ -63,6 +68,28 @@ def _membership(group: str, interface: str) -> bytes:
     return struct.pack("4s4s", socket.inet_aton(group), socket.inet_aton(interface))
 
 
+#: Linux's IP_ADD/DROP_SOURCE_MEMBERSHIP (Python's socket module has them on Linux)
+IP_ADD_SOURCE_MEMBERSHIP = getattr(socket, "IP_ADD_SOURCE_MEMBERSHIP", 39)
+IP_DROP_SOURCE_MEMBERSHIP = getattr(socket, "IP_DROP_SOURCE_MEMBERSHIP", 40)
+
+
+def _source_membership(group: str, interface: str, source: str) -> bytes:
+    """struct ip_mreq_source as Linux lays it out: group, interface, source."""
+    return struct.pack(
+        "4s4s4s", socket.inet_aton(group), socket.inet_aton(interface), socket.inet_aton(source)
+    )
+
+
+def _join(sock: socket.socket, group: str, interface: str, source: str | None) -> None:
+    if is_ssm(group):
+        if source is None:
+            raise ValueError(f"{group} is a source-specific group: join it with its source")
+        membership = _source_membership(group, interface, source)
+        sock.setsockopt(socket.IPPROTO_IP, IP_ADD_SOURCE_MEMBERSHIP, membership)
+    else:
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _membership(group, interface))
+
+
 def _big_receive_buffer(sock: socket.socket, size: int = RECEIVE_BUFFER_BYTES) -> None:
     """Ask for ``size`` bytes of receive buffer (RECEIVE_BUFFER_BYTES): a receiver
     that loses the CPU for a moment then finds its packets queued rather than
@@ -110,17 +137,23 @@ def enable_drop_counts(sock: socket.socket) -> bool:
 
 
 def receiver_socket(
-    group: str, port: int, interface: str, *, receive_buffer_bytes: int = RECEIVE_BUFFER_BYTES
+    group: str,
+    port: int,
+    interface: str,
+    *,
+    receive_buffer_bytes: int = RECEIVE_BUFFER_BYTES,
+    source: str | None = None,
 ) -> socket.socket:
     """A non-blocking UDP socket bound to ``group:port`` and joined to the group on
     ``interface`` (several receivers on one host may bind the same group and port),
-    with ``receive_buffer_bytes`` of receive buffer."""
+    with ``receive_buffer_bytes`` of receive buffer. A source-specific group (232/8)
+    is joined as the (``source``, group) channel; ValueError without a source."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         _big_receive_buffer(sock, receive_buffer_bytes)
         sock.bind((group, port))
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _membership(group, interface))
+        _join(sock, group, interface, source)
         sock.setblocking(False)
     except OSError:
         sock.close()
@@ -128,8 +161,20 @@ def receiver_socket(
     return sock
 
 
-def leave_and_close(sock: socket.socket, group: str, interface: str) -> None:
-    """Leave the group (``IP_DROP_MEMBERSHIP``) and close the socket."""
+def leave_and_close(
+    sock: socket.socket, group: str, interface: str, source: str | None = None
+) -> None:
+    """Leave the group (``IP_DROP_MEMBERSHIP``, or ``IP_DROP_SOURCE_MEMBERSHIP`` for a
+    source-specific one joined with ``source``) and close the socket."""
     with contextlib.suppress(OSError):  # closing drops the membership anyway
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_DROP_MEMBERSHIP, _membership(group, interface))
+        if is_ssm(group) and source is not None:
+            sock.setsockopt(
+                socket.IPPROTO_IP,
+                IP_DROP_SOURCE_MEMBERSHIP,
+                _source_membership(group, interface, source),
+            )
+        else:
+            sock.setsockopt(
+                socket.IPPROTO_IP, socket.IP_DROP_MEMBERSHIP, _membership(group, interface)
+            )
     sock.close()

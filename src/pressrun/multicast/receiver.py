@@ -140,7 +140,11 @@ class _Channels:
     def join(self, index: int) -> None:
         ch = self.plan.channels[index]
         sock = receiver_socket(
-            ch.group, ch.port, self.interface, receive_buffer_bytes=self.receive_buffer_bytes
+            ch.group,
+            ch.port,
+            self.interface,
+            receive_buffer_bytes=self.receive_buffer_bytes,
+            source=self.plan.source,
         )
         enable_arrival_times(sock)
         enable_drop_counts(sock)  # the binding reads SO_RXQ_OVFL with each datagram
@@ -152,7 +156,7 @@ class _Channels:
         if sock is None:
             return
         ch = self.plan.channels[index]
-        leave_and_close(sock, ch.group, self.interface)
+        leave_and_close(sock, ch.group, self.interface, self.plan.source)
 
     def close(self) -> None:
         for index in list(self.sockets):
