@@ -464,6 +464,7 @@ def run(args: argparse.Namespace) -> int:
         "pressrun.peer",
         "pressrun.multicast",
         "aiohttp.access",
+        "fontTools",  # the sample PDF's font subsetting (--readers)
     ):
         logging.getLogger(name).setLevel(logging.WARNING)
     keep = Path(args.keep) if args.keep else None
