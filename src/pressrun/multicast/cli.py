@@ -154,6 +154,89 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     add_security_arguments(p, token=False)
     p.set_defaults(func=run_sender)
+    _register_relay(serve_subparsers)
+
+
+def _register_relay(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add ``pressrun serve amt-relay``."""
+    r = serve_subparsers.add_parser(
+        "amt-relay",
+        help="AMT relay (RFC 7450): the carousel's SSM channels to gateways without multicast",
+        description="Answer AMT gateways on --listen (UDP, default port 2268): discovery, "
+        "request, membership query with a response MAC, membership updates that join "
+        "source-specific (232/8) channels on --interface; every datagram of a joined "
+        "channel goes whole to each gateway that asked for it. Needs root or "
+        "CAP_NET_RAW (a raw socket reads the channels). Stops on SIGTERM/SIGINT.",
+    )
+    r.add_argument(
+        "--listen", default="0.0.0.0:2268", metavar="HOST:PORT", help="default 0.0.0.0:2268"
+    )
+    r.add_argument(
+        "--interface",
+        default="127.0.0.1",
+        help="IPv4 address of the interface the channels are joined on (default 127.0.0.1)",
+    )
+    r.add_argument(
+        "--relay-address",
+        default=None,
+        help="the address Relay Advertisements name (default: the --listen host, or "
+        "--interface when that is 0.0.0.0)",
+    )
+    r.add_argument("--max-tunnels", type=int, default=1000, help="gateways at once (1000)")
+    r.add_argument("--max-channels", type=int, default=64, help="channels per gateway (64)")
+    r.add_argument(
+        "--query-interval-s",
+        type=int,
+        default=20,
+        help="how often gateways report again (20 s: shorter than NAT bindings last)",
+    )
+    r.set_defaults(func=run_relay)
+
+
+def run_relay(args: argparse.Namespace) -> int:
+    """Run the AMT relay until SIGTERM/SIGINT; 0 on a clean stop, 2 on bad flags."""
+    import asyncio
+    import logging
+    import sys
+
+    from pressrun.multicast.relay import AmtRelay, RelayConfig
+
+    log = logging.getLogger("pressrun.multicast.relay")
+    try:
+        host, _, port = args.listen.rpartition(":")
+        listen = (host or "0.0.0.0", int(port))
+        relay_address = args.relay_address or (
+            args.interface if listen[0] == "0.0.0.0" else listen[0]
+        )
+        config = RelayConfig(
+            relay_address=relay_address,
+            max_tunnels=args.max_tunnels,
+            max_channels=args.max_channels,
+            query_interval_s=args.query_interval_s,
+            tunnel_timeout_s=3.25 * args.query_interval_s,
+        )
+    except ValueError as err:
+        print(f"pressrun serve amt-relay: {err}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        from pressrun.service import stop_signals
+
+        relay = AmtRelay(config, listen=listen, interface=args.interface)
+        with stop_signals() as stopped:
+            try:
+                address = await relay.start()
+                log.info("AMT relay on %s:%d (interface %s)", *address, args.interface)
+                await stopped.wait()
+            finally:
+                await relay.close()
+
+    try:
+        asyncio.run(main())
+    except (OSError, PermissionError) as err:
+        print(f"pressrun serve amt-relay: {err}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _start_order(order: str) -> tuple[str, int | None]:

@@ -73,7 +73,7 @@ IP_ADD_SOURCE_MEMBERSHIP = getattr(socket, "IP_ADD_SOURCE_MEMBERSHIP", 39)
 IP_DROP_SOURCE_MEMBERSHIP = getattr(socket, "IP_DROP_SOURCE_MEMBERSHIP", 40)
 
 
-def _source_membership(group: str, interface: str, source: str) -> bytes:
+def source_membership(group: str, interface: str, source: str) -> bytes:
     """struct ip_mreq_source as Linux lays it out: group, interface, source."""
     return struct.pack(
         "4s4s4s", socket.inet_aton(group), socket.inet_aton(interface), socket.inet_aton(source)
@@ -84,7 +84,7 @@ def _join(sock: socket.socket, group: str, interface: str, source: str | None) -
     if is_ssm(group):
         if source is None:
             raise ValueError(f"{group} is a source-specific group: join it with its source")
-        membership = _source_membership(group, interface, source)
+        membership = source_membership(group, interface, source)
         sock.setsockopt(socket.IPPROTO_IP, IP_ADD_SOURCE_MEMBERSHIP, membership)
     else:
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _membership(group, interface))
@@ -171,7 +171,7 @@ def leave_and_close(
             sock.setsockopt(
                 socket.IPPROTO_IP,
                 IP_DROP_SOURCE_MEMBERSHIP,
-                _source_membership(group, interface, source),
+                source_membership(group, interface, source),
             )
         else:
             sock.setsockopt(
