@@ -542,6 +542,7 @@ async def test_a_peer_sending_a_poisoned_piece_is_banned_and_the_issue_ends_veri
     await start(phone, issue)
     result = await verified(phone, issue, issue.data)
     status = await swarm_status(phone, issue)
+    print(f"poisoned peer banned, verified from the web seed: {result['seconds']:.2f} s")
     assert [ban["peer"] for ban in status["banned"]] == [bad_peer], status
     assert status["bad_pieces"] >= 1
     assert result["banned_peers"] == 1
