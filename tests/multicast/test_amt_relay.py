@@ -9,11 +9,16 @@ import os
 import random
 import socket
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pressrun.multicast import amt
+from pressrun.multicast.config import CarouselConfig
 from pressrun.multicast.relay import AmtRelay, Join, Leave, RelayConfig, RelayCore, Reply
+
+from .conftest import Shelf
 
 GW = ("198.51.100.7", 40000)
 S, G = "192.0.2.1", "232.1.2.3"
@@ -183,3 +188,59 @@ def test_serve_amt_relay_answers_and_stops_on_sigterm() -> None:
         out, _ = proc.communicate(timeout=10)
     assert proc.returncode == 0, out
     assert f"AMT relay on 127.0.0.1:{port}" in out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the relay's raw socket needs root")
+async def test_a_gateway_in_the_receive_loop_takes_the_carousel_through_the_relay(
+    shelf: Shelf, senders: Any, tmp_path: Path
+) -> None:
+    """A carousel on 232/8; a gateway socket that joins its channels through the
+    relay (Request, Query, Update) and hands the socket to the binding's receive loop,
+    which unwraps Multicast Data: the issue bit-exact, with no multicast join of its
+    own. The relay's query that comes back through the tunnel is handed to Python."""
+    import pressrun_flute
+
+    data = shelf.publish("weekly-amt", 400_000)
+    carousel = CarouselConfig(channels=2, rate_bps=8e6)
+    base = f"232.{random.randrange(1, 255)}.{random.randrange(0, 255)}.{random.randrange(1, 200)}"
+    sender = await senders(shelf, carousel, group_base=base)
+    plan = await sender.start_carousel("weekly-amt", carousel)
+    relay = AmtRelay(RelayConfig(), listen=("127.0.0.1", 0), interface="127.0.0.1")
+    address = await relay.start()
+    gateway = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        gateway.bind(("127.0.0.1", 0))
+        gateway.settimeout(2)
+        gateway.sendto(amt.encode(amt.Request(11)), address)
+        query = await asyncio.to_thread(lambda: amt.decode(gateway.recv(65535)))
+        assert isinstance(query, amt.MembershipQuery)
+        records = [
+            amt.GroupRecord(amt.ALLOW_NEW_SOURCES, ch.group, (str(plan.source),))
+            for ch in plan.channels
+        ]
+        gateway.sendto(_update(query.response_mac, 11, *records), address)
+        work = tmp_path / "gw"
+        work.mkdir()
+
+        def receive() -> tuple[bool, int, list[bytes]]:
+            rx = pressrun_flute.Receiver(work)
+            rx.set_tunnel_channels([(ch.group, ch.port, i) for i, ch in enumerate(plan.channels)])
+            gateway.setblocking(False)
+            packets, ended, messages = 0, False, []
+            gateway.sendto(amt.encode(amt.Request(12)), address)  # a query comes back
+            end = time.monotonic() + 20
+            while not ended and time.monotonic() < end:
+                per_channel, _, _, _, ended = rx.receive([], 0.5, tunnel_fd=gateway.fileno())
+                packets += sum(n for _, n, _ in per_channel)
+                messages += rx.take_tunnel_messages()
+            events = rx.take_events()
+            ok = bool(events) and Path(str(events[0].path)).read_bytes() == data
+            return ok, packets, messages
+
+        ok, packets, messages = await asyncio.to_thread(receive)
+        assert ok and packets > 0
+        assert any(isinstance(amt.decode(m), amt.MembershipQuery) for m in messages)
+        assert relay.forwarded >= packets
+    finally:
+        gateway.close()
+        await relay.close()

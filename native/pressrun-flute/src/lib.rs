@@ -731,6 +731,38 @@ impl Batch {
     }
 }
 
+/// The channel key of an AMT tunnel's socket in the receive loop.
+const TUNNEL_CHANNEL: u32 = u32::MAX;
+/// Relay messages kept for Python at most (a relay sends one query per request).
+const MAX_TUNNEL_MESSAGES: usize = 64;
+
+/// An AMT Multicast Data message (RFC 7450 section 5.1.6: version 0, type 6, a
+/// reserved byte, then a whole IPv4 datagram): (group, UDP destination port, UDP
+/// payload) of the UDP datagram it carries; None for any other message or a datagram
+/// that is not whole IPv4/UDP.
+fn unwrap_multicast_data(data: &[u8]) -> Option<(u32, u16, &[u8])> {
+    if data.len() < 2 + 20 + 8 || data[0] != 6 {
+        return None;
+    }
+    let ip = &data[2..];
+    if ip[0] >> 4 != 4 || ip[9] != 17 {
+        return None;
+    }
+    let ihl = ((ip[0] & 0x0F) as usize) * 4;
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    if ihl < 20 || total < ihl + 8 || total > ip.len() {
+        return None;
+    }
+    let group = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+    let udp = &ip[ihl..total];
+    let port = u16::from_be_bytes([udp[2], udp[3]]);
+    let length = u16::from_be_bytes([udp[4], udp[5]]) as usize;
+    if length < 8 || length > udp.len() {
+        return None;
+    }
+    Some((group, port, &udp[8..length]))
+}
+
 /// One channel's counts in the receive loop.
 #[derive(Debug, Default, Clone, Copy)]
 struct ChannelCounts {
@@ -826,6 +858,9 @@ struct Receiver {
     batch: Option<Batch>,
     /// the receive loop's own decoder (objects it takes never reach `inner`)
     fast: FastObjects,
+    /// (group, port) of a tunnelled datagram -> channel index
+    tunnel_map: std::collections::HashMap<(u32, u16), u32>,
+    tunnel_messages: Vec<Vec<u8>>,
     md5_check: bool,
     rng: u64,
     /// arrival (kernel stamp, Unix s) of the first datagram read, and of the one
@@ -879,6 +914,8 @@ impl Receiver {
             counts: std::collections::HashMap::new(),
             batch: None,
             fast,
+            tunnel_map: std::collections::HashMap::new(),
+            tunnel_messages: Vec::new(),
             md5_check,
             rng: 0x9E37_79B9_7F4A_7C15,
             first_arrival: None,
@@ -951,8 +988,13 @@ impl Receiver {
     /// (the control socket: not read here), or after ``timeout_s``; a
     /// `ReceiveReport`. ``drop_probability`` drops that share of the datagrams at
     /// random (loss emulation for tests and benchmarks; ``seed`` sets the draw).
+    /// ``tunnel_fd``: an AMT gateway's UDP socket to its relay (RFC 7450): each
+    /// Multicast Data message is unwrapped (IPv4 and UDP headers) and counted on the
+    /// channel `set_tunnel_channels` maps its (group, port) to; any other message
+    /// (the relay's Membership Query) is kept for `take_tunnel_messages` and ends the
+    /// call as a wake descriptor does.
     #[pyo3(signature = (channels, timeout_s, *, wake_fds=Vec::new(), batch_wait_s=0.02,
-        drop_probability=0.0, seed=None))]
+        drop_probability=0.0, seed=None, tunnel_fd=None))]
     #[allow(clippy::too_many_arguments)]
     fn receive(
         &mut self,
@@ -963,6 +1005,7 @@ impl Receiver {
         batch_wait_s: f64,
         drop_probability: f64,
         seed: Option<u64>,
+        tunnel_fd: Option<i32>,
     ) -> PyResult<ReceiveReport> {
         if !(timeout_s >= 0.0 && batch_wait_s >= 0.0) {
             return Err(PyValueError::new_err("durations must not be negative"));
@@ -979,7 +1022,14 @@ impl Receiver {
             // SAFETY: OnThisThread: this thread owns the receiver, and Python cannot
             // touch it while the call runs (it holds the only &mut)
             let me = unsafe { &mut *this.0 };
-            me.receive_loop(&channels, timeout_s, &wake_fds, batch_wait_s, drop_probability)
+            me.receive_loop(
+                &channels,
+                timeout_s,
+                &wake_fds,
+                batch_wait_s,
+                drop_probability,
+                tunnel_fd,
+            )
         })
         .map_err(|e| PyOSError::new_err(e.to_string()))
     }
@@ -1018,6 +1068,26 @@ impl Receiver {
         self.rejected
     }
 
+    /// The channels an AMT tunnel carries: (group, port, channel index) each; a
+    /// tunnelled datagram of another (group, port) is rejected.
+    fn set_tunnel_channels(&mut self, channels: Vec<(String, u16, u32)>) -> PyResult<()> {
+        let mut map = std::collections::HashMap::new();
+        for (group, port, index) in channels {
+            let ip: std::net::Ipv4Addr = group
+                .parse()
+                .map_err(|e| PyValueError::new_err(format!("{group:?} is not IPv4: {e}")))?;
+            map.insert((u32::from(ip), port), index);
+        }
+        self.tunnel_map = map;
+        Ok(())
+    }
+
+    /// The relay's messages the receive loop read on the tunnel (not Multicast
+    /// Data), oldest first.
+    fn take_tunnel_messages<'py>(&mut self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
+        std::mem::take(&mut self.tunnel_messages).iter().map(|m| PyBytes::new(py, m)).collect()
+    }
+
     /// Blocks the receive loop's own decoder tried to decode and could not yet
     /// (RaptorQ: rank-deficient, one more symbol then), over the objects it followed.
     #[getter]
@@ -1042,9 +1112,18 @@ impl Receiver {
         wake_fds: &[i32],
         batch_wait_s: f64,
         drop_probability: f64,
+        tunnel_fd: Option<i32>,
     ) -> std::io::Result<ReceiveReport> {
         let end = std::time::Instant::now() + Duration::from_secs_f64(timeout_s);
         let mut batch = self.batch.take().unwrap_or_else(Batch::new);
+        // an AMT tunnel's socket reads as one more channel (TUNNEL_CHANNEL): its
+        // Multicast Data is unwrapped to the channel of the inner (group, port)
+        let mut all: Vec<(u32, i32)> = channels.to_vec();
+        if let Some(fd) = tunnel_fd {
+            all.push((TUNNEL_CHANNEL, fd));
+        }
+        let channels_in = channels;
+        let channels = &all[..];
         let mut fds: Vec<i32> = channels.iter().map(|&(_, fd)| fd).collect();
         fds.extend_from_slice(wake_fds);
         let (mut object_packets, mut emulated) = (0u64, 0u64);
@@ -1061,12 +1140,37 @@ impl Receiver {
                 // one clock reading per round: the session uses it for expiries only
                 let clock = self.now();
                 let mut read = false;
-                for (&(channel, fd), _) in channels.iter().zip(&ready).filter(|(_, r)| **r) {
+                for (&(socket_channel, fd), _) in channels.iter().zip(&ready).filter(|(_, r)| **r) {
                     'socket: loop {
                         let n = batch.read(fd)?;
                         read |= n > 0;
                         for i in 0..n {
-                            let (data, arrived, drops) = batch.datagram(i);
+                            let (mut data, arrived, drops) = batch.datagram(i);
+                            let mut channel = socket_channel;
+                            if socket_channel == TUNNEL_CHANNEL {
+                                match unwrap_multicast_data(data) {
+                                    Some((group, port, inner)) => {
+                                        match self.tunnel_map.get(&(group, port)) {
+                                            Some(&mapped) => {
+                                                channel = mapped;
+                                                data = inner;
+                                            }
+                                            None => {
+                                                self.rejected += 1;
+                                                continue;
+                                            }
+                                        }
+                                    }
+                                    None => {
+                                        // a relay's message (a Membership Query): Python's
+                                        if self.tunnel_messages.len() < MAX_TUNNEL_MESSAGES {
+                                            self.tunnel_messages.push(data.to_vec());
+                                        }
+                                        woken = true;
+                                        continue;
+                                    }
+                                }
+                            }
                             if self.first_arrival.is_none() {
                                 self.first_arrival = arrived;
                             }
@@ -1153,9 +1257,15 @@ impl Receiver {
         })();
         self.batch = Some(batch);
         result?;
-        let mut per_channel: Vec<(u32, u64, u64)> = channels
+        let mut reported: Vec<u32> = channels_in.iter().map(|&(channel, _)| channel).collect();
+        if tunnel_fd.is_some() {
+            reported.extend(self.tunnel_map.values().copied());
+            reported.sort_unstable();
+            reported.dedup();
+        }
+        let mut per_channel: Vec<(u32, u64, u64)> = reported
             .iter()
-            .map(|&(channel, _)| {
+            .map(|&channel| {
                 let counts = self.counts.entry(channel).or_default();
                 let report = (channel, counts.received, counts.drops_new);
                 counts.received = 0;
