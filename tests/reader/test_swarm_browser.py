@@ -595,3 +595,56 @@ async def test_no_peer_in_time_downloads_from_the_origins(
     assert result["bytes_by_origin"] == {"origin-0": issue.transfer_bytes}
     notices = await phone.notices()
     assert any("no peer connected within 3" in t and "come from the origins" in t for t in notices)
+
+
+async def test_the_pure_rules_and_the_torrent_check_in_the_page(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # swarm.js's WebSeedRule and leaveRule driven with explicit times, and torrent.js's
+    # check of a torrent against the manifest's info-hash, in the app's own modules
+    issue = await swarm.publish("swarm-rules")
+    phone = await open_phone(phone_factory, swarm.reader_url)
+    got = await phone.evaluate(
+        """async ([torrentUrl, infoHash, ws]) => {
+            const { WebSeedRule, leaveRule } = await import('./js/swarm.js');
+            const { fetchCheckedTorrent, infoBytes } = await import('./js/torrent.js');
+            const r = new WebSeedRule({ starvedS: 1, stallS: 2, holdS: 1 });
+            const seeds = [
+              [0.0, false, 0.0], [0.5, true, 0.5], [1.5, true, 1.5],  // starved 1 s: on
+              [2.0, false, 2.0], [2.6, false, 2.6],                   // held 1 s, then off
+              [4.5, false, 2.6], [4.7, false, 2.6],                   // 2 s without payload: on
+              [5.0, false, 5.0], [5.8, false, 5.8],                   // peers deliver: off
+            ].map(([now, starved, at]) => r.step(now, { starved, lastPeerPayloadAt: at }));
+            const base = { now: 10, seedingSince: 0, ratio: 1, maxSeedS: 300 };
+            const rules = [
+              leaveRule({ ...base, uploaded: 0, downloaded: 100, allowed: false }),
+              leaveRule({ ...base, uploaded: 99, downloaded: 100, allowed: true }),
+              leaveRule({ ...base, uploaded: 100, downloaded: 100, allowed: true }),
+              leaveRule({ ...base, now: 300, uploaded: 0, downloaded: 100, allowed: true }),
+            ];
+            const m = { info_hash: infoHash };
+            const { torrent } = await fetchCheckedTorrent(torrentUrl, m, ws);
+            const sha1 = new Uint8Array(await crypto.subtle.digest('SHA-1', infoBytes(torrent)));
+            const rewritten = Array.from(sha1, (b) => b.toString(16).padStart(2, '0')).join('');
+            let refused = null;
+            try {
+              await fetchCheckedTorrent(torrentUrl, { info_hash: '0'.repeat(40) }, ws);
+            } catch (err) {
+              refused = `${err.name}: ${err.message}`;
+            }
+            const text = new TextDecoder('latin1').decode(torrent.subarray(0, 60));
+            return { seeds, rules, rewritten, refused, text };
+        }""",
+        [
+            f"{swarm.standin_url}/content/{issue.issue_id}/{issue.issue_id}.torrent",
+            issue.manifest["info_hash"],
+            swarm.ws_url,
+        ],
+        what="the rules in the page",
+    )
+    assert got["seeds"] == [False, False, True, True, False, False, True, True, False]
+    assert got["rules"] == ["metered", None, "ratio", "max_seed_time"]
+    assert got["rewritten"] == issue.manifest["info_hash"]
+    assert got["text"].startswith(f"d8:announce{len(swarm.ws_url)}:{swarm.ws_url}4:infod")
+    assert got["refused"] is not None and "is not the signed manifest's" in got["refused"]

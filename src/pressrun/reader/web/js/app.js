@@ -131,6 +131,7 @@ export async function startDownload(issueId) {
       },
       notice: (text) => notice(`${issueId}: ${text}`),
       waitForNetwork: (signal) => waitForNetwork(issueId, signal),
+      networkAllowed,
     },
     uploadAllowed,
     onSwarm: (fetcher) => swarmChanged(issueId, fetcher),

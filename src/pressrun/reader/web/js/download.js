@@ -79,7 +79,7 @@ export function sectionBytesFor(cfg, sizeBytes, pieceBytes) {
 export class Download {
   /**
    * issueId; config: config.json's document; hooks: {progress(p), notice(text),
-   * waitForNetwork(signal)} (all optional); prepareDecryption: subscription.js's
+   * waitForNetwork(signal), networkAllowed()} (all optional); prepareDecryption: subscription.js's
    * (manifest -> null for a plain issue, or the piece decryptor), or null;
    * signal: an AbortSignal that stops the download (pieces stored so far stay);
    * uploadAllowed(): whether a peer may be sent a piece now (swarm.js);

@@ -474,6 +474,10 @@ export class SwarmFetch {
         if (now - storedAt >= this.cfg.stall_timeout_s) {
           throw new SwarmStalled(`no piece came through the swarm for ${this.cfg.stall_timeout_s} s`);
         }
+        if (d.hooks.networkAllowed !== undefined && !(await d.hooks.networkAllowed())) {
+          // Wi-Fi only, and the link turned cellular: the origin path waits for Wi-Fi
+          throw new SwarmStalled("the link is cellular and Wi-Fi only is on");
+        }
         this.reaskSilentPeers(now);
         this.setWebSeeds(rule.step(now, { starved: this.starved(), lastPeerPayloadAt: this.lastPeerPayloadAt }));
         this.onChange();
