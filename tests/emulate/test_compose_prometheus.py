@@ -89,13 +89,23 @@ def test_prometheus_scrapes_every_service_and_alerts_on_a_stopped_origin(
         project.compose("up", "-d", "--no-build", timeout_s=600)
         prom = f"http://{project.address('prometheus')}:9090"
 
+        not_up: dict[str, str] = {}  # the last look: each target not up and why
+
         def all_up() -> dict[str, str] | None:
             targets = api(prom, "/api/v1/targets")["activeTargets"]
             health = {t["labels"]["instance"]: t["health"] for t in targets}
             jobs = {t["labels"]["job"] for t in targets}
+            not_up.clear()
+            not_up.update(
+                {t["labels"]["instance"]: t.get("lastError") or t["health"]
+                 for t in targets if t["health"] != "up"}
+            )  # fmt: skip
             return health if jobs == JOBS and set(health.values()) == {"up"} else None
 
-        health = wait("every target up", all_up, 180)
+        try:
+            health = wait("every target up", all_up, 180)
+        except AssertionError as err:
+            raise AssertionError(f"{err}; not up: {not_up}") from None
         print("targets:", health)
         assert len(health) == 11  # 3 origins, 2 balancers, 2 trackers, 4 others
         started = time.monotonic()
