@@ -610,6 +610,12 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
             const { WebSeedRule, leaveRule } = await import('./js/swarm.js');
             const { fetchCheckedTorrent, infoBytes } = await import('./js/torrent.js');
             const r = new WebSeedRule({ starvedS: 1, stallS: 2, holdS: 1 });
+            const slow = new WebSeedRule({ starvedS: 1, stallS: 2, holdS: 1, minPeerRate: 1000 });
+            const rates = [
+              [0.0, null], [1.0, 500], [1.5, 5000],  // under 1000 B/s: on, held 1 s
+              [3.1, 5000], [3.5, 500],               // fast: off; slow again: on
+            ].map(([now, peerRate]) =>
+              slow.step(now, { starved: false, lastPeerPayloadAt: now, peerRate }));
             const seeds = [
               [0.0, false, 0.0], [0.5, true, 0.5], [1.5, true, 1.5],  // starved 1 s: on
               [2.0, false, 2.0], [2.6, false, 2.6],                   // held 1 s, then off
@@ -634,7 +640,7 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
               refused = `${err.name}: ${err.message}`;
             }
             const text = new TextDecoder('latin1').decode(torrent.subarray(0, 60));
-            return { seeds, rules, rewritten, refused, text };
+            return { seeds, rates, rules, rewritten, refused, text };
         }""",
         [
             f"{swarm.standin_url}/content/{issue.issue_id}/{issue.issue_id}.torrent",
@@ -644,6 +650,7 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
         what="the rules in the page",
     )
     assert got["seeds"] == [False, False, True, True, False, False, True, True, False]
+    assert got["rates"] == [False, True, True, False, True]
     assert got["rules"] == ["metered", None, "ratio", "max_seed_time"]
     assert got["rewritten"] == issue.manifest["info_hash"]
     assert got["text"].startswith(f"d8:announce{len(swarm.ws_url)}:{swarm.ws_url}4:infod")

@@ -40,6 +40,10 @@ class SwarmSettings:
         web seeds (the peer core's rule, docs/swarm.md): no connected peer holds a
         piece the reader lacks for starved_s, or no byte from a peer for stall_s; they
         leave once peers deliver, after hold_s.
+    web_seed_min_peer_rate_bytes_per_s: the origins join too while the peers together
+        send less than this over the last web_seed_stall_s (one mobile uploader's cap:
+        bench/reader_swarm.py's first run had readers held at 110 KB/s by a slow,
+        steady peer while the origins idled); 0: only a stall brings them.
     share_ratio / max_seed_time_s: the fair-exit rule for a reader that finished: it
         stays in the swarm (the page open, uploading allowed) until it uploaded
         share_ratio x what it downloaded, or for max_seed_time_s at most (the mobile
@@ -58,6 +62,7 @@ class SwarmSettings:
     web_seed_starved_s: float = 1.0
     web_seed_stall_s: float = 2.0
     web_seed_hold_s: float = 1.0
+    web_seed_min_peer_rate_bytes_per_s: int = 256 * 1024
     share_ratio: float = 1.0
     max_seed_time_s: float = 300.0
     upload_limit_bytes_per_s: int = 256 * 1024
@@ -89,6 +94,8 @@ class SwarmSettings:
                 raise ValueError(f"{name} must be a finite number > 0, not {value!r}")
         if not (math.isfinite(self.share_ratio) and self.share_ratio >= 0):
             raise ValueError("share_ratio must be a finite number >= 0")
+        if self.web_seed_min_peer_rate_bytes_per_s < 0:
+            raise ValueError("web_seed_min_peer_rate_bytes_per_s must be >= 0")
         if self.upload_limit_bytes_per_s < 0:
             raise ValueError("upload_limit_bytes_per_s must be >= 0")
 
@@ -113,6 +120,7 @@ class SwarmSettings:
             "web_seed_starved_s": self.web_seed_starved_s,
             "web_seed_stall_s": self.web_seed_stall_s,
             "web_seed_hold_s": self.web_seed_hold_s,
+            "web_seed_min_peer_rate_bytes_per_s": self.web_seed_min_peer_rate_bytes_per_s,
             "share_ratio": self.share_ratio,
             "max_seed_time_s": self.max_seed_time_s,
             "upload_limit_bytes_per_s": self.upload_limit_bytes_per_s,

@@ -66,22 +66,25 @@ function swarmClient(cfg) {
 /**
  * When the origins serve as web seeds (pure; `now` in seconds): on when starved (no
  * connected peer holds a piece this reader lacks) for `starvedS`, or no byte came
- * from a peer for `stallS`; off again when peers deliver and hold some piece it
- * lacks, after at least `holdS` on.
+ * from a peer for `stallS`, or the peers together sent less than `minPeerRate`
+ * bytes/s over the last `stallS` (`peerRate`, null before a whole window: a slow but
+ * steady peer must not keep the origins out); off again when peers deliver at least
+ * that and hold some piece it lacks, after at least `holdS` on.
  */
 export class WebSeedRule {
-  constructor({ starvedS, stallS, holdS }) {
-    Object.assign(this, { starvedS, stallS, holdS });
+  constructor({ starvedS, stallS, holdS, minPeerRate = 0 }) {
+    Object.assign(this, { starvedS, stallS, holdS, minPeerRate });
     this.on = false;
     this.since = null;
     this.starvedSince = null;
   }
 
-  step(now, { starved, lastPeerPayloadAt }) {
+  step(now, { starved, lastPeerPayloadAt, peerRate = null }) {
     if (starved) this.starvedSince ??= now;
     else this.starvedSince = null;
     const starvedLong = this.starvedSince !== null && now - this.starvedSince >= this.starvedS;
-    const stalled = now - lastPeerPayloadAt >= this.stallS;
+    const slow = peerRate !== null && peerRate < this.minPeerRate;
+    const stalled = now - lastPeerPayloadAt >= this.stallS || slow;
     if (!this.on && (starvedLong || stalled)) {
       this.on = true;
       this.since = now;
@@ -165,6 +168,7 @@ export class SwarmFetch {
       uploaded_bytes: this.uploaded,
       bad_pieces: this.badPieces,
       reasked_requests: this.reasked,
+      peer_rate_bytes_per_s: this.peerRate ?? null,
       banned: this.bans,
       web_seeds_on: this.webSeedsOn,
       leave_rule: this.leaveRule,
@@ -417,7 +421,13 @@ export class SwarmFetch {
     const signal = d.signal;
     let torrentBytes;
     try {
-      ({ torrent: torrentBytes } = await fetchCheckedTorrent(this.swarm.torrent_url, this.m, this.swarm.webtorrent_url, signal));
+      const timeout = AbortSignal.timeout(this.download.cfg.balancer_timeout_s * 1000);
+      ({ torrent: torrentBytes } = await fetchCheckedTorrent(
+        this.swarm.torrent_url,
+        this.m,
+        this.swarm.webtorrent_url,
+        AbortSignal.any([signal, timeout]),
+      ));
     } catch (err) {
       if (signal.aborted) throw signal.reason;
       throw new SwarmStalled(`the issue's torrent is unusable (${err.message})`);
@@ -463,7 +473,9 @@ export class SwarmFetch {
         starvedS: this.cfg.web_seed_starved_s,
         stallS: this.cfg.web_seed_stall_s,
         holdS: this.cfg.web_seed_hold_s,
+        minPeerRate: this.cfg.web_seed_min_peer_rate_bytes_per_s ?? 0,
       });
+      const samples = [[nowS(), this.receivedFromPeers]]; // (time, bytes from peers), one window
       let storedAt = nowS();
       let storedCount = d.storedCount;
       while (!torrent.done) {
@@ -479,7 +491,14 @@ export class SwarmFetch {
           throw new SwarmStalled("the link is cellular and Wi-Fi only is on");
         }
         this.reaskSilentPeers(now);
-        this.setWebSeeds(rule.step(now, { starved: this.starved(), lastPeerPayloadAt: this.lastPeerPayloadAt }));
+        samples.push([now, this.receivedFromPeers]);
+        while (samples.length > 2 && now - samples[1][0] >= this.cfg.web_seed_stall_s) samples.shift();
+        const [t0, b0] = samples[0];
+        const peerRate = now - t0 >= this.cfg.web_seed_stall_s ? (this.receivedFromPeers - b0) / (now - t0) : null;
+        this.peerRate = peerRate;
+        this.setWebSeeds(
+          rule.step(now, { starved: this.starved(), lastPeerPayloadAt: this.lastPeerPayloadAt, peerRate }),
+        );
         this.onChange();
       }
       this.setWebSeeds(false);
