@@ -26,7 +26,6 @@
 //   until the fair-exit rule lets it go (uploaded >= share_ratio x downloaded), or it
 //   has seeded max_seed_time_s, or uploading is no longer allowed.
 
-import WebTorrent from "webtorrent";
 import { pieceOk } from "./manifest.js";
 import { StoredPieces } from "./store.js";
 import { fetchCheckedTorrent } from "./torrent.js";
@@ -46,7 +45,10 @@ let client = null;
 /** issue id -> the SwarmFetch in the swarm (downloading or seeding) */
 const sessions = new Map();
 
-function swarmClient(cfg) {
+/** The page's one WebTorrent client; webtorrent (223 KB) is loaded the first time a
+ * download joins a swarm, not when the app starts. */
+async function swarmClient(cfg) {
+  const { default: WebTorrent } = await import("webtorrent");
   if (client === null || client.destroyed) {
     client = new WebTorrent({
       dht: false,
@@ -432,10 +434,15 @@ export class SwarmFetch {
       if (signal.aborted) throw signal.reason;
       throw new SwarmStalled(`the issue's torrent is unusable (${err.message})`);
     }
+    let wt;
+    try {
+      wt = await swarmClient(this.cfg);
+    } catch (err) {
+      throw new SwarmStalled(`webtorrent did not load (${err.message})`);
+    }
     await this.stored.load();
     sessions.get(this.issueId)?.leave("user");
     sessions.set(this.issueId, this);
-    const wt = swarmClient(this.cfg);
     const torrent = (this.torrent = wt.add(torrentBytes, {
       store: this.storeClass(),
       storeCacheSlots: 0, // the pieces are read from OPFS, through the upload check
