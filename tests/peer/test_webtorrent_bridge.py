@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pressrun.content.publish import _check_inputs
 from pressrun.peer.config import desktop_profile
 from pressrun.peer.session import session_settings
@@ -63,3 +65,21 @@ def test_the_directives_tracker_replaces_the_http_ones_and_the_websocket_ones_st
     # every tier, so the ws:// tracker beside an http:// one in tier 0 is announced to
     settings = session_settings(desktop_profile(), listen_interfaces="127.0.0.1:0")
     assert settings["announce_to_all_tiers"] is True
+
+
+def test_the_command_lines_close_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pressrun.peer import watchdog
+
+    monkeypatch.delenv(watchdog.BOUND_ENV, raising=False)
+    assert watchdog.command_line_bound() == watchdog.COMMAND_LINE_BOUND_S
+    monkeypatch.setenv(watchdog.BOUND_ENV, "2.5")
+    assert watchdog.command_line_bound() == 2.5
+    for bad in ("0", "-1", "nan", "soon"):
+        monkeypatch.setenv(watchdog.BOUND_ENV, bad)
+        with pytest.raises(ValueError, match="positive number of seconds"):
+            watchdog.command_line_bound()
+    # a library (no bound set) arms nothing: the block runs as is
+    monkeypatch.setattr(watchdog, "_bound_s", None)
+    assert watchdog.close_bound() is None
+    with watchdog.bounded():
+        pass

@@ -53,6 +53,7 @@ import libtorrent as lt
 import yarl
 
 from pressrun.content.codec import Manifest, parse_torrent
+from pressrun.peer import watchdog
 from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.config import PeerConfig
 from pressrun.peer.core import PeerCore, share_ratio
@@ -247,6 +248,8 @@ class SwarmPeer:
         )
         self.partial_dir.mkdir(parents=True, exist_ok=True)
         self._alerts.websocket = bool(self.websocket_trackers)
+        if self._alerts.websocket:
+            watchdog.note_webrtc()  # the command line's exit is bounded then
         self._handle = self._alerts.session.add_torrent(self._add_params())
         # Resume data carries the web seeds of the moment it was saved (maybe dropped),
         # and libtorrent lets them replace the torrent's: start with every origin.

@@ -8,9 +8,12 @@ Python timer cannot fire then; ``faulthandler``'s watchdog thread can: past the 
 it writes every thread's stack to stderr and ends the process with status 1.
 
 Libraries leave the bound off (it ends the whole process); ``pressrun get`` and
-``pressrun seed`` set it (`set_close_bound`) and arm it once more for the exit
-(`bounded_exit`: libdatachannel's threads once held an interpreter exit after a session
-with WebRTC peers, FIELD-NOTES.md).
+``pressrun seed`` set it (`set_close_bound`) and, when a session of the process had a
+WebSocket tracker (`note_webrtc`), arm it once more for the exit (`bounded_exit`:
+libdatachannel's threads once held an interpreter exit after a session with WebRTC
+peers, FIELD-NOTES.md). That covers the interpreter's finalization until faulthandler's
+own teardown, which cancels the watchdog: a hang in native destructors after it is not
+covered.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ COMMAND_LINE_BOUND_S = 8.0
 BOUND_ENV = "PRESSRUN_CLOSE_BOUND_S"
 
 _bound_s: float | None = None
+_webrtc = False
 
 
 def set_close_bound(seconds: float | None) -> None:
@@ -70,8 +74,14 @@ def bounded() -> Iterator[None]:
         faulthandler.cancel_dump_traceback_later()
 
 
+def note_webrtc() -> None:
+    """A session of this process has a WebSocket tracker (WebRTC peers)."""
+    global _webrtc
+    _webrtc = True
+
+
 def bounded_exit() -> None:
-    """Arm the watchdog for the interpreter's exit (no-op when off): a normal exit
-    ends the process first."""
-    if _bound_s is not None:
+    """Arm the watchdog for the interpreter's exit when the bound is set and a session
+    had WebRTC peers (else a no-op): a normal exit ends the process first."""
+    if _bound_s is not None and _webrtc:
         faulthandler.dump_traceback_later(_bound_s, exit=True)
