@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import re
 import signal
 import sys
 import time
@@ -95,6 +96,9 @@ async def test_a_plain_webtorrent_page_downloads_from_pressrun_seed_which_stops_
     assert seed.returncode == 0, err.decode()
     assert stopped_s < 5.0, stopped_s
     assert b"left the swarm by rule user" in out, out
+    # what it sent the browser counts in its share ratio (the fair-exit rule's input)
+    uploaded = re.search(rb"uploaded (\d+) bytes", out)
+    assert uploaded is not None and int(uploaded.group(1)) >= len(data), out
     print(f"pressrun seed ended {stopped_s:.2f} s after SIGTERM")
     # the seed's record is its HTTP one, left once by the rule it named; the browser
     # is a WebRTC peer (port 0) of the same swarm
