@@ -655,3 +655,36 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
     assert got["rewritten"] == issue.manifest["info_hash"]
     assert got["text"].startswith(f"d8:announce{len(swarm.ws_url)}:{swarm.ws_url}4:infod")
     assert got["refused"] is not None and "is not the signed manifest's" in got["refused"]
+
+
+async def test_wifi_only_leaves_the_swarm_when_the_link_turns_cellular(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # A (Wi-Fi, Wi-Fi only on) is in a swarm whose only peer, B (metered), sends
+    # nothing; the link turns cellular: A leaves the swarm at once and waits for Wi-Fi
+    issue = await swarm.publish("swarm-wifi")
+    stopped = await swarm.origin(stopped=True)
+    swarm.direct(issue, origins=[swarm.standin_url], web_seeds=[stopped])
+    b = await open_phone(phone_factory, swarm.reader_url, init_script=CELLULAR_PHONE)
+    await b.evaluate(
+        "import('./js/db.js').then((db) => db.putSetting('wifi_only', false))",
+        what="Wi-Fi only off",
+    )
+    await prestore(b, issue, 0, 11)
+    await start(b, issue)
+    wifi = CELLULAR_PHONE.replace('"cellular"', '"wifi"')
+    a = await open_phone(phone_factory, swarm.reader_url, init_script=wifi)
+    await start(a, issue)
+    await wait_status(a, issue, "state", "downloading", timeout_s=10)
+    await a.evaluate(
+        "window.__connection.type = 'cellular';"
+        " window.__connection.dispatchEvent(new Event('change'))",
+        what="the switch to cellular",
+    )
+    item = a.page.locator(f"li[data-issue='{issue.issue_id}'] .status")
+    await item.filter(has_text="Waiting for Wi-Fi").wait_for(timeout=10_000)
+    assert any("the link is cellular and Wi-Fi only is on" in text for text in await a.notices()), (
+        await a.notices()
+    )
+    assert (await swarm_status(a, issue))["state"] == "left"
