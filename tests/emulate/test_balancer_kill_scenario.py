@@ -10,6 +10,7 @@ import pytest
 
 from pressrun.emulate.balancer_kill import (
     balancer_events,
+    carousel_start_demand,
     compare_modes,
     mode_change_clients,
     mode_change_demand,
@@ -148,3 +149,19 @@ def test_a_kill_is_sigkill_to_the_containers_process_and_spares_a_reused_pid() -
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_directives_answered_when_the_carousel_started() -> None:
+    directives = [
+        (6.0, {"origin": 13, "swarm": 20}),
+        (7.0, {"origin": 13, "swarm": 21}),
+        (8.0, {"origin": 13, "swarm": 21, "multicast": 6}),
+    ]
+    events = {
+        "balancer": [[-64.0, "took the carousel lease"], [6.6, "started the carousel"]],
+        "balancer-2": [[30.0, "started the carousel"]],  # a later one is not the first
+    }
+    assert carousel_start_demand(directives, events) == {"lo": 33, "hi": 34, "at_s": 6.6}
+    assert carousel_start_demand(directives, {"balancer": []}) is None
+    late = {"balancer": [[9.5, "started the carousel"]]}  # after the series: not known
+    assert carousel_start_demand(directives, late) is None

@@ -131,6 +131,29 @@ def mode_change_clients(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return out
 
 
+def directives_at(
+    directives: Sequence[tuple[float, Mapping[str, int]]], at_s: float
+) -> dict[str, float] | None:
+    """The directives answered over all balancers, all modes, around ``at_s`` (the
+    samples either side: ``lo`` at the last one before, ``hi`` at the first one
+    after); None outside the series."""
+    before = [(t, sum(c.values())) for t, c in directives if t <= at_s]
+    after = [(t, sum(c.values())) for t, c in directives if t >= at_s]
+    if not before or not after:
+        return None
+    return {"lo": before[-1][1], "hi": after[0][1], "at_s": round(at_s, 1)}
+
+
+def carousel_start_demand(
+    directives: Sequence[tuple[float, Mapping[str, int]]], events: Mapping[str, Any]
+) -> dict[str, float] | None:
+    """The directives answered when the first carousel was started (the first
+    ``started the carousel`` event of any balancer): the demand at which the policy
+    moved the crowd to multicast, within the round that ordered it."""
+    starts = [t for evs in events.values() for t, e in evs if e == "started the carousel"]
+    return directives_at(directives, min(starts)) if starts else None
+
+
 def compare_modes(two: Mapping[str, Any], one: Mapping[str, Any]) -> dict[str, Any]:
     """Per mode, the two runs side by side (each run's ``balancers`` of the summary):
     the first client answered it and the first directive's range, and the gaps between
@@ -138,6 +161,10 @@ def compare_modes(two: Mapping[str, Any], one: Mapping[str, Any]) -> dict[str, A
     out: dict[str, Any] = {}
     two_c, one_c = two.get("mode_change_clients") or {}, one.get("mode_change_clients") or {}
     two_d, one_d = two.get("mode_change_demand") or {}, one.get("mode_change_demand") or {}
+    out["carousel_started_at_directives"] = {
+        "two_balancers": two.get("carousel_start_demand"),
+        "one_balancer": one.get("carousel_start_demand"),
+    }
     for mode in sorted(set(two_c) | set(one_c) | set(two_d) | set(one_d)):
         a, b = two_d.get(mode), one_d.get(mode)
         entry: dict[str, Any] = {
@@ -212,6 +239,12 @@ def balancers_line(name: str, variant: Mapping[str, Any]) -> str:
         f"(t={r['at_s']:g} s)"
         for mode, r in sorted(changes.items(), key=lambda kv: kv[1]["lo"])
     ]
+    started = info.get("carousel_start_demand")
+    if started is not None:
+        parts.append(
+            f"the carousel started at {started['at_s']:g} s, after {started['lo']:g}-"
+            f"{started['hi']:g} directives"
+        )
     for instance, n in sorted((info.get("directives_by") or {}).items()):
         restarted = n.get("since_restart")
         parts.append(

@@ -20,6 +20,7 @@ from typing import Any
 from pressrun.emulate.balancer_kill import (
     ONE_BALANCER,
     balancers_line,
+    carousel_start_demand,
     compare_modes,
     mode_change_clients,
     mode_change_demand,
@@ -215,6 +216,7 @@ def summarize(
                 "mode_change_demand": mode_change_demand(r.directives),
                 "carousel_counts": r.carousel_counts,
                 "directives_by": r.directives_by,
+                "carousel_start_demand": carousel_start_demand(r.directives, r.balancer_events),
                 "events": r.balancer_events,
             },
             "trackers": r.trackers,
