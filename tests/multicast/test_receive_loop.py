@@ -10,11 +10,14 @@ import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("pressrun_flute")
 import pressrun_flute
+
+from .conftest import Shelf, receive_issue
 
 
 @contextmanager
@@ -145,3 +148,39 @@ def test_md5_checking_receiver_keeps_the_crates_session(tmp_path: Path) -> None:
     receiver = pressrun_flute.Receiver(tmp_path, md5_check=True)
     events, _ = _receive(receiver, [*enc.fdt_packets, *enc.packets])
     assert [(e.kind, e.content_location) for e in events] == [("completed", "file:///weekly.pdf")]
+
+
+async def test_a_receive_that_fails_drops_the_binding_in_its_own_thread(
+    shelf: Shelf, senders: Any, tmp_path: Path
+) -> None:
+    """`receive_carousel` raising after it made the binding's Receiver (here: a channel
+    port held by a socket without SO_REUSEADDR): the exception's traceback kept the
+    Receiver alive into the event loop's thread, where PyO3 refuses to drop an
+    unsendable object ("is unsendable, but is being dropped on another thread", seen
+    in tests/multicast/test_client.py) and leaks it. It is dropped in the receive
+    thread now."""
+    import asyncio
+    import gc
+    import sys
+
+    from pressrun.multicast.config import CarouselConfig
+
+    shelf.publish("weekly-busy", 50_000)
+    carousel = CarouselConfig(channels=1, rate_bps=4e6)
+    sender = await senders(shelf, carousel)
+    plan = await sender.start_carousel("weekly-busy", carousel)
+    ch = plan.channels[0]
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # no SO_REUSEADDR
+    unraisable: list[str] = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: unraisable.append(f"{u.exc_type.__name__}: {u.exc_value}")
+    try:
+        squatter.bind((ch.group, ch.port))
+        with pytest.raises(OSError):
+            await receive_issue(shelf, sender.config.control_group, "weekly-busy", tmp_path / "r")
+        await asyncio.sleep(0)
+        gc.collect()
+    finally:
+        sys.unraisablehook = old_hook
+        squatter.close()
+    assert not [u for u in unraisable if "unsendable" in u], unraisable

@@ -284,6 +284,9 @@ def receive_carousel(
                         result.channel_log.append((now - joined_at, len(channels.sockets)))
         return _finish(result, plan, layers, gate, joined_at)
     finally:
+        # the binding's Receiver is unsendable: drop it here, in its own thread, even
+        # when an exception's traceback (which keeps this frame) goes to another one
+        flute = None
         if channels is not None:
             channels.close()
         selector.unregister(control)
