@@ -1,13 +1,15 @@
-"""The docs say what the code does: flags, variables and links cannot drift.
+"""The docs say what the code does: flags, variables, examples and links cannot drift.
 
 For every ``pressrun`` command (found by walking the argparse parser that
-``pressrun.cli.build_parser`` builds, no subprocess), every flag appears in a
-table row of the command's doc page (``COMMAND_DOCS``); every ``PRESSRUN_*``
-variable the code reads (a string constant in ``src/pressrun`` or a
-``${PRESSRUN_...}`` in ``docker-compose.yml``) appears in a table row of its page
-(``VARIABLE_DOCS``, else the compose reference in docs/emulation.md); a flag a
-page's table names in its first column belongs to one of the page's commands; and
-every relative link in README.md and docs/ points at a file that exists.
+``pressrun.cli.build_parser`` builds, no subprocess), every flag appears in a table
+row of the command's doc page (its component's page, by the module of its handler,
+or the one ``COMMAND_DOCS`` names); every ``PRESSRUN_*`` variable the code reads (a
+quoted name in ``src/pressrun``, or a ``${PRESSRUN_...}`` in ``docker-compose.yml``)
+appears in a table row of the page of the component that reads it (``VARIABLE_DOCS``
+where several do) and, for the compose file's, of docs/emulation.md; a flag in the
+first column of a page's table exists (on a command or a bench script); every
+``pressrun ... --flag`` example in README.md and docs/*.md names flags its command
+has; and every relative link in README.md and docs/ points at a file that exists.
 
 A failure names the command, the flag or variable and the page: add a row for it
 to that page's flag table (or take the stale row out).
@@ -28,34 +30,13 @@ from pressrun.cli import build_parser
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
-# Each command's reference page: its flags are listed in a table there.
+# Each command's reference page, where its flags are listed in a table: the page of the
+# component whose module registers it (COMPONENT_DOCS, below, by the module of the
+# command's handler), or the one named here.
 COMMAND_DOCS: dict[str, str] = {
     "pressrun": "docs/operations.md",  # --log-level, --version: every command
-    "keys new": "docs/publishing.md",
-    "publish": "docs/publishing.md",
-    "verify": "docs/publishing.md",
-    "get": "docs/client.md",
-    "trust add": "docs/client.md",
-    "trust list": "docs/client.md",
-    "subscribers add": "docs/subscriptions.md",
-    "subscribers remove": "docs/subscriptions.md",
-    "subscribers list": "docs/subscriptions.md",
-    "release show": "docs/subscriptions.md",
-    "release move": "docs/subscriptions.md",
-    "release revoke": "docs/subscriptions.md",
-    "seed": "docs/swarm.md",
-    "supernode": "docs/chord.md",
-    "sim balancer": "docs/simulator.md",
     "sim chord": "docs/chord.md",
     "sim swarm": "docs/chord.md",
-    "demo": "docs/demo.md",
-    "emulate": "docs/emulation.md",
-    "serve origin": "docs/origin.md",
-    "serve balancer": "docs/balancer.md",
-    "serve tracker": "docs/tracker.md",
-    "serve subscriptions": "docs/subscriptions.md",
-    "serve multicast": "docs/multicast.md",
-    "serve reader": "docs/reader.md",
 }
 
 # A variable the Python code reads is documented on the page of the component that
@@ -183,15 +164,31 @@ def _variable_pages(name: str, readers: set[str]) -> set[str]:
     return pages
 
 
+def _page_of(command: str, parser: argparse.ArgumentParser) -> str:
+    """The doc page of a command: named in COMMAND_DOCS, else its component's."""
+    if command in COMMAND_DOCS:
+        return COMMAND_DOCS[command]
+    module = str(getattr(parser._defaults.get("func"), "__module__", ""))
+    parts = module.split(".")
+    component = parts[1] if len(parts) > 2 and parts[0] == "pressrun" else ""
+    return COMPONENT_DOCS.get(component, f"(no page: {module or 'no handler'})")
+
+
+@cache
+def _pages() -> dict[str, str]:
+    return {name: _page_of(name, parser) for name, parser in _commands(build_parser())}
+
+
 def test_every_command_has_a_page() -> None:
-    commands = set(_all_commands())
-    assert commands - set(COMMAND_DOCS) == set(), "add these commands to COMMAND_DOCS"
-    assert set(COMMAND_DOCS) - commands == set(), "these commands are gone: remove them"
+    pages = _pages()
+    assert set(COMMAND_DOCS) - set(pages) == set(), "COMMAND_DOCS names commands that are gone"
+    lost = {name: page for name, page in pages.items() if not (ROOT / page).is_file()}
+    assert lost == {}, "commands without a doc page: name one in COMMAND_DOCS"
 
 
-@pytest.mark.parametrize("command", sorted(COMMAND_DOCS))
+@pytest.mark.parametrize("command", sorted(_pages()))
 def test_every_flag_is_documented(command: str) -> None:
-    page = COMMAND_DOCS[command]
+    page = _pages()[command]
     rows = _table_rows(page)
     flags = _all_commands().get(command, [])
     missing = [flag for flag in flags if not _in_a_row(rows, flag)]
@@ -206,7 +203,7 @@ def _bench_flags() -> set[str]:
     }
 
 
-@pytest.mark.parametrize("page", sorted(set(COMMAND_DOCS.values())))
+@pytest.mark.parametrize("page", sorted(set(_pages().values())))
 def test_no_documented_flag_is_stale(page: str) -> None:
     """A flag in the first column of a page's table exists: on a pressrun command
     (a page may list another command's flags where it explains them) or a bench
