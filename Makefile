@@ -57,8 +57,11 @@ typecheck: $(STAMP) $(NATIVE_STAMP)
 contracts: $(STAMP) $(NATIVE_STAMP)
 	$(BIN)/lint-imports
 
+# three workers: most tests wait on sockets, processes and browsers, not on the CPU;
+# tests/conftest.py keeps a file on one worker and runs the docker, multicast and
+# egress-timing tests one after another
 unit: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 3 --dist loadgroup
 
 test: lint typecheck contracts unit
 

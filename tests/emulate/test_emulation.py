@@ -98,12 +98,19 @@ def test_small_emulation_delivers_every_file_verified(tmp_path: Path, engine_hos
     # each client that used the swarm says with which uploader policy, and one that
     # asks the Chord ring what the ring answered it (pressrun get --json's `ring`)
     swarm_clients = [c for c in clients if c["mode"] == "swarm" or c["left_swarm_for_carousel"]]
+    ring_requests = []
     for c in swarm_clients:
         assert c["uploader_policy"] in uploader_policy_names(), c
         asks_ring = bool(getattr(make_uploader_policy(c["uploader_policy"]), "uses_ring", False))
         assert (c["ring"] is not None) == asks_ring, c
         if asks_ring:
-            assert c["ring"]["requests"] >= 1, c
+            ring_requests.append(c["ring"]["requests"])
+    # the ring answered the swarm's clients; not necessarily each of them: one whose
+    # first rounds came before its torrent's status or the ring's list, and that had
+    # the 4 MB issue from its peers and the web seeds by the next, never asked (CI run
+    # of 27 Nov: a verified lossy-8 client with 0 requests)
+    if ring_requests:
+        assert sum(ring_requests) >= 1, swarm_clients
     # the report's per-policy summary counts exactly the clients that named a policy
     # (a client that tried the swarm and finished from the origins names one too), and
     # those of them the ring answered
