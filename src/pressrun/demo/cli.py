@@ -379,7 +379,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     egress.add_argument(
         "--egress-small",
         action="store_true",
-        help="the small version the test suite runs (2 origins, 16 clients)",
+        help="the small version the test suite runs (2 origins, 20 clients)",
     )
     p.add_argument(
         "--keep",

@@ -98,8 +98,9 @@ origins' CPU read 100 % with no transfer, so `cpu_target - idle_cpu < 0`, and th
 65 kB downloads, read by one busy client process at 0.4-0.55 MB/s, looked held back
 against the 1 MB/s need.) Never beyond its told capacity (`told_free`: an operator
 tells a misconfigured origin more than it has, never less): without that bound, the
-loopback egress check (docs/balancer.md) measured a 4 MB/s origin taking 9 downloads
-of 1 MB/s, since with transfers just started `out` (the last interval's rate) is below
+loopback egress check (docs/results/2026-11-24-egress-caps.md) measured a 4 MB/s
+origin taking 9 downloads of 1 MB/s, since with transfers just started `out` (the
+last interval's rate) is below
 the told capacity, and the floor admitted up to 10.
 
 The origin with the most room wins (ranking by the free *share* instead was tried: the
@@ -114,14 +115,16 @@ most `probe_transfers` (minus those it has) per status until one shows its costs
 The probe counts the picks since the last status, not all those still on their way:
 it is a rate, `probe_transfers` per status, until the statuses show what the origin
 carries (counting every pick on its way, the security soak test's origins refused
-every other client "full": docs/balancer.md, "Egress caps in the loopback demo").
+every other client "full": docs/results/2026-11-24-egress-caps.md, "Egress caps in
+the loopback demo").
 
 "Most room wins" puts a burst on the biggest origin while it has room, and a failure of
 that origin then drops it all at once onto origins with no room for it (issue 10,
 gen-7-033: 463 of a burst of 483 downloads on the 1.25 GB/s origin, which failed 32 s
 later: 236 served against alg2's 301). Spreading instead was measured worse, each for a
-reason that holds beyond the scenario (docs/tournament.md, "Spreading, measured": by
-the share of room still free, the paper's machine C takes a third of a burst before a
+reason that holds beyond the scenario (docs/results/2026-11-24-tournament-rounds.md,
+"Spreading, measured": by the share of room still free, the paper's machine C takes
+a third of a burst before a
 status shows it short, and a download on a small link finishes near its deadline
 where on the biggest it gets its whole access rate and finishes early).
 
