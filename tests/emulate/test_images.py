@@ -5,11 +5,20 @@ module that starts importing one of them fails here, not in a hundred containers
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from pressrun.emulate.held import PRELOAD
-from pressrun.emulate.images import HOST_ONLY
+from pressrun.emulate.images import (
+    HOST_ONLY,
+    ImageBuildError,
+    missing_reader_packages,
+    project_tree,
+)
 
 #: what the containers run: docker-compose.yml's services (origin, balancer, trackers,
 #: sender, supernodes, Redis aside) and the clients (`pressrun get` through `held`)
@@ -56,3 +65,52 @@ def test_every_module_a_container_runs_imports_without_the_host_only_packages() 
         check=False,
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+# --- the reader's npm packages in the image (a tree without them: a git archive) ---
+
+READER = Path(__file__).resolve().parents[2] / "src" / "pressrun" / "reader"
+
+
+def _tree_without_node_modules(root: Path) -> Path:
+    """A project root whose src/pressrun holds a reader as ``git archive`` gives it:
+    its package.json, package-lock.json and .npmrc, no node_modules."""
+    reader = root / "src" / "pressrun" / "reader"
+    reader.mkdir(parents=True)
+    (root / "src" / "pressrun" / "__init__.py").write_text("")
+    for name in ("package.json", "package-lock.json", ".npmrc"):
+        shutil.copy(READER / name, reader / name)
+    return root
+
+
+@pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")
+def test_a_tree_without_the_readers_packages_gets_them_from_its_lockfile(
+    tmp_path: Path,
+) -> None:
+    # offline: from npm's cache, as make setup filled it (an image build runs offline)
+    root = _tree_without_node_modules(tmp_path / "archive")
+    said: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("npm_config_offline", "true")
+        project_tree(tmp_path / "context", root, said.append)
+    copied = tmp_path / "context" / "project" / "pressrun" / "reader"
+    assert missing_reader_packages(copied) == []
+    assert any("npm ci" in line for line in said)
+    # the checkout (here the archive) is left as it was: installed in the context only
+    assert not (root / "src" / "pressrun" / "reader" / "node_modules").exists()
+
+
+def test_without_npm_the_build_refuses_with_the_fix(tmp_path: Path) -> None:
+    root = _tree_without_node_modules(tmp_path / "archive")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", str(tmp_path / "empty"))
+        with pytest.raises(ImageBuildError, match=r"npm packages are not in the tree.*make setup"):
+            project_tree(tmp_path / "context", root, lambda _line: None)
+
+
+def test_missing_reader_packages_names_what_serve_reader_needs(tmp_path: Path) -> None:
+    root = _tree_without_node_modules(tmp_path)
+    missing = missing_reader_packages(root / "src" / "pressrun" / "reader")
+    assert "libsodium-wrappers/dist/modules-esm/libsodium-wrappers.mjs" in missing
+    if (READER / "node_modules").is_dir():  # a set-up checkout: nothing to install
+        assert missing_reader_packages(READER) == []

@@ -17,10 +17,15 @@
    dependency set.
 4. **The image** ``pressrun:latest`` (``PRESSRUN_IMAGE`` overrides the name): the root
    ``Dockerfile`` over 3 copies in the ``src/pressrun`` tree, byte-compiled on the
-   host, and the FLUTE extension the host built (``pressrun_flute``, from ``make
-   setup``). No pip and no RUN step in any image (each RUN is a container started and
-   committed: seconds on a loaded host), and the context of a rebuild after a change
-   to the tree is the tree alone (a few MB, not the 139 MB of dependencies).
+   host, the FLUTE extension the host built (``pressrun_flute``, from ``make
+   setup``) and the web reader's npm packages (``src/pressrun/reader/node_modules``:
+   copied when the tree has them, else installed into the build context from the
+   reader's ``package-lock.json`` by ``npm ci`` on the host, from npm's cache first;
+   the build stops with the fix when it cannot). No pip and no RUN step in any image
+   (each RUN is a container started and committed: seconds on a loaded host; the
+   image has no Node.js either), and the context of a rebuild after a change to the
+   tree is the tree alone (78 MB, 75 of them the reader's npm packages; not the
+   139 MB of dependencies).
 
 `build_images` does all of it; ``pressrun emulate --build-only`` (``make images``) runs
 it. Progress goes to the ``report`` callable, one line per step.
@@ -196,16 +201,71 @@ def dependency_site(cache_dir: Path, project_root: Path, report: Callable[[str],
     return site
 
 
-def project_tree(context: Path, project_root: Path) -> None:
-    """pressrun's source tree, and the FLUTE extension the host built, into ``context``,
-    byte-compiled here (``unchecked-hash``: the image's files never change, and its
-    Python 3.11 reads the host's 3.11 bytecode), so the image needs no RUN step."""
+#: how the reader's npm packages are installed into the build context when the tree
+#: lacks them (as `make setup` does; ``--prefer-offline``: from npm's cache on the host
+#: without asking the registry for what the cache holds, so a set-up machine builds
+#: offline; ``--ignore-scripts``: no package the reader uses needs one, see its .npmrc)
+NPM_CI = (
+    "npm", "ci", "--omit=optional", "--ignore-scripts", "--no-audit", "--no-fund",
+    "--prefer-offline",
+)  # fmt: skip
+
+
+def missing_reader_packages(reader_dir: Path) -> list[str]:
+    """The files under ``reader_dir/node_modules`` that ``pressrun serve reader`` serves
+    and that are absent (its own start-up check, `pressrun.reader.aio.check_assets`:
+    with any of them missing the reader exits, and a container restarts it forever)."""
+    from pressrun.reader.aio import VENDOR_FILES
+
+    modules = reader_dir / "node_modules"
+    return [rel for rel in VENDOR_FILES.values() if not (modules / rel).is_file()]
+
+
+def reader_packages(reader_dir: Path, report: Callable[[str], None]) -> None:
+    """Make sure the copy of the reader at ``reader_dir`` (in the build context, never
+    the checkout) has its npm packages: a tree without them (a ``git archive``, a clone
+    before ``make setup``) gets them from its ``package-lock.json`` with `NPM_CI`;
+    raise `ImageBuildError` with the fix when npm is missing or fails. (Installed on the
+    host, not by a RUN step: the image has no Node.js, and builds run with no network.)"""
+    missing = missing_reader_packages(reader_dir)
+    if not missing:
+        return
+    fix = "run `make setup` (or `npm ci --omit=optional` in src/pressrun/reader) and build again"
+    if not (reader_dir / "package-lock.json").is_file():
+        raise ImageBuildError(
+            f"the reader's npm packages are not in the tree ({missing[0]} is missing) and "
+            f"there is no package-lock.json to install them from: {fix}"
+        )
+    if shutil.which(NPM_CI[0]) is None:
+        raise ImageBuildError(
+            f"the reader's npm packages are not in the tree ({missing[0]} is missing) and "
+            f"npm is not installed to install them: {fix}"
+        )
+    report("installing the reader's npm packages from its package-lock.json (npm ci)")
+    shutil.rmtree(reader_dir / "node_modules", ignore_errors=True)
+    try:
+        _run(list(NPM_CI), "npm ci (the reader's packages)", cwd=reader_dir, timeout_s=600)
+    except ImageBuildError as err:
+        raise ImageBuildError(f"{err}; {fix}") from None
+    still = missing_reader_packages(reader_dir)
+    if still:
+        raise ImageBuildError(
+            f"npm ci left the reader's packages incomplete ({still[0]} is missing): {fix}"
+        )
+
+
+def project_tree(context: Path, project_root: Path, report: Callable[[str], None] = print) -> None:
+    """pressrun's source tree, the FLUTE extension the host built and the reader's npm
+    packages (`reader_packages`) into ``context``, byte-compiled here
+    (``unchecked-hash``: the image's files never change, and its Python 3.11 reads the
+    host's 3.11 bytecode), so the image needs no RUN step."""
     target = context / "project"
     shutil.copytree(
         project_root / "src" / "pressrun",
         target / "pressrun",
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
     )
+    reader_packages(target / "pressrun" / "reader", report)
     spec = importlib.util.find_spec("pressrun_flute")
     if spec is not None and spec.submodule_search_locations:
         # the PyO3 binding make setup built (cp311, the image's Python too)
@@ -312,7 +372,7 @@ def build_images(
     context = cache_dir / "context"
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
-    project_tree(context, project_root)
+    project_tree(context, project_root, report)
     shutil.copy(project_root / "Dockerfile", context / "Dockerfile")
     report(f"building {image} from {with_deps} (docker build: the pressrun tree)")
     mark = time.perf_counter()
