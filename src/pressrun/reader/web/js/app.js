@@ -13,7 +13,7 @@ import { checkNewIssues } from "./issues.js";
 import { deleteIssueFiles, issueBlob, issueBytes, storageEstimate } from "./store.js";
 import { prepareDecryption, subscriberPublicKey } from "./subscription.js";
 import { leaveSwarm } from "./swarm.js";
-import { openPdf, renderCover, renderPage, warmUp } from "./viewer.js";
+import { openPdf, pageAspect, renderCover, renderPage, warmUp } from "./viewer.js";
 
 const $ = (selector) => document.querySelector(selector);
 const state = {
@@ -345,6 +345,17 @@ export async function deleteIssue(id) {
 }
 
 // -- reading
+//
+// The page fits the screen at zoom 1; pinch (two fingers) or double tap zooms in up
+// to MAX_ZOOM around the fingers, and the page is drawn again by pdf.js at
+// devicePixelRatio x zoom, so text stays sharp. A zoomed page pans by the surface's
+// own scrolling (touch-action: pan-x pan-y: the browser scrolls, the app zooms). At
+// zoom 1 a swipe or a tap on the outer thirds turns the page; a tap in the middle
+// shows or hides the toolbars.
+
+const MAX_ZOOM = 5;
+const DOUBLE_TAP_STEPS = [1, 2, 4]; // each double tap zooms to the next, then back to 1
+const DOUBLE_TAP_MS = 300;
 
 export async function openIssue(id) {
   const started = performance.now();
@@ -352,11 +363,13 @@ export async function openIssue(id) {
   const blob = await issueBlob(id, record.num_pieces, "application/pdf");
   if (state.reading) await state.reading.doc.destroy();
   const doc = await openPdf(blob);
-  state.reading = { issueId: id, doc, page: 1, pages: doc.numPages };
+  state.reading = { issueId: id, doc, page: 1, pages: doc.numPages, zoom: 1, drawn: 0 };
   $("#library-view").hidden = true;
   $("#settings-view").hidden = true;
   $("#notices").hidden = true;
   $("#reader-view").hidden = false;
+  document.body.classList.add("reading");
+  showChrome(true);
   $("#reader-title").textContent = record.title || id;
   await showPage(1);
   const ms = performance.now() - started;
@@ -364,20 +377,78 @@ export async function openIssue(id) {
   $("#reader-view").dataset.openedMs = ms.toFixed(1);
 }
 
-async function showPage(n) {
+/** The CSS width page `n` gets at zoom 1: the surface's width, or less so that the
+ * whole page fits the surface's height. */
+async function fitWidth(n) {
+  const surface = $("#page-surface");
+  const width = Math.min(surface.clientWidth || window.innerWidth, 900);
+  const height = surface.clientHeight || window.innerHeight;
+  const aspect = await pageAspect(state.reading.doc, n);
+  return Math.max(100, Math.floor(Math.min(width, height * aspect)));
+}
+
+/**
+ * Draw page `n` at `zoom` into a new canvas that replaces the shown one when it is
+ * drawn (so the old page stays on screen meanwhile, and a newer request wins over an
+ * older one still drawing). `focus` {x, y, fx, fy}: keep the point at fraction
+ * (fx, fy) of the page under the client point (x, y).
+ */
+async function drawPage(n, zoom, focus = null) {
   const r = state.reading;
   if (!r || n < 1 || n > r.pages) return;
+  const ticket = ++r.drawn;
   r.page = n;
-  const canvas = $("#page");
-  const width = Math.min($("#reader-view").clientWidth || window.innerWidth, 900);
-  await renderPage(r.doc, n, canvas, width);
-  $("#page-number").textContent = `${n} / ${r.pages}`;
+  r.zoom = zoom;
+  const started = performance.now();
+  const canvas = document.createElement("canvas");
+  const size = await renderPage(r.doc, n, canvas, await fitWidth(n), zoom);
+  if (state.reading !== r || r.drawn !== ticket) return; // a newer page or zoom won
+  const old = $("#page");
+  canvas.id = "page";
   canvas.dataset.page = String(n);
+  canvas.dataset.zoom = String(zoom);
+  canvas.setAttribute("role", "img");
+  canvas.setAttribute("aria-label", `Page ${n} of ${r.pages}`);
+  old.replaceWith(canvas);
+  const surface = $("#page-surface");
+  surface.classList.toggle("zoomed", zoom > 1);
+  if (focus) {
+    const box = canvas.getBoundingClientRect();
+    surface.scrollLeft += box.left + focus.fx * box.width - focus.x;
+    surface.scrollTop += box.top + focus.fy * box.height - focus.y;
+  } else {
+    surface.scrollTo(0, 0);
+  }
+  $("#page-number").textContent = `${n} / ${r.pages}`;
+  hooks.lastRender = { page: n, zoom, ...size, ms: performance.now() - started };
+}
+
+function showPage(n) {
+  return drawPage(n, 1);
+}
+
+/** The fraction of the page under client point (x, y), from the canvas as shown. */
+function pageFraction(x, y) {
+  const box = $("#page").getBoundingClientRect();
+  return { x, y, fx: (x - box.left) / box.width, fy: (y - box.top) / box.height };
+}
+
+/** Zoom to `zoom` (1..MAX_ZOOM) keeping the page point under (x, y) where it is. */
+function zoomTo(zoom, x, y) {
+  const r = state.reading;
+  if (!r) return Promise.resolve();
+  const z = Math.min(MAX_ZOOM, Math.max(1, zoom));
+  return drawPage(r.page, z, z > 1 ? pageFraction(x, y) : null);
+}
+
+function showChrome(show) {
+  $("#reader-view").classList.toggle("immersive", !show);
 }
 
 async function closeReader() {
   if (state.reading) await state.reading.doc.destroy();
   state.reading = null;
+  document.body.classList.remove("reading");
   $("#reader-view").hidden = true;
   $("#library-view").hidden = false;
   $("#notices").hidden = false;
@@ -386,26 +457,83 @@ async function closeReader() {
 
 function setUpReaderGestures() {
   const surface = $("#page-surface");
-  let touchStart = null;
+  let swipe = null; // one finger at zoom 1: {x, y}
+  let pinch = null; // two fingers: {distance, zoom, focus}
+  const spread = (t) => Math.hypot(t[0].clientX - t[1].clientX, t[0].clientY - t[1].clientY);
+  const middle = (t) => ({ x: (t[0].clientX + t[1].clientX) / 2, y: (t[0].clientY + t[1].clientY) / 2 });
   surface.addEventListener("touchstart", (e) => {
-    touchStart = { x: e.touches[0].clientX, y: e.touches[0].clientY };
+    if (!state.reading) return;
+    if (e.touches.length === 2) {
+      const m = middle(e.touches);
+      pinch = { distance: spread(e.touches) || 1, zoom: state.reading.zoom, focus: pageFraction(m.x, m.y), scale: 1 };
+      swipe = null;
+    } else if (e.touches.length === 1 && !pinch) {
+      swipe = { x: e.touches[0].clientX, y: e.touches[0].clientY };
+    }
   }, { passive: true });
+  surface.addEventListener("touchmove", (e) => {
+    if (!pinch || e.touches.length < 2) return;
+    e.preventDefault(); // the app zooms, not the browser
+    const zoom = Math.min(MAX_ZOOM, Math.max(1, (pinch.zoom * spread(e.touches)) / pinch.distance));
+    pinch.scale = zoom / pinch.zoom;
+    const m = middle(e.touches);
+    pinch.focus.x = m.x;
+    pinch.focus.y = m.y;
+    // a preview while the fingers move: the drawn page scaled around the fingers
+    const canvas = $("#page");
+    canvas.style.transformOrigin = `${pinch.focus.fx * 100}% ${pinch.focus.fy * 100}%`;
+    canvas.style.transform = `scale(${pinch.scale})`;
+  }, { passive: false });
   surface.addEventListener("touchend", (e) => {
-    if (!touchStart || !state.reading) return;
-    const dx = e.changedTouches[0].clientX - touchStart.x;
-    touchStart = null;
-    if (Math.abs(dx) > 50) showPage(state.reading.page + (dx < 0 ? 1 : -1));
+    if (!state.reading) return;
+    if (pinch && e.touches.length < 2) {
+      const { zoom, scale, focus } = pinch;
+      pinch = null;
+      const canvas = $("#page");
+      canvas.style.transform = "";
+      const target = zoom * scale;
+      if (Math.abs(target - zoom) > 0.05) {
+        // the page point between the fingers stays between them
+        const r = state.reading;
+        drawPage(r.page, Math.min(MAX_ZOOM, Math.max(1, target)), target > 1 ? focus : null);
+      }
+      return;
+    }
+    if (!swipe || state.reading.zoom > 1) return;
+    const dx = e.changedTouches[0].clientX - swipe.x;
+    const dy = e.changedTouches[0].clientY - swipe.y;
+    swipe = null;
+    if (Math.abs(dx) > 50 && Math.abs(dx) > Math.abs(dy)) showPage(state.reading.page + (dx < 0 ? 1 : -1));
   });
-  // a tap on the right third turns the page forward, on the left third back
+  // Taps: a single tap waits DOUBLE_TAP_MS to be sure it is not the first of two.
+  let lastTap = null;
+  let pendingTap = null;
   surface.addEventListener("click", (e) => {
     if (!state.reading) return;
-    const third = surface.clientWidth / 3;
-    if (e.offsetX > 2 * third) showPage(state.reading.page + 1);
-    else if (e.offsetX < third) showPage(state.reading.page - 1);
+    const now = performance.now();
+    if (lastTap && now - lastTap.at < DOUBLE_TAP_MS && Math.hypot(e.clientX - lastTap.x, e.clientY - lastTap.y) < 40) {
+      clearTimeout(pendingTap);
+      lastTap = null;
+      const zoom = state.reading.zoom;
+      const next = DOUBLE_TAP_STEPS.find((z) => z > zoom + 0.01) ?? 1;
+      zoomTo(next, e.clientX, e.clientY);
+      return;
+    }
+    lastTap = { at: now, x: e.clientX, y: e.clientY };
+    const x = e.clientX - surface.getBoundingClientRect().left;
+    pendingTap = setTimeout(() => {
+      if (!state.reading) return;
+      const third = surface.clientWidth / 3;
+      const immersive = $("#reader-view").classList.contains("immersive");
+      if (state.reading.zoom === 1 && x > 2 * third) showPage(state.reading.page + 1);
+      else if (state.reading.zoom === 1 && x < third) showPage(state.reading.page - 1);
+      else showChrome(immersive);
+    }, DOUBLE_TAP_MS);
   });
   $("#next-page").onclick = () => state.reading && showPage(state.reading.page + 1);
   $("#previous-page").onclick = () => state.reading && showPage(state.reading.page - 1);
   $("#back").onclick = closeReader;
+  window.addEventListener("resize", () => state.reading && drawPage(state.reading.page, state.reading.zoom));
 }
 
 // -- settings

@@ -44,19 +44,43 @@ export async function openPdf(blob) {
   }).promise;
 }
 
-/** Render page `number` of `doc` into `canvas`, `cssWidth` CSS pixels wide. */
-export async function renderPage(doc, number, canvas, cssWidth) {
+/** The most canvas pixels a page is drawn with (pdf.js's own default cap, 2^25): at
+ * 4x zoom a phone's page (390 CSS px at a pixel ratio of 3) needs about 31 million. */
+export const MAX_CANVAS_PIXELS = 2 ** 25;
+
+/**
+ * Render page `number` of `doc` into `canvas`, `cssWidth` CSS pixels wide at zoom 1,
+ * `zoom` times that on screen; the canvas holds devicePixelRatio x zoom device pixels
+ * per CSS pixel of the page (within MAX_CANVAS_PIXELS), so a zoomed page is drawn
+ * again sharp rather than stretched. Resolves to the rendered size {width, height,
+ * cssWidth, cssHeight}.
+ */
+export async function renderPage(doc, number, canvas, cssWidth, zoom = 1) {
   const page = await doc.getPage(number);
-  const base = page.getViewport({ scale: 1 });
-  const scale = cssWidth / base.width;
-  const ratio = window.devicePixelRatio || 1;
-  const viewport = page.getViewport({ scale: scale * ratio });
-  canvas.width = Math.floor(viewport.width);
-  canvas.height = Math.floor(viewport.height);
-  canvas.style.width = `${Math.floor(viewport.width / ratio)}px`;
-  canvas.style.height = `${Math.floor(viewport.height / ratio)}px`;
-  await page.render({ canvas, viewport }).promise;
-  page.cleanup();
+  try {
+    const base = page.getViewport({ scale: 1 });
+    const scale = (cssWidth * zoom) / base.width;
+    let ratio = window.devicePixelRatio || 1;
+    const pixels = base.width * base.height * (scale * ratio) ** 2;
+    if (pixels > MAX_CANVAS_PIXELS) ratio *= Math.sqrt(MAX_CANVAS_PIXELS / pixels);
+    const viewport = page.getViewport({ scale: scale * ratio });
+    canvas.width = Math.floor(viewport.width);
+    canvas.height = Math.floor(viewport.height);
+    const css = page.getViewport({ scale });
+    canvas.style.width = `${Math.floor(css.width)}px`;
+    canvas.style.height = `${Math.floor(css.height)}px`;
+    await page.render({ canvas, viewport }).promise;
+    return { width: canvas.width, height: canvas.height, cssWidth: Math.floor(css.width), cssHeight: Math.floor(css.height) };
+  } finally {
+    page.cleanup();
+  }
+}
+
+/** Page `number`'s width over its height (to fit it to the screen before drawing). */
+export async function pageAspect(doc, number) {
+  const page = await doc.getPage(number);
+  const v = page.getViewport({ scale: 1 });
+  return v.width / v.height;
 }
 
 /** The cover: page 1 rendered `cssWidth` pixels wide, as a PNG Blob. */
