@@ -184,3 +184,36 @@ async def test_a_receive_that_fails_drops_the_binding_in_its_own_thread(
         sys.unraisablehook = old_hook
         squatter.close()
     assert not [u for u in unraisable if "unsendable" in u], unraisable
+
+
+def test_the_decodes_cpu_is_counted_and_only_for_blocks_that_lacked_sources(
+    tmp_path: Path,
+) -> None:
+    """``decodes`` / ``decode_cpu_s`` (bench/multicast.py prints the decode's share of
+    the receive path's CPU from them): a receiver that got every source symbol
+    decodes nothing; one that lost 20% decodes each block (RaptorQ) and the CPU it
+    took is counted."""
+    data = random.Random(6).randbytes(1_000_000)
+    enc = _encode(data, "raptorq", 300)
+    sources = [
+        p
+        for p, sbn, esi in zip(enc.packets, enc.sbns, enc.esis, strict=True)
+        if esi < enc.block_source_symbols[sbn]
+    ]
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "lossy").mkdir()
+    whole = pressrun_flute.Receiver(tmp_path / "whole")
+    events, _ = _receive(whole, [*enc.fdt_packets, *sources], rounds=1)
+    assert [e.kind for e in events] == ["completed"]
+    assert (whole.decodes, whole.decode_cpu_s) == (0, 0.0)
+
+    packets = [*enc.fdt_packets, *enc.packets]
+    random.Random(7).shuffle(packets)
+    lossy = pressrun_flute.Receiver(tmp_path / "lossy")
+    events, _ = _receive(lossy, packets, drop_probability=0.2)
+    assert [e.kind for e in events] == ["completed"]
+    assert events[0].path is not None and Path(events[0].path).read_bytes() == data
+    blocks = len(enc.block_source_symbols)
+    assert blocks <= lossy.decodes <= blocks + lossy.decode_retries
+    # a RaptorQ decode of K = 256 symbols of 1320 bytes takes hundreds of us
+    assert 1e-5 * blocks < lossy.decode_cpu_s < 5.0

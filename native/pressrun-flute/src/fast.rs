@@ -49,6 +49,18 @@ const MAX_OBJECTS: usize = 4;
 /// toward a decode attempt, which then waits for more).
 const REPAIR_ESI_SPAN: u32 = 1 << 20;
 
+/// CPU time of the calling thread, in seconds (CLOCK_THREAD_CPUTIME_ID): the
+/// decode's share of the receive thread's CPU, which the bench prints beside the
+/// whole (docs/multicast.md, "Receiver CPU").
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec for the call to fill
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
 /// A memory mapping that is unmapped when dropped.
 struct Mapping {
     ptr: *mut u8,
@@ -183,6 +195,11 @@ pub struct FastObject {
     complete: bool,
     /// decoding attempts that failed (rank-deficient: more symbols needed)
     pub failed_decodes: u64,
+    /// RaptorQ decodes attempted (blocks that lacked source symbols), failed or not
+    decodes: u64,
+    /// thread CPU seconds those decodes took (building the decoder, solving,
+    /// copying the rebuilt symbols into place)
+    decode_cpu_s: f64,
 }
 
 /// What became of a packet offered to `FastObjects::push`.
@@ -297,6 +314,8 @@ impl FastObject {
                 blocks,
                 complete: false,
                 failed_decodes: 0,
+                decodes: 0,
+                decode_cpu_s: 0.0,
             }),
             Err(err) => {
                 std::fs::remove_file(&path).ok();
@@ -399,6 +418,7 @@ impl FastObject {
             return false;
         };
         let (image, slab) = (image.bytes(), slab.bytes());
+        let cpu0 = thread_cpu_s();
         let block_bytes = (block.k * symbol) as u64;
         let config =
             raptorq::ObjectTransmissionInformation::new(block_bytes, symbol as u16, 1, 1, alignment);
@@ -418,7 +438,10 @@ impl FastObject {
                 slab[at..at + symbol].to_vec(),
             )
         });
-        let Some(decoded) = decoder.decode(source.chain(repair)) else {
+        let decoded = decoder.decode(source.chain(repair));
+        self.decodes += 1;
+        let Some(decoded) = decoded else {
+            self.decode_cpu_s += thread_cpu_s() - cpu0;
             return false;
         };
         let (first, k) = (block.first, block.k);
@@ -431,6 +454,7 @@ impl FastObject {
                 image[at..at + n].copy_from_slice(&decoded[esi * symbol..esi * symbol + n]);
             }
         }
+        self.decode_cpu_s += thread_cpu_s() - cpu0;
         self.blocks[sbn].done = true;
         true
     }
@@ -443,11 +467,21 @@ pub struct FastObjects {
     objects: Vec<FastObject>,
     /// (TSI, TOI) this decoder does not take: the crate's session has them
     declined: Vec<(u64, u128)>,
+    /// the decode counts of objects no longer followed (evicted)
+    retired_decodes: u64,
+    retired_decode_cpu_s: f64,
 }
 
 impl FastObjects {
     pub fn new(dir: PathBuf, max_bytes: usize) -> Self {
-        Self { dir, max_bytes, objects: Vec::new(), declined: Vec::new() }
+        Self {
+            dir,
+            max_bytes,
+            objects: Vec::new(),
+            declined: Vec::new(),
+            retired_decodes: 0,
+            retired_decode_cpu_s: 0.0,
+        }
     }
 
     /// Offer an object packet (TOI above 0) parsed as ``alc``.
@@ -486,6 +520,8 @@ impl FastObjects {
                         if self.objects.len() >= MAX_OBJECTS {
                             // the oldest goes; an incomplete one takes its file along
                             let gone = self.objects.remove(0);
+                            self.retired_decodes += gone.decodes;
+                            self.retired_decode_cpu_s += gone.decode_cpu_s;
                             if !gone.complete {
                                 std::fs::remove_file(&gone.path).ok();
                             }
@@ -514,6 +550,15 @@ impl FastObjects {
     /// Decoding attempts that failed so far (all objects followed).
     pub fn failed_decodes(&self) -> u64 {
         self.objects.iter().map(|o| o.failed_decodes).sum()
+    }
+
+    /// RaptorQ block decodes attempted so far and the thread CPU seconds they took
+    /// (all objects, evicted ones included).
+    pub fn decode_cost(&self) -> (u64, f64) {
+        self.objects.iter().fold(
+            (self.retired_decodes, self.retired_decode_cpu_s),
+            |(n, s), o| (n + o.decodes, s + o.decode_cpu_s),
+        )
     }
 }
 

@@ -1094,6 +1094,21 @@ impl Receiver {
     fn decode_retries(&self) -> u64 {
         self.fast.failed_decodes()
     }
+
+    /// RaptorQ block decodes the receive loop's own decoder attempted (blocks that
+    /// lacked source symbols when enough symbols came), over the objects it followed;
+    /// 0 for a receiver that got every source symbol.
+    #[getter]
+    fn decodes(&self) -> u64 {
+        self.fast.decode_cost().0
+    }
+
+    /// The receive thread's CPU seconds those decodes took (CLOCK_THREAD_CPUTIME_ID
+    /// around each): the decode's share of the receive path's CPU.
+    #[getter]
+    fn decode_cpu_s(&self) -> f64 {
+        self.fast.decode_cost().1
+    }
 }
 
 impl Receiver {
