@@ -129,13 +129,15 @@ class SwarmStack:
         manifest = json.loads((bundle / "manifest.json").read_text())["manifest"]
         return Issue(issue_id, data, bundle, manifest)
 
-    async def origin(self, *, stopped: bool = False) -> str:
+    async def origin(self, *, stopped: bool = False, egress_cap_mbps: float | None = None) -> str:
         """A real origin over the content folder; its URL (``stopped``: it is stopped
-        at once, so the URL refuses connections)."""
+        at once, so the URL refuses connections; ``egress_cap_mbps``: its real cap)."""
         from pressrun.origin.aio import start_origin
         from pressrun.origin.config import OriginConfig
 
-        running = await start_origin(OriginConfig(content_dir=self.content, port=0))
+        running = await start_origin(
+            OriginConfig(content_dir=self.content, port=0, egress_cap_mbps=egress_cap_mbps)
+        )
         if stopped:
             await running.stop()
         else:
@@ -588,7 +590,8 @@ async def test_a_metered_network_uploads_nothing(
     # A (cellular, Wi-Fi only off) holds half the issue; B holds nothing and is
     # connected to A: A sends B nothing, and both finish from the origin (web seed)
     issue = await swarm.publish("swarm-metered")
-    origin = await swarm.origin()
+    # 4 Mbit/s: the web seeds (on from the start) take about 3 s, time for B to meet A
+    origin = await swarm.origin(egress_cap_mbps=4.0)
     await swarm.balance(issue, origin)
     n = -(-SIZE // PIECE)
     a = await open_phone(phone_factory, swarm.reader_url, init_script=CELLULAR_PHONE)
@@ -609,13 +612,34 @@ async def test_a_metered_network_uploads_nothing(
     await wait_status(a, issue, "leave_rule", "metered", timeout_s=5)
 
 
-async def test_no_peer_in_time_downloads_from_the_origins(
+async def test_a_reader_alone_in_the_swarm_does_not_wait_for_peers(
     swarm: SwarmStack,
     phone_factory,  # type: ignore[no-untyped-def]
 ) -> None:
+    # no other peer: the origins, as web seeds from the start, send everything at
+    # once; nothing waits for the connect timeout (3 s) before a byte moves
     issue = await swarm.publish("swarm-alone")
     origin = await swarm.origin()
     await swarm.balance(issue, origin)
+    phone = await open_phone(phone_factory, swarm.reader_url)
+    await start(phone, issue)
+    result = await verified(phone, issue, issue.data)
+    print(f"alone in the swarm: from the web seeds in {result['seconds']:.2f} s")
+    assert result["bytes_from_peers"] == 0
+    assert result["bytes_from_web_seeds"] >= issue.transfer_bytes
+    assert result["seconds"] < 3.0, result
+
+
+async def test_no_peer_and_no_web_seed_in_time_downloads_from_the_origins(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # the directive's web seed refuses connections and no peer comes: after the
+    # connect timeout the origin path takes the whole issue
+    issue = await swarm.publish("swarm-nobody")
+    origin = await swarm.origin()
+    stopped = await swarm.origin(stopped=True)
+    swarm.direct(issue, origins=[origin], web_seeds=[stopped])
     phone = await open_phone(phone_factory, swarm.reader_url)
     started = time.monotonic()
     await start(phone, issue)
@@ -639,19 +663,29 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
         """async ([torrentUrl, infoHash, ws]) => {
             const { WebSeedRule, leaveRule } = await import('./js/swarm.js');
             const { fetchCheckedTorrent, infoBytes } = await import('./js/torrent.js');
+            const { windowRate } = await import('./js/swarm.js');
             const r = new WebSeedRule({ starvedS: 1, stallS: 2, holdS: 1 });
             const slow = new WebSeedRule({ starvedS: 1, stallS: 2, holdS: 1, minPeerRate: 1000 });
+            // on from the first step, before any window: nothing waits for peers
             const rates = [
-              [0.0, null], [1.0, 500], [1.5, 5000],  // under 1000 B/s: on, held 1 s
-              [3.1, 5000], [3.5, 500],               // fast: off; slow again: on
-            ].map(([now, peerRate]) =>
-              slow.step(now, { starved: false, lastPeerPayloadAt: now, peerRate }));
+              [0.0, null, null], [1.0, 500, null], [1.5, 5000, null],  // on; peers fast: off
+              [3.1, 5000, 2000], [3.5, 500, 2000],                     // fast still: off; slow: on
+              // slower than the web seeds were: on; faster: off
+              [4.0, 1500, 2000], [5.0, 2500, 2000],
+            ].map(([now, peerRate, webSeedRate]) =>
+              slow.step(now, { starved: false, lastPeerPayloadAt: now, peerRate, webSeedRate }));
             const seeds = [
-              [0.0, false, 0.0], [0.5, true, 0.5], [1.5, true, 1.5],  // starved 1 s: on
-              [2.0, false, 2.0], [2.6, false, 2.6],                   // held 1 s, then off
-              [4.5, false, 2.6], [4.7, false, 2.6],                   // 2 s without payload: on
-              [5.0, false, 5.0], [5.8, false, 5.8],                   // peers deliver: off
-            ].map(([now, starved, at]) => r.step(now, { starved, lastPeerPayloadAt: at }));
+              [0.0, false, 0.0, null], [0.5, true, 0.5, 10],  // on from the start, starved
+              [1.5, false, 1.5, 10],                          // peers deliver, held 1 s: off
+              [2.0, true, 2.0, 10], [3.1, true, 3.1, 10],     // starved 1 s: on
+              [3.5, false, 3.5, 10], [4.2, false, 4.2, 10],   // held 1 s, then off
+              [6.5, false, 4.2, 10],                          // 2 s without payload: on
+              [7.0, false, 7.0, 10], [7.6, false, 7.6, 10],   // held, then off
+            ].map(([now, starved, at, peerRate]) =>
+              r.step(now, { starved, lastPeerPayloadAt: at, peerRate }));
+            const samples = [];
+            const window = [[0, 0], [1, 100], [2, 300], [3, 600]]
+              .map(([t, b]) => windowRate(samples, t, b, 2));
             const base = { now: 10, seedingSince: 0, ratio: 1, maxSeedS: 300 };
             const rules = [
               leaveRule({ ...base, uploaded: 0, downloaded: 100, allowed: false }),
@@ -670,7 +704,7 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
               refused = `${err.name}: ${err.message}`;
             }
             const text = new TextDecoder('latin1').decode(torrent.subarray(0, 60));
-            return { seeds, rates, rules, rewritten, refused, text };
+            return { seeds, rates, window, rules, rewritten, refused, text };
         }""",
         [
             f"{swarm.standin_url}/content/{issue.issue_id}/{issue.issue_id}.torrent",
@@ -679,8 +713,9 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
         ],
         what="the rules in the page",
     )
-    assert got["seeds"] == [False, False, True, True, False, False, True, True, False]
-    assert got["rates"] == [False, True, True, False, True]
+    assert got["seeds"] == [True, True, False, False, True, True, False, True, True, False]
+    assert got["rates"] == [True, True, False, False, True, True, False]
+    assert got["window"] == [None, None, 150, 250]
     assert got["rules"] == ["metered", None, "ratio", "max_seed_time"]
     assert got["rewritten"] == issue.manifest["info_hash"]
     assert got["text"].startswith(f"d8:announce{len(swarm.ws_url)}:{swarm.ws_url}4:infod")

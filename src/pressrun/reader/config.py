@@ -32,18 +32,24 @@ class SwarmSettings:
         every ``turn:``/``turns:`` URL. It is in ``config.json``, which anyone who can
         load the app reads: use a TURN user for readers only (coturn ``--user``), or
         short-lived REST credentials rotated by the operator.
-    connect_timeout_s: no peer connected within this long: the origins as before.
+    connect_timeout_s: no peer connected and no byte from a web seed within this
+        long (the directive names no web seed, or they are all down): the origins as
+        before.
     stall_timeout_s: no piece stored through the swarm for this long: the origins.
     request_timeout_s: a peer that sent nothing for this long while it has requests
         of this reader is asked again; silent once more, it is disconnected.
-    web_seed_starved_s / web_seed_stall_s / web_seed_hold_s: when the origins join as
-        web seeds (the peer core's rule, docs/swarm.md): no connected peer holds a
-        piece the reader lacks for starved_s, or no byte from a peer for stall_s; they
-        leave once peers deliver, after hold_s.
-    web_seed_min_peer_rate_bytes_per_s: the origins join too while the peers together
-        send less than this over the last web_seed_stall_s (one mobile uploader's cap:
-        bench/reader_swarm.py's first run had readers held at 110 KB/s by a slow,
-        steady peer while the origins idled); 0: only a stall brings them.
+    web_seed_starved_s / web_seed_stall_s / web_seed_hold_s: the origins serve as web
+        seeds from the start of a swarm download (whatever the peers cannot give yet
+        comes from them: bench/reader_swarm.py's first run had readers held at
+        110 KB/s by slow, steady peers while the origins idled, 197 s against 26.7 s
+        origin-only). They leave only while the peers alone send at least as fast as
+        the web seeds did over their last web_seed_stall_s window (and at least
+        web_seed_min_peer_rate_bytes_per_s), some peer holds a piece the reader lacks
+        and a peer sent a byte within stall_s, for hold_s; they come back when no
+        connected peer holds a piece the reader lacks for starved_s, no byte came from
+        a peer for stall_s, or the peers are slower again.
+    web_seed_min_peer_rate_bytes_per_s: the least the peers together must send for
+        the web seeds to leave (one mobile uploader's cap).
     share_ratio / max_seed_time_s: the fair-exit rule for a reader that finished: it
         stays in the swarm (the page open, uploading allowed) until it uploaded
         share_ratio x what it downloaded, or for max_seed_time_s at most (the mobile

@@ -13,12 +13,13 @@
 // - A piece that fails webtorrent's SHA-1 names the peers that sent its blocks: one
 //   that sent it alone is banned (its connection destroyed, its peer id refused from
 //   then on); one of several senders gets a strike, and two strikes ban it.
-// - Web seeds (the origins) join as the peer core's rule (docs/swarm.md) has them:
-//   when no connected peer holds a piece this reader lacks for web_seed_starved_s, or
-//   no byte came from a peer for web_seed_stall_s; they leave again once peers
-//   deliver, after web_seed_hold_s.
-// - No peer within connect_timeout_s, or no piece stored for stall_timeout_s: NoPeers
-//   / SwarmStalled, and download.js goes on from the origins as before.
+// - Web seeds (the origins): whatever the peers cannot give yet comes from them. They
+//   are on from the start (nothing waits for a peer while the origins have room) and
+//   leave only while the peers alone are at least as fast as the web seeds were
+//   (WebSeedRule); they come back when starved, stalled or slower again.
+// - No peer and no byte from a web seed within connect_timeout_s (the web seeds named
+//   are all down), or no piece stored for stall_timeout_s: NoPeers / SwarmStalled,
+//   and download.js goes on from the origins as before.
 // - Uploads: a peer's request is served only while uploadAllowed() (the setting on,
 //   and the network not metered), from the stored pieces (encrypted again for an
 //   encrypted issue: the same ciphertext, checked against the manifest before it
@@ -66,31 +67,39 @@ async function swarmClient(cfg) {
 }
 
 /**
- * When the origins serve as web seeds (pure; `now` in seconds): on when starved (no
- * connected peer holds a piece this reader lacks) for `starvedS`, or no byte came
- * from a peer for `stallS`, or the peers together sent less than `minPeerRate`
- * bytes/s over the last `stallS` (`peerRate`, null before a whole window: a slow but
- * steady peer must not keep the origins out); off again when peers deliver at least
- * that and hold some piece it lacks, after at least `holdS` on.
+ * When the origins serve as web seeds (pure; `now` in seconds). Whatever the peers
+ * cannot give yet comes from the origins: the web seeds are on from the first step
+ * (a reader in a swarm never waits for peers while the origins have room), and stay
+ * on until the peers alone are at least as fast as the origins were: the peers
+ * together sent at least max(`minPeerRate`, `webSeedRate`) bytes/s over the last
+ * `stallS` (`peerRate`, null before a whole window; `webSeedRate` the web seeds' own
+ * rate over their last window on, null before one), some connected peer holds a piece
+ * this reader lacks, and a peer sent a byte within `stallS`, for at least `holdS`.
+ * Off, they come back when starved (no connected peer holds a piece this reader
+ * lacks) for `starvedS`, no byte came from a peer for `stallS`, or the peers' rate
+ * fell under that floor. bench/reader_swarm.py run 1 had readers held at 110 KB/s by
+ * slow, steady peers while the origins idled (197 s against 26.7 s origin-only).
  */
 export class WebSeedRule {
   constructor({ starvedS, stallS, holdS, minPeerRate = 0 }) {
     Object.assign(this, { starvedS, stallS, holdS, minPeerRate });
-    this.on = false;
+    this.on = true;
     this.since = null;
     this.starvedSince = null;
   }
 
-  step(now, { starved, lastPeerPayloadAt, peerRate = null }) {
+  step(now, { starved, lastPeerPayloadAt, peerRate = null, webSeedRate = null }) {
+    this.since ??= now;
     if (starved) this.starvedSince ??= now;
     else this.starvedSince = null;
     const starvedLong = this.starvedSince !== null && now - this.starvedSince >= this.starvedS;
-    const slow = peerRate !== null && peerRate < this.minPeerRate;
-    const stalled = now - lastPeerPayloadAt >= this.stallS || slow;
-    if (!this.on && (starvedLong || stalled)) {
+    const floor = Math.max(this.minPeerRate, webSeedRate ?? 0);
+    const slow = peerRate === null || peerRate < floor;
+    const stalled = now - lastPeerPayloadAt >= this.stallS;
+    if (!this.on && (starvedLong || stalled || slow)) {
       this.on = true;
       this.since = now;
-    } else if (this.on && !starved && !stalled && now - this.since >= this.holdS) {
+    } else if (this.on && !starved && !stalled && !slow && now - this.since >= this.holdS) {
       this.on = false;
       this.since = now;
     }
@@ -112,6 +121,15 @@ export function leaveRule({ now, seedingSince, uploaded, downloaded, allowed, ra
 }
 
 const nowS = () => performance.now() / 1000;
+
+/** Bytes/s over the last `windowS` from (time, total) samples (pure; `samples` is
+ * appended to and trimmed to one window); null before a whole window. */
+export function windowRate(samples, now, total, windowS) {
+  samples.push([now, total]);
+  while (samples.length > 2 && now - samples[1][0] >= windowS) samples.shift();
+  const [t0, b0] = samples[0];
+  return now - t0 >= windowS ? (total - b0) / (now - t0) : null;
+}
 
 /** Piece `index` of the bitfield webtorrent keeps (most significant bit first). */
 function bitfieldOf(state) {
@@ -149,6 +167,7 @@ export class SwarmFetch {
     this.fromPeers = 0; // bytes of pieces stored, sent by peers
     this.fromWebSeeds = 0; // bytes of pieces stored, sent by the origins as web seeds
     this.receivedFromPeers = 0; // every byte peers sent (refused pieces too)
+    this.receivedFromWebSeeds = 0; // every byte the web seeds sent
     this.uploaded = 0;
     this.badPieces = 0;
     this.reasked = 0; // requests asked again of a peer that left them unanswered
@@ -171,6 +190,7 @@ export class SwarmFetch {
       bad_pieces: this.badPieces,
       reasked_requests: this.reasked,
       peer_rate_bytes_per_s: this.peerRate ?? null,
+      web_seed_rate_bytes_per_s: this.webSeedRate ?? null,
       banned: this.bans,
       web_seeds_on: this.webSeedsOn,
       leave_rule: this.leaveRule,
@@ -287,7 +307,10 @@ export class SwarmFetch {
 
   onWire(wire) {
     if (wire.type === "webSeed") {
-      wire.on("piece", (index, offset, buffer) => this.contributed(index, wire, buffer.length));
+      wire.on("piece", (index, offset, buffer) => {
+        this.receivedFromWebSeeds += buffer.length;
+        this.contributed(index, wire, buffer.length);
+      });
       return;
     }
     if (this.banned.has(wire.peerId)) {
@@ -459,30 +482,44 @@ export class SwarmFetch {
     signal.addEventListener("abort", onAbort, { once: true });
     const started = nowS();
     try {
-      // 1. a peer within connect_timeout_s, or the origins as before
-      const connected = new Promise((resolve) => {
-        this.firstPeer = resolve;
-        if (this.peersSeen.size) resolve();
-      });
-      let timer;
-      const timeout = new Promise((resolve) => (timer = setTimeout(resolve, this.cfg.connect_timeout_s * 1000, "timeout")));
-      const first = await Promise.race([connected, timeout, failed]);
-      clearTimeout(timer);
-      if (first === "timeout") {
-        throw new NoPeers(`no peer connected within ${this.cfg.connect_timeout_s} s`);
-      }
-      this.state = "downloading";
-      d.notice(`joined the swarm: ${this.peersSeen.size} peer(s) connected`);
-      this.onChange();
-      // 2. pieces from peers, web seeds by the rule, until done or stalled
-      this.lastPeerPayloadAt = nowS();
+      // 1. the web seeds (the origins) at once, when the directive names usable ones:
+      // whatever the peers cannot give yet comes from them, so nothing waits for a
+      // peer; with none usable, a peer within connect_timeout_s, or the origins as before
       const rule = new WebSeedRule({
         starvedS: this.cfg.web_seed_starved_s,
         stallS: this.cfg.web_seed_stall_s,
         holdS: this.cfg.web_seed_hold_s,
         minPeerRate: this.cfg.web_seed_min_peer_rate_bytes_per_s ?? 0,
       });
+      // web seeds are added once the torrent is parsed (a web seed's connection needs
+      // its info-hash and piece length)
+      const ready = new Promise((resolve) => (torrent.ready ? resolve() : torrent.once("ready", resolve)));
+      await Promise.race([ready, failed]);
+      this.lastPeerPayloadAt = nowS();
+      this.setWebSeeds(rule.step(nowS(), { starved: true, lastPeerPayloadAt: this.lastPeerPayloadAt }));
+      if (!this.webSeedsOn) {
+        const connected = new Promise((resolve) => {
+          this.firstPeer = resolve;
+          if (this.peersSeen.size) resolve();
+        });
+        let timer;
+        const timeout = new Promise((resolve) => (timer = setTimeout(resolve, this.cfg.connect_timeout_s * 1000, "timeout")));
+        const first = await Promise.race([connected, timeout, failed]);
+        clearTimeout(timer);
+        if (first === "timeout") {
+          throw new NoPeers(`no peer connected within ${this.cfg.connect_timeout_s} s`);
+        }
+        d.notice(`joined the swarm: ${this.peersSeen.size} peer(s) connected`);
+      } else {
+        d.notice("joined the swarm: the origins as web seeds until peers are as fast");
+      }
+      this.state = "downloading";
+      this.onChange();
+      // 2. pieces from peers and web seeds by the rule, until done or stalled
+      this.lastPeerPayloadAt = nowS();
       const samples = [[nowS(), this.receivedFromPeers]]; // (time, bytes from peers), one window
+      let seedSamples = [[nowS(), this.receivedFromWebSeeds]]; // the same, web seeds, while on
+      let webSeedRate = null;
       let storedAt = nowS();
       let storedCount = d.storedCount;
       while (!torrent.done) {
@@ -490,6 +527,10 @@ export class SwarmFetch {
         if (torrent.done) break;
         const now = nowS();
         if (d.storedCount !== storedCount) [storedCount, storedAt] = [d.storedCount, now];
+        if (!this.peersSeen.size && this.receivedFromWebSeeds === 0 && now - started >= this.cfg.connect_timeout_s) {
+          // the web seeds named answer nothing (all down) and no peer came
+          throw new NoPeers(`no peer connected within ${this.cfg.connect_timeout_s} s and no web seed answered`);
+        }
         if (now - storedAt >= this.cfg.stall_timeout_s) {
           throw new SwarmStalled(`no piece came through the swarm for ${this.cfg.stall_timeout_s} s`);
         }
@@ -498,14 +539,17 @@ export class SwarmFetch {
           throw new SwarmStalled("the link is cellular and Wi-Fi only is on");
         }
         this.reaskSilentPeers(now);
-        samples.push([now, this.receivedFromPeers]);
-        while (samples.length > 2 && now - samples[1][0] >= this.cfg.web_seed_stall_s) samples.shift();
-        const [t0, b0] = samples[0];
-        const peerRate = now - t0 >= this.cfg.web_seed_stall_s ? (this.receivedFromPeers - b0) / (now - t0) : null;
+        const windowS = this.cfg.web_seed_stall_s;
+        const peerRate = windowRate(samples, now, this.receivedFromPeers, windowS);
         this.peerRate = peerRate;
+        if (this.webSeedsOn) webSeedRate = windowRate(seedSamples, now, this.receivedFromWebSeeds, windowS) ?? webSeedRate;
+        this.webSeedRate = webSeedRate;
+        const wasOn = this.webSeedsOn;
         this.setWebSeeds(
-          rule.step(now, { starved: this.starved(), lastPeerPayloadAt: this.lastPeerPayloadAt, peerRate }),
+          rule.step(now, { starved: this.starved(), lastPeerPayloadAt: this.lastPeerPayloadAt, peerRate, webSeedRate }),
         );
+        // the web seeds' rate is measured afresh over each time they are on
+        if (this.webSeedsOn && !wasOn) seedSamples = [[now, this.receivedFromWebSeeds]];
         this.onChange();
       }
       this.setWebSeeds(false);
