@@ -28,7 +28,12 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         "tried in order (comma-separated or the flag repeated; default "
         "$PRESSRUN_BALANCERS or $PRESSRUN_BALANCER)",
     )
-    p.add_argument("--port", type=int, default=8080, help="TCP port (0: any free port)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=8443,
+        help="TCP port (default 8443; 8080 is the balancer's; 0: any free port)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument(
         "--publisher-key",
