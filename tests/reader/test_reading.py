@@ -1,5 +1,11 @@
 """Reading an issue as a reader does, on a phone in Debian's headless Chromium.
 
+Messages: what the reader is shown says what happened in their words, with the
+operator's detail one tap away (a <details>); notices replace each other per issue
+and can be dismissed; a non-subscriber is told once how to subscribe and offered no
+download; a subscription service that refuses the reader's web origin (CORS) is named
+as such, not as unreachable.
+
 Zoom: double tap and pinch (touch events through CDP, as a phone's touchscreen sends
 them) zoom the page up to 4x and more, and the page is drawn again at the zoom: the
 canvas holds devicePixelRatio x zoom device pixels per CSS pixel, so text is sharp
@@ -8,11 +14,15 @@ rather than a stretched picture; a zoomed page pans.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+import nacl.public
 import pytest
 
-from .conftest import ISSUE, Phone, StackFactory, bounded, browser_only
+from pressrun.clients.config import DESKTOP
+
+from .conftest import ISSUE, PIECE, TOKEN, Phone, Stack, StackFactory, bounded, browser_only
 
 pytestmark = [browser_only, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -126,3 +136,139 @@ async def test_double_tap_and_pinch_zoom_to_4x_drawn_sharp_and_pan(
     assert abs(now["width"] - at1["cssWidth"] * 4 * RATIO) <= 8, now
     assert now["page"] == 1
     assert not [line for line in phone.console if line.startswith("pageerror")], phone.console
+
+
+async def shown(page: Any) -> list[dict[str, str]]:
+    """The notices on screen: their line, their kind and their details."""
+    found: list[dict[str, str]] = await page.locator("#notices .notice").evaluate_all(
+        "ns => ns.map(n => ({text: n.querySelector('.text').textContent, kind: n.className,"
+        " detail: n.querySelector('details')?.textContent ?? ''}))"
+    )
+    return found
+
+
+async def add_subscriber(stack: Stack, key: str) -> None:
+    """The publisher adds this public key (hex) as a subscriber."""
+    import aiohttp
+
+    from pressrun.subscriptions.client import SubscriptionsClient
+
+    async with aiohttp.ClientSession() as http:
+        client = SubscriptionsClient(stack.subscriptions_url, http, operator_token=TOKEN)
+        await client.add_subscriber(bytes.fromhex(key), "late")
+
+
+async def error_of(phone: Phone) -> str:
+    """The app's error for the issue (the operator's words), once there is one."""
+    await phone.page.wait_for_function(f"() => window.pressrun.errors[{ISSUE!r}]", timeout=30_000)
+    error: str = await phone.evaluate(f"window.pressrun.errors[{ISSUE!r}]", what="the error")
+    return error
+
+
+async def test_a_non_subscriber_is_told_once_how_to_subscribe_and_offered_no_download(
+    make_stack: StackFactory,
+    phone_factory: Any,
+) -> None:
+    stack = await make_stack(origins=("origin-a",))
+    phone: Phone = await phone_factory(stack.reader_url)
+    page = await phone.open()
+    someone = nacl.public.PrivateKey.generate().public_key.encode().hex()
+    await stack.publish([someone])  # encrypted, for somebody else
+    await phone.check_for_issues()
+    error = await error_of(phone)
+    assert error.startswith("You are not subscribed"), error
+    notices = await shown(page)
+    # one notice, in a reader's words, saying what to do; the service's answer in Details
+    assert len(notices) == 1, notices
+    assert "subscribe" in notices[0]["kind"]
+    assert "is for subscribers" in notices[0]["text"]
+    assert "send your reader key" in notices[0]["text"]
+    assert "subscription service" not in notices[0]["text"]
+    assert error in notices[0]["detail"]
+    # no Download that can only fail
+    item = page.locator(f"li[data-issue='{ISSUE}']")
+    await item.locator(".meta", has_text="For subscribers").wait_for()
+    assert await item.locator("button").count() == 0
+    await phone.screenshot("not-subscribed-notice")
+    # told once: the next check says nothing new, and nothing is downloaded
+    await phone.evaluate("window.pressrun.checkForIssues()", what="a second check")
+    assert len(await shown(page)) == 1
+    await page.locator("#notices .notice button.dismiss").tap()
+    assert await shown(page) == []
+    page = await phone.open()  # opened again: not told again, still no Download
+    await page.locator(f"li[data-issue='{ISSUE}'] .meta", has_text="For subscribers").wait_for()
+    assert await shown(page) == []
+
+    # the publisher adds this reader: the next check finds it subscribed, Download is back
+    await add_subscriber(stack, await phone.subscriber_key())
+    await phone.check_for_issues()
+    notices = await shown(page)
+    assert [n["text"] for n in notices] == ["You are a subscriber now: new issues download here."]
+    await phone.evaluate(f"delete window.pressrun.errors[{ISSUE!r}]", what="forget the error")
+    await page.locator(f"li[data-issue='{ISSUE}'] button.download").tap()
+    # an issue out before the subscription: said so, not "no wrap of ... version 1"
+    error = await error_of(phone)
+    notices = await shown(page)
+    assert "came out before your subscription started" in notices[0]["text"], notices
+    assert "wrap" not in notices[0]["text"] and error in notices[0]["detail"]
+    assert len(notices) == 2
+    assert not [line for line in phone.console if line.startswith("pageerror")], phone.console
+
+
+async def test_a_cors_refusal_is_named_not_called_unreachable(
+    make_stack: StackFactory,
+    phone_factory: Any,
+) -> None:
+    from pressrun.subscriptions.aio import SubscriptionService
+    from pressrun.subscriptions.store import SubscriptionStore
+
+    stack = await make_stack(origins=("origin-a",))
+    # a subscription service whose --cors-origin is some other site than the reader's
+    subs = SubscriptionService(
+        SubscriptionStore(stack.root / "strict.db"),
+        operator_token=TOKEN,
+        cors_origins=("https://reader.example",),
+    )
+    stack.subscriptions_url = f"http://127.0.0.1:{await subs.start('127.0.0.1', 0)}"
+    stack.stop.append(subs.close)
+    phone: Phone = await phone_factory(stack.reader_url)
+    page = await phone.open()
+    await stack.publish([await phone.subscriber_key()])
+    await phone.check_for_issues()
+    error = await error_of(phone)
+    reader = stack.reader_url.rstrip("/")
+    assert f"refused this reader's web address {reader} (CORS)" in error, error
+    assert "unreachable" not in error
+    notices = await shown(page)
+    assert len(notices) == 1, notices  # "New issue out" was replaced, not piled under
+    assert "does not accept this reader's web address" in notices[0]["text"]
+    assert "Tell your publisher" in notices[0]["text"]
+    assert error in notices[0]["detail"]
+
+
+async def test_download_notes_go_to_the_issues_details_not_to_the_notices(
+    make_stack: StackFactory,
+    phone_factory: Any,
+) -> None:
+    # origin-b serves a copy with a byte of every piece flipped: the download goes on
+    # from origin-a, and the reader hears only that the issue is ready
+    stack = await make_stack(download=replace(DESKTOP, section_bytes=4 * PIECE))
+    phone: Phone = await phone_factory(stack.reader_url)
+    page = await phone.open()
+    await stack.publish(None)
+    copy = stack.origin_copy("origin-b")
+    data = bytearray(copy.read_bytes())
+    for offset in range(100, len(data), PIECE):
+        data[offset] ^= 0xFF
+    copy.write_bytes(bytes(data))
+    await phone.check_for_issues()
+    result = await phone.wait_for_download()
+    assert result["failures"] >= 1
+    notices = await shown(page)
+    assert [n["text"] for n in notices] == [f"Sample issue {ISSUE} is ready to read (1.5 MB)."], (
+        notices
+    )
+    # the operator's notes are one tap away under the issue, and in the app's log
+    assert any("origin-b failed" in text for text in await phone.notices())
+    notes = page.locator(f"li[data-issue='{ISSUE}'] details.notes")
+    assert "origin origin-b failed" in (await notes.text_content() or "")

@@ -11,7 +11,7 @@ import { allRecords, deleteRecord, getRecord, getSetting, putSetting, updateIssu
 import { Download, DownloadError } from "./download.js";
 import { checkNewIssues } from "./issues.js";
 import { deleteIssueFiles, issueBlob, issueBytes, storageEstimate } from "./store.js";
-import { prepareDecryption, subscriberPublicKey } from "./subscription.js";
+import { prepareDecryption, stillNotSubscribed, subscriberPublicKey } from "./subscription.js";
 import { leaveSwarm } from "./swarm.js";
 import { openPdf, pageAspect, renderCover, renderPage, warmUp } from "./viewer.js";
 
@@ -20,7 +20,8 @@ const state = {
   config: null,
   available: [],
   downloads: new Map(), // issue id -> {controller, progress, waiting}
-  reading: null, // {issueId, doc, page, pages}
+  reading: null, // {issueId, doc, page, pages, zoom}
+  notSubscribed: false, // the subscription service said this reader is not a subscriber
   shareUploads: true, // the "Share issues with other readers" setting
   swarm: new Map(), // issue id -> its swarm status (swarm.js SwarmFetch.status())
 };
@@ -41,14 +42,72 @@ function formatBytes(n) {
   return `${v.toFixed(v < 10 ? 1 : 0)} ${units[u]}`;
 }
 
-function notice(text, kind = "info") {
-  hooks.notices.push({ text, kind });
+// -- notices
+//
+// What a reader sees is one line in their terms saying what happened and what they
+// can do; the operator's detail (which origin, which HTTP answer) is one tap away in a
+// <details>. A notice replaces the one with the same `key` (one per issue, one for the
+// new-issue check, ...), so notices do not pile up; each can be dismissed; news goes
+// away by itself, errors stay until dismissed or replaced. A download's progress notes
+// ("resuming: 51 of 80 pieces stored", "origin x failed; moving on") are for operators:
+// they go to the issue's own details in the library, not to the notices.
+// hooks.notices records every notice and note ({text, kind, detail}) for the tests.
+
+const MAX_NOTICES = 3;
+const NEWS_SHOWN_MS = 10_000;
+const NOTES_KEPT = 12;
+const notes = new Map(); // issue id -> its last progress notes (operator's words)
+
+function notice(text, { kind = "info", detail = null, key = text } = {}) {
+  hooks.notices.push({ text, kind, detail });
   const box = $("#notices");
-  const p = document.createElement("p");
-  p.className = `notice ${kind}`;
-  p.textContent = text;
-  box.prepend(p);
-  while (box.children.length > 4) box.lastChild.remove();
+  for (const old of box.querySelectorAll(".notice")) if (old.dataset.key === key) old.remove();
+  const dismiss = element("button", { className: "dismiss", textContent: "×", title: "Dismiss" });
+  dismiss.setAttribute("aria-label", "Dismiss");
+  const body = element("div", { className: "body" }, element("p", { className: "text", textContent: text }));
+  if (detail && detail !== text) {
+    body.append(element("details", {}, element("summary", { textContent: "Details" }), element("p", { textContent: detail })));
+  }
+  const item = element("div", { className: `notice ${kind}` }, body, dismiss);
+  item.dataset.key = key;
+  dismiss.onclick = () => item.remove();
+  box.prepend(item);
+  while (box.children.length > MAX_NOTICES) box.lastChild.remove();
+  if (kind !== "error") setTimeout(() => item.remove(), NEWS_SHOWN_MS);
+}
+
+/** A download's progress note: kept with the issue (its Details), not shown as a notice. */
+function note(issueId, text) {
+  hooks.notices.push({ text: `${issueId}: ${text}`, kind: "note", detail: null });
+  const list = notes.get(issueId) ?? [];
+  list.push(text);
+  notes.set(issueId, list.slice(-NOTES_KEPT));
+}
+
+/**
+ * An error of a download (the operator's words, from download.js or subscription.js)
+ * in a reader's: {text, detail, subscribe}. `subscribe` is true when the reader is not
+ * a subscriber (the app then says once how to become one and offers no downloads).
+ */
+export function forReader(message, title) {
+  const m = String(message);
+  const say = (text, extra = {}) => ({ text, detail: m, subscribe: false, ...extra });
+  if (/not subscribed|for subscribers only/i.test(m)) {
+    return say(`${title} is for subscribers. To subscribe, send your reader key (Settings, Copy key) to your publisher; new issues then open here.`, { subscribe: true });
+  }
+  if (/\bCORS\b/.test(m)) {
+    return say(`${title} cannot be unlocked: the publisher's subscription service does not accept this reader's web address yet. Tell your publisher (the details are for them).`);
+  }
+  if (/has no key for/.test(m)) return say(`${title} came out before your subscription started, so it cannot be opened here.`);
+  if (/embargo/i.test(m)) return say(`${title} is not released yet. Try again later.`);
+  if (/subscription service .*unreachable/.test(m)) {
+    return say(`${title} could not be unlocked: the subscription service did not answer. Check your connection, then tap Resume.`);
+  }
+  if (/rejected|does not match|does not decrypt|not the key|sealed for someone else|does not open/.test(m)) {
+    return say(`${title} did not pass its authenticity check, so nothing of it was kept. Try again later; if it keeps happening, tell your publisher.`);
+  }
+  if (/unknown to the balancer/.test(m)) return say(`${title} is no longer available.`);
+  return say(`${title} could not be downloaded. Check your connection, then tap Resume.`);
 }
 
 function element(tag, props = {}, ...children) {
@@ -88,7 +147,10 @@ async function waitForNetwork(issueId, signal) {
     if (entry && !entry.waiting) {
       entry.waiting = true;
       renderLibrary();
-      notice(`${issueId}: waiting for Wi-Fi (the Wi-Fi only setting is on; this is a cellular connection)`);
+      notice(`Waiting for Wi-Fi to download ${issueId}: the "Wi-Fi only" setting is on.`, {
+        key: `issue:${issueId}`,
+        detail: "navigator.connection.type is cellular",
+      });
     }
     await new Promise((resolve, reject) => {
       const done = () => {
@@ -129,7 +191,7 @@ export async function startDownload(issueId) {
         entry.progress = p;
         updateProgress(issueId, p);
       },
-      notice: (text) => notice(`${issueId}: ${text}`),
+      notice: (text) => note(issueId, text),
       waitForNetwork: (signal) => waitForNetwork(issueId, signal),
       networkAllowed,
     },
@@ -145,24 +207,26 @@ export async function startDownload(issueId) {
       try {
         await updateIssue(issueId, { cover: await renderCover(blob) });
       } catch (err) {
-        notice(`${issueId}: no cover (${err.message})`, "error");
+        note(issueId, `no cover: ${err.message}`);
       }
       hooks.results[issueId] = result;
-      notice(`${record.title || issueId} is ready to read (${formatBytes(record.size_bytes)}, verified)`);
+      notice(`${record.title || issueId} is ready to read (${formatBytes(record.size_bytes)}).`, { key: `issue:${issueId}` });
       const fetcher = download.swarmFetch;
       if (fetcher?.state === "seeding") {
         // stay a peer while the page is open, until the fair-exit rule lets it go
         const downloaded =
           fetcher.fromPeers + fetcher.fromWebSeeds + Object.values(result.bytes_by_origin).reduce((a, b) => a + b, 0);
-        fetcher.seed(downloaded).catch((err) => notice(`${issueId}: ${err.message}`, "error"));
+        fetcher.seed(downloaded).catch((err) => note(issueId, `sharing stopped: ${err.message}`));
       }
       return result;
     } catch (err) {
       if (controller.signal.aborted) return null;
       const message = err instanceof DownloadError ? err.message : `${issueId}: ${err.message ?? err}`;
       hooks.errors[issueId] = message;
-      notice(message, "error");
       const record = await getRecord("issues", issueId);
+      const said = forReader(message, record?.title || issueId);
+      if (said.subscribe) await notSubscribed(issueId, said);
+      else notice(said.text, { kind: "error", detail: message, key: `issue:${issueId}` });
       if (record !== undefined && record.status === "downloading") {
         await updateIssue(issueId, { status: "failed", error: message });
       } else if (record !== undefined && record.status === undefined) {
@@ -175,6 +239,20 @@ export async function startDownload(issueId) {
     }
   })();
   return entry.promise;
+}
+
+/**
+ * The subscription service said this reader is not a subscriber: say once (ever) how
+ * to subscribe, drop the issue's notices, and offer no downloads until a check finds
+ * the reader subscribed (stillNotSubscribed).
+ */
+async function notSubscribed(issueId, said) {
+  state.notSubscribed = true;
+  for (const old of document.querySelectorAll(`#notices .notice[data-key="issue:${CSS.escape(issueId)}"]`)) old.remove();
+  if (!(await getSetting("told_to_subscribe", false))) {
+    await putSetting("told_to_subscribe", true);
+    notice(said.text, { kind: "subscribe", detail: said.detail, key: "subscribe" });
+  }
 }
 
 let swarmRender = null;
@@ -292,11 +370,13 @@ async function issueItem(r) {
     );
     actions.append(element("button", { className: "pause", textContent: "Pause", onclick: () => pauseDownload(id) }));
   } else {
-    const text = r.status === "failed" ? `Stopped: ${r.error ?? "failed"}` : "Paused";
+    const text = r.status === "failed" ? `Stopped: ${forReader(r.error ?? "failed", r.title || id).text}` : "Paused";
     info.append(element("p", { className: `status ${r.status === "failed" ? "error" : ""}`, textContent: text }));
     actions.append(element("button", { className: "resume", textContent: "Resume", onclick: () => startDownload(id) }));
   }
   actions.append(deleteButton(id));
+  const details = notesElement(id, r.status === "failed" && !active ? r.error : null);
+  if (details) info.append(details);
   li.append(coverElement(r), info, actions);
   return li;
 }
@@ -304,12 +384,23 @@ async function issueItem(r) {
 function availableItem(id) {
   const li = element("li", { className: "issue available" });
   li.dataset.issue = id;
+  const actions = element("div", { className: "actions" });
+  let meta = "Not on this device";
+  if (state.notSubscribed) meta = "For subscribers: see Settings to subscribe";
+  else actions.append(element("button", { className: "download", textContent: "Download", onclick: () => startDownload(id) }));
   li.append(
     element("div", { className: "cover placeholder", textContent: "NEW" }),
-    element("div", { className: "info" }, element("h2", { textContent: id }), element("p", { className: "meta", textContent: "Not on this device" })),
-    element("div", { className: "actions" }, element("button", { className: "download", textContent: "Download", onclick: () => startDownload(id) })),
+    element("div", { className: "info" }, element("h2", { textContent: id }), element("p", { className: "meta", textContent: meta })),
+    actions,
   );
   return li;
+}
+
+/** The operator's notes of an issue's download, one tap away. */
+function notesElement(id, error = null) {
+  const list = [...(notes.get(id) ?? []), ...(error ? [error] : [])];
+  if (!list.length) return null;
+  return element("details", { className: "notes" }, element("summary", { textContent: "Details" }), element("p", { textContent: list.join("\n") }));
 }
 
 function deleteButton(id) {
@@ -340,7 +431,7 @@ export async function deleteIssue(id) {
   await state.downloads.get(id)?.promise;
   await deleteIssueFiles(id);
   await deleteRecord("issues", id);
-  notice(`${id} deleted from this device`);
+  notice(`${id} deleted from this device.`, { key: `issue:${id}` });
   await renderLibrary();
 }
 
@@ -563,6 +654,22 @@ async function setUpSettings() {
   $("#check-now").onclick = () => checkForIssues();
   const key = await subscriberPublicKey();
   $("#subscriber-key").textContent = key;
+  $("#copy-key").onclick = async () => {
+    // the key goes to the publisher by whatever way the reader talks to them
+    try {
+      if (navigator.share) await navigator.share({ title: "My pressrun reader key", text: key });
+      else await navigator.clipboard.writeText(key);
+      $("#copy-key").textContent = navigator.share ? "Shared" : "Copied";
+    } catch (err) {
+      if (err?.name !== "AbortError") {
+        const range = document.createRange();
+        range.selectNodeContents($("#subscriber-key"));
+        getSelection().removeAllRanges();
+        getSelection().addRange(range);
+        $("#copy-key").textContent = "Selected: copy it";
+      }
+    }
+  };
   $("#subscription").dataset.key = key;
 }
 
@@ -572,12 +679,24 @@ async function checkForIssues() {
   try {
     const { available, fresh } = await checkNewIssues(state.config.balancer_urls ?? state.config.balancer_url);
     state.available = available;
-    for (const id of fresh) notice(`New issue out: ${id}`, "new");
-    if (fresh.length && (await getSetting("auto_download", true))) {
+    if (state.notSubscribed && (await stillNotSubscribed()) === false) {
+      state.notSubscribed = false;
+      await putSetting("told_to_subscribe", false);
+      notice("You are a subscriber now: new issues download here.", { kind: "new", key: "subscribe" });
+    }
+    // a reader who is not subscribed hears of no new issue it cannot open
+    if (!state.notSubscribed) for (const id of fresh) notice(`New issue out: ${id}`, { kind: "new", key: `issue:${id}` });
+    if (fresh.length && !state.notSubscribed && (await getSetting("auto_download", true))) {
       for (const id of fresh) startDownload(id);
     }
   } catch (err) {
-    if (navigator.onLine) notice(`Could not check for new issues: ${err.message}`, "error");
+    if (navigator.onLine) {
+      notice("Could not look for new issues: the publisher's server did not answer. The app tries again next time it opens.", {
+        kind: "error",
+        detail: err.message,
+        key: "check",
+      });
+    }
   }
   await renderLibrary();
 }
@@ -616,18 +735,31 @@ async function loadConfig() {
 }
 
 async function boot() {
-  hooks.viewerReady = warmUp().catch((err) => notice(`The issue viewer could not start: ${err.message}`, "error"));
+  hooks.viewerReady = warmUp().catch((err) =>
+    notice("Issues cannot be shown in this browser (its PDF viewer did not start).", { kind: "error", detail: err.message, key: "viewer" }),
+  );
   state.config = await loadConfig();
+  state.notSubscribed = (await getSetting("not_subscribed", null)) !== null;
   await setUpSettings();
   setUpReaderGestures();
   await renderLibrary();
-  await registerServiceWorker().catch((err) => notice(`Offline use is not available: ${err.message}`, "error"));
+  await registerServiceWorker().catch((err) =>
+    notice("This browser will not open the app offline (no service worker): read online, or open it over https.", {
+      kind: "error",
+      detail: err.message,
+      key: "offline",
+    }),
+  );
   await resumeUnfinished();
   if (navigator.onLine) await checkForIssues();
 }
 
 hooks.ready = boot().catch((err) => {
-  notice(`The reader could not start: ${err.message}`, "error");
+  notice("The reader could not start. Reload the page; if it happens again, tell your publisher.", {
+    kind: "error",
+    detail: err.message,
+    key: "app",
+  });
   throw err;
 });
 hooks.startDownload = startDownload;

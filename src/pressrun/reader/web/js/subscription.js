@@ -14,7 +14,7 @@
 // All of this happens before the first byte of the issue is stored: a reader that
 // cannot open the issue stores nothing of it.
 
-import { getRecord, putRecord } from "./db.js";
+import { getRecord, getSetting, putRecord, putSetting } from "./db.js";
 import { DownloadError } from "./download.js";
 import { bytesToHex, hexToBytes } from "./manifest.js";
 
@@ -49,6 +49,39 @@ export async function subscriberPublicKey() {
   return bytesToHex((await subscriberKeys()).publicKey);
 }
 
+/**
+ * After a refusal for not being subscribed: ask the subscription service again for
+ * the refused issue's wrap (a challenge and one GET; no content). True: still not a
+ * subscriber; false: subscribed now (or never refused), and the refusal is forgotten;
+ * null: the service did not answer.
+ */
+export async function stillNotSubscribed() {
+  const refused = await getSetting("not_subscribed", null);
+  if (refused === null) return false;
+  try {
+    const s = await sodium();
+    const { publicKey, secretKey } = await subscriberKeys();
+    const challenge = await fetch(`${refused.url}/v1/challenge`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ subscriber: bytesToHex(publicKey) }),
+      cache: "no-store",
+    });
+    const doc = await challenge.json();
+    const token = s.crypto_box_seal_open(hexToBytes(doc.sealed_token), publicKey, secretKey);
+    const wrap = await fetch(`${refused.url}/v1/issues/${encodeURIComponent(refused.issue_id)}/versions/${refused.version}/wrap`, {
+      headers: { Authorization: `Bearer ${bytesToHex(token)}` },
+      cache: "no-store",
+    });
+    if (wrap.status === 403) return true;
+    if (wrap.status >= 500) return null;
+  } catch {
+    return null;
+  }
+  await putSetting("not_subscribed", null);
+  return false;
+}
+
 function checkEncryption(m) {
   const e = m.encryption;
   const bad = (what) => new DownloadError(`the manifest of ${m.issue_id} is rejected: encryption.${what}; nothing was saved`);
@@ -74,7 +107,18 @@ async function callService(url, init, what) {
     resp = await fetch(url, { ...init, cache: "no-store" });
     doc = await resp.json().catch(() => ({}));
   } catch (err) {
-    throw new DownloadError(`the subscription service at ${new URL(url).origin} is unreachable (${err.message}); nothing was saved`);
+    const origin = new URL(url).origin;
+    // fetch() says "Failed to fetch" both for a service that is down and for one that
+    // answered without allowing this page's origin (CORS): a no-cors request tells them
+    // apart (it succeeds, with an opaque answer, when the service is up)
+    const reachable = await fetch(`${origin}/`, { mode: "no-cors", cache: "no-store" }).then(() => true, () => false);
+    if (reachable) {
+      throw new DownloadError(
+        `the subscription service at ${origin} refused this reader's web address ${location.origin} (CORS): ` +
+          `its --cors-origin must list ${location.origin} exactly; nothing was saved`,
+      );
+    }
+    throw new DownloadError(`the subscription service at ${origin} is unreachable (${err.message}); nothing was saved`);
   }
   return { status: resp.status, doc: doc ?? {}, what };
 }
@@ -117,6 +161,9 @@ export async function prepareDecryption(m) {
   const answer = await callService(wrapUrl, { headers: { Authorization: `Bearer ${bytesToHex(token)}` } });
   const said = answer.doc.error ?? `HTTP ${answer.status}`;
   if (answer.status === 403) {
+    // remembered, so the app offers no downloads that can only fail and asks the
+    // service (stillNotSubscribed) on each check whether this reader was added since
+    await putSetting("not_subscribed", { url: base, issue_id: m.issue_id, version: e.version, at: Date.now() });
     throw new DownloadError(
       `You are not subscribed to ${title}, so this reader cannot open it (the subscription service says: ${said}); ` +
         `give your publisher this reader's key ${subscriber.slice(0, 16)}… (Settings); nothing was saved`,
