@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
 import hashlib
 import importlib.util
 import json
@@ -96,10 +97,15 @@ class SwarmStack:
     balancers: dict[str, Any] = field(default_factory=dict)  # issue id -> running balancer
 
     async def publish(
-        self, issue_id: str, *, subscribers: list[str] | None = None, data: bytes | None = None
+        self,
+        issue_id: str,
+        *,
+        subscribers: list[str] | None = None,
+        data: bytes | None = None,
+        release_at: str | None = None,
     ) -> Issue:
         """Publish an issue: ``data`` or random bytes (encrypted for these subscribers'
-        keys, if given)."""
+        keys, if given; embargoed until ``release_at``, UTC text, if given)."""
         import aiohttp
 
         from pressrun.content.publish import publish
@@ -125,6 +131,7 @@ class SwarmStack:
             trackers=[self.ws_url],
             piece_size=PIECE,
             encrypt_for=directory,
+            release_at=release_at,
         )
         manifest = json.loads((bundle / "manifest.json").read_text())["manifest"]
         return Issue(issue_id, data, bundle, manifest)
@@ -526,6 +533,33 @@ async def test_subscribers_encrypted_issue_arrives_through_peers_and_opens(
     print(f"A: {sa}")
     await b.evaluate(f"window.pressrun.openIssue({issue.issue_id!r})", what="opening the issue")
     await page_b.wait_for_selector("#page[data-page='1']")
+
+
+async def test_an_embargoed_issue_says_when_it_opens_and_arrives_then(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # the subscription service answers 403 "embargoed" with retry_after_s until the
+    # release: the reader says when the issue opens, waits, and asks again (before:
+    # "You are not subscribed", and the download failed)
+    phone = await open_phone(phone_factory, swarm.reader_url)
+    release = datetime.datetime.now(datetime.UTC).replace(microsecond=0) + datetime.timedelta(
+        seconds=3
+    )
+    issue = await swarm.publish(
+        "swarm-embargo",
+        subscribers=[await phone.subscriber_key()],
+        release_at=release.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    origin = await swarm.origin()
+    swarm.direct(issue, origins=[origin], web_seeds=[origin])
+    await start(phone, issue)
+    result = await verified(phone, issue, issue.data)
+    assert datetime.datetime.now(datetime.UTC) >= release
+    assert result["encrypted"]
+    notices = await phone.notices()
+    assert any("This issue opens at " in t for t in notices), notices
+    assert not any("not subscribed" in t for t in notices), notices
 
 
 async def test_a_peer_sending_a_poisoned_piece_is_banned_and_the_issue_ends_verified(

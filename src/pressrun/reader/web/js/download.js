@@ -295,7 +295,10 @@ export class Download {
       await deleteIssueFiles(this.issueId); // a new version of the issue: start over
     }
     // Decryption first: a reader that cannot open the issue stores nothing of it.
-    const opener = this.prepareDecryption === null ? null : await this.prepareDecryption(m);
+    const opener =
+      this.prepareDecryption === null
+        ? null
+        : await this.prepareDecryption(m, { notice: (text) => this.notice(text), signal: this.signal });
     if (opener === null && m.encryption !== undefined) {
       throw new DownloadError(`issue ${this.issueId} is for subscribers only and this reader cannot decrypt; nothing was saved`);
     }

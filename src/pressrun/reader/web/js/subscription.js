@@ -73,7 +73,7 @@ export async function stillNotSubscribed() {
       headers: { Authorization: `Bearer ${bytesToHex(token)}` },
       cache: "no-store",
     });
-    if (wrap.status === 403) return true;
+    if (wrap.status === 403) return (await wrap.json().catch(() => ({})))?.code !== "embargoed";
     if (wrap.status >= 500) return null;
   } catch {
     return null;
@@ -134,9 +134,26 @@ function u64(view, offset, n) {
  * for a plain manifest: null. DownloadError (one line for a person) when the reader
  * is not subscribed, has no wrap for this version, or the wrap is not for this issue.
  */
-export async function prepareDecryption(m) {
+export async function prepareDecryption(m, { notice = () => {}, signal = null } = {}) {
   if (m.encryption === undefined) return null;
   const e = checkEncryption(m);
+  // an embargoed version (docs/protocols.md "Embargo"): 403 "embargoed" until its
+  // release; the wait is the service's retry_after_s counted on this page's own
+  // clock (the reader's wall clock is never asked), then a fresh challenge
+  for (;;) {
+    const opener = await openWrap(m, e);
+    if (opener.embargo === undefined) return opener;
+    const { releaseAt, waitS } = opener.embargo;
+    notice(`This issue opens at ${releaseAt.toLocaleString()}`);
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(resolve, Math.min(waitS, 86400) * 1000);
+      signal?.addEventListener("abort", () => (clearTimeout(timer), reject(signal.reason)), { once: true });
+    });
+  }
+}
+
+/** prepareDecryption's one round: the opener, or {embargo: {releaseAt, waitS}}. */
+async function openWrap(m, e) {
   const s = await sodium();
   const { publicKey, secretKey } = await subscriberKeys();
   const subscriber = bytesToHex(publicKey);
@@ -160,6 +177,13 @@ export async function prepareDecryption(m) {
   const wrapUrl = `${base}/v1/issues/${encodeURIComponent(m.issue_id)}/versions/${e.version}/wrap`;
   const answer = await callService(wrapUrl, { headers: { Authorization: `Bearer ${bytesToHex(token)}` } });
   const said = answer.doc.error ?? `HTTP ${answer.status}`;
+  if (answer.status === 403 && answer.doc.code === "embargoed") {
+    const waitS = Number(answer.doc.retry_after_s);
+    const releaseAt = new Date(answer.doc.release_at);
+    if (Number.isFinite(waitS) && waitS >= 0 && !Number.isNaN(releaseAt.getTime())) {
+      return { embargo: { releaseAt, waitS: Math.max(waitS, 0.5) } };
+    }
+  }
   if (answer.status === 403) {
     // remembered, so the app offers no downloads that can only fail and asks the
     // service (stillNotSubscribed) on each check whether this reader was added since

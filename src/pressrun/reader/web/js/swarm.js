@@ -172,6 +172,7 @@ export class SwarmFetch {
     this.badPieces = 0;
     this.reasked = 0; // requests asked again of a peer that left them unanswered
     this.webSeedsOn = false;
+    this.deadWebSeeds = new Set(); // web seed URLs that failed a request: not used again here
     this.state = "joining"; // joining | downloading | seeding | left
     this.leaveRule = null;
     this.torrent = null;
@@ -420,21 +421,54 @@ export class SwarmFetch {
     return true;
   }
 
+  /** A web seed that fails a request (down, or refusing) leaves this swarm: a dead
+   * one kept in the picker slowed the peers' pieces (a reader with a libtorrent peer
+   * and a stopped web seed stalled for 10 s in the tests). Its connection (webconn.js,
+   * the HTTP side of the web seed's wire) reports each request's error. */
+  watchWebSeed(url) {
+    const conn = this.torrent._peers?.get(url)?.conn;
+    if (typeof conn?.httpRequest !== "function") return;
+    const request = conn.httpRequest.bind(conn);
+    conn.httpRequest = (index, offset, length, cb) =>
+      request(index, offset, length, (err, data) => {
+        if (err) this.webSeedFailed(url, err);
+        cb(err, data);
+      });
+  }
+
+  webSeedFailed(url, err) {
+    if (this.deadWebSeeds.has(url) || this.state === "left") return;
+    // a busy origin (5xx) or a slow answer (timeout) is asked again by webtorrent
+    // after 10 s; one that refuses connections or the file (4xx) is gone for good
+    const text = String(err?.message ?? err);
+    if (/status code 5\d\d/.test(text) || err?.name === "TimeoutError" || /timed? ?out/i.test(text)) return;
+    this.deadWebSeeds.add(url);
+    this.download.notice(`web seed ${url} failed (${err?.message ?? err}): it leaves this swarm`);
+    try {
+      this.torrent.removePeer(url);
+    } catch (e) {
+      console.warn(`webtorrent: ${e?.message ?? e}`);
+    }
+    this.onChange();
+  }
+
   setWebSeeds(on) {
     const urls = this.webSeedUrls();
     if (on && (this.webSeedsRefused || !urls.length)) on = false;
     if (on === this.webSeedsOn) return;
     this.webSeedsOn = on;
     for (const url of urls) {
-      if (on) this.torrent.addWebSeed(url);
-      else this.torrent.removePeer(url);
+      if (on) {
+        this.torrent.addWebSeed(url);
+        this.watchWebSeed(url);
+      } else this.torrent.removePeer(url);
     }
     this.onChange();
   }
 
   webSeedUrls() {
     const given = Array.isArray(this.swarm.web_seeds) ? this.swarm.web_seeds : [];
-    return given.filter((u) => typeof u === "string" && /^https?:\/\//.test(u));
+    return given.filter((u) => typeof u === "string" && /^https?:\/\//.test(u) && !this.deadWebSeeds.has(u));
   }
 
   // -- the run
