@@ -79,7 +79,7 @@ async def test_subscriber_downloads_reads_and_reads_offline(
     await page.reload()
     await phone.evaluate("window.pressrun.ready", what="the app's start offline")
     await page.locator(f"li[data-issue='{ISSUE}'] button.open").tap()
-    await page.wait_for_selector("#page[data-page='1']")
+    await page.wait_for_selector("#page[data-page='2']")  # where it was left
     await phone.screenshot("reading-offline")
     # back online: Chromium finds nothing against installing the app (manifest, icons,
     # service worker) but that a test context is off the record (never installable)

@@ -138,6 +138,31 @@ async def test_double_tap_and_pinch_zoom_to_4x_drawn_sharp_and_pan(
     assert not [line for line in phone.console if line.startswith("pageerror")], phone.console
 
 
+async def test_chrome_hides_on_a_tap_and_the_position_is_kept_per_issue(
+    make_stack: StackFactory,
+    phone_factory: Any,
+) -> None:
+    phone, page = await reading(make_stack, phone_factory)
+    box = await page.locator("#page-surface").bounding_box()
+    cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    # a tap in the page's middle hides the toolbars (the page gets the whole screen)
+    await page.touchscreen.tap(cx, cy)
+    await page.locator("#back").wait_for(state="hidden")
+    assert (await canvas(page))["page"] == 1
+    await phone.screenshot("reading-immersive")
+    await page.touchscreen.tap(cx, cy)  # and the next brings them back
+    await page.locator("#back").wait_for(state="visible")
+    # a tap on the right third turns the page; the issue reopens where it was left
+    await page.touchscreen.tap(box["x"] + box["width"] * 0.9, cy)
+    await page.wait_for_selector("#page[data-page='2']")
+    await page.locator("#back").tap()
+    await page.locator(f"li[data-issue='{ISSUE}'] button.open").tap()
+    await page.wait_for_function("() => window.pressrun.openTimesMs.length === 2")
+    assert (await canvas(page))["page"] == 2
+    assert await page.locator("#page-number").inner_text() == "2 / 5"
+    assert not [line for line in phone.console if line.startswith("pageerror")], phone.console
+
+
 async def shown(page: Any) -> list[dict[str, str]]:
     """The notices on screen: their line, their kind and their details."""
     found: list[dict[str, str]] = await page.locator("#notices .notice").evaluate_all(

@@ -78,6 +78,11 @@ function notice(text, { kind = "info", detail = null, key = text } = {}) {
 
 /** A download's progress note: kept with the issue (its Details), not shown as a notice. */
 function note(issueId, text) {
+  // the one note written for the reader (subscription.js, an embargoed issue) is shown
+  if (/^This issue opens at/.test(text)) {
+    notice(`${issueId}: ${text}.`, { key: `issue:${issueId}` });
+    return;
+  }
   hooks.notices.push({ text: `${issueId}: ${text}`, kind: "note", detail: null });
   const list = notes.get(issueId) ?? [];
   list.push(text);
@@ -431,6 +436,7 @@ export async function deleteIssue(id) {
   await state.downloads.get(id)?.promise;
   await deleteIssueFiles(id);
   await deleteRecord("issues", id);
+  await deleteRecord("settings", `position:${id}`);
   notice(`${id} deleted from this device.`, { key: `issue:${id}` });
   await renderLibrary();
 }
@@ -462,7 +468,9 @@ export async function openIssue(id) {
   document.body.classList.add("reading");
   showChrome(true);
   $("#reader-title").textContent = record.title || id;
-  await showPage(1);
+  // where the reader left this issue (kept per issue, in the settings store)
+  const left = Number(await getSetting(`position:${id}`, 1)) || 1;
+  await showPage(Math.min(Math.max(1, left), doc.numPages));
   const ms = performance.now() - started;
   hooks.openTimesMs.push(ms);
   $("#reader-view").dataset.openedMs = ms.toFixed(1);
@@ -511,6 +519,10 @@ async function drawPage(n, zoom, focus = null) {
     surface.scrollTo(0, 0);
   }
   $("#page-number").textContent = `${n} / ${r.pages}`;
+  if (n !== r.kept) {
+    r.kept = n;
+    putSetting(`position:${r.issueId}`, n).catch(() => {});
+  }
   hooks.lastRender = { page: n, zoom, ...size, ms: performance.now() - started };
 }
 
@@ -540,6 +552,9 @@ async function closeReader() {
   if (state.reading) await state.reading.doc.destroy();
   state.reading = null;
   document.body.classList.remove("reading");
+  // an empty page, so the next issue opened does not show this one's page meanwhile
+  const blank = element("canvas", { id: "page" });
+  $("#page").replaceWith(blank);
   $("#reader-view").hidden = true;
   $("#library-view").hidden = false;
   $("#notices").hidden = false;
