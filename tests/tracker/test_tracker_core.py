@@ -178,6 +178,33 @@ def test_stopped_with_leave_rule_and_fair_counts() -> None:
     assert stats.uploaded_bytes == 5 * 150 and stats.downloaded_bytes == 5 * 100 + 1000
 
 
+def test_an_announce_crossing_the_stopped_does_not_bring_the_peer_back() -> None:
+    # a seed leaving re-announces with its rule, then pauses (`stopped`): under load the
+    # re-announce arrived after the `stopped` and the record was active again, no rule
+    # (tests/peer/test_seed_signal.py failed so in a parallel run of the suite)
+    for key in ("k1", "k2"):
+        core = make_core()
+        core.handle_announce(
+            req(1, left=0, up=0, key=key, event=AnnounceEvent.STARTED), remote="127.0.0.1", now=0
+        )
+        stop = req(1, left=0, up=70, key=key, event=AnnounceEvent.STOPPED, rule=LeaveRule.USER)
+        assert not core.handle_announce(stop, remote="127.0.0.1", now=2).record.active
+        late = core.handle_announce(req(1, left=0, up=70, key=key), remote="127.0.0.1", now=3)
+        assert late.logged is None and late.reply.peers == ()
+        (record,) = core.records(IH)
+        assert not record.active and record.leave_rule is LeaveRule.USER, key
+        assert record.uploaded_total == 70
+        # the same peer starting again is a peer again
+        again = req(1, left=0, up=0, key=key, event=AnnounceEvent.STARTED)
+        assert core.handle_announce(again, remote="127.0.0.1", now=4).record.active
+    # a plain announce of another session (a new key) is a peer back as before
+    core.handle_announce(
+        req(1, left=0, up=80, key="k2", event=AnnounceEvent.STOPPED), remote="127.0.0.1", now=5
+    )
+    back = core.handle_announce(req(1, left=0, up=0, key="k3"), remote="127.0.0.1", now=6)
+    assert back.record.active
+
+
 def test_accumulation_across_sessions() -> None:
     core = make_core()
     a = "aaaa1111"

@@ -123,6 +123,21 @@ def continues_session(prev: PeerRecord | None, req: AnnounceRequest) -> bool:
     return not prev.session_stopped and req.event is not AnnounceEvent.STARTED
 
 
+def straggles(prev: PeerRecord | None, req: AnnounceRequest) -> bool:
+    """Whether ``req`` is a plain announce of a client session whose ``stopped`` the
+    tracker has already counted: one sent before the ``stopped`` that arrived after it
+    (a peer leaving re-announces with its rule, then pauses: under load the two cross).
+    A session that starts again says ``started``; a plain announce with the key of the
+    session that stopped, and counters no higher than at its ``stopped``, is answered
+    and changes nothing: it would otherwise bring back a peer that has left, without its
+    rule. (Without a key a plain announce still brings a peer back, as before.)"""
+    if prev is None or not prev.session_stopped or req.event is not AnnounceEvent.NONE:
+        return False
+    if req.key is None or req.key != prev.session_key:
+        return False
+    return req.uploaded <= prev.session_uploaded and req.downloaded <= prev.session_downloaded
+
+
 def accumulate(prev: PeerRecord | None, req: AnnounceRequest, *, ip: str, now: float) -> PeerRecord:
     """The peer's record after ``req``: totals grown by the new bytes only."""
     family = family_of(ip)
@@ -425,6 +440,17 @@ class TrackerCore:
                 self._evict_dead()  # refusal() said there is a dead one
             swarm = self._swarms[req.info_hash] = Swarm(req.info_hash)
         prev = swarm.records.get((req.peer_id, family))
+        if prev is not None and straggles(prev, req):
+            # (answered like any announce of a peer that has left: counts, no peers)
+            straggler = AnnounceReply(
+                interval_s=self.config.interval_s,
+                min_interval_s=self.config.min_interval_s,
+                complete=len(swarm.seeds),
+                incomplete=len(swarm.leechers),
+                peers=(),
+                compact=req.compact,
+            )
+            return AnnounceHandled(reply=straggler, record=prev, logged=None)
         if prev is None and len(swarm.records) >= self.config.max_records_per_swarm:
             self._forget_first_left(swarm)
         record = accumulate(prev, req, ip=ip, now=now)
