@@ -175,7 +175,10 @@ def test_serve_amt_relay_answers_and_stops_on_sigterm() -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as gw:
             gw.settimeout(0.5)
             query = None
-            for _ in range(20):  # until the relay is up
+            # until the relay is up (starting `pressrun` took over 10 s in a parallel
+            # run of the suite at load 20-40)
+            deadline = time.monotonic() + 60.0
+            while time.monotonic() < deadline and proc.poll() is None:
                 gw.sendto(amt.encode(amt.Request(7)), ("127.0.0.1", port))
                 try:
                     query = amt.decode(gw.recv(65535))

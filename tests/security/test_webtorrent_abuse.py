@@ -62,12 +62,21 @@ async def live(tmp_path: Path) -> AsyncIterator[tuple[TrackerService, str]]:
         await service.close()
 
 
-async def replies(ws: aiohttp.ClientWebSocketResponse, window_s: float = 0.3) -> list[Any]:
-    """Every frame that arrives within the window."""
+#: how long the first expected frame may take (a loaded machine: in a parallel run of
+#: the suite at load 20-40 no reply came within 0.5 s)
+FIRST_FRAME_S = 10.0
+
+
+async def replies(
+    ws: aiohttp.ClientWebSocketResponse, window_s: float = 0.3, *, expect: bool = True
+) -> list[Any]:
+    """Every frame that arrives within the window of the one before; the first, when
+    one is expected, within FIRST_FRAME_S."""
     got: list[Any] = []
     while True:
         try:
-            msg = await ws.receive(timeout=window_s)
+            wait = FIRST_FRAME_S if expect and not got else window_s
+            msg = await ws.receive(timeout=wait)
         except TimeoutError:
             return got
         if msg.type is not aiohttp.WSMsgType.TEXT:
@@ -139,7 +148,7 @@ async def test_answers_for_unknown_peers_go_nowhere_and_close_the_socket(
                 break
         got = await replies(attacker, 1.0)
         assert aiohttp.WSMsgType.CLOSE in got or attacker.closed  # closed after 20 faults
-        assert [f for f in await replies(honest) if "answer" in f] == []
+        assert [f for f in await replies(honest, expect=False) if "answer" in f] == []
         assert relay.faults[Fault.ANSWER_UNKNOWN] >= 20  # counted, then closed
         await honest.close()
 
