@@ -138,7 +138,7 @@ async def test_double_tap_and_pinch_zoom_to_4x_drawn_sharp_and_pan(
     assert not [line for line in phone.console if line.startswith("pageerror")], phone.console
 
 
-async def test_chrome_hides_on_a_tap_and_the_position_is_kept_per_issue(
+async def test_chrome_hides_on_a_tap_position_kept_per_issue_offline_shown(
     make_stack: StackFactory,
     phone_factory: Any,
 ) -> None:
@@ -160,6 +160,15 @@ async def test_chrome_hides_on_a_tap_and_the_position_is_kept_per_issue(
     await page.wait_for_function("() => window.pressrun.openTimesMs.length === 2")
     assert (await canvas(page))["page"] == 2
     assert await page.locator("#page-number").inner_text() == "2 / 5"
+
+    # offline, the library says so (and that stored issues still open)
+    await page.locator("#back").tap()
+    assert await page.locator("#offline").is_hidden()
+    await phone.context.set_offline(True)
+    await page.locator("#offline").wait_for(state="visible")
+    assert "still open" in await page.locator("#offline").inner_text()
+    await phone.context.set_offline(False)
+    await page.locator("#offline").wait_for(state="hidden")
     assert not [line for line in phone.console if line.startswith("pageerror")], phone.console
 
 

@@ -755,6 +755,13 @@ async function boot() {
   );
   state.config = await loadConfig();
   state.notSubscribed = (await getSetting("not_subscribed", null)) !== null;
+  // a line in the header while the browser says it is offline
+  const online = () => {
+    $("#offline").hidden = navigator.onLine;
+  };
+  window.addEventListener("online", online);
+  window.addEventListener("offline", online);
+  online();
   await setUpSettings();
   setUpReaderGestures();
   await renderLibrary();
