@@ -700,12 +700,14 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
             const { windowRate } = await import('./js/swarm.js');
             const r = new WebSeedRule({ starvedS: 1, stallS: 2, holdS: 1 });
             const slow = new WebSeedRule({ starvedS: 1, stallS: 2, holdS: 1, minPeerRate: 1000 });
-            // on from the first step, before any window: nothing waits for peers
+            // on from the first step, before any window: nothing waits for peers; off
+            // only once the web seeds are idle beside fast peers (under 1/16 of them)
             const rates = [
-              [0.0, null, null], [1.0, 500, null], [1.5, 5000, null],  // on; peers fast: off
-              [3.1, 5000, 2000], [3.5, 500, 2000],                     // fast still: off; slow: on
-              // slower than the web seeds were: on; faster: off
-              [4.0, 1500, 2000], [5.0, 2500, 2000],
+              [0.0, null, null], [1.0, 500, 0],  // on; peers slow: on
+              [1.5, 5000, 2000],                 // peers fast, web seeds a real share: on
+              [3.1, 5000, 100],                  // web seeds idle beside the peers: off
+              [3.5, 500, null],                  // peers slow: on
+              [4.0, 20000, 100], [5.0, 20000, 100],  // idle again: held 1 s, then off
             ].map(([now, peerRate, webSeedRate]) =>
               slow.step(now, { starved: false, lastPeerPayloadAt: now, peerRate, webSeedRate }));
             const seeds = [
@@ -716,7 +718,7 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
               [6.5, false, 4.2, 10],                          // 2 s without payload: on
               [7.0, false, 7.0, 10], [7.6, false, 7.6, 10],   // held, then off
             ].map(([now, starved, at, peerRate]) =>
-              r.step(now, { starved, lastPeerPayloadAt: at, peerRate }));
+              r.step(now, { starved, lastPeerPayloadAt: at, peerRate, webSeedRate: 0 }));
             const samples = [];
             const window = [[0, 0], [1, 100], [2, 300], [3, 600]]
               .map(([t, b]) => windowRate(samples, t, b, 2));
@@ -748,7 +750,7 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
         what="the rules in the page",
     )
     assert got["seeds"] == [True, True, False, False, True, True, False, True, True, False]
-    assert got["rates"] == [True, True, False, False, True, True, False]
+    assert got["rates"] == [True, True, True, False, True, True, False]
     assert got["window"] == [None, None, 150, 250]
     assert got["rules"] == ["metered", None, "ratio", "max_seed_time"]
     assert got["rewritten"] == issue.manifest["info_hash"]

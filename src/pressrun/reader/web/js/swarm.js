@@ -15,8 +15,8 @@
 //   then on); one of several senders gets a strike, and two strikes ban it.
 // - Web seeds (the origins): whatever the peers cannot give yet comes from them. They
 //   are on from the start (nothing waits for a peer while the origins have room) and
-//   leave only while the peers alone are at least as fast as the web seeds were
-//   (WebSeedRule); they come back when starved, stalled or slower again.
+//   leave only when the peers carry nearly everything (WebSeedRule); they come back
+//   when starved, stalled or slower again.
 // - No peer and no byte from a web seed within connect_timeout_s (the web seeds named
 //   are all down), or no piece stored for stall_timeout_s: NoPeers / SwarmStalled,
 //   and download.js goes on from the origins as before.
@@ -69,16 +69,21 @@ async function swarmClient(cfg) {
 /**
  * When the origins serve as web seeds (pure; `now` in seconds). Whatever the peers
  * cannot give yet comes from the origins: the web seeds are on from the first step
- * (a reader in a swarm never waits for peers while the origins have room), and stay
- * on until the peers alone are at least as fast as the origins were: the peers
- * together sent at least max(`minPeerRate`, `webSeedRate`) bytes/s over the last
- * `stallS` (`peerRate`, null before a whole window; `webSeedRate` the web seeds' own
- * rate over their last window on, null before one), some connected peer holds a piece
- * this reader lacks, and a peer sent a byte within `stallS`, for at least `holdS`.
- * Off, they come back when starved (no connected peer holds a piece this reader
- * lacks) for `starvedS`, no byte came from a peer for `stallS`, or the peers' rate
- * fell under that floor. bench/reader_swarm.py run 1 had readers held at 110 KB/s by
- * slow, steady peers while the origins idled (197 s against 26.7 s origin-only).
+ * (a reader in a swarm never waits for peers while the origins have room) and stay
+ * on while they carry any real share. They leave only when they have become idle
+ * beside the peers: over the last `stallS` the peers together sent at least
+ * `minPeerRate` bytes/s (`peerRate`, null before a whole window) and the web seeds
+ * less than 1/16 of that (`webSeedRate`, null before a whole window), some connected
+ * peer holds a piece this reader lacks and a peer sent a byte within `stallS`, for at
+ * least `holdS`. Off, they come back when starved (no connected peer holds a piece
+ * this reader lacks) for `starvedS`, no byte came from a peer for `stallS`, or the
+ * peers' rate fell under `minPeerRate`.
+ *
+ * Why: bench/reader_swarm.py run 1 had them join only when starved or stalled, and
+ * readers were held at 110 KB/s by slow, steady peers while the origins idled (197 s
+ * against 26.7 s origin-only); a rule that let them leave once the peers were as fast
+ * as the web seeds had been (03fe13b) halved a reader's rate when it did (N = 8:
+ * median 11.2 s against 10.4 s origin-only, the two readers it happened to 16.5-17 s).
  */
 export class WebSeedRule {
   constructor({ starvedS, stallS, holdS, minPeerRate = 0 }) {
@@ -93,13 +98,13 @@ export class WebSeedRule {
     if (starved) this.starvedSince ??= now;
     else this.starvedSince = null;
     const starvedLong = this.starvedSince !== null && now - this.starvedSince >= this.starvedS;
-    const floor = Math.max(this.minPeerRate, webSeedRate ?? 0);
-    const slow = peerRate === null || peerRate < floor;
+    const slow = peerRate === null || peerRate < this.minPeerRate;
     const stalled = now - lastPeerPayloadAt >= this.stallS;
+    const idle = webSeedRate !== null && peerRate !== null && webSeedRate * 16 < peerRate;
     if (!this.on && (starvedLong || stalled || slow)) {
       this.on = true;
       this.since = now;
-    } else if (this.on && !starved && !stalled && !slow && now - this.since >= this.holdS) {
+    } else if (this.on && idle && !starved && !stalled && !slow && now - this.since >= this.holdS) {
       this.on = false;
       this.since = now;
     }
@@ -545,7 +550,7 @@ export class SwarmFetch {
         }
         d.notice(`joined the swarm: ${this.peersSeen.size} peer(s) connected`);
       } else {
-        d.notice("joined the swarm: the origins as web seeds until peers are as fast");
+        d.notice("joined the swarm: the origins as web seeds beside the peers");
       }
       this.state = "downloading";
       this.onChange();
@@ -576,7 +581,7 @@ export class SwarmFetch {
         const windowS = this.cfg.web_seed_stall_s;
         const peerRate = windowRate(samples, now, this.receivedFromPeers, windowS);
         this.peerRate = peerRate;
-        if (this.webSeedsOn) webSeedRate = windowRate(seedSamples, now, this.receivedFromWebSeeds, windowS) ?? webSeedRate;
+        webSeedRate = this.webSeedsOn ? windowRate(seedSamples, now, this.receivedFromWebSeeds, windowS) : null;
         this.webSeedRate = webSeedRate;
         const wasOn = this.webSeedsOn;
         this.setWebSeeds(
