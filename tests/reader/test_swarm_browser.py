@@ -567,7 +567,8 @@ async def test_a_peer_sending_a_poisoned_piece_is_banned_and_the_issue_ends_veri
     phone_factory,  # type: ignore[no-untyped-def]
 ) -> None:
     issue = await swarm.publish("swarm-poison")
-    origin = await swarm.origin()
+    # 4 Mbit/s: the web seed (on from the start) leaves the poisoner pieces to send
+    origin = await swarm.origin(egress_cap_mbps=4.0)
     swarm.direct(issue, origins=[origin], web_seeds=[origin])
     # the poisoner: a plain webtorrent client (no pressrun code) that claims every
     # piece and sends the issue with one byte of every piece flipped

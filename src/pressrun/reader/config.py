@@ -42,12 +42,13 @@ class SwarmSettings:
         seeds from the start of a swarm download (whatever the peers cannot give yet
         comes from them: bench/reader_swarm.py's first run had readers held at
         110 KB/s by slow, steady peers while the origins idled, 197 s against 26.7 s
-        origin-only). They leave only while the peers alone send at least as fast as
-        the web seeds did over their last web_seed_stall_s window (and at least
-        web_seed_min_peer_rate_bytes_per_s), some peer holds a piece the reader lacks
-        and a peer sent a byte within stall_s, for hold_s; they come back when no
-        connected peer holds a piece the reader lacks for starved_s, no byte came from
-        a peer for stall_s, or the peers are slower again.
+        origin-only). They stay on while they carry a real share and leave only when
+        idle beside fast peers: over the last web_seed_stall_s the peers sent at least
+        web_seed_min_peer_rate_bytes_per_s and the web seeds under 1/16 of that, some
+        peer holds a piece the reader lacks and a peer sent a byte within stall_s, for
+        hold_s; they come back when no connected peer holds a piece the reader lacks
+        for starved_s, no byte came from a peer for stall_s, or the peers are slower
+        than the floor again.
     web_seed_min_peer_rate_bytes_per_s: the least the peers together must send for
         the web seeds to leave (one mobile uploader's cap).
     share_ratio / max_seed_time_s: the fair-exit rule for a reader that finished: it

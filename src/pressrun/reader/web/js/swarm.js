@@ -509,7 +509,7 @@ export class SwarmFetch {
       store: this.storeClass(),
       storeCacheSlots: 0, // the pieces are read from OPFS, through the upload check
       bitfield: bitfieldOf(d.state),
-      maxWebConns: 2,
+      maxWebConns: 8, // pieces in flight per web seed (webtorrent: 4; 2 left the web seeds slower than the origin path)
     }));
     let fail;
     const failed = new Promise((_, reject) => (fail = reject));
