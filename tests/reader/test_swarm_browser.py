@@ -709,6 +709,8 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
               [3.1, 5000, 100],                  // web seeds idle beside the peers: off
               [3.5, 500, null],                  // peers slow: on
               [4.0, 20000, 100], [5.0, 20000, 100],  // idle again: held 1 s, then off
+              [6.0, 19000, null],  // peers a little slower than when they left (20,100): off
+              [7.0, 5000, null],   // peers at 5000 < 0.9 x 20,100: on, whatever the floor
             ].map(([now, peerRate, webSeedRate]) =>
               slow.step(now, { starved: false, lastPeerPayloadAt: now, peerRate, webSeedRate }));
             const seeds = [
@@ -751,7 +753,7 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
         what="the rules in the page",
     )
     assert got["seeds"] == [True, True, False, False, True, True, False, True, True, False]
-    assert got["rates"] == [True, True, True, False, True, True, False]
+    assert got["rates"] == [True, True, True, False, True, True, False, False, True]
     assert got["window"] == [None, None, 150, 250]
     assert got["rules"] == ["metered", None, "ratio", "max_seed_time"]
     assert got["rewritten"] == issue.manifest["info_hash"]

@@ -77,7 +77,8 @@ async function swarmClient(cfg) {
  * peer holds a piece this reader lacks and a peer sent a byte within `stallS`, for at
  * least `holdS`. Off, they come back when starved (no connected peer holds a piece
  * this reader lacks) for `starvedS`, no byte came from a peer for `stallS`, or the
- * peers' rate fell under `minPeerRate`.
+ * peers' rate fell under `minPeerRate` or under 0.9 x the rate the reader had when
+ * they left.
  *
  * Why: bench/reader_swarm.py run 1 had them join only when starved or stalled, and
  * readers were held at 110 KB/s by slow, steady peers while the origins idled (197 s
@@ -98,7 +99,11 @@ export class WebSeedRule {
     if (starved) this.starvedSince ??= now;
     else this.starvedSince = null;
     const starvedLong = this.starvedSince !== null && now - this.starvedSince >= this.starvedS;
-    const slow = peerRate === null || peerRate < this.minPeerRate;
+    // off, the floor is also the rate the reader had when they left: peers that slow
+    // down under it bring the origins back (N = 10, 8 MB: two readers left alone with
+    // desktop peers sharing themselves out took 21 s against 14.5 s origin-only)
+    const floor = this.on ? this.minPeerRate : Math.max(this.minPeerRate, this.leftAt ?? 0);
+    const slow = peerRate === null || peerRate < floor;
     const stalled = now - lastPeerPayloadAt >= this.stallS;
     const idle = webSeedRate !== null && peerRate !== null && webSeedRate * 16 < peerRate;
     if (!this.on && (starvedLong || stalled || slow)) {
@@ -107,6 +112,7 @@ export class WebSeedRule {
     } else if (this.on && idle && !starved && !stalled && !slow && now - this.since >= this.holdS) {
       this.on = false;
       this.since = now;
+      this.leftAt = (peerRate + webSeedRate) * 0.9; // a little under, so noise alone does not bring them back
     }
     return this.on;
   }
