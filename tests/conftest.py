@@ -33,13 +33,13 @@ SERIAL_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/multicast/",
         "tests/balancer/test_carousels.py",
         "tests/balancer/test_multicast_demand.py",
-        "tests/balancer/test_shared_carousel_steady.py",
         "tests/test_uptime_smoke.py",
     ),
     "timing": (
         "tests/origin/",
         "tests/integration/test_egress.py",
         "tests/balancer/test_shared_demand.py",
+        "tests/balancer/test_shared_carousel_steady.py",
     ),
 }
 
