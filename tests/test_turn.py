@@ -143,12 +143,36 @@ def _free_udp_ports(count: int) -> list[int]:
     raise RuntimeError("no range of free UDP ports")
 
 
-@pytest.fixture
-def turn(tmp_path: Path) -> Iterator[tuple[str, int]]:
-    """coturn with the deployment's file, on 127.0.0.1, as docker-compose.yml starts it
-    (the user and the relay range on the command line)."""
-    listen, *relay = _free_udp_ports(6)
-    proc = subprocess.Popen(
+def _start_coturn(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """coturn on free ports, answering a STUN Binding: a port taken between the probe
+    and coturn's bind (the suite runs on three workers) makes it exit, and a start on a
+    loaded machine takes seconds, so it is started again on other ports until it
+    answers (in a parallel run of the suite one gave no answer in 10 s)."""
+    log = tmp_path / "turn.log"
+    for _ in range(3):
+        listen, *relay = _free_udp_ports(6)
+        proc = _spawn_coturn(tmp_path, listen, relay, log)
+        probe = TurnClient(("127.0.0.1", listen))
+        deadline = time.monotonic() + 30.0
+        try:
+            while time.monotonic() < deadline and proc.poll() is None:
+                probe.sock.sendto(_message(BINDING, []), probe.address)
+                try:
+                    probe.sock.recvfrom(4096)
+                    return proc, listen
+                except (TimeoutError, ConnectionRefusedError):
+                    continue
+        finally:
+            probe.close()
+        proc.kill()
+        proc.wait(timeout=5)
+    raise AssertionError(f"coturn never answered; its log:\n{log.read_text()[-3000:]}")
+
+
+def _spawn_coturn(
+    tmp_path: Path, listen: int, relay: list[int], log: Path
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
         [
             "turnserver",
             "-c",
@@ -163,11 +187,18 @@ def turn(tmp_path: Path) -> Iterator[tuple[str, int]]:
             f"--userdb={tmp_path / 'turndb'}",
         ],
         stdin=subprocess.DEVNULL,
-        stdout=(tmp_path / "turn.log").open("w"),
+        stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         cwd=tmp_path,
         env={k: v for k, v in os.environ.items() if not k.startswith("PRESSRUN_")},
     )
+
+
+@pytest.fixture
+def turn(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """coturn with the deployment's file, on 127.0.0.1, as docker-compose.yml starts it
+    (the user and the relay range on the command line), answering."""
+    proc, listen = _start_coturn(tmp_path)
     try:
         yield "127.0.0.1", listen
     finally:
