@@ -134,18 +134,18 @@ def test_a_kill_is_sigkill_to_the_containers_process_and_spares_a_reused_pid() -
     import sys
     from pathlib import Path
 
-    from pressrun.emulate.run import _kill_container_process
+    from pressrun.emulate.container_kill import kill_container_process
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         # a pid whose cgroup does not name the container (freed and reused): left alone
-        assert not _kill_container_process(proc.pid, "f963cdc9dfc0" * 5)
+        assert not kill_container_process(proc.pid, "f963cdc9dfc0" * 5)
         assert proc.poll() is None
         # its cgroup names it (as /proc/<pid>/cgroup names a container's id): killed
         own = Path(f"/proc/{proc.pid}/cgroup").read_text().splitlines()[0]
-        assert _kill_container_process(proc.pid, own)
+        assert kill_container_process(proc.pid, own)
         assert proc.wait(timeout=5) == -signal.SIGKILL
-        assert not _kill_container_process(proc.pid, own)  # gone: nothing sent
+        assert not kill_container_process(proc.pid, own)  # gone: nothing sent
     finally:
         proc.kill()
         proc.wait()

@@ -107,7 +107,7 @@ async def test_read_series_gives_what_the_services_counted(tmp_path: Path) -> No
 
 
 def test_the_emulations_prometheus_config_scrapes_every_second(tmp_path: Path) -> None:
-    from pressrun.emulate.run import prometheus_config_for_emulation
+    from pressrun.emulate.prometheus_series import prometheus_config_for_emulation
 
     root = Path(__file__).resolve().parents[2]
     out = prometheus_config_for_emulation(root / "deploy" / "prometheus", tmp_path / "p")

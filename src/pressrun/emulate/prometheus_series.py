@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: the counters, each series on its own (summed here after its resets and its birth
@@ -146,3 +149,14 @@ def summary(series: PrometheusSeries) -> dict[str, Any]:
         "sender_bytes": (series.sender[-1][1] - series.sender[0][1]) if series.sender else 0,
         "directives": series.directives[-1][1] if series.directives else {},
     }
+
+
+def prometheus_config_for_emulation(source: Path, out: Path) -> Path:
+    """deploy/prometheus/ with every interval at 1 s (the report's resolution) in
+    ``out``, for the compose file's ``PRESSRUN_PROMETHEUS_CONFIG_DIR``."""
+    out.mkdir(parents=True, exist_ok=True)
+    text = (source / "prometheus.yml").read_text()
+    text = re.sub(r"(scrape_interval|evaluation_interval): \d+s", r"\1: 1s", text)
+    (out / "prometheus.yml").write_text(text)
+    shutil.copy(source / "rules.yml", out / "rules.yml")
+    return out

@@ -34,6 +34,7 @@ from typing import Any
 
 from pressrun.clients.config import UPLOADER_POLICY_ENV
 from pressrun.emulate.balancer_kill import ONE_BALANCER, SECOND_BALANCER
+from pressrun.emulate.container_kill import container_pid, kill_container_process
 from pressrun.emulate.engine import DockerCommandError, Engine
 from pressrun.emulate.held import go_path, ready_path, started_path
 from pressrun.emulate.probes import (
@@ -63,6 +64,7 @@ from pressrun.emulate.project import (
 from pressrun.emulate.project import (
     project_name as project_name_of,
 )
+from pressrun.emulate.prometheus_series import prometheus_config_for_emulation
 from pressrun.emulate.scenario import ClientPlan, EmulationScenario
 
 log = logging.getLogger(__name__)
@@ -205,19 +207,6 @@ def _wall_clock() -> float:
     return time.time()  # noqa: TID251 (Prometheus's timestamps are wall-clock)
 
 
-def prometheus_config_for_emulation(source: Path, out: Path) -> Path:
-    """deploy/prometheus/ with every interval at 1 s (the report's resolution) in
-    ``out``, for the compose file's ``PRESSRUN_PROMETHEUS_CONFIG_DIR``."""
-    import re
-
-    out.mkdir(parents=True, exist_ok=True)
-    text = (source / "prometheus.yml").read_text()
-    text = re.sub(r"(scrape_interval|evaluation_interval): \d+s", r"\1: 1s", text)
-    (out / "prometheus.yml").write_text(text)
-    shutil.copy(source / "rules.yml", out / "rules.yml")
-    return out
-
-
 async def _series_from_prometheus(
     project: ComposeProject,
     result: VariantResult,
@@ -258,37 +247,6 @@ async def _series_from_prometheus(
         series.directives,
     )
     result.series_source = "prometheus"
-
-
-async def _container_pid(engine: Engine, container: str) -> tuple[int, str] | None:
-    """The host pid of a running container's first process and the container's id
-    (None: not running, or the engine did not say)."""
-    try:
-        text = await docker_async(
-            engine, "inspect", "--format", "{{.State.Pid}} {{.Id}}", container
-        )
-        pid, cid = text.split()
-        return (int(pid), cid) if int(pid) > 0 else None
-    except (DockerCommandError, ValueError) as err:
-        log.warning(
-            "the pid of %s is not known (%s): it is killed through the engine", container, err
-        )
-        return None
-
-
-def _kill_container_process(pid: int, container_id: str) -> bool:
-    """SIGKILL to ``pid`` if it is still the container's (its cgroup names the
-    container: a pid freed and reused is left alone); whether it was sent."""
-    import os
-    import signal
-
-    try:
-        if container_id not in Path(f"/proc/{pid}/cgroup").read_text():
-            return False
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        return False
-    return True
 
 
 async def _carousel_counts(
@@ -505,10 +463,10 @@ async def run_variant(
             # the second it is due (its pid read beforehand): `docker kill` through the
             # loaded daemon landed 33 s late in a measured balancer-kill run, after the
             # crowd it was meant to hit
-            pid = await _container_pid(engine, container) if action == "kill" else None
+            pid = await container_pid(engine, container) if action == "kill" else None
             await asyncio.sleep(max(0.0, t0 + at_s - loop.time()))
             if action == "kill":
-                if pid is None or not _kill_container_process(*pid):
+                if pid is None or not kill_container_process(*pid):
                     await docker_async(engine, "kill", container)
             elif action == "start":  # a killed service back (its container restarted)
                 await docker_async(engine, "start", container)
