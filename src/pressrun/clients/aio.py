@@ -32,11 +32,12 @@ Every way it can fail ends in `FetchError` with one line for a person.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -384,6 +385,35 @@ async def fetch_issue(
     `FetchError` (one line) when the issue cannot be fetched; the pieces verified so
     far stay in ``LIBRARY/.partial/`` for the next attempt.
     """
+    async with fetch_state(
+        issue_id,
+        balancer_url=balancer_url,
+        library=library,
+        config=config,
+        trusted_keys=trusted_keys,
+        progress=progress,
+        trust_on_first_use=trust_on_first_use,
+        subscriber_key=subscriber_key,
+        subscriptions_url=subscriptions_url,
+    ) as fetch:
+        return await _run(fetch)
+
+
+@contextlib.asynccontextmanager
+async def fetch_state(
+    issue_id: str,
+    *,
+    balancer_url: str | Sequence[str],
+    library: Path | str,
+    config: ClientConfig,
+    trusted_keys: Collection[bytes] | None,
+    progress: Progress | None,
+    trust_on_first_use: bool,
+    subscriber_key: nacl.public.PrivateKey | None,
+    subscriptions_url: str | None,
+) -> AsyncIterator[FetchState]:
+    """One download's state with its HTTP session (`fetch_issue`'s arguments; the
+    prefetch of clients/prefetch.py uses it too), closed at the end."""
     try:
         balancers = parse_balancer_urls(balancer_url)
     except ValueError as err:
@@ -391,7 +421,7 @@ async def fetch_issue(
     # TLS verified against the system's CAs plus $PRESSRUN_CA_FILE (pressrun.security).
     connector = client_connector(limit=0, force_close=False)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
-        fetch = FetchState(
+        yield FetchState(
             issue_id=issue_id,
             balancer_url=balancers[0],
             balancer_urls=balancers,
@@ -404,4 +434,3 @@ async def fetch_issue(
             subscriber_key=subscriber_key,
             subscriptions_url=subscriptions_url,
         )
-        return await _run(fetch)

@@ -39,11 +39,11 @@ from pathlib import Path
 import aiohttp
 import nacl.public
 
-from pressrun.clients.aio import FetchResult, _already_there, fetch_issue
+from pressrun.clients.aio import FetchResult, _already_there, fetch_issue, fetch_state
 from pressrun.clients.codec import ResumeState
-from pressrun.clients.config import ClientConfig, parse_balancer_urls
+from pressrun.clients.config import ClientConfig
 from pressrun.clients.core import PrefetchPace
-from pressrun.clients.library import Library, LibraryError
+from pressrun.clients.library import LibraryError
 from pressrun.clients.manifest_fetch import MAX_MANIFEST_BYTES, _BadManifest, _verified_manifest
 from pressrun.clients.session import (
     DirectiveUnavailable,
@@ -59,7 +59,6 @@ from pressrun.clients.subscription import (
 )
 from pressrun.content.codec import piece_ok, valid_issue_id
 from pressrun.content.manifest import Manifest, check_file
-from pressrun.security import client_connector
 from pressrun.subscriptions.client import Embargoed
 
 __all__ = ["MAX_GRANT_WAIT_S", "RECHECK_S", "prefetch_issue"]
@@ -127,25 +126,17 @@ async def prefetch_issue(
 
     if not valid_issue_id(issue_id):
         return await ordinary()  # which says what is wrong with it
-    try:
-        balancers = parse_balancer_urls(balancer_url)
-    except ValueError as err:
-        raise FetchError(str(err)) from None
-    connector = client_connector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
-        f = FetchState(
-            issue_id=issue_id,
-            balancer_url=balancers[0],
-            balancer_urls=balancers,
-            library=Library(library),
-            config=config,
-            trusted_keys=trusted_keys,
-            progress=progress,
-            session=session,
-            trust_on_first_use=trust_on_first_use,
-            subscriber_key=subscriber_key,
-            subscriptions_url=subscriptions_url,
-        )
+    async with fetch_state(
+        issue_id,
+        balancer_url=balancer_url,
+        library=library,
+        config=config,
+        trusted_keys=trusted_keys,
+        progress=progress,
+        trust_on_first_use=trust_on_first_use,
+        subscriber_key=subscriber_key,
+        subscriptions_url=subscriptions_url,
+    ) as f:
         prefetcher = _Prefetcher(f, client_id or secrets.token_hex(8))
         result = await prefetcher.run()
     return result if result is not None else await ordinary()
