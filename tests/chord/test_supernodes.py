@@ -4,12 +4,14 @@ the piece directory over HTTP, a dead supernode routed around, strangers dropped
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import make_mocked_request
 
 from pressrun.chord.aio import Supernode, bringing_per_peer
 from pressrun.chord.codec import id_hex, node_json, request_json
@@ -292,3 +294,15 @@ def test_a_bringer_brings_128_kib_worth_at_a_time() -> None:
     assert bringing_per_peer(80, mib20) == 1 and bringing_per_peer(160, mib20) == 1
     assert bringing_per_peer(320, mib20) == 2 and bringing_per_peer(20, mib20) == 1
     assert bringing_per_peer(80, 0) == 1
+
+
+async def test_a_starting_supernode_state_carries_its_counters() -> None:
+    # A ring client polls /chord/v1/state while the supernode is still registering;
+    # the counters a poller reads are there from the start (it read only `phase` and a
+    # KeyError broke tests/integration/test_chord_ring.py in CI).
+    sn = Supernode(tracker_base="http://127.0.0.1:9", info_hash="ab" * 20, num_pieces=4)
+    resp = await sn._state(make_mocked_request("GET", "/chord/v1/state"))
+    body = json.loads(resp.text or "")
+    assert body["phase"] == "starting"
+    assert body["uploader_answers"] == 0 and body["dropped"] == 0
+    assert body["nodes_failed"] == []

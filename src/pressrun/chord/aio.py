@@ -641,8 +641,15 @@ class Supernode:
 
     async def _state(self, request: web.Request) -> web.Response:
         node = self.node
-        if node is None:
-            return web.json_response({"phase": "starting"})
+        if node is None:  # the counters exist from the start: a reader never misses a key
+            return web.json_response(
+                {
+                    "phase": "starting",
+                    "uploader_answers": self.stats.uploader_answers,
+                    "dropped": self.stats.dropped,
+                    "nodes_failed": list(self.stats.nodes_failed),
+                }
+            )
         return web.json_response(
             {
                 "node": node_json(node.me),
