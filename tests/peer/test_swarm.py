@@ -61,13 +61,16 @@ async def test_twenty_peers_in_a_burst_peers_carry_the_load(tmp_path: Path) -> N
         for r in results:
             assert_verified(swarm, r)
             # every peer that left had ratio >= 1.0 or names the rule that let it go
+            # (the ratio the rule judged: the totals read after the leave can hold a
+            # few KiB that were in flight, 0.99973 once)
             assert r.leave_rule is not None
-            assert (r.ratio is not None and r.ratio >= 1.0) or r.leave_rule in (
+            ratio = r.ratio_at_leave
+            assert (ratio is not None and ratio >= 1.0) or r.leave_rule in (
                 LeaveRule.NOT_NEEDED,
                 LeaveRule.MAX_SEED_TIME,
             ), r
             if r.leave_rule is LeaveRule.RATIO:
-                assert r.ratio is not None and r.ratio >= 1.0
+                assert ratio is not None and ratio >= 1.0
         assert delivered >= 20 * size
         print(f"origins sent {origin_bytes / size:.2f} copies of {20} delivered")
         assert origin_bytes < 0.2 * 20 * size, f"origins sent {origin_bytes / size:.2f} copies"

@@ -397,6 +397,7 @@ class SwarmPeer:
             uploaded_bytes=up,
             downloaded_bytes=down,
             ratio=share_ratio(up, down),
+            ratio_at_leave=self.core.left.ratio if self.core.left else None,
             leave_rule=self.core.left.rule if self.core.left else None,
             download_s=(self._verified_at - self._started_at) if self._verified_at else None,
             seeding_s=self._leave.seeding_s(self._verified_at) if self._loop is not None else None,

@@ -44,6 +44,10 @@ class SwarmResult:
     uploaded_bytes / downloaded_bytes / ratio: all-time payload totals of this
         download (across restarts), ratio = uploaded / downloaded (None if nothing
         came down).
+    ratio_at_leave: uploaded / downloaded when a rule let the peer go, the figure the
+        rule judged (None if it never left). The totals above are read after the
+        leave and can include a few KiB that were in flight: a peer let go by
+        `LeaveRule.RATIO` at 1.0 can show ``ratio`` 0.9997.
     leave_rule: the rule that let the peer go (None if it never left, e.g. an error).
     """
 
@@ -58,6 +62,7 @@ class SwarmResult:
     uploaded_bytes: int
     downloaded_bytes: int
     ratio: float | None
+    ratio_at_leave: float | None
     leave_rule: LeaveRule | None
     download_s: float | None
     seeding_s: float | None
