@@ -339,11 +339,13 @@ class Testbed:
         file_name: str | None = None,
         piece_size: int | None = None,
         encrypt_for: SubscriberDirectory | None = None,
+        release_at: str | None = None,
     ) -> Path:
         """Publish ``data`` as ``issue_id`` into the shared folder, then copy the
         bundle into every origin with a folder of its own; returns the bundle path.
         ``encrypt_for``: publish it encrypted for that directory's subscribers;
-        ``piece_size``: the publisher's default unless given."""
+        ``piece_size``: the publisher's default unless given; ``release_at``: embargoed
+        until then (UTC text, with ``encrypt_for``)."""
         from pressrun.content.publish import DEFAULT_PIECE_SIZE, publish
 
         source_dir = self.root / "source"
@@ -361,6 +363,7 @@ class Testbed:
             piece_size=piece_size or DEFAULT_PIECE_SIZE,
             encrypt_for=encrypt_for,
             force=encrypt_for is not None,
+            release_at=release_at,
         )
         for shape in self.shapes:
             if shape.content_dir is not None and shape.content_dir != self.content_dir:

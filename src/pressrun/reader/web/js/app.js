@@ -12,6 +12,7 @@ import { Download, DownloadError } from "./download.js";
 import { checkNewIssues } from "./issues.js";
 import { deleteIssueFiles, issueBlob, issueBytes, storageEstimate } from "./store.js";
 import { prepareDecryption, stillNotSubscribed, subscriberPublicKey } from "./subscription.js";
+import { prefetchStatus, withPrefetch } from "./prefetch.js";
 import { leaveSwarm } from "./swarm.js";
 import { openPdf, pageAspect, renderCover, renderPage, warmUp } from "./viewer.js";
 
@@ -190,7 +191,13 @@ export async function startDownload(issueId) {
     issueId,
     config: state.config,
     signal: controller.signal,
-    prepareDecryption,
+    // an embargoed issue's ciphertext comes in the background before its release
+    prepareDecryption: withPrefetch(prepareDecryption, {
+      config: state.config,
+      note: (text) => note(issueId, text),
+      progress: (p) => updateProgress(issueId, p),
+      waitForNetwork: (signal) => waitForNetwork(issueId, signal),
+    }),
     hooks: {
       progress: (p) => {
         entry.progress = p;
@@ -790,3 +797,4 @@ hooks.subscriberPublicKey = subscriberPublicKey;
 hooks.openIssue = openIssue;
 hooks.deleteIssue = deleteIssue;
 hooks.swarm = () => Object.fromEntries(state.swarm);
+hooks.prefetch = prefetchStatus;

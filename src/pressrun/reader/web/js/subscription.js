@@ -134,7 +134,7 @@ function u64(view, offset, n) {
  * for a plain manifest: null. DownloadError (one line for a person) when the reader
  * is not subscribed, has no wrap for this version, or the wrap is not for this issue.
  */
-export async function prepareDecryption(m, { notice = () => {}, signal = null } = {}) {
+export async function prepareDecryption(m, { notice = () => {}, signal = null, onEmbargo = () => {} } = {}) {
   if (m.encryption === undefined) return null;
   const e = checkEncryption(m);
   // an embargoed version (docs/protocols.md "Embargo"): 403 "embargoed" until its
@@ -144,6 +144,7 @@ export async function prepareDecryption(m, { notice = () => {}, signal = null } 
     const opener = await openWrap(m, e);
     if (opener.embargo === undefined) return opener;
     const { releaseAt, waitS } = opener.embargo;
+    onEmbargo(opener.embargo); // prefetch.js starts the background prefetch
     notice(`This issue opens at ${releaseAt.toLocaleString()}`);
     await new Promise((resolve, reject) => {
       const timer = setTimeout(resolve, Math.min(waitS, 86400) * 1000);

@@ -1,0 +1,412 @@
+// The reader's background prefetch of an embargoed issue (issue 35; the desktop's
+// `pressrun get --prefetch` does the same, docs/client.md "Prefetch").
+//
+// An issue published with `--encrypt --release-at` travels before its release: only
+// its key is held back (the subscription service answers 403 "embargoed" with the
+// seconds left). While the download waits for the release (subscription.js's
+// prepareDecryption), this module fetches the issue's ciphertext in the background:
+//
+// 1. it starts on the first embargo answer (so a reader who is not a subscriber, or
+//    whose wrap is missing, fetches nothing) and only with room on the device (the
+//    ciphertext and then the plaintext: twice the issue's size, by the browser's
+//    quota);
+// 2. it asks the balancer for a prefetch grant (GET /v1/issues/<id>/prefetch?client=,
+//    docs/protocols.md): a rate and the origins; a 429 is "no room now, ask again in
+//    retry_after_s"; a grant is renewed every renew_s and may be cut (readers first);
+// 3. it fetches one piece at a time (HTTP Range, fetch priority "low"), at most at the
+//    granted rate averaged over the download (the desktop's PrefetchPace: a piece
+//    starts once the pieces before it would have taken their bytes at the rate; no
+//    burst builds while idle), each checked against the manifest's SHA-256 and kept
+//    as it came (ciphertext) in the origin private file system under
+//    prefetch/<issue>.<sha256[:16]>/p<index>, written under a t-name and renamed when
+//    whole, so a page closed mid-write leaves no short piece;
+// 4. it keeps to the app's network rule: no byte on a cellular link while "Wi-Fi
+//    only" is on (the app's waitForNetwork, before each piece);
+// 5. at the release (prepareDecryption returns the key), the prefetch stops, every
+//    stored ciphertext piece is decrypted with the key and written into the issue's
+//    own storage (store.js's runs) and the prefetch folder is removed; the download
+//    then finds those pieces stored and fetches only what is missing (nothing, when
+//    the prefetch finished). So at the release the reader moves one wrap, not the
+//    issue.
+//
+// A page closed before the release keeps what it fetched; the next prefetch of the
+// same version goes on from it, and a new version (another SHA-256) starts over.
+//
+// window.pressrun.prefetch() gives each issue's prefetch status (app.js), for the
+// tests: state, pieces stored, bytes by origin, grants, deferrals, the last rate.
+
+import { getSetting, putSetting } from "./db.js";
+import { checkAnswer } from "./download.js";
+import { pieceOk, pieceSpan } from "./manifest.js";
+import { storageEstimate, writeRun } from "./store.js";
+
+/** The most a granted or waiting prefetch waits before it asks the balancer again. */
+const MAX_WAIT_S = 300;
+/** Decrypted pieces written as one run at the release once this many bytes wait. */
+const RUN_BYTES = 4 * 1024 * 1024;
+
+const statuses = new Map(); // issue id -> its status (prefetchStatus())
+
+/** Each issue's prefetch: {state, stored_pieces, num_pieces, bytes_by_origin, ...}. */
+export function prefetchStatus() {
+  return Object.fromEntries([...statuses].map(([id, s]) => [id, { ...s, bytes_by_origin: { ...s.bytes_by_origin } }]));
+}
+
+const sleep = (ms, signal) =>
+  new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => (clearTimeout(timer), reject(signal.reason)), { once: true });
+  });
+
+/** A non-negative finite number of a balancer's answer (times capped), or null. */
+function seconds(doc, key) {
+  const v = doc?.[key];
+  if (typeof v !== "number" || !Number.isFinite(v) || v < 0) return null;
+  return key === "rate_bytes_per_s" ? v : Math.min(v, MAX_WAIT_S);
+}
+
+// -- the ciphertext's own storage (OPFS prefetch/<issue>.<sha256[:16]>/p<index>)
+
+async function prefetchRoot() {
+  return (await navigator.storage.getDirectory()).getDirectoryHandle("prefetch", { create: true });
+}
+
+const folderName = (m) => `${m.issue_id}.${m.sha256.slice(0, 16)}`;
+
+async function folder(m, create) {
+  try {
+    return await (await prefetchRoot()).getDirectoryHandle(folderName(m), { create });
+  } catch (err) {
+    if (!create && err.name === "NotFoundError") return null;
+    throw err;
+  }
+}
+
+/** Remove the prefetch folders of `issueId` (all versions, or all but `keep`). */
+async function removeFolders(issueId, keep = null) {
+  const root = await prefetchRoot();
+  const names = [];
+  for await (const name of root.keys()) if (name.startsWith(`${issueId}.`) && name !== keep) names.push(name);
+  for (const name of names) await root.removeEntry(name, { recursive: true }).catch(() => {});
+}
+
+/** The ciphertext pieces stored for this manifest's version: Map index -> handle. */
+async function storedCiphertext(m) {
+  const dir = await folder(m, false);
+  const found = new Map();
+  if (dir === null) return found;
+  const n = m.piece_sha256.length;
+  for await (const [name, handle] of dir.entries()) {
+    const match = /^p(\d+)$/.exec(name);
+    if (match !== null && handle.kind === "file" && Number(match[1]) < n) found.set(Number(match[1]), handle);
+    else if (/^t\d+$/.test(name)) await dir.removeEntry(name).catch(() => {}); // a write cut short
+  }
+  return found;
+}
+
+async function keepPiece(dir, index, bytes) {
+  const handle = await dir.getFileHandle(`t${index}`, { create: true });
+  const writable = await handle.createWritable();
+  try {
+    await writable.write(bytes);
+    await writable.close();
+  } catch (err) {
+    await writable.abort().catch(() => {});
+    throw err;
+  }
+  await handle.move(`p${index}`);
+}
+
+// -- the prefetch
+
+/** A random id the balancer counts this reader's prefetches by (kept per device). */
+async function clientId() {
+  let id = await getSetting("prefetch_client", null);
+  if (typeof id !== "string") {
+    id = Array.from(crypto.getRandomValues(new Uint8Array(8)), (b) => b.toString(16).padStart(2, "0")).join("");
+    await putSetting("prefetch_client", id);
+  }
+  return id;
+}
+
+class Prefetch {
+  /** m: the verified manifest; config: config.json; rules: withPrefetch's. */
+  constructor(m, config, rules) {
+    this.m = m;
+    this.config = config;
+    this.rules = rules;
+    this.controller = new AbortController();
+    this.balancerIndex = 0;
+    this.status = {
+      state: "starting",
+      num_pieces: m.piece_sha256.length,
+      stored_pieces: 0,
+      size_bytes: m.size_bytes,
+      bytes_by_origin: {},
+      grants: 0,
+      deferrals: 0,
+      rate_bytes_per_s: 0,
+      started_at: Date.now(),
+      finished_at: null,
+      error: null,
+    };
+    statuses.set(m.issue_id, this.status);
+  }
+
+  note(text) {
+    this.rules.note?.(`prefetch: ${text}`);
+  }
+
+  /** Run in the background until done or stopped; never throws. */
+  start(signal) {
+    const stop = signal === null ? this.controller.signal : AbortSignal.any([signal, this.controller.signal]);
+    this.done = this.run(stop).catch((err) => {
+      if (stop.aborted) {
+        if (this.status.state !== "done") this.status.state = "stopped";
+        return;
+      }
+      this.status.state = "failed";
+      this.status.error = String(err?.message ?? err);
+      this.note(`stopped: ${this.status.error}; the rest comes at the release`);
+    });
+  }
+
+  /** Stop (the release came, or the download ended) and wait for it to let go. */
+  async stop() {
+    this.controller.abort(new DOMException("the release came", "AbortError"));
+    await this.done;
+  }
+
+  async run(signal) {
+    const m = this.m;
+    const n = m.piece_sha256.length;
+    await removeFolders(m.issue_id, folderName(m)); // another version's pieces
+    const have = await storedCiphertext(m);
+    this.status.stored_pieces = have.size;
+    if (have.size === n) {
+      this.status.state = "done";
+      return;
+    }
+    // room for the ciphertext now and the plaintext at the release
+    const { usage, quota } = await storageEstimate();
+    const needed = 2 * m.size_bytes - [...have.keys()].reduce((s, i) => s + pieceSpan(m, i)[1], 0);
+    if (quota - usage < needed) {
+      this.status.state = "no-room";
+      this.note(`not enough room on this device (${needed} bytes needed); the issue downloads at the release`);
+      return;
+    }
+    let storedBytes = [...have.keys()].reduce((s, i) => s + pieceSpan(m, i)[1], 0);
+    const dir = await folder(m, true);
+    const who = await clientId();
+    let grant = await this.grant(who, signal);
+    let freeAt = performance.now(); // the pace: when the next piece may start (ms)
+    let origin = 0;
+    let failuresInRow = 0;
+    const missing = [];
+    for (let i = 0; i < n; i++) if (!have.has(i)) missing.push(i);
+    this.status.state = "fetching";
+    while (missing.length) {
+      await this.rules.waitForNetwork?.(signal); // "Wi-Fi only": not one byte on cellular
+      if (performance.now() >= grant.renewAt) {
+        grant = await this.grant(who, signal);
+      }
+      if (grant.rate <= 0) {
+        this.status.state = "waiting";
+        await sleep(Math.max(0, grant.renewAt - performance.now()), signal);
+        continue;
+      }
+      this.status.state = "fetching";
+      const index = missing[0];
+      const [offset, length] = pieceSpan(m, index);
+      const start = Math.max(performance.now(), freeAt);
+      freeAt = start + (length / grant.rate) * 1000;
+      await sleep(start - performance.now(), signal);
+      const { name, url } = grant.origins[origin % grant.origins.length];
+      const bytes = await this.piece(url, offset, length, signal);
+      if (bytes === null || !(await pieceOk(m, index, bytes))) {
+        if (bytes !== null) this.note(`piece ${index} from ${name} does not match the manifest; asking another origin`);
+        origin += 1;
+        failuresInRow += 1;
+        freeAt = performance.now(); // nothing was taken
+        // every origin failed in turn: a new grant (a new list), after a pause
+        if (failuresInRow % grant.origins.length === 0) {
+          grant.renewAt = performance.now();
+          await sleep(Math.min(1000 * 2 ** Math.min(failuresInRow / grant.origins.length, 5), 30_000), signal);
+        }
+        continue;
+      }
+      failuresInRow = 0;
+      await keepPiece(dir, index, bytes);
+      missing.shift();
+      this.status.stored_pieces += 1;
+      storedBytes += length;
+      this.status.bytes_by_origin[name] = (this.status.bytes_by_origin[name] ?? 0) + length;
+      this.rules.progress?.({
+        issue_id: m.issue_id,
+        total_bytes: m.size_bytes,
+        done_bytes: storedBytes,
+        stored_pieces: this.status.stored_pieces,
+        num_pieces: n,
+        origin: name,
+      });
+    }
+    this.status.state = "done";
+    this.status.finished_at = Date.now();
+    this.note(`the issue's ${n} pieces are on this device; it opens at the release`);
+  }
+
+  /** One piece (bytes) from an origin, or null when it failed. */
+  async piece(base, offset, length, signal) {
+    const m = this.m;
+    const url = `${base}/content/${encodeURIComponent(m.issue_id)}/${encodeURIComponent(m.file_name)}`;
+    const stall = AbortSignal.timeout((this.config.download?.stall_timeout_s ?? 20) * 1000);
+    try {
+      const resp = await fetch(url, {
+        headers: { Range: `bytes=${offset}-${offset + length - 1}` },
+        signal: AbortSignal.any([signal, stall]),
+        cache: "no-store",
+        priority: "low", // behind anything the reader is waiting for
+      });
+      const problem = checkAnswer(resp, offset, offset + length, m.size_bytes);
+      if (problem !== null) {
+        resp.body?.cancel().catch(() => {});
+        this.note(`${base} ${problem}`);
+        return null;
+      }
+      const bytes = new Uint8Array(await resp.arrayBuffer());
+      return bytes.length === length ? bytes : null;
+    } catch (err) {
+      if (signal.aborted) throw signal.reason;
+      this.note(`${base}: ${err?.message ?? err}`);
+      return null;
+    }
+  }
+
+  /** A grant: {rate (bytes/s; 0: wait), renewAt (performance.now() ms), origins}. */
+  async grant(who, signal) {
+    const urls = this.config.balancer_urls?.length ? this.config.balancer_urls : [this.config.balancer_url];
+    for (let round = 1; ; round++) {
+      for (let step = 0; step < urls.length; step++) {
+        const base = urls[(this.balancerIndex + step) % urls.length];
+        const url = `${base}/v1/issues/${encodeURIComponent(this.m.issue_id)}/prefetch?client=${who}`;
+        let resp;
+        let doc;
+        try {
+          const timeout = AbortSignal.timeout((this.config.download?.balancer_timeout_s ?? 10) * 1000);
+          resp = await fetch(url, { signal: AbortSignal.any([signal, timeout]), cache: "no-store" });
+          doc = await resp.json().catch(() => null);
+        } catch (err) {
+          if (signal.aborted) throw signal.reason;
+          continue; // the next balancer
+        }
+        const origins = Array.isArray(doc?.origins)
+          ? doc.origins.filter((o) => typeof o?.name === "string" && typeof o?.url === "string").map((o) => ({ name: o.name, url: o.url.replace(/\/+$/, "") }))
+          : [];
+        this.balancerIndex = (this.balancerIndex + step) % urls.length;
+        const renew = seconds(doc, "renew_s");
+        if (resp.status === 200 && origins.length && renew !== null) {
+          const rate = seconds(doc, "rate_bytes_per_s") ?? 0;
+          this.status.grants += 1;
+          this.status.rate_bytes_per_s = rate;
+          return { rate, renewAt: performance.now() + renew * 1000, origins };
+        }
+        const wait = seconds(doc, "retry_after_s") ?? 20;
+        if (resp.status === 429 && origins.length) {
+          this.status.deferrals += 1;
+          this.status.rate_bytes_per_s = 0;
+          return { rate: 0, renewAt: performance.now() + wait * 1000, origins };
+        }
+        if (resp.status === 429 || resp.status === 404) {
+          // no room, naming no origin; or no origin holds the issue yet: ask again
+          this.status.deferrals += 1;
+          this.status.state = "waiting";
+          await sleep(wait * 1000, signal);
+          step = -1; // the same round again, from this balancer
+          continue;
+        }
+      }
+      // no balancer answered: back off, and try them all again
+      this.status.state = "waiting";
+      await sleep(Math.min(1000 * 2 ** Math.min(round, 6), 60_000), signal);
+    }
+  }
+}
+
+/**
+ * At the release: the stored ciphertext of this manifest's version, decrypted with
+ * the opener (subscription.js) into the issue's own storage; the prefetch folder
+ * removed. Returns the number of pieces moved. A piece that does not decrypt is left
+ * to the download (which fetches it again).
+ */
+export async function adoptPrefetched(m, opener, note = () => {}) {
+  const found = await storedCiphertext(m);
+  if (found.size === 0) {
+    await removeFolders(m.issue_id);
+    return 0;
+  }
+  const indices = [...found.keys()].sort((a, b) => a - b);
+  let run = { first: null, chunks: [], bytes: 0 };
+  let moved = 0;
+  const flush = async () => {
+    if (run.chunks.length) await writeRun(m.issue_id, run.first, run.chunks);
+    moved += run.chunks.length;
+    run = { first: null, chunks: [], bytes: 0 };
+  };
+  for (const index of indices) {
+    const bytes = new Uint8Array(await (await found.get(index).getFile()).arrayBuffer());
+    let plain;
+    try {
+      if (!(await pieceOk(m, index, bytes))) throw new Error("does not match the manifest");
+      plain = opener.decryptPiece(index, bytes);
+    } catch (err) {
+      note(`prefetch: piece ${index} on this device is not usable (${err?.message ?? err}); it is fetched again`);
+      await flush();
+      continue;
+    }
+    if (run.first !== null && run.first + run.chunks.length !== index) await flush();
+    if (run.first === null) run.first = index;
+    run.chunks.push(plain);
+    run.bytes += plain.length;
+    if (run.bytes >= RUN_BYTES) await flush();
+  }
+  await flush();
+  await removeFolders(m.issue_id);
+  return moved;
+}
+
+/**
+ * Wrap subscription.js's prepareDecryption for one issue's download: on the first
+ * embargo answer the background prefetch starts; when the key comes (the release),
+ * the prefetch stops and what it stored is decrypted into the issue's storage before
+ * the download looks at what is stored. rules: {issueId, config, note(text),
+ * progress(p), waitForNetwork(signal)} (app.js's).
+ */
+export function withPrefetch(prepare, rules) {
+  return async (m, opts = {}) => {
+    let prefetch = null;
+    const onEmbargo = () => {
+      if (prefetch !== null || m.encryption?.release_at == null) return;
+      prefetch = new Prefetch(m, rules.config, rules);
+      prefetch.start(opts.signal ?? null);
+    };
+    let opener;
+    try {
+      opener = await prepare(m, { ...opts, onEmbargo });
+    } finally {
+      await prefetch?.stop();
+    }
+    if (opener !== null && m.encryption !== undefined) {
+      const started = performance.now();
+      const moved = await adoptPrefetched(m, opener, rules.note);
+      const status = statuses.get(m.issue_id);
+      if (status !== undefined) {
+        status.state = "opened";
+        status.adopted_pieces = moved;
+        status.adopt_ms = performance.now() - started;
+      }
+      if (moved) rules.note?.(`prefetch: ${moved} pieces fetched before the release, decrypted at it`);
+    }
+    return opener;
+  };
+}
