@@ -991,8 +991,9 @@ impl Receiver {
     /// ``tunnel_fd``: an AMT gateway's UDP socket to its relay (RFC 7450): each
     /// Multicast Data message is unwrapped (IPv4 and UDP headers) and counted on the
     /// channel `set_tunnel_channels` maps its (group, port) to; any other message
-    /// (the relay's Membership Query) is kept for `take_tunnel_messages` and ends the
-    /// call as a wake descriptor does.
+    /// (the relay's Membership Query), and Multicast Data of a (group, port) not
+    /// mapped (the control channel), is kept for `take_tunnel_messages` (at most 64)
+    /// and ends the call as a wake descriptor does.
     #[pyo3(signature = (channels, timeout_s, *, wake_fds=Vec::new(), batch_wait_s=0.02,
         drop_probability=0.0, seed=None, tunnel_fd=None))]
     #[allow(clippy::too_many_arguments)]
@@ -1069,7 +1070,8 @@ impl Receiver {
     }
 
     /// The channels an AMT tunnel carries: (group, port, channel index) each; a
-    /// tunnelled datagram of another (group, port) is rejected.
+    /// tunnelled datagram of another (group, port) (the control channel) is kept
+    /// whole for `take_tunnel_messages` like the relay's own messages.
     fn set_tunnel_channels(&mut self, channels: Vec<(String, u16, u32)>) -> PyResult<()> {
         let mut map = std::collections::HashMap::new();
         for (group, port, index) in channels {
@@ -1171,7 +1173,14 @@ impl Receiver {
                                                 data = inner;
                                             }
                                             None => {
-                                                self.rejected += 1;
+                                                // another group (the control channel
+                                                // through the tunnel): Python's, whole
+                                                if self.tunnel_messages.len() < MAX_TUNNEL_MESSAGES {
+                                                    self.tunnel_messages.push(data.to_vec());
+                                                } else {
+                                                    self.rejected += 1;
+                                                }
+                                                woken = true;
                                                 continue;
                                             }
                                         }

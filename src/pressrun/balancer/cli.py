@@ -276,6 +276,21 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         help="interface hint told to clients (e.g. 127.0.0.1 on one host; default none)",
     )
     p.add_argument(
+        "--multicast-source",
+        default=None,
+        metavar="ADDR",
+        help="the sender's address, told to clients: needed for a source-specific "
+        "(232/8) control group and for AMT relays",
+    )
+    p.add_argument(
+        "--amt-relay",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="an AMT relay (RFC 7450, pressrun serve amt-relay) named in multicast "
+        "directives for readers without a multicast route (repeat for more)",
+    )
+    p.add_argument(
         "--multicast-enter-downloaders",
         type=float,
         default=100.0,
@@ -333,7 +348,14 @@ def _multicast_options(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     if not args.multicast_control_group:
         raise ValueError("--multicast-sender needs --multicast-control-group GROUP:PORT")
-    parse_group(args.multicast_control_group)
+    group, _ = parse_group(args.multicast_control_group)
+    from pressrun.multicast.config import is_ssm
+    from pressrun.multicast.gateway import parse_relay
+
+    if (is_ssm(group) or args.amt_relay) and not args.multicast_source:
+        raise ValueError("a 232/8 control group or --amt-relay needs --multicast-source ADDR")
+    for relay in args.amt_relay:
+        parse_relay(relay)
     token = os.environ.get(args.multicast_token_env, "").strip()
     if not token:
         raise ValueError(
@@ -342,7 +364,12 @@ def _multicast_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "multicast_sender_url": args.multicast_sender.rstrip("/"),
         "multicast_token": token,
-        "multicast": MulticastInfo(args.multicast_control_group, args.multicast_interface),
+        "multicast": MulticastInfo(
+            args.multicast_control_group,
+            args.multicast_interface,
+            args.multicast_source,
+            tuple(args.amt_relay),
+        ),
     }
 
 

@@ -246,6 +246,8 @@ def encode_directive(directive: Directive) -> dict[str, Any]:
         else {
             "control_group": directive.multicast.control_group,
             "interface": directive.multicast.interface,
+            "source": directive.multicast.source,
+            "relays": list(directive.multicast.relays),
         },
         "fallbacks": [mode.value for mode in directive.fallbacks],
         "expires_in_s": directive.expires_in_s,

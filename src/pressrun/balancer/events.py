@@ -90,11 +90,15 @@ class SwarmInfo:
 @dataclass(frozen=True, slots=True)
 class MulticastInfo:
     """What a client needs to receive an issue's carousel: the control group
-    (``GROUP:PORT``) whose signed announcements name the channels, and the interface
-    hint to join on (docs/multicast.md)."""
+    (``GROUP:PORT``) whose signed announcements name the channels, the interface
+    hint to join on, the sender's address (``source``: a source-specific control
+    group, 232/8, is joined by it) and the AMT relays (``HOST[:PORT]``, RFC 7450) that
+    readers without a multicast route take the carousel through (docs/multicast.md)."""
 
     control_group: str
     interface: str | None = None
+    source: str | None = None
+    relays: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

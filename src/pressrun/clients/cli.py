@@ -112,6 +112,27 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "(default: the directive's hint, else the kernel's choice)",
     )
     p.add_argument(
+        "--amt",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="multicast mode through an AMT relay (RFC 7450): auto when the native join "
+        "hears nothing within 1.5 s and a relay is known (default), always, never",
+    )
+    p.add_argument(
+        "--amt-relay",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="an AMT relay of the reader's own, tried before the directive's (repeat "
+        "for more; port 2268 by default)",
+    )
+    p.add_argument(
+        "--amt-dns",
+        default=None,
+        metavar="HOST[:PORT]|system",
+        help="look AMT relays up by DNS (RFC 8777 AMTRELAY records) at this resolver",
+    )
+    p.add_argument(
         "--multicast-control-group",
         default=None,
         metavar="GROUP:PORT",
@@ -342,6 +363,14 @@ def run_get(args: argparse.Namespace) -> int:
         )
         if args.max_seed_s is not None:
             config = dataclasses.replace(config, swarm_max_seed_s=args.max_seed_s)
+        if args.amt != "auto" or args.amt_relay or args.amt_dns:
+            from pressrun.multicast.gateway import parse_relay
+
+            for relay in args.amt_relay:
+                parse_relay(relay)  # a bad value fails here
+            config = dataclasses.replace(
+                config, amt=args.amt, amt_relays=tuple(args.amt_relay), amt_dns=args.amt_dns
+            )
         if args.multicast_control_group:
             parse_group(args.multicast_control_group)  # a bad value fails here
             config = dataclasses.replace(

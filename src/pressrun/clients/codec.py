@@ -45,10 +45,14 @@ class DirectiveSwarm:
 @dataclass(frozen=True, slots=True)
 class DirectiveMulticast:
     """The ``multicast`` object of a ``multicast`` directive: where the carousel's
-    signed announcements are (``GROUP:PORT``) and the interface to join on."""
+    signed announcements are (``GROUP:PORT``), the interface to join on, the sender's
+    address (``source``: a source-specific control group is joined by it) and the AMT
+    relays (``HOST[:PORT]``) a reader without a multicast route takes it through."""
 
     control_group: str
     interface: str | None = None
+    source: str | None = None
+    relays: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +117,12 @@ def decode_directive(data: bytes) -> ClientDirective:
         interface = raw.get("interface")
         if interface is not None and not isinstance(interface, str):
             raise DirectiveFormatError("the directive's multicast.interface is not a string")
-        multicast = DirectiveMulticast(raw["control_group"], interface)
+        source, relays = raw.get("source"), raw.get("relays") or []
+        if source is not None and not isinstance(source, str):
+            raise DirectiveFormatError("the directive's multicast.source is not a string")
+        if not isinstance(relays, list) or not all(isinstance(r, str) for r in relays):
+            raise DirectiveFormatError("the directive's multicast.relays is not a list of strings")
+        multicast = DirectiveMulticast(raw["control_group"], interface, source, tuple(relays))
     return ClientDirective(issue_id, mode, tuple(parsed), float(expires), swarm, multicast)
 
 

@@ -88,6 +88,17 @@ class ClientConfig:
         (None: the directive's hint, else 0.0.0.0, the kernel's choice).
     multicast_receive_drop: drop this share of multicast packets in the receive
         path, at random (loss emulation for tests and the bench; 0: none).
+    amt: multicast mode through an AMT relay (RFC 7450, docs/multicast.md):
+        ``auto`` when the native join hears no announcement within
+        ``amt_native_wait_s`` and a relay is known (the directive's, ``amt_relays``,
+        or by DNS with ``amt_dns``), ``always`` (no native join), ``never``.
+    amt_relays: the reader's own relays (``HOST[:PORT]``), tried before the
+        directive's.
+    amt_dns: look relays up by DNS (RFC 8777 AMTRELAY records at the reverse name of
+        the carousel's source) at this resolver, ``HOST[:PORT]`` or ``system``
+        (/etc/resolv.conf); None: no lookup.
+    amt_native_wait_s: how long the native join gets to hear an announcement before
+        the relay is tried (``auto``). 1.5 s: announcements go every 0.5 s.
     supernode_host: in swarm mode, also run a Chord supernode of the issue's ring
         while in the swarm, listening on and announced as this reachable address
         (docs/chord.md); None: none. Never with the mobile profile.
@@ -127,6 +138,10 @@ class ClientConfig:
     multicast_deadline_s: float = 60.0
     multicast_interface: str | None = None
     multicast_receive_drop: float = 0.0
+    amt: str = "auto"
+    amt_relays: tuple[str, ...] = ()
+    amt_dns: str | None = None
+    amt_native_wait_s: float = 1.5
     supernode_host: str | None = None
     carousel_control_group: str | None = None
     carousel_switch_below: float = 0.5
@@ -157,6 +172,10 @@ class ClientConfig:
             raise ValueError("multicast_deadline_s must be a positive number")
         if not 0 <= self.multicast_receive_drop < 1:
             raise ValueError("multicast_receive_drop must be in [0, 1)")
+        if self.amt not in ("auto", "always", "never"):
+            raise ValueError("amt must be auto, always or never")
+        if not (self.amt_native_wait_s > 0 and math.isfinite(self.amt_native_wait_s)):
+            raise ValueError("amt_native_wait_s must be a positive number")
         if not 0 <= self.carousel_switch_below <= 1:
             raise ValueError("carousel_switch_below must be in [0, 1]")
         if self.failed_ttl_s < 0 or self.retry_backoff_s < 0 or self.retry_backoff_max_s < 0:

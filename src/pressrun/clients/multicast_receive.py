@@ -3,6 +3,12 @@
 The receive loop runs in a thread of its own; the pieces it delivers are checked
 against the manifest and copied into the partial file, the rest is left to the swarm
 or to origin sections.
+
+Readers without a multicast route take the carousel through an AMT relay (RFC 7450,
+``ClientConfig.amt``): with ``auto`` the native join gets ``amt_native_wait_s`` to hear
+an announcement, then the relays the reader knows are tried (its own ``amt_relays``,
+the directive's ``relays``, those RFC 8777 DNS names for the carousel's source with
+``amt_dns``); ``always`` goes to the relay at once.
 """
 
 from __future__ import annotations
@@ -16,10 +22,17 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pressrun.clients.codec import DirectiveMulticast
+from pressrun.clients.config import ClientConfig
 from pressrun.clients.session import FetchState, describe
 from pressrun.content.manifest import Manifest
+
+if TYPE_CHECKING:
+    from pressrun.multicast.receiver import ReceiveResult
+
+log = logging.getLogger("pressrun.clients.multicast")
 
 __all__ = ["receive_multicast"]
 
@@ -36,7 +49,7 @@ async def receive_multicast(
     after it: all of them when the carousel delivered a good file, else the ones
     that checked out, the rest left to the swarm or origin sections."""
     from pressrun.multicast.net import parse_group
-    from pressrun.multicast.receiver import copy_verified_pieces, receive_carousel
+    from pressrun.multicast.receiver import copy_verified_pieces
 
     try:
         group = parse_group(multicast.control_group)
@@ -50,21 +63,26 @@ async def receive_multicast(
     # process (the demo) each receive at once
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pressrun-multicast")
     stop = threading.Event()  # set when this task ends, cancelled or not
+    options: dict[str, Any] = {
+        "control_group": group,
+        "control_source": multicast.source,
+        "interface": interface,
+        "trusted_keys": {m.publisher_key},
+        "work_dir": work,
+        "drop_probability": f.config.multicast_receive_drop,
+        "on_progress": _multicast_progress(f, m),
+        "should_stop": stop.is_set,
+    }
     try:
         result = await f.loop.run_in_executor(
             executor,
             functools.partial(
-                receive_carousel,
+                receive_native_or_tunnelled,
                 m.issue_id,
                 hashlib.sha256(manifest_json).hexdigest(),
-                control_group=group,
-                interface=interface,
-                trusted_keys={m.publisher_key},
-                work_dir=work,
-                deadline_s=f.config.multicast_deadline_s,
-                drop_probability=f.config.multicast_receive_drop,
-                on_progress=_multicast_progress(f, m),
-                should_stop=stop.is_set,
+                f.config,
+                multicast,
+                options,
             ),
         )
         good: list[int] = []
@@ -86,6 +104,7 @@ async def receive_multicast(
         f.multicast_note = (
             f"{result.most_channels} channel(s), {result.seconds:.1f} s, "
             f"{result.final_channels} at the end, {result.socket_drops} own socket drops"
+            + (f", through the AMT relay {result.relay}" if result.relay else "")
         )
         return have
     why = (
@@ -119,3 +138,101 @@ def _multicast_progress(f: FetchState, m: Manifest) -> Callable[[int, int], None
             loop.call_soon_threadsafe(progress.advanced, done, "multicast")
 
     return report
+
+
+def relays_for(
+    config: ClientConfig, multicast: DirectiveMulticast
+) -> tuple[list[tuple[str, int]], bool]:
+    """The AMT relays to try, best first (the reader's own, the directive's, then
+    DNS's by RFC 8777 when ``amt_dns`` is set and the directive names the source),
+    and whether to start with a Relay Discovery (DNS records with the D bit clear).
+    Bad entries are logged and skipped; a failed DNS lookup too."""
+    from pressrun.multicast.gateway import parse_relay
+
+    relays: list[tuple[str, int]] = []
+    for text in (*config.amt_relays, *multicast.relays):
+        try:
+            relay = parse_relay(text)
+        except ValueError as err:
+            log.warning("AMT: skipping a relay: %s", err)
+            continue
+        if relay not in relays:
+            relays.append(relay)
+    discovery = False
+    if config.amt_dns and multicast.source:
+        from pressrun.multicast import driad
+
+        try:
+            server = (
+                driad.system_resolver()
+                if config.amt_dns == "system"
+                else parse_relay_dns(config.amt_dns)
+            )
+            found, direct = driad.discover_relays(multicast.source, server)
+        except (OSError, ValueError) as err:
+            log.warning("AMT: no relay from DNS (%s)", err)
+        else:
+            log.info("AMT: DNS names %s for %s", found, multicast.source)
+            if not relays:
+                discovery = not direct
+            relays += [r for r in found if r not in relays]
+    return relays, discovery
+
+
+def parse_relay_dns(text: str) -> tuple[str, int]:
+    """A resolver ``HOST[:PORT]`` (port 53 by default)."""
+    from pressrun.multicast.gateway import parse_relay
+
+    host, port = parse_relay(text if ":" in text else f"{text}:53")
+    return host, port
+
+
+def receive_native_or_tunnelled(
+    issue_id: str,
+    manifest_sha256: str,
+    config: ClientConfig,
+    multicast: DirectiveMulticast,
+    options: dict[str, Any],
+) -> ReceiveResult:
+    """The carousel natively, or through an AMT relay (the module docstring);
+    blocking, for the receive thread. ``options``: `receive_carousel`'s."""
+    import time
+
+    from pressrun.multicast.gateway import AmtGateway
+    from pressrun.multicast.receiver import receive_carousel
+
+    started = time.perf_counter()
+    deadline_s = config.multicast_deadline_s
+    relays: list[tuple[str, int]] = []
+    discovery = False
+    if config.amt != "never":
+        relays, discovery = relays_for(config, multicast)
+    if config.amt != "always" or not relays:
+        wait = config.amt_native_wait_s if relays else None
+        try:
+            result = receive_carousel(
+                issue_id,
+                manifest_sha256,
+                deadline_s=deadline_s,
+                announcement_wait_s=wait,
+                **options,
+            )
+        except OSError as err:  # no multicast route: the join itself fails
+            if not relays:
+                raise
+            why = f"the native join failed ({err})"
+        else:
+            if result.plan is not None or not relays:
+                return result
+            why = result.reason
+        log.info("multicast: %s natively; trying the AMT relay(s) %s", why, relays)
+    gateway = AmtGateway(relays, discovery=discovery)
+    try:
+        left = max(0.5, deadline_s - (time.perf_counter() - started))
+        result = receive_carousel(
+            issue_id, manifest_sha256, deadline_s=left, gateway=gateway, **options
+        )
+        result.relay = "{}:{}".format(*gateway.relay) if gateway.relay else None
+        return result
+    finally:
+        gateway.close()

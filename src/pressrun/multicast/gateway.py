@@ -1,4 +1,5 @@
-"""The AMT gateway's decisions (RFC 7450 section 5.2), pure: ``now`` given, no socket.
+"""The AMT gateway (RFC 7450 section 5.2): `GatewayCore`, its decisions, pure (``now``
+given, no socket), and `AmtGateway`, the adapter around its one UDP socket.
 
 The binding's receive loop carries the data (`Receiver.receive(tunnel_fd=...)` unwraps
 Multicast Data); this core says what to send to the relay and when:
@@ -23,10 +24,17 @@ Nonces come from the caller's ``nonces`` (a random source), so tests are exact.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import ipaddress
+import logging
+import secrets
+import socket
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pressrun.multicast import amt
+
+log = logging.getLogger("pressrun.multicast.gateway")
 
 Address = tuple[str, int]
 Channel = tuple[str, str]  # (source, group)
@@ -173,3 +181,189 @@ class GatewayCore:
             self._retry_s = 1.0  # a keep-alive: its own retries start at 1 s
             self._keepalive_at = now + self.interval_s
         return self._ask(now)
+
+
+# --- the adapter: the gateway's UDP socket ----------------------------------------------
+
+#: the gateway socket's receive buffer: the carousel's datagrams queue here while the
+#: receive loop decodes (as the native channel sockets' buffers do)
+TUNNEL_BUFFER_BYTES = 8 * 1024 * 1024
+#: an unanswered relay is given up after this long and the next one named is tried
+RELAY_ANSWER_S = 7.0
+
+
+def parse_relay(text: str) -> Address:
+    """``"HOST"`` or ``"HOST:PORT"`` (IPv4, port 2268 by default) -> (host, port);
+    ValueError otherwise."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = text, str(amt.AMT_PORT)
+    try:
+        address = str(ipaddress.IPv4Address(host))
+    except ipaddress.AddressValueError:
+        raise ValueError(f"{text!r} is not an AMT relay (IPv4 HOST or HOST:PORT)") from None
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"{text!r}: the port must be 1..65535")
+    return address, int(port_text)
+
+
+class AmtGateway:
+    """One UDP socket to an AMT relay around a `GatewayCore` (no root, no TUN device).
+
+    The receive loop hands this socket to the binding (``Receiver.receive(tunnel_fd=)``),
+    which unwraps the channels' Multicast Data itself; what it does not take (the
+    relay's queries, the control channel's datagrams) comes back through `handle`.
+    Before the binding reads it (no plan yet), `read` reads the socket here.
+    ``relays``: tried in order; the next one when one is loaded or does not answer
+    within `RELAY_ANSWER_S`. ``listen``: the (source, group, port) channels whose
+    datagrams `handle` and `read` return (the control channel)."""
+
+    def __init__(
+        self,
+        relays: Sequence[Address],
+        *,
+        keepalive_s: float = 20.0,
+        bind: Address = ("0.0.0.0", 0),
+        discovery: bool = False,
+    ) -> None:
+        if not relays:
+            raise ValueError("an AMT gateway needs at least one relay")
+        self.relays = list(relays)
+        self.keepalive_s = keepalive_s
+        self.discovery = discovery
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            with contextlib.suppress(OSError):
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, TUNNEL_BUFFER_BYTES)
+            self.sock.bind(bind)
+            self.sock.setblocking(False)
+        except OSError:
+            self.sock.close()
+            raise
+        self.listening: set[tuple[str, int]] = set()
+        self.index = 0
+        self.core = self._core(0)
+        self.asked_at = 0.0
+        #: why the gateway gave up (every relay loaded or silent); None while it goes on
+        self.failed: str | None = None
+        self.queries = 0
+
+    def _core(self, index: int) -> GatewayCore:
+        relay = self.relays[index]
+        nonces: Callable[[], int] = lambda: secrets.randbits(32)  # noqa: E731
+        if self.discovery:
+            return GatewayCore(nonces=nonces, discovery=relay, keepalive_s=self.keepalive_s)
+        return GatewayCore(nonces=nonces, relay=relay, keepalive_s=self.keepalive_s)
+
+    @property
+    def relay(self) -> Address | None:
+        """The relay in use (after discovery: the advertised one)."""
+        return self.core.relay
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def start(self, *, now: float) -> None:
+        """Ask the first relay (Discovery or Request)."""
+        self.asked_at = now
+        self._apply(self.core.start(now=now))
+
+    def listen(self, source: str, group: str, port: int) -> None:
+        """Join (source, group) and hand its datagrams to port ``port`` to the caller."""
+        self.listening.add((group, port))
+        self.join(source, group)
+
+    def join(self, source: str, group: str) -> None:
+        self._apply(self.core.join((source, group)))
+
+    def leave(self, source: str, group: str) -> None:
+        self._apply(self.core.leave((source, group)))
+
+    def _apply(self, effects: list[GatewayEffect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Send):
+                try:
+                    self.sock.sendto(effect.data, effect.to)
+                except OSError as err:  # unreachable relay: the retries go on
+                    log.debug("AMT send to %s:%d: %s", *effect.to, err)
+            else:
+                self._next_relay(f"relay {effect.relay[0]}:{effect.relay[1]} is loaded")
+
+    def _next_relay(self, why: str) -> None:
+        log.warning("AMT: %s", why)
+        if self.index + 1 >= len(self.relays):
+            self.failed = why
+            return
+        channels = self.core.channels
+        self.index += 1
+        self.core = self._core(self.index)
+        for channel in sorted(channels):
+            self.core.join(channel)
+        self.asked_at = -1.0  # started by the next poll
+
+    def handle(self, data: bytes, *, now: float) -> list[bytes]:
+        """One message from the tunnel the binding did not take: the payloads of the
+        listened channels' datagrams in it (none for a relay message, which goes to
+        the core)."""
+        if amt.message_type(data) == amt.MULTICAST_DATA:
+            try:
+                message = amt.decode(data)
+                assert isinstance(message, amt.MulticastData)
+                _, destination, payload = amt.read_udp_datagram(message.datagram)
+            except amt.AmtError:
+                return []
+            return [payload] if destination in self.listening else []
+        was_ready = self.core.ready
+        self._apply(self.core.handle(data, now=now))
+        if self.core.ready and not was_ready:
+            self.queries += 1
+            log.info("AMT tunnel to %s:%d up", *(self.core.relay or ("?", 0)))
+        return []
+
+    def read(self, *, now: float) -> list[bytes]:
+        """Read the socket until empty (when the binding does not): the listened
+        channels' payloads."""
+        out: list[bytes] = []
+        for _ in range(1024):
+            try:
+                data = self.sock.recv(65535)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as err:  # an ICMP error of an earlier send
+                log.debug("AMT socket: %s", err)
+                continue
+            out += self.handle(data, now=now)
+        return out
+
+    def next_deadline(self) -> float | None:
+        """When `poll` has something to do."""
+        if self.failed is not None:
+            return None
+        if self.asked_at < 0:
+            return 0.0
+        deadline = self.core.next_deadline()
+        if not self.core.ready:
+            give_up = self.asked_at + RELAY_ANSWER_S
+            return give_up if deadline is None else min(deadline, give_up)
+        return deadline
+
+    def poll(self, *, now: float) -> None:
+        """Retries, keep-alives, and the next relay when this one stays silent."""
+        if self.failed is not None:
+            return
+        if self.asked_at < 0:
+            self.start(now=now)
+            return
+        if not self.core.ready and now >= self.asked_at + RELAY_ANSWER_S:
+            relay = self.relays[self.index]
+            self._next_relay(f"relay {relay[0]}:{relay[1]} did not answer in {RELAY_ANSWER_S:g} s")
+            return
+        self._apply(self.core.handle_timer(now=now))
+
+    def close(self) -> None:
+        """Leave every channel (the relay stops sending at once rather than at the
+        tunnel's timeout) and close the socket."""
+        with contextlib.suppress(Exception):
+            for channel in sorted(self.core.channels):
+                self._apply(self.core.leave(channel))
+        self.sock.close()

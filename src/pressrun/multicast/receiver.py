@@ -24,6 +24,11 @@ signed manifest and keeps what verifies.
 ``drop_probability`` drops that share of the packets in the receive path, at random
 (loss emulation for tests and benchmarks where nftables in a namespace is not
 available; docs/multicast.md says which ran).
+
+With ``gateway`` (an `AmtGateway`, RFC 7450) nothing is joined natively: the control
+channel and the carousel's channels are joined through the relay by (source, group),
+the binding reads the gateway's socket (``tunnel_fd``) and unwraps the channels' data,
+and the control channel's datagrams and the relay's queries come back to Python.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import random
 import selectors
 import socket
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +59,8 @@ from pressrun.multicast.net import (
 
 if TYPE_CHECKING:
     from pressrun_flute import Receiver as FluteReceiver
+
+    from pressrun.multicast.gateway import AmtGateway
 
 log = logging.getLogger("pressrun.multicast.receiver")
 
@@ -114,6 +121,8 @@ class ReceiveResult:
     #: windows in which a join was held back because the own socket overflowed
     overflow_windows: int = 0
     verdicts: dict[str, int] = field(default_factory=dict)
+    #: the AMT relay it came through (``HOST:PORT``), None when native
+    relay: str | None = None
 
     @property
     def efficiency(self) -> float | None:
@@ -124,20 +133,47 @@ class ReceiveResult:
 
 
 class _Channels:
-    """The sockets of the joined channels (the binding reads them)."""
+    """The sockets of the joined channels (the binding reads them), or, through an
+    AMT ``gateway``, the channels joined through the relay (the binding maps their
+    (group, port) to the channel)."""
 
     def __init__(
         self,
         plan: CarouselPlan,
         interface: str,
         receive_buffer_bytes: int = RECEIVE_BUFFER_BYTES,
+        gateway: tuple[AmtGateway, FluteReceiver] | None = None,
     ):
         self.plan = plan
         self.interface = interface
         self.receive_buffer_bytes = receive_buffer_bytes
         self.sockets: dict[int, socket.socket] = {}
+        self.gateway = gateway
+        self.tunnelled: set[int] = set()
+
+    @property
+    def count(self) -> int:
+        return len(self.sockets) + len(self.tunnelled)
+
+    def _tunnel(self, index: int, join: bool) -> None:
+        assert self.gateway is not None and self.plan.source is not None
+        gateway, flute = self.gateway
+        ch = self.plan.channels[index]
+        if join:
+            self.tunnelled.add(index)
+            gateway.join(self.plan.source, ch.group)
+        else:
+            self.tunnelled.discard(index)
+            gateway.leave(self.plan.source, ch.group)
+        chans = self.plan.channels
+        flute.set_tunnel_channels([(chans[i].group, chans[i].port, i) for i in self.tunnelled])
+        log.info("%s channel %d (%s:%d) through the relay", "joined" if join else "left", index,
+                 ch.group, ch.port)  # fmt: skip
 
     def join(self, index: int) -> None:
+        if self.gateway is not None:
+            self._tunnel(index, True)
+            return
         ch = self.plan.channels[index]
         sock = receiver_socket(
             ch.group,
@@ -152,6 +188,10 @@ class _Channels:
         log.info("joined channel %d (%s:%d)", index, ch.group, ch.port)
 
     def leave(self, index: int) -> None:
+        if self.gateway is not None:
+            if index in self.tunnelled:
+                self._tunnel(index, False)
+            return
         sock = self.sockets.pop(index, None)
         if sock is None:
             return
@@ -159,7 +199,7 @@ class _Channels:
         leave_and_close(sock, ch.group, self.interface, self.plan.source)
 
     def close(self) -> None:
-        for index in list(self.sockets):
+        for index in list(self.sockets) + sorted(self.tunnelled):
             self.leave(index)
 
 
@@ -178,12 +218,19 @@ def receive_carousel(
     on_progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     receive_buffer_bytes: int = RECEIVE_BUFFER_BYTES,
+    control_source: str | None = None,
+    gateway: AmtGateway | None = None,
+    announcement_wait_s: float | None = None,
 ) -> ReceiveResult:
     """Receive ``issue_id`` from its carousel into ``work_dir`` (blocking; see the
     module docstring). ``trusted_keys``: hex Ed25519 keys whose announcements count.
     ``on_progress(object_packets, source_symbols)`` is called now and then.
     ``receive_buffer_bytes``: each channel socket's receive buffer (tests make it tiny
-    to starve a receiver)."""
+    to starve a receiver). ``control_source``: the sender's address, for a
+    source-specific (232/8) control group. ``gateway``: receive through an AMT relay
+    (the module docstring; the caller closes it). ``announcement_wait_s``: end when
+    no announcement of the issue was accepted that long after the start (the client
+    then tries a relay)."""
     import pressrun_flute  # the native binding: only when a carousel is used
 
     if not 0 <= drop_probability < 1:
@@ -195,8 +242,16 @@ def receive_carousel(
     presence = CarouselPresence(issue_id)
     result = ReceiveResult(False, None, "deadline")
     selector = selectors.DefaultSelector()
-    control = receiver_socket(*control_group, interface)
-    selector.register(control, selectors.EVENT_READ, None)
+    control: socket.socket | None = None
+    if gateway is None:
+        control = receiver_socket(*control_group, interface, source=control_source)
+        selector.register(control, selectors.EVENT_READ, None)
+    else:
+        if control_source is None:
+            raise ValueError("through an AMT relay the control group needs its source (SSM)")
+        selector.register(gateway.sock, selectors.EVENT_READ, None)
+        gateway.listen(control_source, *control_group)
+        gateway.start(now=started)
     buffer = bytearray(MAX_DATAGRAM)
     plan: CarouselPlan | None = None
     channels: _Channels | None = None
@@ -212,24 +267,44 @@ def receive_carousel(
             if should_stop is not None and should_stop():
                 result.reason = "stopped"
                 break
+            waited = announcement_wait_s
+            if plan is None and waited is not None and now >= started + waited:
+                result.reason = f"no announcement within {waited:g} s"
+                break
             control_ready = False
+            datagrams: list[bytes] | None = None  # the control channel's, through a relay
+            gateway_at = gateway.next_deadline() if gateway is not None else None
             if flute is None or layers is None or channels is None:
                 # no plan yet: the control group alone
-                control_ready = bool(selector.select(max(0.0, min(deadline - now, 0.2))))
+                wait = min(deadline, gateway_at if gateway_at is not None else deadline) - now
+                if announcement_wait_s is not None:
+                    wait = min(wait, started + announcement_wait_s - now)
+                control_ready = bool(selector.select(max(0.0, min(wait, 0.2))))
+                if control_ready and gateway is not None:
+                    datagrams = gateway.read(now=time.perf_counter())
             else:
                 # the binding reads the channels without the GIL until the object
                 # ends, an announcement waits, or the window ends (at most 0.2 s, so
                 # should_stop is asked often enough)
                 wake = min(deadline, layers.next_deadline() or deadline)
+                if gateway_at is not None:
+                    wake = min(wake, gateway_at)
                 per_channel, pushed, emulated, control_ready, ended = flute.receive(
                     [(index, sock.fileno()) for index, sock in channels.sockets.items()],
                     max(0.0, min(wake - now, 0.2)),
-                    wake_fds=[control.fileno()],
+                    wake_fds=[control.fileno()] if control is not None else [],
                     batch_wait_s=BATCH_WAIT_S,
                     drop_probability=drop_probability,
                     seed=seed_once,
+                    tunnel_fd=gateway.fileno() if gateway is not None else None,
                 )
                 seed_once = None
+                if gateway is not None:
+                    at = time.perf_counter()
+                    datagrams = [
+                        d for m in flute.take_tunnel_messages() for d in gateway.handle(m, now=at)
+                    ]
+                    control_ready = bool(datagrams)
                 result.object_packets += pushed
                 result.dropped += emulated
                 for index, count, drops in per_channel:
@@ -242,8 +317,21 @@ def receive_carousel(
                     return _finish(result, plan, layers, gate, joined_at)
                 if on_progress is not None and plan is not None:
                     on_progress(result.object_packets, plan.source_symbols)
+            if gateway is not None:
+                at = time.perf_counter()
+                step = gateway.next_deadline()
+                if step is not None and at >= step:
+                    gateway.poll(now=at)
+                if gateway.failed is not None:
+                    result.reason = f"AMT: {gateway.failed}"
+                    return _finish(result, plan, layers, gate, joined_at)
             if control_ready:
-                stop = _control(control, buffer, gate, presence, manifest_sha256, plan)
+                if datagrams is not None:
+                    arrived = iter(datagrams)
+                else:
+                    assert control is not None
+                    arrived = _drain(control, buffer)
+                stop = _control(arrived, gate, presence, manifest_sha256, plan)
                 if isinstance(stop, str):
                     result.reason = stop
                     return _finish(result, plan, layers, gate, joined_at)
@@ -251,10 +339,21 @@ def receive_carousel(
                     if stop.channels == plan.channels and stop.sent_packets:
                         layers.handle_sent(stop.sent_packets, now=time.perf_counter())
                 elif stop is not None and plan is None:
+                    if gateway is not None and stop.source is None:
+                        result.reason = (
+                            "the carousel's channels are any-source; an AMT relay carries "
+                            "source-specific (232/8) channels only"
+                        )
+                        return _finish(result, plan, layers, gate, joined_at)
                     plan = stop
                     result.plan = plan
                     flute = pressrun_flute.Receiver(work_dir, max_cache_bytes=cache_bytes_for(plan))
-                    channels = _Channels(plan, interface, receive_buffer_bytes)
+                    channels = _Channels(
+                        plan,
+                        interface,
+                        receive_buffer_bytes,
+                        None if gateway is None else (gateway, flute),
+                    )
                     layers = LayerCore(
                         layering or LayeringConfig(),
                         tuple(ch.packets_per_s for ch in plan.channels),
@@ -264,7 +363,7 @@ def receive_carousel(
                         layers.handle_sent(plan.sent_packets, now=joined_at)
                     for effect in layers.start(now=joined_at):
                         channels.join(effect.index)
-                    result.channel_log.append((0.0, len(channels.sockets)))
+                    result.channel_log.append((0.0, channels.count))
             if layers is not None and channels is not None and flute is not None:
                 now = time.perf_counter()
                 step = layers.next_deadline()
@@ -281,7 +380,7 @@ def receive_carousel(
                             )
                             channels.leave(effect.index)
                             flute.forget_channel(effect.index)
-                        result.channel_log.append((now - joined_at, len(channels.sockets)))
+                        result.channel_log.append((now - joined_at, channels.count))
         return _finish(result, plan, layers, gate, joined_at)
     finally:
         # the binding's Receiver is unsendable: drop it here, in its own thread, even
@@ -289,8 +388,11 @@ def receive_carousel(
         flute = None
         if channels is not None:
             channels.close()
-        selector.unregister(control)
-        leave_and_close(control, control_group[0], interface)
+        if control is not None:
+            selector.unregister(control)
+            leave_and_close(control, control_group[0], interface, control_source)
+        elif gateway is not None:
+            selector.unregister(gateway.sock)
         selector.close()
 
 
@@ -309,25 +411,30 @@ def _ended(result: ReceiveResult, flute: FluteReceiver, issue_id: str) -> None:
             result.reason = f"the FLUTE object ended in {event.kind}"
 
 
+def _drain(sock: socket.socket, buffer: bytearray) -> Iterator[bytes]:
+    """The datagrams waiting on ``sock``."""
+    while True:
+        try:
+            n = sock.recv_into(buffer)
+        except BlockingIOError:
+            return
+        yield bytes(buffer[:n])
+
+
 def _control(
-    sock: socket.socket,
-    buffer: bytearray,
+    arrived: Iterator[bytes],
     gate: AnnouncementGate,
     presence: CarouselPresence,
     manifest_sha256: str,
     current: CarouselPlan | None,
 ) -> CarouselPlan | str | None:
-    """Read the control datagrams waiting: the issue's plan from the latest accepted
+    """The control datagrams that arrived: the issue's plan from the latest accepted
     announcement, or a reason (str) when the accepted announcements say the carousel
     is gone (a whole round without it) or now carries another version of the issue."""
     issue_id = presence.issue_id
     found: CarouselPlan | None = None
-    while True:
-        try:
-            n = sock.recv_into(buffer)
-        except BlockingIOError:
-            return found
-        ann, verdict, detail = check_datagram(bytes(buffer[:n]), gate, now_unix=wall_clock())
+    for datagram in arrived:
+        ann, verdict, detail = check_datagram(datagram, gate, now_unix=wall_clock())
         if verdict is not AnnouncementVerdict.ACCEPTED or ann is None:
             log.warning("ignoring a control announcement (%s): %s", verdict.value, detail)
             continue
@@ -347,6 +454,7 @@ def _control(
             )
             continue
         found = plan  # the latest: its packets-sent counters are fresh
+    return found
 
 
 def _finish(

@@ -1,0 +1,210 @@
+"""The client through an AMT relay (issue 34): `fetch_issue` (what ``pressrun get``
+runs) told by the balancer's multicast directive which relay to use, a real
+``pressrun serve amt-relay`` process, a 232/8 carousel whose control channel is
+source-specific too; the issue verified piece by piece. And RFC 8777 discovery: the
+relay named by an AMTRELAY record that a DNS server on 127.0.0.1 answers."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import random
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
+from pressrun.balancer.config import BalancerConfig
+from pressrun.balancer.demand import DemandConfig, DemandPolicy
+from pressrun.balancer.events import MulticastInfo, OriginSpec
+from pressrun.clients.aio import fetch_issue
+from pressrun.clients.codec import DirectiveMulticast
+from pressrun.clients.config import DESKTOP
+from pressrun.clients.multicast_receive import relays_for
+from pressrun.multicast import amt, driad
+from pressrun.multicast.config import CarouselConfig
+from pressrun.multicast.net import free_udp_port
+from pressrun.origin import OriginConfig, start_origin
+
+from .conftest import Shelf
+
+ISSUE = "weekly-amt-get"
+SIZE = 1_200_000 + 77
+PEAK_AT_ONCE = DemandConfig(
+    enter_downloaders=1000.0,
+    leave_downloaders=0.0,
+    min_dwell_s=0.0,
+    multicast_enter_downloaders=1.0,
+    multicast_leave_downloaders=0.5,
+)
+CLIENT = replace(
+    DESKTOP,
+    stall_timeout_s=3.0,
+    retry_backoff_s=0.05,
+    multicast_deadline_s=20.0,
+    multicast_interface="127.0.0.1",
+)
+root = pytest.mark.skipif(os.geteuid() != 0, reason="the relay's raw socket needs root")
+
+
+def ssm_group(rng: random.Random) -> str:
+    return f"232.{rng.randrange(1, 255)}.{rng.randrange(0, 255)}.{rng.randrange(1, 200)}"
+
+
+@pytest.fixture
+def relay_process() -> Iterator[tuple[str, int]]:
+    """``pressrun serve amt-relay`` on a free port of 127.0.0.1, answering."""
+    port = free_udp_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pressrun.cli", "serve", "amt-relay",
+         "--listen", f"127.0.0.1:{port}", "--interface", "127.0.0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    try:
+        wait_for_relay(("127.0.0.1", port), proc)
+        yield "127.0.0.1", port
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
+
+
+def wait_for_relay(address: tuple[str, int], proc: subprocess.Popen[str]) -> None:
+    """Until the relay answers a Request (a loaded host starts Python slowly)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as gw:
+        gw.settimeout(0.3)
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline and proc.poll() is None:
+            gw.sendto(amt.encode(amt.Request(1)), address)
+            try:
+                gw.recv(65535)
+                return
+            except TimeoutError:
+                continue
+    raise AssertionError(f"the relay did not answer (rc {proc.poll()})")
+
+
+async def _get(shelf: Shelf, info: MulticastInfo, tmp_path: Path, config: Any) -> Any:
+    origin = await start_origin(
+        OriginConfig(content_dir=shelf.content, name="origin-a", stats_interval_s=0.2)
+    )
+    policy = DemandPolicy(PEAK_AT_ONCE, {}, {ISSUE: info})
+    balancer = await start_balancer(
+        BalancerServiceConfig(
+            origins=(OriginSpec("origin-a", origin.url),),
+            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=1.0),
+            seed=1,
+        ),
+        mode_policy=policy,
+    )
+    try:
+        await balancer.wait_until_up(1, timeout_s=10.0)
+        return await fetch_issue(
+            ISSUE,
+            balancer_url=balancer.url,
+            library=tmp_path / "library",
+            config=config,
+            trusted_keys={bytes.fromhex(shelf.public_hex)},
+        )
+    finally:
+        await balancer.stop()
+        await origin.stop()
+
+
+@root
+async def test_get_through_the_relay_the_directive_names(
+    shelf: Shelf, senders: Any, tmp_path: Path, relay_process: tuple[str, int]
+) -> None:
+    """``amt=always``: no native join at all; the control channel and both data
+    channels come through the relay process; every byte from the carousel."""
+    data = shelf.publish(ISSUE, SIZE)
+    rng = random.Random()
+    control = (ssm_group(rng), free_udp_port())
+    carousel = CarouselConfig(channels=2, rate_bps=16e6)
+    sender = await senders(shelf, carousel, group_base=ssm_group(rng), control_group=control)
+    await sender.start_carousel(ISSUE, carousel)
+    relay = "{}:{}".format(*relay_process)
+    info = MulticastInfo("{}:{}".format(*control), "127.0.0.1", "127.0.0.1", (relay,))
+    result = await _get(shelf, info, tmp_path, replace(CLIENT, amt="always"))
+    assert result.mode == "multicast" and result.verified
+    assert result.bytes_from_multicast == SIZE, result.multicast_note
+    assert sum(result.bytes_by_origin.values()) == 0
+    assert f"through the AMT relay {relay}" in (result.multicast_note or "")
+    assert hashlib.sha256(result.path.read_bytes()).digest() == hashlib.sha256(data).digest()
+
+
+class _DnsServer:
+    """A DNS server on 127.0.0.1 answering AMTRELAY and A queries from a table."""
+
+    def __init__(self, records: dict[tuple[str, int], list[bytes]]) -> None:
+        self.records = records
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.address: tuple[str, int] = self.sock.getsockname()
+        self.asked: list[tuple[str, int]] = []
+
+    def serve(self, count: int) -> None:
+        self.sock.settimeout(5)
+        for _ in range(count):
+            query, peer = self.sock.recvfrom(512)
+            qid = struct.unpack_from("!H", query)[0]
+            labels, offset = [], 12
+            while query[offset]:
+                labels.append(query[offset + 1 : offset + 1 + query[offset]].decode())
+                offset += 1 + query[offset]
+            rtype = struct.unpack_from("!H", query, offset + 1)[0]
+            question = query[12 : offset + 5]
+            name = ".".join(labels)
+            self.asked.append((name, rtype))
+            answers = self.records.get((name, rtype), [])
+            reply = struct.pack("!HHHHHH", qid, 0x8180, 1, len(answers), 0, 0) + question
+            for rdata in answers:
+                reply += b"\xc0\x0c" + struct.pack("!HHIH", rtype, 1, 60, len(rdata)) + rdata
+            self.sock.sendto(reply, peer)
+
+
+async def test_rfc_8777_dns_names_the_relays() -> None:
+    """The AMTRELAY records of the source's reverse name, best precedence first; a
+    relay by domain name is looked up as an A record; D set on all: no discovery."""
+    name = driad.reverse_name("192.0.2.1")
+    assert name == "1.2.0.192.in-addr.arpa"
+    records = {
+        (name, driad.TYPE_AMTRELAY): [
+            driad.encode_amtrelay(
+                driad.AmtRelayRecord(20, True, driad.RELAY_NAME, "relay.example")
+            ),
+            driad.encode_amtrelay(driad.AmtRelayRecord(10, True, driad.RELAY_IPV4, "203.0.113.5")),
+        ],
+        ("relay.example", driad.TYPE_A): [bytes([198, 51, 100, 9])],
+    }
+    server = _DnsServer(records)
+    try:
+        config = replace(CLIENT, amt_dns="{}:{}".format(*server.address))
+        directive = DirectiveMulticast("232.1.1.1:5000", None, "192.0.2.1", ("203.0.113.77",))
+        serving = asyncio.to_thread(server.serve, 2)
+        (relays, discovery), _ = await asyncio.gather(
+            asyncio.to_thread(relays_for, config, directive), serving
+        )
+    finally:
+        server.sock.close()
+    assert relays == [("203.0.113.77", 2268), ("203.0.113.5", 2268), ("198.51.100.9", 2268)]
+    assert not discovery
+    assert server.asked == [(name, 260), ("relay.example", 1)]
+    # a record with D clear: discovery first
+    rdata = driad.encode_amtrelay(driad.AmtRelayRecord(0, False, driad.RELAY_IPV4, "203.0.113.5"))
+    assert driad.read_amtrelay(rdata) == driad.AmtRelayRecord(
+        0, False, driad.RELAY_IPV4, "203.0.113.5"
+    )
+    with pytest.raises(driad.DnsError):
+        driad.read_amtrelay(b"\x00\x01\x01")
