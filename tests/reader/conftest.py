@@ -281,12 +281,14 @@ async def browser() -> AsyncIterator[Any]:
 
 
 @pytest_asyncio.fixture(loop_scope="module")
-async def phone_factory(browser: Any) -> AsyncIterator[Callable[[str], Awaitable[Phone]]]:
-    """``await make_phone(reader_url)``: a `Phone` with its own empty storage."""
+async def phone_factory(browser: Any) -> AsyncIterator[Callable[..., Awaitable[Phone]]]:
+    """``await make_phone(reader_url)``: a `Phone` with its own empty storage (the
+    phone profile, or ``make_phone(url, TABLET)``)."""
     contexts: list[Any] = []
 
-    async def make(url: str) -> Phone:
-        context = await bounded("a new browser context", browser.new_context(**PHONE))
+    async def make(url: str, profile: dict[str, Any] | None = None) -> Phone:
+        options = PHONE if profile is None else profile
+        context = await bounded("a new browser context", browser.new_context(**options))
         context.set_default_timeout(STEP_TIMEOUT_S * 1000)
         contexts.append(context)
         return Phone(context, url)

@@ -33,6 +33,15 @@ PHONE: dict[str, Any] = {
     "has_touch": True,
 }
 
+#: a tablet held in landscape: 1180 x 820 CSS pixels (an iPad Air's), touch; the
+#: reader shows two-page spreads on it (turned to portrait: one page)
+TABLET: dict[str, Any] = {
+    "viewport": {"width": 1180, "height": 820},
+    "device_scale_factor": 2,
+    "is_mobile": True,
+    "has_touch": True,
+}
+
 
 def why_no_browser() -> str | None:
     """Why the browser cannot be driven here (what to run), or None when it can."""

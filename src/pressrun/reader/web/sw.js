@@ -33,6 +33,7 @@ const SHELL = [
   "js/download.js",
   "js/issues.js",
   "js/manifest.js",
+  "js/pages.js",
   "js/prefetch.js",
   "js/store.js",
   "js/subscription.js",

@@ -14,7 +14,8 @@ import { deleteIssueFiles, issueBlob, issueBytes, storageEstimate } from "./stor
 import { prepareDecryption, stillNotSubscribed, subscriberPublicKey } from "./subscription.js";
 import { prefetchStatus, withPrefetch } from "./prefetch.js";
 import { leaveSwarm } from "./swarm.js";
-import { openPdf, pageAspect, renderCover, renderPage, warmUp } from "./viewer.js";
+import { PageStrip, nextPage, previousPage, showsSpreads, shownPages } from "./pages.js";
+import { openPdf, pageAspect, renderCover, renderPage, renderSpread, warmUp } from "./viewer.js";
 
 const $ = (selector) => document.querySelector(selector);
 const state = {
@@ -455,7 +456,9 @@ export async function deleteIssue(id) {
 // devicePixelRatio x zoom, so text stays sharp. A zoomed page pans by the surface's
 // own scrolling (touch-action: pan-x pan-y: the browser scrolls, the app zooms). At
 // zoom 1 a swipe or a tap on the outer thirds turns the page; a tap in the middle
-// shows or hides the toolbars.
+// shows or hides the toolbars. On a tablet in landscape two pages are shown side by
+// side (pages.js: the cover alone, then 2-3, 4-5, ...) and zoom and turns act on the
+// spread; "Pages" opens a strip of page thumbnails.
 
 const MAX_ZOOM = 5;
 const DOUBLE_TAP_STEPS = [1, 2, 4]; // each double tap zooms to the next, then back to 1
@@ -466,6 +469,7 @@ export async function openIssue(id) {
   const record = await getRecord("issues", id);
   const blob = await issueBlob(id, record.num_pieces, "application/pdf");
   if (state.reading) await state.reading.doc.destroy();
+  strip.reset();
   const doc = await openPdf(blob);
   state.reading = { issueId: id, doc, page: 1, pages: doc.numPages, zoom: 1, drawn: 0 };
   $("#library-view").hidden = true;
@@ -483,14 +487,20 @@ export async function openIssue(id) {
   $("#reader-view").dataset.openedMs = ms.toFixed(1);
 }
 
-/** The CSS width page `n` gets at zoom 1: the surface's width, or less so that the
- * whole page fits the surface's height. */
-async function fitWidth(n) {
+/** The CSS width each of the pages `shown` gets at zoom 1: its share of the
+ * surface's width, or less so that the whole page fits the surface's height. */
+async function fitWidth(shown) {
   const surface = $("#page-surface");
-  const width = Math.min(surface.clientWidth || window.innerWidth, 900);
+  const width = Math.min(surface.clientWidth || window.innerWidth, 900 * shown.length) / shown.length;
   const height = surface.clientHeight || window.innerHeight;
-  const aspect = await pageAspect(state.reading.doc, n);
+  const aspect = await pageAspect(state.reading.doc, shown[0]);
   return Math.max(100, Math.floor(Math.min(width, height * aspect)));
+}
+
+/** Whether the reading view shows two-page spreads now (a tablet in landscape). */
+function spreadView() {
+  const surface = $("#page-surface");
+  return showsSpreads(surface.clientWidth || window.innerWidth, surface.clientHeight || window.innerHeight);
 }
 
 /**
@@ -499,22 +509,27 @@ async function fitWidth(n) {
  * older one still drawing). `focus` {x, y, fx, fy}: keep the point at fraction
  * (fx, fy) of the page under the client point (x, y).
  */
-async function drawPage(n, zoom, focus = null) {
+async function drawPage(wanted, zoom, focus = null) {
   const r = state.reading;
-  if (!r || n < 1 || n > r.pages) return;
+  if (!r || wanted < 1 || wanted > r.pages) return;
   const ticket = ++r.drawn;
+  const shown = shownPages(wanted, r.pages, spreadView());
+  const n = shown[0];
   r.page = n;
   r.zoom = zoom;
   const started = performance.now();
   const canvas = document.createElement("canvas");
-  const size = await renderPage(r.doc, n, canvas, await fitWidth(n), zoom);
+  const width = await fitWidth(shown);
+  const size =
+    shown.length === 2 ? await renderSpread(r.doc, shown, canvas, width, zoom) : await renderPage(r.doc, n, canvas, width, zoom);
   if (state.reading !== r || r.drawn !== ticket) return; // a newer page or zoom won
   const old = $("#page");
   canvas.id = "page";
   canvas.dataset.page = String(n);
+  canvas.dataset.pages = shown.join("-");
   canvas.dataset.zoom = String(zoom);
   canvas.setAttribute("role", "img");
-  canvas.setAttribute("aria-label", `Page ${n} of ${r.pages}`);
+  canvas.setAttribute("aria-label", shown.length === 2 ? `Pages ${n} and ${n + 1} of ${r.pages}` : `Page ${n} of ${r.pages}`);
   old.replaceWith(canvas);
   const surface = $("#page-surface");
   surface.classList.toggle("zoomed", zoom > 1);
@@ -525,16 +540,38 @@ async function drawPage(n, zoom, focus = null) {
   } else {
     surface.scrollTo(0, 0);
   }
-  $("#page-number").textContent = `${n} / ${r.pages}`;
+  $("#page-number").textContent = `${shown.join("–")} / ${r.pages}`;
   if (n !== r.kept) {
     r.kept = n;
     putSetting(`position:${r.issueId}`, n).catch(() => {});
   }
-  hooks.lastRender = { page: n, zoom, ...size, ms: performance.now() - started };
+  hooks.lastRender = { page: n, pages: shown, zoom, ...size, ms: performance.now() - started };
 }
 
 function showPage(n) {
   return drawPage(n, 1);
+}
+
+/** Turn forward (+1) or back (-1): a page, or a spread. */
+function turn(direction) {
+  const r = state.reading;
+  if (!r) return Promise.resolve();
+  const step = direction > 0 ? nextPage : previousPage;
+  return showPage(step(r.page, r.pages, spreadView()));
+}
+
+const strip = new PageStrip(document.querySelector("#thumbnails"), {
+  onPick: (n) => {
+    strip.close();
+    showPage(n);
+  },
+});
+
+function togglePages() {
+  if (!state.reading) return;
+  if (strip.isOpen) strip.close();
+  else strip.open(state.reading);
+  $("#pages-button").setAttribute("aria-expanded", String(strip.isOpen));
 }
 
 /** The fraction of the page under client point (x, y), from the canvas as shown. */
@@ -553,9 +590,11 @@ function zoomTo(zoom, x, y) {
 
 function showChrome(show) {
   $("#reader-view").classList.toggle("immersive", !show);
+  if (!show && strip.isOpen) togglePages();
 }
 
 async function closeReader() {
+  strip.reset();
   if (state.reading) await state.reading.doc.destroy();
   state.reading = null;
   document.body.classList.remove("reading");
@@ -616,7 +655,7 @@ function setUpReaderGestures() {
     const dx = e.changedTouches[0].clientX - swipe.x;
     const dy = e.changedTouches[0].clientY - swipe.y;
     swipe = null;
-    if (Math.abs(dx) > 50 && Math.abs(dx) > Math.abs(dy)) showPage(state.reading.page + (dx < 0 ? 1 : -1));
+    if (Math.abs(dx) > 50 && Math.abs(dx) > Math.abs(dy)) turn(dx < 0 ? 1 : -1);
   });
   // Taps: a single tap waits DOUBLE_TAP_MS to be sure it is not the first of two.
   let lastTap = null;
@@ -638,13 +677,15 @@ function setUpReaderGestures() {
       if (!state.reading) return;
       const third = surface.clientWidth / 3;
       const immersive = $("#reader-view").classList.contains("immersive");
-      if (state.reading.zoom === 1 && x > 2 * third) showPage(state.reading.page + 1);
-      else if (state.reading.zoom === 1 && x < third) showPage(state.reading.page - 1);
+      if (strip.isOpen) togglePages();
+      else if (state.reading.zoom === 1 && x > 2 * third) turn(1);
+      else if (state.reading.zoom === 1 && x < third) turn(-1);
       else showChrome(immersive);
     }, DOUBLE_TAP_MS);
   });
-  $("#next-page").onclick = () => state.reading && showPage(state.reading.page + 1);
-  $("#previous-page").onclick = () => state.reading && showPage(state.reading.page - 1);
+  $("#next-page").onclick = () => turn(1);
+  $("#previous-page").onclick = () => turn(-1);
+  $("#pages-button").onclick = togglePages;
   $("#back").onclick = closeReader;
   window.addEventListener("resize", () => state.reading && drawPage(state.reading.page, state.reading.zoom));
 }

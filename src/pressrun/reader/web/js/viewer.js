@@ -55,14 +55,14 @@ export const MAX_CANVAS_PIXELS = 2 ** 25;
  * again sharp rather than stretched. Resolves to the rendered size {width, height,
  * cssWidth, cssHeight}.
  */
-export async function renderPage(doc, number, canvas, cssWidth, zoom = 1) {
+export async function renderPage(doc, number, canvas, cssWidth, zoom = 1, maxPixels = MAX_CANVAS_PIXELS) {
   const page = await doc.getPage(number);
   try {
     const base = page.getViewport({ scale: 1 });
     const scale = (cssWidth * zoom) / base.width;
     let ratio = window.devicePixelRatio || 1;
     const pixels = base.width * base.height * (scale * ratio) ** 2;
-    if (pixels > MAX_CANVAS_PIXELS) ratio *= Math.sqrt(MAX_CANVAS_PIXELS / pixels);
+    if (pixels > maxPixels) ratio *= Math.sqrt(maxPixels / pixels);
     const viewport = page.getViewport({ scale: scale * ratio });
     canvas.width = Math.floor(viewport.width);
     canvas.height = Math.floor(viewport.height);
@@ -74,6 +74,50 @@ export async function renderPage(doc, number, canvas, cssWidth, zoom = 1) {
   } finally {
     page.cleanup();
   }
+}
+
+/**
+ * Render a two-page spread (`numbers`: [left, right]) into `canvas`, side by side,
+ * each page `cssWidth` CSS pixels wide at zoom 1 (as renderPage; the pixel cap is
+ * shared between the two). Each page is drawn by pdf.js into a canvas of its own and
+ * copied into `canvas` (pdf.js fills its whole viewport with white before drawing, so
+ * the second page cannot be drawn into the same canvas at an offset). Resolves to the
+ * spread's size {width, height, cssWidth, cssHeight}.
+ */
+export async function renderSpread(doc, numbers, canvas, cssWidth, zoom = 1) {
+  const parts = [];
+  for (const n of numbers) {
+    const part = document.createElement("canvas");
+    parts.push({ part, size: await renderPage(doc, n, part, cssWidth, zoom, MAX_CANVAS_PIXELS / numbers.length) });
+  }
+  canvas.width = parts.reduce((sum, p) => sum + p.part.width, 0);
+  canvas.height = Math.max(...parts.map((p) => p.part.height));
+  const cssW = parts.reduce((sum, p) => sum + p.size.cssWidth, 0);
+  const cssH = Math.max(...parts.map((p) => p.size.cssHeight));
+  canvas.style.width = `${cssW}px`;
+  canvas.style.height = `${cssH}px`;
+  const ctx = canvas.getContext("2d");
+  ctx.fillStyle = "#ffffff";
+  ctx.fillRect(0, 0, canvas.width, canvas.height);
+  let x = 0;
+  for (const { part } of parts) {
+    ctx.drawImage(part, x, 0);
+    x += part.width;
+    part.width = part.height = 0; // give the memory back at once
+  }
+  return { width: canvas.width, height: canvas.height, cssWidth: cssW, cssHeight: cssH };
+}
+
+/** Page `number` as a small picture for the page strip: a PNG object URL of the
+ * page `cssWidth` CSS pixels wide (at the device's pixel ratio). */
+export async function renderThumbnail(doc, number, cssWidth = 96) {
+  const canvas = document.createElement("canvas");
+  await renderPage(doc, number, canvas, cssWidth);
+  const blob = await new Promise((resolve, reject) =>
+    canvas.toBlob((b) => (b ? resolve(b) : reject(new Error("the page's picture could not be encoded"))), "image/png"),
+  );
+  canvas.width = canvas.height = 0;
+  return URL.createObjectURL(blob);
 }
 
 /** Page `number`'s width over its height (to fit it to the screen before drawing). */
