@@ -105,6 +105,7 @@ async def receive_multicast(
             f"{result.most_channels} channel(s), {result.seconds:.1f} s, "
             f"{result.final_channels} at the end, {result.socket_drops} own socket drops"
             + (f", through the AMT relay {result.relay}" if result.relay else "")
+            + (f", efficiency {result.efficiency:.3f}" if result.efficiency else "")
         )
         return have
     why = (

@@ -1,0 +1,218 @@
+"""Issue 34's namespace test: a sender island where multicast flows, a reader
+namespace routed to it by unicast only (no multicast route, the native join fails),
+an AMT relay on the island. ``pressrun get`` in the reader's namespace is told by the
+balancer's directive which relay to use and gets the issue through it, verified, with
+nftables dropping 20% of the tunnel's datagrams on the way in (the carousel's FEC
+covers the loss: efficiency printed and checked); the same reader with ``--amt never``
+falls back to the origin as before.
+
+The island: its loopback (multicast on, an address of its own) the sender sends on
+and the relay joins on; the sender, the balancer and the origin (on the island's end
+of a veth pair) in one Python process, the relay a ``pressrun serve amt-relay``
+process of its own. Skipped, with the reason, without root, ``ip`` or ``nft``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import Shelf
+
+pytestmark = pytest.mark.root
+
+ISSUE = "weekly-amt-netns"
+SIZE = 1_500_000 + 11
+LOSS_PERCENT = 20
+
+#: the island's services in one process: the sender (232/8 channels and control
+#: group on the dummy interface), the origin and the balancer on the veth address
+ISLAND = r"""
+import asyncio, signal, sys
+from pathlib import Path
+from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
+from pressrun.balancer.config import BalancerConfig
+from pressrun.balancer.demand import DemandConfig, DemandPolicy
+from pressrun.balancer.events import MulticastInfo, OriginSpec
+from pressrun.content.keys import load_signing_key
+from pressrun.multicast.config import CarouselConfig
+from pressrun.multicast.sender import MulticastSender, SenderServiceConfig
+from pressrun.origin import OriginConfig, start_origin
+
+content, key, issue, control, base, mcast_if, veth, relay = sys.argv[1:9]
+group, port = control.split(":")
+
+async def main():
+    carousel = CarouselConfig(channels=2, rate_bps=12e6)
+    sender = MulticastSender(SenderServiceConfig(
+        content_dir=Path(content), control_group=(group, int(port)),
+        signing_key=load_signing_key(Path(key)), token="test-token-0123456789",
+        interface=mcast_if, carousel=carousel, group_base=base,
+        announce_interval_s=0.2, announcement_ttl_s=2.0, multicast_ttl=2))
+    await sender.start()
+    await sender.start_carousel(issue, carousel)
+    origin = await start_origin(OriginConfig(content_dir=Path(content), name="origin-a",
+                                             host=veth, stats_interval_s=0.2))
+    peak = DemandConfig(enter_downloaders=1000.0, leave_downloaders=0.0, min_dwell_s=0.0,
+                        multicast_enter_downloaders=1.0, multicast_leave_downloaders=0.5)
+    info = MulticastInfo(control, None, mcast_if, (relay,))
+    balancer = await start_balancer(BalancerServiceConfig(
+        origins=(OriginSpec("origin-a", origin.url),), host=veth,
+        balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=1.0), seed=1),
+        mode_policy=DemandPolicy(peak, {}, {issue: info}))
+    await balancer.wait_until_up(1, timeout_s=20.0)
+    print("balancer", balancer.url, flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await balancer.stop(); await origin.stop(); await sender.close()
+
+asyncio.run(main())
+"""
+
+
+def _run(*args: str) -> str:
+    return subprocess.run(args, check=True, capture_output=True, text=True, timeout=20).stdout
+
+
+@pytest.fixture
+def namespaces() -> Iterator[tuple[str, str, str, str]]:
+    """(island, reader, the island's veth address, the dummy interface's address)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create network namespaces")
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"needs {tool} (apt-get install iproute2 nftables)")
+    tag = f"{random.randrange(1 << 24):06x}"
+    island, reader = f"pr-amt-i-{tag}", f"pr-amt-r-{tag}"
+    net = random.randrange(1, 250)
+    island_ip, reader_ip, mcast_ip = f"10.34.{net}.1", f"10.34.{net}.2", f"10.35.{net}.1"
+    veth_i, veth_r = f"vi{tag}", f"vr{tag}"
+    try:
+        _run("ip", "netns", "add", island)
+    except subprocess.CalledProcessError as err:
+        pytest.skip(f"cannot create a network namespace: {err.stderr.strip()}")
+    try:
+        _run("ip", "netns", "add", reader)
+        i, r = ["ip", "netns", "exec", island], ["ip", "netns", "exec", reader]
+        _run("ip", "link", "add", veth_i, "type", "veth", "peer", "name", veth_r)
+        _run("ip", "link", "set", veth_i, "netns", island)
+        _run("ip", "link", "set", veth_r, "netns", reader)
+        for ns, dev, ip in ((i, veth_i, island_ip), (r, veth_r, reader_ip)):
+            _run(*ns, "ip", "link", "set", "lo", "up")
+            _run(*ns, "ip", "addr", "add", f"{ip}/24", "dev", dev)
+            _run(*ns, "ip", "link", "set", dev, "up")
+        # the island's multicast: its loopback, multicast on, with an address of its
+        # own the sender sends from (no dummy module here); the veth pair to the
+        # reader carries none: the reader has no multicast route at all
+        _run(*i, "ip", "addr", "add", f"{mcast_ip}/32", "dev", "lo")
+        _run(*i, "ip", "link", "set", "lo", "multicast", "on")
+        _run(*r, "ip", "link", "set", veth_r, "multicast", "off")
+        routes = _run(*r, "ip", "route", "show", "table", "all")
+        assert "224.0.0.0" not in routes and "default" not in routes, routes
+        yield island, reader, island_ip, mcast_ip
+    finally:
+        for ns in (island, reader):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+
+
+def _loss(reader: str, relay_port: int, percent: int) -> None:
+    """nftables in the reader's namespace: drop ``percent`` of the datagrams from the
+    relay (the tunnel) at random, counting all and the dropped."""
+    r = ["ip", "netns", "exec", reader, "nft"]
+    _run(*r, "add", "table", "inet", "tunnel")
+    _run(*r, "add", "chain", "inet", "tunnel", "input", "{ type filter hook input priority 0 ; }")
+    _run(*r, "add", "rule", "inet", "tunnel", "input", "udp", "sport", str(relay_port), "counter")
+    _run(
+        *r, "add", "rule", "inet", "tunnel", "input", "udp", "sport", str(relay_port),
+        "numgen", "random", "mod", "100", "<", str(percent), "counter", "drop",
+    )  # fmt: skip
+
+
+def _counters(reader: str) -> list[int]:
+    ruleset = json.loads(_run("ip", "netns", "exec", reader, "nft", "-j", "list", "ruleset"))
+    return [
+        expr["counter"]["packets"]
+        for item in ruleset["nftables"]
+        if "rule" in item
+        for expr in item["rule"]["expr"]
+        if "counter" in expr
+    ]
+
+
+def _get(reader: str, balancer: str, shelf: Shelf, library: Path, *extra: str) -> dict:
+    out = subprocess.run(
+        [
+            "ip", "netns", "exec", reader, sys.executable, "-m", "pressrun.cli", "get", ISSUE,
+            "--balancer", balancer, "--library", str(library),
+            "--publisher-key", shelf.public_hex, "--multicast-deadline-s", "20", "--json",
+            *extra,
+        ],
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc: dict = json.loads(out.stdout.strip().splitlines()[-1])
+    return doc
+
+
+def test_a_unicast_only_reader_gets_the_issue_through_the_relay(
+    namespaces: tuple[str, str, str, str], shelf: Shelf, tmp_path: Path
+) -> None:
+    island, reader, island_ip, mcast_ip = namespaces
+    data = shelf.publish(ISSUE, SIZE)
+    rng = random.Random()
+    control = f"232.{rng.randrange(1, 255)}.{rng.randrange(0, 255)}.1:{rng.randrange(20000, 60000)}"
+    base = f"232.{rng.randrange(1, 255)}.{rng.randrange(0, 255)}.1"
+    relay_port = 2268
+    i = ["ip", "netns", "exec", island]
+    relay = subprocess.Popen(
+        [*i, sys.executable, "-m", "pressrun.cli", "serve", "amt-relay",
+         "--listen", f"{island_ip}:{relay_port}", "--relay-address", island_ip,
+         "--interface", mcast_ip],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    services = subprocess.Popen(
+        [*i, sys.executable, "-c", ISLAND, str(shelf.content), str(shelf.key_path), ISSUE,
+         control, base, mcast_ip, island_ip, f"{island_ip}:{relay_port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert services.stdout is not None
+        line = services.stdout.readline()
+        assert line.startswith("balancer "), services.stderr.read() if services.stderr else ""
+        balancer = line.split()[1]
+        _loss(reader, relay_port, LOSS_PERCENT)
+        through = _get(reader, balancer, shelf, tmp_path / "lib-relay")
+        seen, dropped = _counters(reader)
+        plain = _get(reader, balancer, shelf, tmp_path / "lib-plain", "--amt", "never")
+    finally:
+        for proc in (services, relay):
+            proc.terminate()
+        for proc in (services, relay):
+            try:
+                proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    digest = hashlib.sha256(data).hexdigest()
+    assert through["sha256"] == digest and plain["sha256"] == digest
+    # through the relay: every byte from the carousel, none from the origin
+    note = through["multicast_note"]
+    assert through["mode"] == "multicast" and through["bytes_from_multicast"] == SIZE, through
+    assert f"through the AMT relay {island_ip}:{relay_port}" in note
+    assert sum(through["bytes_by_origin"].values()) == 0
+    # nftables really dropped about a fifth of the tunnel's datagrams ...
+    assert seen > 500 and 0.15 < dropped / seen < 0.25, (seen, dropped)
+    # ... and the FEC covered it: source symbols / packets received until complete
+    efficiency = float(note.split("efficiency ")[1].split(",")[0])
+    print(f"through the relay: {note}; tunnel datagrams {seen}, dropped {dropped}")
+    assert efficiency >= 0.95, note
+    # without a relay: the native join fails (no multicast route), the origin serves
+    assert plain["bytes_from_multicast"] == 0 and sum(plain["bytes_by_origin"].values()) == SIZE
