@@ -208,3 +208,35 @@ async def test_rfc_8777_dns_names_the_relays() -> None:
     )
     with pytest.raises(driad.DnsError):
         driad.read_amtrelay(b"\x00\x01\x01")
+
+
+async def test_a_source_specific_control_group_is_joined_by_its_source(
+    shelf: Shelf, senders: Any, tmp_path: Path
+) -> None:
+    """Natively, no relay: a 232/8 control group is joined by (source, group); the
+    directive's source is what the client joins with. The same group without the
+    source is refused (an SSM group cannot be joined any-source)."""
+    data = shelf.publish(ISSUE, 300_000)
+    rng = random.Random()
+    control = (ssm_group(rng), free_udp_port())
+    carousel = CarouselConfig(channels=1, rate_bps=16e6)
+    sender = await senders(shelf, carousel, group_base=ssm_group(rng), control_group=control)
+    await sender.start_carousel(ISSUE, carousel)
+    info = MulticastInfo("{}:{}".format(*control), "127.0.0.1", "127.0.0.1")
+    result = await _get(shelf, info, tmp_path, replace(CLIENT, amt="never"))
+    assert result.bytes_from_multicast == 300_000 and result.path.read_bytes() == data
+    assert "through the AMT relay" not in (result.multicast_note or "")
+    from .conftest import receive_issue
+
+    with pytest.raises(ValueError, match="source"):
+        await receive_issue(shelf, control, ISSUE, tmp_path / "no-source", deadline_s=1.0)
+
+
+async def test_the_sender_sends_with_ttl_2_by_default(shelf: Shelf, senders: Any) -> None:
+    """Issue 34: a TTL of at least 2 so a relay or router one hop away gets the
+    carousel (the sender's socket as the kernel has it)."""
+    from pressrun.multicast.sender import SenderServiceConfig
+
+    sender = await senders(shelf, CarouselConfig(channels=1))
+    assert sender.sock.getsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL) == 2
+    assert SenderServiceConfig.__dataclass_fields__["multicast_ttl"].default == 2

@@ -128,7 +128,10 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         help="an announcement expires this long after it is sent (default 5)",
     )
     p.add_argument(
-        "--multicast-ttl", type=int, default=1, help="IP TTL of multicast packets (default 1)"
+        "--multicast-ttl",
+        type=int,
+        default=2,
+        help="IP TTL of multicast packets (default 2: a relay or router one hop away gets them)",
     )
     p.add_argument(
         "--prepare-issues",

@@ -2,7 +2,8 @@
 
 The interface is named by its address (``--interface 127.0.0.1``): the sender sends
 through it (``IP_MULTICAST_IF``, loopback on so receivers on the same host hear it,
-TTL 1 by default: the groups stay on the link), a receiver joins its groups on it
+TTL 2 by the sender's default: a relay or router one hop away gets the groups), a
+receiver joins its groups on it
 (``IP_ADD_MEMBERSHIP``), or, for a source-specific group (232/8, RFC 4607), the
 (source, group) channel (``IP_ADD_SOURCE_MEMBERSHIP``: packets from another source
 are not delivered, and an AMT relay or SSM router forwards by (S, G)). Multicast on

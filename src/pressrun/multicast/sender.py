@@ -97,7 +97,8 @@ class SenderServiceConfig:
     state_file: Path | None = None
     announce_interval_s: float = 0.5
     announcement_ttl_s: float = 5.0
-    multicast_ttl: int = 1
+    #: 2: a relay or SSM router one hop from the sender gets the carousel (issue 34)
+    multicast_ttl: int = 2
     tls: ServiceSecurity = field(default_factory=ServiceSecurity)  # HTTPS for the API
     #: the newest issues of the content folder encoded ahead of their carousels (0: none;
     #: each holds one pass in memory: size x channels x (1 + overhead) with RaptorQ)
