@@ -240,3 +240,44 @@ async def test_the_sender_sends_with_ttl_2_by_default(shelf: Shelf, senders: Any
     sender = await senders(shelf, CarouselConfig(channels=1))
     assert sender.sock.getsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL) == 2
     assert SenderServiceConfig.__dataclass_fields__["multicast_ttl"].default == 2
+
+
+@root
+async def test_layering_joins_channels_through_membership_updates(
+    shelf: Shelf, senders: Any, tmp_path: Path
+) -> None:
+    """Through the relay the receiver-driven layering starts on one channel and joins
+    the second by a Membership Update (ALLOW) once the tunnel shows no loss; when the
+    receiver ends, the gateway leaves both (BLOCK) and the relay holds no member."""
+    from pressrun.multicast.gateway import AmtGateway
+    from pressrun.multicast.relay import AmtRelay, RelayConfig
+
+    from .conftest import receive_issue
+
+    data = shelf.publish(ISSUE, 1_500_000)
+    rng = random.Random()
+    control = (ssm_group(rng), free_udp_port())
+    carousel = CarouselConfig(channels=2, rate_bps=6e6)  # 2 s a cycle per channel
+    sender = await senders(shelf, carousel, group_base=ssm_group(rng), control_group=control)
+    plan = await sender.start_carousel(ISSUE, carousel)
+    relay = AmtRelay(RelayConfig(), listen=("127.0.0.1", 0), interface="127.0.0.1")
+    address = await relay.start()
+    gateway = AmtGateway([address])
+    try:
+        result = await receive_issue(
+            shelf, control, ISSUE, tmp_path / "rx", control_source="127.0.0.1", gateway=gateway
+        )
+        assert result.completed and result.path.read_bytes() == data
+        assert result.most_channels == 2 and result.channel_log[0] == (0.0, 1), result
+        # the data channels were left as the receiver ended (BLOCK); the control
+        # channel is the gateway's until it closes
+        await asyncio.sleep(0.3)
+        assert gateway.core.channels == {("127.0.0.1", control[0])}
+        assert set(relay.core.members) == {("127.0.0.1", control[0])}
+        assert plan.source == "127.0.0.1"
+    finally:
+        gateway.close()
+        await asyncio.sleep(0.3)
+        members = dict(relay.core.members)
+        await relay.close()
+    assert members == {}  # the leaves reached the relay: nothing sent on to nobody
