@@ -32,6 +32,7 @@ from typing import Any
 from pressrun.demo.processes import ServiceProcess, cpu_seconds, start_cpu_burner, stop_process
 from pressrun.demo.readers import BrowserReaders, ReaderOutcome, start_reader_service
 from pressrun.demo.report import ClientRow, print_reader_table, print_tables
+from pressrun.demo.sender_bytes import sender_bytes_watched
 from pressrun.demo.testbed import (
     DEMO_ISSUE,
     DEMO_MULTICAST_ENTER,
@@ -212,10 +213,18 @@ async def run_demo(
                 await carousel_up
             return await fleet.read(number, reader_url, DEMO_ISSUE, want_sha, wave=wave + 1)
 
-        both = await asyncio.gather(
-            asyncio.gather(*(one(n) for n in range(1, clients + 1))),
-            asyncio.gather(*(phone(n) for n in range(1, readers + 1))),
-        )
+        async with contextlib.AsyncExitStack() as watching:
+            # the sender is read all along: it drops a carousel's counters when the
+            # balancer stops the carousel, before the crowd is done (sender_bytes.py)
+            sent = (
+                None
+                if sender is None
+                else await watching.enter_async_context(sender_bytes_watched(sender.url))
+            )
+            both = await asyncio.gather(
+                asyncio.gather(*(one(n) for n in range(1, clients + 1))),
+                asyncio.gather(*(phone(n) for n in range(1, readers + 1))),
+            )
         rows, phones = both
         wall = loop.time() - started
         burner_cpu_s = cpu_seconds(burner.pid)
@@ -224,7 +233,7 @@ async def run_demo(
             for origin in origins:
                 async with http.get(f"{origin.url}/stats") as resp:
                     stats.append(await resp.json())
-            sender_bytes = None if sender is None else await _sender_bytes(http, sender.url)
+        sender_bytes = None if sent is None else sent.total
         return list(rows), list(phones), stats, wall, burner_cpu_s, sender_bytes
     finally:
         if fleet_up is not None and not fleet_up.done():
@@ -264,21 +273,6 @@ async def _carousel_running(url: str, timeout_s: float) -> bool:
                         return True
             await asyncio.sleep(0.2)
     return False
-
-
-async def _sender_bytes(http: Any, url: str) -> float:
-    """The sender's UDP payload bytes so far, from its /metrics."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    async with http.get(f"{url}/metrics") as resp:
-        text = await resp.text()
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "pressrun_multicast_bytes_sent"
-        for sample in family.samples
-        if sample.name.endswith("_total")
-    )
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
