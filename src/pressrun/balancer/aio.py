@@ -112,6 +112,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: how long an issue's first directive waits for its swarm to be known (seconds)
+FIRST_SWARM_WAIT_S = 1.0
 #: one line per directive decision and per status received, at DEBUG (docs/balancer.md)
 decisions_log = logging.getLogger("pressrun.balancer.decisions")
 
@@ -453,12 +456,39 @@ class BalancerService:
 
     async def directive(self, request: web.Request) -> web.Response:
         """``GET /v1/issues/{issue_id}/directive[?failed=a,b]``."""
+        await self._learn_swarm_first(request.match_info["issue_id"])
         result = self._decide(request)
         if isinstance(result, web.Response):
             return result
         return web.Response(
             body=json.dumps(encode_directive(result)).encode(), content_type=JSON_TYPE
         )
+
+    async def _learn_swarm_first(self, issue_id: str) -> None:
+        """Before an issue's first directive, its swarm (read from its manifest) is
+        awaited, at most FIRST_SWARM_WAIT_S: learnt in the background after the
+        answer, the first arrivals of a flash crowd were answered ``origin`` whatever
+        the demand (bench/reader_swarm.py, swarm threshold 1: the first of two desktop
+        peers arriving together was sent to the origins, the second to the swarm).
+        Only for an issue an origin in rotation holds; the fetch is one per issue."""
+        if self.config.tracker_url is None or issue_id in self.swarms:
+            return
+        if ISSUE_ID_RE.match(issue_id) is None:
+            return
+        urls = [
+            rec.spec.url
+            for rec in self.core.origins.values()
+            if rec.state is OriginState.UP
+            and rec.status is not None
+            and issue_id in rec.status.issues
+        ]
+        if not urls:
+            return
+        try:
+            async with asyncio.timeout(FIRST_SWARM_WAIT_S):
+                await asyncio.shield(self.manifests.file_name(issue_id, urls))
+        except (TimeoutError, ManifestUnavailable):
+            pass  # answered as before; the fetch goes on (or is retried) in the background
 
     async def prefetch_grant(self, request: web.Request) -> web.Response:
         """``GET /v1/issues/{issue_id}/prefetch``: not a reader, so no demand, no pick."""
