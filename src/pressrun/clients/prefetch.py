@@ -17,7 +17,11 @@ client:
 4. downloads the ciphertext piece by piece from the granted origins (HTTP Range, one
    piece at a time, each checked against the manifest and recorded in the resume
    state as ``get`` does), paced to the grant (`PrefetchPace`), renewing the grant
-   every ``renew_s``; an interrupted prefetch resumes like any ``get``;
+   every ``renew_s``; an interrupted prefetch resumes like any ``get``. When the
+   issue's torrent names a tracker, the prefetcher also joins the other
+   prefetchers' swarm (`pressrun.clients.prefetch_swarm`, no web seed): pieces come
+   from peers unpaced, the origins are asked only for pieces no peer holds, and
+   what this one holds is offered to the others, until the release;
 5. waits for the release (asking the wrap again every ``RECHECK_S`` meanwhile, so a
    release moved earlier or later, or revoked, is followed), fetches the wrap at the
    release, decrypts and moves the plaintext into the library at once.
@@ -29,8 +33,10 @@ speed the ordinary way (`fetch_issue` resumes from the verified pieces).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import random
 import secrets
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -45,6 +51,7 @@ from pressrun.clients.config import ClientConfig
 from pressrun.clients.core import PrefetchPace
 from pressrun.clients.library import LibraryError
 from pressrun.clients.manifest_fetch import MAX_MANIFEST_BYTES, _BadManifest, _verified_manifest
+from pressrun.clients.prefetch_swarm import PrefetchSwarm, next_origin_piece, swarm_trackers
 from pressrun.clients.session import (
     DirectiveUnavailable,
     FetchError,
@@ -57,6 +64,7 @@ from pressrun.clients.subscription import (
     content_key_or_embargo,
     decrypt_partial,
 )
+from pressrun.clients.swarm_handoff import MAX_TORRENT_BYTES
 from pressrun.content.codec import piece_ok, valid_issue_id
 from pressrun.content.manifest import Manifest, check_file
 from pressrun.subscriptions.client import Embargoed
@@ -102,11 +110,15 @@ async def prefetch_issue(
     subscriber_key: nacl.public.PrivateKey | None = None,
     subscriptions_url: str | None = None,
     client_id: str | None = None,
+    swarm: bool = True,
+    listen_interfaces: str = "0.0.0.0:0",
 ) -> FetchResult:
     """Pre-position ``issue_id`` and open it at its release (module docstring).
 
     The arguments are `fetch_issue`'s; ``client_id`` is what the balancer knows this
-    prefetcher by (default: random per run). Returns once the plaintext is in the
+    prefetcher by (default: random per run); ``swarm``: share the ciphertext with the
+    other prefetchers when the torrent names a tracker (libtorrent listening on
+    ``listen_interfaces``). Returns once the plaintext is in the
     library; FetchError (one line) otherwise, the verified ciphertext kept in
     ``LIBRARY/.partial/`` for the next attempt.
     """
@@ -137,19 +149,33 @@ async def prefetch_issue(
         subscriber_key=subscriber_key,
         subscriptions_url=subscriptions_url,
     ) as f:
-        prefetcher = _Prefetcher(f, client_id or secrets.token_hex(8))
-        result = await prefetcher.run()
+        prefetcher = _Prefetcher(
+            f, client_id or secrets.token_hex(8), swarm=swarm, listen_interfaces=listen_interfaces
+        )
+        try:
+            result = await prefetcher.run()
+        finally:
+            await prefetcher.leave_swarm()
     return result if result is not None else await ordinary()
 
 
 class _Prefetcher:
     """One prefetch: the grant, the paced download, the wait, the opening."""
 
-    def __init__(self, f: FetchState, client_id: str) -> None:
+    def __init__(
+        self, f: FetchState, client_id: str, *, swarm: bool, listen_interfaces: str
+    ) -> None:
         self.f = f
         self.client_id = client_id
         self.started_at = f.now()
         self.bytes_by_origin: dict[str, int] = {}
+        self.bytes_from_peers = 0
+        self.use_swarm = swarm
+        self.listen_interfaces = listen_interfaces
+        self.swarm: PrefetchSwarm | None = None
+        self.swarm_note: str | None = None
+        # the order of the origin fetches among pieces no peer holds: one per prefetcher
+        self.rng = random.Random(client_id)
 
     # -- the balancer's grant
 
@@ -237,6 +263,7 @@ class _Prefetcher:
                 if path is None:
                     return None  # the release came first: the rest at full speed
                 key = await self.wait_for_release(m, deadline)
+                await self.leave_swarm()  # seeded to the others until now
                 return await self.open(m, manifest_json, path, key)
         except (LibraryError, OSError) as err:
             raise FetchError(f"cannot use the library {f.library.root}: {err}") from None
@@ -285,16 +312,30 @@ class _Prefetcher:
             verified = set(await asyncio.to_thread(still_good, m, path, sorted(state.verified)))
         if f.progress is not None:
             f.progress.started(m.issue_id, m.size_bytes, self._verified_bytes(m, verified))
+        swarm = await self.join_swarm(m, grant, path)
         pace = PrefetchPace(grant.rate_bytes_per_s, now=f.now())
-        missing = [i for i in range(m.num_pieces) if i not in verified]
         origin = 0
         failures = 0
+        last_from_peers = f.now()
         fd = os.open(path, os.O_RDWR)
         try:
-            while missing:
+            while len(verified) < m.num_pieces:
                 if f.now() >= deadline:
                     self._save(m, verified)
+                    if swarm is not None:
+                        left = [i for i in range(m.num_pieces) if i not in verified]
+                        avail = swarm.availability()
+                        log.info(
+                            "%s: the release came with %d pieces missing %s (held by peers: %s)",
+                            m.issue_id,
+                            len(left),
+                            left[:20],
+                            [avail[i] if i < len(avail) else 0 for i in left[:20]],
+                        )
                     return None
+                if swarm is not None and self._from_peers(m, swarm, verified):
+                    last_from_peers = f.now()
+                    continue
                 if f.now() >= grant.renew_at:
                     try:  # a deferral may last: never past the release
                         async with asyncio.timeout(max(0.0, deadline - f.now())):
@@ -302,14 +343,33 @@ class _Prefetcher:
                     except TimeoutError:
                         continue  # the release came: the loop's first check
                     pace.set_rate(grant.rate_bytes_per_s)
-                index = missing[0]
+                missing = [i for i in range(m.num_pieces) if i not in verified]
+                if swarm is None:
+                    index: int | None = missing[0]
+                else:
+                    index = next_origin_piece(
+                        missing,
+                        swarm.availability(),
+                        peers_idle_s=f.now() - last_from_peers,
+                        rng=self.rng,
+                    )
+                if index is None:  # every missing piece is a peer's: take it from them
+                    await asyncio.sleep(0.1)
+                    continue
                 offset, length = m.piece_span(index)
                 wait = pace.wait_s(length, now=f.now())
-                if wait is None:  # no rate: ask again at the renewal
-                    await asyncio.sleep(max(0.0, min(grant.renew_at, deadline) - f.now()))
+                if wait is None:  # no rate: ask again at the renewal (peers meanwhile)
+                    until = min(grant.renew_at, deadline)
+                    if swarm is not None:
+                        until = min(until, f.now() + 0.5)
+                    await asyncio.sleep(max(0.0, until - f.now()))
                     continue
                 if wait > 0:
                     await asyncio.sleep(min(wait, max(0.0, deadline - f.now())))
+                if swarm is not None and self._from_peers(m, swarm, verified):
+                    last_from_peers = f.now()
+                    if index in verified:
+                        continue  # a peer brought it meanwhile
                 name, base = grant.origins[origin % len(grant.origins)]
                 data = await self._piece(base, m, offset, length)
                 if data is None or not piece_ok(m, index, data):
@@ -322,14 +382,18 @@ class _Prefetcher:
                     continue
                 failures = 0
                 await asyncio.to_thread(os.pwrite, fd, data, offset)
+                if swarm is not None:
+                    swarm.add_piece(index, data)  # libtorrent checks it and offers it
+                    log.debug("%s: piece %d from %s handed to the swarm", m.issue_id, index, name)
                 verified.add(index)
-                missing.pop(0)
                 self.bytes_by_origin[name] = self.bytes_by_origin.get(name, 0) + length
-                if len(verified) % 16 == 0 or not missing:
+                if len(verified) % 16 == 0 or len(verified) == m.num_pieces:
                     self._save(m, verified)
                 if f.progress is not None:
                     f.progress.advanced(self._verified_bytes(m, verified), name)
             os.fsync(fd)
+            if swarm is not None:  # libtorrent offers the others every piece
+                await self._offered(m, swarm, fd, deadline)
         finally:
             os.close(fd)
         check = await asyncio.to_thread(check_file, m, path)
@@ -339,6 +403,86 @@ class _Prefetcher:
                 f"({len(check.bad_pieces)} bad pieces); run it again"
             )
         return path
+
+    # -- the prefetchers' swarm
+
+    async def join_swarm(self, m: Manifest, grant: _Grant, path: Path) -> PrefetchSwarm | None:
+        """The swarm of prefetchers, when the torrent names a tracker; None (and a
+        note) otherwise: the origins alone, at the grant's pace."""
+        if not self.use_swarm:
+            return None
+        torrent = None
+        for _name, base in grant.origins:
+            with contextlib.suppress(DirectiveUnavailable):
+                torrent = await self.f.get_small(
+                    f"{base}/content/{m.issue_id}/{m.issue_id}.torrent", MAX_TORRENT_BYTES
+                )
+                break
+        try:
+            if torrent is None:
+                raise ValueError("no origin served the torrent")
+            if not swarm_trackers(torrent):
+                raise ValueError("the torrent names no HTTP tracker")
+            swarm = PrefetchSwarm(
+                torrent=torrent,
+                manifest=m,
+                partial_dir=path.parent,
+                listen_interfaces=self.listen_interfaces,
+            )
+            self.swarm = swarm  # closed by leave_swarm, whatever happens next
+            await swarm.start()
+        except (ValueError, RuntimeError, OSError, TimeoutError) as err:
+            self.swarm_note = f"no prefetch swarm: {err}"
+            log.info("%s: %s; the origins alone", m.issue_id, self.swarm_note)
+            await self.leave_swarm()
+            return None
+        return swarm
+
+    def _from_peers(self, m: Manifest, swarm: PrefetchSwarm, verified: set[int]) -> bool:
+        """Count the pieces libtorrent got from peers since the last look (checked
+        against the torrent; the whole file against the manifest at the end)."""
+        swarm.refresh()
+        new = swarm.have() - verified
+        if not new:
+            return False
+        verified |= new
+        self.bytes_from_peers += self._verified_bytes(m, new)
+        if len(verified) % 16 < len(new) or len(verified) == m.num_pieces:
+            self._save(m, verified)
+        if self.f.progress is not None:
+            self.f.progress.advanced(self._verified_bytes(m, verified), "peers")
+        return True
+
+    async def _offered(self, m: Manifest, swarm: PrefetchSwarm, fd: int, deadline: float) -> None:
+        """Until libtorrent holds every piece (so it seeds them to the others): a piece
+        handed to it that it does not hold after a moment is handed again from the
+        file (at most 10 s, never past the release)."""
+        end = min(self.f.now() + 10.0, deadline)
+        handed_at = self.f.now()
+        while self.f.now() < end:
+            swarm.refresh()
+            lacking = [i for i in range(m.num_pieces) if i not in swarm.have()]
+            if not lacking:
+                return
+            if self.f.now() - handed_at >= 1.0:
+                log.info("%s: pieces %s handed to the swarm again", m.issue_id, lacking[:20])
+                for i in lacking:
+                    offset, length = m.piece_span(i)
+                    swarm.add_piece(i, await asyncio.to_thread(os.pread, fd, length, offset))
+                handed_at = self.f.now()
+            await asyncio.sleep(0.05)
+
+    async def leave_swarm(self) -> None:
+        """Leave the prefetchers' swarm (if in it); what it sent is logged."""
+        swarm, self.swarm = self.swarm, None
+        if swarm is not None:
+            await swarm.close()
+            log.info(
+                "%s: left the prefetch swarm: %d bytes from peers, %d bytes sent to them",
+                self.f.issue_id,
+                self.bytes_from_peers,
+                swarm.bytes_to_peers,
+            )
 
     async def _piece(self, base: str, m: Manifest, offset: int, length: int) -> bytes | None:
         f = self.f
@@ -413,7 +557,9 @@ class _Prefetcher:
             handoffs=0,
             sections=0,
             failures=0,
-            resumed_bytes=m.size_bytes - sum(self.bytes_by_origin.values()),
+            resumed_bytes=m.size_bytes - sum(self.bytes_by_origin.values()) - self.bytes_from_peers,
             mode="prefetch",
             encrypted=True,
+            bytes_from_peers=self.bytes_from_peers,
+            swarm_note=self.swarm_note,
         )

@@ -1,0 +1,166 @@
+"""The prefetchers' swarm (issue 35): three ``get --prefetch`` clients of one embargoed
+issue share its ciphertext among themselves before the release, so the origins send
+each piece about once, not once per subscriber. Real parts on 127.0.0.1: two origin
+processes and the balancer (`Testbed`), pressrun's tracker on SQLite, libtorrent
+sessions (`pressrun.clients.prefetch_swarm`), the subscription service. Also the pure
+choice of the next origin piece."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import nacl.public
+import pytest
+
+from pressrun.balancer.prefetch import PrefetchConfig, PrefetchPacer
+from pressrun.clients.config import DESKTOP
+from pressrun.clients.prefetch import prefetch_issue
+from pressrun.clients.prefetch_swarm import PEER_PATIENCE_S, next_origin_piece
+from pressrun.content.keys import generate_keypair, load_public_key
+from pressrun.content.publish import publish
+from pressrun.content.release import utc_text
+from pressrun.demo.testbed import OriginShape, Testbed
+from pressrun.security import ServiceSecurity
+from pressrun.subscriptions.aio import SubscriptionService
+from pressrun.subscriptions.client import HttpSubscriberDirectory
+from pressrun.subscriptions.store import SubscriptionStore
+from pressrun.tracker.aio import TrackerService
+from pressrun.tracker.config import TrackerConfig
+from pressrun.tracker.core import TrackerCore
+from pressrun.tracker.store import SqliteStore
+
+pytest.importorskip("libtorrent")
+
+PIECE = 64 * 1024
+TOKEN = "prefetch-swarm-test-token"
+FAST = replace(DESKTOP, stall_timeout_s=3.0, retry_backoff_s=0.05, retry_backoff_max_s=0.5)
+ISSUE = "weekly-2027-04"
+SIZE = 2 << 20  # 2 MiB: 33 pieces of ciphertext
+READERS = 3
+RATE = 600_000.0  # the whole prefetch budget, bytes/s: 200 kB/s per prefetcher
+LEAD_S = 8  # publication to release
+
+
+def test_next_origin_piece_takes_what_no_peer_holds_and_waits_for_peers() -> None:
+    rng = random.Random(1)
+    # pieces 0 and 2 are held by a peer, 1 and 3 by nobody: one of those
+    picks = {
+        next_origin_piece([0, 1, 2, 3], [1, 0, 2, 0], peers_idle_s=0.0, rng=rng) for _ in range(50)
+    }
+    assert picks == {1, 3}
+    # every missing piece is a peer's: none from the origins while the peers deliver
+    assert next_origin_piece([0, 2], [1, 0, 2, 0], peers_idle_s=0.5, rng=rng) is None
+    # ... but the least held once they have brought nothing for a while
+    assert next_origin_piece([0, 2], [1, 0, 2, 0], peers_idle_s=PEER_PATIENCE_S, rng=rng) == 0
+    # no availability known (no peer connected): any missing piece
+    assert next_origin_piece([5], [], peers_idle_s=0.0, rng=rng) == 5
+    assert next_origin_piece([], [], peers_idle_s=9.0, rng=rng) is None
+
+
+@dataclass
+class Bed:
+    url: str
+    readers: list[nacl.public.PrivateKey]
+    trusted: set[bytes]
+    release_unix: int
+    data: bytes
+    transfer_bytes: int
+
+
+@pytest.fixture
+async def bed(tmp_path: Path) -> AsyncIterator[Bed]:
+    secret, public = generate_keypair(tmp_path / "publisher.key")
+    tracker = TrackerService(
+        TrackerCore(TrackerConfig(interval_s=1, min_interval_s=1), random.Random(35)),
+        SqliteStore(tmp_path / "tracker.db", flush_interval_s=0.05),
+        security=ServiceSecurity(operator_token=TOKEN),
+    )
+    tracker_port = await tracker.start("127.0.0.1", 0)
+    testbed = Testbed(
+        tmp_path / "bed",
+        (OriginShape("origin-a"), OriginShape("origin-b")),
+        poll_interval_s=0.3,
+        poll_timeout_s=1.0,
+    )
+    await testbed.__aenter__()
+    service = SubscriptionService(SubscriptionStore(tmp_path / "subs.db"), operator_token=TOKEN)
+    port = await service.start("127.0.0.1", 0)
+    try:
+        readers = [nacl.public.PrivateKey.generate() for _ in range(READERS)]
+        for n, reader in enumerate(readers):
+            service.store.add_subscriber(bytes(reader.public_key), f"r{n}", "2027-01-15T00:00:00Z")
+        data = os.urandom(SIZE)
+        source = tmp_path / "weekly.pdf"
+        source.write_bytes(data)
+        release_unix = math.ceil(time.time()) + LEAD_S
+        bundle = await asyncio.to_thread(
+            publish,
+            source,
+            issue_id=ISSUE,
+            title="Weekly 4",
+            key_path=secret,
+            content_dir=testbed.content_dir,
+            web_seeds=list(testbed.urls.values()),
+            trackers=[f"http://127.0.0.1:{tracker_port}/announce"],
+            piece_size=PIECE,
+            encrypt_for=HttpSubscriberDirectory(f"http://127.0.0.1:{port}", TOKEN),
+            release_at=utc_text(release_unix),
+        )
+        balancer = await testbed.start_balancer()
+        # two origins of 125 MB/s each: this share is RATE of prefetch in all; renewed
+        # every 2 s, so the first one granted the whole budget is cut to a third soon
+        balancer.service.prefetch = PrefetchPacer(
+            PrefetchConfig(share=RATE / 250e6, min_rate_bytes_per_s=50_000, renew_s=2.0, hold_s=5.0)
+        )
+        size = json.loads((bundle / "manifest.json").read_text())["manifest"]["size_bytes"]
+        yield Bed(balancer.url, readers, {load_public_key(public)}, release_unix, data, int(size))
+    finally:
+        await service.close()
+        await testbed.close()
+        await tracker.close()
+
+
+async def test_prefetchers_share_the_ciphertext_and_the_origins_send_it_about_once(
+    bed: Bed, tmp_path: Path
+) -> None:
+    results = await asyncio.wait_for(
+        asyncio.gather(
+            *(
+                prefetch_issue(
+                    ISSUE,
+                    balancer_url=bed.url,
+                    library=tmp_path / f"library-{n}",
+                    config=FAST,
+                    trusted_keys=bed.trusted,
+                    subscriber_key=reader,
+                    client_id=f"prefetcher-{n}",
+                    listen_interfaces="127.0.0.1:0",
+                )
+                for n, reader in enumerate(bed.readers)
+            )
+        ),
+        LEAD_S + 20,
+    )
+    opened_at = time.time()
+    assert bed.release_unix <= opened_at < bed.release_unix + 5.0
+    from_origins = [sum(r.bytes_by_origin.values()) for r in results]
+    from_peers = [r.bytes_from_peers for r in results]
+    print(f"from origins {from_origins}, from peers {from_peers}, size {bed.transfer_bytes}")
+    for r, origins, peers in zip(results, from_origins, from_peers, strict=True):
+        assert r.path.read_bytes() == bed.data
+        assert r.mode == "prefetch" and r.encrypted and r.swarm_note is None
+        # every byte of the ciphertext came before the release, from one or the other
+        assert origins + peers == bed.transfer_bytes
+    # without the swarm the origins send the whole ciphertext to each of the three;
+    # with it, each piece leaves them about once (a few twice: two prefetchers asked
+    # for one before either held it)
+    assert sum(from_origins) < 1.6 * bed.transfer_bytes
+    assert sum(from_peers) > 1.4 * bed.transfer_bytes
