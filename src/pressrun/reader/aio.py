@@ -16,6 +16,9 @@ Endpoints (docs/reader.md):
 - ``POST /csp-report``: where the browser reports a Content-Security-Policy
   violation (``report-uri``; the Reporting API's shape too); each is logged as one WARNING line,
   bounded (`CSP_REPORT_BYTES` a report, `CSP_REPORTS_PER_MINUTE` logged);
+- ``PUT /v1/link/<mailbox>``, ``GET /v1/link/<mailbox>``: the one-time mailboxes
+  that link a second device to a subscription (`pressrun.reader.link`: a sealed box,
+  taken once, forgotten after 10 minutes; the service never sees the key);
 - ``GET /healthz``: ``ok``.
 
 Every answer has ``Cache-Control: no-cache``: the service worker keeps the offline
@@ -42,9 +45,12 @@ from typing import Any
 from aiohttp import web
 
 from pressrun.reader.config import ReaderConfig
+from pressrun.reader.link import MAX_BOX_BYTES, LinkError, LinkMailboxes
 from pressrun.security import BodyTooLarge, read_request_limited
 
 log = logging.getLogger("pressrun.reader")
+#: the link mailboxes' answers are never kept by a cache on the way
+NO_STORE = {"Cache-Control": "no-store"}
 
 #: URL path under /vendor/ -> file under node_modules
 VENDOR_FILES = {
@@ -258,6 +264,8 @@ class ReaderService:
         self._limiter: ReportLimiter | None = None
         #: CSP violation reports received (logged or not)
         self.csp_reports_received = 0
+        #: the device-linking mailboxes (in this process: see docs/reader.md)
+        self.links = LinkMailboxes()
 
     def app_config(self) -> dict[str, Any]:
         """The ``config.json`` document the app reads at start (docs/reader.md)."""
@@ -291,6 +299,8 @@ class ReaderService:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/config.json", self.config_json)
+        app.router.add_put("/v1/link/{name}", self.link_put)
+        app.router.add_get("/v1/link/{name}", self.link_take)
         app.router.add_get("/sw.js", self.service_worker)
         app.router.add_get("/vendor/{rel:.+}", self.vendor)
         app.router.add_get("/{rel:.*}", self.web_file)
@@ -338,6 +348,36 @@ class ReaderService:
                 else "",
             )
         return web.Response(status=204)
+
+    async def link_put(self, request: web.Request) -> web.Response:
+        """``PUT /v1/link/<mailbox>``: keep a sealed box for the device being linked."""
+        try:
+            body = await read_request_limited(request, MAX_BOX_BYTES, "a sealed box")
+            expires_at = self.links.put(
+                request.match_info["name"], body, now=asyncio.get_running_loop().time()
+            )
+        except BodyTooLarge:
+            return web.Response(status=413, text=f"a sealed box is at most {MAX_BOX_BYTES} bytes\n")
+        except LinkError as err:
+            return web.Response(status=400, text=f"{err}\n")
+        ttl_s = expires_at - asyncio.get_running_loop().time()
+        return web.json_response({"expires_in_s": round(ttl_s)}, status=201, headers=NO_STORE)
+
+    async def link_take(self, request: web.Request) -> web.Response:
+        """``GET /v1/link/<mailbox>``: the sealed box, once (404 when there is none)."""
+        try:
+            sealed = self.links.take(
+                request.match_info["name"], now=asyncio.get_running_loop().time()
+            )
+        except LinkError as err:
+            return web.Response(status=400, text=f"{err}\n")
+        if sealed is None:
+            return web.Response(
+                status=404,
+                text="no such box: taken already, expired, or never made\n",
+                headers=NO_STORE,
+            )
+        return web.Response(body=sealed, content_type="application/octet-stream", headers=NO_STORE)
 
     @staticmethod
     def _file(path: Path) -> web.FileResponse:

@@ -32,6 +32,7 @@ const SHELL = [
   "js/db.js",
   "js/download.js",
   "js/issues.js",
+  "js/link.js",
   "js/manifest.js",
   "js/pages.js",
   "js/prefetch.js",
@@ -95,6 +96,7 @@ self.addEventListener("fetch", (event) => {
   const request = event.request;
   const url = new URL(request.url);
   if (request.method !== "GET" || url.origin !== self.location.origin) return;
+  if (url.pathname.includes("/v1/link/")) return; // a linking mailbox: the network only
   if (url.pathname.endsWith("/config.json")) {
     event.respondWith(networkFirst(request));
   } else if (request.mode === "navigate") {

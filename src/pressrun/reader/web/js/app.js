@@ -10,6 +10,7 @@
 import { allRecords, deleteRecord, getRecord, getSetting, putSetting, updateIssue } from "./db.js";
 import { Download, DownloadError } from "./download.js";
 import { checkNewIssues } from "./issues.js";
+import { LinkError, acceptLink, importKeyFile, normalCode, offerLink } from "./link.js";
 import { deleteIssueFiles, issueBlob, issueBytes, storageEstimate } from "./store.js";
 import { prepareDecryption, stillNotSubscribed, subscriberPublicKey } from "./subscription.js";
 import { prefetchStatus, withPrefetch } from "./prefetch.js";
@@ -715,9 +716,10 @@ async function setUpSettings() {
     $("#settings-view").hidden = !$("#settings-view").hidden;
   };
   $("#check-now").onclick = () => checkForIssues();
-  const key = await subscriberPublicKey();
-  $("#subscriber-key").textContent = key;
+  showKey(await subscriberPublicKey());
+  setUpLinking();
   $("#copy-key").onclick = async () => {
+    const key = $("#subscription").dataset.key;
     // the key goes to the publisher by whatever way the reader talks to them
     try {
       if (navigator.share) await navigator.share({ title: "My pressrun reader key", text: key });
@@ -733,7 +735,93 @@ async function setUpSettings() {
       }
     }
   };
+}
+
+function showKey(key) {
+  $("#subscriber-key").textContent = key;
   $("#subscription").dataset.key = key;
+}
+
+// -- one subscription on several devices (link.js)
+
+function linkStatus(text, { error = false, detail = null } = {}) {
+  const status = $("#link-status");
+  status.textContent = text;
+  status.classList.toggle("error", error);
+  if (detail) status.title = detail;
+}
+
+/** This device now holds the subscriber key `key` (linked or imported). */
+async function keyChanged(key) {
+  showKey(key);
+  state.notSubscribed = false;
+  for (const old of document.querySelectorAll('#notices .notice[data-key="subscribe"]')) old.remove();
+  linkStatus(`This device now uses your subscription (key ${key.slice(0, 8)}…).`);
+  notice("This device now uses your subscription: your issues download here.", { kind: "new", key: "subscribe" });
+  hooks.linked = key;
+  await checkForIssues();
+}
+
+async function linkAction(action) {
+  try {
+    await keyChanged(await action());
+  } catch (err) {
+    const said = err instanceof LinkError ? err.message : "That did not work. Try again.";
+    linkStatus(said, { error: true, detail: err.detail ?? err.message });
+    hooks.linkError = said;
+  }
+}
+
+function setUpLinking() {
+  $("#link-offer").onclick = async () => {
+    $("#link-offer").disabled = true;
+    linkStatus("Making a code…");
+    try {
+      const offer = await offerLink();
+      $("#link-code").textContent = offer.shown;
+      $("#link-offered").hidden = false;
+      linkStatus("");
+      hooks.linkCode = offer.shown;
+      $("#link-share").onclick = async () => {
+        // the code travels in the link's #fragment, which no server ever receives
+        const url = `${location.origin}${location.pathname}#link=${offer.code}`;
+        try {
+          if (navigator.share) await navigator.share({ title: "Open my pressrun subscription", url });
+          else await navigator.clipboard.writeText(url);
+          $("#link-share").textContent = navigator.share ? "Shared" : "Link copied";
+        } catch (err) {
+          if (err?.name !== "AbortError") linkStatus("Could not share the link: type the code instead.", { error: true });
+        }
+      };
+    } catch (err) {
+      linkStatus(err instanceof LinkError ? err.message : "Could not make a code. Try again.", { error: true, detail: err.detail ?? err.message });
+    } finally {
+      $("#link-offer").disabled = false;
+    }
+  };
+  const accept = () => linkAction(() => acceptLink($("#link-input").value));
+  $("#link-accept").onclick = accept;
+  $("#link-input").onkeydown = (e) => {
+    if (e.key === "Enter") accept();
+  };
+  $("#key-file").onchange = async () => {
+    const file = $("#key-file").files[0];
+    if (!file) return;
+    if (file.size > 1024) {
+      linkStatus("That file is not a reader key (it is too big): choose reader.key.", { error: true });
+      return;
+    }
+    await linkAction(async () => importKeyFile(file.name, await file.text()));
+    $("#key-file").value = "";
+  };
+  // opened from a shared link (…#link=CODE): the code is filled in, never sent anywhere
+  const fromLink = /^#link=(.+)$/.exec(location.hash);
+  if (fromLink && normalCode(decodeURIComponent(fromLink[1]))) {
+    history.replaceState(null, "", location.pathname + location.search);
+    $("#link-input").value = normalCode(decodeURIComponent(fromLink[1]));
+    $("#settings-view").hidden = false;
+    linkStatus("Tap Use code to open your subscription on this device.");
+  }
 }
 
 // -- the new-issue check and background work
@@ -835,6 +923,7 @@ hooks.ready = boot().catch((err) => {
 hooks.startDownload = startDownload;
 hooks.checkForIssues = checkForIssues;
 hooks.subscriberPublicKey = subscriberPublicKey;
+hooks.acceptLink = (code) => linkAction(() => acceptLink(code));
 hooks.openIssue = openIssue;
 hooks.deleteIssue = deleteIssue;
 hooks.swarm = () => Object.fromEntries(state.swarm);
