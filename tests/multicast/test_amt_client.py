@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import random
 import signal
@@ -281,3 +282,44 @@ async def test_layering_joins_channels_through_membership_updates(
         members = dict(relay.core.members)
         await relay.close()
     assert members == {}  # the leaves reached the relay: nothing sent on to nobody
+
+
+def test_the_balancer_names_the_relays_and_the_source_in_its_directives() -> None:
+    """``pressrun serve balancer --amt-relay ... --multicast-source ...``: the
+    directive's multicast object carries both, and the client reads them back; a
+    232/8 control group or a relay without the source is refused at start."""
+    import argparse
+
+    from pressrun.balancer.cli import _multicast_options
+    from pressrun.balancer.codec import encode_directive
+    from pressrun.balancer.events import DeliveryMode, Directive
+    from pressrun.clients.codec import decode_directive
+
+    def args(**kw: Any) -> argparse.Namespace:
+        base = {
+            "multicast_sender": "http://127.0.0.1:9",
+            "multicast_control_group": "232.1.2.3:5400",
+            "multicast_interface": None,
+            "multicast_source": "192.0.2.1",
+            "amt_relay": ["198.51.100.1", "198.51.100.2:3000"],
+            "multicast_token_env": "PR_TEST_TOKEN",
+        }
+        return argparse.Namespace(**{**base, **kw})
+
+    os.environ["PR_TEST_TOKEN"] = "t" * 24
+    try:
+        info = _multicast_options(args())["multicast"]
+        with pytest.raises(ValueError, match="multicast-source"):
+            _multicast_options(args(multicast_source=None))
+        with pytest.raises(ValueError, match="relay"):
+            _multicast_options(args(amt_relay=["not-an-address"]))
+    finally:
+        del os.environ["PR_TEST_TOKEN"]
+    assert info == MulticastInfo(
+        "232.1.2.3:5400", None, "192.0.2.1", ("198.51.100.1", "198.51.100.2:3000")
+    )
+    directive = Directive(ISSUE, DeliveryMode.MULTICAST, (), None, (), 30.0, "test", info)
+    got = decode_directive(json.dumps(encode_directive(directive)).encode())
+    assert got.multicast == DirectiveMulticast(
+        "232.1.2.3:5400", None, "192.0.2.1", ("198.51.100.1", "198.51.100.2:3000")
+    )
