@@ -96,3 +96,39 @@ def test_a_loaded_relay_is_refused_and_not_asked_again() -> None:
     _, refused = _exchange(gw, relay, gw.start(now=0.0), 0.0)
     assert refused == [RelayRefused(RELAY)] and gw.next_deadline() is None
     assert gw.join(CH1) == []  # nothing goes to a loaded relay
+
+
+def test_the_gateway_socket_moves_to_the_next_relay_when_one_stays_silent() -> None:
+    """`AmtGateway` (the adapter, real UDP on 127.0.0.1, explicit ``now``): a relay
+    that never answers is given up after RELAY_ANSWER_S and the next one is asked,
+    with the channels wanted so far; when none is left the gateway says why."""
+    import socket
+
+    from pressrun.multicast.gateway import RELAY_ANSWER_S, AmtGateway
+
+    silent = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+    for s in silent:
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(1.0)
+    first, second = (s.getsockname() for s in silent)
+    gw = AmtGateway([first, second], bind=("127.0.0.1", 0))
+    try:
+        gw.listen("192.0.2.1", "232.1.1.1", 5000)
+        gw.start(now=0.0)
+        assert isinstance(amt.decode(silent[0].recv(100)), amt.Request)
+        assert gw.next_deadline() == 1.0  # the first retry
+        gw.poll(now=1.0)
+        assert isinstance(amt.decode(silent[0].recv(100)), amt.Request)
+        gw.poll(now=RELAY_ANSWER_S)  # silent too long: the next relay
+        assert gw.relay == second and gw.failed is None
+        assert gw.next_deadline() == 0.0
+        gw.poll(now=RELAY_ANSWER_S)
+        assert isinstance(amt.decode(silent[1].recv(100)), amt.Request)
+        assert gw.core.channels == {("192.0.2.1", "232.1.1.1")}
+        gw.poll(now=3 * RELAY_ANSWER_S)
+        assert gw.failed is not None and "did not answer" in gw.failed
+        assert gw.next_deadline() is None
+    finally:
+        gw.close()
+        for s in silent:
+            s.close()
