@@ -57,7 +57,7 @@ import aiohttp
 from pressrun.content.keys import generate_keypair
 from pressrun.content.publish import publish
 from pressrun.demo.processes import ServiceProcess
-from pressrun.demo.readers import BrowserReaders, ReaderOutcome
+from pressrun.demo.readers import WIFI_PHONE, BrowserReaders, ReaderOutcome
 from pressrun.demo.testbed import (
     OriginShape,
     balancer_args,
@@ -156,18 +156,20 @@ async def desktop_get(
     delay_s: float,
     max_seed_s: float,
     running: list[asyncio.subprocess.Process],
+    log_path: Path,
 ) -> Desktop:
     """A desktop peer arriving after ``delay_s``: ``pressrun get --json``, which seeds
     after its download until its fair-exit rule or ``max_seed_s`` and then prints its
     outcome; the process is put in ``running`` (to be stopped when the crowd is over:
-    then it has no outcome)."""
+    then it has no outcome). Its log (INFO: the directives, the swarm's notices) goes to
+    ``log_path``."""
     await asyncio.sleep(delay_s)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "pressrun.cli",
         "--log-level",
-        "WARNING",
+        "INFO",
         "get",
         ISSUE,
         "--balancer",
@@ -186,6 +188,7 @@ async def desktop_get(
     )
     running.append(proc)
     out, err = await proc.communicate()
+    log_path.write_bytes(err)
     if proc.returncode != 0:
         tail = (err or out).decode(errors="replace").strip().splitlines()[-1:]
         why = tail[0] if tail else f"exit {proc.returncode} (stopped while seeding?)"
@@ -268,6 +271,7 @@ async def run_half(
             tuned: dict[str, Any] = {"enabled": half.peers}
             if args.reader_upload_kib is not None:
                 tuned["upload_limit_bytes_per_s"] = int(args.reader_upload_kib * 1024)
+                tuned["unmetered_upload_limit_bytes_per_s"] = int(args.reader_upload_kib * 1024)
             settings["swarm"] = swarm_settings(**tuned)
         reader = await start_reader(
             ReaderConfig(
@@ -277,7 +281,8 @@ async def run_half(
             )
         )
         loop = asyncio.get_running_loop()
-        async with BrowserReaders() as fleet:
+        link_script = WIFI_PHONE if args.link == "wifi" else None
+        async with BrowserReaders(before_start=link_script) as fleet:
 
             async def phone(number: int) -> ReaderOutcome:
                 await asyncio.sleep(arrivals[number - 1])
@@ -298,6 +303,7 @@ async def run_half(
                         desktop_arrivals[i],
                         args.desktop_max_seed_s,
                         running,
+                        root / f"desktop-{i + 1}.log",
                     )
                     for i in range(args.desktops)
                 )
@@ -398,6 +404,7 @@ async def main(args: argparse.Namespace) -> int:
     want_sha = hashlib.sha256(data).hexdigest()
     can_peer = peer_path() is not None
     cap = "default" if args.reader_upload_kib is None else f"{args.reader_upload_kib:g} KiB/s"
+    cap += f" on a link the browser reports as {args.link}"
     print(
         f"bench/reader_swarm.py: a {args.mb:g} MB issue, {args.origins} origins of "
         f"{args.origin_mbps:g} Mbit/s (capped), {args.desktops} desktop peers, readers "
@@ -422,7 +429,10 @@ async def main(args: argparse.Namespace) -> int:
             # balancer has seen the crowd is sent to the origins, downloads in a second
             # and leaves, and bridges nothing (two trial runs)
             desktop_arrivals = [args.arrive_s] * args.desktops
-            for peers in [True, False] if can_peer else [False]:
+            wanted = [h.strip() for h in args.halves.split(",")]
+            for peers in [p for p in (True, False) if ("peers" if p else "origin-only") in wanted]:
+                if peers and not can_peer:
+                    continue
                 half = Half(n, peers, size)
                 print(f"\nrunning N = {n}, {half.name} ...", flush=True)
                 await run_half(
@@ -444,7 +454,15 @@ async def main(args: argparse.Namespace) -> int:
     ok = True
     for n in counts:
         with_peers = next((h for h in halves if h.readers == n and h.peers), None)
-        alone = next(h for h in halves if h.readers == n and not h.peers)
+        alone = next((h for h in halves if h.readers == n and not h.peers), None)
+        if alone is None:
+            ok = False
+            if with_peers is not None:
+                print(
+                    f"N = {n}: with peers ratio {with_peers.ratio():.3f}, median "
+                    f"{_s(with_peers.median_s())} (no origin-only half in this run: not judged)"
+                )
+            continue
         ok &= alone.verified() == n
         line = f"N = {n}: origin-only ratio {alone.ratio():.3f}, median {_s(alone.median_s())}"
         if with_peers is None:
@@ -532,8 +550,22 @@ if __name__ == "__main__":
         type=float,
         default=None,
         metavar="KIB_PER_S",
-        help="the readers' upload cap instead of the reader's default (256 KiB/s, the "
-        "mobile peer profile's); 0: none",
+        help="the readers' upload cap on any link instead of the reader's defaults (none on "
+        "Wi-Fi, 256 KiB/s elsewhere); 0: none",
+    )
+    parser.add_argument(
+        "--link",
+        choices=("wifi", "unknown"),
+        default="wifi",
+        help="the link the phones' browser reports: wifi (default; navigator.connection.type "
+        "as on Android, the reader's unmetered upload cap, none by default) or unknown "
+        "(desktop Chromium: the reader's upload_limit_bytes_per_s, 256 KiB/s)",
+    )
+    parser.add_argument(
+        "--halves",
+        default="peers,origin-only",
+        help="which halves to run (default both: peers,origin-only; the targets are judged "
+        "only with both)",
     )
     parser.add_argument("--seed", type=int, default=26, help="arrival times' seed (26)")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the figures as JSON")

@@ -647,6 +647,38 @@ async def test_a_metered_network_uploads_nothing(
     await wait_status(a, issue, "leave_rule", "metered", timeout_s=5)
 
 
+async def test_two_readers_arriving_together_cost_the_origin_about_one_copy(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # a flash crowd of two, one origin (4 Mbit/s, a web seed): each reader takes other
+    # pieces from it first (rarest first), then each other's, and the origin sends
+    # each of them only what the other cannot give. Before (pieces in order, every
+    # piece offered by the web seed all along) both took the same first pieces and the
+    # origin sent 1.9-2.0 copies
+    # 3 MB: 6 s for one copy at 4 Mbit/s, the first 2 s (a whole rate window) with
+    # every piece offered
+    issue = await swarm.publish("swarm-crowd", data=random.Random(26).randbytes(3_000_000))
+    origin = await swarm.origin(egress_cap_mbps=4.0)
+    swarm.direct(issue, origins=[origin], web_seeds=[origin])
+    a = await open_phone(phone_factory, swarm.reader_url)
+    b = await open_phone(phone_factory, swarm.reader_url)
+    await start(a, issue)
+    await start(b, issue)
+    ra, rb = await asyncio.gather(verified(a, issue, issue.data), verified(b, issue, issue.data))
+    from_origin = sum(
+        r["bytes_from_web_seeds"] + sum(r["bytes_by_origin"].values()) for r in (ra, rb)
+    )
+    copies = from_origin / issue.transfer_bytes
+    print(
+        f"two readers: {copies:.2f} copies from the origin, {ra['seconds']:.1f} s and "
+        f"{rb['seconds']:.1f} s, from each other {ra['bytes_from_peers']} and "
+        f"{rb['bytes_from_peers']} bytes"
+    )
+    assert copies <= 1.4, (ra, rb)
+    assert ra["bytes_from_peers"] > 0 and rb["bytes_from_peers"] > 0
+
+
 async def test_a_reader_alone_in_the_swarm_does_not_wait_for_peers(
     swarm: SwarmStack,
     phone_factory,  # type: ignore[no-untyped-def]
@@ -690,8 +722,8 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
     swarm: SwarmStack,
     phone_factory,  # type: ignore[no-untyped-def]
 ) -> None:
-    # swarm.js's WebSeedRule and leaveRule driven with explicit times, and torrent.js's
-    # check of a torrent against the manifest's info-hash, in the app's own modules
+    # swarm.js's WebSeedRule, uploadCapFor and leaveRule driven with explicit values, and
+    # torrent.js's check of a torrent against the manifest's info-hash, in the app's own modules
     issue = await swarm.publish("swarm-rules")
     phone = await open_phone(phone_factory, swarm.reader_url)
     got = await phone.evaluate(
@@ -699,29 +731,38 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
             const { WebSeedRule, leaveRule } = await import('./js/swarm.js');
             const { fetchCheckedTorrent, infoBytes } = await import('./js/torrent.js');
             const { windowRate } = await import('./js/swarm.js');
-            const r = new WebSeedRule({ starvedS: 1, stallS: 2, holdS: 1 });
-            const slow = new WebSeedRule({ starvedS: 1, stallS: 2, holdS: 1, minPeerRate: 1000 });
-            // on from the first step, before any window: nothing waits for peers; off
-            // only once the web seeds are idle beside fast peers (under 1/16 of them)
-            const rates = [
-              [0.0, null, null], [1.0, 500, 0],  // on; peers slow: on
-              [1.5, 5000, 2000],                 // peers fast, web seeds a real share: on
-              [3.1, 5000, 100],                  // web seeds idle beside the peers: off
-              [3.5, 500, null],                  // peers slow: on
-              [4.0, 20000, 100], [5.0, 20000, 100],  // idle again: held 1 s, then off
-              [6.0, 19000, null],  // peers a little slower than when they left (20,100): off
-              [7.0, 5000, null],   // peers at 5000 < 0.9 x 20,100: on, whatever the floor
-            ].map(([now, peerRate, webSeedRate]) =>
-              slow.step(now, { starved: false, lastPeerPayloadAt: now, peerRate, webSeedRate }));
+            const r = new WebSeedRule({ starvedS: 1, stallS: 2, holdS: 1, minPeerRate: 1000 });
+            // every piece from the first step, before any window: nothing waits for
+            // peers; only what no peer holds once the peers deliver; every piece again
+            // when the reader is slower than the web seeds alone made it, starved,
+            // stalled or its peers under the floor
             const seeds = [
-              [0.0, false, 0.0, null], [0.5, true, 0.5, 10],  // on from the start, starved
-              [1.5, false, 1.5, 10],                          // peers deliver, held 1 s: off
-              [2.0, true, 2.0, 10], [3.1, true, 3.1, 10],     // starved 1 s: on
-              [3.5, false, 3.5, 10], [4.2, false, 4.2, 10],   // held 1 s, then off
-              [6.5, false, 4.2, 10],                          // 2 s without payload: on
-              [7.0, false, 7.0, 10], [7.6, false, 7.6, 10],   // held, then off
-            ].map(([now, starved, at, peerRate]) =>
-              r.step(now, { starved, lastPeerPayloadAt: at, peerRate, webSeedRate: 0 }));
+              [0.0, false, 0.0, null, null],  // on from the start
+              [1.0, false, 1.0, 500, 4000],   // peers under the floor: every piece
+              [2.0, false, 2.0, 5000, 4000],  // peers deliver, held 1 s: held back (floor 3600)
+              [2.5, false, 2.5, 3000, 1000],  // 4000 >= 3600: held back
+              [3.0, false, 3.0, 2000, 1000],  // 3000 < 3600, slower than the origins: every piece
+              [3.5, false, 3.5, 5000, 4000],  // held 1 s first
+              [4.0, false, 4.0, 5000, 2000],  // held back (floor 1800)
+              [4.5, true, 4.5, 5000, 0],      // starved, not yet 1 s
+              [5.5, true, 5.5, 5000, 0],      // starved 1 s: every piece
+              [6.5, false, 6.5, 5000, 3000],  // held back (floor 2700)
+              [9.0, false, 6.5, 5000, 3000],  // no byte from a peer for 2.5 s: every piece
+              [10.0, false, 10.0, 900, 3000], // peers under the floor: every piece
+              [11.0, false, 11.0, 2000, 100], // held back (floor 90)
+              [11.5, false, 11.5, 900, 5000], // peers under the floor again: every piece
+            ].map(([now, starved, at, peerRate, webSeedRate]) =>
+              r.step(now, { starved, lastPeerPayloadAt: at, peerRate, webSeedRate }));
+            const { uploadCapFor } = await import('./js/swarm.js');
+            const cfg = { upload_limit_bytes_per_s: 262144, unmetered_upload_limit_bytes_per_s: 0 };
+            const caps = [
+              uploadCapFor(cfg, { type: 'wifi' }),
+              uploadCapFor(cfg, { type: 'ethernet' }),
+              uploadCapFor(cfg, { type: 'wifi', saveData: true }),
+              uploadCapFor(cfg, { type: 'cellular' }),
+              uploadCapFor(cfg, undefined),
+              uploadCapFor({ ...cfg, unmetered_upload_limit_bytes_per_s: 1e6 }, { type: 'wifi' }),
+            ];
             const samples = [];
             const window = [[0, 0], [1, 100], [2, 300], [3, 600]]
               .map(([t, b]) => windowRate(samples, t, b, 2));
@@ -743,7 +784,7 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
               refused = `${err.name}: ${err.message}`;
             }
             const text = new TextDecoder('latin1').decode(torrent.subarray(0, 60));
-            return { seeds, rates, window, rules, rewritten, refused, text };
+            return { seeds, caps, window, rules, rewritten, refused, text };
         }""",
         [
             f"{swarm.standin_url}/content/{issue.issue_id}/{issue.issue_id}.torrent",
@@ -752,8 +793,11 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
         ],
         what="the rules in the page",
     )
-    assert got["seeds"] == [True, True, False, False, True, True, False, True, True, False]
-    assert got["rates"] == [True, True, True, False, True, True, False, False, True]
+    T, F = True, False
+    assert got["seeds"] == [T, T, F, F, T, T, F, F, T, F, T, T, F, T]
+    # no cap on a link the browser says is Wi-Fi or Ethernet (without Data Saver), the
+    # mobile profile's 256 KiB/s elsewhere
+    assert got["caps"] == [0, 0, 262144, 262144, 262144, 1000000]
     assert got["window"] == [None, None, 150, 250]
     assert got["rules"] == ["metered", None, "ratio", "max_seed_time"]
     assert got["rewritten"] == issue.manifest["info_hash"]

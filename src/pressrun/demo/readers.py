@@ -31,6 +31,19 @@ from pressrun.demo.processes import ServiceProcess
 #: every wait on the browser has an end (a page's promise has none of its own)
 STEP_TIMEOUT_S = 60.0
 
+#: a script that makes a page's link Wi-Fi, as Chrome on Android reports it
+#: (``navigator.connection.type``; desktop Chromium reports none): the reader uploads
+#: on such a link with its unmetered cap (docs/reader.md, "Peers"). ``window.__connection``
+#: lets a caller change it (``type``, then a ``change`` event).
+WIFI_PHONE = """
+(() => {
+  const connection = new EventTarget();
+  connection.type = "wifi";
+  Object.defineProperty(Navigator.prototype, "connection", { get: () => connection });
+  window.__connection = connection;
+})();
+"""
+
 
 @dataclass(frozen=True)
 class ReaderOutcome:

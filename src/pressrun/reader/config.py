@@ -39,24 +39,26 @@ class SwarmSettings:
     request_timeout_s: a peer that sent nothing for this long while it has requests
         of this reader is asked again; silent once more, it is disconnected.
     web_seed_starved_s / web_seed_stall_s / web_seed_hold_s: the origins serve as web
-        seeds from the start of a swarm download (whatever the peers cannot give yet
-        comes from them: bench/reader_swarm.py's first run had readers held at
-        110 KB/s by slow, steady peers while the origins idled, 197 s against 26.7 s
-        origin-only). They stay on while they carry a real share and leave only when
-        idle beside fast peers: over the last web_seed_stall_s the peers sent at least
-        web_seed_min_peer_rate_bytes_per_s and the web seeds under 1/16 of that, some
-        peer holds a piece the reader lacks and a peer sent a byte within stall_s, for
-        hold_s; they come back when no connected peer holds a piece the reader lacks
-        for starved_s, no byte came from a peer for stall_s, or the peers are slower
-        than the floor again.
+        seeds from the start of a swarm download, offering every piece (nothing waits
+        for peers). Once the peers deliver (over the last web_seed_stall_s at least
+        web_seed_min_peer_rate_bytes_per_s, some peer holds a piece the reader lacks, a
+        peer sent a byte within stall_s, for hold_s) they offer only the pieces no
+        connected peer holds, and every piece again when no connected peer holds a
+        piece the reader lacks for starved_s, no byte came from a peer for stall_s, the
+        peers fall under the floor, or the reader is slower than 0.9 x what the web
+        seeds alone gave it (swarm.js WebSeedRule; bench/reader_swarm.py).
     web_seed_min_peer_rate_bytes_per_s: the least the peers together must send for
         the web seeds to leave (one mobile uploader's cap).
     share_ratio / max_seed_time_s: the fair-exit rule for a reader that finished: it
         stays in the swarm (the page open, uploading allowed) until it uploaded
         share_ratio x what it downloaded, or for max_seed_time_s at most (the mobile
         peer profile's 300 s, docs/swarm.md).
-    upload_limit_bytes_per_s: the upload cap (the mobile peer profile's 256 KiB/s);
-        0: none.
+    upload_limit_bytes_per_s: the upload cap (the mobile peer profile's 256 KiB/s)
+        where the browser does not say the link is Wi-Fi or Ethernet; 0: none.
+    unmetered_upload_limit_bytes_per_s: the upload cap on a link the browser says is
+        Wi-Fi or Ethernet (``navigator.connection.type``, no Data Saver), the user's
+        sharing setting on; 0 (default): none. bench/reader_swarm.py: with 256 KiB/s
+        the crowd's readers could not carry it (docs/results/2026-11-28-reader-swarm.md).
     """
 
     enabled: bool = True
@@ -73,6 +75,7 @@ class SwarmSettings:
     share_ratio: float = 1.0
     max_seed_time_s: float = 300.0
     upload_limit_bytes_per_s: int = 256 * 1024
+    unmetered_upload_limit_bytes_per_s: int = 0
 
     def __post_init__(self) -> None:
         for url in self.ice_servers:
@@ -105,6 +108,8 @@ class SwarmSettings:
             raise ValueError("web_seed_min_peer_rate_bytes_per_s must be >= 0")
         if self.upload_limit_bytes_per_s < 0:
             raise ValueError("upload_limit_bytes_per_s must be >= 0")
+        if self.unmetered_upload_limit_bytes_per_s < 0:
+            raise ValueError("unmetered_upload_limit_bytes_per_s must be >= 0")
 
     def ice_config(self) -> list[dict[str, str]]:
         """The ``iceServers`` of RTCPeerConnection's configuration."""
@@ -131,6 +136,7 @@ class SwarmSettings:
             "share_ratio": self.share_ratio,
             "max_seed_time_s": self.max_seed_time_s,
             "upload_limit_bytes_per_s": self.upload_limit_bytes_per_s,
+            "unmetered_upload_limit_bytes_per_s": self.unmetered_upload_limit_bytes_per_s,
         }
 
 

@@ -13,17 +13,22 @@
 // - A piece that fails webtorrent's SHA-1 names the peers that sent its blocks: one
 //   that sent it alone is banned (its connection destroyed, its peer id refused from
 //   then on); one of several senders gets a strike, and two strikes ban it.
-// - Web seeds (the origins): whatever the peers cannot give yet comes from them. They
-//   are on from the start (nothing waits for a peer while the origins have room) and
-//   leave only when the peers carry nearly everything (WebSeedRule); they come back
-//   when starved, stalled or slower again.
+// - Pieces are picked rarest first (webtorrent's default is in order: readers of a
+//   flash crowd then all took the same first pieces from the origins and had nothing
+//   to trade), so the readers of a crowd hold different pieces from the start.
+// - Web seeds (the origins): whatever the peers cannot give comes from them. They are
+//   in from the start with every piece (nothing waits for a peer while the origins
+//   have room); once the peers deliver (WebSeedRule) they offer only the pieces no
+//   connected peer holds, so the origins send each reader what the swarm lacks and
+//   the peers the rest; every piece again when the peers are slow, stalled or starved.
 // - No peer and no byte from a web seed within connect_timeout_s (the web seeds named
 //   are all down), or no piece stored for stall_timeout_s: NoPeers / SwarmStalled,
 //   and download.js goes on from the origins as before.
 // - Uploads: a peer's request is served only while uploadAllowed() (the setting on,
 //   and the network not metered), from the stored pieces (encrypted again for an
 //   encrypted issue: the same ciphertext, checked against the manifest before it
-//   goes). After the download the reader stays in the swarm while the page is open,
+//   goes), capped by uploadCapFor (the link: Wi-Fi or Ethernet, or unknown). After the
+//   download the reader stays in the swarm while the page is open,
 //   until the fair-exit rule lets it go (uploaded >= share_ratio x downloaded), or it
 //   has seeded max_seed_time_s, or uploading is no longer allowed.
 
@@ -38,9 +43,12 @@ export class SwarmStalled extends Error {}
 
 const TAG_BYTES = 16;
 const MAX_BANNED = 1000; // peer ids remembered as banned (and with a strike), at most
-const PIECE_CACHE = 8; // pieces kept ready for upload (a piece is asked for block by block)
+// pieces kept ready for upload (a piece is asked for block by block): with a crowd of
+// peers each asking for another piece, 8 made most blocks a new OPFS read and SHA-256
+const PIECE_CACHE = 48;
 const MAX_RUN = 64; // pieces written as one OPFS file at most
 const TICK_MS = 250;
+const WEB_SEED_RETRY_S = 10; // a piece a web seed failed is offered again after this (webconn.js)
 
 let client = null;
 /** issue id -> the SwarmFetch in the swarm (downloading or seeding) */
@@ -60,31 +68,59 @@ async function swarmClient(cfg) {
       webSeeds: false, // the torrent's url-list is not used: web seeds come and go by the rule below
       tracker: { rtcConfig: { iceServers: cfg.ice_servers ?? [] } },
     });
-    if (cfg.upload_limit_bytes_per_s > 0) client.throttleUpload(cfg.upload_limit_bytes_per_s);
+    client.uploadCap = undefined;
     client.on("error", (err) => console.warn(`webtorrent: ${err?.message ?? err}`));
   }
+  applyUploadCap(client, cfg);
   return client;
 }
 
 /**
- * When the origins serve as web seeds (pure; `now` in seconds). Whatever the peers
- * cannot give yet comes from the origins: the web seeds are on from the first step
- * (a reader in a swarm never waits for peers while the origins have room) and stay
- * on while they carry any real share. They leave only when they have become idle
- * beside the peers: over the last `stallS` the peers together sent at least
- * `minPeerRate` bytes/s (`peerRate`, null before a whole window) and the web seeds
- * less than 1/16 of that (`webSeedRate`, null before a whole window), some connected
- * peer holds a piece this reader lacks and a peer sent a byte within `stallS`, for at
- * least `holdS`. Off, they come back when starved (no connected peer holds a piece
- * this reader lacks) for `starvedS`, no byte came from a peer for `stallS`, or the
- * peers' rate fell under `minPeerRate` or under 0.9 x the rate the reader had when
- * they left.
+ * The upload cap in bytes/s for the link the browser reports (pure; 0: none). On a
+ * link it says is Wi-Fi or Ethernet (`navigator.connection.type`, Chrome on Android
+ * and ChromeOS), without Data Saver, `unmetered_upload_limit_bytes_per_s` (none by
+ * default): a phone on home Wi-Fi whose user lets it share can send far more than the
+ * mobile profile's 256 KiB/s, and the crowd's readers need it (with 256 KiB/s the
+ * origins sent 0.77-0.83 of N copies, bench/reader_swarm.py). Elsewhere (the type
+ * unknown, as on iOS and desktops) `upload_limit_bytes_per_s`. Whether the reader
+ * uploads at all is uploadAllowed()'s (the setting, and never on a metered link).
+ */
+export function uploadCapFor(cfg, connection) {
+  const type = connection?.type;
+  if ((type === "wifi" || type === "ethernet") && connection?.saveData !== true) {
+    return cfg.unmetered_upload_limit_bytes_per_s ?? 0;
+  }
+  return cfg.upload_limit_bytes_per_s ?? 0;
+}
+
+/** Set the client's upload throttle from the link now (the link may change). */
+function applyUploadCap(wt, cfg) {
+  const cap = uploadCapFor(cfg, globalThis.navigator?.connection);
+  if (cap === wt.uploadCap) return;
+  wt.uploadCap = cap;
+  wt.throttleUpload(cap > 0 ? cap : -1);
+}
+
+/**
+ * Whether the web seeds (the origins) offer every piece (true) or only the pieces no
+ * connected peer can give (false) (pure; `now` in seconds). They offer every piece
+ * from the first step: a reader in a swarm never waits for peers while the origins
+ * have room. They hold back to what the peers lack once the peers deliver: over the
+ * last `stallS` the peers sent at least `minPeerRate` bytes/s (`peerRate`, null before
+ * a whole window), some connected peer holds a piece this reader lacks and a peer sent
+ * a byte within `stallS`, for at least `holdS`. They offer every piece again when
+ * starved (no connected peer holds a piece this reader lacks) for `starvedS`, no byte
+ * came from a peer for `stallS`, the peers' rate fell under `minPeerRate`, or the
+ * reader's rate (peers and web seeds) fell under 0.9 x what the web seeds alone gave
+ * it over the last window before they held back (`webSeedRate`): a reader is never
+ * slower than the origins alone made it, the time it would have taken without peers.
  *
- * Why: bench/reader_swarm.py run 1 had them join only when starved or stalled, and
- * readers were held at 110 KB/s by slow, steady peers while the origins idled (197 s
- * against 26.7 s origin-only); a rule that let them leave once the peers were as fast
- * as the web seeds had been (03fe13b) halved a reader's rate when it did (N = 8:
- * median 11.2 s against 10.4 s origin-only, the two readers it happened to 16.5-17 s).
+ * Why: with every piece offered all along (d1aeb3f-0314641) each reader took from the
+ * web seeds whatever they were fastest at, and the origins sent 0.77-0.83 of N copies
+ * to a crowd of 10 (bench/reader_swarm.py); held back to what the peers lack, the
+ * origins send the crowd each piece about once and the peers carry the rest. Off
+ * altogether (removed, 03fe13b) a reader whose peers were slow waited for them (run 1:
+ * 197 s against 26.7 s origin-only).
  */
 export class WebSeedRule {
   constructor({ starvedS, stallS, holdS, minPeerRate = 0 }) {
@@ -92,6 +128,7 @@ export class WebSeedRule {
     this.on = true;
     this.since = null;
     this.starvedSince = null;
+    this.floor = 0; // while held back: 0.9 x the web seeds' rate before
   }
 
   step(now, { starved, lastPeerPayloadAt, peerRate = null, webSeedRate = null }) {
@@ -99,20 +136,18 @@ export class WebSeedRule {
     if (starved) this.starvedSince ??= now;
     else this.starvedSince = null;
     const starvedLong = this.starvedSince !== null && now - this.starvedSince >= this.starvedS;
-    // off, the floor is also the rate the reader had when they left: peers that slow
-    // down under it bring the origins back (N = 10, 8 MB: two readers left alone with
-    // desktop peers sharing themselves out took 21 s against 14.5 s origin-only)
-    const floor = this.on ? this.minPeerRate : Math.max(this.minPeerRate, this.leftAt ?? 0);
-    const slow = peerRate === null || peerRate < floor;
     const stalled = now - lastPeerPayloadAt >= this.stallS;
-    const idle = webSeedRate !== null && peerRate !== null && webSeedRate * 16 < peerRate;
-    if (!this.on && (starvedLong || stalled || slow)) {
-      this.on = true;
-      this.since = now;
-    } else if (this.on && idle && !starved && !stalled && !slow && now - this.since >= this.holdS) {
+    const delivering = peerRate !== null && peerRate >= this.minPeerRate;
+    if (this.on && delivering && !starved && !stalled && now - this.since >= this.holdS) {
       this.on = false;
       this.since = now;
-      this.leftAt = (peerRate + webSeedRate) * 0.9; // a little under, so noise alone does not bring them back
+      this.floor = (webSeedRate ?? 0) * 0.9; // a little under, so noise alone does not bring them back
+    } else if (!this.on) {
+      const slower = peerRate !== null && peerRate + (webSeedRate ?? 0) < this.floor;
+      if (starvedLong || stalled || !delivering || slower) {
+        this.on = true;
+        this.since = now;
+      }
     }
     return this.on;
   }
@@ -182,7 +217,8 @@ export class SwarmFetch {
     this.uploaded = 0;
     this.badPieces = 0;
     this.reasked = 0; // requests asked again of a peer that left them unanswered
-    this.webSeedsOn = false;
+    this.webSeedsOn = false; // the web seeds are in the swarm
+    this.webSeedsAll = true; // ... offering every piece (false: what no peer can give)
     this.deadWebSeeds = new Set(); // web seed URLs that failed a request: not used again here
     this.state = "joining"; // joining | downloading | seeding | left
     this.leaveRule = null;
@@ -205,6 +241,7 @@ export class SwarmFetch {
       web_seed_rate_bytes_per_s: this.webSeedRate ?? null,
       banned: this.bans,
       web_seeds_on: this.webSeedsOn,
+      web_seeds_all_pieces: this.webSeedsOn && this.webSeedsAll,
       leave_rule: this.leaveRule,
     };
   }
@@ -251,6 +288,7 @@ export class SwarmFetch {
       if (wire.type === "webSeed") this.fromWebSeeds += n;
       else this.fromPeers += n;
     }
+    this.remember(index, bytes); // what peers ask for most is what was just verified
     await new Promise((resolve, reject) => {
       this.pending.set(index, { kept, resolve, reject });
       if (!this.writing) this.writer = this.writeQueued();
@@ -307,12 +345,18 @@ export class SwarmFetch {
       if (plain === null) throw new Error(`piece ${index} is not stored`);
       piece = this.encrypt === null ? plain : this.encrypt(index, plain);
       if (!(await pieceOk(this.m, index, piece))) throw new Error(`stored piece ${index} does not match the manifest`);
-      this.cache.set(index, piece);
-      if (this.cache.size > PIECE_CACHE) this.cache.delete(this.cache.keys().next().value);
+      this.remember(index, piece);
     }
     if (!opts) return piece;
     const offset = opts.offset ?? 0;
     return piece.subarray(offset, offset + (opts.length ?? piece.length - offset));
+  }
+
+  /** Keep piece `index` (as the publisher made it, verified) ready for upload (LRU). */
+  remember(index, piece) {
+    this.cache.delete(index);
+    this.cache.set(index, piece);
+    if (this.cache.size > PIECE_CACHE) this.cache.delete(this.cache.keys().next().value);
   }
 
   // -- peers
@@ -445,11 +489,39 @@ export class SwarmFetch {
     // them reserved, and a reader whose only other source was one peer stopped asking
     // for them: in a parallel run of the suite it took 860 KB of 1.5 MB from its peer,
     // asked for nothing for 10 s, and went to the stopped origins)
+    conn.failedUntil = new Map(); // piece -> when it is offered again (webconn.js waits 10 s)
     conn.httpRequest = (index, offset, length, cb) =>
       request(index, offset, length, (err, data) => {
+        if (err) conn.failedUntil.set(index, nowS() + WEB_SEED_RETRY_S);
         cb(err, data);
         if (err) setTimeout(() => this.webSeedFailed(url, err), 0);
       });
+  }
+
+  /**
+   * What the web seeds offer (WebSeedRule): every piece this reader lacks (`all`), or
+   * only those no connected peer that does not choke it holds. A web seed's wire
+   * (webconn.js) stands for an origin that has every piece; webtorrent asks a wire
+   * only for pieces in its `peerPieces`, so that bitfield is the offer. A piece whose
+   * request failed is offered again after WEB_SEED_RETRY_S, as webconn.js does.
+   */
+  offerWebSeedPieces(all, now) {
+    const t = this.torrent;
+    const seeds = t.wires.filter((w) => w.type === "webSeed" && !w.destroyed && w.peerPieces);
+    if (!seeds.length) return;
+    const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.peerChoking);
+    let more = false;
+    for (let i = 0; i < t.pieces.length; i++) {
+      if (t.bitfield.get(i)) continue;
+      const offer = all || !peers.some((w) => w.peerPieces.get(i));
+      for (const seed of seeds) {
+        const give = offer && !((seed.failedUntil?.get(i) ?? 0) > now);
+        if (seed.peerPieces.get(i) === give) continue;
+        seed.peerPieces.set(i, give);
+        more ||= give;
+      }
+    }
+    if (more) t._update?.(); // ask for the pieces offered now
   }
 
   webSeedFailed(url, err) {
@@ -521,6 +593,9 @@ export class SwarmFetch {
       storeCacheSlots: 0, // the pieces are read from OPFS, through the upload check
       bitfield: bitfieldOf(d.state),
       maxWebConns: 8, // pieces in flight per web seed (webtorrent: 4; 2 left the web seeds slower than the origin path)
+      // rarest first (webtorrent: in order): the readers of a crowd, all asking the
+      // origins for the first pieces first, held the same pieces and had little to trade
+      strategy: "rarest",
     }));
     let fail;
     const failed = new Promise((_, reject) => (fail = reject));
@@ -546,7 +621,8 @@ export class SwarmFetch {
       const ready = new Promise((resolve) => (torrent.ready ? resolve() : torrent.once("ready", resolve)));
       await Promise.race([ready, failed]);
       this.lastPeerPayloadAt = nowS();
-      this.setWebSeeds(rule.step(nowS(), { starved: true, lastPeerPayloadAt: this.lastPeerPayloadAt }));
+      this.webSeedsAll = rule.step(nowS(), { starved: true, lastPeerPayloadAt: this.lastPeerPayloadAt });
+      this.setWebSeeds(true);
       if (!this.webSeedsOn) {
         const connected = new Promise((resolve) => {
           this.firstPeer = resolve;
@@ -568,8 +644,7 @@ export class SwarmFetch {
       // 2. pieces from peers and web seeds by the rule, until done or stalled
       this.lastPeerPayloadAt = nowS();
       const samples = [[nowS(), this.receivedFromPeers]]; // (time, bytes from peers), one window
-      let seedSamples = [[nowS(), this.receivedFromWebSeeds]]; // the same, web seeds, while on
-      let webSeedRate = null;
+      const seedSamples = [[nowS(), this.receivedFromWebSeeds]]; // the same, web seeds
       let storedAt = nowS();
       let storedCount = d.storedCount;
       while (!torrent.done) {
@@ -592,14 +667,12 @@ export class SwarmFetch {
         const windowS = this.cfg.web_seed_stall_s;
         const peerRate = windowRate(samples, now, this.receivedFromPeers, windowS);
         this.peerRate = peerRate;
-        webSeedRate = this.webSeedsOn ? windowRate(seedSamples, now, this.receivedFromWebSeeds, windowS) : null;
+        const webSeedRate = windowRate(seedSamples, now, this.receivedFromWebSeeds, windowS);
         this.webSeedRate = webSeedRate;
-        const wasOn = this.webSeedsOn;
-        this.setWebSeeds(
-          rule.step(now, { starved: this.starved(), lastPeerPayloadAt: this.lastPeerPayloadAt, peerRate, webSeedRate }),
-        );
-        // the web seeds' rate is measured afresh over each time they are on
-        if (this.webSeedsOn && !wasOn) seedSamples = [[now, this.receivedFromWebSeeds]];
+        const starved = this.starved();
+        this.webSeedsAll = rule.step(now, { starved, lastPeerPayloadAt: this.lastPeerPayloadAt, peerRate, webSeedRate });
+        if (this.webSeedsOn) this.offerWebSeedPieces(this.webSeedsAll, now);
+        applyUploadCap(wt, this.cfg);
         this.onChange();
       }
       this.setWebSeeds(false);
