@@ -116,7 +116,12 @@ def test_multicast_directive_has_the_carousel_and_the_fallbacks() -> None:
     assert isinstance(result, Directive)
     assert result.mode is DeliveryMode.MULTICAST
     doc = encode_directive(result)
-    assert doc["multicast"] == {"control_group": "239.255.70.1:5400", "interface": "127.0.0.1"}
+    assert doc["multicast"] == {
+        "control_group": "239.255.70.1:5400",
+        "interface": "127.0.0.1",
+        "source": None,
+        "relays": [],
+    }
     assert doc["fallbacks"] == ["swarm", "origin"]
     assert doc["swarm"]["torrent_url"] == SWARM.torrent_url
     assert isinstance(result.origins[0], RankedOrigin)
