@@ -177,6 +177,20 @@ export function windowRate(samples, now, total, windowS) {
   return now - t0 >= windowS ? (total - b0) / (now - t0) : null;
 }
 
+/**
+ * webtorrent's rarest-first picker asks its rarity map again for each piece it cannot
+ * request, the pieces this reader already holds included, and it runs after every
+ * block received: O(pieces^2) per connection and block late in a download (a crowd of
+ * 10 on 2 cores spent its CPU there). The map is asked only about pieces not held.
+ */
+function rarestAmongMissing(torrent) {
+  const rarity = torrent._rarityMap;
+  if (typeof rarity?.getRarestPiece !== "function" || rarity.amongMissing) return;
+  const pick = rarity.getRarestPiece.bind(rarity);
+  rarity.getRarestPiece = (filter) => pick((i) => !torrent.bitfield.get(i) && (filter === undefined || filter(i)));
+  rarity.amongMissing = true;
+}
+
 /** Piece `index` of the bitfield webtorrent keeps (most significant bit first). */
 function bitfieldOf(state) {
   const bytes = new Uint8Array(Math.ceil(state.length / 8));
@@ -620,6 +634,7 @@ export class SwarmFetch {
       // its info-hash and piece length)
       const ready = new Promise((resolve) => (torrent.ready ? resolve() : torrent.once("ready", resolve)));
       await Promise.race([ready, failed]);
+      rarestAmongMissing(torrent);
       this.lastPeerPayloadAt = nowS();
       this.webSeedsAll = rule.step(nowS(), { starved: true, lastPeerPayloadAt: this.lastPeerPayloadAt });
       this.setWebSeeds(true);
