@@ -20,7 +20,9 @@ from pathlib import Path
 import nacl.public
 import pytest
 
+from pressrun.balancer.aio import RunningBalancer
 from pressrun.balancer.prefetch import PrefetchConfig, PrefetchPacer
+from pressrun.clients.aio import FetchResult
 from pressrun.clients.config import DESKTOP
 from pressrun.clients.prefetch import prefetch_issue
 from pressrun.clients.prefetch_swarm import PEER_PATIENCE_S, next_origin_piece
@@ -67,12 +69,27 @@ def test_next_origin_piece_takes_what_no_peer_holds_and_waits_for_peers() -> Non
 
 @dataclass
 class Bed:
-    url: str
+    balancer: RunningBalancer
     readers: list[nacl.public.PrivateKey]
     trusted: set[bytes]
     release_unix: int
     data: bytes
     transfer_bytes: int
+
+    @property
+    def url(self) -> str:
+        return self.balancer.url
+
+    def pace(self, budget_bytes_per_s: float, *, min_rate: float, renew_s: float) -> None:
+        """The balancer's prefetch budget (two origins of 125 MB/s each)."""
+        self.balancer.service.prefetch = PrefetchPacer(
+            PrefetchConfig(
+                share=budget_bytes_per_s / 250e6,
+                min_rate_bytes_per_s=min_rate,
+                renew_s=renew_s,
+                hold_s=max(5.0, 2 * renew_s),
+            )
+        )
 
 
 @pytest.fixture
@@ -115,23 +132,17 @@ async def bed(tmp_path: Path) -> AsyncIterator[Bed]:
             release_at=utc_text(release_unix),
         )
         balancer = await testbed.start_balancer()
-        # two origins of 125 MB/s each: this share is RATE of prefetch in all; renewed
-        # every 2 s, so the first one granted the whole budget is cut to a third soon
-        balancer.service.prefetch = PrefetchPacer(
-            PrefetchConfig(share=RATE / 250e6, min_rate_bytes_per_s=50_000, renew_s=2.0, hold_s=5.0)
-        )
         size = json.loads((bundle / "manifest.json").read_text())["manifest"]["size_bytes"]
-        yield Bed(balancer.url, readers, {load_public_key(public)}, release_unix, data, int(size))
+        yield Bed(balancer, readers, {load_public_key(public)}, release_unix, data, int(size))
     finally:
         await service.close()
         await testbed.close()
         await tracker.close()
 
 
-async def test_prefetchers_share_the_ciphertext_and_the_origins_send_it_about_once(
-    bed: Bed, tmp_path: Path
-) -> None:
-    results = await asyncio.wait_for(
+async def prefetch_all(bed: Bed, tmp_path: Path) -> list[FetchResult]:
+    """The subscribers' ``get --prefetch``, all at once; their results."""
+    return await asyncio.wait_for(
         asyncio.gather(
             *(
                 prefetch_issue(
@@ -149,6 +160,14 @@ async def test_prefetchers_share_the_ciphertext_and_the_origins_send_it_about_on
         ),
         LEAD_S + 20,
     )
+
+
+async def test_prefetchers_share_the_ciphertext_and_the_origins_send_it_about_once(
+    bed: Bed, tmp_path: Path
+) -> None:
+    # renewed every 2 s: the first one granted the whole budget is cut to a third soon
+    bed.pace(RATE, min_rate=50_000, renew_s=2.0)
+    results = await prefetch_all(bed, tmp_path)
     opened_at = time.time()
     assert bed.release_unix <= opened_at < bed.release_unix + 5.0
     from_origins = [sum(r.bytes_by_origin.values()) for r in results]
@@ -164,3 +183,24 @@ async def test_prefetchers_share_the_ciphertext_and_the_origins_send_it_about_on
     # for one before either held it)
     assert sum(from_origins) < 1.6 * bed.transfer_bytes
     assert sum(from_peers) > 1.4 * bed.transfer_bytes
+
+
+async def test_prefetchers_without_room_get_it_all_from_the_one_with_room(
+    bed: Bed, tmp_path: Path
+) -> None:
+    # room for one prefetcher at a time, and no renewal before the release: the other
+    # two never fetch from the origins before it, and must get every piece from the
+    # first. (Before close_redundant_connections was off, they dropped it as an
+    # uninteresting upload-only peer the moment it had the last piece, before that
+    # piece's HAVE was counted: both lacked it at the release and took it from the
+    # origins then.)
+    bed.pace(1_500_000.0, min_rate=1_500_000.0, renew_s=30.0)
+    results = await prefetch_all(bed, tmp_path)
+    assert all(r.mode == "prefetch" for r in results), [r.mode for r in results]
+    granted = [r for r in results if r.bytes_by_origin]
+    assert len(granted) == 1
+    assert sum(granted[0].bytes_by_origin.values()) == bed.transfer_bytes
+    for r in results:
+        assert r.path.read_bytes() == bed.data
+        if r is not granted[0]:
+            assert r.bytes_from_peers == bed.transfer_bytes and not r.bytes_by_origin
