@@ -21,11 +21,14 @@ from pressrun.emulate.images import (
 )
 
 #: what the containers run: docker-compose.yml's services (origin, balancer, trackers,
-#: sender, supernodes, Redis aside) and the clients (`pressrun get` through `held`)
+#: sender, supernodes, Redis aside), the clients (`pressrun get` through `held`) and
+#: the browser readers (`browser_reader`, with Playwright's driver)
 CONTAINER_MODULES = (
     "pressrun.cli",
     "pressrun.emulate.entrypoint",
     "pressrun.emulate.held",
+    "pressrun.emulate.browser_reader",
+    "playwright.async_api",
     *PRELOAD,
     "pressrun.origin.aio",
     "pressrun.balancer.aio",
@@ -114,3 +117,31 @@ def test_missing_reader_packages_names_what_serve_reader_needs(tmp_path: Path) -
     assert "libsodium-wrappers/dist/modules-esm/libsodium-wrappers.mjs" in missing
     if (READER / "node_modules").is_dir():  # a set-up checkout: nothing to install
         assert missing_reader_packages(READER) == []
+
+
+def test_python_2_scripts_in_the_readers_npm_packages_do_not_stop_the_build(
+    tmp_path: Path,
+) -> None:
+    # webtorrent's optional utp-native ships libutp's Python 2 parse_log.py: byte-
+    # compiling the whole tree for the image failed on it ("byte-compiling the pressrun
+    # tree for the image failed"); npm packages are not Python and are left alone
+    root = _tree_without_node_modules(tmp_path / "tree")
+    modules = root / "src" / "pressrun" / "reader" / "node_modules"
+    for rel in missing_reader_packages(root / "src" / "pressrun" / "reader"):
+        (modules / rel).parent.mkdir(parents=True, exist_ok=True)
+        (modules / rel).write_text("export {};\n")
+    script = modules / "utp-native" / "deps" / "libutp" / "parse_log.py"
+    script.parent.mkdir(parents=True)
+    script.write_text('print "scanning for socket with the most packets"\n')
+    (root / "src" / "pressrun" / "mod.py").write_text("X = 1\n")
+    project_tree(tmp_path / "context", root, lambda _line: None)
+    built = tmp_path / "context" / "project" / "pressrun"
+    assert list((built / "__pycache__").glob("mod.cpython-*.pyc"))  # the tree compiled
+
+
+def test_the_image_carries_playwright_pinned_as_the_dev_extra() -> None:
+    from pressrun.emulate.images import _dependencies
+
+    deps = _dependencies(Path(__file__).resolve().parents[2])
+    pins = [d for d in deps if d.startswith("playwright==")]
+    assert len(pins) == 1 and not any(d.startswith("matplotlib") for d in deps)

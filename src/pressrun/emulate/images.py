@@ -52,10 +52,12 @@ from pressrun.emulate.engine import DockerCommandError, Engine
 
 SUITE = "bookworm"
 #: Debian packages the base image adds to minbase (tc and ip, nft, redis-server, ps,
-#: Prometheus: the compose deployment's monitoring runs from the same image, and coturn:
-#: its STUN/TURN server for the readers' WebRTC peers)
+#: Prometheus: the compose deployment's monitoring runs from the same image, coturn:
+#: its STUN/TURN server for the readers' WebRTC peers, and Chromium with a font: the
+#: emulation's browser readers, `pressrun.emulate.browser_reader`, issue 26)
 BASE_PACKAGES = (
     "python3", "iproute2", "nftables", "redis-server", "procps", "prometheus", "coturn",
+    "chromium", "fonts-liberation",
 )  # fmt: skip
 #: what dpkg leaves out of the base image (no container reads them; the copyright
 #: files stay)
@@ -79,6 +81,9 @@ IMAGE_EXTRA_REQUIREMENTS = ("async-timeout==5.0.1",)
 #: uses it; tests/emulate/test_images.py imports every module a container runs with
 #: these blocked)
 HOST_ONLY = frozenset({"matplotlib"})
+#: development pins the containers need too: Playwright drives the browser readers'
+#: Chromium (`pressrun.emulate.browser_reader`, issue 26); its pin is pyproject.toml's
+FROM_DEV = frozenset({"playwright"})
 
 
 class ImageBuildError(RuntimeError):
@@ -152,11 +157,17 @@ def root_filesystem(cache_dir: Path, mirror: str, report: Callable[[str], None])
     return tarball
 
 
+def _name(requirement: str) -> str:
+    return re.split(r"[=<>!~\[; ]", requirement, maxsplit=1)[0].lower()
+
+
 def _dependencies(project_root: Path) -> list[str]:
-    """pyproject.toml's pinned dependencies the containers import (not `HOST_ONLY`)."""
+    """pyproject.toml's pinned dependencies the containers import (not `HOST_ONLY`),
+    and the development pins they need (`FROM_DEV`)."""
     doc = tomllib.loads((project_root / "pyproject.toml").read_text())
     deps: list[str] = doc["project"]["dependencies"]
-    return [d for d in deps if re.split(r"[=<>!~\[; ]", d, maxsplit=1)[0].lower() not in HOST_ONLY]
+    dev: list[str] = doc["project"].get("optional-dependencies", {}).get("dev", [])
+    return [d for d in deps if _name(d) not in HOST_ONLY] + [d for d in dev if _name(d) in FROM_DEV]
 
 
 def dependency_site(cache_dir: Path, project_root: Path, report: Callable[[str], None]) -> Path:
@@ -275,6 +286,9 @@ def project_tree(context: Path, project_root: Path, report: Callable[[str], None
     if not compileall.compile_dir(
         target / "pressrun",
         quiet=1,
+        # the reader's npm packages are not Python (some carry Python 2 build scripts:
+        # utp-native's parse_log.py stopped a build)
+        rx=re.compile(r"[/\\]node_modules[/\\]"),
         invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
     ):
         raise ImageBuildError("byte-compiling the pressrun tree for the image failed")
