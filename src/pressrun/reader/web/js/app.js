@@ -16,7 +16,8 @@ import { prepareDecryption, stillNotSubscribed, subscriberPublicKey } from "./su
 import { prefetchStatus, withPrefetch } from "./prefetch.js";
 import { leaveSwarm } from "./swarm.js";
 import { PageStrip, nextPage, previousPage, showsSpreads, shownPages } from "./pages.js";
-import { openPdf, pageAspect, renderCover, renderPage, renderSpread, warmUp } from "./viewer.js";
+// pdf.js (425 KB) is loaded once the library is on screen, not before it (viewer.js)
+const viewer = () => import("./viewer.js");
 
 const $ = (selector) => document.querySelector(selector);
 const state = {
@@ -219,7 +220,7 @@ export async function startDownload(issueId) {
       const record = await getRecord("issues", issueId);
       const blob = await issueBlob(issueId, record.num_pieces, "application/pdf");
       try {
-        await updateIssue(issueId, { cover: await renderCover(blob) });
+        await updateIssue(issueId, { cover: await (await viewer()).renderCover(blob) });
       } catch (err) {
         note(issueId, `no cover: ${err.message}`);
       }
@@ -471,7 +472,7 @@ export async function openIssue(id) {
   const blob = await issueBlob(id, record.num_pieces, "application/pdf");
   if (state.reading) await state.reading.doc.destroy();
   strip.reset();
-  const doc = await openPdf(blob);
+  const doc = await (await viewer()).openPdf(blob);
   state.reading = { issueId: id, doc, page: 1, pages: doc.numPages, zoom: 1, drawn: 0 };
   $("#library-view").hidden = true;
   $("#settings-view").hidden = true;
@@ -494,7 +495,7 @@ async function fitWidth(shown) {
   const surface = $("#page-surface");
   const width = Math.min(surface.clientWidth || window.innerWidth, 900 * shown.length) / shown.length;
   const height = surface.clientHeight || window.innerHeight;
-  const aspect = await pageAspect(state.reading.doc, shown[0]);
+  const aspect = await (await viewer()).pageAspect(state.reading.doc, shown[0]);
   return Math.max(100, Math.floor(Math.min(width, height * aspect)));
 }
 
@@ -521,6 +522,7 @@ async function drawPage(wanted, zoom, focus = null) {
   const started = performance.now();
   const canvas = document.createElement("canvas");
   const width = await fitWidth(shown);
+  const { renderPage, renderSpread } = await viewer();
   const size =
     shown.length === 2 ? await renderSpread(r.doc, shown, canvas, width, zoom) : await renderPage(r.doc, n, canvas, width, zoom);
   if (state.reading !== r || r.drawn !== ticket) return; // a newer page or zoom won
@@ -687,6 +689,15 @@ function setUpReaderGestures() {
   $("#next-page").onclick = () => turn(1);
   $("#previous-page").onclick = () => turn(-1);
   $("#pages-button").onclick = togglePages;
+  // a keyboard (a tablet's, a desktop's): arrows and Page Up/Down turn, Escape closes
+  document.addEventListener("keydown", (e) => {
+    if (!state.reading || e.target.closest?.("input, textarea")) return;
+    if (e.key === "ArrowRight" || e.key === "PageDown") turn(1);
+    else if (e.key === "ArrowLeft" || e.key === "PageUp") turn(-1);
+    else if (e.key === "Escape" && strip.isOpen) togglePages();
+    else return;
+    e.preventDefault();
+  });
   $("#back").onclick = closeReader;
   window.addEventListener("resize", () => state.reading && drawPage(state.reading.page, state.reading.zoom));
 }
@@ -712,11 +723,12 @@ async function setUpSettings() {
   $("#connection").textContent = navigator.connection?.type
     ? `This connection: ${navigator.connection.type}`
     : "This browser does not say whether the connection is Wi-Fi; downloads go ahead.";
-  $("#settings-button").onclick = () => {
+  $("#settings-button").onclick = async () => {
     $("#settings-view").hidden = !$("#settings-view").hidden;
+    // the key (libsodium.js, 430 KB, and a key pair made on first use) when first shown
+    if (!$("#settings-view").hidden && !$("#subscription").dataset.key) showKey(await subscriberPublicKey());
   };
   $("#check-now").onclick = () => checkForIssues();
-  showKey(await subscriberPublicKey());
   setUpLinking();
   $("#copy-key").onclick = async () => {
     const key = $("#subscription").dataset.key;
@@ -886,9 +898,6 @@ async function loadConfig() {
 }
 
 async function boot() {
-  hooks.viewerReady = warmUp().catch((err) =>
-    notice("Issues cannot be shown in this browser (its PDF viewer did not start).", { kind: "error", detail: err.message, key: "viewer" }),
-  );
   state.config = await loadConfig();
   state.notSubscribed = (await getSetting("not_subscribed", null)) !== null;
   // a line in the header while the browser says it is offline
@@ -898,9 +907,16 @@ async function boot() {
   window.addEventListener("online", online);
   window.addEventListener("offline", online);
   online();
+  // the library first: what the reader came for is on screen before anything else loads
+  await renderLibrary();
   await setUpSettings();
   setUpReaderGestures();
-  await renderLibrary();
+  // then pdf.js and its worker, so an issue opens at once when tapped
+  hooks.viewerReady = viewer()
+    .then((v) => v.warmUp())
+    .catch((err) =>
+      notice("Issues cannot be shown in this browser (its PDF viewer did not start).", { kind: "error", detail: err.message, key: "viewer" }),
+    );
   await registerServiceWorker().catch((err) =>
     notice("This browser will not open the app offline (no service worker): read online, or open it over https.", {
       kind: "error",

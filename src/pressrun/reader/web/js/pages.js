@@ -11,7 +11,6 @@
 // never holds up the page being read), kept while the issue is open, and a tap on it
 // turns to that page.
 
-import { renderThumbnail } from "./viewer.js";
 
 /** The shorter side (CSS px) from which a landscape screen shows spreads: a tablet's
  * (an iPad mini is 744 x 1133, a phone at most about 440 wide). */
@@ -133,7 +132,7 @@ export class PageStrip {
         if (doc === null || this.urls.has(n)) continue;
         let url;
         try {
-          url = await renderThumbnail(doc, n, this.cssWidth);
+          url = await (await import("./viewer.js")).renderThumbnail(doc, n, this.cssWidth);
         } catch {
           continue; // the issue was closed while drawing; the page keeps its number
         }
