@@ -149,15 +149,18 @@ def test_a_peer_takes_from_roomy_origins_what_its_peers_cannot_give_it_yet() -> 
     _tradable, owed, coming = status._sources(st)
     assert set(status._feed.owed) == {1, 2, 3}
     assert (owed, coming) == (3, 0)
+    assert status._feed.parallel == 2  # two requests at a time while they have room
 
 
 def test_busy_origins_or_a_full_download_leave_the_pieces_to_the_ring() -> None:
     # the loopback bench: the origin's 2 MB/s shared by 40 bringers, 50 kB/s each
     # against 1 MB/s of upload a peer: nothing but what the ring hands out
     status, st = _status_with_ring_answers(fetch_bps=50_000)
+    status._feed.parallel = 2
     _tradable, owed, coming = status._sources(st)
     assert status._feed.owed == ()
     assert (owed, coming) == (2, 2)
+    assert status._feed.parallel == 1  # one at a time: a second would split its share
     # roomy origins, but its peers fill its download already
     status, st = _status_with_ring_answers(fetch_bps=2_000_000)
     status.download_bps = 800_000

@@ -19,7 +19,7 @@ from typing import Any
 from pressrun.content.codec import Manifest
 from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.events import Progress
-from pressrun.peer.feed import OwedPieceFeed
+from pressrun.peer.feed import PARALLEL_WITH_ROOM, OwedPieceFeed
 from pressrun.peer.sources import (
     MissingPieces,
     PeerInfoTally,
@@ -166,6 +166,7 @@ class SwarmStatus:
         # said other peers bring; and those alone.
         handle = self._handle()
         if handle is None or st.is_seeding:
+            self._feed.parallel = 1
             self._feed.set_owed(())
             self.unheld = self.lonely = frozenset()
             return None, 0, 0
@@ -179,6 +180,8 @@ class SwarmStatus:
         # pieces the ring said another peer brings in or holds: coming, not starving
         coming = self.policy.waiting_on(absent) if isinstance(self.policy, ChordPolicy) else []
         fill = self._fill(missing, plan)
+        # (two requests at a time only while the origins have room: `feed`)
+        self._feed.parallel = PARALLEL_WITH_ROOM if fill else 1
         if fill:
             # the origins have room: what no peer can give it yet comes from them now
             owed = (*owed, *fill)
