@@ -52,6 +52,42 @@ def test_the_mailboxes_are_bounded_and_refuse_bad_names_and_boxes() -> None:
         boxes.put(NAME, b"x" * 2049, now=6.0)
 
 
+@browser_only
+async def test_the_reader_service_keeps_a_box_once_and_refuses_bad_ones() -> None:
+    import aiohttp
+
+    from pressrun.clients.config import DESKTOP
+    from pressrun.reader.aio import start_reader
+    from pressrun.reader.config import ReaderConfig
+
+    reader = await start_reader(
+        ReaderConfig(
+            balancer_url="http://127.0.0.1:9/", publisher_keys=("ab" * 32,), download=DESKTOP
+        )
+    )
+    url = f"{reader.url}/v1/link/{NAME}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.put(url, data=b'{"nonce": "00", "sealed": "11"}') as resp:
+                assert resp.status == 201
+                assert (await resp.json())["expires_in_s"] == 600
+            async with http.get(url) as resp:
+                assert resp.status == 200
+                assert resp.headers["Cache-Control"] == "no-store"
+                assert await resp.read() == b'{"nonce": "00", "sealed": "11"}'
+            async with http.get(url) as resp:
+                assert resp.status == 404  # taken once
+                assert "taken already" in await resp.text()
+            async with http.put(f"{reader.url}/v1/link/XYZ", data=b"x") as resp:
+                assert resp.status == 400
+            async with http.put(url, data=b"x" * 4096) as resp:
+                assert resp.status == 413
+            async with http.get(f"{reader.url}/v1/link/{'0' * 31}") as resp:
+                assert resp.status == 400
+    finally:
+        await reader.stop()
+
+
 async def settings(phone: Phone) -> Any:
     page = phone.page
     if await page.locator("#settings-view").is_hidden():

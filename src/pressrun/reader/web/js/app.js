@@ -769,6 +769,7 @@ async function keyChanged(key) {
   state.notSubscribed = false;
   for (const old of document.querySelectorAll('#notices .notice[data-key="subscribe"]')) old.remove();
   linkStatus(`This device now uses your subscription (key ${key.slice(0, 8)}…).`);
+  $("#link-status").scrollIntoView({ block: "nearest" });
   notice("This device now uses your subscription: your issues download here.", { kind: "new", key: "subscribe" });
   hooks.linked = key;
   await checkForIssues();
