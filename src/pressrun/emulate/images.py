@@ -36,6 +36,7 @@ from __future__ import annotations
 import compileall
 import hashlib
 import importlib.util
+import json
 import os
 import py_compile
 import re
@@ -217,9 +218,19 @@ def dependency_site(cache_dir: Path, project_root: Path, report: Callable[[str],
 #: without asking the registry for what the cache holds, so a set-up machine builds
 #: offline; ``--ignore-scripts``: no package the reader uses needs one, see its .npmrc)
 NPM_CI = (
-    "npm", "ci", "--omit=optional", "--ignore-scripts", "--no-audit", "--no-fund",
+    "npm", "ci", "--omit=optional", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund",
     "--prefer-offline",
 )  # fmt: skip
+
+
+def reader_dev_packages(reader_dir: Path) -> set[Path]:
+    """The folders under ``reader_dir/node_modules`` of packages only the reader's tests
+    use (``"dev": true`` in its package-lock.json); none if the lockfile is unreadable."""
+    try:
+        packages = json.loads((reader_dir / "package-lock.json").read_text())["packages"]
+    except (OSError, ValueError, KeyError):
+        return set()
+    return {reader_dir / name for name, meta in packages.items() if name and meta.get("dev")}
 
 
 def missing_reader_packages(reader_dir: Path) -> list[str]:
@@ -271,11 +282,15 @@ def project_tree(context: Path, project_root: Path, report: Callable[[str], None
     (``unchecked-hash``: the image's files never change, and its Python 3.11 reads the
     host's 3.11 bytecode), so the image needs no RUN step."""
     target = context / "project"
-    shutil.copytree(
-        project_root / "src" / "pressrun",
-        target / "pressrun",
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )
+    # the reader's test tools (devDependencies: axe-core, lighthouse and theirs, 175 MB)
+    # are never served: left out of the image
+    dev = reader_dev_packages(project_root / "src" / "pressrun" / "reader")
+    python_cache = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        return set(python_cache(folder, names)) | {n for n in names if Path(folder, n) in dev}
+
+    shutil.copytree(project_root / "src" / "pressrun", target / "pressrun", ignore=ignore)
     reader_packages(target / "pressrun" / "reader", report)
     spec = importlib.util.find_spec("pressrun_flute")
     if spec is not None and spec.submodule_search_locations:
