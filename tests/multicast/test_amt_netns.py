@@ -20,6 +20,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,13 +85,14 @@ def _run(*args: str) -> str:
 
 
 @pytest.fixture
-def namespaces() -> Iterator[tuple[str, str, str, str]]:
-    """(island, reader, the island's veth address, the dummy interface's address)."""
+def namespaces() -> Iterator[tuple[str, str, str, str, str]]:
+    """(island, reader, the island's veth address, the island's multicast address,
+    the reader's veth device)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to create network namespaces")
-    for tool in ("ip", "nft"):
+    for tool in ("ip", "nft", "dumpcap", "tshark"):
         if shutil.which(tool) is None:
-            pytest.skip(f"needs {tool} (apt-get install iproute2 nftables)")
+            pytest.skip(f"needs {tool} (scripts/setup-system.sh: iproute2 nftables tshark)")
     tag = f"{random.randrange(1 << 24):06x}"
     island, reader = f"pr-amt-i-{tag}", f"pr-amt-r-{tag}"
     net = random.randrange(1, 250)
@@ -118,7 +120,7 @@ def namespaces() -> Iterator[tuple[str, str, str, str]]:
         _run(*r, "ip", "link", "set", veth_r, "multicast", "off")
         routes = _run(*r, "ip", "route", "show", "table", "all")
         assert "224.0.0.0" not in routes and "default" not in routes, routes
-        yield island, reader, island_ip, mcast_ip
+        yield island, reader, island_ip, mcast_ip, veth_r
     finally:
         for ns in (island, reader):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
@@ -135,6 +137,23 @@ def _loss(reader: str, relay_port: int, percent: int) -> None:
         *r, "add", "rule", "inet", "tunnel", "input", "udp", "sport", str(relay_port),
         "numgen", "random", "mod", "100", "<", str(percent), "counter", "drop",
     )  # fmt: skip
+
+
+def _capture(reader: str, device: str, port: int, pcap: Path) -> subprocess.Popen[str]:
+    """dumpcap on the reader's link (the tunnel's UDP port), once it captures."""
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", reader, "dumpcap", "-i", device, "-f", f"udp port {port}",
+         "-w", str(pcap)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line or "Capturing on" in line:
+            break
+    assert proc.poll() is None, "dumpcap did not start"
+    return proc
 
 
 def _counters(reader: str) -> list[int]:
@@ -164,9 +183,9 @@ def _get(reader: str, balancer: str, shelf: Shelf, library: Path, *extra: str) -
 
 
 def test_a_unicast_only_reader_gets_the_issue_through_the_relay(
-    namespaces: tuple[str, str, str, str], shelf: Shelf, tmp_path: Path
+    namespaces: tuple[str, str, str, str, str], shelf: Shelf, tmp_path: Path
 ) -> None:
-    island, reader, island_ip, mcast_ip = namespaces
+    island, reader, island_ip, mcast_ip, veth_r = namespaces
     data = shelf.publish(ISSUE, SIZE)
     rng = random.Random()
     control = f"232.{rng.randrange(1, 255)}.{rng.randrange(0, 255)}.1:{rng.randrange(20000, 60000)}"
@@ -190,7 +209,13 @@ def test_a_unicast_only_reader_gets_the_issue_through_the_relay(
         assert line.startswith("balancer "), services.stderr.read() if services.stderr else ""
         balancer = line.split()[1]
         _loss(reader, relay_port, LOSS_PERCENT)
-        through = _get(reader, balancer, shelf, tmp_path / "lib-relay")
+        pcap = tmp_path / "tunnel.pcapng"
+        capture = _capture(reader, veth_r, relay_port, pcap)
+        try:
+            through = _get(reader, balancer, shelf, tmp_path / "lib-relay")
+        finally:
+            capture.terminate()
+            capture.communicate(timeout=10)
         seen, dropped = _counters(reader)
         plain = _get(reader, balancer, shelf, tmp_path / "lib-plain", "--amt", "never")
     finally:
@@ -214,5 +239,15 @@ def test_a_unicast_only_reader_gets_the_issue_through_the_relay(
     efficiency = float(note.split("efficiency ")[1].split(",")[0])
     print(f"through the relay: {note}; tunnel datagrams {seen}, dropped {dropped}")
     assert efficiency >= 0.95, note
+    # the tunnel as captured on the reader's link decodes as AMT in Wireshark's own
+    # dissector: Request, Membership Query, Membership Update, Multicast Data, no
+    # expert info (malformed, bad length) on any frame
+    fields = subprocess.run(
+        ["tshark", "-r", str(pcap), "-T", "fields", "-e", "amt.type", "-e", "_ws.expert"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    types = {line.split("\t")[0] for line in fields}
+    assert {"3", "4", "5", "6"} <= types and "" not in types, types
+    assert all(line.split("\t")[1:] in ([""], []) for line in fields), fields[:5]
     # without a relay: the native join fails (no multicast route), the origin serves
     assert plain["bytes_from_multicast"] == 0 and sum(plain["bytes_by_origin"].values()) == SIZE
