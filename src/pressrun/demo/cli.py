@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pressrun.demo.processes import ServiceProcess, cpu_seconds, start_cpu_burner, stop_process
-from pressrun.demo.readers import BrowserReaders, ReaderOutcome, start_reader_service
+from pressrun.demo.readers import WIFI_PHONE, BrowserReaders, ReaderOutcome, start_reader_service
 from pressrun.demo.report import ClientRow, print_reader_table, print_tables
 from pressrun.demo.sender_bytes import sender_bytes_watched
 from pressrun.demo.testbed import (
@@ -91,7 +91,9 @@ async def run_demo(
     stack = contextlib.AsyncExitStack()
     # Chromium starts beside the services (seconds on a loaded host)
     fleet_up = (
-        asyncio.create_task(stack.enter_async_context(BrowserReaders())) if readers > 0 else None
+        asyncio.create_task(stack.enter_async_context(BrowserReaders(before_start=WIFI_PHONE)))
+        if readers > 0
+        else None
     )
     try:
         # side by side: an origin takes seconds to come up on a loaded host (4.3 s each
