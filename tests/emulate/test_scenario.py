@@ -78,3 +78,16 @@ def test_no_arrivals_is_an_error() -> None:
         parse_scenario('name = "t"')
     with pytest.raises(ScenarioError, match="no built-in emulation scenario"):
         load_scenario("no-such-scenario")
+
+
+def test_env_settings_over_a_scenarios_own() -> None:
+    from pressrun.emulate.cli import with_env
+
+    scenario = load_scenario("flash-crowd")
+    changed = with_env(scenario, ["PRESSRUN_UPLOADER_POLICY=stripes", "PRESSRUN_X=a=b"])
+    assert changed.env["PRESSRUN_UPLOADER_POLICY"] == "stripes"
+    assert changed.env["PRESSRUN_X"] == "a=b"  # the value keeps its own '='
+    assert changed.env["PRESSRUN_MULTICAST_CHANNELS"] == scenario.env["PRESSRUN_MULTICAST_CHANNELS"]
+    assert changed.clients() == scenario.clients()
+    with pytest.raises(ScenarioError, match="PRESSRUN_NAME=VALUE"):
+        with_env(scenario, ["UPLOADER=stripes"])

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pressrun.emulate.scenario import EmulationScenario
 
 #: where images, wheels and the engine's data live (ignored by git)
 CACHE_ENV = "PRESSRUN_EMULATE_CACHE"
@@ -79,7 +82,32 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="skip the scenario's unicast-only twin run",
     )
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="PRESSRUN_NAME=VALUE",
+        help="set a docker-compose.yml variable over the scenario's [env] (repeatable), "
+        "e.g. --env PRESSRUN_UPLOADER_POLICY=stripes to run the same crowd with another "
+        "swarm policy",
+    )
     p.set_defaults(func=run)
+
+
+def with_env(scenario: EmulationScenario, settings: list[str]) -> EmulationScenario:
+    """The scenario with ``--env PRESSRUN_NAME=VALUE`` settings over its ``[env]``;
+    `ScenarioError` for a setting that is not one."""
+    import dataclasses
+
+    from pressrun.sim.scenario import ScenarioError
+
+    env = dict(scenario.env)
+    for setting in settings:
+        name, sep, value = setting.partition("=")
+        if not sep or not name.startswith("PRESSRUN_"):
+            raise ScenarioError(f"--env {setting!r}: write PRESSRUN_NAME=VALUE")
+        env[name] = value
+    return dataclasses.replace(scenario, env=env) if settings else scenario
 
 
 def interrupt_on_signals() -> None:
@@ -116,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         from pressrun.emulate.scenario import load_scenario
 
         try:
-            scenario = load_scenario(args.scenario)
+            scenario = with_env(load_scenario(args.scenario), args.env)
         except ScenarioError as err:
             print(f"pressrun emulate: {err}", file=sys.stderr)
             return 2

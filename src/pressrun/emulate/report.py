@@ -25,9 +25,20 @@ from pressrun.emulate.balancer_kill import (
     mode_change_clients,
     mode_change_demand,
 )
+from pressrun.emulate.fleet import (
+    by_kind,
+    channels_against_links,
+    channels_line,
+    kinds_line,
+    twin_comparison,
+)
+from pressrun.emulate.link import parse_rate_bps
 from pressrun.emulate.probes import trackers_agree
 from pressrun.emulate.run import PublishedIssue, VariantResult
-from pressrun.emulate.scenario import EmulationScenario
+from pressrun.emulate.scenario import DESKTOP, EmulationScenario
+
+#: the compose file's carousel channel rate when a scenario does not set one
+DEFAULT_CHANNEL_MBPS = 40.0
 
 MODE_COLOURS = {"origin": "tab:blue", "swarm": "tab:orange", "multicast": "tab:green"}
 
@@ -40,7 +51,13 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
         rows.append(
             {
                 "client": o.plan.number,
+                "kind": o.plan.kind,
                 "link": o.plan.link.name,
+                "link_down_mbps": (
+                    None
+                    if o.plan.link.down_rate is None
+                    else parse_rate_bps(o.plan.link.down_rate, "down_rate") / 1e6
+                ),
                 "profile": o.plan.link.profile,
                 "planned_start_s": round(o.plan.at_s, 2),
                 "started_s": None if o.started_s is None else round(o.started_s, 2),
@@ -163,8 +180,12 @@ def summarize(
 ) -> dict[str, Any]:
     """The JSON summary of every run of the scenario."""
     variants: dict[str, Any] = {}
+    channel_mbps = float(scenario.env.get("PRESSRUN_MULTICAST_RATE_MBPS", DEFAULT_CHANNEL_MBPS))
     for r in results:
-        rows = client_rows(r, issue.sha256)
+        every = client_rows(r, issue.sha256)
+        # the run's figures are the desktop clients' (as before browser readers were
+        # added, so runs compare); the browser readers have theirs in by_kind
+        rows = [row for row in every if row["kind"] == DESKTOP]
         egress = origin_egress(r)
         modes: dict[str, int] = {}
         for row in rows:
@@ -224,7 +245,9 @@ def summarize(
             "supernodes_at_start": r.supernodes_at_start,
             "supernodes_at_end": r.supernodes_at_end,
             "egress_series": {n: s for n, s in r.egress.items()},
-            "per_client": rows,
+            "by_kind": by_kind(every),
+            "channels": channels_against_links(every, channel_mbps),
+            "per_client": every,
         }
     summary: dict[str, Any] = {
         "scenario": scenario.name,
@@ -237,6 +260,9 @@ def summarize(
         summary["one_balancer_comparison"] = compare_modes(
             variants["emulation"]["balancers"], variants[ONE_BALANCER]["balancers"]
         )
+    twin = twin_comparison(variants)
+    if twin is not None:
+        summary["twin_comparison"] = twin
     if "emulation" in variants and "unicast-only" in variants:
         unicast = variants["unicast-only"]["origin_egress_total_bytes"]
         if unicast:
@@ -444,6 +470,10 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
                 f"{cpu['cores']:g} cores busy on average"
                 + (f", the emulation's containers {took:g}" if took is not None else "")
             )
+        if len(v.get("by_kind", {})) > 1:
+            console.print(kinds_line(name, v["by_kind"]))
+        if v.get("channels", {}).get("receivers"):
+            console.print(channels_line(name, v["channels"]))
         if v.get("ring_by_policy"):
             console.print(f"{name}: the swarm clients' uploader policy: " + policies_line(v))
         if v.get("supernodes_at_end"):
@@ -454,6 +484,14 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
         console.print(
             f"origin egress with swarm/multicast on: {summary['origin_egress_ratio']:.1%} "
             "of the unicast-only run's"
+        )
+    twin = summary.get("twin_comparison")
+    if twin is not None:
+        console.print(
+            "download median against the unicast-only twin's "
+            f"({twin['all_clients']['twin_median_s']} s): carousel readers "
+            f"{twin['carousel_readers']['median_s']} s, swarm clients "
+            f"{twin['swarm_clients']['median_s']} s, all {twin['all_clients']['median_s']} s"
         )
     console.print(f"report: {out / 'summary.json'}, {out / 'egress.png'}, {out / 'clients.png'}")
 

@@ -65,7 +65,7 @@ from pressrun.emulate.project import (
     project_name as project_name_of,
 )
 from pressrun.emulate.prometheus_series import prometheus_config_for_emulation
-from pressrun.emulate.scenario import ClientPlan, EmulationScenario
+from pressrun.emulate.scenario import BROWSER, ClientPlan, EmulationScenario
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,8 @@ class PublishedIssue:
 
 #: the two balancers as the clients reach them (docker-compose.yml)
 BALANCERS = ("http://balancer:8080", "http://balancer-2:8080")
+#: the web reader's page as the browser readers' containers reach it
+READER_URL = "http://reader:8443/"
 
 
 def balancers_for(number: int, *, single: bool = False) -> str:
@@ -110,6 +112,19 @@ def balancers_for(number: int, *, single: bool = False) -> str:
         return BALANCERS[0]
     first = number % len(BALANCERS)
     return ",".join(BALANCERS[first:] + BALANCERS[:first])
+
+
+def browser_command(scenario: EmulationScenario, issue: PublishedIssue, number: int) -> list[str]:
+    """A browser reader container's command (`pressrun.emulate.browser_reader`): the
+    reader's page, the issue, its SHA-256, the download's deadline (the scenario's
+    timeout) and how long the app stays open after it at most."""
+    seed_s = scenario.browsers.seed_s if scenario.browsers is not None else 0.0
+    return [
+        "python3", "-m", "pressrun.emulate.browser_reader", "--release-dir", RELEASE_MOUNT,
+        "--name", str(number), "--reader-url", READER_URL, "--issue", issue.issue_id,
+        "--sha256", issue.sha256, "--timeout-s", f"{scenario.timeout_s:g}",
+        "--seed-s", f"{seed_s:g}",
+    ]  # fmt: skip
 
 
 def publish_issue(out_dir: Path, size_mb: float, seed: int) -> PublishedIssue:
@@ -323,6 +338,10 @@ async def run_variant(
         ),
         "PRESSRUN_RESTART": "no",
         "PRESSRUN_REDIS_SAVE": "",
+        # the browser readers reach the balancers and coturn by their names on the
+        # project's network, as the desktop clients do
+        "PRESSRUN_READER_BALANCERS": balancers_for(0, single=single),
+        "PRESSRUN_TURN_HOST": "turn",
         # no fixed host ports: each published port on an ephemeral port of 127.0.0.1
         **{
             f"PRESSRUN_{svc}_PUBLISH": "127.0.0.1:"
@@ -376,6 +395,9 @@ async def run_variant(
                     "-v", f"{release_dir.resolve()}:{RELEASE_MOUNT}"]  # fmt: skip
             for key, value in link.env().items():
                 args += ["-e", f"{key}={value}"]
+            # libtorrent's WebRTC peers (the browser readers' way in) ask coturn, as
+            # docker-compose.yml's client service does
+            args += ["-e", "PRESSRUN_STUN=turn:3478"]
             if env.get(UPLOADER_POLICY_ENV):  # the swarm's uploader policy (docs/chord.md)
                 args += ["-e", f"{UPLOADER_POLICY_ENV}={env[UPLOADER_POLICY_ENV]}"]
             args += [
@@ -389,6 +411,10 @@ async def run_variant(
             if env.get("PRESSRUN_MULTICAST_SENDER", "x"):
                 # a swarm client moves to the carousel when it starts early in its download
                 args += ["--multicast-control-group", control_group]
+            if outcome.plan.kind == BROWSER:
+                args = args[: args.index(image) + 1] + browser_command(
+                    scenario, issue, outcome.plan.number
+                )
             async with creating:
                 try:
                     await docker_async(engine, *args)
@@ -447,7 +473,7 @@ async def run_variant(
         faults = [f for f in scenario.faults if not (single and f.service == SECOND_BALANCER)]
         report(
             f"[{variant}] {len(plans)} clients over "
-            f"{plans[-1].at_s:.0f} s; faults: "
+            f"{scenario.last_arrival_s():.0f} s; faults: "
             + (", ".join(f"{f.action} {f.service} at {f.at_s:g} s" for f in faults) or "none")
         )
 
@@ -482,7 +508,7 @@ async def run_variant(
         starters = [asyncio.create_task(start_client(o)) for o in outcomes]
         faulters = [asyncio.create_task(fault(f.at_s, f.action, f.service))
                     for f in faults]  # fmt: skip
-        deadline = t0 + plans[-1].at_s + scenario.timeout_s
+        deadline = t0 + scenario.last_arrival_s() + scenario.timeout_s
         await asyncio.gather(
             *starters, _wait_clients(engine, outcomes, deadline, report, variant, t0)
         )

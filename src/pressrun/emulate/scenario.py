@@ -34,6 +34,16 @@ links, when clients arrive and what breaks when::
                                # (a service killed earlier, back)
     service = "origin-c"
 
+    [browser_readers]          # the web reader in headless Chromium, one container a
+    link = "mobile-6"          # phone (issue 26): a [[links]] name (default: the first
+    seed_s = 60                # mobile one); how long the app stays open after its
+                               # download at most (the reader's own leave rule first)
+    [[browser_readers.arrivals]]  # the same tables as [[arrivals]]
+    kind = "burst"
+    count = 10
+    at_s = 55
+    spread_s = 60
+
 Built-in scenarios live in `pressrun/emulate/scenarios/*.toml`.
 """
 
@@ -42,7 +52,7 @@ from __future__ import annotations
 import math
 import random
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,13 +111,31 @@ class Fault:
     service: str
 
 
+#: a client's kind: ``pressrun get`` in a container, or the web reader in headless
+#: Chromium in a container (`pressrun.emulate.browser_reader`)
+DESKTOP = "desktop"
+BROWSER = "browser"
+
+
 @dataclass(frozen=True, slots=True)
 class ClientPlan:
-    """One client of a run: when it starts (after the first arrival) and its link."""
+    """One client of a run: when it starts (after the first arrival), its link and its
+    kind (`DESKTOP` or `BROWSER`)."""
 
     number: int
     at_s: float
     link: ClientLink
+    kind: str = DESKTOP
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserReaders:
+    """The scenario's fleet of browser readers (phones): their link, how long each
+    keeps the app open after its download at most, and when they arrive."""
+
+    link: ClientLink
+    seed_s: float
+    arrival_specs: tuple[Mapping[str, Any], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,9 +155,13 @@ class EmulationScenario:
     source: str
     #: also run the crowd against ``balancer`` alone (issue 30, `balancer_kill`)
     one_balancer_twin: bool = False
+    #: browser readers beside the desktop clients (issue 26), or None
+    browsers: BrowserReaders | None = None
 
     def clients(self) -> list[ClientPlan]:
-        """Every client in start order, each with a link drawn by share (seeded)."""
+        """Every client in start order, each with a link drawn by share (seeded); the
+        browser readers after the desktop clients, numbered on from them (so a
+        scenario's desktop fleet is the same with or without them)."""
         rng = random.Random(self.seed)
         times: list[float] = []
         for i, spec in enumerate(self.arrival_specs):
@@ -137,9 +169,24 @@ class EmulationScenario:
         times.sort()
         weights = [link.share for link in self.links]
         picks = rng.choices(self.links, weights=weights, k=len(times))
-        return [
+        plans = [
             ClientPlan(n + 1, t, link) for n, (t, link) in enumerate(zip(times, picks, strict=True))
         ]
+        if self.browsers is not None:
+            rng = random.Random(self.seed + 1)
+            phones: list[float] = []
+            for i, spec in enumerate(self.browsers.arrival_specs):
+                where = f"browser_readers.arrivals[{i}]"
+                phones += [a.at_s for a in expand_arrivals(spec, rng, where, self.source)]
+            plans += [
+                ClientPlan(len(plans) + n + 1, t, self.browsers.link, BROWSER)
+                for n, t in enumerate(sorted(phones))
+            ]
+        return plans
+
+    def last_arrival_s(self) -> float:
+        """When the last client (desktop or browser) arrives."""
+        return max(p.at_s for p in self.clients())
 
 
 def builtin_names() -> list[str]:
@@ -161,8 +208,9 @@ def load_scenario(name_or_path: str) -> EmulationScenario:
 
 _TOP = {
     "name", "description", "issue_mb", "unicast_twin", "timeout_s", "seed", "env", "links",
-    "arrivals", "faults", "one_balancer_twin",
+    "arrivals", "faults", "one_balancer_twin", "browser_readers",
 }  # fmt: skip
+_BROWSERS = {"link", "seed_s", "arrivals"}
 _LINK = {"name", "rate", "up_rate", "down_rate", "loss_pct", "profile", "share"}
 _FAULT = {"at_s", "action", "service"}
 
@@ -241,17 +289,10 @@ def parse_scenario(text: str, *, source: str = "<string>") -> EmulationScenario:
         links.append(ClientLink("unshaped", None, None, 0.0, "desktop", 1.0))
     if sum(link.share for link in links) <= 0:
         raise _err(source, "links", "the shares add up to 0")
-    specs: list[Mapping[str, Any]] = []
-    for i, spec in enumerate(doc.get("arrivals", [])):
-        if not isinstance(spec, dict):
-            raise _err(source, f"arrivals[{i}]", "must be a table")
-        spec = dict(spec)
-        if spec.get("kind") == "trickle":
-            spec["kind"] = "rate"  # the simulator's name for a steady trickle
-        expand_arrivals(spec, random.Random(0), f"arrivals[{i}]", source)  # validates
-        specs.append(spec)
+    specs = _arrival_specs(doc.get("arrivals", []), source, "arrivals")
     if not specs:
         raise _err(source, "arrivals", "at least one [[arrivals]] table is needed")
+    browsers = _browser_readers(doc.get("browser_readers"), links, source)
     faults: list[Fault] = []
     for i, table in enumerate(doc.get("faults", [])):
         where = f"faults[{i}]"
@@ -276,7 +317,50 @@ def parse_scenario(text: str, *, source: str = "<string>") -> EmulationScenario:
         seed=int(_number(doc, "seed", 2026, source, "top level")),
         source=source,
         one_balancer_twin=bool(doc.get("one_balancer_twin", False)),
+        browsers=browsers,
     )
     if not scenario.clients():
         raise _err(source, "arrivals", "no client arrives")
     return scenario
+
+
+def _arrival_specs(tables: Any, source: str, where: str) -> list[Mapping[str, Any]]:
+    """Validated arrival tables (``kind = "trickle"`` is the simulator's ``rate``)."""
+    if not isinstance(tables, list):
+        raise _err(source, where, "must be an array of tables ([[...]])")
+    specs: list[Mapping[str, Any]] = []
+    for i, spec in enumerate(tables):
+        if not isinstance(spec, dict):
+            raise _err(source, f"{where}[{i}]", "must be a table")
+        spec = dict(spec)
+        if spec.get("kind") == "trickle":
+            spec["kind"] = "rate"  # the simulator's name for a steady trickle
+        expand_arrivals(spec, random.Random(0), f"{where}[{i}]", source)  # validates
+        specs.append(spec)
+    return specs
+
+
+def _browser_readers(table: Any, links: Sequence[ClientLink], source: str) -> BrowserReaders | None:
+    """The ``[browser_readers]`` table: a link by name (default: the first mobile
+    one, else the first), the most seconds a phone keeps the app open after its
+    download, and its own arrival tables."""
+    if table is None:
+        return None
+    where = "browser_readers"
+    if not isinstance(table, dict):
+        raise _err(source, where, "must be a table")
+    _unknown(table, _BROWSERS, source, where)
+    name = table.get("link")
+    if name is None:
+        link = next((lk for lk in links if lk.profile == "mobile"), links[0])
+    else:
+        found = [lk for lk in links if lk.name == name]
+        if not found:
+            names = ", ".join(lk.name for lk in links)
+            raise _err(source, f"{where}.link", f"no [[links]] named {name!r} (there are {names})")
+        link = found[0]
+    specs = _arrival_specs(table.get("arrivals", []), source, f"{where}.arrivals")
+    if not specs:
+        raise _err(source, f"{where}.arrivals", "at least one arrivals table is needed")
+    seed_s = _number(table, "seed_s", 60.0, source, where)
+    return BrowserReaders(link=link, seed_s=seed_s, arrival_specs=tuple(specs))

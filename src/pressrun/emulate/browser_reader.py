@@ -1,0 +1,250 @@
+"""A browser reader in a container: the web reader in Debian's headless Chromium at a
+phone's size, held at the start line like a desktop client (issue 26).
+
+``python3 -m pressrun.emulate.browser_reader --release-dir DIR --name N --reader-url URL
+--issue ID --sha256 HEX`` (after the entrypoint shaped the link, a phone's) starts
+Chromium through Playwright (`pressrun.reader.browser`: the flags and the phone
+profile the reader's tests use), opens the app as a phone whose app is already open,
+writes ``DIR/N.ready`` and waits for ``DIR/N.go`` (`pressrun.emulate.held`'s
+protocol; ``DIR/N.started`` records the release). Then the app downloads the issue
+with its own ``startDownload`` (the balancer's directive, the swarm through the
+WebSocket tracker and WebRTC when the directive names it, the origins as web seeds,
+every piece checked against the signed manifest), and the stored file's SHA-256 is
+computed in the page. The page stays open while the app shares the issue, until the
+app's own leave rule lets it go or ``--seed-s`` passed (a phone closing the app).
+
+The last line on stdout is one JSON object shaped like ``pressrun get --json``'s
+(``kind``: ``browser``; ``verified``, ``sha256``, ``mode``, ``seconds``, ``download_s``,
+``seeding_s``, ``bytes_from_origins`` with ``bytes_by_origin`` and
+``bytes_from_web_seeds``, ``bytes_from_peers``, ``uploaded_bytes``, ``leave_rule``,
+``peers_seen``), so the emulation's report reads both kinds alike. Exit code 0 when the
+issue was stored and verified.
+
+In a container the page is at ``http://reader:8443``, not a secure context, so
+Chromium is told to treat that origin as one (OPFS and WebCrypto need it), and WebRTC's
+host candidates are the container's own address rather than mDNS names (no mDNS
+responder runs in the containers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pressrun.emulate.held import POLL_S, go_path, ready_path, started_path
+
+#: what the app does on the page: download and wait for its result or error
+DOWNLOAD_JS = """async (issue) => {
+    await window.pressrun.startDownload(issue);
+    const result = window.pressrun.results[issue];
+    return result ?? {error: window.pressrun.errors[issue] ?? 'no result and no error'};
+}"""
+#: the stored issue's SHA-256 (hex) and its record's sharing figures, read back from
+#: the page's storage as the reader's tests do
+STORED_JS = """async (issue) => {
+    const store = await import('./js/store.js');
+    const db = await import('./js/db.js');
+    const r = await db.getRecord('issues', issue);
+    const blob = await store.issueBlob(issue, r.num_pieces, 'application/pdf');
+    const d = await crypto.subtle.digest('SHA-256', await blob.arrayBuffer());
+    return Array.from(new Uint8Array(d), (b) => b.toString(16).padStart(2, '0')).join('');
+}"""
+#: the issue's record: ``uploaded_bytes`` and ``leave_rule`` appear once the app's
+#: sharing ended (its fair-exit rule)
+RECORD_JS = """async (issue) => {
+    const db = await import('./js/db.js');
+    const r = await db.getRecord('issues', issue);
+    return {uploaded_bytes: r?.uploaded_bytes ?? null, leave_rule: r?.leave_rule ?? null};
+}"""
+#: how often the record is read while the app shares the issue
+SEED_POLL_S = 1.0
+
+
+def chromium_args(reader_url: str) -> list[str]:
+    """The reader's tests' Chromium flags, plus what a container needs: the reader's
+    plain-HTTP origin treated as secure, host candidates by address (not mDNS), and
+    shared memory in /tmp (a container's /dev/shm is 64 MB)."""
+    from pressrun.reader.browser import CHROMIUM_ARGS
+
+    parts = urlsplit(reader_url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    return [
+        *CHROMIUM_ARGS,
+        f"--unsafely-treat-insecure-origin-as-secure={origin}",
+        "--disable-features=WebRtcHideLocalIpsWithMdns",
+        "--disable-dev-shm-usage",
+    ]
+
+
+def outcome_doc(
+    result: dict[str, Any],
+    *,
+    sha256: str | None,
+    want_sha256: str,
+    seeding_s: float,
+    record: dict[str, Any] | None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """The JSON outcome (``pressrun get --json``'s shape) from the app's result
+    document, the page's SHA-256 of the stored file and its sharing record."""
+    by_origin = {str(k): int(v) for k, v in (result.get("bytes_by_origin") or {}).items()}
+    web_seeds = int(result.get("bytes_from_web_seeds") or 0)
+    peers = int(result.get("bytes_from_peers") or 0)
+    download_s = result.get("seconds")
+    verified = error is None and result.get("status") == "complete" and sha256 == want_sha256
+    return {
+        "kind": "browser",
+        "verified": verified,
+        "sha256": sha256,
+        # the app follows the directive: with a swarm it counts web seeds and peers
+        "mode": str(result.get("mode") or ("swarm" if peers or web_seeds else "origin")),
+        "download_s": None if download_s is None else round(float(download_s), 2),
+        "seconds": None if download_s is None else round(float(download_s) + seeding_s, 2),
+        "seeding_s": round(seeding_s, 1),
+        "bytes_from_origins": sum(by_origin.values()) + web_seeds,
+        "bytes_by_origin": by_origin,
+        "bytes_from_web_seeds": web_seeds,
+        "bytes_from_peers": peers,
+        "bytes_from_multicast": 0,
+        "peers_seen": result.get("peers_seen"),
+        "uploaded_bytes": (record or {}).get("uploaded_bytes"),
+        "leave_rule": (record or {}).get("leave_rule"),
+        "error": error,
+    }
+
+
+async def _bounded(what: str, step: Any, timeout_s: float) -> Any:
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await step
+    except TimeoutError:
+        raise RuntimeError(f"{what}: no answer in {timeout_s:g} s") from None
+
+
+async def _open(page: Any, url: str, timeout_s: float) -> None:
+    """The app's page, asked again until the reader service answers (it may still be
+    starting beside the held clients) or ``timeout_s`` passed."""
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        try:
+            await page.goto(url)
+            return
+        except Exception:  # playwright's Error: the service is not up yet
+            if time.perf_counter() > deadline:
+                raise
+            await asyncio.sleep(1.0)
+
+
+async def read_issue(opts: argparse.Namespace) -> dict[str, Any]:
+    """Start Chromium and the app, wait at the start line, download, share; the
+    outcome document (an error in it once the page ran, never an exception)."""
+    from playwright.async_api import async_playwright
+
+    from pressrun.reader.browser import CHROMIUM, PHONE
+
+    release_dir: Path = opts.release_dir
+    console: list[str] = []
+    async with async_playwright() as playwright:
+        browser = await _bounded(
+            "Chromium's start",
+            playwright.chromium.launch(
+                executable_path=CHROMIUM, args=chromium_args(opts.reader_url)
+            ),
+            opts.step_timeout_s,
+        )
+        try:
+            context = await browser.new_context(**PHONE)
+            context.set_default_timeout(opts.step_timeout_s * 1000)
+            page = await context.new_page()
+            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+            page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+            # the app is open on the phone before the reader's arrival: its start
+            # (the page, the reader's configuration) is not the download's time
+            await _open(page, opts.reader_url, opts.step_timeout_s)
+            await _bounded("the app's start", page.evaluate("window.pressrun.ready"),
+                           opts.step_timeout_s)  # fmt: skip
+            ready = time.clock_gettime(time.CLOCK_MONOTONIC)
+            ready_path(release_dir, opts.name).write_text(f"{ready:.3f}\n")
+            go = go_path(release_dir, opts.name)
+            while not go.exists():
+                await asyncio.sleep(POLL_S)
+            released = time.clock_gettime(time.CLOCK_MONOTONIC)
+            started_path(release_dir, opts.name).write_text(
+                json.dumps({"ready": round(ready, 3), "released": round(released, 3)})
+            )
+            try:
+                result = await _bounded(
+                    "the download", page.evaluate(DOWNLOAD_JS, opts.issue), opts.timeout_s
+                )
+            except RuntimeError as err:
+                why = f"{err} (console: {'; '.join(console[-3:])})"
+                return outcome_doc({}, sha256=None, want_sha256=opts.sha256, seeding_s=0.0,
+                                   record=None, error=why)  # fmt: skip
+            if "error" in result:
+                return outcome_doc({}, sha256=None, want_sha256=opts.sha256, seeding_s=0.0,
+                                   record=None, error=str(result["error"]))  # fmt: skip
+            sha = await _bounded(
+                "the stored issue's SHA-256",
+                page.evaluate(STORED_JS, opts.issue),
+                opts.step_timeout_s,
+            )
+            # share while the app does (its fair-exit rule), at most --seed-s
+            seeding_from = time.perf_counter()
+            record: dict[str, Any] | None = None
+            while time.perf_counter() - seeding_from < opts.seed_s:
+                record = await _bounded(
+                    "the issue's record", page.evaluate(RECORD_JS, opts.issue), 30.0
+                )
+                if record.get("leave_rule"):
+                    break
+                await asyncio.sleep(SEED_POLL_S)
+            seeding_s = time.perf_counter() - seeding_from
+            if record is None or not record.get("leave_rule"):
+                record = {"leave_rule": "app_closed"}
+            return outcome_doc(result, sha256=sha, want_sha256=opts.sha256,
+                               seeding_s=seeding_s, record=record)  # fmt: skip
+        except Exception as err:  # the page failed: the outcome says how
+            tail = "; ".join(console[-3:])
+            detail = f"{type(err).__name__}: {err}" + (f" (console: {tail})" if tail else "")
+            return outcome_doc({}, sha256=None, want_sha256=opts.sha256, seeding_s=0.0,
+                               record=None, error=detail)  # fmt: skip
+        finally:
+            await _bounded("Chromium's close", browser.close(), 30.0)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The container's command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m pressrun.emulate.browser_reader",
+        description="a phone: the web reader in headless Chromium, released by the host",
+    )
+    parser.add_argument("--release-dir", type=Path, required=True)
+    parser.add_argument("--name", required=True, help="this reader's name in the folder")
+    parser.add_argument("--reader-url", required=True, help="the reader service's page")
+    parser.add_argument("--issue", required=True)
+    parser.add_argument("--sha256", required=True, help="the published file's SHA-256")
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="the download's end")
+    parser.add_argument("--seed-s", type=float, default=60.0,
+                        help="the most seconds the app stays open after the download")  # fmt: skip
+    parser.add_argument("--step-timeout-s", type=float, default=120.0,
+                        help="each other step's end (Chromium's start, the app's)")  # fmt: skip
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run one browser reader; 0 when its issue was stored and verified."""
+    opts = parse_args(argv)
+    doc = asyncio.run(read_issue(opts))
+    print(json.dumps(doc), flush=True)
+    return 0 if doc["verified"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

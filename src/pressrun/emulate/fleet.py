@@ -1,0 +1,165 @@
+"""The report's views across a run's fleet: desktop clients beside browser readers
+(issue 26), each carousel receiver's channels against its link (issue 28), and the
+run against its unicast-only twin (issues 28 and 29).
+
+Pure functions of the report's per-client rows (`pressrun.emulate.report.client_rows`)
+and run summaries; nothing here reads a clock or a socket.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: ``pressrun get --json``'s ``multicast_note`` after a carousel delivered the issue
+#: (`pressrun.clients.multicast_receive`): the most channels held, the receive time,
+#: the channels at the end, the packets its own socket dropped
+_NOTE = re.compile(
+    r"(?P<most>\d+) channel\(s\), (?P<s>[\d.]+) s, (?P<final>\d+) at the end, "
+    r"(?P<drops>\d+) own socket drops"
+)
+
+
+def _spread(values: Sequence[float]) -> dict[str, float | None]:
+    """min, median (the upper one of an even count, as the report's) and max."""
+    v = sorted(values)
+    if not v:
+        return {"min": None, "median": None, "max": None}
+    return {"min": round(v[0], 1), "median": round(v[len(v) // 2], 1), "max": round(v[-1], 1)}
+
+
+def by_kind(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per kind of client (``desktop``: ``pressrun get``; ``browser``: the web reader in
+    Chromium): how many, verified, modes, download time, and the bytes they took from
+    peers and from origins (their own tallies; web seeds count as origins), with the
+    share from peers."""
+    out: dict[str, Any] = {}
+    for row in rows:
+        kind = str(row.get("kind") or "desktop")
+        entry = out.setdefault(kind, {"clients": 0, "verified": 0, "modes": {},
+                                      "bytes_from_origins": 0, "bytes_from_peers": 0,
+                                      "bytes_from_multicast": 0, "_times": []})  # fmt: skip
+        entry["clients"] += 1
+        entry["verified"] += 1 if row.get("verified") else 0
+        mode = str(row.get("mode"))
+        entry["modes"][mode] = entry["modes"].get(mode, 0) + 1
+        for key in ("bytes_from_origins", "bytes_from_peers", "bytes_from_multicast"):
+            entry[key] += int(row.get(key) or 0)
+        if row.get("download_s") is not None:
+            entry["_times"].append(float(row["download_s"]))
+    for entry in out.values():
+        entry["download_s"] = _spread(entry.pop("_times"))
+        total = entry["bytes_from_origins"] + entry["bytes_from_peers"]
+        entry["share_from_peers"] = round(entry["bytes_from_peers"] / total, 3) if total else None
+    return out
+
+
+def channels_carried(down_mbps: float | None, channel_mbps: float) -> int | None:
+    """How many channels of ``channel_mbps`` a link of ``down_mbps`` carries (None: an
+    unshaped link, any number)."""
+    if down_mbps is None or channel_mbps <= 0:
+        return None
+    return math.floor(down_mbps / channel_mbps + 1e-9)
+
+
+def channels_against_links(
+    rows: Sequence[Mapping[str, Any]], channel_mbps: float
+) -> dict[str, Any]:
+    """Per carousel receiver (a client whose ``multicast_note`` says what it held): its
+    link's downstream rate, the channels that link carries, the most channels it held
+    and those at the end; and how many held more than their link carries, at most and
+    at the end. (The client reports its peak and its end, not a time series: a peak
+    above the link may be one join probe the layering then undid.)"""
+    receivers: list[dict[str, Any]] = []
+    for row in rows:
+        match = _NOTE.search(str(row.get("multicast_note") or ""))
+        if match is None:
+            continue
+        carries = channels_carried(row.get("link_down_mbps"), channel_mbps)
+        receivers.append(
+            {
+                "client": row.get("client"),
+                "link": row.get("link"),
+                "link_down_mbps": row.get("link_down_mbps"),
+                "carries": carries,
+                "most": int(match["most"]),
+                "final": int(match["final"]),
+                "receive_s": float(match["s"]),
+                "socket_drops": int(match["drops"]),
+            }
+        )
+    shaped = [r for r in receivers if r["carries"] is not None]
+    by_link: dict[str, Any] = {}
+    for r in receivers:
+        entry = by_link.setdefault(str(r["link"]), {"carries": r["carries"], "receivers": 0,
+                                                    "final": {}, "most": {}})  # fmt: skip
+        entry["receivers"] += 1
+        for key in ("final", "most"):
+            entry[key][str(r[key])] = entry[key].get(str(r[key]), 0) + 1
+    return {
+        "channel_mbps": channel_mbps,
+        "receivers": len(receivers),
+        "over_at_the_end": sum(1 for r in shaped if r["final"] > r["carries"]),
+        "over_at_most": sum(1 for r in shaped if r["most"] > r["carries"]),
+        "by_link": by_link,
+        "per_receiver": receivers,
+    }
+
+
+def twin_comparison(variants: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The run against its unicast-only twin: the carousel readers' median download time
+    against the twin's median (issue 28: at most), the swarm clients' likewise, every
+    desktop client's, and the origins' egress as a share of the twin's (at most 5%)."""
+    run, twin = variants.get("emulation"), variants.get("unicast-only")
+    if run is None or twin is None:
+        return None
+    twin_median = twin["download_s"]["median"]
+
+    def against(median: float | None) -> dict[str, Any]:
+        ok = None if median is None or twin_median is None else median <= twin_median
+        return {"median_s": median, "twin_median_s": twin_median, "at_most_twin": ok}
+
+    by_mode = run.get("download_s_by_mode", {})
+    twin_egress = twin["origin_egress_total_bytes"]
+    ratio = run["origin_egress_total_bytes"] / twin_egress if twin_egress else None
+    return {
+        "carousel_readers": against(by_mode.get("multicast", {}).get("median")),
+        "swarm_clients": against(by_mode.get("swarm", {}).get("median")),
+        "all_clients": against(run["download_s"]["median"]),
+        "origin_egress_ratio": None if ratio is None else round(ratio, 4),
+        "origin_egress_at_most_5pct": None if ratio is None else ratio <= 0.05,
+    }
+
+
+def kinds_line(name: str, kinds: Mapping[str, Any]) -> str:
+    """One console line: each kind's clients, verified, download median and bytes from
+    peers and from origins."""
+    parts = []
+    for kind, e in sorted(kinds.items()):
+        med = e["download_s"]["median"]
+        share = e["share_from_peers"]
+        parts.append(
+            f"{kind} {e['verified']}/{e['clients']} verified, download median "
+            + ("-" if med is None else f"{med:g} s")
+            + f", {e['bytes_from_peers'] / 1e6:.0f} MB from peers, "
+            f"{e['bytes_from_origins'] / 1e6:.0f} MB from origins"
+            + ("" if share is None else f" ({share:.0%} from peers)")
+        )
+    return f"{name}: " + "; ".join(parts)
+
+
+def channels_line(name: str, channels: Mapping[str, Any]) -> str:
+    """One console line: the carousel receivers' channels against their links."""
+    parts = []
+    for link, e in sorted(channels["by_link"].items()):
+        final = ", ".join(f"{n} on {c}" for c, n in sorted(e["final"].items()))
+        parts.append(f"{link} (carries {e['carries']}): {final}")
+    return (
+        f"{name}: {channels['receivers']} carousel receivers, channels at the end against "
+        f"the link ({channels['channel_mbps']:g} Mbit/s each): "
+        + "; ".join(parts)
+        + f"; over the link at the end {channels['over_at_the_end']}, "
+        f"at their most {channels['over_at_most']}"
+    )
