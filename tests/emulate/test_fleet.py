@@ -11,10 +11,12 @@ import pytest
 from pressrun.emulate.browser_reader import chromium_args, outcome_doc
 from pressrun.emulate.fleet import (
     by_kind,
+    channel_log,
     channels_against_links,
     channels_carried,
     channels_line,
     kinds_line,
+    longest_above,
     twin_comparison,
 )
 from pressrun.emulate.scenario import BROWSER, DESKTOP, parse_scenario
@@ -74,6 +76,25 @@ def test_channels_held_against_what_each_link_carries() -> None:
     line = channels_line("emulation", view)
     assert "mobile-6 (carries 1): 1 on 1, 1 on 2" in line
     assert "over the link at the end 1, at their most 1" in line
+
+
+def test_how_long_a_receiver_held_more_than_its_link_from_its_change_log() -> None:
+    # the note's log: a probe to 2 channels undone within 0.6 s, then 2 held 5 s
+    note = ("1 channel(s), 30.0 s, 1 at the end, 0 own socket drops, efficiency 0.990; "
+            "channels over time 0.0:1 4.0:2 4.6:1 10.0:2 15.0:1")  # fmt: skip
+    assert channel_log(note) == [(0.0, 1), (4.0, 2), (4.6, 1), (10.0, 2), (15.0, 1)]
+    assert longest_above(channel_log(note), 1, 30.0) == 5.0
+    assert longest_above([(0.0, 1), (20.0, 3)], 2, 30.0) == 10.0  # above until the end
+    assert channel_log("2 channel(s), 3.0 s, 2 at the end, 0 own socket drops") == []
+    rows = [
+        _receiver(1, "mobile-6", 6.0, note),
+        _receiver(2, "mobile-6", 6.0, note.replace("10.0:2 15.0:1", "10.0:1")),
+    ]
+    view = channels_against_links(rows, 5.0)
+    assert view["allowance_s"] == 0.8  # LayeringConfig: settle 0.3 s + window 0.5 s
+    assert [r["longest_above_s"] for r in view["per_receiver"]] == [5.0, 0.6]
+    assert view["over_longer_than_allowance"] == 1 and view["with_log"] == 2
+    assert "for longer than 0.8 s 1 (of 2 with a change log)" in channels_line("e", view)
 
 
 def _variant(median: float, by_mode: dict[str, float], egress: int) -> dict[str, Any]:

@@ -106,6 +106,10 @@ async def receive_multicast(
             f"{result.final_channels} at the end, {result.socket_drops} own socket drops"
             + (f", through the AMT relay {result.relay}" if result.relay else "")
             + (f", efficiency {result.efficiency:.3f}" if result.efficiency else "")
+            # each change as seconds:channels (the emulation's report times the
+            # channels held above the link)
+            + "; channels over time "
+            + " ".join(f"{t:.1f}:{n}" for t, n in result.channel_log)
         )
         return have
     why = (

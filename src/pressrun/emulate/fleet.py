@@ -20,6 +20,35 @@ _NOTE = re.compile(
     r"(?P<most>\d+) channel\(s\), (?P<s>[\d.]+) s, (?P<final>\d+) at the end, "
     r"(?P<drops>\d+) own socket drops"
 )
+#: the note's tail: each change of the channels held, ``seconds:channels``
+_LOG = re.compile(r"channels over time (?P<log>[\d.: ]*)")
+
+
+def channel_log(note: str) -> list[tuple[float, int]]:
+    """The ``(seconds since the first join, channels)`` changes a note lists (none when
+    the client's note has no log)."""
+    match = _LOG.search(note)
+    if match is None:
+        return []
+    out = []
+    for item in match["log"].split():
+        t, _, n = item.partition(":")
+        out.append((float(t), int(n)))
+    return out
+
+
+def longest_above(log: Sequence[tuple[float, int]], carries: int, end_s: float) -> float:
+    """The longest stretch (seconds) in which more channels than ``carries`` were held,
+    from the change log up to ``end_s`` (the receive's end)."""
+    longest = 0.0
+    above_since: float | None = None
+    for t, n in [*log, (end_s, 0)]:
+        if n > carries and above_since is None:
+            above_since = t
+        elif n <= carries and above_since is not None:
+            longest = max(longest, t - above_since)
+            above_since = None
+    return round(longest, 2)
 
 
 def _spread(values: Sequence[float]) -> dict[str, float | None]:
@@ -65,19 +94,27 @@ def channels_carried(down_mbps: float | None, channel_mbps: float) -> int | None
 
 
 def channels_against_links(
-    rows: Sequence[Mapping[str, Any]], channel_mbps: float
+    rows: Sequence[Mapping[str, Any]], channel_mbps: float, allowance_s: float | None = None
 ) -> dict[str, Any]:
     """Per carousel receiver (a client whose ``multicast_note`` says what it held): its
     link's downstream rate, the channels that link carries, the most channels it held
-    and those at the end; and how many held more than their link carries, at most and
-    at the end. (The client reports its peak and its end, not a time series: a peak
-    above the link may be one join probe the layering then undid.)"""
+    and those at the end, and from the note's change log the longest stretch it held
+    more than that; and how many held more than their link carries at the end, at
+    their most, and for longer than ``allowance_s`` (default: one measuring window
+    after the settling time, `LayeringConfig`'s: a join probe that the next window
+    undoes stays under it)."""
+    if allowance_s is None:
+        from pressrun.multicast.config import LayeringConfig
+
+        layering = LayeringConfig()
+        allowance_s = layering.settle_s + layering.window_s
     receivers: list[dict[str, Any]] = []
     for row in rows:
         match = _NOTE.search(str(row.get("multicast_note") or ""))
         if match is None:
             continue
         carries = channels_carried(row.get("link_down_mbps"), channel_mbps)
+        log = channel_log(str(row.get("multicast_note")))
         receivers.append(
             {
                 "client": row.get("client"),
@@ -88,6 +125,12 @@ def channels_against_links(
                 "final": int(match["final"]),
                 "receive_s": float(match["s"]),
                 "socket_drops": int(match["drops"]),
+                "longest_above_s": (
+                    None
+                    if carries is None or not log
+                    else longest_above(log, carries, float(match["s"]))
+                ),
+                "changes": len(log),
             }
         )
     shaped = [r for r in receivers if r["carries"] is not None]
@@ -103,6 +146,11 @@ def channels_against_links(
         "receivers": len(receivers),
         "over_at_the_end": sum(1 for r in shaped if r["final"] > r["carries"]),
         "over_at_most": sum(1 for r in shaped if r["most"] > r["carries"]),
+        "allowance_s": allowance_s,
+        "with_log": sum(1 for r in shaped if r["longest_above_s"] is not None),
+        "over_longer_than_allowance": sum(
+            1 for r in shaped if (r["longest_above_s"] or 0.0) > allowance_s
+        ),
         "by_link": by_link,
         "per_receiver": receivers,
     }
@@ -161,5 +209,7 @@ def channels_line(name: str, channels: Mapping[str, Any]) -> str:
         f"the link ({channels['channel_mbps']:g} Mbit/s each): "
         + "; ".join(parts)
         + f"; over the link at the end {channels['over_at_the_end']}, "
-        f"at their most {channels['over_at_most']}"
+        f"at their most {channels['over_at_most']}, for longer than "
+        f"{channels['allowance_s']:g} s {channels['over_longer_than_allowance']} "
+        f"(of {channels['with_log']} with a change log)"
     )
