@@ -348,6 +348,7 @@ class PathAndBare:
     path_packets: int
     decodes: int
     decode_cpu_s: float
+    write_cpu_s: float
     bare_cpu_s: float
     bare_packets: int
     decoded: bool
@@ -375,11 +376,13 @@ def _path_and_bare(bundle: Bundle, plan: CarouselPlan, work: Path) -> PathAndBar
             flute.take_sequence_counts()  # as the layering does each window
         path_cpu, seconds = time.thread_time() - cpu0, time.perf_counter() - t0
         decoded = ended and any(e.kind == "completed" for e in flute.take_events())
-        decodes, decode_cpu = flute.decodes, flute.decode_cpu_s
+        decodes, decode_cpu, write_cpu = flute.decodes, flute.decode_cpu_s, flute.write_cpu_s
         cpu0 = time.thread_time()
         bare = pressrun_flute.drain_datagrams([fd for _, fd in channels], seconds)
         bare_cpu = time.thread_time() - cpu0
-        return PathAndBare(path_cpu, packets, decodes, decode_cpu, bare_cpu, bare, decoded)
+        return PathAndBare(
+            path_cpu, packets, decodes, decode_cpu, write_cpu, bare_cpu, bare, decoded
+        )
     finally:
         for sock, ch in zip(socks, plan.channels, strict=True):
             leave_and_close(sock, ch.group, "127.0.0.1")

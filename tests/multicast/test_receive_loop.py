@@ -217,3 +217,27 @@ def test_the_decodes_cpu_is_counted_and_only_for_blocks_that_lacked_sources(
     assert blocks <= lossy.decodes <= blocks + lossy.decode_retries
     # a RaptorQ decode of K = 256 symbols of 1320 bytes takes hundreds of us
     assert 1e-5 * blocks < lossy.decode_cpu_s < 5.0
+
+
+def test_each_block_is_in_the_file_once_it_is_complete(tmp_path: Path) -> None:
+    """A completed block goes to the object's file at its offset at once (from the
+    decoder's output when it was decoded), not all at the end: block 0 whole from its
+    source symbols, block 1 decoded from repair symbols, both in the file while block
+    2 is still missing; ``write_cpu_s`` counts the writes' CPU."""
+    data = random.Random(8).randbytes(1_000_000)
+    enc = _encode(data, "raptorq", 40)
+    k = enc.block_source_symbols
+    assert len(k) >= 3
+    size = enc.encoding_symbol_length
+    rows = list(zip(enc.packets, enc.sbns, enc.esis, strict=True))
+    block0 = [p for p, sbn, _ in rows if sbn == 0]
+    # block 1 loses its first 5 source symbols: decoded from K + 5 symbols
+    block1 = [p for p, sbn, esi in rows if sbn == 1 and esi >= 5]
+    receiver = pressrun_flute.Receiver(tmp_path)
+    events, _ = _receive(receiver, [*enc.fdt_packets, *block0, *block1], rounds=1)
+    assert events == []
+    assert receiver.decodes == 1
+    written = (tmp_path / "2.object").read_bytes()
+    end1 = (k[0] + k[1]) * size
+    assert written[:end1] == data[:end1]
+    assert receiver.write_cpu_s > 0.0

@@ -10,11 +10,15 @@
 //! - the object is one buffer of its transfer length in transparent huge pages (one
 //!   page fault per 2 MB); a source symbol is copied straight to its place in it, so
 //!   a block whose source symbols all arrived needs no decoding and no further copy;
-//!   the buffer is written to the file in one call when the object completes;
-//! - repair symbols go to one slab of the same kind, in the slots of their block;
+//! - a repair symbol is copied once, into a buffer of its own that the decoder takes
+//!   as it is (its `EncodingPacket`), so it is not copied again to be decoded;
 //! - a block is decoded (RaptorQ, RFC 6330, the `raptorq` crate the `flute` crate
-//!   uses) once it holds as many distinct symbols as it has source symbols, and only
-//!   then; what it rebuilds is copied into the file where source symbols are missing.
+//!   uses) once it holds enough distinct symbols (`decode_extra`), and only then;
+//! - each block is written to the file at its offset as soon as it is complete: from
+//!   the object's buffer when every source symbol came, else straight from the
+//!   decoder's output (the rebuilt symbols are not copied into the buffer first), and
+//!   the buffer's pages of that block are given back (a 2 GB issue's memory falls as
+//!   its blocks complete).
 //!
 //! It takes objects whose packets carry their FEC Object Transmission Information
 //! (EXT_FTI, which the crate's sender adds to every packet), uncompressed, with
@@ -42,6 +46,9 @@ fn decode_extra(k: usize) -> usize {
 /// Repair symbols kept per block beyond its source symbols (the decode from K
 /// fails with probability about 0.01, from K + 2 about 1e-6).
 const REPAIR_MARGIN: usize = DECODE_EXTRA + 16;
+/// Bytes of a 2 MB transparent huge page: a completed block's pages of the object's
+/// buffer are given back in whole pages of this size.
+const HUGE_PAGE: usize = 2 << 20;
 /// Objects followed at once (a carousel's receiver sees one; strangers' TOIs evict
 /// the oldest).
 const MAX_OBJECTS: usize = 4;
@@ -110,6 +117,19 @@ impl Mapping {
         // SAFETY: as above, and &mut self makes the borrow unique
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
+
+    /// Give back the whole huge pages inside ``start..end`` (MADV_DONTNEED: they
+    /// read as zeros if touched again); a partial page at either end is kept.
+    fn release(&mut self, start: usize, end: usize) {
+        let base = self.ptr as usize;
+        let from = (base + start).next_multiple_of(HUGE_PAGE);
+        let to = (base + end.min(self.len)) / HUGE_PAGE * HUGE_PAGE;
+        if to > from {
+            // SAFETY: a range of whole pages inside the mapping, which nothing reads
+            // again (its block is written and done)
+            unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_DONTNEED) };
+        }
+    }
 }
 
 impl Drop for Mapping {
@@ -149,13 +169,17 @@ struct Block {
     k: usize,
     have: Bits,
     sources: usize,
-    /// ESIs of the repair symbols in its slab slots, in slot order
-    repair_esis: Vec<u32>,
+    /// repair symbols kept for the decoder (at most K + REPAIR_MARGIN), each in its
+    /// own buffer; moved into the decoder when it runs
+    repairs: Vec<raptorq::EncodingPacket>,
+    /// repair symbols kept so far (those in `repairs` and those the decoder holds)
+    repair_count: usize,
     repair_seen: Bits,
-    /// its first slot in the repair slab
-    slot0: usize,
     /// distinct symbols when decoding last failed
     tried_at: usize,
+    /// the decoder of an attempt that failed (rank-deficient): it keeps the symbols
+    /// it was given, so the next attempt adds only the new ones
+    decoder: Option<raptorq::SourceBlockDecoder>,
     done: bool,
 }
 
@@ -188,7 +212,6 @@ pub struct FastObject {
     path: PathBuf,
     file: Option<File>,
     image: Option<Mapping>,
-    slab: Option<Mapping>,
     blocks: Vec<Block>,
     left: usize,
     /// completed (then the mappings are gone and packets of it are ignored)
@@ -197,9 +220,11 @@ pub struct FastObject {
     pub failed_decodes: u64,
     /// RaptorQ decodes attempted (blocks that lacked source symbols), failed or not
     decodes: u64,
-    /// thread CPU seconds those decodes took (building the decoder, solving,
-    /// copying the rebuilt symbols into place)
+    /// thread CPU seconds those decodes took (building the decoder, handing it the
+    /// symbols, solving)
     decode_cpu_s: f64,
+    /// thread CPU seconds of writing completed blocks to the file
+    write_cpu_s: f64,
 }
 
 /// What became of a packet offered to `FastObjects::push`.
@@ -212,7 +237,7 @@ pub enum Taken {
     Refused,
     /// this packet completed the object: its file and length
     Completed(PathBuf, usize),
-    /// this packet completed the object, but its file could not be written
+    /// the object's file could not be written (it is removed; the object is over)
     WriteFailed,
     /// the object cannot be received here (file or memory failed): the crate's
     /// session takes it from this packet on
@@ -270,7 +295,7 @@ impl FastObject {
             return None;
         }
         let mut blocks = Vec::with_capacity(n_blocks as usize);
-        let (mut first, mut slot0) = (0usize, 0usize);
+        let (mut first, mut repair_slots) = (0usize, 0usize);
         for sbn in 0..n_blocks {
             let k = if sbn < n_large { large } else { small } as usize;
             blocks.push(Block {
@@ -278,29 +303,30 @@ impl FastObject {
                 k,
                 have: Bits::default(),
                 sources: 0,
-                repair_esis: Vec::new(),
+                repairs: Vec::new(),
+                repair_count: 0,
                 repair_seen: Bits::default(),
-                slot0,
                 tried_at: 0,
+                decoder: None,
                 done: false,
             });
             first += k;
             if fec != Fec::NoCode {
-                slot0 += k + REPAIR_MARGIN;
+                repair_slots += k + REPAIR_MARGIN;
             }
         }
-        let slab_bytes = slot0 * symbol;
-        if slab_bytes > max_bytes {
+        // the most repair symbols this object keeps at once (every block in progress)
+        if repair_slots * symbol > max_bytes {
             return None;
         }
         let path = dir.join(format!("{toi}.object"));
         let made = (|| {
             // the file is made now, so a folder that cannot take it fails early
             let file = File::create(&path)?;
-            Ok((file, Mapping::new(length as usize)?, Mapping::new(slab_bytes)?))
+            Ok((file, Mapping::new(length as usize)?))
         })();
         Some(match made {
-            Ok((file, image, slab)) => Ok(Self {
+            Ok((file, image)) => Ok(Self {
                 tsi,
                 toi,
                 fec,
@@ -309,13 +335,13 @@ impl FastObject {
                 path,
                 file: Some(file),
                 image: Some(image),
-                slab: Some(slab),
                 left: blocks.len(),
                 blocks,
                 complete: false,
                 failed_decodes: 0,
                 decodes: 0,
                 decode_cpu_s: 0.0,
+                write_cpu_s: 0.0,
             }),
             Err(err) => {
                 std::fs::remove_file(&path).ok();
@@ -358,17 +384,18 @@ impl FastObject {
             let offset = (id.esi - block.k as u32) as usize;
             let fresh = offset >= REPAIR_ESI_SPAN as usize || block.repair_seen.insert(offset);
             repeated = !fresh;
-            if fresh && block.repair_esis.len() < block.k + REPAIR_MARGIN {
-                let at = (block.slot0 + block.repair_esis.len()) * symbol;
-                if let Some(slab) = self.slab.as_mut() {
-                    let slot = &mut slab.bytes_mut()[at..at + symbol];
-                    slot[..payload.len()].copy_from_slice(payload);
-                    slot[payload.len()..].fill(0);
-                }
-                block.repair_esis.push(id.esi);
+            if fresh && block.repair_count < block.k + REPAIR_MARGIN {
+                let mut data = Vec::with_capacity(symbol);
+                data.extend_from_slice(payload);
+                data.resize(symbol, 0);
+                block.repairs.push(raptorq::EncodingPacket::new(
+                    raptorq::PayloadId::new(id.sbn as u8, id.esi),
+                    data,
+                ));
+                block.repair_count += 1;
             }
         }
-        let distinct = block.sources + block.repair_esis.len();
+        let distinct = block.sources + block.repair_count;
         // decode once enough symbols for the cheap solve came, every source symbol
         // came, or the symbols began to repeat with at least K of them
         let ready = distinct >= block.k + decode_extra(block.k)
@@ -376,87 +403,95 @@ impl FastObject {
             || (repeated && distinct >= block.k);
         if ready && distinct > block.tried_at {
             let sbn = id.sbn as usize;
-            if !self.complete_block(sbn) {
-                self.failed_decodes += 1;
-                self.blocks[sbn].tried_at = distinct;
-                return Taken::Kept;
+            match self.complete_block(sbn) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.failed_decodes += 1;
+                    self.blocks[sbn].tried_at = distinct;
+                    return Taken::Kept;
+                }
+                Err(_) => {
+                    // the file cannot take it: the object is over, its file goes
+                    self.complete = true;
+                    self.image = None;
+                    self.file = None;
+                    self.blocks.clear();
+                    std::fs::remove_file(&self.path).ok();
+                    return Taken::WriteFailed;
+                }
             }
             self.left -= 1;
             if self.left == 0 {
                 self.complete = true;
-                self.slab = None;
-                let written = match (self.file.take(), self.image.take()) {
-                    (Some(mut file), Some(image)) => {
-                        use std::io::Write;
-                        file.write_all(image.bytes())
-                    }
-                    _ => Err(std::io::Error::other("no image")),
-                };
-                if written.is_err() {
-                    std::fs::remove_file(&self.path).ok();
-                    return Taken::WriteFailed;
-                }
+                self.image = None;
+                self.file = None;
+                self.blocks.clear();
                 return Taken::Completed(self.path.clone(), self.length);
             }
         }
         Taken::Kept
     }
 
-    /// Complete block ``sbn`` from what it holds: nothing to do when every source
-    /// symbol came, else decode (RaptorQ) and write the missing source symbols.
-    fn complete_block(&mut self, sbn: usize) -> bool {
+    /// Complete block ``sbn`` from what it holds and write it to the file at its
+    /// offset: from the object's buffer when every source symbol came, else decoded
+    /// (RaptorQ) and written from the decoder's output. Ok(false) when the decode
+    /// needs more symbols; Err when the file could not be written.
+    fn complete_block(&mut self, sbn: usize) -> std::io::Result<bool> {
+        use std::os::unix::fs::FileExt;
         let (symbol, length) = (self.symbol, self.length);
-        let block = &self.blocks[sbn];
+        let (Some(image), Some(file)) = (self.image.as_mut(), self.file.as_ref()) else {
+            return Err(std::io::Error::other("the object is over"));
+        };
+        let block = &mut self.blocks[sbn];
+        let start = block.first * symbol;
+        let end = ((block.first + block.k) * symbol).min(length);
         if block.sources == block.k {
-            self.blocks[sbn].done = true;
-            return true;
+            let cpu0 = thread_cpu_s();
+            file.write_all_at(&image.bytes()[start..end], start as u64)?;
+            self.write_cpu_s += thread_cpu_s() - cpu0;
+        } else {
+            let Fec::RaptorQ { alignment } = self.fec else {
+                return Ok(false);
+            };
+            let cpu0 = thread_cpu_s();
+            let decoder = block.decoder.get_or_insert_with(|| {
+                let block_bytes = (block.k * symbol) as u64;
+                let config = raptorq::ObjectTransmissionInformation::new(
+                    block_bytes,
+                    symbol as u16,
+                    1,
+                    1,
+                    alignment,
+                );
+                raptorq::SourceBlockDecoder::new(sbn as u8, &config, block_bytes)
+            });
+            // the source symbols are copied out of the buffer (which keeps them for
+            // a block that gets them all); on a retry the decoder drops those it has
+            let bytes = image.bytes();
+            let source = (0..block.k).filter(|&esi| block.have.contains(esi)).map(|esi| {
+                let at = (block.first + esi) * symbol;
+                let stop = (at + symbol).min(length);
+                let mut data = Vec::with_capacity(symbol);
+                data.extend_from_slice(&bytes[at..stop]);
+                data.resize(symbol, 0);
+                raptorq::EncodingPacket::new(raptorq::PayloadId::new(sbn as u8, esi as u32), data)
+            });
+            let decoded = decoder.decode(source.chain(std::mem::take(&mut block.repairs)));
+            self.decodes += 1;
+            let Some(decoded) = decoded else {
+                self.decode_cpu_s += thread_cpu_s() - cpu0;
+                return Ok(false);
+            };
+            block.decoder = None;
+            let cpu1 = thread_cpu_s();
+            self.decode_cpu_s += cpu1 - cpu0;
+            file.write_all_at(&decoded[..end - start], start as u64)?;
+            self.write_cpu_s += thread_cpu_s() - cpu1;
         }
-        let Fec::RaptorQ { alignment } = self.fec else {
-            return false;
-        };
-        let (Some(image), Some(slab)) = (self.image.as_ref(), self.slab.as_ref()) else {
-            return false;
-        };
-        let (image, slab) = (image.bytes(), slab.bytes());
-        let cpu0 = thread_cpu_s();
-        let block_bytes = (block.k * symbol) as u64;
-        let config =
-            raptorq::ObjectTransmissionInformation::new(block_bytes, symbol as u16, 1, 1, alignment);
-        let mut decoder = raptorq::SourceBlockDecoder::new(sbn as u8, &config, block_bytes);
-        let source = (0..block.k).filter(|&esi| block.have.contains(esi)).map(|esi| {
-            let at = (block.first + esi) * symbol;
-            let end = (at + symbol).min(length);
-            let mut data = Vec::with_capacity(symbol);
-            data.extend_from_slice(&image[at..end]);
-            data.resize(symbol, 0);
-            raptorq::EncodingPacket::new(raptorq::PayloadId::new(sbn as u8, esi as u32), data)
-        });
-        let repair = block.repair_esis.iter().enumerate().map(|(slot, &esi)| {
-            let at = (block.slot0 + slot) * symbol;
-            raptorq::EncodingPacket::new(
-                raptorq::PayloadId::new(sbn as u8, esi),
-                slab[at..at + symbol].to_vec(),
-            )
-        });
-        let decoded = decoder.decode(source.chain(repair));
-        self.decodes += 1;
-        let Some(decoded) = decoded else {
-            self.decode_cpu_s += thread_cpu_s() - cpu0;
-            return false;
-        };
-        let (first, k) = (block.first, block.k);
-        let missing: Vec<usize> = (0..k).filter(|&esi| !block.have.contains(esi)).collect();
-        if let Some(image) = self.image.as_mut() {
-            let image = image.bytes_mut();
-            for esi in missing {
-                let at = (first + esi) * symbol;
-                let n = symbol.min(length.saturating_sub(at));
-                image[at..at + n].copy_from_slice(&decoded[esi * symbol..esi * symbol + n]);
-            }
-        }
-        self.decode_cpu_s += thread_cpu_s() - cpu0;
-        self.blocks[sbn].done = true;
-        true
+        block.done = true;
+        block.repairs = Vec::new();
+        image.release(start, end);
+        Ok(true)
     }
 }
 
@@ -470,6 +505,7 @@ pub struct FastObjects {
     /// the decode counts of objects no longer followed (evicted)
     retired_decodes: u64,
     retired_decode_cpu_s: f64,
+    retired_write_cpu_s: f64,
 }
 
 impl FastObjects {
@@ -481,6 +517,7 @@ impl FastObjects {
             declined: Vec::new(),
             retired_decodes: 0,
             retired_decode_cpu_s: 0.0,
+            retired_write_cpu_s: 0.0,
         }
     }
 
@@ -522,6 +559,7 @@ impl FastObjects {
                             let gone = self.objects.remove(0);
                             self.retired_decodes += gone.decodes;
                             self.retired_decode_cpu_s += gone.decode_cpu_s;
+                            self.retired_write_cpu_s += gone.write_cpu_s;
                             if !gone.complete {
                                 std::fs::remove_file(&gone.path).ok();
                             }
@@ -559,6 +597,12 @@ impl FastObjects {
             (self.retired_decodes, self.retired_decode_cpu_s),
             |(n, s), o| (n + o.decodes, s + o.decode_cpu_s),
         )
+    }
+
+    /// Thread CPU seconds spent writing completed blocks to their files so far (all
+    /// objects, evicted ones included).
+    pub fn write_cost(&self) -> f64 {
+        self.objects.iter().map(|o| o.write_cpu_s).sum::<f64>() + self.retired_write_cpu_s
     }
 }
 

@@ -1111,6 +1111,13 @@ impl Receiver {
     fn decode_cpu_s(&self) -> f64 {
         self.fast.decode_cost().1
     }
+
+    /// The receive thread's CPU seconds spent writing completed blocks to the
+    /// objects' files (each block is written at its offset once it is complete).
+    #[getter]
+    fn write_cpu_s(&self) -> f64 {
+        self.fast.write_cost()
+    }
 }
 
 impl Receiver {
