@@ -739,18 +739,18 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
             const seeds = [
               [0.0, false, 0.0, null, null],  // on from the start
               [1.0, false, 1.0, 500, 4000],   // peers under the floor: every piece
-              [2.0, false, 2.0, 5000, 4000],  // peers deliver, held 1 s: held back (floor 3600)
+              [2.0, false, 2.0, 5000, 4000],  // peers deliver, a window on: held back (floor 3600)
               [2.5, false, 2.5, 3000, 1000],  // 4000 >= 3600: held back
               [3.0, false, 3.0, 2000, 1000],  // 3000 < 3600, slower than the origins: every piece
-              [3.5, false, 3.5, 5000, 4000],  // held 1 s first
-              [4.0, false, 4.0, 5000, 2000],  // held back (floor 1800)
-              [4.5, true, 4.5, 5000, 0],      // starved, not yet 1 s
-              [5.5, true, 5.5, 5000, 0],      // starved 1 s: every piece
-              [6.5, false, 6.5, 5000, 3000],  // held back (floor 2700)
-              [9.0, false, 6.5, 5000, 3000],  // no byte from a peer for 2.5 s: every piece
-              [10.0, false, 10.0, 900, 3000], // peers under the floor: every piece
-              [11.0, false, 11.0, 2000, 100], // held back (floor 90)
-              [11.5, false, 11.5, 900, 5000], // peers under the floor again: every piece
+              [4.0, false, 4.0, 5000, 4000],  // not a whole window (2 s) on yet
+              [5.0, false, 5.0, 5000, 2000],  // held back (floor 1800)
+              [5.5, true, 5.5, 5000, 0],      // starved, not yet 1 s
+              [6.5, true, 6.5, 5000, 0],      // starved 1 s: every piece
+              [8.5, false, 8.5, 5000, 3000],  // held back (floor 2700)
+              [11.0, false, 8.5, 5000, 3000], // no byte from a peer for 2.5 s: every piece
+              [12.0, false, 12.0, 900, 3000], // peers under the floor: every piece
+              [13.0, false, 13.0, 2000, 100], // held back (floor 90)
+              [13.5, false, 13.5, 900, 5000], // peers under the floor again: every piece
             ].map(([now, starved, at, peerRate, webSeedRate]) =>
               r.step(now, { starved, lastPeerPayloadAt: at, peerRate, webSeedRate }));
             const { uploadCapFor } = await import('./js/swarm.js');

@@ -108,7 +108,10 @@ function applyUploadCap(wt, cfg) {
  * have room. They hold back to what the peers lack once the peers deliver: over the
  * last `stallS` the peers sent at least `minPeerRate` bytes/s (`peerRate`, null before
  * a whole window), some connected peer holds a piece this reader lacks and a peer sent
- * a byte within `stallS`, for at least `holdS`. They offer every piece again when
+ * a byte within `stallS`, after at least `holdS` and a whole window (`stallS`) of
+ * every piece offered, so that the floor below is measured with every piece on
+ * (measured over a window that held back too, it ratcheted down: N = 10, 20 MB, the
+ * readers were left at 330 KB/s against 1 MB/s origin-only). They offer every piece again when
  * starved (no connected peer holds a piece this reader lacks) for `starvedS`, no byte
  * came from a peer for `stallS`, the peers' rate fell under `minPeerRate`, or the
  * reader's rate (peers and web seeds) fell under 0.9 x what the web seeds alone gave
@@ -138,7 +141,8 @@ export class WebSeedRule {
     const starvedLong = this.starvedSince !== null && now - this.starvedSince >= this.starvedS;
     const stalled = now - lastPeerPayloadAt >= this.stallS;
     const delivering = peerRate !== null && peerRate >= this.minPeerRate;
-    if (this.on && delivering && !starved && !stalled && now - this.since >= this.holdS) {
+    const held = now - this.since >= Math.max(this.holdS, this.stallS);
+    if (this.on && delivering && !starved && !stalled && held) {
       this.on = false;
       this.since = now;
       this.floor = (webSeedRate ?? 0) * 0.9; // a little under, so noise alone does not bring them back
