@@ -34,10 +34,12 @@ RATE = 1_000_000.0  # the prefetch budget, bytes/s: about 1.5 s for the 1.5 MB i
 LEAD_S = 6  # the release, this long after the publication (page start + prefetch)
 
 
-async def publish_embargoed(stack: Stack, phone: Phone, *, share: float, min_rate: float) -> int:
+async def publish_embargoed(
+    stack: Stack, phone: Phone, *, share: float, min_rate: float, lead_s: int = LEAD_S
+) -> int:
     """The phone's key made a subscriber's, the balancer's prefetch pacing set (two
     origins of 125 MB/s each: ``share`` of 250 MB/s), the sample issue published
-    encrypted with a release ``LEAD_S`` seconds ahead; the release (Unix seconds)."""
+    encrypted with a release ``lead_s`` seconds ahead; the release (Unix seconds)."""
     async with aiohttp.ClientSession() as http:
         client = SubscriptionsClient(stack.subscriptions_url, http, operator_token=TOKEN)
         await client.add_subscriber(bytes.fromhex(await phone.subscriber_key()), "reader")
@@ -46,7 +48,7 @@ async def publish_embargoed(stack: Stack, phone: Phone, *, share: float, min_rat
     balancer.service.prefetch = PrefetchPacer(
         PrefetchConfig(share=share, min_rate_bytes_per_s=min_rate, renew_s=1.0, hold_s=5.0)
     )
-    release = math.ceil(time.time()) + LEAD_S
+    release = math.ceil(time.time()) + lead_s
     bundle = await stack.bed.publish(
         stack.data,
         issue_id=ISSUE,
@@ -143,3 +145,50 @@ async def test_no_room_for_the_prefetch_still_opens_at_the_release(
     assert result["resumed_pieces"] == 0
     assert sum(result["bytes_by_origin"].values()) == result["transfer_bytes"]
     assert await phone.stored_sha256() == hashlib.sha256(stack.data).hexdigest()
+
+
+async def test_a_page_reloaded_mid_prefetch_goes_on_from_the_stored_pieces(
+    make_stack: StackFactory,
+    phone_factory: Callable[[str], Awaitable[Phone]],
+) -> None:
+    # the page closes (here: reloads) while the ciphertext is half there; the app, open
+    # again, starts the issue's download by itself and the prefetch fetches only the
+    # pieces it did not store (before: the issue waited for a tap on Download)
+    stack = await make_stack()
+    phone: Phone = await phone_factory(stack.reader_url)
+    page = await phone.open()
+    release = await publish_embargoed(
+        stack, phone, share=600_000 / 250e6, min_rate=100_000, lead_s=7
+    )
+    await phone.check_for_issues()
+    await page.wait_for_function(
+        f"() => (window.pressrun.prefetch()[{ISSUE!r}]?.stored_pieces ?? 0) >= 6",
+        timeout=20_000,
+    )
+    first = await prefetch_status(phone)
+    assert first["stored_pieces"] < first["num_pieces"], first  # cut half-way
+    await page.reload()
+    await phone.evaluate("window.pressrun.ready", what="the app's start after the reload")
+    try:
+        await page.wait_for_function(
+            f"() => window.pressrun.prefetch()[{ISSUE!r}]?.state === 'done'", timeout=20_000
+        )
+    except Exception:
+        print(await prefetch_status(phone), time.time() - release, phone.console[-20:])
+        raise
+    assert time.time() < release
+    second = await prefetch_status(phone)
+    n = second["num_pieces"]
+    assert second["stored_pieces"] == n
+    again = sum(second["bytes_by_origin"].values())
+    # after the reload only what was not stored before it: at least the 6 pieces
+    # stored then were not fetched again
+    assert again <= second["size_bytes"] - 6 * PIECE, (first, second)
+    result = await phone.wait_for_download(timeout_s=30)
+    assert result["resumed_pieces"] == n and result["ranges"] == []
+    assert await phone.stored_sha256() == hashlib.sha256(stack.data).hexdigest()
+    prefetching = await phone.evaluate(
+        "(async () => (await import('./js/db.js')).getSetting('prefetching', []))()",
+        what="the prefetching list",
+    )
+    assert prefetching == []

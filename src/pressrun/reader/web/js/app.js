@@ -13,7 +13,7 @@ import { checkNewIssues } from "./issues.js";
 import { LinkError, acceptLink, importKeyFile, normalCode, offerLink } from "./link.js";
 import { deleteIssueFiles, issueBlob, issueBytes, storageEstimate } from "./store.js";
 import { prepareDecryption, stillNotSubscribed, subscriberPublicKey } from "./subscription.js";
-import { prefetchStatus, withPrefetch } from "./prefetch.js";
+import { forgetPrefetch, prefetchStatus, unfinishedPrefetches, withPrefetch } from "./prefetch.js";
 import { leaveSwarm } from "./swarm.js";
 import { PageStrip, nextPage, previousPage, showsSpreads, shownPages } from "./pages.js";
 // pdf.js (425 KB) is loaded once the library is on screen, not before it (viewer.js)
@@ -445,6 +445,7 @@ export async function deleteIssue(id) {
   pauseDownload(id);
   await state.downloads.get(id)?.promise;
   await deleteIssueFiles(id);
+  await forgetPrefetch(id);
   await deleteRecord("issues", id);
   await deleteRecord("settings", `position:${id}`);
   notice(`${id} deleted from this device.`, { key: `issue:${id}` });
@@ -869,6 +870,8 @@ async function resumeUnfinished() {
   for (const r of await allRecords("issues")) {
     if (r.status === "downloading") startDownload(r.issue_id);
   }
+  // an embargoed issue whose ciphertext was being fetched (prefetch.js) goes on
+  for (const id of await unfinishedPrefetches()) startDownload(id);
 }
 
 async function registerServiceWorker() {

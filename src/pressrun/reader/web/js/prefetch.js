@@ -29,8 +29,12 @@
 //    the prefetch finished). So at the release the reader moves one wrap, not the
 //    issue.
 //
-// A page closed before the release keeps what it fetched; the next prefetch of the
-// same version goes on from it, and a new version (another SHA-256) starts over.
+// A page closed before the release keeps what it fetched and the issue's id in the
+// "prefetching" setting; when the app opens again it starts those downloads
+// (unfinishedPrefetches(), app.js's resumeUnfinished), whose prefetch goes on from the
+// stored pieces; a new version (another SHA-256) starts over. Deleting the issue
+// forgets its prefetch (forgetPrefetch()), as does a refusal at the release (no
+// longer a subscriber, withdrawn): the ciphertext is of no use then.
 //
 // window.pressrun.prefetch() gives each issue's prefetch status (app.js), for the
 // tests: state, pieces stored, bytes by origin, grants, deferrals, the last rate.
@@ -119,6 +123,25 @@ async function keepPiece(dir, index, bytes) {
 }
 
 // -- the prefetch
+
+/** Issue ids whose prefetch has not reached its release (the "prefetching" setting). */
+export async function unfinishedPrefetches() {
+  const ids = await getSetting("prefetching", []);
+  return Array.isArray(ids) ? ids.filter((id) => typeof id === "string") : [];
+}
+
+async function markPrefetching(issueId, on) {
+  const ids = (await unfinishedPrefetches()).filter((id) => id !== issueId);
+  if (on) ids.push(issueId);
+  await putSetting("prefetching", ids);
+}
+
+/** Forget an issue's prefetch: its stored ciphertext and its place in the list. */
+export async function forgetPrefetch(issueId) {
+  statuses.delete(issueId);
+  await removeFolders(issueId);
+  await markPrefetching(issueId, false);
+}
 
 /** A random id the balancer counts this reader's prefetches by (kept per device). */
 async function clientId() {
@@ -389,13 +412,18 @@ export function withPrefetch(prepare, rules) {
       if (prefetch !== null || m.encryption?.release_at == null) return;
       prefetch = new Prefetch(m, rules.config, rules);
       prefetch.start(opts.signal ?? null);
+      markPrefetching(m.issue_id, true).catch(() => {});
     };
     let opener;
     try {
       opener = await prepare(m, { ...opts, onEmbargo });
-    } finally {
+    } catch (err) {
       await prefetch?.stop();
+      // a refusal (not a pause): what was fetched can never be opened here
+      if (!opts.signal?.aborted) await forgetPrefetch(m.issue_id).catch(() => {});
+      throw err;
     }
+    await prefetch?.stop();
     if (opener !== null && m.encryption !== undefined) {
       const started = performance.now();
       const moved = await adoptPrefetched(m, opener, rules.note);
@@ -406,6 +434,7 @@ export function withPrefetch(prepare, rules) {
         status.adopt_ms = performance.now() - started;
       }
       if (moved) rules.note?.(`prefetch: ${moved} pieces fetched before the release, decrypted at it`);
+      await markPrefetching(m.issue_id, false);
     }
     return opener;
   };
