@@ -411,6 +411,9 @@ class _Prefetcher:
         note) otherwise: the origins alone, at the grant's pace."""
         if not self.use_swarm:
             return None
+        if self.f.config.metered:  # a metered link uploads nothing: no swarm to trade in
+            self.swarm_note = "no prefetch swarm: a metered link"
+            return None
         torrent = None
         for _name, base in grant.origins:
             with contextlib.suppress(DirectiveUnavailable):
@@ -427,6 +430,7 @@ class _Prefetcher:
                 torrent=torrent,
                 manifest=m,
                 partial_dir=path.parent,
+                profile=self.f.config.profile,
                 listen_interfaces=self.listen_interfaces,
             )
             self.swarm = swarm  # closed by leave_swarm, whatever happens next

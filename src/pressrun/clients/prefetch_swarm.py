@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,14 +82,19 @@ class PrefetchSwarm:
         torrent: bytes,
         manifest: Manifest,
         partial_dir: Path,
+        profile: str = "desktop",
         listen_interfaces: str = "0.0.0.0:0",
     ) -> None:
+        """``profile``: the peer profile of `pressrun.peer.config` (its upload cap)."""
         import libtorrent as lt
 
         self._lt = lt
         self.manifest = manifest
         self.partial_dir = partial_dir
         self.listen_interfaces = listen_interfaces
+        self.profile = profile if profile in ("desktop", "mobile") else "desktop"
+        trackers = parse_torrent(torrent).trackers
+        self.websocket = any(t.startswith(("ws://", "wss://")) for t in trackers)
         decoded: Any = lt.bdecode(torrent)
         if isinstance(decoded, dict):
             # no web seed: the origins only through the paced grant (the url-list is
@@ -115,7 +121,8 @@ class PrefetchSwarm:
 
         lt = self._lt
         settings = session_settings(
-            profile_config("desktop"),
+            # libtorrent's WebRTC (a ws:// tracker in the torrent): our STUN server or none
+            profile_config(self.profile, stun_server=os.environ.get("PRESSRUN_STUN", "")),
             listen_interfaces=self.listen_interfaces,
             peer_id=new_peer_id(),
         )
@@ -130,6 +137,7 @@ class PrefetchSwarm:
             on_alert=self._on_alert,
             after_alerts=lambda: None,
         )
+        self._alerts.websocket = self.websocket  # its close then lets the handshake run
         atp = lt.add_torrent_params()
         atp.ti = self._info
         atp.save_path = str(self.partial_dir)
