@@ -763,6 +763,32 @@ fn unwrap_multicast_data(data: &[u8]) -> Option<(u32, u16, &[u8])> {
     Some((group, port, &udp[8..length]))
 }
 
+/// A hasher for channel indices (small integers this process chose): the receive
+/// loop looks its channel up in two maps per datagram, where std's SipHash, made
+/// for keys from the network, costs more than the lookup needs.
+#[derive(Default)]
+struct ChannelHasher(u64);
+
+impl std::hash::Hasher for ChannelHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A map keyed by channel index.
+type ChannelMap<T> =
+    std::collections::HashMap<u32, T, std::hash::BuildHasherDefault<ChannelHasher>>;
+
 /// One channel's counts in the receive loop.
 #[derive(Debug, Default, Clone, Copy)]
 struct ChannelCounts {
@@ -853,8 +879,8 @@ struct Receiver {
     rejected: u64,
     clock_offset: Duration,
     clock_ahead: bool,
-    sequences: std::collections::HashMap<u32, SequenceTrack>,
-    counts: std::collections::HashMap<u32, ChannelCounts>,
+    sequences: ChannelMap<SequenceTrack>,
+    counts: ChannelMap<ChannelCounts>,
     batch: Option<Batch>,
     /// the receive loop's own decoder (objects it takes never reach `inner`)
     fast: FastObjects,
@@ -910,8 +936,8 @@ impl Receiver {
             rejected: 0,
             clock_offset: Duration::from_secs_f64(clock_offset_s.abs()),
             clock_ahead: clock_offset_s >= 0.0,
-            sequences: std::collections::HashMap::new(),
-            counts: std::collections::HashMap::new(),
+            sequences: ChannelMap::default(),
+            counts: ChannelMap::default(),
             batch: None,
             fast,
             tunnel_map: std::collections::HashMap::new(),
@@ -1214,6 +1240,7 @@ impl Receiver {
                                 emulated += 1;
                                 continue;
                             }
+                            // looked up again: next_random borrowed self meanwhile
                             self.counts.entry(channel).or_default().received += 1;
                             // one parse for the sequence number and the TOI (the
                             // session parses again: its API takes bytes)
