@@ -263,7 +263,6 @@ class _Prefetcher:
                 if path is None:
                     return None  # the release came first: the rest at full speed
                 key = await self.wait_for_release(m, deadline)
-                await self.leave_swarm()  # seeded to the others until now
                 return await self.open(m, manifest_json, path, key)
         except (LibraryError, OSError) as err:
             raise FetchError(f"cannot use the library {f.library.root}: {err}") from None
@@ -540,12 +539,17 @@ class _Prefetcher:
             log.info("%s: not released yet; %.1f s left", m.issue_id, got.retry_after_s)
 
     async def open(self, m: Manifest, manifest_json: bytes, path: Path, key: bytes) -> FetchResult:
-        """Decrypt beside the ciphertext and move the plaintext into the library."""
+        """Decrypt beside the ciphertext and move the plaintext into the library; the
+        prefetchers' swarm (seeded until now) is left meanwhile, not before: leaving
+        takes a pause for the stopped announce and the session's end in a thread."""
         f = self.f
+        leaving = asyncio.ensure_future(self.leave_swarm())
         try:
             plain = await asyncio.to_thread(decrypt_partial, m, key, path)
         except NotReadable as err:
             raise FetchError(str(err)) from None
+        finally:
+            await leaving  # out of the swarm before the partial folder goes
         try:
             final = f.library.install(m.issue_id, plain.name, manifest_json)
         except (OSError, LibraryError) as err:
