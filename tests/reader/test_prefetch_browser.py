@@ -192,3 +192,29 @@ async def test_a_page_reloaded_mid_prefetch_goes_on_from_the_stored_pieces(
         what="the prefetching list",
     )
     assert prefetching == []
+
+
+async def test_forgetting_a_prefetch_leaves_other_issues_folders(
+    make_stack: StackFactory,
+    phone_factory: Callable[[str], Awaitable[Phone]],
+) -> None:
+    # issue ids may hold dots: forgetting "weekly" must not take "weekly.extra"'s
+    # ciphertext (before: every folder starting "weekly." went)
+    stack = await make_stack()
+    phone: Phone = await phone_factory(stack.reader_url)
+    await phone.open()
+    left = await phone.evaluate(
+        """async () => {
+            const root = await navigator.storage.getDirectory();
+            const dir = await root.getDirectoryHandle('prefetch', {create: true});
+            for (const name of ['weekly.0123456789abcdef', 'weekly.extra.0123456789abcdef'])
+                await dir.getDirectoryHandle(name, {create: true});
+            const prefetch = await import('./js/prefetch.js');
+            await prefetch.forgetPrefetch('weekly');
+            const names = [];
+            for await (const name of dir.keys()) names.push(name);
+            return names;
+        }""",
+        what="forgetting a prefetch",
+    )
+    assert left == ["weekly.extra.0123456789abcdef"]

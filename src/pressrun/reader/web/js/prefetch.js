@@ -91,7 +91,9 @@ async function folder(m, create) {
 async function removeFolders(issueId, keep = null) {
   const root = await prefetchRoot();
   const names = [];
-  for await (const name of root.keys()) if (name.startsWith(`${issueId}.`) && name !== keep) names.push(name);
+  // exactly <issueId>.<16 hex>: an issue named "a" keeps its hands off "a.b"'s folder
+  const ours = (name) => name.length === issueId.length + 17 && name.startsWith(`${issueId}.`) && /^[0-9a-f]{16}$/.test(name.slice(-16));
+  for await (const name of root.keys()) if (ours(name) && name !== keep) names.push(name);
   for (const name of names) await root.removeEntry(name, { recursive: true }).catch(() => {});
 }
 
