@@ -323,3 +323,46 @@ def test_the_balancer_names_the_relays_and_the_source_in_its_directives() -> Non
     assert got.multicast == DirectiveMulticast(
         "232.1.2.3:5400", None, "192.0.2.1", ("198.51.100.1", "198.51.100.2:3000")
     )
+
+
+@root
+async def test_a_relay_restarted_mid_issue_gets_the_tunnel_back(
+    shelf: Shelf, senders: Any, tmp_path: Path
+) -> None:
+    """The relay goes away mid-issue (its port answers ICMP unreachable for a while)
+    and a new one (another secret, no tunnels) starts on the same port: the
+    receiver goes on, its next keep-alive Request gets a query, the whole state goes
+    back in an Update, and the issue completes through the new relay."""
+    from pressrun.multicast.gateway import AmtGateway
+    from pressrun.multicast.relay import AmtRelay, RelayConfig
+
+    from .conftest import receive_issue
+
+    data = shelf.publish(ISSUE, 1_500_000)
+    rng = random.Random()
+    control = (ssm_group(rng), free_udp_port())
+    carousel = CarouselConfig(channels=1, rate_bps=4e6)  # 3 s a cycle
+    sender = await senders(shelf, carousel, group_base=ssm_group(rng), control_group=control)
+    await sender.start_carousel(ISSUE, carousel)
+    relay = AmtRelay(RelayConfig(), listen=("127.0.0.1", 0), interface="127.0.0.1")
+    address = await relay.start()
+    gateway = AmtGateway([address], keepalive_s=0.5)
+    receiving = asyncio.ensure_future(
+        receive_issue(
+            shelf, control, ISSUE, tmp_path / "rx", control_source="127.0.0.1", gateway=gateway
+        )
+    )
+    try:
+        await asyncio.sleep(1.0)
+        assert not receiving.done()
+        first = relay.forwarded
+        await relay.close()
+        await asyncio.sleep(0.7)  # Requests meet a closed port meanwhile
+        relay = AmtRelay(RelayConfig(), listen=address, interface="127.0.0.1")
+        await relay.start()
+        result = await receiving
+    finally:
+        gateway.close()
+        await relay.close()
+    assert first > 0 and relay.forwarded > 0
+    assert result.completed and result.path.read_bytes() == data

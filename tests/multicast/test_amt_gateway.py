@@ -132,3 +132,34 @@ def test_the_gateway_socket_moves_to_the_next_relay_when_one_stays_silent() -> N
         gw.close()
         for s in silent:
             s.close()
+
+
+def test_the_gateway_socket_takes_datagrams_from_its_relay_only() -> None:
+    """A stranger who learns the gateway's port and sends it Multicast Data of the
+    control channel gets nothing in: the socket is connected to the relay it talks
+    to (the kernel drops other senders' datagrams), the relay's own get through."""
+    import socket
+
+    from pressrun.multicast.gateway import AmtGateway
+
+    relay, stranger = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
+    for s in (relay, stranger):
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(1.0)
+    gw = AmtGateway([relay.getsockname()], bind=("127.0.0.1", 0))
+    try:
+        gw.listen("192.0.2.1", "232.1.1.1", 5000)
+        gw.start(now=0.0)
+        _, gateway_address = relay.recvfrom(100)
+        datagram = amt.udp_datagram(("192.0.2.1", 4000), ("232.1.1.1", 5000), b"announcement")
+        data = amt.encode(amt.MulticastData(datagram))
+        stranger.sendto(data, gateway_address)
+        relay.sendto(data, gateway_address)
+        import time
+
+        time.sleep(0.1)
+        assert gw.read(now=0.1) == [b"announcement"]  # the relay's, once
+    finally:
+        gw.close()
+        relay.close()
+        stranger.close()

@@ -241,6 +241,9 @@ class AmtGateway:
             self.sock.close()
             raise
         self.listening: set[tuple[str, int]] = set()
+        #: the address the socket is connected to: the kernel then drops datagrams
+        #: from anyone else (a stranger cannot inject "Multicast Data")
+        self._peer: Address | None = None
         self.index = 0
         self.core = self._core(0)
         self.asked_at = 0.0
@@ -283,7 +286,10 @@ class AmtGateway:
         for effect in effects:
             if isinstance(effect, Send):
                 try:
-                    self.sock.sendto(effect.data, effect.to)
+                    if effect.to != self._peer:
+                        self.sock.connect(effect.to)
+                        self._peer = effect.to
+                    self.sock.send(effect.data)
                 except OSError as err:  # unreachable relay: the retries go on
                     log.debug("AMT send to %s:%d: %s", *effect.to, err)
             else:

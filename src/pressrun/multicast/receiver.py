@@ -289,15 +289,25 @@ def receive_carousel(
                 wake = min(deadline, layers.next_deadline() or deadline)
                 if gateway_at is not None:
                     wake = min(wake, gateway_at)
-                per_channel, pushed, emulated, control_ready, ended = flute.receive(
-                    [(index, sock.fileno()) for index, sock in channels.sockets.items()],
-                    max(0.0, min(wake - now, 0.2)),
-                    wake_fds=[control.fileno()] if control is not None else [],
-                    batch_wait_s=BATCH_WAIT_S,
-                    drop_probability=drop_probability,
-                    seed=seed_once,
-                    tunnel_fd=gateway.fileno() if gateway is not None else None,
-                )
+                try:
+                    per_channel, pushed, emulated, control_ready, ended = flute.receive(
+                        [(index, sock.fileno()) for index, sock in channels.sockets.items()],
+                        max(0.0, min(wake - now, 0.2)),
+                        wake_fds=[control.fileno()] if control is not None else [],
+                        batch_wait_s=BATCH_WAIT_S,
+                        drop_probability=drop_probability,
+                        seed=seed_once,
+                        tunnel_fd=gateway.fileno() if gateway is not None else None,
+                    )
+                except OSError as err:
+                    if gateway is None:
+                        raise
+                    # the relay's port unreachable for now (an ICMP error on the
+                    # gateway's connected socket, e.g. a relay restarting): the
+                    # keep-alives find it again, the deadline bounds the wait
+                    log.info("AMT tunnel: %s; going on", err)
+                    time.sleep(0.05)
+                    continue
                 seed_once = None
                 if gateway is not None:
                     at = time.perf_counter()
