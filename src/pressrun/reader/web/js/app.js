@@ -902,7 +902,8 @@ async function loadConfig() {
 }
 
 async function boot() {
-  state.config = await loadConfig();
+  // config.json is fetched while the library is drawn from IndexedDB (it needs none)
+  const config = loadConfig();
   state.notSubscribed = (await getSetting("not_subscribed", null)) !== null;
   // a line in the header while the browser says it is offline
   const online = () => {
@@ -913,14 +914,20 @@ async function boot() {
   online();
   // the library first: what the reader came for is on screen before anything else loads
   await renderLibrary();
+  state.config = await config;
   await setUpSettings();
   setUpReaderGestures();
-  // then pdf.js and its worker, so an issue opens at once when tapped
-  hooks.viewerReady = viewer()
-    .then((v) => v.warmUp())
-    .catch((err) =>
-      notice("Issues cannot be shown in this browser (its PDF viewer did not start).", { kind: "error", detail: err.message, key: "viewer" }),
-    );
+  // then pdf.js and its worker, so an issue opens at once when tapped: when the
+  // browser is idle, and only if there is an issue to read (a first visit on a slow
+  // phone does not parse 425 KB of pdf.js it has no use for yet; a download's cover
+  // or an issue opened loads it when needed)
+  hooks.viewerReady = (async () => {
+    if (!(await allRecords("issues")).some((r) => r.status === "complete")) return null;
+    await new Promise((resolve) => (window.requestIdleCallback ?? setTimeout)(resolve, { timeout: 2000 }));
+    return (await viewer()).warmUp();
+  })().catch((err) =>
+    notice("Issues cannot be shown in this browser (its PDF viewer did not start).", { kind: "error", detail: err.message, key: "viewer" }),
+  );
   await registerServiceWorker().catch((err) =>
     notice("This browser will not open the app offline (no service worker): read online, or open it over https.", {
       kind: "error",
