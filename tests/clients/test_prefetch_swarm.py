@@ -8,12 +8,13 @@ choice of the next origin piece."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -205,3 +206,56 @@ async def test_prefetchers_without_room_get_it_all_from_the_one_with_room(
         assert r.path.read_bytes() == bed.data
         if r is not granted[0]:
             assert r.bytes_from_peers == bed.transfer_bytes and not r.bytes_by_origin
+
+
+class _Cut:
+    """A progress that cancels the prefetch once ``after_bytes`` are verified."""
+
+    def __init__(self, after_bytes: int) -> None:
+        self.after_bytes = after_bytes
+        self.reached = asyncio.Event()
+
+    def started(self, issue_id: str, total_bytes: int, done_bytes: int) -> None:
+        return None
+
+    def advanced(self, done_bytes: int, origin: str | None) -> None:
+        if done_bytes >= self.after_bytes:
+            self.reached.set()
+
+    def notice(self, text: str) -> None:
+        return None
+
+
+async def test_a_resumed_prefetch_counts_what_it_had_on_disk_as_its_own(
+    bed: Bed, tmp_path: Path
+) -> None:
+    # cut after 20 pieces (the resume state is written every 16): the pieces written
+    # since are on disk and libtorrent finds them; alone in the swarm, nothing may be
+    # counted as from peers (before: those pieces were)
+    bed.pace(RATE, min_rate=50_000, renew_s=2.0)
+    library = tmp_path / "library"
+
+    def prefetch(progress: _Cut | None) -> Awaitable[FetchResult]:
+        return prefetch_issue(
+            ISSUE,
+            balancer_url=bed.url,
+            library=library,
+            config=FAST,
+            trusted_keys=bed.trusted,
+            subscriber_key=bed.readers[0],
+            client_id="alone",
+            listen_interfaces="127.0.0.1:0",
+            progress=progress,
+        )
+
+    cut = _Cut(20 * PIECE)
+    first = asyncio.ensure_future(prefetch(cut))
+    await asyncio.wait_for(cut.reached.wait(), LEAD_S)
+    first.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    result = await asyncio.wait_for(prefetch(None), LEAD_S + 20)
+    assert result.mode == "prefetch" and result.path.read_bytes() == bed.data
+    assert result.bytes_from_peers == 0
+    assert result.resumed_bytes >= 20 * PIECE
+    assert result.resumed_bytes + sum(result.bytes_by_origin.values()) == bed.transfer_bytes
