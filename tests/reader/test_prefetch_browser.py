@@ -122,6 +122,9 @@ async def test_the_ciphertext_arrives_before_the_release_paced_and_opens_at_it(
     )
     assert left == []
     assert any("This issue opens at " in t for t in await phone.notices())
+    # the library says where the bytes came from: the origins, before the release
+    sources = phone.page.locator(f"li[data-issue='{ISSUE}'] .sources")
+    assert "From origins 1.5 MB" in await sources.inner_text()
 
 
 async def test_no_room_for_the_prefetch_still_opens_at_the_release(

@@ -288,7 +288,9 @@ function swarmChanged(issueId, fetcher) {
 /** "From origins 1.2 MB · from peers 3.4 MB" for an issue's record (and its swarm). */
 function sourcesLine(record, swarm) {
   const origins =
-    Object.values(record.bytes_by_origin ?? {}).reduce((a, b) => a + b, 0) + (record.bytes_from_web_seeds ?? 0);
+    Object.values(record.bytes_by_origin ?? {}).reduce((a, b) => a + b, 0) +
+    (record.bytes_from_web_seeds ?? 0) +
+    (record.prefetched_bytes ?? 0); // an embargoed issue's ciphertext, fetched before its release (prefetch.js)
   let text = `From origins ${formatBytes(origins)} · from peers ${formatBytes(record.bytes_from_peers ?? 0)}`;
   const uploaded = swarm?.uploaded_bytes ?? record.uploaded_bytes;
   if (swarm?.state === "seeding") text += ` · sharing (${formatBytes(uploaded)} sent to ${swarm.peers} peer(s))`;

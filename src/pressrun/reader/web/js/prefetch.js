@@ -39,7 +39,7 @@
 // window.pressrun.prefetch() gives each issue's prefetch status (app.js), for the
 // tests: state, pieces stored, bytes by origin, grants, deferrals, the last rate.
 
-import { getSetting, putSetting } from "./db.js";
+import { getSetting, putSetting, updateIssue } from "./db.js";
 import { checkAnswer } from "./download.js";
 import { pieceOk, pieceSpan } from "./manifest.js";
 import { storageEstimate, writeRun } from "./store.js";
@@ -371,12 +371,14 @@ export async function adoptPrefetched(m, opener, note = () => {}) {
     return 0;
   }
   const indices = [...found.keys()].sort((a, b) => a - b);
-  let run = { first: null, chunks: [], bytes: 0 };
+  let run = { first: null, chunks: [], bytes: 0, fetched: 0 };
   let moved = 0;
+  let fetchedBytes = 0; // ciphertext bytes taken from the origins before the release
   const flush = async () => {
     if (run.chunks.length) await writeRun(m.issue_id, run.first, run.chunks);
     moved += run.chunks.length;
-    run = { first: null, chunks: [], bytes: 0 };
+    fetchedBytes += run.fetched;
+    run = { first: null, chunks: [], bytes: 0, fetched: 0 };
   };
   for (const index of indices) {
     const bytes = new Uint8Array(await (await found.get(index).getFile()).arrayBuffer());
@@ -393,10 +395,13 @@ export async function adoptPrefetched(m, opener, note = () => {}) {
     if (run.first === null) run.first = index;
     run.chunks.push(plain);
     run.bytes += plain.length;
+    run.fetched += bytes.length;
     if (run.bytes >= RUN_BYTES) await flush();
   }
   await flush();
   await removeFolders(m.issue_id);
+  // the library's "From origins" line counts them (app.js sourcesLine)
+  await updateIssue(m.issue_id, { prefetched_bytes: fetchedBytes });
   return moved;
 }
 
