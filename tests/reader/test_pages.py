@@ -153,6 +153,17 @@ async def test_a_tablet_in_landscape_shows_spreads_zooms_them_and_portrait_one_p
     await page.touchscreen.tap(cx, cy)
     await page.touchscreen.tap(cx, cy)
     await page.wait_for_selector("#page[data-zoom='1']")
+    # a pinch, two fingers 50 px apart moved to 200 px apart: the spread at 4x again
+    await touch(cdp, "touchStart", [(cx - 25, cy), (cx + 25, cy)])
+    for step in range(1, 7):
+        spread_px = 25 + 12.5 * step
+        await touch(cdp, "touchMove", [(cx - spread_px, cy), (cx + spread_px, cy)])
+    await touch(cdp, "touchEnd", [])
+    await page.wait_for_selector("#page[data-zoom='4']")
+    assert (await shown(page))["pages"] == "2-3"
+    await page.touchscreen.tap(cx, cy)
+    await page.touchscreen.tap(cx, cy)
+    await page.wait_for_selector("#page[data-zoom='1']")
     # turned to portrait: one page, the left one of the spread
     await page.set_viewport_size({"width": 820, "height": 1180})
     await page.wait_for_selector("#page[data-pages='2']")
