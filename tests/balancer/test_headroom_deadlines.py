@@ -16,7 +16,10 @@ SHORT = ("short", 228 * MB, 451.0)
 LONG = ("long", 178 * MB, 696.0)
 
 
-def status(active: dict[str, int], *, out: float) -> OriginStatus:
+def status(
+    active: dict[str, int], *, out: float, issues: frozenset[str] = frozenset({"short", "long"})
+) -> OriginStatus:
+    """Origin "o" of 100 MB/s running `active` transfers per issue, sending `out`."""
     n = sum(active.values())
     rate = out / n if n else 0.0
     return OriginStatus(
@@ -26,7 +29,7 @@ def status(active: dict[str, int], *, out: float) -> OriginStatus:
         out_bytes_per_s=out,
         capacity_bytes_per_s=100 * MB,
         active_transfers=n,
-        issues=frozenset({"short", "long"}),
+        issues=issues,
         mean_transfer_bytes_per_s=rate if n else None,
         mean_transfer_bytes_per_s_by_issue={i: rate for i, k in active.items() if k},
         active_transfers_by_issue=dict(active),

@@ -163,27 +163,19 @@ deadline for all this is the committed rule, so it applies only where they diffe
 What a client tells (`ClientHint`, ``have=``, ``size=``, ``rate=``, ``elapsed=``) and
 how a download is counted for it: `pressrun.balancer.algorithms.headroom_clients`.
 
-Picks from one client (issue 25's class: a stranger can neither starve nor steer it).
-A pick on its way costs the asker nothing: eleven back-to-back directive requests from
-one address made an idle 1 Gbit/s origin "full" (503) without a byte downloaded, and a
-stranger asking 50 times a second had 10 of 20 readers refused. So the picks on their
-way from one client for one issue count once: the core names the client
-(`BalancerCore`: an IPv4 address, an IPv6 /64, as demand counts them) and each request
-of it takes back its pick still on its way (`handle_client_asks`, before it is ranked)
-and leaves the new one (`handle_pick_for`). What is remembered is one entry per
-(issue, client), forgotten after `pick_timeout_s` (when the pick itself would be) and
-at most `max_clients_tracked` (100,000; the oldest go first). Requests without an
-address (the simulator) and from the networks whose every request counts as demand
-(loopback by default, ``--demand-count-every-request-from``) add a pick each, as
-before. A stranger with many addresses still holds one pick per address for
-`pick_timeout_s`, and one client asking for many issues one per issue.
+Picks from one client count once: `pressrun.balancer.algorithms.headroom_client_picks`.
+
+Under overload, the room goes to the downloads that cost the others least, and the
+crowd's demand (its new clients' asks) says the balancer is overloaded before anyone is
+refused: `pressrun.balancer.algorithms.headroom_overload` (issue 33).
 
 Defaults: slack 0.02 (a download that gets less than its need on average misses its
 deadline: 2 % absorbs a rate sampled over a poll interval, 5 % let a misconfigured
 origin take 5 % too many before it was seen), u_bw 0.95, cpu_target 0.95, ram_target
 0.9, probe_transfers 10, cache_bonus_slots 2, cost EWMA weight 0.3, probe_growth 0.1,
 pick_timeout_s 5, overload_memory_s 30, level_share 0.5, doomed_window_s 4,
-deadline_margin 0.05, max_clients_tracked 100000.
+deadline_margin 0.05, max_clients_tracked 100000, overload_pricing 1 (0: off),
+demand_window_s 30.
 
 Why per issue and per byte: a single rate per origin (the highest bitrate seen) makes
 an origin streaming low-bitrate issues look under-served; it then learns a capacity far
@@ -197,27 +189,25 @@ from __future__ import annotations
 
 import math
 import random
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Sequence, Set
 
 from pressrun.balancer.algorithms.alg2 import MIN_ESTIMATE_BYTES_PER_S
 from pressrun.balancer.algorithms.base import Params, ScoredAlgorithm, register_algorithm
+from pressrun.balancer.algorithms.headroom_client_picks import ClientPicks
 from pressrun.balancer.algorithms.headroom_clients import (
     SLOWER_THAN_ORIGINS,
     client_need,
     finishes_in_time,
-    relief_total,
 )
 from pressrun.balancer.algorithms.headroom_deadlines import deadline_free, deadlines_differ
-from pressrun.balancer.algorithms.headroom_model import SATURATED, OriginModel, Pick
+from pressrun.balancer.algorithms.headroom_learning import UNSTATED_HELD_BACK, learn_from_status
+from pressrun.balancer.algorithms.headroom_model import SATURATED, OriginModel
+from pressrun.balancer.algorithms.headroom_overload import Overload
 from pressrun.balancer.events import ClientHint, OriginSpec, OriginStatus
 
 #: a download must get at least 1 MB/s (8 Mbit/s: a 100 MB issue in 100 s), unless the
 #: issue's own need is known; 0 infers paced needs from delivered rates instead
 DEFAULT_NEED_BYTES_PER_S = 1e6
-#: where an issue's need is the default (not stated), its transfers are held back by
-#: the origin only when the fastest of them gets less than this share of it
-UNSTATED_HELD_BACK = 0.5
 
 
 @register_algorithm
@@ -248,10 +238,16 @@ class Headroom(ScoredAlgorithm):
         self.level_share = self.param("level_share", 0.5)
         self.doomed_window = self.param("doomed_window_s", 4.0)
         self.deadline_margin = self.param("deadline_margin", 0.05)
-        self.max_clients_tracked = int(self.param("max_clients_tracked", 100_000))
-        #: (issue, client key) -> (origin, its pick on its way there), oldest first:
+        self.demand_overload = self.param("demand_overload", 1.0) > 0
+        self.overload = (
+            Overload(self._sizes, self._total_capacity, self.param("demand_window_s", 30.0))
+            if self.param("overload_pricing", 1.0) > 0
+            else None
+        )
         #: one pick on its way per client and issue (`handle_client_asks`)
-        self._client_picks: OrderedDict[tuple[str, str], tuple[str, Pick]] = OrderedDict()
+        self.client_picks = ClientPicks(
+            self.pick_timeout, int(self.param("max_clients_tracked", 100_000))
+        )
         #: when a client was last refused for want of room (none eligible)
         self.refused_at = -math.inf
         self.models: dict[str, OriginModel] = {}
@@ -284,133 +280,9 @@ class Headroom(ScoredAlgorithm):
         return self.fixed_need <= 0
 
     def on_refresh(self, name: str, status: OriginStatus, *, now: float) -> None:
-        m = self.model(name)
-        m.reconcile(status, now, self.pick_timeout)
-        m.count_picks(self.is_paced)
-        m.picked_since_status = 0
-        m.status_at = now
-        changed = False
-        for issue, rate in status.mean_transfer_bytes_per_s_by_issue.items():
-            if issue not in self.issue_needs and rate > self.rate_by_issue.get(issue, 0.0):
-                self.rate_by_issue[issue] = rate
-                changed = True
-        mean = status.mean_transfer_bytes_per_s
-        if mean is not None and mean > self.rate_any:
-            self.rate_any = mean
-            changed = changed or not self.issue_needs
-        n = status.active_transfers
-        out = status.out_bytes_per_s
-        a = self.alpha
-        if n <= 0:
-            if m.idle_seen:
-                m.idle_cpu += a * (status.cpu_fraction - m.idle_cpu)
-                m.idle_ram += a * (status.ram_fraction - m.idle_ram)
-            else:
-                m.idle_cpu, m.idle_ram, m.idle_seen = status.cpu_fraction, status.ram_fraction, True
-            m.under_served = False
-            m.level = math.inf
-            m.loads = ()
-            m.committed_bytes_per_s = 0.0
-            m.reliefs.clear()
-        else:
-            if out > 0:
-                per_byte = max(status.cpu_fraction - m.idle_cpu, 0.0) / out
-                m.cpu_per_byte = (
-                    per_byte
-                    if m.cpu_per_byte is None
-                    else m.cpu_per_byte + a * (per_byte - m.cpu_per_byte)
-                )
-            ram_cost = max(status.ram_fraction - m.idle_ram, 0.0) / n
-            m.cost_ram = (
-                ram_cost if m.cost_ram is None else m.cost_ram + a * (ram_cost - m.cost_ram)
-            )
-            relief = 0.0
-            m.client_slow = {}
-            if m.reliefs:
-                m.reliefs, relief, m.client_slow = relief_total(
-                    m.reliefs,
-                    status.active_transfers_by_issue,
-                    status.mean_transfer_bytes_per_s_by_issue,
-                    self.need,
-                    now,
-                )
-            m.committed_bytes_per_s, short, m.level = self._committed(status, relief, m.client_slow)
-            m.under_served = m.level < math.inf
-            m.loads = tuple(
-                (self.need(i), k, self.is_paced(i))
-                for i, k in status.active_transfers_by_issue.items()
-            )
-            counts = status.active_transfers_by_issue
-            elastic = bool(counts) and not any(self.is_paced(i) for i in counts)
-            if m.link_full(status, elastic, self.slack, m.committed_bytes_per_s):
-                short = True
-            if short:
-                m.learned_bytes_per_s = out
-            elif m.learned_bytes_per_s is not None:
-                learned = max(m.learned_bytes_per_s, out)
-                if (
-                    not m.under_served
-                    and out < SATURATED * learned
-                    and m.committed_bytes_per_s >= 0.8 * self.u_bw * learned
-                ):
-                    # Healthy at the learned limit: the limit may be stale (learned in a
-                    # transient, or from slow clients); probe upwards, as TCP does.
-                    learned = min(learned * (1.0 + self.growth), status.capacity_bytes_per_s)
-                m.learned_bytes_per_s = learned
-        if changed:
-            self.touch_all()  # every origin's room is counted in the inferred needs
+        learn_from_status(self, name, status, now=now)
 
-    def _committed(
-        self, status: OriginStatus, relief: float, client_slow: Mapping[str, float]
-    ) -> tuple[float, bool, float]:
-        """What the origin's transfers need (bytes/s; `relief` less: `relief_total`), whether
-        it delivers less than that in total (its capacity is what it delivers), and the
-        max-min level a starved paced transfer gets there (inf when none is starved: no
-        issue needing more than the level is added until they recover). `client_slow`:
-        bytes/s per issue its transfers' own links (told by their clients) keep them
-        below their need; a shortfall they explain is the clients', not the origin's."""
-        out = status.out_bytes_per_s
-        limit = 1.0 - self.slack
-        # A busy link is shared max-min fairly: the fastest issue's mean is about the
-        # level every transfer not held back by its own client gets. Below the largest
-        # need of a paced issue (a stream: it stalls as soon as it gets less) the origin
-        # starves those transfers; a slow client alone lowers its own issue's mean, not
-        # the level. Elastic downloads need their rate only on average (the small ones
-        # finish and leave the link to the big ones): the total shortfall covers them.
-        means = status.mean_transfer_bytes_per_s_by_issue
-        paced = [self.need(i) for i in means if self.is_paced(i)]
-        top = max(means.values(), default=0.0)
-        starving = top if paced and top < limit * max(paced) else math.inf
-        counts = status.active_transfers_by_issue
-        if counts:
-            committed = sum(k * self.need(i) for i, k in counts.items()) - relief
-            # What each issue's transfers would take from an origin that does not hold
-            # them back: their need, or their clients' links where those are slower.
-            # Held back below it: by more than the slack where the need is stated (a
-            # deadline), below `UNSTATED_HELD_BACK` of it where it is the default.
-            needs = [
-                self._held_back_share(i) * (self.need(i) - client_slow.get(i, 0.0) / k)
-                for i, k in counts.items()
-            ]
-            demand = committed - sum(client_slow.values())
-        elif self.fixed_need > 0 and not self.issue_needs:
-            # Elastic transfers fill the link whatever their number: count them instead.
-            committed = status.active_transfers * self.fixed_need
-            needs = [UNSTATED_HELD_BACK * self.fixed_need]
-            demand = committed
-        else:
-            return out, starving < math.inf, starving
-        # Short only when the origin holds its transfers back: the fastest of them gets
-        # less than the largest need there. Transfers that finish within a poll (a small
-        # issue), or whose own clients are slow, send less than they need in total
-        # while each is served fast: that is no sign of a smaller capacity.
-        if not means and status.mean_transfer_bytes_per_s is not None:
-            top = status.mean_transfer_bytes_per_s
-        held_back = not means and status.mean_transfer_bytes_per_s is None
-        held_back = held_back or top < max(needs)
-        return committed, held_back and out < limit * demand, starving
-
-    def _held_back_share(self, issue_id: str) -> float:
+    def held_back_share(self, issue_id: str) -> float:
         """Below this share of its need a transfer of the issue is held back: 1 - slack
         where the need is stated (its size over a deadline), `UNSTATED_HELD_BACK` where
         it is the default (what a transfer should get: clients whose links carry about
@@ -553,14 +425,7 @@ class Headroom(ScoredAlgorithm):
         within `pick_timeout_s`) is taken back before it is ranked, so however often it
         asks it counts as one transfer on its way (module docstring, "Picks from one
         client")."""
-        picks = self._client_picks
-        horizon = now - self.pick_timeout
-        while picks:
-            _, (_, oldest) = next(iter(picks.items()))
-            if oldest[0] > horizon:
-                break
-            picks.popitem(last=False)
-        entry = picks.pop((issue_id, client_key), None)
+        entry = self.client_picks.take_back(issue_id, client_key, now=now)
         if entry is None:
             return
         name, pick = entry
@@ -570,12 +435,14 @@ class Headroom(ScoredAlgorithm):
 
     def clients_with_picks(self) -> int:
         """How many (issue, client) picks on their way are remembered (bounded)."""
-        return len(self._client_picks)
+        return len(self.client_picks)
 
     def forget_issue(self, issue_id: str) -> None:
         super().forget_issue(issue_id)
-        for key in [k for k in self._client_picks if k[0] == issue_id]:
-            del self._client_picks[key]
+        if self.overload is not None:
+            self.overload.demand.forget(issue_id)
+            self.overload.recent.forget(issue_id)
+        self.client_picks.forget_issue(issue_id)
 
     def handle_pick_not_sent(self, name: str, issue_id: str, *, now: float) -> None:
         m = self.model(name)
@@ -617,13 +484,15 @@ class Headroom(ScoredAlgorithm):
         rate = None if client is None else client.rate_bytes_per_s
         if self.is_paced(issue_id) or (need is None and rate is None):
             return self.rank(issue_id, exclude=exclude, k=k, now=now)
+        if self._priced_out(issue_id, client, now=now):
+            return []
         # Refused on its link's rate while others are refused for want of room, for
         # an issue with a deadline (`headroom_clients`, "a client whose link cannot").
         slow = (
             rate is not None
             and issue_id in self.issue_needs
             and rate < (1.0 - self.slack) * (need or self.need(issue_id))
-            and now - self.refused_at < self.overload_memory
+            and self._overloaded(self.overload_memory, now=now)
         )
         fastest = 0.0
         found: list[tuple[bool, float, str]] = []
@@ -645,7 +514,7 @@ class Headroom(ScoredAlgorithm):
             client is not None
             and client.size_bytes
             and issue_id in self.issue_needs
-            and now - self.refused_at < self.doomed_window
+            and self._overloaded(self.doomed_window, now=now)
         ):
             # Refusing already: one that cannot finish in time at the rate it would
             # get is refused too (`headroom_clients`, "a client that cannot finish").
@@ -654,6 +523,50 @@ class Headroom(ScoredAlgorithm):
             if not finishes_in_time(client, self.need(issue_id), got):
                 return []
         return [(name, -score) for _, score, name in found[:k]]
+
+    def _priced_out(self, issue_id: str, client: ClientHint | None, *, now: float) -> bool:
+        """Counts a new client's ask in its issue's demand; whether the download is
+        priced out while others are refused for want of room (`headroom_overload`)."""
+        deadline = self.issue_deadlines.get(issue_id)
+        if client is None or deadline is None or self.overload is None:
+            return False
+        self.overload.asked(issue_id, client, self.need(issue_id), deadline, now=now)
+        if now - self.refused_at >= self.overload_memory:
+            return False
+        if not self.overload.exceeds_capacity(now=now):
+            return False
+        return self.overload.priced_out(client, self.need(issue_id) * deadline, now=now)
+
+    def _overloaded(self, memory_s: float, *, now: float) -> bool:
+        """Whether clients are turned away: one was refused for want of room in the
+        last `memory_s`, or the new clients, each issue's counted over its deadline,
+        ask for more than the origins send (a crowd's first seconds, before anyone is
+        refused: `headroom_overload`)."""
+        if now - self.refused_at < memory_s:
+            return True
+        if self.overload is None or not self.demand_overload:
+            return False
+        return self.overload.exceeds_capacity(now=now)
+
+    def _sizes(self) -> dict[str, float]:
+        """The size of every download whose deadline is stated (need x deadline)."""
+        return {
+            i: self.need(i) * d
+            for i, d in self.issue_deadlines.items()
+            if i not in self.paced_issues
+        }
+
+    def _total_capacity(self) -> float:
+        """Bytes/s every origin in rotation can send (`_capacity`)."""
+        return sum(self._capacity(name, status) for name, status in self.statuses.items())
+
+    def _capacity(self, name: str, status: OriginStatus) -> float:
+        """Bytes/s the origin can send: as measured (`_room_bytes`), or as told while
+        its costs are not measured yet."""
+        m = self.model(name)
+        if m.cpu_per_byte is None:
+            return self.u_bw * status.capacity_bytes_per_s
+        return self._room_bytes(m, status)
 
     def rank(
         self, issue_id: str, *, exclude: Set[str] = frozenset(), k: int = 3, now: float
@@ -684,11 +597,7 @@ class Headroom(ScoredAlgorithm):
         if client_key is None or m is None or not m.picks:
             return
         # Remembered as this client's pick on its way: its next request replaces it.
-        picks = self._client_picks
-        picks[(issue_id, client_key)] = (name, m.picks[-1])
-        picks.move_to_end((issue_id, client_key))
-        if len(picks) > self.max_clients_tracked:
-            picks.popitem(last=False)
+        self.client_picks.remember(issue_id, client_key, name, m.picks[-1])
 
     def _pick_for(self, name: str, issue_id: str, client: ClientHint | None, *, now: float) -> None:
         if client is None or client.size_bytes is None or self.is_paced(issue_id):
