@@ -33,6 +33,9 @@ log = logging.getLogger("pressrun.origin")
 #: transfer outcomes logged at DEBUG (the others at INFO)
 _QUIET_OUTCOMES = frozenset({"complete", "client gone"})
 
+#: the socket families TCP_CORK applies to
+_TCP_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6})
+
 #: SO_LINGER on, 0 s: close() resets the connection and drops the unsent bytes
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)
 
@@ -79,8 +82,9 @@ class TransferMixin:
                 request.remote,
             )
         outcome = "complete"
+        sock: Any = None
+        corked = False
         try:
-            await response.prepare(request)
             transport = request.transport
             if transport is None:
                 raise ConnectionResetError("connection lost before the body")
@@ -91,6 +95,13 @@ class TransferMixin:
             out_fd = -1
             if sock is not None and transport.get_extra_info("sslcontext") is None:
                 out_fd = sock.fileno()
+                if sock.family in _TCP_FAMILIES:
+                    # nginx's tcp_nopush: hold the headers until the body's first bytes
+                    # join them, so they leave in one segment instead of a small one of
+                    # their own (asyncio sets TCP_NODELAY); uncorked after the last chunk
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+                    corked = True
+            await response.prepare(request)
             position, end = offset, offset + count
             bucket = self.bucket
             cfg = self.config
@@ -125,6 +136,9 @@ class TransferMixin:
                 counter.inc(sent)
                 if sent < n:
                     raise _FileShrank(f"{issue}/{name} ended at byte {position} of {end}")
+            if corked:
+                corked = False
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)  # out with the rest
             await response.write_eof()
         except _FileShrank as err:
             # The file was truncated under us (replaced files are safe: the open
@@ -157,6 +171,9 @@ class TransferMixin:
             self.transfers_cut += 1
             raise
         finally:
+            if corked:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
             ended = loop.time()
             sent_total = self.meter.transfer_ended(tid, now=ended)
             self._dirty = True
