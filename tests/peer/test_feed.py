@@ -89,7 +89,7 @@ async def origin() -> AsyncIterator[tuple[_Origin, str]]:
         await runner.cleanup()
 
 
-async def _feed_all(o: _Origin, url: str, parallel: int) -> tuple[_Handle, float, OwedPieceFeed]:
+async def _feed_all(o: _Origin, url: str, parallel: int) -> _Handle:
     handle = _Handle()
     feed = OwedPieceFeed(
         manifest=_manifest(o.data),
@@ -99,16 +99,13 @@ async def _feed_all(o: _Origin, url: str, parallel: int) -> tuple[_Handle, float
         running=lambda: len(handle.added) < 6,
     )
     feed.parallel = parallel
-    loop = asyncio.get_running_loop()
-    began = loop.time()
     feed.start()
     feed.set_owed((0, 1, 2, 3, 4, 5))
     async with asyncio.timeout(10):
         while len(handle.added) < 6:
             await asyncio.sleep(0.02)
-    took = loop.time() - began
     feed.cancel()
-    return handle, took, feed
+    return handle
 
 
 async def test_with_room_the_feed_keeps_two_requests_in_flight(
@@ -118,16 +115,13 @@ async def test_with_room_the_feed_keeps_two_requests_in_flight(
     # the origins one request at a time: 3.1 s against the origin client's 2.0 s, a
     # round trip and a first byte between every two pieces. With room, two requests
     # at a time: six pieces in three round trips, not six (before: the origin never
-    # held two at once, 1.8 s)
+    # held two at once). No bound on the time: on a loaded machine it says nothing
     o, url = origin
-    handle, took, feed = await _feed_all(o, url, PARALLEL_WITH_ROOM)
+    handle = await _feed_all(o, url, PARALLEL_WITH_ROOM)
     assert o.most == 2
     assert sorted(handle.added) == [0, 1, 2, 3, 4, 5]
     assert all(handle.added[p] == o.data[p * PIECE : (p + 1) * PIECE] for p in range(6))
     assert sorted(o.served) == [0, 1, 2, 3, 4, 5]  # none fetched twice
-    assert took < 5 * ORIGIN_DELAY_S
-    # the rate it reports is what the origins give this peer, both requests together
-    assert feed.fetch_bps >= PIECE / ORIGIN_DELAY_S
 
 
 async def test_without_room_the_feed_fetches_one_piece_at_a_time(
@@ -136,6 +130,6 @@ async def test_without_room_the_feed_fetches_one_piece_at_a_time(
     # busy origins (the loopback bench: their egress shared among every fetch): a
     # second request would only split this peer's share, one at a time
     o, url = origin
-    handle, _took, _feed = await _feed_all(o, url, 1)
+    handle = await _feed_all(o, url, 1)
     assert o.most == 1
     assert sorted(handle.added) == [0, 1, 2, 3, 4, 5]
