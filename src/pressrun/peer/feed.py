@@ -73,8 +73,9 @@ class OwedPieceFeed:
         self.session_bytes = 0
         self.received_bytes = 0
         self.pieces_fed = 0  # this session
-        #: the rate of its last verified piece from the origins, bytes/s (0: none yet):
-        #: the ring hands a bringer as many pieces as it fetches in a round
+        #: what the origins gave this peer while its last verified piece was on its
+        #: way, bytes/s (every piece that arrived meanwhile; 0: none yet): the ring
+        #: hands a bringer as many pieces as it fetches in a round
         self.fetch_bps = 0
         #: requests in flight at most (module docstring); the status poll sets it
         self.parallel = 1
