@@ -36,6 +36,7 @@ const SHELL = [
   "js/manifest.js",
   "js/pages.js",
   "js/prefetch.js",
+  "js/reading.js",
   "js/store.js",
   "js/subscription.js",
   "js/swarm.js",
