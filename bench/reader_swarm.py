@@ -6,7 +6,8 @@ fresh set of services on 127.0.0.1 (child processes: --origins origins of
 peak; the tracker with its WebTorrent WebSocket; the balancer with swarm mode from
 --swarm-enter downloaders, 1 by default, so that the whole crowd, the desktop peers
 too, is sent to the swarm; the reader service in this process, the reader's defaults:
-the mobile profile, 256 KiB/s upload cap):
+the mobile profile; the phones report a Wi-Fi link (--link), so their uploads are
+uncapped, the reader's unmetered default; --link unknown: 256 KiB/s):
 
 - **peers**: N browser readers (the web reader in Debian's headless Chromium, phone
   profile, one browser context each: `pressrun.demo.readers`) and --desktops desktop
@@ -33,7 +34,8 @@ measurable yet.
 
     flock /work/heavy.lock .venv/bin/python bench/reader_swarm.py \\
         [--readers 10,20] [--desktops 2] [--mb 24] [--origins 2] [--origin-mbps 40] \\
-        [--arrive-s 2] [--json OUT.json] [--keep DIR]
+        [--arrive-s 2] [--link wifi|unknown] [--halves peers,origin-only] \\
+        [--reader-upload-kib K] [--json OUT.json] [--keep DIR]
 """
 
 from __future__ import annotations
