@@ -17,7 +17,11 @@ both alike:
   below), every answer must be 206.
 
 Throughput = bytes wrk read / wrk's duration; CPU = user + system seconds of the
-server's whole process tree during the round (psutil), per GB read. Prints per round
+server's whole process tree during the round (psutil), per GB read; beside it wrk's own
+CPU per GB and how busy the whole machine was. The client shares the 2 cores: when the
+machine is near 100% busy, throughput is what the cores give divided by (server + wrk)
+CPU seconds per GB, so the server that costs more per byte also starves its client;
+the summary prints that sum for both. Prints per round
 and then, per point, the medians and the ratios ours/nginx, with ``/proc/loadavg``.
 Targets (issue 32): throughput ratio >= 1.0, CPU per GB ratio <= 2.0.
 
@@ -34,6 +38,7 @@ import argparse
 import contextlib
 import os
 import re
+import resource
 import select
 import shutil
 import signal
@@ -216,6 +221,10 @@ class Round:
     errors: int
     cpu_s: float
     p99_ms: float
+    #: wrk's own user + system seconds (the client shares the 2 cores with the server)
+    client_cpu_s: float = 0.0
+    #: share of the whole machine's CPU time that was busy during the round (0..1)
+    host_busy: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -226,6 +235,11 @@ class Round:
     def cpu_per_gb(self) -> float:
         """Server CPU seconds per GB read."""
         return self.cpu_s / (self.bytes_read / 1e9)
+
+    @property
+    def client_cpu_per_gb(self) -> float:
+        """wrk's CPU seconds per GB read."""
+        return self.client_cpu_s / (self.bytes_read / 1e9)
 
 
 def loadavg() -> str:
@@ -246,12 +260,18 @@ def wrk_round(
     )
     threads = min(connections, os.cpu_count() or 1)
     before = cpu_seconds(pid)
+    client_before = _children_cpu_s()
+    host_before = psutil.cpu_times()
     out = subprocess.run(
         [WRK, f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "30s",
          "-s", str(script), url],
         env=env, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     cpu = cpu_seconds(pid) - before
+    client_cpu = _children_cpu_s() - client_before
+    host_after = psutil.cpu_times()
+    idle = (host_after.idle + host_after.iowait) - (host_before.idle + host_before.iowait)
+    total = sum(host_after) - sum(host_before)
     m = re.search(r"BENCH (.*)", out)
     if m is None:
         raise RuntimeError(f"wrk printed no totals: {out}")
@@ -264,7 +284,15 @@ def wrk_round(
         errors=errors,
         cpu_s=cpu,
         p99_ms=fields["p99_us"] / 1e3,
+        client_cpu_s=client_cpu,
+        host_busy=1.0 - idle / total if total > 0 else 0.0,
     )
+
+
+def _children_cpu_s() -> float:
+    """User + system seconds of this process's waited-for children (wrk, curl)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def cpu_seconds(pid: int) -> float:
@@ -291,13 +319,17 @@ def measure(
         for connections in [int(c) for c in args.connections.split(",")]:
             rounds: dict[str, list[Round]] = {label: [] for label in servers}
             for i in range(args.rounds):
-                for label, (url, pid) in servers.items():
+                # who goes first alternates too: a slow patch starting mid-round
+                # does not always hit the same server
+                order = list(servers.items())
+                for label, (url, pid) in order if i % 2 == 0 else order[::-1]:
                     r = wrk_round(url, pid, pattern, connections, args.seconds, script)
                     rounds[label].append(r)
                     print(
                         f"  {pattern:>6} c={connections:<5} round {i + 1} {label:>15}: "
                         f"{r.rate / 1e6:8.1f} MB/s, {r.cpu_per_gb:.3f} CPU-s/GB, "
-                        f"{r.requests} requests, {r.errors} errors, p99 {r.p99_ms:.1f} ms "
+                        f"wrk {r.client_cpu_per_gb:.3f} CPU-s/GB, host {100 * r.host_busy:.0f}% "
+                        f"busy, {r.requests} requests, {r.errors} errors, p99 {r.p99_ms:.1f} ms "
                         f"[load {loadavg()}]",
                         flush=True,
                     )
@@ -306,12 +338,16 @@ def measure(
             theirs_rate = statistics.median(r.rate for r in theirs)
             ours_cpu = statistics.median(r.cpu_per_gb for r in ours)
             theirs_cpu = statistics.median(r.cpu_per_gb for r in theirs)
+            ours_wrk = statistics.median(r.client_cpu_per_gb for r in ours)
+            theirs_wrk = statistics.median(r.client_cpu_per_gb for r in theirs)
             errors = sum(r.errors for r in ours), sum(r.errors for r in theirs)
             line = (
                 f"{pattern:>6} c={connections:<5} ours {ours_rate / 1e6:8.1f} MB/s "
                 f"{ours_cpu:.3f} CPU-s/GB | nginx {theirs_rate / 1e6:8.1f} MB/s "
                 f"{theirs_cpu:.3f} CPU-s/GB | throughput {ours_rate / theirs_rate:.2f}x, "
-                f"CPU/GB {ours_cpu / theirs_cpu:.2f}x | errors {errors[0]}/{errors[1]} "
+                f"CPU/GB {ours_cpu / theirs_cpu:.2f}x | server+wrk CPU-s/GB "
+                f"{ours_cpu + ours_wrk:.3f} / {theirs_cpu + theirs_wrk:.3f} | "
+                f"errors {errors[0]}/{errors[1]} "
                 f"[load {loadavg()}]"
             )
             print(line, flush=True)
