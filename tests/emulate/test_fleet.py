@@ -177,6 +177,7 @@ def test_a_browser_readers_outcome_reads_like_pressrun_gets() -> None:
     ]
     failed = outcome_doc({}, sha256=None, want_sha256="ab", seeding_s=0, record=None, error="x")
     assert not failed["verified"] and failed["error"] == "x" and failed["download_s"] is None
+    assert failed["mode"] is None  # not "origin": nothing is known of a failed download
     args = chromium_args("http://reader:8443/")
     assert "--unsafely-treat-insecure-origin-as-secure=http://reader:8443" in args
     assert "--no-sandbox" in args

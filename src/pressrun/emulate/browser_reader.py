@@ -104,7 +104,10 @@ def outcome_doc(
         "verified": verified,
         "sha256": sha256,
         # the app follows the directive: with a swarm it counts web seeds and peers
-        "mode": str(result.get("mode") or ("swarm" if peers or web_seeds else "origin")),
+        # (none known when the download failed)
+        "mode": None
+        if not result
+        else str(result.get("mode") or ("swarm" if peers or web_seeds else "origin")),
         "download_s": None if download_s is None else round(float(download_s), 2),
         "seconds": None if download_s is None else round(float(download_s) + seeding_s, 2),
         "seeding_s": round(seeding_s, 1),
@@ -183,8 +186,15 @@ async def read_issue(opts: argparse.Namespace) -> dict[str, Any]:
                 result = await _bounded(
                     "the download", page.evaluate(DOWNLOAD_JS, opts.issue), opts.timeout_s
                 )
-            except RuntimeError as err:
-                why = f"{err} (console: {'; '.join(console[-3:])})"
+            except RuntimeError as err:  # say where the app was: its last notices
+                notices = await _bounded(
+                    "the app's notices",
+                    page.evaluate("window.pressrun.notices.slice(-3).map((n) => n.text)"),
+                    30.0,
+                )
+                why = (
+                    f"{err}; the app's last notices: {notices} (console: {'; '.join(console[-3:])})"
+                )
                 return outcome_doc({}, sha256=None, want_sha256=opts.sha256, seeding_s=0.0,
                                    record=None, error=why)  # fmt: skip
             if "error" in result:

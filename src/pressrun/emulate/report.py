@@ -82,7 +82,9 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
                 "bytes_from_multicast": doc.get("bytes_from_multicast", 0),
                 "verified": o.verified(sha256),
                 "exit_code": o.exit_code,
-                "error": o.error,
+                # the host's (a container that never ended) or the client's own (a
+                # browser reader's outcome says why it failed)
+                "error": o.error or doc.get("error"),
             }
         )
     return rows

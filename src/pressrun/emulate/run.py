@@ -127,9 +127,13 @@ def browser_command(scenario: EmulationScenario, issue: PublishedIssue, number: 
     ]  # fmt: skip
 
 
-def publish_issue(out_dir: Path, size_mb: float, seed: int) -> PublishedIssue:
+def publish_issue(out_dir: Path, size_mb: float, seed: int, *, pdf: bool = False) -> PublishedIssue:
     """A generated issue of ``size_mb`` MB, signed with a fresh key, web seeds on the
-    three origins by their service names."""
+    three origins by their service names. ``pdf``: a real PDF padded to the size (the
+    reader's sample, `pressrun.reader.sample`), for browser readers: the app draws the
+    issue's cover with pdf.js after the download, and on 50 MB of random bytes that
+    never ended (flash crowd run E: every phone held all the bytes and no result after
+    10 min); else seeded random bytes."""
     from pressrun.content.keys import generate_keypair, load_public_key
     from pressrun.content.publish import publish
 
@@ -137,10 +141,17 @@ def publish_issue(out_dir: Path, size_mb: float, seed: int) -> PublishedIssue:
     content.mkdir(parents=True, exist_ok=True)
     key, pub = generate_keypair(out_dir / "publisher.key", force=True)
     size = int(size_mb * 1e6)
-    data = random.Random(seed).randbytes(size)
     source = out_dir / "source" / f"{ISSUE_ID}.pdf"
     source.parent.mkdir(exist_ok=True)
-    source.write_bytes(data)
+    if pdf:
+        from pressrun.reader.sample import write_sample_pdf
+
+        write_sample_pdf(source, title="Flash crowd issue", pad_to_bytes=size, seed=seed)
+        data = source.read_bytes()
+        size = len(data)
+    else:
+        data = random.Random(seed).randbytes(size)
+        source.write_bytes(data)
     sha = hashlib.sha256(data).hexdigest()
     del data
     publish(
@@ -696,7 +707,9 @@ async def run_scenario(
     if stale:
         report(f"removed what earlier runs left on the engine: {', '.join(stale)}")
     report(f"publishing a {scenario.issue_mb:g} MB issue into {folder / 'content'}")
-    issue = await asyncio.to_thread(publish_issue, folder, scenario.issue_mb, scenario.seed)
+    issue = await asyncio.to_thread(
+        publish_issue, folder, scenario.issue_mb, scenario.seed, pdf=scenario.browsers is not None
+    )
     variants: list[tuple[str, dict[str, str]]] = [("emulation", {})]
     if scenario.unicast_twin and twin:
         variants.append(("unicast-only", UNICAST_ENV))
