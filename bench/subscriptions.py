@@ -62,8 +62,9 @@ WRAPS_LINE = re.compile(
 )
 
 
-def fill(db: Path, n: int, reader: nacl.public.PrivateKey) -> None:
-    """N subscribers in the service's SQLite file, the real reader the last one."""
+def fill(db: Path, n: int, reader: nacl.public.PrivateKey, devices: int = 1) -> None:
+    """N subscribers in the service's SQLite file, the real reader the last one; each
+    with ``devices`` devices (their own key, and random linked ones: issue 31)."""
     store = SubscriptionStore(db)
     keys = [os.urandom(32) for _ in range(n - 1)] + [bytes(reader.public_key)]
     with store.db:
@@ -71,6 +72,14 @@ def fill(db: Path, n: int, reader: nacl.public.PrivateKey) -> None:
         store.db.executemany(
             "INSERT INTO subscribers (public_key, name, added_at) VALUES (?, ?, ?)",
             [(k, f"subscriber-{i}", "2026-11-28T00:00:00Z") for i, k in enumerate(keys)],
+        )
+        store.db.executemany(
+            "INSERT INTO devices (public_key, subscriber, name, added_at) VALUES (?, ?, ?, ?)",
+            [
+                (k if d == 0 else os.urandom(32), k, f"device-{d}", "2026-11-28T00:00:00Z")
+                for k in keys
+                for d in range(devices)
+            ],
         )
     store.close()
 
@@ -247,6 +256,10 @@ def fill_crowd(db: Path, keys: list[bytes], version: int) -> None:
             "INSERT INTO subscribers (public_key, name, added_at) VALUES (?, ?, ?)",
             [(k, f"subscriber-{i}", "2026-11-28T00:00:00Z") for i, k in enumerate(keys)],
         )
+        store.db.executemany(  # each subscriber's own key: their one device
+            "INSERT INTO devices (public_key, subscriber, name, added_at) VALUES (?, ?, ?, ?)",
+            [(k, k, "first device", "2026-11-28T00:00:00Z") for k in keys],
+        )
         store.db.executemany(
             "INSERT INTO wraps (issue_id, version, public_key, wrap) VALUES (?, ?, ?, ?)",
             [(ISSUE, version, k, os.urandom(WRAP_BYTES)) for k in keys],
@@ -362,6 +375,9 @@ def main() -> None:
     parser.add_argument("--size-mib", type=float, default=8.0, help="the issue's size")
     parser.add_argument("--crowd", action="store_true", help="the wrap crowd (docstring)")
     parser.add_argument("--seconds", type=float, default=15.0, help="each wrk run (--crowd)")
+    parser.add_argument(
+        "--devices", type=int, default=1, help="devices per subscriber (a wrap each)"
+    )
     parser.add_argument("--bare-server", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server is not None:
@@ -375,7 +391,7 @@ def main() -> None:
         root = Path(tmp)
         reader = nacl.public.PrivateKey.generate()
         started = time.perf_counter()
-        fill(root / "subs.db", n, reader)
+        fill(root / "subs.db", n, reader, args.devices)
         filled_s = time.perf_counter() - started
         proc, url = serve(root / "subs.db")
         try:
@@ -404,12 +420,16 @@ def main() -> None:
         db.close()
     # the PUT's body as SubscriptionsClient.put_wraps encodes it: '"<key hex>": "<wrap
     # hex>", ' per subscriber
-    wraps_bytes = n * (2 + 64 + 4 + 160 + 2)
-    print(f"publish --encrypt for {n:,} subscribers ({args.size_mib:g} MiB issue)")
+    m = n * args.devices  # one wrap per device
+    wraps_bytes = m * (2 + 64 + 4 + 160 + 2)
+    print(
+        f"publish --encrypt for {n:,} subscribers, {args.devices} device(s) each "
+        f"({m:,} wraps; {args.size_mib:g} MiB issue)"
+    )
     print(f"  subscribers put into SQLite beforehand in {filled_s:.2f} s (one transaction)")
     print(
         f"  publish wall time {publish_s:.2f} s: wraps {wrap_s:.2f} s "
-        f"({wrap_s / n * 1e6:.0f} µs each), stored in {store_s:.2f} s "
+        f"({wrap_s / m * 1e6:.0f} µs each), stored in {store_s:.2f} s "
         f"(one PUT of about {wraps_bytes / 1e6:.1f} MB; the list read was about "
         f"{list_bytes / 1e6:.1f} MB)"
     )
@@ -419,7 +439,7 @@ def main() -> None:
     )
     with open("/proc/loadavg") as f:
         print(f"  load average: {f.read().strip()}")
-    if stored != n or in_db != n or opened != 32:
+    if stored != m or in_db != m or opened != 32:
         raise SystemExit("not every subscriber has a wrap")
 
 

@@ -31,6 +31,11 @@ async def test_wraps_are_served_while_a_large_upload_commits(tmp_path: Path) -> 
                 "INSERT INTO subscribers (public_key, name, added_at) VALUES (?, 'x', 'y')",
                 [(k,) for k in [*others, bytes(ada.public_key)]],
             )
+            service.store.db.executemany(  # each subscriber's own key: their one device
+                "INSERT INTO devices (public_key, subscriber, name, added_at)"
+                " VALUES (?, ?, 'x', 'y')",
+                [(k, k) for k in [*others, bytes(ada.public_key)]],
+            )
         async with aiohttp.ClientSession() as http:
             operator = SubscriptionsClient(url, http, operator_token=TOKEN)
             await operator.put_wraps(

@@ -24,7 +24,9 @@ committed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -37,6 +39,7 @@ import nacl.public
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
+from pressrun.content.codec import is_hex
 from pressrun.content.release import ReleaseError, SignedRelease
 from pressrun.security import (
     UNAUTHORIZED_HEADERS,
@@ -48,11 +51,14 @@ from pressrun.security import (
 )
 from pressrun.service import stop_signals
 from pressrun.subscriptions.codec import (
+    GRANT_NONCE_BYTES,
     RequestError,
     bearer,
+    check_grant,
     check_token,
     decode_object,
     error_body,
+    make_grant,
     make_token,
     parse_issue_version,
     parse_name,
@@ -60,9 +66,20 @@ from pressrun.subscriptions.codec import (
     parse_wraps,
 )
 from pressrun.subscriptions.embargo import embargo_refusal
-from pressrun.subscriptions.store import ReleaseRefused, SubscriptionStore
+from pressrun.subscriptions.store import (
+    DeviceRefused,
+    ReleaseRefused,
+    SubscriptionStore,
+    device_limit_message,
+)
 
-__all__ = ["DEFAULT_TOKEN_TTL_S", "MAX_WRAPS_BODY_BYTES", "SubscriptionService", "serve"]
+__all__ = [
+    "DEFAULT_MAX_DEVICES",
+    "DEFAULT_TOKEN_TTL_S",
+    "MAX_WRAPS_BODY_BYTES",
+    "SubscriptionService",
+    "serve",
+]
 
 log = logging.getLogger("pressrun.subscriptions")
 
@@ -73,10 +90,16 @@ OPERATOR_ROUTES = frozenset(
         "/v1/subscribers/{public_key}",
         "/v1/issues/{issue_id}/versions/{version}/wraps",
         "/v1/issues/{issue_id}/versions/{version}/release",
+        "/v1/subscribers/{public_key}/devices",
+        "/v1/devices/{public_key}",
     }
 )
 
 DEFAULT_TOKEN_TTL_S = 300
+#: devices per subscriber (their own key counts as one): ``--max-devices``
+DEFAULT_MAX_DEVICES = 5
+#: how long a link grant can be spent: the reader's link code's 10 minutes
+GRANT_TTL_S = 600
 MAX_SMALL_BODY_BYTES = 4096
 MAX_WRAPS_BODY_BYTES = 64 << 20
 T = TypeVar("T")
@@ -101,11 +124,15 @@ class SubscriptionService:
         clock: Callable[[], float] = wall_clock,
         security: ServiceSecurity | None = None,
         publisher_keys: Sequence[bytes] = (),
+        max_devices: int = DEFAULT_MAX_DEVICES,
     ) -> None:
         # the rule every service shares (pressrun.security): 16 characters at least
         check_operator_token(operator_token)
         if token_ttl_s < 1:
             raise ValueError("token_ttl_s must be at least 1")
+        if max_devices < 1:
+            raise ValueError("max_devices must be at least 1")
+        self.max_devices = max_devices
         self.store = store
         self.operator_token = operator_token
         self.cors_origins = tuple(cors_origins) or ("*",)
@@ -168,6 +195,12 @@ class SubscriptionService:
             ),
             per_origin,
         )
+        # linking a device (issue 31): a subscribed device asks for a grant, the new
+        # device registers its own public key with it (both from the reader's origin)
+        cors.add(app.router.add_post("/v1/device-grants", self._wrapped(self.grant)), per_origin)
+        cors.add(app.router.add_post("/v1/devices", self._wrapped(self.add_device)), per_origin)
+        app.router.add_get("/v1/subscribers/{public_key}/devices", self._wrapped(self.list_devices))
+        app.router.add_delete("/v1/devices/{public_key}", self._wrapped(self.remove_device))
         # the release notice: the operator reads and replaces it (guarded by the
         # middleware like every operator route); a reader learns the release time from
         # the signed manifest and from the refusal of its wrap
@@ -360,7 +393,104 @@ class SubscriptionService:
             }
         )
 
+    def _token_key(self, request: web.Request) -> bytes:
+        """The public key of the request's good challenge token; RequestError 401."""
+        raw = bearer(request.headers.get(hdrs.AUTHORIZATION), "token from /v1/challenge")
+        try:
+            token = bytes.fromhex(raw)
+        except ValueError:
+            raise RequestError(401, "bad_token", "the token must be hex") from None
+        return check_token(self.secret, token, now_unix=self.clock())
+
+    async def grant(self, request: web.Request) -> web.Response:
+        """``POST /v1/device-grants``: a subscribed device (its token) gets a grant that
+        lets one new device register under its subscriber (docs/subscriptions.md)."""
+        device_key = self._token_key(request)
+        found = await self._db(self.store.device_count, device_key)
+        if found is None:
+            raise RequestError(
+                403, "not_subscribed", "this device is not subscribed, so it cannot link another"
+            )
+        if found[1] >= self.max_devices:  # said early; add_device decides
+            raise RequestError(409, "device_limit", device_limit_message(self.max_devices))
+        expires_at = int(self.clock()) + GRANT_TTL_S
+        grant = make_grant(self.secret, device_key, expires_at, os.urandom(GRANT_NONCE_BYTES))
+        return web.json_response(
+            {
+                "grant": grant.hex(),
+                "expires_in_s": GRANT_TTL_S,
+                "devices": found[1],
+                "max_devices": self.max_devices,
+            }
+        )
+
+    async def add_device(self, request: web.Request) -> web.Response:
+        """``POST /v1/devices`` with ``{"grant": hex, "name": ...}`` and the new
+        device's own token: its public key joins the grant's subscriber."""
+        public_key = self._token_key(request)  # the new device holds its secret key
+        doc = await self._small_body(request)
+        raw = doc.get("grant")
+        if not isinstance(raw, str) or not is_hex(raw, len(raw)) or len(raw) % 2:
+            raise RequestError(400, "bad_request", 'the body must be {"grant": hex, ...}')
+        now_unix = self.clock()
+        linked_by, expires_at, nonce = check_grant(
+            self.secret, bytes.fromhex(raw), now_unix=now_unix
+        )
+        name = parse_name(doc) or "linked device"
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            device, created = await self._db(
+                functools.partial(
+                    self.store.register_device,
+                    public_key,
+                    linked_by=linked_by,
+                    name=name,
+                    added_at=now,
+                    grant_nonce=nonce,
+                    grant_expires_at=expires_at,
+                    now_unix=now_unix,
+                    max_devices=self.max_devices,
+                )
+            )
+        except DeviceRefused as err:
+            raise RequestError(
+                err.status, err.code, err.message, extra={"max_devices": self.max_devices}
+            ) from None
+        log.info(
+            "device %s linked to subscriber %s by %s",
+            public_key.hex()[:16],
+            device.subscriber.hex()[:16],
+            linked_by.hex()[:16],
+        )
+        return web.json_response(device.to_json(), status=201 if created else 200)
+
     # -- operator routes
+
+    async def list_devices(self, request: web.Request) -> web.Response:
+        """``GET /v1/subscribers/<key>/devices``."""
+        public_key = parse_public_key(request.match_info["public_key"])
+        devices = await self._db(self.store.devices, public_key)
+        if devices is None:
+            raise RequestError(404, "unknown_subscriber", f"{public_key.hex()} is not a subscriber")
+        return web.json_response(
+            {"devices": [d.to_json() for d in devices], "max_devices": self.max_devices}
+        )
+
+    async def remove_device(self, request: web.Request) -> web.Response:
+        """``DELETE /v1/devices/<key>``: the device and its wraps; the next issue is
+        not wrapped for it."""
+        public_key = parse_public_key(request.match_info["public_key"])
+        removed = await self._db(self.store.remove_device, public_key)
+        if removed is None:
+            raise RequestError(404, "unknown_device", f"{public_key.hex()} is not a device")
+        device, wraps = removed
+        log.info(
+            "device %s of %s removed with %d wraps",
+            public_key.hex()[:16],
+            device.subscriber.hex()[:16],
+            wraps,
+        )
+        return web.json_response({**device.to_json(), "wraps_deleted": wraps})
 
     async def list_subscribers(self, request: web.Request) -> web.Response:
         """``GET /v1/subscribers``."""
@@ -372,7 +502,10 @@ class SubscriptionService:
         public_key = parse_public_key(request.match_info["public_key"])
         name = parse_name(await self._small_body(request))
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        sub, created = await self._db(self.store.add_subscriber, public_key, name, now)
+        try:
+            sub, created = await self._db(self.store.add_subscriber, public_key, name, now)
+        except DeviceRefused as err:
+            raise RequestError(err.status, err.code, err.message) from None
         log.info(
             "subscriber %s %s (%s)", public_key.hex()[:16], "added" if created else "renamed", name
         )

@@ -68,6 +68,14 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         help="accept release notices (embargoes) signed by this publisher key only; "
         "repeatable; default: any key, pinned per issue version by its first notice",
     )
+    p.add_argument(
+        "--max-devices",
+        type=int,
+        default=5,
+        metavar="N",
+        help="devices per subscriber, their own key counted (default 5); a device "
+        "linked past it is refused with code device_limit",
+    )
     add_security_arguments(p, token=False)
     p.set_defaults(func=run_serve)
 
@@ -103,6 +111,7 @@ def run_serve(args: argparse.Namespace) -> int:
             token_ttl_s=args.token_ttl_s,
             security=ServiceSecurity(args.tls_cert, args.tls_key),
             publisher_keys=publisher_keys,
+            max_devices=args.max_devices,
         )
         service.security.server_ssl_context()  # a bad --tls-cert/--tls-key fails here
     except (sqlite3.Error, OSError) as err:
@@ -123,7 +132,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Add ``pressrun subscribers add|remove|list``."""
+    """Add ``pressrun subscribers add|remove|list|devices|remove-device``."""
     p = subparsers.add_parser(
         "subscribers",
         help="add, remove or list the subscribers of a subscription service",
@@ -153,9 +162,26 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     common(remove)
     remove.set_defaults(func=run_subscribers)
-    ls = sub.add_parser("list", help="list the subscribers")
+    ls = sub.add_parser("list", help="list the subscribers (with how many devices each)")
     common(ls)
     ls.set_defaults(func=run_subscribers)
+    devices = sub.add_parser(
+        "devices", help="list a subscriber's devices (each has its own key and wraps)"
+    )
+    devices.add_argument(
+        "key", metavar="KEY", help="the subscriber's public key: 64 hex or a .pub file"
+    )
+    common(devices)
+    devices.set_defaults(func=run_subscribers)
+    remove_device = sub.add_parser(
+        "remove-device",
+        help="remove one device of a subscriber: it gets no wrap of the next issue",
+    )
+    remove_device.add_argument(
+        "key", metavar="DEVICE_KEY", help="the device's public key (from `subscribers devices`)"
+    )
+    common(remove_device)
+    remove_device.set_defaults(func=run_subscribers)
     register_release(subparsers)
 
 
@@ -281,7 +307,7 @@ def run_release(args: argparse.Namespace) -> int:
 
 
 def run_subscribers(args: argparse.Namespace) -> int:
-    """``pressrun subscribers add|remove|list``."""
+    """``pressrun subscribers add|remove|list|devices|remove-device``."""
     import asyncio
 
     import aiohttp
@@ -291,7 +317,7 @@ def run_subscribers(args: argparse.Namespace) -> int:
 
     command = f"subscribers {args.subscribers_command}"
     key = b""
-    if args.subscribers_command in ("add", "remove"):
+    if args.subscribers_command in ("add", "remove", "devices", "remove-device"):
         try:
             key = load_public_key(args.key, "subscriber key")
         except KeyFileError as err:
@@ -308,8 +334,26 @@ def run_subscribers(args: argparse.Namespace) -> int:
             if args.subscribers_command == "remove":
                 n = await client.remove_subscriber(key)
                 return f"removed: {key.hex()} ({n} wrap{'' if n == 1 else 's'} deleted)"
+            if args.subscribers_command == "devices":
+                devices, limit = await client.devices(key)
+                lines = [
+                    f"{d['public_key']}  {d['added_at']}  {d['name']}"
+                    + (f" (linked by {str(d['linked_by'])[:16]}...)" if d.get("linked_by") else "")
+                    for d in devices
+                ]
+                return "\n".join([*lines, f"{len(devices)} of at most {limit} devices"])
+            if args.subscribers_command == "remove-device":
+                device, n = await client.remove_device(key)
+                return (
+                    f"removed device {key.hex()} of subscriber {device.get('subscriber')} "
+                    f"({n} wrap{'' if n == 1 else 's'} deleted; no wrap of the next issue)"
+                )
             subs = await client.subscribers()
-            lines = [f"{s['public_key']}  {s['added_at']}  {s['name']}" for s in subs]
+            lines = [
+                f"{s['public_key']}  {s['added_at']}  {len(s.get('devices') or [])} device(s)"
+                f"  {s['name']}"
+                for s in subs
+            ]
             return "\n".join([*lines, f"{len(subs)} subscriber{'' if len(subs) == 1 else 's'}"])
 
     try:

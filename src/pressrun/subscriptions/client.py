@@ -28,6 +28,7 @@ from pressrun.subscriptions.codec import TOKEN_BYTES, WRAP_BYTES
 
 __all__ = [
     "TOKEN_ENV",
+    "DeviceLimit",
     "Embargoed",
     "HttpSubscriberDirectory",
     "NoWrap",
@@ -55,6 +56,10 @@ class ServiceUnavailable(SubscriptionError):
 
 class NotSubscribed(SubscriptionError):
     """The service says this key is not a subscriber."""
+
+
+class DeviceLimit(SubscriptionError):
+    """The subscription has as many devices as the publisher allows."""
 
 
 class NoWrap(SubscriptionError):
@@ -160,15 +165,37 @@ class SubscriptionsClient:
 
     # -- operator
 
-    async def subscribers(self) -> list[dict[str, str]]:
-        """Every subscriber (``public_key``, ``name``, ``added_at``)."""
+    async def subscribers(self) -> list[dict[str, Any]]:
+        """Every subscriber (``public_key``, ``name``, ``added_at``, ``devices``: their
+        devices' public keys in hex, their own key first)."""
         status, doc = await self._call(
             "GET", "/v1/subscribers", authorization=self._need_operator()
         )
         if status != 200 or not isinstance(doc.get("subscribers"), list):
             raise self._fail(status, doc, "list the subscribers")
-        subs: list[dict[str, str]] = doc["subscribers"]
+        subs: list[dict[str, Any]] = doc["subscribers"]
         return subs
+
+    async def devices(self, subscriber: bytes) -> tuple[list[dict[str, Any]], int]:
+        """A subscriber's devices (``public_key``, ``name``, ``added_at``,
+        ``linked_by``), oldest first, and the service's limit on devices."""
+        status, doc = await self._call(
+            "GET",
+            f"/v1/subscribers/{subscriber.hex()}/devices",
+            authorization=self._need_operator(),
+        )
+        if status != 200 or not isinstance(doc.get("devices"), list):
+            raise self._fail(status, doc, "list the devices")
+        return list(doc["devices"]), int(doc.get("max_devices", 0))
+
+    async def remove_device(self, device: bytes) -> tuple[dict[str, Any], int]:
+        """Remove one device and its wraps; ``(device record, wraps deleted)``."""
+        status, doc = await self._call(
+            "DELETE", f"/v1/devices/{device.hex()}", authorization=self._need_operator()
+        )
+        if status != 200:
+            raise self._fail(status, doc, "remove the device")
+        return doc, int(doc.get("wraps_deleted", 0))
 
     async def add_subscriber(self, public_key: bytes, name: str) -> tuple[dict[str, str], bool]:
         """Add (or rename) a subscriber; ``(record, created)``."""
@@ -241,14 +268,8 @@ class SubscriptionsClient:
 
     # -- subscriber
 
-    async def fetch_wrap(
-        self, issue_id: str, version: int, subscriber_key: nacl.public.PrivateKey
-    ) -> bytes:
-        """This subscriber's wrap of one issue version: challenge, open it, ask.
-
-        NotSubscribed when the service says the key is not a subscriber, NoWrap when
-        it has no wrap for that version, SubscriptionError for anything else.
-        """
+    async def token(self, subscriber_key: nacl.public.PrivateKey) -> str:
+        """A challenge token for this key (hex): ask, open with the secret key."""
         public = bytes(subscriber_key.public_key)
         status, doc = await self._call("POST", "/v1/challenge", body={"subscriber": public.hex()})
         sealed = doc.get("sealed_token")
@@ -262,8 +283,47 @@ class SubscriptionsClient:
             ) from None
         if len(token) != TOKEN_BYTES:
             raise SubscriptionError(f"the challenge from {self.base_url} holds no valid token")
+        return token.hex()
+
+    async def device_grant(self, device_key: nacl.public.PrivateKey) -> str:
+        """On a subscribed device: a grant (hex) that lets one new device register
+        under this subscriber (docs/subscriptions.md, "Devices"); DeviceLimit when
+        the subscription has as many devices as the publisher allows."""
+        token = await self.token(device_key)
+        status, doc = await self._call("POST", "/v1/device-grants", authorization=token)
+        if status == 409 and doc.get("code") == "device_limit":
+            raise DeviceLimit(str(doc.get("error")))
+        grant = doc.get("grant")
+        if status != 200 or not isinstance(grant, str):
+            raise self._fail(status, doc, "get a link grant")
+        return grant
+
+    async def register_device(
+        self, device_key: nacl.public.PrivateKey, grant: str, name: str = ""
+    ) -> dict[str, Any]:
+        """On the new device: register its own public key with a grant; the device's
+        record. DeviceLimit as :meth:`device_grant`."""
+        token = await self.token(device_key)
         status, doc = await self._call(
-            "GET", f"/v1/issues/{issue_id}/versions/{version}/wrap", authorization=token.hex()
+            "POST", "/v1/devices", body={"grant": grant, "name": name}, authorization=token
+        )
+        if status == 409 and doc.get("code") == "device_limit":
+            raise DeviceLimit(str(doc.get("error")))
+        if status not in (200, 201):
+            raise self._fail(status, doc, "register the device")
+        return doc
+
+    async def fetch_wrap(
+        self, issue_id: str, version: int, subscriber_key: nacl.public.PrivateKey
+    ) -> bytes:
+        """This subscriber's wrap of one issue version: challenge, open it, ask.
+
+        NotSubscribed when the service says the key is not a subscriber, NoWrap when
+        it has no wrap for that version, SubscriptionError for anything else.
+        """
+        token = await self.token(subscriber_key)
+        status, doc = await self._call(
+            "GET", f"/v1/issues/{issue_id}/versions/{version}/wrap", authorization=token
         )
         code = doc.get("code")
         message = doc.get("error") or f"HTTP {status}"
@@ -328,9 +388,18 @@ class HttpSubscriberDirectory:
             return pool.submit(asyncio.run, go()).result()
 
     def subscriber_keys(self) -> list[bytes]:
-        """Every current subscriber's public key."""
+        """The public key of every current subscriber's every device: the keys wraps
+        are made to (issue 31; a service from before devices lists none, and the
+        subscriber's own key is then their one device)."""
         subs = self._run(lambda c: c.subscribers())
-        return [bytes.fromhex(s["public_key"]) for s in subs]
+        keys: list[bytes] = []
+        for s in subs:
+            devices = s.get("devices")
+            if isinstance(devices, list):
+                keys.extend(bytes.fromhex(d) for d in devices)
+            else:
+                keys.append(bytes.fromhex(s["public_key"]))
+        return keys
 
     def store_wraps(
         self,

@@ -21,6 +21,8 @@ from typing import Any
 from pressrun.content.codec import is_hex, valid_issue_id
 
 TOKEN_CONTEXT = b"pressrun-wrap-token-v1"
+GRANT_CONTEXT = b"pressrun-device-grant-v1"
+GRANT_NONCE_BYTES = 16
 PUBLIC_KEY_BYTES = 32
 TOKEN_BYTES = PUBLIC_KEY_BYTES + 8 + 32
 WRAP_BYTES = 80
@@ -75,6 +77,32 @@ def check_token(secret: bytes, token: bytes, *, now_unix: float) -> bytes:
     if struct.unpack(">Q", when)[0] <= now_unix:
         raise RequestError(401, "bad_token", "the token has expired; ask for a new challenge")
     return public_key
+
+
+def make_grant(secret: bytes, device_key: bytes, expires_at: int, nonce: bytes) -> bytes:
+    """A link grant (issue 31): ``device_key`` (a subscriber's device, which asked
+    with its token) lets one new device register under its subscriber until
+    ``expires_at``; ``nonce`` makes it spendable once.
+
+    ``grant = device_key (32) || expires_at (u64) || nonce (16) || HMAC-SHA256(secret,
+    GRANT_CONTEXT || the rest)``; it holds no key but public ones.
+    """
+    body = device_key + struct.pack(">Q", expires_at) + nonce
+    return body + hmac.new(secret, GRANT_CONTEXT + body, hashlib.sha256).digest()
+
+
+def check_grant(secret: bytes, grant: bytes, *, now_unix: float) -> tuple[bytes, int, bytes]:
+    """``(device_key, expires_at, nonce)`` of a good grant; RequestError 403 if not."""
+    if len(grant) != PUBLIC_KEY_BYTES + 8 + GRANT_NONCE_BYTES + 32:
+        raise RequestError(403, "bad_grant", "that is not a link grant of this service")
+    device_key = grant[:PUBLIC_KEY_BYTES]
+    (expires_at,) = struct.unpack(">Q", grant[PUBLIC_KEY_BYTES : PUBLIC_KEY_BYTES + 8])
+    nonce = grant[PUBLIC_KEY_BYTES + 8 : PUBLIC_KEY_BYTES + 8 + GRANT_NONCE_BYTES]
+    if not hmac.compare_digest(make_grant(secret, device_key, expires_at, nonce), grant):
+        raise RequestError(403, "bad_grant", "the link grant was not issued by this service")
+    if expires_at <= now_unix:
+        raise RequestError(403, "grant_expired", "the link grant has expired; make a new code")
+    return device_key, int(expires_at), nonce
 
 
 def bearer(header: str | None, what: str) -> str:
