@@ -140,11 +140,14 @@ async def make_stack(tmp_path: Path, sample_pdf: bytes) -> AsyncIterator[StackFa
         egress_cap_mbps: float | None = None,
         download: ClientConfig = MOBILE,
         origins: tuple[str, ...] = ("origin-a", "origin-b"),
+        max_devices: int = 5,
     ) -> Stack:
         root = tmp_path / f"stack{len(stacks)}"
         root.mkdir()
         generate_keypair(root / "publisher.key")
-        subs = SubscriptionService(SubscriptionStore(root / "subs.db"), operator_token=TOKEN)
+        subs = SubscriptionService(
+            SubscriptionStore(root / "subs.db"), operator_token=TOKEN, max_devices=max_devices
+        )
         subs_url = f"http://127.0.0.1:{await subs.start('127.0.0.1', 0)}"
         shapes = tuple(
             OriginShape(name, egress_cap_mbps=egress_cap_mbps, content_dir=root / name)

@@ -1,15 +1,18 @@
 """One subscription on several devices, in Debian's headless Chromium (two phones).
 
 A subscribed phone shows a code (Settings, "Link another device"); a second phone
-enters it and reads the same encrypted issue with the same subscriber key. What went
-through the reader service was a mailbox name and a ciphertext: neither the secret
-key nor the code. A code works once. A key made by ``pressrun keys new --subscriber``
+enters it, registers its OWN key under the subscriber (a link grant from the
+subscription service, sealed in the box) and reads the next encrypted issue by its
+own wrap. What went through the reader service was a mailbox name and a ciphertext:
+no secret key, no code. A code works once; past the publisher's limit on devices the
+subscribed phone is told so in a reader's words. A key made by ``pressrun keys new --subscriber``
 (its reader.key file) is imported from Settings and opens an issue encrypted for it.
 The mailboxes' rules (one take, expiry, the bound) are tested with explicit times.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from pathlib import Path
@@ -20,9 +23,10 @@ import pytest
 from pressrun.content.keys import generate_keypair
 from pressrun.reader.link import LinkError, LinkMailboxes
 
-from .conftest import ISSUE, Phone, StackFactory, browser_only
+from .conftest import PIECE, TOKEN, Phone, Stack, StackFactory, browser_only
 
 NAME = "0123456789abcdef0123456789abcdef"
+SECOND = "weekly-2026-48"
 
 
 def test_a_box_is_taken_once_and_forgotten_when_stale() -> None:
@@ -95,13 +99,38 @@ async def settings(phone: Phone) -> Any:
     return page
 
 
+async def publish_second(stack: Stack) -> None:
+    """A second encrypted issue, SECOND, wrapped to every device the subscription
+    service lists now (what ``pressrun publish --encrypt`` does)."""
+    import aiohttp
+
+    from pressrun.subscriptions.client import HttpSubscriberDirectory
+
+    await stack.bed.publish(
+        stack.data,
+        issue_id=SECOND,
+        key_path=stack.root / "publisher.key",
+        piece_size=PIECE,
+        encrypt_for=HttpSubscriberDirectory(stack.subscriptions_url, TOKEN),
+    )
+    assert stack.bed.balancer is not None
+    url = f"{stack.bed.balancer.url}/v1/issues/{SECOND}/directive"
+    async with aiohttp.ClientSession() as http:
+        for _ in range(200):
+            async with http.get(url) as resp:
+                if resp.status == 200:
+                    return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"the balancer never directed to {SECOND}")
+
+
 @browser_only
 @pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="module")
-async def test_a_second_phone_linked_by_a_code_reads_the_same_encrypted_issue(
+async def test_a_second_phone_linked_by_a_code_reads_by_its_own_key_up_to_the_limit(
     make_stack: StackFactory, phone_factory: Any
 ) -> None:
-    stack = await make_stack(origins=("origin-a",))
+    stack = await make_stack(origins=("origin-a",), max_devices=2)
     first: Phone = await phone_factory(stack.reader_url)
     await first.open()
     key = await first.subscriber_key()
@@ -111,9 +140,13 @@ async def test_a_second_phone_linked_by_a_code_reads_the_same_encrypted_issue(
         " return Array.from(k.secretKey, (b) => b.toString(16).padStart(2, '0')).join(''); })",
         what="the first phone's secret key",
     )
+    # the first phone reads a subscriber issue (and so knows the subscription service)
+    await stack.publish([key])
+    await first.check_for_issues()
+    await first.wait_for_download()
     sent: list[str] = []
     first.page.on(
-        "request", lambda r: sent.append(r.post_data or "") if r.method == "PUT" else None
+        "request", lambda r: sent.append(r.post_data or "") if r.method != "GET" else None
     )
     page = await settings(first)
     await page.locator("#link-offer").tap()
@@ -121,28 +154,30 @@ async def test_a_second_phone_linked_by_a_code_reads_the_same_encrypted_issue(
     shown = await page.locator("#link-code").inner_text()
     assert len(shown) == 14 and shown.count("-") == 2, shown
     await first.screenshot("link-code")
-    # the reader service got a sealed box: not the secret key, not the code
-    assert len(sent) == 1
-    box = json.loads(sent[0])
-    assert set(box) == {"nonce", "sealed"}
-    assert secret not in sent[0] and shown.replace("-", "") not in sent[0]
+    # the reader service got a sealed box; no request carried the secret key or the code
+    boxes = [json.loads(body) for body in sent if body.startswith('{"nonce"')]
+    assert len(boxes) == 1 and set(boxes[0]) == {"nonce", "sealed"}
+    assert not [body for body in sent if secret in body or shown.replace("-", "") in body]
 
     second: Phone = await phone_factory(stack.reader_url)
     await second.open()
-    assert await second.subscriber_key() != key
+    own = await second.subscriber_key()
+    assert own != key
     page2 = await settings(second)
     await page2.locator("#link-input").fill(shown.lower().replace("-", " "))  # typed loosely
     await page2.locator("#link-accept").tap()
     await page2.wait_for_function("() => window.pressrun.linked")
-    assert await second.subscriber_key() == key
+    assert await second.subscriber_key() == own  # its own key, now one of the subscriber's
     assert "now uses your subscription" in await page2.locator("#link-status").inner_text()
     await second.screenshot("linked")
 
-    await stack.publish([key])  # encrypted for the subscriber: one key, two phones
+    # an issue published after the link is wrapped to both devices: the second phone
+    # downloads and opens it with its own wrap
+    await publish_second(stack)
     await second.check_for_issues()
-    await second.wait_for_download()
-    assert await second.stored_sha256() == hashlib.sha256(stack.data).hexdigest()
-    await page2.locator(f"li[data-issue='{ISSUE}'] button.open").tap()
+    await second.wait_for_download(SECOND)
+    assert await second.stored_sha256(SECOND) == hashlib.sha256(stack.data).hexdigest()
+    await page2.locator(f"li[data-issue='{SECOND}'] button.open").tap()
     await page2.wait_for_selector("#page[data-page='1']")
 
     # the code worked once: a third phone, opened from a shared link (the code in the
@@ -157,7 +192,15 @@ async def test_a_second_phone_linked_by_a_code_reads_the_same_encrypted_issue(
     await page3.wait_for_function("() => window.pressrun.linkError")
     said = await page3.locator("#link-status").inner_text()
     assert "used already" in said and "Make a new one" in said, said
-    assert await third.subscriber_key() != key
+
+    # the publisher's limit (2 devices): a new code is refused, in a reader's words
+    await first.evaluate("window.pressrun.linkError = null", what="reset the link error")
+    await page.locator("#link-offer").tap()
+    await page.wait_for_function("() => window.pressrun.linkError")
+    said = await page.locator("#link-status").inner_text()
+    assert "already has 2 devices, the most your publisher allows" in said, said
+    assert "HTTP" not in said and "device_limit" not in said  # the detail is a tap away
+    await first.screenshot("link-limit")
     for phone in (first, second, third):
         assert not [line for line in phone.console if line.startswith("pageerror")], phone.console
 

@@ -1,26 +1,30 @@
 """Linking a second device to a subscription: the reader service's one-time mailboxes.
 
-A subscriber's browser that already holds the subscriber key (the "old" device) shows
-a short code; the new device's reader takes it and ends up with the same key, so it
-opens the same subscriber's wraps (docs/reader.md, "One subscription on several
-devices"). The key travels through the reader service (``pressrun serve reader``)
-sealed, never in the clear:
+A subscriber's browser that is already subscribed (the "old" device) shows a short
+code; the new device's reader takes it and joins the same subscription with its OWN
+key pair (docs/subscriptions.md, "Devices"; docs/reader.md, "One subscription on
+several devices"). No private key travels: what the box carries is a link grant of
+the subscription service (an HMAC over the old device's public key, an expiry and a
+nonce, spendable once) and that service's URL, sealed:
 
-- the old device draws the code (12 characters of a 31-letter alphabet, 59 bits) and
-  derives 48 bytes from it with PBKDF2-HMAC-SHA-256 (600,000 rounds, the browser's
-  WebCrypto; libsodium.js's standard build has no Argon2): 32 are a secretbox key,
-  16 name the mailbox;
-- it puts ``crypto_secretbox(key pair, nonce, key)`` (libsodium.js) into that mailbox
-  (``PUT /v1/link/<mailbox>``); the new device, given the code, derives the same two
-  and takes the box (``GET /v1/link/<mailbox>``), which is forgotten as it is taken.
+- the old device gets the grant (``POST /v1/device-grants`` with a token of its own
+  key), draws the code (12 characters of a 31-letter alphabet, 59 bits) and derives
+  48 bytes from it with PBKDF2-HMAC-SHA-256 (600,000 rounds, the browser's WebCrypto;
+  libsodium.js's standard build has no Argon2): 32 are a secretbox key, 16 name the
+  mailbox;
+- it puts ``crypto_secretbox({grant, service}, nonce, key)`` (libsodium.js) into that
+  mailbox (``PUT /v1/link/<mailbox>``); the new device, given the code, derives the
+  same two, takes the box (``GET /v1/link/<mailbox>``), which is forgotten as it is
+  taken, and registers its own public key with the grant (``POST /v1/devices``).
 
-What the service holds is a mailbox name and a ciphertext. Both come out of the KDF,
+What this service holds is a mailbox name and a ciphertext. Both come out of the KDF,
 so guessing the code from them costs 600,000 HMAC-SHA-256 rounds per guess among
 2^59 (3.5 x 10^13 s, a million years, for a GPU doing 10^10 rounds/s); the box
-lives `MAILBOX_TTL_S` and is taken once. Whoever holds the
-code in that time holds the key: it is shown only on the old device's screen, and
-given to the new one by the subscriber (typed, or in a link whose ``#link=`` fragment
-never reaches a server).
+lives `MAILBOX_TTL_S` and is taken once. Whoever holds the code in that time can add
+one device to the subscription (within the publisher's limit, and the publisher's
+device list shows it): it is shown only on the old device's screen, and given to the
+new one by the subscriber (typed, or in a link whose ``#link=`` fragment never
+reaches a server).
 
 This module is the pure core of the mailboxes (bounded, forgotten when stale, driven
 with ``now``); `pressrun.reader.aio` is its adapter.
@@ -36,7 +40,7 @@ from dataclasses import dataclass
 MAILBOX_TTL_S = 600.0
 #: mailboxes held at once (the oldest unexpired one goes first past this)
 MAX_MAILBOXES = 1000
-#: the most a sealed box may weigh (a key pair in JSON, sealed: about 250 bytes)
+#: the most a sealed box may weigh (a grant and a URL in JSON, sealed: about 400 bytes)
 MAX_BOX_BYTES = 2048
 #: a mailbox's name: 16 bytes in hex, from the code's Argon2id output
 MAILBOX_NAME = re.compile(r"^[0-9a-f]{32}$")

@@ -412,7 +412,12 @@ class SubscriptionService:
                 403, "not_subscribed", "this device is not subscribed, so it cannot link another"
             )
         if found[1] >= self.max_devices:  # said early; add_device decides
-            raise RequestError(409, "device_limit", device_limit_message(self.max_devices))
+            raise RequestError(
+                409,
+                "device_limit",
+                device_limit_message(self.max_devices),
+                extra={"max_devices": self.max_devices},
+            )
         expires_at = int(self.clock()) + GRANT_TTL_S
         grant = make_grant(self.secret, device_key, expires_at, os.urandom(GRANT_NONCE_BYTES))
         return web.json_response(

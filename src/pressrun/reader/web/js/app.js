@@ -559,7 +559,10 @@ function setUpLinking() {
         }
       };
     } catch (err) {
-      linkStatus(err instanceof LinkError ? err.message : "Could not make a code. Try again.", { error: true, detail: err.detail ?? err.message });
+      const said = err instanceof LinkError ? err.message : "Could not make a code. Try again.";
+      $("#link-offered").hidden = true; // a code shown before is spent or stale
+      linkStatus(said, { error: true, detail: err.detail ?? err.message });
+      hooks.linkError = said;
     } finally {
       $("#link-offer").disabled = false;
     }

@@ -1,21 +1,23 @@
 // One subscription on several devices: link a new device from one already
 // subscribed, or import a key made by `pressrun keys new --subscriber`.
 //
-// Linking (src/pressrun/reader/link.py has the whole design): the subscribed device
-// draws a 12-character code, derives 48 bytes from it with PBKDF2-HMAC-SHA-256
-// (LINK_KDF_ITERATIONS, WebCrypto; libsodium.js's standard build has no Argon2): a
-// secretbox key and a mailbox name. It seals its key pair with that key
-// (crypto_secretbox, libsodium.js) and puts the box into the reader service's
-// mailbox (PUT v1/link/<name>).
-// The new device, given the code, derives the same, takes the box once (GET) and opens
-// it. The reader service sees a mailbox name and a ciphertext, never the key or the
-// code; the box is gone once taken and after 10 minutes.
+// Linking (docs/subscriptions.md "Devices"; src/pressrun/reader/link.py has the
+// mailbox): every device keeps its OWN key pair; no private key ever leaves a device.
+// The subscribed device proves its key to the subscription service (a sealed
+// challenge) and gets a link grant (POST /v1/device-grants): an HMAC of public parts
+// that lets one new device join its subscriber within 10 minutes. It draws a
+// 12-character code, derives 48 bytes from it with PBKDF2-HMAC-SHA-256
+// (LINK_KDF_ITERATIONS, WebCrypto): a secretbox key and a mailbox name, seals
+// {grant, the service's URL} with that key (crypto_secretbox, libsodium.js) and puts
+// it into the reader service's mailbox (PUT v1/link/<name>). The new device, given the
+// code, derives the same, takes the box once (GET) and opens it, then registers its
+// own public key under the subscriber with the grant and a token of its own
+// (POST /v1/devices). The publisher wraps each issue to every device key; the
+// subscription service's limit on devices refuses one too many (409 device_limit).
 //
-// Either way the device's subscriber key becomes the imported one (the key this
-// browser made for itself is replaced): the subscription service hands it the same
-// wraps as the other device, and nothing about the key changes on the service.
+// Importing a key file replaces this device's key with the subscriber's own key.
 
-import { putRecord, putSetting } from "./db.js";
+import { allRecords, getSetting, putRecord, putSetting } from "./db.js";
 import { bytesToHex, hexToBytes } from "./manifest.js";
 import { sodium, subscriberKeys } from "./subscription.js";
 
@@ -71,17 +73,97 @@ export class LinkError extends Error {
   }
 }
 
+/** The reader's words for a refusal of the subscription service's device routes. */
+function refusal(status, doc, doing) {
+  const detail = `HTTP ${status}: ${doc.error ?? ""}`.trim();
+  if (doc.code === "device_limit") {
+    const most = Number.isInteger(doc.max_devices) ? `${doc.max_devices} devices, the most` : "the most devices";
+    return new LinkError(
+      `Your subscription already has ${most} your publisher allows. To add this device, ask your publisher to remove one you no longer use.`,
+      detail,
+    );
+  }
+  if (doc.code === "not_subscribed") {
+    return new LinkError("This device is not subscribed, so it cannot link another. Link from a device that reads your subscriber issues.", detail);
+  }
+  if (doc.code === "already_linked") {
+    return new LinkError("This device already belongs to another subscription, so it cannot join this one.", detail);
+  }
+  if (doc.code === "grant_used" || doc.code === "grant_expired" || doc.code === "bad_grant") {
+    return new LinkError("This code does not work any more: it was used already or is older than 10 minutes. Make a new one on your other device.", detail);
+  }
+  return new LinkError(`Could not ${doing}: your publisher's subscription service refused it. Try again later.`, detail);
+}
+
+/** fetch() to the subscription service: {status, doc}, or a LinkError in reader words. */
+async function serviceCall(url, init, doing) {
+  let resp;
+  try {
+    resp = await fetch(url, { ...init, cache: "no-store" });
+  } catch (err) {
+    throw new LinkError(`Could not ${doing}: your publisher's subscription service did not answer. Check your connection and try again.`, `${url}: ${err.message}`);
+  }
+  const doc = await resp.json().catch(() => ({}));
+  return { status: resp.status, doc: doc ?? {} };
+}
+
+/** A token of the subscription service for this device's own key (a sealed challenge). */
+async function deviceToken(s, base, doing) {
+  const { publicKey, secretKey } = await subscriberKeys();
+  const { status, doc } = await serviceCall(
+    `${base}/v1/challenge`,
+    { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ subscriber: bytesToHex(publicKey) }) },
+    doing,
+  );
+  if (status !== 200 || typeof doc.sealed_token !== "string") throw refusal(status, doc, doing);
+  try {
+    return bytesToHex(s.crypto_box_seal_open(hexToBytes(doc.sealed_token), publicKey, secretKey));
+  } catch (err) {
+    throw new LinkError(`Could not ${doing}: this device's key did not open the service's challenge.`, String(err?.message ?? err));
+  }
+}
+
+/** The subscription service this device's subscriber issues name (newest first). */
+async function subscriptionService() {
+  const issues = (await allRecords("issues")).filter((r) => r.encrypted && r.manifest_text);
+  issues.sort((a, b) => (b.added_at ?? 0) - (a.added_at ?? 0));
+  for (const record of issues) {
+    try {
+      const url = JSON.parse(record.manifest_text).manifest.encryption.subscriptions_url;
+      if (typeof url === "string" && /^https?:\/\//.test(url)) return url.replace(/\/+$/, "");
+    } catch {
+      // a record without a readable manifest: the next one
+    }
+  }
+  const refused = await getSetting("not_subscribed", null);
+  return refused?.url ?? null;
+}
+
+/** A name the publisher's device list shows for this device. */
+function deviceName() {
+  const platform = navigator.userAgentData?.platform || navigator.platform || "";
+  const kind = navigator.maxTouchPoints > 0 ? (Math.min(screen.width, screen.height) >= 600 ? "tablet" : "phone") : "computer";
+  return `${kind}${platform ? ` (${platform})` : ""}, web reader`.slice(0, 200);
+}
+
 /**
- * On the subscribed device: seal this device's key pair into a new mailbox.
- * Resolves to {code (plain), shown ("ABCD-EFGH-JKMN"), expiresInS}.
+ * On the subscribed device: get a link grant from the subscription service and seal
+ * it into a new mailbox. Resolves to {code (plain), shown ("ABCD-EFGH-JKMN"), expiresInS}.
  */
 export async function offerLink() {
   const s = await sodium();
+  const service = await subscriptionService();
+  if (service === null) {
+    throw new LinkError("This device has no subscriber issue yet, so it does not know your publisher's subscription service. Download an issue for subscribers here first, then make a code.");
+  }
+  const doing = "make a code";
+  const token = await deviceToken(s, service, doing);
+  const granted = await serviceCall(`${service}/v1/device-grants`, { method: "POST", headers: { Authorization: `Bearer ${token}` } }, doing);
+  if (granted.status !== 200 || typeof granted.doc.grant !== "string") throw refusal(granted.status, granted.doc, doing);
   const code = randomCode(s);
   const { key, mailbox } = await derive(s, code);
-  const { publicKey, secretKey } = await subscriberKeys();
   const nonce = s.randombytes_buf(s.crypto_secretbox_NONCEBYTES);
-  const plain = s.from_string(JSON.stringify({ v: 1, secret: bytesToHex(secretKey), public: bytesToHex(publicKey) }));
+  const plain = s.from_string(JSON.stringify({ v: 2, grant: granted.doc.grant, service }));
   const sealed = s.crypto_secretbox_easy(plain, nonce, key);
   const body = JSON.stringify({ nonce: bytesToHex(nonce), sealed: bytesToHex(sealed) });
   let resp;
@@ -98,8 +180,9 @@ export async function offerLink() {
 }
 
 /**
- * On the new device: take the box the code names, open it and make its key pair this
- * device's subscriber key. Resolves to the public key (hex) now in use.
+ * On the new device: take the box the code names, open it and register this device's
+ * own key under the subscriber with the grant inside. Resolves to the public key (hex)
+ * of this device, now one of the subscriber's devices.
  */
 export async function acceptLink(typed) {
   const code = normalCode(typed);
@@ -118,15 +201,29 @@ export async function acceptLink(typed) {
     throw new LinkError("This code does not work: it was used already, or is older than 10 minutes, or mistyped. Make a new one on your other device.");
   }
   if (!resp.ok) throw new LinkError("Could not take the code: the reader's server refused it. Try again.", `HTTP ${resp.status}`);
-  let pair;
+  let offer;
   try {
     const box = await resp.json();
     const plain = s.crypto_secretbox_open_easy(hexToBytes(box.sealed), hexToBytes(box.nonce), key);
-    pair = JSON.parse(s.to_string(plain));
+    offer = JSON.parse(s.to_string(plain));
   } catch (err) {
-    throw new LinkError("This code did not open the key it names. Make a new code on your other device.", String(err?.message ?? err));
+    throw new LinkError("This code did not open. Make a new code on your other device.", String(err?.message ?? err));
   }
-  return importSecretKey(pair.secret, pair.public);
+  if (offer?.v !== 2 || typeof offer.grant !== "string" || !/^https?:\/\//.test(String(offer.service))) {
+    throw new LinkError("This code comes from an older version of the reader. Reload the reader on your other device and make a new code.", `box version ${offer?.v}`);
+  }
+  const doing = "link this device";
+  const token = await deviceToken(s, offer.service, doing);
+  const joined = await serviceCall(
+    `${offer.service}/v1/devices`,
+    { method: "POST", headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` }, body: JSON.stringify({ grant: offer.grant, name: deviceName() }) },
+    doing,
+  );
+  if (joined.status !== 201 && joined.status !== 200) throw refusal(joined.status, joined.doc, doing);
+  // a refusal said to this device before it joined says nothing now
+  await putSetting("not_subscribed", null);
+  await putSetting("told_to_subscribe", false);
+  return bytesToHex((await subscriberKeys()).publicKey);
 }
 
 /** Import the key file `name` holding `text` (reader.key). A reader.key.pub holds 64
