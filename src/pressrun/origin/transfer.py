@@ -98,7 +98,7 @@ class TransferMixin:
                 if sock.family in _TCP_FAMILIES:
                     # nginx's tcp_nopush: hold the headers until the body's first bytes
                     # join them, so they leave in one segment instead of a small one of
-                    # their own (asyncio sets TCP_NODELAY); uncorked after the last chunk
+                    # their own (asyncio sets TCP_NODELAY); uncorked after the first chunk
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
                     corked = True
             await response.prepare(request)
@@ -129,6 +129,11 @@ class TransferMixin:
                     )
                 else:
                     sent = await self._sendfile_asyncio(transport, fobj, position, n)
+                if corked:
+                    # the headers left with the first chunk; the tail of this one goes
+                    # now, and later (paced) chunks are not held back by the cork
+                    corked = False
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
                 if bucket is None:
                     chunk = next_chunk_bytes(sent, loop.time() - began, n, max_bytes=max_chunk)
                 position += sent
@@ -136,9 +141,6 @@ class TransferMixin:
                 counter.inc(sent)
                 if sent < n:
                     raise _FileShrank(f"{issue}/{name} ended at byte {position} of {end}")
-            if corked:
-                corked = False
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)  # out with the rest
             await response.write_eof()
         except _FileShrank as err:
             # The file was truncated under us (replaced files are safe: the open
