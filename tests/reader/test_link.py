@@ -200,6 +200,7 @@ async def test_a_second_phone_linked_by_a_code_reads_by_its_own_key_up_to_the_li
     said = await page.locator("#link-status").inner_text()
     assert "already has 2 devices, the most your publisher allows" in said, said
     assert "HTTP" not in said and "device_limit" not in said  # the detail is a tap away
+    await page.locator("#link-status").scroll_into_view_if_needed()
     await first.screenshot("link-limit")
     for phone in (first, second, third):
         assert not [line for line in phone.console if line.startswith("pageerror")], phone.console

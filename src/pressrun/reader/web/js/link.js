@@ -79,7 +79,7 @@ function refusal(status, doc, doing) {
   if (doc.code === "device_limit") {
     const most = Number.isInteger(doc.max_devices) ? `${doc.max_devices} devices, the most` : "the most devices";
     return new LinkError(
-      `Your subscription already has ${most} your publisher allows. To add this device, ask your publisher to remove one you no longer use.`,
+      `Your subscription already has ${most} your publisher allows. To link another, ask your publisher to remove a device you no longer use.`,
       detail,
     );
   }
