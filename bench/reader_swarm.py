@@ -378,6 +378,9 @@ def print_half(half: Half) -> None:
                 f"{o.number:>6} {o.mode:>7} {o.seconds:>6.1f} {o.bytes_from_origins / MB:>11.1f} "
                 f"{o.bytes_from_peers / MB:>9.1f}  {'yes' if o.verified else 'NO'}"
             )
+            if half.peers and o.mode == "origin" and o.notices:
+                # why a reader with the peer path on took the origin path
+                print(f"{'':>6} the app said: {' | '.join(o.notices)[:300]}")
     for d in half.desktops:
         if d.ok:
             print(

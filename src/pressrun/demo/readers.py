@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,8 @@ class ReaderOutcome:
     bytes_by_origin: tuple[tuple[str, int], ...] = ()
     mode: str = "-"
     wave: int = 1
+    #: the app's last notices (why a reader left the swarm, for instance)
+    notices: tuple[str, ...] = ()
 
 
 def outcome_from_result(
@@ -141,6 +144,9 @@ _STORED_SHA256 = """async (issue) => {
     const d = await crypto.subtle.digest('SHA-256', await blob.arrayBuffer());
     return Array.from(new Uint8Array(d), (b) => b.toString(16).padStart(2, '0')).join('');
 }"""
+
+#: the app's last notices (bench/reader_swarm.py keeps them in its JSON)
+_LAST_NOTICES = "window.pressrun.notices.slice(-4).map((n) => n.text)"
 
 #: start the download and wait for its result or error (the app's own hooks)
 _DOWNLOAD = """async (issue) => {
@@ -239,12 +245,14 @@ class BrowserReaders:
             if "error" in result:
                 return ReaderOutcome(number, False, str(result["error"]), wall_s=wall, wave=wave)
             sha = await _bounded("the stored issue's SHA-256", page.evaluate(_STORED_SHA256, issue))
+            notices = await _bounded("the app's notices", page.evaluate(_LAST_NOTICES), 10.0)
         except Exception as err:  # one reader's failure is its row, not the run's end
             tail = "; ".join(console[-3:])
             detail = f"{type(err).__name__}: {err}" + (f" (console: {tail})" if tail else "")
             return ReaderOutcome(
                 number, False, detail, wall_s=time.perf_counter() - started, wave=wave
             )
-        return outcome_from_result(
+        outcome = outcome_from_result(
             number, result, sha_ok=sha == want_sha256, wall_s=wall, wave=wave
         )
+        return dataclasses.replace(outcome, notices=tuple(str(n) for n in notices))
