@@ -70,7 +70,7 @@ from pressrun.security import BodyTooLarge, ServiceSecurity, bearer, read_body_l
 from pressrun.tracker.aio import TrackerService
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 MADE_UP = 100_000
 TOKEN = "bench-abuse-operator-token"
@@ -777,7 +777,7 @@ async def webtorrent_flood(n_offers: int) -> dict[str, float]:
     from pressrun.tracker.aio import TrackerService
     from pressrun.tracker.config import TrackerConfig
     from pressrun.tracker.core import TrackerCore
-    from pressrun.tracker.store import SqliteStore
+    from pressrun.tracker.sqlite_store import SqliteStore
     from pressrun.tracker.websocket_relay import Fault
 
     ih = bytes(range(20))

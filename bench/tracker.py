@@ -175,7 +175,7 @@ async def fill_store(store_args: list[str], count: int) -> None:
             await redis_store.save(records[i : i + 1000])  # type: ignore[arg-type]
         await redis_store.close()
     else:
-        from pressrun.tracker.store import SqliteStore
+        from pressrun.tracker.sqlite_store import SqliteStore
 
         sqlite_store = SqliteStore(store_args[1])
         sqlite_store.queue(records)  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ from pressrun.content.publish import publish
 from pressrun.tracker.aio import TrackerService
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pressrun.chord.pieces import piece_keys
 from pressrun.tracker.aio import TrackerService
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 IH = "cd" * 20
 PIECES = 40

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from pressrun.peer.loopback import loopback_swarm
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 MiB = 1 << 20
 PRESSRUN = str(Path(sys.executable).with_name("pressrun"))

@@ -297,7 +297,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Swarm
     from pressrun.tracker.aio import TrackerService
     from pressrun.tracker.config import TrackerConfig
     from pressrun.tracker.core import TrackerCore
-    from pressrun.tracker.store import SqliteStore
+    from pressrun.tracker.sqlite_store import SqliteStore
 
     root = tmp_path_factory.mktemp("swarm")
     content = root / "content"

@@ -40,7 +40,7 @@ from pressrun.tracker.aio import OPERATOR_ROUTES, TrackerService
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
 from pressrun.tracker.events import AnnounceEvent, AnnounceRequest, LeaveRule
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 TOKEN = "attack-suite-operator-token"
 PUBLISHED = bytes.fromhex("11" * 20)

@@ -18,7 +18,7 @@ import pytest
 from pressrun.tracker.aio import TrackerService
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 from pressrun.tracker.websocket_relay import Fault
 
 IH = bytes(range(20))

@@ -14,7 +14,7 @@ import pytest
 from live_tracker import LiveTracker, start_tracker
 
 from pressrun.tracker.config import TrackerConfig
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pressrun.tracker.aio import TrackerService
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
 from pressrun.tracker.redis_store import RedisStore
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 PUBLISHED = bytes(range(20))
 ADDED = bytes(range(100, 120))

@@ -15,7 +15,7 @@ from pressrun.tracker.aio import TrackerService
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
 from pressrun.tracker.ring import RingAdmin, RingError
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 IH = "ab" * 20
 

@@ -11,7 +11,7 @@ from live_tracker import start_tracker
 
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.redis_store import RedisStore
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 IH = "ab" * 20
 

@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 from pressrun.tracker.ring_store import SqliteRingStore
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 
 def _modes(folder: Path) -> dict[str, int]:

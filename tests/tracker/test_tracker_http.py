@@ -24,7 +24,7 @@ from live_tracker import (
 from pressrun.bencode import bdecode
 from pressrun.security import TOKEN_ENV
 from pressrun.tracker.config import TrackerConfig
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 # Bytes that break naive parsing: NUL, 0xFF, '%', '&', '=', '+', space.
 IH = bytes([0, 0xFF, 0x25, 0x26, 0x3D, 0x2B, 0x20]) + bytes(range(0xE0, 0xED))

@@ -33,7 +33,8 @@ from pressrun.tracker.codec import parse_announce_query
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
 from pressrun.tracker.redis_store import RedisStore
-from pressrun.tracker.store import SqliteStore, TrackerStore
+from pressrun.tracker.sqlite_store import SqliteStore
+from pressrun.tracker.store import TrackerStore
 
 IH = bytes(range(20))
 # Debian's faketime package, whatever the architecture

@@ -12,7 +12,7 @@ import aiohttp
 from live_tracker import start_tracker
 
 from pressrun.tracker.config import TrackerConfig
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 IH = bytes(range(20))
 PEER = b"P" * 20

@@ -26,7 +26,7 @@ from pressrun.content.bundle import read_manifest
 from pressrun.content.keys import generate_keypair
 from pressrun.content.publish import publish
 from pressrun.reader.browser import PHONE, why_no_browser
-from pressrun.tracker.store import SqliteStore
+from pressrun.tracker.sqlite_store import SqliteStore
 
 PRESSRUN = str(Path(sys.executable).with_name("pressrun"))
 

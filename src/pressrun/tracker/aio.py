@@ -61,8 +61,8 @@ from pressrun.tracker.redis_store import RedisStore
 from pressrun.tracker.ring import RingAdmin
 from pressrun.tracker.ring_http import add_ring_routes
 from pressrun.tracker.ring_store import RedisRingStore, RingStore, SqliteRingStore
+from pressrun.tracker.sqlite_store import SqliteStore
 from pressrun.tracker.store import (
-    SqliteStore,
     TrackerStore,
     live_record,
     stored_event,

@@ -123,7 +123,8 @@ def run_tracker(args: argparse.Namespace) -> int:
     from pressrun.tracker.aio import serve
     from pressrun.tracker.config import TrackerConfig
     from pressrun.tracker.redis_store import RedisStore
-    from pressrun.tracker.store import SqliteStore, TrackerStore
+    from pressrun.tracker.sqlite_store import SqliteStore
+    from pressrun.tracker.store import TrackerStore
 
     log = logging.getLogger("pressrun.tracker")
     try:

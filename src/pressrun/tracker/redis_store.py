@@ -4,8 +4,8 @@ Every record carries a version; a Lua script refuses a write older than what is
 stored, so two instances (or an expiry racing an announce) never overwrite a newer
 record with an older one. The refused records come back as conflicts and the adapter
 reloads. The operator-added info-hashes are the set ``allowed``, so every instance
-serves them. The protocol it implements, and the SQLite store for one process:
-`pressrun.tracker.store`.
+serves them. The protocol it implements: `pressrun.tracker.store`; the SQLite store
+for one process: `pressrun.tracker.sqlite_store`.
 
 Cost of an announce (issue 24): an instance does not reload a swarm's whole hash
 before each announce. Every write takes a number from one counter (``seq``) and files
