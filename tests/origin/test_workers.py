@@ -180,6 +180,11 @@ async def test_a_killed_worker_is_replaced_and_the_others_transfers_go_on(
     ]
     await asyncio.sleep(0.4)
     stats = await asyncio.to_thread(_get_json, f"{url}/stats")
+    for _ in range(30):  # on a loaded host a worker may not have published yet
+        if len(stats["workers"]) == 2:
+            break
+        await asyncio.sleep(0.1)
+        stats = await asyncio.to_thread(_get_json, f"{url}/stats")
     owner = await asyncio.to_thread(_worker_of_port, stats)
     victim = stats["workers"][0]["pid"]
     survivor = stats["workers"][1]["pid"]
