@@ -36,10 +36,11 @@ from pressrun.balancer.events import (
 )
 from pressrun.bencode import bdecode
 from pressrun.security import BodyTooLarge, bearer, read_body_limited
-from pressrun.tracker.aio import OPERATOR_ROUTES, TrackerService
+from pressrun.tracker.aio import TrackerService
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import TrackerCore
 from pressrun.tracker.events import AnnounceEvent, AnnounceRequest, LeaveRule
+from pressrun.tracker.operator_http import OPERATOR_ROUTES
 from pressrun.tracker.sqlite_store import SqliteStore
 
 TOKEN = "attack-suite-operator-token"

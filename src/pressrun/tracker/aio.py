@@ -1,15 +1,23 @@
-"""The tracker's asyncio adapter: aiohttp handlers around ``TrackerCore``, one timer.
+"""The tracker's asyncio service: ``TrackerService`` around ``TrackerCore``, its life
+cycle, its one timer and the copy of the core in the store; ``serve`` runs it.
 
-Endpoints: ``/announce`` (BEP 3/23), ``/scrape`` (BEP 48), ``/v1/swarms`` (JSON),
-``/v1/swarms/<info_hash hex>``, ``/v1/swarms/<info_hash hex>/needed``, ``/metrics``
-(Prometheus, own registry), ``/healthz``; ``GET /v1/allowed`` and
-``PUT /v1/allowed/<info_hash hex>`` (the allowlist). ``/v1/swarms``, one swarm's peers
-and ``/v1/allowed`` are operator endpoints: they list peers or change state, so they
-need the operator token (pressrun.security). With an allowlist (``content_dirs`` of
-signed bundles, or a publisher's ``PUT``), an announce for any other info-hash is
-refused and creates nothing. Announce and scrape errors are bencoded
-``failure reason`` answers with HTTP 200, never a 500: BitTorrent clients read the
-body of a 200 and ignore the rest.
+What it holds: start-up (load the store into the core, the allowlist, listen), close
+(stop answering, flush the store), the timer that expires and forgets peers, the
+reading of a shared store (a refresh every interval, what changed per swarm), the
+persisting of what the core returns, the announce itself (``_handle_announce``, for
+HTTP and the WebSocket alike) and the allowlist of published issues (``content_dirs``
+of signed bundles, re-read every ``rescan_s``). With an allowlist (those bundles, or a
+publisher's ``PUT /v1/allowed``), an announce for any other info-hash is refused and
+creates nothing. ``make_app`` is the route table; the handlers are elsewhere:
+
+- `pressrun.tracker.announce_http`: ``/announce`` (BEP 3/23), ``/scrape`` (BEP 48),
+  ``/metrics``, ``/healthz``;
+- `pressrun.tracker.operator_http`: the JSON API under ``/v1`` (swarms, the
+  allowlist), with ``OPERATOR_ROUTES``, the ones the operator token guards;
+- `pressrun.tracker.ring_http`: the Chord ring's administration;
+- `pressrun.tracker.websocket`: the WebTorrent tracker.
+
+The metrics are `pressrun.tracker.metrics`.
 
 Clocks (issue 24): the core runs on ``monotonic`` (``time.monotonic``, the event
 loop's clock), so every deadline inside the process (peer expiry, forgetting) is immune
@@ -23,7 +31,6 @@ time with the wall clock. ``clock`` is also the ring's (wall) clock. Tests injec
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
@@ -32,31 +39,17 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from pressrun.content.bundle import read_manifest
 from pressrun.content.codec import ManifestError, valid_issue_id
 from pressrun.security import ServiceSecurity, operator_middleware
 from pressrun.service import stop_signals
-from pressrun.tracker.codec import (
-    QueryError,
-    encode_announce_reply,
-    encode_failure,
-    encode_scrape_reply,
-    parse_announce_query,
-    parse_scrape_query,
-)
+from pressrun.tracker.announce_http import AnnounceRoutes
 from pressrun.tracker.config import TrackerConfig
 from pressrun.tracker.core import AnnounceHandled, PeerExpired, TrackerCore
-from pressrun.tracker.events import (
-    AnnounceEvent,
-    AnnounceRequest,
-    PeerRecord,
-    SwarmStats,
-    TrackerEvent,
-)
+from pressrun.tracker.events import AnnounceRequest, PeerRecord, TrackerEvent
+from pressrun.tracker.metrics import TrackerMetrics
+from pressrun.tracker.operator_http import OPERATOR_ROUTES, OperatorRoutes
 from pressrun.tracker.redis_store import RedisStore
 from pressrun.tracker.ring import RingAdmin
 from pressrun.tracker.ring_http import add_ring_routes
@@ -71,14 +64,6 @@ from pressrun.tracker.store import (
 from pressrun.tracker.websocket import add_webtorrent_routes
 
 log = logging.getLogger(__name__)
-
-BENCODE_TYPE = "text/plain"
-#: routes that list peers or change state: the operator token guards them
-OPERATOR_ROUTES = frozenset(
-    {"/v1/swarms", "/v1/swarms/{info_hash}", "/v1/allowed", "/v1/allowed/{info_hash}"}
-)
-#: /metrics names at most this many swarms (the largest); the rest only in the totals
-MAX_METRIC_SWARMS = 50
 
 
 def published_info_hashes(
@@ -116,115 +101,6 @@ def wall_clock() -> float:
 def monotonic_clock() -> float:
     """The clock of every deadline in the process (the event loop's clock too)."""
     return time.monotonic()  # noqa: TID251
-
-
-class _SwarmCollector(Collector):
-    """Swarm sizes, read from the core when Prometheus scrapes."""
-
-    def __init__(self, core: TrackerCore) -> None:
-        self.core = core
-
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        peers = GaugeMetricFamily(
-            "pressrun_tracker_swarm_peers", "Active peers per swarm", labels=["info_hash", "role"]
-        )
-        swarms = GaugeMetricFamily("pressrun_tracker_swarms", "Swarms the tracker knows")
-        total = GaugeMetricFamily(
-            "pressrun_tracker_peers", "Active peers over all swarms", labels=["role"]
-        )
-        hashes = self.core.info_hashes()
-        counted = [(self.core.counts(h)[:2], h) for h in hashes]
-        # Bounded labels: only the largest swarms get a series of their own.
-        largest = sorted(counted, key=lambda c: (-(c[0][0] + c[0][1]), c[1]))
-        for (seeds, leechers), info_hash in largest[:MAX_METRIC_SWARMS]:
-            peers.add_metric([info_hash.hex(), "seed"], seeds)
-            peers.add_metric([info_hash.hex(), "leecher"], leechers)
-        total.add_metric(["seed"], sum(c[0][0] for c in counted))
-        total.add_metric(["leecher"], sum(c[0][1] for c in counted))
-        swarms.add_metric([], len(hashes))
-        return [peers, total, swarms]
-
-
-class TrackerMetrics:
-    """The tracker's Prometheus metrics, in a registry of its own."""
-
-    def __init__(self, core: TrackerCore) -> None:
-        self.registry = CollectorRegistry()
-        self.announces = Counter(
-            "pressrun_tracker_announces",
-            "Announces answered, by event",
-            ["event"],
-            registry=self.registry,
-        )
-        self.failures = Counter(
-            "pressrun_tracker_failures",
-            "Requests answered with a failure reason, by reason",
-            ["reason"],
-            registry=self.registry,
-        )
-        self.scrapes = Counter(
-            "pressrun_tracker_scrapes", "Scrapes answered", registry=self.registry
-        )
-        self.expired = Counter(
-            "pressrun_tracker_expired_peers", "Peers expired after the TTL", registry=self.registry
-        )
-        self.left = Counter(
-            "pressrun_tracker_left_peers",
-            "Peers that left (stopped or expired), by rule",
-            ["rule"],
-            registry=self.registry,
-        )
-        self.registry.register(_SwarmCollector(core))
-
-
-def _peer_json(record: PeerRecord) -> dict[str, Any]:
-    return {
-        "peer_id": record.peer_id.hex(),
-        "ip": record.ip,
-        "port": record.port,
-        "family": record.family.value,
-        "state": "left" if not record.active else ("seed" if record.left == 0 else "leecher"),
-        "left": record.left,
-        "uploaded_bytes": record.uploaded_total,
-        "downloaded_bytes": record.downloaded_total,
-        "ratio": (
-            round(record.uploaded_total / record.downloaded_total, 4)
-            if record.downloaded_total
-            else None
-        ),
-        "completed": record.completed_count,
-        "leave_rule": record.leave_rule.value if record.leave_rule else None,
-        "left_fairly": bool(record.leave_rule and record.leave_rule.fair and not record.active),
-    }
-
-
-def swarm_json(stats: SwarmStats, records: Sequence[PeerRecord] | None) -> dict[str, Any]:
-    """One swarm as ``/v1/swarms`` shows it (peers only when ``records`` is given)."""
-    body: dict[str, Any] = {
-        "info_hash": stats.info_hash.hex(),
-        "seeds": stats.seeds,
-        "leechers": stats.leechers,
-        "completed": stats.completed,
-        "uploaded_bytes": stats.uploaded_bytes,
-        "downloaded_bytes": stats.downloaded_bytes,
-        "left_by_rule": stats.left_by_rule,
-        "left_fairly": stats.left_fairly,
-        "needs_seeds": stats.needs_seeds,
-    }
-    if records is not None:
-        body["peers"] = [
-            _peer_json(r) for r in sorted(records, key=lambda r: (r.peer_id, r.family.value))
-        ]
-    return body
-
-
-def _store_unavailable(err: Exception) -> web.HTTPServiceUnavailable:
-    log.error("the shared store did not answer: %s", err)
-    return web.HTTPServiceUnavailable(
-        text=json.dumps({"error": f"the tracker's shared store did not answer ({err}); retry"}),
-        content_type="application/json",
-        headers={"Retry-After": "5"},
-    )
 
 
 class TrackerService:
@@ -285,13 +161,15 @@ class TrackerService:
         app = web.Application(
             middlewares=[operator_middleware(self.security.operator_token, OPERATOR_ROUTES)]
         )
-        app.router.add_get("/announce", self.announce)
-        app.router.add_get("/scrape", self.scrape)
-        app.router.add_get("/v1/swarms", self.swarms)
-        app.router.add_get("/v1/swarms/{info_hash}", self.swarm)
-        app.router.add_get("/v1/swarms/{info_hash}/needed", self.needed)
-        app.router.add_get("/metrics", self.metrics_handler)
-        app.router.add_get("/healthz", self.healthz)
+        public = AnnounceRoutes(self)
+        api = OperatorRoutes(self)
+        app.router.add_get("/announce", public.announce)
+        app.router.add_get("/scrape", public.scrape)
+        app.router.add_get("/v1/swarms", api.swarms)
+        app.router.add_get("/v1/swarms/{info_hash}", api.swarm)
+        app.router.add_get("/v1/swarms/{info_hash}/needed", api.needed)
+        app.router.add_get("/metrics", public.metrics_handler)
+        app.router.add_get("/healthz", public.healthz)
         # the Chord ring's administration, for published issues only
         add_ring_routes(
             app,
@@ -303,8 +181,8 @@ class TrackerService:
         )
         # the WebTorrent (WebSocket) tracker beside /announce: browsers and WebRTC peers
         add_webtorrent_routes(app, self)
-        app.router.add_get("/v1/allowed", self.allowed)
-        app.router.add_put("/v1/allowed/{info_hash}", self.allow)
+        app.router.add_get("/v1/allowed", api.allowed)
+        app.router.add_put("/v1/allowed/{info_hash}", api.allow)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -510,44 +388,7 @@ class TrackerService:
             log.exception("saving %d expired peers failed", len(expired))
         self._rearm()
 
-    # -- handlers -----------------------------------------------------------------
-
-    @staticmethod
-    def _raw_query(request: web.Request) -> str:
-        # The request-target as sent: aiohttp's request.query would decode %XX as
-        # UTF-8 and corrupt binary info_hash/peer_id values.
-        _, _, query = request.raw_path.partition("?")
-        return query
-
-    def _failure(self, code: str, reason: str) -> web.Response:
-        self.metrics.failures.labels(code).inc()
-        return web.Response(body=encode_failure(reason), content_type=BENCODE_TYPE)
-
-    async def announce(self, request: web.Request) -> web.Response:
-        """``GET /announce``: BEP 3 with BEP 23 compact lists."""
-        try:
-            req = parse_announce_query(self._raw_query(request))
-        except QueryError as err:
-            return self._failure(err.code.value, err.reason)
-        refused = self.core.refusal(req.info_hash)
-        if refused == "unpublished":
-            return self._failure(
-                refused, "this tracker serves only published issues; this info_hash is not one"
-            )
-        if refused is not None:
-            return self._failure(refused, "the tracker holds as many swarms as it may; retry later")
-        remote = request.remote
-        if not remote:
-            return self._failure("no_address", "the tracker cannot tell your address")
-        try:
-            handled = await self._handle_announce(req, remote)
-        except Exception:
-            log.exception("announce failed")
-            return self._failure("internal", "tracker error; try again later")
-        self.metrics.announces.labels(req.event.value or "none").inc()
-        if req.event is AnnounceEvent.STOPPED and handled.record.leave_rule is not None:
-            self.metrics.left.labels(handled.record.leave_rule.value).inc()
-        return web.Response(body=encode_announce_reply(handled.reply), content_type=BENCODE_TYPE)
+    # -- the announce (over HTTP and the WebSocket) ---------------------------------
 
     async def _handle_announce(self, req: AnnounceRequest, remote: str) -> AnnounceHandled:
         store = self.store
@@ -575,104 +416,6 @@ class TrackerService:
             whole = True  # lost a race: read the swarm whole before trying again
         raise RuntimeError("announce lost three races for the same peer record")
 
-    async def scrape(self, request: web.Request) -> web.Response:
-        """``GET /scrape`` (BEP 48): the named swarms, or every swarm."""
-        try:
-            hashes = parse_scrape_query(self._raw_query(request))
-        except QueryError as err:
-            return self._failure(err.code.value, err.reason)
-        try:
-            hashes = tuple(h for h in hashes if self.core.is_allowed(h))
-            if self.store.shared:
-                if hashes:
-                    for info_hash in hashes:
-                        await self._load_swarm(info_hash)
-                else:
-                    await self._reload_all()
-            stats = [self._counts_stats(h) for h in (hashes or tuple(self.core.info_hashes()))]
-        except Exception:
-            log.exception("scrape failed")
-            return self._failure("internal", "tracker error; try again later")
-        self.metrics.scrapes.inc()
-        body = encode_scrape_reply(stats, min_interval_s=self.core.config.min_interval_s)
-        return web.Response(body=body, content_type=BENCODE_TYPE)
-
-    def _counts_stats(self, info_hash: bytes) -> SwarmStats:
-        seeds, leechers, completed = self.core.counts(info_hash)
-        return SwarmStats(info_hash, seeds, leechers, completed, 0, 0, {}, 0, False)
-
-    async def swarms(self, request: web.Request) -> web.Response:
-        """``GET /v1/swarms[?peers=0]``: every swarm, with its peers unless peers=0."""
-        if self.store.shared:
-            try:
-                await self._reload_all()
-            except Exception as err:
-                raise _store_unavailable(err) from err
-        with_peers = request.query.get("peers", "1") != "0"
-        body = []
-        for info_hash in self.core.info_hashes():
-            stats = self.core.stats(info_hash)
-            assert stats is not None
-            body.append(swarm_json(stats, self.core.records(info_hash) if with_peers else None))
-        return web.json_response({"swarms": body})
-
-    async def _one(self, request: web.Request) -> SwarmStats:
-        info_hash = _info_hash_of(request)
-        if self.store.shared:
-            try:
-                await self._load_swarm(info_hash)
-            except Exception as err:
-                raise _store_unavailable(err) from err
-        stats = self.core.stats(info_hash)
-        if stats is None:
-            raise web.HTTPNotFound(
-                text='{"error": "the tracker has seen no announce for this info_hash"}',
-                content_type="application/json",
-            )
-        return stats
-
-    async def swarm(self, request: web.Request) -> web.Response:
-        """``GET /v1/swarms/<hex>``: one swarm with its peers."""
-        stats = await self._one(request)
-        return web.json_response(swarm_json(stats, self.core.records(stats.info_hash)))
-
-    async def needed(self, request: web.Request) -> web.Response:
-        """``GET /v1/swarms/<hex>/needed``: whether seeds are still needed."""
-        stats = await self._one(request)
-        return web.json_response(
-            {
-                "info_hash": stats.info_hash.hex(),
-                "needs_seeds": stats.needs_seeds,
-                "seeds": stats.seeds,
-                "leechers": stats.leechers,
-            }
-        )
-
-    async def allowed(self, request: web.Request) -> web.Response:
-        """``GET /v1/allowed`` (operator): the allowlist, or ``null`` when open."""
-        allowlist = self.core.allowlist
-        listed = None if allowlist is None else sorted(h.hex() for h in allowlist)
-        return web.json_response({"allowed": listed})
-
-    async def allow(self, request: web.Request) -> web.Response:
-        """``PUT /v1/allowed/<hex>`` (operator): a publisher announces a new issue."""
-        info_hash = _info_hash_of(request)
-        await self.store.add_allowed(info_hash)  # kept first: a restart keeps it
-        added = self.core.allow([info_hash])
-        log.info("allowlist: %s added by the operator API", info_hash.hex())
-        return web.json_response({"info_hash": info_hash.hex(), "added": bool(added)})
-
-    async def metrics_handler(self, request: web.Request) -> web.Response:
-        """``GET /metrics``: Prometheus text format."""
-        return web.Response(
-            body=generate_latest(self.metrics.registry),
-            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
-        )
-
-    async def healthz(self, request: web.Request) -> web.Response:
-        """``GET /healthz``: ok."""
-        return web.Response(text="ok")
-
 
 def same_change(mine: PeerRecord, stored: PeerRecord) -> bool:
     """Whether the core's record is the stored one (times aside: they are in two
@@ -689,20 +432,6 @@ def same_change(mine: PeerRecord, stored: PeerRecord) -> bool:
         and mine.uploaded_total == stored.uploaded_total
         and mine.downloaded_total == stored.downloaded_total
     )
-
-
-def _info_hash_of(request: web.Request) -> bytes:
-    """The ``<info_hash>`` of a route's path, or a 400 saying what it must be."""
-    try:
-        info_hash = bytes.fromhex(request.match_info["info_hash"])
-        if len(info_hash) != 20:
-            raise ValueError
-    except ValueError:
-        raise web.HTTPBadRequest(
-            text='{"error": "info_hash must be 40 hex digits"}',
-            content_type="application/json",
-        ) from None
-    return info_hash
 
 
 async def serve(
