@@ -60,6 +60,7 @@ from pressrun.tracker.store import (
     live_record,
     stored_event,
     stored_record,
+    wall_clock,
 )
 from pressrun.tracker.websocket import add_webtorrent_routes
 
@@ -89,13 +90,6 @@ def published_info_hashes(
                 continue
             found[bytes.fromhex(manifest.info_hash)] = manifest.num_pieces
     return found
-
-
-def wall_clock() -> float:
-    """Epoch seconds: the only clock that means the same after a restart and in
-    another tracker process sharing the Redis store (what is stored, never a
-    deadline)."""
-    return time.time()  # noqa: TID251
 
 
 def monotonic_clock() -> float:
