@@ -359,7 +359,7 @@ def test_failure_while_making_the_torrent_keeps_the_old_bundle(
     def broken(*args: object, **kwargs: object) -> bytes:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(publish_module, "_make_torrent", broken)
+    monkeypatch.setattr(publish_module, "make_torrent", broken)
     with pytest.raises(PublishError, match="could not make the torrent: disk on fire"):
         publish(
             published.source,

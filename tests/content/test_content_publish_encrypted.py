@@ -12,7 +12,8 @@ from published_bundle import PIECE, make_issue
 from pressrun.cli import main
 from pressrun.content.bundle import Bundle, verify_issue
 from pressrun.content.encryption import decrypt_file, open_wrap
-from pressrun.content.publish import PublishError, last_version, publish
+from pressrun.content.publish import PublishError, publish
+from pressrun.content.versions import last_version
 
 
 class Directory:

@@ -11,12 +11,10 @@ the issue's lock (``CONTENT/.pressrun/<issue_id>.lock``) and first recovers what
 crash left in CONTENT (finishes a journaled swap, removes unfinished temp folders),
 with one log line per action.
 
-One read of the source file both copies it into the bundle and hashes it (per-piece
-and whole-file SHA-256), so the manifest describes the bytes in the bundle even if the
-source changes meanwhile; libtorrent then hashes the bundle's copy for the torrent
-(FIELD-NOTES.md: ``list_files`` / ``create_torrent(..., v1_only)`` /
-``set_piece_hashes`` / ``bencode(generate())``; ``generate_buf()`` is broken in the
-2.1.1 wheel).
+The bundle's files (the copy hashed in the same read, or the ciphertext; the torrent;
+each written new and fsynced) are made by `pressrun.content.bundle_build`; this module
+is the flow around them: the checks, the lock and recovery, the manifest, the wraps,
+the swap.
 
 With ``encrypt_for`` (``pressrun publish --encrypt``) the bundle holds the ciphertext
 ``<file>.enc`` instead (docs/protocols.md, "Encrypted issues"): a new content key and
@@ -26,14 +24,12 @@ subscriber the directory lists and the wraps stored there *before* the bundle is
 renamed into place (a failure leaves no bundle a subscriber could not open). The
 content key is never written anywhere. The version is reserved before any wrap is
 stored, in ``CONTENT/.pressrun/<issue_id>.version`` (fsynced): a version whose wraps
-may exist is never used again, whatever a crash removed.
+may exist is never used again, whatever a crash removed (`pressrun.content.versions`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
 import logging
 import os
 import shutil
@@ -44,50 +40,40 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-from pressrun import __version__
 from pressrun.content.bundle import MANIFEST_NAME
+from pressrun.content.bundle_build import (
+    ProgressCallback,
+    SourceChanged,
+    copy_and_hash,
+    encrypt_into,
+    make_torrent,
+    write_synced,
+)
 from pressrun.content.codec import (
     DEFAULT_PIECE_SIZE,
-    ENCRYPTION_SCHEME,
     FORMAT,
     MAX_TITLE_CHARS,
     Encryption,
     Manifest,
     ManifestError,
-    encrypted_size,
     parse_torrent,
     valid_file_name,
     valid_issue_id,
 )
-from pressrun.content.encryption import (
-    PieceCipher,
-    encrypt_stream,
-    key_check,
-    new_content_key,
-    new_nonce_prefix,
-    wrap_key,
-)
+from pressrun.content.encryption import new_content_key, wrap_key
 from pressrun.content.keys import KeyFileError, is_private_mode, load_signing_key
 from pressrun.content.manifest import sign_manifest
 from pressrun.content.release import ReleaseNotice, SignedRelease, sign_release
-from pressrun.durable import (
-    STATE_DIR,
-    FolderSwaps,
-    ItemBusy,
-    fsync_dir,
-    write_all,
-    write_atomic,
-)
+from pressrun.content.versions import VersionRefused, reserve_version
+from pressrun.durable import FolderSwaps, ItemBusy, fsync_dir
 from pressrun.tracker.websocket_urls import with_webtorrent_trackers
 
 __all__ = [
     "DEFAULT_PIECE_SIZE",
     "ENCRYPTED_SUFFIX",
-    "ProgressCallback",
     "PublishError",
     "SubscriberDirectory",
     "publish",
-    "web_seed_url",
 ]
 
 if TYPE_CHECKING:
@@ -97,14 +83,8 @@ log = logging.getLogger(__name__)
 
 MIN_PIECE_SIZE = 16384  # one BitTorrent block
 MAX_PIECE_SIZE = 64 << 20
-COPY_CHUNK_BYTES = 1 << 20
 T = TypeVar("T")
 ENCRYPTED_SUFFIX = ".enc"  # the ciphertext file of an encrypted issue: <file_name>.enc
-
-# progress(stage, done_bytes, total_bytes): stage is "hashing" (the copy and its
-# SHA-256 pass), "encrypting" (the same for an encrypted issue) or "torrent"
-# (libtorrent's SHA-1 pass over the copy).
-ProgressCallback = Callable[[str, int, int], None]
 
 
 class PublishError(Exception):
@@ -137,11 +117,6 @@ class SubscriberDirectory(Protocol):
         """Store one issue version's wraps (replacing any) and, with ``release``, its
         embargo in the same step; the keys skipped (removed)."""
         ...
-
-
-def web_seed_url(origin_base_url: str, issue_id: str, file_name: str) -> str:
-    """The BEP 19 URL of an issue on an origin: ``BASE/content/<issue_id>/<file_name>``."""
-    return f"{origin_base_url.rstrip('/')}/content/{issue_id}/{file_name}"
 
 
 def _check_url(url: str, what: str, schemes: Sequence[str]) -> None:
@@ -209,169 +184,6 @@ def bundle_names(issue_id: str) -> tuple[str, str]:
     """The names pressrun itself writes in a bundle folder (the protocol's, served as
     ``/content/<issue_id>/<name>``): no issue file may have one of them."""
     return (MANIFEST_NAME, f"{issue_id}.torrent")
-
-
-def _create(path: Path) -> int:
-    """A new file (never over an existing one), for os-level writes: every byte goes
-    through `write_all`, so a short write is finished or is an error."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-
-
-class _Fd:
-    """Closes an os-level file descriptor (for ``contextlib.closing``)."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-def _copy_and_hash(
-    src: Path, dst: Path, piece_size: int, progress: ProgressCallback | None
-) -> tuple[int, list[str], str]:
-    """Copy ``src`` to ``dst`` hashing as it goes; (size, piece SHA-256s, file SHA-256)."""
-    total = src.stat().st_size
-    whole = hashlib.sha256()
-    pieces: list[str] = []
-    piece = hashlib.sha256()
-    in_piece = 0
-    done = 0
-    out = _create(dst)
-    with contextlib.closing(_Fd(out)), open(src, "rb") as fin:
-        while chunk := fin.read(COPY_CHUNK_BYTES):
-            write_all(out, chunk)
-            whole.update(chunk)
-            view = memoryview(chunk)
-            while view:
-                take = min(piece_size - in_piece, len(view))
-                piece.update(view[:take])
-                in_piece += take
-                view = view[take:]
-                if in_piece == piece_size:
-                    pieces.append(piece.hexdigest())
-                    piece = hashlib.sha256()
-                    in_piece = 0
-            done += len(chunk)
-            if progress is not None:
-                progress("hashing", done, max(total, done))
-        os.fsync(out)
-    if in_piece:
-        pieces.append(piece.hexdigest())
-    return done, pieces, whole.hexdigest()
-
-
-def _encrypt_and_hash(
-    cipher: PieceCipher, src: Path, dst: Path, progress: ProgressCallback | None
-) -> tuple[int, list[str], str, str]:
-    """Encrypt ``src`` into ``dst`` piece by piece, hashing the ciphertext as it goes.
-
-    Returns (ciphertext size, ciphertext piece SHA-256s, ciphertext SHA-256,
-    plaintext SHA-256).
-    """
-    whole = hashlib.sha256()
-    pieces: list[str] = []
-    size = 0
-    out = _create(dst)
-    try:
-
-        def write(index: int, piece: bytes) -> None:
-            nonlocal size
-            write_all(out, piece)
-            whole.update(piece)
-            pieces.append(hashlib.sha256(piece).hexdigest())
-            size += len(piece)
-
-        def on_bytes(done: int) -> None:
-            if progress is not None:
-                progress("encrypting", done, cipher.plain_size_bytes)
-
-        plain_sha = encrypt_stream(cipher, src, write, on_bytes=on_bytes)
-        os.fsync(out)
-    finally:
-        os.close(out)
-    return size, pieces, whole.hexdigest(), plain_sha
-
-
-def _encrypt_into(
-    src: Path,
-    dst: Path,
-    *,
-    issue_id: str,
-    version: int,
-    key: bytes,
-    piece_size: int,
-    subscriptions_url: str,
-    progress: ProgressCallback | None,
-) -> tuple[int, list[str], str, Encryption]:
-    """Encrypt ``src`` into ``dst`` under ``key`` and a new nonce prefix.
-
-    Returns (ciphertext size, ciphertext piece SHA-256s, ciphertext SHA-256, the
-    manifest's ``encryption`` object).
-    """
-    plain_size = src.stat().st_size
-    cipher = PieceCipher(
-        key=key,
-        issue_id=issue_id,
-        version=version,
-        nonce_prefix=new_nonce_prefix(),
-        plain_size_bytes=plain_size,
-        piece_size_bytes=piece_size,
-    )
-    size, piece_hashes, whole, plain_sha = _encrypt_and_hash(cipher, src, dst, progress)
-    if size != encrypted_size(plain_size, piece_size):
-        raise PublishError(f"issue file {src} changed size while it was encrypted")
-    encryption = Encryption(
-        scheme=ENCRYPTION_SCHEME,
-        version=version,
-        nonce_prefix=cipher.nonce_prefix,
-        key_check=key_check(key),
-        plain_file_name=src.name,
-        plain_size_bytes=plain_size,
-        plain_sha256=plain_sha,
-        subscriptions_url=subscriptions_url.rstrip("/"),
-    )
-    return size, piece_hashes, whole, encryption
-
-
-def _make_torrent(
-    file: Path,
-    *,
-    issue_id: str,
-    piece_size: int,
-    web_seeds: Sequence[str],
-    trackers: Sequence[str],
-    progress: ProgressCallback | None,
-) -> bytes:
-    """A v1 torrent of the single file ``file`` (already in the bundle folder)."""
-    import libtorrent as lt
-
-    ct = lt.create_torrent(lt.list_files(str(file)), piece_size, lt.create_torrent.v1_only)
-    for base in web_seeds:
-        ct.add_url_seed(web_seed_url(base, issue_id, file.name))
-    # (with webtorrent, each HTTP tracker's ws:// twin is in the list: browsers and
-    # desktop peers meet over WebRTC through it, docs/tracker.md "GET /webtorrent")
-    for url in trackers:
-        ct.add_tracker(url, 0)
-    ct.set_creator(f"pressrun {__version__}")
-    size = file.stat().st_size
-
-    def on_piece(index: int) -> None:
-        if progress is not None:
-            progress("torrent", min((index + 1) * piece_size, size), size)
-
-    lt.set_piece_hashes(ct, str(file.parent), on_piece)
-    data: bytes = lt.bencode(ct.generate())
-    return data
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    fd = _create(path)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def publish(
@@ -503,7 +315,10 @@ def _publish_locked(
     subscriber_keys: list[bytes] = []
     enc_version = 0
     if encrypt_for is not None:
-        enc_version = _reserve_version(content_dir, issue_id, version)
+        try:
+            enc_version = reserve_version(content_dir, issue_id, version)
+        except VersionRefused as err:
+            raise PublishError(str(err)) from None
         subscriber_keys = _directory_call(encrypt_for, encrypt_for.subscriber_keys)
         if not subscriber_keys:
             log.warning(
@@ -517,11 +332,11 @@ def _publish_locked(
     try:
         if encrypt_for is None:
             copy = tmp / file.name
-            size, piece_hashes, whole = _copy_and_hash(file, copy, piece_size, progress)
+            size, piece_hashes, whole = copy_and_hash(file, copy, piece_size, progress)
         else:
             copy = tmp / (file.name + ENCRYPTED_SUFFIX)
             content_key = new_content_key()
-            size, piece_hashes, whole, encryption = _encrypt_into(
+            size, piece_hashes, whole, encryption = encrypt_into(
                 file,
                 copy,
                 issue_id=issue_id,
@@ -534,7 +349,7 @@ def _publish_locked(
             encryption = dataclasses.replace(encryption, release_at=release_at)
         if size == 0:
             raise PublishError(f"issue file {file} is empty; there is nothing to publish")
-        torrent = _make_torrent(
+        torrent = make_torrent(
             copy,
             issue_id=issue_id,
             piece_size=piece_size,
@@ -548,7 +363,7 @@ def _publish_locked(
                 f"libtorrent's torrent has {meta.num_pieces} pieces over {meta.length} bytes "
                 f"but the copied file {len(piece_hashes)} over {size}; please report this"
             )
-        _write_synced(tmp / f"{issue_id}.torrent", torrent)
+        write_synced(tmp / f"{issue_id}.torrent", torrent)
         manifest = Manifest(
             format=FORMAT,
             issue_id=issue_id,
@@ -565,7 +380,7 @@ def _publish_locked(
         )
         signed = sign_manifest(manifest, signing_key)
         signed.verify()  # never write a manifest this code itself would reject
-        _write_synced(tmp / MANIFEST_NAME, signed.to_json_bytes())
+        write_synced(tmp / MANIFEST_NAME, signed.to_json_bytes())
         fsync_dir(tmp)
         if encrypt_for is not None and encryption is not None:
             wrapping = time.perf_counter()
@@ -606,7 +421,7 @@ def _publish_locked(
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(err, PublishError):
             raise
-        if isinstance(err, ManifestError):
+        if isinstance(err, (ManifestError, SourceChanged)):
             raise PublishError(str(err)) from None
         if isinstance(err, OSError):
             where = f" ({err.filename})" if err.filename else ""
@@ -617,49 +432,6 @@ def _publish_locked(
             raise PublishError(f"could not make the torrent: {err}") from None
         raise
     return final
-
-
-def _bundle_version(final: Path) -> int:
-    """The version of the encrypted bundle at ``final`` (0 if none or not encrypted)."""
-    from pressrun.content.manifest import SignedManifest
-
-    try:
-        old = SignedManifest.from_json_bytes((final / MANIFEST_NAME).read_bytes()).manifest
-    except (OSError, ManifestError):
-        return 0
-    return 0 if old.encryption is None else old.encryption.version
-
-
-def version_path(content_dir: Path, issue_id: str) -> Path:
-    """``CONTENT/.pressrun/<issue_id>.version``: the last encrypted version reserved."""
-    return content_dir / STATE_DIR / f"{issue_id}.version"
-
-
-def last_version(content_dir: Path, issue_id: str) -> int:
-    """The last version of ``issue_id`` reserved or published in ``content_dir`` (0: none)."""
-    recorded = 0
-    try:
-        text = version_path(content_dir, issue_id).read_text("ascii").strip()
-        recorded = int(text) if text.isdigit() else 0
-    except (OSError, UnicodeDecodeError):
-        pass
-    return max(recorded, _bundle_version(content_dir / issue_id))
-
-
-def _reserve_version(content_dir: Path, issue_id: str, wanted: int | None) -> int:
-    """The version this publish uses, recorded on disk (fsynced) before any wrap of it
-    is stored: the next one after every version reserved or published, or ``wanted``
-    when it is above them (a version already used is refused)."""
-    last = last_version(content_dir, issue_id)
-    if wanted is not None and wanted <= last:
-        raise PublishError(
-            f"issue version {wanted} of {issue_id} is not above the last one used ({last}); "
-            "versions never go back: pass a larger --issue-version or none"
-        )
-    chosen = wanted or last + 1
-    (content_dir / STATE_DIR).mkdir(exist_ok=True)
-    write_atomic(version_path(content_dir, issue_id), f"{chosen}\n".encode("ascii"))
-    return chosen
 
 
 def _directory_call(directory: SubscriberDirectory, call: Callable[[], T]) -> T:
