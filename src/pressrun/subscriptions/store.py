@@ -247,19 +247,25 @@ class SubscriptionStore:
             return int(wraps)
 
     def subscribers(self) -> list[Subscriber]:
-        """Every subscriber with their devices' keys, by name then key (two scans)."""
-        devices: dict[bytes, list[bytes]] = {}
-        for key, sub in self.db.execute(
-            "SELECT public_key, subscriber FROM devices ORDER BY added_at, public_key"
+        """Every subscriber with their devices' keys (oldest first), by name then key.
+
+        Two scans, the devices' unsorted (sorting 50,000 devices in SQL took 3x the
+        subscribers' own list); a subscriber's few devices are ordered here."""
+        devices: dict[bytes, list[tuple[str, bytes]]] = {}
+        for key, sub, added in self.db.execute(
+            "SELECT public_key, subscriber, added_at FROM devices"
         ):
-            devices.setdefault(bytes(sub), []).append(bytes(key))
+            devices.setdefault(bytes(sub), []).append((str(added), bytes(key)))
         rows = self.db.execute(
             "SELECT public_key, name, added_at FROM subscribers ORDER BY name, public_key"
         ).fetchall()
-        return [
-            Subscriber(bytes(k), str(n), str(a), tuple(devices.get(bytes(k), ())))
-            for k, n, a in rows
-        ]
+        out = []
+        for k, n, a in rows:
+            mine = devices.get(bytes(k), [])
+            if len(mine) > 1:
+                mine.sort()
+            out.append(Subscriber(bytes(k), str(n), str(a), tuple(d for _, d in mine)))
+        return out
 
     def is_subscriber(self, public_key: bytes) -> bool:
         """True if ``public_key`` is a current subscriber's device (their own key, or
