@@ -26,8 +26,9 @@ most 8 failovers, a refused client retries for 16 s) and tell the balancer what
 `pressrun get` tells (``have=``, ``size=``, ``rate=``, ``elapsed=``); the balancer is
 told each issue's need (size over deadline).
 
-Seeds: issue 33's development used seed 33 (the first scenarios, looked at one by one);
-seed 3301 is held out (run once with the final code, docs/tournament.md).
+Seeds: issue 33's development used seed 33 (the first scenarios, looked at one by one;
+its first 40 in the second round); seed 3301 is held out (run once per round with its
+final code, docs/tournament.md).
 """
 
 from __future__ import annotations
