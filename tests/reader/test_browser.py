@@ -125,6 +125,56 @@ async def test_interrupted_download_resumes_without_refetching(
     assert any("resuming" in text for text in await phone.notices())
 
 
+async def test_runs_are_written_by_the_store_worker_and_read_back_whole(
+    make_stack: StackFactory,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    """store.js writes runs in its worker (sync access handles: the window's
+    createWritable() was most of bench/reader.py's browser time, 0.37x pressrun get);
+    a run whose chunks are given up moves them (no copy on the page's thread), and
+    what is read back is every byte, in order, with no temporary file left."""
+    stack = await make_stack()
+    phone: Phone = await phone_factory(stack.reader_url)
+    await phone.open()
+    outcome = await phone.evaluate(
+        """async () => {
+            const store = await import('./js/store.js');
+            const piece = (i) => Uint8Array.from({ length: 1000 }, (_, k) => (i * 7 + k) % 251);
+            // the first run is copied (the worker has not written yet), the next moved
+            await store.writeRun('w-test', 0, [piece(0), piece(1)], { transfer: true });
+            const moved = [piece(2), piece(3), piece(4)];
+            const handle = await store.writeRun('w-test', 2, moved, { transfer: true });
+            const kept = [piece(5)];
+            await store.writeRun('w-test', 5, kept);
+            const blob = await store.issueBlob('w-test', 6, 'application/octet-stream');
+            const bytes = new Uint8Array(await blob.arrayBuffer());
+            const want = new Uint8Array(6000);
+            for (let i = 0; i < 6; i++) want.set(piece(i), i * 1000);
+            const root = await navigator.storage.getDirectory();
+            const dir = await (await root.getDirectoryHandle('issues')).getDirectoryHandle('w-test');
+            const names = [];
+            for await (const name of dir.keys()) names.push(name);
+            return {
+                backend: store.writeBackend(),
+                same: bytes.length === want.length && bytes.every((b, i) => b === want[i]),
+                movedLength: moved[0].length,
+                keptLength: kept[0].length,
+                handleName: handle.name,
+                names: names.sort(),
+            };
+        }""",
+        what="runs written through the store worker",
+    )
+    assert outcome == {
+        "backend": "worker",
+        "same": True,
+        "movedLength": 0,  # its buffer went to the worker
+        "keptLength": 1000,  # not given up: copied
+        "handleName": "r2_3",
+        "names": ["r0_2", "r2_3", "r5_1"],
+    }
+
+
 async def test_tampered_piece_is_refetched_from_another_origin(
     make_stack: StackFactory,
     phone_factory,  # type: ignore[no-untyped-def]

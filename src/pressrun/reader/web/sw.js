@@ -38,6 +38,7 @@ const SHELL = [
   "js/prefetch.js",
   "js/reading.js",
   "js/store.js",
+  "js/store-worker.js",
   "js/subscription.js",
   "js/swarm.js",
   "js/torrent.js",

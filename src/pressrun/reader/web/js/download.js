@@ -38,6 +38,9 @@ export class DownloadError extends Error {}
 /** Pieces verified and kept are written to storage once this many bytes are waiting. */
 const FLUSH_BYTES = 4 * 1024 * 1024;
 
+/** Runs of one section being written while its next bytes are read. */
+const MAX_WRITES_AHEAD = 2;
+
 const sleep = (ms, signal) =>
   new Promise((resolve, reject) => {
     const timer = setTimeout(resolve, ms);
@@ -402,10 +405,10 @@ export class Download {
    * Store pieces first..first+chunks.length-1 (verified, decrypted) as one run and
    * count them; returns the run's file handle. DownloadError when the device is full.
    */
-  async storeRun(first, chunks, source) {
+  async storeRun(first, chunks, source, { transfer = false } = {}) {
     let handle;
     try {
-      handle = await writeRun(this.issueId, first, chunks);
+      handle = await writeRun(this.issueId, first, chunks, { transfer });
     } catch (err) {
       throw new DownloadError(
         `cannot store ${this.issueId} on this device (${err.name}: ${err.message}); free some space ` +
@@ -514,11 +517,24 @@ export class Download {
     };
     let next = 0; // index into pieces of the piece being received
     let run = { first: null, chunks: [], bytes: 0 };
-    const flush = async () => {
+    // Runs are written while the next bytes are read (store.js writes in a worker):
+    // awaiting each 4 MB write here was most of the download's time. At most
+    // MAX_WRITES_AHEAD runs of a section are in the writer at once (memory bounded).
+    const writes = [];
+    const flush = () => {
       if (run.chunks.length === 0) return;
       const done = run;
       run = { first: null, chunks: [], bytes: 0 };
-      await this.storeRun(done.first, done.chunks, origin);
+      const write = this.storeRun(done.first, done.chunks, origin, { transfer: true });
+      write.catch(() => {}); // awaited below; never an unhandled rejection meanwhile
+      writes.push(write);
+    };
+    const written = async () => {
+      flush();
+      // every write settled before the section's pieces are released; then the first error
+      const results = await Promise.allSettled(writes.splice(0));
+      const failure = results.find((r) => r.status === "rejected");
+      if (failure !== undefined) throw failure.reason;
     };
     try {
       armStall();
@@ -566,7 +582,10 @@ export class Download {
           this.failuresInRow = 0;
           next += 1;
           this.inFlight.set(worker, 0);
-          if (run.bytes >= FLUSH_BYTES) await flush();
+          if (run.bytes >= FLUSH_BYTES) {
+            flush();
+            if (writes.length > MAX_WRITES_AHEAD) await writes.shift();
+          }
           if (next < pieces.length) {
             [, length] = pieceSpan(m, pieces[next]);
             buf = new Uint8Array(length);
@@ -583,7 +602,7 @@ export class Download {
     } finally {
       clearTimeout(stallTimer);
       try {
-        await flush();
+        await written();
       } finally {
         this.release(pieces); // what was not stored goes back to pending
       }

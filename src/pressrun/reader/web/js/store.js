@@ -9,7 +9,9 @@
 // writes exists, with its old or partial content, before close() resolves.) So the
 // folder listing *is* the resume state: a download that was cut (the page closed,
 // the phone switched off) finds exactly the pieces it had stored and fetches the
-// others.
+// others. The writes run in a dedicated worker (store-worker.js) through sync access
+// handles where the browser has them: the window's createWritable() was most of the
+// browser download's time (bench/reader.py, docs/reader.md "Measured").
 
 const RUN_RE = /^r(\d+)_(\d+)$/;
 const TEMP_RE = /^t\d+_\d+$/;
@@ -29,8 +31,85 @@ async function issueDir(issueId, create) {
   }
 }
 
-/** Store pieces first..first+chunks.length-1 (one Uint8Array each) as one run. */
-export async function writeRun(issueId, first, chunks) {
+/** Store pieces first..first+chunks.length-1 (one Uint8Array each) as one run; the
+ * r-file's handle. Through the writer worker (store-worker.js: sync access handles,
+ * ~5x faster) where the browser has one, else from the window (createWritable).
+ * transfer: the caller gives the chunks up (their buffers move to the worker, no copy
+ * of the run on the page's thread; they are empty afterwards). */
+export async function writeRun(issueId, first, chunks, { transfer = false } = {}) {
+  if (writerBroken === null) {
+    try {
+      return await writeInWorker(issueId, first, chunks, transfer);
+    } catch (err) {
+      if (err.name !== "NotSupportedError") throw err;
+      writerBroken = err.message; // no worker or no sync access handles: the window writes
+    }
+  }
+  return writeFromWindow(issueId, first, chunks);
+}
+
+/** How runs are written here: "worker" (sync access handles) or "window" (createWritable). */
+export function writeBackend() {
+  return writerBroken === null ? "worker" : "window";
+}
+
+let writer = null; // the store-worker.js Worker, started at the first write
+let writerBroken = null; // why the worker cannot write (then the window does), or null
+let writerProven = false; // the worker has written a run (chunks may move to it)
+let nextWrite = 0;
+const pendingWrites = new Map(); // id -> {resolve, reject}
+
+function startWriter() {
+  if (typeof Worker !== "function") throw new DOMException("no Worker in this browser", "NotSupportedError");
+  const w = new Worker(new URL("./store-worker.js", import.meta.url), { name: "pressrun-store" });
+  w.onmessage = ({ data }) => {
+    const waiting = pendingWrites.get(data.id);
+    if (waiting === undefined) return;
+    pendingWrites.delete(data.id);
+    if (data.error) waiting.reject(new DOMException(data.error.message, data.error.name));
+    else {
+      writerProven = true;
+      waiting.resolve(data.handle);
+    }
+  };
+  w.onerror = (event) => {
+    // the worker could not start (or died): every write waiting on it fails over
+    event.preventDefault?.();
+    writer = null;
+    // before its first run, the window writes instead; after it, the chunks may have
+    // moved to the dead worker, so the write fails (the pieces are fetched again)
+    const name = writerProven ? "UnknownError" : "NotSupportedError";
+    const err = new DOMException(`the store worker failed: ${event.message ?? "error"}`, name);
+    for (const waiting of pendingWrites.values()) waiting.reject(err);
+    pendingWrites.clear();
+  };
+  return w;
+}
+
+/** The chunks' buffers when each chunk is the whole of its own buffer (so moving them
+ * to the worker loses nothing else); else [] (they are copied). */
+function ownedBuffers(chunks) {
+  const buffers = new Set();
+  for (const c of chunks) {
+    if (c.byteOffset !== 0 || c.byteLength !== c.buffer.byteLength || buffers.has(c.buffer)) return [];
+    buffers.add(c.buffer);
+  }
+  return [...buffers];
+}
+
+function writeInWorker(issueId, first, chunks, transfer) {
+  writer ??= startWriter();
+  const id = nextWrite++;
+  return new Promise((resolve, reject) => {
+    pendingWrites.set(id, { resolve, reject });
+    // copied unless the caller gives them up (transfer): swarm.js still holds its pieces
+    // moved only once the worker has written a run: a worker that cannot write
+    // answers NotSupportedError and the window then needs the chunks
+    writer.postMessage({ id, issueId, first, chunks }, transfer && writerProven ? ownedBuffers(chunks) : []);
+  });
+}
+
+async function writeFromWindow(issueId, first, chunks) {
   const dir = await issueDir(issueId, true);
   const name = `${first}_${chunks.length}`;
   const handle = await dir.getFileHandle(`t${name}`, { create: true });
