@@ -160,6 +160,8 @@ async def test_runs_are_written_by_the_store_worker_and_read_back_whole(
                 movedLength: moved[0].length,
                 keptLength: kept[0].length,
                 handleName: handle.name,
+                // the handle reads its run (a peer's upload reads stored pieces so)
+                handleBytes: (await handle.getFile()).size,
                 names: names.sort(),
             };
         }""",
@@ -171,6 +173,7 @@ async def test_runs_are_written_by_the_store_worker_and_read_back_whole(
         "movedLength": 0,  # its buffer went to the worker
         "keptLength": 1000,  # not given up: copied
         "handleName": "r2_3",
+        "handleBytes": 3000,
         "names": ["r0_2", "r2_3", "r5_1"],
     }
 

@@ -6,8 +6,8 @@
 // store.js: written under its t-name, flushed and closed, and only then renamed to its
 // r-name, so an r-file is whole.
 //
-// Message in: {id, issueId, first, chunks: [Uint8Array]}. Out: {id, handle} (the
-// r-file's handle) or {id, error: {name, message}}; {id, error: {name:
+// Message in: {id, issueId, first, chunks: [Uint8Array]}. Out: {id} (written, as
+// r<first>_<count>) or {id, error: {name, message}}; {id, error: {name:
 // "NotSupportedError"}} when this browser has no sync access handles (store.js then
 // writes from the window).
 
@@ -43,14 +43,14 @@ async function writeRun(issueId, first, chunks) {
     access.close();
   }
   await handle.move(`r${name}`);
-  return handle;
 }
 
 onmessage = async (event) => {
   const { id, issueId, first, chunks } = event.data;
   try {
-    const handle = await writeRun(issueId, first, chunks);
-    postMessage({ id, handle });
+    // no handle back: one moved here and posted still names the t-file in Chromium
+    await writeRun(issueId, first, chunks);
+    postMessage({ id });
   } catch (err) {
     postMessage({ id, error: { name: err?.name ?? "Error", message: String(err?.message ?? err) } });
   }

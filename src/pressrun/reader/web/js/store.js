@@ -39,7 +39,11 @@ async function issueDir(issueId, create) {
 export async function writeRun(issueId, first, chunks, { transfer = false } = {}) {
   if (writerBroken === null) {
     try {
-      return await writeInWorker(issueId, first, chunks, transfer);
+      await writeInWorker(issueId, first, chunks, transfer);
+      // the r-file's handle looked up here: a handle moved in the worker and posted
+      // back still names the t-file in Chromium (a peer's read of it then fails)
+      const dir = await issueDir(issueId, false);
+      return await dir.getFileHandle(`r${first}_${chunks.length}`);
     } catch (err) {
       if (err.name !== "NotSupportedError") throw err;
       writerBroken = err.message; // no worker or no sync access handles: the window writes
@@ -69,7 +73,7 @@ function startWriter() {
     if (data.error) waiting.reject(new DOMException(data.error.message, data.error.name));
     else {
       writerProven = true;
-      waiting.resolve(data.handle);
+      waiting.resolve();
     }
   };
   w.onerror = (event) => {
