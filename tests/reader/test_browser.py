@@ -151,7 +151,8 @@ async def test_runs_are_written_by_the_store_worker_and_read_back_whole(
             const want = new Uint8Array(6000);
             for (let i = 0; i < 6; i++) want.set(piece(i), i * 1000);
             const root = await navigator.storage.getDirectory();
-            const dir = await (await root.getDirectoryHandle('issues')).getDirectoryHandle('w-test');
+            const issues = await root.getDirectoryHandle('issues');
+            const dir = await issues.getDirectoryHandle('w-test');
             const names = [];
             for await (const name of dir.keys()) names.push(name);
             return {
