@@ -66,10 +66,15 @@ async def test_axe_finds_no_serious_violation_on_any_view(
     make_stack: StackFactory, phone_factory: Any
 ) -> None:
     stack = await make_stack(origins=("origin-a",))
-    await stack.publish(None)
+    # subscribers both (a linking code is offered only to a device that reads a
+    # subscriber issue: it asks the subscription service for the grant)
+    devices: list[tuple[Phone, Any, str]] = []
     for profile, name in ((None, "phone"), (TABLET, "tablet")):
         phone: Phone = await phone_factory(stack.reader_url, profile)
-        page = await phone.open()
+        devices.append((phone, await phone.open(), name))
+    await stack.publish([await phone.subscriber_key() for phone, _, _ in devices])
+    for phone, page, name in devices:
+        await phone.check_for_issues()
         await phone.wait_for_download()
         await page.locator("#notices .notice").first.wait_for()
         failed = await axe(phone, f"{name}: the library with a notice")
