@@ -61,7 +61,7 @@ contracts: $(STAMP) $(NATIVE_STAMP)
 # tests/conftest.py keeps a file on one worker and runs the docker, multicast and
 # egress-timing tests one after another
 unit: setup
-	$(BIN)/pytest -q -n 3 --dist loadgroup
+	$(BIN)/pytest -q -n 3 --dist loadgroup --durations=15
 
 test: lint typecheck contracts unit
 
