@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 import random
@@ -76,7 +75,7 @@ from pressrun.chord.events import (
     Request,
     Send,
 )
-from pressrun.chord.ids import NodeRef, host_of
+from pressrun.chord.ids import NodeRef, same_host, seen_address
 from pressrun.chord.pieces import piece_keys
 from pressrun.chord.post import post_json
 
@@ -464,7 +463,7 @@ class Supernode:
         node = self.node
         if node is None:
             return web.json_response({"error": "not on the ring yet"}, status=503)
-        if not _same_host(req.sender.address, request.remote):
+        if not same_host(req.sender.address, request.remote):
             self.stats.dropped += 1
             return web.json_response(
                 {"error": "sender address is not where this came from"}, status=403
@@ -584,7 +583,7 @@ class Supernode:
         now = self._now()
         # the holder is where the report comes from (module docstring): its own host,
         # the port it listens on
-        address = _seen_address(request.remote, q.address)
+        address = seen_address(request.remote, q.address)
         if address is None:
             return web.json_response(
                 {"error": "address must be host:port, reported from an IP address"}, status=400
@@ -663,30 +662,3 @@ class Supernode:
                 "nodes_failed": list(self.stats.nodes_failed),
             }
         )
-
-
-def _seen_address(remote: str | None, claimed: str) -> str | None:
-    """``remote:port``, the port from ``claimed`` (``host:port``); None when either is
-    not what it must be (a source that is no IP address, a port that is no port)."""
-    port = claimed.rsplit(":", 1)[1] if ":" in claimed else ""
-    if remote is None or not port.isdigit() or not 0 < int(port) < 65536:
-        return None
-    try:
-        ip = ipaddress.ip_address(remote)
-    except ValueError:
-        return None
-    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
-    if mapped is not None:
-        ip = mapped
-    return f"[{ip}]:{int(port)}" if ip.version == 6 else f"{ip}:{int(port)}"
-
-
-def _same_host(address: str, remote: str | None) -> bool:
-    # The sender's claimed host must be where the request came from.
-    host = host_of(address)
-    if remote is None:
-        return False
-    try:
-        return ipaddress.ip_address(host) == ipaddress.ip_address(remote)
-    except ValueError:
-        return False  # names are not accepted: supernodes register by address

@@ -6,11 +6,15 @@ identifier is equal to or follows k clockwise on the circle of 2^160 identifiers
 
 Pieces are keys (004_3e4b985b4cf14853.txt, III.A, hosts and content swapped): the key
 of piece k of an issue is SHA-1(info-hash || k), k as 4 bytes big-endian.
+
+Addresses: ``host_of``, and the checks a supernode makes of a request's source
+(``seen_address``, ``same_host``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from dataclasses import dataclass
 
 ID_BITS = 160
@@ -72,3 +76,31 @@ def host_of(address: str) -> str:
 def distance(a: int, b: int) -> int:
     """Clockwise distance from a to b."""
     return (b - a) % RING
+
+
+def seen_address(remote: str | None, claimed: str) -> str | None:
+    """``remote:port``, the port from ``claimed`` (``host:port``); None when either is
+    not what it must be (a source that is no IP address, a port that is no port)."""
+    port = claimed.rsplit(":", 1)[1] if ":" in claimed else ""
+    if remote is None or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    try:
+        ip = ipaddress.ip_address(remote)
+    except ValueError:
+        return None
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    if mapped is not None:
+        ip = mapped
+    return f"[{ip}]:{int(port)}" if ip.version == 6 else f"{ip}:{int(port)}"
+
+
+def same_host(address: str, remote: str | None) -> bool:
+    """True when ``address``'s host (``host:port``) is the IP ``remote`` a request came
+    from: a ring message's claimed sender must be where it came from."""
+    host = host_of(address)
+    if remote is None:
+        return False
+    try:
+        return ipaddress.ip_address(host) == ipaddress.ip_address(remote)
+    except ValueError:
+        return False  # names are not accepted: supernodes register by address
