@@ -207,3 +207,61 @@ async def test_forged_upload_totals_are_not_counted(live: tuple[TrackerService, 
         assert stats is not None and stats.uploaded_bytes == 600_000
         await leecher.close()
         await forger.close()
+
+
+async def burst(url: str, frames: list[str]) -> list[tuple[int, bytes]]:
+    """Every frame the tracker sends back (opcode, payload) until it closes, after
+    ``frames`` went out in one TCP write: the tracker reads them all at once, as it
+    does from a flooding client on a loaded host."""
+    host, _, rest = url.removeprefix("ws://").partition(":")
+    port, _, path = rest.partition("/")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        (
+            f"GET /{path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101"), head
+    out = bytearray()
+    for text in frames:  # masked text frames, the mask key all zero (RFC 6455 5.3)
+        payload = text.encode()
+        n = len(payload)
+        if n < 126:
+            out += bytes([0x81, 0x80 | n])
+        else:
+            out += bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
+        out += b"\0\0\0\0" + payload
+    writer.write(bytes(out))
+    got: list[tuple[int, bytes]] = []
+    try:
+        while True:
+            first, second = await asyncio.wait_for(reader.readexactly(2), 10)
+            n = second & 0x7F
+            if n == 126:
+                n = int.from_bytes(await reader.readexactly(2), "big")
+            elif n == 127:
+                n = int.from_bytes(await reader.readexactly(8), "big")
+            got.append((first & 0x0F, await reader.readexactly(n)))
+            if first & 0x0F == 0x8:
+                return got
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return got
+    finally:
+        writer.close()
+
+
+async def test_a_socket_closed_for_its_faults_is_told_why(
+    live: tuple[TrackerService, str],
+) -> None:
+    # a burst of announces for made-up issues, read in one go: the socket is closed for
+    # them, and the failure reasons queued before the close still reach the client (they
+    # were dropped when the close overtook the sender's queue)
+    _, url = live
+    frames = [announce(os.urandom(20), info_hash=os.urandom(20)) for _ in range(30)]
+    got = await burst(url, frames)
+    texts = [json.loads(payload) for opcode, payload in got if opcode == 0x1]
+    assert texts and all("only published issues" in t["failure reason"] for t in texts)
+    assert got[-1][0] == 0x8  # then the close

@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 WEBTORRENT_PATH = "/webtorrent"
 #: frames waiting for one socket beyond this are dropped
 SEND_QUEUE = 64
+# how long a closing socket's queued frames (the failure reasons that closed it among
+# them) may take to go out before the socket is closed without them
+CLOSE_DRAIN_S = 2.0
 
 
 class _Peer:
@@ -226,10 +229,13 @@ class WebTorrentTracker:
             self._present.pop(socket_id, None)
             left = self.relay.close_socket(socket_id)
             del self._peers[socket_id]
-            peer.put(None)
-            await ws.close()
+            # the queued frames go out first: a socket closed for its faults is told why
+            if peer.put(None) and peer.task is not None:
+                await asyncio.wait({peer.task}, timeout=CLOSE_DRAIN_S)
             if peer.task is not None:
+                peer.task.cancel()
                 await asyncio.gather(peer.task, return_exceptions=True)
+            await ws.close()
             if left and self._redis is not None:
                 await self._unlist(left)
         return ws
