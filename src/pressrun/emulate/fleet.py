@@ -59,23 +59,36 @@ def _spread(values: Sequence[float]) -> dict[str, float | None]:
     return {"min": round(v[0], 1), "median": round(v[len(v) // 2], 1), "max": round(v[-1], 1)}
 
 
+#: the carousel's bytes by path (`pressrun.emulate.amt.multicast_path`)
+MULTICAST_PATHS = ("native", "relay", "unattributed")
+
+
 def by_kind(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Per kind of client (``desktop``: ``pressrun get``; ``browser``: the web reader in
-    Chromium): how many, verified, modes, download time, and the bytes they took from
-    peers and from origins (their own tallies; web seeds count as origins), with the
+    Chromium; ``amt``: ``pressrun get`` behind an AMT relay): how many, verified, modes,
+    download time, and the bytes they took from peers, from origins (their own
+    tallies; web seeds count as origins) and from the carousel, natively or through the
+    relay (``bytes_from_multicast_native`` / ``_relay`` / ``_unattributed``), with the
     share from peers."""
+    from pressrun.emulate.amt import multicast_path
+
     out: dict[str, Any] = {}
     for row in rows:
         kind = str(row.get("kind") or "desktop")
         entry = out.setdefault(kind, {"clients": 0, "verified": 0, "modes": {},
                                       "bytes_from_origins": 0, "bytes_from_peers": 0,
-                                      "bytes_from_multicast": 0, "_times": []})  # fmt: skip
+                                      "bytes_from_multicast": 0,
+                                      **{f"bytes_from_multicast_{p}": 0 for p in MULTICAST_PATHS},
+                                      "_times": []})  # fmt: skip
         entry["clients"] += 1
         entry["verified"] += 1 if row.get("verified") else 0
         mode = str(row.get("mode"))
         entry["modes"][mode] = entry["modes"].get(mode, 0) + 1
         for key in ("bytes_from_origins", "bytes_from_peers", "bytes_from_multicast"):
             entry[key] += int(row.get(key) or 0)
+        path = multicast_path(row)
+        if path is not None:
+            entry[f"bytes_from_multicast_{path}"] += int(row.get("bytes_from_multicast") or 0)
         if row.get("download_s") is not None:
             entry["_times"].append(float(row["download_s"]))
     for entry in out.values():
@@ -194,8 +207,22 @@ def kinds_line(name: str, kinds: Mapping[str, Any]) -> str:
             + f", {e['bytes_from_peers'] / 1e6:.0f} MB from peers, "
             f"{e['bytes_from_origins'] / 1e6:.0f} MB from origins"
             + ("" if share is None else f" ({share:.0%} from peers)")
+            + _carousel_part(e)
         )
     return f"{name}: " + "; ".join(parts)
+
+
+def _carousel_part(e: Mapping[str, Any]) -> str:
+    """``, N MB by multicast (natively A, through the AMT relay B)``, or nothing."""
+    if not e.get("bytes_from_multicast"):
+        return ""
+    native = e.get("bytes_from_multicast_native", 0) / 1e6
+    relay = e.get("bytes_from_multicast_relay", 0) / 1e6
+    other = e.get("bytes_from_multicast_unattributed", 0) / 1e6
+    return (
+        f", {e['bytes_from_multicast'] / 1e6:.0f} MB by multicast (natively {native:.0f}, "
+        f"through the AMT relay {relay:.0f}" + (f", unfinished {other:.0f}" if other else "") + ")"
+    )
 
 
 def channels_line(name: str, channels: Mapping[str, Any]) -> str:

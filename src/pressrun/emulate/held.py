@@ -33,6 +33,7 @@ PRELOAD = (
     "pressrun.peer.aio",
     "pressrun.chord.host",
     "pressrun.multicast.receiver",
+    "pressrun.multicast.gateway",  # an AMT reader's gateway (issue 34)
 )
 #: how often a held client looks for its release file (seconds)
 POLL_S = 0.05

@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pressrun.emulate.engine import DockerCommandError, Engine
@@ -35,9 +35,10 @@ class EmulationError(RuntimeError):
     """The emulation could not run to its end; the message says where it stopped."""
 
 
-def free_subnet(engine: Engine) -> str:
-    """A /24 in 198.18.0.0/16 that no host interface and no engine network uses."""
-    used: list[ipaddress.IPv4Network] = []
+def free_subnet(engine: Engine, avoid: Sequence[str] = ()) -> str:
+    """A /24 in 198.18.0.0/16 that no host interface and no engine network uses, nor
+    any of ``avoid`` (subnets picked for networks not made yet)."""
+    used: list[ipaddress.IPv4Network] = [ipaddress.IPv4Network(a) for a in avoid]
     out = subprocess.run(
         ["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False
     ).stdout
@@ -63,17 +64,25 @@ class ComposeProject:
     """docker-compose.yml as one project on an engine."""
 
     def __init__(
-        self, engine: Engine, compose_file: Path, name: str, env: Mapping[str, str]
+        self,
+        engine: Engine,
+        compose_file: Path,
+        name: str,
+        env: Mapping[str, str],
+        overrides: Sequence[Path] = (),
     ) -> None:
         self.engine = engine
         self.compose_file = compose_file
         self.name = name
         self.env = {**engine.env, **env}
+        #: compose files merged over ``compose_file`` (`pressrun.emulate.amt`)
+        self.overrides = tuple(overrides)
 
     def compose(self, *args: str, timeout_s: float = 600.0, check: bool = True) -> str:
-        """``docker-compose -p NAME -f FILE ARGS``; its stdout."""
+        """``docker-compose -p NAME -f FILE [-f OVERRIDE...] ARGS``; its stdout."""
+        files = [arg for f in (self.compose_file, *self.overrides) for arg in ("-f", str(f))]
         done = Engine(self.engine.host, env=self.env).run(
-            ["docker-compose", "-p", self.name, "-f", str(self.compose_file), *args],
+            ["docker-compose", "-p", self.name, *files, *args],
             timeout_s=timeout_s,
             check=check,
             cwd=self.compose_file.parent,
@@ -88,6 +97,15 @@ class ComposeProject:
     def network(self) -> str:
         """The project's default network."""
         return f"{self.name}_default"
+
+    def network_named(self, suffix: str) -> str:
+        """A network of the project besides its default (``<project>_<suffix>``)."""
+        return f"{self.name}_{suffix}"
+
+    def bridge(self, network: str) -> str:
+        """The host's bridge device of one of the engine's networks."""
+        net_id = self.engine.docker("network", "inspect", "--format", "{{.Id}}", network).strip()
+        return f"br-{net_id[:12]}"
 
     def address(self, service: str) -> str:
         """A service's address on the project's network."""
@@ -128,8 +146,7 @@ def bridge_querier(engine: Engine, project: ComposeProject) -> None:
     """Make the project's bridge the IGMP querier, so it forwards each multicast group
     only to the ports that joined it instead of flooding every client's access link
     (FIELD-NOTES.md, "Network namespaces"). The bridge is the emulation's own."""
-    net_id = engine.docker("network", "inspect", "--format", "{{.Id}}", project.network).strip()
-    bridge = f"br-{net_id[:12]}"
+    bridge = project.bridge(project.network)
     done = subprocess.run(
         [
             "ip",

@@ -33,6 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from pressrun.clients.config import UPLOADER_POLICY_ENV
+from pressrun.emulate.amt import (
+    AMT_NETWORK,
+    ISLAND_SERVICES,
+    RELAY_PORT,
+    SSM_ENV,
+    enable_forwarding,
+    host_entries,
+    island_addresses,
+    write_override,
+)
 from pressrun.emulate.balancer_kill import ONE_BALANCER, SECOND_BALANCER
 from pressrun.emulate.container_kill import container_pid, kill_container_process
 from pressrun.emulate.engine import DockerCommandError, Engine
@@ -65,7 +75,7 @@ from pressrun.emulate.project import (
     project_name as project_name_of,
 )
 from pressrun.emulate.prometheus_series import prometheus_config_for_emulation
-from pressrun.emulate.scenario import BROWSER, ClientPlan, EmulationScenario
+from pressrun.emulate.scenario import AMT, BROWSER, ClientPlan, EmulationScenario
 
 log = logging.getLogger(__name__)
 
@@ -330,6 +340,8 @@ async def run_variant(
     single = variant == ONE_BALANCER
     subnet = free_subnet(engine)
     env = {
+        # with readers behind an AMT relay the carousel is source-specific (232/8)
+        **(SSM_ENV if scenario.amt is not None else {}),
         **scenario.env,
         **extra_env,
         "PRESSRUN_IMAGE": image,
@@ -373,7 +385,16 @@ async def run_variant(
             )
         },
     }
-    project = ComposeProject(engine, compose_file, project_name, env)
+    overrides: list[Path] = []
+    amt_subnet: str | None = None
+    if scenario.amt is not None:
+        # the island (the project's network) gets the relay, the readers a network of
+        # their own (`pressrun.emulate.amt`)
+        amt_subnet = free_subnet(engine, avoid=[subnet])
+        overrides.append(
+            write_override(compose_file, subnet, log_dir / f"{variant}-amt-override.yml")
+        )
+    project = ComposeProject(engine, compose_file, project_name, env, overrides)
     log_path = log_dir / f"{variant}-services.log"
     plans = scenario.clients()
     outcomes = [ClientOutcome(p, f"{project_name}_client_{p.number}") for p in plans]
@@ -387,6 +408,14 @@ async def run_variant(
         report(f"[{variant}] starting the services on {subnet} (docker-compose up)")
         scale = ("--scale", f"{SECOND_BALANCER}=0") if single else ()
         await asyncio.to_thread(project.compose, "up", "-d", "--no-build", *scale, timeout_s=300)
+        amt_hosts: list[str] = []
+        if amt_subnet is not None:
+            amt_hosts = await asyncio.to_thread(_amt_network, engine, project, amt_subnet)
+            report(
+                f"[{variant}] {len(plans_of(plans, AMT))} AMT readers on {amt_subnet} "
+                f"(no multicast route; unicast routed to {subnet}), the relay at "
+                f"{island_addresses(subnet)[1]}:{RELAY_PORT}"
+            )
         # every client container is created and started before the schedule starts and
         # held at the start line, so that its arrival costs only a file the host writes
         release_dir = log_dir / f"{variant}-release"
@@ -400,10 +429,15 @@ async def run_variant(
 
         async def create_client(outcome: ClientOutcome) -> None:
             link = outcome.plan.link
-            args = ["create", "--name", outcome.container, "--network", project.network,
+            network = project.network
+            if outcome.plan.kind == AMT:  # behind the relay, the island's names known
+                network = project.network_named(AMT_NETWORK)
+            args = ["create", "--name", outcome.container, "--network", network,
                     "--cap-add", "NET_ADMIN", "--init", "--cpu-shares", str(CLIENT_CPU_SHARES),
                     "--label", f"pressrun.emulate.project={project_name}",
                     "-v", f"{release_dir.resolve()}:{RELEASE_MOUNT}"]  # fmt: skip
+            if outcome.plan.kind == AMT:
+                args += amt_hosts
             for key, value in link.env().items():
                 args += ["-e", f"{key}={value}"]
             # libtorrent's WebRTC peers (the browser readers' way in) ask coturn, as
@@ -547,6 +581,34 @@ async def run_variant(
             + ", ".join(f"{step} {s:.1f} s" for step, s in took.items())
             + ")"
         )
+
+
+def plans_of(plans: Sequence[ClientPlan], kind: str) -> list[ClientPlan]:
+    """The clients of one kind."""
+    return [p for p in plans if p.kind == kind]
+
+
+def _amt_network(engine: Engine, project: ComposeProject, subnet: str) -> list[str]:
+    """The AMT readers' network (labelled as the project's, so the teardown removes
+    it), unicast routed to and from the island; the ``--add-host`` arguments that name
+    the island's services for a reader on it."""
+    network = project.network_named(AMT_NETWORK)
+    engine.docker(
+        "network", "create", "--driver", "bridge", "--subnet", subnet,
+        "--label", f"com.docker.compose.project={project.name}",
+        "--label", f"com.docker.compose.network={AMT_NETWORK}", network,
+    )  # fmt: skip
+    try:
+        enable_forwarding([project.bridge(project.network), project.bridge(network)])
+    except OSError as err:
+        raise EmulationError(f"cannot route between the island and the AMT readers: {err}") from err
+    addresses: dict[str, str] = {}
+    for service in ISLAND_SERVICES:
+        try:
+            addresses[service] = project.address(service)
+        except (EmulationError, DockerCommandError):
+            continue  # not in this run (balancer-2 in the one-balancer twin)
+    return host_entries(addresses)
 
 
 async def _start_held(

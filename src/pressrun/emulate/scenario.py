@@ -44,6 +44,16 @@ links, when clients arrive and what breaks when::
     at_s = 55
     spread_s = 60
 
+    [amt_readers]              # ``pressrun get`` on a network of their own with no
+    link = "dsl-20"            # multicast route to the sender's (issue 34): unicast
+                               # routed to the island, the carousel through an AMT
+                               # relay the balancer names (`pressrun.emulate.amt`)
+    [[amt_readers.arrivals]]
+    kind = "burst"
+    count = 5
+    at_s = 60
+    spread_s = 8
+
 Built-in scenarios live in `pressrun/emulate/scenarios/*.toml`.
 """
 
@@ -115,6 +125,8 @@ class Fault:
 #: Chromium in a container (`pressrun.emulate.browser_reader`)
 DESKTOP = "desktop"
 BROWSER = "browser"
+#: ``pressrun get`` behind an AMT relay: a network without multicast routes (issue 34)
+AMT = "amt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +151,15 @@ class BrowserReaders:
 
 
 @dataclass(frozen=True, slots=True)
+class AmtReaders:
+    """The scenario's fleet of readers behind an AMT relay (issue 34): their link and
+    when they arrive."""
+
+    link: ClientLink
+    arrival_specs: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class EmulationScenario:
     """A validated emulation scenario."""
 
@@ -157,11 +178,14 @@ class EmulationScenario:
     one_balancer_twin: bool = False
     #: browser readers beside the desktop clients (issue 26), or None
     browsers: BrowserReaders | None = None
+    #: readers on a network without multicast routes, behind an AMT relay (issue 34)
+    amt: AmtReaders | None = None
 
     def clients(self) -> list[ClientPlan]:
         """Every client in start order, each with a link drawn by share (seeded); the
-        browser readers after the desktop clients, numbered on from them (so a
-        scenario's desktop fleet is the same with or without them)."""
+        browser readers after the desktop clients, then the AMT readers, each numbered
+        on from those before (so a scenario's desktop fleet is the same with or
+        without them)."""
         rng = random.Random(self.seed)
         times: list[float] = []
         for i, spec in enumerate(self.arrival_specs):
@@ -181,6 +205,16 @@ class EmulationScenario:
             plans += [
                 ClientPlan(len(plans) + n + 1, t, self.browsers.link, BROWSER)
                 for n, t in enumerate(sorted(phones))
+            ]
+        if self.amt is not None:
+            rng = random.Random(self.seed + 2)
+            behind: list[float] = []
+            for i, spec in enumerate(self.amt.arrival_specs):
+                where = f"amt_readers.arrivals[{i}]"
+                behind += [a.at_s for a in expand_arrivals(spec, rng, where, self.source)]
+            first = len(plans) + 1
+            plans += [
+                ClientPlan(first + n, t, self.amt.link, AMT) for n, t in enumerate(sorted(behind))
             ]
         return plans
 
@@ -208,9 +242,10 @@ def load_scenario(name_or_path: str) -> EmulationScenario:
 
 _TOP = {
     "name", "description", "issue_mb", "unicast_twin", "timeout_s", "seed", "env", "links",
-    "arrivals", "faults", "one_balancer_twin", "browser_readers",
+    "arrivals", "faults", "one_balancer_twin", "browser_readers", "amt_readers",
 }  # fmt: skip
 _BROWSERS = {"link", "seed_s", "arrivals"}
+_AMT = {"link", "arrivals"}
 _LINK = {"name", "rate", "up_rate", "down_rate", "loss_pct", "profile", "share"}
 _FAULT = {"at_s", "action", "service"}
 
@@ -293,6 +328,9 @@ def parse_scenario(text: str, *, source: str = "<string>") -> EmulationScenario:
     if not specs:
         raise _err(source, "arrivals", "at least one [[arrivals]] table is needed")
     browsers = _browser_readers(doc.get("browser_readers"), links, source)
+    amt = _amt_readers(doc.get("amt_readers"), links, source)
+    if amt is not None:
+        _check_ssm(env, source)
     faults: list[Fault] = []
     for i, table in enumerate(doc.get("faults", [])):
         where = f"faults[{i}]"
@@ -318,6 +356,7 @@ def parse_scenario(text: str, *, source: str = "<string>") -> EmulationScenario:
         source=source,
         one_balancer_twin=bool(doc.get("one_balancer_twin", False)),
         browsers=browsers,
+        amt=amt,
     )
     if not scenario.clients():
         raise _err(source, "arrivals", "no client arrives")
@@ -340,6 +379,47 @@ def _arrival_specs(tables: Any, source: str, where: str) -> list[Mapping[str, An
     return specs
 
 
+def _fleet_link(table: Mapping[str, Any], links: Sequence[ClientLink], source: str,
+                where: str, default: ClientLink) -> ClientLink:  # fmt: skip
+    """A reader fleet's ``link``: a [[links]] name, or ``default`` when not named."""
+    name = table.get("link")
+    if name is None:
+        return default
+    found = [lk for lk in links if lk.name == name]
+    if not found:
+        names = ", ".join(lk.name for lk in links)
+        raise _err(source, f"{where}.link", f"no [[links]] named {name!r} (there are {names})")
+    return found[0]
+
+
+def _amt_readers(table: Any, links: Sequence[ClientLink], source: str) -> AmtReaders | None:
+    """The ``[amt_readers]`` table: a link by name (default: the first), and its own
+    arrival tables."""
+    if table is None:
+        return None
+    where = "amt_readers"
+    if not isinstance(table, dict):
+        raise _err(source, where, "must be a table")
+    _unknown(table, _AMT, source, where)
+    link = _fleet_link(table, links, source, where, links[0])
+    specs = _arrival_specs(table.get("arrivals", []), source, f"{where}.arrivals")
+    if not specs:
+        raise _err(source, f"{where}.arrivals", "at least one arrivals table is needed")
+    return AmtReaders(link=link, arrival_specs=tuple(specs))
+
+
+def _check_ssm(env: Mapping[str, str], source: str) -> None:
+    """A relay carries source-specific channels only (docs/multicast.md): with AMT
+    readers, a control group or channel base the scenario sets must be in 232/8 (unset,
+    the run picks 232/8 ones, `pressrun.emulate.amt`)."""
+    for key in ("PRESSRUN_MULTICAST_CONTROL_GROUP", "PRESSRUN_MULTICAST_GROUP_BASE"):
+        value = env.get(key)
+        if value is not None and not value.startswith("232."):
+            why = "an AMT relay carries source-specific channels only"
+            raise _err(source, f"env.{key}", f"must be in 232.0.0.0/8 with [amt_readers] "
+                       f"({why}), got {value!r}")  # fmt: skip
+
+
 def _browser_readers(table: Any, links: Sequence[ClientLink], source: str) -> BrowserReaders | None:
     """The ``[browser_readers]`` table: a link by name (default: the first mobile
     one, else the first), the most seconds a phone keeps the app open after its
@@ -350,15 +430,8 @@ def _browser_readers(table: Any, links: Sequence[ClientLink], source: str) -> Br
     if not isinstance(table, dict):
         raise _err(source, where, "must be a table")
     _unknown(table, _BROWSERS, source, where)
-    name = table.get("link")
-    if name is None:
-        link = next((lk for lk in links if lk.profile == "mobile"), links[0])
-    else:
-        found = [lk for lk in links if lk.name == name]
-        if not found:
-            names = ", ".join(lk.name for lk in links)
-            raise _err(source, f"{where}.link", f"no [[links]] named {name!r} (there are {names})")
-        link = found[0]
+    mobile = next((lk for lk in links if lk.profile == "mobile"), links[0])
+    link = _fleet_link(table, links, source, where, mobile)
     specs = _arrival_specs(table.get("arrivals", []), source, f"{where}.arrivals")
     if not specs:
         raise _err(source, f"{where}.arrivals", "at least one arrivals table is needed")
