@@ -168,6 +168,29 @@ async def test_a_wrap_from_the_release_is_handed_out(published: Published) -> No
     assert len(open_wrap(wrap, published.reader, enc.key_check)) == 32
 
 
+async def test_wraps_handed_out_are_timed_for_the_release_minute(published: Published) -> None:
+    """/metrics' pressrun_subscriptions_wrap_seconds (the emulation's release-minute
+    latency, issue 35): each wrap handed out, no refusal."""
+
+    async def count() -> float:
+        async with published.http.get(f"{published.url}/metrics") as resp:
+            text = await resp.text()
+        line = [
+            ln
+            for ln in text.splitlines()
+            if ln.startswith("pressrun_subscriptions_wrap_seconds_count")
+        ]
+        return float(line[0].split()[-1])
+
+    with pytest.raises(Embargoed):
+        await published.wrap()
+    assert await count() == 0
+    published.clock.now = RELEASE_UNIX
+    await published.wrap()
+    await published.wrap()
+    assert await count() == 2
+
+
 async def test_a_moved_release_time_is_honoured(published: Published) -> None:
     client = published.client()
     # earlier: from 06:00 to 05:00, asked at 05:30 -> handed out

@@ -37,7 +37,13 @@ from typing import Any, TypeVar
 import aiohttp_cors
 import nacl.public
 from aiohttp import hdrs, web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
 
 from pressrun.content.codec import is_hex
 from pressrun.content.release import ReleaseError, SignedRelease
@@ -102,6 +108,8 @@ DEFAULT_MAX_DEVICES = 5
 GRANT_TTL_S = 600
 MAX_SMALL_BODY_BYTES = 4096
 MAX_WRAPS_BODY_BYTES = 64 << 20
+#: the wrap histogram's buckets (seconds): a wrap is a token check and one SQLite read
+WRAP_SECONDS_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -154,6 +162,14 @@ class SubscriptionService:
         )
         self.wraps_served = Counter(
             "pressrun_subscriptions_wraps_served_total", "wraps handed out", registry=self.registry
+        )
+        # the release minute's crowd of wrap requests (issue 35): the handler's time
+        # from its start to a wrap handed out
+        self.wrap_seconds = Histogram(
+            "pressrun_subscriptions_wrap_seconds",
+            "seconds from a wrap request's handler start to the wrap handed out",
+            buckets=WRAP_SECONDS_BUCKETS,
+            registry=self.registry,
         )
         self.embargo_refusals = Counter(
             "pressrun_subscriptions_embargoed_total",
@@ -341,6 +357,7 @@ class SubscriptionService:
 
     async def get_wrap(self, request: web.Request) -> web.Response:
         """``GET /v1/issues/<id>/versions/<v>/wrap``: this subscriber's own wrap."""
+        began = time.perf_counter()
         issue_id, version = parse_issue_version(
             request.match_info["issue_id"], request.match_info["version"]
         )
@@ -384,6 +401,7 @@ class SubscriptionService:
                 self.embargo_refusals.inc()
             raise refusal
         self.wraps_served.inc()
+        self.wrap_seconds.observe(time.perf_counter() - began)
         return web.json_response(
             {
                 "issue_id": issue_id,
