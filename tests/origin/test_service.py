@@ -595,32 +595,61 @@ async def test_missing_content_dir_is_a_clear_error(tmp_path: Path) -> None:
         await start_origin(OriginConfig(content_dir=tmp_path / "nope"))
 
 
+def _scarce_open(monkeypatch: pytest.MonkeyPatch, content: Path, failures: list[int]) -> None:
+    """os.open fails with EMFILE for the next failures[0] files under `content`."""
+    import errno
+
+    real_open = os.open
+
+    def scarce_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if failures[0] > 0 and str(path).startswith(str(content)):
+            failures[0] -= 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", scarce_open)
+
+
 async def test_out_of_file_descriptors_waits_instead_of_refusing(
     origin: RunningOrigin,
     http: aiohttp.ClientSession,
     body: bytes,
+    content: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import builtins
-    import errno
-
-    from pressrun.origin import aio
-
     failures = [2]
-
-    def scarce_open(path: object, mode: str = "r", **kwargs: Any) -> object:
-        if failures[0] > 0:
-            failures[0] -= 1
-            raise OSError(errno.EMFILE, "Too many open files")
-        return builtins.open(path, mode, **kwargs)  # type: ignore[call-overload]
-
-    monkeypatch.setattr(aio, "open", scarce_open, raising=False)
+    _scarce_open(monkeypatch, content, failures)
     t0 = time.perf_counter()
     async with http.get(url(origin)) as resp:
         assert resp.status == 200
         assert await resp.read() == body
     assert time.perf_counter() - t0 >= 0.1
     assert failures == [0]
+
+
+async def test_out_of_file_descriptors_drops_the_kept_files_first(
+    origin: RunningOrigin,
+    http: aiohttp.ClientSession,
+    body: bytes,
+    content: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the manifest is kept open after its answer; out of descriptors, the next file's
+    # request closes it and gets its descriptor without waiting
+    caplog.set_level(logging.WARNING, logger="pressrun.origin")
+    async with http.get(url(origin, "manifest.json")) as resp:
+        assert resp.status == 200
+        await resp.read()
+    assert len(origin.service.files) == 1
+    failures = [1]
+    _scarce_open(monkeypatch, content, failures)
+    async with http.get(url(origin)) as resp:
+        assert resp.status == 200
+        assert await resp.read() == body
+    assert failures == [0]
+    assert not [r for r in caplog.records if "out of file descriptors" in r.getMessage()]
+    assert len(origin.service.files) == 1  # the manifest dropped, the file kept
 
 
 async def test_a_file_truncated_mid_transfer_ends_the_answer_short(

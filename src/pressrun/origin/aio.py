@@ -30,16 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import functools
 import logging
 import os
 import signal
 import socket
-import stat
 from dataclasses import dataclass
-from email.utils import formatdate
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -51,13 +48,12 @@ from pressrun.origin.core import (
     RangeNotSatisfiable,
     TokenBucket,
     TrafficMeter,
-    content_type_for,
     if_range_holds,
-    make_etag,
     none_match,
     parse_range,
     valid_name,
 )
+from pressrun.origin.files import OpenFile, OpenFiles
 from pressrun.origin.metrics import OriginMetrics, families_exposition
 from pressrun.origin.shared import (
     PUBLISH_EVERY_S,
@@ -70,12 +66,6 @@ from pressrun.origin.transfer import TransferMixin
 from pressrun.security import ServiceSecurity
 
 log = logging.getLogger("pressrun.origin")
-
-
-@functools.lru_cache(maxsize=1024)
-def _http_date(mtime: float) -> str:
-    """``Last-Modified`` of a file's mtime (cached: the same files, request after request)."""
-    return formatdate(mtime, usegmt=True)
 
 
 class OriginService(TransferMixin, StatusMixin):
@@ -91,7 +81,7 @@ class OriginService(TransferMixin, StatusMixin):
         self.config = config
         self.name = name
         self.content_dir = Path(config.content_dir)
-        self._content_root = str(self.content_dir)
+        self.files = OpenFiles(str(self.content_dir))
         self.catalog = IssueCatalog(self.content_dir)
         self.metrics = OriginMetrics(config)
         self._loop = asyncio.get_running_loop()
@@ -228,10 +218,11 @@ class OriginService(TransferMixin, StatusMixin):
             f"not found: {request.path!r} is not /content/<issue_id>/<file name>"
         )
 
-    async def _open(self, issue: str, name: str) -> tuple[IO[bytes], os.stat_result] | web.Response:
-        """The open file and its stat, or the 404 to answer.
+    async def _open(self, issue: str, name: str) -> OpenFile | web.Response:
+        """The file's current version, referenced (`OpenFiles`), or the 404 to answer.
 
-        Out of file descriptors (EMFILE/ENFILE) is "busy", not "missing": the request
+        Out of file descriptors (EMFILE/ENFILE) is "busy", not "missing": the kept
+        files no transfer reads are closed, and if that was not enough the request
         waits for a descriptor instead of being refused (a refused web seed is dropped
         for good by libtorrent).
         """
@@ -242,12 +233,7 @@ class OriginService(TransferMixin, StatusMixin):
         waited_s = 0.0
         while True:
             try:
-                # Open first, ask why only when it fails (one stat less per request);
-                # unbuffered: sendfile(2) reads the file, Python never does.
-                fobj = open(  # noqa: SIM115 - closed by the caller
-                    f"{self._content_root}/{issue}/{name}", "rb", buffering=0
-                )
-                break
+                return self.files.take(issue, name)
             except OSError as err:
                 if err.errno not in (errno.EMFILE, errno.ENFILE):
                     if not (self.content_dir / issue).is_dir():
@@ -255,15 +241,12 @@ class OriginService(TransferMixin, StatusMixin):
                             f"unknown issue {issue!r}: this origin does not hold it"
                         )
                     return self._not_found(f"issue {issue!r} has no file {name!r}")
+                if self.files.drop_unused():
+                    continue
                 if waited_s == 0.0:
                     log.warning("out of file descriptors: %s/%s waits for one", issue, name)
                 await asyncio.sleep(0.05)
                 waited_s += 0.05
-        st = os.fstat(fobj.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            fobj.close()
-            return self._not_found(f"issue {issue!r} has no file {name!r}")
-        return fobj, st
 
     async def content(self, request: web.Request) -> web.StreamResponse:
         """``GET/HEAD /content/<issue_id>/<name>``."""
@@ -272,23 +255,21 @@ class OriginService(TransferMixin, StatusMixin):
         opened = await self._open(issue, name)
         if isinstance(opened, web.Response):
             return opened
-        fobj, st = opened
         try:
-            return await self._answer(request, issue, name, fobj, st)
+            return await self._answer(request, issue, name, opened)
         finally:
-            fobj.close()
+            self.files.give_back(opened)
 
     async def _answer(
         self,
         request: web.Request,
         issue: str,
         name: str,
-        fobj: IO[bytes],
-        st: os.stat_result,
+        opened: OpenFile,
     ) -> web.StreamResponse:
-        size = st.st_size
-        etag = make_etag(size, st.st_mtime_ns, st.st_ino)
-        last_modified = _http_date(st.st_mtime)
+        size = opened.size
+        etag = opened.etag
+        last_modified = opened.last_modified
         headers = {
             hdrs.ETAG: etag,
             hdrs.LAST_MODIFIED: last_modified,
@@ -306,7 +287,7 @@ class OriginService(TransferMixin, StatusMixin):
             except RangeNotSatisfiable as err:
                 headers[hdrs.CONTENT_RANGE] = f"bytes */{size}"
                 return web.Response(status=416, text=f"{err}\n", headers=headers)
-        headers[hdrs.CONTENT_TYPE] = content_type_for(name)
+        headers[hdrs.CONTENT_TYPE] = opened.content_type
         if span is None:
             status, offset, count = 200, 0, size
         else:
@@ -318,7 +299,7 @@ class OriginService(TransferMixin, StatusMixin):
             await response.prepare(request)
             await response.write_eof()
             return response
-        await self._transfer(request, response, issue, name, fobj, offset, count, size)
+        await self._transfer(request, response, issue, name, opened.fd, offset, count, size)
         return response
 
     # -- status agent, metrics, health
@@ -371,6 +352,7 @@ class RunningOrigin:
         active = service.meter.active_transfers
         await self.runner.cleanup()
         service.stop_timer()
+        service.files.close()
         share = service.share
         if share is not None:
             service.publish()  # the final totals, for the supervisor's stop line

@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import struct
-from typing import IO, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -35,6 +35,9 @@ _QUIET_OUTCOMES = frozenset({"complete", "client gone"})
 
 #: the socket families TCP_CORK applies to
 _TCP_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6})
+
+#: the read-and-write copy's block where the loop has no sendfile (uvloop, under TLS)
+_COPY_BYTES = 256 * 1024
 
 #: SO_LINGER on, 0 s: close() resets the connection and drops the unsent bytes
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)
@@ -54,6 +57,10 @@ class TransferMixin:
     transfers_cut: int
     _loop: asyncio.AbstractEventLoop
     _dirty: bool
+    #: the loop has no ``loop.sendfile`` (uvloop): copy where it would be used
+    _copy_only: bool = False
+    #: the connections are TCP (TCP_CORK applies); None: not yet asked
+    _tcp: bool | None = None
 
     async def _transfer(
         self,
@@ -61,12 +68,14 @@ class TransferMixin:
         response: web.StreamResponse,
         issue: str,
         name: str,
-        fobj: IO[bytes],
+        in_fd: int,
         offset: int,
         count: int,
         size: int,
     ) -> None:
-        """Send `count` bytes from `offset`, counted as they go; log one line at the end."""
+        """Send `count` bytes from `offset` of the file open as `in_fd` (shared with
+        other transfers: read at explicit offsets only), counted as they go; log one
+        line at the end."""
         loop = self._loop
         started = loop.time()
         tid = self.meter.transfer_started(issue, now=started)
@@ -95,7 +104,12 @@ class TransferMixin:
             out_fd = -1
             if sock is not None and transport.get_extra_info("sslcontext") is None:
                 out_fd = sock.fileno()
-                if sock.family in _TCP_FAMILIES:
+                tcp = self._tcp
+                if tcp is None:
+                    # every connection comes from this process's listening sockets:
+                    # asked once (the socket's family property is not free)
+                    tcp = self._tcp = sock.family in _TCP_FAMILIES
+                if tcp:
                     # nginx's tcp_nopush: hold the headers until the body's first bytes
                     # join them, so they leave in one segment instead of a small one of
                     # their own (asyncio sets TCP_NODELAY); uncorked after the first chunk
@@ -125,10 +139,12 @@ class TransferMixin:
                 # reading: TimeoutError
                 if out_fd >= 0 and transport.get_write_buffer_size() == 0:
                     sent = await self._sendfile_direct(
-                        transport, out_fd, fobj.fileno(), position, n, began + cfg.send_timeout_s
+                        transport, out_fd, in_fd, position, n, began + cfg.send_timeout_s
                     )
                 else:
-                    sent = await self._sendfile_asyncio(transport, fobj, position, n)
+                    sent = await self._sendfile_asyncio(
+                        transport, response, in_fd, position, n, plain=out_fd >= 0
+                    )
                 if corked:
                     # the headers left with the first chunk; the tail of this one goes
                     # now, and later (paced) chunks are not held back by the cork
@@ -248,14 +264,28 @@ class TransferMixin:
         """The rest of `_sendfile_direct` once the socket is full: one writer
         registration and one timeout for the whole rest of the chunk (not one per
         wait: a slow client or 1,000 connections make many waits)."""
-        loop: Any = self._loop  # the selector loop's private writer slot, as loop.sendfile
+        loop: Any = self._loop
         waiter: list[asyncio.Future[None]] = [loop.create_future()]
 
         def wake() -> None:
             if not waiter[0].done():
                 waiter[0].set_result(None)
 
-        loop._add_writer(out_fd, wake)
+        # asyncio's selector loop: its private writer slot of the transport's own
+        # descriptor, as its loop.sendfile does. uvloop has no such slot and refuses
+        # add_writer on a transport's descriptor, so it watches a duplicate: the same
+        # socket under another number (one dup per full socket, not per chunk).
+        watched = out_fd
+        private = hasattr(loop, "_add_writer")
+        if private:
+            loop._add_writer(out_fd, wake)
+        else:
+            watched = os.dup(out_fd)
+            try:
+                loop.add_writer(watched, wake)
+            except BaseException:
+                os.close(watched)
+                raise
         sent = 0
         try:
             async with asyncio.timeout_at(deadline):
@@ -276,18 +306,55 @@ class TransferMixin:
                     # the selector wakes us at once if there is some left)
                     sent += n
         finally:
-            loop._remove_writer(out_fd)
+            if private:
+                loop._remove_writer(out_fd)
+            else:
+                loop.remove_writer(watched)
+                os.close(watched)
         return sent
 
     async def _sendfile_asyncio(
-        self, transport: asyncio.Transport, fobj: IO[bytes], offset: int, count: int
+        self,
+        transport: asyncio.Transport,
+        response: web.StreamResponse,
+        in_fd: int,
+        offset: int,
+        count: int,
+        *,
+        plain: bool,
     ) -> int:
-        """``loop.sendfile`` (TLS: read and write; a transport with bytes buffered)."""
+        """A plain socket with bytes in the transport's buffer: ``loop.sendfile``
+        (which waits for the buffer to drain, then sendfile(2)). TLS, or a loop
+        without ``loop.sendfile`` (uvloop): reads at explicit offsets and writes of
+        `_COPY_BYTES` (asyncio's own fallback reads through the file position, which
+        the transfers sharing the descriptor would move under each other)."""
         try:
             async with asyncio.timeout(self.config.send_timeout_s):
-                return await self._loop.sendfile(transport, fobj, offset, count)
+                if plain and not self._copy_only:
+                    # a file object of the shared descriptor for loop.sendfile, which
+                    # sends at explicit offsets and only seeks it at the end
+                    fobj = open(in_fd, "rb", buffering=0, closefd=False)  # noqa: SIM115
+                    try:
+                        return await self._loop.sendfile(transport, fobj, offset, count)
+                    except NotImplementedError:
+                        self._copy_only = True  # uvloop: remembered
+                return await self._copy(response, in_fd, offset, count)
         except RuntimeError:
             # loop.sendfile's "Transport is closing": the client left.
             if transport.is_closing():
                 raise ConnectionResetError("client closed the connection") from None
             raise
+
+    @staticmethod
+    async def _copy(response: web.StreamResponse, in_fd: int, offset: int, count: int) -> int:
+        """`count` bytes from `offset` of `in_fd`, read and written through the
+        response (which waits for the transport's buffer to drain); fewer when the
+        file ends first."""
+        sent = 0
+        while sent < count:
+            data = os.pread(in_fd, min(_COPY_BYTES, count - sent), offset + sent)
+            if not data:
+                break
+            await response.write(data)
+            sent += len(data)
+        return sent
