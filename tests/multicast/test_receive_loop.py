@@ -241,3 +241,32 @@ def test_each_block_is_in_the_file_once_it_is_complete(tmp_path: Path) -> None:
     end1 = (k[0] + k[1]) * size
     assert written[:end1] == data[:end1]
     assert receiver.write_cpu_s > 0.0
+
+
+def test_repair_symbols_held_in_the_slots_of_missing_sources_decode_bit_exact(
+    tmp_path: Path,
+) -> None:
+    """A receiver that joins after the source symbols keeps its repair symbols in the
+    object's buffer, in the slots of source symbols that have not come (fast.rs); a
+    source symbol that comes later (the next cycle) moves the repair symbol in its
+    slot out first. Each block here: K - 30 repair symbols (slots 0.. taken), then
+    source symbols 0..19 (onto those slots), then 20 more repair symbols;
+    the object's last symbol is 1 byte long (its slot takes no repair symbol)."""
+    data = random.Random(9).randbytes(700_001)
+    enc = _encode(data, "raptorq", 300)
+    k = enc.block_source_symbols
+    assert len(k) == 2 and len(data) % enc.encoding_symbol_length == 1
+    rows = list(zip(enc.packets, enc.sbns, enc.esis, strict=True))
+    order: list[bytes] = []
+    for sbn, kb in enumerate(k):
+        repairs = [p for p, b, esi in rows if b == sbn and esi >= kb]
+        order += repairs[: kb - 30]
+        order += [p for p, b, esi in rows if b == sbn and esi < 20]
+        # 20 more: K + 10 symbols in all, K - 10 if the 20 moved out were lost
+        order += repairs[kb - 30 : kb - 10]
+    receiver = pressrun_flute.Receiver(tmp_path)
+    events, _ = _receive(receiver, [*enc.fdt_packets, *order], rounds=1)
+    assert [e.kind for e in events] == ["completed"]
+    assert events[0].path is not None and Path(events[0].path).read_bytes() == data
+    # both blocks were decoded (from repair symbols), none completed from sources
+    assert receiver.decodes >= 2

@@ -1,0 +1,180 @@
+//! The receive path's own CPU per packet without the sockets: a carousel's packets
+//! (an object of 8 MiB, the default plan's 4 channels, RaptorQ) replayed through the
+//! crate's ALC parser and the binding's own decoder (src/fast.rs, compiled in as it
+//! is) as a receiver joined on every channel at a given point of the cycle gets them,
+//! in batches as the receive loop reads them. It splits the receive path's work
+//! beyond the `recvmmsg` loop (bench/multicast.py's "rest", decode and writes) from
+//! the sockets' own, so a change to the decoder can be judged in seconds and with
+//! `perf` (docs/results/2026-11-28-multicast-receive-cpu.md).
+//!
+//! `cargo run --release --example receive_cost [K [JOIN [ROUNDS]]]` (CARGO_TARGET_DIR
+//! as the Makefile's binding rule): K the largest source block (1024: 7 blocks of 908
+//! for 8 MiB), JOIN where in the cycle the receiver joins (0.0-1.0; 0.3, after every
+//! channel's source symbols), ROUNDS receptions of the object in this process (5).
+//! Prints, per reception, us per packet for the whole (parse + decoder), the RaptorQ
+//! decode's and the file writes' shares, and the thread's minor page faults.
+
+#[path = "../src/fast.rs"]
+#[allow(dead_code)]
+mod fast;
+
+use std::time::{Duration, SystemTime};
+
+use flute::core::{Oti, UDPEndpoint};
+use flute::sender::{CarouselRepeatMode, Config as SenderConfig, ObjectDesc, Sender, TransferConfig};
+
+const SYMBOL: u16 = 1320;
+const CHANNELS: usize = 4;
+const OVERHEAD: f64 = 0.35;
+/// Datagrams a receive loop round reads: 4 channels of 5 Mbit/s for 20 ms (about
+/// 38), the same number from each channel.
+const ROUND: usize = 40;
+
+fn thread_cpu() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec for the call to fill
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+fn minor_faults() -> i64 {
+    // SAFETY: a zeroed rusage for the call to fill
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    usage.ru_minflt
+}
+
+/// The object's packets (the crate's sender, as the binding's `encode_object`) and
+/// each one's (SBN, ESI).
+fn encode(content: Vec<u8>, k_max: u16) -> (Vec<Vec<u8>>, Vec<(u32, u32)>) {
+    let kt = content.len().div_ceil(SYMBOL as usize);
+    let blocks = kt.div_ceil(k_max as usize);
+    let k = kt.div_ceil(blocks);
+    let repair = ((k * CHANNELS) as f64 * (1.0 + OVERHEAD)).ceil() as usize - k;
+    let oti = Oti::new_raptorq(SYMBOL, k_max, repair as u16, 1, 4).unwrap();
+    let now = SystemTime::now();
+    let config = SenderConfig { toi_initial_value: Some(1), ..Default::default() };
+    let mut sender =
+        Sender::new(UDPEndpoint::new(None, "239.0.0.1".into(), 5000), 1, &Oti::new_no_code(SYMBOL, 64), &config);
+    let transfer = TransferConfig {
+        oti: Some(oti.clone()),
+        carousel_mode: Some(CarouselRepeatMode::DelayBetweenTransfers(Duration::from_secs(3600))),
+        ..Default::default()
+    };
+    let url = url::Url::parse("file:///issue").unwrap();
+    let object = ObjectDesc::create_from_buffer(content, "application/octet-stream", &url, false, transfer).unwrap();
+    sender.add_object(0, object).unwrap();
+    sender.publish(now).unwrap();
+    let (mut packets, mut ids) = (Vec::new(), Vec::new());
+    while let Some(pkt) = sender.read(now) {
+        let alc = flute::core::alc::parse_alc_pkt(&pkt).unwrap();
+        if alc.lct.toi == 0 {
+            continue;
+        }
+        let id = flute::core::alc::parse_payload_id(&alc, &oti).unwrap();
+        ids.push((id.sbn, id.esi));
+        packets.push(pkt);
+    }
+    (packets, ids)
+}
+
+/// Each channel's cycle as pressrun.multicast.core.channel_cycles makes it (RaptorQ:
+/// ESI mod N, each block's packets spread evenly over the cycle), FDT left out.
+fn cycles(ids: &[(u32, u32)]) -> Vec<Vec<usize>> {
+    (0..CHANNELS)
+        .map(|c| {
+            let mut by_block: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+            for (i, &(sbn, esi)) in ids.iter().enumerate() {
+                if esi as usize % CHANNELS == c {
+                    by_block.entry(sbn).or_default().push(i);
+                }
+            }
+            let mut ranked: Vec<(f64, u32, usize)> = by_block
+                .iter()
+                .flat_map(|(&sbn, p)| {
+                    p.iter().enumerate().map(move |(r, &i)| ((r as f64 + 0.5) / p.len() as f64, sbn, i))
+                })
+                .collect();
+            ranked.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            ranked.into_iter().map(|(_, _, i)| i).collect()
+        })
+        .collect()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let k_max: u16 = args.first().and_then(|a| a.parse().ok()).unwrap_or(1024);
+    let join: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(0.3);
+    let rounds: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let content: Vec<u8> = (0..8usize << 20).map(|i| (i as u32).wrapping_mul(2654435761) as u8 ^ (i >> 13) as u8).collect();
+    let (packets, ids) = encode(content.clone(), k_max);
+    let cycles = cycles(&ids);
+    let dir = std::env::temp_dir().join(format!("receive_cost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // a batch buffer as the receive loop's recvmmsg fills it
+        println!("K max {k_max}, join at {join:.2} of the cycle, {} packets a pass", packets.len());
+    println!("round  us/packet  decode  writes  rest  packets  decodes  minflt  bit-exact");
+    let fresh_thread = std::env::var_os("RECEIVE_COST_FRESH_THREAD").is_some();
+    if let Some(v) = std::env::var_os("XMALLOPT") {
+        let n: i32 = v.to_str().unwrap().parse().unwrap();
+        unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, n); libc::mallopt(libc::M_MMAP_THRESHOLD, n); }
+    }
+    let (packets, cycles, content) = (&packets, &cycles, &content);
+    for round in 0..rounds {
+      let body = || {
+        let mut objects = fast::FastObjects::new(dir.clone(), 256 << 20);
+        let mut pos: Vec<usize> = cycles.iter().map(|c| (join * c.len() as f64) as usize).collect();
+        let (mut cpu, mut n) = (0.0, 0usize);
+        let mut batch = vec![0u8; 64 * 4200];
+        let mut lens = [0usize; 64];
+        let faults0 = minor_faults();
+        let mut done = None;
+        'outer: while done.is_none() {
+            // one round: ROUND datagrams, channel after channel
+            let mut m = 0;
+            while m < ROUND {
+                let c = m % CHANNELS;
+                let p = &packets[cycles[c][pos[c] % cycles[c].len()]];
+                pos[c] += 1;
+                batch[m * 4200..m * 4200 + p.len()].copy_from_slice(p);
+                lens[m] = p.len();
+                m += 1;
+            }
+            let t0 = thread_cpu();
+            for (i, &len) in lens[..m].iter().enumerate() {
+                let data = &batch[i * 4200..i * 4200 + len];
+                n += 1;
+                let alc = flute::core::alc::parse_alc_pkt(data).unwrap();
+                if let fast::Taken::Completed(path, _) = objects.push(&alc, data) {
+                    done = Some(path);
+                    cpu += thread_cpu() - t0;
+                    break 'outer;
+                }
+            }
+            cpu += thread_cpu() - t0;
+        }
+        let faults = minor_faults() - faults0;
+        let (decodes, decode_s) = objects.decode_cost();
+        let write_s = objects.write_cost();
+        let path = done.unwrap();
+        let exact = std::fs::read(&path).unwrap() == *content;
+        std::fs::remove_file(&path).ok();
+        let us = |s: f64| s * 1e6 / n as f64;
+        println!(
+            "{:>5}  {:>9.2}  {:>6.2}  {:>6.2}  {:>4.2}  {n:>7}  {decodes:>7}  {faults:>6}  {exact}",
+            round + 1,
+            us(cpu),
+            us(decode_s),
+            us(write_s),
+            us(cpu - decode_s - write_s)
+        );
+      };
+      if fresh_thread {
+          std::thread::scope(|s| { s.spawn(|| body()); });
+      } else {
+          body();
+      }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
