@@ -13,6 +13,8 @@
 //! channel's source symbols), ROUNDS receptions of the object in this process (5).
 //! Prints, per reception, us per packet for the whole (parse + decoder), the RaptorQ
 //! decode's and the file writes' shares, and the thread's minor page faults.
+//! With RECEIVE_COST_FRESH_THREAD set, each reception runs on a new thread (as a
+//! receiver's first object does: fresh memory), else all on the main thread.
 
 #[path = "../src/fast.rs"]
 #[allow(dead_code)]
@@ -116,65 +118,65 @@ fn main() {
         println!("K max {k_max}, join at {join:.2} of the cycle, {} packets a pass", packets.len());
     println!("round  us/packet  decode  writes  rest  packets  decodes  minflt  bit-exact");
     let fresh_thread = std::env::var_os("RECEIVE_COST_FRESH_THREAD").is_some();
-    if let Some(v) = std::env::var_os("XMALLOPT") {
-        let n: i32 = v.to_str().unwrap().parse().unwrap();
-        unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, n); libc::mallopt(libc::M_MMAP_THRESHOLD, n); }
-    }
     let (packets, cycles, content) = (&packets, &cycles, &content);
     for round in 0..rounds {
-      let body = || {
-        let mut objects = fast::FastObjects::new(dir.clone(), 256 << 20);
-        let mut pos: Vec<usize> = cycles.iter().map(|c| (join * c.len() as f64) as usize).collect();
-        let (mut cpu, mut n) = (0.0, 0usize);
-        let mut batch = vec![0u8; 64 * 4200];
-        let mut lens = [0usize; 64];
-        let faults0 = minor_faults();
-        let mut done = None;
-        'outer: while done.is_none() {
-            // one round: ROUND datagrams, channel after channel
-            let mut m = 0;
-            while m < ROUND {
-                let c = m % CHANNELS;
-                let p = &packets[cycles[c][pos[c] % cycles[c].len()]];
-                pos[c] += 1;
-                batch[m * 4200..m * 4200 + p.len()].copy_from_slice(p);
-                lens[m] = p.len();
-                m += 1;
-            }
-            let t0 = thread_cpu();
-            for (i, &len) in lens[..m].iter().enumerate() {
-                let data = &batch[i * 4200..i * 4200 + len];
-                n += 1;
-                let alc = flute::core::alc::parse_alc_pkt(data).unwrap();
-                if let fast::Taken::Completed(path, _) = objects.push(&alc, data) {
-                    done = Some(path);
-                    cpu += thread_cpu() - t0;
-                    break 'outer;
+        let body = || {
+            let mut objects = fast::FastObjects::new(dir.clone(), 256 << 20);
+            let mut pos: Vec<usize> = cycles.iter().map(|c| (join * c.len() as f64) as usize).collect();
+            let (mut cpu, mut n) = (0.0, 0usize);
+            let mut batch = vec![0u8; 64 * 4200];
+            let mut lens = [0usize; 64];
+            let faults0 = minor_faults();
+            let mut done = None;
+            'outer: while done.is_none() {
+                // one round: ROUND datagrams, channel after channel
+                let mut m = 0;
+                while m < ROUND {
+                    let c = m % CHANNELS;
+                    let p = &packets[cycles[c][pos[c] % cycles[c].len()]];
+                    pos[c] += 1;
+                    batch[m * 4200..m * 4200 + p.len()].copy_from_slice(p);
+                    lens[m] = p.len();
+                    m += 1;
                 }
+                let t0 = thread_cpu();
+                for (i, &len) in lens[..m].iter().enumerate() {
+                    let data = &batch[i * 4200..i * 4200 + len];
+                    n += 1;
+                    let alc = flute::core::alc::parse_alc_pkt(data).unwrap();
+                    if let fast::Taken::Completed(path, _) = objects.push(&alc, data) {
+                        done = Some(path);
+                        cpu += thread_cpu() - t0;
+                        break 'outer;
+                    }
+                }
+                cpu += thread_cpu() - t0;
             }
-            cpu += thread_cpu() - t0;
+            let faults = minor_faults() - faults0;
+            let (decodes, decode_s) = objects.decode_cost();
+            let write_s = objects.write_cost();
+            let path = done.unwrap();
+            let exact = std::fs::read(&path).unwrap() == *content;
+            std::fs::remove_file(&path).ok();
+            let us = |s: f64| s * 1e6 / n as f64;
+            println!(
+                "{:>5}  {:>9.2}  {:>6.2}  {:>6.2}  {:>4.2}  {n:>7}  {decodes:>7}  {faults:>6}  {exact}",
+                round + 1,
+                us(cpu),
+                us(decode_s),
+                us(write_s),
+                us(cpu - decode_s - write_s)
+            );
+        };
+        if fresh_thread {
+            // a receive thread of its own, as `pressrun get` has: its malloc arena
+            // and the pages it faults in are fresh
+            std::thread::scope(|s| {
+                s.spawn(body);
+            });
+        } else {
+            body();
         }
-        let faults = minor_faults() - faults0;
-        let (decodes, decode_s) = objects.decode_cost();
-        let write_s = objects.write_cost();
-        let path = done.unwrap();
-        let exact = std::fs::read(&path).unwrap() == *content;
-        std::fs::remove_file(&path).ok();
-        let us = |s: f64| s * 1e6 / n as f64;
-        println!(
-            "{:>5}  {:>9.2}  {:>6.2}  {:>6.2}  {:>4.2}  {n:>7}  {decodes:>7}  {faults:>6}  {exact}",
-            round + 1,
-            us(cpu),
-            us(decode_s),
-            us(write_s),
-            us(cpu - decode_s - write_s)
-        );
-      };
-      if fresh_thread {
-          std::thread::scope(|s| { s.spawn(|| body()); });
-      } else {
-          body();
-      }
     }
     std::fs::remove_dir_all(&dir).ok();
 }
