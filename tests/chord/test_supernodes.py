@@ -301,7 +301,7 @@ async def test_a_starting_supernode_state_carries_its_counters() -> None:
     # the counters a poller reads are there from the start (it read only `phase` and a
     # KeyError broke tests/integration/test_chord_ring.py in CI).
     sn = Supernode(tracker_base="http://127.0.0.1:9", info_hash="ab" * 20, num_pieces=4)
-    resp = await sn._state(make_mocked_request("GET", "/chord/v1/state"))
+    resp = await sn.routes.state(make_mocked_request("GET", "/chord/v1/state"))
     body = json.loads(resp.text or "")
     assert body["phase"] == "starting"
     assert body["uploader_answers"] == 0 and body["dropped"] == 0

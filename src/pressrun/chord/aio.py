@@ -5,22 +5,10 @@ One supernode serves one issue's ring (docs/chord.md). It registers with the tra
 supernodes; it creates the ring or joins it through those, and re-registers every
 ``heartbeat_s`` (the list it gets back is the only membership it trusts: `restrict_to`).
 
-HTTP routes (aiohttp; JSON bodies, docs/protocols.md):
-
-- ``POST /chord/v1/rpc``: one Chord request in, its reply out (`pressrun.chord.codec`).
-  A sender that is not on the tracker's list, or whose address is not the one the
-  request came from, gets 403 and the core never acts on it;
-- ``POST /chord/v1/lookup``: ``{"keys": [hex, ...]}`` -> ``{"owners": {hex: node|null}}``
-  (a client's way into the ring: which supernode answers for each key). Only the
-  issue's piece keys are looked up (anything else is 400), so what the answers are
-  kept in is bounded by the issue's pieces;
-- ``POST /chord/v1/pieces``: a node reports the pieces it holds and its totals, and asks
-  who uploads the pieces it wants, for the keys this supernode answers for
-  (`PieceDirectory`); the others come back in ``not_mine`` (ask the ring again). **A
-  report speaks for the peer it comes from**: the holder's address is the request's
-  source address with the port the report names, and a peer id is bound to that host
-  while its holder is fresh (another host reporting it gets 403; more holders than
-  `pressrun.chord.directory.MAX_HOLDERS_PER_HOST` from one host, 429).
+Its HTTP routes (``/chord/v1/rpc``, ``/lookup``, ``/pieces``, ``/state``) are
+`pressrun.chord.routes.SupernodeRoutes`; this module keeps the supernode's life cycle,
+its tracker registration and heartbeat, the core's effects and timer, the outgoing
+requests and the lookups the routes ask for.
 
 The tracker's list is the ring's membership, and the id it lists for this supernode is
 the one it takes: a tracker that placed it elsewhere (it lost its list, or expired the
@@ -36,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 from collections import deque
@@ -50,12 +37,9 @@ from aiohttp import web
 from pressrun.chord.codec import (
     CodecError,
     id_hex,
-    node_json,
     parse_id,
     parse_node,
-    parse_pieces_query,
     parse_reply,
-    parse_request,
     reply_json,
     request_json,
 )
@@ -63,7 +47,6 @@ from pressrun.chord.config import ChordConfig
 from pressrun.chord.core import ChordNode, LocalProtocolError, Phase
 from pressrun.chord.directory import PieceDirectory
 from pressrun.chord.events import (
-    DropReason,
     Effect,
     HandoffReceived,
     LookupDone,
@@ -75,13 +58,13 @@ from pressrun.chord.events import (
     Request,
     Send,
 )
-from pressrun.chord.ids import NodeRef, same_host, seen_address
+from pressrun.chord.ids import NodeRef
 from pressrun.chord.pieces import piece_keys
 from pressrun.chord.post import post_json
+from pressrun.chord.routes import SupernodeRoutes
 
 log = logging.getLogger(__name__)
 
-_MAX_KEYS = 4096
 #: a tracker that does not answer at start is asked again (a busy host)
 _REGISTER_ATTEMPTS = 5
 _NODES_FAILED_KEPT = 64
@@ -210,6 +193,7 @@ class Supernode:
         self._pending: dict[int, asyncio.Task[NodeRef | None]] = {}
         self.owner_cache_s = owner_cache_s
         self._heartbeat: asyncio.Task[None] | None = None
+        self.routes = SupernodeRoutes(self)
 
     @property
     def address(self) -> str:
@@ -222,10 +206,7 @@ class Supernode:
         self._loop = asyncio.get_running_loop()
         self._http = aiohttp.ClientSession()
         app = web.Application(client_max_size=1 << 20)
-        app.router.add_post("/chord/v1/rpc", self._rpc)
-        app.router.add_post("/chord/v1/lookup", self._lookup)
-        app.router.add_post("/chord/v1/pieces", self._pieces)
-        app.router.add_get("/chord/v1/state", self._state)
+        self.routes.add_to(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
@@ -452,36 +433,7 @@ class Supernode:
         if self.node is not None:
             self._apply(self.node.handle_timer(now=self._now()))
 
-    # --- HTTP handlers ---------------------------------------------------------------
-
-    async def _rpc(self, request: web.Request) -> web.Response:
-        self.stats.requests_in += 1
-        try:
-            req = parse_request(await request.json())
-        except (CodecError, json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
-            return web.json_response({"error": str(err)}, status=400)
-        node = self.node
-        if node is None:
-            return web.json_response({"error": "not on the ring yet"}, status=503)
-        if not same_host(req.sender.address, request.remote):
-            self.stats.dropped += 1
-            return web.json_response(
-                {"error": "sender address is not where this came from"}, status=403
-            )
-        effects = node.handle_request(req, now=self._now())
-        replies = [e for e in effects if isinstance(e, Send) and isinstance(e.message, Reply)]
-        self._apply([e for e in effects if e not in replies])
-        if any(
-            isinstance(e, MessageDropped) and e.reason is DropReason.NOT_A_MEMBER for e in effects
-        ):
-            return web.json_response(
-                {"error": "not on the tracker's list of supernodes"}, status=403
-            )
-        if not replies:
-            return web.json_response({"error": "not on the ring"}, status=503)
-        msg = replies[0].message
-        assert isinstance(msg, Reply)
-        return web.json_response(reply_json(msg))
+    # --- lookups for the HTTP routes (`pressrun.chord.routes`) ---------------------
 
     async def lookup(
         self, keys: list[int], *, failed: Collection[str] = ()
@@ -544,121 +496,3 @@ class Supernode:
     def _ring_changed(self) -> None:
         # owners found before may no longer answer for their keys
         self._owners.clear()
-
-    async def _lookup(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-            raw = body.get("keys") if isinstance(body, dict) else None
-            if not isinstance(raw, list) or len(raw) > _MAX_KEYS:
-                raise CodecError(f"keys must be a list of at most {_MAX_KEYS} ids")
-            keys = [parse_id(k, "key") for k in raw]
-            if not all(k in self._key_set for k in keys):
-                # (any other key would be looked up through the ring and its answer
-                # kept: 4,096 random keys a request cost 29 MB and 5.4 s of CPU)
-                raise CodecError("keys must be piece keys of this issue (GET /v1/ring)")
-            failed = body.get("failed", [])
-            if not isinstance(failed, list) or not all(isinstance(a, str) for a in failed):
-                raise CodecError("failed must be a list of host:port strings")
-        except (CodecError, json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
-            return web.json_response({"error": str(err)}, status=400)
-        self.stats.client_requests += 1
-        try:
-            owners = await asyncio.wait_for(self.lookup(keys, failed=failed[:64]), timeout=30.0)
-        except LocalProtocolError:
-            return web.json_response({"error": "not on the ring yet"}, status=503)
-        return web.json_response(
-            {"owners": {id_hex(k): (node_json(n) if n else None) for k, n in owners.items()}}
-        )
-
-    async def _pieces(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-            q = parse_pieces_query(body, self.num_pieces)
-        except (CodecError, json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
-            return web.json_response({"error": str(err)}, status=400)
-        node = self.node
-        if node is None or node.phase is not Phase.ON_RING:
-            return web.json_response({"error": "not on the ring yet"}, status=503)
-        self.stats.client_requests += 1
-        now = self._now()
-        # the holder is where the report comes from (module docstring): its own host,
-        # the port it listens on
-        address = seen_address(request.remote, q.address)
-        if address is None:
-            return web.json_response(
-                {"error": "address must be host:port, reported from an IP address"}, status=400
-            )
-        refusal = self.directory.admit(q.peer_id, address, now)
-        if refusal is not None:
-            self.stats.refused_reports += 1
-            bound = "reports from" in refusal
-            return web.json_response(
-                {"error": refusal},
-                status=403 if bound else 429,
-                headers=None if bound else {"Retry-After": "30"},
-            )
-        mine = {p for p in (*q.have, *q.want) if node.answers_for(self.keys[p])}
-        self.directory.handle_report(
-            peer_id=q.peer_id,
-            address=address,
-            have=[p for p in q.have if p in mine],
-            uploaded_bytes=q.uploaded,
-            downloaded_bytes=q.downloaded,
-            now=now,
-            left=q.left,
-            upload_bps=q.upload_bps,
-            unchoked=q.unchoked,
-            unused_upload_bps=q.unused_upload_bps,
-            download_bps=q.download_bps,
-            missing=q.missing,
-            bring_bps=q.bring_bps,
-        )
-        answers = []
-        for p in q.want:
-            if p in mine:
-                up = self.directory.choose_uploader(
-                    p,
-                    peer_id=q.peer_id,
-                    address=address,
-                    now=now,
-                    bringing=q.bringing,
-                    brought=q.brought,
-                )
-                answers.append(
-                    {
-                        "piece": p,
-                        "peer_id": up.peer_id,
-                        "address": up.address,
-                        "bring_in": up.bring_in,
-                        "wait": up.wait,
-                        "first": up.first,
-                    }
-                )
-        self.stats.uploader_answers += len(answers)
-        not_mine = sorted({*q.have, *q.want} - mine)
-        return web.json_response({"uploaders": answers, "not_mine": not_mine})
-
-    async def _state(self, request: web.Request) -> web.Response:
-        node = self.node
-        if node is None:  # the counters exist from the start: a reader never misses a key
-            return web.json_response(
-                {
-                    "phase": "starting",
-                    "uploader_answers": self.stats.uploader_answers,
-                    "dropped": self.stats.dropped,
-                    "nodes_failed": list(self.stats.nodes_failed),
-                }
-            )
-        return web.json_response(
-            {
-                "node": node_json(node.me),
-                "phase": node.phase.value,
-                "predecessor": node_json(node.predecessor) if node.predecessor else None,
-                "successors": [node_json(s) for s in node.successors],
-                "pieces": sum(1 for k in self.keys if node.answers_for(k)),
-                "holders": len(self.directory.holders),
-                "uploader_answers": self.stats.uploader_answers,
-                "dropped": self.stats.dropped,
-                "nodes_failed": list(self.stats.nodes_failed),
-            }
-        )
