@@ -305,11 +305,17 @@ class _PlainNotices:
 
 def result_document(result: Any) -> dict[str, Any]:
     """``pressrun get --json``'s object: the `FetchResult`'s fields, the bytes from the
-    origins in all, and the SHA-256 of the file as it lies in the library."""
+    origins in all, the SHA-256 of the file as it lies in the library, and
+    ``opened_at``: the wall-clock time (Unix seconds) the issue was readable in the
+    library (with ``--prefetch``, when it was opened at the release: the emulation's
+    release minute compares it with the release time, issue 35)."""
     import dataclasses
     import hashlib
+    import time
 
+    opened_at = time.time()  # noqa: TID251 (compared with the release's wall-clock time)
     doc = dataclasses.asdict(result)
+    doc["opened_at"] = round(opened_at, 3)
     doc["path"] = str(result.path)
     doc["bytes_from_origins"] = result.bytes_from_origins
     doc["download_s"] = result.download_s

@@ -28,6 +28,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pressrun.emulate.engine import DockerCommandError, Engine
+from pressrun.emulate.project import ComposeProject, EmulationError
+
 log = logging.getLogger(__name__)
 
 #: the relay's service in the generated override, and its port (RFC 7450's)
@@ -146,3 +149,26 @@ def multicast_path(row: Mapping[str, Any]) -> str | None:
     if not note:
         return "unattributed"
     return "relay" if RELAY_MARK in str(note) else "native"
+
+
+def amt_network(engine: Engine, project: ComposeProject, subnet: str) -> list[str]:
+    """The AMT readers' network (labelled as the project's, so the teardown removes
+    it), unicast routed to and from the island; the ``--add-host`` arguments that name
+    the island's services for a reader on it."""
+    network = project.network_named(AMT_NETWORK)
+    engine.docker(
+        "network", "create", "--driver", "bridge", "--subnet", subnet,
+        "--label", f"com.docker.compose.project={project.name}",
+        "--label", f"com.docker.compose.network={AMT_NETWORK}", network,
+    )  # fmt: skip
+    try:
+        enable_forwarding([project.bridge(project.network), project.bridge(network)])
+    except OSError as err:
+        raise EmulationError(f"cannot route between the island and the AMT readers: {err}") from err
+    addresses: dict[str, str] = {}
+    for service in ISLAND_SERVICES:
+        try:
+            addresses[service] = project.address(service)
+        except (EmulationError, DockerCommandError):
+            continue  # not in this run (balancer-2 in the one-balancer twin)
+    return host_entries(addresses)

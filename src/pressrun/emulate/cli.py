@@ -80,7 +80,15 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--no-twin",
         action="store_true",
-        help="skip the scenario's unicast-only twin run",
+        help="skip the scenario's twin run (unicast-only, one balancer, or no embargo)",
+    )
+    p.add_argument(
+        "--readers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="an [embargo] scenario's readers (its default is the issue's 150): what "
+        "this host carries",
     )
     p.add_argument(
         "--env",
@@ -145,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             scenario = with_env(load_scenario(args.scenario), args.env)
+            if args.readers is not None:
+                from pressrun.emulate.scenario import with_readers
+
+                scenario = with_readers(scenario, args.readers)
         except ScenarioError as err:
             print(f"pressrun emulate: {err}", file=sys.stderr)
             return 2

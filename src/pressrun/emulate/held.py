@@ -34,6 +34,7 @@ PRELOAD = (
     "pressrun.chord.host",
     "pressrun.multicast.receiver",
     "pressrun.multicast.gateway",  # an AMT reader's gateway (issue 34)
+    "pressrun.clients.prefetch",  # a reader of the release minute (issue 35)
 )
 #: how often a held client looks for its release file (seconds)
 POLL_S = 0.05

@@ -56,6 +56,24 @@ async def sample_cpu(
         await asyncio.sleep(CPU_SAMPLE_INTERVAL_S)
 
 
+async def wait_healthy(url: str, timeout_s: float) -> None:
+    """Until ``url`` (a service's /healthz) answers 200, or `EmulationError`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    last = "no answer"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
+        while loop.time() < deadline:
+            try:
+                async with http.get(url) as resp:
+                    if resp.status == 200:
+                        return
+                    last = f"HTTP {resp.status}"
+            except (aiohttp.ClientError, OSError) as err:
+                last = str(err) or type(err).__name__
+            await asyncio.sleep(0.5)
+    raise EmulationError(f"{url} did not answer in {timeout_s:g} s ({last})")
+
+
 async def wait_balancer_ready(url: str, issue_id: str, timeout_s: float) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

@@ -25,6 +25,12 @@ from pressrun.emulate.balancer_kill import (
     mode_change_clients,
     mode_change_demand,
 )
+from pressrun.emulate.embargo import (
+    NO_EMBARGO,
+    release_comparison,
+    release_line,
+    release_summary,
+)
 from pressrun.emulate.fleet import (
     by_kind,
     channels_against_links,
@@ -80,6 +86,8 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
                 "bytes_from_web_seeds": doc.get("bytes_from_web_seeds", 0),
                 "bytes_from_peers": doc.get("bytes_from_peers", 0),
                 "bytes_from_multicast": doc.get("bytes_from_multicast", 0),
+                # the wall time the issue was readable (the release minute, issue 35)
+                "opened_at": doc.get("opened_at"),
                 "verified": o.verified(sha256),
                 "exit_code": o.exit_code,
                 # the host's (a container that never ended) or the client's own (a
@@ -248,6 +256,7 @@ def summarize(
             "supernodes_at_end": r.supernodes_at_end,
             "egress_series": {n: s for n, s in r.egress.items()},
             "by_kind": by_kind(every),
+            "release": _release(r, every),
             "channels": channels_against_links(every, channel_mbps),
             "per_client": every,
         }
@@ -262,6 +271,9 @@ def summarize(
         summary["one_balancer_comparison"] = compare_modes(
             variants["emulation"]["balancers"], variants[ONE_BALANCER]["balancers"]
         )
+    with_embargo, without = (variants.get(n, {}).get("release") for n in ("emulation", NO_EMBARGO))
+    if with_embargo and without:
+        summary["release_comparison"] = release_comparison(with_embargo, without)
     twin = twin_comparison(variants)
     if twin is not None:
         summary["twin_comparison"] = twin
@@ -272,6 +284,16 @@ def summarize(
                 variants["emulation"]["origin_egress_total_bytes"] / unicast, 4
             )
     return summary
+
+
+def _release(r: VariantResult, rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's release-minute figures (`pressrun.emulate.embargo`), or None."""
+    if r.release is None:
+        return None
+    return release_summary(
+        rows, r.egress, release_s=r.release["release_s"], release_wall=r.release["release_wall"],
+        open_within_s=r.release["open_within_s"], wrap_buckets=r.release.get("wrap_buckets", {}),
+    )  # fmt: skip
 
 
 def write_report(
@@ -474,6 +496,8 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
             )
         if len(v.get("by_kind", {})) > 1:
             console.print(kinds_line(name, v["by_kind"]))
+        if v.get("release"):
+            console.print(release_line(name, v["release"]))
         if v.get("channels", {}).get("receivers"):
             console.print(channels_line(name, v["channels"]))
         if v.get("ring_by_policy"):
@@ -486,6 +510,13 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
         console.print(
             f"origin egress with swarm/multicast on: {summary['origin_egress_ratio']:.1%} "
             "of the unicast-only run's"
+        )
+    release = summary.get("release_comparison")
+    if release is not None and release["ratio"] is not None:
+        console.print(
+            f"origins from the release: {release['origin_bytes_from_release'] / 1e6:.0f} MB "
+            f"with the embargo, {release['no_embargo_origin_bytes_from_release'] / 1e6:.0f} MB "
+            f"in the flash crowd without it ({release['ratio']:.1%})"
         )
     twin = summary.get("twin_comparison")
     if twin is not None:

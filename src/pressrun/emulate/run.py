@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -35,16 +36,22 @@ from typing import Any
 from pressrun.clients.config import UPLOADER_POLICY_ENV
 from pressrun.emulate.amt import (
     AMT_NETWORK,
-    ISLAND_SERVICES,
     RELAY_PORT,
     SSM_ENV,
-    enable_forwarding,
-    host_entries,
+    amt_network,
     island_addresses,
     write_override,
 )
 from pressrun.emulate.balancer_kill import ONE_BALANCER, SECOND_BALANCER
 from pressrun.emulate.container_kill import container_pid, kill_container_process
+from pressrun.emulate.embargo import (
+    KEYS_MOUNT,
+    NO_EMBARGO,
+    publish_for_readers,
+    set_release,
+    wrap_buckets,
+)
+from pressrun.emulate.embargo import client_args as embargo_client_args
 from pressrun.emulate.engine import DockerCommandError, Engine
 from pressrun.emulate.held import go_path, ready_path, started_path
 from pressrun.emulate.probes import (
@@ -105,6 +112,9 @@ class PublishedIssue:
     public_key_hex: str
     sha256: str
     size_bytes: int
+    #: the plaintext kept for each run to publish itself (an [embargo] scenario: each
+    #: run publishes it encrypted for its own subscription service), else None
+    source: Path | None = None
 
 
 #: the two balancers as the clients reach them (docker-compose.yml)
@@ -137,13 +147,16 @@ def browser_command(scenario: EmulationScenario, issue: PublishedIssue, number: 
     ]  # fmt: skip
 
 
-def publish_issue(out_dir: Path, size_mb: float, seed: int, *, pdf: bool = False) -> PublishedIssue:
+def publish_issue(
+    out_dir: Path, size_mb: float, seed: int, *, pdf: bool = False, publish_now: bool = True
+) -> PublishedIssue:
     """A generated issue of ``size_mb`` MB, signed with a fresh key, web seeds on the
     three origins by their service names. ``pdf``: a real PDF padded to the size (the
     reader's sample, `pressrun.reader.sample`), for browser readers: the app draws the
     issue's cover with pdf.js after the download, and on 50 MB of random bytes that
     never ended (flash crowd run E: every phone held all the bytes and no result after
-    10 min); else seeded random bytes."""
+    10 min); else seeded random bytes. ``publish_now=False``: the key and the file
+    only (kept as ``source``), for runs that publish it themselves (`run_variant`)."""
     from pressrun.content.keys import generate_keypair, load_public_key
     from pressrun.content.publish import publish
 
@@ -164,6 +177,10 @@ def publish_issue(out_dir: Path, size_mb: float, seed: int, *, pdf: bool = False
         source.write_bytes(data)
     sha = hashlib.sha256(data).hexdigest()
     del data
+    if not publish_now:
+        return PublishedIssue(
+            ISSUE_ID, content, key, load_public_key(pub).hex(), sha, size, source=source
+        )
     publish(
         source,
         issue_id=ISSUE_ID,
@@ -235,6 +252,10 @@ class VariantResult:
     #: per balancer, the directives it answered (and since its restart), from Prometheus
     directives_by: dict[str, Any] = field(default_factory=dict)
     balancer_events: dict[str, list[list[Any]]] = field(default_factory=dict)
+    #: the release minute (issue 35): ``release_s`` (from the first arrival),
+    #: ``release_wall``, ``open_within_s``, ``wrap_buckets`` (the subscription
+    #: service's wrap histogram at the end); None without an [embargo]
+    release: dict[str, Any] | None = None
 
 
 def _wall_clock() -> float:
@@ -338,6 +359,11 @@ async def run_variant(
     project_name = project_name_of(variant)
     # the one-balancer twin: balancer-2 never starts and no client names it
     single = variant == ONE_BALANCER
+    # the release minute (issue 35): this run publishes the issue encrypted into its
+    # own content folder; with the embargo ("emulation") its readers prefetch
+    embargoed = scenario.embargo is not None and variant != NO_EMBARGO
+    if scenario.embargo is not None:
+        issue = dataclasses.replace(issue, content_dir=log_dir / f"{variant}-content")
     subnet = free_subnet(engine)
     env = {
         # with readers behind an AMT relay the carousel is source-specific (232/8)
@@ -397,6 +423,8 @@ async def run_variant(
     project = ComposeProject(engine, compose_file, project_name, env, overrides)
     log_path = log_dir / f"{variant}-services.log"
     plans = scenario.clients()
+    if scenario.embargo is not None and not embargoed:
+        plans = scenario.release_crowd()  # the same readers at the release minute
     outcomes = [ClientOutcome(p, f"{project_name}_client_{p.number}") for p in plans]
     egress: dict[str, list[tuple[float, int]]] = {name: [] for name in ORIGINS}
     result = VariantResult(variant, outcomes, egress)
@@ -405,12 +433,21 @@ async def run_variant(
     cpu_sampler: asyncio.Task[None] | None = None
     clients_ready: asyncio.Task[None] | None = None
     try:
+        keys_dir = log_dir / f"{variant}-keys"
+        if scenario.embargo is not None:
+            note = await publish_for_readers(
+                project, issue_id=issue.issue_id, source=issue.source, key_file=issue.key_file,
+                content_dir=issue.content_dir, numbers=[p.number for p in plans],
+                keys_dir=keys_dir, token=env["PRESSRUN_SUBSCRIPTIONS_TOKEN"], embargoed=embargoed,
+                web_seeds=[f"http://{name}:{port}" for name, port in ORIGINS.items()],
+            )  # fmt: skip
+            report(f"[{variant}] {note}")
         report(f"[{variant}] starting the services on {subnet} (docker-compose up)")
         scale = ("--scale", f"{SECOND_BALANCER}=0") if single else ()
         await asyncio.to_thread(project.compose, "up", "-d", "--no-build", *scale, timeout_s=300)
         amt_hosts: list[str] = []
         if amt_subnet is not None:
-            amt_hosts = await asyncio.to_thread(_amt_network, engine, project, amt_subnet)
+            amt_hosts = await asyncio.to_thread(amt_network, engine, project, amt_subnet)
             report(
                 f"[{variant}] {len(plans_of(plans, AMT))} AMT readers on {amt_subnet} "
                 f"(no multicast route; unicast routed to {subnet}), the relay at "
@@ -438,6 +475,8 @@ async def run_variant(
                     "-v", f"{release_dir.resolve()}:{RELEASE_MOUNT}"]  # fmt: skip
             if outcome.plan.kind == AMT:
                 args += amt_hosts
+            if scenario.embargo is not None:  # a subscriber's key of its own
+                args += ["-v", f"{keys_dir.resolve()}:{KEYS_MOUNT}:ro"]
             for key, value in link.env().items():
                 args += ["-e", f"{key}={value}"]
             # libtorrent's WebRTC peers (the browser readers' way in) ask coturn, as
@@ -453,6 +492,8 @@ async def run_variant(
                 "--publisher-key", issue.public_key_hex, "--json", "--max-seed-s", max_seed,
                 "--multicast-deadline-s", mc_deadline,
             ]  # fmt: skip
+            if scenario.embargo is not None:
+                args += embargo_client_args(outcome.plan.number, prefetch=embargoed)
             if env.get("PRESSRUN_MULTICAST_SENDER", "x"):
                 # a swarm client moves to the carousel when it starts early in its download
                 args += ["--multicast-control-group", control_group]
@@ -508,6 +549,15 @@ async def run_variant(
             )
         t0 = loop.time()
         result.t0_wall = _wall_clock()
+        if scenario.embargo is not None:
+            result.release = await set_release(
+                project, scenario.embargo, token=env["PRESSRUN_SUBSCRIPTIONS_TOKEN"],
+                key_file=issue.key_file, issue_id=issue.issue_id, t0_wall=result.t0_wall,
+                embargoed=embargoed,
+            )  # fmt: skip
+            if embargoed:
+                report(f"[{variant}] the release moved to {result.release['release_s']:.0f} s "
+                       "after the first arrival")  # fmt: skip
         sampler = asyncio.create_task(
             sample_egress(
                 addresses, egress, t0, sender_url, result.sender, balancer_url, result.directives
@@ -559,6 +609,11 @@ async def run_variant(
         )
         await asyncio.gather(*faulters)
         result.wall_s = loop.time() - t0
+        if result.release is not None:
+            try:
+                result.release["wrap_buckets"] = await wrap_buckets(project)
+            except Exception as err:  # a figure of the report must never end a run
+                report(f"[{variant}] the wrap latency is not known: {err}")
         for outcome in outcomes:
             _read_started(outcome, release_dir, t0)
         result.trackers = await tracker_views(project, info_hash)
@@ -586,29 +641,6 @@ async def run_variant(
 def plans_of(plans: Sequence[ClientPlan], kind: str) -> list[ClientPlan]:
     """The clients of one kind."""
     return [p for p in plans if p.kind == kind]
-
-
-def _amt_network(engine: Engine, project: ComposeProject, subnet: str) -> list[str]:
-    """The AMT readers' network (labelled as the project's, so the teardown removes
-    it), unicast routed to and from the island; the ``--add-host`` arguments that name
-    the island's services for a reader on it."""
-    network = project.network_named(AMT_NETWORK)
-    engine.docker(
-        "network", "create", "--driver", "bridge", "--subnet", subnet,
-        "--label", f"com.docker.compose.project={project.name}",
-        "--label", f"com.docker.compose.network={AMT_NETWORK}", network,
-    )  # fmt: skip
-    try:
-        enable_forwarding([project.bridge(project.network), project.bridge(network)])
-    except OSError as err:
-        raise EmulationError(f"cannot route between the island and the AMT readers: {err}") from err
-    addresses: dict[str, str] = {}
-    for service in ISLAND_SERVICES:
-        try:
-            addresses[service] = project.address(service)
-        except (EmulationError, DockerCommandError):
-            continue  # not in this run (balancer-2 in the one-balancer twin)
-    return host_entries(addresses)
 
 
 async def _start_held(
@@ -770,9 +802,12 @@ async def run_scenario(
         report(f"removed what earlier runs left on the engine: {', '.join(stale)}")
     report(f"publishing a {scenario.issue_mb:g} MB issue into {folder / 'content'}")
     issue = await asyncio.to_thread(
-        publish_issue, folder, scenario.issue_mb, scenario.seed, pdf=scenario.browsers is not None
-    )
+        publish_issue, folder, scenario.issue_mb, scenario.seed,
+        pdf=scenario.browsers is not None, publish_now=scenario.embargo is None,
+    )  # fmt: skip
     variants: list[tuple[str, dict[str, str]]] = [("emulation", {})]
+    if scenario.embargo is not None and scenario.embargo.twin and twin:
+        variants.append((NO_EMBARGO, {}))
     if scenario.unicast_twin and twin:
         variants.append(("unicast-only", UNICAST_ENV))
     if scenario.one_balancer_twin and twin:

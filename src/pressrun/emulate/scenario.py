@@ -44,6 +44,16 @@ links, when clients arrive and what breaks when::
     at_s = 55
     spread_s = 60
 
+    [embargo]                  # the release minute (issue 35): the issue published
+    readers = 150              # encrypted for `readers` subscribers (one client each,
+    window_s = 120             # registered by the run) with its release `window_s`
+    prefetch_spread_s = 30     # after the first arrival; each reader starts ``get
+    crowd_spread_s = 60        # --prefetch`` over the first `prefetch_spread_s` and
+    open_within_s = 10         # opens it at the release; the twin (`twin`): the same
+    twin = true                # readers, no embargo, arriving over `crowd_spread_s`
+                               # (the release minute's flash crowd). No [[arrivals]]:
+                               # they are the readers'; no browser or AMT readers
+
     [amt_readers]              # ``pressrun get`` on a network of their own with no
     link = "dsl-20"            # multicast route to the sender's (issue 34): unicast
                                # routed to the island, the carousel through an AMT
@@ -59,6 +69,7 @@ Built-in scenarios live in `pressrun/emulate/scenarios/*.toml`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import tomllib
@@ -160,6 +171,31 @@ class AmtReaders:
 
 
 @dataclass(frozen=True, slots=True)
+class Embargo:
+    """The release minute (issue 35): how many readers (subscribers), when the release
+    comes after the first arrival, how the readers arrive (prefetching from the start
+    of the window; in the twin, without an embargo, over the release minute) and what
+    counts as opened at the release."""
+
+    readers: int
+    window_s: float
+    prefetch_spread_s: float
+    crowd_spread_s: float
+    open_within_s: float
+    twin: bool
+
+    def prefetch_arrivals(self) -> dict[str, Any]:
+        """The readers' arrival table with the embargo: over the window's start."""
+        return {"kind": "burst", "count": self.readers, "at_s": 0.0,
+                "spread_s": self.prefetch_spread_s}  # fmt: skip
+
+    def crowd_arrivals(self) -> dict[str, Any]:
+        """The readers' arrival table without it: the release minute's crowd."""
+        return {"kind": "burst", "count": self.readers, "at_s": 0.0,
+                "spread_s": self.crowd_spread_s}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class EmulationScenario:
     """A validated emulation scenario."""
 
@@ -180,6 +216,19 @@ class EmulationScenario:
     browsers: BrowserReaders | None = None
     #: readers on a network without multicast routes, behind an AMT relay (issue 34)
     amt: AmtReaders | None = None
+    #: the release minute (issue 35): an encrypted issue under an embargo, or None
+    embargo: Embargo | None = None
+
+    def release_crowd(self) -> list[ClientPlan]:
+        """The embargo's twin: the same readers (numbers and links) arriving over the
+        release minute (`Embargo.crowd_arrivals`), without an embargo."""
+        assert self.embargo is not None
+        rng = random.Random(self.seed + 3)
+        spec = self.embargo.crowd_arrivals()
+        times = sorted(a.at_s for a in expand_arrivals(spec, rng, "embargo", self.source))
+        return [
+            dataclasses.replace(plan, at_s=t) for plan, t in zip(self.clients(), times, strict=True)
+        ]
 
     def clients(self) -> list[ClientPlan]:
         """Every client in start order, each with a link drawn by share (seeded); the
@@ -242,8 +291,10 @@ def load_scenario(name_or_path: str) -> EmulationScenario:
 
 _TOP = {
     "name", "description", "issue_mb", "unicast_twin", "timeout_s", "seed", "env", "links",
-    "arrivals", "faults", "one_balancer_twin", "browser_readers", "amt_readers",
+    "arrivals", "faults", "one_balancer_twin", "browser_readers", "amt_readers", "embargo",
 }  # fmt: skip
+_EMBARGO = {"readers", "window_s", "prefetch_spread_s", "crowd_spread_s", "open_within_s",
+            "twin"}  # fmt: skip
 _BROWSERS = {"link", "seed_s", "arrivals"}
 _AMT = {"link", "arrivals"}
 _LINK = {"name", "rate", "up_rate", "down_rate", "loss_pct", "profile", "share"}
@@ -325,6 +376,12 @@ def parse_scenario(text: str, *, source: str = "<string>") -> EmulationScenario:
     if sum(link.share for link in links) <= 0:
         raise _err(source, "links", "the shares add up to 0")
     specs = _arrival_specs(doc.get("arrivals", []), source, "arrivals")
+    embargo = _embargo(doc.get("embargo"), source)
+    if embargo is not None:
+        for key in ("arrivals", "browser_readers", "amt_readers"):
+            if key in doc:
+                raise _err(source, key, "not with [embargo] (its readers are the clients)")
+        specs = [embargo.prefetch_arrivals()]
     if not specs:
         raise _err(source, "arrivals", "at least one [[arrivals]] table is needed")
     browsers = _browser_readers(doc.get("browser_readers"), links, source)
@@ -357,6 +414,7 @@ def parse_scenario(text: str, *, source: str = "<string>") -> EmulationScenario:
         one_balancer_twin=bool(doc.get("one_balancer_twin", False)),
         browsers=browsers,
         amt=amt,
+        embargo=embargo,
     )
     if not scenario.clients():
         raise _err(source, "arrivals", "no client arrives")
@@ -406,6 +464,43 @@ def _amt_readers(table: Any, links: Sequence[ClientLink], source: str) -> AmtRea
     if not specs:
         raise _err(source, f"{where}.arrivals", "at least one arrivals table is needed")
     return AmtReaders(link=link, arrival_specs=tuple(specs))
+
+
+def _embargo(table: Any, source: str) -> Embargo | None:
+    """The ``[embargo]`` table (the release minute, issue 35)."""
+    if table is None:
+        return None
+    where = "embargo"
+    if not isinstance(table, dict):
+        raise _err(source, where, "must be a table")
+    _unknown(table, _EMBARGO, source, where)
+    readers = _number(table, "readers", 150, source, where, minimum=1)
+    if readers != int(readers):
+        raise _err(source, f"{where}.readers", f"must be a whole number, got {readers:g}")
+    embargo = Embargo(
+        readers=int(readers),
+        window_s=_number(table, "window_s", 120.0, source, where, minimum=1.0),
+        prefetch_spread_s=_number(table, "prefetch_spread_s", 30.0, source, where),
+        crowd_spread_s=_number(table, "crowd_spread_s", 60.0, source, where),
+        open_within_s=_number(table, "open_within_s", 10.0, source, where, minimum=0.1),
+        twin=bool(table.get("twin", True)),
+    )
+    if embargo.prefetch_spread_s >= embargo.window_s:
+        raise _err(source, f"{where}.prefetch_spread_s", "must end before the release (window_s)")
+    return embargo
+
+
+def with_readers(scenario: EmulationScenario, readers: int) -> EmulationScenario:
+    """The embargo scenario with ``readers`` readers (``pressrun emulate --readers``:
+    what this host carries); ScenarioError for any other scenario."""
+    if scenario.embargo is None:
+        raise ScenarioError(f"{scenario.source}: --readers is for a scenario with [embargo]")
+    if readers < 1:
+        raise ScenarioError("--readers must be at least 1")
+    embargo = dataclasses.replace(scenario.embargo, readers=readers)
+    return dataclasses.replace(
+        scenario, embargo=embargo, arrival_specs=(embargo.prefetch_arrivals(),)
+    )
 
 
 def _check_ssm(env: Mapping[str, str], source: str) -> None:
