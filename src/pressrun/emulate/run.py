@@ -568,7 +568,7 @@ async def run_variant(
         faults = [f for f in scenario.faults if not (single and f.service == SECOND_BALANCER)]
         report(
             f"[{variant}] {len(plans)} clients over "
-            f"{scenario.last_arrival_s():.0f} s; faults: "
+            f"{max(p.at_s for p in plans):.0f} s; faults: "
             + (", ".join(f"{f.action} {f.service} at {f.at_s:g} s" for f in faults) or "none")
         )
 
@@ -603,7 +603,7 @@ async def run_variant(
         starters = [asyncio.create_task(start_client(o)) for o in outcomes]
         faulters = [asyncio.create_task(fault(f.at_s, f.action, f.service))
                     for f in faults]  # fmt: skip
-        deadline = t0 + scenario.last_arrival_s() + scenario.timeout_s
+        deadline = t0 + max(p.at_s for p in plans) + scenario.timeout_s
         await asyncio.gather(
             *starters, _wait_clients(engine, outcomes, deadline, report, variant, t0)
         )
