@@ -113,6 +113,38 @@ def test_range_spans_stay_inside_the_file(size: int, a: int, b: int) -> None:
         assert span.length >= 1
 
 
+def _general(header: str, size: int) -> ByteSpan | str | None:
+    """The general parse's answer: the leading space keeps it off the fast path."""
+    try:
+        return parse_range(" " + header, size)
+    except RangeNotSatisfiable:
+        return "416"
+
+
+@given(
+    size=st.integers(0, 10_000),
+    a=st.integers(0, 20_000),
+    b=st.integers(0, 20_000),
+    form=st.sampled_from(["{a}-{b}", "{a}-", "-{b}", "0{a}-{b}", "{a}-{b},", "{a}--{b}"]),
+)
+def test_the_fast_path_answers_as_the_general_parse(size: int, a: int, b: int, form: str) -> None:
+    header = "bytes=" + form.format(a=a, b=b)
+    try:
+        fast: ByteSpan | str | None = parse_range(header, size)
+    except RangeNotSatisfiable:
+        fast = "416"
+    assert fast == _general(header, size)
+
+
+@pytest.mark.parametrize(
+    "header", ["bytes=\u0661-\u0662", "bytes=1-\u00b2", "bytes=99999999999999999999-1", "bytes=5-4"]
+)
+def test_the_fast_path_leaves_odd_digits_to_the_general_parse(header: str) -> None:
+    with pytest.raises(RangeNotSatisfiable):
+        parse_range(header, 100)
+    assert _general(header, 100) == "416"
+
+
 # ------------------------------------------------------------------- validators
 
 

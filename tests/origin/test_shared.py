@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 from pressrun.origin.shared import merge_samples, merge_stats
@@ -162,3 +166,62 @@ def test_samples_add_up_created_is_earliest_fixed_gauges_once() -> None:
     assert merged["pressrun_origin_capacity_bytes_per_second"]["samples"][0][2] == 9.0
     carried = merge_samples([w0], counters_only=True)
     assert [f["name"] for f in carried] == ["pressrun_origin_sent_bytes"]
+
+
+def _sent(doc: dict[str, Any]) -> float:
+    """The sent-bytes counter in a snapshot's samples (0 before the first transfer)."""
+    values = [
+        float(s[2])
+        for f in doc["metrics"]
+        for s in f["samples"]
+        if s[0] == "pressrun_origin_sent_bytes_total"
+    ]
+    return sum(values)
+
+
+async def test_a_busy_worker_publishes_samples_at_most_a_second_old(tmp_path: Path) -> None:
+    """The snapshot's Prometheus samples: fresh when the worker is idle, reused for up
+    to METRICS_EVERY_S while transfers run (collecting them ten times a second was
+    2-3% of a busy worker), while the plain totals stay live."""
+    import aiohttp
+
+    from pressrun.origin import OriginConfig, start_origin
+    from pressrun.origin.shared import WorkerShare
+    from pressrun.origin.status import METRICS_EVERY_S
+
+    (tmp_path / "c" / "i").mkdir(parents=True)
+    (tmp_path / "c" / "i" / "f.bin").write_bytes(os.urandom(2_000_000))
+    share = WorkerShare(slot=0, workers=2, state_dir=tmp_path)
+    # 8 Mbit/s: the transfer runs for about 2 s
+    config = OriginConfig(content_dir=tmp_path / "c", egress_cap_mbps=8.0)
+    origin = await start_origin(config, share=share)
+    service = origin.service
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{origin.url}/content/i/f.bin") as resp,
+        ):
+            await resp.content.readexactly(300_000)
+            service.publish()
+            first = json.loads((tmp_path / "worker-0.json").read_bytes())
+            await resp.content.readexactly(300_000)
+            service.publish()
+            second = json.loads((tmp_path / "worker-0.json").read_bytes())
+            assert first["active"] == second["active"] == 1
+            assert second["bytes_sent_total"] > first["bytes_sent_total"]  # live
+            # reused: younger than a second (those of the idle start: no bytes yet)
+            assert _sent(second) == _sent(first) < first["bytes_sent_total"]
+            service._metrics_at -= METRICS_EVERY_S  # a second later
+            service.publish()
+            third = json.loads((tmp_path / "worker-0.json").read_bytes())
+            assert _sent(third) > _sent(first)
+            await resp.read()
+        for _ in range(100):  # idle again: the last transfer's samples at once
+            if service.meter.active_transfers == 0:
+                break
+            await asyncio.sleep(0.02)
+        service.publish()
+        idle = json.loads((tmp_path / "worker-0.json").read_bytes())
+        assert _sent(idle) == idle["bytes_sent_total"] == 2_000_000
+    finally:
+        await origin.stop()

@@ -113,6 +113,7 @@ class OriginService(TransferMixin, StatusMixin):
         self._dirty = False
         self._publisher: asyncio.TimerHandle | None = None
         self._request_counters: dict[tuple[str, int], Any] = {}
+        self._sent_counters: dict[str, Any] = {}
         self.cpu_percent = 0.0
         self.ram_percent = 0.0
         self._cpu = SystemCpu()
@@ -178,7 +179,10 @@ class OriginService(TransferMixin, StatusMixin):
         assert self.share is not None
         self._dirty = False
         try:
-            self.share.publish(self.snapshot())
+            # an idle worker publishes fresh samples (its last transfer's counts are
+            # in them at once); a busy one at most every METRICS_EVERY_S
+            idle = self.meter.active_transfers == 0
+            self.share.publish(self.snapshot(fresh_metrics=idle))
         except OSError as err:
             log.warning("worker %d could not publish its figures: %s", self.share.slot, err)
 
@@ -293,8 +297,10 @@ class OriginService(TransferMixin, StatusMixin):
         else:
             status, offset, count = 206, span.first, span.length
             headers[hdrs.CONTENT_RANGE] = span.content_range()
+        # the length as a header, not through the content_length setter (its checks
+        # were per-request work); prepare() sends it as it is
+        headers[hdrs.CONTENT_LENGTH] = str(count)
         response = web.StreamResponse(status=status, headers=headers)
-        response.content_length = count
         if request.method == hdrs.METH_HEAD or count == 0:
             await response.prepare(request)
             await response.write_eof()

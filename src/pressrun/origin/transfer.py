@@ -61,6 +61,8 @@ class TransferMixin:
     _copy_only: bool = False
     #: the connections are TCP (TCP_CORK applies); None: not yet asked
     _tcp: bool | None = None
+    #: the sent-bytes counter's child by issue
+    _sent_counters: dict[str, Any]
 
     async def _transfer(
         self,
@@ -121,7 +123,9 @@ class TransferMixin:
             cfg = self.config
             max_chunk = cfg.sendfile_chunk_bytes if bucket is None else cfg.cap_chunk_bytes
             chunk = max_chunk
-            counter = self.metrics.bytes_sent.labels(issue)
+            counter = self._sent_counters.get(issue)
+            if counter is None:  # the labelled child looked up once per issue
+                counter = self._sent_counters[issue] = self.metrics.bytes_sent.labels(issue)
             # A small object (a manifest, a cover) takes its bytes from the bucket but
             # does not wait behind the bulk transfers' debt: they pay it back (issue 33).
             small = is_small_object(name, size)
