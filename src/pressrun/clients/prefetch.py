@@ -313,7 +313,7 @@ class _Prefetcher:
             f.progress.started(m.issue_id, m.size_bytes, self._verified_bytes(m, verified))
         swarm = await self.join_swarm(m, grant, path)
         if swarm is not None:  # what libtorrent found on disk is ours, not the peers'
-            verified |= swarm.have()
+            verified |= swarm.on_disk
         pace = PrefetchPace(grant.rate_bytes_per_s, now=f.now())
         origin = 0
         failures = 0

@@ -109,6 +109,8 @@ class PrefetchSwarm:
         self._alerts: Any = None
         self._handle: Any = None
         self._have: list[bool] = []
+        # the pieces the partial file held when libtorrent checked it (set by start)
+        self.on_disk: frozenset[int] = frozenset()
         #: payload sent to other prefetchers (libtorrent's count)
         self.bytes_to_peers = 0
         self.peers = 0
@@ -141,17 +143,24 @@ class PrefetchSwarm:
         atp = lt.add_torrent_params()
         atp.ti = self._info
         atp.save_path = str(self.partial_dir)
+        # stopped once the check is done, before any peer can send a piece: what it
+        # holds then is what the file held (a piece from a peer in the moment before
+        # this loop's next look was counted as found on disk, as from nobody)
+        atp.flags |= lt.torrent_flags.stop_when_ready
         self._handle = self._alerts.session.add_torrent(atp)
         async with asyncio.timeout(timeout_s):
             while True:
-                state = self._handle.status().state
-                if state not in (
+                st = self._handle.status()
+                checking = st.state in (
                     lt.torrent_status.states.checking_files,
                     lt.torrent_status.states.checking_resume_data,
-                ):
+                )
+                if not checking and st.flags & lt.torrent_flags.paused:
                     break
                 await asyncio.sleep(0.05)
         self.refresh()
+        self.on_disk = frozenset(self.have())
+        self._handle.resume()
 
     def _on_alert(self, alert: Any) -> None:
         lt = self._lt
