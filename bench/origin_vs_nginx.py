@@ -17,8 +17,9 @@ both alike:
   below), every answer must be 206.
 
 Throughput = bytes wrk read / wrk's duration; CPU = user + system seconds of the
-server's whole process tree during the round (psutil), per GB read; beside it wrk's own
-CPU per GB and how busy the whole machine was. The client shares the 2 cores: when the
+server's whole process tree during the round (psutil), per GB read, with its system
+(kernel) part beside it; beside it wrk's own CPU per GB and how busy the whole machine
+was. The client shares the 2 cores: when the
 machine is near 100% busy, throughput is what the cores give divided by (server + wrk)
 CPU seconds per GB, so the server that costs more per byte also starves its client;
 the summary prints that sum for both. Prints per round
@@ -225,6 +226,9 @@ class Round:
     client_cpu_s: float = 0.0
     #: share of the whole machine's CPU time that was busy during the round (0..1)
     host_busy: float = 0.0
+    #: of cpu_s, the server's system (kernel) seconds: sendfile(2), TCP, the
+    #: loopback's delivery to wrk; the rest is its user-space work
+    sys_s: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -235,6 +239,11 @@ class Round:
     def cpu_per_gb(self) -> float:
         """Server CPU seconds per GB read."""
         return self.cpu_s / (self.bytes_read / 1e9)
+
+    @property
+    def sys_per_gb(self) -> float:
+        """Server system (kernel) CPU seconds per GB read."""
+        return self.sys_s / (self.bytes_read / 1e9)
 
     @property
     def client_cpu_per_gb(self) -> float:
@@ -259,7 +268,7 @@ def wrk_round(
         BENCH_FILE_BYTES=str(RANGE_FILE_BYTES if ranges else WHOLE_BYTES),
     )
     threads = min(connections, os.cpu_count() or 1)
-    before = cpu_seconds(pid)
+    before, sys_before = cpu_seconds(pid)
     client_before = _children_cpu_s()
     host_before = psutil.cpu_times()
     out = subprocess.run(
@@ -267,7 +276,8 @@ def wrk_round(
          "-s", str(script), url],
         env=env, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    cpu = cpu_seconds(pid) - before
+    after, sys_after = cpu_seconds(pid)
+    cpu, sys_s = after - before, sys_after - sys_before
     client_cpu = _children_cpu_s() - client_before
     host_after = psutil.cpu_times()
     idle = (host_after.idle + host_after.iowait) - (host_before.idle + host_before.iowait)
@@ -286,6 +296,7 @@ def wrk_round(
         p99_ms=fields["p99_us"] / 1e3,
         client_cpu_s=client_cpu,
         host_busy=1.0 - idle / total if total > 0 else 0.0,
+        sys_s=sys_s,
     )
 
 
@@ -295,15 +306,17 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and its children (nginx's workers)."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """User + system CPU seconds of a process and its children (nginx's workers),
+    and of those the system seconds."""
     proc = psutil.Process(pid)
-    total = 0.0
+    total = system = 0.0
     for p in [proc, *proc.children(recursive=True)]:
         with contextlib.suppress(psutil.NoSuchProcess):
             times = p.cpu_times()
             total += times.user + times.system
-    return total
+            system += times.system
+    return total, system
 
 
 def measure(
@@ -327,7 +340,8 @@ def measure(
                     rounds[label].append(r)
                     print(
                         f"  {pattern:>6} c={connections:<5} round {i + 1} {label:>15}: "
-                        f"{r.rate / 1e6:8.1f} MB/s, {r.cpu_per_gb:.3f} CPU-s/GB, "
+                        f"{r.rate / 1e6:8.1f} MB/s, {r.cpu_per_gb:.3f} CPU-s/GB "
+                        f"(sys {r.sys_per_gb:.3f}), "
                         f"wrk {r.client_cpu_per_gb:.3f} CPU-s/GB, host {100 * r.host_busy:.0f}% "
                         f"busy, {r.requests} requests, {r.errors} errors, p99 {r.p99_ms:.1f} ms "
                         f"[load {loadavg()}]",
@@ -338,6 +352,8 @@ def measure(
             theirs_rate = statistics.median(r.rate for r in theirs)
             ours_cpu = statistics.median(r.cpu_per_gb for r in ours)
             theirs_cpu = statistics.median(r.cpu_per_gb for r in theirs)
+            ours_sys = statistics.median(r.sys_per_gb for r in ours)
+            theirs_sys = statistics.median(r.sys_per_gb for r in theirs)
             ours_wrk = statistics.median(r.client_cpu_per_gb for r in ours)
             theirs_wrk = statistics.median(r.client_cpu_per_gb for r in theirs)
             errors = sum(r.errors for r in ours), sum(r.errors for r in theirs)
@@ -347,6 +363,7 @@ def measure(
                 f"{theirs_cpu:.3f} CPU-s/GB | throughput {ours_rate / theirs_rate:.2f}x, "
                 f"CPU/GB {ours_cpu / theirs_cpu:.2f}x | server+wrk CPU-s/GB "
                 f"{ours_cpu + ours_wrk:.3f} / {theirs_cpu + theirs_wrk:.3f} | "
+                f"server sys CPU-s/GB {ours_sys:.3f} / {theirs_sys:.3f} | "
                 f"errors {errors[0]}/{errors[1]} "
                 f"[load {loadavg()}]"
             )
