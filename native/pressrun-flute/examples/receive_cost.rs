@@ -14,7 +14,10 @@
 //! Prints, per reception, us per packet for the whole (parse + decoder), the RaptorQ
 //! decode's and the file writes' shares, and the thread's minor page faults.
 //! With RECEIVE_COST_FRESH_THREAD set, each reception runs on a new thread (as a
-//! receiver's first object does: fresh memory), else all on the main thread.
+//! receiver's first object does: fresh memory), else all on the main thread. With
+//! RECEIVE_COST_THRASH=BYTES, that much other memory is written between rounds
+//! (untimed), as a shared host's other work evicts the caches while the receive
+//! loop sleeps its 20 ms.
 
 #[path = "../src/fast.rs"]
 #[allow(dead_code)]
@@ -118,9 +121,13 @@ fn main() {
         println!("K max {k_max}, join at {join:.2} of the cycle, {} packets a pass", packets.len());
     println!("round  us/packet  decode  writes  rest  packets  decodes  minflt  bit-exact");
     let fresh_thread = std::env::var_os("RECEIVE_COST_FRESH_THREAD").is_some();
+    // bytes of other memory written between rounds (untimed), as the other work
+    // of a shared host evicts the caches while the receive loop sleeps 20 ms
+    let thrash: usize = std::env::var("RECEIVE_COST_THRASH").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let mut other = vec![0u8; thrash];
     let (packets, cycles, content) = (&packets, &cycles, &content);
     for round in 0..rounds {
-        let body = || {
+        let mut body = || {
             let mut objects = fast::FastObjects::new(dir.clone(), 256 << 20);
             let mut pos: Vec<usize> = cycles.iter().map(|c| (join * c.len() as f64) as usize).collect();
             let (mut cpu, mut n) = (0.0, 0usize);
@@ -138,6 +145,12 @@ fn main() {
                     batch[m * 4200..m * 4200 + p.len()].copy_from_slice(p);
                     lens[m] = p.len();
                     m += 1;
+                }
+                if thrash > 0 {
+                    for (i, b) in other.iter_mut().enumerate().step_by(64) {
+                        *b = b.wrapping_add(i as u8);
+                    }
+                    std::hint::black_box(&other);
                 }
                 let t0 = thread_cpu();
                 for (i, &len) in lens[..m].iter().enumerate() {
@@ -172,7 +185,7 @@ fn main() {
             // a receive thread of its own, as `pressrun get` has: its malloc arena
             // and the pages it faults in are fresh
             std::thread::scope(|s| {
-                s.spawn(body);
+                s.spawn(&mut body);
             });
         } else {
             body();
