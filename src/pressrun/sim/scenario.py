@@ -2,27 +2,48 @@
 
 A scenario names its servers, assets, arrival patterns, failures, the balancer's
 polling and the client model. docs/simulator.md documents every field with an example;
-the built-in scenarios live in `pressrun/sim/scenarios/*.toml`.
+the built-in scenarios live in `pressrun/sim/scenarios/*.toml`. The arrival patterns
+are `pressrun.sim.arrivals`, the checks of each field `pressrun.sim.scenario_checks`.
 """
 
 from __future__ import annotations
 
-import math
 import random
-import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pressrun.sim.arrivals import Arrival, _expand_arrivals, expand_arrivals
 from pressrun.sim.model import AssetSpec, ServerSpec
+from pressrun.sim.scenario_checks import (
+    REQUEST_CLASSES,
+    ScenarioError,
+    _array,
+    _check_keys,
+    _err,
+    _flag,
+    _number,
+    _request_class,
+    _table,
+)
 
-
-class ScenarioError(ValueError):
-    """A scenario file is missing, malformed or inconsistent; the message says where."""
+# Where they were before the split (the emulation and the tests import them here).
+__all__ = [
+    "REQUEST_CLASSES",
+    "Arrival",
+    "BalancerSetup",
+    "ClientModel",
+    "Failure",
+    "Scenario",
+    "ScenarioError",
+    "builtin_names",
+    "expand_arrivals",
+    "load_scenario",
+    "parse_scenario",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,16 +103,6 @@ class ClientModel:
     access_bytes_per_s: tuple[float, ...] = (12.5e6,)
     access_weights: tuple[float, ...] = (1.0,)
     tells_balancer: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """One client request: when, and for which asset (None: drawn by popularity, among
-    the assets of `request_class` when it is set)."""
-
-    at_s: float
-    asset: str | None = None
-    request_class: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,68 +218,6 @@ _TOP_KEYS = {
     "failures",
     "popularity",
 }
-
-
-def _err(source: str, where: str, msg: str) -> ScenarioError:
-    return ScenarioError(f"{source}: {where}: {msg}")
-
-
-def _number(
-    table: Mapping[str, Any],
-    key: str,
-    default: float | None,
-    source: str,
-    where: str,
-    *,
-    minimum: float | None = 0.0,
-    positive: bool = False,
-) -> float:
-    if key not in table:
-        if default is None:
-            raise _err(source, where, f"missing required field {key!r}")
-        return default
-    value = table[key]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _err(source, f"{where}.{key}", f"must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise _err(source, f"{where}.{key}", "must be finite")
-    if positive and value <= 0:
-        raise _err(source, f"{where}.{key}", f"must be > 0, got {value:g}")
-    if minimum is not None and value < minimum:
-        raise _err(source, f"{where}.{key}", f"must be >= {minimum:g}, got {value:g}")
-    return value
-
-
-def _flag(table: Mapping[str, Any], key: str, default: bool, source: str, where: str) -> bool:
-    value = table.get(key, default)
-    if not isinstance(value, bool):
-        raise _err(source, f"{where}.{key}", f"must be true or false, got {value!r}")
-    return value
-
-
-def _check_keys(table: Mapping[str, Any], allowed: set[str], source: str, where: str) -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise _err(
-            source,
-            where,
-            f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}",
-        )
-
-
-def _table(doc: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any]:
-    value = doc.get(key, {})
-    if not isinstance(value, dict):
-        raise _err(source, key, "must be a table")
-    return value
-
-
-def _array(doc: Mapping[str, Any], key: str, source: str) -> list[Mapping[str, Any]]:
-    value = doc.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise _err(source, key, f"must be an array of tables ([[{key}]])")
-    return value
 
 
 def _expand(
@@ -538,126 +487,3 @@ def _build(doc: Mapping[str, Any], source: str, base_dir: Path) -> Scenario:
         clients=clients,
         source=source,
     )
-
-
-def _request_class(value: Any, source: str, where: str) -> str | None:
-    """A request class name (``small``, ``crowd``, ``catalogue``) or None."""
-    if value is None:
-        return None
-    if value not in REQUEST_CLASSES:
-        raise _err(
-            source,
-            f"{where}.request_class",
-            f"must be one of {', '.join(REQUEST_CLASSES)}, got {value!r}",
-        )
-    return str(value)
-
-
-#: the request classes a scenario may give its assets (`RequestClass` values)
-REQUEST_CLASSES = ("small", "crowd", "catalogue")
-
-
-# --- arrivals -------------------------------------------------------------------
-
-_KINDS = {
-    "rate": {"kind", "rate_per_s", "start_s", "end_s", "poisson", "asset", "class"},
-    "burst": {"kind", "count", "at_s", "spread_s", "asset", "class"},
-    "waves": {"kind", "count", "every_s", "waves", "start_s", "spread_s", "asset", "class"},
-    "log": {"kind", "path", "time_scale", "start_s", "asset"},
-}
-
-# Common Log Format: host ident user [date] "METHOD path PROTO" status bytes
-_CLF = re.compile(r'^\S+ \S+ \S+ \[([^\]]+)\] "(?:\S+) (\S+)[^"]*" (\d{3}) \S+')
-
-
-def _expand_arrivals(
-    spec: Mapping[str, Any],
-    rng: random.Random,
-    where: str,
-    source: str,
-    *,
-    validate_only: bool = False,
-) -> list[Arrival]:
-    kind = spec.get("kind")
-    if kind not in _KINDS:
-        raise _err(
-            source, f"{where}.kind", f"must be one of {', '.join(sorted(_KINDS))}, got {kind!r}"
-        )
-    _check_keys(spec, _KINDS[kind], source, where)
-    asset = spec.get("asset")
-    klass = _request_class(spec.get("class"), source, where)
-    if kind == "rate":
-        rate = _number(spec, "rate_per_s", None, source, where, positive=True)
-        start = _number(spec, "start_s", 0.0, source, where)
-        end = _number(spec, "end_s", None, source, where)
-        if end <= start:
-            raise _err(source, f"{where}.end_s", "must be after start_s")
-        poisson = bool(spec.get("poisson", False))
-        if validate_only:
-            return []
-        times: list[float] = []
-        t = start
-        while True:
-            t += rng.expovariate(rate) if poisson else 0.0
-            if t >= end:
-                break
-            times.append(t)
-            if not poisson:
-                t += 1.0 / rate
-        return [Arrival(t, asset, klass) for t in times]
-    if kind == "burst":
-        count = int(_number(spec, "count", None, source, where, positive=True))
-        at = _number(spec, "at_s", 0.0, source, where)
-        spread = _number(spec, "spread_s", 0.0, source, where)
-        if validate_only:
-            return []
-        return [Arrival(at + spread * k / count, asset, klass) for k in range(count)]
-    if kind == "waves":
-        count = int(_number(spec, "count", None, source, where, positive=True))
-        every = _number(spec, "every_s", None, source, where, positive=True)
-        waves = int(_number(spec, "waves", None, source, where, positive=True))
-        start = _number(spec, "start_s", 0.0, source, where)
-        spread = _number(spec, "spread_s", 0.0, source, where)
-        if validate_only:
-            return []
-        return [
-            Arrival(start + w * every + spread * k / count, asset, klass)
-            for w in range(waves)
-            for k in range(count)
-        ]
-    # a replayed access log (Common Log Format), as 002 replays Wikipedia with servload
-    path = spec.get("path")
-    if not isinstance(path, str):
-        raise _err(source, f"{where}.path", "must be the path of a Common Log Format file")
-    scale = _number(spec, "time_scale", 1.0, source, where, positive=True)
-    start = _number(spec, "start_s", 0.0, source, where)
-    try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as exc:
-        raise _err(source, f"{where}.path", f"cannot read {path}: {exc.strerror}") from None
-    stamps: list[tuple[float, str]] = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        m = _CLF.match(line)
-        if m is None:
-            raise _err(source, f"{where}.path", f"{path}:{lineno}: not a Common Log Format line")
-        try:
-            when = datetime.strptime(m.group(1), "%d/%b/%Y:%H:%M:%S %z").timestamp()
-        except ValueError:
-            raise _err(
-                source, f"{where}.path", f"{path}:{lineno}: bad date {m.group(1)!r}"
-            ) from None
-        stamps.append((when, m.group(2).rstrip("/").rsplit("/", 1)[-1]))
-    if not stamps:
-        raise _err(source, f"{where}.path", f"{path} holds no requests")
-    t0 = min(s for s, _ in stamps)
-    return [Arrival(start + (s - t0) * scale, asset or name) for s, name in stamps]
-
-
-def expand_arrivals(
-    spec: Mapping[str, Any], rng: random.Random, where: str, source: str
-) -> list[Arrival]:
-    """One ``[[arrivals]]`` table (rate, burst, waves or log) as its arrivals, validated
-    with the same messages; the emulation's scenario files use the same tables."""
-    return _expand_arrivals(spec, rng, where, source)
