@@ -19,6 +19,7 @@ from pressrun.balancer.codec import (
     encode_status,
     parse_client_hint,
     parse_failed,
+    parse_reservation,
 )
 from pressrun.balancer.events import (
     ClientHint,
@@ -341,3 +342,20 @@ def test_parse_request_class() -> None:
     assert parse_request_class({"class": "catalogue"}) is RequestClass.CATALOGUE
     with pytest.raises(RequestFormatError, match="class= must be one of small, crowd"):
         parse_request_class({"class": "huge"})
+
+
+def test_a_reserved_start_names_its_token_and_the_client_names_it_back() -> None:
+    # docs/protocols.md, "Reserved starts": the 503's body carries the token and the
+    # unrounded wait; a plain refusal is unchanged
+    reserved = NoDirective("w", Refusal.RESERVED, "busy; reserved", 12.3456, "r42")
+    assert encode_refusal(reserved) == {
+        "error": "busy; reserved",
+        "reservation": "r42",
+        "retry_after_s": 12.346,
+    }
+    assert encode_refusal(NoDirective("w", Refusal.ALL_FULL, "full", 2.0)) == {"error": "full"}
+    assert parse_reservation({"reservation": "r42"}) == "r42"
+    assert parse_reservation({}) is None
+    for bad in ("", "r 42", "x" * 41, "r42;drop"):
+        with pytest.raises(RequestFormatError, match="reservation="):
+            parse_reservation({"reservation": bad})

@@ -32,8 +32,14 @@ def crowded(pricing: float) -> Headroom:
     again, while 1,200 new clients of the small issue asked over 10 s: 30 MB each, over
     the issue's 300 s deadline about 4 a second (120 MB/s, more than the origin's 95),
     over the last 30 s about 34 a second (1 GB/s)."""
+    # Reserved starts off: under overload the book queues the downloads whose clients
+    # tell their link (first come, first served; tests/balancer/
+    # test_headroom_reservations.py), and pricing refuses only the others.
     alg = make_algorithm(
-        "headroom", [OriginSpec("o", "")], random.Random(1), {"overload_pricing": pricing}
+        "headroom",
+        [OriginSpec("o", "")],
+        random.Random(1),
+        {"overload_pricing": pricing, "reservations": 0},
     )
     assert isinstance(alg, Headroom)
     issues = frozenset({SMALL[0], BIG[0]})

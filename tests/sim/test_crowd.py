@@ -42,10 +42,12 @@ def test_a_crowd_of_several_deadlines_is_not_served_late() -> None:
     # at their own needs, the downloads of the short deadline shared each link evenly
     # with those of the long one and 230 of them were late: 392 served (bound 1045).
     # Counting what each costs the others (`headroom_deadlines.deadline_free`): 644;
-    # with the crowd's demand seen before anyone is refused (`headroom_overload`): 678.
+    # with the crowd's demand seen before anyone is refused (`headroom_overload`): 678;
+    # with reserved starts (`headroom_reservations`: first come, first served at the
+    # clients' whole rate, the later ones told when to come back): 973.
     entry = run_entry(generate_crowd_scenario(33, 14), "headroom", 1)
     assert entry.bound == 1045
-    assert entry.successful == 678
+    assert entry.successful == 973
 
 
 def test_a_crowd_beyond_the_room_goes_to_the_downloads_that_cost_least() -> None:
@@ -53,7 +55,20 @@ def test_a_crowd_beyond_the_room_goes_to_the_downloads_that_cost_least() -> None
     # 165 MB, 3,693 clients at 4.2x the capacity. Admitting in the order they asked,
     # 362 served (bound 905); with the room going to the cheapest downloads while the
     # crowd asks for more than the origins send, and the crowd's first seconds seen as
-    # overload before anyone is refused (`headroom_overload`): 625.
+    # overload before anyone is refused (`headroom_overload`): 625. With reserved
+    # starts the downloads the queue places are not priced (it serves them in time in
+    # the order they asked, as the bound does): 1102.
     entry = run_entry(generate_crowd_scenario(33, 8), "headroom", 1)
     assert entry.bound == 905
-    assert entry.successful == 625
+    assert entry.successful == 1102
+
+
+def test_a_single_issue_crowd_passes_the_even_sharing_ceiling_with_reserved_starts() -> None:
+    # crowd-33-001: one issue of 87 MB due in 713 s, 2,712 clients over 58 s then five
+    # minutes. Links shared evenly and clients giving up after 16 s: every link full,
+    # not a byte wasted, 760 served of a bound of 1043 (the ceiling of round 2:
+    # docs/results/2026-11-28-crowds-where-headroom-loses.md). Told when to come back
+    # (`headroom_reservations`), the clients wait their turn as the bound's do: 1003.
+    entry = run_entry(generate_crowd_scenario(33, 1), "headroom", 1)
+    assert entry.bound == 1043
+    assert entry.successful == 1003

@@ -27,9 +27,12 @@ def test_small_objects_are_unaffected_by_the_crowd_with_classes() -> None:
     without = rows(classes=False, crowd=True)
     # with classes the crowd changes nothing for a manifest: the origins send it first
     assert with_classes["small"]["ttfb_s"][99] == pytest.approx(baseline, rel=0.01)
-    # without, it shares the links with the crowd's transfers: over 4x slower
-    assert without["small"]["ttfb_s"][99] > 4 * baseline
     assert with_classes["small"]["successful"] == with_classes["small"]["requests"]
+    # without, it is placed as the crowd is: queued behind the crowd's downloads by the
+    # reserved starts (docs/balancer.md), most given up, the rest over 3x slower
+    # (before reserved starts: all served, sharing the links, 4.3x slower)
+    assert without["small"]["ttfb_s"][99] > 3 * baseline
+    assert without["small"]["successful"] < 0.6 * without["small"]["requests"]
 
 
 def test_the_back_catalogue_is_served_by_its_holders_without_refusals() -> None:
@@ -38,8 +41,10 @@ def test_the_back_catalogue_is_served_by_its_holders_without_refusals() -> None:
             assert row["outside_holders"] == 0, (classes, klass)
     with_classes = rows(classes=True, crowd=True)["catalogue"]
     assert with_classes["successful"] == with_classes["requests"] == 41
-    # placed by the algorithm, back issues were refused "full" beside the crowd
-    assert rows(classes=False, crowd=True)["catalogue"]["gave_up_refused"] == 18
+    # placed by the algorithm, back issues wait their turn in the crowd's queue (the
+    # reserved starts; before them 18 of 41 were refused "full" beside the crowd)
+    without = rows(classes=False, crowd=True)["catalogue"]
+    assert without["ttfb_s"][99] > 100 * with_classes["ttfb_s"][99]
 
 
 def test_the_mixed_workload_is_a_built_in_scenario() -> None:

@@ -72,12 +72,14 @@ from pressrun.balancer.codec import (
     ISSUE_ID_RE,
     RequestFormatError,
     encode_directive,
+    encode_refusal,
     encode_status,
     json_score,
     parse_client_hint,
     parse_failed,
     parse_peer,
     parse_request_class,
+    parse_reservation,
 )
 from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.core import BalancerCore, ModePolicy, OriginState
@@ -390,6 +392,10 @@ class BalancerService:
         if refusal.reason is Refusal.UNKNOWN_ISSUE:
             return self._error(404, refusal.message)
         retry = str(max(1, math.ceil(refusal.retry_after_s)))
+        if refusal.reservation is not None:  # a reserved start: the token in the body
+            return web.json_response(
+                encode_refusal(refusal), status=503, headers={"Retry-After": retry}
+            )
         return self._error(503, refusal.message, {"Retry-After": retry})
 
     def _decide(self, request: web.Request) -> Directive | web.Response:
@@ -403,17 +409,21 @@ class BalancerService:
         client = None
         request_class = None
         webrtc = False
+        reservation = None
         if request.query_string:
             try:
                 failed = parse_failed(request.query.getall("failed", []))
                 client = parse_client_hint(request.query)
                 request_class = parse_request_class(request.query)
                 webrtc = parse_peer(request.query)
+                reservation = parse_reservation(request.query)
             except RequestFormatError as err:
                 return self._error(400, str(err))
         now = self._now()
         result = self.core.handle_directive_requested(
-            DirectiveRequested(issue_id, failed, client, request.remote, request_class, webrtc),
+            DirectiveRequested(
+                issue_id, failed, client, request.remote, request_class, webrtc, reservation
+            ),
             now=now,
         )
         if decisions_log.isEnabledFor(logging.DEBUG):

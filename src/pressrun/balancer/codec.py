@@ -280,8 +280,32 @@ def parse_peer(query: Mapping[str, str]) -> bool:
 
 
 def encode_refusal(refusal: NoDirective) -> dict[str, Any]:
-    """A `NoDirective` as the error JSON of docs/protocols.md: ``{"error": ...}``."""
-    return {"error": refusal.message}
+    """A `NoDirective` as the error JSON of docs/protocols.md: ``{"error": ...}``, and
+    for a reserved start ``"reservation"`` (the token to name when asking again) and
+    ``"retry_after_s"`` (when, unrounded; the header says it in whole seconds)."""
+    doc: dict[str, Any] = {"error": refusal.message}
+    if refusal.reservation is not None:
+        doc["reservation"] = refusal.reservation
+        doc["retry_after_s"] = round(refusal.retry_after_s, 3)
+    return doc
+
+
+#: a reservation token (``reservation=``): what `NoDirective.reservation` gives out
+RESERVATION_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}\Z")
+
+
+def parse_reservation(query: Mapping[str, str]) -> str | None:
+    """The reservation a client names (``reservation=``, from a 503 with a reserved
+    start; docs/protocols.md), None when it names none; a malformed one is a
+    `RequestFormatError`."""
+    value = query.get("reservation")
+    if value is None:
+        return None
+    if not RESERVATION_RE.match(value):
+        raise RequestFormatError(
+            f"reservation= must be the token a refusal gave, not {value[:40]!r}"
+        )
+    return value
 
 
 def parse_failed(values: list[str]) -> frozenset[str]:

@@ -326,11 +326,24 @@ class BalancerCore:
         if client is not None:
             # Its pick still on its way (an earlier request) is replaced by this one.
             self.algorithm.handle_client_asks(issue, client, now=now)
-        ranked = self.algorithm.rank_for(
-            issue, msg.client, exclude=msg.failed, k=self.config.directive_origins, now=now
-        )
+        ranked: list[tuple[str, float]] | None = None
+        if msg.reservation is not None:
+            # It comes back with a reserved start: its origin, or still too early.
+            claimed = self.algorithm.claim_reservation(
+                issue, msg.reservation, exclude=msg.failed, now=now
+            )
+            if isinstance(claimed, float):
+                return self._come_back(issue, msg.reservation, claimed, now=now)
+            ranked = claimed
+        if ranked is None:
+            ranked = self.algorithm.rank_for(
+                issue, msg.client, exclude=msg.failed, k=self.config.directive_origins, now=now
+            )
         ranked = self.health.admit(ranked, now=now)  # slow starts
         if not ranked:
+            reserved = self.algorithm.reserved_start(now=now)
+            if reserved is not None:
+                return self._come_back(issue, reserved[0], reserved[1], now=now)
             return self._refuse(issue, msg.failed)
         picked = ranked[0][0]
         origins = self.origins
@@ -443,6 +456,17 @@ class BalancerCore:
                 entry = cache[name] = RankedOrigin(name, self.origins[name].spec.url, score)
             out.append(entry)
         return tuple(out)
+
+    def _come_back(self, issue: str, token: str, start: float, *, now: float) -> NoDirective:
+        """No room now, a start reserved at `start`: the client is to come back then and
+        name `token` (docs/balancer.md, "Reserved starts")."""
+        wait = max(start - now, 0.0)
+        self.refusals[Refusal.RESERVED] += 1
+        message = (
+            f"every origin holding {issue!r} is busy; a start is reserved for you in "
+            f"{wait:.0f} s: ask again then with reservation={token}"
+        )
+        return NoDirective(issue, Refusal.RESERVED, message, wait, token)
 
     def _refuse(self, issue: str, failed: frozenset[str]) -> NoDirective:
         # Only a refusal looks at every origin: a directive must not cost O(origins).

@@ -123,16 +123,24 @@ class Refusal(Enum):
     UNKNOWN_ISSUE = "unknown_issue"
     NO_ORIGIN_UP = "no_origin_up"
     ALL_FULL = "all_full"
+    #: no room now, a later start reserved: come back then (`NoDirective.reservation`)
+    RESERVED = "reserved"
 
 
 @dataclass(frozen=True, slots=True)
 class NoDirective:
-    """A refusal: the reason, a one-line message for a person, when to retry."""
+    """A refusal: the reason, a one-line message for a person, when to retry.
+
+    With `reservation` (reason `Refusal.RESERVED`), the balancer holds room for the
+    client from `retry_after_s` from now: it comes back then and names the reservation
+    (`DirectiveRequested.reservation`), and is placed on the reserved origin
+    (docs/balancer.md, "Reserved starts")."""
 
     issue_id: str
     reason: Refusal
     message: str
     retry_after_s: float
+    reservation: str | None = None
 
 
 # --- inputs -----------------------------------------------------------------
@@ -185,6 +193,8 @@ class DirectiveRequested:
     request_class: RequestClass | None = None
     #: the client is a browser reader that trades pieces over WebRTC (``peer=webrtc``)
     webrtc: bool = False
+    #: the reservation a refusal gave it (``reservation=``; None: none)
+    reservation: str | None = None
 
 
 # --- effects ----------------------------------------------------------------

@@ -15,6 +15,7 @@ an older version of an issue is never mixed with a newer one.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,6 +135,23 @@ def decode_error(data: bytes) -> str | None:
         return None
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):
         return " ".join(str(doc["error"]).split())[:500]
+    return None
+
+
+#: a reservation token as the balancer gives it (docs/protocols.md, "Reserved starts")
+_RESERVATION_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}\Z")
+
+
+def decode_reservation(data: bytes) -> str | None:
+    """The ``reservation`` of a 503 answer (a start the balancer reserved for this
+    client: ask again after Retry-After naming it), or None."""
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    token = doc.get("reservation") if isinstance(doc, dict) else None
+    if isinstance(token, str) and _RESERVATION_RE.match(token):
+        return token
     return None
 
 

@@ -464,6 +464,13 @@ class DownloadPlan:
             self.not_before = max(self.not_before, now + retry_after_s)
         return events
 
+    def handle_start_reserved(self, *, retry_after_s: float, now: float) -> None:
+        """The balancer reserved a start for this download ``retry_after_s`` from now
+        (its 503 named a reservation, docs/protocols.md): the next request waits for it
+        and is not a failure (a turn in a queue; counting it would give up on a wait
+        the balancer promised to end)."""
+        self.not_before = max(self.not_before, now + retry_after_s)
+
     def handle_origin_failed(self, origin: str, reason: str, *, now: float) -> list[Event]:
         """An origin failed outside a section (e.g. its manifest request)."""
         return [self._mark_failed(origin, reason, now=now), *self._count_failure(reason, now=now)]

@@ -74,6 +74,10 @@ async def _worker(f: FetchState, worker: int, plan: DownloadPlan, m: Manifest, f
                 rate=plan.best_rate_bytes_per_s or None,
             )
         except DirectiveUnavailable as err:
+            if err.reservation is not None and err.retry_after_s is not None:
+                # a turn in the balancer's queue, not a failure: wait for it
+                plan.handle_start_reserved(retry_after_s=err.retry_after_s, now=f.now())
+                continue
             f.apply(
                 plan.handle_directive_failed(
                     err.reason,

@@ -27,6 +27,7 @@ from pressrun.clients.codec import (
     ResumeState,
     decode_directive,
     decode_error,
+    decode_reservation,
 )
 from pressrun.clients.config import ClientConfig
 from pressrun.clients.core import DownloadPlan
@@ -70,12 +71,19 @@ class DirectiveUnavailable(Exception):
     """No usable directive now; ``refused``: the balancer's 503 (no origin left)."""
 
     def __init__(
-        self, reason: str, *, retry_after_s: float | None = None, refused: bool = False
+        self,
+        reason: str,
+        *,
+        retry_after_s: float | None = None,
+        refused: bool = False,
+        reservation: str | None = None,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after_s = retry_after_s
         self.refused = refused
+        #: a start the balancer reserved (its 503 named one): wait, then ask with it
+        self.reservation = reservation
 
 
 def describe(err: BaseException) -> str:
@@ -139,6 +147,8 @@ class FetchState:
     #: every balancer the client knows, in order (empty: `balancer_url` alone); a
     #: refused connection, a timeout or a 5xx moves it to the next (issue 30)
     balancer_urls: tuple[str, ...] = ()
+    #: the start a balancer reserved for this download, named in the next request
+    reservation: str | None = None
     #: set whenever the plan reports events (a piece verified, a section ended): an
     #: idle worker wakes on it instead of polling (`wait_changed`)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -179,6 +189,8 @@ class FetchState:
             params["elapsed"] = f"{max(now - self.first_asked_at, 0.0):.1f}"
         if rate is not None and rate > 0:
             params["rate"] = f"{max(rate, 1.0):.0f}"
+        if self.reservation is not None:
+            params["reservation"], self.reservation = self.reservation, None
         urls = self.balancer_urls or (self.balancer_url,)
         start = urls.index(self.balancer_url) if self.balancer_url in urls else 0
         failures: list[DirectiveUnavailable] = []
@@ -187,6 +199,11 @@ class FetchState:
             try:
                 directive = await self._directive_from(base, params)
             except _NextBalancer as err:
+                if err.reservation is not None:
+                    # a start reserved on this balancer: come back to it then
+                    self.balancer_url = base
+                    self.reservation = err.reservation
+                    raise
                 failures.append(err)
                 continue
             if base != self.balancer_url:
@@ -233,6 +250,7 @@ class FetchState:
                 f"the balancer has no origin for {self.issue_id} now: {message}",
                 retry_after_s=wait,
                 refused=True,
+                reservation=decode_reservation(body),
             )
         if status >= 500:
             raise _NextBalancer(f"the balancer at {base} answered {message}")

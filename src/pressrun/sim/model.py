@@ -166,6 +166,10 @@ class Client:
     flow: FlowClass | None = None
     #: it was sent to a server that does not hold its asset (never, by the core's rule)
     non_holder: bool = False
+    #: a start the balancer reserved for it (`NoDirective.reservation`), named when it
+    #: asks again; reserved starts it was given
+    reservation: str | None = None
+    reserved: int = 0
 
     @property
     def cap_bytes_per_s(self) -> float:

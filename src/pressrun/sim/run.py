@@ -304,9 +304,19 @@ class Simulation:
                 if klass is not None and self.scenario.balancer.classes
                 else None
             ),
+            reservation=client.reservation,
         )
         answer = self.core.handle_directive_requested(request, now=now)
+        client.reservation = None
         if not isinstance(answer, Directive):
+            if answer.reservation is not None:
+                # A start reserved for it: pressrun's client comes back then and names
+                # it; its patience with refusals counts from that start.
+                client.reserved += 1
+                client.reservation = answer.reservation
+                client.waiting_since = now + answer.retry_after_s
+                self.loop.after(answer.retry_after_s, self._ask, client)
+                return
             client.refusals += 1
             if now + answer.retry_after_s - client.waiting_since > self.model.max_wait_s:
                 self._fail(client, f"refused: {answer.reason.value}")

@@ -133,6 +133,22 @@ class ScoringAlgorithm(ABC):
         `client_key`: who asked (`handle_client_asks`), None where each pick counts."""
         self.handle_pick(name, issue_id, now=now)
 
+    def reserved_start(self, *, now: float) -> tuple[str, float] | None:
+        """After `rank_for` answered no origin: a later start reserved instead (made
+        now), as (token, start), when the client is to come back then (`headroom`'s
+        reserved starts, docs/balancer.md); None: a plain refusal. The others never
+        reserve."""
+        return None
+
+    def claim_reservation(
+        self, issue_id: str, token: str, *, exclude: Set[str] = frozenset(), now: float
+    ) -> list[tuple[str, float]] | float | None:
+        """A client came back with a reservation (`reserved_start`'s token): its
+        origin ranked alone when its start has come (the pick is then told as usual),
+        the start (a float) when it came too early, None when the reservation is not
+        held (unknown, expired, its origin failed for the client): it is placed anew."""
+        return None
+
     def handle_pick_not_sent(self, name: str, issue_id: str, *, now: float) -> None:
         """The client of the last pick of `name` is told to use the swarm or the
         carousel first (a directive whose mode is not `origin`): it opens no transfer

@@ -203,6 +203,7 @@ from pressrun.balancer.algorithms.headroom_deadlines import deadline_free, deadl
 from pressrun.balancer.algorithms.headroom_learning import UNSTATED_HELD_BACK, learn_from_status
 from pressrun.balancer.algorithms.headroom_model import SATURATED, OriginModel
 from pressrun.balancer.algorithms.headroom_overload import Overload
+from pressrun.balancer.algorithms.headroom_reservations import Reservation, Reservations
 from pressrun.balancer.events import ClientHint, OriginSpec, OriginStatus
 
 #: a download must get at least 1 MB/s (8 Mbit/s: a 100 MB issue in 100 s), unless the
@@ -250,6 +251,24 @@ class Headroom(ScoredAlgorithm):
         )
         #: when a client was last refused for want of room (none eligible)
         self.refused_at = -math.inf
+        #: reserved starts under overload (`headroom_reservations`); None: off
+        self.reservations = (
+            Reservations(
+                self._reservable_room,
+                margin_s=self.param("reservation_margin_s", 30.0),
+                claim_s=self.param("reservation_claim_s", 10.0),
+            )
+            if self.param("reservations", 1.0) > 0
+            else None
+        )
+        #: where the book would queue the last `rank_for`'s download: queued by the
+        #: pick (a start now) or by `reserved_start` (a start later)
+        self._planned: Reservation | None = None
+        #: the origin of the last reservation claimed (already queued in its book)
+        self._claimed: str | None = None
+        #: origins whose last status shows transfers of issues without a stated
+        #: deadline (streams, or issues placed by their class): no book then
+        self._serving_others: set[str] = set()
         self.models: dict[str, OriginModel] = {}
         self.rate_by_issue: dict[str, float] = {}
         self.rate_any = 0.0
@@ -281,6 +300,13 @@ class Headroom(ScoredAlgorithm):
 
     def on_refresh(self, name: str, status: OriginStatus, *, now: float) -> None:
         learn_from_status(self, name, status, now=now)
+        if self.reservations is not None:
+            self.reservations.observe(name, now=now)
+            deadlines = self.issue_deadlines
+            if any(n and i not in deadlines for i, n in status.active_transfers_by_issue.items()):
+                self._serving_others.add(name)
+            else:
+                self._serving_others.discard(name)
 
     def held_back_share(self, issue_id: str) -> float:
         """Below this share of its need a transfer of the issue is held back: 1 - slack
@@ -480,11 +506,21 @@ class Headroom(ScoredAlgorithm):
         the most room wins among those (an idle small origin takes a slow client
         before a big busy one does). It scores every holder (the index is by the
         issue's need and has no client); requests without a hint take `rank`."""
+        self._planned = None
+        self._claimed = None
         need = self.client_need(issue_id, client)
         rate = None if client is None else client.rate_bytes_per_s
         if self.is_paced(issue_id) or (need is None and rate is None):
             return self.rank(issue_id, exclude=exclude, k=k, now=now)
-        if self._priced_out(issue_id, client, now=now):
+        # Counted in the demand whatever the answer; under overload the book queues
+        # the downloads it is told enough of (first come, first served: pricing
+        # refused dear ones the book can still serve in time, measured worse with
+        # the book: docs/results/2026-11-28-balancer-reservations.md).
+        priced_out = self._priced_out(issue_id, client, now=now)
+        booked = self._from_book(issue_id, client, exclude, now=now)
+        if booked is not None:
+            return booked
+        if priced_out:
             return []
         # Refused on its link's rate while others are refused for want of room, for
         # an issue with a deadline (`headroom_clients`, "a client whose link cannot").
@@ -523,6 +559,120 @@ class Headroom(ScoredAlgorithm):
             if not finishes_in_time(client, self.need(issue_id), got):
                 return []
         return [(name, -score) for _, score, name in found[:k]]
+
+    def _reservable_room(self, name: str) -> float:
+        """Bytes/s the book may reserve on an origin: its capacity as measured (as told
+        while not measured yet); 0 out of rotation."""
+        status = self.statuses.get(name)
+        return 0.0 if status is None else self._capacity(name, status)
+
+    def _from_book(
+        self, issue_id: str, client: ClientHint | None, exclude: Set[str], *, now: float
+    ) -> list[tuple[str, float]] | None:
+        """Under overload, a download whose client tells its size and link, of an issue
+        with a stated deadline, is placed by the book (`headroom_reservations`): on the
+        origin where its start comes first, now ([origin]) or later ([], with
+        `reserved_start` set), or refused ([]) when none ends it in time. None: not
+        the book's (not overloaded, or not told enough): ranked by room."""
+        book = self.reservations
+        deadline = self.issue_deadlines.get(issue_id)
+        if (
+            book is None
+            or deadline is None
+            # The book plans the bytes of the downloads it is told of: beside streams
+            # (their bitrate held for their play-through) its queue would take their
+            # room (gen-7-005: 1311 served by room, 879 with the book), and beside
+            # transfers it does not place (the back catalogue, small objects placed
+            # by their class) its own would be slower than planned and late (the
+            # mixed workload: a back issue unfinished). Those are left to the room.
+            or self.paced_issues
+            or self._serving_others
+            or client is None
+            or not client.size_bytes
+            or not client.rate_bytes_per_s
+            or not self._overloaded(self.overload_memory, now=now)
+        ):
+            return None
+        holders = [
+            n for n, st in self.statuses.items() if n not in exclude and issue_id in st.issues
+        ]
+        planned = book.plan(
+            issue_id,
+            holders,
+            left_bytes=float(max(client.size_bytes - client.have_bytes, 1)),
+            rate=client.rate_bytes_per_s,
+            time_left_s=deadline - (client.elapsed_s or 0.0),
+            now=now,
+        )
+        if planned is None:
+            self.refused_at = now
+            return []
+        # Queued when the core acts on it: the pick (`handle_pick_for`), or the
+        # reservation it gives out (`reserved_start`).
+        self._planned = planned
+        if planned.start > now:
+            return []
+        return [(planned.origin, planned.rate)]
+
+    def reserved_start(self, *, now: float) -> tuple[str, float] | None:
+        planned, self._planned = self._planned, None
+        if planned is None or planned.claimed or self.reservations is None:
+            return None
+        res = self.reservations.commit(planned, now=now)
+        return res.token, res.start
+
+    def claim_reservation(
+        self, issue_id: str, token: str, *, exclude: Set[str] = frozenset(), now: float
+    ) -> list[tuple[str, float]] | float | None:
+        self._planned = None
+        self._claimed = None
+        book = self.reservations
+        if book is None:
+            return None
+        held = book.waiting.get(token)
+        deadline = self.issue_deadlines.get(issue_id)
+        if held is None or held.issue_id != issue_id or deadline is None:
+            return None
+        res = book.claim(token, deadline_at=held.deadline_at, now=now)
+        if res is None:
+            return None
+        if res.origin in exclude or res.origin not in self.statuses:
+            book.cancel(token, now=now)
+            return None
+        if not res.claimed:
+            return res.start
+        self._claimed = res.origin
+        return [(res.origin, res.rate)]
+
+    def handle_origin_down(self, name: str, *, now: float) -> None:
+        super().handle_origin_down(name, now=now)
+        if self.reservations is not None:
+            self.reservations.drop_origin(name)
+            self._serving_others.discard(name)
+
+    def _book_pick(
+        self, name: str, issue_id: str, client: ClientHint | None, *, now: float
+    ) -> None:
+        """The book learns of a pick: a reservation claimed is queued already, a start
+        the book planned now is queued, and a download placed by room (not under
+        overload) is queued too, so that when overload comes the book knows the bytes
+        the origin has to send."""
+        planned, self._planned = self._planned, None
+        claimed, self._claimed = self._claimed, None
+        book = self.reservations
+        if book is None or claimed == name:
+            return
+        if planned is not None and planned.claimed and planned.origin == name:
+            book.commit(planned, now=now)
+            return
+        if (
+            client is None
+            or not client.size_bytes
+            or not client.rate_bytes_per_s
+            or issue_id not in self.issue_deadlines
+        ):
+            return
+        book.note(name, left_bytes=float(max(client.size_bytes - client.have_bytes, 1)), now=now)
 
     def _priced_out(self, issue_id: str, client: ClientHint | None, *, now: float) -> bool:
         """Counts a new client's ask in its issue's demand; whether the download is
@@ -593,6 +743,7 @@ class Headroom(ScoredAlgorithm):
         client_key: str | None = None,
     ) -> None:
         self._pick_for(name, issue_id, client, now=now)
+        self._book_pick(name, issue_id, client, now=now)
         m = self.models.get(name)
         if client_key is None or m is None or not m.picks:
             return

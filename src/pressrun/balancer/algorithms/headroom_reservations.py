@@ -1,0 +1,279 @@
+"""Reserved starts: under overload, downloads are sent first come first served at their
+clients' whole rate, and a client with no room now is told when its room begins.
+
+Why (issue 33; docs/results/2026-11-28-balancer-reservations.md): an origin shares its
+link evenly among its transfers and a client refused "full" gives up after a few
+retries. Admitted at their need (size over deadline), the burst's downloads hold the
+link for their whole deadline, and the clients arriving meanwhile find no room and give
+up: with one issue due in D and a crowd over T, about max(D, T + D/2) / (T + D) of what
+a queue serves. The capacity bound (`pressrun.sim.metrics.capacity_bound`) is such a
+queue: first come first served, each download at its client's whole rate, a client
+waiting in the queue until its turn. Here the balancer keeps that queue itself, per
+origin, as reservations of bytes/s over time, and tells a client whose turn is later
+to come back then (a refusal with a reserved start: `NoDirective.reservation`, HTTP 503
+with ``Retry-After`` and ``reservation``; the client asks again with it then).
+
+An origin's *book* holds its reservations: a download of ``L`` bytes left by a client
+whose link carries ``a`` bytes/s takes ``r = min(a, room)`` for ``L / r`` seconds from
+its start. While the rates of the transfers running at once stay within the origin's
+room, an evenly shared link gives each its whole rate (max-min: nobody's bottleneck is
+the origin), so each ends when its reservation does. Starts are first come first served
+per origin (a new start is never before the last one), so after the last start the
+reserved rate only falls: the earliest start for ``r`` is the first reservation end at
+which the rate still reserved leaves ``r`` (a walk over the ends, no search of the
+past). A client is given the origin where it starts first (then ends first); it is
+refused when no origin can end its download by its deadline (less `margin_s`): the
+queue does not hold a client it cannot serve in time.
+
+Bounded: a reservation is dropped once its end has passed; one not claimed within
+`claim_s` of its start (the client gave up) is cancelled, its rest of room freed;
+at most `max_reservations` wait at once (then the refusal is the ordinary one).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Reservation:
+    """One download's reserved room on an origin: `rate` bytes/s from `start` to `end`."""
+
+    token: str
+    origin: str
+    issue_id: str
+    rate: float
+    start: float
+    end: float
+    left_bytes: float
+    #: the origin book's `added_bytes` when it was queued (its place in the queue)
+    queued_before: float = 0.0
+    #: when its client's deadline falls
+    deadline_at: float = math.inf
+    claimed: bool = False
+
+
+class OriginBook:
+    """One origin's queue as a fluid: the bytes admitted and not yet sent (`work_bytes`,
+    the transfers running and the starts reserved), drained at what the origin sends
+    (`drain_bytes_per_s`: its room, or what its statuses show it sends while busy)."""
+
+    __slots__ = ("added_bytes", "at", "drain_bytes_per_s", "drained_bytes", "work_bytes")
+
+    def __init__(self, drain_bytes_per_s: float, *, now: float) -> None:
+        self.work_bytes = 0.0
+        self.at = now
+        self.drain_bytes_per_s = drain_bytes_per_s
+        #: bytes ever queued, and ever drained or taken back: a reservation's place in
+        #: the queue is the bytes queued before it less those drained since
+        self.added_bytes = 0.0
+        self.drained_bytes = 0.0
+
+    def work_at(self, now: float) -> float:
+        """The bytes still queued at `now`."""
+        return max(self.work_bytes - self.drain_bytes_per_s * max(now - self.at, 0.0), 0.0)
+
+    def _advance(self, now: float) -> None:
+        if now > self.at:
+            work = self.work_at(now)
+            self.drained_bytes += self.work_bytes - work
+            self.work_bytes = work
+            self.at = now
+
+    def ahead_of(self, queued_before: float, *, now: float) -> float:
+        """Bytes still queued ahead of a reservation queued after `queued_before`."""
+        self._advance(now)
+        return max(queued_before - self.drained_bytes, 0.0)
+
+    def slot(
+        self, left_bytes: float, rate: float, *, now: float, ahead: float | None = None
+    ) -> tuple[float, float]:
+        """(start, end) of a download of `left_bytes` at up to `rate` bytes/s queued
+        behind the work there (or behind `ahead` bytes): it ends when the work ahead
+        and its own is sent, never before `left_bytes / rate` from now, and starts its
+        own rate's time before."""
+        drain = self.drain_bytes_per_s
+        own = left_bytes / rate
+        work = self.work_at(now) if ahead is None else ahead
+        end = max(now + own, now + (work + left_bytes) / drain)
+        return end - own, end
+
+    def add(self, left_bytes: float, *, now: float) -> None:
+        """Queue `left_bytes` more."""
+        self._advance(now)
+        self.work_bytes += left_bytes
+        self.added_bytes += left_bytes
+
+    def remove(self, left_bytes: float, *, now: float) -> None:
+        """Take back a reservation's bytes (its client gave up)."""
+        self._advance(now)
+        taken = min(self.work_bytes, left_bytes)
+        self.work_bytes -= taken
+        self.drained_bytes += taken
+
+    def observe(self, room: float, *, now: float) -> None:
+        """A status: the queue drains at the origin's room as the algorithm now knows it
+        (learned from what it sends, at most as told). Draining at what it sends while
+        its queue is long was measured worse: a queue of starts still to come sends
+        little (docs/results/2026-11-28-balancer-reservations.md)."""
+        self._advance(now)
+        self.drain_bytes_per_s = room
+
+
+class Reservations:
+    """Every origin's book, and the reservations clients hold (module docstring).
+
+    `room(name)` is an origin's bytes/s as the algorithm knows them now (learned, at
+    most as told); origins not in rotation are not offered.
+    """
+
+    def __init__(
+        self,
+        room: Callable[[str], float],
+        *,
+        margin_s: float = 3.0,
+        claim_s: float = 10.0,
+        max_reservations: int = 100_000,
+    ) -> None:
+        self.room = room
+        self.margin_s = margin_s
+        self.claim_s = claim_s
+        self.max_reservations = max_reservations
+        self.books: dict[str, OriginBook] = {}
+        #: reservations whose start is ahead or whose client has not claimed them yet
+        self.waiting: dict[str, Reservation] = {}
+        #: (start, token) of the waiting reservations, for `_expire` (lazily cleaned)
+        self._starts: list[tuple[float, str]] = []
+        self._tokens = itertools.count(1)
+
+    def book(self, name: str, *, now: float) -> OriginBook:
+        """An origin's book (created empty, draining at its room)."""
+        b = self.books.get(name)
+        if b is None:
+            b = self.books[name] = OriginBook(self.room(name), now=now)
+        return b
+
+    def plan(
+        self,
+        issue_id: str,
+        origins: Iterable[str],
+        *,
+        left_bytes: float,
+        rate: float,
+        time_left_s: float,
+        now: float,
+    ) -> Reservation | None:
+        """Where a download of `left_bytes` by a client whose link carries `rate`
+        bytes/s and whose deadline is `time_left_s` away would be queued: the origin
+        (of `origins`) where it ends first (`OriginBook.slot`); None when none ends it
+        by the deadline less `margin_s`. A start within a second of `now` is a start
+        now. Nothing is queued until `commit`."""
+        self._expire(now=now)
+        best: tuple[float, float, str, float] | None = None
+        for name in origins:
+            room = self.room(name)
+            if not room > 0:
+                continue
+            r = min(rate, room)
+            start, end = self.book(name, now=now).slot(left_bytes, r, now=now)
+            if end > now + time_left_s - self.margin_s:
+                continue
+            key = (end, start, name, r)
+            if best is None or key < best:
+                best = key
+        if best is None:
+            return None
+        end, start, name, r = best
+        start = now if start <= now + 1.0 else start
+        if start > now and len(self.waiting) >= self.max_reservations:
+            return None
+        return Reservation(
+            "",
+            name,
+            issue_id,
+            r,
+            start,
+            end,
+            left_bytes,
+            deadline_at=now + time_left_s,
+            claimed=start <= now,
+        )
+
+    def commit(self, planned: Reservation, *, now: float) -> Reservation:
+        """Queue a `plan`'s download on its origin: a start now is claimed at once, a
+        later one waits for its client (`claim`) under a new token."""
+        book = self.book(planned.origin, now=now)
+        planned.queued_before = book.added_bytes
+        book.add(planned.left_bytes, now=now)
+        planned.token = f"r{next(self._tokens)}"
+        if not planned.claimed:
+            self.waiting[planned.token] = planned
+            heapq.heappush(self._starts, (planned.start, planned.token))
+        return planned
+
+    def note(self, name: str, *, left_bytes: float, now: float) -> None:
+        """A transfer the algorithm placed by room, not by the book, started on an
+        origin: its bytes queued there, so that under overload the book knows them."""
+        self.book(name, now=now).add(left_bytes, now=now)
+
+    def observe(self, name: str, *, now: float) -> None:
+        """A status of the origin: its queue drains at its room as now known."""
+        room = self.room(name)
+        if room > 0:
+            self.book(name, now=now).observe(room, now=now)
+
+    def claim(self, token: str, *, deadline_at: float, now: float) -> Reservation | None:
+        """The client of a reservation came back: its reservation if it is still held
+        (its start not more than `claim_s` past), else None; `claimed` once its start
+        has come (within a second). Its start is checked against the queue as the
+        origin's statuses now show it drain: when the bytes still ahead of it need
+        longer than was reserved (the origin sends less than it was told), the start
+        moves later, and the reservation is cancelled (None) when it would then end
+        after `deadline_at` less `margin_s`."""
+        self._expire(now=now)
+        res = self.waiting.get(token)
+        if res is None:
+            return None
+        book = self.books.get(res.origin)
+        if book is None:
+            self.waiting.pop(token, None)
+            return None
+        ahead = book.ahead_of(res.queued_before, now=now)
+        start, end = book.slot(res.left_bytes, res.rate, now=now, ahead=ahead)
+        if end > deadline_at - self.margin_s:
+            self.cancel(token, now=now)
+            return None
+        if start > res.start:
+            res.start, res.end = start, end
+            heapq.heappush(self._starts, (start, token))
+        if res.start <= now + 1.0:
+            del self.waiting[token]
+            res.claimed = True
+        return res
+
+    def cancel(self, token: str, *, now: float) -> None:
+        """Take back a waiting reservation's bytes (its client gave up, or its origin
+        failed for it)."""
+        res = self.waiting.pop(token, None)
+        if res is not None and res.origin in self.books:
+            self.books[res.origin].remove(res.left_bytes, now=now)
+
+    def drop_origin(self, name: str) -> None:
+        """The origin left the rotation: its queue is gone (its clients fail over and
+        are placed again), its waiting reservations forgotten."""
+        self.books.pop(name, None)
+        for token in [t for t, r in self.waiting.items() if r.origin == name]:
+            del self.waiting[token]
+
+    def _expire(self, *, now: float) -> None:
+        """Cancel the reservations not claimed within `claim_s` of their start."""
+        starts = self._starts
+        while starts and starts[0][0] + self.claim_s < now:
+            start, token = heapq.heappop(starts)
+            res = self.waiting.get(token)
+            if res is not None and res.start == start:  # else moved later, or claimed
+                self.cancel(token, now=now)
