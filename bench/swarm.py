@@ -8,10 +8,13 @@ their total egress capped at u_s (pressrun.origin's token bucket); each peer upl
 most u. Printed per N: the last peer's completion time T, the fluid lower bound of
 Kumar and Ross,
 
-    T_min = max(F / u_s, F / d_min, N * F / (u_s + N * u))
+    T_min = max(F / u_s, F / d_min, N * F / (u_s + N * u_p))
 
-(d_min: the slowest peer's download cap; unlimited here, so that term is 0), T / T_min,
-and the origins' bytes in copies of the file (their own counters). Beside each run:
+(d_min: the slowest peer's download cap; unlimited here, so that term is 0; u_p: the
+payload a peer's upload limit u carries, `payload_upload_bps`: libtorrent's limiter
+counts its estimate of the TCP/IP headers, so the bound counts them the same way, for
+every policy; docs/swarm.md "The bound's yardstick"), T / T_min, and the origins'
+bytes in copies of the file (their own counters). Beside each run:
 the harness's processes' CPU, their worst event loop lag and the machine's busy CPU; a
 run whose harness was saturated (`swarm_procs.verdict`: a process's loop lag p99 above
 250 ms or its loop thread above 0.85 of a core) is printed REFUSED with the reason and
@@ -67,6 +70,47 @@ swarm_procs = load_bench_module("swarm_procs")
 LoopLoad = swarm_procs.LoopLoad
 
 
+#: libtorrent's estimate of one packet's TCP/IP headers (IPv4 20 + TCP 20 bytes) and
+#: the payload of a 1,500-byte packet (`trancieve_ip_packet` in its session_impl.cpp)
+IP_HEADER_BYTES = 40
+PACKET_PAYLOAD_BYTES = 1500 - IP_HEADER_BYTES
+
+
+def limiter_counts_ip_overhead(lt_pairs: list[str]) -> bool:
+    """Whether the peers' rate limiter counts the IP overhead: libtorrent's
+    ``rate_limit_ip_overhead``, on unless ``--lt rate_limit_ip_overhead=false``."""
+    value = True
+    for pair in lt_pairs:
+        key, _, raw = pair.partition("=")
+        if key == "rate_limit_ip_overhead":
+            value = raw not in ("false", "0")
+    return value
+
+
+def payload_upload_bps(u_bps: float, *, ip_overhead: bool) -> float:
+    """The payload a peer's upload limit ``u_bps`` carries between two peers, the u of
+    the fluid bound.
+
+    With ``rate_limit_ip_overhead`` libtorrent charges every transfer it makes, sent or
+    received, ``IP_HEADER_BYTES`` per ``PACKET_PAYLOAD_BYTES`` (the packet's headers
+    and its ACK's) to the upload limiter as well as the download one. A payload byte
+    from one peer to another therefore costs the swarm's upload limits 1 + 2 h of a
+    byte (h = 40 / 1460: the sender's packet and the receiver's ACK), and N peers'
+    limits carry N u / (1 + 2 h) of payload, 5.2% less than N u. The bound is about
+    payload over link capacity, so its links are counted as the limiter counts them;
+    the same for every policy (what the `libtorrent` policy's web seeds add, the ACKs
+    of origin bytes received through libtorrent, is that policy's own cost).
+    """
+    if not ip_overhead:
+        return u_bps
+    return u_bps / (1 + 2 * IP_HEADER_BYTES / PACKET_PAYLOAD_BYTES)
+
+
+def fluid_bound_s(n: int, size_bytes: float, u_bps: float, u_s_bps: float) -> float:
+    """Kumar and Ross's T_min = max(F / u_s, N F / (u_s + N u)), download unlimited."""
+    return max(size_bytes / u_s_bps, n * size_bytes / (u_s_bps + n * u_bps))
+
+
 def ring_knobs(args: argparse.Namespace, size_bytes: int, u_s: float) -> dict[str, Any]:
     """The supernodes' keyword arguments from the bench's flags."""
     return {
@@ -106,6 +150,9 @@ async def one_run(
                 "drop_web_seeds": not args.keep_web_seeds,
                 "web_seed_share_factor": args.share_factor,
                 "not_needed_seeds_per_leecher": args.seeds_per_leecher,
+                "not_needed_busy_share": getattr(
+                    args, "busy_share", PeerConfig().not_needed_busy_share
+                ),
             }
             workers: list[Any] = []
             sn_worker = None
@@ -201,7 +248,8 @@ async def one_run(
                 # (printed with the harness's figures: a saturated harness stalls peers)
                 refused = f"{len(bad)} peers did not complete" + (f"; {refused}" if refused else "")
             last = max(r["download_s"] or 0.0 for r in results)
-            t_min = max(size / u_s, n * size / (u_s + n * u))
+            u_p = payload_upload_bps(u, ip_overhead=limiter_counts_ip_overhead(args.lt))
+            t_min = fluid_bound_s(n, size, u_p, u_s)
             rules: dict[str, int] = {}
             for r in results:
                 rules[r["leave_rule"]] = rules.get(r["leave_rule"], 0) + 1
@@ -214,6 +262,9 @@ async def one_run(
                 "last_s": last,
                 "t_min_s": t_min,
                 "x": last / t_min,
+                # against the bound with u as the payload rate (the yardstick before 28
+                # November's afternoon, for comparison with older figures)
+                "x_nominal": last / fluid_bound_s(n, size, u, u_s),
                 "copies": swarm.origin_bytes_sent() / size,
                 "wall_s": wall,
                 "mean_ratio": statistics.mean(ratios) if ratios else 0.0,
@@ -346,7 +397,8 @@ def print_run_line(policy: str, n: int, k: int, r: dict[str, Any]) -> None:
     state = f"REFUSED ({r['refused']})" if r["refused"] else "ok"
     cpu = ", ".join(f"{name} {f['cpu_process']:.2f}" for name, f in r["loads"].items())
     print(
-        f"  run {k + 1}: {policy} N = {n}: {r['last_s']:.1f} s = {r['x']:.2f}x, "
+        f"  run {k + 1}: {policy} N = {n}: {r['last_s']:.1f} s = {r['x']:.2f}x "
+        f"({r['x_nominal']:.2f}x against the nominal u), "
         f"{r['copies']:.2f} copies{ring}; {_harness(r)} (CPU cores: {cpu}): {state}",
         flush=True,
     )
@@ -370,7 +422,8 @@ def print_medians(policy: str, n: int, runs: list[dict[str, Any]]) -> None:
         flush=True,
     )
     print(
-        f"{'':>15} {_harness(med)}; peers downloaded {100 * med['beyond_nf']:.1f}% beyond N F",
+        f"{'':>15} {_harness(med)}; peers downloaded {100 * med['beyond_nf']:.1f}% beyond N F; "
+        f"{med['x_nominal']:.2f}x against the bound with the nominal u",
         flush=True,
     )
     if "ring_requests_per_peer" in med:
@@ -406,6 +459,13 @@ async def main() -> None:
         type=float,
         default=PeerConfig().not_needed_seeds_per_leecher,
         help="the not_needed rule's seeds per leecher (0: rule off; default: the peer's)",
+    )
+    p.add_argument(
+        "--busy-share",
+        type=float,
+        default=PeerConfig().not_needed_busy_share,
+        help="a seed uploading at least this share of its capacity is not let go by "
+        "not_needed (0: check off; default: the peer's)",
     )
     p.add_argument("--tracker-interval-s", type=int, default=5, help="announce interval")
     p.add_argument("--supernodes", type=int, default=5, help="policy chord: supernodes on the ring")

@@ -695,7 +695,11 @@ async def main() -> None:
     bench_swarm_args_upload_bps.append(args.peer_upload_mbps * 1e6 / 8)
     SIZES.update(
         n=a.n,
-        u=args.peer_upload_mbps * 1e6 / 8,
+        # the payload the upload limit carries, as bench/swarm.py's bound counts it
+        u=bench_swarm.payload_upload_bps(
+            args.peer_upload_mbps * 1e6 / 8,
+            ip_overhead=bench_swarm.limiter_counts_ip_overhead(a.lt),
+        ),
         u_s=args.origin_mbps * 1e6 / 8,
         size=int(args.size_mib * (1 << 20)),
     )

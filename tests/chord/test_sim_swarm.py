@@ -274,6 +274,21 @@ def test_leave_rules() -> None:
         rng=rng,
     )
     assert crowd.by_not_needed.size == 8  # nobody downloads: nobody is needed
+    # a seed in use is needed (the client's not_needed_busy_share): 10 seeds, 1
+    # leecher, 8 may go by the counts; the 4 busy ones are not among them
+    ten = np.arange(11) < 10
+    busy = np.arange(11) < 4
+    spare = departures(
+        "fair",
+        seeds=ten,
+        leechers=~ten,
+        uploaded=np.zeros(11, dtype=np.int64),
+        downloaded=np.ones(11, dtype=np.int64),
+        have_t=np.ones((2, 11), dtype=bool),
+        rng=rng,
+        busy=busy,
+    )
+    assert spare.by_not_needed.size == 6 and not set(spare.by_not_needed) & {0, 1, 2, 3}
     # last-holder: 1 is not leaving; make both seeds go by ratio: piece 1 would be lost
     both = {**kw, "uploaded": np.array([10, 10, 0, 0]), "downloaded": np.array([10, 10, 5, 5])}
     assert set(departures("fair", **both).leaving) == {0, 1}

@@ -263,6 +263,40 @@ def test_the_last_holder_of_a_piece_stays_until_it_has_a_second_holder() -> None
     assert leave.rule is LeaveRule.MAX_SEED_TIME
 
 
+def test_a_seed_in_use_does_not_leave_by_not_needed() -> None:
+    # Issue 29: the counts say the swarm can spare seeds (20 seeds, 1 leecher: 18 of 20
+    # may go), but this one uploads 0.9 of its 1 MB/s: the leechers use it. It stays
+    # while it does, and leaves once its upload falls under half of its capacity. On
+    # the loopback bench every peer left by not_needed within a second of the first
+    # copies while the last ones still downloaded at rates their links could take.
+    def poll(core: PeerCore, rate: int, t: float) -> list[Effect]:
+        p = progress(done=100 * MB, up=10 * MB, down=100 * MB, pieces=100)
+        return core.handle_progress(replace(p, upload_bps=rate, upload_capacity_bps=MB), now=t)
+
+    spare = SwarmCounts(seeds=20, leechers=1)
+    core = seeding_core(desktop_profile(), down=100 * MB, up=10 * MB, rng=random.Random(1))
+    assert not of(poll(core, 900_000, 3.0), Leave)
+    assert not of(core.handle_swarm_counts(spare, now=3.5), Leave)  # (draw 0.13 < 0.9)
+    assert not of(poll(core, 600_000, 4.0), Leave)
+    (leave,) = of(poll(core, 400_000, 4.5), Leave)
+    assert leave.rule is LeaveRule.NOT_NEEDED
+    # the check off: the same counts let the busy seed go at once
+    off = seeding_core(
+        desktop_profile(not_needed_busy_share=0), down=100 * MB, up=10 * MB, rng=random.Random(1)
+    )
+    assert not of(poll(off, 900_000, 3.0), Leave)
+    (leave,) = of(off.handle_swarm_counts(spare, now=3.5), Leave)
+    assert leave.rule is LeaveRule.NOT_NEEDED
+    # a capacity not known yet (no limit, nothing uploaded) is not "in use"
+    unknown = seeding_core(desktop_profile(), down=100 * MB, up=10 * MB, rng=random.Random(1))
+    p = progress(done=100 * MB, up=10 * MB, down=100 * MB, pieces=100)
+    assert not of(unknown.handle_progress(replace(p, upload_bps=900_000), now=3.0), Leave)
+    (leave,) = of(unknown.handle_swarm_counts(spare, now=3.5), Leave)
+    assert leave.rule is LeaveRule.NOT_NEEDED
+    with pytest.raises(ValueError, match="busy_share"):
+        desktop_profile(not_needed_busy_share=1.5)
+
+
 def test_counts_from_before_seeding_are_not_trusted() -> None:
     core = PeerCore(desktop_profile(), now=0.0)
     core.handle_progress(progress(done=50 * MB, down=50 * MB, pieces=50), now=1.0)

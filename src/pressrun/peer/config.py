@@ -29,6 +29,13 @@ class PeerConfig:
         seeds a little longer for the last leechers (at N = 20 on the loopback bench
         1.45x the fluid bound in 3 of 3 runs against 1.49-1.81x with 1.0,
         docs/swarm.md). 0 disables the rule.
+    not_needed_busy_share: a seed whose payload upload over the last two seconds is at
+        least this share of its upload capacity (its limit, else the fastest it
+        uploaded) is in use: whatever the counts say, it does not leave by
+        ``not_needed`` while it is (the seeds per leecher a swarm can use depend on
+        its links: a leecher's downlink takes as many seeds as it is faster than
+        their uplinks). Default 0.5; 0 turns the check off. ``ratio`` and
+        ``max_seed_time`` are untouched.
     not_needed_settle_s: counts that fell suddenly (their seeds + leechers under half of
         the last counts' as they turned from "needed" to "not needed", or no seed at all
         while this peer seeds: the tracker does not count it) do not let a seed leave
@@ -84,6 +91,7 @@ class PeerConfig:
     profile: ProfileName = ProfileName.DESKTOP
     share_ratio: float = 1.0
     not_needed_seeds_per_leecher: float = 2.0
+    not_needed_busy_share: float = 0.5
     not_needed_settle_s: float = 60.0
     max_seed_time_s: float | None = 1800.0
     seed_after_download: bool = True
@@ -110,6 +118,8 @@ class PeerConfig:
             raise ValueError("share_ratio must be a finite number >= 0")
         if not (self.not_needed_seeds_per_leecher >= 0):
             raise ValueError("not_needed_seeds_per_leecher must be >= 0")
+        if not (0 <= self.not_needed_busy_share <= 1):
+            raise ValueError("not_needed_busy_share must be between 0 and 1")
         if not (self.not_needed_settle_s >= 0):
             raise ValueError("not_needed_settle_s must be >= 0")
         if self.max_seed_time_s is not None and not self.max_seed_time_s >= 0:

@@ -21,6 +21,15 @@ Policy (docs/swarm.md):
   every seed left on the same counts: the swarm lost its seeds together and the
   tracker, seeing too few seeds left, refused the last ones' claim
   (``claim_refused``, tests/peer/test_swarm.py, 20 peers).
+- **A seed in use is needed**: the counts say how many seeds a swarm has per
+  leecher, not whether the leechers can use them: a leecher takes as many seeds at
+  once as its downlink is faster than their uplinks. A seed whose payload upload over
+  the last two seconds is at least ``not_needed_busy_share`` (0.5) of its capacity
+  (`Progress.upload_bps`, `Progress.upload_capacity_bps`) does not leave by
+  ``not_needed`` while it is; once its upload falls, the counts' rule holds again.
+  Measured on the loopback bench (N = 20, every peer left by ``not_needed``; docs/
+  swarm.md): the last leechers lost most of their seeds within a second of the first
+  copies, at rates their links could take, and the tail lasted 4.6 s.
 - **A sudden fall is not "nobody"**: counts whose seeds + leechers fell under half of
   the last counts' while they turned from "needed" to "not needed", or that count no
   seed while this peer seeds (the tracker does not know it), are suspect:
@@ -126,26 +135,43 @@ def fair_to_leave(
     counts: SwarmCounts | None,
     seeding_for_s: float,
     draw: float = 0.0,
+    busy: bool = False,
 ) -> LeaveRule | None:
     """The rule that lets a finished peer leave now, or None if it must keep seeding.
 
     Tried in order: ratio (004's fairness), not needed (the tracker's fresh counts,
     when ``draw``, uniform in [0, 1) once per set of counts, is under
-    `not_needed_share`), the maximum seeding time, and for a peer that never seeds,
-    metered. A peer told to seed until stopped never leaves by a rule.
+    `not_needed_share`, and the seed is not ``busy``: its upload in use, `seed_in_use`),
+    the maximum seeding time, and for a peer that never seeds, metered. A peer told to
+    seed until stopped never leaves by a rule.
     """
     if config.seed_until_stopped and config.seeds:
         return None
     basis = max(downloaded_bytes, config.ratio_basis_bytes)
     if uploaded_bytes >= config.share_ratio * basis:
         return LeaveRule.RATIO
-    if counts is not None and draw < not_needed_share(counts, config.not_needed_seeds_per_leecher):
+    if (
+        counts is not None
+        and not busy
+        and draw < not_needed_share(counts, config.not_needed_seeds_per_leecher)
+    ):
         return LeaveRule.NOT_NEEDED
     if config.max_seed_time_s is not None and seeding_for_s >= config.max_seed_time_s:
         return LeaveRule.MAX_SEED_TIME
     if not config.seeds:
         return LeaveRule.METERED
     return None
+
+
+def seed_in_use(config: PeerConfig, progress: Progress) -> bool:
+    """True if the seed's payload upload lately is at least ``not_needed_busy_share``
+    of its capacity (module docstring, "A seed in use is needed"); False while either
+    is unknown or the check is off."""
+    share = config.not_needed_busy_share
+    capacity = progress.upload_capacity_bps
+    if share <= 0 or capacity <= 0:
+        return False
+    return progress.upload_bps >= share * capacity
 
 
 class PeerCore:
@@ -401,6 +427,7 @@ class PeerCore:
             counts=fresh,
             seeding_for_s=now - self.seeding_since,
             draw=self._draw,
+            busy=seed_in_use(self.config, self.progress),
         )
         if rule is not None and rule.fair and self._last_holder(fresh):
             # the last holder of a piece others still need: may leave, not yet (the

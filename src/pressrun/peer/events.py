@@ -63,6 +63,9 @@ class Progress:
     sole_pieces: (seeding) pieces no connected BitTorrent peer holds while some
         connected peer still downloads: this peer is their last holder among its
         peers, so a fair-exit rule lets it go only once they have a second holder.
+    upload_bps: the payload upload rate over the last two seconds (0: not known yet).
+    upload_capacity_bps: what this peer can upload, its limit, else the fastest it
+        uploaded (0: not known).
     """
 
     done_bytes: int
@@ -77,6 +80,8 @@ class Progress:
     owed_pieces: int = 0
     coming_pieces: int = 0
     sole_pieces: int = 0
+    upload_bps: int = 0
+    upload_capacity_bps: int = 0
 
 
 @dataclass(frozen=True, slots=True)

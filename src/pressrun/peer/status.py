@@ -51,15 +51,23 @@ class UploadUse:
         while len(self._reads) > 2 and self._reads[1][0] <= now - self.window_s:
             self._reads.popleft()
 
+    def rate_bps(self) -> int | None:
+        """The upload rate over the window; None until two reads at least half a
+        window apart exist."""
+        if len(self._reads) < 2:
+            return None
+        (t0, u0), (t1, u1) = self._reads[0], self._reads[-1]
+        if t1 - t0 < self.window_s / 2:
+            return None
+        return int((u1 - u0) / (t1 - t0))
+
     def unused_bps(self, capacity_bps: int) -> int:
         """``capacity_bps`` less the upload rate over the window; all of it until two
         reads at least half a window apart exist (a newcomer has uploaded nothing)."""
-        if len(self._reads) < 2:
+        rate = self.rate_bps()
+        if rate is None:
             return capacity_bps
-        (t0, u0), (t1, u1) = self._reads[0], self._reads[-1]
-        if t1 - t0 < self.window_s / 2:
-            return capacity_bps
-        return max(0, capacity_bps - int((u1 - u0) / (t1 - t0)))
+        return max(0, capacity_bps - rate)
 
 
 class SwarmStatus:
@@ -155,6 +163,9 @@ class SwarmStatus:
             owed_pieces=owed,
             coming_pieces=coming,
             sole_pieces=self.tally.sole_pieces if st.is_seeding else 0,
+            # (what the core's "a seed in use is needed" reads)
+            upload_bps=self.upload_use.rate_bps() or 0,
+            upload_capacity_bps=self.upload_limit_bps or self.peak_upload_bps,
         )
         self.last_progress = progress
         return progress

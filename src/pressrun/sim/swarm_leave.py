@@ -4,7 +4,9 @@
 subscriber has finished. ``fair``: a finished subscriber leaves as soon as one of the
 real client's fair rules holds (`pressrun.peer.core.fair_to_leave`): it uploaded at
 least what it downloaded (``ratio``), or the other seeds number at least
-``NOT_NEEDED_SEEDS_PER_LEECHER`` per leecher (``not_needed``, the tracker's counts);
+``NOT_NEEDED_SEEDS_PER_LEECHER`` per leecher (``not_needed``, the tracker's counts)
+and it is not in use (its upload lately under ``BUSY_SHARE`` of its capacity: the
+client's `PeerConfig.not_needed_busy_share`, `pressrun.peer.core.seed_in_use`);
 the seeding bound (``max_seed_time_s``, 1800 s by default) is longer than any of
 these runs. ``last-holder``: ``fair``, and a subscriber allowed to leave stays while
 it is the last holder of a piece another subscriber still lacks (the real client's
@@ -27,6 +29,9 @@ import numpy.typing as npt
 LEAVE_RULES = ("never", "fair", "last-holder")
 #: `PeerConfig.not_needed_seeds_per_leecher`'s default
 NOT_NEEDED_SEEDS_PER_LEECHER = 2.0
+#: `PeerConfig.not_needed_busy_share`'s default: a seed uploading at least this share
+#: of its capacity lately does not leave by not_needed
+BUSY_SHARE = 0.5
 
 Bools = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
@@ -55,11 +60,14 @@ def departures(
     downloaded: Ints,
     have_t: Bools,
     rng: np.random.Generator,
+    busy: Bools | None = None,
 ) -> Departures:
     """Which of the ``seeds`` (finished, still present) leave now under ``rule``.
 
     ``leechers``: subscribers present and still downloading; ``have_t``: complete
-    pieces, piece-major, of everyone present (a subscriber that left holds none).
+    pieces, piece-major, of everyone present (a subscriber that left holds none);
+    ``busy``: seeds in use (their upload lately at least ``BUSY_SHARE`` of their
+    capacity), which the counts do not let go while anyone downloads (None: none).
     """
     none = np.zeros(0, dtype=np.int64)
     if rule == "never" or not seeds.any():
@@ -68,7 +76,10 @@ def departures(
         raise ValueError(f"unknown leave rule {rule!r}; choose from {', '.join(LEAVE_RULES)}")
     ratio = seeds & (uploaded >= downloaded)
     by_ratio = np.flatnonzero(ratio)
-    rest = np.flatnonzero(seeds & ~ratio)
+    # (a seed in use keeps its place while someone downloads; with no leecher left its
+    # upload is going nowhere, and the client's falls within its two-second window)
+    in_use = busy if busy is not None and leechers.any() else np.zeros_like(seeds)
+    rest = np.flatnonzero(seeds & ~ratio & ~in_use)
     # not_needed, one at a time: the k-th to go still sees seeds - 1 >= 2 * leechers
     left_seeds = int(seeds.sum()) - by_ratio.size
     room = left_seeds - int(np.ceil(NOT_NEEDED_SEEDS_PER_LEECHER * int(leechers.sum())))

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pressrun.sim.swarm_leave import LEAVE_RULES, departures
+from pressrun.sim.swarm_leave import BUSY_SHARE, LEAVE_RULES, departures
 from pressrun.sim.swarm_scenario import SwarmScenario, draw_subscribers, fluid_bound_s
 
 CHOICES = ("ring", "random", "rarest")
@@ -75,6 +75,8 @@ DEFAULT_BLOCKS_PER_PIECE = 16
 #: how often a subscriber reports to the ring (the peer's ring client runs a round every
 #: 2 s): a supernode knows a subscriber's unused upload as of its last report
 REPORT_S = 2.0
+#: the client's window for "a seed in use" (`pressrun.peer.status.UNUSED_WINDOW_S`)
+BUSY_WINDOW_S = 2.0
 
 Ints = npt.NDArray[np.int64]
 
@@ -180,6 +182,10 @@ class _Swarm:
         self.run.leave = self.leave = leave
         self.run.left_at_s = np.full(n, np.inf)
         self.gone = np.zeros(n, dtype=bool)  # left the swarm
+        # each subscriber's upload lately, blocks a step, averaged over about
+        # BUSY_WINDOW_S (the client's two seconds): a seed in use stays (`swarm_leave`)
+        self.use_decay = float(np.exp(-step_s / BUSY_WINDOW_S))
+        self.recent_up = np.zeros(n)
         self.classes = len(sc.classes)
         # Random keys for the subscribers' piece order: drawing n*p normals every step
         # cost more than the rest of the step, so they come from a pool drawn once per
@@ -289,6 +295,7 @@ class _Swarm:
                 m[cand] &= dleft[more] > 0
         used_up = left[:n] - left_o[np.argsort(order)]
         up_credit[:n] -= used_up
+        self.recent_up = self.use_decay * self.recent_up + (1 - self.use_decay) * used_up
         if self.choice == "ring":
             self._report(t, present, left[:n] - used_up)
         run.upload_use_per_step.append(float(used_up.sum() / max(1, int(left[:n].sum()))))
@@ -328,6 +335,7 @@ class _Swarm:
             downloaded=self.downloaded,
             have_t=self.have_t,
             rng=self.rng,
+            busy=self.recent_up >= BUSY_SHARE * self.up_rate[: self.origin],
         )
         run.held_steps += dep.held.size
         go = dep.leaving
