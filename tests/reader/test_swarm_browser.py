@@ -535,6 +535,45 @@ async def test_subscribers_encrypted_issue_arrives_through_peers_and_opens(
     await page_b.wait_for_selector("#page[data-page='1']")
 
 
+async def test_a_reader_past_its_share_ratio_serves_the_only_reader_that_needs_it(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # A resumes with 20 of 23 pieces stored and takes the last 3 from a libtorrent
+    # seed (189 kB downloaded); the seed goes; B needs all 1.5 MB and A is its only
+    # source. A reaches its share ratio after 189 kB sent, but B still wants pieces
+    # from it: A stays until B has them all, then leaves by the ratio. (Before: A left
+    # the moment its upload count reached what it downloaded, B was left with the rest
+    # and no peer, and failed over to the stopped origins; the upload count is what
+    # was handed to the data channel, so on a loaded host the same cut came with
+    # A's whole download: the CI failure of the encrypted test above, 16 of 24 pieces)
+    issue = await swarm.publish("swarm-stay")
+    n = -(-SIZE // PIECE)
+    stopped = await swarm.origin(stopped=True)
+    swarm.direct(issue, origins=[swarm.standin_url], web_seeds=[stopped])
+    a = await open_phone(phone_factory, swarm.reader_url)
+    await prestore(a, issue, 0, n - 3)
+    seed = await swarm.libtorrent_seed(issue)
+    await start(a, issue)
+    ra = await verified(a, issue, issue.data)
+    downloaded = ra["bytes_from_peers"]
+    assert downloaded == SIZE - (n - 3) * PIECE, ra
+    await seed.stop()
+    b = await open_phone(phone_factory, swarm.reader_url)
+    # B's page at an eighth of the CPU (a loaded phone or host): its download takes
+    # seconds, not the moment that A's half-second look at its rule may miss
+    cdp = await b.context.new_cdp_session(b.page)
+    await cdp.send("Emulation.setCPUThrottlingRate", {"rate": 8})
+    started = time.monotonic()
+    await start(b, issue)
+    rb = await verified(b, issue, issue.data)
+    print(f"reader -> reader, B's CPU throttled 8x: {time.monotonic() - started:.2f} s")
+    assert rb["bytes_from_peers"] >= issue.transfer_bytes, rb
+    await wait_status(a, issue, "leave_rule", "ratio", timeout_s=10)
+    sa = await swarm_status(a, issue)
+    assert sa["uploaded_bytes"] >= issue.transfer_bytes > 5 * downloaded, sa
+
+
 async def test_an_embargoed_issue_says_when_it_opens_and_arrives_then(
     swarm: SwarmStack,
     phone_factory,  # type: ignore[no-untyped-def]
@@ -772,6 +811,11 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
               leaveRule({ ...base, uploaded: 99, downloaded: 100, allowed: true }),
               leaveRule({ ...base, uploaded: 100, downloaded: 100, allowed: true }),
               leaveRule({ ...base, now: 300, uploaded: 0, downloaded: 100, allowed: true }),
+              // past the ratio, a peer still wants pieces: stay (until max_seed_time)
+              leaveRule({ ...base, uploaded: 100, downloaded: 100, allowed: true, needed: true }),
+              leaveRule({ ...base, now: 300, uploaded: 100, downloaded: 100, allowed: true,
+                          needed: true }),
+              leaveRule({ ...base, uploaded: 100, downloaded: 100, allowed: false, needed: true }),
             ];
             const m = { info_hash: infoHash };
             const { torrent } = await fetchCheckedTorrent(torrentUrl, m, ws);
@@ -799,7 +843,15 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
     # mobile profile's 256 KiB/s elsewhere
     assert got["caps"] == [0, 0, 262144, 262144, 262144, 1000000]
     assert got["window"] == [None, None, 150, 250]
-    assert got["rules"] == ["metered", None, "ratio", "max_seed_time"]
+    assert got["rules"] == [
+        "metered",
+        None,
+        "ratio",
+        "max_seed_time",
+        None,
+        "max_seed_time",
+        "metered",
+    ]
     assert got["rewritten"] == issue.manifest["info_hash"]
     assert got["text"].startswith(f"d8:announce{len(swarm.ws_url)}:{swarm.ws_url}4:infod")
     assert got["refused"] is not None and "is not the signed manifest's" in got["refused"]

@@ -29,8 +29,9 @@
 //   encrypted issue: the same ciphertext, checked against the manifest before it
 //   goes), capped by uploadCapFor (the link: Wi-Fi or Ethernet, or unknown). After the
 //   download the reader stays in the swarm while the page is open,
-//   until the fair-exit rule lets it go (uploaded >= share_ratio x downloaded), or it
-//   has seeded max_seed_time_s, or uploading is no longer allowed.
+//   until the fair-exit rule lets it go (uploaded >= share_ratio x downloaded and no
+//   connected peer still wants a piece from it), or it has seeded max_seed_time_s, or
+//   uploading is no longer allowed.
 
 import { pieceOk } from "./manifest.js";
 import { StoredPieces } from "./store.js";
@@ -159,13 +160,22 @@ export class WebSeedRule {
 
 /**
  * The fair-exit rule for a reader that finished (pure; seconds): "ratio" once it
- * uploaded share_ratio x what it downloaded, "max_seed_time" after max_seed_time_s of
- * seeding, "metered" when uploading is not allowed (a metered network or the
- * setting off); null: stay.
+ * uploaded share_ratio x what it downloaded and no connected peer still wants a piece
+ * from it (`needed`: a peer interested in it, or with a request not answered yet),
+ * "max_seed_time" after max_seed_time_s of seeding (whoever still wants pieces),
+ * "metered" when uploading is not allowed (a metered network or the setting off);
+ * null: stay.
+ *
+ * Why `needed`: the upload count is what was handed to the peers' data channels, not
+ * what reached them, and a peer mid-download may have no other source. A reader that
+ * left the moment its count reached its download cut off the only reader that needed
+ * it: on a loaded CI host, B had 16 of 24 pieces when A (which had counted all 24 as
+ * sent) left, and B fell back to origins that were down (tests/reader/
+ * test_swarm_browser.py, the share-ratio test: 8 of 10 runs failed before).
  */
-export function leaveRule({ now, seedingSince, uploaded, downloaded, allowed, ratio, maxSeedS }) {
+export function leaveRule({ now, seedingSince, uploaded, downloaded, allowed, ratio, maxSeedS, needed = false }) {
   if (!allowed) return "metered";
-  if (uploaded >= ratio * downloaded) return "ratio";
+  if (uploaded >= ratio * downloaded && !needed) return "ratio";
   if (maxSeedS != null && now - seedingSince >= maxSeedS) return "max_seed_time";
   return null;
 }
@@ -723,6 +733,7 @@ export class SwarmFetch {
         allowed: this.uploadAllowed(),
         ratio: this.cfg.share_ratio,
         maxSeedS: this.cfg.max_seed_time_s,
+        needed: this.wanted(),
       });
       if (rule !== null) {
         this.download.notice(`leaving the swarm (${rule}): uploaded ${this.uploaded} bytes, downloaded ${downloaded}`);
@@ -732,6 +743,15 @@ export class SwarmFetch {
       this.onChange();
       await new Promise((r) => setTimeout(r, 500));
     }
+  }
+
+  /** Whether a connected peer still wants pieces from this reader: it says it is
+   * interested (it lacks a piece this reader holds), or it has asked for a block not
+   * answered yet. A peer stops being interested once it holds what this one has. */
+  wanted() {
+    return (this.torrent?.wires ?? []).some(
+      (w) => w.type !== "webSeed" && !w.destroyed && (w.peerInterested || w.peerRequests?.length > 0),
+    );
   }
 
   /** Leave the swarm now (the tracker is told "stopped"). */
