@@ -103,9 +103,12 @@ class SwarmStack:
         subscribers: list[str] | None = None,
         data: bytes | None = None,
         release_at: str | None = None,
+        http_tracker: bool = False,
     ) -> Issue:
         """Publish an issue: ``data`` or random bytes (encrypted for these subscribers'
-        keys, if given; embargoed until ``release_at``, UTC text, if given)."""
+        keys, if given; embargoed until ``release_at``, UTC text, if given; the torrent
+        naming the tracker's HTTP announce beside its WebSocket with ``http_tracker``,
+        as a desktop prefetcher needs)."""
         import aiohttp
 
         from pressrun.content.publish import publish
@@ -128,13 +131,18 @@ class SwarmStack:
             title=f"Swarm issue {issue_id}",
             key_path=self.key,
             content_dir=self.content,
-            trackers=[self.ws_url],
+            trackers=[self.announce_url, self.ws_url] if http_tracker else [self.ws_url],
             piece_size=PIECE,
             encrypt_for=directory,
             release_at=release_at,
         )
         manifest = json.loads((bundle / "manifest.json").read_text())["manifest"]
         return Issue(issue_id, data, bundle, manifest)
+
+    @property
+    def announce_url(self) -> str:
+        """The tracker's HTTP announce URL (the same port as its WebSocket)."""
+        return f"http://127.0.0.1:{self.ws_url.split(':')[2].split('/')[0]}/announce"
 
     async def origin(self, *, stopped: bool = False, egress_cap_mbps: float | None = None) -> str:
         """A real origin over the content folder; its URL (``stopped``: it is stopped
@@ -259,6 +267,7 @@ def stand_in(stack: SwarmStack) -> web.Application:
         issue = request.match_info["issue"]
         stack.queries.append(dict(request.query))
         if issue in stack.balancers:
+            # the real balancer's answer: a directive, or a prefetch grant
             url = f"{stack.balancers[issue].url}{request.path_qs}"
             async with aiohttp.ClientSession() as http, http.get(url) as resp:
                 return web.Response(
@@ -282,6 +291,7 @@ def stand_in(stack: SwarmStack) -> web.Application:
 
     app = web.Application(middlewares=[cors])
     app.router.add_get("/v1/issues/{issue}/directive", directive)
+    app.router.add_get("/v1/issues/{issue}/prefetch", directive)
     app.router.add_get("/v1/origins", origins)
     app.router.add_get("/content/{issue}/{name}", mirror)
     return app

@@ -515,6 +515,20 @@ class BalancerService:
             if rec.state is OriginState.UP and rec.status is not None
         ]
         status, doc, headers = prefetch_answer(self.prefetch, up, issue_id, who, now=self._now())
+        ws = (
+            None
+            if self.config.tracker_url is None
+            else webtorrent_tracker_url(self.config.tracker_url)
+        )
+        origins = doc.get("origins")
+        if ws is not None and status in (200, 429) and isinstance(origins, list) and origins:
+            # the prefetchers' swarm for browsers (issue 35): the torrent (checked against
+            # the manifest's info-hash by the reader) and the WebSocket tracker, so a
+            # reader trades the ciphertext with the desktop prefetchers, granted or not
+            doc["swarm"] = {
+                "torrent_url": f"{origins[0]['url']}/content/{issue_id}/{issue_id}.torrent",
+                "webtorrent_url": ws,
+            }
         return web.json_response(doc, status=status, headers=headers)
 
     async def redirect(self, request: web.Request) -> web.Response:

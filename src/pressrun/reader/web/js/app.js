@@ -200,6 +200,7 @@ export async function startDownload(issueId) {
       note: (text) => note(issueId, text),
       progress: (p) => updateProgress(issueId, p),
       waitForNetwork: (signal) => waitForNetwork(issueId, signal),
+      uploadAllowed, // the prefetchers' swarm: joined only where the reader may upload
     }),
     hooks: {
       progress: (p) => {

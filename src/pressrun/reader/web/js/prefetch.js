@@ -29,6 +29,18 @@
 //    the prefetch finished). So at the release the reader moves one wrap, not the
 //    issue.
 //
+// 6. the prefetchers' swarm: when the grant names it (`swarm`: the torrent and the
+//    tracker's WebSocket, docs/protocols.md) and the reader may upload (the app's
+//    rule: the setting, and never on a metered link), the reader joins it as a
+//    ciphertext-only peer (swarm.js's prefetch mode): desktop prefetchers
+//    (`pressrun get --prefetch`, libtorrent with WebRTC) and other readers send it
+//    pieces, checked against the manifest like the origins' and kept in the same
+//    folder, and it serves them what it holds. The origins are then asked only for a
+//    piece no connected peer holds (nextOriginPiece, as the desktop's
+//    next_origin_piece), or the least held one after PEER_PATIENCE_S without a byte
+//    from the peers, still at the granted pace; a deferred grant (429) stops only the
+//    origins, not the peers. The reader seeds what it has until the release.
+//
 // A page closed before the release keeps what it fetched and the issue's id in the
 // "prefetching" setting; when the app opens again it starts those downloads
 // (unfinishedPrefetches(), app.js's resumeUnfinished), whose prefetch goes on from the
@@ -43,11 +55,35 @@ import { getSetting, putSetting, updateIssue } from "./db.js";
 import { checkAnswer } from "./download.js";
 import { pieceOk, pieceSpan } from "./manifest.js";
 import { storageEstimate, writeRun } from "./store.js";
+import { SwarmFetch } from "./swarm.js";
 
 /** The most a granted or waiting prefetch waits before it asks the balancer again. */
 const MAX_WAIT_S = 300;
 /** Decrypted pieces written as one run at the release once this many bytes wait. */
 const RUN_BYTES = 4 * 1024 * 1024;
+/** With every missing piece held by a peer, the origins wait this long without a
+ * byte from the peers (clients/prefetch_swarm.py's PEER_PATIENCE_S). */
+export const PEER_PATIENCE_S = 3;
+/** How often the origin loop looks again while the peers bring the pieces (ms). */
+const LOOK_MS = 250;
+
+/**
+ * The piece to ask the origins for next, or null: let the peers bring it (pure;
+ * clients/prefetch_swarm.py's next_origin_piece). A piece no connected peer holds
+ * first, chosen at random among them (two prefetchers rarely pay the origins for the
+ * same piece); when peers hold every missing piece, null unless the peers have sent
+ * nothing for PEER_PATIENCE_S: then the least held. `random()` in [0, 1).
+ */
+export function nextOriginPiece(missing, availability, peersIdleS, random = Math.random) {
+  if (!missing.length) return null;
+  const held = missing.map((i) => availability[i] ?? 0);
+  const nobody = missing.filter((_, k) => held[k] <= 0);
+  if (nobody.length) return nobody[Math.floor(random() * nobody.length)];
+  if (peersIdleS < PEER_PATIENCE_S) return null;
+  const least = Math.min(...held);
+  const some = missing.filter((_, k) => held[k] === least);
+  return some[Math.floor(random() * some.length)];
+}
 
 const statuses = new Map(); // issue id -> its status (prefetchStatus())
 
@@ -62,6 +98,14 @@ const sleep = (ms, signal) =>
     const timer = setTimeout(resolve, ms);
     signal.addEventListener("abort", () => (clearTimeout(timer), reject(signal.reason)), { once: true });
   });
+
+/** The prefetchers' swarm a grant names ({torrent_url, webtorrent_url}), or null. */
+function swarmOf(doc) {
+  const swarm = doc?.swarm;
+  const url = (u, schemes) => typeof u === "string" && schemes.some((p) => u.startsWith(p));
+  if (!url(swarm?.torrent_url, ["http://", "https://"]) || !url(swarm?.webtorrent_url, ["ws://", "wss://"])) return null;
+  return { torrent_url: swarm.torrent_url, webtorrent_url: swarm.webtorrent_url };
+}
 
 /** A non-negative finite number of a balancer's answer (times capped), or null. */
 function seconds(doc, key) {
@@ -163,12 +207,16 @@ class Prefetch {
     this.rules = rules;
     this.controller = new AbortController();
     this.balancerIndex = 0;
+    this.swarm = null; // the prefetchers' swarm (swarm.js, ciphertext only), when joined
+    this.held = new Set();
     this.status = {
       state: "starting",
       num_pieces: m.piece_sha256.length,
       stored_pieces: 0,
       size_bytes: m.size_bytes,
       bytes_by_origin: {},
+      bytes_from_peers: 0,
+      swarm: null,
       grants: 0,
       deferrals: 0,
       rate_bytes_per_s: 0,
@@ -187,6 +235,7 @@ class Prefetch {
   start(signal) {
     const stop = signal === null ? this.controller.signal : AbortSignal.any([signal, this.controller.signal]);
     this.done = this.run(stop).catch((err) => {
+      this.swarm?.leave("user");
       if (stop.aborted) {
         if (this.status.state !== "done") this.status.state = "stopped";
         return;
@@ -201,6 +250,109 @@ class Prefetch {
   async stop() {
     this.controller.abort(new DOMException("the release came", "AbortError"));
     await this.done;
+    this.swarm?.leave("release"); // a done prefetch seeds until now
+    this.swarmStatus();
+  }
+
+  swarmStatus() {
+    if (this.swarm) this.status.swarm = this.swarm.status();
+  }
+
+  /** Keep piece `index` (checked) in the folder once, whoever brought it; false when
+   * it was there already (or being written by the other path). */
+  async keep(dir, index, bytes) {
+    if (this.held.has(index)) return false;
+    const busy = this.writing.get(index);
+    if (busy !== undefined) {
+      await busy.catch(() => {});
+      return false;
+    }
+    const write = keepPiece(dir, index, bytes);
+    this.writing.set(index, write);
+    try {
+      await write;
+    } finally {
+      this.writing.delete(index);
+    }
+    this.held.add(index);
+    this.status.stored_pieces += 1;
+    return true;
+  }
+
+  /**
+   * The prefetchers' swarm the grant names (swarm.js, ciphertext only), or null: not
+   * named, uploads not allowed here (a metered link, or sharing off), or it could not
+   * be joined (a note; the origins alone).
+   */
+  joinSwarm(grant, dir, signal) {
+    const info = grant.swarm;
+    if (!info || !this.config.swarm || !(this.rules.uploadAllowed?.() ?? false)) return null;
+    const m = this.m;
+    const n = m.piece_sha256.length;
+    const state = new Uint8Array(n);
+    for (const i of this.held) state[i] = 2;
+    const self = this;
+    const target = {
+      issueId: m.issue_id,
+      m,
+      prefetch: true,
+      opener: null,
+      decrypt: null,
+      signal,
+      cfg: { balancer_timeout_s: this.config.download?.balancer_timeout_s ?? 10 },
+      hooks: {},
+      state,
+      get storedCount() {
+        return self.held.size;
+      },
+      notice: (text) => this.note(text),
+      pieceStore: {
+        load: async () => {},
+        add: async () => {},
+        read: async (index) => {
+          const handle = await dir.getFileHandle(`p${index}`).catch(() => null);
+          return handle === null ? null : new Uint8Array(await (await handle.getFile()).arrayBuffer());
+        },
+      },
+      // pieces from peers (checked against the manifest by swarm.js): kept as they came
+      storeRun: async (first, chunks) => {
+        for (let k = 0; k < chunks.length; k++) {
+          state[first + k] = 2;
+          if (await this.keep(dir, first + k, chunks[k])) {
+            this.status.bytes_from_peers += chunks[k].length;
+            this.progressed();
+          }
+        }
+        return null;
+      },
+    };
+    const fetcher = new SwarmFetch({
+      download: target,
+      swarm: { torrent_url: info.torrent_url, webtorrent_url: info.webtorrent_url, web_seeds: [] },
+      cfg: this.config.swarm,
+      uploadAllowed: () => this.rules.uploadAllowed?.() ?? false,
+      onChange: () => this.swarmStatus(),
+    });
+    this.swarm = fetcher;
+    this.swarmJoinedAt = performance.now() / 1000;
+    fetcher.run().catch((err) => {
+      if (!signal.aborted) this.note(`the prefetchers' swarm: ${err?.message ?? err}; the origins alone`);
+      if (this.swarm === fetcher) this.swarm = null;
+      this.swarmStatus();
+    });
+    return fetcher;
+  }
+
+  progressed(origin = null) {
+    const m = this.m;
+    this.rules.progress?.({
+      issue_id: m.issue_id,
+      total_bytes: m.size_bytes,
+      done_bytes: [...this.held].reduce((s, i) => s + pieceSpan(m, i)[1], 0),
+      stored_pieces: this.status.stored_pieces,
+      num_pieces: m.piece_sha256.length,
+      origin,
+    });
   }
 
   async run(signal) {
@@ -221,32 +373,49 @@ class Prefetch {
       this.note(`not enough room on this device (${needed} bytes needed); the issue downloads at the release`);
       return;
     }
-    let storedBytes = [...have.keys()].reduce((s, i) => s + pieceSpan(m, i)[1], 0);
+    this.held = new Set(have.keys()); // pieces in the folder, from the origins or peers
+    this.writing = new Map(); // index -> its write, from either path
     const dir = await folder(m, true);
     const who = await clientId();
     let grant = await this.grant(who, signal);
+    this.joinSwarm(grant, dir, signal);
     let freeAt = performance.now(); // the pace: when the next piece may start (ms)
     let origin = 0;
     let failuresInRow = 0;
-    const missing = [];
+    let missing = [];
     for (let i = 0; i < n; i++) if (!have.has(i)) missing.push(i);
     this.status.state = "fetching";
-    while (missing.length) {
+    while ((missing = missing.filter((i) => !this.held.has(i))).length) {
       await this.rules.waitForNetwork?.(signal); // "Wi-Fi only": not one byte on cellular
       if (performance.now() >= grant.renewAt) {
         grant = await this.grant(who, signal);
+        if (this.swarm === null) this.joinSwarm(grant, dir, signal);
       }
       if (grant.rate <= 0) {
+        // no room at the origins now: the peers go on meanwhile
         this.status.state = "waiting";
-        await sleep(Math.max(0, grant.renewAt - performance.now()), signal);
+        await sleep(Math.max(0, Math.min(grant.renewAt - performance.now(), this.swarm ? LOOK_MS : Infinity)), signal);
         continue;
       }
       this.status.state = "fetching";
-      const index = missing[0];
+      let index = missing[0];
+      if (this.swarm !== null) {
+        const idle = performance.now() / 1000 - Math.max(this.swarm.peerPayloadAt, this.swarmJoinedAt);
+        index = nextOriginPiece(missing, this.swarm.availability(), idle);
+        if (index === null) {
+          await sleep(LOOK_MS, signal); // the peers hold every missing piece: theirs
+          freeAt = Math.max(freeAt, performance.now() - 1000); // no burst builds while they send
+          continue;
+        }
+      }
       const [offset, length] = pieceSpan(m, index);
       const start = Math.max(performance.now(), freeAt);
       freeAt = start + (length / grant.rate) * 1000;
       await sleep(start - performance.now(), signal);
+      if (this.held.has(index) || this.writing.has(index)) {
+        freeAt = performance.now(); // a peer brought it meanwhile: nothing was taken
+        continue;
+      }
       const { name, url } = grant.origins[origin % grant.origins.length];
       const bytes = await this.piece(url, offset, length, signal);
       if (bytes === null || !(await pieceOk(m, index, bytes))) {
@@ -262,22 +431,15 @@ class Prefetch {
         continue;
       }
       failuresInRow = 0;
-      await keepPiece(dir, index, bytes);
-      missing.shift();
-      this.status.stored_pieces += 1;
-      storedBytes += length;
+      // the origins' bytes are counted whether or not a peer's copy was written first
       this.status.bytes_by_origin[name] = (this.status.bytes_by_origin[name] ?? 0) + length;
-      this.rules.progress?.({
-        issue_id: m.issue_id,
-        total_bytes: m.size_bytes,
-        done_bytes: storedBytes,
-        stored_pieces: this.status.stored_pieces,
-        num_pieces: n,
-        origin: name,
-      });
+      await this.keep(dir, index, bytes);
+      this.swarm?.storedElsewhere(index, bytes); // the other prefetchers may take it from here
+      this.progressed(name);
     }
     this.status.state = "done";
     this.status.finished_at = Date.now();
+    this.swarmStatus();
     this.note(`the issue's ${n} pieces are on this device; it opens at the release`);
   }
 
@@ -334,13 +496,13 @@ class Prefetch {
           const rate = seconds(doc, "rate_bytes_per_s") ?? 0;
           this.status.grants += 1;
           this.status.rate_bytes_per_s = rate;
-          return { rate, renewAt: performance.now() + renew * 1000, origins };
+          return { rate, renewAt: performance.now() + renew * 1000, origins, swarm: swarmOf(doc) };
         }
         const wait = seconds(doc, "retry_after_s") ?? 20;
         if (resp.status === 429 && origins.length) {
           this.status.deferrals += 1;
           this.status.rate_bytes_per_s = 0;
-          return { rate: 0, renewAt: performance.now() + wait * 1000, origins };
+          return { rate: 0, renewAt: performance.now() + wait * 1000, origins, swarm: swarmOf(doc) };
         }
         if (resp.status === 429 || resp.status === 404) {
           // no room, naming no origin; or no origin holds the issue yet: ask again

@@ -32,6 +32,13 @@
 //   until the fair-exit rule lets it go (uploaded >= share_ratio x downloaded and no
 //   connected peer still wants a piece from it), or it has seeded max_seed_time_s, or
 //   uploading is no longer allowed.
+// - Ciphertext only (`download.prefetch`, prefetch.js, issue 35): before an embargoed
+//   issue's release the reader joins the prefetchers' swarm with no key. Pieces are
+//   checked against the manifest's SHA-256 (the manifest hashes the ciphertext) and
+//   kept as they came, through `download.pieceStore` (the prefetch folder) and
+//   `download.storeRun`; peers are served the same bytes. No web seed (the origins
+//   only through the balancer's paced grant, prefetch.js), no connect or stall
+//   timeout (a prefetcher may be alone for a while): it stays until stopped.
 
 import { pieceOk } from "./manifest.js";
 import { StoredPieces } from "./store.js";
@@ -229,7 +236,8 @@ export class SwarmFetch {
     this.encrypt = download.opener?.encryptPiece ?? null;
     this.decrypt = download.decrypt;
     const plainPiece = this.m.piece_size_bytes - (this.encrypt === null ? 0 : TAG_BYTES);
-    this.stored = new StoredPieces(this.issueId, plainPiece);
+    this.prefetch = download.prefetch === true; // ciphertext only, before the release
+    this.stored = download.pieceStore ?? new StoredPieces(this.issueId, plainPiece);
     this.pending = new Map(); // index -> {kept, resolve, reject}: verified, being written
     this.writing = false;
     this.cache = new Map(); // index -> the piece as sent (LRU)
@@ -649,6 +657,10 @@ export class SwarmFetch {
       const ready = new Promise((resolve) => (torrent.ready ? resolve() : torrent.once("ready", resolve)));
       await Promise.race([ready, failed]);
       rarestAmongMissing(torrent);
+      if (this.prefetch) {
+        await this.prefetchRun(torrent, failed);
+        return;
+      }
       this.lastPeerPayloadAt = nowS();
       this.webSeedsAll = rule.step(nowS(), { starved: true, lastPeerPayloadAt: this.lastPeerPayloadAt });
       this.setWebSeeds(true);
@@ -720,6 +732,58 @@ export class SwarmFetch {
     this.state = "seeding";
     this.seedingSince = nowS();
     this.onChange();
+  }
+
+  /** Ciphertext only (prefetch.js): the peers' pieces until the torrent is done, then
+   * seeding until the prefetch leaves (the release, or the page's end). No web seed,
+   * no timeout: the origins' share comes through prefetch.js's paced grant. */
+  async prefetchRun(torrent, failed) {
+    this.download.notice("joined the prefetchers' swarm: the ciphertext from peers beside the origins' paced grant");
+    this.state = "downloading";
+    this.onChange();
+    while (!torrent.done && this.state !== "left") {
+      await Promise.race([new Promise((r) => setTimeout(r, TICK_MS)), failed]);
+      this.reaskSilentPeers(nowS());
+      applyUploadCap(client, this.cfg);
+      this.onChange();
+    }
+    if (this.state === "left") return;
+    this.state = "seeding";
+    this.seedingSince = nowS();
+    this.onChange();
+  }
+
+  /** Pieces held by each connected peer (index -> count; prefetch.js asks the origins
+   * first for a piece nobody here holds). */
+  availability() {
+    const n = this.m.piece_sha256.length;
+    const counts = new Array(n).fill(0);
+    for (const w of this.torrent?.wires ?? []) {
+      if (w.type === "webSeed" || w.destroyed || !w.peerPieces) continue;
+      for (let i = 0; i < n; i++) if (w.peerPieces.get(i)) counts[i] += 1;
+    }
+    return counts;
+  }
+
+  /** When a peer last sent payload (seconds, performance.now()'s clock; 0: never):
+   * prefetch.js's patience with the peers. */
+  get peerPayloadAt() {
+    return this.lastPeerPayloadAt ?? 0;
+  }
+
+  /**
+   * Piece `index` (as the publisher made it, checked against the manifest) came from
+   * elsewhere (an origin, through prefetch.js) and is stored: the torrent takes it as
+   * verified and tells its peers, as webtorrent does for a piece it verified itself.
+   */
+  storedElsewhere(index, bytes) {
+    const t = this.torrent;
+    this.remember(index, bytes);
+    if (t === null || t.destroyed || !t.ready || t.bitfield.get(index)) return;
+    t._markVerified(index);
+    for (const wire of t.wires) wire.have(index);
+    t._checkDone?.();
+    t._update?.();
   }
 
   /** Stay in the swarm (the page open) until the fair-exit rule lets the reader go. */
