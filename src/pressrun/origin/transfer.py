@@ -36,7 +36,7 @@ _QUIET_OUTCOMES = frozenset({"complete", "client gone"})
 #: the socket families TCP_CORK applies to
 _TCP_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6})
 
-#: the read-and-write copy's block where the loop has no sendfile (uvloop, under TLS)
+#: the read-and-write copy's block under TLS
 _COPY_BYTES = 256 * 1024
 
 #: SO_LINGER on, 0 s: close() resets the connection and drops the unsent bytes
@@ -57,8 +57,6 @@ class TransferMixin:
     transfers_cut: int
     _loop: asyncio.AbstractEventLoop
     _dirty: bool
-    #: the loop has no ``loop.sendfile`` (uvloop): copy where it would be used
-    _copy_only: bool = False
     #: the connections are TCP (TCP_CORK applies); None: not yet asked
     _tcp: bool | None = None
     #: the sent-bytes counter's child by issue
@@ -267,54 +265,51 @@ class TransferMixin:
     ) -> int:
         """The rest of `_sendfile_direct` once the socket is full: one writer
         registration and one timeout for the whole rest of the chunk (not one per
-        wait: a slow client or 1,000 connections make many waits)."""
-        loop: Any = self._loop
-        waiter: list[asyncio.Future[None]] = [loop.create_future()]
+        wait: a slow client or 1,000 connections make many waits).
 
-        def wake() -> None:
-            if not waiter[0].done():
-                waiter[0].set_result(None)
-
-        # asyncio's selector loop: its private writer slot of the transport's own
-        # descriptor, as its loop.sendfile does. uvloop has no such slot and refuses
-        # add_writer on a transport's descriptor, so it watches a duplicate: the same
-        # socket under another number (one dup per full socket, not per chunk).
-        watched = out_fd
-        private = hasattr(loop, "_add_writer")
-        if private:
-            loop._add_writer(out_fd, wake)
-        else:
-            watched = os.dup(out_fd)
-            try:
-                loop.add_writer(watched, wake)
-            except BaseException:
-                os.close(watched)
-                raise
+        The sendfile(2) calls are made by the writer callback itself, which the
+        selector runs each time the socket has room; the transfer's task wakes once,
+        when the chunk is done (or the file ended, the client left, the deadline
+        passed). Waking the task for each writable event, a future and a task step
+        each, was most of the origin's user-space CPU on whole files: an 8 MB answer
+        makes a dozen or more of them.
+        """
+        loop: Any = self._loop  # the selector loop's private writer slot, as loop.sendfile
+        done: asyncio.Future[None] = loop.create_future()
         sent = 0
+
+        def on_writable() -> None:
+            nonlocal sent
+            if done.done():
+                return
+            # the client may have left: the transport then closes (its descriptor
+            # too, or soon), so ask before each call
+            if transport.is_closing():
+                done.set_exception(ConnectionResetError("client closed the connection"))
+                return
+            try:
+                n = os.sendfile(out_fd, in_fd, offset + sent, count - sent)
+            except (BlockingIOError, InterruptedError):
+                return  # level-triggered: called again when there is room
+            except OSError as err:
+                done.set_exception(err)
+                return
+            if n == 0:
+                done.set_result(None)  # the file ended
+                return
+            sent += n
+            if sent >= count:
+                done.set_result(None)
+            # else a short send filled the buffer: called again when there is room
+
+        loop._add_writer(out_fd, on_writable)
         try:
             async with asyncio.timeout_at(deadline):
-                while sent < count:
-                    await waiter[0]
-                    # the wait may end because the client left: the transport then
-                    # closes (its descriptor too, or soon), so ask before each call
-                    if transport.is_closing():
-                        raise ConnectionResetError("client closed the connection")
-                    waiter[0] = loop.create_future()
-                    try:
-                        n = os.sendfile(out_fd, in_fd, offset + sent, count - sent)
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    if n == 0:
-                        return sent  # the file ended
-                    # a short send filled the buffer: wait for room (level-triggered:
-                    # the selector wakes us at once if there is some left)
-                    sent += n
+                await done
         finally:
-            if private:
-                loop._remove_writer(out_fd)
-            else:
-                loop.remove_writer(watched)
-                os.close(watched)
+            loop._remove_writer(out_fd)
+            if not done.done():
+                done.cancel()  # timed out or cancelled: a late callback does nothing
         return sent
 
     async def _sendfile_asyncio(
@@ -328,20 +323,17 @@ class TransferMixin:
         plain: bool,
     ) -> int:
         """A plain socket with bytes in the transport's buffer: ``loop.sendfile``
-        (which waits for the buffer to drain, then sendfile(2)). TLS, or a loop
-        without ``loop.sendfile`` (uvloop): reads at explicit offsets and writes of
-        `_COPY_BYTES` (asyncio's own fallback reads through the file position, which
-        the transfers sharing the descriptor would move under each other)."""
+        (which waits for the buffer to drain, then sendfile(2)). TLS: reads at
+        explicit offsets and writes of `_COPY_BYTES` (asyncio's own fallback reads
+        through the file position, which the transfers sharing the descriptor would
+        move under each other)."""
         try:
             async with asyncio.timeout(self.config.send_timeout_s):
-                if plain and not self._copy_only:
+                if plain:
                     # a file object of the shared descriptor for loop.sendfile, which
                     # sends at explicit offsets and only seeks it at the end
                     fobj = open(in_fd, "rb", buffering=0, closefd=False)  # noqa: SIM115
-                    try:
-                        return await self._loop.sendfile(transport, fobj, offset, count)
-                    except NotImplementedError:
-                        self._copy_only = True  # uvloop: remembered
+                    return await self._loop.sendfile(transport, fobj, offset, count)
                 return await self._copy(response, in_fd, offset, count)
         except RuntimeError:
             # loop.sendfile's "Transport is closing": the client left.
