@@ -261,6 +261,10 @@ class Headroom(ScoredAlgorithm):
             if self.param("reservations", 1.0) > 0
             else None
         )
+        #: a queued download must end this long before its deadline: the least of
+        #: `reservation_margin_s` and `reservation_margin_share` of the deadline
+        self.reservation_margin_s = self.param("reservation_margin_s", 30.0)
+        self.reservation_margin_share = self.param("reservation_margin_share", 0.1)
         #: where the book would queue the last `rank_for`'s download: queued by the
         #: pick (a start now) or by `reserved_start` (a start later)
         self._planned: Reservation | None = None
@@ -603,6 +607,7 @@ class Headroom(ScoredAlgorithm):
             rate=client.rate_bytes_per_s,
             time_left_s=deadline - (client.elapsed_s or 0.0),
             now=now,
+            margin_s=min(self.reservation_margin_s, self.reservation_margin_share * deadline),
         )
         if planned is None:
             self.refused_at = now

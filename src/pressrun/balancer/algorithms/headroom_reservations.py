@@ -52,9 +52,19 @@ class Reservation:
     left_bytes: float
     #: the origin book's `added_bytes` when it was queued (its place in the queue)
     queued_before: float = 0.0
-    #: when its client's deadline falls
+    #: when its client's deadline falls, and how long before it the download must end
     deadline_at: float = math.inf
+    margin_s: float = 0.0
     claimed: bool = False
+
+
+def _late(end: float, own_s: float, deadline_at: float, margin_s: float, *, now: float) -> bool:
+    """Whether a download ending at `end` misses its deadline: by the deadline itself
+    where its own link sets the end (no queue ahead holds it: nothing to forecast),
+    by the deadline less `margin_s` where the queue ahead does (the queue is a fluid
+    forecast: a start costs a round trip and a startup, a status is stale)."""
+    queued = end > now + own_s * (1.0 + 1e-9) + 1e-9
+    return end > deadline_at - (margin_s if queued else 0.0)
 
 
 class OriginBook:
@@ -166,6 +176,7 @@ class Reservations:
         rate: float,
         time_left_s: float,
         now: float,
+        margin_s: float | None = None,
     ) -> Reservation | None:
         """Where a download of `left_bytes` by a client whose link carries `rate`
         bytes/s and whose deadline is `time_left_s` away would be queued: the origin
@@ -173,6 +184,7 @@ class Reservations:
         by the deadline less `margin_s`. A start within a second of `now` is a start
         now. Nothing is queued until `commit`."""
         self._expire(now=now)
+        margin = self.margin_s if margin_s is None else margin_s
         best: tuple[float, float, str, float] | None = None
         for name in origins:
             room = self.room(name)
@@ -180,7 +192,7 @@ class Reservations:
                 continue
             r = min(rate, room)
             start, end = self.book(name, now=now).slot(left_bytes, r, now=now)
-            if end > now + time_left_s - self.margin_s:
+            if _late(end, left_bytes / r, now + time_left_s, margin, now=now):
                 continue
             key = (end, start, name, r)
             if best is None or key < best:
@@ -200,6 +212,7 @@ class Reservations:
             end,
             left_bytes,
             deadline_at=now + time_left_s,
+            margin_s=margin,
             claimed=start <= now,
         )
 
@@ -244,7 +257,7 @@ class Reservations:
             return None
         ahead = book.ahead_of(res.queued_before, now=now)
         start, end = book.slot(res.left_bytes, res.rate, now=now, ahead=ahead)
-        if end > deadline_at - self.margin_s:
+        if _late(end, res.left_bytes / res.rate, deadline_at, res.margin_s, now=now):
             self.cancel(token, now=now)
             return None
         if start > res.start:
