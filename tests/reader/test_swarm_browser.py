@@ -37,6 +37,7 @@ from aiohttp import web
 
 from pressrun.clients.config import MOBILE
 from pressrun.content.keys import generate_keypair, load_public_key
+from pressrun.cors import ALLOWED_HEADERS
 from pressrun.reader.config import ReaderConfig, SwarmSettings
 
 from .conftest import REPO, Phone, browser_only
@@ -95,6 +96,8 @@ class SwarmStack:
     origins: list[Any] = field(default_factory=list)
     peers: list[Any] = field(default_factory=list)
     balancers: dict[str, Any] = field(default_factory=dict)  # issue id -> running balancer
+    slow_answered: set[str] = field(default_factory=set)  # issues the slow web seed answered
+    slow_first_s: float = 4.0
 
     async def publish(
         self,
@@ -289,7 +292,25 @@ def stand_in(stack: SwarmStack) -> web.Application:
             return web.Response(status=404)
         return web.Response(body=path.read_bytes())
 
+    async def slow_seed(request: web.Request) -> web.StreamResponse:
+        # a web seed whose first answer for an issue comes after `slow_first_s` (an
+        # origin at a crowd's start on a loaded host), then at once; HTTP Range
+        issue, name = request.match_info["issue"], request.match_info["name"]
+        if issue not in stack.slow_answered:
+            stack.slow_answered.add(issue)
+            await asyncio.sleep(stack.slow_first_s)
+        return web.FileResponse(stack.content / issue / name)
+
+    async def preflight(_: web.Request) -> web.Response:
+        # webconn.js's Range requests carry Cache-Control and User-Agent: a preflight
+        allowed = ", ".join(ALLOWED_HEADERS)
+        return web.Response(
+            headers={"Access-Control-Allow-Headers": allowed, "Access-Control-Allow-Methods": "GET"}
+        )
+
     app = web.Application(middlewares=[cors])
+    app.router.add_get("/slow/{issue}/{name}", slow_seed)
+    app.router.add_route("OPTIONS", "/slow/{issue}/{name}", preflight)
     app.router.add_get("/v1/issues/{issue}/directive", directive)
     app.router.add_get("/v1/issues/{issue}/prefetch", directive)
     app.router.add_get("/v1/origins", origins)
@@ -765,6 +786,32 @@ async def test_no_peer_and_no_web_seed_in_time_downloads_from_the_origins(
     assert result["bytes_by_origin"] == {"origin-0": issue.transfer_bytes}
     notices = await phone.notices()
     assert any("no peer connected within 3" in t and "come from the origins" in t for t in notices)
+
+
+async def test_a_web_seed_slow_to_answer_keeps_the_reader_in_the_swarm(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # no peer yet and the web seed's first answer takes 4 s (past connect_timeout_s,
+    # 3 s): the web seed is slow, not down, so the reader stays in the swarm and gets
+    # the issue from it. (Before: "no peer connected within 3 s and no web seed
+    # answered", and the reader left the swarm for the origin path: the likely way
+    # 13 of 20 readers of bench/reader_swarm.py at N = 20 on a loaded host left at
+    # the start, every byte from the origins, issue 26)
+    issue = await swarm.publish("swarm-slow-seed")
+    origin = await swarm.origin()
+    slow = f"{swarm.standin_url}/slow"
+    swarm.direct(issue, origins=[origin], web_seeds=[])
+    swarm.directives[issue.issue_id]["swarm"]["web_seeds"] = [
+        f"{slow}/{issue.issue_id}/{issue.file_name}"
+    ]
+    phone = await open_phone(phone_factory, swarm.reader_url)
+    await start(phone, issue)
+    result = await verified(phone, issue, issue.data)
+    notices = await phone.notices()
+    assert not any("no peer connected" in t for t in notices), notices
+    assert result["bytes_by_origin"] == {}, result
+    assert result["bytes_from_web_seeds"] >= issue.transfer_bytes, result
 
 
 async def test_the_pure_rules_and_the_torrent_check_in_the_page(

@@ -33,8 +33,9 @@ class SwarmSettings:
         load the app reads: use a TURN user for readers only (coturn ``--user``), or
         short-lived REST credentials rotated by the operator.
     connect_timeout_s: no peer connected and no byte from a web seed within this
-        long (the directive names no web seed, or they are all down): the origins as
-        before.
+        long while the directive names no web seed or every one has failed a request:
+        the origins as before (a web seed that has not failed is slow, not down: the
+        reader stays, bounded by stall_timeout_s).
     stall_timeout_s: no piece stored through the swarm for this long: the origins.
     request_timeout_s: a peer that sent nothing for this long while it has requests
         of this reader is asked again; silent once more, it is disconnected.
