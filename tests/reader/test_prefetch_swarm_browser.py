@@ -138,3 +138,20 @@ async def test_a_reader_prefetches_from_a_desktop_prefetcher_and_opens_at_the_re
     assert after["swarm"]["state"] == "left", after
     await phone.evaluate(f"window.pressrun.openIssue({issue.issue_id!r})", what="the opening")
     await phone.page.wait_for_selector("#page[data-page='1']")
+    # the origins' pick beside the peers, pure, in the page: a piece no peer holds
+    # first; with every missing piece held, none until the peers are idle 3 s, then
+    # the least held
+    picks = await phone.evaluate(
+        """async () => {
+            const { nextOriginPiece } = await import('./js/prefetch.js');
+            const first = () => 0;
+            return [
+                nextOriginPiece([], [1, 1], 10, first),
+                nextOriginPiece([0, 1, 2], [2, 0, 1], 0, first),
+                nextOriginPiece([0, 2], [2, 0, 1], 2.9, first),
+                nextOriginPiece([0, 2], [2, 0, 1], 3.0, first),
+            ];
+        }""",
+        what="nextOriginPiece",
+    )
+    assert picks == [None, 1, None, 2]
