@@ -3,10 +3,12 @@ process until SIGTERM: `pressrun.clients.prefetch_swarm.PrefetchSwarm` (what
 ``pressrun get --prefetch`` joins), libtorrent with WebRTC through the torrent's
 ``ws://`` tracker, so browser readers reach it.
 
-``python prefetch_peer.py BUNDLE_DIR WORK_DIR``: the bundle's ciphertext is copied into
-WORK_DIR (the prefetcher's partial file, whole); it prints ``ready`` once libtorrent
-has checked it. (A libtorrent process with WebRTC peers can hang at exit: the test
-ends it with SIGTERM, then SIGKILL, tests/tracker/webrtc_peer.py's `WebRTCPeer`.)
+``python prefetch_peer.py WORK_DIR``, then the bundle's folder as a line on stdin (the
+imports are done before the issue is published, so a test's short embargo is not
+spent on them): the bundle's ciphertext is copied into WORK_DIR (the prefetcher's
+partial file, whole); it prints ``ready`` once libtorrent has checked it. (A
+libtorrent process with WebRTC peers can hang at exit: the test ends it with SIGTERM,
+then SIGKILL, tests/tracker/webrtc_peer.py's `WebRTCPeer`.)
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ from pressrun.clients.prefetch_swarm import PrefetchSwarm
 from pressrun.content.manifest import SignedManifest
 
 
-async def main(bundle: Path, work: Path) -> None:
-    """Seed the ciphertext until SIGTERM."""
+async def main(work: Path) -> None:
+    """Seed the ciphertext of the bundle named on stdin until SIGTERM."""
+    import libtorrent  # noqa: F401  (loaded before the bundle comes)
+
+    line = await asyncio.to_thread(sys.stdin.readline)
+    bundle = Path(line.strip())
     m = SignedManifest.from_json_bytes((bundle / "manifest.json").read_bytes()).manifest
     work.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(bundle / m.file_name, work / m.file_name)
@@ -42,4 +48,4 @@ async def main(bundle: Path, work: Path) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), Path(sys.argv[2])))
+    asyncio.run(main(Path(sys.argv[1])))

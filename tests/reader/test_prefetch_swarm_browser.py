@@ -59,6 +59,15 @@ async def test_a_reader_prefetches_from_a_desktop_prefetcher_and_opens_at_the_re
         "response",
         lambda r: wraps.append((time.time(), r.status)) if r.url.endswith("/wrap") else None,
     )
+    # the desktop prefetcher's process, its imports done before the publication
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(PEER_SCRIPT),
+        str(swarm.root / "prefetcher"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    swarm.peers.append(webrtc_peer.WebRTCPeer(proc))
     release = math.ceil(time.time()) + LEAD_S
     issue = await swarm.publish(
         "pre-swarm",
@@ -87,15 +96,9 @@ async def test_a_reader_prefetches_from_a_desktop_prefetcher_and_opens_at_the_re
     swarm.balancers[issue.issue_id] = balancer
     await balancer.wait_until_up(1, timeout_s=10.0)
     # the desktop prefetcher, whole, in the swarm (the tracker lists it)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(PEER_SCRIPT),
-        str(issue.bundle),
-        str(swarm.root / "prefetcher"),
-        stdout=asyncio.subprocess.PIPE,
-    )
-    swarm.peers.append(webrtc_peer.WebRTCPeer(proc))
-    assert proc.stdout is not None
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(f"{issue.bundle}\n".encode())
+    await proc.stdin.drain()
     assert (await asyncio.wait_for(proc.stdout.readline(), 30)).strip() == b"ready"
     info_hash = bytes.fromhex(issue.manifest["info_hash"])
     deadline = time.monotonic() + 15
