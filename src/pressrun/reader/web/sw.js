@@ -41,6 +41,7 @@ const SHELL = [
   "js/store-worker.js",
   "js/subscription.js",
   "js/swarm.js",
+  "js/swarm-rules.js",
   "js/torrent.js",
   "js/viewer.js",
   "vendor/libsodium.mjs",

@@ -41,8 +41,12 @@
 //   timeout (a prefetcher may be alone for a while): it stays until stopped.
 
 import { pieceOk } from "./manifest.js";
+import { leaveRule, uploadCapFor, WebSeedRule, windowRate } from "./swarm-rules.js";
 import { StoredPieces } from "./store.js";
 import { fetchCheckedTorrent } from "./torrent.js";
+
+// the pure rules, for the page's tests and the bench, from here as before
+export { leaveRule, uploadCapFor, WebSeedRule, windowRate };
 
 /** No peer connected in time: download from the origins instead. */
 export class NoPeers extends Error {}
@@ -83,24 +87,6 @@ async function swarmClient(cfg) {
   return client;
 }
 
-/**
- * The upload cap in bytes/s for the link the browser reports (pure; 0: none). On a
- * link it says is Wi-Fi or Ethernet (`navigator.connection.type`, Chrome on Android
- * and ChromeOS), without Data Saver, `unmetered_upload_limit_bytes_per_s` (none by
- * default): a phone on home Wi-Fi whose user lets it share can send far more than the
- * mobile profile's 256 KiB/s, and the crowd's readers need it (with 256 KiB/s the
- * origins sent 0.77-0.83 of N copies, bench/reader_swarm.py). Elsewhere (the type
- * unknown, as on iOS and desktops) `upload_limit_bytes_per_s`. Whether the reader
- * uploads at all is uploadAllowed()'s (the setting, and never on a metered link).
- */
-export function uploadCapFor(cfg, connection) {
-  const type = connection?.type;
-  if ((type === "wifi" || type === "ethernet") && connection?.saveData !== true) {
-    return cfg.unmetered_upload_limit_bytes_per_s ?? 0;
-  }
-  return cfg.upload_limit_bytes_per_s ?? 0;
-}
-
 /** Set the client's upload throttle from the link now (the link may change). */
 function applyUploadCap(wt, cfg) {
   const cap = uploadCapFor(cfg, globalThis.navigator?.connection);
@@ -109,94 +95,7 @@ function applyUploadCap(wt, cfg) {
   wt.throttleUpload(cap > 0 ? cap : -1);
 }
 
-/**
- * Whether the web seeds (the origins) offer every piece (true) or only the pieces no
- * connected peer can give (false) (pure; `now` in seconds). They offer every piece
- * from the first step: a reader in a swarm never waits for peers while the origins
- * have room. They hold back to what the peers lack once the peers deliver: over the
- * last `stallS` the peers sent at least `minPeerRate` bytes/s (`peerRate`, null before
- * a whole window), some connected peer holds a piece this reader lacks and a peer sent
- * a byte within `stallS`, after at least `holdS` and a whole window (`stallS`) of
- * every piece offered, so that the floor below is measured with every piece on
- * (measured over a window that held back too, it ratcheted down: N = 10, 20 MB, the
- * readers were left at 330 KB/s against 1 MB/s origin-only). They offer every piece again when
- * starved (no connected peer holds a piece this reader lacks) for `starvedS`, no byte
- * came from a peer for `stallS`, the peers' rate fell under `minPeerRate`, or the
- * reader's rate (peers and web seeds) fell under 0.9 x what the web seeds alone gave
- * it over the last window before they held back (`webSeedRate`): a reader is never
- * slower than the origins alone made it, the time it would have taken without peers.
- *
- * Why: with every piece offered all along (d1aeb3f-0314641) each reader took from the
- * web seeds whatever they were fastest at, and the origins sent 0.77-0.83 of N copies
- * to a crowd of 10 (bench/reader_swarm.py); held back to what the peers lack, the
- * origins send the crowd each piece about once and the peers carry the rest. Off
- * altogether (removed, 03fe13b) a reader whose peers were slow waited for them (run 1:
- * 197 s against 26.7 s origin-only).
- */
-export class WebSeedRule {
-  constructor({ starvedS, stallS, holdS, minPeerRate = 0 }) {
-    Object.assign(this, { starvedS, stallS, holdS, minPeerRate });
-    this.on = true;
-    this.since = null;
-    this.starvedSince = null;
-    this.floor = 0; // while held back: 0.9 x the web seeds' rate before
-  }
-
-  step(now, { starved, lastPeerPayloadAt, peerRate = null, webSeedRate = null }) {
-    this.since ??= now;
-    if (starved) this.starvedSince ??= now;
-    else this.starvedSince = null;
-    const starvedLong = this.starvedSince !== null && now - this.starvedSince >= this.starvedS;
-    const stalled = now - lastPeerPayloadAt >= this.stallS;
-    const delivering = peerRate !== null && peerRate >= this.minPeerRate;
-    const held = now - this.since >= Math.max(this.holdS, this.stallS);
-    if (this.on && delivering && !starved && !stalled && held) {
-      this.on = false;
-      this.since = now;
-      this.floor = (webSeedRate ?? 0) * 0.9; // a little under, so noise alone does not bring them back
-    } else if (!this.on) {
-      const slower = peerRate !== null && peerRate + (webSeedRate ?? 0) < this.floor;
-      if (starvedLong || stalled || !delivering || slower) {
-        this.on = true;
-        this.since = now;
-      }
-    }
-    return this.on;
-  }
-}
-
-/**
- * The fair-exit rule for a reader that finished (pure; seconds): "ratio" once it
- * uploaded share_ratio x what it downloaded and no connected peer still wants a piece
- * from it (`needed`: a peer interested in it, or with a request not answered yet),
- * "max_seed_time" after max_seed_time_s of seeding (whoever still wants pieces),
- * "metered" when uploading is not allowed (a metered network or the setting off);
- * null: stay.
- *
- * Why `needed`: the upload count is what was handed to the peers' data channels, not
- * what reached them, and a peer mid-download may have no other source. A reader that
- * left the moment its count reached its download cut off the only reader that needed
- * it: on a loaded CI host, B had 16 of 24 pieces when A (which had counted all 24 as
- * sent) left, and B fell back to origins that were down (tests/reader/
- * test_swarm_browser.py, the share-ratio test: 8 of 10 runs failed before).
- */
-export function leaveRule({ now, seedingSince, uploaded, downloaded, allowed, ratio, maxSeedS, needed = false }) {
-  if (!allowed) return "metered";
-  if (uploaded >= ratio * downloaded && !needed) return "ratio";
-  if (maxSeedS != null && now - seedingSince >= maxSeedS) return "max_seed_time";
-  return null;
-}
-
 const nowS = () => performance.now() / 1000;
-
-/** Bytes/s over the last `windowS` from (time, total) samples (pure; `samples` is
- * appended to and trimmed to one window); null before a whole window. */
-export function windowRate(samples, now, total, windowS) {
-  samples.push([now, total]);
-  while (samples.length > 2 && now - samples[1][0] >= windowS) samples.shift();
-  const [t0, b0] = samples[0];
-  return now - t0 >= windowS ? (total - b0) / (now - t0) : null;
-}
 
 /**
  * webtorrent's rarest-first picker asks its rarity map again for each piece it cannot
