@@ -340,6 +340,10 @@ def plot(out: Path, summary: dict[str, Any]) -> None:
                 for (t1, b1), (t2, b2) in itertools.pairwise(sender)
             ]
             ax.plot(ts, rates, label="multicast sender", linestyle="--")
+        release = variants[name].get("release")
+        if release:  # the release minute (issue 35): when the wraps were handed out
+            ax.axvline(release["release_s"], color="black", linestyle="--", linewidth=0.8,
+                       label="release")  # fmt: skip
         for f in variants[name]["faults"]:
             ax.axvline(f["at_s"], color="grey", linestyle=":")
             ax.text(f["at_s"], ax.get_ylim()[1] * 0.9, f" {f['action']} {f['service']}",
