@@ -389,7 +389,7 @@ class Prefetch {
       await this.rules.waitForNetwork?.(signal); // "Wi-Fi only": not one byte on cellular
       if (performance.now() >= grant.renewAt) {
         grant = await this.grant(who, signal);
-        if (this.swarm === null) this.joinSwarm(grant, dir, signal);
+        if (this.swarm === null || this.swarm.state === "left") this.joinSwarm(grant, dir, signal);
       }
       if (grant.rate <= 0) {
         // no room at the origins now: the peers go on meanwhile

@@ -653,6 +653,14 @@ export class SwarmFetch {
     this.onChange();
     while (!torrent.done && this.state !== "left") {
       await Promise.race([new Promise((r) => setTimeout(r, TICK_MS)), failed]);
+      if (!this.uploadAllowed()) {
+        // the link turned metered (or sharing was turned off): this swarm is for
+        // trading, so the reader leaves it; prefetch.js's origin loop goes on under
+        // the Wi-Fi only rule and joins again at a renewal where it may upload
+        this.download.notice("left the prefetchers' swarm: uploading is not allowed on this link now");
+        this.leave("metered");
+        return;
+      }
       this.reaskSilentPeers(nowS());
       applyUploadCap(client, this.cfg);
       this.onChange();
