@@ -168,3 +168,46 @@ def test_kept_files_are_bounded_and_closed_when_unread(tmp_path: Path) -> None:
     with pytest.raises(NotAFile):
         files.take(ISSUE, "d")
     files.close()
+
+
+async def test_concurrent_tls_answers_of_one_kept_file_get_their_own_bytes(
+    content: Path, tmp_path: Path
+) -> None:
+    """Under TLS the body is read with pread and written (no sendfile): concurrent
+    answers share the kept descriptor, so none may read through its file position
+    (asyncio's own fallback does, and they would move it under each other)."""
+    import shutil
+    import ssl
+    import subprocess
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+         "-days", "1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    body = (content / ISSUE / "a.bin").read_bytes()
+    origin = await start_origin(
+        OriginConfig(content_dir=content, port=0, tls_cert=cert, tls_key=key)
+    )
+    client = ssl.create_default_context()
+    client.check_hostname = False
+    client.verify_mode = ssl.CERT_NONE
+    spans = [(i * 37_000, i * 37_000 + 60_000 + i * 999) for i in range(6)]
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client)) as http:
+
+            async def fetch(first: int, last: int) -> bytes:
+                headers = {"Range": f"bytes={first}-{last}"}
+                async with http.get(url(origin, "a.bin"), headers=headers) as resp:
+                    assert resp.status == 206
+                    return await resp.read()
+
+            got = await asyncio.gather(*(fetch(a, b) for a, b in spans))
+        assert got == [body[a : b + 1] for a, b in spans]
+        assert origin.service.files.opened == 1  # all six read one descriptor
+    finally:
+        await origin.stop()
