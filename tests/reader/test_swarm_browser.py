@@ -750,6 +750,65 @@ async def test_two_readers_arriving_together_cost_the_origin_about_one_copy(
     assert ra["bytes_from_peers"] > 0 and rb["bytes_from_peers"] > 0
 
 
+async def test_web_seeds_offer_what_no_peer_holds_while_such_a_piece_is_left(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # the offer itself (SwarmFetch.offerWebSeedPieces on a torrent of 4 pieces: the
+    # reader holds 0, an unchoking peer 1 and 2, nobody 3). With every piece on
+    # (WebSeedRule), the web seed is offered 3 alone while 3 is not asked yet, and
+    # 1-3 once it is: offered 1 and 2 too, it was the faster wire webtorrent's picker
+    # prefers to a peer not asked yet, and a reader took 43-46 of 46 pieces from the
+    # origin beside a peer that held them (the two-readers test, 1.46-1.54 copies)
+    phone = await open_phone(phone_factory, swarm.reader_url)
+    got = await phone.evaluate(
+        """async () => {
+            const { SwarmFetch } = await import('./js/swarm.js');
+            const bits = (held) => {
+              const s = new Set(held);
+              return { get: (i) => s.has(i), set: (i, v) => (v ? s.add(i) : s.delete(i)) };
+            };
+            const seed = {
+              type: 'webSeed', destroyed: false, peerPieces: bits([0, 1, 2, 3]),
+              failedUntil: new Map(),
+            };
+            const peer = {
+              type: 'webrtc', destroyed: false, peerChoking: false, peerPieces: bits([1, 2]),
+            };
+            const choking = {
+              type: 'webrtc', destroyed: false, peerChoking: true, peerPieces: bits([3]),
+            };
+            const torrent = {
+              wires: [seed, peer, choking],
+              bitfield: bits([0]),
+              pieces: [null, { missing: 65536 }, { missing: 65536 }, { missing: 65536 }],
+              _reservations: [],
+              _update() {},
+            };
+            const offer = (all) => {
+              SwarmFetch.prototype.offerWebSeedPieces.call({ torrent }, all, 100);
+              return [1, 2, 3].map((i) => seed.peerPieces.get(i));
+            };
+            const out = { all: offer(true), held: offer(false) };
+            torrent._reservations[3] = [seed]; // piece 3 asked of the web seed
+            out.allAsked = offer(true);
+            out.heldAsked = offer(false);
+            torrent._reservations[3] = [null]; // answered: 3 is unasked again
+            seed.failedUntil.set(3, 110); // ... but the web seed failed it until 110
+            out.allFailed = offer(true);
+            return out;
+        }""",
+        what="the web seeds' offer",
+    )
+    assert got == {
+        "all": [False, False, True],
+        "held": [False, False, True],
+        "allAsked": [True, True, True],
+        "heldAsked": [False, False, True],
+        "allFailed": [True, True, False],
+    }, got
+
+
 async def test_a_reader_alone_in_the_swarm_does_not_wait_for_peers(
     swarm: SwarmStack,
     phone_factory,  # type: ignore[no-untyped-def]

@@ -434,21 +434,40 @@ export class SwarmFetch {
   }
 
   /**
-   * What the web seeds offer (WebSeedRule): every piece this reader lacks (`all`), or
-   * only those no connected peer that does not choke it holds. A web seed's wire
-   * (webconn.js) stands for an origin that has every piece; webtorrent asks a wire
-   * only for pieces in its `peerPieces`, so that bitfield is the offer. A piece whose
-   * request failed is offered again after WEB_SEED_RETRY_S, as webconn.js does.
+   * What the web seeds offer (WebSeedRule): only the pieces this reader lacks that no
+   * connected peer that does not choke it holds; with `all`, every piece it lacks
+   * once none of those is left unasked (the web seeds then never idle while a piece
+   * is missing). A web seed's wire (webconn.js) stands for an origin that has every
+   * piece; webtorrent asks a wire only for pieces in its `peerPieces`, so that
+   * bitfield is the offer. A piece whose request failed is offered again after
+   * WEB_SEED_RETRY_S, as webconn.js does.
+   *
+   * Why not every piece all along under `all`: webtorrent's picker does not ask a
+   * peer whose wire is slower than 48 kB/s (a peer not asked yet is at 0) for a piece
+   * a faster wire offers, for the first 10 candidates of each pick. A web seed
+   * offering every piece was that faster wire, so a reader asked its peer for nothing
+   * while the peer held 10 or fewer of its missing pieces, and often never: in the
+   * two-readers test (tests/reader/test_swarm_browser.py) one reader took 43-46 of 46
+   * pieces from the origin with its peer unchoking it, 0 requests outstanding to it,
+   * and the origin sent 1.46-1.54 copies (3 of 14 runs). Offered only what no peer
+   * holds while some such piece is left, the web seed takes the pieces the swarm lacks
+   * and the peer's pieces are asked of the peer.
    */
   offerWebSeedPieces(all, now) {
     const t = this.torrent;
     const seeds = t.wires.filter((w) => w.type === "webSeed" && !w.destroyed && w.peerPieces);
     if (!seeds.length) return;
     const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.peerChoking);
+    const lacked = (i) => !t.bitfield.get(i) && !peers.some((w) => w.peerPieces.get(i));
+    const asked = (i) => (t._reservations?.[i] ?? []).some((w) => w) || !t.pieces[i] || t.pieces[i].missing === 0;
+    let everything = all;
+    for (let i = 0; everything && i < t.pieces.length; i++) {
+      if (lacked(i) && !asked(i) && !seeds.every((seed) => (seed.failedUntil?.get(i) ?? 0) > now)) everything = false;
+    }
     let more = false;
     for (let i = 0; i < t.pieces.length; i++) {
       if (t.bitfield.get(i)) continue;
-      const offer = all || !peers.some((w) => w.peerPieces.get(i));
+      const offer = everything || lacked(i);
       for (const seed of seeds) {
         const give = offer && !((seed.failedUntil?.get(i) ?? 0) > now);
         if (seed.peerPieces.get(i) === give) continue;
