@@ -38,6 +38,11 @@ export function uploadCapFor(cfg, connection) {
  * it over the last window before they held back (`webSeedRate`): a reader is never
  * slower than the origins alone made it, the time it would have taken without peers.
  *
+ * "Every piece" (true) is applied by swarm.js's offerWebSeedPieces as: the pieces no
+ * connected peer holds while one of them is left unasked, then every piece, so that
+ * webtorrent's picker asks the peers for theirs (it passes over a slow or new peer
+ * for a piece a faster wire, the web seed, offers).
+ *
  * Why: with every piece offered all along (d1aeb3f-0314641) each reader took from the
  * web seeds whatever they were fastest at, and the origins sent 0.77-0.83 of N copies
  * to a crowd of 10 (bench/reader_swarm.py); held back to what the peers lack, the
