@@ -18,9 +18,11 @@
 //   to trade), so the readers of a crowd hold different pieces from the start.
 // - Web seeds (the origins): whatever the peers cannot give comes from them. They are
 //   in from the start with every piece (nothing waits for a peer while the origins
-//   have room); once the peers deliver (WebSeedRule) they offer only the pieces no
-//   connected peer holds, so the origins send each reader what the swarm lacks and
-//   the peers the rest; every piece again when the peers are slow, stalled or starved.
+//   have room; "every piece": what no peer holds first, the rest once those are all
+//   asked, offerWebSeedPieces); once the peers deliver (WebSeedRule) they offer only
+//   the pieces no connected peer holds, so the origins send each reader what the
+//   swarm lacks and the peers the rest; every piece again when the peers are slow,
+//   stalled or starved.
 // - No peer and no byte from a web seed within connect_timeout_s (the web seeds named
 //   are all down), or no piece stored for stall_timeout_s: NoPeers / SwarmStalled,
 //   and download.js goes on from the origins as before.
