@@ -15,7 +15,7 @@ from pressrun.emulate.balancer_kill import (
     mode_change_clients,
     mode_change_demand,
 )
-from pressrun.emulate.run import BALANCERS, balancers_for
+from pressrun.emulate.issue import BALANCERS, balancers_for
 from pressrun.emulate.scenario import Fault, ScenarioError, load_scenario, parse_scenario
 
 

@@ -20,8 +20,8 @@ import pytest
 from pressrun.emulate.cli import cache_dir, project_root
 from pressrun.emulate.engine import Engine, engine_session, why_no_engine
 from pressrun.emulate.images import build_images
+from pressrun.emulate.issue import publish_issue
 from pressrun.emulate.project import ComposeProject, free_subnet, teardown
-from pressrun.emulate.run import publish_issue
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 

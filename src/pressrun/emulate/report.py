@@ -38,9 +38,10 @@ from pressrun.emulate.fleet import (
     kinds_line,
     twin_comparison,
 )
+from pressrun.emulate.issue import PublishedIssue
 from pressrun.emulate.link import parse_rate_bps
+from pressrun.emulate.outcomes import VariantResult
 from pressrun.emulate.probes import trackers_agree
-from pressrun.emulate.run import PublishedIssue, VariantResult
 from pressrun.emulate.scenario import DESKTOP, EmulationScenario
 
 #: the compose file's carousel channel rate when a scenario does not set one

@@ -15,6 +15,11 @@ origins' ``/stats`` (their egress over time).
 
 Everything started is removed in `finally` (clients, services, network, volumes), so an
 error or Ctrl-C leaves nothing behind but the report folder.
+
+The issue and the client containers' commands are `pressrun.emulate.issue`'s, the held
+clients' start and wait `pressrun.emulate.held_clients`'s, what a run produced
+`pressrun.emulate.outcomes`'s, and what is read from the deployment at the end
+`pressrun.emulate.collect`'s.
 """
 
 from __future__ import annotations
@@ -22,16 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
-import json
-import logging
-import random
 import secrets
 import shutil
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from pressrun.clients.config import UPLOADER_POLICY_ENV
 from pressrun.emulate.amt import (
@@ -43,6 +42,13 @@ from pressrun.emulate.amt import (
     write_override,
 )
 from pressrun.emulate.balancer_kill import ONE_BALANCER, SECOND_BALANCER
+from pressrun.emulate.collect import (
+    info_hash_of,
+    read_balancer_events,
+    read_carousel_counts,
+    series_from_prometheus,
+    wall_clock,
+)
 from pressrun.emulate.container_kill import container_pid, kill_container_process
 from pressrun.emulate.embargo import (
     KEYS_MOUNT,
@@ -53,7 +59,16 @@ from pressrun.emulate.embargo import (
 )
 from pressrun.emulate.embargo import client_args as embargo_client_args
 from pressrun.emulate.engine import DockerCommandError, Engine
-from pressrun.emulate.held import go_path, ready_path, started_path
+from pressrun.emulate.held import go_path
+from pressrun.emulate.held_clients import plans_of, read_started, start_held, wait_clients
+from pressrun.emulate.issue import (
+    RELEASE_MOUNT,
+    PublishedIssue,
+    balancers_for,
+    browser_command,
+    publish_issue,
+)
+from pressrun.emulate.outcomes import ClientOutcome, VariantResult
 from pressrun.emulate.probes import (
     SAMPLE_INTERVAL_S,
     sample_cpu,
@@ -66,12 +81,10 @@ from pressrun.emulate.probes import (
     wait_supernodes_on_ring,
 )
 from pressrun.emulate.project import (
-    ISSUE_ID,
     ORIGINS,
     SENDER_PORT,
     SUPERNODES,
     ComposeProject,
-    EmulationError,
     bridge_querier,
     docker_async,
     free_subnet,
@@ -82,9 +95,7 @@ from pressrun.emulate.project import (
     project_name as project_name_of,
 )
 from pressrun.emulate.prometheus_series import prometheus_config_for_emulation
-from pressrun.emulate.scenario import AMT, BROWSER, ClientPlan, EmulationScenario
-
-log = logging.getLogger(__name__)
+from pressrun.emulate.scenario import AMT, BROWSER, EmulationScenario
 
 #: each client's CPU weight (cgroup cpu.shares; the services have 8192 in
 #: docker-compose.yml): on a host of a few cores, hundreds of client containers would
@@ -92,255 +103,6 @@ log = logging.getLogger(__name__)
 CLIENT_CPU_SHARES = 256
 #: the unicast-only twin turns these off (no tracker, no sender: origin mode only)
 UNICAST_ENV = {"PRESSRUN_SWARM_TRACKERS": "", "PRESSRUN_MULTICAST_SENDER": ""}
-#: where a client container sees the folder its release file appears in
-RELEASE_MOUNT = "/run/pressrun-release"
-#: client containers started at once before the schedule (each costs the engine and
-#: the host CPU seconds: more at once only queue)
-STARTING_AT_ONCE = 4
-#: how long the held clients get to be ready before the schedule starts anyway (those
-#: not ready then start late, and their lag says so)
-READY_TIMEOUT_S = 600.0
-
-
-@dataclass(frozen=True, slots=True)
-class PublishedIssue:
-    """The issue every client downloads, published into the run's content folder."""
-
-    issue_id: str
-    content_dir: Path
-    key_file: Path
-    public_key_hex: str
-    sha256: str
-    size_bytes: int
-    #: the plaintext kept for each run to publish itself (an [embargo] scenario: each
-    #: run publishes it encrypted for its own subscription service), else None
-    source: Path | None = None
-
-
-#: the two balancers as the clients reach them (docker-compose.yml)
-BALANCERS = ("http://balancer:8080", "http://balancer-2:8080")
-#: the web reader's page as the browser readers' containers reach it
-READER_URL = "http://reader:8443/"
-
-
-def balancers_for(number: int, *, single: bool = False) -> str:
-    """A client's ``--balancer`` list: both balancers, the first in turn by client
-    number, so the crowd is spread over them (their demand shared through Redis) and a
-    killed one is passed over by its half of the clients (issue 30); ``single``: the
-    first balancer alone (the one-balancer twin)."""
-    if single:
-        return BALANCERS[0]
-    first = number % len(BALANCERS)
-    return ",".join(BALANCERS[first:] + BALANCERS[:first])
-
-
-def browser_command(scenario: EmulationScenario, issue: PublishedIssue, number: int) -> list[str]:
-    """A browser reader container's command (`pressrun.emulate.browser_reader`): the
-    reader's page, the issue, its SHA-256, the download's deadline (the scenario's
-    timeout) and how long the app stays open after it at most."""
-    seed_s = scenario.browsers.seed_s if scenario.browsers is not None else 0.0
-    return [
-        "python3", "-m", "pressrun.emulate.browser_reader", "--release-dir", RELEASE_MOUNT,
-        "--name", str(number), "--reader-url", READER_URL, "--issue", issue.issue_id,
-        "--sha256", issue.sha256, "--timeout-s", f"{scenario.timeout_s:g}",
-        "--seed-s", f"{seed_s:g}",
-    ]  # fmt: skip
-
-
-def publish_issue(
-    out_dir: Path, size_mb: float, seed: int, *, pdf: bool = False, publish_now: bool = True
-) -> PublishedIssue:
-    """A generated issue of ``size_mb`` MB, signed with a fresh key, web seeds on the
-    three origins by their service names. ``pdf``: a real PDF padded to the size (the
-    reader's sample, `pressrun.reader.sample`), for browser readers: the app draws the
-    issue's cover with pdf.js after the download, and on 50 MB of random bytes that
-    never ended (flash crowd run E: every phone held all the bytes and no result after
-    10 min); else seeded random bytes. ``publish_now=False``: the key and the file
-    only (kept as ``source``), for runs that publish it themselves (`run_variant`)."""
-    from pressrun.content.keys import generate_keypair, load_public_key
-    from pressrun.content.publish import publish
-
-    content = out_dir / "content"
-    content.mkdir(parents=True, exist_ok=True)
-    key, pub = generate_keypair(out_dir / "publisher.key", force=True)
-    size = int(size_mb * 1e6)
-    source = out_dir / "source" / f"{ISSUE_ID}.pdf"
-    source.parent.mkdir(exist_ok=True)
-    if pdf:
-        from pressrun.reader.sample import write_sample_pdf
-
-        write_sample_pdf(source, title="Flash crowd issue", pad_to_bytes=size, seed=seed)
-        data = source.read_bytes()
-        size = len(data)
-    else:
-        data = random.Random(seed).randbytes(size)
-        source.write_bytes(data)
-    sha = hashlib.sha256(data).hexdigest()
-    del data
-    if not publish_now:
-        return PublishedIssue(
-            ISSUE_ID, content, key, load_public_key(pub).hex(), sha, size, source=source
-        )
-    publish(
-        source,
-        issue_id=ISSUE_ID,
-        title="Flash crowd issue (generated sample)",
-        key_path=key,
-        content_dir=content,
-        web_seeds=[f"http://{name}:{port}" for name, port in ORIGINS.items()],
-    )
-    source.unlink()
-    return PublishedIssue(ISSUE_ID, content, key, load_public_key(pub).hex(), sha, size)
-
-
-@dataclass
-class ClientOutcome:
-    """One client container's result (``doc``: its ``pressrun get --json`` object)."""
-
-    plan: ClientPlan
-    container: str
-    #: when the client really began (its own clock, the release it saw), from the
-    #: schedule's start; None when it never started
-    started_s: float | None = None
-    #: how long the client took from its container's start to ready at the start line
-    ready_s: float | None = None
-    exited_s: float | None = None  # when the host saw the container gone (2 s steps)
-    exit_code: int | None = None
-    doc: dict[str, Any] | None = None
-    error: str | None = None
-
-    def verified(self, sha256: str) -> bool:
-        """Whether it ended with the issue, byte for byte."""
-        return (
-            self.exit_code == 0
-            and self.doc is not None
-            and bool(self.doc.get("verified"))
-            and self.doc.get("sha256") == sha256
-        )
-
-
-@dataclass
-class VariantResult:
-    """What one run (the scenario, or its unicast-only twin) produced."""
-
-    variant: str
-    clients: list[ClientOutcome]
-    egress: dict[str, list[tuple[float, int]]]  # origin -> [(t, bytes_sent_total)]
-    sender: list[tuple[float, int]] = field(default_factory=list)  # [(t, bytes sent)]
-    #: [(t, {mode: directives answered so far})], from the balancer's /metrics
-    directives: list[tuple[float, dict[str, int]]] = field(default_factory=list)
-    ring_at_start: dict[str, Any] = field(default_factory=dict)
-    trackers: dict[str, Any] = field(default_factory=dict)
-    #: each supernode's /chord/v1/state before the first client and at the end
-    supernodes_at_start: dict[str, Any] = field(default_factory=dict)
-    supernodes_at_end: dict[str, Any] = field(default_factory=dict)
-    faults: list[dict[str, Any]] = field(default_factory=list)
-    wall_s: float = 0.0
-    #: seconds from the services up to the sender's issue prepared (encoded for its
-    #: carousel at publish time; None without a sender)
-    prepared_s: float | None = None
-    #: the host's CPU during the run: [(t, busy_s, all_s, containers_s)] (`sample_cpu`)
-    cpu: list[tuple[float, float, float, float | None]] = field(default_factory=list)
-    #: where egress, sender and directives come from: "prometheus" (the deployment's,
-    #: what an operator's dashboard shows) or "probes (why not Prometheus)"
-    series_source: str = "probes"
-    #: the wall time of the first client's release (the services' log has wall times)
-    t0_wall: float | None = None
-    #: the carousels the sender started and stopped in the run (from Prometheus;
-    #: None: not read) and each balancer's lease and carousel events (`balancer_kill`)
-    carousel_counts: dict[str, int] | None = None
-    #: per balancer, the directives it answered (and since its restart), from Prometheus
-    directives_by: dict[str, Any] = field(default_factory=dict)
-    balancer_events: dict[str, list[list[Any]]] = field(default_factory=dict)
-    #: the release minute (issue 35): ``release_s`` (from the first arrival),
-    #: ``release_wall``, ``open_within_s``, ``wrap_buckets`` (the subscription
-    #: service's wrap histogram at the end); None without an [embargo]
-    release: dict[str, Any] | None = None
-
-
-def _wall_clock() -> float:
-    import time
-
-    return time.time()  # noqa: TID251 (Prometheus's timestamps are wall-clock)
-
-
-async def _series_from_prometheus(
-    project: ComposeProject,
-    result: VariantResult,
-    elapsed_s: float,
-    report: Callable[[str], None],
-    variant: str,
-) -> None:
-    """The report's egress, sender and directive series from the deployment's
-    Prometheus (issue 30) in place of the probes' when it has them."""
-    from pressrun.emulate.prometheus_series import PrometheusError, read_series
-
-    try:
-        ip = await asyncio.to_thread(project.address, "prometheus")
-        end = _wall_clock()
-        series = await asyncio.to_thread(
-            read_series,
-            f"http://{ip}:9090",
-            origins={f"{name}:{port}": name for name, port in ORIGINS.items()},
-            start_wall=end - elapsed_s,
-            end_wall=end,
-        )
-    except (PrometheusError, EmulationError, DockerCommandError, OSError) as err:
-        result.series_source = f"probes (Prometheus: {err})"
-        report(f"[{variant}] the series come from the probes: {err}")
-        return
-    except Exception as err:  # the report's source must never end a run
-        log.exception("reading the series from Prometheus failed")
-        result.series_source = f"probes (Prometheus: {type(err).__name__}: {err})"
-        report(f"[{variant}] the series come from the probes: {err}")
-        return
-    if not any(series.egress.values()) or not series.directives:
-        result.series_source = "probes (Prometheus had no samples of the run)"
-        report(f"[{variant}] the series come from the probes: Prometheus had no samples")
-        return
-    result.egress, result.sender, result.directives = (
-        series.egress,
-        series.sender,
-        series.directives,
-    )
-    result.series_source = "prometheus"
-
-
-async def _carousel_counts(
-    project: ComposeProject, result: VariantResult, report: Callable[[str], None], variant: str
-) -> None:
-    """The carousels the sender started and stopped during the run, from Prometheus
-    (left None, and said, when it does not answer: the report's figure is never
-    guessed)."""
-    from pressrun.emulate.balancer_kill import carousel_counts, directives_by
-
-    if result.t0_wall is None:
-        return
-    try:
-        ip = await asyncio.to_thread(project.address, "prometheus")
-        window = {"start_wall": result.t0_wall, "end_wall": _wall_clock()}
-        base = f"http://{ip}:9090"
-        result.carousel_counts = await asyncio.to_thread(carousel_counts, base, **window)
-        result.directives_by = await asyncio.to_thread(directives_by, base, **window)
-    except Exception as err:  # a figure of the report must never end a run
-        report(f"[{variant}] the carousels started are not known: {err}")
-
-
-def _read_balancer_events(result: VariantResult, log_path: Path) -> None:
-    """Each balancer's lease and carousel events from the services' log."""
-    from pressrun.emulate.balancer_kill import balancer_events
-
-    try:
-        text = log_path.read_text(errors="replace")
-    except OSError as err:
-        log.warning("the services' log %s could not be read: %s", log_path, err)
-        return
-    result.balancer_events = balancer_events(text, result.t0_wall)
-
-
-def _info_hash(content_dir: Path, issue_id: str) -> str:
-    doc = json.loads((content_dir / issue_id / "manifest.json").read_text())
-    return str(doc["manifest"].get("info_hash") or "")
 
 
 async def run_variant(
@@ -510,14 +272,14 @@ async def run_variant(
 
         async def prepare_clients() -> None:
             await asyncio.gather(*(create_client(o) for o in outcomes))
-            await _start_held(engine, outcomes, release_dir, report, variant)
+            await start_held(engine, outcomes, release_dir, report, variant)
 
         clients_ready = asyncio.create_task(prepare_clients())
         balancer_url = f"http://{await asyncio.to_thread(project.address, 'balancer')}:8080"
         await wait_balancer_ready(balancer_url, issue.issue_id, timeout_s=60)
         addresses = {n: await asyncio.to_thread(project.address, n) for n in ORIGINS}
         sender_url = f"http://{await asyncio.to_thread(project.address, 'multicast')}:{SENDER_PORT}"
-        info_hash = _info_hash(issue.content_dir, issue.issue_id)
+        info_hash = info_hash_of(issue.content_dir, issue.issue_id)
         result.ring_at_start = await wait_ring(project, info_hash, len(SUPERNODES), 90)
         report(
             f"[{variant}] the issue's Chord ring: {len(result.ring_at_start['supernodes'])} "
@@ -548,7 +310,7 @@ async def run_variant(
                 f"({result.prepared_s:.0f} s after the services were up)"
             )
         t0 = loop.time()
-        result.t0_wall = _wall_clock()
+        result.t0_wall = wall_clock()
         if scenario.embargo is not None:
             result.release = await set_release(
                 project, scenario.embargo, token=env["PRESSRUN_SUBSCRIPTIONS_TOKEN"],
@@ -605,7 +367,7 @@ async def run_variant(
                     for f in faults]  # fmt: skip
         deadline = t0 + max(p.at_s for p in plans) + scenario.timeout_s
         await asyncio.gather(
-            *starters, _wait_clients(engine, outcomes, deadline, report, variant, t0)
+            *starters, wait_clients(engine, outcomes, deadline, report, variant, t0)
         )
         await asyncio.gather(*faulters)
         result.wall_s = loop.time() - t0
@@ -615,12 +377,12 @@ async def run_variant(
             except Exception as err:  # a figure of the report must never end a run
                 report(f"[{variant}] the wrap latency is not known: {err}")
         for outcome in outcomes:
-            _read_started(outcome, release_dir, t0)
+            read_started(outcome, release_dir, t0)
         result.trackers = await tracker_views(project, info_hash)
         result.supernodes_at_end = await supernode_states(project)
         await asyncio.sleep(SAMPLE_INTERVAL_S * 1.5)  # one last egress sample
-        await _series_from_prometheus(project, result, loop.time() - t0, report, variant)
-        await _carousel_counts(project, result, report, variant)
+        await series_from_prometheus(project, result, loop.time() - t0, report, variant)
+        await read_carousel_counts(project, result, report, variant)
         return result
     finally:
         for task in (sampler, cpu_sampler, clients_ready):
@@ -636,141 +398,6 @@ async def run_variant(
             + ", ".join(f"{step} {s:.1f} s" for step, s in took.items())
             + ")"
         )
-
-
-def plans_of(plans: Sequence[ClientPlan], kind: str) -> list[ClientPlan]:
-    """The clients of one kind."""
-    return [p for p in plans if p.kind == kind]
-
-
-async def _start_held(
-    engine: Engine,
-    outcomes: Sequence[ClientOutcome],
-    release_dir: Path,
-    report: Callable[[str], None],
-    variant: str,
-) -> None:
-    """Start every created client container (a few at once) and wait until each is
-    ready at the start line, or `READY_TIMEOUT_S` passed."""
-    loop = asyncio.get_running_loop()
-    began = loop.time()
-    starting = asyncio.Semaphore(STARTING_AT_ONCE)
-    started_at: dict[str, float] = {}
-
-    async def start(outcome: ClientOutcome) -> None:
-        async with starting:
-            try:
-                await docker_async(engine, "start", outcome.container)
-            except DockerCommandError as err:
-                outcome.error = f"could not start: {err}"
-                outcome.exit_code = -1
-                return
-            started_at[outcome.container] = loop.time()
-
-    report(f"[{variant}] starting {len(outcomes)} client containers, held until their time")
-    starters = asyncio.gather(*(start(o) for o in outcomes if o.exit_code is None))
-    waiting = [o for o in outcomes if o.exit_code is None]
-    last_note = began
-    while True:
-        for outcome in waiting:
-            ready = ready_path(release_dir, str(outcome.plan.number))
-            if outcome.ready_s is None and ready.exists():
-                outcome.ready_s = loop.time() - started_at.get(outcome.container, began)
-        waiting = [o for o in waiting if o.ready_s is None and o.exit_code is None]
-        if (not waiting and starters.done()) or loop.time() - began > READY_TIMEOUT_S:
-            break
-        if loop.time() - last_note > 15:
-            last_note = loop.time()
-            # a client that ended before it was ready (a bad argument) is not waited for
-            fmt = "{{.Name}} {{.State.Status}}"
-            names = [o.container for o in waiting if o.container in started_at]
-            text = (await asyncio.to_thread(
-                engine.run, ["docker", "inspect", "--format", fmt, *names], check=False
-            )).stdout if names else ""  # fmt: skip
-            gone = {ln.lstrip("/").split()[0] for ln in text.splitlines() if "exited" in ln}
-            waiting = [o for o in waiting if o.container not in gone]
-            report(
-                f"[{variant}] {len(outcomes) - len(waiting)}/{len(outcomes)} clients ready "
-                f"({loop.time() - began:.0f} s)"
-            )
-        await asyncio.sleep(0.5)
-    await starters
-    report(
-        f"[{variant}] {len(outcomes) - len(waiting)}/{len(outcomes)} clients ready at the "
-        f"start line after {loop.time() - began:.0f} s"
-    )
-
-
-def _read_started(outcome: ClientOutcome, release_dir: Path, t0: float) -> None:
-    """When the client really began (its ``N.started``: the host's monotonic clock,
-    which the containers share), from the schedule's start ``t0``."""
-    path = started_path(release_dir, str(outcome.plan.number))
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        outcome.started_s = float(json.loads(path.read_text())["released"]) - t0
-
-
-async def _wait_clients(
-    engine: Engine,
-    outcomes: Sequence[ClientOutcome],
-    deadline: float,
-    report: Callable[[str], None],
-    variant: str,
-    t0: float,
-) -> None:
-    """Until every client container exited (or the deadline); reads each outcome."""
-    loop = asyncio.get_running_loop()
-    pending = {o.container: o for o in outcomes if o.exit_code is None}
-    last_note = 0.0
-    while pending:
-        names = list(pending)
-        fmt = "{{.Name}} {{.State.Status}} {{.State.ExitCode}}"
-        text = (await asyncio.to_thread(
-            engine.run, ["docker", "inspect", "--format", fmt, *names], check=False
-        )).stdout  # fmt: skip
-        finished: list[ClientOutcome] = []
-        for line in text.splitlines():
-            parts = line.lstrip("/").split()
-            if len(parts) == 3 and parts[1] in ("exited", "dead") and parts[0] in pending:
-                outcome = pending.pop(parts[0])
-                outcome.exit_code = int(parts[2])
-                outcome.exited_s = loop.time() - t0
-                finished.append(outcome)
-        await asyncio.gather(*(_read_outcome(engine, o) for o in finished))
-        now = loop.time()
-        if now - last_note > 15:
-            done = len(outcomes) - len(pending)
-            report(f"[{variant}] t={now - t0:.0f} s: {done}/{len(outcomes)} clients done")
-            last_note = now
-        if now > deadline:
-            for outcome in pending.values():
-                outcome.error = "still running at the scenario's timeout"
-                await _read_outcome(engine, outcome)
-            return
-        await asyncio.sleep(2.0)
-
-
-async def _read_outcome(engine: Engine, outcome: ClientOutcome) -> None:
-    """A finished client's outcome from its log (``docker logs`` as a child process
-    of the event loop, so many are read at once)."""
-    proc = await asyncio.create_subprocess_exec(
-        "docker", "logs", outcome.container, env=engine.env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await proc.communicate()
-    _parse_outcome(outcome, out.decode(errors="replace"), err.decode(errors="replace"))
-
-
-def _parse_outcome(outcome: ClientOutcome, stdout: str, stderr: str) -> None:
-    """The client's JSON line (its last), or the last lines it wrote to stderr."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("{"):
-            with contextlib.suppress(ValueError):
-                outcome.doc = json.loads(line)
-                break
-    if outcome.doc is None and outcome.error is None:
-        tail = [ln for ln in stderr.splitlines() if ln.strip()][-2:]
-        outcome.error = " | ".join(tail) or f"exit {outcome.exit_code}, no output"
 
 
 def out_dir_for(base: Path | None, scenario_name: str) -> Path:
@@ -827,7 +454,7 @@ async def run_scenario(
                 log_dir=folder,
             )
         )
-        _read_balancer_events(results[-1], folder / f"{variant}-services.log")
+        read_balancer_events(results[-1], folder / f"{variant}-services.log")
     summary = write_report(folder, scenario, issue, results)
     print_summary(summary, folder)
     bad = [
