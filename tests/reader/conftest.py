@@ -192,7 +192,17 @@ class Phone:
         self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
         self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
         await self.page.goto(self.url)
-        await self.evaluate("window.pressrun.ready", what="the app's start")
+        # the app's module sets window.pressrun once its imports are in, which on a
+        # loaded host can come after the page's load event that goto waits for
+        await self.evaluate(
+            """async () => {
+                while (window.pressrun === undefined) {
+                    await new Promise((resolve) => setTimeout(resolve, 50));
+                }
+                return window.pressrun.ready;
+            }""",
+            what="the app's start",
+        )
         return self.page
 
     async def evaluate(
