@@ -92,9 +92,11 @@ async def test_axe_finds_no_serious_violation_on_any_view(
         assert failed == [], failed
 
 
-async def test_lighthouse_scores_on_the_phone_profile(make_stack: StackFactory) -> None:
-    stack = await make_stack(origins=("origin-a",))
-    url = f"{stack.reader_url}/"
+METRICS = ("first-contentful-paint", "largest-contentful-paint", "total-blocking-time")
+
+
+async def lighthouse(url: str) -> tuple[dict[str, Any], bytes]:
+    """One Lighthouse run on ``url`` with the phone profile: its report and raw JSON."""
     proc = await asyncio.create_subprocess_exec(
         "node",
         str(LIGHTHOUSE),
@@ -110,14 +112,31 @@ async def test_lighthouse_scores_on_the_phone_profile(make_stack: StackFactory) 
     )
     out, err = await bounded("Lighthouse", proc.communicate(), timeout_s=90)
     assert proc.returncode == 0, err.decode()[-2000:]
-    report = json.loads(out)
+    report: dict[str, Any] = json.loads(out)
+    return report, out
+
+
+async def test_lighthouse_scores_on_the_phone_profile(make_stack: StackFactory) -> None:
+    stack = await make_stack(origins=("origin-a",))
+    url = f"{stack.reader_url}/"
+    # a metric Lighthouse could not measure (its audit in "error", e.g. no paint seen in
+    # its trace on a host at load 80) is a failed measurement, not a low score: it is
+    # measured once more, and a second error fails with Lighthouse's own message
+    for attempt in (1, 2):
+        report, out = await lighthouse(url)
+        unmeasured = {
+            k: report["audits"][k].get("errorMessage", report["audits"][k]["scoreDisplayMode"])
+            for k in METRICS
+            if "displayValue" not in report["audits"][k]
+        }
+        if not unmeasured:
+            break
+        print(f"Lighthouse run {attempt} could not measure {unmeasured}")
+    assert not unmeasured, f"Lighthouse could not measure {unmeasured} in two runs"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "lighthouse.json").write_bytes(out)
     scores = {k: round(100 * (c["score"] or 0)) for k, c in report["categories"].items()}
-    metrics = {
-        k: report["audits"][k]["displayValue"]
-        for k in ("first-contentful-paint", "largest-contentful-paint", "total-blocking-time")
-    }
+    metrics = {k: report["audits"][k]["displayValue"] for k in METRICS}
     low = [
         (a["id"], a.get("displayValue", ""))
         for a in report["audits"].values()
