@@ -217,7 +217,7 @@ class BrowserReaders:
     ) -> ReaderOutcome:
         """Reader ``number`` (a new phone) opens the app and downloads ``issue``; its
         outcome (an error in it, never an exception, once the browser runs)."""
-        from pressrun.reader.browser import PHONE
+        from pressrun.reader.browser import PHONE, open_app
 
         started = time.perf_counter()
         console = self.console.setdefault(number, [])
@@ -230,7 +230,7 @@ class BrowserReaders:
             page = await context.new_page()
             page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
             page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
-            await page.goto(reader_url)
+            await open_app(page, reader_url, STEP_TIMEOUT_S)
             await _bounded("the app's start", page.evaluate("window.pressrun.ready"))
             try:
                 result = await _bounded("the download", page.evaluate(_DOWNLOAD, issue), timeout_s)

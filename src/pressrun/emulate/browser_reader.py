@@ -131,26 +131,12 @@ async def _bounded(what: str, step: Any, timeout_s: float) -> Any:
         raise RuntimeError(f"{what}: no answer in {timeout_s:g} s") from None
 
 
-async def _open(page: Any, url: str, timeout_s: float) -> None:
-    """The app's page, asked again until the reader service answers (it may still be
-    starting beside the held clients) or ``timeout_s`` passed."""
-    deadline = time.perf_counter() + timeout_s
-    while True:
-        try:
-            await page.goto(url)
-            return
-        except Exception:  # playwright's Error: the service is not up yet
-            if time.perf_counter() > deadline:
-                raise
-            await asyncio.sleep(1.0)
-
-
 async def read_issue(opts: argparse.Namespace) -> dict[str, Any]:
     """Start Chromium and the app, wait at the start line, download, share; the
     outcome document (an error in it once the page ran, never an exception)."""
     from playwright.async_api import async_playwright
 
-    from pressrun.reader.browser import CHROMIUM, PHONE
+    from pressrun.reader.browser import CHROMIUM, PHONE, open_app
 
     release_dir: Path = opts.release_dir
     console: list[str] = []
@@ -170,7 +156,7 @@ async def read_issue(opts: argparse.Namespace) -> dict[str, Any]:
             page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
             # the app is open on the phone before the reader's arrival: its start
             # (the page, the reader's configuration) is not the download's time
-            await _open(page, opts.reader_url, opts.step_timeout_s)
+            await open_app(page, opts.reader_url, opts.step_timeout_s)
             await _bounded("the app's start", page.evaluate("window.pressrun.ready"),
                            opts.step_timeout_s)  # fmt: skip
             ready = time.clock_gettime(time.CLOCK_MONOTONIC)

@@ -34,6 +34,7 @@ it. Progress goes to the ``report`` callable, one line per step.
 from __future__ import annotations
 
 import compileall
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -371,7 +372,32 @@ def build_images(
     report: Callable[[str], None] = print,
 ) -> BuiltImages:
     """Build what is missing of the base image, the dependencies' image and
-    pressrun's image; nothing is pulled."""
+    pressrun's image; nothing is pulled. Two runs on one host (their cache folder
+    shared) build one after the other: the second waits for the first's lock."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with (cache_dir / "build.lock").open("a") as lock:
+        # a concurrent build removed and refilled the shared context folder under this
+        # one's copy (FileExistsError in project_tree, a suite run of two emulations)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_images(
+            engine,
+            cache_dir=cache_dir,
+            project_root=project_root,
+            image=image,
+            mirror=mirror,
+            report=report,
+        )
+
+
+def _build_images(
+    engine: Engine,
+    *,
+    cache_dir: Path,
+    project_root: Path,
+    image: str,
+    mirror: str,
+    report: Callable[[str], None],
+) -> BuiltImages:
     import time
 
     seconds: dict[str, float] = {}

@@ -52,3 +52,25 @@ def why_no_browser() -> str | None:
     if not (PACKAGE_DIR / "node_modules" / "pdfjs-dist").is_dir():
         return "the reader's npm packages are not installed: run `make setup`"
     return None
+
+
+async def open_app(page: Any, url: str, timeout_s: float) -> None:
+    """The reader app on ``page``, opened again until its module has set
+    ``window.pressrun`` or ``timeout_s`` passed: the reader service may still be
+    starting, and a load can fail part-way (Chromium's ERR_NETWORK_CHANGED when the host
+    adds a network, as a container run beside it does), leaving the page without the
+    app. Its ``ready`` promise is the caller's to await."""
+    import asyncio
+    import time
+
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        try:
+            await page.goto(url)
+            wait_ms = 1000 * max(1.0, min(15.0, deadline - time.perf_counter()))
+            await page.wait_for_function("() => window.pressrun !== undefined", timeout=wait_ms)
+            return
+        except Exception:  # playwright's Error or TimeoutError: not up, or a partial load
+            if time.perf_counter() > deadline:
+                raise
+            await asyncio.sleep(1.0)
