@@ -246,26 +246,27 @@ class EmulationScenario:
             ClientPlan(n + 1, t, link) for n, (t, link) in enumerate(zip(times, picks, strict=True))
         ]
         if self.browsers is not None:
-            rng = random.Random(self.seed + 1)
-            phones: list[float] = []
-            for i, spec in enumerate(self.browsers.arrival_specs):
-                where = f"browser_readers.arrivals[{i}]"
-                phones += [a.at_s for a in expand_arrivals(spec, rng, where, self.source)]
-            plans += [
-                ClientPlan(len(plans) + n + 1, t, self.browsers.link, BROWSER)
-                for n, t in enumerate(sorted(phones))
-            ]
+            plans += self._fleet(self.browsers, "browser_readers", BROWSER, 1, len(plans) + 1)
         if self.amt is not None:
-            rng = random.Random(self.seed + 2)
-            behind: list[float] = []
-            for i, spec in enumerate(self.amt.arrival_specs):
-                where = f"amt_readers.arrivals[{i}]"
-                behind += [a.at_s for a in expand_arrivals(spec, rng, where, self.source)]
-            first = len(plans) + 1
-            plans += [
-                ClientPlan(first + n, t, self.amt.link, AMT) for n, t in enumerate(sorted(behind))
-            ]
+            plans += self._fleet(self.amt, "amt_readers", AMT, 2, len(plans) + 1)
         return plans
+
+    def _fleet(
+        self,
+        fleet: BrowserReaders | AmtReaders,
+        table: str,
+        kind: str,
+        seed_offset: int,
+        first: int,
+    ) -> list[ClientPlan]:
+        """A fleet's clients on its link, numbered from ``first`` in arrival order (its
+        own random stream, so the desktop fleet is the same with or without it)."""
+        rng = random.Random(self.seed + seed_offset)
+        times: list[float] = []
+        for i, spec in enumerate(fleet.arrival_specs):
+            where = f"{table}.arrivals[{i}]"
+            times += [a.at_s for a in expand_arrivals(spec, rng, where, self.source)]
+        return [ClientPlan(first + n, t, fleet.link, kind) for n, t in enumerate(sorted(times))]
 
     def last_arrival_s(self) -> float:
         """When the last client (desktop or browser) arrives."""
