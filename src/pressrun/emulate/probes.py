@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +56,15 @@ async def sample_cpu(
         await asyncio.sleep(CPU_SAMPLE_INTERVAL_S)
 
 
-async def wait_healthy(url: str, timeout_s: float) -> None:
-    """Until ``url`` (a service's /healthz) answers 200, or `EmulationError`."""
+async def _poll(
+    url: str,
+    ready: Callable[[aiohttp.ClientResponse], Awaitable[str | None]],
+    timeout_s: float,
+    what: str,
+) -> None:
+    """GET ``url`` every 0.5 s until ``ready`` (the answer's check: None when ready,
+    else what is still missing) passes, or `EmulationError` naming ``what`` and the
+    last answer after ``timeout_s``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     last = "no answer"
@@ -65,36 +72,40 @@ async def wait_healthy(url: str, timeout_s: float) -> None:
         while loop.time() < deadline:
             try:
                 async with http.get(url) as resp:
-                    if resp.status == 200:
-                        return
-                    last = f"HTTP {resp.status}"
-            except (aiohttp.ClientError, OSError) as err:
-                last = str(err) or type(err).__name__
-            await asyncio.sleep(0.5)
-    raise EmulationError(f"{url} did not answer in {timeout_s:g} s ({last})")
-
-
-async def wait_balancer_ready(url: str, issue_id: str, timeout_s: float) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    last = "no answer"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
-        while loop.time() < deadline:
-            try:
-                async with http.get(f"{url}/v1/origins") as resp:
-                    doc = await resp.json()
-                held = [
-                    o for o in doc["origins"]
-                    if o.get("state") == "up"
-                    and issue_id in (o.get("status") or {}).get("issues", [])
-                ]  # fmt: skip
-                if len(held) == len(doc["origins"]):
+                    missing = await ready(resp)
+                if missing is None:
                     return
-                last = f"{len(held)} of {len(doc['origins'])} origins up with {issue_id}"
+                last = missing
             except (aiohttp.ClientError, OSError, ValueError, KeyError) as err:
                 last = str(err) or type(err).__name__
             await asyncio.sleep(0.5)
-    raise EmulationError(f"the balancer was not ready in {timeout_s:g} s ({last})")
+    raise EmulationError(f"{what} in {timeout_s:g} s ({last})")
+
+
+async def wait_healthy(url: str, timeout_s: float) -> None:
+    """Until ``url`` (a service's /healthz) answers 200, or `EmulationError`."""
+
+    async def ok(resp: aiohttp.ClientResponse) -> str | None:
+        return None if resp.status == 200 else f"HTTP {resp.status}"
+
+    await _poll(url, ok, timeout_s, f"{url} did not answer")
+
+
+async def wait_balancer_ready(url: str, issue_id: str, timeout_s: float) -> None:
+    """Until every origin the balancer at ``url`` lists is up and holds ``issue_id``."""
+
+    async def all_up(resp: aiohttp.ClientResponse) -> str | None:
+        doc = await resp.json()
+        held = [
+            o for o in doc["origins"]
+            if o.get("state") == "up"
+            and issue_id in (o.get("status") or {}).get("issues", [])
+        ]  # fmt: skip
+        if len(held) == len(doc["origins"]):
+            return None
+        return f"{len(held)} of {len(doc['origins'])} origins up with {issue_id}"
+
+    await _poll(f"{url}/v1/origins", all_up, timeout_s, "the balancer was not ready")
 
 
 async def _metric_totals(
