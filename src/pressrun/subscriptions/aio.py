@@ -19,23 +19,23 @@ never blocked by a writer in WAL mode) instead of two hops to the worker thread,
 keeps the release notices in memory, reloaded when ``PRAGMA data_version`` says
 another connection (the worker thread, or another service instance on the same file)
 committed.
+
+The routes' handlers live beside this module, which keeps the app, the life cycle,
+the database connections and the counters: `pressrun.subscriptions.subscriber_http`
+(challenge, wrap, device links) and `pressrun.subscriptions.operator_http`
+(subscribers, devices, wraps and release notices, under the operator token).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import os
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import aiohttp_cors
-import nacl.public
 from aiohttp import hdrs, web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -45,8 +45,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from pressrun.content.codec import is_hex
-from pressrun.content.release import ReleaseError, SignedRelease
+from pressrun.content.release import SignedRelease
 from pressrun.security import (
     UNAUTHORIZED_HEADERS,
     BodyTooLarge,
@@ -56,28 +55,14 @@ from pressrun.security import (
     read_request_limited,
 )
 from pressrun.service import stop_signals
-from pressrun.subscriptions.codec import (
-    GRANT_NONCE_BYTES,
-    RequestError,
-    bearer,
-    check_grant,
-    check_token,
-    decode_object,
-    error_body,
-    make_grant,
-    make_token,
-    parse_issue_version,
-    parse_name,
-    parse_public_key,
-    parse_wraps,
+from pressrun.subscriptions.codec import RequestError, decode_object, error_body
+from pressrun.subscriptions.operator_http import (
+    MAX_WRAPS_BODY_BYTES,
+    OPERATOR_ROUTES,
+    OperatorRoutes,
 )
-from pressrun.subscriptions.embargo import embargo_refusal
-from pressrun.subscriptions.store import (
-    DeviceRefused,
-    ReleaseRefused,
-    SubscriptionStore,
-    device_limit_message,
-)
+from pressrun.subscriptions.store import SubscriptionStore
+from pressrun.subscriptions.subscriber_http import SubscriberRoutes
 
 __all__ = [
     "DEFAULT_MAX_DEVICES",
@@ -89,25 +74,10 @@ __all__ = [
 
 log = logging.getLogger("pressrun.subscriptions")
 
-#: the operator routes (resource patterns): the operator token guards every method
-OPERATOR_ROUTES = frozenset(
-    {
-        "/v1/subscribers",
-        "/v1/subscribers/{public_key}",
-        "/v1/issues/{issue_id}/versions/{version}/wraps",
-        "/v1/issues/{issue_id}/versions/{version}/release",
-        "/v1/subscribers/{public_key}/devices",
-        "/v1/devices/{public_key}",
-    }
-)
-
 DEFAULT_TOKEN_TTL_S = 300
 #: devices per subscriber (their own key counts as one): ``--max-devices``
 DEFAULT_MAX_DEVICES = 5
-#: how long a link grant can be spent: the reader's link code's 10 minutes
-GRANT_TTL_S = 600
 MAX_SMALL_BODY_BYTES = 4096
-MAX_WRAPS_BODY_BYTES = 64 << 20
 #: the wrap histogram's buckets (seconds): a wrap is a token check and one SQLite read
 WRAP_SECONDS_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 T = TypeVar("T")
@@ -196,6 +166,8 @@ class SubscriptionService:
             self.operator_token, OPERATOR_ROUTES, refuse=self._refuse_operator
         )
         app = web.Application(client_max_size=MAX_WRAPS_BODY_BYTES, middlewares=[guard])
+        sub = SubscriberRoutes(self)
+        api = OperatorRoutes(self)
         cors = aiohttp_cors.setup(app)
         options = aiohttp_cors.ResourceOptions(  # type: ignore[no-untyped-call]
             allow_credentials=False,
@@ -204,31 +176,31 @@ class SubscriptionService:
             max_age=600,
         )
         per_origin = dict.fromkeys(self.cors_origins, options)
-        cors.add(app.router.add_post("/v1/challenge", self._wrapped(self.challenge)), per_origin)
+        cors.add(app.router.add_post("/v1/challenge", self._wrapped(sub.challenge)), per_origin)
         cors.add(
             app.router.add_get(
-                "/v1/issues/{issue_id}/versions/{version}/wrap", self._wrapped(self.get_wrap)
+                "/v1/issues/{issue_id}/versions/{version}/wrap", self._wrapped(sub.get_wrap)
             ),
             per_origin,
         )
         # linking a device (issue 31): a subscribed device asks for a grant, the new
         # device registers its own public key with it (both from the reader's origin)
-        cors.add(app.router.add_post("/v1/device-grants", self._wrapped(self.grant)), per_origin)
-        cors.add(app.router.add_post("/v1/devices", self._wrapped(self.add_device)), per_origin)
-        app.router.add_get("/v1/subscribers/{public_key}/devices", self._wrapped(self.list_devices))
-        app.router.add_delete("/v1/devices/{public_key}", self._wrapped(self.remove_device))
+        cors.add(app.router.add_post("/v1/device-grants", self._wrapped(sub.grant)), per_origin)
+        cors.add(app.router.add_post("/v1/devices", self._wrapped(sub.add_device)), per_origin)
+        app.router.add_get("/v1/subscribers/{public_key}/devices", self._wrapped(api.list_devices))
+        app.router.add_delete("/v1/devices/{public_key}", self._wrapped(api.remove_device))
         # the release notice: the operator reads and replaces it (guarded by the
         # middleware like every operator route); a reader learns the release time from
         # the signed manifest and from the refusal of its wrap
         release = app.router.add_resource("/v1/issues/{issue_id}/versions/{version}/release")
-        release.add_route("GET", self._wrapped(self.get_release))
-        release.add_route("PUT", self._wrapped(self.put_release))
+        release.add_route("GET", self._wrapped(api.get_release))
+        release.add_route("PUT", self._wrapped(api.put_release))
         # (every route of OPERATOR_ROUTES is guarded by the middleware above)
-        app.router.add_get("/v1/subscribers", self._wrapped(self.list_subscribers))
-        app.router.add_put("/v1/subscribers/{public_key}", self._wrapped(self.add_subscriber))
-        app.router.add_delete("/v1/subscribers/{public_key}", self._wrapped(self.remove_subscriber))
+        app.router.add_get("/v1/subscribers", self._wrapped(api.list_subscribers))
+        app.router.add_put("/v1/subscribers/{public_key}", self._wrapped(api.add_subscriber))
+        app.router.add_delete("/v1/subscribers/{public_key}", self._wrapped(api.remove_subscriber))
         app.router.add_put(
-            "/v1/issues/{issue_id}/versions/{version}/wraps", self._wrapped(self.put_wraps)
+            "/v1/issues/{issue_id}/versions/{version}/wraps", self._wrapped(api.put_wraps)
         )
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.metrics)
@@ -311,318 +283,11 @@ class SubscriptionService:
             self._seen_data_version = version
         return self._releases
 
-    def _verified_release(self, doc: object, issue_id: str, version: int) -> SignedRelease:
-        """A signed release notice from a request body, for this issue version, with a
-        good signature of a trusted publisher key; RequestError 400 if not."""
-        try:
-            release = SignedRelease.from_json(doc)
-            notice = release.verify(self.publisher_keys)
-        except ReleaseError as err:
-            raise RequestError(400, "bad_release", str(err)) from None
-        if (notice.issue_id, notice.version) != (issue_id, version):
-            raise RequestError(
-                400,
-                "bad_release",
-                f"the release notice is for {notice.issue_id} version {notice.version}, "
-                f"not {issue_id} version {version}",
-            )
-        return release
-
     @property
     def secret(self) -> bytes:
         if self._secret is None:
             raise RuntimeError("the service is not started")
         return self._secret
-
-    # -- subscriber routes
-
-    async def challenge(self, request: web.Request) -> web.Response:
-        """``POST /v1/challenge``: a token sealed to the key in the body, for any key."""
-        doc = await self._small_body(request)
-        public_key = parse_public_key(doc.get("subscriber"))
-        expires_at = int(self.clock()) + self.token_ttl_s
-        token = make_token(self.secret, public_key, expires_at)
-        try:
-            sealed = nacl.public.SealedBox(nacl.public.PublicKey(public_key)).encrypt(token)
-        except Exception:  # libsodium refuses some degenerate points
-            raise RequestError(400, "bad_request", "that is not a usable X25519 key") from None
-        self.challenges.inc()
-        return web.json_response(
-            {
-                "subscriber": public_key.hex(),
-                "sealed_token": bytes(sealed).hex(),
-                "expires_in_s": self.token_ttl_s,
-            }
-        )
-
-    async def get_wrap(self, request: web.Request) -> web.Response:
-        """``GET /v1/issues/<id>/versions/<v>/wrap``: this subscriber's own wrap."""
-        began = time.perf_counter()
-        issue_id, version = parse_issue_version(
-            request.match_info["issue_id"], request.match_info["version"]
-        )
-        raw = bearer(request.headers.get(hdrs.AUTHORIZATION), "token from /v1/challenge")
-        try:
-            token = bytes.fromhex(raw)
-        except ValueError:
-            raise RequestError(401, "bad_token", "the token must be hex") from None
-        now_unix = self.clock()
-        public_key = check_token(self.secret, token, now_unix=now_unix)
-        # one lookup on the loop's read-only connection: a wrap is deleted with its
-        # subscriber, so a wrap found is a current subscriber's
-        try:
-            wrap = self.reader.wrap(issue_id, version, public_key)
-            subscribed = wrap is not None or self.reader.is_subscriber(public_key)
-            release = self._fresh_releases().get((issue_id, version))
-        except sqlite3.Error as err:  # the database busy or failing: ask again
-            log.warning("wrap of %s version %d: the database: %s", issue_id, version, err)
-            raise RequestError(
-                503,
-                "unavailable",
-                "the subscription service cannot read its database now; ask again",
-                headers={"Retry-After": "1"},
-            ) from None
-        if not subscribed:
-            raise RequestError(
-                403,
-                "not_subscribed",
-                f"key {public_key.hex()[:16]}... is not a subscriber; subscribe to read {issue_id}",
-            )
-        if wrap is None:
-            raise RequestError(
-                404,
-                "no_wrap",
-                f"there is no wrap of {issue_id} version {version} for this subscriber (it "
-                "was published before the subscription began, or no such version exists)",
-            )
-        refusal = embargo_refusal(release, now_unix=now_unix)
-        if refusal is not None:
-            if refusal.code == "embargoed":
-                self.embargo_refusals.inc()
-            raise refusal
-        self.wraps_served.inc()
-        self.wrap_seconds.observe(time.perf_counter() - began)
-        return web.json_response(
-            {
-                "issue_id": issue_id,
-                "version": version,
-                "subscriber": public_key.hex(),
-                "wrap": wrap.hex(),
-            }
-        )
-
-    def _token_key(self, request: web.Request) -> bytes:
-        """The public key of the request's good challenge token; RequestError 401."""
-        raw = bearer(request.headers.get(hdrs.AUTHORIZATION), "token from /v1/challenge")
-        try:
-            token = bytes.fromhex(raw)
-        except ValueError:
-            raise RequestError(401, "bad_token", "the token must be hex") from None
-        return check_token(self.secret, token, now_unix=self.clock())
-
-    async def grant(self, request: web.Request) -> web.Response:
-        """``POST /v1/device-grants``: a subscribed device (its token) gets a grant that
-        lets one new device register under its subscriber (docs/subscriptions.md)."""
-        device_key = self._token_key(request)
-        found = await self._db(self.store.device_count, device_key)
-        if found is None:
-            raise RequestError(
-                403, "not_subscribed", "this device is not subscribed, so it cannot link another"
-            )
-        if found[1] >= self.max_devices:  # said early; add_device decides
-            raise RequestError(
-                409,
-                "device_limit",
-                device_limit_message(self.max_devices),
-                extra={"max_devices": self.max_devices},
-            )
-        expires_at = int(self.clock()) + GRANT_TTL_S
-        grant = make_grant(self.secret, device_key, expires_at, os.urandom(GRANT_NONCE_BYTES))
-        return web.json_response(
-            {
-                "grant": grant.hex(),
-                "expires_in_s": GRANT_TTL_S,
-                "devices": found[1],
-                "max_devices": self.max_devices,
-            }
-        )
-
-    async def add_device(self, request: web.Request) -> web.Response:
-        """``POST /v1/devices`` with ``{"grant": hex, "name": ...}`` and the new
-        device's own token: its public key joins the grant's subscriber."""
-        public_key = self._token_key(request)  # the new device holds its secret key
-        doc = await self._small_body(request)
-        raw = doc.get("grant")
-        if not isinstance(raw, str) or not is_hex(raw, len(raw)) or len(raw) % 2:
-            raise RequestError(400, "bad_request", 'the body must be {"grant": hex, ...}')
-        now_unix = self.clock()
-        linked_by, expires_at, nonce = check_grant(
-            self.secret, bytes.fromhex(raw), now_unix=now_unix
-        )
-        name = parse_name(doc) or "linked device"
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        try:
-            device, created = await self._db(
-                functools.partial(
-                    self.store.register_device,
-                    public_key,
-                    linked_by=linked_by,
-                    name=name,
-                    added_at=now,
-                    grant_nonce=nonce,
-                    grant_expires_at=expires_at,
-                    now_unix=now_unix,
-                    max_devices=self.max_devices,
-                )
-            )
-        except DeviceRefused as err:
-            raise RequestError(
-                err.status, err.code, err.message, extra={"max_devices": self.max_devices}
-            ) from None
-        log.info(
-            "device %s linked to subscriber %s by %s",
-            public_key.hex()[:16],
-            device.subscriber.hex()[:16],
-            linked_by.hex()[:16],
-        )
-        return web.json_response(device.to_json(), status=201 if created else 200)
-
-    # -- operator routes
-
-    async def list_devices(self, request: web.Request) -> web.Response:
-        """``GET /v1/subscribers/<key>/devices``."""
-        public_key = parse_public_key(request.match_info["public_key"])
-        devices = await self._db(self.store.devices, public_key)
-        if devices is None:
-            raise RequestError(404, "unknown_subscriber", f"{public_key.hex()} is not a subscriber")
-        return web.json_response(
-            {"devices": [d.to_json() for d in devices], "max_devices": self.max_devices}
-        )
-
-    async def remove_device(self, request: web.Request) -> web.Response:
-        """``DELETE /v1/devices/<key>``: the device and its wraps; the next issue is
-        not wrapped for it."""
-        public_key = parse_public_key(request.match_info["public_key"])
-        removed = await self._db(self.store.remove_device, public_key)
-        if removed is None:
-            raise RequestError(404, "unknown_device", f"{public_key.hex()} is not a device")
-        device, wraps = removed
-        log.info(
-            "device %s of %s removed with %d wraps",
-            public_key.hex()[:16],
-            device.subscriber.hex()[:16],
-            wraps,
-        )
-        return web.json_response({**device.to_json(), "wraps_deleted": wraps})
-
-    async def list_subscribers(self, request: web.Request) -> web.Response:
-        """``GET /v1/subscribers``."""
-        subs = await self._db(self.store.subscribers)
-        return web.json_response({"subscribers": [s.to_json() for s in subs]})
-
-    async def add_subscriber(self, request: web.Request) -> web.Response:
-        """``PUT /v1/subscribers/<key>`` with ``{"name": ...}``."""
-        public_key = parse_public_key(request.match_info["public_key"])
-        name = parse_name(await self._small_body(request))
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        try:
-            sub, created = await self._db(self.store.add_subscriber, public_key, name, now)
-        except DeviceRefused as err:
-            raise RequestError(err.status, err.code, err.message) from None
-        log.info(
-            "subscriber %s %s (%s)", public_key.hex()[:16], "added" if created else "renamed", name
-        )
-        return web.json_response(sub.to_json(), status=201 if created else 200)
-
-    async def remove_subscriber(self, request: web.Request) -> web.Response:
-        """``DELETE /v1/subscribers/<key>``: the subscriber and their wraps."""
-        public_key = parse_public_key(request.match_info["public_key"])
-        deleted = await self._db(self.store.remove_subscriber, public_key)
-        if deleted is None:
-            raise RequestError(404, "unknown_subscriber", f"{public_key.hex()} is not a subscriber")
-        log.info("subscriber %s removed with %d wraps", public_key.hex()[:16], deleted)
-        return web.json_response({"public_key": public_key.hex(), "wraps_deleted": deleted})
-
-    async def put_wraps(self, request: web.Request) -> web.Response:
-        """``PUT /v1/issues/<id>/versions/<v>/wraps``: replace one version's wraps."""
-        issue_id, version = parse_issue_version(
-            request.match_info["issue_id"], request.match_info["version"]
-        )
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise RequestError(
-                413, "too_large", f"the wraps body is over {MAX_WRAPS_BODY_BYTES} bytes"
-            ) from None
-        doc = decode_object(body)
-        wraps = parse_wraps(doc)
-        release = None
-        if doc.get("release") is not None:
-            release = self._verified_release(doc["release"], issue_id, version)
-        try:
-            stored, skipped = await self._db(
-                self.store.put_wraps, issue_id, version, wraps, release
-            )
-        except ReleaseRefused as err:
-            raise RequestError(409, "release_refused", str(err)) from None
-        if release is not None:
-            log.info(
-                "%s version %d: embargoed until %s (release sequence %d)",
-                issue_id,
-                version,
-                release.notice.release_at,
-                release.notice.sequence,
-            )
-        log.info(
-            "%s version %d: %d wraps stored, %d skipped (not subscribers)",
-            issue_id,
-            version,
-            stored,
-            len(skipped),
-        )
-        return web.json_response({"stored": stored, "skipped": [k.hex() for k in skipped]})
-
-    async def get_release(self, request: web.Request) -> web.Response:
-        """``GET /v1/issues/<id>/versions/<v>/release``: the signed notice, whether it is
-        released by this service's clock, and the seconds left."""
-        issue_id, version = parse_issue_version(
-            request.match_info["issue_id"], request.match_info["version"]
-        )
-        release = self._fresh_releases().get((issue_id, version))
-        if release is None:
-            raise RequestError(
-                404, "no_release", f"{issue_id} version {version} has no embargo here"
-            )
-        at = release.notice.release_at_unix
-        now_unix = self.clock()
-        return web.json_response(
-            {
-                **release.to_json(),
-                "released": at is not None and now_unix >= at,
-                "retry_after_s": None if at is None else round(max(0.0, at - now_unix), 3),
-            }
-        )
-
-    async def put_release(self, request: web.Request) -> web.Response:
-        """``PUT /v1/issues/<id>/versions/<v>/release``: a later signed notice (move the
-        release, or revoke it)."""
-        issue_id, version = parse_issue_version(
-            request.match_info["issue_id"], request.match_info["version"]
-        )
-        release = self._verified_release(await self._small_body(request), issue_id, version)
-        try:
-            await self._db(self.store.put_release, release)
-        except ReleaseRefused as err:
-            raise RequestError(409, "release_refused", str(err)) from None
-        n = release.notice
-        log.info(
-            "%s version %d: release %s (sequence %d)",
-            issue_id,
-            version,
-            "revoked" if n.revoked else f"at {n.release_at}",
-            n.sequence,
-        )
-        return web.json_response(release.to_json())
 
     async def healthz(self, request: web.Request) -> web.Response:
         """``GET /healthz``."""
