@@ -1,0 +1,151 @@
+"""Headroom dispatch's reserved starts as the algorithm uses them (issue 33): when a
+download is placed by the book (`HeadroomBooking._from_book`), the reservation given
+out (`reserved_start`) and claimed (`claim_reservation`), and what the book learns of
+each pick (`_book_pick`). The queue itself, per origin, is
+`pressrun.balancer.algorithms.headroom_reservations`; the rules and the measurements
+behind them: docs/balancer.md, "Reserved starts". Moved here from the class
+`pressrun.balancer.algorithms.headroom.Headroom`, which inherits them, as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+
+from pressrun.balancer.algorithms.base import ScoredAlgorithm
+from pressrun.balancer.algorithms.headroom_reservations import Reservation, Reservations
+from pressrun.balancer.events import ClientHint, OriginStatus
+
+
+class HeadroomBooking(ScoredAlgorithm):
+    """The booking methods of `Headroom` (abstract: `Headroom` is the algorithm)."""
+
+    # set by `Headroom.__init__`
+    reservations: Reservations | None
+    reservation_margin_s: float
+    reservation_margin_share: float
+    refused_at: float
+    overload_memory: float
+    _planned: Reservation | None
+    _claimed: str | None
+    _serving_others: set[str]
+
+    def _capacity(self, name: str, status: OriginStatus) -> float:
+        raise NotImplementedError  # `Headroom._capacity`
+
+    def _overloaded(self, memory_s: float, *, now: float) -> bool:
+        raise NotImplementedError  # `Headroom._overloaded`
+
+    def _reservable_room(self, name: str) -> float:
+        """Bytes/s the book may reserve on an origin: its capacity as measured (as told
+        while not measured yet); 0 out of rotation."""
+        status = self.statuses.get(name)
+        return 0.0 if status is None else self._capacity(name, status)
+
+    def _from_book(
+        self, issue_id: str, client: ClientHint | None, exclude: Set[str], *, now: float
+    ) -> list[tuple[str, float]] | None:
+        """Under overload, a download whose client tells its size and link, of an issue
+        with a stated deadline, is placed by the book (`headroom_reservations`): on the
+        origin where its start comes first, now ([origin]) or later ([], with
+        `reserved_start` set), or refused ([]) when none ends it in time. None: not
+        the book's (not overloaded, or not told enough): ranked by room."""
+        book = self.reservations
+        deadline = self.issue_deadlines.get(issue_id)
+        if (
+            book is None
+            or deadline is None
+            # The book plans the bytes of the downloads it is told of: beside streams
+            # (their bitrate held for their play-through) its queue would take their
+            # room (gen-7-005: 1311 served by room, 879 with the book), and beside
+            # transfers it does not place (the back catalogue, small objects placed
+            # by their class) its own would be slower than planned and late (the
+            # mixed workload: a back issue unfinished). Those are left to the room.
+            or self.paced_issues
+            or self._serving_others
+            or client is None
+            or not client.size_bytes
+            or not client.rate_bytes_per_s
+            or not self._overloaded(self.overload_memory, now=now)
+        ):
+            return None
+        holders = [
+            n for n, st in self.statuses.items() if n not in exclude and issue_id in st.issues
+        ]
+        planned = book.plan(
+            issue_id,
+            holders,
+            left_bytes=float(max(client.size_bytes - client.have_bytes, 1)),
+            rate=client.rate_bytes_per_s,
+            time_left_s=deadline - (client.elapsed_s or 0.0),
+            now=now,
+            margin_s=min(self.reservation_margin_s, self.reservation_margin_share * deadline),
+        )
+        if planned is None:
+            self.refused_at = now
+            return []
+        # Queued when the core acts on it: the pick (`handle_pick_for`), or the
+        # reservation it gives out (`reserved_start`).
+        self._planned = planned
+        if planned.start > now:
+            return []
+        return [(planned.origin, planned.rate)]
+
+    def reserved_start(self, *, now: float) -> tuple[str, float] | None:
+        planned, self._planned = self._planned, None
+        if planned is None or planned.claimed or self.reservations is None:
+            return None
+        res = self.reservations.commit(planned, now=now)
+        return res.token, res.start
+
+    def claim_reservation(
+        self, issue_id: str, token: str, *, exclude: Set[str] = frozenset(), now: float
+    ) -> list[tuple[str, float]] | float | None:
+        self._planned = None
+        self._claimed = None
+        book = self.reservations
+        if book is None:
+            return None
+        held = book.waiting.get(token)
+        deadline = self.issue_deadlines.get(issue_id)
+        if held is None or held.issue_id != issue_id or deadline is None:
+            return None
+        res = book.claim(token, deadline_at=held.deadline_at, now=now)
+        if res is None:
+            return None
+        if res.origin in exclude or res.origin not in self.statuses:
+            book.cancel(token, now=now)
+            return None
+        if not res.claimed:
+            return res.start
+        self._claimed = res.origin
+        return [(res.origin, res.rate)]
+
+    def handle_origin_down(self, name: str, *, now: float) -> None:
+        super().handle_origin_down(name, now=now)
+        if self.reservations is not None:
+            self.reservations.drop_origin(name)
+            self._serving_others.discard(name)
+
+    def _book_pick(
+        self, name: str, issue_id: str, client: ClientHint | None, *, now: float
+    ) -> None:
+        """The book learns of a pick: a reservation claimed is queued already, a start
+        the book planned now is queued, and a download placed by room (not under
+        overload) is queued too, so that when overload comes the book knows the bytes
+        the origin has to send."""
+        planned, self._planned = self._planned, None
+        claimed, self._claimed = self._claimed, None
+        book = self.reservations
+        if book is None or claimed == name:
+            return
+        if planned is not None and planned.claimed and planned.origin == name:
+            book.commit(planned, now=now)
+            return
+        if (
+            client is None
+            or not client.size_bytes
+            or not client.rate_bytes_per_s
+            or issue_id not in self.issue_deadlines
+        ):
+            return
+        book.note(name, left_bytes=float(max(client.size_bytes - client.have_bytes, 1)), now=now)
