@@ -176,26 +176,16 @@ async def test_concurrent_tls_answers_of_one_kept_file_get_their_own_bytes(
     """Under TLS the body is read with pread and written (no sendfile): concurrent
     answers share the kept descriptor, so none may read through its file position
     (asyncio's own fallback does, and they would move it under each other)."""
-    import shutil
     import ssl
-    import subprocess
 
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not installed")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-         "-days", "1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    from security.local_ca import make_test_ca  # tests/security: the suite's test CA
+
+    ca = make_test_ca(tmp_path / "ca")  # skips, saying why, without the openssl program
     body = (content / ISSUE / "a.bin").read_bytes()
     origin = await start_origin(
-        OriginConfig(content_dir=content, port=0, tls_cert=cert, tls_key=key)
+        OriginConfig(content_dir=content, port=0, tls_cert=ca.cert_pem, tls_key=ca.key_pem)
     )
-    client = ssl.create_default_context()
-    client.check_hostname = False
-    client.verify_mode = ssl.CERT_NONE
+    client = ssl.create_default_context(cafile=str(ca.ca_pem))
     spans = [(i * 37_000, i * 37_000 + 60_000 + i * 999) for i in range(6)]
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client)) as http:
