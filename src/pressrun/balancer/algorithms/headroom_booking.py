@@ -9,6 +9,7 @@ behind them: docs/balancer.md, "Reserved starts". Moved here from the class
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Set
 
 from pressrun.balancer.algorithms.base import ScoredAlgorithm
@@ -29,11 +30,13 @@ class HeadroomBooking(ScoredAlgorithm):
     _claimed: str | None
     _serving_others: set[str]
 
+    @abstractmethod
     def _capacity(self, name: str, status: OriginStatus) -> float:
-        raise NotImplementedError  # `Headroom._capacity`
+        """An origin's capacity in bytes per second (`Headroom._capacity`)."""
 
+    @abstractmethod
     def _overloaded(self, memory_s: float, *, now: float) -> bool:
-        raise NotImplementedError  # `Headroom._overloaded`
+        """Whether the crowd is beyond the room (`Headroom._overloaded`)."""
 
     def _reservable_room(self, name: str) -> float:
         """Bytes/s the book may reserve on an origin: its capacity as measured (as told
