@@ -694,10 +694,16 @@ async def test_a_metered_network_uploads_nothing(
     phone_factory,  # type: ignore[no-untyped-def]
 ) -> None:
     # A (cellular, Wi-Fi only off) holds half the issue; B holds nothing and is
-    # connected to A: A sends B nothing, and both finish from the origin (web seed)
+    # connected to A: A sends B nothing, and both finish from the origin (web seed).
+    # A chokes B from the start, so B never asks A for a piece and never waits out a
+    # request timeout (request_timeout_s, 3 s) for one. (Before: A unchoked B and
+    # refused its requests without a word; B's web seed was offered A's pieces only
+    # once the rest were asked, B asked A, waited 3 s, asked again, waited 3 s more
+    # and disconnected A: reasked_requests > 0, "answers no request: disconnected")
     issue = await swarm.publish("swarm-metered")
-    # 4 Mbit/s: the web seeds (on from the start) take about 3 s, time for B to meet A
-    origin = await swarm.origin(egress_cap_mbps=4.0)
+    # 2 Mbit/s: the web seeds (on from the start) take about 6 s, time for B to meet A
+    # and to wait out a request timeout if it asked A
+    origin = await swarm.origin(egress_cap_mbps=2.0)
     await swarm.balance(issue, origin)
     n = -(-SIZE // PIECE)
     a = await open_phone(phone_factory, swarm.reader_url, init_script=CELLULAR_PHONE)
@@ -709,17 +715,35 @@ async def test_a_metered_network_uploads_nothing(
     b = await open_phone(phone_factory, swarm.reader_url)
     await start(a, issue)
     await start(b, issue)
+    # B's status while it downloads: whether A ever unchoked it
+    unchoked_by: list[int] = []
+
+    async def watch_b() -> None:
+        while True:
+            status = await swarm_status(b, issue)
+            unchoked_by.append(status.get("peers_unchoking", 0))
+            if status.get("state") in ("seeding", "left"):
+                return
+            await asyncio.sleep(0.1)
+
+    watcher = asyncio.create_task(watch_b())
     _, rb = await asyncio.gather(verified(a, issue, issue.data), verified(b, issue, issue.data))
-    sa = await swarm_status(a, issue)
+    watcher.cancel()
+    sa, sb = await swarm_status(a, issue), await swarm_status(b, issue)
     assert sa["uploaded_bytes"] == 0, sa
     assert rb["peers_seen"] == 1, rb  # B was connected to A
     assert rb["bytes_from_peers"] == 0, rb
-    # every byte from the origin: as a web seed, or through the origin path for a piece
-    # whose request to A timed out first (A refuses requests without choking B, so B's
-    # web seed is offered A's pieces only once the others are asked: a final suite run
-    # took one piece of 65,536 B that way)
-    from_origin = rb["bytes_from_web_seeds"] + sum(rb["bytes_by_origin"].values())
-    assert from_origin >= issue.transfer_bytes, rb
+    # A choked B all along: B asked A for nothing, so no request of B's waited out a
+    # timeout, nothing was asked again and A was not disconnected
+    notices = await b.notices()
+    assert sb["reasked_requests"] == 0 and not any("answers no request" in t for t in notices), (
+        sb,
+        notices,
+    )
+    assert max(unchoked_by, default=0) == 0, unchoked_by
+    # every byte through B's web seed (the origin), none through the origin path
+    assert rb["bytes_from_web_seeds"] >= issue.transfer_bytes, rb
+    assert rb["bytes_by_origin"] == {}, rb
     await wait_status(a, issue, "leave_rule", "metered", timeout_s=5)
 
 

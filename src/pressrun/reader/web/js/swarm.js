@@ -167,6 +167,9 @@ export class SwarmFetch {
     return {
       state: this.state,
       peers: this.torrent?.wires.filter((w) => w.type !== "webSeed").length ?? 0,
+      // connected peers that let this reader ask them for pieces, and that it lets ask
+      peers_unchoking: this.torrent?.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.peerChoking).length ?? 0,
+      peers_unchoked: this.torrent?.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.amChoking).length ?? 0,
       peers_seen: this.peersSeen.size,
       bytes_from_peers: this.fromPeers,
       bytes_from_web_seeds: this.fromWebSeeds,
@@ -312,6 +315,15 @@ export class SwarmFetch {
     }
     this.peersSeen.add(wire.peerId);
     this.firstPeer?.();
+    // no unchoke while uploads are not allowed, whoever asks for it (webtorrent
+    // unchokes a peer the moment it is interested, and its rechoke every 10 s): a
+    // metered reader that unchoked a peer and refused its requests left that peer
+    // waiting out request_timeout_s for each before it asked elsewhere
+    const unchoke = wire.unchoke.bind(wire);
+    wire.unchoke = () => {
+      if (this.uploadAllowed()) unchoke();
+    };
+    if (!this.uploadAllowed()) wire.choke();
     wire.on("download", (n) => {
       this.receivedFromPeers += n;
       this.lastPeerPayloadAt = wire.lastPayloadAt = nowS();
@@ -400,6 +412,24 @@ export class SwarmFetch {
         this.reasked += 1;
       }
     }
+  }
+
+  /**
+   * Choke every peer while uploads are not allowed (the link turned metered, or
+   * sharing was turned off), so that no peer asks this reader for a piece it would
+   * refuse; once they are allowed again, webtorrent's rechoke unchokes the interested
+   * ones at once rather than at its next 10 s round.
+   */
+  applyChoking() {
+    const t = this.torrent;
+    if (t === null || t.destroyed) return;
+    const allowed = this.uploadAllowed();
+    if (!allowed) {
+      for (const w of t.wires) if (w.type !== "webSeed" && !w.destroyed && !w.amChoking) w.choke();
+    } else if (this.chokedAll) {
+      t._rechoke?.();
+    }
+    this.chokedAll = !allowed;
   }
 
   /** Whether no connected peer holds a piece this reader lacks. */
@@ -648,6 +678,7 @@ export class SwarmFetch {
           // Wi-Fi only, and the link turned cellular: the origin path waits for Wi-Fi
           throw new SwarmStalled("the link is cellular and Wi-Fi only is on");
         }
+        this.applyChoking();
         this.reaskSilentPeers(now);
         const windowS = this.cfg.web_seed_stall_s;
         const peerRate = windowRate(samples, now, this.receivedFromPeers, windowS);
