@@ -94,7 +94,31 @@ def test_how_long_a_receiver_held_more_than_its_link_from_its_change_log() -> No
     assert view["allowance_s"] == 0.8  # LayeringConfig: settle 0.3 s + window 0.5 s
     assert [r["longest_above_s"] for r in view["per_receiver"]] == [5.0, 0.6]
     assert view["over_longer_than_allowance"] == 1 and view["with_log"] == 2
-    assert "for longer than 0.8 s 1 (of 2 with a change log)" in channels_line("e", view)
+    assert "for longer than 0.8 s 1 (of 2 with a change log;" in channels_line("e", view)
+
+
+def test_a_probe_is_allowed_one_window_after_settling_as_its_receivers_timer_ran() -> None:
+    """The check uses LayerCore's windows: a probe left at its first verdict (settle
+    0.3 s + window 0.5 s after the join, each of the two timer calls up to the
+    receiver's own measured lateness late) is within; one that survived a verdict
+    (held a window longer) is over, whatever its lateness."""
+    head = "1 channel(s), 30.0 s, 1 at the end, 0 own socket drops"
+    first_verdict = (
+        f"{head}, layering timer late at most 15 ms; channels over time 0.00:1 4.00:2 4.83:1"
+    )
+    second_verdict = (
+        f"{head}, layering timer late at most 15 ms; channels over time 0.00:1 4.00:2 5.33:1"
+    )
+    no_late = f"{head}; channels over time 0.00:1 4.00:2 4.83:1"  # an older note: strict
+    rows = [
+        _receiver(i, "mobile-6", 6.0, n)
+        for i, n in enumerate((first_verdict, second_verdict, no_late))
+    ]
+    view = channels_against_links(rows, 5.0)
+    assert [r["allowance_s"] for r in view["per_receiver"]] == [0.83, 0.83, 0.8]
+    assert [r["timer_late_max_s"] for r in view["per_receiver"]] == [0.015, 0.015, 0.0]
+    assert view["over_longer_than_allowance"] == 2  # the second verdict's and the strict one
+    assert view["over_nominal"] == 3 and view["timer_late_max_s"] == 0.015
 
 
 def _variant(median: float, by_mode: dict[str, float], egress: int) -> dict[str, Any]:

@@ -386,3 +386,82 @@ def test_layering_sequence_counts_misuse() -> None:
     layers.start(now=0.0)
     with pytest.raises(LocalProtocolError):
         layers.handle_sequence(0, received=-1, expected=0)
+
+
+def _probe_trace(
+    layers: LayerCore, carries_pps: float, queue_packets: float, until: float
+) -> list[tuple[float, int]]:
+    """Drive ``layers`` as the receiver's adapter does (a timer call at each
+    `next_deadline`, packets counted between calls) behind a link that carries
+    ``carries_pps`` packets/s of the channels' 100 each through a queue of
+    ``queue_packets`` (a shaped link's buffer: what exceeds the link first fills the
+    queue, then is dropped, shared by the channels). Returns (time, channels held)."""
+    log = [(0.0, len(layers.start(now=0.0)))]
+    now, queue, step = 0.0, 0.0, 0.01
+    while now < until:
+        deadline = layers.next_deadline()
+        assert deadline is not None and deadline > now
+        while now < deadline - 1e-9:
+            dt = min(step, deadline - now)
+            offered = 100.0 * dt * len(layers.joined)
+            queue += offered - carries_pps * dt
+            dropped = max(0.0, queue - queue_packets)
+            queue = min(max(queue, 0.0), queue_packets)
+            for ch in layers.joined:
+                sent = 100.0 * dt
+                arrived = sent - dropped / len(layers.joined)
+                layers.handle_packets(ch.index, round(arrived * 1000))
+                layers.handle_sequence(
+                    ch.index, received=round(arrived * 1000), expected=round(sent * 1000)
+                )
+            now += dt
+        now = deadline
+        if layers.handle_timer(now=now):
+            log.append((now, len(layers.joined)))
+    return log
+
+
+def test_layering_judges_a_probe_on_a_fresh_window_after_it_settled() -> None:
+    """A join probe the link cannot carry is left one measuring window after it
+    settled (settle_s + window_s after the join), not on the first window of a fixed
+    clock that happens to start after settling (up to a window later): the window
+    restarts when the new channel has settled, so the verdict is on its packets
+    alone."""
+    config = LayeringConfig(window_s=0.5, settle_s=0.3)
+    # packets counted in thousandths so that rounding loses nothing
+    layers = LayerCore(config, (100_000.0,) * 3)
+    # the link carries 1 channel and a quarter; its queue holds 0.25 s of the excess
+    # of a second channel, which hides the probe's loss for the first 0.25 s
+    log = _probe_trace(layers, carries_pps=125.0, queue_packets=19.0, until=30.0)
+    above = [(t, next_t) for (t, n), (next_t, _) in itertools.pairwise(log) if n > 1]
+    assert len(above) >= 3  # probed, backed off, probed again
+    for joined, left in above:
+        assert left - joined == pytest.approx(config.settle_s + config.window_s)
+    # the first join: the start settles too, then one window
+    assert log[1][0] == pytest.approx(config.settle_s + config.window_s)
+
+
+def test_layering_window_restarts_at_settling_after_a_join() -> None:
+    """After a join at t the next timer is the settling's end (t + settle_s), which
+    measures nothing and starts the window; the verdict comes at t + settle_s +
+    window_s, counting only what arrived after settling."""
+    layers = LayerCore(LayeringConfig(window_s=0.5, settle_s=0.3), (100.0,) * 3)
+    layers.start(now=0.0)
+    assert layers.next_deadline() == pytest.approx(0.3)
+    layers.handle_packets(0, 5)  # the join's first packets: not counted
+    assert layers.handle_timer(now=0.3) == []
+    assert layers.losses == []
+    assert layers.next_deadline() == pytest.approx(0.8)
+    layers.handle_packets(0, 50)
+    assert layers.handle_timer(now=0.8) == [JoinChannel(1)]
+    assert layers.next_deadline() == pytest.approx(1.1)
+    for ch in (0, 1):  # packets queued before the join took effect: not counted
+        layers.handle_packets(ch, 40)
+    assert layers.handle_timer(now=1.1) == []
+    assert layers.next_deadline() == pytest.approx(1.6)
+    layers.handle_packets(0, 50)
+    layers.handle_packets(1, 20)  # 30 of 100 lost
+    assert layers.handle_timer(now=1.6) == [LeaveChannel(1, pytest.approx(0.3))]
+    assert layers.losses == [0.0, pytest.approx(0.3)]
+    # after the leave the remaining channel settles again before it is judged
+    assert layers.next_deadline() == pytest.approx(1.9)

@@ -106,10 +106,11 @@ async def receive_multicast(
             f"{result.final_channels} at the end, {result.socket_drops} own socket drops"
             + (f", through the AMT relay {result.relay}" if result.relay else "")
             + (f", efficiency {result.efficiency:.3f}" if result.efficiency else "")
+            + f", layering timer late at most {1000 * result.timer_late_max_s:.0f} ms"
             # each change as seconds:channels (the emulation's report times the
-            # channels held above the link)
+            # channels held above the link, to the hundredth: a probe lasts 0.8 s)
             + "; channels over time "
-            + " ".join(f"{t:.1f}:{n}" for t, n in result.channel_log)
+            + " ".join(f"{t:.2f}:{n}" for t, n in result.channel_log)
         )
         return have
     why = (

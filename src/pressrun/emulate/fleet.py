@@ -22,6 +22,8 @@ _NOTE = re.compile(
 )
 #: the note's tail: each change of the channels held, ``seconds:channels``
 _LOG = re.compile(r"channels over time (?P<log>[\d.: ]*)")
+#: how late the receiver's layering timer calls came after their deadlines, at most
+_LATE = re.compile(r"layering timer late at most (?P<ms>\d+) ms")
 
 
 def channel_log(note: str) -> list[tuple[float, int]]:
@@ -113,9 +115,17 @@ def channels_against_links(
     link's downstream rate, the channels that link carries, the most channels it held
     and those at the end, and from the note's change log the longest stretch it held
     more than that; and how many held more than their link carries at the end, at
-    their most, and for longer than ``allowance_s`` (default: one measuring window
-    after the settling time, `LayeringConfig`'s: a join probe that the next window
-    undoes stays under it)."""
+    their most, and for longer than one measuring window after settling.
+
+    That allowance is the layering core's own (`pressrun.multicast.core.LayerCore`):
+    after a join the core waits ``settle_s``, then measures one window of
+    ``window_s`` and leaves a channel the link cannot carry at that window's end. The
+    core's clock is the receiver's timer calls, each a little after its deadline, so
+    a receiver's allowance is ``allowance_s`` (default `LayeringConfig`'s settle_s +
+    window_s, 0.8 s) plus twice the largest lateness of its timer calls (the settling's
+    end and the window's end), from its note (0 when the note does not say). A probe
+    that survived its first window's verdict is held at least a window longer and is
+    counted. ``over_nominal`` counts the stretches above ``allowance_s`` itself."""
     if allowance_s is None:
         from pressrun.multicast.config import LayeringConfig
 
@@ -128,6 +138,8 @@ def channels_against_links(
             continue
         carries = channels_carried(row.get("link_down_mbps"), channel_mbps)
         log = channel_log(str(row.get("multicast_note")))
+        late = _LATE.search(str(row.get("multicast_note")))
+        late_s = int(late["ms"]) / 1000 if late is not None else 0.0
         receivers.append(
             {
                 "client": row.get("client"),
@@ -144,6 +156,8 @@ def channels_against_links(
                     else longest_above(log, carries, float(match["s"]))
                 ),
                 "changes": len(log),
+                "timer_late_max_s": late_s,
+                "allowance_s": round(allowance_s + 2 * late_s, 3),
             }
         )
     shaped = [r for r in receivers if r["carries"] is not None]
@@ -162,8 +176,10 @@ def channels_against_links(
         "allowance_s": allowance_s,
         "with_log": sum(1 for r in shaped if r["longest_above_s"] is not None),
         "over_longer_than_allowance": sum(
-            1 for r in shaped if (r["longest_above_s"] or 0.0) > allowance_s
+            1 for r in shaped if (r["longest_above_s"] or 0.0) > r["allowance_s"]
         ),
+        "over_nominal": sum(1 for r in shaped if (r["longest_above_s"] or 0.0) > allowance_s),
+        "timer_late_max_s": max((r["timer_late_max_s"] for r in shaped), default=0.0),
         "by_link": by_link,
         "per_receiver": receivers,
     }
@@ -238,5 +254,7 @@ def channels_line(name: str, channels: Mapping[str, Any]) -> str:
         + f"; over the link at the end {channels['over_at_the_end']}, "
         f"at their most {channels['over_at_most']}, for longer than "
         f"{channels['allowance_s']:g} s {channels['over_longer_than_allowance']} "
-        f"(of {channels['with_log']} with a change log)"
+        f"(of {channels['with_log']} with a change log; its own timer's lateness allowed, "
+        f"at most {1000 * channels.get('timer_late_max_s', 0.0):.0f} ms; "
+        f"{channels.get('over_nominal', 0)} without it)"
     )

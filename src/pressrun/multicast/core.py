@@ -27,8 +27,13 @@ the receivers' socket buffers).
 **Receiver-driven layering** (`LayerCore`, after McCanne, Jacobson and Vetterli,
 "Receiver-driven Layered Multicast", SIGCOMM 1996). The sender does no congestion
 control; each receiver owes it to the network. It starts on ``start_channels``
-channels and measures the loss *on the path* over windows, per channel joined for at
-least ``settle_s``:
+channels and measures the loss *on the path* over windows of ``window_s``. After every
+change of the channels held (the start, a join, a leave) the window restarts once the
+change has settled (``settle_s``: the join has taken effect, the packets queued before
+it have drained); the settling measures nothing. So a join probe is judged on a window
+of its own packets only, and a probe the link cannot carry is left ``settle_s +
+window_s`` after the join (0.8 s by default), not on a window of a fixed clock that
+happens to start after settling (up to a window later). Over a window:
 
 - from the channel's sequence numbers (an LCT header extension the sender numbers
   per channel, `handle_sequence`): expected is how far the numbers moved on, lost is
@@ -222,7 +227,6 @@ class CarouselSchedule:
 @dataclass(slots=True)
 class _Joined:
     index: int
-    since: float
     received: int = 0
     # from the channel's sequence numbers since the window began
     seq_received: int = 0
@@ -243,6 +247,8 @@ class LayerCore:
     joined: list[_Joined] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     _window_start: float | None = None
+    #: when the last change of the channels held has settled (the window starts then)
+    _settling_until: float | None = None
     _backoff_s: dict[int, float] = field(default_factory=dict)
     _retry_at: dict[int, float] = field(default_factory=dict)
     most_joined: int = 0
@@ -267,10 +273,18 @@ class LayerCore:
         self._window_start = now
         effects: list[LayerEffect] = []
         for index in range(min(self.config.start_channels, self.limit)):
-            self.joined.append(_Joined(index, now))
+            self.joined.append(_Joined(index))
             effects.append(JoinChannel(index))
         self.most_joined = len(self.joined)
+        self._changed(now)
         return effects
+
+    def _changed(self, now: float) -> None:
+        """The channels held changed at ``now``: the next window starts once that has
+        settled (at once when ``settle_s`` is 0)."""
+        if self.config.settle_s > 0:
+            self._settling_until = now + self.config.settle_s
+        self._window_start = now
 
     def handle_sent(self, sent_packets: Sequence[int], *, now: float) -> None:
         """An announcement's per-channel packets-sent counters, received at ``now``:
@@ -314,59 +328,71 @@ class LayerCore:
                 return
 
     def next_deadline(self) -> float | None:
-        """The end of the current measuring window."""
+        """The end of the current settling (the window starts then) or of the current
+        measuring window."""
         if self._window_start is None:
             return None
+        if self._settling_until is not None:
+            return self._settling_until
         return self._window_start + self.config.window_s
 
+    def _reset_counts(self) -> None:
+        for ch in self.joined:
+            ch.received = ch.seq_received = ch.seq_expected = ch.socket_drops = 0
+
     def handle_timer(self, *, now: float) -> list[LayerEffect]:
-        """At a window's end: measure the path loss, join or leave a channel."""
+        """At the settling's end: start the window (nothing is judged). At a window's
+        end: measure the path loss, join or leave a channel. Called early (before
+        `next_deadline`) it does nothing."""
         if self._window_start is None:
             raise LocalProtocolError("LayerCore.start first")
+        deadline = self.next_deadline()
+        assert deadline is not None
+        if now < deadline:
+            return []
+        if self._settling_until is not None:
+            # settled: what arrived meanwhile is the change's transient, not counted
+            self._settling_until = None
+            self._window_start = now
+            self._reset_counts()
+            return []
         start, self._window_start = self._window_start, now
         expected = 0.0
         lost = 0.0
         overflowed = False
         for ch in self.joined:
             overflowed = overflowed or ch.socket_drops > 0
-            settled_at = ch.since + self.config.settle_s
-            counted_from = max(start, settled_at)
-            if counted_from < now:
-                if ch.seq_expected > 0 and settled_at <= start:
-                    # the sequence numbers: gaps the own socket does not explain
-                    expected += ch.seq_expected
-                    gaps = max(0, ch.seq_expected - ch.seq_received)
-                    lost += max(0, gaps - ch.socket_drops)
-                else:
-                    rate_expected = (now - counted_from) * self._rate(ch.index)
-                    if settled_at <= start:
-                        received = ch.received
-                    else:
-                        # joined within the window: count its share after settling
-                        received = round(ch.received * (now - counted_from) / (now - ch.since))
-                    expected += rate_expected
-                    lost += max(0.0, rate_expected - received - ch.socket_drops)
-            ch.received = ch.seq_received = ch.seq_expected = ch.socket_drops = 0
+            if ch.seq_expected > 0:
+                # the sequence numbers: gaps the own socket does not explain
+                expected += ch.seq_expected
+                gaps = max(0, ch.seq_expected - ch.seq_received)
+                lost += max(0, gaps - ch.socket_drops)
+            else:
+                rate_expected = (now - start) * self._rate(ch.index)
+                expected += rate_expected
+                lost += max(0.0, rate_expected - ch.received - ch.socket_drops)
+        self._reset_counts()
         if expected < 1.0:
             return []
         loss = min(1.0, max(0.0, lost / expected))
         self.losses.append(loss)
-        settled = all(ch.since + self.config.settle_s <= start for ch in self.joined)
         if loss > self.config.leave_above_loss and len(self.joined) > 1:
             last = self.joined.pop()
             backoff = self._backoff_s.get(last.index, 2 * self.config.window_s) * 2
             self._backoff_s[last.index] = backoff
             self._retry_at[last.index] = now + backoff
+            self._changed(now)
             return [LeaveChannel(last.index, loss)]
-        if loss < self.config.join_below_loss and settled and len(self.joined) < self.limit:
+        if loss < self.config.join_below_loss and len(self.joined) < self.limit:
             if overflowed:
                 # the own socket cannot keep up: another channel would only add drops
                 self.overflow_windows += 1
                 return []
             index = len(self.joined)
             if now >= self._retry_at.get(index, 0.0):
-                self.joined.append(_Joined(index, now))
+                self.joined.append(_Joined(index))
                 self.most_joined = max(self.most_joined, len(self.joined))
+                self._changed(now)
                 return [JoinChannel(index)]
         return []
 

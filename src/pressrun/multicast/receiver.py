@@ -120,6 +120,10 @@ class ReceiveResult:
     socket_drops: int = 0
     #: windows in which a join was held back because the own socket overflowed
     overflow_windows: int = 0
+    #: how late the layering's timer calls came after their deadline, at most (the
+    #: receive loop's wake-up: a probe is held settle_s + window_s plus the lateness of
+    #: its two timer calls; the emulation's report allows exactly that)
+    timer_late_max_s: float = 0.0
     verdicts: dict[str, int] = field(default_factory=dict)
     #: the AMT relay it came through (``HOST:PORT``), None when native
     relay: str | None = None
@@ -378,6 +382,7 @@ def receive_carousel(
                 now = time.perf_counter()
                 step = layers.next_deadline()
                 if step is not None and now >= step:
+                    result.timer_late_max_s = max(result.timer_late_max_s, now - step)
                     _feed_sequences(flute, layers)
                     for effect in layers.handle_timer(now=now):
                         if isinstance(effect, JoinChannel):
