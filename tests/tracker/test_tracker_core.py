@@ -8,8 +8,9 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pressrun.tracker.accounting import accumulate
 from pressrun.tracker.config import TrackerConfig
-from pressrun.tracker.core import TrackerCore, accumulate
+from pressrun.tracker.core import TrackerCore
 from pressrun.tracker.events import AnnounceEvent, AnnounceRequest, LeaveRule
 from pressrun.tracker.swarm import needs_seeds
 

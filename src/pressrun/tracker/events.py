@@ -89,7 +89,7 @@ class PeerRecord:
     ``session_uploaded``/``session_downloaded`` are the cumulative counters of the
     client's current session as last announced (BEP 3 counters restart at zero with
     each client session); ``uploaded_total``/``downloaded_total`` accumulate across
-    sessions (see core.accumulate for the rule). ``last_seen`` is in the same clock
+    sessions (see accounting.accumulate for the rule). ``last_seen`` is in the same clock
     as the core's ``now``. ``version`` increases with every change, so a shared store
     can refuse a stale write.
     """

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
-from pressrun.tracker.core import effective_address, family_of
+from pressrun.tracker.accounting import family_of
+from pressrun.tracker.core import effective_address
 from pressrun.tracker.events import AddressFamily, AnnounceEvent
 from pressrun.tracker.redis_store import RedisStore
 from pressrun.tracker.websocket_relay import (

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from pressrun.tracker.core import continues_session
+from pressrun.tracker.accounting import continues_session
 from pressrun.tracker.events import AnnounceEvent, AnnounceRequest, PeerRecord
 
 
