@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from pressrun.balancer.demand import DemandConfig, DemandPolicy
+from pressrun.balancer.events import DeliveryMode, SwarmInfo
 from pressrun.cli import build_parser
 from pressrun.emulate.amt import (
     RELAY_SERVICE,
@@ -191,3 +193,54 @@ def test_carousel_bytes_split_by_native_and_through_the_relay() -> None:
         "peers), 69 MB by multicast (natively 0, through the AMT relay 49, unfinished 20)" in line
     )
     assert "desktop 2/2 verified" in line and "(natively 49, through the AMT relay 0)" in line
+
+
+def _multicast_span(scenario_name: str, until_s: float) -> tuple[float | None, float | None]:
+    """When the balancer's demand policy, with the scenario's thresholds, first enters
+    multicast and when it leaves it (None: never), each planned client asking once at
+    its arrival from an address of its own, reviewed every second (the scenario's
+    poll interval). One request per client is the least the real clients send (they
+    ask again in their window and count again after it), so a run's demand is at
+    least this: a carousel this replay reaches is reached in the run, no later."""
+    scenario = load_scenario(scenario_name)
+    env = scenario.env
+    policy = DemandPolicy(
+        DemandConfig(
+            enter_downloaders=float(env["PRESSRUN_SWARM_ENTER_DOWNLOADERS"]),
+            leave_downloaders=float(env["PRESSRUN_SWARM_LEAVE_DOWNLOADERS"]),
+            min_dwell_s=float(env["PRESSRUN_SWARM_MIN_DWELL_S"]),
+            multicast_enter_downloaders=float(env["PRESSRUN_MULTICAST_ENTER_DOWNLOADERS"]),
+            multicast_leave_downloaders=float(env["PRESSRUN_MULTICAST_LEAVE_DOWNLOADERS"]),
+        ),
+        {"issue": SwarmInfo("http://o/t.torrent", "http://t/announce", "00" * 20)},
+    )
+    asks = sorted((p.at_s, f"10.0.{p.number // 256}.{p.number % 256}") for p in scenario.clients())
+    entered: float | None = None
+    left: float | None = None
+    t = 0.0
+    while t <= until_s:
+        while asks and asks[0][0] <= t:
+            at_s, address = asks.pop(0)
+            policy.decide("issue", now=at_s, address=address)
+        policy.review(now=t)
+        mode = policy.estimate("issue", now=t).mode
+        if mode is DeliveryMode.MULTICAST and entered is None:
+            entered = t
+        if mode is not DeliveryMode.MULTICAST and entered is not None and left is None:
+            left = t
+        t += 1.0
+    return entered, left
+
+
+def test_the_amt_readers_arrive_while_the_carousel_runs() -> None:
+    # runs A, B and 11:41 (docs/results/2026-11-28-emulation-amt.md): without
+    # flash-crowd-50's phones the swarm came only with the peak, its dwell outlasted the
+    # peak's demand, and the carousel came late (101 s, 110 s) or never: no AMT reader
+    # was ever sent to it
+    scenario = load_scenario("flash-crowd-amt")
+    behind = [p.at_s for p in scenario.clients() if p.kind == AMT]
+    entered, left = _multicast_span("flash-crowd-amt", max(behind) + 60)
+    assert entered is not None, "the scenario's crowd never reaches the carousel"
+    # the sender's start and the readers' first directive: 10 s of room
+    assert entered + 10 <= min(behind), (entered, min(behind))
+    assert left is None, f"the carousel stops at {left} s, before the readers are done"
