@@ -18,6 +18,7 @@ from pressrun.emulate.fleet import (
     kinds_line,
     longest_above,
     twin_comparison,
+    windows_kept_above,
 )
 from pressrun.emulate.scenario import BROWSER, DESKTOP, parse_scenario
 from pressrun.sim.scenario import ScenarioError
@@ -97,28 +98,30 @@ def test_how_long_a_receiver_held_more_than_its_link_from_its_change_log() -> No
     assert "for longer than 0.8 s 1 (of 2 with a change log;" in channels_line("e", view)
 
 
-def test_a_probe_is_allowed_one_window_after_settling_as_its_receivers_timer_ran() -> None:
-    """The check uses LayerCore's windows: a probe left at its first verdict (settle
-    0.3 s + window 0.5 s after the join, each of the two timer calls up to the
-    receiver's own measured lateness late) is within; one that survived a verdict
-    (held a window longer) is over, whatever its lateness."""
-    head = "1 channel(s), 30.0 s, 1 at the end, 0 own socket drops"
-    first_verdict = (
-        f"{head}, layering timer late at most 15 ms; channels over time 0.00:1 4.00:2 4.83:1"
+def test_a_probe_is_allowed_the_layerings_one_window_after_settling() -> None:
+    """The check counts LayerCore's windows: a probe to 2 channels on a link that
+    carries 1, left by the first window that ended after its join (one window ended
+    in the stretch) is within, whatever the timer's lateness made it in seconds; one
+    kept past a window's end is over, as is one still held at the end after a window
+    ended; an older note without window counts is judged by the clock (0.8 s)."""
+    head = (
+        "1 channel(s), 30.0 s, 1 at the end, 0 own socket drops, layering timer late at most 40 ms"
     )
-    second_verdict = (
-        f"{head}, layering timer late at most 15 ms; channels over time 0.00:1 4.00:2 5.33:1"
-    )
-    no_late = f"{head}; channels over time 0.00:1 4.00:2 4.83:1"  # an older note: strict
-    rows = [
-        _receiver(i, "mobile-6", 6.0, n)
-        for i, n in enumerate((first_verdict, second_verdict, no_late))
-    ]
+    first = f"{head}, 40 windows ended; channels over time 0.00:1:0 4.00:2:7 4.88:1:8"
+    kept = f"{head}, 40 windows ended; channels over time 0.00:1:0 4.00:2:7 5.38:1:9"
+    open_end = f"{head}, 8 windows ended; channels over time 0.00:1:0 4.00:2:7"
+    old = "1 channel(s), 30.0 s, 1 at the end, 0 own socket drops"
+    old += "; channels over time 0.0:1 4.0:2 4.9:1"
+    rows = [_receiver(i, "mobile-6", 6.0, n) for i, n in enumerate((first, kept, open_end, old))]
+    assert windows_kept_above(first, 1) == 0 and windows_kept_above(kept, 1) == 1
+    assert windows_kept_above(open_end, 1) == 1 and windows_kept_above(old, 1) is None
+    assert windows_kept_above(open_end.replace("8 windows", "7 windows"), 1) == 0
+    assert channel_log(first) == [(0.0, 1), (4.0, 2), (4.88, 1)]
     view = channels_against_links(rows, 5.0)
-    assert [r["allowance_s"] for r in view["per_receiver"]] == [0.83, 0.83, 0.8]
-    assert [r["timer_late_max_s"] for r in view["per_receiver"]] == [0.015, 0.015, 0.0]
-    assert view["over_longer_than_allowance"] == 2  # the second verdict's and the strict one
-    assert view["over_nominal"] == 3 and view["timer_late_max_s"] == 0.015
+    assert [r["windows_kept_above"] for r in view["per_receiver"]] == [0, 1, 1, None]
+    assert view["over_longer_than_allowance"] == 3  # kept, open_end, and old by the clock
+    # in seconds every one is above 0.8 s (the first by its timer's lateness)
+    assert view["over_nominal"] == 4 and view["timer_late_max_s"] == 0.04
 
 
 def _variant(median: float, by_mode: dict[str, float], egress: int) -> dict[str, Any]:

@@ -107,10 +107,15 @@ async def receive_multicast(
             + (f", through the AMT relay {result.relay}" if result.relay else "")
             + (f", efficiency {result.efficiency:.3f}" if result.efficiency else "")
             + f", layering timer late at most {1000 * result.timer_late_max_s:.0f} ms"
-            # each change as seconds:channels (the emulation's report times the
-            # channels held above the link, to the hundredth: a probe lasts 0.8 s)
+            + f", {result.windows_ended} windows ended"
+            # each change as seconds:channels:windows ended by then (the emulation's
+            # report times the channels held above the link, to the hundredth, and
+            # counts the layering's windows that ended while they were held)
             + "; channels over time "
-            + " ".join(f"{t:.2f}:{n}" for t, n in result.channel_log)
+            + " ".join(
+                f"{t:.2f}:{n}:{w}"
+                for (t, n), w in zip(result.channel_log, result.channel_log_windows, strict=True)
+            )
         )
         return have
     why = (

@@ -22,21 +22,53 @@ _NOTE = re.compile(
 )
 #: the note's tail: each change of the channels held, ``seconds:channels``
 _LOG = re.compile(r"channels over time (?P<log>[\d.: ]*)")
-#: how late the receiver's layering timer calls came after their deadlines, at most
+#: how late the receiver's layering timer calls came after their deadlines, at most,
+#: and the layering's measuring windows ended by the receive's end
 _LATE = re.compile(r"layering timer late at most (?P<ms>\d+) ms")
+_WINDOWS = re.compile(r", (?P<n>\d+) windows ended")
+
+
+def _log_entries(note: str) -> list[tuple[float, int, int | None]]:
+    """The note's change log: ``(seconds, channels, windows ended by then)``, the last
+    None in an older note that does not say."""
+    match = _LOG.search(note)
+    if match is None:
+        return []
+    out: list[tuple[float, int, int | None]] = []
+    for item in match["log"].split():
+        t, n, *w = item.split(":")
+        out.append((float(t), int(n), int(w[0]) if w else None))
+    return out
 
 
 def channel_log(note: str) -> list[tuple[float, int]]:
     """The ``(seconds since the first join, channels)`` changes a note lists (none when
     the client's note has no log)."""
-    match = _LOG.search(note)
-    if match is None:
-        return []
-    out = []
-    for item in match["log"].split():
-        t, _, n = item.partition(":")
-        out.append((float(t), int(n)))
-    return out
+    return [(t, n) for t, n, _ in _log_entries(note)]
+
+
+def windows_kept_above(note: str, carries: int) -> int | None:
+    """The most measuring windows of the layering (`LayerCore.windows_ended`) that
+    ended while the receiver held more than ``carries`` channels and did not bring
+    it back within them: 0 when every such stretch was undone at the end of its
+    first window after settling (the window that judged it), None when the note
+    does not count windows. A stretch still open at the end counts every window
+    ended in it."""
+    entries = _log_entries(note)
+    end = _WINDOWS.search(note)
+    if not entries or end is None or any(w is None for _, _, w in entries):
+        return None
+    kept = 0
+    above_from: int | None = None
+    for _, n, w in [*entries, (0.0, 0, int(end["n"]) + 1)]:
+        assert w is not None
+        if n > carries and above_from is None:
+            above_from = w
+        elif n <= carries and above_from is not None:
+            # the window that ended the stretch judged it; the others kept it
+            kept = max(kept, w - above_from - 1)
+            above_from = None
+    return kept
 
 
 def longest_above(log: Sequence[tuple[float, int]], carries: int, end_s: float) -> float:
@@ -117,15 +149,18 @@ def channels_against_links(
     more than that; and how many held more than their link carries at the end, at
     their most, and for longer than one measuring window after settling.
 
-    That allowance is the layering core's own (`pressrun.multicast.core.LayerCore`):
-    after a join the core waits ``settle_s``, then measures one window of
-    ``window_s`` and leaves a channel the link cannot carry at that window's end. The
-    core's clock is the receiver's timer calls, each a little after its deadline, so
-    a receiver's allowance is ``allowance_s`` (default `LayeringConfig`'s settle_s +
-    window_s, 0.8 s) plus twice the largest lateness of its timer calls (the settling's
-    end and the window's end), from its note (0 when the note does not say). A probe
-    that survived its first window's verdict is held at least a window longer and is
-    counted. ``over_nominal`` counts the stretches above ``allowance_s`` itself."""
+    That last check counts the layering core's own windows
+    (`pressrun.multicast.core.LayerCore`): after a join the core waits ``settle_s``,
+    then measures one window of ``window_s`` and leaves a channel the link cannot
+    carry at that window's end. A receiver is over when a stretch above its link
+    outlived that window (`windows_kept_above` at least 1: a window ended and the
+    receiver stayed above). The windows run on the receiver's timer, each call a
+    little after its deadline (``timer_late_max_s`` from its note, at most), so in
+    seconds a probe undone by its first window lasts ``allowance_s`` (default
+    `LayeringConfig`'s settle_s + window_s, 0.8 s) plus that lateness;
+    ``over_nominal`` counts the stretches longer than ``allowance_s`` itself. A note
+    without window counts (an older client) is judged in seconds against
+    ``allowance_s``."""
     if allowance_s is None:
         from pressrun.multicast.config import LayeringConfig
 
@@ -139,7 +174,7 @@ def channels_against_links(
         carries = channels_carried(row.get("link_down_mbps"), channel_mbps)
         log = channel_log(str(row.get("multicast_note")))
         late = _LATE.search(str(row.get("multicast_note")))
-        late_s = int(late["ms"]) / 1000 if late is not None else 0.0
+        kept = None if carries is None else windows_kept_above(str(row["multicast_note"]), carries)
         receivers.append(
             {
                 "client": row.get("client"),
@@ -156,8 +191,8 @@ def channels_against_links(
                     else longest_above(log, carries, float(match["s"]))
                 ),
                 "changes": len(log),
-                "timer_late_max_s": late_s,
-                "allowance_s": round(allowance_s + 2 * late_s, 3),
+                "windows_kept_above": kept,
+                "timer_late_max_s": int(late["ms"]) / 1000 if late is not None else None,
             }
         )
     shaped = [r for r in receivers if r["carries"] is not None]
@@ -175,14 +210,20 @@ def channels_against_links(
         "over_at_most": sum(1 for r in shaped if r["most"] > r["carries"]),
         "allowance_s": allowance_s,
         "with_log": sum(1 for r in shaped if r["longest_above_s"] is not None),
-        "over_longer_than_allowance": sum(
-            1 for r in shaped if (r["longest_above_s"] or 0.0) > r["allowance_s"]
-        ),
+        "over_longer_than_allowance": sum(1 for r in shaped if _over(r, allowance_s)),
         "over_nominal": sum(1 for r in shaped if (r["longest_above_s"] or 0.0) > allowance_s),
-        "timer_late_max_s": max((r["timer_late_max_s"] for r in shaped), default=0.0),
+        "timer_late_max_s": max((r["timer_late_max_s"] or 0.0 for r in shaped), default=0.0),
         "by_link": by_link,
         "per_receiver": receivers,
     }
+
+
+def _over(receiver: Mapping[str, Any], allowance_s: float) -> bool:
+    """Above its link for longer than one measuring window after settling: by the
+    layering's windows where the note counts them, else by the clock."""
+    if receiver["windows_kept_above"] is not None:
+        return bool(receiver["windows_kept_above"] >= 1)
+    return bool((receiver["longest_above_s"] or 0.0) > allowance_s)
 
 
 def twin_comparison(variants: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -254,7 +295,7 @@ def channels_line(name: str, channels: Mapping[str, Any]) -> str:
         + f"; over the link at the end {channels['over_at_the_end']}, "
         f"at their most {channels['over_at_most']}, for longer than "
         f"{channels['allowance_s']:g} s {channels['over_longer_than_allowance']} "
-        f"(of {channels['with_log']} with a change log; its own timer's lateness allowed, "
-        f"at most {1000 * channels.get('timer_late_max_s', 0.0):.0f} ms; "
-        f"{channels.get('over_nominal', 0)} without it)"
+        f"(of {channels['with_log']} with a change log; by the layering's windows, each "
+        f"receiver's timer up to {1000 * channels.get('timer_late_max_s', 0.0):.0f} ms "
+        f"late; by the clock alone {channels.get('over_nominal', 0)})"
     )

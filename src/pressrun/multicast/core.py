@@ -259,6 +259,9 @@ class LayerCore:
     socket_drops: int = 0
     #: windows in which a join was held back because the own socket overflowed
     overflow_windows: int = 0
+    #: measuring windows ended since the start (settlings not counted): a channel
+    #: joined and left with one window ended in between was judged on that one window
+    windows_ended: int = 0
 
     @property
     def limit(self) -> int:
@@ -357,6 +360,7 @@ class LayerCore:
             self._reset_counts()
             return []
         start, self._window_start = self._window_start, now
+        self.windows_ended += 1
         expected = 0.0
         lost = 0.0
         overflowed = False

@@ -114,6 +114,11 @@ class ReceiveResult:
     final_channels: int = 0
     #: (seconds since the first join, channels joined) at the start and each change
     channel_log: list[tuple[float, int]] = field(default_factory=list)
+    #: the layering's measuring windows ended by each entry of channel_log (the core's
+    #: windows_ended then), and by the end: a channel held across more than one
+    #: window end was judged and kept, one left at its first window's end was not
+    channel_log_windows: list[int] = field(default_factory=list)
+    windows_ended: int = 0
     #: path loss per measuring window (sequence gaps less the own socket's drops)
     losses: list[float] = field(default_factory=list)
     #: packets the own sockets dropped for a full queue (SO_RXQ_OVFL)
@@ -378,6 +383,7 @@ def receive_carousel(
                     for effect in layers.start(now=joined_at):
                         channels.join(effect.index)
                     result.channel_log.append((0.0, channels.count))
+                    result.channel_log_windows.append(layers.windows_ended)
             if layers is not None and channels is not None and flute is not None:
                 now = time.perf_counter()
                 step = layers.next_deadline()
@@ -396,6 +402,7 @@ def receive_carousel(
                             channels.leave(effect.index)
                             flute.forget_channel(effect.index)
                         result.channel_log.append((now - joined_at, channels.count))
+                        result.channel_log_windows.append(layers.windows_ended)
         return _finish(result, plan, layers, gate, joined_at)
     finally:
         # the binding's Receiver is unsendable: drop it here, in its own thread, even
@@ -487,6 +494,7 @@ def _finish(
         result.losses = list(layers.losses)
         result.socket_drops = layers.socket_drops
         result.overflow_windows = layers.overflow_windows
+        result.windows_ended = layers.windows_ended
     result.verdicts = {v.value: n for v, n in gate.counts.items()}
     return result
 
