@@ -466,6 +466,67 @@ async def wait_status(phone: Phone, issue: Issue, key: str, value: Any, timeout_
         await asyncio.sleep(0.1)
 
 
+async def plain_peer(
+    phone: Phone,
+    swarm: SwarmStack,
+    issue: Issue,
+    origin: str,
+    *,
+    poison: bool = False,
+    stall_after_blocks: int | None = None,
+    stall_s: float = 0.0,
+) -> str:
+    """A plain webtorrent client in ``phone``'s page (no pressrun code) that claims
+    every piece of ``issue`` and serves its bytes (fetched from ``origin``): with
+    ``poison``, one byte of every piece flipped; with ``stall_after_blocks``, the
+    blocks asked for after that many were answered wait until ``stall_s`` after that
+    (a peer too busy to answer for a while). Its peer id."""
+    peer_id: str = await phone.evaluate(
+        """async ([torrentUrl, fileUrl, piece, poison, stallAfter, stallMs]) => {
+            const { default: WebTorrent } = await import('webtorrent');
+            const data = new Uint8Array(await (await fetch(fileUrl)).arrayBuffer());
+            if (poison) for (let i = 100; i < data.length; i += piece) data[i] ^= 0xff;
+            const raw = new Uint8Array(await (await fetch(torrentUrl)).arrayBuffer());
+            let answered = 0;
+            let resumeAt = null;
+            class Served {
+              constructor(chunkLength) { this.chunkLength = chunkLength; }
+              put(i, b, cb) { cb?.(null); }
+              get(i, o, cb) {
+                if (typeof o === 'function') [cb, o] = [o, null];
+                const p = data.subarray(i * piece, Math.min((i + 1) * piece, data.length));
+                const off = o?.offset ?? 0;
+                const answer = () => cb(null, p.subarray(off, off + (o?.length ?? p.length - off)));
+                const late = stallAfter !== null && answered >= stallAfter;
+                if (late) resumeAt ??= Date.now() + stallMs;
+                answered += 1;
+                const wait = resumeAt === null ? 0 : resumeAt - Date.now();
+                if (wait > 0) setTimeout(answer, wait);
+                else answer();
+              }
+              close(cb) { cb?.(null); }
+              destroy(cb) { cb?.(null); }
+            }
+            const client = new WebTorrent({ dht: false, lsd: false, utPex: false, webSeeds: false,
+                                            tracker: { rtcConfig: { iceServers: [] } } });
+            const t = client.add(raw, { store: Served, skipVerify: true, storeCacheSlots: 0 });
+            await new Promise((resolve) => t.on('ready', resolve));
+            window.__plainPeer = t;
+            return client.peerId;
+        }""",
+        [
+            f"{swarm.standin_url}/content/{issue.issue_id}/{issue.issue_id}.torrent",
+            f"{origin}/content/{issue.issue_id}/{issue.file_name}",
+            PIECE,
+            poison,
+            stall_after_blocks,
+            int(stall_s * 1000),
+        ],
+        what="the plain webtorrent peer's start",
+    )
+    return peer_id
+
+
 # -- the tests
 
 
@@ -644,38 +705,7 @@ async def test_a_peer_sending_a_poisoned_piece_is_banned_and_the_issue_ends_veri
     # the poisoner: a plain webtorrent client (no pressrun code) that claims every
     # piece and sends the issue with one byte of every piece flipped
     poisoner = await open_phone(phone_factory, swarm.reader_url)
-    bad_peer = await poisoner.evaluate(
-        """async ([torrentUrl, fileUrl, piece]) => {
-            const { default: WebTorrent } = await import('webtorrent');
-            const data = new Uint8Array(await (await fetch(fileUrl)).arrayBuffer());
-            for (let i = 100; i < data.length; i += piece) data[i] ^= 0xff;
-            const raw = new Uint8Array(await (await fetch(torrentUrl)).arrayBuffer());
-            class Poisoned {
-              constructor(chunkLength) { this.chunkLength = chunkLength; }
-              put(i, b, cb) { cb?.(null); }
-              get(i, o, cb) {
-                if (typeof o === 'function') [cb, o] = [o, null];
-                const p = data.subarray(i * piece, Math.min((i + 1) * piece, data.length));
-                const off = o?.offset ?? 0;
-                cb(null, p.subarray(off, off + (o?.length ?? p.length - off)));
-              }
-              close(cb) { cb?.(null); }
-              destroy(cb) { cb?.(null); }
-            }
-            const client = new WebTorrent({ dht: false, lsd: false, utPex: false, webSeeds: false,
-                                            tracker: { rtcConfig: { iceServers: [] } } });
-            const t = client.add(raw, { store: Poisoned, skipVerify: true, storeCacheSlots: 0 });
-            await new Promise((resolve) => t.on('ready', resolve));
-            window.__poisoner = t;
-            return client.peerId;
-        }""",
-        [
-            f"{swarm.standin_url}/content/{issue.issue_id}/{issue.issue_id}.torrent",
-            f"{origin}/content/{issue.issue_id}/{issue.file_name}",
-            PIECE,
-        ],
-        what="the poisoner's start",
-    )
+    bad_peer = await plain_peer(poisoner, swarm, issue, origin, poison=True)
     phone = await open_phone(phone_factory, swarm.reader_url)
     await start(phone, issue)
     result = await verified(phone, issue, issue.data)
@@ -836,6 +866,40 @@ async def test_web_seeds_offer_what_no_peer_holds_while_such_a_piece_is_left(
         "heldAsked": [False, False, True],
         "allFailed": [True, True, False],
     }, got
+
+
+async def test_a_peer_busy_for_8_s_is_asked_again_and_kept_when_nobody_else_sends(
+    swarm: SwarmStack,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # the reader's only source is a plain webtorrent peer that answers 16 blocks, then
+    # nothing for 8 s, then the rest (a peer serving many on a saturated host); the
+    # web seed is stopped. The reader asks its requests again after request_timeout_s
+    # (3 s) and keeps the peer: nobody else sent a byte meanwhile, so the silence says
+    # nothing against this peer. (Before: asked again after 3 s and disconnected after
+    # 3 s more, "answers no request: disconnected", and with no other source the
+    # reader stalled and went to the origins: how the readers of a crowd of 20 at
+    # load 29 disconnected each other, bench/reader_swarm.py)
+    issue = await swarm.publish("swarm-busy-peer")
+    origin = await swarm.origin()
+    stopped = await swarm.origin(stopped=True)
+    swarm.direct(issue, origins=[swarm.standin_url], web_seeds=[stopped])
+    busy = await open_phone(phone_factory, swarm.reader_url)
+    peer_id = await plain_peer(busy, swarm, issue, origin, stall_after_blocks=16, stall_s=8.0)
+    phone = await open_phone(phone_factory, swarm.reader_url)
+    await start(phone, issue)
+    result = await verified(phone, issue, issue.data)
+    status = await swarm_status(phone, issue)
+    notices = await phone.notices()
+    print(
+        f"a peer busy for 8 s, kept: {result['seconds']:.2f} s, "
+        f"{status['reasked_requests']} requests asked again"
+    )
+    assert not any("answers no request" in t for t in notices), notices
+    assert result["bytes_from_peers"] >= issue.transfer_bytes, result
+    assert result["bytes_by_origin"] == {}, result
+    assert status["reasked_requests"] > 0, status  # the silence was seen, and asked again
+    assert result["peers_seen"] == 1 and bool(peer_id), result
 
 
 async def test_a_reader_alone_in_the_swarm_does_not_wait_for_peers(
@@ -999,7 +1063,30 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
               refused = `${err.name}: ${err.message}`;
             }
             const text = new TextDecoder('latin1').decode(torrent.subarray(0, 60));
-            return { seeds, caps, window, rules, rewritten, refused, text };
+            // the silent-peer rule: base 3 s, a peer's own answer time x 3 (at most 30 s),
+            // disconnected at 3x its time in all and only when others sent meanwhile
+            const { silentPeerStep, answerTime } = await import('./js/swarm.js');
+            const silent = [
+              [2.9, null, false, false],  // wait
+              [3.0, null, false, false],  // reask
+              [3.0, 0.5, false, false],   // fast peer: the base, reask
+              [5.0, 2.0, false, false],   // its answers take 2 s: 6 s, wait
+              [6.0, 2.0, false, false],   // reask
+              [8.9, null, true, true],    // asked again, 9 s not reached: wait
+              [9.0, null, true, true],    // silent 9 s, others sent: disconnect
+              [9.0, null, true, false],   // nobody sent anything: wait
+              [60.0, null, true, false],  // ... however long
+              [17.9, 2.0, true, true],    // 3 x 6 s not reached: wait
+              [18.0, 2.0, true, true],    // disconnect
+              [29.0, 50.0, false, true],  // at most 30 s: wait
+              [30.0, 50.0, false, true],  // reask
+            ].map(([silentS, answerS, reasked, othersDelivered]) =>
+              silentPeerStep({ silentS, answerS, baseS: 3, reasked, othersDelivered }));
+            const answers = [];
+            let a = null;
+            for (const gap of [1, 0.2, 0.2, 4, 0.5]) answers.push((a = answerTime(a, gap)));
+            return { seeds, caps, window, rules, rewritten, refused, text, silent,
+                     answers: answers.map((x) => Math.round(x * 1000) / 1000) };
         }""",
         [
             f"{swarm.standin_url}/content/{issue.issue_id}/{issue.issue_id}.torrent",
@@ -1023,6 +1110,10 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
         "max_seed_time",
         "metered",
     ]
+    W, R, D = "wait", "reask", "disconnect"
+    assert got["silent"] == [W, R, R, W, R, W, D, W, W, W, D, W, R]
+    # the slowest answer at once, let down by a tenth of the difference per answer
+    assert got["answers"] == [1, 0.92, 0.848, 4, 3.65]
     assert got["rewritten"] == issue.manifest["info_hash"]
     assert got["text"].startswith(f"d8:announce{len(swarm.ws_url)}:{swarm.ws_url}4:infod")
     assert got["refused"] is not None and "is not the signed manifest's" in got["refused"]

@@ -37,8 +37,10 @@ class SwarmSettings:
         the origins as before (a web seed that has not failed is slow, not down: the
         reader stays, bounded by stall_timeout_s).
     stall_timeout_s: no piece stored through the swarm for this long: the origins.
-    request_timeout_s: a peer that sent nothing for this long while it has requests
-        of this reader is asked again; silent once more, it is disconnected.
+    request_timeout_s: the least time a peer holding requests of this reader may send
+        nothing before they are asked again (more for a peer whose answers take longer:
+        3x its answer time, at most 30 s); silent three times that long in all while
+        others send, it is disconnected (swarm-rules.js silentPeerStep).
     web_seed_starved_s / web_seed_stall_s / web_seed_hold_s: the origins serve as web
         seeds from the start of a swarm download, offering every piece (nothing waits
         for peers). Once the peers deliver (over the last web_seed_stall_s at least

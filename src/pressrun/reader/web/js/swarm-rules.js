@@ -112,3 +112,49 @@ export function windowRate(samples, now, total, windowS) {
   const [t0, b0] = samples[0];
   return now - t0 >= windowS ? (total - b0) / (now - t0) : null;
 }
+
+/** How a peer's answer time is followed (answerTime): each gap pulls it up at once and
+ * lets it down by a tenth of the difference, so one slow answer is remembered for a
+ * while. A silence longer than ANSWER_FACTOR x that time is unusual for this peer. */
+const ANSWER_FACTOR = 3;
+const ANSWER_DECAY = 0.1;
+/** webtorrent's own request timeout: no peer is given longer than this. */
+export const MAX_REQUEST_TIMEOUT_S = 30;
+
+/**
+ * A peer's answer time after an answer that came `gapS` after the reader asked (or
+ * after the answer before, requests pending all along): the slowest answer seen,
+ * let down slowly (pure; seconds; `prevS` null before the first).
+ */
+export function answerTime(prevS, gapS) {
+  if (prevS === null || prevS === undefined || gapS >= prevS) return gapS;
+  return prevS - ANSWER_DECAY * (prevS - gapS);
+}
+
+/**
+ * What to do about a peer that holds requests of this reader and has sent nothing
+ * for `silentS` (pure; seconds): "wait", "reask" (its requests are asked again, of
+ * whoever has the blocks), or "disconnect".
+ *
+ * - The time it is given is `baseS` (request_timeout_s) or ANSWER_FACTOR x its own
+ *   answer time (`answerS`, null before its first answer), whichever is longer, at
+ *   most MAX_REQUEST_TIMEOUT_S: asked again once silent that long, disconnected
+ *   once silent three times that long in all (the re-ask, then twice the time).
+ * - `silentS` is counted in the reader's own running time (swarm.js adds at most a
+ *   second per tick): a page the host left without CPU for 5 s did not see its peers
+ *   silent for 5 s.
+ * - Disconnected only when, since the re-ask, another source sent this reader bytes
+ *   (`othersDelivered`): when nothing came from anybody, the host, the link or the
+ *   reader itself is the cause, not this peer, and it is kept.
+ *
+ * Why: the fixed rule (asked again after 3 s, disconnected after 3 s more) had the
+ * readers of a crowd of 20 on a loaded 2-core host (load 29) disconnect each other
+ * ("peer ... answers no request: disconnected", bench/reader_swarm.py at d9c712a): a
+ * peer serving a dozen others on a saturated CPU answers in seconds, not in 3 s.
+ */
+export function silentPeerStep({ silentS, answerS = null, baseS, reasked, othersDelivered }) {
+  const timeoutS = Math.min(MAX_REQUEST_TIMEOUT_S, Math.max(baseS, ANSWER_FACTOR * (answerS ?? 0)));
+  if (!reasked) return silentS >= timeoutS ? "reask" : "wait";
+  if (silentS < 3 * timeoutS) return "wait";
+  return othersDelivered ? "disconnect" : "wait";
+}

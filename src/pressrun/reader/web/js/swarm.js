@@ -43,12 +43,12 @@
 //   timeout (a prefetcher may be alone for a while): it stays until stopped.
 
 import { pieceOk } from "./manifest.js";
-import { leaveRule, uploadCapFor, WebSeedRule, windowRate } from "./swarm-rules.js";
+import { answerTime, leaveRule, silentPeerStep, uploadCapFor, WebSeedRule, windowRate } from "./swarm-rules.js";
 import { StoredPieces } from "./store.js";
 import { fetchCheckedTorrent } from "./torrent.js";
 
 // the pure rules, for the page's tests and the bench, from here as before
-export { leaveRule, uploadCapFor, WebSeedRule, windowRate };
+export { answerTime, leaveRule, silentPeerStep, uploadCapFor, WebSeedRule, windowRate };
 
 /** No peer connected in time: download from the origins instead. */
 export class NoPeers extends Error {}
@@ -62,6 +62,7 @@ const MAX_BANNED = 1000; // peer ids remembered as banned (and with a strike), a
 const PIECE_CACHE = 48;
 const MAX_RUN = 64; // pieces written as one OPFS file at most
 const TICK_MS = 250;
+const MAX_SILENCE_STEP_S = 1; // a peer's silence grows by at most this per tick (silentPeerStep)
 const WEB_SEED_RETRY_S = 10; // a piece a web seed failed is offered again after this (webconn.js)
 
 let client = null;
@@ -324,9 +325,22 @@ export class SwarmFetch {
       if (this.uploadAllowed()) unchoke();
     };
     if (!this.uploadAllowed()) wire.choke();
+    // the peer's answer time (silentPeerStep): from the ask (its requests went from
+    // none to some) or its answer before, to its next answer
+    const request = wire.request.bind(wire);
+    wire.request = (...args) => {
+      if (wire.requests.length === 0) wire.askedAt = nowS();
+      return request(...args);
+    };
+    wire.answerS = null;
+    wire.silentS = 0;
     wire.on("download", (n) => {
+      const now = nowS();
       this.receivedFromPeers += n;
-      this.lastPeerPayloadAt = wire.lastPayloadAt = nowS();
+      wire.answerS = answerTime(wire.answerS, now - Math.max(wire.lastPayloadAt, wire.askedAt ?? 0));
+      this.lastPeerPayloadAt = wire.lastPayloadAt = now;
+      wire.silentS = 0;
+      wire.reaskedAt = undefined;
     });
     wire.lastPayloadAt = nowS();
     wire.on("upload", (n) => {
@@ -388,22 +402,43 @@ export class SwarmFetch {
   }
 
   /**
-   * Requests a peer has left unanswered for request_timeout_s are asked again (once
-   * seen on these machines: a libtorrent peer left the last blocks of two pieces
-   * unanswered and webtorrent waits 30 s before it gives a request up); a peer that
-   * leaves the asked-again requests unanswered too is disconnected (it can come back
-   * through the tracker).
+   * Requests a peer has left unanswered are asked again, and a peer silent long after
+   * that is disconnected (it can come back through the tracker): silentPeerStep, with
+   * request_timeout_s as the least time a peer is given. (Once seen on these machines:
+   * a libtorrent peer left the last blocks of two pieces unanswered, and webtorrent
+   * waits 30 s before it gives a request up.) A peer's silence grows by the time
+   * between two ticks, at most MAX_SILENCE_STEP_S: a page the host left without CPU
+   * does not count that time against its peers.
    */
   reaskSilentPeers(now) {
+    const step = Math.min(MAX_SILENCE_STEP_S, Math.max(0, now - (this.silenceTick ?? now)));
+    this.silenceTick = now;
+    const received = this.receivedFromPeers + this.receivedFromWebSeeds;
     for (const wire of this.torrent.wires) {
-      if (wire.type === "webSeed" || wire.destroyed || wire.requests.length === 0) continue;
-      if (now - wire.lastPayloadAt < this.cfg.request_timeout_s) continue;
-      if (wire.reaskedAt !== undefined && wire.reaskedAt >= wire.lastPayloadAt) {
-        this.download.notice(`peer ${wire.peerId.slice(0, 12)}… answers no request: disconnected`);
+      if (wire.type === "webSeed" || wire.destroyed) continue;
+      if (wire.requests.length === 0) {
+        wire.silentS = 0;
+        continue;
+      }
+      wire.silentS = (wire.silentS ?? 0) + step;
+      const verdict = silentPeerStep({
+        silentS: wire.silentS,
+        answerS: wire.answerS,
+        baseS: this.cfg.request_timeout_s,
+        reasked: wire.reaskedAt !== undefined,
+        // bytes from anybody else since the re-ask (the wire's own since then excluded)
+        othersDelivered: received - (wire.downloaded ?? 0) > (wire.othersAtReask ?? Infinity),
+      });
+      if (verdict === "disconnect") {
+        this.download.notice(
+          `peer ${wire.peerId.slice(0, 12)}… answers no request for ${wire.silentS.toFixed(1)} s while others send: disconnected`,
+        );
         wire.destroy();
         continue;
       }
-      wire.reaskedAt = wire.lastPayloadAt = now;
+      if (verdict !== "reask") continue;
+      wire.reaskedAt = now;
+      wire.othersAtReask = received - (wire.downloaded ?? 0);
       // each unanswered request fails as webtorrent's own timeout fails it (without
       // its 'timeout' event, which destroys the wire): its blocks are reserved again
       // and asked for at once
