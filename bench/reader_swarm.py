@@ -45,6 +45,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import random
 import shutil
 import statistics
@@ -111,6 +112,12 @@ class Half:
     wall_s: float = 0.0
     load_before: str = ""
     load_after: str = ""
+    #: the host's busy cores over the crowd (mean, /proc/stat) and the CPU seconds of
+    #: this bench's Chromium processes (/proc/<pid>/stat): whether 2 cores carried it
+    host_busy_cores: float = 0.0
+    chromium_cpu_s: float = 0.0
+    #: the readers' notices saying a peer was disconnected as silent
+    silent_disconnects: int = 0
 
     @property
     def name(self) -> str:
@@ -148,6 +155,72 @@ def _s(seconds: float | None) -> str:
 def loadavg() -> str:
     """The first three fields of /proc/loadavg."""
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _host_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores from /proc/stat's first line."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _descendants_cpu(root: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each Chromium process below ``root``."""
+    parent: dict[int, int] = {}
+    stats: dict[int, tuple[str, float]] = {}
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        rest = text[text.rindex(")") + 2 :].split()
+        pid = int(entry.name)
+        parent[pid] = int(rest[1])
+        stats[pid] = (comm, (int(rest[11]) + int(rest[12])) / tick)
+    out: dict[int, float] = {}
+    for pid, (comm, cpu) in stats.items():
+        if "chrom" not in comm and "headless" not in comm:
+            continue
+        up, hops = parent.get(pid, 0), 0
+        while up not in (0, 1, root) and hops < 64:
+            up, hops = parent.get(up, 0), hops + 1
+        if up == root:
+            out[pid] = cpu
+    return out
+
+
+class CpuMeter:
+    """The host's mean busy cores and this bench's Chromium CPU seconds over a span
+    (sampled every 2 s: a Chromium process that ends takes its count with it)."""
+
+    def __init__(self) -> None:
+        self.start = _host_jiffies()
+        self.chromium: dict[int, float] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    async def _sample(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a sample lost is not the bench's end
+                self.chromium.update(await asyncio.to_thread(_descendants_cpu, os.getpid()))
+            await asyncio.sleep(2.0)
+
+    def __enter__(self) -> CpuMeter:
+        self.task = asyncio.get_running_loop().create_task(self._sample())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    def busy_cores(self) -> float:
+        """Mean busy cores since the start."""
+        busy0, total0 = self.start
+        busy1, total1 = _host_jiffies()
+        return (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1)
 
 
 async def desktop_get(
@@ -297,6 +370,7 @@ async def run_half(
                     number, reader.url, ISSUE, want_sha, timeout_s=args.timeout_s
                 )
 
+            meter = CpuMeter().__enter__()
             started = loop.time()
             running: list[asyncio.subprocess.Process] = []
             readers = asyncio.gather(*(phone(n) for n in range(1, half.readers + 1)))
@@ -317,6 +391,12 @@ async def run_half(
             )
             half.outcomes = list(await readers)
             half.wall_s = loop.time() - started
+            meter.__exit__()
+            half.host_busy_cores = meter.busy_cores()
+            half.chromium_cpu_s = sum(meter.chromium.values())
+            half.silent_disconnects = sum(
+                "answers no request" in text for o in half.outcomes for text in o.notices
+            )
             # the desktop peers seed while the readers download; once the crowd is
             # done, they get 15 s to leave by their own rule, then SIGTERM
             try:
@@ -354,7 +434,9 @@ def print_half(half: Half) -> None:
     print(
         f"\n== N = {half.readers}, {half.name}: {half.verified()}/{half.readers} readers "
         f"verified, crowd done in {half.wall_s:.1f} s (load {half.load_before} -> "
-        f"{half.load_after})"
+        f"{half.load_after}); host {half.host_busy_cores:.2f} of {os.cpu_count()} cores "
+        f"busy, Chromium {half.chromium_cpu_s:.0f} CPU s; silent peers disconnected "
+        f"(in the readers' last notices): {half.silent_disconnects}"
     )
     print(
         f"origin bytes / (N x size): {half.ratio():.3f} (origins' counters, all: "
