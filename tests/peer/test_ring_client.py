@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import zlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -270,3 +271,45 @@ async def test_a_round_asks_about_a_window_of_pieces_not_every_piece_it_lacks() 
     assert c.stats.waits <= 4 * 8, c.stats.waits
     # its own order: from its place among the pieces, not all from piece 0
     assert asked[0] != list(range(8))
+
+
+async def test_a_piece_one_connected_peer_holds_is_asked_about_at_once() -> None:
+    # A piece one connected peer holds is held off until the ring names this peer a
+    # first receiver (or a second holder exists), and its source's upload waits on the
+    # naming. In one window of eight in the peer's own order, it was asked about only
+    # once the rotation over the 160 pieces nobody holds reached it: on the loopback
+    # bench at N = 20 the first pieces brought in had their first receivers named 1 to
+    # 3 s late. Now the pieces one connected peer holds have a window of their own.
+    pieces = Pieces(160)
+    pieces.unheld = set(range(160))
+    start = zlib.crc32(("ab" * 20).encode()) % 160
+    far = (start + 100) % 160  # far from the start of this peer's own order
+    pieces.unheld.discard(far)
+    pieces.lonely = {far}
+    async with waiting_ring(160) as (base, wants):
+        c = RingClient(
+            tracker_base=base,
+            info_hash="12" * 20,
+            num_pieces=160,
+            peer_id="ab" * 20,
+            address="127.0.0.1:7",
+            policy=ChordPolicy(),
+            have=lambda: tuple(pieces.have),
+            unheld=lambda: pieces.unheld,
+            lonely=lambda: pieces.lonely,
+            totals=lambda: (0, 0),
+            connect=lambda host, port: None,
+            interval_s=0.5,
+            min_gap_s=0.05,
+        )
+        c.start()
+        try:
+            async with asyncio.timeout(5):
+                while not [w for w in wants if w]:
+                    await asyncio.sleep(0.02)
+        finally:
+            await c.close()
+    first = next(w for w in wants if w)
+    assert far in first, first  # (before: the first eight of the 159 nobody holds)
+    # the pieces nobody holds keep a window of eight beside it
+    assert len([p for p in first if p != far]) == 8, first

@@ -78,12 +78,13 @@ CLOSE_WAIT_S = 5.0
 
 #: supernodes asked to look keys up in one round
 _RESOLVE_TRIES = 2
-#: pieces asked about in one round at most (the first of the askable ones in this
-#: peer's own order, `_window`): every peer asked about every piece it lacked that no
-#: connected peer held, so the answers grew with pieces x peers, nearly all ``wait``
-#: (47,283 answers at N = 40, 160 pieces; docs/chord.md). A supernode hands a peer at
-#: most `pressrun.chord.directory.MAX_BRING_AHEAD` pieces to bring in at once, and
-#: names two first receivers of a piece: a window of that size loses neither.
+#: pieces asked about in one round at most, of those no connected peer holds and
+#: again of those one holds (the first of the askable ones in this peer's own order,
+#: `_window`): every peer asked about every piece it lacked that no connected peer
+#: held, so the answers grew with pieces x peers, nearly all ``wait`` (47,283 answers
+#: at N = 40, 160 pieces; docs/chord.md). A supernode hands a peer at most
+#: `pressrun.chord.directory.MAX_BRING_AHEAD` pieces to bring in at once, and names
+#: two first receivers of a piece: a window of that size loses neither.
 MAX_WANTS = 8
 #: a piece answered ``wait`` (nobody to upload it yet) is asked again after this long,
 #: doubled with every further ``wait`` up to ``reask_s``; at once when the number of
@@ -292,19 +293,32 @@ class RingClient:
 
     def _window(self, wanted: Collection[int], lonely: Collection[int], now: float) -> set[int]:
         """The pieces to ask about this round: of ``wanted`` (lacked, with at most one
-        connected holder), those that may be asked now, at most ``max_wants``, in this
-        peer's own order (from its place among the pieces, set by its id, round to the
-        start), so the peers of a crowd ask about different pieces first."""
+        connected holder), those that may be asked now, in this peer's own order (from
+        its place among the pieces, set by its id, round to the start), so the peers of
+        a crowd ask about different pieces first: at most ``max_wants`` of those one
+        connected peer holds, and at most ``max_wants`` of those none holds.
+
+        The two are windows of their own. A piece one connected peer holds is held off
+        (`ChordPolicy`: priority 0) until the ring names this peer a first receiver or
+        the piece has a second holder, and its source's upload waits on the naming; the
+        pieces nobody holds get ``wait`` or a piece to bring in. In one window in the
+        peer's order, a piece just brought in was asked about only once the rotation
+        reached it: on the loopback bench at N = 20 the first pieces brought in (0.8 to
+        1.5 s) had their first receivers named 1 to 3 s later, after up to 28 ``wait``
+        answers to the askers whose windows held it (docs/results/2026-11-28-swarm-limit.md)."""
         if not wanted:
             return set()
         start = zlib.crc32(self.peer_id.encode()) % self.num_pieces
         order = sorted(wanted, key=lambda p: (p - start) % self.num_pieces)
         chosen: set[int] = set()
-        for p in order:
-            if len(chosen) >= self.max_wants:
-                break
-            if self._may_ask(p, p in lonely, now):
-                chosen.add(p)
+        for one_holder in (True, False):
+            taken = 0
+            for p in order:
+                if taken >= self.max_wants:
+                    break
+                if (p in lonely) == one_holder and self._may_ask(p, one_holder, now):
+                    chosen.add(p)
+                    taken += 1
         return chosen
 
     async def _round(self) -> None:
