@@ -231,6 +231,11 @@ class TrackerCore:
         swarm = self._swarms.get(record.info_hash)
         if swarm is None:
             swarm = self._swarms[record.info_hash] = Swarm(record.info_hash)
+        self._put(swarm, record)
+
+    def _put(self, swarm: Swarm, record: PeerRecord) -> None:
+        """File ``record`` in ``swarm``, arm its expiry (active) or its forgetting (it
+        left), and keep the index of dead swarms right."""
         swarm.put(record)
         if record.active:
             self._arm(record)
@@ -379,12 +384,7 @@ class TrackerCore:
             checked = supported_rule(swarm, record, record.leave_rule)
             if checked is not record.leave_rule:
                 record = replace(record, leave_rule=checked)
-        swarm.put(record)
-        if record.active:
-            self._arm(record)
-        else:
-            self._arm_forget(record)
-        self._note(swarm)
+        self._put(swarm, record)
         logged = None
         if req.event is not AnnounceEvent.NONE:
             logged = TrackerEvent(
@@ -520,9 +520,7 @@ class TrackerCore:
                 left_at=now,
                 version=old.version + 1,
             )
-            swarm.put(record)
-            self._arm_forget(record)
-            self._note(swarm)
+            self._put(swarm, record)  # inactive: armed to be forgotten
             expired.append(
                 PeerExpired(
                     record=record,
