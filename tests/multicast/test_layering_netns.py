@@ -5,7 +5,8 @@ the sender is shaped with ``tc tbf`` (6 or 50 Mbit/s), and one variant also drop
 of the receiver's UDP packets with nftables.
 
 - behind 6 Mbit/s the receiver ends on the one channel its link carries (a try of a
-  second channel lasts at most a measuring window after settling) and the issue
+  second channel is left at the end of its first measuring window after settling:
+  no window of `LayerCore` ends with it kept, the report's check) and the issue
   decodes bit-exact; with 10% random loss on top, the same;
 - behind 50 Mbit/s it joins all four;
 - a receiver whose socket buffer is tiny (its own queue overflows: the kernel's
@@ -29,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from pressrun.emulate.fleet import kept_above
+
 from .conftest import ISSUE, TOKEN, Published
 
 pytestmark = pytest.mark.root
@@ -49,7 +52,9 @@ print(json.dumps({"completed": result.completed, "exact": ok, "reason": result.r
                   "seconds": result.seconds, "most": result.most_channels,
                   "final": result.final_channels, "log": result.channel_log,
                   "losses": result.losses, "socket_drops": result.socket_drops,
-                  "overflow_windows": result.overflow_windows}))
+                  "overflow_windows": result.overflow_windows,
+                  "windows": result.channel_log_windows, "windows_ended": result.windows_ended,
+                  "timer_late_max_s": result.timer_late_max_s}))
 """
 
 #: the layering's defaults (LayeringConfig): settle 0.3 s, windows of 0.5 s
@@ -190,7 +195,8 @@ def _longest_above(log: list[list[float]], channels: int, end: float) -> float:
 
 def _settled_on(log: list[list[float]], end: float) -> int:
     """The channels held at the end, not counting a join younger than settling plus
-    two measuring windows (an RLM probe the receiver has not judged yet)."""
+    one measuring window (an RLM probe the receiver has not judged yet; a timer
+    call's lateness on a loaded host is allowed for by the window count below)."""
     if len(log) >= 2 and log[-1][1] > log[-2][1] and end - log[-1][0] <= SETTLE_S + 2 * WINDOW_S:
         return int(log[-2][1])
     return int(log[-1][1])
@@ -210,8 +216,14 @@ def test_a_6_mbit_link_ends_on_the_one_channel_it_carries(
     # where it settled: a try of another channel still within its first window after
     # settling when the issue completed is a probe, not where the receiver ended
     assert _settled_on(out["log"], out["seconds"]) == 1, facts
-    # a try of a second channel is left within one window after it settled
-    assert _longest_above(out["log"], 1, out["seconds"]) <= SETTLE_S + 2 * WINDOW_S + 0.3, facts
+    # a try of a second channel is left by the window after it settled: no window
+    # ended with it kept (the emulation report's check, fleet.kept_above)
+    log = [(int(n), w) for (_, n), w in zip(out["log"], out["windows"], strict=True)]
+    assert kept_above(log, out["windows_ended"], 1) == 0, (*facts, out["windows"])
+    # in seconds: settling + one window, plus the receiver's timer lateness (a few
+    # ms on a quiet host, up to a few hundred at load 30-40)
+    longest = _longest_above(out["log"], 1, out["seconds"])
+    assert longest <= SETTLE_S + WINDOW_S + 2 * out["timer_late_max_s"] + 0.01, (longest, *facts)
 
 
 def test_a_50_mbit_link_joins_every_channel(

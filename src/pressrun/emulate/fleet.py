@@ -56,12 +56,22 @@ def windows_kept_above(note: str, carries: int) -> int | None:
     ended in it."""
     entries = _log_entries(note)
     end = _WINDOWS.search(note)
-    if not entries or end is None or any(w is None for _, _, w in entries):
+    if not entries or end is None:
         return None
+    log: list[tuple[int, int]] = []
+    for _, n, w in entries:
+        if w is None:
+            return None
+        log.append((n, w))
+    return kept_above(log, int(end["n"]), carries)
+
+
+def kept_above(log: Sequence[tuple[int, int]], windows_at_end: int, carries: int) -> int:
+    """`windows_kept_above` from a receiver's ``(channels, windows ended)`` at each
+    change of the channels held and its windows ended by the end."""
     kept = 0
     above_from: int | None = None
-    for _, n, w in [*entries, (0.0, 0, int(end["n"]) + 1)]:
-        assert w is not None
+    for n, w in [*log, (0, windows_at_end + 1)]:
         if n > carries and above_from is None:
             above_from = w
         elif n <= carries and above_from is not None:
