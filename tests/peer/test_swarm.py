@@ -309,3 +309,25 @@ async def test_our_peer_downloads_from_aria2c(tmp_path: Path) -> None:
     assert result.bytes_from_peers == result.downloaded_bytes >= size
     assert result.bytes_from_web_seeds == 0
     assert os.path.getsize(result.path) == size
+
+
+async def test_peers_started_at_once_announce_and_connect_at_once(tmp_path: Path) -> None:
+    # libtorrent adds a torrent paused and auto-managed unless told otherwise, and its
+    # session's queue unpauses it on the next one-second tick: 17 of 20 peers started
+    # at once announced 0.7 to 1.0 s after their start, and none traded until then (the
+    # loopback bench's first second). A peer's torrent now starts when it is added.
+    async with loopback_swarm(tmp_path, size_bytes=2 * MiB) as swarm:
+        config = desktop_profile(upload_limit_bps=1_000_000)
+        peers = [swarm.new_peer(i, config, uploader_policy="stripes") for i in range(8)]
+        for p in peers:
+            await p.open()
+        await asyncio.gather(*(p.start() for p in peers))
+        # (right after the start: before, paused until the queue's next tick)
+        at_start = [p._handle.status().paused for p in peers]
+        await asyncio.sleep(0.4)
+        statuses = [p._handle.status() for p in peers]
+        for p in peers:
+            await p.stop()
+    assert at_start == [False] * 8
+    # every one announced and met the others (each is told of those before it)
+    assert all(st.num_peers >= 1 for st in statuses), [st.num_peers for st in statuses]

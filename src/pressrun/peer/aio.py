@@ -325,6 +325,12 @@ class SwarmPeer:
             atp = lt.add_torrent_params()
         atp.ti = self._info
         atp.save_path = str(self.partial_dir)
+        # Started now, not by libtorrent's queue: its default flags add a torrent
+        # paused and auto-managed, and the session's queue unpauses it on its next
+        # one-second tick, so the first announce (and every connection) waited up to
+        # 1 s: 17 of 20 peers started at once announced 0.7-1.0 s after their start
+        # (docs/results/2026-11-28-swarm-limit.md). One torrent a session needs no queue.
+        atp.flags &= ~(lt.torrent_flags.paused | lt.torrent_flags.auto_managed)
         if self.tracker_url is not None:
             # the directive's tracker replaces the torrent's HTTP ones; its WebSocket
             # trackers stay: that is how browser readers reach this peer (WebRTC)
