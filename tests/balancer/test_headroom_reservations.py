@@ -10,6 +10,7 @@ import random
 import pytest
 
 from pressrun.balancer.algorithms import make_algorithm
+from pressrun.balancer.algorithms.headroom import Headroom
 from pressrun.balancer.algorithms.headroom_reservations import OriginBook, Reservations
 from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.core import BalancerCore
@@ -235,3 +236,37 @@ def test_without_reservations_the_crowd_is_refused_full() -> None:
     core.handle_status_received(StatusReceived(status({}, out=0.0, issues=ISSUE)), now=0.5)
     answers = [ask(core, now=1.0 + k / 300) for k in range(300)]
     assert not any(isinstance(a, NoDirective) and a.reservation for a in answers)
+
+
+def test_reserved_starts_still_waiting_hold_their_room_once_the_crowd_has_passed() -> None:
+    # gen-19-042: the last refusal was more than `overload_memory_s` ago and the crowd's
+    # demand no longer says overload, but starts reserved for it are still to come. Placed
+    # by room, a newcomer counts only the transfers running, not those starts, and
+    # overbooks the origin (190 placed at 41-45 s on an origin whose book held 43 GB of
+    # waiting starts: 110 of its clients ended past their deadline). While a reservation
+    # waits, the book places the newcomers behind it. (The crowd's demand rule is off
+    # here so that the refusals alone say overload, and stop saying it after 30 s.)
+    origins = [OriginSpec("o", "http://o")]
+    alg = make_algorithm("headroom", origins, random.Random(1), {"demand_overload": 0})
+    assert isinstance(alg, Headroom)
+    alg.set_issue_need("i", 1 * MB, deadline_s=100.0)
+    core = BalancerCore(BalancerConfig(), origins, alg, now=0.0)
+    core.handle_timer(now=0.0)
+    core.handle_status_received(StatusReceived(status({}, out=0.0, issues=ISSUE)), now=0.5)
+    answers = [ask(core, now=1.0 + k / 300) for k in range(300)]
+    reserved = [a for a in answers if isinstance(a, NoDirective) and a.reservation]
+    assert max(1.0 + answers.index(a) / 300 + a.retry_after_s for a in reserved) > 80.0
+    # 40 s on, no refusal since 2 s; the origin reports its 10 transfers running (the
+    # reserved starts come later), with room to spare: one more client asks.
+    running = status({"i": 10}, out=94 * MB, issues=ISSUE)
+    core.handle_status_received(StatusReceived(running), now=40.0)
+    late = ask(core, now=41.0)
+    assert isinstance(late, NoDirective)
+    assert late.reason is Refusal.RESERVED and late.reservation is not None
+    # its turn comes after the bytes still queued before it on the origin (the book's
+    # fluid, drained at 95 MB/s; those of starts never claimed were given back 10 s
+    # after them), less its own 2 s at 50 MB/s: well after now
+    assert alg.reservations is not None
+    queued = alg.reservations.books["o"].work_at(41.0)  # its own 100 MB included
+    assert queued > 2_000 * MB
+    assert late.retry_after_s == pytest.approx(queued / (95 * MB) - 2.0, abs=0.1)

@@ -44,10 +44,13 @@ def test_a_crowd_of_several_deadlines_is_not_served_late() -> None:
     # Counting what each costs the others (`headroom_deadlines.deadline_free`): 644;
     # with the crowd's demand seen before anyone is refused (`headroom_overload`): 678;
     # with reserved starts (`headroom_reservations`: first come, first served at the
-    # clients' whole rate, the later ones told when to come back): 973.
+    # clients' whole rate, the later ones told when to come back): 973; with the turns
+    # still waiting holding their room once the crowd has passed, and starts ahead of
+    # the queue where no turn ends in time (issue 33, the earlier seeds): 947 (the 16
+    # scenarios of seed 33: 13,555 -> 13,798).
     entry = run_entry(generate_crowd_scenario(33, 14), "headroom", 1)
     assert entry.bound == 1045
-    assert entry.successful == 973
+    assert entry.successful == 947
 
 
 def test_a_crowd_beyond_the_room_goes_to_the_downloads_that_cost_least() -> None:
@@ -57,10 +60,11 @@ def test_a_crowd_beyond_the_room_goes_to_the_downloads_that_cost_least() -> None
     # crowd asks for more than the origins send, and the crowd's first seconds seen as
     # overload before anyone is refused (`headroom_overload`): 625. With reserved
     # starts the downloads the queue places are not priced (it serves them in time in
-    # the order they asked, as the bound does): 1103.
+    # the order they asked, as the bound does): 1103; with the turns still waiting
+    # holding their room and starts ahead of the queue (the earlier seeds): 1096.
     entry = run_entry(generate_crowd_scenario(33, 8), "headroom", 1)
     assert entry.bound == 905
-    assert entry.successful == 1103
+    assert entry.successful == 1096
 
 
 def test_a_single_issue_crowd_passes_the_even_sharing_ceiling_with_reserved_starts() -> None:

@@ -28,11 +28,12 @@ def test_small_objects_are_unaffected_by_the_crowd_with_classes() -> None:
     # with classes the crowd changes nothing for a manifest: the origins send it first
     assert with_classes["small"]["ttfb_s"][99] == pytest.approx(baseline, rel=0.01)
     assert with_classes["small"]["successful"] == with_classes["small"]["requests"]
-    # without, it is placed as the crowd is: queued behind the crowd's downloads by the
-    # reserved starts (docs/balancer.md), most given up, the rest over 3x slower
-    # (before reserved starts: all served, sharing the links, 4.3x slower)
+    # without, it is placed as the crowd is, by the reserved starts (docs/balancer.md):
+    # started ahead of the crowd's queue where that makes none of it late, else queued
+    # behind it or given up: 1062 of 1302 served, p99 4.1x slower (before the starts
+    # ahead: 687, over 3x; before reserved starts: all served, sharing the links, 4.3x)
     assert without["small"]["ttfb_s"][99] > 3 * baseline
-    assert without["small"]["successful"] < 0.6 * without["small"]["requests"]
+    assert without["small"]["successful"] < 0.9 * without["small"]["requests"]
 
 
 def test_the_back_catalogue_is_served_by_its_holders_without_refusals() -> None:

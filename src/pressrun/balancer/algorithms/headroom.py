@@ -208,7 +208,6 @@ from pressrun.balancer.algorithms.headroom_deadlines import deadline_free, deadl
 from pressrun.balancer.algorithms.headroom_learning import UNSTATED_HELD_BACK, learn_from_status
 from pressrun.balancer.algorithms.headroom_model import SATURATED, OriginModel
 from pressrun.balancer.algorithms.headroom_overload import Overload
-from pressrun.balancer.algorithms.headroom_reservations import Reservation, Reservations
 from pressrun.balancer.events import ClientHint, OriginSpec, OriginStatus
 
 #: a download must get at least 1 MB/s (8 Mbit/s: a 100 MB issue in 100 s), unless the
@@ -256,28 +255,7 @@ class Headroom(HeadroomBooking):
         )
         #: when a client was last refused for want of room (none eligible)
         self.refused_at = -math.inf
-        #: reserved starts under overload (`headroom_reservations`); None: off
-        self.reservations = (
-            Reservations(
-                self._reservable_room,
-                margin_s=self.param("reservation_margin_s", 30.0),
-                claim_s=self.param("reservation_claim_s", 10.0),
-            )
-            if self.param("reservations", 1.0) > 0
-            else None
-        )
-        #: a queued download must end this long before its deadline: the least of
-        #: `reservation_margin_s` and `reservation_margin_share` of the deadline
-        self.reservation_margin_s = self.param("reservation_margin_s", 30.0)
-        self.reservation_margin_share = self.param("reservation_margin_share", 0.1)
-        #: where the book would queue the last `rank_for`'s download: queued by the
-        #: pick (a start now) or by `reserved_start` (a start later)
-        self._planned: Reservation | None = None
-        #: the origin of the last reservation claimed (already queued in its book)
-        self._claimed: str | None = None
-        #: origins whose last status shows transfers of issues without a stated
-        #: deadline (streams, or issues placed by their class): no book then
-        self._serving_others: set[str] = set()
+        self._init_booking()  # reserved starts (`headroom_booking`)
         self.models: dict[str, OriginModel] = {}
         self.rate_by_issue: dict[str, float] = {}
         self.rate_any = 0.0

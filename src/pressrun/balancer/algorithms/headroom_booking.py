@@ -13,6 +13,7 @@ from abc import abstractmethod
 from collections.abc import Set
 
 from pressrun.balancer.algorithms.base import ScoredAlgorithm
+from pressrun.balancer.algorithms.headroom_model import OriginModel
 from pressrun.balancer.algorithms.headroom_reservations import Reservation, Reservations
 from pressrun.balancer.events import ClientHint, OriginStatus
 
@@ -20,7 +21,7 @@ from pressrun.balancer.events import ClientHint, OriginStatus
 class HeadroomBooking(ScoredAlgorithm):
     """The booking methods of `Headroom` (abstract: `Headroom` is the algorithm)."""
 
-    # set by `Headroom.__init__`
+    # set by `_init_booking` (and `models` by `Headroom.__init__`)
     reservations: Reservations | None
     reservation_margin_s: float
     reservation_margin_share: float
@@ -29,6 +30,7 @@ class HeadroomBooking(ScoredAlgorithm):
     _planned: Reservation | None
     _claimed: str | None
     _serving_others: set[str]
+    models: dict[str, OriginModel]
 
     @abstractmethod
     def _capacity(self, name: str, status: OriginStatus) -> float:
@@ -38,11 +40,47 @@ class HeadroomBooking(ScoredAlgorithm):
     def _overloaded(self, memory_s: float, *, now: float) -> bool:
         """Whether the crowd is beyond the room (`Headroom._overloaded`)."""
 
+    def _init_booking(self) -> None:
+        """The book's state and parameters (from `Headroom.__init__`)."""
+        #: reserved starts under overload (`headroom_reservations`); None: off
+        self.reservations = (
+            Reservations(
+                self._reservable_room,
+                transfers=self._transfers_on,
+                margin_s=self.param("reservation_margin_s", 30.0),
+                claim_s=self.param("reservation_claim_s", 10.0),
+            )
+            if self.param("reservations", 1.0) > 0
+            else None
+        )
+        #: a queued download must end this long before its deadline: the least of
+        #: `reservation_margin_s` and `reservation_margin_share` of the deadline
+        self.reservation_margin_s = self.param("reservation_margin_s", 30.0)
+        self.reservation_margin_share = self.param("reservation_margin_share", 0.1)
+        #: where the book would queue the last `rank_for`'s download: queued by the
+        #: pick (a start now) or by `reserved_start` (a start later)
+        self._planned = None
+        #: the origin of the last reservation claimed (already queued in its book)
+        self._claimed = None
+        #: origins whose last status shows transfers of issues without a stated
+        #: deadline (streams, or issues placed by their class): no book then
+        self._serving_others = set()
+
     def _reservable_room(self, name: str) -> float:
         """Bytes/s the book may reserve on an origin: its capacity as measured (as told
         while not measured yet); 0 out of rotation."""
         status = self.statuses.get(name)
-        return 0.0 if status is None else self._capacity(name, status)
+        if status is None:
+            return 0.0
+        return self._capacity(name, status)
+
+    def _transfers_on(self, name: str) -> float:
+        """The transfers an origin runs (its last status) and the picks on their way
+        to it: what a download started there now shares its link with."""
+        status = self.statuses.get(name)
+        m = self.models.get(name)
+        running = 0.0 if status is None else float(status.active_transfers)
+        return running + (0.0 if m is None else float(m.pending))
 
     def _from_book(
         self, issue_id: str, client: ClientHint | None, exclude: Set[str], *, now: float
@@ -68,21 +106,40 @@ class HeadroomBooking(ScoredAlgorithm):
             or client is None
             or not client.size_bytes
             or not client.rate_bytes_per_s
-            or not self._overloaded(self.overload_memory, now=now)
+            or (not book.waiting and not self._overloaded(self.overload_memory, now=now))
         ):
             return None
         holders = [
             n for n, st in self.statuses.items() if n not in exclude and issue_id in st.issues
         ]
+        left = float(max(client.size_bytes - client.have_bytes, 1))
+        time_left = deadline - (client.elapsed_s or 0.0)
+        margin = min(self.reservation_margin_s, self.reservation_margin_share * deadline)
         planned = book.plan(
             issue_id,
             holders,
-            left_bytes=float(max(client.size_bytes - client.have_bytes, 1)),
+            left_bytes=left,
             rate=client.rate_bytes_per_s,
-            time_left_s=deadline - (client.elapsed_s or 0.0),
+            time_left_s=time_left,
             now=now,
-            margin_s=min(self.reservation_margin_s, self.reservation_margin_share * deadline),
+            margin_s=margin,
         )
+        if planned is None:
+            # No turn behind the queue ends in time: a start now ahead of it, where that
+            # makes no download queued there late (`Reservations.slip_in`: the link is
+            # shared evenly). Only then: where the queue gives a turn in time, the
+            # client is served either way, and the turns keep the link's transfers
+            # few, each at its client's whole rate (one start ahead of each turn put
+            # gen-7-033's burst on its biggest origin at once, lost when it failed).
+            planned = book.slip_in(
+                issue_id,
+                holders,
+                left_bytes=left,
+                rate=client.rate_bytes_per_s,
+                time_left_s=time_left,
+                now=now,
+                margin_s=margin,
+            )
         if planned is None:
             self.refused_at = now
             return []
@@ -151,4 +208,11 @@ class HeadroomBooking(ScoredAlgorithm):
             or issue_id not in self.issue_deadlines
         ):
             return
-        book.note(name, left_bytes=float(max(client.size_bytes - client.have_bytes, 1)), now=now)
+        # Held to its deadline (not less a margin: it runs now, forecast by the drain
+        # alone) when the book weighs a start ahead of the queue.
+        book.note(
+            name,
+            left_bytes=float(max(client.size_bytes - client.have_bytes, 1)),
+            now=now,
+            due=now + self.issue_deadlines[issue_id] - (client.elapsed_s or 0.0),
+        )

@@ -50,12 +50,16 @@ class Reservation:
     start: float
     end: float
     left_bytes: float
-    #: the origin book's `added_bytes` when it was queued (its place in the queue)
+    #: the origin book's `added_bytes` when it was queued (its place in the queue), and
+    #: its `front_bytes` then (the bytes started ahead of the queue since are ahead too)
     queued_before: float = 0.0
+    front_before: float = 0.0
     #: when its client's deadline falls, and how long before it the download must end
     deadline_at: float = math.inf
     margin_s: float = 0.0
     claimed: bool = False
+    #: started now ahead of the queue (`Reservations.slip_in`), not behind it
+    ahead: bool = False
 
 
 def _late(end: float, own_s: float, deadline_at: float, margin_s: float, *, now: float) -> bool:
@@ -70,11 +74,30 @@ def _late(end: float, own_s: float, deadline_at: float, margin_s: float, *, now:
 class OriginBook:
     """One origin's queue as a fluid: the bytes admitted and not yet sent (`work_bytes`,
     the transfers running and the starts reserved), drained at what the origin sends
-    (`drain_bytes_per_s`: its room, or what its statuses show it sends while busy)."""
+    (`drain_bytes_per_s`: its room, or what its statuses show it sends while busy).
 
-    __slots__ = ("added_bytes", "at", "drain_bytes_per_s", "drained_bytes", "work_bytes")
+    Each download queued is also kept as (mark, due): it ends once the bytes through it,
+    ``mark + front_bytes - drained_bytes``, are sent, and must end by `due` (its
+    deadline less its margin). A download started ahead of the queue (`add_front`)
+    moves every one queued later by its bytes; `slack_bytes` is how many such bytes the
+    queue can take with every download still ending by its due.
+    """
 
-    def __init__(self, drain_bytes_per_s: float, *, now: float) -> None:
+    __slots__ = (
+        "_key",
+        "_key_drain",
+        "added_bytes",
+        "at",
+        "drain_bytes_per_s",
+        "drained_bytes",
+        "front_bytes",
+        "items",
+        "max_items",
+        "taken_bytes",
+        "work_bytes",
+    )
+
+    def __init__(self, drain_bytes_per_s: float, *, now: float, max_items: int = 100_000) -> None:
         self.work_bytes = 0.0
         self.at = now
         self.drain_bytes_per_s = drain_bytes_per_s
@@ -82,6 +105,17 @@ class OriginBook:
         #: the queue is the bytes queued before it less those drained since
         self.added_bytes = 0.0
         self.drained_bytes = 0.0
+        #: bytes ever started ahead of the queue (`add_front`), and ever taken back
+        #: (`remove`: counted as drained for the reservations' places, not for `items`,
+        #: since those queued before the one taken back are not helped by it)
+        self.front_bytes = 0.0
+        self.taken_bytes = 0.0
+        #: (mark, due) of the downloads queued (module docstring); at most `max_items`
+        self.items: list[tuple[float, float]] = []
+        self.max_items = max_items
+        #: min over `items` of drain x due - mark, for the drain `_key_drain`
+        self._key = math.inf
+        self._key_drain = drain_bytes_per_s
 
     def work_at(self, now: float) -> float:
         """The bytes still queued at `now`."""
@@ -93,11 +127,15 @@ class OriginBook:
             self.drained_bytes += self.work_bytes - work
             self.work_bytes = work
             self.at = now
+            if work <= 0.0 and self.items:
+                self.items.clear()  # all sent
+                self._key = math.inf
 
-    def ahead_of(self, queued_before: float, *, now: float) -> float:
-        """Bytes still queued ahead of a reservation queued after `queued_before`."""
+    def ahead_of(self, queued_before: float, front_before: float = 0.0, *, now: float) -> float:
+        """Bytes still queued ahead of a reservation queued after `queued_before` (and
+        after `front_before` bytes started ahead of the queue: those since are ahead)."""
         self._advance(now)
-        return max(queued_before - self.drained_bytes, 0.0)
+        return max(queued_before + self.front_bytes - front_before - self.drained_bytes, 0.0)
 
     def slot(
         self, left_bytes: float, rate: float, *, now: float, ahead: float | None = None
@@ -112,11 +150,56 @@ class OriginBook:
         end = max(now + own, now + (work + left_bytes) / drain)
         return end - own, end
 
-    def add(self, left_bytes: float, *, now: float) -> None:
-        """Queue `left_bytes` more."""
+    def add(self, left_bytes: float, *, now: float, due: float = math.inf) -> None:
+        """Queue `left_bytes` more, to end by `due`."""
         self._advance(now)
         self.work_bytes += left_bytes
         self.added_bytes += left_bytes
+        # through it now: the work queued, its own included (`add` is at the back)
+        self._keep(self.added_bytes - self.taken_bytes - self.front_bytes, due, now=now)
+
+    def add_front(self, left_bytes: float, *, now: float, due: float = math.inf) -> None:
+        """Start `left_bytes` now, ahead of the queue: every download queued ends that
+        many bytes later."""
+        self._advance(now)
+        self.work_bytes += left_bytes
+        self.added_bytes += left_bytes
+        self.front_bytes += left_bytes
+        self._keep(left_bytes + self._sent() - self.front_bytes, due, now=now)
+
+    def _sent(self) -> float:
+        """Bytes drained, not counting those taken back."""
+        return self.drained_bytes - self.taken_bytes
+
+    def _keep(self, mark: float, due: float, *, now: float) -> None:
+        if due == math.inf:
+            return
+        if len(self.items) >= self.max_items:
+            self._prune(now=now)
+            if len(self.items) >= self.max_items:
+                self._key = -math.inf  # too many to follow: nothing more goes ahead
+                return
+        self.items.append((mark, due))
+        self._key = min(self._key, self.drain_bytes_per_s * due - mark)
+
+    def _prune(self, *, now: float) -> None:
+        """Forget the downloads sent or past their due, and recount `_key` at the
+        drain now."""
+        self._advance(now)
+        sent = self._sent() - self.front_bytes
+        drain = self.drain_bytes_per_s
+        self.items = [(m, d) for m, d in self.items if m > sent and d > now]
+        self._key = min((drain * d - m for m, d in self.items), default=math.inf)
+        self._key_drain = drain
+
+    def slack_bytes(self, *, now: float) -> float:
+        """Bytes the queue can start ahead of it with every download queued still
+        ending by its due (inf when none is queued with a due)."""
+        if self._key_drain != self.drain_bytes_per_s or self._key == -math.inf:
+            self._prune(now=now)
+        self._advance(now)
+        through = self.front_bytes - self._sent()
+        return self._key - through - self.drain_bytes_per_s * now
 
     def remove(self, left_bytes: float, *, now: float) -> None:
         """Take back a reservation's bytes (its client gave up)."""
@@ -124,6 +207,7 @@ class OriginBook:
         taken = min(self.work_bytes, left_bytes)
         self.work_bytes -= taken
         self.drained_bytes += taken
+        self.taken_bytes += taken
 
     def observe(self, room: float, *, now: float) -> None:
         """A status: the queue drains at the origin's room as the algorithm now knows it
@@ -138,18 +222,22 @@ class Reservations:
     """Every origin's book, and the reservations clients hold (module docstring).
 
     `room(name)` is an origin's bytes/s as the algorithm knows them now (learned, at
-    most as told); origins not in rotation are not offered.
+    most as told); origins not in rotation are not offered. `transfers(name)`: how
+    many transfers it runs now (and has on their way), what a download started there
+    shares its link with (`slip_in`).
     """
 
     def __init__(
         self,
         room: Callable[[str], float],
         *,
+        transfers: Callable[[str], float] | None = None,
         margin_s: float = 3.0,
         claim_s: float = 10.0,
         max_reservations: int = 100_000,
     ) -> None:
         self.room = room
+        self.transfers = transfers
         self.margin_s = margin_s
         self.claim_s = claim_s
         self.max_reservations = max_reservations
@@ -164,7 +252,9 @@ class Reservations:
         """An origin's book (created empty, draining at its room)."""
         b = self.books.get(name)
         if b is None:
-            b = self.books[name] = OriginBook(self.room(name), now=now)
+            b = self.books[name] = OriginBook(
+                self.room(name), now=now, max_items=self.max_reservations
+            )
         return b
 
     def plan(
@@ -216,22 +306,88 @@ class Reservations:
             claimed=start <= now,
         )
 
+    def slip_in(
+        self,
+        issue_id: str,
+        origins: Iterable[str],
+        *,
+        left_bytes: float,
+        rate: float,
+        time_left_s: float,
+        now: float,
+        margin_s: float | None = None,
+    ) -> Reservation | None:
+        """A download started now ahead of an origin's queue, where `plan` would queue
+        it later or not at all: an origin shares its link evenly, so a download started
+        there now takes its bytes from every other's time (it moves each queued one
+        later by `left_bytes / drain`), and itself gets at least an even share of the
+        link among the transfers there (it ends by ``now + (n + 1) x left_bytes /
+        drain`` when the others are no smaller). Started where every download queued
+        there still ends by its deadline less its margin (`OriginBook.slack_bytes`)
+        and it ends by its own, on the origin where it ends first; None when none.
+        Nothing is queued until `commit`."""
+        self._expire(now=now)
+        margin = self.margin_s if margin_s is None else margin_s
+        deadline_at = now + time_left_s
+        best: tuple[float, str, float] | None = None
+        for name in origins:
+            room = self.room(name)
+            if not room > 0:
+                continue
+            book = self.book(name, now=now)
+            if book.slack_bytes(now=now) < left_bytes:
+                continue
+            r = min(rate, room)
+            sharing = 1.0 + (self.transfers(name) if self.transfers is not None else 0.0)
+            end = now + max(left_bytes / r, sharing * left_bytes / book.drain_bytes_per_s)
+            if end > deadline_at - margin:
+                continue
+            if best is None or (end, name) < best[:2]:
+                best = (end, name, r)
+        if best is None:
+            return None
+        end, name, r = best
+        return Reservation(
+            "",
+            name,
+            issue_id,
+            r,
+            now,
+            end,
+            left_bytes,
+            deadline_at=deadline_at,
+            margin_s=margin,
+            claimed=True,
+            ahead=True,
+        )
+
     def commit(self, planned: Reservation, *, now: float) -> Reservation:
         """Queue a `plan`'s download on its origin: a start now is claimed at once, a
         later one waits for its client (`claim`) under a new token."""
         book = self.book(planned.origin, now=now)
         planned.queued_before = book.added_bytes
-        book.add(planned.left_bytes, now=now)
+        planned.front_before = book.front_bytes
+        # A start later is held to its deadline less its margin (the queue ahead is a
+        # forecast: a start costs a round trip and a startup, a status is stale); a
+        # transfer started now only to its deadline (`OriginBook`: what a start ahead
+        # may not make late).
+        due = planned.deadline_at - (0.0 if planned.claimed else planned.margin_s)
+        if planned.ahead:
+            book.add_front(planned.left_bytes, now=now, due=due)
+        else:
+            book.add(planned.left_bytes, now=now, due=due)
         planned.token = f"r{next(self._tokens)}"
         if not planned.claimed:
             self.waiting[planned.token] = planned
             heapq.heappush(self._starts, (planned.start, planned.token))
         return planned
 
-    def note(self, name: str, *, left_bytes: float, now: float) -> None:
+    def note(self, name: str, *, left_bytes: float, now: float, due: float = math.inf) -> None:
         """A transfer the algorithm placed by room, not by the book, started on an
-        origin: its bytes queued there, so that under overload the book knows them."""
-        self.book(name, now=now).add(left_bytes, now=now)
+        origin: its bytes queued there, so that under overload the book knows them
+        (and, with the `due` it must end by, does not start one ahead that would make
+        it late)."""
+        self.book(name, now=now).add(left_bytes, now=now, due=due)
 
     def observe(self, name: str, *, now: float) -> None:
         """A status of the origin: its queue drains at its room as now known."""
@@ -255,7 +411,7 @@ class Reservations:
         if book is None:
             self.waiting.pop(token, None)
             return None
-        ahead = book.ahead_of(res.queued_before, now=now)
+        ahead = book.ahead_of(res.queued_before, res.front_before, now=now)
         start, end = book.slot(res.left_bytes, res.rate, now=now, ahead=ahead)
         if _late(end, res.left_bytes / res.rate, deadline_at, res.margin_s, now=now):
             self.cancel(token, now=now)
