@@ -1,6 +1,6 @@
-// The reader's UI: the library (covers, sizes, progress, delete), the settings
-// (linking devices: link.js), the notices, and the background work (new-issue check,
-// downloads, resume). The reading view is reading.js.
+// The reader's UI: the library (covers, sizes, progress, delete) and the background
+// work (new-issue check, downloads, resume). The reading view is reading.js, the
+// settings (and linking devices) settings.js, the notices notices.js.
 //
 // window.pressrun exposes the app's state for the tests and the benchmark: `ready`
 // (a promise), `results` (finished downloads by issue), `errors` (by issue),
@@ -11,16 +11,18 @@
 import { allRecords, deleteRecord, getRecord, getSetting, putSetting, updateIssue } from "./db.js";
 import { Download, DownloadError } from "./download.js";
 import { checkNewIssues } from "./issues.js";
-import { LinkError, acceptLink, importKeyFile, normalCode, offerLink } from "./link.js";
+import { $, element } from "./dom.js";
+import { acceptLink } from "./link.js";
+import { forReader, note, noticeLog, notesElement, notice } from "./notices.js";
 import { deleteIssueFiles, issueBlob, issueBytes, storageEstimate } from "./store.js";
 import { openIssue, setUpReading } from "./reading.js";
+import { linkAction, setUpSettings } from "./settings.js";
 import { prepareDecryption, stillNotSubscribed, subscriberPublicKey } from "./subscription.js";
 import { forgetPrefetch, prefetchStatus, unfinishedPrefetches, withPrefetch } from "./prefetch.js";
 import { leaveSwarm } from "./swarm.js";
 // pdf.js (425 KB) is loaded once the library is on screen, not before it (viewer.js)
 const viewer = () => import("./viewer.js");
 
-const $ = (selector) => document.querySelector(selector);
 const state = {
   config: null,
   available: [],
@@ -29,7 +31,7 @@ const state = {
   shareUploads: true, // the "Share issues with other readers" setting
   swarm: new Map(), // issue id -> its swarm status (swarm.js SwarmFetch.status())
 };
-const hooks = { results: {}, errors: {}, notices: [], openTimesMs: [] };
+const hooks = { results: {}, errors: {}, notices: noticeLog, openTimesMs: [] };
 window.pressrun = hooks;
 
 // -- small helpers
@@ -44,86 +46,6 @@ function formatBytes(n) {
     u += 1;
   } while (v >= 1000 && u < units.length - 1);
   return `${v.toFixed(v < 10 ? 1 : 0)} ${units[u]}`;
-}
-
-// -- notices
-//
-// What a reader sees is one line in their terms saying what happened and what they
-// can do; the operator's detail (which origin, which HTTP answer) is one tap away in a
-// <details>. A notice replaces the one with the same `key` (one per issue, one for the
-// new-issue check, ...), so notices do not pile up; each can be dismissed; news goes
-// away by itself, errors stay until dismissed or replaced. A download's progress notes
-// ("resuming: 51 of 80 pieces stored", "origin x failed; moving on") are for operators:
-// they go to the issue's own details in the library, not to the notices.
-// hooks.notices records every notice and note ({text, kind, detail}) for the tests.
-
-const MAX_NOTICES = 3;
-const NEWS_SHOWN_MS = 10_000;
-const NOTES_KEPT = 12;
-const notes = new Map(); // issue id -> its last progress notes (operator's words)
-
-function notice(text, { kind = "info", detail = null, key = text } = {}) {
-  hooks.notices.push({ text, kind, detail });
-  const box = $("#notices");
-  for (const old of box.querySelectorAll(".notice")) if (old.dataset.key === key) old.remove();
-  const dismiss = element("button", { className: "dismiss", textContent: "×", title: "Dismiss" });
-  dismiss.setAttribute("aria-label", "Dismiss");
-  const body = element("div", { className: "body" }, element("p", { className: "text", textContent: text }));
-  if (detail && detail !== text) {
-    body.append(element("details", {}, element("summary", { textContent: "Details" }), element("p", { textContent: detail })));
-  }
-  const item = element("div", { className: `notice ${kind}` }, body, dismiss);
-  item.dataset.key = key;
-  dismiss.onclick = () => item.remove();
-  box.prepend(item);
-  while (box.children.length > MAX_NOTICES) box.lastChild.remove();
-  if (kind !== "error") setTimeout(() => item.remove(), NEWS_SHOWN_MS);
-}
-
-/** A download's progress note: kept with the issue (its Details), not shown as a notice. */
-function note(issueId, text) {
-  // the one note written for the reader (subscription.js, an embargoed issue) is shown
-  if (/^This issue opens at/.test(text)) {
-    notice(`${issueId}: ${text}.`, { key: `issue:${issueId}` });
-    return;
-  }
-  hooks.notices.push({ text: `${issueId}: ${text}`, kind: "note", detail: null });
-  const list = notes.get(issueId) ?? [];
-  list.push(text);
-  notes.set(issueId, list.slice(-NOTES_KEPT));
-}
-
-/**
- * An error of a download (the operator's words, from download.js or subscription.js)
- * in a reader's: {text, detail, subscribe}. `subscribe` is true when the reader is not
- * a subscriber (the app then says once how to become one and offers no downloads).
- */
-export function forReader(message, title) {
-  const m = String(message);
-  const say = (text, extra = {}) => ({ text, detail: m, subscribe: false, ...extra });
-  if (/not subscribed|for subscribers only/i.test(m)) {
-    return say(`${title} is for subscribers. To subscribe, send your reader key (Settings, Copy key) to your publisher; new issues then open here.`, { subscribe: true });
-  }
-  if (/\bCORS\b/.test(m)) {
-    return say(`${title} cannot be unlocked: the publisher's subscription service does not accept this reader's web address yet. Tell your publisher (the details are for them).`);
-  }
-  if (/has no key for/.test(m)) return say(`${title} came out before your subscription started, so it cannot be opened here.`);
-  if (/embargo/i.test(m)) return say(`${title} is not released yet. Try again later.`);
-  if (/subscription service .*unreachable/.test(m)) {
-    return say(`${title} could not be unlocked: the subscription service did not answer. Check your connection, then tap Resume.`);
-  }
-  if (/rejected|does not match|does not decrypt|not the key|sealed for someone else|does not open/.test(m)) {
-    return say(`${title} did not pass its authenticity check, so nothing of it was kept. Try again later; if it keeps happening, tell your publisher.`);
-  }
-  if (/unknown to the balancer/.test(m)) return say(`${title} is no longer available.`);
-  return say(`${title} could not be downloaded. Check your connection, then tap Resume.`);
-}
-
-function element(tag, props = {}, ...children) {
-  const el = document.createElement(tag);
-  Object.assign(el, props);
-  for (const c of children) if (c !== null) el.append(c);
-  return el;
 }
 
 // -- network policy (Wi-Fi only)
@@ -414,13 +336,6 @@ function availableItem(id) {
   return li;
 }
 
-/** The operator's notes of an issue's download, one tap away. */
-function notesElement(id, error = null) {
-  const list = [...(notes.get(id) ?? []), ...(error ? [error] : [])];
-  if (!list.length) return null;
-  return element("details", { className: "notes" }, element("summary", { textContent: "Details" }), element("p", { textContent: list.join("\n") }));
-}
-
 function deleteButton(id) {
   // two taps, so a stray touch does not delete an issue
   const button = element("button", { className: "delete", textContent: "Delete" });
@@ -453,144 +368,6 @@ export async function deleteIssue(id) {
   await deleteRecord("settings", `position:${id}`);
   notice(`${id} deleted from this device.`, { key: `issue:${id}` });
   await renderLibrary();
-}
-
-// -- settings
-
-async function setUpSettings() {
-  const wifi = $("#wifi-only");
-  const auto = $("#auto-download");
-  const share = $("#share-uploads");
-  wifi.checked = await getSetting("wifi_only", true);
-  auto.checked = await getSetting("auto_download", true);
-  share.checked = state.shareUploads = await getSetting("share_uploads", true);
-  share.onchange = async () => {
-    state.shareUploads = share.checked;
-    await putSetting("share_uploads", share.checked);
-  };
-  wifi.onchange = async () => {
-    await putSetting("wifi_only", wifi.checked);
-    window.dispatchEvent(new Event("pressrun-settings"));
-  };
-  auto.onchange = () => putSetting("auto_download", auto.checked);
-  $("#connection").textContent = navigator.connection?.type
-    ? `This connection: ${navigator.connection.type}`
-    : "This browser does not say whether the connection is Wi-Fi; downloads go ahead.";
-  $("#settings-button").onclick = async () => {
-    $("#settings-view").hidden = !$("#settings-view").hidden;
-    // the key (libsodium.js, 430 KB, and a key pair made on first use) when first shown
-    if (!$("#settings-view").hidden && !$("#subscription").dataset.key) showKey(await subscriberPublicKey());
-  };
-  $("#check-now").onclick = () => checkForIssues();
-  setUpLinking();
-  $("#copy-key").onclick = async () => {
-    const key = $("#subscription").dataset.key;
-    // the key goes to the publisher by whatever way the reader talks to them
-    try {
-      if (navigator.share) await navigator.share({ title: "My pressrun reader key", text: key });
-      else await navigator.clipboard.writeText(key);
-      $("#copy-key").textContent = navigator.share ? "Shared" : "Copied";
-    } catch (err) {
-      if (err?.name !== "AbortError") {
-        const range = document.createRange();
-        range.selectNodeContents($("#subscriber-key"));
-        getSelection().removeAllRanges();
-        getSelection().addRange(range);
-        $("#copy-key").textContent = "Selected: copy it";
-      }
-    }
-  };
-}
-
-function showKey(key) {
-  $("#subscriber-key").textContent = key;
-  $("#subscription").dataset.key = key;
-}
-
-// -- one subscription on several devices (link.js)
-
-function linkStatus(text, { error = false, detail = null } = {}) {
-  const status = $("#link-status");
-  status.textContent = text;
-  status.classList.toggle("error", error);
-  if (detail) status.title = detail;
-}
-
-/** This device now holds the subscriber key `key` (linked or imported). */
-async function keyChanged(key) {
-  showKey(key);
-  state.notSubscribed = false;
-  for (const old of document.querySelectorAll('#notices .notice[data-key="subscribe"]')) old.remove();
-  linkStatus(`This device now uses your subscription (key ${key.slice(0, 8)}…).`);
-  $("#link-status").scrollIntoView({ block: "nearest" });
-  notice("This device now uses your subscription: your issues download here.", { kind: "new", key: "subscribe" });
-  hooks.linked = key;
-  await checkForIssues();
-}
-
-async function linkAction(action) {
-  try {
-    await keyChanged(await action());
-  } catch (err) {
-    const said = err instanceof LinkError ? err.message : "That did not work. Try again.";
-    linkStatus(said, { error: true, detail: err.detail ?? err.message });
-    hooks.linkError = said;
-  }
-}
-
-function setUpLinking() {
-  $("#link-offer").onclick = async () => {
-    $("#link-offer").disabled = true;
-    linkStatus("Making a code…");
-    try {
-      const offer = await offerLink();
-      $("#link-code").textContent = offer.shown;
-      $("#link-offered").hidden = false;
-      linkStatus("");
-      hooks.linkCode = offer.shown;
-      $("#link-share").onclick = async () => {
-        // the code travels in the link's #fragment, which no server ever receives
-        const url = `${location.origin}${location.pathname}#link=${offer.code}`;
-        try {
-          if (navigator.share) await navigator.share({ title: "Open my pressrun subscription", url });
-          else await navigator.clipboard.writeText(url);
-          $("#link-share").textContent = navigator.share ? "Shared" : "Link copied";
-        } catch (err) {
-          if (err?.name !== "AbortError") linkStatus("Could not share the link: type the code instead.", { error: true });
-        }
-      };
-    } catch (err) {
-      const said = err instanceof LinkError ? err.message : "Could not make a code. Try again.";
-      $("#link-offered").hidden = true; // a code shown before is spent or stale
-      linkStatus(said, { error: true, detail: err.detail ?? err.message });
-      hooks.linkError = said;
-    } finally {
-      $("#link-offer").disabled = false;
-    }
-  };
-  const accept = () => linkAction(() => acceptLink($("#link-input").value));
-  $("#link-accept").onclick = accept;
-  $("#link-input").onkeydown = (e) => {
-    if (e.key === "Enter") accept();
-  };
-  $("#key-file").onchange = async () => {
-    const file = $("#key-file").files[0];
-    if (!file) return;
-    if (file.size > 1024) {
-      linkStatus("That file is not a reader key (it is too big): choose reader.key.", { error: true });
-      return;
-    }
-    await linkAction(async () => importKeyFile(file.name, await file.text()));
-    $("#key-file").value = "";
-  };
-  // opened from a shared link (…#link=CODE): the code is filled in, never sent anywhere
-  const fromLink = /^#link=(.+)$/.exec(location.hash);
-  if (fromLink && normalCode(decodeURIComponent(fromLink[1]))) {
-    history.replaceState(null, "", location.pathname + location.search);
-    $("#link-input").value = normalCode(decodeURIComponent(fromLink[1]));
-    $("#settings-view").hidden = false;
-    linkStatus("Tap Use code to open your subscription on this device.");
-  }
 }
 
 // -- the new-issue check and background work
@@ -670,7 +447,7 @@ async function boot() {
   // the library first: what the reader came for is on screen before anything else loads
   await renderLibrary();
   state.config = await config;
-  await setUpSettings();
+  await setUpSettings({ state, hooks, checkForIssues });
   setUpReading({ hooks, onClose: renderLibrary });
   // then pdf.js and its worker, so an issue opens at once when tapped: when the
   // browser is idle, and only if there is an issue to read (a first visit on a slow
