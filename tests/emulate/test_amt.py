@@ -244,3 +244,24 @@ def test_the_amt_readers_arrive_while_the_carousel_runs() -> None:
     # the sender's start and the readers' first directive: 10 s of room
     assert entered + 10 <= min(behind), (entered, min(behind))
     assert left is None, f"the carousel stops at {left} s, before the readers are done"
+
+
+def test_get_joins_a_source_specific_control_group_by_the_source_it_is_given(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # the run gives every client of a run with AMT readers the sender's address
+    # (emulate/run.py): a 232/8 control group without it is refused at once, not
+    # found out by each swarm client as a failed swarm (the 11:41 and 11:49 runs)
+    ssm = [
+        "get",
+        "weekly",
+        "--library",
+        str(tmp_path),
+        "--multicast-control-group",
+        "232.1.70.1:5400",
+    ]
+    args = build_parser().parse_args([*ssm, "--multicast-control-source", "198.18.33.251"])
+    assert args.multicast_control_source == "198.18.33.251"
+    refused = build_parser().parse_args([*ssm, "--balancer", "http://127.0.0.1:9"])
+    assert refused.func(refused) == 2
+    assert "--multicast-control-source" in capsys.readouterr().err

@@ -366,3 +366,72 @@ async def test_a_relay_restarted_mid_issue_gets_the_tunnel_back(
         await relay.close()
     assert first > 0 and relay.forwarded > 0
     assert result.completed and result.path.read_bytes() == data
+
+
+@pytest.mark.parametrize("with_source", [True, False])
+async def test_a_swarm_client_watches_a_source_specific_control_group_by_its_source(
+    shelf: Shelf, senders: Any, tmp_path: Path, with_source: bool
+) -> None:
+    """Issue 34 in the emulation (flash-crowd-amt at 11:41 and 11:49): with the
+    carousel in 232/8 every swarm client's watch of the control channel raised 'a
+    source-specific group: join it with its source', which failed its swarm fetch
+    (swarm_note 'failed (...)', the file from the origins) and kept every native reader
+    off the carousel when it started. With the sender's address
+    (``carousel_control_source``, ``get --multicast-control-source``) the client
+    hears the carousel start, leaves the swarm and takes the file from it; without
+    it the watch is given up and the swarm goes on."""
+    pytest.importorskip("libtorrent")
+    from pressrun.balancer.demand import swarm_info_for
+
+    data = shelf.publish(ISSUE, SIZE)
+    rng = random.Random()
+    control = (ssm_group(rng), free_udp_port())
+    carousel = CarouselConfig(channels=2, rate_bps=20e6)
+    sender = await senders(shelf, carousel, group_base=ssm_group(rng), control_group=control)
+    await sender.start_carousel(ISSUE, carousel)
+    # 4 Mbit/s: the web seed alone would take 2.4 s for the file
+    origin = await start_origin(
+        OriginConfig(
+            content_dir=shelf.content, name="origin-a", stats_interval_s=0.2, egress_cap_mbps=4.0
+        )
+    )
+    manifest = json.loads((shelf.content / ISSUE / "manifest.json").read_bytes())
+    tracker = f"http://127.0.0.1:{free_udp_port()}/announce"  # nobody answers there
+    swarm_first = DemandConfig(enter_downloaders=1.0, leave_downloaders=0.0, min_dwell_s=0.0)
+    policy = DemandPolicy(
+        swarm_first,
+        {ISSUE: swarm_info_for(origin.url, tracker, ISSUE, manifest["manifest"]["info_hash"])},
+    )
+    balancer = await start_balancer(
+        BalancerServiceConfig(
+            origins=(OriginSpec("origin-a", origin.url),),
+            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=1.0),
+            seed=1,
+        ),
+        mode_policy=policy,
+    )
+    config = replace(
+        CLIENT, amt="never", swarm_max_seed_s=0.0, carousel_control_group="{}:{}".format(*control)
+    )
+    if with_source:
+        config = replace(config, carousel_control_source="127.0.0.1")
+    try:
+        await balancer.wait_until_up(1, timeout_s=10.0)
+        result = await fetch_issue(
+            ISSUE,
+            balancer_url=balancer.url,
+            library=tmp_path / "library",
+            config=config,
+            trusted_keys={bytes.fromhex(shelf.public_hex)},
+        )
+    finally:
+        await balancer.stop()
+        await origin.stop()
+    assert result.path.read_bytes() == data
+    assert not (result.swarm_note or "").startswith("failed"), result.swarm_note
+    if with_source:
+        assert result.left_swarm_for_carousel and result.mode == "multicast"
+        assert result.bytes_from_multicast > SIZE // 2
+    else:
+        assert result.mode == "swarm" and not result.left_swarm_for_carousel
+        assert result.bytes_from_multicast == 0

@@ -260,7 +260,12 @@ async def _run_locked(f: FetchState) -> FetchResult:
         if carousel is not None and group is not None and plan.state is PlanState.DOWNLOADING:
             f.left_for_carousel = True
             kept = await receive_multicast(
-                f, m, manifest_json, path, DirectiveMulticast(group), kept
+                f,
+                m,
+                manifest_json,
+                path,
+                DirectiveMulticast(group, source=f.config.carousel_control_source),
+                kept,
             )
             plan = _replan(f, m, kept)
             if plan.state is PlanState.DOWNLOADING:  # the swarm is the carousel's fallback

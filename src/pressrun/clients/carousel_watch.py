@@ -36,12 +36,14 @@ def watch_for_carousel(
     interface: str,
     trusted_keys: Collection[str],
     should_stop: Callable[[], bool],
+    source: str | None = None,
 ) -> CarouselPlan | None:
     """The issue's carousel plan from the first trusted announcement naming it with
     this manifest; None once ``should_stop()`` says so. ``trusted_keys``: hex Ed25519
-    publisher keys."""
+    publisher keys; ``source``: the sender's address, which a source-specific (232/8)
+    control group is joined by (ValueError for one without it)."""
     gate = AnnouncementGate(trusted_keys)
-    sock = receiver_socket(*control_group, interface)
+    sock = receiver_socket(*control_group, interface, source=source)
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ)
     buffer = bytearray(MAX_DATAGRAM)
@@ -63,4 +65,4 @@ def watch_for_carousel(
         return None
     finally:
         selector.close()
-        leave_and_close(sock, control_group[0], interface)
+        leave_and_close(sock, control_group[0], interface, source)

@@ -141,6 +141,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "(default: do not watch)",
     )
     p.add_argument(
+        "--multicast-control-source",
+        default=None,
+        metavar="ADDRESS",
+        help="the sender's address, by which a source-specific (232/8) "
+        "--multicast-control-group and its channels are joined (required with one)",
+    )
+    p.add_argument(
         "--give-up-after-s",
         type=float,
         default=DEFAULT_GIVE_UP_AFTER_S,
@@ -331,6 +338,7 @@ def run_get(args: argparse.Namespace) -> int:
     """Download the issue; 0 when it is in the library, 1 when it cannot be, 2 bad flags."""
     import asyncio
     import dataclasses
+    import ipaddress
     import logging
     import os
     import sys
@@ -378,9 +386,21 @@ def run_get(args: argparse.Namespace) -> int:
                 config, amt=args.amt, amt_relays=tuple(args.amt_relay), amt_dns=args.amt_dns
             )
         if args.multicast_control_group:
-            parse_group(args.multicast_control_group)  # a bad value fails here
+            from pressrun.multicast.config import is_ssm
+
+            group, _ = parse_group(args.multicast_control_group)  # a bad value fails here
+            source = args.multicast_control_source
+            if source is not None:
+                ipaddress.IPv4Address(source)  # a bad value fails here
+            elif is_ssm(group):
+                raise ValueError(
+                    f"{group} is a source-specific group: give the sender's address "
+                    "with --multicast-control-source"
+                )
             config = dataclasses.replace(
-                config, carousel_control_group=args.multicast_control_group
+                config,
+                carousel_control_group=args.multicast_control_group,
+                carousel_control_source=source,
             )
         if args.multicast_deadline_s is not None or args.multicast_interface is not None:
             config = dataclasses.replace(

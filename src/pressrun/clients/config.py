@@ -109,6 +109,9 @@ class ClientConfig:
         balancer starts one at peak demand: a newcomer sent to the swarm just before
         the peak then does not take the file from the origins' web seeds). The swarm
         is the carousel's fallback.
+    carousel_control_source: the sender's address, which a source-specific (232/8)
+        ``carousel_control_group`` and its channels are joined by (None: any-source
+        groups only; a 232/8 group cannot be joined without it).
     carousel_switch_below: see carousel_control_group. 0.5: past half of the file
         the swarm finishes sooner than a carousel starting from nothing.
     uploader_policy: in swarm mode, the peer's uploader policy by name
@@ -144,6 +147,7 @@ class ClientConfig:
     amt_native_wait_s: float = 1.5
     supernode_host: str | None = None
     carousel_control_group: str | None = None
+    carousel_control_source: str | None = None
     carousel_switch_below: float = 0.5
     uploader_policy: str | None = None
 

@@ -170,6 +170,7 @@ async def _carousel_meanwhile(
             interface=f.config.multicast_interface or "0.0.0.0",
             trusted_keys={m.publisher_key},
             should_stop=stop.is_set,
+            source=f.config.carousel_control_source,
         ),
     )
     try:
@@ -178,7 +179,9 @@ async def _carousel_meanwhile(
             return None
         try:
             plan = watcher.result()
-        except OSError as err:
+        except (OSError, ValueError) as err:
+            # the watch is an extra: a group it cannot join (a 232/8 one without its
+            # source) leaves the swarm fetch running, not failed
             f.notice(f"cannot watch the control channel ({describe(err)}); staying in the swarm")
             plan = None
         if plan is not None and _swarm_fraction(f) < f.config.carousel_switch_below:

@@ -259,6 +259,8 @@ async def run_variant(
             if env.get("PRESSRUN_MULTICAST_SENDER", "x"):
                 # a swarm client moves to the carousel when it starts early in its download
                 args += ["--multicast-control-group", control_group]
+                if amt_subnet is not None:  # source-specific (232/8): joined by its source
+                    args += ["--multicast-control-source", island_addresses(subnet)[0]]
             if outcome.plan.kind == BROWSER:
                 args = args[: args.index(image) + 1] + browser_command(
                     scenario, issue, outcome.plan.number
