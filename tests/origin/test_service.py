@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import socket
 import struct
 import time
@@ -687,3 +688,134 @@ def test_system_cpu_sees_a_busy_core() -> None:
     percent = cpu.sample()
     # one busy core of os.cpu_count(): at least half of its share shows
     assert 50.0 / (os.cpu_count() or 1) <= percent <= 100.0
+
+
+# ---------------------------------------------------------------- the fast path
+
+#: requests the content route's fast path (OriginService.fast_handler) takes or hands
+#: to the app: every answer must be the app's own, byte for byte but the Date
+_SAME_AS_APP = [
+    ("GET", f"/content/{ISSUE}/{FILE}", {}),
+    ("HEAD", f"/content/{ISSUE}/{FILE}", {}),
+    ("GET", f"/content/{ISSUE}/{FILE}", {"Range": "bytes=10-19"}),
+    ("GET", f"/content/{ISSUE}/{FILE}", {"Range": "bytes=-5"}),
+    ("GET", f"/content/{ISSUE}/{FILE}", {"Range": "bytes=0-9,20-29"}),
+    ("GET", f"/content/{ISSUE}/{FILE}", {"Range": "bytes=5-4"}),
+    ("GET", f"/content/{ISSUE}/{FILE}", {"Range": f"bytes={SIZE}-"}),
+    ("GET", f"/content/{ISSUE}/{FILE}", {"If-None-Match": "*"}),
+    ("GET", f"/content/{ISSUE}/{FILE}", {"Range": "bytes=0-9", "If-Range": '"other"'}),
+    ("GET", f"/content/{ISSUE}/manifest.json", {}),
+    ("GET", f"/content/{ISSUE}/empty.bin", {}),
+    ("GET", f"/content/{ISSUE}/nothing.pdf", {}),
+    ("GET", "/content/no-such-issue/x.pdf", {}),
+    ("GET", f"/content/{ISSUE}/.hidden", {}),
+    ("GET", f"/content/{ISSUE}%2F{FILE}/x", {}),
+    ("GET", f"/content/{ISSUE}/a%252Fb", {}),
+    ("GET", f"/content/{ISSUE}/%7Bx%7D", {}),
+    ("GET", f"/content/{ISSUE}/{FILE}/", {}),
+    ("GET", f"/content/{ISSUE}/{FILE}/extra", {}),
+    ("GET", f"/content/{ISSUE}", {}),
+    ("GET", "/content/../secret.txt", {}),
+    ("POST", f"/content/{ISSUE}/{FILE}", {}),
+    ("GET", f"/content/{ISSUE}/manifest.json", {"Expect": "100-continue"}),
+    ("GET", "/healthz", {}),
+    ("GET", "/nope", {}),
+    # CORS: aiohttp-cors's headers on every answer of the content route
+    ("GET", f"/content/{ISSUE}/{FILE}", {"Origin": "http://r.example", "Range": "bytes=0-9"}),
+    ("HEAD", f"/content/{ISSUE}/{FILE}", {"Origin": "http://r.example"}),
+    ("GET", f"/content/{ISSUE}/{FILE}", {"Origin": "http://r.example", "If-None-Match": "*"}),
+    ("GET", f"/content/{ISSUE}/{FILE}", {"Origin": "http://r.example", "Range": "bytes=x-y"}),
+    ("GET", f"/content/{ISSUE}/nothing.pdf", {"Origin": "http://r.example"}),
+    ("GET", "/healthz", {"Origin": "http://r.example"}),
+    (
+        "OPTIONS",
+        f"/content/{ISSUE}/{FILE}",
+        {
+            "Origin": "http://r.example",
+            "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "range",
+        },
+    ),
+    ("OPTIONS", f"/content/{ISSUE}/{FILE}", {"Origin": "http://r.example"}),
+]
+
+
+async def _exchange(port: int, method: str, target: str, headers: dict[str, str]) -> bytes:
+    """One raw HTTP/1.1 exchange: the answer's status line, its headers sorted but the
+    Date, and its body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    lines = [f"{method} {target} HTTP/1.1", "Host: x", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    interim = b""
+    if data.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"):  # asked with Expect
+        interim, data = data[:25], data[25:]
+    head, _, payload = data.partition(b"\r\n\r\n")
+    kept = []
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b": ")
+        if name.lower() == b"date":
+            continue
+        if name.lower() == b"access-control-expose-headers":
+            # aiohttp-cors lists them from a frozenset: in no particular order
+            value = b",".join(sorted(value.split(b",")))
+        kept.append(name + b": " + value)
+    kept.sort()
+    return interim + head.split(b"\r\n")[0] + b"\n" + b"\n".join(kept) + b"\n\n" + payload
+
+
+async def test_the_fast_path_answers_as_the_app(content: Path) -> None:
+    fast = await _origin(content, name="fast")
+    app = await _origin(content, name="app")
+    try:
+        # the second origin without the fast path: the aiohttp app for every request
+        server = app.runner.server
+        assert server is not None and app.service.app_handler is not None
+        server.request_handler = app.service.app_handler
+        resolved: list[tuple[str, str, bool]] = []
+        router = fast.runner.app.router
+        resolve = router.resolve
+
+        async def counting(request: Any) -> Any:
+            resolved.append(
+                (request.method, request.rel_url.path_safe, "Expect" in request.headers)
+            )
+            return await resolve(request)
+
+        router.resolve = counting  # type: ignore[method-assign]
+        for method, target, headers in _SAME_AS_APP:
+            want = await _exchange(app.port, method, target, headers)
+            got = await _exchange(fast.port, method, target, headers)
+            assert got == want, (method, target, headers)
+        # the content route's GET/HEAD never reached the app's router (but with an
+        # Expect header, which the app answers); the rest did
+        route = re.compile(r"/content/[^{}/]+/[^{}/]+")
+        assert [
+            (method, path)
+            for method, path, expect in resolved
+            if method in ("GET", "HEAD") and route.fullmatch(path) and not expect
+        ] == []
+        assert ("GET", f"/content/{ISSUE}/manifest.json", True) in resolved
+        assert ("POST", f"/content/{ISSUE}/{FILE}", False) in resolved
+        assert ("GET", f"/content/{ISSUE}/{FILE}/extra", False) in resolved
+        assert ("GET", "/healthz", False) in resolved
+
+        # and the requests were counted alike (endpoint, code)
+        def counts(origin: RunningOrigin) -> dict[tuple[str, str], float]:
+            return {
+                (s.labels["endpoint"], s.labels["code"]): s.value
+                for family in text_string_to_metric_families(
+                    origin.service.metrics.exposition().decode()
+                )
+                for s in family.samples
+                if s.name == "pressrun_origin_requests_total"
+            }
+
+        assert counts(fast) == counts(app)
+        assert counts(fast)[("content", "206")] >= 2
+    finally:
+        await fast.stop()
+        await app.stop()

@@ -64,7 +64,7 @@ class TransferMixin:
 
     async def _transfer(
         self,
-        request: web.Request,
+        request: web.BaseRequest,
         response: web.StreamResponse,
         issue: str,
         name: str,
