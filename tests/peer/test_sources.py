@@ -43,11 +43,19 @@ class _Pid:
 class _Info:
     """The fields of libtorrent's peer_info that the tally reads."""
 
-    def __init__(self, pieces: list[bool], *, seed: bool = False, web: bool = False) -> None:
+    def __init__(
+        self,
+        pieces: list[bool],
+        *,
+        seed: bool = False,
+        web: bool = False,
+        choked: bool = False,
+        pid: bytes = bytes(20),
+    ) -> None:
         self.connection_type = lt.peer_info.web_seed if web else lt.peer_info.standard_bittorrent
-        self.flags = lt.peer_info.seed if seed else 0
+        self.flags = (lt.peer_info.seed if seed else 0) | (lt.peer_info.choked if choked else 0)
         self.pieces = pieces
-        self.pid = _Pid(bytes(20))
+        self.pid = _Pid(pid)
         self.ip = ("127.0.0.1", 8000)
         self.total_download = 0
 
@@ -64,6 +72,25 @@ def test_a_seed_counts_the_pieces_only_it_holds_among_downloading_peers() -> Non
     # counted only when asked (a downloading peer does not need it)
     tally.update([leecher, other], count_sole=False)
     assert tally.sole_pieces == 0
+
+
+def test_with_a_free_upload_slot_every_downloading_peer_would_be_served() -> None:
+    # The ring names the first receivers of a piece its source alone holds among the
+    # peers the source serves. A peer holds such a piece off until it is named, so it
+    # is not interested, so not unchoked: at a swarm's start nobody was, and the first
+    # pieces brought in waited for the supernode's 4 s fallback. libtorrent unchokes a
+    # newly interested peer at once while an upload slot is free: all of them count.
+    a, b, c = (_Info([False], pid=bytes([i]) * 20, choked=i != 1) for i in (1, 2, 3))
+    tally = PeerInfoTally()
+    tally.update([a, b, c], upload_slots=8)
+    assert tally.unchoked_ids == ("01" * 20,)
+    assert tally.served_ids == ("01" * 20, "02" * 20, "03" * 20)  # (before: the one)
+    # every slot taken: only those it unchokes
+    tally.update([a, b, c], upload_slots=1)
+    assert tally.served_ids == ("01" * 20,)
+    # any number of slots (unchoke_slots_limit -1)
+    tally.update([a, b, c], upload_slots=-1)
+    assert len(tally.served_ids) == 3
 
 
 def test_starved_peers_start_on_different_pieces() -> None:

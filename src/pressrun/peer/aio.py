@@ -229,6 +229,7 @@ class SwarmPeer:
         self._alerts = AlertSession(
             settings, loop=loop, on_alert=self._on_alert, after_alerts=self._rearm
         )
+        self._status.session_slots = int(settings.get("unchoke_slots_limit", 8))
         self._alerts.drain()  # alerts posted before the reader was attached
         return await asyncio.wait_for(asyncio.shield(self._listening), timeout=10)
 
@@ -293,7 +294,7 @@ class SwarmPeer:
             download_bps=lambda: self.config.download_limit_bps or self._status.peak_download_bps,
             bring_bps=lambda: self._feed.fetch_bps,
             missing=lambda: self._status.missing,
-            unchoked=lambda: self._status.tally.unchoked_ids,
+            unchoked=lambda: self._status.tally.served_ids,
             # the ring's answers apply now, not at the next status poll
             on_answers=self._refresh_totals,
         )

@@ -20,8 +20,10 @@ is pointed at). A round (docs/chord.md):
    totals and upload rate (``upload_bps``: the supernode picks owing holders that can
    pay back soonest first), its download rate, the upload it left unused over the
    last 2 s and the pieces it lacks (``download_bps``, ``unused_upload_bps``,
-   ``missing``: the order of the askers), the peers it unchokes now (``unchoked``: the first
-   receivers of a piece it alone holds are named among them), how many pieces it
+   ``missing``: the order of the askers), the peers it would serve now (``unchoked``:
+   those it unchokes, or every connected downloading peer while it has an upload slot
+   free, `pressrun.peer.sources.PeerInfoTally.served_ids`; the first receivers of a
+   piece it alone holds are named among them), how many pieces it
    is bringing in from the origins for the whole ring now (``bringing``; a piece it
    brought in and holds alone does not count: with one piece at a time a bringer
    that had to wait for a second holder left the origins idle, 1.43x the bound at N =

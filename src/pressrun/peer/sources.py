@@ -31,19 +31,30 @@ class PeerInfoTally:
         self.web_bytes = 0  # bytes from web-seed connections (per peer info)
         self.web_connections = 0
         self.leecher_ids: tuple[str, ...] = ()
-        #: the peer ids (hex, sorted) of the connected peers this one unchokes now (the
-        #: ring names first receivers of its pieces among them)
+        #: the peer ids (hex, sorted) of the connected peers this one unchokes now
         self.unchoked_ids: tuple[str, ...] = ()
+        #: those it would serve if they asked now (the ring names the first receivers
+        #: of its pieces among them): those it unchokes, or, while it unchokes fewer
+        #: than its upload slots, every connected downloading peer (libtorrent unchokes
+        #: a newly interested peer at once while a slot is free, `preemptive_unchoke` in
+        #: its session_impl.cpp). A peer holds a piece only its source holds off until
+        #: it is named, so it is not interested, so not unchoked: named only among the
+        #: unchoked, the first pieces of a swarm waited for the supernode's 4 s fallback
+        self.served_ids: tuple[str, ...] = ()
         #: pieces no connected BitTorrent peer holds while one of them downloads (only
         #: counted with ``count_sole``: a seed's last-holder rule, `PeerCore`)
         self.sole_pieces = 0
         self._per_connection: dict[tuple[str, int], int] = {}
 
-    def update(self, peers: Sequence[Any], *, count_sole: bool = False) -> None:
+    def update(
+        self, peers: Sequence[Any], *, count_sole: bool = False, upload_slots: int | None = None
+    ) -> None:
         """Bytes from web seeds, per connection: a connection's total only grows, so a
         total below the last one seen is a new connection to the same origin.
         ``count_sole``: also count `sole_pieces` from the peers' bitfields (a seed's
-        piece availability is not kept by libtorrent)."""
+        piece availability is not kept by libtorrent). ``upload_slots``: the peers it
+        unchokes at most (negative: any number; None: unknown, `served_ids` is then
+        `unchoked_ids`)."""
         web = 0
         leechers: list[str] = []
         unchoked: list[str] = []
@@ -73,6 +84,8 @@ class PeerInfoTally:
         self.web_connections = web
         self.leecher_ids = tuple(sorted(leechers))
         self.unchoked_ids = tuple(sorted(unchoked))
+        free = upload_slots is not None and (upload_slots < 0 or len(unchoked) < upload_slots)
+        self.served_ids = self.leecher_ids if free else self.unchoked_ids
         self.sole_pieces = held.count(False) if leechers and held is not None else 0
 
 

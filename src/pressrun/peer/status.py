@@ -109,6 +109,8 @@ class SwarmStatus:
         #: names who takes such a piece first: a tree, not a star)
         self.lonely: frozenset[int] = frozenset()
         self._upload_slots: int | None = None  # the torrent's unchoke slots (None: session's)
+        #: the session's unchoke slots (``unchoke_slots_limit``; None: unknown)
+        self.session_slots: int | None = None
         #: the fastest payload upload and download libtorrent reported (bytes/s)
         self.peak_upload_bps = 0
         self.peak_download_bps = 0
@@ -126,7 +128,10 @@ class SwarmStatus:
             # (peer_info_alert cannot be read from Python in the 2.1.1 binding: it has
             # no converter for its vector; the synchronous call is fine without
             # set_alert_notify, FIELD-NOTES.md)
-            self.tally.update(handle.get_peer_info(), count_sole=bool(st.is_seeding))
+            slots = self._upload_slots or self.session_slots
+            self.tally.update(
+                handle.get_peer_info(), count_sole=bool(st.is_seeding), upload_slots=slots
+            )
         self.peak_upload_bps = max(self.peak_upload_bps, int(st.upload_payload_rate))
         self.download_bps = int(st.download_payload_rate)
         self.peak_download_bps = max(self.peak_download_bps, self.download_bps)
