@@ -10,10 +10,13 @@ Endpoints (docs/protocols.md, "Origin HTTP"; docs/origin.md):
   Both names must match `pressrun.origin.core.NAME_RE`, so no path can leave the
   content directory. Single ranges give 206, malformed or unsatisfiable ones 416,
   several ranges the whole file (200). Strong ETag, If-None-Match (304), If-Range.
-  Without an egress cap the body goes out with ``loop.sendfile`` (sendfile(2)) in
-  chunks of ``sendfile_chunk_bytes``; with a cap, in chunks of ``cap_chunk_bytes``
+  Without an egress cap the body goes out with sendfile(2) (the transfer module's own
+  loop) in chunks of ``sendfile_chunk_bytes``; with a cap, in chunks of ``cap_chunk_bytes``
   paced by one `TokenBucket` shared by every transfer. A busy origin slows down: a
   valid request is never refused (libtorrent drops a web seed for good after one 503).
+  ``GET``/``HEAD`` of this route is answered straight from aiohttp's server handler
+  (`OriginService.fast_handler`), without the Application's router, middleware and
+  signals; every other request goes through the app.
 - ``GET /stats``: the status agent's JSON; ``GET /metrics``: Prometheus text from a
   registry of this app only; ``GET /healthz``: ``ok``.
 
