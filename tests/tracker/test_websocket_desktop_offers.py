@@ -14,7 +14,8 @@ import aiohttp
 from live_tracker import LiveTracker, announce_query
 from test_websocket_relay import CONFIG, announce, announce_text
 
-from pressrun.tracker.websocket_relay import WebTorrentRelay, WsAnnounce, parse_frame
+from pressrun.tracker.websocket_codec import WsAnnounce, parse_frame
+from pressrun.tracker.websocket_relay import WebTorrentRelay
 
 IH = bytes(range(20))
 DESKTOP_A, DESKTOP_B, BROWSER = (

@@ -9,17 +9,14 @@ from typing import Any
 import pytest
 
 from pressrun.tracker.events import AddressFamily, AnnounceEvent, PeerRecord
+from pressrun.tracker.websocket_codec import FrameError, WsAnnounce, WsAnswer, parse_frame
 from pressrun.tracker.websocket_relay import (
     Fault,
     Forward,
-    FrameError,
     RelayConfig,
     Send,
     WebTorrentRelay,
-    WsAnnounce,
-    WsAnswer,
     announce_request,
-    parse_frame,
     upload_claim_supported,
 )
 
@@ -98,7 +95,7 @@ def test_each_offer_goes_to_a_different_peer_and_only_its_answer_comes_back() ->
 
 
 def parse_sdp() -> Any:
-    from pressrun.tracker.websocket_relay import Sdp
+    from pressrun.tracker.websocket_codec import Sdp
 
     return Sdp("answer", "v=0")
 

@@ -1,7 +1,8 @@
 """The WebTorrent tracker's asyncio adapter: ``GET /webtorrent`` (a WebSocket).
 
-Each text frame goes to the pure relay (`pressrun.tracker.websocket_relay`): the
-socket's rate bucket, the frame's bounds, then for an announce the same allowlist as
+Each text frame is parsed (`pressrun.tracker.websocket_codec`) and goes to the pure
+relay (`pressrun.tracker.websocket_relay`): the socket's rate bucket, the frame's
+bounds, then for an announce the same allowlist as
 ``/announce`` (``TrackerCore.refusal``), the same accounting (the announce becomes a
 tracker-core announce through the service, so the store and ``/v1/swarms`` have the
 browser's bytes; an upload the swarm's totals cannot support is refused whole) and
@@ -33,19 +34,21 @@ from pressrun.tracker.accounting import family_of
 from pressrun.tracker.core import effective_address
 from pressrun.tracker.events import AddressFamily, AnnounceEvent
 from pressrun.tracker.redis_store import RedisStore
+from pressrun.tracker.websocket_codec import (
+    FrameError,
+    WsAnnounce,
+    WsAnswer,
+    failure,
+    parse_frame,
+)
 from pressrun.tracker.websocket_relay import (
     Effect,
     Fault,
     Forward,
-    FrameError,
     RelayConfig,
     Send,
     WebTorrentRelay,
-    WsAnnounce,
-    WsAnswer,
     announce_request,
-    failure,
-    parse_frame,
     upload_claim_supported,
 )
 
