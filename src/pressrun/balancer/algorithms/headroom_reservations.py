@@ -13,21 +13,30 @@ origin, as reservations of bytes/s over time, and tells a client whose turn is l
 to come back then (a refusal with a reserved start: `NoDirective.reservation`, HTTP 503
 with ``Retry-After`` and ``reservation``; the client asks again with it then).
 
-An origin's *book* holds its reservations: a download of ``L`` bytes left by a client
-whose link carries ``a`` bytes/s takes ``r = min(a, room)`` for ``L / r`` seconds from
-its start. While the rates of the transfers running at once stay within the origin's
-room, an evenly shared link gives each its whole rate (max-min: nobody's bottleneck is
-the origin), so each ends when its reservation does. Starts are first come first served
-per origin (a new start is never before the last one), so after the last start the
-reserved rate only falls: the earliest start for ``r`` is the first reservation end at
-which the rate still reserved leaves ``r`` (a walk over the ends, no search of the
-past). A client is given the origin where it starts first (then ends first); it is
-refused when no origin can end its download by its deadline (less `margin_s`): the
-queue does not hold a client it cannot serve in time.
+An origin's *book* (`OriginBook`) is its queue as a fluid: the bytes admitted and not
+yet sent, drained at the origin's room. A download of ``L`` bytes left by a client whose
+link carries ``a`` bytes/s, at ``r = min(a, room)``, ends when the work ahead and its
+own ``L`` are sent (never before ``L / r`` from now) and starts ``L / r`` before that;
+while the rates of the transfers running at once stay within the origin's room, an
+evenly shared link gives each its whole rate (max-min: nobody's bottleneck is the
+origin), so each ends about when planned. A client is given the origin where it ends
+first; it is refused when no origin can end its download by its deadline (less
+`margin_s` where the queue ahead sets its end): the queue does not hold a client it
+cannot serve in time.
 
-Bounded: a reservation is dropped once its end has passed; one not claimed within
-`claim_s` of its start (the client gave up) is cancelled, its rest of room freed;
-at most `max_reservations` wait at once (then the refusal is the ordinary one).
+Starts ahead (`Reservations.slip_in`): where no turn behind the queue ends in time, a
+download may start now ahead of it. The link is shared evenly, so it moves every
+download queued there later by its bytes over the drain, and itself gets at least an
+even share among the transfers there: started where every download queued still ends
+by its due (`OriginBook.slack_bytes`; a turn later is due by its deadline less its
+margin, a transfer running by its deadline) and it ends by its own. Only then: where a
+turn fits, the client is served either way, and the turns keep the transfers running at
+once few, each at its client's whole rate.
+
+Bounded: a reservation not claimed within `claim_s` of its start (the client gave up)
+is cancelled, its bytes given back; at most `max_reservations` wait at once (then the
+refusal is the ordinary one); a book follows at most `max_reservations` dues, forgotten
+once sent or past (beyond that, nothing more starts ahead there).
 """
 
 from __future__ import annotations
