@@ -32,7 +32,7 @@ import pytest_asyncio
 from pressrun.clients.config import MOBILE, ClientConfig
 from pressrun.content.keys import generate_keypair, load_public_key
 from pressrun.demo.testbed import OriginShape, Testbed
-from pressrun.reader.browser import CHROMIUM, CHROMIUM_ARGS, PHONE, why_no_browser
+from pressrun.reader.browser import CHROMIUM, CHROMIUM_ARGS, PHONE, open_app, why_no_browser
 from pressrun.reader.config import ReaderConfig
 
 #: how long one step may wait (Playwright's own default is 30 s; a loaded 2-core host)
@@ -191,18 +191,21 @@ class Phone:
         self.page = await self.context.new_page()
         self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
         self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
-        await self.page.goto(self.url)
         # the app's module sets window.pressrun once its imports are in, which on a
-        # loaded host can come after the page's load event that goto waits for
-        await self.evaluate(
-            """async () => {
-                while (window.pressrun === undefined) {
-                    await new Promise((resolve) => setTimeout(resolve, 50));
-                }
-                return window.pressrun.ready;
-            }""",
-            what="the app's start",
-        )
+        # loaded host can come after the page's load event that goto waits for; a load
+        # cut part-way (ERR_NETWORK_CHANGED while a container network is added beside
+        # the test) never sets it, so open_app opens the page again until it is set
+        try:
+            await bounded(
+                "the app's start",
+                open_app(self.page, self.url, STEP_TIMEOUT_S),
+                timeout_s=STEP_TIMEOUT_S + 5,
+                console=self.console,
+            )
+        except Exception as error:  # open_app's last playwright error, said with the console
+            tail = "; ".join(self.console[-8:]) or "nothing"
+            pytest.fail(f"the app's start: {error} (the page's console: {tail})")
+        await self.evaluate("window.pressrun.ready", what="the app's start")
         return self.page
 
     async def evaluate(
