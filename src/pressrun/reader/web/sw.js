@@ -38,6 +38,8 @@ const SHELL = [
   "js/notices.js",
   "js/pages.js",
   "js/prefetch.js",
+  "js/prefetch-rules.js",
+  "js/prefetch-store.js",
   "js/reading.js",
   "js/settings.js",
   "js/store.js",

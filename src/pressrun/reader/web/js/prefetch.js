@@ -50,40 +50,24 @@
 //
 // window.pressrun.prefetch() gives each issue's prefetch status (app.js), for the
 // tests: state, pieces stored, bytes by origin, grants, deferrals, the last rate.
+//
+// Its pure rules (the origins' pick beside the swarm, a grant's fields) are in
+// prefetch-rules.js, the ciphertext's storage (the OPFS folder, the adoption at the
+// release) in prefetch-store.js; what this module exported of them it still does.
 
-import { getSetting, putSetting, updateIssue } from "./db.js";
+import { getSetting, putSetting } from "./db.js";
 import { checkAnswer } from "./download.js";
 import { pieceOk, pieceSpan } from "./manifest.js";
-import { storageEstimate, writeRun } from "./store.js";
+import { nextOriginPiece, seconds, swarmOf } from "./prefetch-rules.js";
+import { adoptPrefetched, folder, folderName, keepPiece, removeFolders, storedCiphertext } from "./prefetch-store.js";
+import { storageEstimate } from "./store.js";
 import { SwarmFetch } from "./swarm.js";
 
-/** The most a granted or waiting prefetch waits before it asks the balancer again. */
-const MAX_WAIT_S = 300;
-/** Decrypted pieces written as one run at the release once this many bytes wait. */
-const RUN_BYTES = 4 * 1024 * 1024;
-/** With every missing piece held by a peer, the origins wait this long without a
- * byte from the peers (clients/prefetch_swarm.py's PEER_PATIENCE_S). */
-export const PEER_PATIENCE_S = 3;
+export { nextOriginPiece, PEER_PATIENCE_S } from "./prefetch-rules.js";
+export { adoptPrefetched } from "./prefetch-store.js";
+
 /** How often the origin loop looks again while the peers bring the pieces (ms). */
 const LOOK_MS = 250;
-
-/**
- * The piece to ask the origins for next, or null: let the peers bring it (pure;
- * clients/prefetch_swarm.py's next_origin_piece). A piece no connected peer holds
- * first, chosen at random among them (two prefetchers rarely pay the origins for the
- * same piece); when peers hold every missing piece, null unless the peers have sent
- * nothing for PEER_PATIENCE_S: then the least held. `random()` in [0, 1).
- */
-export function nextOriginPiece(missing, availability, peersIdleS, random = Math.random) {
-  if (!missing.length) return null;
-  const held = missing.map((i) => availability[i] ?? 0);
-  const nobody = missing.filter((_, k) => held[k] <= 0);
-  if (nobody.length) return nobody[Math.floor(random() * nobody.length)];
-  if (peersIdleS < PEER_PATIENCE_S) return null;
-  const least = Math.min(...held);
-  const some = missing.filter((_, k) => held[k] === least);
-  return some[Math.floor(random() * some.length)];
-}
 
 const statuses = new Map(); // issue id -> its status (prefetchStatus())
 
@@ -98,75 +82,6 @@ const sleep = (ms, signal) =>
     const timer = setTimeout(resolve, ms);
     signal.addEventListener("abort", () => (clearTimeout(timer), reject(signal.reason)), { once: true });
   });
-
-/** The prefetchers' swarm a grant names ({torrent_url, webtorrent_url}), or null. */
-function swarmOf(doc) {
-  const swarm = doc?.swarm;
-  const url = (u, schemes) => typeof u === "string" && schemes.some((p) => u.startsWith(p));
-  if (!url(swarm?.torrent_url, ["http://", "https://"]) || !url(swarm?.webtorrent_url, ["ws://", "wss://"])) return null;
-  return { torrent_url: swarm.torrent_url, webtorrent_url: swarm.webtorrent_url };
-}
-
-/** A non-negative finite number of a balancer's answer (times capped), or null. */
-function seconds(doc, key) {
-  const v = doc?.[key];
-  if (typeof v !== "number" || !Number.isFinite(v) || v < 0) return null;
-  return key === "rate_bytes_per_s" ? v : Math.min(v, MAX_WAIT_S);
-}
-
-// -- the ciphertext's own storage (OPFS prefetch/<issue>.<sha256[:16]>/p<index>)
-
-async function prefetchRoot() {
-  return (await navigator.storage.getDirectory()).getDirectoryHandle("prefetch", { create: true });
-}
-
-const folderName = (m) => `${m.issue_id}.${m.sha256.slice(0, 16)}`;
-
-async function folder(m, create) {
-  try {
-    return await (await prefetchRoot()).getDirectoryHandle(folderName(m), { create });
-  } catch (err) {
-    if (!create && err.name === "NotFoundError") return null;
-    throw err;
-  }
-}
-
-/** Remove the prefetch folders of `issueId` (all versions, or all but `keep`). */
-async function removeFolders(issueId, keep = null) {
-  const root = await prefetchRoot();
-  const names = [];
-  // exactly <issueId>.<16 hex>: an issue named "a" keeps its hands off "a.b"'s folder
-  const ours = (name) => name.length === issueId.length + 17 && name.startsWith(`${issueId}.`) && /^[0-9a-f]{16}$/.test(name.slice(-16));
-  for await (const name of root.keys()) if (ours(name) && name !== keep) names.push(name);
-  for (const name of names) await root.removeEntry(name, { recursive: true }).catch(() => {});
-}
-
-/** The ciphertext pieces stored for this manifest's version: Map index -> handle. */
-async function storedCiphertext(m) {
-  const dir = await folder(m, false);
-  const found = new Map();
-  if (dir === null) return found;
-  const n = m.piece_sha256.length;
-  for await (const [name, handle] of dir.entries()) {
-    const match = /^p(\d+)$/.exec(name);
-    if (match !== null && handle.kind === "file" && Number(match[1]) < n) found.set(Number(match[1]), handle);
-    else if (/^t\d+$/.test(name)) await dir.removeEntry(name).catch(() => {}); // a write cut short
-  }
-  return found;
-}
-
-async function keepPiece(dir, index, bytes) {
-  const handle = await dir.getFileHandle(`t${index}`, { create: true });
-  const writable = await handle.createWritable();
-  try {
-    await writable.write(bytes);
-    await writable.close();
-  } catch (err) {
-    await writable.abort().catch(() => {});
-    throw err;
-  }
-  await handle.move(`p${index}`);
-}
 
 // -- the prefetch
 
@@ -518,53 +433,6 @@ class Prefetch {
       await sleep(Math.min(1000 * 2 ** Math.min(round, 6), 60_000), signal);
     }
   }
-}
-
-/**
- * At the release: the stored ciphertext of this manifest's version, decrypted with
- * the opener (subscription.js) into the issue's own storage; the prefetch folder
- * removed. Returns the number of pieces moved. A piece that does not decrypt is left
- * to the download (which fetches it again).
- */
-export async function adoptPrefetched(m, opener, note = () => {}) {
-  const found = await storedCiphertext(m);
-  if (found.size === 0) {
-    await removeFolders(m.issue_id);
-    return 0;
-  }
-  const indices = [...found.keys()].sort((a, b) => a - b);
-  let run = { first: null, chunks: [], bytes: 0, fetched: 0 };
-  let moved = 0;
-  let fetchedBytes = 0; // ciphertext bytes taken from the origins before the release
-  const flush = async () => {
-    if (run.chunks.length) await writeRun(m.issue_id, run.first, run.chunks);
-    moved += run.chunks.length;
-    fetchedBytes += run.fetched;
-    run = { first: null, chunks: [], bytes: 0, fetched: 0 };
-  };
-  for (const index of indices) {
-    const bytes = new Uint8Array(await (await found.get(index).getFile()).arrayBuffer());
-    let plain;
-    try {
-      if (!(await pieceOk(m, index, bytes))) throw new Error("does not match the manifest");
-      plain = opener.decryptPiece(index, bytes);
-    } catch (err) {
-      note(`prefetch: piece ${index} on this device is not usable (${err?.message ?? err}); it is fetched again`);
-      await flush();
-      continue;
-    }
-    if (run.first !== null && run.first + run.chunks.length !== index) await flush();
-    if (run.first === null) run.first = index;
-    run.chunks.push(plain);
-    run.bytes += plain.length;
-    run.fetched += bytes.length;
-    if (run.bytes >= RUN_BYTES) await flush();
-  }
-  await flush();
-  await removeFolders(m.issue_id);
-  // the library's "From origins" line counts them (app.js sourcesLine)
-  await updateIssue(m.issue_id, { prefetched_bytes: fetchedBytes });
-  return moved;
 }
 
 /**
