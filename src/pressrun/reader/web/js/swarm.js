@@ -45,6 +45,8 @@
 import { pieceOk } from "./manifest.js";
 import { answerTime, leaveRule, silentPeerStep, uploadCapFor, WebSeedRule, windowRate } from "./swarm-rules.js";
 import { StoredPieces } from "./store.js";
+import { SwarmPeers } from "./swarm-peers.js";
+import { SwarmWebSeeds } from "./swarm-web-seeds.js";
 import { fetchCheckedTorrent } from "./torrent.js";
 
 // the pure rules, for the page's tests and the bench, from here as before
@@ -56,14 +58,11 @@ export class NoPeers extends Error {}
 export class SwarmStalled extends Error {}
 
 const TAG_BYTES = 16;
-const MAX_BANNED = 1000; // peer ids remembered as banned (and with a strike), at most
 // pieces kept ready for upload (a piece is asked for block by block): with a crowd of
 // peers each asking for another piece, 8 made most blocks a new OPFS read and SHA-256
 const PIECE_CACHE = 48;
 const MAX_RUN = 64; // pieces written as one OPFS file at most
 const TICK_MS = 250;
-const MAX_SILENCE_STEP_S = 1; // a peer's silence grows by at most this per tick (silentPeerStep)
-const WEB_SEED_RETRY_S = 10; // a piece a web seed failed is offered again after this (webconn.js)
 
 let client = null;
 /** issue id -> the SwarmFetch in the swarm (downloading or seeding) */
@@ -300,290 +299,8 @@ export class SwarmFetch {
     if (this.cache.size > PIECE_CACHE) this.cache.delete(this.cache.keys().next().value);
   }
 
-  // -- peers
-
-  onWire(wire) {
-    if (wire.type === "webSeed") {
-      wire.on("piece", (index, offset, buffer) => {
-        this.receivedFromWebSeeds += buffer.length;
-        this.contributed(index, wire, buffer.length);
-      });
-      return;
-    }
-    if (this.banned.has(wire.peerId)) {
-      wire.destroy();
-      return;
-    }
-    this.peersSeen.add(wire.peerId);
-    this.firstPeer?.();
-    // no unchoke while uploads are not allowed, whoever asks for it (webtorrent
-    // unchokes a peer the moment it is interested, and its rechoke every 10 s): a
-    // metered reader that unchoked a peer and refused its requests left that peer
-    // waiting out request_timeout_s for each before it asked elsewhere
-    const unchoke = wire.unchoke.bind(wire);
-    wire.unchoke = () => {
-      if (this.uploadAllowed()) unchoke();
-    };
-    if (!this.uploadAllowed()) wire.choke();
-    // the peer's answer time (silentPeerStep): from the ask (its requests went from
-    // none to some) or its answer before, to its next answer
-    const request = wire.request.bind(wire);
-    wire.request = (...args) => {
-      if (wire.requests.length === 0) wire.askedAt = nowS();
-      return request(...args);
-    };
-    wire.answerS = null;
-    wire.silentS = 0;
-    wire.on("download", (n) => {
-      const now = nowS();
-      this.receivedFromPeers += n;
-      wire.answerS = answerTime(wire.answerS, now - Math.max(wire.lastPayloadAt, wire.askedAt ?? 0));
-      this.lastPeerPayloadAt = wire.lastPayloadAt = now;
-      wire.silentS = 0;
-      wire.reaskedAt = undefined;
-    });
-    wire.lastPayloadAt = nowS();
-    wire.on("upload", (n) => {
-      this.uploaded += n;
-    });
-    wire.on("piece", (index, offset, buffer) => this.contributed(index, wire, buffer.length));
-  }
-
-  contributed(index, wire, bytes) {
-    let who = this.contributors.get(index);
-    if (who === undefined) this.contributors.set(index, (who = new Map()));
-    who.set(wire, (who.get(wire) ?? 0) + bytes);
-  }
-
-  onWarning(err) {
-    const bad = /Piece (\d+) failed verification/.exec(String(err?.message ?? err));
-    if (bad === null) return;
-    const index = Number(bad[1]);
-    const who = [...(this.contributors.get(index)?.keys() ?? [])];
-    this.contributors.delete(index);
-    this.badPieces += 1;
-    // a peer banned already sent blocks of it: that explains it, nobody else is blamed
-    if (who.some((w) => this.banned.has(w.peerId))) return;
-    for (const wire of who) {
-      if (wire.type === "webSeed") {
-        // an origin sent it: the origins leave this swarm (the origin path checks
-        // each origin's pieces and fails the bad one)
-        this.webSeedsRefused = true;
-        this.setWebSeeds(false);
-        this.download.notice(`piece ${index} from an origin (web seed) does not match the torrent; web seeds are dropped`);
-        continue;
-      }
-      const strikes = (this.strikes.get(wire.peerId) ?? 0) + (who.length === 1 ? 2 : 1);
-      this.strikes.set(wire.peerId, strikes);
-      if (this.strikes.size > MAX_BANNED) this.strikes.delete(this.strikes.keys().next().value);
-      if (strikes >= 2) this.ban(wire, index);
-    }
-  }
-
-  ban(wire, index) {
-    if (this.banned.size >= MAX_BANNED) this.banned.delete(this.banned.values().next().value);
-    this.banned.add(wire.peerId);
-    this.strikes.delete(wire.peerId);
-    this.bans.push({ peer: wire.peerId, piece: index });
-    wire.destroy();
-    // the blocks it sent of pieces not complete yet are thrown away: those pieces
-    // start again (as webtorrent does after a failed piece), so no honest sender of
-    // their other blocks is blamed for them
-    const pieces = this.torrent.pieces;
-    for (const [i, who] of this.contributors) {
-      if (!who.has(wire)) continue;
-      this.contributors.delete(i);
-      if (pieces[i]) pieces[i] = new pieces[i].constructor(pieces[i].length);
-    }
-    this.download.notice(
-      `peer ${wire.peerId.slice(0, 12)}… sent piece ${index}, which does not match the signed torrent: it is banned`,
-    );
-    this.onChange();
-  }
-
-  /**
-   * Requests a peer has left unanswered are asked again, and a peer silent long after
-   * that is disconnected (it can come back through the tracker): silentPeerStep, with
-   * request_timeout_s as the least time a peer is given. (Once seen on these machines:
-   * a libtorrent peer left the last blocks of two pieces unanswered, and webtorrent
-   * waits 30 s before it gives a request up.) A peer's silence grows by the time
-   * between two ticks, at most MAX_SILENCE_STEP_S: a page the host left without CPU
-   * does not count that time against its peers.
-   */
-  reaskSilentPeers(now) {
-    const step = Math.min(MAX_SILENCE_STEP_S, Math.max(0, now - (this.silenceTick ?? now)));
-    this.silenceTick = now;
-    const received = this.receivedFromPeers + this.receivedFromWebSeeds;
-    for (const wire of this.torrent.wires) {
-      if (wire.type === "webSeed" || wire.destroyed) continue;
-      if (wire.requests.length === 0) {
-        wire.silentS = 0;
-        continue;
-      }
-      wire.silentS = (wire.silentS ?? 0) + step;
-      const verdict = silentPeerStep({
-        silentS: wire.silentS,
-        answerS: wire.answerS,
-        baseS: this.cfg.request_timeout_s,
-        reasked: wire.reaskedAt !== undefined,
-        // bytes from anybody else since the re-ask (the wire's own since then excluded)
-        othersDelivered: received - (wire.downloaded ?? 0) > (wire.othersAtReask ?? Infinity),
-      });
-      if (verdict === "disconnect") {
-        this.download.notice(
-          `peer ${wire.peerId.slice(0, 12)}… answers no request for ${wire.silentS.toFixed(1)} s while others send: disconnected`,
-        );
-        wire.destroy();
-        continue;
-      }
-      if (verdict !== "reask") continue;
-      wire.reaskedAt = now;
-      wire.othersAtReask = received - (wire.downloaded ?? 0);
-      // each unanswered request fails as webtorrent's own timeout fails it (without
-      // its 'timeout' event, which destroys the wire): its blocks are reserved again
-      // and asked for at once
-      for (let n = wire.requests.length; n > 0 && wire.requests.length; n--) {
-        wire._callback(wire.requests.shift(), new Error("unanswered: asked again"), null);
-        this.reasked += 1;
-      }
-    }
-  }
-
-  /**
-   * Choke every peer while uploads are not allowed (the link turned metered, or
-   * sharing was turned off), so that no peer asks this reader for a piece it would
-   * refuse; once they are allowed again, webtorrent's rechoke unchokes the interested
-   * ones at once rather than at its next 10 s round.
-   */
-  applyChoking() {
-    const t = this.torrent;
-    if (t === null || t.destroyed) return;
-    const allowed = this.uploadAllowed();
-    if (!allowed) {
-      for (const w of t.wires) if (w.type !== "webSeed" && !w.destroyed && !w.amChoking) w.choke();
-    } else if (this.chokedAll) {
-      t._rechoke?.();
-    }
-    this.chokedAll = !allowed;
-  }
-
-  /** Whether no connected peer holds a piece this reader lacks. */
-  starved() {
-    const t = this.torrent;
-    const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed);
-    for (let i = 0; i < t.pieces.length; i++) {
-      if (t.bitfield.get(i)) continue;
-      if (peers.some((w) => w.peerPieces.get(i))) return false;
-    }
-    return true;
-  }
-
-  /** A web seed that fails a request (down, or refusing) leaves this swarm: a dead
-   * one kept in the picker slowed the peers' pieces (a reader with a libtorrent peer
-   * and a stopped web seed stalled for 10 s in the tests). Its connection (webconn.js,
-   * the HTTP side of the web seed's wire) reports each request's error. */
-  watchWebSeed(url) {
-    const conn = this.torrent._peers?.get(url)?.conn;
-    if (typeof conn?.httpRequest !== "function") return;
-    const request = conn.httpRequest.bind(conn);
-    // (webtorrent's own callback first, on a wire still in the torrent: it gives the
-    // failed request's blocks back to the picker. Removing the web seed before it left
-    // them reserved, and a reader whose only other source was one peer stopped asking
-    // for them: in a parallel run of the suite it took 860 KB of 1.5 MB from its peer,
-    // asked for nothing for 10 s, and went to the stopped origins)
-    conn.failedUntil = new Map(); // piece -> when it is offered again (webconn.js waits 10 s)
-    conn.httpRequest = (index, offset, length, cb) =>
-      request(index, offset, length, (err, data) => {
-        if (err) conn.failedUntil.set(index, nowS() + WEB_SEED_RETRY_S);
-        cb(err, data);
-        if (err) setTimeout(() => this.webSeedFailed(url, err), 0);
-      });
-  }
-
-  /**
-   * What the web seeds offer (WebSeedRule): only the pieces this reader lacks that no
-   * connected peer that does not choke it holds; with `all`, every piece it lacks
-   * once none of those is left unasked (the web seeds then never idle while a piece
-   * is missing). A web seed's wire (webconn.js) stands for an origin that has every
-   * piece; webtorrent asks a wire only for pieces in its `peerPieces`, so that
-   * bitfield is the offer. A piece whose request failed is offered again after
-   * WEB_SEED_RETRY_S, as webconn.js does.
-   *
-   * Why not every piece all along under `all`: webtorrent's picker does not ask a
-   * peer whose wire is slower than 48 kB/s (a peer not asked yet is at 0) for a piece
-   * a faster wire offers, for the first 10 candidates of each pick. A web seed
-   * offering every piece was that faster wire, so a reader asked its peer for nothing
-   * while the peer held 10 or fewer of its missing pieces, and often never: in the
-   * two-readers test (tests/reader/test_swarm_browser.py) one reader took 43-46 of 46
-   * pieces from the origin with its peer unchoking it, 0 requests outstanding to it,
-   * and the origin sent 1.46-1.54 copies (3 of 14 runs). Offered only what no peer
-   * holds while some such piece is left, the web seed takes the pieces the swarm lacks
-   * and the peer's pieces are asked of the peer.
-   */
-  offerWebSeedPieces(all, now) {
-    const t = this.torrent;
-    const seeds = t.wires.filter((w) => w.type === "webSeed" && !w.destroyed && w.peerPieces);
-    if (!seeds.length) return;
-    const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.peerChoking);
-    const lacked = (i) => !t.bitfield.get(i) && !peers.some((w) => w.peerPieces.get(i));
-    const asked = (i) => (t._reservations?.[i] ?? []).some((w) => w) || !t.pieces[i] || t.pieces[i].missing === 0;
-    let everything = all;
-    for (let i = 0; everything && i < t.pieces.length; i++) {
-      if (lacked(i) && !asked(i) && !seeds.every((seed) => (seed.failedUntil?.get(i) ?? 0) > now)) everything = false;
-    }
-    let more = false;
-    for (let i = 0; i < t.pieces.length; i++) {
-      if (t.bitfield.get(i)) continue;
-      const offer = everything || lacked(i);
-      for (const seed of seeds) {
-        const give = offer && !((seed.failedUntil?.get(i) ?? 0) > now);
-        if (seed.peerPieces.get(i) === give) continue;
-        seed.peerPieces.set(i, give);
-        more ||= give;
-      }
-    }
-    if (more) t._update?.(); // ask for the pieces offered now
-  }
-
-  webSeedFailed(url, err) {
-    if (this.deadWebSeeds.has(url) || this.state === "left") return;
-    // a busy origin (5xx) or a slow answer (timeout) is asked again by webtorrent
-    // after 10 s; one that refuses connections or the file (4xx) is gone for good
-    const text = String(err?.message ?? err);
-    if (/status code 5\d\d/.test(text) || err?.name === "TimeoutError" || /timed? ?out/i.test(text)) return;
-    this.deadWebSeeds.add(url);
-    this.download.notice(`web seed ${url} failed (${err?.message ?? err}): it leaves this swarm`);
-    try {
-      this.torrent.removePeer(url);
-    } catch (e) {
-      console.warn(`webtorrent: ${e?.message ?? e}`);
-    }
-    this.onChange();
-  }
-
-  setWebSeeds(on) {
-    const urls = this.webSeedUrls();
-    if (on && (this.webSeedsRefused || !urls.length)) on = false;
-    if (on === this.webSeedsOn) return;
-    this.webSeedsOn = on;
-    for (const url of urls) {
-      if (on) {
-        this.torrent.addWebSeed(url);
-        this.watchWebSeed(url);
-      } else this.torrent.removePeer(url);
-    }
-    this.onChange();
-  }
-
-  /** Whether a web seed is in the swarm that has not failed (it may be slow). */
-  webSeedsAlive() {
-    return this.webSeedsOn && !this.webSeedsRefused && this.webSeedUrls().length > 0;
-  }
-
-  webSeedUrls() {
-    const given = Array.isArray(this.swarm.web_seeds) ? this.swarm.web_seeds : [];
-    return given.filter((u) => typeof u === "string" && /^https?:\/\//.test(u) && !this.deadWebSeeds.has(u));
-  }
+  // -- the peers (swarm-peers.js) and the web seeds (swarm-web-seeds.js): their methods
+  // are put on this class below
 
   // -- the run
 
@@ -850,6 +567,13 @@ export class SwarmFetch {
     for (const [, p] of this.pending) p.reject(new Error("left the swarm"));
     this.pending.clear();
     this.onChange();
+  }
+}
+
+// the peers' and the web seeds' methods, in their own modules, are SwarmFetch's
+for (const part of [SwarmPeers, SwarmWebSeeds]) {
+  for (const name of Object.getOwnPropertyNames(part.prototype)) {
+    if (name !== "constructor") Object.defineProperty(SwarmFetch.prototype, name, Object.getOwnPropertyDescriptor(part.prototype, name));
   }
 }
 

@@ -1,0 +1,131 @@
+// The swarm's web seeds, the origins in the same WebTorrent client (swarm.js,
+// docs/reader.md "Peers"): SwarmFetch's methods that add and remove them, choose the
+// pieces they offer (WebSeedRule's "every piece" or "what no peer holds"), and drop
+// one that fails a request. Written here as the methods of SwarmWebSeeds; swarm.js
+// puts them on SwarmFetch's prototype, so `this` is the SwarmFetch and they read and
+// write its fields as before.
+
+const WEB_SEED_RETRY_S = 10; // a piece a web seed failed is offered again after this (webconn.js)
+
+const nowS = () => performance.now() / 1000; // swarm.js's clock
+
+/** SwarmFetch's methods about its web seeds (installed by swarm.js). */
+export class SwarmWebSeeds {
+  /** Whether no connected peer holds a piece this reader lacks. */
+  starved() {
+    const t = this.torrent;
+    const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed);
+    for (let i = 0; i < t.pieces.length; i++) {
+      if (t.bitfield.get(i)) continue;
+      if (peers.some((w) => w.peerPieces.get(i))) return false;
+    }
+    return true;
+  }
+
+  /** A web seed that fails a request (down, or refusing) leaves this swarm: a dead
+   * one kept in the picker slowed the peers' pieces (a reader with a libtorrent peer
+   * and a stopped web seed stalled for 10 s in the tests). Its connection (webconn.js,
+   * the HTTP side of the web seed's wire) reports each request's error. */
+  watchWebSeed(url) {
+    const conn = this.torrent._peers?.get(url)?.conn;
+    if (typeof conn?.httpRequest !== "function") return;
+    const request = conn.httpRequest.bind(conn);
+    // (webtorrent's own callback first, on a wire still in the torrent: it gives the
+    // failed request's blocks back to the picker. Removing the web seed before it left
+    // them reserved, and a reader whose only other source was one peer stopped asking
+    // for them: in a parallel run of the suite it took 860 KB of 1.5 MB from its peer,
+    // asked for nothing for 10 s, and went to the stopped origins)
+    conn.failedUntil = new Map(); // piece -> when it is offered again (webconn.js waits 10 s)
+    conn.httpRequest = (index, offset, length, cb) =>
+      request(index, offset, length, (err, data) => {
+        if (err) conn.failedUntil.set(index, nowS() + WEB_SEED_RETRY_S);
+        cb(err, data);
+        if (err) setTimeout(() => this.webSeedFailed(url, err), 0);
+      });
+  }
+
+  /**
+   * What the web seeds offer (WebSeedRule): only the pieces this reader lacks that no
+   * connected peer that does not choke it holds; with `all`, every piece it lacks
+   * once none of those is left unasked (the web seeds then never idle while a piece
+   * is missing). A web seed's wire (webconn.js) stands for an origin that has every
+   * piece; webtorrent asks a wire only for pieces in its `peerPieces`, so that
+   * bitfield is the offer. A piece whose request failed is offered again after
+   * WEB_SEED_RETRY_S, as webconn.js does.
+   *
+   * Why not every piece all along under `all`: webtorrent's picker does not ask a
+   * peer whose wire is slower than 48 kB/s (a peer not asked yet is at 0) for a piece
+   * a faster wire offers, for the first 10 candidates of each pick. A web seed
+   * offering every piece was that faster wire, so a reader asked its peer for nothing
+   * while the peer held 10 or fewer of its missing pieces, and often never: in the
+   * two-readers test (tests/reader/test_swarm_browser.py) one reader took 43-46 of 46
+   * pieces from the origin with its peer unchoking it, 0 requests outstanding to it,
+   * and the origin sent 1.46-1.54 copies (3 of 14 runs). Offered only what no peer
+   * holds while some such piece is left, the web seed takes the pieces the swarm lacks
+   * and the peer's pieces are asked of the peer.
+   */
+  offerWebSeedPieces(all, now) {
+    const t = this.torrent;
+    const seeds = t.wires.filter((w) => w.type === "webSeed" && !w.destroyed && w.peerPieces);
+    if (!seeds.length) return;
+    const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.peerChoking);
+    const lacked = (i) => !t.bitfield.get(i) && !peers.some((w) => w.peerPieces.get(i));
+    const asked = (i) => (t._reservations?.[i] ?? []).some((w) => w) || !t.pieces[i] || t.pieces[i].missing === 0;
+    let everything = all;
+    for (let i = 0; everything && i < t.pieces.length; i++) {
+      if (lacked(i) && !asked(i) && !seeds.every((seed) => (seed.failedUntil?.get(i) ?? 0) > now)) everything = false;
+    }
+    let more = false;
+    for (let i = 0; i < t.pieces.length; i++) {
+      if (t.bitfield.get(i)) continue;
+      const offer = everything || lacked(i);
+      for (const seed of seeds) {
+        const give = offer && !((seed.failedUntil?.get(i) ?? 0) > now);
+        if (seed.peerPieces.get(i) === give) continue;
+        seed.peerPieces.set(i, give);
+        more ||= give;
+      }
+    }
+    if (more) t._update?.(); // ask for the pieces offered now
+  }
+
+  webSeedFailed(url, err) {
+    if (this.deadWebSeeds.has(url) || this.state === "left") return;
+    // a busy origin (5xx) or a slow answer (timeout) is asked again by webtorrent
+    // after 10 s; one that refuses connections or the file (4xx) is gone for good
+    const text = String(err?.message ?? err);
+    if (/status code 5\d\d/.test(text) || err?.name === "TimeoutError" || /timed? ?out/i.test(text)) return;
+    this.deadWebSeeds.add(url);
+    this.download.notice(`web seed ${url} failed (${err?.message ?? err}): it leaves this swarm`);
+    try {
+      this.torrent.removePeer(url);
+    } catch (e) {
+      console.warn(`webtorrent: ${e?.message ?? e}`);
+    }
+    this.onChange();
+  }
+
+  setWebSeeds(on) {
+    const urls = this.webSeedUrls();
+    if (on && (this.webSeedsRefused || !urls.length)) on = false;
+    if (on === this.webSeedsOn) return;
+    this.webSeedsOn = on;
+    for (const url of urls) {
+      if (on) {
+        this.torrent.addWebSeed(url);
+        this.watchWebSeed(url);
+      } else this.torrent.removePeer(url);
+    }
+    this.onChange();
+  }
+
+  /** Whether a web seed is in the swarm that has not failed (it may be slow). */
+  webSeedsAlive() {
+    return this.webSeedsOn && !this.webSeedsRefused && this.webSeedUrls().length > 0;
+  }
+
+  webSeedUrls() {
+    const given = Array.isArray(this.swarm.web_seeds) ? this.swarm.web_seeds : [];
+    return given.filter((u) => typeof u === "string" && /^https?:\/\//.test(u) && !this.deadWebSeeds.has(u));
+  }
+}
