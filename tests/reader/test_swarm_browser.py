@@ -422,14 +422,20 @@ async def verified(phone: Phone, issue: Issue, plain: bytes) -> dict[str, Any]:
         result: dict[str, Any] = await phone.wait_for_download(issue.issue_id, timeout_s=40)
     except AssertionError as err:
         # what the phone stored, said and saw of the swarm, for the failure's message
+        # (a phone that stored nothing has no folder: said so, the download's own
+        # failure stays the message rather than the look's NotFoundError)
         runs = await phone.evaluate(
             """async (issue) => {
-                const root = await navigator.storage.getDirectory();
-                const issues = await root.getDirectoryHandle('issues');
-                const dir = await issues.getDirectoryHandle(issue);
-                const names = [];
-                for await (const name of dir.keys()) names.push(name);
-                return names.sort();
+                try {
+                    const root = await navigator.storage.getDirectory();
+                    const issues = await root.getDirectoryHandle('issues');
+                    const dir = await issues.getDirectoryHandle(issue);
+                    const names = [];
+                    for await (const name of dir.keys()) names.push(name);
+                    return names.sort();
+                } catch (err) {
+                    return `none stored (${err.name})`;
+                }
             }""",
             issue.issue_id,
             what="the stored runs",
