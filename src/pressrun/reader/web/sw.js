@@ -32,6 +32,7 @@ const SHELL = [
   "js/db.js",
   "js/dom.js",
   "js/download.js",
+  "js/download-directive.js",
   "js/issues.js",
   "js/link.js",
   "js/manifest.js",

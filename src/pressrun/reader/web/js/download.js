@@ -28,6 +28,7 @@
 // that stops delivering, and the workers above fetch the rest from the origins.
 
 import { getSetting, putSetting, updateIssue } from "./db.js";
+import { DownloadDirective } from "./download-directive.js";
 import { ManifestError, bytesToHex, parseManifest, pieceOk, pieceSpan, verifyManifest } from "./manifest.js";
 import { deleteIssueFiles, issueBlob, removeUnfinishedWrites, storedPieces, writeRun } from "./store.js";
 import { NoPeers, SwarmFetch, SwarmStalled } from "./swarm.js";
@@ -50,15 +51,8 @@ const sleep = (ms, signal) =>
     }, { once: true });
   });
 
-class Unavailable extends Error {
-  constructor(reason, { retryAfterS = null, refused = false } = {}) {
-    super(reason);
-    this.retryAfterS = retryAfterS;
-    this.refused = refused;
-  }
-}
-
-function describe(err) {
+/** A fetch error in a few words (download-directive.js too). */
+export function describe(err) {
   if (err?.name === "TimeoutError") return "stalled (no bytes within the timeout)";
   if (err instanceof TypeError) return "the connection failed or was cut";
   return String(err?.message ?? err);
@@ -149,96 +143,7 @@ export class Download {
     }
   }
 
-  // -- balancer
-
-  /** A directive from the first balancer that answers, starting at the one that last
-   * did; a refused connection, a timeout or a 5xx moves to the next (issue 30). */
-  async directive() {
-    const urls = this.config.balancer_urls?.length ? this.config.balancer_urls : [this.config.balancer_url];
-    this.balancerIndex ??= 0;
-    let last = null;
-    for (let step = 0; step < urls.length; step++) {
-      const i = (this.balancerIndex + step) % urls.length;
-      try {
-        const origins = await this.directiveFrom(urls[i]);
-        this.balancerIndex = i;
-        return origins;
-      } catch (err) {
-        if (!(err instanceof Unavailable) || !err.nextBalancer) throw err;
-        if (!last?.refused) last = err;
-      }
-    }
-    throw last;
-  }
-
-  async directiveFrom(balancerUrl) {
-    const failed = this.failedNames();
-    const base = `${balancerUrl}/v1/issues/${encodeURIComponent(this.issueId)}/directive`;
-    const query = [];
-    if (failed.length) query.push(`failed=${failed.map(encodeURIComponent).join(",")}`);
-    if (this.peerCapable()) query.push("peer=webrtc");
-    const url = query.length ? `${base}?${query.join("&")}` : base;
-    let resp;
-    let body;
-    try {
-      const timeout = AbortSignal.timeout(this.cfg.balancer_timeout_s * 1000);
-      resp = await fetch(url, { signal: AbortSignal.any([timeout, this.signal]), cache: "no-store" });
-      body = await resp.text();
-    } catch (err) {
-      if (this.signal.aborted) throw this.signal.reason;
-      throw Object.assign(new Unavailable(`the balancer at ${balancerUrl} is unreachable: ${describe(err)}`), {
-        nextBalancer: true,
-      });
-    }
-    let doc = null;
-    try {
-      doc = JSON.parse(body);
-    } catch {
-      doc = null;
-    }
-    const message = doc?.error ?? `HTTP ${resp.status}`;
-    if (resp.status === 404) {
-      throw new DownloadError(`issue ${this.issueId} is unknown to the balancer: ${message}`);
-    }
-    if (resp.status === 503) {
-      const retry = Number(resp.headers.get("Retry-After"));
-      const refusal = new Unavailable(`the balancer has no origin for ${this.issueId} now: ${message}`, {
-        retryAfterS: Number.isFinite(retry) && retry > 0 ? retry : null,
-        refused: true,
-      });
-      throw Object.assign(refusal, { nextBalancer: true });
-    }
-    if (resp.status >= 500) {
-      throw Object.assign(new Unavailable(`the balancer at ${balancerUrl} answered ${message}`), { nextBalancer: true });
-    }
-    if (resp.status !== 200 || doc === null || !Array.isArray(doc.origins)) {
-      throw new Unavailable(`the balancer answered ${message}`);
-    }
-    const origins = doc.origins.filter((o) => typeof o?.name === "string" && typeof o?.url === "string");
-    if (origins.length === 0) {
-      throw new Unavailable(`the balancer's ${doc.mode} directive lists no origin (the reader downloads from origins)`);
-    }
-    for (const o of origins) this.originUrls.set(o.name, o.url.replace(/\/+$/, ""));
-    this.swarmInfo = doc.mode === "swarm" && usableSwarm(doc.swarm) ? doc.swarm : null;
-    return origins;
-  }
-
-  /** A directive, waiting and retrying while there is none; DownloadError when stuck. */
-  async origins() {
-    for (;;) {
-      try {
-        return await this.directive();
-      } catch (err) {
-        if (!(err instanceof Unavailable)) throw err;
-        this.failures += 1;
-        this.failuresInRow += 1;
-        this.lastReason = err.message;
-        this.giveUpIfStuck();
-        if (err.refused) this.failed.clear(); // nothing else is left: try them again
-        await this.backoff(err.retryAfterS);
-      }
-    }
-  }
+  // -- balancer: its methods are in download-directive.js, put on this class below
 
   // -- manifest
 
@@ -610,16 +515,9 @@ export class Download {
   }
 }
 
-/** Whether a directive's swarm object has what the reader needs to join it. */
-function usableSwarm(swarm) {
-  return (
-    swarm !== null &&
-    typeof swarm === "object" &&
-    typeof swarm.torrent_url === "string" &&
-    /^https?:\/\//.test(swarm.torrent_url) &&
-    typeof swarm.webtorrent_url === "string" &&
-    /^wss?:\/\//.test(swarm.webtorrent_url)
-  );
+// the balancer's methods, in their own module, are Download's
+for (const name of Object.getOwnPropertyNames(DownloadDirective.prototype)) {
+  if (name !== "constructor") Object.defineProperty(Download.prototype, name, Object.getOwnPropertyDescriptor(DownloadDirective.prototype, name));
 }
 
 /** Why an origin's answer to a Range request is unusable, or null. */
