@@ -233,6 +233,26 @@ async def waiting_ring(num_pieces: int) -> AsyncIterator[tuple[str, list[list[in
         yield base, wants
 
 
+def windowed_client(base: str, pieces: Pieces) -> RingClient:
+    """A ring client (peer ``"ab" * 20``) of ``pieces`` asking the ring at ``base``,
+    a round every 0.5 s and a nudged one at the least 0.05 s after the last."""
+    return RingClient(
+        tracker_base=base,
+        info_hash="12" * 20,
+        num_pieces=len(pieces.have),
+        peer_id="ab" * 20,
+        address="127.0.0.1:7",
+        policy=ChordPolicy(),
+        have=lambda: tuple(pieces.have),
+        unheld=lambda: pieces.unheld,
+        lonely=lambda: pieces.lonely,
+        totals=lambda: (0, 0),
+        connect=lambda host, port: None,
+        interval_s=0.5,
+        min_gap_s=0.05,
+    )
+
+
 async def test_a_round_asks_about_a_window_of_pieces_not_every_piece_it_lacks() -> None:
     # At N = 40 (160 pieces) every peer asked about every piece nobody connected held,
     # each round: 47,283 answers, nearly all `wait`; the answers grew with pieces x
@@ -242,20 +262,7 @@ async def test_a_round_asks_about_a_window_of_pieces_not_every_piece_it_lacks() 
     pieces = Pieces(160)
     pieces.unheld = set(range(160))
     async with waiting_ring(160) as (base, wants):
-        c = RingClient(
-            tracker_base=base,
-            info_hash="12" * 20,
-            num_pieces=160,
-            peer_id="ab" * 20,
-            address="127.0.0.1:7",
-            policy=ChordPolicy(),
-            have=lambda: tuple(pieces.have),
-            unheld=lambda: pieces.unheld,
-            totals=lambda: (0, 0),
-            connect=lambda host, port: None,
-            interval_s=0.5,
-            min_gap_s=0.05,
-        )
+        c = windowed_client(base, pieces)
         c.start()
         try:
             for _ in range(10):  # a status poll every 0.1 s nudges it
@@ -287,21 +294,7 @@ async def test_a_piece_one_connected_peer_holds_is_asked_about_at_once() -> None
     pieces.unheld.discard(far)
     pieces.lonely = {far}
     async with waiting_ring(160) as (base, wants):
-        c = RingClient(
-            tracker_base=base,
-            info_hash="12" * 20,
-            num_pieces=160,
-            peer_id="ab" * 20,
-            address="127.0.0.1:7",
-            policy=ChordPolicy(),
-            have=lambda: tuple(pieces.have),
-            unheld=lambda: pieces.unheld,
-            lonely=lambda: pieces.lonely,
-            totals=lambda: (0, 0),
-            connect=lambda host, port: None,
-            interval_s=0.5,
-            min_gap_s=0.05,
-        )
+        c = windowed_client(base, pieces)
         c.start()
         try:
             async with asyncio.timeout(5):
