@@ -115,23 +115,15 @@ class HeadroomBooking(ScoredAlgorithm):
         left = float(max(client.size_bytes - client.have_bytes, 1))
         time_left = deadline - (client.elapsed_s or 0.0)
         margin = min(self.reservation_margin_s, self.reservation_margin_share * deadline)
-        planned = book.plan(
-            issue_id,
-            holders,
-            left_bytes=left,
-            rate=client.rate_bytes_per_s,
-            time_left_s=time_left,
-            now=now,
-            margin_s=margin,
-        )
-        if planned is None:
-            # No turn behind the queue ends in time: a start now ahead of it, where that
-            # makes no download queued there late (`Reservations.slip_in`: the link is
-            # shared evenly). Only then: where the queue gives a turn in time, the
-            # client is served either way, and the turns keep the link's transfers
-            # few, each at its client's whole rate (one start ahead of each turn put
-            # gen-7-033's burst on its biggest origin at once, lost when it failed).
-            planned = book.slip_in(
+        # A turn behind the queue; where none ends in time, a start now ahead of it,
+        # where that makes no download queued there late (`Reservations.slip_in`: the
+        # link is shared evenly). Only then: where the queue gives a turn in time, the
+        # client is served either way, and the turns keep the link's transfers few,
+        # each at its client's whole rate (one start ahead of each turn put
+        # gen-7-033's burst on its biggest origin at once, lost when it failed).
+        planned = None
+        for place in (book.plan, book.slip_in):
+            planned = place(
                 issue_id,
                 holders,
                 left_bytes=left,
@@ -140,6 +132,8 @@ class HeadroomBooking(ScoredAlgorithm):
                 now=now,
                 margin_s=margin,
             )
+            if planned is not None:
+                break
         if planned is None:
             self.refused_at = now
             return []
