@@ -26,21 +26,40 @@ class Pieces:
         self.lonely: set[int] = set()
 
 
-def client(pieces: Pieces) -> RingClient:
-    c = RingClient(
-        tracker_base="http://127.0.0.1:9",
+def ring_client(
+    pieces: Pieces,
+    tracker_base: str = "http://127.0.0.1:9",
+    *,
+    peer_id: str = "aa",
+    policy: ChordPolicy | None = None,
+    interval_s: float = 2.0,
+    min_gap_s: float = 0.25,
+    reask_s: float = 3.0,
+    view_refresh_s: float = 10.0,
+) -> RingClient:
+    """A ring client whose status is ``pieces``, asking ``tracker_base`` (by default a
+    port nobody answers on), with the given pacing (RingClient's defaults)."""
+    return RingClient(
+        tracker_base=tracker_base,
         info_hash="12" * 20,
         num_pieces=len(pieces.have),
-        peer_id="aa",
+        peer_id=peer_id,
         address="127.0.0.1:7",
-        policy=ChordPolicy(),
+        policy=policy or ChordPolicy(),
         have=lambda: tuple(pieces.have),
         unheld=lambda: pieces.unheld,
         lonely=lambda: pieces.lonely,
         totals=lambda: (0, 0),
         connect=lambda host, port: None,
-        reask_s=3.0,
+        interval_s=interval_s,
+        min_gap_s=min_gap_s,
+        reask_s=reask_s,
+        view_refresh_s=view_refresh_s,
     )
+
+
+def client(pieces: Pieces) -> RingClient:
+    c = ring_client(pieces, reask_s=3.0)
     c._keys = list(range(len(pieces.have)))  # (the ring's view has been read)
     return c
 
@@ -120,18 +139,10 @@ def live_client(
     view_refresh_s: float = 10.0,
 ) -> RingClient:
     """A ring client of a 4-piece issue asking ``tracker``, with the given pacing."""
-    pieces = Pieces(4)
-    return RingClient(
-        tracker_base=tracker,
-        info_hash="12" * 20,
-        num_pieces=4,
-        peer_id="aa",
-        address="127.0.0.1:7",
+    return ring_client(
+        Pieces(4),
+        tracker,
         policy=policy,
-        have=lambda: tuple(pieces.have),
-        unheld=lambda: pieces.unheld,
-        totals=lambda: (0, 0),
-        connect=lambda host, port: None,
         interval_s=interval_s,
         min_gap_s=min_gap_s,
         view_refresh_s=view_refresh_s,
@@ -233,26 +244,6 @@ async def waiting_ring(num_pieces: int) -> AsyncIterator[tuple[str, list[list[in
         yield base, wants
 
 
-def windowed_client(base: str, pieces: Pieces) -> RingClient:
-    """A ring client (peer ``"ab" * 20``) of ``pieces`` asking the ring at ``base``,
-    a round every 0.5 s and a nudged one at the least 0.05 s after the last."""
-    return RingClient(
-        tracker_base=base,
-        info_hash="12" * 20,
-        num_pieces=len(pieces.have),
-        peer_id="ab" * 20,
-        address="127.0.0.1:7",
-        policy=ChordPolicy(),
-        have=lambda: tuple(pieces.have),
-        unheld=lambda: pieces.unheld,
-        lonely=lambda: pieces.lonely,
-        totals=lambda: (0, 0),
-        connect=lambda host, port: None,
-        interval_s=0.5,
-        min_gap_s=0.05,
-    )
-
-
 async def test_a_round_asks_about_a_window_of_pieces_not_every_piece_it_lacks() -> None:
     # At N = 40 (160 pieces) every peer asked about every piece nobody connected held,
     # each round: 47,283 answers, nearly all `wait`; the answers grew with pieces x
@@ -262,7 +253,7 @@ async def test_a_round_asks_about_a_window_of_pieces_not_every_piece_it_lacks() 
     pieces = Pieces(160)
     pieces.unheld = set(range(160))
     async with waiting_ring(160) as (base, wants):
-        c = windowed_client(base, pieces)
+        c = ring_client(pieces, base, peer_id="ab" * 20, interval_s=0.5, min_gap_s=0.05)
         c.start()
         try:
             for _ in range(10):  # a status poll every 0.1 s nudges it
@@ -294,7 +285,7 @@ async def test_a_piece_one_connected_peer_holds_is_asked_about_at_once() -> None
     pieces.unheld.discard(far)
     pieces.lonely = {far}
     async with waiting_ring(160) as (base, wants):
-        c = windowed_client(base, pieces)
+        c = ring_client(pieces, base, peer_id="ab" * 20, interval_s=0.5, min_gap_s=0.05)
         c.start()
         try:
             async with asyncio.timeout(5):
