@@ -12,10 +12,17 @@ from typing import Any
 
 import pytest
 
+from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
+from pressrun.balancer.config import BalancerConfig
+from pressrun.balancer.demand import DemandPolicy
+from pressrun.balancer.events import OriginSpec
+from pressrun.clients.aio import FetchResult, fetch_issue
+from pressrun.clients.config import ClientConfig
 from pressrun.content.keys import generate_keypair, load_public_key, load_signing_key
 from pressrun.content.publish import publish
 from pressrun.multicast.config import CarouselConfig
 from pressrun.multicast.net import free_udp_port
+from pressrun.origin import RunningOrigin
 
 pytest.importorskip("pressrun_flute", reason="the FLUTE binding is built by `make setup`")
 
@@ -42,6 +49,41 @@ class Published:
     @property
     def manifest_sha256(self) -> str:
         return hashlib.sha256(self.manifest_json).hexdigest()
+
+
+async def fetch_through_balancer(
+    issue_id: str,
+    origin: RunningOrigin,
+    policy: DemandPolicy,
+    config: ClientConfig,
+    *,
+    publisher: Shelf | Published,
+    seed: int | None = 1,
+) -> FetchResult:
+    """Fetch ``issue_id`` with ``config`` into the publisher's root's ``library``
+    through a balancer over the one running ``origin`` (as origin-a), answering modes
+    by ``policy``, trusting the publisher's key; the balancer and the origin are
+    stopped after, whatever happens."""
+    balancer = await start_balancer(
+        BalancerServiceConfig(
+            origins=(OriginSpec("origin-a", origin.url),),
+            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=1.0),
+            seed=seed,
+        ),
+        mode_policy=policy,
+    )
+    try:
+        await balancer.wait_until_up(1, timeout_s=10.0)
+        return await fetch_issue(
+            issue_id,
+            balancer_url=balancer.url,
+            library=publisher.root / "library",
+            config=config,
+            trusted_keys={bytes.fromhex(publisher.public_hex)},
+        )
+    finally:
+        await balancer.stop()
+        await origin.stop()
 
 
 @pytest.fixture

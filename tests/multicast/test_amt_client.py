@@ -24,11 +24,8 @@ from typing import Any
 
 import pytest
 
-from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
-from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.demand import DemandConfig, DemandPolicy
-from pressrun.balancer.events import MulticastInfo, OriginSpec
-from pressrun.clients.aio import fetch_issue
+from pressrun.balancer.events import MulticastInfo
 from pressrun.clients.codec import DirectiveMulticast
 from pressrun.clients.config import DESKTOP
 from pressrun.clients.multicast_receive import relays_for
@@ -37,7 +34,7 @@ from pressrun.multicast.config import CarouselConfig
 from pressrun.multicast.net import free_udp_port
 from pressrun.origin import OriginConfig, start_origin
 
-from .conftest import Shelf
+from .conftest import Shelf, fetch_through_balancer
 
 ISSUE = "weekly-amt-get"
 SIZE = 1_200_000 + 77
@@ -96,48 +93,39 @@ def wait_for_relay(address: tuple[str, int], proc: subprocess.Popen[str]) -> Non
     raise AssertionError(f"the relay did not answer (rc {proc.poll()})")
 
 
-async def _get(shelf: Shelf, info: MulticastInfo, tmp_path: Path, config: Any) -> Any:
+async def ssm_carousel(
+    shelf: Shelf, senders: Any, size: int, *, channels: int, rate_bps: float
+) -> tuple[bytes, tuple[str, int], Any]:
+    """Publish ISSUE (``size`` random bytes) and start its carousel on ``channels``
+    channels at ``rate_bps``, its control group and channel groups random
+    source-specific (232/8) ones: the data, the control group and the carousel's plan."""
+    data = shelf.publish(ISSUE, size)
+    rng = random.Random()
+    control = (ssm_group(rng), free_udp_port())
+    carousel = CarouselConfig(channels=channels, rate_bps=rate_bps)
+    sender = await senders(shelf, carousel, group_base=ssm_group(rng), control_group=control)
+    plan = await sender.start_carousel(ISSUE, carousel)
+    return data, control, plan
+
+
+async def _get(shelf: Shelf, info: MulticastInfo, config: Any) -> Any:
     origin = await start_origin(
         OriginConfig(content_dir=shelf.content, name="origin-a", stats_interval_s=0.2)
     )
     policy = DemandPolicy(PEAK_AT_ONCE, {}, {ISSUE: info})
-    balancer = await start_balancer(
-        BalancerServiceConfig(
-            origins=(OriginSpec("origin-a", origin.url),),
-            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=1.0),
-            seed=1,
-        ),
-        mode_policy=policy,
-    )
-    try:
-        await balancer.wait_until_up(1, timeout_s=10.0)
-        return await fetch_issue(
-            ISSUE,
-            balancer_url=balancer.url,
-            library=tmp_path / "library",
-            config=config,
-            trusted_keys={bytes.fromhex(shelf.public_hex)},
-        )
-    finally:
-        await balancer.stop()
-        await origin.stop()
+    return await fetch_through_balancer(ISSUE, origin, policy, config, publisher=shelf)
 
 
 @root
 async def test_get_through_the_relay_the_directive_names(
-    shelf: Shelf, senders: Any, tmp_path: Path, relay_process: tuple[str, int]
+    shelf: Shelf, senders: Any, relay_process: tuple[str, int]
 ) -> None:
     """``amt=always``: no native join at all; the control channel and both data
     channels come through the relay process; every byte from the carousel."""
-    data = shelf.publish(ISSUE, SIZE)
-    rng = random.Random()
-    control = (ssm_group(rng), free_udp_port())
-    carousel = CarouselConfig(channels=2, rate_bps=16e6)
-    sender = await senders(shelf, carousel, group_base=ssm_group(rng), control_group=control)
-    await sender.start_carousel(ISSUE, carousel)
+    data, control, _ = await ssm_carousel(shelf, senders, SIZE, channels=2, rate_bps=16e6)
     relay = "{}:{}".format(*relay_process)
     info = MulticastInfo("{}:{}".format(*control), "127.0.0.1", "127.0.0.1", (relay,))
-    result = await _get(shelf, info, tmp_path, replace(CLIENT, amt="always"))
+    result = await _get(shelf, info, replace(CLIENT, amt="always"))
     assert result.mode == "multicast" and result.verified
     assert result.bytes_from_multicast == SIZE, result.multicast_note
     assert sum(result.bytes_by_origin.values()) == 0
@@ -217,14 +205,9 @@ async def test_a_source_specific_control_group_is_joined_by_its_source(
     """Natively, no relay: a 232/8 control group is joined by (source, group); the
     directive's source is what the client joins with. The same group without the
     source is refused (an SSM group cannot be joined any-source)."""
-    data = shelf.publish(ISSUE, 300_000)
-    rng = random.Random()
-    control = (ssm_group(rng), free_udp_port())
-    carousel = CarouselConfig(channels=1, rate_bps=16e6)
-    sender = await senders(shelf, carousel, group_base=ssm_group(rng), control_group=control)
-    await sender.start_carousel(ISSUE, carousel)
+    data, control, _ = await ssm_carousel(shelf, senders, 300_000, channels=1, rate_bps=16e6)
     info = MulticastInfo("{}:{}".format(*control), "127.0.0.1", "127.0.0.1")
-    result = await _get(shelf, info, tmp_path, replace(CLIENT, amt="never"))
+    result = await _get(shelf, info, replace(CLIENT, amt="never"))
     assert result.bytes_from_multicast == 300_000 and result.path.read_bytes() == data
     assert "through the AMT relay" not in (result.multicast_note or "")
     from .conftest import receive_issue
@@ -255,12 +238,8 @@ async def test_layering_joins_channels_through_membership_updates(
 
     from .conftest import receive_issue
 
-    data = shelf.publish(ISSUE, 1_500_000)
-    rng = random.Random()
-    control = (ssm_group(rng), free_udp_port())
-    carousel = CarouselConfig(channels=2, rate_bps=6e6)  # 2 s a cycle per channel
-    sender = await senders(shelf, carousel, group_base=ssm_group(rng), control_group=control)
-    plan = await sender.start_carousel(ISSUE, carousel)
+    # 2 s a cycle per channel
+    data, control, plan = await ssm_carousel(shelf, senders, 1_500_000, channels=2, rate_bps=6e6)
     relay = AmtRelay(RelayConfig(), listen=("127.0.0.1", 0), interface="127.0.0.1")
     address = await relay.start()
     gateway = AmtGateway([address])
@@ -338,12 +317,8 @@ async def test_a_relay_restarted_mid_issue_gets_the_tunnel_back(
 
     from .conftest import receive_issue
 
-    data = shelf.publish(ISSUE, 1_500_000)
-    rng = random.Random()
-    control = (ssm_group(rng), free_udp_port())
-    carousel = CarouselConfig(channels=1, rate_bps=4e6)  # 3 s a cycle
-    sender = await senders(shelf, carousel, group_base=ssm_group(rng), control_group=control)
-    await sender.start_carousel(ISSUE, carousel)
+    # 3 s a cycle
+    data, control, _ = await ssm_carousel(shelf, senders, 1_500_000, channels=1, rate_bps=4e6)
     relay = AmtRelay(RelayConfig(), listen=("127.0.0.1", 0), interface="127.0.0.1")
     address = await relay.start()
     gateway = AmtGateway([address], keepalive_s=0.5)
@@ -370,7 +345,7 @@ async def test_a_relay_restarted_mid_issue_gets_the_tunnel_back(
 
 @pytest.mark.parametrize("with_source", [True, False])
 async def test_a_swarm_client_watches_a_source_specific_control_group_by_its_source(
-    shelf: Shelf, senders: Any, tmp_path: Path, with_source: bool
+    shelf: Shelf, senders: Any, with_source: bool
 ) -> None:
     """Issue 34 in the emulation (flash-crowd-amt at 11:41 and 11:49): with the
     carousel in 232/8 every swarm client's watch of the control channel raised 'a
@@ -383,12 +358,7 @@ async def test_a_swarm_client_watches_a_source_specific_control_group_by_its_sou
     pytest.importorskip("libtorrent")
     from pressrun.balancer.demand import swarm_info_for
 
-    data = shelf.publish(ISSUE, SIZE)
-    rng = random.Random()
-    control = (ssm_group(rng), free_udp_port())
-    carousel = CarouselConfig(channels=2, rate_bps=20e6)
-    sender = await senders(shelf, carousel, group_base=ssm_group(rng), control_group=control)
-    await sender.start_carousel(ISSUE, carousel)
+    data, control, _ = await ssm_carousel(shelf, senders, SIZE, channels=2, rate_bps=20e6)
     # 4 Mbit/s: the web seed alone would take 2.4 s for the file
     origin = await start_origin(
         OriginConfig(
@@ -402,31 +372,12 @@ async def test_a_swarm_client_watches_a_source_specific_control_group_by_its_sou
         swarm_first,
         {ISSUE: swarm_info_for(origin.url, tracker, ISSUE, manifest["manifest"]["info_hash"])},
     )
-    balancer = await start_balancer(
-        BalancerServiceConfig(
-            origins=(OriginSpec("origin-a", origin.url),),
-            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=1.0),
-            seed=1,
-        ),
-        mode_policy=policy,
-    )
     config = replace(
         CLIENT, amt="never", swarm_max_seed_s=0.0, carousel_control_group="{}:{}".format(*control)
     )
     if with_source:
         config = replace(config, carousel_control_source="127.0.0.1")
-    try:
-        await balancer.wait_until_up(1, timeout_s=10.0)
-        result = await fetch_issue(
-            ISSUE,
-            balancer_url=balancer.url,
-            library=tmp_path / "library",
-            config=config,
-            trusted_keys={bytes.fromhex(shelf.public_hex)},
-        )
-    finally:
-        await balancer.stop()
-        await origin.stop()
+    result = await fetch_through_balancer(ISSUE, origin, policy, config, publisher=shelf)
     assert result.path.read_bytes() == data
     assert not (result.swarm_note or "").startswith("failed"), result.swarm_note
     if with_source:

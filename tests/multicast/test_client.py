@@ -7,21 +7,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
-from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.demand import DemandConfig, DemandPolicy
-from pressrun.balancer.events import MulticastInfo, OriginSpec
-from pressrun.clients.aio import fetch_issue
+from pressrun.balancer.events import MulticastInfo
 from pressrun.clients.config import DESKTOP
 from pressrun.multicast.config import CarouselConfig
 from pressrun.origin import OriginConfig, start_origin
 
-from .conftest import ISSUE, Published
+from .conftest import ISSUE, Published, fetch_through_balancer
 
 SIZE = 2_000_000 + 123
 #: one request is D = 3 downloaders: multicast from the first request on
@@ -41,46 +37,22 @@ CLIENT = replace(
 )
 
 
-async def _balancer(origin_url: str, policy: DemandPolicy, seed: int | None = 1) -> Any:
-    """A balancer over the one origin, answering modes by ``policy``."""
-    return await start_balancer(
-        BalancerServiceConfig(
-            origins=(OriginSpec("origin-a", origin_url),),
-            balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=1.0),
-            seed=seed,
-        ),
-        mode_policy=policy,
-    )
-
-
-async def _fetch(pub: Published, sender: Any, tmp_path: Path) -> Any:
+async def _fetch(pub: Published, sender: Any) -> Any:
     origin = await start_origin(
         OriginConfig(content_dir=pub.content, name="origin-a", stats_interval_s=0.2)
     )
     group = "{}:{}".format(*sender.config.control_group)
     policy = DemandPolicy(PEAK_AT_ONCE, {}, {ISSUE: MulticastInfo(group, "127.0.0.1")})
-    balancer = await _balancer(origin.url, policy)
-    try:
-        await balancer.wait_until_up(1, timeout_s=10.0)
-        return await fetch_issue(
-            ISSUE,
-            balancer_url=balancer.url,
-            library=tmp_path / "library",
-            config=CLIENT,
-            trusted_keys={bytes.fromhex(pub.public_hex)},
-        )
-    finally:
-        await balancer.stop()
-        await origin.stop()
+    return await fetch_through_balancer(ISSUE, origin, policy, CLIENT, publisher=pub)
 
 
 async def test_get_in_multicast_mode(
-    published: Callable[[int], Published], sender_factory: Any, tmp_path: Path
+    published: Callable[[int], Published], sender_factory: Any
 ) -> None:
     pub = published(SIZE)
     sender = await sender_factory(pub, CarouselConfig(channels=2, rate_bps=20e6))
     await sender.start_carousel(ISSUE, sender.config.carousel)
-    result = await _fetch(pub, sender, tmp_path)
+    result = await _fetch(pub, sender)
     assert result.mode == "multicast"
     assert result.bytes_from_multicast == SIZE
     assert sum(result.bytes_by_origin.values()) == 0
@@ -88,7 +60,7 @@ async def test_get_in_multicast_mode(
 
 
 async def test_poisoned_carousel_fails_verification_and_falls_back(
-    published: Callable[[int], Published], sender_factory: Any, tmp_path: Path
+    published: Callable[[int], Published], sender_factory: Any
 ) -> None:
     import pressrun_flute
 
@@ -122,7 +94,7 @@ async def test_poisoned_carousel_fails_verification_and_falls_back(
             poisoned += 1
     assert poisoned > 0 and len(enc.block_source_symbols) > 1
     running.packets = pressrun_flute.PacketBuffer(packets)  # what goes out from now on
-    result = await _fetch(pub, sender, tmp_path)
+    result = await _fetch(pub, sender)
     assert hashlib.sha256(result.path.read_bytes()).digest() == hashlib.sha256(pub.data).digest()
     assert result.mode == "multicast"
     # block 0's pieces failed the manifest and came from the origin; the rest was kept
@@ -137,32 +109,20 @@ async def test_poisoned_carousel_fails_verification_and_falls_back(
 
 @pytest.mark.parametrize("control_group", ["not-a-group", "10.0.0.1:5"])
 async def test_a_bad_control_group_goes_to_the_fallbacks(
-    published: Callable[[int], Published], tmp_path: Path, control_group: str
+    published: Callable[[int], Published], control_group: str
 ) -> None:
     pub = published(300_000)
     origin = await start_origin(
         OriginConfig(content_dir=pub.content, name="origin-a", stats_interval_s=0.2)
     )
     policy = DemandPolicy(PEAK_AT_ONCE, {}, {ISSUE: MulticastInfo(control_group, None)})
-    balancer = await _balancer(origin.url, policy, seed=None)
-    try:
-        await balancer.wait_until_up(1, timeout_s=10.0)
-        result = await fetch_issue(
-            ISSUE,
-            balancer_url=balancer.url,
-            library=tmp_path / "library",
-            config=CLIENT,
-            trusted_keys={bytes.fromhex(pub.public_hex)},
-        )
-    finally:
-        await balancer.stop()
-        await origin.stop()
+    result = await fetch_through_balancer(ISSUE, origin, policy, CLIENT, publisher=pub, seed=None)
     assert result.path.read_bytes() == pub.data
     assert result.bytes_from_multicast == 0 and sum(result.bytes_by_origin.values()) > 0
 
 
 async def test_a_swarm_client_leaves_for_the_carousel_when_one_runs(
-    published: Callable[[int], Published], sender_factory: Any, tmp_path: Path
+    published: Callable[[int], Published], sender_factory: Any
 ) -> None:
     """Sent to the swarm (its only source a slow origin's web seed), the client hears
     the issue's carousel on the control channel early in its download, leaves the swarm
@@ -189,20 +149,9 @@ async def test_a_swarm_client_leaves_for_the_carousel_when_one_runs(
     policy = DemandPolicy(
         swarm_first, {ISSUE: swarm_info_for(origin.url, tracker, ISSUE, info_hash)}
     )
-    balancer = await _balancer(origin.url, policy)
     group = "{}:{}".format(*sender.config.control_group)
-    try:
-        await balancer.wait_until_up(1, timeout_s=10.0)
-        result = await fetch_issue(
-            ISSUE,
-            balancer_url=balancer.url,
-            library=tmp_path / "library",
-            config=replace(CLIENT, carousel_control_group=group, swarm_max_seed_s=0.0),
-            trusted_keys={bytes.fromhex(pub.public_hex)},
-        )
-    finally:
-        await balancer.stop()
-        await origin.stop()
+    config = replace(CLIENT, carousel_control_group=group, swarm_max_seed_s=0.0)
+    result = await fetch_through_balancer(ISSUE, origin, policy, config, publisher=pub)
     assert hashlib.sha256(result.path.read_bytes()).digest() == hashlib.sha256(pub.data).digest()
     assert result.left_swarm_for_carousel and result.mode == "multicast"
     assert result.swarm_note is not None and result.swarm_note.startswith("left for the carousel")
