@@ -27,6 +27,7 @@ session's alerts and its status; the parts around it have a module each:
 - `pressrun.peer.feed`: the owed pieces the peer fetches from the origins itself;
 - `pressrun.peer.verify`: the final manifest check and the pieces kept after a stall;
 - `pressrun.peer.leave`: the leave sequence (ring, tracker, resume data, handover);
+- `pressrun.peer.ring_link`: the `chord` policy's ring client, started and fed;
 - `pressrun.peer.resume`: the resume data next to the file.
 
 Status and peer info are read on the core's timer (``torrent_handle.status``,
@@ -50,11 +51,9 @@ from pathlib import Path
 from typing import Any, cast
 
 import libtorrent as lt
-import yarl
 
 from pressrun.content.codec import Manifest, parse_torrent
 from pressrun.peer import watchdog
-from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.config import PeerConfig
 from pressrun.peer.core import PeerCore, share_ratio
 from pressrun.peer.events import (
@@ -73,7 +72,8 @@ from pressrun.peer.feed import OwedPieceFeed
 from pressrun.peer.leave import LeaveSequence
 from pressrun.peer.results import SwarmError, SwarmProgress, SwarmResult
 from pressrun.peer.resume import read_resume, resume_path_for
-from pressrun.peer.ring_client import RingClient, RingClientStats
+from pressrun.peer.ring_client import RingClient
+from pressrun.peer.ring_link import RingLink
 from pressrun.peer.scrape import TrackerScrape
 from pressrun.peer.session import AlertSession, new_peer_id, session_settings
 from pressrun.peer.status import SwarmStatus
@@ -95,7 +95,7 @@ log = logging.getLogger(__name__)
 WEBSOCKET_SCHEMES = ("ws://", "wss://")
 
 
-class SwarmPeer:
+class SwarmPeer(RingLink):
     """One peer in one issue's swarm: a libtorrent session, its core, its alerts.
 
     ``await peer.start()`` (listens, adds the torrent), ``await peer.downloaded()``
@@ -191,11 +191,6 @@ class SwarmPeer:
         )
 
     @property
-    def ring_stats(self) -> RingClientStats | None:
-        """What the `chord` policy's ring client did (None: no ring client)."""
-        return self._ring.stats if self._ring is not None else None
-
-    @property
     def bytes_from_web_seeds(self) -> int:
         """Payload from the origins this session: web-seed connections and the feed."""
         return self._status.tally.web_bytes + self._feed.session_bytes
@@ -267,58 +262,9 @@ class SwarmPeer:
         self._start_ring(port)
         return port
 
-    def _start_ring(self, port: int) -> None:
-        # The `chord` policy asks the ring's supernodes who uploads what
-        # (pressrun.peer.ring_client); the ring's address is the tracker's.
-        if not isinstance(self.policy, ChordPolicy) or self.tracker_url is None:
-            return
-        base = str(yarl.URL(self.tracker_url).origin())
-        host = self.listen_interfaces.rsplit(":", 1)[0].strip("[]")
-        if host in ("0.0.0.0", "::", ""):
-            host = str(yarl.URL(self.tracker_url).host or "127.0.0.1")
-        self._ring = RingClient(
-            tracker_base=base,
-            info_hash=self.manifest.info_hash,
-            num_pieces=self.manifest.num_pieces,
-            peer_id=self._peer_id,
-            address=f"{host}:{port}",
-            policy=self.policy,
-            have=lambda: self._status.have_bits,
-            unheld=lambda: self._status.unheld,
-            lonely=lambda: self._status.lonely,
-            totals=self._totals,
-            connect=self._connect_peer,
-            brought=lambda: self._feed.pieces_fed,
-            upload_bps=self._upload_bps,
-            unused_upload_bps=lambda: self._status.upload_use.unused_bps(self._upload_bps()),
-            download_bps=lambda: self.config.download_limit_bps or self._status.peak_download_bps,
-            bring_bps=lambda: self._feed.fetch_bps,
-            missing=lambda: self._status.missing,
-            unchoked=lambda: self._status.tally.served_ids,
-            # the ring's answers apply now, not at the next status poll
-            on_answers=self._refresh_totals,
-        )
-        self._ring.start()
-
-    def _upload_bps(self) -> int:
-        # what it can upload: its limit, else the fastest it has uploaded so far
-        return self.config.upload_limit_bps or self._status.peak_upload_bps
-
-    def _nudge_ring(self) -> None:
-        if self._ring is not None:
-            self._ring.nudge()
-
     def _now(self) -> float:
         assert self._loop is not None
         return self._loop.time()
-
-    def _totals(self) -> tuple[int, int]:
-        p = self._status.last_progress
-        return (p.uploaded_bytes, p.downloaded_bytes) if p else (0, 0)
-
-    def _connect_peer(self, host: str, port: int) -> None:
-        if self._handle is not None:
-            self._handle.connect_peer((host, port))
 
     def _add_params(self) -> Any:
         atp, self._feed.fed_bytes = read_resume(self.resume_path)
