@@ -36,6 +36,7 @@ const SHELL = [
   "js/issues.js",
   "js/link.js",
   "js/manifest.js",
+  "js/mixin.js",
   "js/notices.js",
   "js/pages.js",
   "js/prefetch.js",

@@ -30,6 +30,7 @@
 import { getSetting, putSetting, updateIssue } from "./db.js";
 import { DownloadDirective } from "./download-directive.js";
 import { ManifestError, bytesToHex, parseManifest, pieceOk, pieceSpan, verifyManifest } from "./manifest.js";
+import { mixIn } from "./mixin.js";
 import { deleteIssueFiles, issueBlob, removeUnfinishedWrites, storedPieces, writeRun } from "./store.js";
 import { NoPeers, SwarmFetch, SwarmStalled } from "./swarm.js";
 
@@ -516,9 +517,7 @@ export class Download {
 }
 
 // the balancer's methods, in their own module, are Download's
-for (const name of Object.getOwnPropertyNames(DownloadDirective.prototype)) {
-  if (name !== "constructor") Object.defineProperty(Download.prototype, name, Object.getOwnPropertyDescriptor(DownloadDirective.prototype, name));
-}
+mixIn(Download, DownloadDirective);
 
 /** Why an origin's answer to a Range request is unusable, or null. */
 export function checkAnswer(resp, start, end, size) {

@@ -43,6 +43,7 @@
 //   timeout (a prefetcher may be alone for a while): it stays until stopped.
 
 import { pieceOk } from "./manifest.js";
+import { mixIn } from "./mixin.js";
 import { answerTime, leaveRule, silentPeerStep, uploadCapFor, WebSeedRule, windowRate } from "./swarm-rules.js";
 import { StoredPieces } from "./store.js";
 import { SwarmPeers } from "./swarm-peers.js";
@@ -571,11 +572,7 @@ export class SwarmFetch {
 }
 
 // the peers' and the web seeds' methods, in their own modules, are SwarmFetch's
-for (const part of [SwarmPeers, SwarmWebSeeds]) {
-  for (const name of Object.getOwnPropertyNames(part.prototype)) {
-    if (name !== "constructor") Object.defineProperty(SwarmFetch.prototype, name, Object.getOwnPropertyDescriptor(part.prototype, name));
-  }
-}
+mixIn(SwarmFetch, SwarmPeers, SwarmWebSeeds);
 
 /** The swarm sessions by issue (downloading or seeding), for the page and the tests. */
 export function swarmSessions() {
