@@ -68,6 +68,7 @@ from pressrun.demo.testbed import (
     tracker_args,
     wait_for_directive,
 )
+from pressrun.emulate.probes import read_cpu
 from pressrun.reader.aio import start_reader
 from pressrun.reader.browser import why_no_browser
 from pressrun.reader.config import ReaderConfig
@@ -157,13 +158,6 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def _host_jiffies() -> tuple[int, int]:
-    """(busy, total) jiffies of all cores from /proc/stat's first line."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
 def _descendants_cpu(root: int) -> dict[int, float]:
     """CPU seconds (user + system) of each Chromium process below ``root``."""
     parent: dict[int, int] = {}
@@ -198,7 +192,7 @@ class CpuMeter:
     (sampled every 2 s: a Chromium process that ends takes its count with it)."""
 
     def __init__(self) -> None:
-        self.start = _host_jiffies()
+        self.host_start = read_cpu(None)[:2]  # the host's (busy, all) CPU seconds
         self.chromium: dict[int, float] = {}
         self.task: asyncio.Task[None] | None = None
 
@@ -208,19 +202,20 @@ class CpuMeter:
                 self.chromium.update(await asyncio.to_thread(_descendants_cpu, os.getpid()))
             await asyncio.sleep(2.0)
 
-    def __enter__(self) -> CpuMeter:
+    def start(self) -> None:
+        """Sample the Chromium processes every 2 s from now."""
         self.task = asyncio.get_running_loop().create_task(self._sample())
-        return self
 
-    def __exit__(self, *_: object) -> None:
+    def stop(self) -> None:
+        """Stop sampling."""
         if self.task is not None:
             self.task.cancel()
 
     def busy_cores(self) -> float:
-        """Mean busy cores since the start."""
-        busy0, total0 = self.start
-        busy1, total1 = _host_jiffies()
-        return (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1)
+        """Mean busy cores since the meter was made."""
+        busy0, all0 = self.host_start
+        busy1, all1 = read_cpu(None)[:2]
+        return (busy1 - busy0) / max(1e-9, all1 - all0) * (os.cpu_count() or 1)
 
 
 async def desktop_get(
@@ -370,7 +365,8 @@ async def run_half(
                     number, reader.url, ISSUE, want_sha, timeout_s=args.timeout_s
                 )
 
-            meter = CpuMeter().__enter__()
+            meter = CpuMeter()
+            meter.start()
             started = loop.time()
             running: list[asyncio.subprocess.Process] = []
             readers = asyncio.gather(*(phone(n) for n in range(1, half.readers + 1)))
@@ -391,7 +387,7 @@ async def run_half(
             )
             half.outcomes = list(await readers)
             half.wall_s = loop.time() - started
-            meter.__exit__()
+            meter.stop()
             half.host_busy_cores = meter.busy_cores()
             half.chromium_cpu_s = sum(meter.chromium.values())
             half.silent_disconnects = sum(
