@@ -235,6 +235,28 @@ async def test_tampered_manifest_is_refused_and_nothing_stored(
     assert "is rejected: its signature does not match its content" in error
 
 
+async def test_callers_asking_for_the_key_at_once_get_one_key_and_it_stays(
+    make_stack: StackFactory,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    """The settings, the app's start and a link all ask for the subscriber key; on a
+    fresh device asked at once they must agree, and the key stored must be the one they
+    were given (CI at 7281f11 once saw a phone's key change after it was read)."""
+    stack = await make_stack(origins=("origin-a",))
+    phone: Phone = await phone_factory(stack.reader_url)
+    await phone.open()
+    keys = await phone.evaluate(
+        "Promise.all([import('./js/db.js'), import('./js/subscription.js')]).then(async ([db, m]) => {"
+        " await db.deleteRecord('keys', 'subscriber');"
+        " return Promise.all([1, 2, 3, 4, 5, 6].map(() => m.subscriberPublicKey())); })",
+        what="six keys asked at once",
+    )
+    assert len(set(keys)) == 1, keys
+    assert await phone.subscriber_key() == keys[0]
+    await phone.page.reload()
+    assert await phone.subscriber_key() == keys[0]
+
+
 async def test_non_subscriber_gets_a_clear_error_and_no_content(
     make_stack: StackFactory,
     phone_factory,  # type: ignore[no-untyped-def]

@@ -55,6 +55,9 @@ export function putRecord(store, value, key) {
   return run(store, "readwrite", (s) => (key === undefined ? s.put(value) : s.put(value, key)));
 }
 
+/** Store ``value`` under ``key`` only if nothing is there yet (ConstraintError if something is). */
+export const addRecord = (store, value, key) => run(store, "readwrite", (s) => s.add(value, key));
+
 export async function getSetting(name, fallback) {
   const value = await getRecord("settings", name);
   return value === undefined ? fallback : value;

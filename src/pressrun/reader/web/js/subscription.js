@@ -14,7 +14,7 @@
 // All of this happens before the first byte of the issue is stored: a reader that
 // cannot open the issue stores nothing of it.
 
-import { getRecord, getSetting, putRecord, putSetting } from "./db.js";
+import { addRecord, getRecord, getSetting, putSetting } from "./db.js";
 import { DownloadError } from "./download.js";
 import { bytesToHex, hexToBytes } from "./manifest.js";
 
@@ -33,15 +33,25 @@ export function sodium() {
   return sodiumReady;
 }
 
-/** This reader's subscriber key pair, made on first use: {publicKey, secretKey} (bytes). */
+/**
+ * This reader's subscriber key pair, made on first use: {publicKey, secretKey} (bytes).
+ * The pair is stored only where none is: of callers that ask at once (the settings,
+ * the app's start, another tab) the first to store wins and the others read its pair,
+ * so a key once shown or sent to a publisher is never replaced by a second one.
+ */
 export async function subscriberKeys() {
   const stored = await getRecord("keys", "subscriber");
   if (stored !== undefined) return stored;
   const s = await sodium();
   const pair = s.crypto_box_keypair();
   const record = { publicKey: pair.publicKey, secretKey: pair.privateKey, created_at: Date.now() };
-  await putRecord("keys", record, "subscriber");
-  return record;
+  try {
+    await addRecord("keys", record, "subscriber");
+    return record;
+  } catch (error) {
+    if (error?.name !== "ConstraintError") throw error;
+    return getRecord("keys", "subscriber");
+  }
 }
 
 /** The public key (64 hex) the publisher adds as a subscriber. */
