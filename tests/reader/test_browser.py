@@ -246,7 +246,8 @@ async def test_callers_asking_for_the_key_at_once_get_one_key_and_it_stays(
     phone: Phone = await phone_factory(stack.reader_url)
     await phone.open()
     keys = await phone.evaluate(
-        "Promise.all([import('./js/db.js'), import('./js/subscription.js')]).then(async ([db, m]) => {"
+        "Promise.all([import('./js/db.js'), import('./js/subscription.js')])"
+        ".then(async ([db, m]) => {"
         " await db.deleteRecord('keys', 'subscriber');"
         " return Promise.all([1, 2, 3, 4, 5, 6].map(() => m.subscriberPublicKey())); })",
         what="six keys asked at once",
