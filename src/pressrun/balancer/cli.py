@@ -229,7 +229,8 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         "--swarm-min-dwell-s",
         type=float,
         default=demand.min_dwell_s,
-        help="a mode, once entered, is kept at least this long, seconds "
+        help="a mode is left downward only this long after the last change, seconds; "
+        "a step up (origin to swarm, to multicast) is taken at once "
         f"(default {demand.min_dwell_s:g})",
     )
     p.add_argument(

@@ -38,9 +38,16 @@ The estimate (per issue):
 
 The mode, with hysteresis so it does not flap: an issue enters `swarm` when
 D >= ``enter_downloaders`` (T_hi) and goes back to `origin` when D < ``leave_downloaders``
-(T_lo < T_hi); and a mode, once entered, is kept for at least ``min_dwell_s`` whatever
-D does. So between two mode changes of an issue at least ``min_dwell_s`` passes (a
-Hypothesis test checks it).
+(T_lo < T_hi); and a mode is left *downward* (multicast to swarm or origin, swarm to
+origin) only ``min_dwell_s`` after the issue's last change, whatever D does. A step
+*up* is taken as soon as D reaches its level, dwell or not: a crowd that rises is
+served worse by the lower mode, and the peak the multicast level is for lasts less
+than a dwell. Held back by the swarm's dwell, a peak that crossed the multicast
+threshold and fell under it again before the dwell ended never got its carousel, so
+whether it did hung on when the swarm had been entered, a few seconds of timing
+(flash-crowd-50, 28 Nov 12:30: no carousel; 09:57: one; issue 28). So a step down
+comes at least ``min_dwell_s`` after the change before it, and crossing the band
+upward again takes real demand (Hypothesis tests check both).
 
 **The third level, multicast** (peak demand, paper 004 section III.B: the same bytes
 sent once for every reader). With ``multicast_enter_downloaders`` set (T_mc_hi, above
@@ -82,6 +89,8 @@ from pressrun.balancer.core import ModeDecision
 from pressrun.balancer.events import DeliveryMode, MulticastInfo, SwarmInfo
 
 _ORIGIN = ModeDecision(DeliveryMode.ORIGIN)
+#: the modes' order: from one to a higher one is a step up (taken without the dwell)
+_LEVEL = {DeliveryMode.ORIGIN: 0, DeliveryMode.SWARM: 1, DeliveryMode.MULTICAST: 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +105,8 @@ class DemandConfig:
         size from which the loopback swarm bench shows the swarm beating the origins'
         capacity (docs/swarm.md).
     leave_downloaders: T_lo, D below which it goes back to the origins. 8.
-    min_dwell_s: a mode is kept at least this long once entered (seconds). 30.
+    min_dwell_s: a mode is left downward only this long after the issue's last
+        change (seconds); a step up is never held (the module docstring). 30.
     multicast_enter_downloaders: T_mc_hi, D at or above which an issue moves to
         multicast (None: no multicast level). 100 in ``pressrun serve balancer`` when a
         multicast sender is given: above the swarm's threshold by the factor the
@@ -370,8 +380,11 @@ class DemandPolicy:
     def _update(self, issue_id: str, state: _IssueDemand, now: float) -> None:
         downloaders = self._total_rate_at(state, now) * self.config.typical_download_s
         target = self._target(state, downloaders, issue_id in self.swarms)
+        # the dwell holds a step down only (the module docstring): a step up is taken
+        # at the first request or review that sees D at its level
+        up = _LEVEL[target] > _LEVEL[state.mode]
         dwelt = state.mode_since is None or now - state.mode_since >= self.config.min_dwell_s
-        if target is not state.mode and dwelt:
+        if target is not state.mode and (up or dwelt):
             state.mode = target
             state.mode_since = now
             state.changes += 1
