@@ -71,6 +71,7 @@ from pressrun.balancer.algorithms import make_algorithm
 from pressrun.balancer.config import BalancerConfig
 from pressrun.balancer.core import BalancerCore, ModePolicy
 from pressrun.balancer.demand import DemandConfig, DemandPolicy
+from pressrun.balancer.demand_metrics import DemandCollector
 from pressrun.balancer.events import MulticastInfo, OriginSpec, SwarmInfo
 from pressrun.balancer.health import HealthConfig
 from pressrun.balancer.manifests import ManifestReader, ManifestUnavailable
@@ -194,6 +195,15 @@ class BalancerService:
         self.registry = CollectorRegistry()
         self.registry.register(BalancerCollector(lambda: self.core, self.directives_by_mode))
         self.registry.register(PrefetchCollector(lambda: self.prefetch))
+        if self._demand is not None:  # what the demand policy saw and decided (issue 28)
+            self.registry.register(
+                DemandCollector(
+                    self._demand,
+                    self.carousels,
+                    lambda: self._now() if self._loop is not None else 0.0,
+                    lambda: self.shared.is_leader() if self.shared is not None else None,
+                )
+            )
 
     @property
     def core(self) -> BalancerCore:

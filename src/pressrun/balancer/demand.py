@@ -199,6 +199,21 @@ class DemandEstimate:
     mode_since: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class IssueDemandView:
+    """One issue's demand as the policy sees it (`DemandPolicy.demand_view`): this
+    balancer's own request rate, the other balancers' (decayed since heard), the
+    downloaders D from both, the mode, since when, and how many changes so far."""
+
+    issue_id: str
+    local_rate_per_s: float
+    remote_rate_per_s: float
+    downloaders: float
+    mode: DeliveryMode
+    mode_since: float | None
+    changes: int
+
+
 #: requests/s under which an issue's demand has faded: not shared with the other
 #: balancers (`DemandPolicy.local_rates`), and forgotten once no origin holds it
 FADED_RATE_PER_S = 1e-4
@@ -360,6 +375,27 @@ class DemandPolicy:
         return DemandEstimate(
             issue_id, rate, rate * self.config.typical_download_s, state.mode, state.mode_since
         )
+
+    def demand_view(self, *, now: float) -> list[IssueDemandView]:
+        """Every issue with state, as the policy sees it now (for ``/metrics``: what an
+        operator needs to tell why a mode came or did not). Bounded by the issues the
+        policy keeps (those held by an origin, and at most `MAX_REMOTE_ISSUES` others)."""
+        out = []
+        for issue_id, state in self._issues.items():
+            local = self._rate_at(state, now)
+            total = self._total_rate_at(state, now)
+            out.append(
+                IssueDemandView(
+                    issue_id,
+                    local,
+                    total - local,
+                    total * self.config.typical_download_s,
+                    state.mode,
+                    state.mode_since,
+                    state.changes,
+                )
+            )
+        return out
 
     def _target(self, state: _IssueDemand, downloaders: float, has_swarm: bool) -> DeliveryMode:
         """The mode D calls for from the current one (the hysteresis bands)."""
