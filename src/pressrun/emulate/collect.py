@@ -1,6 +1,7 @@
 """The series and figures an emulation run collects from the deployment at its end:
 the egress, sender and directive series from its Prometheus (in place of the host's
-probes when it has them), the carousels started and the directives per balancer, the
+probes when it has them), the carousels started and the directives per balancer, what
+each balancer's demand policy saw and decided (D, mode, thresholds, the lease), the
 balancers' lease and carousel events from the services' log, and the issue's info hash.
 """
 
@@ -86,6 +87,26 @@ async def read_carousel_counts(
         result.directives_by = await asyncio.to_thread(directives_by, base, **window)
     except Exception as err:  # a figure of the report must never end a run
         report(f"[{variant}] the carousels started are not known: {err}")
+    await read_demand_series(project, result, report, variant)
+
+
+async def read_demand_series(
+    project: ComposeProject, result: VariantResult, report: Callable[[str], None], variant: str
+) -> None:
+    """What each balancer's demand policy saw and decided over the run, from
+    Prometheus (`pressrun.emulate.demand_series`; left None, and said, when it does not
+    answer)."""
+    from pressrun.emulate.demand_series import read_demand
+
+    if result.t0_wall is None:
+        return
+    try:
+        ip = await asyncio.to_thread(project.address, "prometheus")
+        result.demand = await asyncio.to_thread(
+            read_demand, f"http://{ip}:9090", start_wall=result.t0_wall, end_wall=wall_clock()
+        )
+    except Exception as err:  # a figure of the report must never end a run
+        report(f"[{variant}] the balancers' demand series are not known: {err}")
 
 
 def read_balancer_events(result: VariantResult, log_path: Path) -> None:

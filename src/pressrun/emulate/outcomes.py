@@ -72,6 +72,9 @@ class VariantResult:
     #: per balancer, the directives it answered (and since its restart), from Prometheus
     directives_by: dict[str, Any] = field(default_factory=dict)
     balancer_events: dict[str, list[list[Any]]] = field(default_factory=dict)
+    #: what each balancer's demand policy saw and decided, one point a second
+    #: (`pressrun.emulate.demand_series.read_demand`; None: not read)
+    demand: dict[str, Any] | None = None
     #: the release minute (issue 35): ``release_s`` (from the first arrival),
     #: ``release_wall``, ``open_within_s``, ``wrap_buckets`` (the subscription
     #: service's wrap histogram at the end); None without an [embargo]

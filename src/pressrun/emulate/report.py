@@ -25,6 +25,7 @@ from pressrun.emulate.balancer_kill import (
     mode_change_clients,
     mode_change_demand,
 )
+from pressrun.emulate.demand_series import demand_lines, demand_summary
 from pressrun.emulate.embargo import (
     NO_EMBARGO,
     release_comparison,
@@ -250,6 +251,8 @@ def summarize(
                 "directives_by": r.directives_by,
                 "carousel_start_demand": carousel_start_demand(r.directives, r.balancer_events),
                 "events": r.balancer_events,
+                # the demand policy's view (the series: <variant>-demand.json)
+                "demand": None if r.demand is None else demand_summary(r.demand),
             },
             "trackers": r.trackers,
             "trackers_agree": trackers_agree(r.trackers),
@@ -306,6 +309,9 @@ def write_report(
     """summary.json and the PNG plots in ``out``; returns the summary."""
     summary = summarize(scenario, issue, results)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    for r in results:
+        if r.demand is not None:  # the balancers' demand series, whole (issue 28)
+            (out / f"{r.variant}-demand.json").write_text(json.dumps(r.demand) + "\n")
     plot(out, summary)
     return summary
 
@@ -511,6 +517,8 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
             console.print(f"{name}: supernodes at the end: " + supernodes_line(v))
         if "one_balancer_comparison" in summary:
             console.print(balancers_line(name, v))
+        for line in demand_lines(name, v["balancers"].get("demand") or {}):
+            console.print(line)
     if "origin_egress_ratio" in summary:
         console.print(
             f"origin egress with swarm/multicast on: {summary['origin_egress_ratio']:.1%} "
