@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from pressrun.emulate.held import ready_path, started_path
 from pressrun.emulate.outcomes import ClientOutcome, parse_outcome
 from pressrun.emulate.project import docker_async
 from pressrun.emulate.scenario import ClientPlan
+
+log = logging.getLogger(__name__)
 
 #: client containers started at once before the schedule (each costs the engine and
 #: the host CPU seconds: more at once only queue)
@@ -105,8 +108,10 @@ async def wait_clients(
     report: Callable[[str], None],
     variant: str,
     t0: float,
+    logs_dir: Path | None = None,
 ) -> None:
-    """Until every client container exited (or the deadline); reads each outcome."""
+    """Until every client container exited (or the deadline); reads each outcome,
+    and keeps each client's log in ``logs_dir`` (`read_outcome`)."""
     loop = asyncio.get_running_loop()
     pending = {o.container: o for o in outcomes if o.exit_code is None}
     last_note = 0.0
@@ -124,7 +129,7 @@ async def wait_clients(
                 outcome.exit_code = int(parts[2])
                 outcome.exited_s = loop.time() - t0
                 finished.append(outcome)
-        await asyncio.gather(*(read_outcome(engine, o) for o in finished))
+        await asyncio.gather(*(read_outcome(engine, o, logs_dir) for o in finished))
         now = loop.time()
         if now - last_note > 15:
             done = len(outcomes) - len(pending)
@@ -133,18 +138,33 @@ async def wait_clients(
         if now > deadline:
             for outcome in pending.values():
                 outcome.error = "still running at the scenario's timeout"
-                await read_outcome(engine, outcome)
+                await read_outcome(engine, outcome, logs_dir)
             return
         await asyncio.sleep(2.0)
 
 
-async def read_outcome(engine: Engine, outcome: ClientOutcome) -> None:
+async def read_outcome(
+    engine: Engine, outcome: ClientOutcome, logs_dir: Path | None = None
+) -> None:
     """A finished client's outcome from its log (``docker logs`` as a child process
-    of the event loop, so many are read at once)."""
+    of the event loop, so many are read at once). With ``logs_dir``, the log is kept
+    there as ``client-<number>.log`` (stdout, the ``--json`` document, then stderr:
+    the client's log lines, e.g. the swarm's timeline, `pressrun.peer.timeline`), so
+    an operator can see where a client's time went after the containers are gone."""
     proc = await asyncio.create_subprocess_exec(
         "docker", "logs", outcome.container, env=engine.env,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await proc.communicate()
-    parse_outcome(outcome, out.decode(errors="replace"), err.decode(errors="replace"))
+    stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+    parse_outcome(outcome, stdout, stderr)
+    if logs_dir is not None:
+        try:
+            logs_dir.mkdir(parents=True, exist_ok=True)
+            (logs_dir / f"client-{outcome.plan.number}.log").write_text(
+                f"# {outcome.container}: exit {outcome.exit_code}\n# stdout\n{stdout}"
+                f"# stderr\n{stderr}"
+            )
+        except OSError as exc:  # the outcome is read; a log not kept loses nothing else
+            log.warning("could not keep the log of %s: %s", outcome.container, exc)

@@ -369,7 +369,10 @@ async def run_variant(
                     for f in faults]  # fmt: skip
         deadline = t0 + max(p.at_s for p in plans) + scenario.timeout_s
         await asyncio.gather(
-            *starters, wait_clients(engine, outcomes, deadline, report, variant, t0)
+            *starters,
+            wait_clients(
+                engine, outcomes, deadline, report, variant, t0, log_dir / f"{variant}-clients"
+            ),
         )
         await asyncio.gather(*faulters)
         result.wall_s = loop.time() - t0

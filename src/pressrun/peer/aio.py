@@ -77,6 +77,7 @@ from pressrun.peer.ring_link import RingLink
 from pressrun.peer.scrape import TrackerScrape
 from pressrun.peer.session import AlertSession, new_peer_id, session_settings
 from pressrun.peer.status import SwarmStatus
+from pressrun.peer.timeline import SwarmTimeline
 from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, make_uploader_policy
 from pressrun.peer.verify import FinalVerification, missing_spans
 
@@ -161,6 +162,8 @@ class SwarmPeer(RingLink):
         )
         self._peer_id = ""
         self._ring: RingClient | None = None  # the `chord` policy's link to the ring
+        self._timeline = SwarmTimeline(manifest.issue_id)
+        self._policy_name = uploader_policy
         self._status = SwarmStatus(
             manifest=manifest,
             policy=self.policy,
@@ -237,6 +240,9 @@ class SwarmPeer(RingLink):
         self._downloaded = loop.create_future()
         self._left = loop.create_future()
         self._started_at = loop.time()
+        self._timeline.start(
+            self._started_at, policy=self._policy_name, web_seeds=len(self.web_seeds)
+        )
         self.core = PeerCore(
             self.config,
             now=self._started_at,
@@ -452,6 +458,8 @@ class SwarmPeer(RingLink):
             self._verification.start()
         elif isinstance(a, lt.tracker_reply_alert | lt.tracker_error_alert):
             self._leave.tracker_replied(str(a.tracker_url()))
+            error = a.message() if isinstance(a, lt.tracker_error_alert) else None
+            self._timeline.tracker_reply(now, peers=getattr(a, "num_peers", None), error=error)
         elif isinstance(a, lt.url_seed_alert):
             log.info("web seed %s failed: %s", a.server_url(), a.error_message())
             self._apply(self.core.handle_web_seed_failed(now=now))
@@ -470,6 +478,18 @@ class SwarmPeer(RingLink):
         assert self.core is not None
         downloading = self.core.phase is PeerPhase.DOWNLOADING
         progress = self._status.read(st, now=now, planning=downloading)
+        if downloading:
+            self._timeline.status(
+                now,
+                progress,
+                feed_bytes=self._feed.session_bytes,
+                web_bytes=self._status.tally.web_bytes,
+                owed=len(self._feed.owed),
+                parallel=self._feed.parallel,
+                fetch_bps=self._feed.fetch_bps,
+                download_bps=self._status.download_bps,
+                ring=lambda: self.ring_stats,
+            )
         self._apply(self.core.handle_progress(progress, now=now))
         if st.is_seeding and self.core.phase is PeerPhase.DOWNLOADING:
             # A complete file found at start (resume data or recheck): no finished alert.
@@ -501,6 +521,13 @@ class SwarmPeer(RingLink):
         assert self.core is not None and self._loop is not None
         now = self._loop.time()
         self._verified_at = now
+        p = self._status.last_progress
+        self._timeline.verified(
+            now,
+            web_bytes=self._status.tally.web_bytes,
+            feed_bytes=self._feed.session_bytes,
+            down_bytes=p.downloaded_bytes if p else 0,
+        )
         if self._downloaded is not None and not self._downloaded.done():
             self._downloaded.set_result(True)
         self._refresh_totals()  # the rules must see the totals of now, not of the last poll
