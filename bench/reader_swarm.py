@@ -459,6 +459,7 @@ def print_half(half: Half) -> None:
             if half.peers and o.mode == "origin" and o.notices:
                 # why a reader with the peer path on took the origin path
                 print(f"{'':>6} the app said: {' | '.join(o.notices)[:300]}")
+    print_bytes(half)
     for d in half.desktops:
         if d.ok:
             print(
@@ -468,6 +469,37 @@ def print_half(half: Half) -> None:
             )
         else:
             print(f"desktop {d.number}: failed: {d.error}")
+
+
+def print_bytes(half: Half) -> None:
+    """What each reader's swarm received against what it needed (the app's ``swarm()``
+    readout, swarm-bytes.js): wasted bytes by cause and source kind, webtorrent's
+    hotswaps, and what the web seeds were asked for pieces a peer held."""
+    rows = [(o.number, o.swarm["bytes"]) for o in half.outcomes if o.swarm and "bytes" in o.swarm]
+    if not rows:
+        return
+    got = sum(b["received"] for _, b in rows)
+    wasted = sum(b["wasted"] for _, b in rows)
+    print(
+        f"swarm bytes received by {len(rows)} readers: {got / MB:.1f} MB for "
+        f"{len(rows)} x {half.size_bytes / MB:.1f} MB ({got / (len(rows) * half.size_bytes):.3f} "
+        f"of their copies); wasted {wasted / MB:.1f} MB"
+    )
+    print(
+        f"{'reader':>6} {'recv MB':>8} {'waste MB':>9} {'w.seed':>7} {'peers':>6}  "
+        "wasted by cause (MB)                 hotswaps (ws>p ws>ws p>p p>ws)  web seed asked MB "
+        "(peer held / lacked)"
+    )
+    for number, b in rows:
+        causes = " ".join(f"{k} {v / MB:.1f}" for k, v in b["wasted_by_cause"].items() if v)
+        h = b["hotswaps"]
+        print(
+            f"{number:>6} {b['received'] / MB:>8.1f} {b['wasted'] / MB:>9.1f} "
+            f"{b['wasted_from_web_seeds'] / MB:>7.1f} {b['wasted_from_peers'] / MB:>6.1f}  "
+            f"{causes or '-':<36} {h['web_seed_over_peer']:>4} {h['web_seed_over_web_seed']:>4} "
+            f"{h['peer_over_peer']:>4} {h['peer_over_web_seed']:>4}   "
+            f"{b['web_seed_asked_peer_held'] / MB:.1f} / {b['web_seed_asked_lacked'] / MB:.1f}"
+        )
 
 
 async def main(args: argparse.Namespace) -> int:

@@ -69,6 +69,9 @@ class ReaderOutcome:
     wave: int = 1
     #: the app's last notices (why a reader left the swarm, for instance)
     notices: tuple[str, ...] = ()
+    #: the app's swarm figures for the issue once downloaded (``window.pressrun.swarm()``:
+    #: bytes received, needed and wasted by source and cause, hotswaps), or None
+    swarm: dict[str, Any] | None = None
 
 
 def outcome_from_result(
@@ -147,6 +150,9 @@ _STORED_SHA256 = """async (issue) => {
 
 #: the app's last notices (bench/reader_swarm.py keeps them in its JSON)
 _LAST_NOTICES = "window.pressrun.notices.slice(-4).map((n) => n.text)"
+
+#: the app's swarm figures for an issue (swarm.js SwarmFetch.status()), or null
+_SWARM = "(issue) => window.pressrun.swarm?.()[issue] ?? null"
 
 #: start the download and wait for its result or error (the app's own hooks)
 _DOWNLOAD = """async (issue) => {
@@ -246,6 +252,7 @@ class BrowserReaders:
                 return ReaderOutcome(number, False, str(result["error"]), wall_s=wall, wave=wave)
             sha = await _bounded("the stored issue's SHA-256", page.evaluate(_STORED_SHA256, issue))
             notices = await _bounded("the app's notices", page.evaluate(_LAST_NOTICES), 10.0)
+            swarm = await _bounded("the app's swarm figures", page.evaluate(_SWARM, issue), 10.0)
         except Exception as err:  # one reader's failure is its row, not the run's end
             tail = "; ".join(console[-3:])
             detail = f"{type(err).__name__}: {err}" + (f" (console: {tail})" if tail else "")
@@ -255,4 +262,6 @@ class BrowserReaders:
         outcome = outcome_from_result(
             number, result, sha_ok=sha == want_sha256, wall_s=wall, wave=wave
         )
-        return dataclasses.replace(outcome, notices=tuple(str(n) for n in notices))
+        return dataclasses.replace(
+            outcome, notices=tuple(str(n) for n in notices), swarm=swarm or None
+        )

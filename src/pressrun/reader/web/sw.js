@@ -48,6 +48,7 @@ const SHELL = [
   "js/store-worker.js",
   "js/subscription.js",
   "js/swarm.js",
+  "js/swarm-bytes.js",
   "js/swarm-peers.js",
   "js/swarm-rules.js",
   "js/swarm-web-seeds.js",

@@ -71,6 +71,10 @@ export class SwarmWebSeeds {
     const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.peerChoking);
     const lacked = (i) => !t.bitfield.get(i) && !peers.some((w) => w.peerPieces.get(i));
     const asked = (i) => (t._reservations?.[i] ?? []).some((w) => w) || !t.pieces[i] || t.pieces[i].missing === 0;
+    // a piece a peer was asked blocks of (a request out): the peer gives them soon, or
+    // the silent-peer rule asks them again; a web seed given it then fetches from the
+    // first block not reserved to the piece's end (webconn.js), the peer's blocks too
+    const peerAsked = (i) => (t._reservations?.[i] ?? []).some((w) => w && w.type !== "webSeed" && !w.destroyed);
     let everything = all;
     for (let i = 0; everything && i < t.pieces.length; i++) {
       if (lacked(i) && !asked(i) && !seeds.every((seed) => (seed.failedUntil?.get(i) ?? 0) > now)) everything = false;
@@ -78,7 +82,7 @@ export class SwarmWebSeeds {
     let more = false;
     for (let i = 0; i < t.pieces.length; i++) {
       if (t.bitfield.get(i)) continue;
-      const offer = everything || lacked(i);
+      const offer = (everything || lacked(i)) && !peerAsked(i);
       for (const seed of seeds) {
         const give = offer && !((seed.failedUntil?.get(i) ?? 0) > now);
         if (seed.peerPieces.get(i) === give) continue;

@@ -46,6 +46,7 @@ import { pieceOk } from "./manifest.js";
 import { mixIn } from "./mixin.js";
 import { answerTime, leaveRule, silentPeerStep, uploadCapFor, WebSeedRule, windowRate } from "./swarm-rules.js";
 import { StoredPieces } from "./store.js";
+import { emptyByteTally, hotswapPeers, SwarmBytes } from "./swarm-bytes.js";
 import { SwarmPeers } from "./swarm-peers.js";
 import { SwarmWebSeeds } from "./swarm-web-seeds.js";
 import { fetchCheckedTorrent } from "./torrent.js";
@@ -155,6 +156,7 @@ export class SwarmFetch {
     this.uploaded = 0;
     this.badPieces = 0;
     this.reasked = 0; // requests asked again of a peer that left them unanswered
+    this.tally = emptyByteTally(); // every byte the wires delivered, needed or wasted (swarm-bytes.js)
     this.webSeedsOn = false; // the web seeds are in the swarm
     this.webSeedsAll = true; // ... offering every piece (false: what no peer can give)
     this.deadWebSeeds = new Set(); // web seed URLs that failed a request: not used again here
@@ -184,6 +186,8 @@ export class SwarmFetch {
       web_seeds_on: this.webSeedsOn,
       web_seeds_all_pieces: this.webSeedsOn && this.webSeedsAll,
       leave_rule: this.leaveRule,
+      // every byte received, needed or wasted, by source and cause; hotswaps
+      bytes: this.tally,
     };
   }
 
@@ -300,7 +304,8 @@ export class SwarmFetch {
     if (this.cache.size > PIECE_CACHE) this.cache.delete(this.cache.keys().next().value);
   }
 
-  // -- the peers (swarm-peers.js) and the web seeds (swarm-web-seeds.js): their methods
+  // -- the peers (swarm-peers.js), the web seeds (swarm-web-seeds.js) and the byte
+  // accounting (swarm-bytes.js): their methods
   // are put on this class below
 
   // -- the run
@@ -358,6 +363,9 @@ export class SwarmFetch {
     const failed = new Promise((_, reject) => (fail = reject));
     failed.catch(() => {});
     torrent.on("wire", (wire) => this.onWire(wire));
+    // webtorrent's hotswap, kept to peers and with a cancel to the slow one (swarm-bytes.js)
+    torrent._hotswap = (wire, index) => hotswapPeers(torrent, wire, index);
+    torrent.on("hotswap", (slow, fast, index) => this.onHotswap(slow, fast, index));
     torrent.on("warning", (err) => this.onWarning(err));
     torrent.on("error", (err) => fail(this.storeError ?? new SwarmStalled(this.failure ?? `webtorrent: ${err?.message ?? err}`)));
     const onAbort = () => fail(signal.reason);
@@ -571,8 +579,8 @@ export class SwarmFetch {
   }
 }
 
-// the peers' and the web seeds' methods, in their own modules, are SwarmFetch's
-mixIn(SwarmFetch, SwarmPeers, SwarmWebSeeds);
+// the peers', the web seeds' and the byte accounting's methods, in their own modules, are SwarmFetch's
+mixIn(SwarmFetch, SwarmPeers, SwarmWebSeeds, SwarmBytes);
 
 /** The swarm sessions by issue (downloading or seeding), for the page and the tests. */
 export function swarmSessions() {

@@ -1,0 +1,66 @@
+"""The web reader in a swarm takes each block once (issue 26), in Debian's headless Chromium.
+
+The reader's ``swarm()`` readout classes every byte its wires delivered
+(``bytes``: received, needed, wasted by cause and source; webtorrent's hotswaps;
+swarm-bytes.js). A flash crowd of 10 readers took 230 MB for a 200 MB issue
+(bench/reader_swarm.py, docs/results/2026-11-28-reader-swarm.md, run 9). The stack
+(tracker, stand-in, reader service) is tests/reader/test_swarm_browser.py's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from .conftest import browser_only
+from .test_swarm_browser import (  # noqa: F401  (stack and swarm are fixtures)
+    SwarmStack,
+    open_phone,
+    plain_peer,
+    stack,
+    start,
+    swarm,
+    swarm_status,
+    verified,
+)
+
+pytest.importorskip("libtorrent")
+
+pytestmark = [browser_only, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+
+async def test_blocks_asked_again_of_others_are_cancelled_at_the_silent_peer(
+    swarm: SwarmStack,  # noqa: F811  (the fixture imported above)
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # the reader's sources: a plain webtorrent peer that answers 16 blocks and then
+    # holds every request for 4 s (busy), and an origin at 2 Mbit/s as web seed. The
+    # reader asks the silent peer's blocks again of others after request_timeout_s
+    # (3 s) and cancels them at the peer (a BitTorrent cancel), so the peer does not
+    # send them when it wakes, and the web seed is never asked for a block a peer was
+    # asked for (no hotswap over a peer; an ask ends before such a block). Before, the
+    # requests were failed here only: the peer sent all 16 it held when it woke, each a
+    # block received meanwhile (229-271 kB wasted, "reask", 4 of 4 runs); with the
+    # cancel alone, 3 blocks still came from both (the web seed's ask ran to the
+    # piece's end over a block the peer had been asked for again)
+    issue = await swarm.publish("bytes-silent-peer")
+    origin = await swarm.origin(egress_cap_mbps=2.0)
+    swarm.direct(issue, origins=[swarm.standin_url], web_seeds=[origin])
+    busy = await open_phone(phone_factory, swarm.reader_url)
+    await plain_peer(busy, swarm, issue, origin, stall_after_blocks=16, stall_s=4.0)
+    phone = await open_phone(phone_factory, swarm.reader_url)
+    await start(phone, issue)
+    result = await verified(phone, issue, issue.data)
+    await asyncio.sleep(2.0)  # the busy peer wakes (4 s after its 16th block): it sends nothing
+    status: dict[str, Any] = await swarm_status(phone, issue)
+    tally = status["bytes"]
+    print(
+        f"a silent peer: {result['seconds']:.2f} s, {status['reasked_requests']} asked again, "
+        f"received {tally['received']} B for {issue.transfer_bytes}, wasted "
+        f"{tally['wasted_by_cause']}, hotswaps {tally['hotswaps']}"
+    )
+    assert status["reasked_requests"] > 0, status  # the silence was seen
+    assert tally["hotswaps"]["web_seed_over_peer"] == 0, tally
+    assert tally["wasted"] == 0, tally
