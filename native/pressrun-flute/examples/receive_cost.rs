@@ -128,7 +128,7 @@ fn main() {
     let (packets, cycles, content) = (&packets, &cycles, &content);
     for round in 0..rounds {
         let mut body = || {
-            let mut objects = fast::FastObjects::new(dir.clone(), 256 << 20);
+            let mut objects = fast::FastObjects::new(dir.clone(), 256 << 20, false);
             let mut pos: Vec<usize> = cycles.iter().map(|c| (join * c.len() as f64) as usize).collect();
             let (mut cpu, mut n) = (0.0, 0usize);
             let mut batch = vec![0u8; 64 * 4200];

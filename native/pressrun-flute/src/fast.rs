@@ -54,6 +54,9 @@ const HUGE_PAGE: usize = 2 << 20;
 /// Objects followed at once (a carousel's receiver sees one; strangers' TOIs evict
 /// the oldest).
 const MAX_OBJECTS: usize = 4;
+/// Block decodes whose inputs (the ESIs given to the decoder) a receiver that records
+/// them keeps at most (`FastObjects::redecode`; an 8 MiB issue is 7 blocks).
+const MAX_DECODE_RECORDS: usize = 64;
 /// Repair ESIs above K + this are not told apart (their duplicates count twice
 /// toward a decode attempt, which then waits for more).
 const REPAIR_ESI_SPAN: u32 = 1 << 20;
@@ -190,7 +193,35 @@ struct Block {
     /// the decoder of an attempt that failed (rank-deficient): it keeps the symbols
     /// it was given, so the next attempt adds only the new ones
     decoder: Option<raptorq::SourceBlockDecoder>,
+    /// the ESIs given to the decoder so far (kept only when decodes are recorded)
+    given: Vec<u32>,
     done: bool,
+}
+
+/// What one block decode was given, kept so that the `raptorq` crate's decode alone
+/// can be timed again on the same block and ESIs after the reception
+/// (`FastObjects::redecode`, bench/multicast.py).
+struct DecodeRecord {
+    path: PathBuf,
+    symbol: usize,
+    alignment: u8,
+    length: usize,
+    sbn: u8,
+    first: usize,
+    k: usize,
+    esis: Vec<u32>,
+}
+
+/// The `raptorq` crate's own decode, timed again on recorded blocks
+/// (`FastObjects::redecode`).
+pub struct Redecode {
+    /// blocks decoded
+    pub blocks: u64,
+    /// thread CPU seconds of `SourceBlockDecoder::new` and `decode` alone, the
+    /// symbols made beforehand
+    pub cpu_s: f64,
+    /// every block decoded to the bytes in the object's file
+    pub bit_exact: bool,
 }
 
 /// The FEC schemes taken.
@@ -230,9 +261,14 @@ pub struct FastObject {
     pub failed_decodes: u64,
     /// RaptorQ decodes attempted (blocks that lacked source symbols), failed or not
     decodes: u64,
-    /// thread CPU seconds those decodes took (building the decoder, handing it the
-    /// symbols, solving)
+    /// thread CPU seconds those decodes took (building the decoder, copying the
+    /// symbols out of the buffer's slots, the crate's decode)
     decode_cpu_s: f64,
+    /// of it, the `raptorq` crate's `decode` call alone (the symbols already made)
+    crate_decode_cpu_s: f64,
+    /// keep what each decode was given (`DecodeRecord`)
+    record: bool,
+    records: Vec<DecodeRecord>,
     /// thread CPU seconds of writing completed blocks to the file
     write_cpu_s: f64,
 }
@@ -287,6 +323,7 @@ impl FastObject {
     /// An object of ``length`` bytes with ``oti`` (and, for RaptorQ, its scheme-
     /// specific Z, N, Al), received into ``dir/<toi>.object``;
     /// None when this decoder does not take it (the crate's session then does).
+    #[allow(clippy::too_many_arguments)]
     fn new(
         dir: &Path,
         tsi: u64,
@@ -295,6 +332,7 @@ impl FastObject {
         length: u64,
         raptorq: Option<(u8, u16, u8)>,
         max_bytes: usize,
+        record: bool,
     ) -> Option<std::io::Result<Self>> {
         let symbol = oti.encoding_symbol_length as usize;
         if symbol == 0 || length == 0 || length as usize > max_bytes {
@@ -336,6 +374,7 @@ impl FastObject {
                 repair_seen: Bits::default(),
                 tried_at: 0,
                 decoder: None,
+                given: Vec::new(),
                 done: false,
             });
             first += k;
@@ -369,6 +408,9 @@ impl FastObject {
                 failed_decodes: 0,
                 decodes: 0,
                 decode_cpu_s: 0.0,
+                crate_decode_cpu_s: 0.0,
+                record,
+                records: Vec::new(),
                 write_cpu_s: 0.0,
             }),
             Err(err) => {
@@ -535,13 +577,35 @@ impl FastObject {
                 data.resize(symbol, 0);
                 Some(raptorq::EncodingPacket::new(raptorq::PayloadId::new(sbn as u8, esi), data))
             });
-            let decoded = decoder.decode(held.chain(std::mem::take(&mut block.repairs)));
+            let packets: Vec<raptorq::EncodingPacket> =
+                held.chain(std::mem::take(&mut block.repairs)).collect();
+            if self.record {
+                block.given.extend(packets.iter().map(|p| p.payload_id().encoding_symbol_id()));
+            }
+            // the crate's decode call timed alone: the share of the decode that is
+            // the crate's, the rest (building the decoder, the copies above) ours
+            let crate0 = thread_cpu_s();
+            let decoded = decoder.decode(packets);
+            let crate1 = thread_cpu_s();
+            self.crate_decode_cpu_s += crate1 - crate0;
             self.decodes += 1;
             let Some(decoded) = decoded else {
-                self.decode_cpu_s += thread_cpu_s() - cpu0;
+                self.decode_cpu_s += crate1 - cpu0;
                 return Ok(false);
             };
             block.decoder = None;
+            if self.record && self.records.len() < MAX_DECODE_RECORDS {
+                self.records.push(DecodeRecord {
+                    path: self.path.clone(),
+                    symbol,
+                    alignment,
+                    length,
+                    sbn: sbn as u8,
+                    first: block.first,
+                    k: block.k,
+                    esis: std::mem::take(&mut block.given),
+                });
+            }
             let cpu1 = thread_cpu_s();
             self.decode_cpu_s += cpu1 - cpu0;
             file.write_all_at(&decoded[..end - start], start as u64)?;
@@ -565,11 +629,18 @@ pub struct FastObjects {
     /// the decode counts of objects no longer followed (evicted)
     retired_decodes: u64,
     retired_decode_cpu_s: f64,
+    retired_crate_decode_cpu_s: f64,
     retired_write_cpu_s: f64,
+    /// keep what each block decode was given (`redecode`), at most
+    /// MAX_DECODE_RECORDS over all objects
+    record: bool,
+    retired_records: Vec<DecodeRecord>,
 }
 
 impl FastObjects {
-    pub fn new(dir: PathBuf, max_bytes: usize) -> Self {
+    /// Objects written into ``dir``, each of at most ``max_bytes``; with ``record``,
+    /// what each block decode was given is kept for `redecode`.
+    pub fn new(dir: PathBuf, max_bytes: usize, record: bool) -> Self {
         Self {
             dir,
             max_bytes,
@@ -577,7 +648,10 @@ impl FastObjects {
             declined: Vec::new(),
             retired_decodes: 0,
             retired_decode_cpu_s: 0.0,
+            retired_crate_decode_cpu_s: 0.0,
             retired_write_cpu_s: 0.0,
+            record,
+            retired_records: Vec::new(),
         }
     }
 
@@ -601,7 +675,10 @@ impl FastObjects {
                     None
                 } else {
                     let scheme = raptorq_scheme(data, alc);
-                    FastObject::new(&self.dir, tsi, toi, oti, length, scheme, self.max_bytes)
+                    let kept = self.retired_records.len()
+                        + self.objects.iter().map(|o| o.records.len()).sum::<usize>();
+                    let record = self.record && kept < MAX_DECODE_RECORDS;
+                    FastObject::new(&self.dir, tsi, toi, oti, length, scheme, self.max_bytes, record)
                 };
                 match made {
                     None => {
@@ -616,11 +693,17 @@ impl FastObjects {
                     Some(Ok(object)) => {
                         if self.objects.len() >= MAX_OBJECTS {
                             // the oldest goes; an incomplete one takes its file along
-                            let gone = self.objects.remove(0);
+                            let mut gone = self.objects.remove(0);
                             self.retired_decodes += gone.decodes;
                             self.retired_decode_cpu_s += gone.decode_cpu_s;
+                            self.retired_crate_decode_cpu_s += gone.crate_decode_cpu_s;
                             self.retired_write_cpu_s += gone.write_cpu_s;
-                            if !gone.complete {
+                            if gone.complete {
+                                let room = MAX_DECODE_RECORDS
+                                    .saturating_sub(self.retired_records.len());
+                                gone.records.truncate(room);
+                                self.retired_records.append(&mut gone.records);
+                            } else {
                                 std::fs::remove_file(&gone.path).ok();
                             }
                         }
@@ -657,6 +740,63 @@ impl FastObjects {
             (self.retired_decodes, self.retired_decode_cpu_s),
             |(n, s), o| (n + o.decodes, s + o.decode_cpu_s),
         )
+    }
+
+    /// Of `decode_cost`'s seconds, the `raptorq` crate's `decode` calls alone.
+    pub fn crate_decode_cpu_s(&self) -> f64 {
+        self.objects.iter().map(|o| o.crate_decode_cpu_s).sum::<f64>()
+            + self.retired_crate_decode_cpu_s
+    }
+
+    /// The `raptorq` crate's decode timed again on every recorded block decode of a
+    /// completed object (with ``record``): the block read back from the object's
+    /// file, the symbols it was given (the same ESIs) made by the crate's encoder
+    /// beforehand, then `SourceBlockDecoder::new` and `decode` timed (thread CPU),
+    /// the symbols warm in cache as the crate's own benchmarks have them. The
+    /// crate's cost on the same data without the receive loop around it
+    /// (bench/multicast.py). Blocks of objects not completed are skipped.
+    pub fn redecode(&self) -> std::io::Result<Redecode> {
+        use std::os::unix::fs::FileExt;
+        let mut out = Redecode { blocks: 0, cpu_s: 0.0, bit_exact: true };
+        let done = self.objects.iter().filter(|o| o.complete).flat_map(|o| &o.records);
+        for r in self.retired_records.iter().chain(done) {
+            let start = r.first * r.symbol;
+            let end = ((r.first + r.k) * r.symbol).min(r.length);
+            let mut block = vec![0u8; r.k * r.symbol];
+            File::open(&r.path)?.read_exact_at(&mut block[..end - start], start as u64)?;
+            let block_bytes = (r.k * r.symbol) as u64;
+            let config = raptorq::ObjectTransmissionInformation::new(
+                block_bytes,
+                r.symbol as u16,
+                1,
+                1,
+                r.alignment,
+            );
+            let encoder = raptorq::SourceBlockEncoder::new(r.sbn, &config, &block);
+            let packets: Vec<raptorq::EncodingPacket> = r
+                .esis
+                .iter()
+                .map(|&esi| {
+                    let at = esi as usize * r.symbol;
+                    if (esi as usize) < r.k {
+                        raptorq::EncodingPacket::new(
+                            raptorq::PayloadId::new(r.sbn, esi),
+                            block[at..at + r.symbol].to_vec(),
+                        )
+                    } else {
+                        let made = encoder.repair_packets(esi - r.k as u32, 1);
+                        made.into_iter().next().expect("one repair packet asked for")
+                    }
+                })
+                .collect();
+            let cpu0 = thread_cpu_s();
+            let mut decoder = raptorq::SourceBlockDecoder::new(r.sbn, &config, block_bytes);
+            let decoded = decoder.decode(packets);
+            out.cpu_s += thread_cpu_s() - cpu0;
+            out.blocks += 1;
+            out.bit_exact &= decoded.is_some_and(|d| d[..end - start] == block[..end - start]);
+        }
+        Ok(out)
     }
 
     /// Thread CPU seconds spent writing completed blocks to their files so far (all

@@ -903,15 +903,19 @@ impl Receiver {
     /// reject an object whose FDT Content-MD5 does not match (off in pressrun, which
     /// checks the signed manifest piece by piece instead); ``clock_offset_s``: this
     /// receiver's clock is that many seconds ahead of the host's (negative: behind),
-    /// as on a host whose clock is wrong (tests and emulations of clock skew).
+    /// as on a host whose clock is wrong (tests and emulations of clock skew);
+    /// ``record_decodes``: keep the ESIs each RaptorQ block decode was given (at most
+    /// 64 blocks) so that `redecode` can time the crate's decode again on them
+    /// (bench/multicast.py).
     #[new]
-    #[pyo3(signature = (directory, *, max_cache_bytes=256 * 1024 * 1024, object_timeout_s=None, md5_check=false, clock_offset_s=0.0))]
+    #[pyo3(signature = (directory, *, max_cache_bytes=256 * 1024 * 1024, object_timeout_s=None, md5_check=false, clock_offset_s=0.0, record_decodes=false))]
     fn new(
         directory: PathBuf,
         max_cache_bytes: usize,
         object_timeout_s: Option<f64>,
         md5_check: bool,
         clock_offset_s: f64,
+        record_decodes: bool,
     ) -> PyResult<Self> {
         if !clock_offset_s.is_finite() {
             return Err(PyValueError::new_err("clock_offset_s must be a finite number"));
@@ -920,7 +924,7 @@ impl Receiver {
             return Err(PyOSError::new_err(format!("{directory:?} is not a directory")));
         }
         let events: EventQueue = Rc::new(RefCell::new(Vec::new()));
-        let fast = FastObjects::new(directory.clone(), max_cache_bytes);
+        let fast = FastObjects::new(directory.clone(), max_cache_bytes, record_decodes);
         let writer = Rc::new(EventWriterBuilder { dir: directory, md5_check, events: events.clone() });
         let config = ReceiverConfig {
             object_max_cache_size: Some(max_cache_bytes),
@@ -1136,6 +1140,34 @@ impl Receiver {
     #[getter]
     fn decode_cpu_s(&self) -> f64 {
         self.fast.decode_cost().1
+    }
+
+    /// Of `decode_cpu_s`, the `raptorq` crate's `SourceBlockDecoder::decode` calls
+    /// alone (the symbols already copied out for it): the crate's share of the
+    /// receive path's CPU, the rest of the decode share (copies, the decoder's set-up)
+    /// the binding's.
+    #[getter]
+    fn crate_decode_cpu_s(&self) -> f64 {
+        self.fast.crate_decode_cpu_s()
+    }
+
+    /// With ``record_decodes``: the `raptorq` crate's decode timed again, without the
+    /// GIL, on every recorded block of a completed object, given the same ESIs (the
+    /// symbols made from the object's file by the crate's encoder beforehand, so warm
+    /// in cache): (blocks, thread CPU seconds of the decodes alone, whether each
+    /// decoded to the file's bytes). The crate's own cost on the data this receiver
+    /// decoded, for the bench to set beside the receive path's.
+    fn redecode(&self, py: Python<'_>) -> PyResult<(u64, f64, bool)> {
+        let fast = &self.fast;
+        let this = OnThisThread(fast as *const FastObjects as *mut FastObjects);
+        py.detach(move || {
+            let this = this;
+            // SAFETY: OnThisThread: this thread owns the receiver; only read here
+            let fast = unsafe { &*this.0 };
+            fast.redecode()
+        })
+        .map(|r| (r.blocks, r.cpu_s, r.bit_exact))
+        .map_err(|e| PyOSError::new_err(e.to_string()))
     }
 
     /// The receive thread's CPU seconds spent writing completed blocks to the
