@@ -79,6 +79,11 @@ class OwedPieceFeed:
         self.fetch_bps = 0
         #: requests in flight at most (module docstring); the status poll sets it
         self.parallel = 1
+        #: once no other owed piece is left, take one libtorrent is fetching from a
+        #: peer too (the status poll sets it while the origins have room and give more
+        #: than the peers: the end of a download whose one peer is slow waited on the
+        #: pieces libtorrent had queued on that peer; `add_piece` ends those requests)
+        self.take_busy = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._in_flight: set[int] = set()
@@ -162,13 +167,14 @@ class OwedPieceFeed:
         # not a piece libtorrent is already fetching (from a peer or a web seed)
         busy = {int(q["piece_index"]) for q in handle.get_download_queue()}
         recent = asyncio.get_running_loop().time() - _ADDED_HOLD_S
-        for piece in self.owed:
-            if (
-                piece not in busy
-                and piece not in self._in_flight
-                and self._added.get(piece, -1e9) < recent
-            ):
+        free = [
+            p for p in self.owed if p not in self._in_flight and self._added.get(p, -1e9) < recent
+        ]
+        for piece in free:
+            if piece not in busy:
                 return piece
+        if self.take_busy and free:
+            return free[0]
         return None
 
     async def _fetch_piece(self, http: aiohttp.ClientSession, url: str, piece: int) -> bytes | None:

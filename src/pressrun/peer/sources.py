@@ -47,7 +47,11 @@ class PeerInfoTally:
         self._per_connection: dict[tuple[str, int], int] = {}
 
     def update(
-        self, peers: Sequence[Any], *, count_sole: bool = False, upload_slots: int | None = None
+        self,
+        peers: Sequence[Any],
+        *,
+        count_sole: bool = False,
+        upload_slots: int | None = None,
     ) -> None:
         """Bytes from web seeds, per connection: a connection's total only grows, so a
         total below the last one seen is a new connection to the same origin.
@@ -138,21 +142,33 @@ def shared_out(pieces: Sequence[int], peer_id: str, leecher_ids: Sequence[str]) 
     return (*pieces[at:], *pieces[:at])
 
 
-def origins_have_room(fetch_bps: int, reference_bps: int, download_bps: int = 0) -> bool:
-    """Whether the origins have room for this peer, and it for them: its last piece
-    from them (``fetch_bps``, the feed's measure; 0: none yet) came at least
-    `ROOM_SHARE` of ``reference_bps``, the rate it takes pieces at otherwise (the
-    fastest it downloaded from peers, or what it uploads: a peer of this swarm gives
-    at most that), while its peers give it less than that share now
-    (``download_bps``: a peer whose download is full needs nothing more).
+def origins_have_room(fetch_bps: int, reference_bps: int) -> bool:
+    """Whether the origins have room for this peer: its last piece from them
+    (``fetch_bps``, the feed's measure) came at least `ROOM_SHARE` of
+    ``reference_bps``, the rate it takes pieces at otherwise (the fastest it downloaded
+    from peers, or what it uploads: a peer of this swarm gives at most that); and,
+    with no measure yet (``fetch_bps`` 0: no piece from them so far), yes: the peer
+    finds out by fetching one (`probing`).
     A busy origin shares its egress among every fetch (the loopback bench: 2 MB/s over
     up to 40 fetches, 50 kB/s each against 1 MB/s a peer): no room. An origin with
     room sends at the reader's own link rate (the emulated small scenario: its
-    origin client took 2.2 s for 4 MB, the ring's swarm clients 13.9-14.9 s)."""
+    origin client took 2.2 s for 4 MB, the ring's swarm clients 13.9-14.9 s).
+
+    What its peers give it now does not count against the origins (before, a peer
+    its peers served at half their best or more took nothing from them): peers are an
+    addition, and a reader whose one peer was a slow seed took its whole issue from
+    it, 4x slower than from the origin alone (tests/peer/test_origin_room.py)."""
     # (a peer that never traded with a peer, nor has an upload limit, has no
-    # reference: any rate the origins give it is room, its peers give it nothing)
-    share = ROOM_SHARE * reference_bps
-    return fetch_bps > 0 and fetch_bps >= share and (download_bps < share or share == 0)
+    # reference: any rate the origins give it is room)
+    return probing(fetch_bps) or fetch_bps >= ROOM_SHARE * reference_bps
+
+
+def probing(fetch_bps: int) -> bool:
+    """No piece has come from the origins yet (``fetch_bps`` 0), so whether they have
+    room is not known: the peer fetches one piece at a time from them until it is
+    (a peer whose peers hold everything never got a piece to bring in, so never
+    measured the origins, and took every piece from its peers however slow)."""
+    return fetch_bps <= 0
 
 
 def origin_fill(
@@ -162,12 +178,17 @@ def origin_fill(
     room: bool,
     peer_id: str,
     leecher_ids: Sequence[str],
+    have: Sequence[bool] = (),
 ) -> tuple[int, ...]:
     """Whatever the policy, a peer takes from the origins what its peers cannot give
-    it yet, while the origins have room (``room``: `origins_have_room`): the pieces
-    no connected peer holds that are not already owed, and those it holds off (the
-    `chord` policy's hold on a piece one connected peer holds, priority 0 in the
-    ``plan``), in this peer's own order (`shared_out`: the peers doing the same start
+    it yet, while the origins have room (``room``: `origins_have_room`): first the
+    pieces no connected peer holds that are not already owed, and those it holds off
+    (the `chord` policy's hold on a piece one connected peer holds, priority 0 in the
+    ``plan``), then (with ``have``, the pieces it holds: the caller passes it while
+    the origins give it more than its peers do) every other piece it lacks: those its
+    peers hold, which the feed skips while libtorrent is fetching them from a peer
+    (its download queue), so a slow peer is an addition to the origins, not a wait.
+    Each part in this peer's own order (`shared_out`: the peers doing the same start
     on different pieces). None while the origins have no room: then a piece enters
     the swarm once, from the peer the policy gave it to."""
     if not room:
@@ -181,5 +202,10 @@ def origin_fill(
         if plan is not None
         else []
     )
-    pieces = sorted({*missing.absent, *held_off} - set(missing.owed))
-    return shared_out(pieces, peer_id, leecher_ids)
+    owed = set(missing.owed)
+    first = sorted({*missing.absent, *held_off} - owed)
+    rest = sorted({i for i, held in enumerate(have) if not held} - owed - set(first))
+    return (
+        *shared_out(first, peer_id, leecher_ids),
+        *shared_out(rest, peer_id, leecher_ids),
+    )

@@ -26,9 +26,15 @@ from pressrun.peer.sources import (
     classify_missing,
     origin_fill,
     origins_have_room,
+    probing,
     shared_out,
 )
-from pressrun.peer.uploader import HOLD_PRIORITY, MIN_PRIORITY, SwarmView, UploaderPolicy
+from pressrun.peer.uploader import (
+    HOLD_PRIORITY,
+    MIN_PRIORITY,
+    SwarmView,
+    UploaderPolicy,
+)
 
 #: the unused upload is measured over the last this many seconds (the ring client's
 #: round: what a supernode hears in each report)
@@ -119,6 +125,8 @@ class SwarmStatus:
         self.upload_use = UploadUse()
         #: pieces this peer lacks
         self.missing = manifest.num_pieces
+        #: the origins have room and give more than its peers now (`_fill`)
+        self._beyond_peers = False
 
     def read(self, st: Any, *, now: float, planning: bool) -> Progress:
         """Take a status read (``planning``: ask the policy for its plan, the peer is
@@ -130,7 +138,9 @@ class SwarmStatus:
             # set_alert_notify, FIELD-NOTES.md)
             slots = self._upload_slots or self.session_slots
             self.tally.update(
-                handle.get_peer_info(), count_sole=bool(st.is_seeding), upload_slots=slots
+                handle.get_peer_info(),
+                count_sole=bool(st.is_seeding),
+                upload_slots=slots,
             )
         self.peak_upload_bps = max(self.peak_upload_bps, int(st.upload_payload_rate))
         self.download_bps = int(st.download_payload_rate)
@@ -195,9 +205,12 @@ class SwarmStatus:
         self.lonely = frozenset(missing.lonely)
         # pieces the ring said another peer brings in or holds: coming, not starving
         coming = self.policy.waiting_on(absent) if isinstance(self.policy, ChordPolicy) else []
-        fill = self._fill(missing, plan)
-        # (two requests at a time only while the origins have room: `feed`)
-        self._feed.parallel = PARALLEL_WITH_ROOM if fill else 1
+        fill = self._fill(missing, plan, st.pieces)
+        # (two requests at a time only while the origins have room, one while it is not
+        # known yet: `feed`, `sources.probing`)
+        measured = not probing(self._feed.fetch_bps)
+        self._feed.parallel = PARALLEL_WITH_ROOM if fill and measured else 1
+        self._feed.take_busy = measured and self._beyond_peers
         if fill:
             # the origins have room: what no peer can give it yet comes from them now
             owed = (*owed, *fill)
@@ -216,19 +229,31 @@ class SwarmStatus:
         self._feed.set_owed(owed)
         return tradable, len(owed) + len(coming), len(coming)
 
-    def _fill(self, missing: MissingPieces, plan: tuple[int, ...] | None) -> tuple[int, ...]:
+    def _fill(
+        self, missing: MissingPieces, plan: tuple[int, ...] | None, have: Any
+    ) -> tuple[int, ...]:
         # (`sources.origin_fill`; the rate it takes pieces at otherwise: the fastest
-        # it downloaded from peers, or its upload, its limit else its fastest; and
-        # what its peers give it now)
-        if not self.policy.fetches_owed_pieces or plan is None:
+        # it downloaded from peers, or its upload, its limit else its fastest; also
+        # with no plan: `stripes` alone among seeds has none, and a reader whose one
+        # peer was a slow seed took every piece from it)
+        self._beyond_peers = False
+        if not self.policy.fetches_owed_pieces:
             return ()
         reference = max(self.peak_download_bps, self.upload_limit_bps or self.peak_upload_bps)
+        fetch_bps = self._feed.fetch_bps
+        # the pieces its peers hold too, while the origins give it more than its peers
+        # do now (or nobody knows yet): a slow peer is an addition, not a wait; where
+        # its peers are the faster (the loopback bench's tail, a flash crowd) they
+        # give them, and the origins send no second copy
+        beyond = probing(fetch_bps) or fetch_bps > self.download_bps
+        self._beyond_peers = beyond and origins_have_room(fetch_bps, reference)
         return origin_fill(
             missing,
             plan,
-            room=origins_have_room(self._feed.fetch_bps, reference, self.download_bps),
+            room=origins_have_room(fetch_bps, reference),
             peer_id=self._peer_id(),
             leecher_ids=self.tally.leecher_ids,
+            have=[bool(b) for b in have] if beyond else (),
         )
 
     def lift_holds(self) -> bool:
