@@ -192,8 +192,10 @@ def test_busy_origins_leave_the_pieces_to_the_ring() -> None:
     assert status._feed.owed == ()
     assert (owed, coming) == (2, 2)
     assert status._feed.parallel == 1  # one at a time: a second would split its share
-    # no measure of the origins yet: one piece at a time from them, to find out
+    # no measure of the origins yet, nor any reference: one piece at a time from
+    # them, to find out
     status, st = _status_with_ring_answers(fetch_bps=0)
+    status.upload_limit_bps = 0
     status._sources(st)
     assert set(status._feed.owed[:3]) == {1, 2, 3}
     assert status._feed.parallel == 1
@@ -202,9 +204,11 @@ def test_busy_origins_leave_the_pieces_to_the_ring() -> None:
 def test_the_origins_have_room_at_half_the_rate_a_peer_takes_pieces_at() -> None:
     from pressrun.peer.sources import origins_have_room
 
-    # nothing fetched yet, no measure: room until a piece from them says otherwise
-    # (before: none, and a reader whose peers held everything never measured them)
-    assert origins_have_room(0, 1_000_000)
+    # nothing fetched yet and nothing to compare with: room until a piece from them
+    # says otherwise (before: none, and a reader whose peers held everything never
+    # measured them); with a reference (an upload limit, a rate from peers): none
+    assert origins_have_room(0, 0)
+    assert not origins_have_room(0, 1_000_000)
     assert origins_have_room(500_000, 1_000_000)
     assert not origins_have_room(499_999, 1_000_000)
     # the first peer of a small swarm, no upload limit, alone so far: nothing to

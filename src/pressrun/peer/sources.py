@@ -146,9 +146,12 @@ def origins_have_room(fetch_bps: int, reference_bps: int) -> bool:
     """Whether the origins have room for this peer: its last piece from them
     (``fetch_bps``, the feed's measure) came at least `ROOM_SHARE` of
     ``reference_bps``, the rate it takes pieces at otherwise (the fastest it downloaded
-    from peers, or what it uploads: a peer of this swarm gives at most that); and,
-    with no measure yet (``fetch_bps`` 0: no piece from them so far), yes: the peer
-    finds out by fetching one (`probing`).
+    from peers, or what it uploads: a peer of this swarm gives at most that). With no
+    measure yet (``fetch_bps`` 0: no piece from them so far) and no reference either
+    (a peer that has had nothing from its peers yet and has no upload limit), yes: it
+    finds out by fetching one (`probing`); with a reference and no measure, no: where
+    every peer knows its rate (the loopback bench's upload limit) a probe by each would
+    cost the origins a piece a peer while the ring's bringers wait on them.
     A busy origin shares its egress among every fetch (the loopback bench: 2 MB/s over
     up to 40 fetches, 50 kB/s each against 1 MB/s a peer): no room. An origin with
     room sends at the reader's own link rate (the emulated small scenario: its
@@ -160,7 +163,9 @@ def origins_have_room(fetch_bps: int, reference_bps: int) -> bool:
     it, 4x slower than from the origin alone (tests/peer/test_origin_room.py)."""
     # (a peer that never traded with a peer, nor has an upload limit, has no
     # reference: any rate the origins give it is room)
-    return probing(fetch_bps) or fetch_bps >= ROOM_SHARE * reference_bps
+    if probing(fetch_bps):
+        return reference_bps <= 0
+    return fetch_bps >= ROOM_SHARE * reference_bps
 
 
 def probing(fetch_bps: int) -> bool:
