@@ -64,3 +64,47 @@ async def test_blocks_asked_again_of_others_are_cancelled_at_the_silent_peer(
     assert status["reasked_requests"] > 0, status  # the silence was seen
     assert tally["hotswaps"]["web_seed_over_peer"] == 0, tally
     assert tally["wasted"] == 0, tally
+
+
+async def test_a_slow_store_keeps_the_reader_in_the_swarm_and_loses_no_piece(
+    swarm: SwarmStack,  # noqa: F811  (the fixture imported above)
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # the reader's one source is a plain webtorrent peer with every piece (the web seed
+    # stopped; the directive's origin is up, for the origin path); the device is slow:
+    # the first run of the swarm's pieces takes 11 s to write, past stall_timeout_s
+    # (10 s here) while the peer has sent every piece and each is verified. The reader
+    # stays in the swarm and writes them: no byte through the origin path. Before, only
+    # a stored piece counted as the swarm's progress: "no piece came through the swarm
+    # for 10 s", the verified pieces waiting were dropped and the origin path fetched
+    # them again (a reader of bench/reader_swarm.py's crowd, on a host with both cores
+    # busy, took 18 MB from peers and then all 20 MB from the origins)
+    issue = await swarm.publish("bytes-slow-store")
+    origin = await swarm.origin()
+    stopped = await swarm.origin(stopped=True)
+    swarm.direct(issue, origins=[origin], web_seeds=[stopped])
+    peer = await open_phone(phone_factory, swarm.reader_url)
+    await plain_peer(peer, swarm, issue, origin)
+    phone = await open_phone(phone_factory, swarm.reader_url)
+    await phone.evaluate(
+        """async () => {
+            const { Download } = await import('./js/download.js');
+            const store = Download.prototype.storeRun;
+            let slowed = false;
+            Download.prototype.storeRun = async function (first, chunks, source, opts) {
+              if (source === 'peers' && !slowed) {
+                slowed = true;
+                await new Promise((r) => setTimeout(r, 11000));
+              }
+              return store.call(this, first, chunks, source, opts);
+            };
+        }""",
+        what="the slow store",
+    )
+    await start(phone, issue)
+    result = await verified(phone, issue, issue.data)
+    notices = await phone.notices()
+    print(f"a slow store: {result['seconds']:.2f} s, from origins {result['bytes_by_origin']}")
+    assert not any("no piece came through the swarm" in t for t in notices), notices
+    assert result["bytes_by_origin"] == {}, result
+    assert result["bytes_from_peers"] == issue.transfer_bytes, result
