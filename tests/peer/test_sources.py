@@ -183,7 +183,7 @@ def test_a_peer_takes_from_roomy_origins_what_its_peers_cannot_give_it_yet() -> 
     assert status._feed.parallel == 2  # two requests at a time while they have room
 
 
-def test_busy_origins_leave_the_pieces_to_the_ring() -> None:
+def test_busy_origins_or_a_full_download_leave_the_pieces_to_the_ring() -> None:
     # the loopback bench: the origin's 2 MB/s shared by 40 bringers, 50 kB/s each
     # against 1 MB/s of upload a peer: nothing but what the ring hands out
     status, st = _status_with_ring_answers(fetch_bps=50_000)
@@ -192,6 +192,12 @@ def test_busy_origins_leave_the_pieces_to_the_ring() -> None:
     assert status._feed.owed == ()
     assert (owed, coming) == (2, 2)
     assert status._feed.parallel == 1  # one at a time: a second would split its share
+    # roomy origins, but its peers fill its download already (and have been as fast)
+    status, st = _status_with_ring_answers(fetch_bps=2_000_000)
+    status.download_bps = status.peak_download_bps = 1_500_000
+    status.upload_limit_bps = 0
+    status._sources(st)
+    assert status._feed.owed == ()
     # no measure of the origins yet, nor any reference: one piece at a time from
     # them, to find out
     status, st = _status_with_ring_answers(fetch_bps=0)
@@ -211,6 +217,12 @@ def test_the_origins_have_room_at_half_the_rate_a_peer_takes_pieces_at() -> None
     assert not origins_have_room(0, 1_000_000)
     assert origins_have_room(500_000, 1_000_000)
     assert not origins_have_room(499_999, 1_000_000)
+    # its peers fill half its download already: nothing from the origins, unless they
+    # give it more than its peers ever did (a slow peer is an addition, not a wait)
+    assert origins_have_room(2_000_000, 1_000_000, download_bps=499_999)
+    assert not origins_have_room(2_000_000, 1_000_000, download_bps=500_000)
+    assert origins_have_room(1_000_000, 256_000, download_bps=256_000, best_peers_bps=256_000)
+    assert not origins_have_room(1_000_000, 600_000, download_bps=600_000, best_peers_bps=600_000)
     # the first peer of a small swarm, no upload limit, alone so far: nothing to
     # compare the origins' rate with, and nothing from peers (`make emulate
     # SCENARIO=small`: its first swarm client took 4.2 s against 1.8 s on an origin)

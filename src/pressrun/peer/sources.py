@@ -142,30 +142,45 @@ def shared_out(pieces: Sequence[int], peer_id: str, leecher_ids: Sequence[str]) 
     return (*pieces[at:], *pieces[:at])
 
 
-def origins_have_room(fetch_bps: int, reference_bps: int) -> bool:
-    """Whether the origins have room for this peer: its last piece from them
-    (``fetch_bps``, the feed's measure) came at least `ROOM_SHARE` of
+def origins_have_room(
+    fetch_bps: int, reference_bps: int, download_bps: int = 0, best_peers_bps: int | None = None
+) -> bool:
+    """Whether the origins have room for this peer, and it for them: its last piece
+    from them (``fetch_bps``, the feed's measure) came at least `ROOM_SHARE` of
     ``reference_bps``, the rate it takes pieces at otherwise (the fastest it downloaded
-    from peers, or what it uploads: a peer of this swarm gives at most that). With no
-    measure yet (``fetch_bps`` 0: no piece from them so far) and no reference either
-    (a peer that has had nothing from its peers yet and has no upload limit), yes: it
-    finds out by fetching one (`probing`); with a reference and no measure, no: where
-    every peer knows its rate (the loopback bench's upload limit) a probe by each would
-    cost the origins a piece a peer while the ring's bringers wait on them.
+    from peers, or what it uploads: a peer of this swarm gives at most that), while its
+    peers give it less than that share now (``download_bps``: a peer whose download
+    is full needs nothing more) or its peers are slow (`peers_slow`: the best they
+    ever gave it, ``best_peers_bps``, is under `ROOM_SHARE` of what the origins give
+    it; a slow peer is an addition, not a wait; before, a reader
+    whose one peer was a slow seed counted it as full and took everything from it,
+    tests/peer/test_origin_room.py).
+    With no measure yet (``fetch_bps`` 0: no piece from them so far) and no reference
+    either (a peer that has had nothing from its peers yet and has no upload limit),
+    yes: it finds out by fetching one (`probing`); with a reference and no measure,
+    no: where every peer knows its rate (the loopback bench's upload limit) a probe by
+    each would cost the origins a piece a peer while the ring's bringers wait on them.
     A busy origin shares its egress among every fetch (the loopback bench: 2 MB/s over
     up to 40 fetches, 50 kB/s each against 1 MB/s a peer): no room. An origin with
     room sends at the reader's own link rate (the emulated small scenario: its
-    origin client took 2.2 s for 4 MB, the ring's swarm clients 13.9-14.9 s).
-
-    What its peers give it now does not count against the origins (before, a peer
-    its peers served at half their best or more took nothing from them): peers are an
-    addition, and a reader whose one peer was a slow seed took its whole issue from
-    it, 4x slower than from the origin alone (tests/peer/test_origin_room.py)."""
-    # (a peer that never traded with a peer, nor has an upload limit, has no
-    # reference: any rate the origins give it is room)
+    origin client took 2.2 s for 4 MB, the ring's swarm clients 13.9-14.9 s)."""
     if probing(fetch_bps):
         return reference_bps <= 0
-    return fetch_bps >= ROOM_SHARE * reference_bps
+    # (a peer that never traded with a peer, nor has an upload limit, has no
+    # reference: any rate the origins give it is room, its peers give it nothing)
+    share = ROOM_SHARE * reference_bps
+    if fetch_bps < share:
+        return False
+    return download_bps < share or share == 0 or peers_slow(fetch_bps, best_peers_bps)
+
+
+def peers_slow(fetch_bps: int, best_peers_bps: int | None) -> bool:
+    """The best its peers ever gave it (``best_peers_bps``; None: not known) is under
+    `ROOM_SHARE` of what the origins give it now: the origins' room rule turned round.
+    (Merely faster than the peers was not enough: in a twenty-peer loopback swarm whose
+    two origins give a lone fetch 1 MB/s each, that held for most peers near the end,
+    and the origins sent 1.8 copies against 1.3, in the same time.)"""
+    return best_peers_bps is not None and best_peers_bps < ROOM_SHARE * fetch_bps
 
 
 def probing(fetch_bps: int) -> bool:
@@ -190,7 +205,7 @@ def origin_fill(
     pieces no connected peer holds that are not already owed, and those it holds off
     (the `chord` policy's hold on a piece one connected peer holds, priority 0 in the
     ``plan``), then (with ``have``, the pieces it holds: the caller passes it while
-    the origins give it more than its peers do) every other piece it lacks: those its
+    the origins give it more than its peers ever did) every other piece it lacks: those its
     peers hold, which the feed skips while libtorrent is fetching them from a peer
     (its download queue), so a slow peer is an addition to the origins, not a wait.
     Each part in this peer's own order (`shared_out`: the peers doing the same start

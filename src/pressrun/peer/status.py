@@ -26,6 +26,7 @@ from pressrun.peer.sources import (
     classify_missing,
     origin_fill,
     origins_have_room,
+    peers_slow,
     probing,
     shared_out,
 )
@@ -241,16 +242,21 @@ class SwarmStatus:
             return ()
         reference = max(self.peak_download_bps, self.upload_limit_bps or self.peak_upload_bps)
         fetch_bps = self._feed.fetch_bps
-        # the pieces its peers hold too, while the origins give it more than its peers
-        # do now (or nobody knows yet): a slow peer is an addition, not a wait; where
-        # its peers are the faster (the loopback bench's tail, a flash crowd) they
-        # give them, and the origins send no second copy
-        beyond = probing(fetch_bps) or fetch_bps > self.download_bps
-        self._beyond_peers = beyond and origins_have_room(fetch_bps, reference)
+        # the pieces its peers hold too, while its peers are slow against the origins
+        # (or nobody knows yet): a slow peer is an addition, not a wait; where its
+        # peers have been about as fast (the loopback bench, a flash crowd) they give
+        # them, and the origins send no second copy. (Their best, not their rate now:
+        # the rate now dips between pieces, and with it a twenty-peer loopback swarm
+        # took 2.0 origin copies against 1.3.)
+        beyond = probing(fetch_bps) or peers_slow(fetch_bps, self.peak_download_bps)
+        room = origins_have_room(
+            fetch_bps, reference, self.download_bps, best_peers_bps=self.peak_download_bps
+        )
+        self._beyond_peers = beyond and room
         return origin_fill(
             missing,
             plan,
-            room=origins_have_room(fetch_bps, reference),
+            room=room,
             peer_id=self._peer_id(),
             leecher_ids=self.tally.leecher_ids,
             have=[bool(b) for b in have] if beyond else (),
