@@ -50,3 +50,31 @@ def test_without_recording_nothing_is_kept_to_decode_again(tmp_path: Path) -> No
     assert [e.kind for e in events] == ["completed"]
     assert receiver.decodes >= 1 and receiver.crate_decode_cpu_s > 0.0
     assert receiver.redecode() == (0, 0.0, True)
+
+
+def test_the_recorded_decodes_are_bounded(tmp_path: Path) -> None:
+    """An object of 80 small blocks, every one decoded from repair symbols: the
+    receiver keeps the inputs of 64 block decodes and no more (the ESIs come from the
+    network), and ``redecode`` decodes those 64 bit-exact."""
+    data = random.Random(15).randbytes(80 * 8 * 1320)
+    enc = pressrun_flute.encode_object(
+        data,
+        content_location="file:///weekly.pdf",
+        content_type="application/pdf",
+        tsi=3,
+        toi=2,
+        fec="raptorq",
+        encoding_symbol_length=1320,
+        max_source_block_length=8,
+        repair_symbols_per_block=12,
+    )
+    assert len(enc.block_source_symbols) >= 70
+    # each block loses its first source symbol: decoded from the rest and repairs
+    packets = [p for p, esi in zip(enc.packets, enc.esis, strict=True) if esi != 0]
+    receiver = pressrun_flute.Receiver(tmp_path, record_decodes=True)
+    events, _ = _receive(receiver, [*enc.fdt_packets, *packets], rounds=1)
+    assert [e.kind for e in events] == ["completed"]
+    assert events[0].path is not None and Path(events[0].path).read_bytes() == data
+    assert receiver.decodes >= len(enc.block_source_symbols)
+    redone, _, bit_exact = receiver.redecode()
+    assert (redone, bit_exact) == (64, True)

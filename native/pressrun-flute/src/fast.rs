@@ -55,7 +55,9 @@ const HUGE_PAGE: usize = 2 << 20;
 /// the oldest).
 const MAX_OBJECTS: usize = 4;
 /// Block decodes whose inputs (the ESIs given to the decoder) a receiver that records
-/// them keeps at most (`FastObjects::redecode`; an 8 MiB issue is 7 blocks).
+/// them keeps (`FastObjects::redecode`; an 8 MiB issue is 7 blocks): an object that
+/// comes gets what is left of this, so at most this many for objects that come one
+/// after another, at most MAX_OBJECTS times it for objects received at once.
 const MAX_DECODE_RECORDS: usize = 64;
 /// Repair ESIs above K + this are not told apart (their duplicates count twice
 /// toward a decode attempt, which then waits for more).
@@ -266,8 +268,9 @@ pub struct FastObject {
     decode_cpu_s: f64,
     /// of it, the `raptorq` crate's `decode` call alone (the symbols already made)
     crate_decode_cpu_s: f64,
-    /// keep what each decode was given (`DecodeRecord`)
-    record: bool,
+    /// block decodes whose inputs are kept (`DecodeRecord`): 0 when not recording,
+    /// else what is left of MAX_DECODE_RECORDS when the object came
+    record_room: usize,
     records: Vec<DecodeRecord>,
     /// thread CPU seconds of writing completed blocks to the file
     write_cpu_s: f64,
@@ -332,7 +335,7 @@ impl FastObject {
         length: u64,
         raptorq: Option<(u8, u16, u8)>,
         max_bytes: usize,
-        record: bool,
+        record_room: usize,
     ) -> Option<std::io::Result<Self>> {
         let symbol = oti.encoding_symbol_length as usize;
         if symbol == 0 || length == 0 || length as usize > max_bytes {
@@ -409,7 +412,7 @@ impl FastObject {
                 decodes: 0,
                 decode_cpu_s: 0.0,
                 crate_decode_cpu_s: 0.0,
-                record,
+                record_room,
                 records: Vec::new(),
                 write_cpu_s: 0.0,
             }),
@@ -579,7 +582,7 @@ impl FastObject {
             });
             let packets: Vec<raptorq::EncodingPacket> =
                 held.chain(std::mem::take(&mut block.repairs)).collect();
-            if self.record {
+            if self.records.len() < self.record_room {
                 block.given.extend(packets.iter().map(|p| p.payload_id().encoding_symbol_id()));
             }
             // the crate's decode call timed alone: the share of the decode that is
@@ -594,7 +597,7 @@ impl FastObject {
                 return Ok(false);
             };
             block.decoder = None;
-            if self.record && self.records.len() < MAX_DECODE_RECORDS {
+            if self.records.len() < self.record_room {
                 self.records.push(DecodeRecord {
                     path: self.path.clone(),
                     symbol,
@@ -677,8 +680,8 @@ impl FastObjects {
                     let scheme = raptorq_scheme(data, alc);
                     let kept = self.retired_records.len()
                         + self.objects.iter().map(|o| o.records.len()).sum::<usize>();
-                    let record = self.record && kept < MAX_DECODE_RECORDS;
-                    FastObject::new(&self.dir, tsi, toi, oti, length, scheme, self.max_bytes, record)
+                    let room = if self.record { MAX_DECODE_RECORDS.saturating_sub(kept) } else { 0 };
+                    FastObject::new(&self.dir, tsi, toi, oti, length, scheme, self.max_bytes, room)
                 };
                 match made {
                     None => {
@@ -699,9 +702,6 @@ impl FastObjects {
                             self.retired_crate_decode_cpu_s += gone.crate_decode_cpu_s;
                             self.retired_write_cpu_s += gone.write_cpu_s;
                             if gone.complete {
-                                let room = MAX_DECODE_RECORDS
-                                    .saturating_sub(self.retired_records.len());
-                                gone.records.truncate(room);
                                 self.retired_records.append(&mut gone.records);
                             } else {
                                 std::fs::remove_file(&gone.path).ok();

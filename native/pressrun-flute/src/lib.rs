@@ -904,8 +904,8 @@ impl Receiver {
     /// checks the signed manifest piece by piece instead); ``clock_offset_s``: this
     /// receiver's clock is that many seconds ahead of the host's (negative: behind),
     /// as on a host whose clock is wrong (tests and emulations of clock skew);
-    /// ``record_decodes``: keep the ESIs each RaptorQ block decode was given (at most
-    /// 64 blocks) so that `redecode` can time the crate's decode again on them
+    /// ``record_decodes``: keep the ESIs each RaptorQ block decode was given (64 blocks,
+    /// then no more) so that `redecode` can time the crate's decode again on them
     /// (bench/multicast.py).
     #[new]
     #[pyo3(signature = (directory, *, max_cache_bytes=256 * 1024 * 1024, object_timeout_s=None, md5_check=false, clock_offset_s=0.0, record_decodes=false))]
