@@ -138,3 +138,43 @@ async def test_read_demand_gives_what_the_policy_saw_and_decided(tmp_path: Path)
     summary = demand_summary(doc)["balancers"][instance]["issues"][ISSUE]
     assert summary["mode_changes"] == [] and summary["peak_downloaders"] == d
     assert doc["balancers"][instance]["leader"], "the lease gauge was not scraped"
+
+
+def test_the_report_keeps_each_runs_demand_series_and_sums_it_up(tmp_path: Path) -> None:
+    import json
+
+    from pressrun.emulate.issue import PublishedIssue
+    from pressrun.emulate.outcomes import VariantResult
+    from pressrun.emulate.report import write_report
+    from pressrun.emulate.scenario import load_scenario
+
+    doc = {
+        "step_s": 1.0,
+        "thresholds": {"swarm_enter": 25.0, "multicast_enter": 45.0},
+        "balancers": {
+            "balancer:8080": {
+                "leader": [[0.0, 1], [1.0, 1]],
+                "issues": {
+                    ISSUE: [
+                        [0.0, 30.0, 1.0, 0.0, "swarm", 0],
+                        [1.0, 50.0, 1.6, 0.1, "multicast", 1],
+                    ]
+                },
+            }
+        },
+    }
+    issue = PublishedIssue(ISSUE, tmp_path, tmp_path / "k", "00", "ab" * 32, 1000)
+    results = [
+        VariantResult("emulation", [], {}, demand=doc),
+        VariantResult("unicast-only", [], {}),  # Prometheus did not answer: None
+    ]
+    summary = write_report(tmp_path, load_scenario("flash-crowd-50"), issue, results)
+    assert json.loads((tmp_path / "emulation-demand.json").read_text()) == doc
+    assert not (tmp_path / "unicast-only-demand.json").exists()
+    kept = json.loads((tmp_path / "summary.json").read_text())
+    demand = kept["variants"]["emulation"]["balancers"]["demand"]
+    assert demand == summary["variants"]["emulation"]["balancers"]["demand"]
+    one = demand["balancers"]["balancer:8080"]["issues"][ISSUE]
+    assert one["mode_changes"] == [{"at_s": 1.0, "mode": "multicast", "downloaders": 50.0}]
+    assert one["answered_from_s"] == 1.0 and one["multicast_level_from_s"] == 1.0
+    assert kept["variants"]["unicast-only"]["balancers"]["demand"] is None
