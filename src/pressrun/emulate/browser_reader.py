@@ -5,19 +5,33 @@ phone's size, held at the start line like a desktop client (issue 26).
 --issue ID --sha256 HEX`` (after the entrypoint shaped the link, a phone's) starts
 Chromium through Playwright (`pressrun.reader.browser`: the flags and the phone
 profile the reader's tests use), opens the app as a phone whose app is already open,
-writes ``DIR/N.ready`` and waits for ``DIR/N.go`` (`pressrun.emulate.held`'s
-protocol; ``DIR/N.started`` records the release). Then the app downloads the issue
-with its own ``startDownload`` (the balancer's directive, the swarm through the
-WebSocket tracker and WebRTC when the directive names it, the origins as web seeds,
-every piece checked against the signed manifest), and the stored file's SHA-256 is
-computed in the page. The page stays open while the app shares the issue, until the
-app's own leave rule lets it go or ``--seed-s`` passed (a phone closing the app).
+with the app's "download new issues automatically" setting off, writes ``DIR/N.ready``
+and waits for ``DIR/N.go`` (`pressrun.emulate.held`'s protocol; ``DIR/N.started``
+records the release). Then the app downloads the issue with its own ``startDownload``
+(the balancer's directive, the swarm through the WebSocket tracker and WebRTC when the
+directive names it, the origins as web seeds, every piece checked against the signed
+manifest), and the stored file's SHA-256 is computed in the page.
+
+Why the setting is off while the phone waits: the app looks for new issues when it
+opens and downloads a fresh one at once (app.js ``checkForIssues``). The issue is
+published before the crowd, so with the setting on every phone asked the balancer for
+its directive when its app opened, before any reader had arrived (``origin``), and
+took its copy from the origins during the wait: in flash-crowd-50 at 53e51eb all 10
+phones were told origin, 6 of 10 (8 of 10 in the twin) had finished before their
+release and reported the resumed download's 0 B in 0.6-1.9 s, and the others' result
+was the early download's. Now the directive is asked at the reader's arrival, as a
+reader who opens the app (or taps Download) then does; a phone whose app holds the
+issue at its release reports that as its error.
+
+The page stays open while the app shares the issue, until the app's own leave rule
+lets it go or ``--seed-s`` passed (a phone closing the app).
 
 The last line on stdout is one JSON object shaped like ``pressrun get --json``'s
 (``kind``: ``browser``; ``verified``, ``sha256``, ``mode``, ``seconds``, ``download_s``,
 ``seeding_s``, ``bytes_from_origins`` with ``bytes_by_origin`` and
 ``bytes_from_web_seeds``, ``bytes_from_peers``, ``uploaded_bytes``, ``leave_rule``,
-``peers_seen``), so the emulation's report reads both kinds alike. Exit code 0 when the
+``peers_seen``, and ``told``: ``swarm`` when the app started a swarm fetch from its
+directive, else ``origin``), so the emulation's report reads both kinds alike. Exit code 0 when the
 issue was stored and verified.
 
 In a container the page is at ``http://reader:8443``, not a secure context, so
@@ -65,6 +79,23 @@ RECORD_JS = """async (issue) => {
 }"""
 #: how often the record is read while the app shares the issue
 SEED_POLL_S = 1.0
+#: the app's "download new issues automatically" setting, turned off from a page of the
+#: reader's origin before the app opens (the app reads it when it finds a new issue)
+AUTO_DOWNLOAD_OFF_JS = """async (dbUrl) => {
+    const db = await import(dbUrl);
+    await db.putSetting('auto_download', false);
+    return await db.getSetting('auto_download', true);
+}"""
+#: whether the app holds anything of the issue (a library record) or is fetching it
+#: through the swarm: at the release, nothing; after the download, whether the
+#: directive sent it to the swarm (the app's swarm figures, set when the swarm starts)
+HELD_JS = """async (issue) => {
+    const db = await import('./js/db.js');
+    const r = await db.getRecord('issues', issue);
+    return {record: r ? (r.status ?? 'new') : null,
+            swarm: (window.pressrun.swarm?.() ?? {})[issue] ?? null,
+            result: window.pressrun.results[issue] ?? null};
+}"""
 
 
 def chromium_args(reader_url: str) -> list[str]:
@@ -91,9 +122,12 @@ def outcome_doc(
     seeding_s: float,
     record: dict[str, Any] | None,
     error: str | None = None,
+    told: str | None = None,
 ) -> dict[str, Any]:
     """The JSON outcome (``pressrun get --json``'s shape) from the app's result
-    document, the page's SHA-256 of the stored file and its sharing record."""
+    document, the page's SHA-256 of the stored file and its sharing record; ``told``:
+    the directive's mode as the app took it (``swarm`` when it started a swarm fetch,
+    else ``origin``; None when unknown)."""
     by_origin = {str(k): int(v) for k, v in (result.get("bytes_by_origin") or {}).items()}
     web_seeds = int(result.get("bytes_from_web_seeds") or 0)
     peers = int(result.get("bytes_from_peers") or 0)
@@ -117,6 +151,7 @@ def outcome_doc(
         "bytes_from_peers": peers,
         "bytes_from_multicast": 0,
         "peers_seen": result.get("peers_seen"),
+        "told": told,
         "uploaded_bytes": (record or {}).get("uploaded_bytes"),
         "leave_rule": (record or {}).get("leave_rule"),
         "error": error,
@@ -129,6 +164,29 @@ async def _bounded(what: str, step: Any, timeout_s: float) -> Any:
             return await step
     except TimeoutError:
         raise RuntimeError(f"{what}: no answer in {timeout_s:g} s") from None
+
+
+async def auto_download_off(page: Any, reader_url: str, timeout_s: float) -> None:
+    """Turn the app's automatic download of new issues off in this browser context,
+    from the reader's ``config.json`` (a page of its origin that is not the app, so the
+    app has not looked for issues yet); opened again while the reader service starts."""
+    from urllib.parse import urljoin
+
+    base = reader_url if reader_url.endswith("/") else reader_url + "/"
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        try:
+            resp = await page.goto(urljoin(base, "config.json"))
+            if resp is None or not resp.ok:
+                raise RuntimeError(f"config.json: HTTP {None if resp is None else resp.status}")
+            value = await page.evaluate(AUTO_DOWNLOAD_OFF_JS, urljoin(base, "js/db.js"))
+            if value is not False:
+                raise RuntimeError(f"the auto_download setting reads {value!r} after it was set")
+            return
+        except Exception:  # playwright's errors: the service not up yet, a cut load
+            if time.perf_counter() > deadline:
+                raise
+            await asyncio.sleep(1.0)
 
 
 async def read_issue(opts: argparse.Namespace) -> dict[str, Any]:
@@ -155,7 +213,9 @@ async def read_issue(opts: argparse.Namespace) -> dict[str, Any]:
             page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
             page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
             # the app is open on the phone before the reader's arrival: its start
-            # (the page, the reader's configuration) is not the download's time
+            # (the page, the reader's configuration) is not the download's time; it
+            # must not download the issue by itself meanwhile (the module's docstring)
+            await auto_download_off(page, opts.reader_url, opts.step_timeout_s)
             await open_app(page, opts.reader_url, opts.step_timeout_s)
             await _bounded("the app's start", page.evaluate("window.pressrun.ready"),
                            opts.step_timeout_s)  # fmt: skip
@@ -168,6 +228,16 @@ async def read_issue(opts: argparse.Namespace) -> dict[str, Any]:
             started_path(release_dir, opts.name).write_text(
                 json.dumps({"ready": round(ready, 3), "released": round(released, 3)})
             )
+            held = await _bounded(
+                "the app's library", page.evaluate(HELD_JS, opts.issue), opts.step_timeout_s
+            )
+            if held["record"] is not None or held["result"] is not None:
+                why = (
+                    f"the app held the issue before its reader arrived (record "
+                    f"{held['record']!r}): its download was not asked at the arrival"
+                )
+                return outcome_doc({}, sha256=None, want_sha256=opts.sha256, seeding_s=0.0,
+                                   record=None, error=why)  # fmt: skip
             try:
                 result = await _bounded(
                     "the download", page.evaluate(DOWNLOAD_JS, opts.issue), opts.timeout_s
@@ -191,6 +261,10 @@ async def read_issue(opts: argparse.Namespace) -> dict[str, Any]:
                 page.evaluate(STORED_JS, opts.issue),
                 opts.step_timeout_s,
             )
+            after = await _bounded(
+                "the app's swarm figures", page.evaluate(HELD_JS, opts.issue), 30.0
+            )
+            told = "swarm" if after["swarm"] is not None else "origin"
             # share while the app does (its fair-exit rule), at most --seed-s
             seeding_from = time.perf_counter()
             record: dict[str, Any] | None = None
@@ -205,7 +279,7 @@ async def read_issue(opts: argparse.Namespace) -> dict[str, Any]:
             if record is None or not record.get("leave_rule"):
                 record = {"leave_rule": "app_closed"}
             return outcome_doc(result, sha256=sha, want_sha256=opts.sha256,
-                               seeding_s=seeding_s, record=record)  # fmt: skip
+                               seeding_s=seeding_s, record=record, told=told)  # fmt: skip
         except Exception as err:  # the page failed: the outcome says how
             tail = "; ".join(console[-3:])
             detail = f"{type(err).__name__}: {err}" + (f" (console: {tail})" if tail else "")

@@ -113,7 +113,8 @@ def by_kind(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     download time, and the bytes they took from peers, from origins (their own
     tallies; web seeds count as origins) and from the carousel, natively or through the
     relay (``bytes_from_multicast_native`` / ``_relay`` / ``_unattributed``), with the
-    share from peers."""
+    share from peers; ``told`` (phones only): how many the directive sent to the swarm
+    and how many to the origins (the browser reader's ``told``)."""
     from pressrun.emulate.amt import multicast_path
 
     out: dict[str, Any] = {}
@@ -128,6 +129,9 @@ def by_kind(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         entry["verified"] += 1 if row.get("verified") else 0
         mode = str(row.get("mode"))
         entry["modes"][mode] = entry["modes"].get(mode, 0) + 1
+        if row.get("told") is not None:  # a phone: what its directive told the app
+            told = entry.setdefault("told", {})
+            told[str(row["told"])] = told.get(str(row["told"]), 0) + 1
         for key in ("bytes_from_origins", "bytes_from_peers", "bytes_from_multicast"):
             entry[key] += int(row.get(key) or 0)
         path = multicast_path(row)
@@ -275,8 +279,17 @@ def kinds_line(name: str, kinds: Mapping[str, Any]) -> str:
             f"{e['bytes_from_origins'] / 1e6:.0f} MB from origins"
             + ("" if share is None else f" ({share:.0%} from peers)")
             + _carousel_part(e)
+            + _told_part(e)
         )
     return f"{name}: " + "; ".join(parts)
+
+
+def _told_part(e: Mapping[str, Any]) -> str:
+    """``, told swarm 7, origin 3`` (what the phones' directives said), or nothing."""
+    told = e.get("told")
+    if not told:
+        return ""
+    return ", told " + ", ".join(f"{mode} {n}" for mode, n in sorted(told.items()))
 
 
 def _carousel_part(e: Mapping[str, Any]) -> str:
