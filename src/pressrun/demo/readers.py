@@ -256,7 +256,11 @@ class BrowserReaders:
                 return ReaderOutcome(number, False, str(result["error"]), wall_s=wall, wave=wave)
             sha = await _bounded("the stored issue's SHA-256", page.evaluate(_STORED_SHA256, issue))
             notices = await _bounded("the app's notices", page.evaluate(_LAST_NOTICES), 10.0)
-            swarm = await _bounded("the app's swarm figures", page.evaluate(_SWARM, issue), 10.0)
+            try:  # figures, not the outcome: a page too busy to answer them loses only them
+                figures = page.evaluate(_SWARM, issue)
+                swarm = await _bounded("the app's swarm figures", figures, 10.0)
+            except RuntimeError:
+                swarm = None
         except Exception as err:  # one reader's failure is its row, not the run's end
             tail = "; ".join(console[-3:])
             detail = f"{type(err).__name__}: {err}" + (f" (console: {tail})" if tail else "")
