@@ -389,12 +389,13 @@ def test_a_client_that_cannot_finish_in_time_leaves_the_room_to_one_that_can() -
     # would get: 656 to 684, within 2 % of the best other (p2c 689). Issue 33's crowd
     # rules (the demand over the deadline says overload after the failure): 699; with
     # reserved starts (the survivors' queue, clients told when to come back): 727; with
-    # starts ahead of the queue where no turn ends in time (issue 33, the earlier seeds): 731.
+    # starts ahead of the queue where no turn ends in time (issue 33, the earlier seeds): 731;
+    # with turns taken by downloads 3x smaller than a waiting one: 750.
     default = BalancerConfig().algorithm
     record = json.loads((DOCS / "tournament-13.json").read_text(encoding="utf-8"))
     row = record["scenarios"]["gen-13-039"]
     ours = run_entry(generate_scenario(13, 39), default, 1)
-    assert ours.successful == row["served"][default] == 731
+    assert ours.successful == row["served"][default] == 750
     assert ours.successful >= 0.98 * max(row["served"].values())
     assert ours.successful > row["served"]["alg2"]
 

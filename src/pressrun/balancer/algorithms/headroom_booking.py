@@ -49,6 +49,7 @@ class HeadroomBooking(ScoredAlgorithm):
                 transfers=self._transfers_on,
                 margin_s=self.param("reservation_margin_s", 30.0),
                 claim_s=self.param("reservation_claim_s", 10.0),
+                take_ratio=self.param("reservation_take_ratio", 3.0),
             )
             if self.param("reservations", 1.0) > 0
             else None
@@ -121,8 +122,11 @@ class HeadroomBooking(ScoredAlgorithm):
         # client is served either way, and the turns keep the link's transfers few,
         # each at its client's whole rate (one start ahead of each turn put
         # gen-7-033's burst on its biggest origin at once, lost when it failed).
+        # Where neither fits, the turn of a waiting download at least
+        # `reservation_take_ratio` times bigger (`Reservations.take_turn`): the same
+        # bytes serve more clients small.
         planned = None
-        for place in (book.plan, book.slip_in):
+        for place in (book.plan, book.slip_in, book.take_turn):
             planned = place(
                 issue_id,
                 holders,

@@ -1,17 +1,11 @@
 """Reserved starts: under overload, downloads are sent first come first served at their
 clients' whole rate, and a client with no room now is told when its room begins.
 
-Why (issue 33; docs/results/2026-11-28-balancer-reservations.md): an origin shares its
-link evenly among its transfers and a client refused "full" gives up after a few
-retries. Admitted at their need (size over deadline), the burst's downloads hold the
-link for their whole deadline, and the clients arriving meanwhile find no room and give
-up: with one issue due in D and a crowd over T, about max(D, T + D/2) / (T + D) of what
-a queue serves. The capacity bound (`pressrun.sim.metrics.capacity_bound`) is such a
-queue: first come first served, each download at its client's whole rate, a client
-waiting in the queue until its turn. Here the balancer keeps that queue itself, per
-origin, as reservations of bytes/s over time, and tells a client whose turn is later
-to come back then (a refusal with a reserved start: `NoDirective.reservation`, HTTP 503
-with ``Retry-After`` and ``reservation``; the client asks again with it then).
+Why, and the rules with the runs behind them: docs/balancer.md, "Reserved starts" (in
+short: admitted at their need, a burst's downloads share the links for their whole
+deadline and the clients arriving meanwhile give up; the capacity bound,
+`pressrun.sim.metrics.capacity_bound`, is a queue; here each origin keeps one, and a
+client whose turn is later is told to come back then: `NoDirective.reservation`).
 
 An origin's *book* (`OriginBook`) is its queue as a fluid: the bytes admitted and not
 yet sent, drained at the origin's room. A download of ``L`` bytes left by a client whose
@@ -32,6 +26,13 @@ by its due (`OriginBook.slack_bytes`; a turn later is due by its deadline less i
 margin, a transfer running by its deadline) and it ends by its own. Only then: where a
 turn fits, the client is served either way, and the turns keep the transfers running at
 once few, each at its client's whole rate.
+
+Turns taken (`Reservations.take_turn`): where neither fits, a download may take the turn
+of a waiting one at least `take_ratio` times bigger, the latest queued (its client, back
+at its start, has none and is placed anew); the smaller downloads that fit in that
+turn's time at its rate share it, one after another. The same bytes serve more clients
+small. The book is not told: its work and dues stay the turn's, so nothing planned later
+counts on bytes a smaller download leaves unused.
 
 Bounded: a reservation not claimed within `claim_s` of its start (the client gave up)
 is cancelled, its bytes given back; at most `max_reservations` wait at once (then the
@@ -69,6 +70,25 @@ class Reservation:
     claimed: bool = False
     #: started now ahead of the queue (`Reservations.slip_in`), not behind it
     ahead: bool = False
+    #: placed in the turn of a bigger download (`Reservations.take_turn`)
+    turn: TakenTurn | None = None
+
+
+@dataclass(slots=True)
+class TakenTurn:
+    """The turn of a waiting download given to smaller ones (`Reservations.take_turn`):
+    its origin, its place in the queue, its time (`start` to `end`) and its rate; the
+    bytes not given yet and when the next download placed in it may start (one after
+    another, so that the turn never sends faster than planned)."""
+
+    origin: str
+    start: float
+    end: float
+    rate: float
+    left_bytes: float
+    queued_before: float
+    front_before: float
+    next_start: float
 
 
 def _late(end: float, own_s: float, deadline_at: float, margin_s: float, *, now: float) -> bool:
@@ -243,13 +263,19 @@ class Reservations:
         transfers: Callable[[str], float] | None = None,
         margin_s: float = 3.0,
         claim_s: float = 10.0,
+        take_ratio: float = 0.0,
         max_reservations: int = 100_000,
     ) -> None:
         self.room = room
         self.transfers = transfers
         self.margin_s = margin_s
         self.claim_s = claim_s
+        #: a download may take a waiting turn of at least this many times its bytes
+        #: (`take_turn`); 0: never
+        self.take_ratio = take_ratio
         self.max_reservations = max_reservations
+        #: the turns taken whose time has not passed (at most `max_reservations`)
+        self.taken: list[TakenTurn] = []
         self.books: dict[str, OriginBook] = {}
         #: reservations whose start is ahead or whose client has not claimed them yet
         self.waiting: dict[str, Reservation] = {}
@@ -370,10 +396,128 @@ class Reservations:
             ahead=True,
         )
 
+    def take_turn(
+        self,
+        issue_id: str,
+        origins: Iterable[str],
+        *,
+        left_bytes: float,
+        rate: float,
+        time_left_s: float,
+        now: float,
+        margin_s: float | None = None,
+    ) -> Reservation | None:
+        """A download placed in a turn already taken from a bigger one, or in the turn
+        of the waiting download of at least `take_ratio` times its bytes queued last
+        on one of `origins` (which is then taken: its client's reservation is gone),
+        where `plan` and `slip_in` find none (module docstring). It fits a turn where
+        the turn's bytes not given yet hold it, and it starts (at the turn's next
+        start, or now if later) and ends within the turn's time at the turn's rate and
+        by its deadline (less `margin_s` where it waits). None when none fits.
+        Nothing is queued until `commit`."""
+        if not self.take_ratio > 0:
+            return None
+        self._expire(now=now)
+        self.taken = [t for t in self.taken if t.end > now and t.origin in self.books]
+        margin = self.margin_s if margin_s is None else margin_s
+        names = set(origins)
+        deadline_at = now + time_left_s
+
+        def fits(
+            origin: str, start: float, end: float, turn_rate: float, turn_bytes: float
+        ) -> tuple[float, float, float] | None:
+            room = self.room(origin)
+            if not room > 0 or turn_bytes < left_bytes:
+                return None
+            r = min(rate, room)
+            own = left_bytes / r
+            begin = max(start, now)
+            if begin + left_bytes / turn_rate > end + 1e-9 or begin + own > end + 1e-9:
+                return None
+            if _late(begin + own, own, deadline_at, margin, now=now):
+                return None
+            return begin, begin + own, r
+
+        best: tuple[float, TakenTurn, float, float] | None = None
+        for turn in self.taken:
+            if turn.origin in names:
+                f = fits(turn.origin, turn.next_start, turn.end, turn.rate, turn.left_bytes)
+                if f is not None and (best is None or f[1] < best[0]):
+                    best = (f[1], turn, f[0], f[2])
+        if best is None:
+            best = self._take_a_turn(names, fits, left_bytes)
+        if best is None:
+            return None
+        end, turn, start, r = best
+        start = now if start <= now + 1.0 else start
+        return Reservation(
+            "",
+            turn.origin,
+            issue_id,
+            r,
+            start,
+            end,
+            left_bytes,
+            queued_before=turn.queued_before,
+            front_before=turn.front_before,
+            deadline_at=deadline_at,
+            margin_s=margin,
+            claimed=start <= now,
+            turn=turn,
+        )
+
+    def _take_a_turn(
+        self,
+        names: set[str],
+        fits: Callable[[str, float, float, float, float], tuple[float, float, float] | None],
+        left_bytes: float,
+    ) -> tuple[float, TakenTurn, float, float] | None:
+        """`take_turn`'s new turn: the waiting download queued last on one of `names`
+        of at least `take_ratio` times `left_bytes` whose turn `fits` the download,
+        taken (its reservation is gone, its bytes stay in the book)."""
+        if len(self.taken) >= self.max_reservations:
+            return None
+        last: Reservation | None = None
+        for res in self.waiting.values():
+            if res.claimed or res.turn is not None or res.origin not in names:
+                continue
+            if res.left_bytes < self.take_ratio * left_bytes:
+                continue
+            if fits(res.origin, res.start, res.end, res.rate, res.left_bytes) is None:
+                continue
+            if last is None or res.queued_before > last.queued_before:
+                last = res
+        if last is None:
+            return None
+        del self.waiting[last.token]
+        turn = TakenTurn(
+            last.origin,
+            last.start,
+            last.end,
+            last.rate,
+            last.left_bytes,
+            last.queued_before,
+            last.front_before,
+            last.start,
+        )
+        self.taken.append(turn)
+        f = fits(turn.origin, turn.next_start, turn.end, turn.rate, turn.left_bytes)
+        assert f is not None  # as for `last`
+        return f[1], turn, f[0], f[2]
+
     def commit(self, planned: Reservation, *, now: float) -> Reservation:
         """Queue a `plan`'s download on its origin: a start now is claimed at once, a
         later one waits for its client (`claim`) under a new token."""
         book = self.book(planned.origin, now=now)
+        turn = planned.turn
+        if turn is not None:
+            # In a turn taken: its bytes are in the book already; the next one placed
+            # in it starts once this one's bytes are sent at the turn's rate.
+            turn.left_bytes -= planned.left_bytes
+            turn.next_start = (
+                max(turn.next_start, now, planned.start) + planned.left_bytes / turn.rate
+            )
+            return self._hold(planned)
         planned.queued_before = book.added_bytes
         planned.front_before = book.front_bytes
         # A start later is held to its deadline less its margin (the queue ahead is a
@@ -385,6 +529,10 @@ class Reservations:
             book.add_front(planned.left_bytes, now=now, due=due)
         else:
             book.add(planned.left_bytes, now=now, due=due)
+        return self._hold(planned)
+
+    def _hold(self, planned: Reservation) -> Reservation:
+        """A token for a reservation queued; held for its client if its start is later."""
         planned.token = f"r{next(self._tokens)}"
         if not planned.claimed:
             self.waiting[planned.token] = planned
@@ -437,6 +585,9 @@ class Reservations:
         """Take back a waiting reservation's bytes (its client gave up, or its origin
         failed for it)."""
         res = self.waiting.pop(token, None)
+        if res is not None and res.turn is not None:
+            res.turn.left_bytes += res.left_bytes  # back to the turn it was placed in
+            return
         if res is not None and res.origin in self.books:
             self.books[res.origin].remove(res.left_bytes, now=now)
 
@@ -444,6 +595,7 @@ class Reservations:
         """The origin left the rotation: its queue is gone (its clients fail over and
         are placed again), its waiting reservations forgotten."""
         self.books.pop(name, None)
+        self.taken = [t for t in self.taken if t.origin != name]
         for token in [t for t, r in self.waiting.items() if r.origin == name]:
             del self.waiting[token]
 
