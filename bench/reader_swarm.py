@@ -117,6 +117,9 @@ class Half:
     #: this bench's Chromium processes (/proc/<pid>/stat): whether 2 cores carried it
     host_busy_cores: float = 0.0
     chromium_cpu_s: float = 0.0
+    #: this process's event loop, late by at most this much (it runs the reader service
+    #: the pages load the app from, and Playwright's side of every page)
+    loop_lag_max_s: float = 0.0
     #: the readers' notices saying a peer was disconnected as silent
     silent_disconnects: int = 0
 
@@ -195,6 +198,16 @@ class CpuMeter:
         self.host_start = read_cpu(None)[:2]  # the host's (busy, all) CPU seconds
         self.chromium: dict[int, float] = {}
         self.task: asyncio.Task[None] | None = None
+        self.lag_task: asyncio.Task[None] | None = None
+        #: the most this process's event loop was late waking a 0.25 s sleep
+        self.loop_lag_max_s = 0.0
+
+    async def _lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(0.25)
+            self.loop_lag_max_s = max(self.loop_lag_max_s, loop.time() - before - 0.25)
 
     async def _sample(self) -> None:
         while True:
@@ -205,11 +218,13 @@ class CpuMeter:
     def start(self) -> None:
         """Sample the Chromium processes every 2 s from now."""
         self.task = asyncio.get_running_loop().create_task(self._sample())
+        self.lag_task = asyncio.get_running_loop().create_task(self._lag())
 
     def stop(self) -> None:
         """Stop sampling."""
-        if self.task is not None:
-            self.task.cancel()
+        for task in (self.task, self.lag_task):
+            if task is not None:
+                task.cancel()
 
     def busy_cores(self) -> float:
         """Mean busy cores since the meter was made."""
@@ -386,10 +401,13 @@ async def run_half(
                 )
             )
             half.outcomes = list(await readers)
+            # every reader's console (and the URLs of answers >= 400), kept with --keep
+            (root / "consoles.json").write_text(json.dumps(fleet.console, indent=1))
             half.wall_s = loop.time() - started
             meter.stop()
             half.host_busy_cores = meter.busy_cores()
             half.chromium_cpu_s = sum(meter.chromium.values())
+            half.loop_lag_max_s = meter.loop_lag_max_s
             half.silent_disconnects = sum(
                 "answers no request" in text for o in half.outcomes for text in o.notices
             )
@@ -431,7 +449,8 @@ def print_half(half: Half) -> None:
         f"\n== N = {half.readers}, {half.name}: {half.verified()}/{half.readers} readers "
         f"verified, crowd done in {half.wall_s:.1f} s (load {half.load_before} -> "
         f"{half.load_after}); host {half.host_busy_cores:.2f} of {os.cpu_count()} cores "
-        f"busy, Chromium {half.chromium_cpu_s:.0f} CPU s; silent peers disconnected "
+        f"busy, Chromium {half.chromium_cpu_s:.0f} CPU s, this process's loop late by up to "
+        f"{half.loop_lag_max_s:.1f} s; silent peers disconnected "
         f"(in the readers' last notices): {half.silent_disconnects}"
     )
     print(

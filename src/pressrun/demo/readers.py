@@ -166,6 +166,13 @@ _DOWNLOAD = """async (issue) => {
 }"""
 
 
+def _note_response(console: list[str], response: Any) -> None:
+    """A refused or failed answer (status 400 and up) as a console line with its URL."""
+    if response.status >= 400:
+        method = response.request.method
+        console.append(f"http {response.status}: {method} {response.url}")
+
+
 class BrowserReaders:
     """One headless Chromium (Debian's, through Playwright) for a fleet of phones.
 
@@ -240,6 +247,19 @@ class BrowserReaders:
             page = await context.new_page()
             page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
             page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+            # Chromium's console names no URL for a failed load ("the server responded
+            # with a status of 503"): which service refused is in these lines
+            page.on("response", lambda r: _note_response(console, r))
+            # when each load of the app ended (seconds from this reader's arrival): a
+            # page that loads again was reloaded by open_app
+            page.on(
+                "load", lambda _: console.append(f"load: {time.perf_counter() - started:.1f} s")
+            )
+            page.on(
+                "requestfailed",
+                lambda r: console.append(f"requestfailed: {r.method} {r.url}: {r.failure}"),
+            )
+            console.append(f"page open: {time.perf_counter() - started:.1f} s")
             await open_app(page, reader_url, STEP_TIMEOUT_S)
             await _bounded("the app's start", page.evaluate("window.pressrun.ready"))
             try:
