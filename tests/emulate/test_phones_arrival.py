@@ -126,15 +126,39 @@ async def test_a_held_phone_asks_for_its_directive_at_its_arrival(
     assert json.loads(json.dumps(doc)) == doc
 
 
+PHONES = """
+name = "t"
+issue_mb = 2
+[[links]]
+name = "phone"
+down_rate = "6mbit"
+up_rate = "2mbit"
+[[arrivals]]
+kind = "burst"
+count = 1
+at_s = 0
+[browser_readers]
+[[browser_readers.arrivals]]
+kind = "burst"
+count = 3
+at_s = 1
+"""
+
+
 def test_the_report_says_what_the_phones_were_told() -> None:
-    row = {"verified": True, "bytes_from_origins": 50, "bytes_from_peers": 0,
+    from pressrun.emulate.outcomes import ClientOutcome, VariantResult
+    from pressrun.emulate.report import client_rows
+    from pressrun.emulate.scenario import parse_scenario
+
+    plans = parse_scenario(PHONES).clients()
+    doc = {"verified": True, "sha256": "ab", "bytes_from_origins": 50, "bytes_from_peers": 0,
            "download_s": 10.0}  # fmt: skip
-    rows = [
-        {**row, "kind": "browser", "mode": "swarm", "told": "swarm"},
-        {**row, "kind": "browser", "mode": "origin", "told": "swarm"},  # no peer came
-        {**row, "kind": "browser", "mode": "origin", "told": "origin"},
-        {**row, "kind": "desktop", "mode": "origin"},
-    ]
+    docs = [{**doc, "mode": "origin"}, {**doc, "mode": "swarm", "told": "swarm"},
+            {**doc, "mode": "origin", "told": "swarm"},  # no peer came
+            {**doc, "mode": "origin", "told": "origin"}]  # fmt: skip
+    outcomes = [ClientOutcome(plan, f"c{plan.number}", exit_code=0, doc=d)
+                for plan, d in zip(plans, docs, strict=True)]  # fmt: skip
+    rows = client_rows(VariantResult("emulation", outcomes, {}), "ab")
     kinds = by_kind(rows)
     assert kinds["browser"]["told"] == {"swarm": 2, "origin": 1}
     assert "told" not in kinds["desktop"]

@@ -76,6 +76,7 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
                 "download_s": _download_s(doc),
                 "seeding_s": doc.get("seeding_s"),
                 "mode": doc.get("mode"),
+                "told": doc.get("told"),  # a phone: its directive's mode (browser_reader)
                 "left_swarm_for_carousel": bool(doc.get("left_swarm_for_carousel")),
                 "swarm_stalled": doc.get("swarm_stalled"),
                 "leave_rule": doc.get("leave_rule"),
