@@ -31,6 +31,8 @@ from pressrun.demo.processes import ServiceProcess
 
 #: every wait on the browser has an end (a page's promise has none of its own)
 STEP_TIMEOUT_S = 60.0
+#: the app's last notices, read after a download that did not end, wait at most this
+NOTICES_TIMEOUT_S = 10.0
 
 #: a script that makes a page's link Wi-Fi, as Chrome on Android reports it
 #: (``navigator.connection.type``; desktop Chromium reports none): the reader uploads
@@ -265,11 +267,14 @@ class BrowserReaders:
             try:
                 result = await _bounded("the download", page.evaluate(_DOWNLOAD, issue), timeout_s)
             except RuntimeError as err:  # say where the app was: its last notices
-                notices = await _bounded(
-                    "the app's notices",
-                    page.evaluate("window.pressrun.notices.slice(-2).map((n) => n.text)"),
-                    10.0,
-                )
+                try:  # a page too busy to tell them keeps the download's error
+                    notices = await _bounded(
+                        "the app's notices",
+                        page.evaluate("window.pressrun.notices.slice(-2).map((n) => n.text)"),
+                        NOTICES_TIMEOUT_S,
+                    )
+                except RuntimeError as no_answer:
+                    notices = str(no_answer)
                 raise RuntimeError(f"{err}; the app's last notices: {notices}") from None
             wall = time.perf_counter() - started
             if "error" in result:
