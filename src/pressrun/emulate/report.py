@@ -363,7 +363,8 @@ def plot(out: Path, summary: dict[str, Any]) -> None:
         )
         ax.set_xlabel("seconds since the first client")
         ax.set_ylabel("Mbit/s")
-        ax.legend(loc="upper right", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # a run with no series has nothing to name
+            ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "egress.png", dpi=100)
     plt.close(fig)
