@@ -145,3 +145,40 @@ def test_a_tracker_without_a_websocket_route_keeps_a_browser_on_the_origins() ->
         ask(core, float(i), webrtc=False)
     assert ask(core, 30.0, webrtc=False).mode is DeliveryMode.SWARM
     assert ask(core, 30.1, webrtc=True).mode is DeliveryMode.ORIGIN
+
+
+def test_full_origins_send_swarm_bound_readers_to_the_swarm_not_away() -> None:
+    """`headroom` refuses a download no origin has room for; at swarm-level demand the
+    reader does not need that room (the origins are its web seeds and last fallback),
+    so it is sent to the swarm. Before, the core ranked origins first and refused all 30
+    (ALL_FULL) while `alg2`, which ranks full origins too, sent all 30 to the swarm.
+    At origin-level demand the refusal stands."""
+    origins = (OriginSpec("a", A), OriginSpec("b", B))
+    core = BalancerCore(
+        BalancerConfig(),
+        origins,
+        make_algorithm("headroom", origins, random.Random(1), None),
+        DemandPolicy(CFG, {"w": SWARM}, {}),
+        now=0.0,
+    )
+    for name in ("a", "b"):  # both links full
+        status = OriginStatus(
+            name, 0.5, 0.5, 1.25e8, 1.25e8, active_transfers=200, issues=frozenset({"w"})
+        )
+        core.handle_status_received(StatusReceived(status), now=0.0)
+    first = core.handle_directive_requested(DirectiveRequested("w", webrtc=True), now=0.0)
+    assert not isinstance(first, Directive)  # demand still at the origin level: full
+    answers = [
+        core.handle_directive_requested(
+            DirectiveRequested("w", webrtc=i % 2 == 0), now=1.0 + i * 0.5
+        )
+        for i in range(60)
+    ]
+    late = answers[30:]  # demand at the swarm level by then
+    assert all(isinstance(d, Directive) and d.mode is DeliveryMode.SWARM for d in late), late
+    browser = late[0]
+    assert isinstance(browser, Directive)
+    assert browser.swarm is not None and browser.swarm.webtorrent_url is not None
+    assert [o.name for o in browser.origins] == ["a", "b"]  # its web seeds
+    assert browser.swarm.web_seeds == tuple(f"{u}/content/w/w.pdf" for u in (A, B))
+    assert browser.fallbacks == (DeliveryMode.ORIGIN,)

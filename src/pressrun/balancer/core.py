@@ -341,6 +341,9 @@ class BalancerCore:
             )
         ranked = self.health.admit(ranked, now=now)  # slow starts
         if not ranked:
+            beyond = self._past_full_origins(msg, klass, now=now)
+            if beyond is not None:
+                return beyond
             reserved = self.algorithm.reserved_start(now=now)
             if reserved is not None:
                 return self._come_back(issue, reserved[0], reserved[1], now=now)
@@ -358,6 +361,45 @@ class BalancerCore:
         if decision.mode is not DeliveryMode.ORIGIN:
             # the client goes to the swarm or the carousel first, not to the origin
             self.algorithm.handle_pick_not_sent(picked, issue, now=now)
+        return self._directive(issue, decision, ranked_origins, klass)
+
+    def _past_full_origins(
+        self, msg: DirectiveRequested, klass: RequestClass, *, now: float
+    ) -> Directive | None:
+        """No origin has room for one more transfer, but the issue's mode is the swarm or
+        the carousel: those take no origin's room (the origins stay its web seeds and
+        last fallback), so the client is sent there, not refused. Before, the mode was
+        asked only once an origin had room, and `headroom` refused every swarm-bound
+        reader while the origins were full (30 of 30 browser readers in the core with
+        two origins at capacity; `alg2`, which ranks full origins too, sent all 30).
+        None: the mode is `origin` (the refusal stands) or no holder is usable."""
+        issue = msg.issue_id
+        holders = [
+            (name, 0.0)
+            for name in sorted(self._holders[issue])
+            if name not in msg.failed and self.origins[name].state is OriginState.UP
+        ]
+        if not holders:
+            return None
+        decision = self.mode_policy.decide(issue, now=now, address=msg.address)
+        ranked_origins = self._ranked_origins(issue, holders[: self.config.directive_origins])
+        if msg.webrtc:
+            decision = browser_decision(decision, issue, ranked_origins)
+        if decision.mode is DeliveryMode.ORIGIN:
+            return None
+        self.directives_answered += 1
+        self.directives_by_class[klass] += 1
+        return self._directive(issue, decision, ranked_origins, klass)
+
+    def _directive(
+        self,
+        issue: str,
+        decision: ModeDecision,
+        ranked_origins: tuple[RankedOrigin, ...],
+        klass: RequestClass,
+    ) -> Directive:
+        """The directive for `decision`: a client sent to the swarm or the carousel
+        falls back to the swarm (from the carousel) and then to the origins."""
         fallbacks: tuple[DeliveryMode, ...] = (
             (DeliveryMode.ORIGIN,) if decision.mode is not DeliveryMode.ORIGIN else ()
         )
