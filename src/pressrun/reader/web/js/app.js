@@ -160,11 +160,16 @@ export async function startDownload(issueId) {
     } catch (err) {
       if (controller.signal.aborted) return null;
       const message = err instanceof DownloadError ? err.message : `${issueId}: ${err.message ?? err}`;
-      hooks.errors[issueId] = message;
-      const record = await getRecord("issues", issueId);
-      const said = forReader(message, record?.title || issueId);
-      if (said.subscribe) await notSubscribed(issueId, said);
-      else notice(said.text, { kind: "error", detail: message, key: `issue:${issueId}` });
+      let record;
+      try {
+        record = await getRecord("issues", issueId);
+        const said = forReader(message, record?.title || issueId);
+        if (said.subscribe) await notSubscribed(issueId, said);
+        else notice(said.text, { kind: "error", detail: message, key: `issue:${issueId}` });
+      } finally {
+        // the hook says "failed" only once the reader has been told (tests wait on it)
+        hooks.errors[issueId] = message;
+      }
       if (record !== undefined && record.status === "downloading") {
         await updateIssue(issueId, { status: "failed", error: message });
       } else if (record !== undefined && record.status === undefined) {
