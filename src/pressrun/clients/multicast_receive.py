@@ -107,6 +107,7 @@ async def receive_multicast(
             + (f", through the AMT relay {result.relay}" if result.relay else "")
             + (f", efficiency {result.efficiency:.3f}" if result.efficiency else "")
             + f", layering timer late at most {1000 * result.timer_late_max_s:.0f} ms"
+            + f", channel changes applied within {1000 * result.change_apply_max_s:.0f} ms"
             + f", {result.windows_ended} windows ended"
             # each change as seconds:channels:windows ended by then (the emulation's
             # report times the channels held above the link, to the hundredth, and

@@ -75,6 +75,8 @@ CACHED_HEADER_BYTES = 64
 #: wake-up reads the packets of that time from the socket buffers in one go instead of
 #: one packet per wake-up (a carousel of 20 Mbit/s is 1,750 packets/s: 35 per round)
 BATCH_WAIT_S = 0.02
+#: a channel change whose join or leave took longer than this to return is logged
+JOIN_SLOW_S = 0.2
 
 
 def cache_bytes_for(plan: CarouselPlan) -> int:
@@ -129,6 +131,9 @@ class ReceiveResult:
     #: receive loop's wake-up: a probe is held settle_s + window_s plus the lateness of
     #: its two timer calls; the emulation's report allows exactly that)
     timer_late_max_s: float = 0.0
+    #: how long the joins and leaves took to return after the decision, at most (the
+    #: settling is timed from their return)
+    change_apply_max_s: float = 0.0
     verdicts: dict[str, int] = field(default_factory=dict)
     #: the AMT relay it came through (``HOST:PORT``), None when native
     relay: str | None = None
@@ -382,6 +387,9 @@ def receive_carousel(
                         layers.handle_sent(plan.sent_packets, now=joined_at)
                     for effect in layers.start(now=joined_at):
                         channels.join(effect.index)
+                    # the settling is timed from when the joins returned (a join can
+                    # block for seconds: `LayerCore.handle_applied`)
+                    layers.handle_applied(now=time.perf_counter())
                     result.channel_log.append((0.0, channels.count))
                     result.channel_log_windows.append(layers.windows_ended)
             if layers is not None and channels is not None and flute is not None:
@@ -390,7 +398,8 @@ def receive_carousel(
                 if step is not None and now >= step:
                     result.timer_late_max_s = max(result.timer_late_max_s, now - step)
                     _feed_sequences(flute, layers)
-                    for effect in layers.handle_timer(now=now):
+                    effects = layers.handle_timer(now=now)
+                    for effect in effects:
                         if isinstance(effect, JoinChannel):
                             channels.join(effect.index)
                         else:
@@ -401,7 +410,16 @@ def receive_carousel(
                             )
                             channels.leave(effect.index)
                             flute.forget_channel(effect.index)
-                        result.channel_log.append((now - joined_at, channels.count))
+                    if effects:
+                        # the change took effect when the join or leave returned, which
+                        # may be seconds after the decision (the kernel's lock): the
+                        # settling starts then, and the log says when the link got it
+                        applied = time.perf_counter()
+                        if applied - now > JOIN_SLOW_S:
+                            log.info("a channel change took %.2f s to apply", applied - now)
+                        layers.handle_applied(now=applied)
+                        result.change_apply_max_s = max(result.change_apply_max_s, applied - now)
+                        result.channel_log.append((applied - joined_at, channels.count))
                         result.channel_log_windows.append(layers.windows_ended)
         return _finish(result, plan, layers, gate, joined_at)
     finally:
