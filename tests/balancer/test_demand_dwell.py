@@ -15,7 +15,7 @@ from pressrun.balancer.events import DeliveryMode
 SWARM = swarm_info_for("http://o:8001/", "http://t:6969/announce", "w-47", "ab" * 20)
 LEVEL = {DeliveryMode.ORIGIN: 0, DeliveryMode.SWARM: 1, DeliveryMode.MULTICAST: 2}
 
-#: flash-crowd-50's thresholds (emulate/scenarios/flash-crowd-50.toml)
+#: flash-crowd-50's thresholds until session 17 (the swarm at 25; now 3.15, test_demand_cost.py)
 FC50 = DemandConfig(
     enter_downloaders=25.0,
     leave_downloaders=0.00001,

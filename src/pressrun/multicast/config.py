@@ -31,6 +31,33 @@ def is_ssm(group: str) -> bool:
         return False
 
 
+#: the share of the slowest link a channel takes at most: one channel must fit the
+#: slowest link with room for the reader's own other traffic (5 of 6 Mbit/s, the plan
+#: measured in docs/results/2026-11-28-multicast-mixed-links.md)
+CHANNEL_LINK_SHARE = 5 / 6
+#: the most channels a carousel has (`CarouselConfig.channels`)
+MAX_CHANNELS = 16
+
+
+def mixed_link_plan(slowest_down_bps: float, fastest_down_bps: float) -> tuple[int, float]:
+    """The channel plan (channels, each channel's bits/s) for readers whose links run
+    from ``slowest_down_bps`` to ``fastest_down_bps`` (docs/multicast.md, "A plan for
+    mixed links"): each channel takes at most `CHANNEL_LINK_SHARE` of the slowest link,
+    in whole Mbit/s where that leaves at least 1 (a reader cannot leave its last
+    channel, so a channel above its link congests it for the whole download), and
+    there are as many channels as the fastest link carries (up to `MAX_CHANNELS`): a
+    reader on the carousel is then held back by its link and the channels' grain, not
+    by the plan, whatever share of the origins it would have had unicast. 6 and 50
+    Mbit/s: 10 x 5 Mbit/s."""
+    if not (0 < slowest_down_bps <= fastest_down_bps and math.isfinite(fastest_down_bps)):
+        raise ValueError("need 0 < slowest_down_bps <= fastest_down_bps")
+    rate = slowest_down_bps * CHANNEL_LINK_SHARE
+    if rate >= 1e6:
+        rate = math.floor(rate / 1e6 + 1e-9) * 1e6
+    channels = min(MAX_CHANNELS, max(1, math.floor(fastest_down_bps / rate + 1e-9)))
+    return channels, rate
+
+
 @dataclass(frozen=True, slots=True)
 class CarouselConfig:
     """How one issue is carouselled.
@@ -72,8 +99,8 @@ class CarouselConfig:
     def __post_init__(self) -> None:
         if self.fec not in FEC_SCHEMES:
             raise ValueError(f"fec must be one of {', '.join(FEC_SCHEMES)}, not {self.fec!r}")
-        if not 1 <= self.channels <= 16:
-            raise ValueError(f"channels must be 1..16, not {self.channels}")
+        if not 1 <= self.channels <= MAX_CHANNELS:
+            raise ValueError(f"channels must be 1..{MAX_CHANNELS}, not {self.channels}")
         if not (self.rate_bps > 0 and math.isfinite(self.rate_bps)):
             raise ValueError("rate_bps must be a positive number")
         if not 64 <= self.symbol_bytes <= 8192 or self.symbol_bytes % 4:

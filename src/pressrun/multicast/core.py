@@ -296,12 +296,14 @@ class LayerCore:
     def handle_applied(self, *, now: float) -> None:
         """The effects of the last `start` or `handle_timer` (the joins and leaves)
         took effect at ``now``: the settling, and the window after it, start from
-        then, and nothing counted before counts. A join is a system call that may
-        block (IP_ADD_MEMBERSHIP takes the kernel's network configuration lock, which
-        every namespace shares: flash-crowd-50 at bdd9429, 28 Nov, had joins return
-        2.9 s after the decision while containers were being set up); settling timed
-        from the decision had then passed before the channel was joined, and the
-        probe was judged on the first half second of its packets, while the link's
+        then, and nothing counted before counts. Call it only after effects. A join
+        is a system call that may block: in flash-crowd-50 at bdd9429 (28 Nov) 9 of
+        the 10 receivers kept above their link past a window had a join return
+        1.5-3.0 s after its decision, and none of the other 25 (IP_ADD_MEMBERSHIP
+        takes the kernel's network configuration lock, which every namespace shares
+        and docker's network changes hold: the likely cause, not shown). Settling
+        timed from the decision had then passed before the channel was joined, and
+        the probe was judged on its first half second of packets, while the link's
         queue filled, and kept."""
         if self._window_start is None:
             raise LocalProtocolError("LayerCore.start first")
