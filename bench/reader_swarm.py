@@ -117,9 +117,15 @@ class Half:
     #: this bench's Chromium processes (/proc/<pid>/stat): whether 2 cores carried it
     host_busy_cores: float = 0.0
     chromium_cpu_s: float = 0.0
+    #: the same by Chromium process kind (renderer, network, gpu, browser, utility)
+    chromium_by_kind: dict[str, float] = field(default_factory=dict)
+    #: the busiest of Chromium's threads ("kind/thread name" -> CPU seconds)
+    chromium_threads: dict[str, float] = field(default_factory=dict)
     #: this process's event loop, late by at most this much (it runs the reader service
     #: the pages load the app from, and Playwright's side of every page)
     loop_lag_max_s: float = 0.0
+    #: --profile: the profiled pages' functions by self time (s), most first
+    profile_top: list[tuple[str, float]] = field(default_factory=list)
     #: the readers' notices saying a peer was disconnected as silent
     silent_disconnects: int = 0
 
@@ -161,8 +167,22 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def _descendants_cpu(root: int) -> dict[int, float]:
-    """CPU seconds (user + system) of each Chromium process below ``root``."""
+def _process_kind(pid: int) -> str:
+    """A Chromium process's kind from its command line: browser, renderer, gpu, network
+    (the network service, where a WebRTC page's UDP sockets are), utility (others)."""
+    try:  # Chromium rewrites its process title: the arguments joined by spaces
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").split()
+    except OSError:
+        return "?"
+    kind = next((a.decode()[7:] for a in args if a.startswith(b"--type=")), "browser")
+    if kind == "utility":
+        sub = next((a.decode() for a in args if a.startswith(b"--utility-sub-type=")), "")
+        return "network" if "network" in sub else "utility"
+    return {"gpu-process": "gpu"}.get(kind, kind)
+
+
+def _descendants_cpu(root: int) -> dict[int, tuple[str, float]]:
+    """(kind, CPU seconds (user + system)) of each Chromium process below ``root``."""
     parent: dict[int, int] = {}
     stats: dict[int, tuple[str, float]] = {}
     tick = float(os.sysconf("SC_CLK_TCK"))
@@ -178,7 +198,7 @@ def _descendants_cpu(root: int) -> dict[int, float]:
         pid = int(entry.name)
         parent[pid] = int(rest[1])
         stats[pid] = (comm, (int(rest[11]) + int(rest[12])) / tick)
-    out: dict[int, float] = {}
+    out: dict[int, tuple[str, float]] = {}
     for pid, (comm, cpu) in stats.items():
         if "chrom" not in comm and "headless" not in comm:
             continue
@@ -186,7 +206,24 @@ def _descendants_cpu(root: int) -> dict[int, float]:
         while up not in (0, 1, root) and hops < 64:
             up, hops = parent.get(up, 0), hops + 1
         if up == root:
-            out[pid] = cpu
+            out[pid] = (_process_kind(pid), cpu)
+    return out
+
+
+def _threads_cpu(pids: dict[int, tuple[str, float]]) -> dict[tuple[int, int], tuple[str, float]]:
+    """("kind/thread name", CPU seconds) of each thread of the processes ``pids``
+    (kind as _process_kind's): which of Chromium's threads the swarm keeps busy."""
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    out: dict[tuple[int, int], tuple[str, float]] = {}
+    for pid, (kind, _) in pids.items():
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    text = (task / "stat").read_text()
+                    name = text[text.index("(") + 1 : text.rindex(")")]
+                    rest = text[text.rindex(")") + 2 :].split()
+                    cpu = (int(rest[11]) + int(rest[12])) / tick
+                    out[(pid, int(task.name))] = (f"{kind}/{name.rstrip('0123456789')}", cpu)
     return out
 
 
@@ -196,7 +233,8 @@ class CpuMeter:
 
     def __init__(self) -> None:
         self.host_start = read_cpu(None)[:2]  # the host's (busy, all) CPU seconds
-        self.chromium: dict[int, float] = {}
+        self.chromium: dict[int, tuple[str, float]] = {}
+        self.threads: dict[tuple[int, int], tuple[str, float]] = {}
         self.task: asyncio.Task[None] | None = None
         self.lag_task: asyncio.Task[None] | None = None
         #: the most this process's event loop was late waking a 0.25 s sleep
@@ -212,7 +250,9 @@ class CpuMeter:
     async def _sample(self) -> None:
         while True:
             with contextlib.suppress(Exception):  # a sample lost is not the bench's end
-                self.chromium.update(await asyncio.to_thread(_descendants_cpu, os.getpid()))
+                procs = await asyncio.to_thread(_descendants_cpu, os.getpid())
+                self.chromium.update(procs)
+                self.threads.update(await asyncio.to_thread(_threads_cpu, procs))
             await asyncio.sleep(2.0)
 
     def start(self) -> None:
@@ -226,11 +266,92 @@ class CpuMeter:
             if task is not None:
                 task.cancel()
 
+    def chromium_cpu_s(self) -> float:
+        """This bench's Chromium processes' CPU seconds, all of them."""
+        return sum(cpu for _, cpu in self.chromium.values())
+
+    def chromium_by_kind(self) -> dict[str, float]:
+        """The same by process kind (renderer: the pages; network: the network service)."""
+        out: dict[str, float] = {}
+        for kind, cpu in self.chromium.values():
+            out[kind] = out.get(kind, 0.0) + cpu
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def chromium_threads(self, top: int = 12) -> dict[str, float]:
+        """Chromium's CPU seconds by "kind/thread name", the ``top`` busiest."""
+        out: dict[str, float] = {}
+        for name, cpu in self.threads.values():
+            out[name] = out.get(name, 0.0) + cpu
+        return dict(sorted(out.items(), key=lambda kv: -kv[1])[:top])
+
     def busy_cores(self) -> float:
         """Mean busy cores since the meter was made."""
         busy0, all0 = self.host_start
         busy1, all1 = read_cpu(None)[:2]
         return (busy1 - busy0) / max(1e-9, all1 - all0) * (os.cpu_count() or 1)
+
+
+class PageProfiles:
+    """CPU profiles of the first ``count`` readers' pages (Chromium's DevTools profiler,
+    ``Profiler.start``/``stop`` through a CDP session per page), written as
+    ``reader-N.cpuprofile`` (open in DevTools) and summed up by function: where the
+    pages' JavaScript spends its time."""
+
+    def __init__(self, fleet: BrowserReaders, count: int, out: Path) -> None:
+        self.fleet, self.count, self.out = fleet, count, out
+        self.sessions: list[tuple[int, Any]] = []
+        self.task: asyncio.Task[None] | None = None
+
+    async def _watch(self) -> None:
+        seen: set[int] = set()
+        while len(self.sessions) < self.count:
+            for number, context in enumerate(list(self.fleet._contexts)[: self.count], 1):
+                if number in seen or not context.pages:
+                    continue
+                seen.add(number)
+                page = context.pages[0]
+                with contextlib.suppress(Exception):
+                    cdp = await page.context.new_cdp_session(page)
+                    await cdp.send("Profiler.enable")
+                    await cdp.send("Profiler.setSamplingInterval", {"interval": 1000})
+                    await cdp.send("Profiler.start")
+                    self.sessions.append((number, cdp))
+            await asyncio.sleep(0.1)
+
+    def start(self) -> None:
+        """Profile each of the first ``count`` pages from the moment it opens."""
+        if self.count > 0:
+            self.task = asyncio.get_running_loop().create_task(self._watch())
+
+    async def stop(self) -> dict[str, float]:
+        """Stop the profiles, write them, and return the self time (s) of the pages'
+        functions summed over the pages, most first."""
+        if self.task is not None:
+            self.task.cancel()
+        total: dict[str, float] = {}
+        for number, cdp in self.sessions:
+            try:
+                prof = (await asyncio.wait_for(cdp.send("Profiler.stop"), 30.0))["profile"]
+            except Exception as err:  # a page gone is only a profile lost
+                print(f"reader {number}'s profile lost: {err}")
+                continue
+            (self.out / f"reader-{number}.cpuprofile").write_text(json.dumps(prof))
+            for name, secs in profile_self_times(prof).items():
+                total[name] = total.get(name, 0.0) + secs
+        return dict(sorted(total.items(), key=lambda kv: -kv[1]))
+
+
+def profile_self_times(prof: dict[str, Any]) -> dict[str, float]:
+    """Self time (s) by function (``name file:line``) of a DevTools ``Profile``."""
+    nodes = {n["id"]: n["callFrame"] for n in prof["nodes"]}
+    out: dict[str, float] = {}
+    for node_id, delta in zip(prof.get("samples", []), prof.get("timeDeltas", []), strict=False):
+        frame = nodes[node_id]
+        name = frame.get("functionName") or "(anonymous)"
+        where = frame.get("url", "").rsplit("/", 1)[-1]
+        key = f"{name} {where}:{frame.get('lineNumber', -1) + 1}" if where else name
+        out[key] = out.get(key, 0.0) + delta / 1e6
+    return out
 
 
 async def desktop_get(
@@ -382,6 +503,8 @@ async def run_half(
 
             meter = CpuMeter()
             meter.start()
+            profiles = PageProfiles(fleet, args.profile if half.peers else 0, root)
+            profiles.start()
             started = loop.time()
             running: list[asyncio.subprocess.Process] = []
             readers = asyncio.gather(*(phone(n) for n in range(1, half.readers + 1)))
@@ -401,12 +524,15 @@ async def run_half(
                 )
             )
             half.outcomes = list(await readers)
+            half.profile_top = list((await profiles.stop()).items())[:40]
             # every reader's console (and the URLs of answers >= 400), kept with --keep
             (root / "consoles.json").write_text(json.dumps(fleet.console, indent=1))
             half.wall_s = loop.time() - started
             meter.stop()
             half.host_busy_cores = meter.busy_cores()
-            half.chromium_cpu_s = sum(meter.chromium.values())
+            half.chromium_cpu_s = meter.chromium_cpu_s()
+            half.chromium_by_kind = meter.chromium_by_kind()
+            half.chromium_threads = meter.chromium_threads()
             half.loop_lag_max_s = meter.loop_lag_max_s
             half.silent_disconnects = sum(
                 "answers no request" in text for o in half.outcomes for text in o.notices
@@ -449,9 +575,15 @@ def print_half(half: Half) -> None:
         f"\n== N = {half.readers}, {half.name}: {half.verified()}/{half.readers} readers "
         f"verified, crowd done in {half.wall_s:.1f} s (load {half.load_before} -> "
         f"{half.load_after}); host {half.host_busy_cores:.2f} of {os.cpu_count()} cores "
-        f"busy, Chromium {half.chromium_cpu_s:.0f} CPU s, this process's loop late by up to "
+        f"busy, Chromium {half.chromium_cpu_s:.0f} CPU s ("
+        + ", ".join(f"{k} {v:.0f}" for k, v in half.chromium_by_kind.items())
+        + f"), this process's loop late by up to "
         f"{half.loop_lag_max_s:.1f} s; silent peers disconnected "
         f"(in the readers' last notices): {half.silent_disconnects}"
+    )
+    print(
+        "Chromium's busiest threads (CPU s): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in half.chromium_threads.items())
     )
     print(
         f"origin bytes / (N x size): {half.ratio():.3f} (origins' counters, all: "
@@ -479,6 +611,15 @@ def print_half(half: Half) -> None:
                 # why a reader with the peer path on took the origin path
                 print(f"{'':>6} the app said: {' | '.join(o.notices)[:300]}")
     print_bytes(half)
+    loads = [o.swarm["load"] for o in half.outcomes if o.swarm and "load" in o.swarm]
+    if loads:
+        # the swarm's own cost counters (swarm-load.js), summed over the readers
+        total = {k: sum(int(x.get(k) or 0) for x in loads) for k in loads[0]}
+        print("the readers' swarm work: " + ", ".join(f"{k} {v}" for k, v in total.items()))
+    if half.profile_top:
+        print("the profiled pages' JavaScript, functions by self time (summed over the pages):")
+        for name, spent in half.profile_top[:25]:
+            print(f"  {spent:7.2f} s  {name}")
     for d in half.desktops:
         if d.ok:
             print(
@@ -705,6 +846,15 @@ if __name__ == "__main__":
         default="peers,origin-only",
         help="which halves to run (default both: peers,origin-only; the targets are judged "
         "only with both)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="K",
+        help="CPU-profile the first K readers' pages of the peers half (DevTools "
+        "profiler; reader-N.cpuprofile in the work dir, see --keep) and print their "
+        "functions by self time (default 0: none)",
     )
     parser.add_argument("--seed", type=int, default=26, help="arrival times' seed (26)")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the figures as JSON")

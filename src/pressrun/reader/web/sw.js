@@ -49,6 +49,7 @@ const SHELL = [
   "js/subscription.js",
   "js/swarm.js",
   "js/swarm-bytes.js",
+  "js/swarm-load.js",
   "js/swarm-peers.js",
   "js/swarm-rules.js",
   "js/swarm-web-seeds.js",

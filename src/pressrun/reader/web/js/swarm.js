@@ -50,6 +50,7 @@ import { StoredPieces } from "./store.js";
 import { emptyByteTally, hotswapPeers, SwarmBytes } from "./swarm-bytes.js";
 import { SwarmPeers } from "./swarm-peers.js";
 import { SwarmWebSeeds } from "./swarm-web-seeds.js";
+import { boundPeers, coalesceUpdates, MAX_PEERS, MAX_PEERS_IN, orderedRarestPick } from "./swarm-load.js";
 import { fetchCheckedTorrent } from "./torrent.js";
 
 // the pure rules, for the page's tests and the bench, from here as before
@@ -102,20 +103,6 @@ function applyUploadCap(wt, cfg) {
 
 const nowS = () => performance.now() / 1000;
 
-/**
- * webtorrent's rarest-first picker asks its rarity map again for each piece it cannot
- * request, the pieces this reader already holds included, and it runs after every
- * block received: O(pieces^2) per connection and block late in a download (a crowd of
- * 10 on 2 cores spent its CPU there). The map is asked only about pieces not held.
- */
-function rarestAmongMissing(torrent) {
-  const rarity = torrent._rarityMap;
-  if (typeof rarity?.getRarestPiece !== "function" || rarity.amongMissing) return;
-  const pick = rarity.getRarestPiece.bind(rarity);
-  rarity.getRarestPiece = (filter) => pick((i) => !torrent.bitfield.get(i) && (filter === undefined || filter(i)));
-  rarity.amongMissing = true;
-}
-
 /** Piece `index` of the bitfield webtorrent keeps (most significant bit first). */
 function bitfieldOf(state) {
   const bytes = new Uint8Array(Math.ceil(state.length / 8));
@@ -145,6 +132,7 @@ export class SwarmFetch {
     this.pending = new Map(); // index -> {kept, resolve, reject}: verified, being written
     this.writing = false;
     this.cache = new Map(); // index -> the piece as sent (LRU)
+    this.reading = new Map(); // index -> the promise of its read for a peer, while it runs
     this.contributors = new Map(); // index -> Map(wire -> bytes of it sent), until it is verified or failed
     this.strikes = new Map(); // peer id -> strikes
     this.banned = new Set(); // peer ids
@@ -190,6 +178,9 @@ export class SwarmFetch {
       leave_rule: this.leaveRule,
       // every byte received, needed or wasted, by source and cause; hotswaps
       bytes: this.tally,
+      // what the swarm cost here (swarm-load.js): webtorrent's request passes asked
+      // for and run, peers refused at the cap, reads of stored pieces for peers
+      load: { ...this.updates, ...this.peerBound, piece_reads: this.pieceReads },
     };
   }
 
@@ -289,15 +280,30 @@ export class SwarmFetch {
     if (forPeer && !this.uploadAllowed()) throw new Error("not uploading (a metered network, or sharing is off)");
     let piece = this.cache.get(index);
     if (piece === undefined) {
-      const plain = await this.stored.read(index);
-      if (plain === null) throw new Error(`piece ${index} is not stored`);
-      piece = this.encrypt === null ? plain : this.encrypt(index, plain);
-      if (!(await pieceOk(this.m, index, piece))) throw new Error(`stored piece ${index} does not match the manifest`);
-      this.remember(index, piece);
+      // a peer asks for a piece block by block, several at once: one read (and one
+      // SHA-256) for them all, not one each (profiled: up to 8 of each piece)
+      let reading = this.reading.get(index);
+      if (reading === undefined) {
+        reading = this.readStored(index).finally(() => this.reading.delete(index));
+        this.reading.set(index, reading);
+      }
+      piece = await reading;
     }
     if (!opts) return piece;
     const offset = opts.offset ?? 0;
     return piece.subarray(offset, offset + (opts.length ?? piece.length - offset));
+  }
+
+  /** Stored piece `index` as the publisher made it (encrypted again for an encrypted
+   * issue), checked against the manifest, and kept ready for upload. */
+  async readStored(index) {
+    this.pieceReads = (this.pieceReads ?? 0) + 1;
+    const plain = await this.stored.read(index);
+    if (plain === null) throw new Error(`piece ${index} is not stored`);
+    const piece = this.encrypt === null ? plain : this.encrypt(index, plain);
+    if (!(await pieceOk(this.m, index, piece))) throw new Error(`stored piece ${index} does not match the manifest`);
+    this.remember(index, piece);
+    return piece;
   }
 
   /** Keep piece `index` (as the publisher made it, verified) ready for upload (LRU). */
@@ -362,6 +368,10 @@ export class SwarmFetch {
       // origins for the first pieces first, held the same pieces and had little to trade
       strategy: "rarest",
     }));
+    // the CPU a crowd costs (swarm-load.js): one request pass per idle callback, and
+    // at most MAX_PEERS looked for, MAX_PEERS_IN taken
+    this.updates = coalesceUpdates(torrent);
+    this.peerBound = boundPeers(torrent, MAX_PEERS, MAX_PEERS_IN);
     let fail;
     const failed = new Promise((_, reject) => (fail = reject));
     failed.catch(() => {});
@@ -388,7 +398,7 @@ export class SwarmFetch {
       // its info-hash and piece length)
       const ready = new Promise((resolve) => (torrent.ready ? resolve() : torrent.once("ready", resolve)));
       await Promise.race([ready, failed]);
-      rarestAmongMissing(torrent);
+      orderedRarestPick(torrent);
       if (this.prefetch) {
         await this.prefetchRun(torrent, failed);
         return;

@@ -1,0 +1,151 @@
+// What the reader's swarm costs the phone's CPU (swarm.js, docs/reader.md "Peers",
+// issue 26). Profiled in bench/reader_swarm.py (N = 10, 20 MB, `--profile 3`), a
+// reader's page spent most of its busy main thread in three places this module
+// changes on the reader's torrent, without changing what webtorrent asks for:
+//
+// - webtorrent's request pass (`_update`: every wire's requests refilled) ran once
+//   per call, and it is called after every block received and every `have` heard
+//   (hundreds a second in a crowd), each call its own idle callback: most passes
+//   found nothing to do. Here the calls made while a pass is waiting are one pass.
+// - its rarest-first pick scans every piece for each piece it tries, and tries again
+//   while the piece it found is fully asked for (the usual case in a crowd):
+//   O(pieces²) per wire and pass. Here a pick puts the pieces this reader lacks in
+//   order of rarity once (ties shuffled, as webtorrent picks among equals at random)
+//   and walks that order.
+// - a WebTorrent tracker client sends 5 new WebRTC offers at every announce (each an
+//   RTCPeerConnection that gathers its candidates, kept 50 s when nobody answers),
+//   whatever it is connected to, and answers every offer relayed to it. Here the
+//   reader asks for more peers only while it has fewer than `maxPeers`, and refuses
+//   a new connection once it has `maxPeersIn` (webtorrent's own bound is 55).
+
+/** Peers a reader looks for (offers sent while it has fewer connected or connecting). */
+export const MAX_PEERS = 8;
+/** Peers a reader accepts at most, others' offers included: a newcomer still finds
+ * readers with room when every reader has looked for its MAX_PEERS. */
+export const MAX_PEERS_IN = 12;
+/** webtorrent's offers per announce at most (bittorrent-tracker's websocket client). */
+const OFFERS_PER_ANNOUNCE = 5;
+
+/**
+ * How many peers to ask the tracker for (pure): the offers an announce carries. None
+ * once `peers` (connected or connecting) reaches `maxPeers`; else what is missing, at
+ * most OFFERS_PER_ANNOUNCE.
+ */
+export function announceWant(peers, maxPeers = MAX_PEERS) {
+  return Math.max(0, Math.min(OFFERS_PER_ANNOUNCE, maxPeers - peers));
+}
+
+/** Whether a new peer connection may be taken (pure): fewer than `maxPeersIn` now. */
+export function roomForPeer(peers, maxPeersIn = MAX_PEERS_IN) {
+  return peers < maxPeersIn;
+}
+
+/** The torrent's peers that are not web seeds, connected or connecting. */
+export function peerCount(torrent) {
+  let n = 0;
+  for (const peer of torrent._peers?.values() ?? []) if (peer.type !== "webSeed" && !peer.destroyed) n += 1;
+  return n;
+}
+
+/**
+ * The torrent's request pass (`_update`) at most once per idle callback: the calls
+ * made while one is waiting are that one (the pass reads the state when it runs, so
+ * nothing is lost). Returns the counters {asked, passes} for the page and the bench.
+ */
+export function coalesceUpdates(torrent) {
+  const counts = { asked: 0, passes: 0 };
+  const pass = () => {
+    pending = false;
+    counts.passes += 1;
+    torrent._updateWireWrapper();
+  };
+  let pending = false;
+  const idle = globalThis.requestIdleCallback;
+  torrent._update = () => {
+    counts.asked += 1;
+    if (pending || torrent.destroyed) return;
+    pending = true;
+    if (typeof idle === "function") idle(pass, { timeout: 250 });
+    else queueMicrotask(pass);
+  };
+  return counts;
+}
+
+/**
+ * Pieces `missing` in order of rarity (`availability[i]`: peers holding piece i),
+ * ties in random order (pure but for `random`): a counting sort of a shuffle.
+ */
+export function rarityOrder(missing, availability, random = Math.random) {
+  const pieces = missing.slice();
+  for (let i = pieces.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [pieces[i], pieces[j]] = [pieces[j], pieces[i]];
+  }
+  let most = 0;
+  for (const i of pieces) most = Math.max(most, availability[i] | 0);
+  const buckets = Array.from({ length: most + 1 }, () => []);
+  for (const i of pieces) buckets[Math.max(0, availability[i] | 0)].push(i);
+  return buckets.flat();
+}
+
+/**
+ * webtorrent's rarest-first pick over the pieces this reader lacks, walked in order.
+ *
+ * webtorrent calls `getRarestPiece(filter)` again with the same filter after each
+ * piece it could not ask for (`filter` then refuses that piece), scanning every piece
+ * each time. Here the first call with a filter orders the missing pieces by rarity
+ * (rarityOrder) and each call walks on from where the last one stopped, once around:
+ * a piece the filter refused on the way (webtorrent's speed ranker refuses the first
+ * 10 a faster wire holds, then takes any) is looked at again after the end.
+ * Pieces held are never offered (before, asked about for every pick: O(pieces²)).
+ */
+export function orderedRarestPick(torrent) {
+  const rarity = torrent._rarityMap;
+  if (typeof rarity?.getRarestPiece !== "function" || rarity.ordered) return;
+  let current = null; // {filter, order, pos, wrapped}
+  rarity.getRarestPiece = (filter) => {
+    if (current?.filter !== filter) {
+      const missing = [];
+      for (let i = 0; i < rarity._numPieces; i++) if (!torrent.bitfield.get(i)) missing.push(i);
+      current = { filter, order: rarityOrder(missing, rarity._pieces), pos: 0, wrapped: false };
+    }
+    const c = current;
+    for (;;) {
+      for (; c.pos < c.order.length; c.pos++) {
+        const i = c.order[c.pos];
+        if (torrent.bitfield.get(i) || (filter !== undefined && !filter(i))) continue;
+        c.pos += 1; // the caller tries it: the next call starts after it
+        return i;
+      }
+      if (c.wrapped) return -1;
+      [c.pos, c.wrapped] = [0, true];
+    }
+  };
+  rarity.ordered = true;
+}
+
+/**
+ * Bound the reader's peers: the tracker is asked for offers (numwant) only while the
+ * reader has fewer than `maxPeers`, and a peer offered or answering once it has
+ * `maxPeersIn` is refused before its connection is made (as webtorrent refuses a
+ * duplicate). Returns the counters {refused} for the page.
+ */
+export function boundPeers(torrent, maxPeers = MAX_PEERS, maxPeersIn = MAX_PEERS_IN) {
+  const counts = { refused: 0 };
+  const own = torrent._getAnnounceOpts;
+  torrent._getAnnounceOpts = () => ({ ...(own?.() ?? {}), numwant: announceWant(peerCount(torrent), maxPeers) });
+  const addPeer = torrent.addPeer.bind(torrent);
+  torrent.addPeer = (peer, source) => {
+    if (typeof peer !== "string" && !roomForPeer(peerCount(torrent), maxPeersIn)) {
+      counts.refused += 1;
+      try {
+        peer.destroy();
+      } catch (err) {
+        console.warn(`webtorrent: ${err?.message ?? err}`);
+      }
+      return false;
+    }
+    return addPeer(peer, source);
+  };
+  return counts;
+}
