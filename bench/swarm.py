@@ -18,7 +18,12 @@ bytes in copies of the file (their own counters). Beside each run:
 the harness's processes' CPU, their worst event loop lag and the machine's busy CPU; a
 run whose harness was saturated (`swarm_procs.verdict`: a process's loop lag p99 above
 250 ms or its loop thread above 0.85 of a core) is printed REFUSED with the reason and
-left out of the medians.
+left out of the medians. The machine's CPU pressure (the share of the run in which
+some task waited for a CPU, `/proc/pressure/cpu`) and its niced work are printed
+beside it: a loop that is late while its thread uses little CPU waited for one
+(`--watchdog-ms N` prints the supernodes' loop thread's stacks and scheduler state
+while their loop is N ms late: at N = 80 on 28 November it was runnable, R, in every
+sample of every stall, using 11% of the stalls' time: waiting for a CPU, not blocked).
 
     # N = 10, 20, 40; F = 20 MiB; u = 1 MB/s; u_s = 2 MB/s; policies stripes, libtorrent
     .venv/bin/python bench/swarm.py
@@ -170,6 +175,7 @@ async def one_run(
                         "info_hash": swarm.manifest.info_hash,
                         "num_pieces": swarm.manifest.num_pieces,
                         "knobs": ring_knobs(args, swarm.manifest.size_bytes, u_s),
+                        "watchdog_ms": getattr(args, "watchdog_ms", 0),
                     },
                 )
             first = 0
@@ -236,7 +242,11 @@ async def one_run(
                     "ring_requests_per_peer": sum(d["ring_requests"] for d in done) / n,
                     "ring_rounds_per_peer": sum(d["ring_rounds"] for d in done) / n,
                     "ring_waits_per_peer": sum(d["ring_waits"] for d in done) / n,
+                    "ring_lookups_per_peer": sum(d.get("ring_lookups", 0) for d in done) / n,
+                    "ring_failures_per_peer": sum(d.get("ring_failures", 0) for d in done) / n,
                     "sn_lookups": float(sn_done.get("sn_lookups", 0)),
+                    "sn_requests": float(sn_done.get("sn_requests", 0)),
+                    "sn_rpcs_in": float(sn_done.get("sn_rpcs_in", 0)),
                     "sn_uploader_answers": float(sn_done.get("sn_uploader_answers", 0)),
                 }
                 if any(d["ring"] for d in done)
@@ -380,7 +390,9 @@ def _harness(r: dict[str, Any]) -> str:
         f"harness: {int(r['procs'])} processes, CPU {r['cpu_process']:.2f} cores in all "
         f"(worst event loop thread {r['cpu_loop']:.2f}), worst loop lag median "
         f"{r['lag_p50_ms']:.0f} ms, p99 {r['lag_p99_ms']:.0f} ms, max {r['lag_max_ms']:.0f} ms; "
-        f"machine CPU busy {100 * r['machine_busy']:.0f}% of {r['cores']:.0f} cores, "
+        f"machine CPU busy {100 * r['machine_busy']:.0f}% of {r['cores']:.0f} cores "
+        f"(and niced work {100 * r.get('machine_nice', 0.0):.0f}%) "
+        f"(some task waiting for a CPU {100 * r.get('cpu_pressure', 0.0):.0f}% of the time), "
         f"load {r['load_start']:.2f} -> {r['load_end']:.2f}" + swarm_procs.busy_flag(r)
     )
 
@@ -390,7 +402,11 @@ def print_run_line(policy: str, n: int, k: int, r: dict[str, Any]) -> None:
     ring = (
         f"; ring {r['ring_requests_per_peer']:.0f} requests, {r['ring_rounds_per_peer']:.0f} "
         f"rounds, {r['ring_waits_per_peer']:.0f} waits per peer, "
-        f"{r['sn_uploader_answers']:.0f} uploader answers"
+        f"{r['sn_uploader_answers']:.0f} uploader answers, "
+        f"{r.get('ring_lookups_per_peer', 0):.1f} lookup batches and "
+        f"{r.get('ring_failures_per_peer', 0):.1f} unanswered requests per peer; "
+        f"supernodes: {r.get('sn_requests', 0):.0f} client requests, "
+        f"{r['sn_lookups']:.0f} ring lookups, {r.get('sn_rpcs_in', 0):.0f} Chord RPCs in"
         if "ring_requests_per_peer" in r
         else ""
     )
@@ -493,6 +509,13 @@ async def main() -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a libtorrent setting for every peer (repeatable; to measure one)",
+    )
+    p.add_argument(
+        "--watchdog-ms",
+        type=float,
+        default=0,
+        help="policy chord: print the supernodes' loop thread stacks while their loop "
+        "is this late (0: off)",
     )
     args = p.parse_args()
     set_chord_peer_knobs(args)

@@ -38,7 +38,9 @@ import os
 import resource
 import statistics
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -110,29 +112,142 @@ class MachineCpu:
     all cores."""
 
     @staticmethod
-    def _read() -> tuple[int, int]:
+    def _read() -> tuple[int, int, int]:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
         # idle + iowait, and niced time: a niced process (someone's background
-        # spinner) yields to the bench's processes
+        # spinner) yields to the bench's processes, though not wholly (a nice 5
+        # process weighs a third of a nice 0 one): printed apart, `machine_nice`
         idle = fields[3] + (fields[4] if len(fields) > 4 else 0) + fields[1]
-        return sum(fields), idle
+        return sum(fields), idle, fields[1]
+
+    @staticmethod
+    def _pressure() -> float:
+        # the kernel's CPU pressure (PSI): microseconds in which at least one runnable
+        # task waited for a CPU (0 where the kernel has no PSI)
+        try:
+            with open("/proc/pressure/cpu") as f:
+                some = f.readline().split()
+        except OSError:
+            return 0.0
+        return float(some[-1].partition("=")[2]) / 1e6
 
     def start(self) -> None:
         self._a = self._read()
         self._load = os.getloadavg()[0]
+        self._psi = self._pressure()
+        self._wall = time.monotonic()
 
     def stop(self) -> dict[str, float]:
-        """``machine_busy`` (0..1 of all cores), ``cores``, the load average at both ends."""
-        total_b, idle_b = self._read()
-        total_a, idle_a = self._a
+        """``machine_busy`` (0..1 of all cores), ``cpu_pressure`` (0..1 of the wall time
+        some task waited for a CPU), ``cores``, the load average at both ends."""
+        total_b, idle_b, nice_b = self._read()
+        total_a, idle_a, nice_a = self._a
         dt = max(1, total_b - total_a)
         return {
             "machine_busy": 1 - (idle_b - idle_a) / dt,
+            "machine_nice": (nice_b - nice_a) / dt,
+            # share of the run's wall time in which some task waited for a CPU
+            "cpu_pressure": (self._pressure() - self._psi)
+            / max(1e-6, time.monotonic() - self._wall),
             "cores": float(os.cpu_count() or 1),
             "load_start": self._load,
             "load_end": os.getloadavg()[0],
         }
+
+
+class LoopWatchdog:
+    """Where a process's event loop thread is while the loop is late (``--watchdog-ms``).
+
+    A callback on the loop stamps the time every 20 ms; a thread checks the stamp every
+    20 ms and, once the loop is ``threshold_ms`` late, takes the loop thread's stack
+    (`sys._current_frames`) and its CPU clock. A stall whose loop thread used little CPU
+    was blocked (a system call, a lock) or waiting for a CPU; one that used the whole
+    stall was busy in Python: the stacks say where. Printed to stderr at the end.
+    """
+
+    def __init__(self, threshold_ms: float) -> None:
+        self.threshold_s = threshold_ms / 1000
+        self.stalls: list[dict[str, Any]] = []
+        self._beat = time.monotonic()
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._ident = threading.get_ident()
+        self._tid = threading.get_native_id()
+        self._started = time.monotonic()
+        self._clock = time.pthread_getcpuclockid(self._ident)
+
+        def beat() -> None:
+            self._beat = time.monotonic()
+            if not self._stop.is_set():
+                loop.call_later(0.02, beat)
+
+        beat()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        stall: dict[str, Any] | None = None
+        while not self._stop.wait(0.02):
+            late = time.monotonic() - self._beat
+            if late < self.threshold_s:
+                if stall is not None:
+                    stall["cpu_s"] = time.clock_gettime(self._clock) - stall["cpu_at"]
+                    stall["late_s"] = stall["last_late"]
+                    self.stalls.append(stall)
+                    stall = None
+                continue
+            frame = sys._current_frames().get(self._ident)
+            stack = "".join(traceback.format_stack(frame)[-12:]) if frame else "?"
+            if stall is None:
+                stall = {
+                    "at": time.monotonic() - self._started,
+                    "cpu_at": time.clock_gettime(self._clock),
+                    "stacks": {},
+                    "states": {},
+                }
+            # the loop thread's scheduler state: R (running or waiting for a CPU),
+            # S (asleep: a system call, a lock, the GIL), D (disk)
+            state = _thread_state(self._tid)
+            stall["states"][state] = stall["states"].get(state, 0) + 1
+            stall["last_late"] = late
+            stall["stacks"][stack] = stall["stacks"].get(stack, 0) + 1
+
+    def stop(self) -> None:
+        """Stop watching and print the stalls (longest first) to stderr."""
+        self._stop.set()
+        out = sys.stderr
+        states: dict[str, int] = {}
+        for st in self.stalls:
+            for k, v in st["states"].items():
+                states[k] = states.get(k, 0) + v
+        late = sum(st["late_s"] for st in self.stalls)
+        cpu = sum(st["cpu_s"] for st in self.stalls)
+        print(
+            f"watchdog: {len(self.stalls)} stalls above {self.threshold_s * 1000:.0f} ms, "
+            f"{late:.1f} s late in all, the loop thread's CPU in them {cpu:.2f} s; "
+            f"its states sampled in them {states}",
+            file=out,
+        )
+        for s in sorted(self.stalls, key=lambda s: -s["late_s"])[:8]:
+            print(
+                f"--- stall {s['late_s'] * 1000:.0f} ms, loop thread CPU in it "
+                f"{s['cpu_s'] * 1000:.0f} ms (from the threshold on), at {s['at']:.1f} s, "
+                f"thread states {s['states']}",
+                file=out,
+            )
+            for stack, count in sorted(s["stacks"].items(), key=lambda kv: -kv[1])[:3]:
+                print(f"  [{count} samples]\n{stack}", file=out)
+        out.flush()
+
+
+def _thread_state(tid: int) -> str:
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0]
+    except OSError:
+        return "?"
 
 
 def verdict(loads: dict[str, dict[str, float]]) -> str | None:
@@ -262,8 +377,13 @@ async def run_supernodes(spec: dict[str, Any]) -> None:
     _send({"ready": True})
     go = await _receive()
     await _sleep_until(go["go"])
+    watchdog = LoopWatchdog(spec["watchdog_ms"]) if spec.get("watchdog_ms") else None
+    if watchdog is not None:
+        watchdog.start()
     async with LoopLoad() as load:
         await _receive()  # "stop"
+    if watchdog is not None:
+        watchdog.stop()
     for sn in sns:
         await sn.close()
     _send(
@@ -271,6 +391,8 @@ async def run_supernodes(spec: dict[str, Any]) -> None:
             "load": load.figures(),
             "sn_lookups": sum(sn.stats.lookups for sn in sns),
             "sn_uploader_answers": sum(sn.stats.uploader_answers for sn in sns),
+            "sn_requests": sum(sn.stats.client_requests for sn in sns),
+            "sn_rpcs_in": sum(sn.stats.requests_in for sn in sns),
         }
     )
 
@@ -342,6 +464,10 @@ async def run_peers(spec: dict[str, Any]) -> None:
             "ring_requests": sum(s.requests for s in ring),
             "ring_rounds": sum(s.rounds for s in ring),
             "ring_waits": sum(s.waits for s in ring),
+            # lookup batches asked of a supernode, and answers that did not come
+            # (the supernode then counts as failed for that peer)
+            "ring_lookups": sum(s.lookups for s in ring),
+            "ring_failures": sum(s.supernode_failures for s in ring),
             "ring": bool(ring),
             "events": trace.EVENTS if trace is not None else [],
         }
