@@ -198,3 +198,53 @@ async def test_a_reader_stops_offering_at_max_peers_and_refuses_past_max_peers_i
     # offers asked for: 5 while 3 or more are missing, then what is missing, none at 8
     assert got["bounded"]["wants"][:10] == [5, 5, 5, 5, 4, 3, 2, 1, 0, 0], got
     assert set(got["bounded"]["wants"][8:]) == {0}, got
+
+
+async def test_a_peer_destroyed_before_its_connection_came_leaves_no_listener_behind(
+    make_stack: StackFactory,
+    phone_factory: Any,
+) -> None:
+    # webtorrent waits for a WebRTC connection's 'connect' or 'error' with listeners
+    # that read peer.conn; a peer destroyed first (no connection within 25 s, the reader
+    # leaving) set peer.conn to null and left them on: a late 'error' threw "Cannot read
+    # properties of null (reading 'removeListener')" (once in a reader page of the bench)
+    phone = await _phone(make_stack, phone_factory)
+    got = await _in_page(
+        phone,
+        8,
+        """
+        // a WebRTC connection not yet connected, with EventEmitter's listener calls
+        const conn = (id) => {
+          const on = new Map();
+          const list = (ev) => on.get(ev) ?? on.set(ev, []).get(ev);
+          return {
+            id, connected: false, destroyed: false,
+            on(ev, f) { list(ev).push(f); return this; },
+            once(ev, f) { list(ev).push(f); return this; },
+            listeners(ev) { return [...list(ev)]; },
+            removeListener(ev, f) { on.set(ev, list(ev).filter((g) => g !== f)); return this; },
+            emit(ev, ...args) { for (const f of list(ev)) f(...args); },
+            destroy() { this.destroyed = true; },
+          };
+        };
+        const lateError = (c) => {
+          torrent.addPeer(c, 'tracker');
+          torrent._peers.get(c.id).destroy(new Error('connect timeout'));
+          try {
+            c.emit('error', new Error('late'));
+            return null;
+          } catch (err) {
+            return err.message;
+          }
+        };
+        const own = lateError(conn('own'));
+        load.boundPeers(torrent);
+        const c = conn('bounded');
+        const bounded = lateError(c);
+        return { own, bounded, left: c.listeners('error').length + c.listeners('connect').length };
+        """,
+        "a late error on a destroyed peer's connection",
+    )
+    assert got["own"] == "Cannot read properties of null (reading 'removeListener')", got
+    assert got["bounded"] is None, got
+    assert got["left"] == 1, got  # webtorrent's own no-op 'error' listener, added at destroy

@@ -145,7 +145,35 @@ export function boundPeers(torrent, maxPeers = MAX_PEERS, maxPeersIn = MAX_PEERS
       }
       return false;
     }
-    return addPeer(peer, source);
+    if (typeof peer === "string") return addPeer(peer, source);
+    return detachedOnDestroy(torrent, peer, () => addPeer(peer, source));
   };
   return counts;
+}
+
+/**
+ * Add WebRTC connection `conn` (`add()`: webtorrent's addPeer) so that its peer's
+ * destroy takes webtorrent's 'connect' and 'error' listeners off the connection.
+ *
+ * Why: webtorrent (lib/peer.js createWebRTCPeer) waits for a connection's 'connect'
+ * or 'error' with listeners that read `peer.conn`, and a peer destroyed meanwhile (no
+ * connection within 25 s on a loaded host, the reader leaving the swarm) has set
+ * `peer.conn` to null without removing them: a 'connect' or 'error' after that threw
+ * "Cannot read properties of null (reading 'removeListener')" in the page (seen once
+ * in bench/reader_swarm.py's N = 20 crowd).
+ */
+export function detachedOnDestroy(torrent, conn, add) {
+  const events = ["connect", "error"];
+  const listening = typeof conn?.listeners === "function";
+  const before = listening ? events.map((ev) => new Set(conn.listeners(ev))) : [];
+  const added = add();
+  const peer = torrent._peers?.get(conn.id);
+  if (!added || !listening || peer?.conn !== conn) return added;
+  const theirs = events.flatMap((ev, k) => conn.listeners(ev).filter((f) => !before[k].has(f)).map((f) => [ev, f]));
+  const destroy = peer.destroy.bind(peer);
+  peer.destroy = (err) => {
+    for (const [ev, f] of theirs) conn.removeListener(ev, f);
+    return destroy(err);
+  };
+  return added;
 }
