@@ -21,6 +21,7 @@ from pressrun.clients.config import ClientConfig
 from pressrun.content.keys import generate_keypair, load_public_key, load_signing_key
 from pressrun.content.publish import publish
 from pressrun.multicast.config import CarouselConfig
+from pressrun.multicast.core import LayerCore
 from pressrun.multicast.net import free_udp_port
 from pressrun.origin import RunningOrigin
 
@@ -236,3 +237,54 @@ async def receive_issue(
         work_dir=work,
         **options,
     )
+
+
+def shaped_link_trace(
+    layers: LayerCore,
+    *,
+    carries_pps: float,
+    queue_packets: float,
+    until: float,
+    stall_s: float = 0.0,
+) -> tuple[list[tuple[float, int, int]], int]:
+    """Drive ``layers`` as `receive_carousel` does behind a link that carries
+    ``carries_pps`` of the channels' 100 packets/s each through a queue of
+    ``queue_packets`` (what exceeds the link fills the queue, then is dropped), with
+    every change taking ``stall_s`` to apply (the adapter blocked in the join or
+    leave; the link gets the new channels only then). Returns the ``(time applied,
+    channels, windows ended)`` log and the windows ended by ``until``."""
+    started = layers.start(now=0.0)
+    layers.handle_applied(now=0.0)
+    on_link = len(started)  # the channels the link carries now
+    log = [(0.0, on_link, 0)]
+    now, queue, step = 0.0, 0.0, 0.01
+    while now < until:
+        deadline = layers.next_deadline()
+        assert deadline is not None
+        # a deadline that passed while the adapter was blocked is called at once
+        while now < deadline - 1e-9:
+            dt = min(step, deadline - now)
+            queue += 100.0 * dt * on_link - carries_pps * dt
+            dropped = max(0.0, queue - queue_packets)
+            queue = min(max(queue, 0.0), queue_packets)
+            for ch in layers.joined[:on_link]:
+                sent = 100.0 * dt
+                arrived = sent - dropped / on_link
+                # thousandths, so that rounding loses nothing
+                layers.handle_packets(ch.index, round(arrived * 1000))
+                layers.handle_sequence(
+                    ch.index, received=round(arrived * 1000), expected=round(sent * 1000)
+                )
+            now += dt
+        now = max(now, deadline)
+        if layers.handle_timer(now=now):
+            # blocked in the join or leave: the link keeps the old channels meanwhile
+            # (their packets wait in the sockets; what was counted is reset below)
+            for _ in range(round(stall_s / step)):
+                queue += 100.0 * step * on_link - carries_pps * step
+                queue = min(max(queue, 0.0), queue_packets)
+            now += stall_s
+            on_link = len(layers.joined)
+            layers.handle_applied(now=now)
+            log.append((now, on_link, layers.windows_ended))
+    return log, layers.windows_ended

@@ -151,9 +151,12 @@ class LayeringConfig:
         takes effect and packets already queued drain). 0.3 s.
     join_below_loss: another channel is joined when the loss over the last window was
         below this. 0.05.
-    leave_above_loss: the last channel joined is left when the loss climbs above this.
-        0.25 (above the 10-20% random loss of a poor link, which more channels do not
-        worsen; a congested link loses far more as channels are added).
+    leave_above_loss: the last channel joined is left when the loss climbs above this,
+        at most (`LayerCore.leave_threshold`: with k channels held, a loss above
+        1 / (2k), but never under 2 x join_below_loss, says the link carries less than
+        k - 1/2 of them). 0.25 (above the 10-20% random loss of a poor link, which more
+        channels do not worsen; a congested link loses far more as channels are
+        added).
     max_channels: at most this many channels at once (None: every channel). None.
     start_channels: channels joined at the start. 1.
     """

@@ -50,10 +50,19 @@ window:
   at, from the packets-sent counters in the announcements, capped by the announced
   rate.
 
-Path loss above ``leave_above_loss`` leaves the last channel joined and doubles the
-wait before that channel is tried again (RLM's join timer backoff). Path loss below
-``join_below_loss`` adds the next channel, but never while the own socket overflowed
-in the window (more channels would only overflow it more).
+Path loss above the leave threshold leaves the last channels joined and doubles the
+wait before each is tried again (RLM's join timer backoff). The threshold falls with
+the channels held (`LayerCore.leave_threshold`): with k channels of one rate, one
+channel more than the link carries loses 1 / (k + 1) of the packets, 20% at k = 4, so
+a fixed 25% let a 20 Mbit/s reader keep 5 channels of 5 Mbit/s for good (flash-crowd-50
+with 10 channels, 28 Nov 17:14: 4 of 10 dsl-20 readers ended on 5 or 6). A loss above
+1 / (2k) says the link carries less than k - 1/2 channels, so the last one goes; the
+link carried about k (1 - loss) channels, so that many are kept (rounded, at least
+one) and the others left at once, not one per window. The threshold is never above
+``leave_above_loss`` nor under 2 x ``join_below_loss`` (a random loss that stops
+joins does not also make the receiver leave). Path loss below ``join_below_loss`` adds
+the next channel, but never while the own socket overflowed in the window (more
+channels would only overflow it more).
 
 **Announcements** (`AnnouncementGate`). A receiver accepts an announcement only when
 its Ed25519 signature is good (checked by `pressrun.multicast.control`), its key is a
@@ -353,6 +362,13 @@ class LayerCore:
                 ch.socket_drops += socket_drops
                 return
 
+    def leave_threshold(self, held: int) -> float:
+        """The path loss above which a receiver holding ``held`` channels leaves
+        (module docstring): 1 / (2 held), at most ``leave_above_loss`` and at least
+        2 x ``join_below_loss``."""
+        floor = min(self.config.leave_above_loss, 2 * self.config.join_below_loss)
+        return min(self.config.leave_above_loss, max(floor, 1.0 / (2 * max(1, held))))
+
     def next_deadline(self) -> float | None:
         """The end of the current settling (the window starts then) or of the current
         measuring window."""
@@ -403,13 +419,19 @@ class LayerCore:
             return []
         loss = min(1.0, max(0.0, lost / expected))
         self.losses.append(loss)
-        if loss > self.config.leave_above_loss and len(self.joined) > 1:
-            last = self.joined.pop()
-            backoff = self._backoff_s.get(last.index, 2 * self.config.window_s) * 2
-            self._backoff_s[last.index] = backoff
-            self._retry_at[last.index] = now + backoff
+        held = len(self.joined)
+        if loss > self.leave_threshold(held) and held > 1:
+            # the link carried about held x (1 - loss) channels: keep that many
+            keep = min(held - 1, max(1, round(held * (1.0 - loss))))
+            effects: list[LayerEffect] = []
+            while len(self.joined) > keep:
+                last = self.joined.pop()
+                backoff = self._backoff_s.get(last.index, 2 * self.config.window_s) * 2
+                self._backoff_s[last.index] = backoff
+                self._retry_at[last.index] = now + backoff
+                effects.append(LeaveChannel(last.index, loss))
             self._changed(now)
-            return [LeaveChannel(last.index, loss)]
+            return effects
         if loss < self.config.join_below_loss and len(self.joined) < self.limit:
             if overflowed:
                 # the own socket cannot keep up: another channel would only add drops

@@ -1,0 +1,64 @@
+"""The layering leaves what its link does not carry however many channels it holds
+(issue 28, session 17). With a fixed leave threshold of 25%, a reader whose link
+carries k >= 4 channels kept a (k+1)-th at 1/(k+1) loss (20% at k = 4) for good:
+flash-crowd-50 with 10 channels of 5 Mbit/s (28 Nov 17:14, /work/runs/fc50-s17a) had
+dsl-20 readers end on 5 and 6 channels. Now the threshold is 1/(2k) (never above 25%
+nor under twice the join threshold), and the channels the loss says the link did not
+carry are left at once. Pure: the core behind a simulated shaped link."""
+
+from __future__ import annotations
+
+import pytest
+
+from pressrun.emulate.fleet import kept_above
+from pressrun.multicast.config import LayeringConfig
+from pressrun.multicast.core import LayerCore
+from pressrun.multicast.events import LeaveChannel
+
+from .conftest import shaped_link_trace
+
+
+@pytest.mark.parametrize("carries", [1, 2, 4, 6])
+def test_a_link_that_carries_k_channels_of_ten_settles_on_k(carries: int) -> None:
+    """Ten channels of 100 packets/s, a link of k x 100 (its queue hides a probe's
+    excess for 0.19 s): every probe of a (k+1)-th channel is left by the first window
+    after it settled, and the receiver holds k at the end."""
+    config = LayeringConfig(window_s=0.5, settle_s=0.3)
+    layers = LayerCore(config, (100_000.0,) * 10)
+    log, windows = shaped_link_trace(
+        layers, carries_pps=100.0 * carries, queue_packets=19.0, until=60.0
+    )
+    held = [n for _, n, _ in log]
+    assert max(held) == carries + 1, log  # it probed
+    assert len(layers.joined) in (carries, carries + 1), log
+    if len(layers.joined) == carries + 1:  # a probe not judged yet at the end
+        assert log[-1][0] > 60.0 - config.settle_s - config.window_s - 1e-9, log
+    assert kept_above([(n, w) for _, n, w in log], windows, carries) == 0, log
+
+
+def test_the_channels_a_link_did_not_carry_are_left_at_once() -> None:
+    """Six channels held (started on six) where the link carries four: 33% loss, and
+    the two it did not carry are left in one window, not one per window."""
+    layers = LayerCore(LayeringConfig(window_s=1.0, settle_s=0.0, start_channels=6), (100.0,) * 10)
+    layers.start(now=0.0)
+    for ch in range(6):
+        layers.handle_sequence(ch, received=66, expected=100)
+        layers.handle_packets(ch, 66)
+    effects = layers.handle_timer(now=1.0)
+    assert [e.index for e in effects if isinstance(e, LeaveChannel)] == [5, 4]
+    assert len(layers.joined) == 4
+
+
+def test_the_threshold_falls_with_the_channels_held() -> None:
+    layers = LayerCore(LayeringConfig(), (100.0,) * 10)
+    # 25% up to two channels (as before), 1/(2k) above, never under 10%
+    assert [round(layers.leave_threshold(k), 3) for k in (1, 2, 3, 4, 5, 10)] == [
+        0.25, 0.25, 0.167, 0.125, 0.1, 0.1,
+    ]  # fmt: skip
+    # a random 10% loss on a link that carries every channel: no leave at 3 (16.7%)
+    layers = LayerCore(LayeringConfig(window_s=1.0, settle_s=0.0, start_channels=3), (100.0,) * 10)
+    layers.start(now=0.0)
+    for ch in range(3):
+        layers.handle_sequence(ch, received=90, expected=100)
+        layers.handle_packets(ch, 90)
+    assert layers.handle_timer(now=1.0) == []
