@@ -25,7 +25,9 @@
 // (`?peer=webrtc`); when the directive's mode is "swarm" and names a WebSocket
 // tracker, the pieces not stored yet come through the swarm first (swarm.js), the
 // origins as web seeds in the same client; no peer within a few seconds, or a swarm
-// that stops delivering, and the workers above fetch the rest from the origins.
+// that stops delivering, and the workers above fetch the rest from the origins. A
+// download on the origins that was never in a swarm joins one when a later section's
+// directive names it (the sections in flight end first; joinsSwarmNow).
 
 import { getSetting, putSetting, updateIssue } from "./db.js";
 import { DownloadDirective } from "./download-directive.js";
@@ -239,11 +241,20 @@ export class Download {
     this.sectionPieces = sectionBytesFor(this.cfg, m.size_bytes, m.piece_size_bytes) / m.piece_size_bytes;
     this.progress();
     if (this.storedCount < n && this.swarmInfo !== null && this.peerCapable()) await this.viaSwarm();
-    const workers = [];
-    for (let w = 0; w < this.cfg.concurrency; w++) workers.push(this.worker(w));
-    const results = await Promise.allSettled(workers);
-    const failure = results.find((r) => r.status === "rejected");
-    if (failure !== undefined) throw failure.reason;
+    for (;;) {
+      this.swarmCalled = false;
+      const workers = [];
+      for (let w = 0; w < this.cfg.concurrency; w++) workers.push(this.worker(w));
+      const results = await Promise.allSettled(workers);
+      const failure = results.find((r) => r.status === "rejected");
+      if (failure !== undefined) throw failure.reason;
+      if (!this.swarmCalled || this.storedCount === n) break;
+      // a section's directive sent this reader to the swarm (the crowd reached the
+      // swarm level after the download began): the sections in flight ended, the
+      // pieces left come through the swarm, and from the origins again if it fails
+      this.notice(`the balancer sends ${this.issueId} to the swarm now: the ${n - this.storedCount} pieces left come through it`);
+      await this.viaSwarm();
+    }
     if (this.storedCount !== n) {
       throw new DownloadError(`${this.issueId}: ${n - this.storedCount} pieces are missing after the download`);
     }
@@ -283,6 +294,17 @@ export class Download {
       ranges: this.ranges,
       resumed: this.resumedPieces,
     };
+  }
+
+  /**
+   * Whether a section's directive sends this download to the swarm now: it names a
+   * swarm this reader can join, and the download has not been in one (a download the
+   * swarm failed stays on the origins). Before, only the first directive was asked:
+   * a phone that began just before its crowd reached the swarm level took the whole
+   * issue from the origins (the flash-crowd-50 emulation, issue 26).
+   */
+  joinsSwarmNow() {
+    return this.swarmInfo !== null && this.swarmFetch === null && this.peerCapable();
   }
 
   /** The swarm first (swarm.js); on NoPeers or SwarmStalled the origins go on. */
@@ -372,9 +394,13 @@ export class Download {
     this.busy ??= new Map();
     for (;;) {
       if (this.signal.aborted) throw this.signal.reason;
-      if (this.state.indexOf(0) < 0) return;
+      if (this.state.indexOf(0) < 0 || this.swarmCalled) return;
       await this.hooks.waitForNetwork?.(this.signal);
       const origins = await this.origins();
+      if (this.swarmCalled || this.joinsSwarmNow()) {
+        this.swarmCalled = true; // run() joins once every worker's section is done
+        return;
+      }
       const busy = new Set([...this.busy.values()]);
       const origin = this.pickOrigin(origins, busy);
       if (origin === null) {
