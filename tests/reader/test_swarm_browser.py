@@ -486,7 +486,8 @@ async def plain_peer(
     every piece of ``issue`` and serves its bytes (fetched from ``origin``): with
     ``poison``, one byte of every piece flipped; with ``stall_after_blocks``, the
     blocks asked for after that many were answered wait until ``stall_s`` after that
-    (a peer too busy to answer for a while). Its peer id."""
+    (a peer too busy to answer for a while), then are answered in the order asked, as
+    a busy peer's reads end. Its peer id."""
     peer_id: str = await phone.evaluate(
         """async ([torrentUrl, fileUrl, piece, poison, stallAfter, stallMs]) => {
             const { default: WebTorrent } = await import('webtorrent');
@@ -495,6 +496,7 @@ async def plain_peer(
             const raw = new Uint8Array(await (await fetch(torrentUrl)).arrayBuffer());
             let answered = 0;
             let resumeAt = null;
+            const held = []; // the answers held by the stall, in the order asked
             class Served {
               constructor(chunkLength) { this.chunkLength = chunkLength; }
               put(i, b, cb) { cb?.(null); }
@@ -507,8 +509,12 @@ async def plain_peer(
                 if (late) resumeAt ??= Date.now() + stallMs;
                 answered += 1;
                 const wait = resumeAt === null ? 0 : resumeAt - Date.now();
-                if (wait > 0) setTimeout(answer, wait);
-                else answer();
+                if (wait <= 0) return answer();
+                // a busy peer's reads end in the order they were asked (one timer
+                // for them all: a timer each ran them in any order, as sub-ms
+                // rounding fell)
+                held.push(answer);
+                if (held.length === 1) setTimeout(() => held.splice(0).forEach((a) => a()), wait);
               }
               close(cb) { cb?.(null); }
               destroy(cb) { cb?.(null); }

@@ -12,10 +12,15 @@ const MAX_SILENCE_STEP_S = 1; // a peer's silence grows by at most this per tick
 
 const nowS = () => performance.now() / 1000; // swarm.js's clock
 
+const BLOCK = 1 << 14; // webtorrent's block: a peer is asked block by block, from a block's start
+const blockKey = (index, offset) => `${index}:${offset}`; // a held block (watchHeld)
+
 /** SwarmFetch's methods about its peers' wires (installed by swarm.js). */
 export class SwarmPeers {
   onWire(wire) {
+    this.watchHeld(wire); // before watchBytes: a web seed's ask reaches it trimmed
     this.watchBytes(wire);
+    this.watchHeldAnswers(wire); // after: a held block it takes back is not counted as waste
     if (wire.type === "webSeed") {
       wire.on("piece", (index, offset, buffer) => {
         this.receivedFromWebSeeds += buffer.length;
@@ -152,17 +157,149 @@ export class SwarmPeers {
       if (verdict !== "reask") continue;
       wire.reaskedAt = now;
       wire.othersAtReask = received - (wire.downloaded ?? 0);
-      // each unanswered request is cancelled (a BitTorrent cancel: the peer drops it
-      // and does not send the block when it wakes; its callback here fails the
-      // request as webtorrent's own timeout would, without its 'timeout' event, which
-      // destroys the wire): its blocks are reserved again and asked for at once.
-      // Failed here only, a busy peer sent every one of them later, and each came
-      // twice (tests/reader/test_swarm_browser_bytes.py)
+      // each unanswered request fails here as webtorrent's own timeout would fail it
+      // (without its 'timeout' event, which destroys the wire): its block is reserved
+      // again and asked for at once, of whoever webtorrent picks. The peer still
+      // holds it (held blocks, watchHeld): it is sent a BitTorrent cancel only when
+      // another source is asked for the block, and asked for it again itself, it is
+      // sent nothing
       for (const r of [...wire.requests]) {
         this.blockCause(r.piece, r.offset, r.length, "reask");
-        wire.cancel(r.piece, r.offset, r.length);
+        this.hold(wire, r);
+        wire._callback(wire._pull(wire.requests, r.piece, r.offset, r.length), new Error("unanswered: asked again"), null);
         this.reasked += 1;
       }
+    }
+  }
+
+  /** Remember that peer `wire` still holds request `r`, failed here by the re-ask. */
+  hold(wire, r) {
+    this.heldBlocks ??= new Map(); // "piece:offset" -> {wire, length, resend}
+    // a request this peer held once already and was given back to it (watchHeld) is
+    // asked for with a message the next time: the peer may have lost it
+    this.heldBlocks.set(blockKey(r.piece, r.offset), { wire, length: r.length, resend: r.heldBefore === true });
+  }
+
+  /**
+   * A silent peer's requests failed by the re-ask (reaskSilentPeers) stay held at
+   * the peer, and `wire`'s asks are watched:
+   *
+   * - another wire (a peer or a web seed) asked for a held block: the peer that
+   *   holds it is sent a BitTorrent cancel then, so it does not send the block too
+   *   when it wakes (tests/reader/test_swarm_browser_bytes.py);
+   * - the peer that holds a block asked for it again (webtorrent gives a failed
+   *   block back to the first wire with room, often the same one): the request is
+   *   put back in its list without a message, and its answer to the request it
+   *   holds fills it;
+   * - the block comes from the peer anyway, or it chokes this reader (a peer drops
+   *   what it was asked on a choke), or its wire closes: the block is not held.
+   *
+   * Why: at 9a9f045 the re-ask sent the cancel at once, and webtorrent asked the same
+   * peer for the same block a moment later. A webtorrent peer (bittorrent-protocol
+   * 5.0.9, every reader's wire) whose read of the first request was still pending
+   * lost both: that read's answer takes the first request of the same piece, offset
+   * and length from its list (the new one), finds it is not its own, and sends
+   * nothing; the new one's answer then finds nothing. In tests/reader/
+   * test_swarm_browser.py's busy-peer test, 3 of 18 re-asked blocks never came
+   * after the peer woke, the reader's pipeline to it stayed full of them, and the
+   * stall rule sent the reader to the origins 10 s later.
+   */
+  watchHeld(wire) {
+    const request = wire.request.bind(wire);
+    wire.request = (index, offset, length, cb) => {
+      const held = this.heldBlocks;
+      if (held === undefined || held.size === 0) return request(index, offset, length, cb);
+      const mine = held.get(blockKey(index, offset));
+      if (mine?.wire === wire && mine.length === length) {
+        held.delete(blockKey(index, offset));
+        if (mine.resend || wire.peerChoking) return request(index, offset, length, cb);
+        // the peer holds this request: it goes back in the list, no message sent
+        const message = wire._message;
+        wire._message = () => {};
+        try {
+          request(index, offset, length, cb);
+        } finally {
+          wire._message = message;
+        }
+        const r = wire.requests[wire.requests.length - 1];
+        if (r?.piece === index && r.offset === offset) r.heldBefore = true;
+        return;
+      }
+      this.releaseHeld(wire, index, offset, length);
+      return request(index, offset, length, cb);
+    };
+  }
+
+  /**
+   * Peer `wire`'s answers to the requests it holds (watchHeld): a held block it sends
+   * that no wire was asked for again is taken as the answer to a request put back
+   * now (adoptHeld), not dropped as unrequested. Its choke (a peer drops what it was
+   * asked on a choke) and its close end what it holds.
+   */
+  watchHeldAnswers(wire) {
+    if (wire.type === "webSeed") return;
+    const forget = () => {
+      for (const [key, h] of this.heldBlocks ?? []) if (h.wire === wire) this.heldBlocks.delete(key);
+    };
+    wire.on("choke", forget);
+    wire.once("close", forget);
+    const onPiece = wire._onPiece.bind(wire);
+    wire._onPiece = (index, offset, buffer) => {
+      if (this.heldBlocks?.get(blockKey(index, offset))?.wire === wire) {
+        try {
+          this.adoptHeld(wire, index, offset, buffer.length);
+        } catch (err) {
+          console.warn(`swarm held block: ${err?.message ?? err}`);
+        }
+        this.heldBlocks.delete(blockKey(index, offset));
+      }
+      return onPiece(index, offset, buffer);
+    };
+  }
+
+  /**
+   * Peer `wire` sends block `offset` of piece `index`, which it held since a re-ask
+   * and nobody was asked for again (the piece lists it free): it is reserved for
+   * `wire` as webtorrent reserves a block (its free blocks are taken last first) and
+   * asked of it, which watchHeld turns into a request put back without a message, so
+   * the block that arrives answers it. Without this, with no other source the peer
+   * sent those blocks when it woke, webtorrent dropped them (no request named them)
+   * and asked for them again: 230-290 kB of 1.5 MB came twice in the busy-peer test.
+   * Not adopted (the piece's pipeline to `wire` is full): dropped as before.
+   */
+  adoptHeld(wire, index, offset, length) {
+    const t = this.torrent;
+    const piece = t?.pieces?.[index];
+    const block = offset / BLOCK;
+    if (wire.requests.some((r) => r.piece === index && r.offset === offset && r.length === length)) return;
+    const free = piece?._cancellations;
+    const at = free?.indexOf(block) ?? -1;
+    if (at === -1 || piece._buffer?.[block] || typeof t._request !== "function") return;
+    free.splice(at, 1);
+    free.push(block); // piece.reserve() pops the last free block
+    this.heldBlocks.get(blockKey(index, offset)).resend = false; // put back, no message
+    // the block is here: its request is answered at once and takes no room in the
+    // wire's pipeline, which webtorrent's _request checks (full of the other blocks
+    // put back, it refused 10 of 18 in the busy-peer test): it sees an empty list
+    const [requests, askedAt] = [wire.requests, wire.askedAt];
+    wire.requests = [];
+    try {
+      t._request(wire, index, false);
+    } finally {
+      requests.push(...wire.requests);
+      [wire.requests, wire.askedAt] = [requests, askedAt];
+    }
+  }
+
+  /** `wire` is asked for piece `index` from `offset` for `length` bytes: each block of
+   * it another peer holds is cancelled there (a BitTorrent cancel). */
+  releaseHeld(wire, index, offset, length) {
+    for (let start = offset; start < offset + length; start += BLOCK) {
+      const key = blockKey(index, start);
+      const h = this.heldBlocks.get(key);
+      if (h === undefined || h.wire === wire) continue;
+      this.heldBlocks.delete(key);
+      if (!h.wire.destroyed) h.wire.cancel(index, start, h.length);
     }
   }
 
