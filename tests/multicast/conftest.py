@@ -246,12 +246,14 @@ def shaped_link_trace(
     queue_packets: float,
     until: float,
     stall_s: float = 0.0,
+    sent_share: Callable[[float], float] = lambda _t: 1.0,
 ) -> tuple[list[tuple[float, int, int]], int]:
     """Drive ``layers`` as `receive_carousel` does behind a link that carries
     ``carries_pps`` of the channels' 100 packets/s each through a queue of
     ``queue_packets`` (what exceeds the link fills the queue, then is dropped), with
     every change taking ``stall_s`` to apply (the adapter blocked in the join or
-    leave; the link gets the new channels only then). Returns the ``(time applied,
+    leave; the link gets the new channels only then), and the sender sending
+    ``sent_share(t)`` of its announced rate at time t. Returns the ``(time applied,
     channels, windows ended)`` log and the windows ended by ``until``."""
     started = layers.start(now=0.0)
     layers.handle_applied(now=0.0)
@@ -264,11 +266,12 @@ def shaped_link_trace(
         # a deadline that passed while the adapter was blocked is called at once
         while now < deadline - 1e-9:
             dt = min(step, deadline - now)
-            queue += 100.0 * dt * on_link - carries_pps * dt
+            rate = 100.0 * sent_share(now)
+            queue += rate * dt * on_link - carries_pps * dt
             dropped = max(0.0, queue - queue_packets)
             queue = min(max(queue, 0.0), queue_packets)
             for ch in layers.joined[:on_link]:
-                sent = 100.0 * dt
+                sent = rate * dt
                 arrived = sent - dropped / on_link
                 # thousandths, so that rounding loses nothing
                 layers.handle_packets(ch.index, round(arrived * 1000))

@@ -4,7 +4,8 @@ carries k >= 4 channels kept a (k+1)-th at 1/(k+1) loss (20% at k = 4) for good:
 flash-crowd-50 with 10 channels of 5 Mbit/s (28 Nov 17:14, /work/runs/fc50-s17a) had
 dsl-20 readers end on 5 and 6 channels. Now the threshold is 1/(2k) (never above 25%
 nor under twice the join threshold), and the channels the loss says the link did not
-carry are left at once. Pure: the core behind a simulated shaped link."""
+carry are left at once. And it joins no channel on a window in which the sender ran under 90% of its
+announced rate. Pure: the core behind a simulated shaped link."""
 
 from __future__ import annotations
 
@@ -62,3 +63,25 @@ def test_the_threshold_falls_with_the_channels_held() -> None:
         layers.handle_sequence(ch, received=90, expected=100)
         layers.handle_packets(ch, 90)
     assert layers.handle_timer(now=1.0) == []
+
+
+@pytest.mark.parametrize("carries", [1, 2, 4])
+def test_no_join_on_a_slow_sender_so_none_to_undo_when_it_catches_up(carries: int) -> None:
+    """The sender at 60% of its rate from 20 to 40 s (a sender short of CPU; at
+    17:14 it ran at 26-46 of its 50 Mbit/s over 82-101 s): the link then carries
+    more channels than at full rate, but the receiver joins none on that, so it is
+    never above its link (at the full rate) past a window; before, it joined up to
+    what the slow sender's channels filled and was above its link when the sender
+    caught up."""
+    config = LayeringConfig(window_s=0.5, settle_s=0.3)
+    layers = LayerCore(config, (100_000.0,) * 10)
+    log, windows = shaped_link_trace(
+        layers,
+        carries_pps=100.0 * carries,
+        queue_packets=19.0,
+        until=60.0,
+        sent_share=lambda t: 0.6 if 20.0 <= t < 40.0 else 1.0,
+    )
+    assert kept_above([(n, w) for _, n, w in log], windows, carries) == 0, log
+    assert layers.slow_sender_windows > 0
+    assert max(layers.losses) > 0.1  # it did probe at full rate

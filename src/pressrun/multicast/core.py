@@ -62,7 +62,10 @@ one) and the others left at once, not one per window. The threshold is never abo
 ``leave_above_loss`` nor under 2 x ``join_below_loss`` (a random loss that stops
 joins does not also make the receiver leave). Path loss below ``join_below_loss`` adds
 the next channel, but never while the own socket overflowed in the window (more
-channels would only overflow it more).
+channels would only overflow it more), and never on a window in which the sender sent
+under `SENT_SHARE_FOR_JOIN` (90%) of its announced rate on the channels held: a slow
+sender is not congestion (no leave), but a link that carried a slow sender's channels
+has not shown it carries one more at full rate.
 
 **Announcements** (`AnnouncementGate`). A receiver accepts an announcement only when
 its Ed25519 signature is good (checked by `pressrun.multicast.control`), its key is a
@@ -247,6 +250,16 @@ class _Joined:
     socket_drops: int = 0
 
 
+#: a join needs a window in which the channels held came at this share of their
+#: announced rate at least (the sequence numbers moved on that far, or the sent
+#: counters say so): a sender short of CPU sends less, the link then carries channels
+#: it cannot at full rate, and a receiver that joined on that was above its link when
+#: the sender caught up (flash-crowd-50, 28 Nov 17:14: the sender at 26-46 of its
+#: 50 Mbit/s over 82-101 s, and the joins to 3-4 channels on lossy-10, 6-7 on dsl-20,
+#: 3 on mobile-6 came in those seconds)
+SENT_SHARE_FOR_JOIN = 0.9
+
+
 @dataclass(slots=True)
 class LayerCore:
     """A receiver's channel joining (receiver-driven layering; module docstring).
@@ -272,6 +285,9 @@ class LayerCore:
     socket_drops: int = 0
     #: windows in which a join was held back because the own socket overflowed
     overflow_windows: int = 0
+    #: windows in which a join was held back because the sender sent under
+    #: `SENT_SHARE_FOR_JOIN` of its announced rate on the channels held
+    slow_sender_windows: int = 0
     #: measuring windows ended since the start (settlings not counted): a channel
     #: joined and left with one window ended in between was judged on that one window
     windows_ended: int = 0
@@ -417,6 +433,8 @@ class LayerCore:
         self._reset_counts()
         if expected < 1.0:
             return []
+        # what the held channels would have sent at their announced rates
+        nominal = (now - start) * sum(self.packets_per_s[ch.index] for ch in self.joined)
         loss = min(1.0, max(0.0, lost / expected))
         self.losses.append(loss)
         held = len(self.joined)
@@ -436,6 +454,11 @@ class LayerCore:
             if overflowed:
                 # the own socket cannot keep up: another channel would only add drops
                 self.overflow_windows += 1
+                return []
+            if expected < SENT_SHARE_FOR_JOIN * nominal:
+                # the sender sent under its announced rate: the link carried what came,
+                # which says nothing of whether it carries one channel more at full rate
+                self.slow_sender_windows += 1
                 return []
             index = len(self.joined)
             if now >= self._retry_at.get(index, 0.0):
