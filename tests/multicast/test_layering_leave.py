@@ -85,3 +85,24 @@ def test_no_join_on_a_slow_sender_so_none_to_undo_when_it_catches_up(carries: in
     assert kept_above([(n, w) for _, n, w in log], windows, carries) == 0, log
     assert layers.slow_sender_windows > 0
     assert max(layers.losses) > 0.1  # it did probe at full rate
+
+
+def test_a_window_with_no_packet_at_all_judges_nothing() -> None:
+    """Ten channels held, then a window in which nothing arrives on any of them (the
+    sender paused): no channel is left; before, the rate fallback read it as 100%
+    loss and, with the channels left at once, the receiver went from 10 to 1
+    (flash-crowd-50, 28 Nov 17:44, a fibre-50 reader). Nothing on one channel while
+    the others arrive is still that channel's loss."""
+    layers = LayerCore(LayeringConfig(window_s=1.0, settle_s=0.0, start_channels=10), (100.0,) * 10)
+    layers.start(now=0.0)
+    for ch in range(10):
+        layers.handle_sequence(ch, received=100, expected=100)
+        layers.handle_packets(ch, 100)
+    assert layers.handle_timer(now=1.0) == []
+    assert layers.handle_timer(now=2.0) == []  # the empty window
+    assert len(layers.joined) == 10 and layers.empty_windows == 1
+    for ch in range(5):  # half the channels silent: the link carries half
+        layers.handle_sequence(ch, received=100, expected=100)
+        layers.handle_packets(ch, 100)
+    effects = layers.handle_timer(now=3.0)
+    assert len(effects) == 5 and all(isinstance(e, LeaveChannel) for e in effects)

@@ -288,6 +288,8 @@ class LayerCore:
     #: windows in which a join was held back because the sender sent under
     #: `SENT_SHARE_FOR_JOIN` of its announced rate on the channels held
     slow_sender_windows: int = 0
+    #: windows in which not one packet arrived on any channel held: nothing judged
+    empty_windows: int = 0
     #: measuring windows ended since the start (settlings not counted): a channel
     #: joined and left with one window ended in between was judged on that one window
     windows_ended: int = 0
@@ -430,8 +432,16 @@ class LayerCore:
                 rate_expected = (now - start) * self._rate(ch.index)
                 expected += rate_expected
                 lost += max(0.0, rate_expected - ch.received - ch.socket_drops)
+        arrived = sum(ch.received + ch.seq_received + ch.socket_drops for ch in self.joined)
         self._reset_counts()
         if expected < 1.0:
+            return []
+        if arrived == 0:
+            # not one packet on any channel: a sender that paused (or a receive loop
+            # that read nothing), not congestion, which drops a share, not all; judged
+            # as loss it left every channel but one at once (flash-crowd-50, 28 Nov
+            # 17:44: a fibre reader on 10 channels saw one such window and went to 1)
+            self.empty_windows += 1
             return []
         # what the held channels would have sent at their announced rates
         nominal = (now - start) * sum(self.packets_per_s[ch.index] for ch in self.joined)
