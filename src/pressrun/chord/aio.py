@@ -189,9 +189,11 @@ class Supernode:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._lookups: dict[int, asyncio.Future[LookupDone | LookupFailed]] = {}
-        #: key -> (owner found by a lookup, when, whether the lookup was asked for by
-        #: a client that named silent supernodes): `lookup`'s cache
-        self._owners: dict[int, tuple[NodeRef, float, bool]] = {}
+        #: key -> (owner found by a lookup, when): `lookup`'s cache
+        self._owners: dict[int, tuple[NodeRef, float]] = {}
+        #: supernode address -> when a lookup asked for by a client that found it
+        #: silent named it again (`lookup`; ring members only, cleared with the cache)
+        self._confirmed: dict[str, float] = {}
         self._pending: dict[int, asyncio.Task[NodeRef | None]] = {}
         self.owner_cache_s = owner_cache_s
         self.failed_recheck_s = failed_recheck_s
@@ -450,68 +452,89 @@ class Supernode:
         key already being looked up waits for that lookup instead of starting another.
         A flash crowd's peers all ask for the same keys: one lookup per key serves them.
         ``failed``: addresses the asker found silent; a kept answer naming one is looked
-        up again (the ring routes around it before this supernode noticed), unless it
-        was found by a lookup that an asker naming silent supernodes started within
-        ``failed_recheck_s``: the ring, asked after such a claim, still names it. A
-        client keeps the supernodes it found silent for good, so without that every
-        such client's every question looked its keys up again: on a starved host at N =
-        80 (peers' answers late, 5 unanswered requests a peer), 1,792 lookups through
-        the ring for 1,018 client requests, where one lookup per key a window serves
-        them all.
+        up again (the ring routes around it before this supernode noticed): one of its
+        keys first, and if the ring still names it, the other answers naming it stand,
+        for every asker, for ``failed_recheck_s``; if not, every key it was kept for is
+        looked up. A client keeps the supernodes it found silent for good, so each such
+        client's every question looked all their keys up again: on a starved host at N
+        = 80 (answers late, 5 unanswered requests a peer), 1,792 lookups through the
+        ring for 1,018 client requests.
         """
         node = self.node
         if node is None or node.phase is not Phase.ON_RING:
             raise LocalProtocolError("not on the ring")
-        assert self._loop is not None
         now = self._now()
         out: dict[int, NodeRef | None] = {}
         waiting: dict[int, asyncio.Future[NodeRef | None]] = {}
+        #: kept answers naming a supernode the asker found silent: its address -> them
+        suspects: dict[str, list[tuple[int, NodeRef]]] = {}
         effects: list[Effect] = []
         for key in dict.fromkeys(keys):
             if node.answers_for(key):
                 out[key] = node.me
                 continue
             cached = self._owners.get(key)
-            if cached is not None and self._trusted(cached, now, failed):
-                out[key] = cached[0]
+            if cached is not None and now - cached[1] <= self.owner_cache_s:
+                owner = cached[0]
+                confirmed = self._confirmed.get(owner.address, float("-inf"))
+                if owner.address not in failed or now - confirmed <= self.failed_recheck_s:
+                    out[key] = owner
+                    continue
+                suspects.setdefault(owner.address, []).append((key, owner))
                 continue
-            pending = self._pending.get(key)
-            if pending is None:
-                lid, eff = node.lookup(key, now=now)
-                fut: asyncio.Future[LookupDone | LookupFailed] = self._loop.create_future()
-                self._lookups[lid] = fut
-                pending = self._pending[key] = self._loop.create_task(
-                    self._one_lookup(key, fut, recheck=bool(failed))
-                )
-                effects.extend(eff)
-                self.stats.lookups += 1
-            waiting[key] = asyncio.shield(pending)
+            waiting[key] = self._look_up(node, key, now, effects)
+        # one key of each suspect first
+        for kept in suspects.values():
+            waiting[kept[0][0]] = self._look_up(node, kept[0][0], now, effects)
         self._apply(effects)
-        for key, res in zip(waiting, await asyncio.gather(*waiting.values()), strict=True):
-            out[key] = res
+        out.update(await self._gather(waiting))
+        again: dict[int, asyncio.Future[NodeRef | None]] = {}
+        effects = []
+        for address, kept in suspects.items():
+            probe = out.get(kept[0][0])
+            if probe is not None and probe.address == address:
+                # the ring, asked after the claim, still names it
+                self._confirmed[address] = self._now()
+                out.update((key, owner) for key, owner in kept[1:])
+            else:
+                for key, _ in kept[1:]:
+                    again[key] = self._look_up(node, key, self._now(), effects)
+        if again:
+            self._apply(effects)
+            out.update(await self._gather(again))
         return out
 
-    def _trusted(
-        self, cached: tuple[NodeRef, float, bool], now: float, failed: Collection[str]
-    ) -> bool:
-        # a kept answer, fresh, not naming a supernode the asker found silent unless the
-        # ring named it again since such a claim (`lookup`)
-        owner, found_at, recheck = cached
-        if now - found_at > self.owner_cache_s:
-            return False
-        if owner.address not in failed:
-            return True
-        return recheck and now - found_at <= self.failed_recheck_s
+    def _look_up(
+        self, node: ChordNode, key: int, now: float, effects: list[Effect]
+    ) -> asyncio.Future[NodeRef | None]:
+        # the lookup of ``key`` under way, or a new one (its effects added to ``effects``)
+        assert self._loop is not None
+        pending = self._pending.get(key)
+        if pending is None:
+            lid, eff = node.lookup(key, now=now)
+            fut: asyncio.Future[LookupDone | LookupFailed] = self._loop.create_future()
+            self._lookups[lid] = fut
+            pending = self._pending[key] = self._loop.create_task(self._one_lookup(key, fut))
+            effects.extend(eff)
+            self.stats.lookups += 1
+        return asyncio.shield(pending)
+
+    @staticmethod
+    async def _gather(
+        waiting: dict[int, asyncio.Future[NodeRef | None]],
+    ) -> dict[int, NodeRef | None]:
+        results = await asyncio.gather(*waiting.values())
+        return dict(zip(waiting, results, strict=True))
 
     async def _one_lookup(
-        self, key: int, fut: asyncio.Future[LookupDone | LookupFailed], *, recheck: bool
+        self, key: int, fut: asyncio.Future[LookupDone | LookupFailed]
     ) -> NodeRef | None:
         try:
             res = await fut
         finally:
             self._pending.pop(key, None)
         if isinstance(res, LookupDone):
-            self._owners[key] = (res.successor, self._now(), recheck)
+            self._owners[key] = (res.successor, self._now())
             return res.successor
         self.stats.lookups_failed += 1
         return None
@@ -519,3 +542,4 @@ class Supernode:
     def _ring_changed(self) -> None:
         # owners found before may no longer answer for their keys
         self._owners.clear()
+        self._confirmed.clear()
