@@ -7,7 +7,14 @@ from typing import Any
 
 import libtorrent as lt
 
-from pressrun.peer.sources import MissingPieces, PeerInfoTally, classify_missing, shared_out
+from pressrun.peer.sources import (
+    MissingPieces,
+    PeerInfoTally,
+    classify_missing,
+    origins_share_bps,
+    peers_slow,
+    shared_out,
+)
 from pressrun.peer.uploader import MAX_PRIORITY
 
 
@@ -173,6 +180,9 @@ def test_a_peer_takes_from_roomy_origins_what_its_peers_cannot_give_it_yet() -> 
     # come from the origins while they send this peer as fast as it takes pieces
     # (before: nothing owed, the peer waited on the ring)
     status, st = _status_with_ring_answers(fetch_bps=2_000_000)
+    # (its peers have given it 256 kB/s at best: slow against the origins; nothing
+    # from them at all is not known yet, `test_nothing_from_peers_yet_is_not_slow_peers`)
+    status.peak_download_bps = 256_000
     _tradable, owed, coming = status._sources(st)
     # first what no peer can give it yet (1, 2: nobody connected holds them; 3: held
     # off), then what its peers hold (4, 5), which the feed skips while libtorrent
@@ -227,3 +237,87 @@ def test_the_origins_have_room_at_half_the_rate_a_peer_takes_pieces_at() -> None
     # compare the origins' rate with, and nothing from peers (`make emulate
     # SCENARIO=small`: its first swarm client took 4.2 s against 1.8 s on an origin)
     assert origins_have_room(2_000_000, 0)
+
+
+# The "peers slow" rule judges the origins' rate as shared among the swarm (issue 29).
+# A peer takes the pieces its peers hold from the origins too only while its peers are
+# slow against the origins (`sources.peers_slow`). Judged against the rate its own
+# fetch got, a fetch that had the origins to itself for a moment (the loopback bench
+# at N = 40: one origin of 2 MB/s, peers' uploads 1 MB/s) measured more than twice the
+# best its peers ever gave it, though 40 peers share those origins, and each such peer
+# took the pieces its peers held from them: `bench/swarm.py --policy chord --n 40` went
+# from 1.00 to 1.33-1.51 origin copies at 9654679. The rate that counts is what the
+# origins would give each downloading peer if all of them did the same: the fetch's
+# rate divided among the swarm's leechers (the tracker's count, at least the connected
+# ones). A small swarm (test_origin_room.py: one reader, one slow seed) keeps the rule.
+
+#: the loopback bench's swarm: one origin of 16 Mbit/s, whose 2 MB/s a lone fetch
+#: (two requests) gets whole, and peers that have given this one at most 900 kB/s
+LONE_FETCH_BPS = 2_000_000
+PEERS_BEST_BPS = 900_000
+
+
+def _peer_ids(n: int) -> tuple[str, ...]:
+    return tuple(f"{i:040x}" for i in range(1, n + 1))
+
+
+def test_a_peer_of_a_forty_peer_swarm_leaves_what_its_peers_hold_to_them() -> None:
+    # On the code before: 900 kB/s is under half the lone fetch's 2 MB/s, so the
+    # peer owed the origins pieces 4 and 5 too (its peers hold them) and took those
+    # libtorrent had queued on a peer at the end (take_busy)
+    status, st = _status_with_ring_answers(fetch_bps=LONE_FETCH_BPS)
+    status.peak_download_bps = PEERS_BEST_BPS
+    status.download_bps = 0  # between two pieces from its peers
+    status.tracker_leechers = 40  # the tracker's announce answer: 40 downloading
+    status._sources(st)
+    assert not {4, 5} & set(status._feed.owed), status._feed.owed
+    assert not status._feed.take_busy
+    # the origins' share for each of the 40 is 50 kB/s: the peers are not slow
+    assert not peers_slow(LONE_FETCH_BPS, PEERS_BEST_BPS, leechers=40)
+
+
+def test_the_tracker_count_an_announce_old_is_not_the_swarm() -> None:
+    # the first peers of a burst heard 1 or 2 leechers from the tracker while dozens
+    # were on their way; the connected leechers count as well (and itself)
+    status, st = _status_with_ring_answers(fetch_bps=LONE_FETCH_BPS)
+    status.peak_download_bps = PEERS_BEST_BPS
+    status.tracker_leechers = 1
+    status.tally.leecher_ids = _peer_ids(39)
+    assert status.swarm_leechers() == 40
+    status._sources(st)
+    assert not {4, 5} & set(status._feed.owed)
+    # nothing heard yet: itself
+    status.tracker_leechers = -1
+    status.tally.leecher_ids = ()
+    assert status.swarm_leechers() == 1
+
+
+def test_a_small_swarm_still_takes_from_roomy_origins_what_slow_peers_hold() -> None:
+    # one reader with a slow seed (test_origin_room.py: 256 KiB/s against 1 MB/s from
+    # the origin): the reader is the only leecher, the origins' whole rate is its share
+    status, st = _status_with_ring_answers(fetch_bps=1_000_000)
+    status.upload_limit_bps = 0
+    status.peak_download_bps = status.download_bps = 262_144
+    status.tracker_leechers = 1
+    status._sources(st)
+    assert {4, 5} <= set(status._feed.owed)
+    assert status._feed.take_busy
+    # two downloading peers share 1 MB/s: 500 kB/s each, and peers at 200 kB/s are slow
+    assert peers_slow(1_000_000, 200_000, leechers=2)
+    assert not peers_slow(1_000_000, 250_000, leechers=2)
+
+
+def test_nothing_from_peers_yet_is_not_slow_peers() -> None:
+    # at a swarm's start every peer has had nothing from its peers: not known, not
+    # slow (a reader whose one peer is slow finds the origins out by its probe)
+    status, st = _status_with_ring_answers(fetch_bps=LONE_FETCH_BPS)
+    status.tracker_leechers = 12
+    status._sources(st)
+    assert not {4, 5} & set(status._feed.owed)
+    assert not peers_slow(LONE_FETCH_BPS, None, leechers=12)
+
+
+def test_the_origins_share_is_their_rate_over_the_leechers() -> None:
+    assert origins_share_bps(2_000_000, 40) == 50_000
+    assert origins_share_bps(2_000_000, 1) == 2_000_000
+    assert origins_share_bps(2_000_000, 0) == 2_000_000  # never below one: itself

@@ -143,7 +143,11 @@ def shared_out(pieces: Sequence[int], peer_id: str, leecher_ids: Sequence[str]) 
 
 
 def origins_have_room(
-    fetch_bps: int, reference_bps: int, download_bps: int = 0, best_peers_bps: int | None = None
+    fetch_bps: int,
+    reference_bps: int,
+    download_bps: int = 0,
+    best_peers_bps: int | None = None,
+    leechers: int = 1,
 ) -> bool:
     """Whether the origins have room for this peer, and it for them: its last piece
     from them (``fetch_bps``, the feed's measure) came at least `ROOM_SHARE` of
@@ -151,8 +155,9 @@ def origins_have_room(
     from peers, or what it uploads: a peer of this swarm gives at most that), while its
     peers give it less than that share now (``download_bps``: a peer whose download
     is full needs nothing more) or its peers are slow (`peers_slow`: the best they
-    ever gave it, ``best_peers_bps``, is under `ROOM_SHARE` of what the origins give
-    it; a slow peer is an addition, not a wait; before, a reader
+    ever gave it, ``best_peers_bps``, is under `ROOM_SHARE` of the origins' rate
+    shared among the swarm's ``leechers``; a slow peer is an addition, not a wait;
+    before, a reader
     whose one peer was a slow seed counted it as full and took everything from it,
     tests/peer/test_origin_room.py).
     With no measure yet (``fetch_bps`` 0: no piece from them so far) and no reference
@@ -171,16 +176,39 @@ def origins_have_room(
     share = ROOM_SHARE * reference_bps
     if fetch_bps < share:
         return False
-    return download_bps < share or share == 0 or peers_slow(fetch_bps, best_peers_bps)
+    return (
+        download_bps < share
+        or share == 0
+        or peers_slow(fetch_bps, best_peers_bps, leechers=leechers)
+    )
 
 
-def peers_slow(fetch_bps: int, best_peers_bps: int | None) -> bool:
+def peers_slow(fetch_bps: int, best_peers_bps: int | None, *, leechers: int = 1) -> bool:
     """The best its peers ever gave it (``best_peers_bps``; None: not known) is under
-    `ROOM_SHARE` of what the origins give it now: the origins' room rule turned round.
+    `ROOM_SHARE` of the origins' rate as shared (`origins_share_bps`: what they give it
+    now, divided among the swarm's ``leechers``): the origins' room rule turned round.
     (Merely faster than the peers was not enough: in a twenty-peer loopback swarm whose
     two origins give a lone fetch 1 MB/s each, that held for most peers near the end,
-    and the origins sent 1.8 copies against 1.3, in the same time.)"""
-    return best_peers_bps is not None and best_peers_bps < ROOM_SHARE * fetch_bps
+    and the origins sent 1.8 copies against 1.3, in the same time. Against the rate a
+    fetch gets alone, not shared, a peer of a forty-peer swarm whose fetch had the
+    origins' 2 MB/s to itself took the pieces its peers held from them: 1.33-1.51
+    origin copies on `bench/swarm.py` at N = 40 against 1.00.)"""
+    if best_peers_bps is None:
+        return False
+    return best_peers_bps < ROOM_SHARE * origins_share_bps(fetch_bps, leechers)
+
+
+def origins_share_bps(fetch_bps: int, leechers: int) -> float:
+    """What the origins would give this peer if every downloading peer of its swarm
+    (``leechers``, itself included: the tracker's count, at least those connected)
+    fetched from them as it does: ``fetch_bps``, the rate its own fetches got, shared
+    among them. A lone fetch measures the origins' egress, or the reader's link, not
+    the share each of a crowd gets: a rule every peer follows alike is judged as if
+    all of them followed it. (Conservative where the origins are much faster than a
+    reader's link: the share is then larger than this; the origins' spare egress is
+    not known to the peer, the balancer sends a crowd to the swarm because the
+    origins are busy.)"""
+    return fetch_bps / max(1, leechers)
 
 
 def probing(fetch_bps: int) -> bool:

@@ -122,6 +122,9 @@ class SwarmStatus:
         self.peak_upload_bps = 0
         self.peak_download_bps = 0
         self.download_bps = 0  # the payload download rate now (from peers)
+        #: the downloading peers of the swarm as the tracker last counted them (its
+        #: announce answer's ``incomplete``; -1: not known yet)
+        self.tracker_leechers = -1
         #: the payload upload lately (the ring's report: the upload left unused)
         self.upload_use = UploadUse()
         #: pieces this peer lacks
@@ -146,6 +149,7 @@ class SwarmStatus:
         self.peak_upload_bps = max(self.peak_upload_bps, int(st.upload_payload_rate))
         self.download_bps = int(st.download_payload_rate)
         self.peak_download_bps = max(self.peak_download_bps, self.download_bps)
+        self.tracker_leechers = int(st.num_incomplete)
         self.upload_use.add(now, int(st.total_payload_upload))
         self.missing = max(0, self.manifest.num_pieces - int(st.num_pieces))
         have_bits = tuple(bool(b) for b in st.pieces)
@@ -248,9 +252,18 @@ class SwarmStatus:
         # them, and the origins send no second copy. (Their best, not their rate now:
         # the rate now dips between pieces, and with it a twenty-peer loopback swarm
         # took 2.0 origin copies against 1.3.)
-        beyond = probing(fetch_bps) or peers_slow(fetch_bps, self.peak_download_bps)
+        # Slow against the origins' rate shared among the swarm's downloading peers,
+        # not against the rate its own fetch got: a fetch alone on the origins while
+        # 40 peers share them measured more than twice its peers' best, and the
+        # forty-peer loopback swarm took 1.33-1.51 origin copies against 1.00.
+        # And nothing from its peers yet is not "slow", it is not known: at a swarm's
+        # start every peer has had nothing (the origins' probe answers for a reader
+        # whose one peer is slow: `probing`).
+        leechers = self.swarm_leechers()
+        best_peers = self.peak_download_bps or None
+        beyond = probing(fetch_bps) or peers_slow(fetch_bps, best_peers, leechers=leechers)
         room = origins_have_room(
-            fetch_bps, reference, self.download_bps, best_peers_bps=self.peak_download_bps
+            fetch_bps, reference, self.download_bps, best_peers_bps=best_peers, leechers=leechers
         )
         self._beyond_peers = beyond and room
         return origin_fill(
@@ -261,6 +274,12 @@ class SwarmStatus:
             leecher_ids=self.tally.leecher_ids,
             have=[bool(b) for b in have] if beyond else (),
         )
+
+    def swarm_leechers(self) -> int:
+        """The swarm's downloading peers, this one included: the tracker's last count,
+        at least the connected ones and itself (the count is an announce old: the first
+        peers of a burst heard 1 or 2 while dozens were on their way)."""
+        return max(1, self.tracker_leechers, len(self.tally.leecher_ids) + 1)
 
     def lift_holds(self) -> bool:
         """libtorrent says the torrent finished: True if this peer still lacks pieces
