@@ -73,26 +73,26 @@ async def test_a_silent_peer_asked_again_for_the_blocks_it_holds_sends_each_once
     swarm: SwarmStack,  # noqa: F811  (the fixture imported above)
     phone_factory,  # type: ignore[no-untyped-def]
 ) -> None:
-    # the reader holds all but the last 2 pieces (8 blocks); its one source is a plain
-    # webtorrent peer that answers 2 blocks, then holds the rest for 7 s and answers
+    # the reader holds all but the last piece (4 blocks); its one source is a plain
+    # webtorrent peer that answers 1 block, then holds the other 3 for 7 s and answers
     # them in the order asked (the web seed is stopped, the origins lack the issue).
-    # After request_timeout_s (3 s) the reader asks the held blocks again, and the only
-    # source, the same peer, gets them. Before, they were cancelled at the peer and
-    # asked for again: the peer's answer to each cancelled request, when it woke, took
-    # the new request of the same block from its list (bittorrent-protocol matches by
-    # piece, offset and length), found it was not its own and sent nothing, so no
-    # block came, and 10 s after its start the reader left the swarm for the origins
-    # (the flaky busy-peer test of test_swarm_browser.py, 3 of 5 CI runs). Now the
-    # peer is sent nothing: the request it holds is put back, and answered once
+    # After request_timeout_s (3 s) the reader asks the 3 again, and the only source,
+    # the same peer, gets them. Before, they were cancelled at the peer and asked for
+    # again: the peer's answer to each cancelled request, when it woke, took the new
+    # request of the same block from its list (bittorrent-protocol matches by piece,
+    # offset and length), found it was not its own and sent nothing, so no block came,
+    # and 10 s after its start the reader left the swarm for the origins (the flaky
+    # busy-peer test of test_swarm_browser.py, 3 of 5 CI runs). Now the peer is sent
+    # nothing: the request it holds is put back, and answered once
     issue = await swarm.publish("bytes-held-blocks")
     origin = await swarm.origin()
     stopped = await swarm.origin(stopped=True)
     swarm.direct(issue, origins=[swarm.standin_url], web_seeds=[stopped])
     busy = await open_phone(phone_factory, swarm.reader_url)
-    await plain_peer(busy, swarm, issue, origin, stall_after_blocks=2, stall_s=7.0)
+    await plain_peer(busy, swarm, issue, origin, stall_after_blocks=1, stall_s=7.0)
     phone = await open_phone(phone_factory, swarm.reader_url)
     n = -(-issue.transfer_bytes // PIECE)
-    await prestore(phone, issue, 0, n - 2)
+    await prestore(phone, issue, 0, n - 1)
     await start(phone, issue)
     result = await verified(phone, issue, issue.data)
     status: dict[str, Any] = await swarm_status(phone, issue)
@@ -102,7 +102,7 @@ async def test_a_silent_peer_asked_again_for_the_blocks_it_holds_sends_each_once
         f"{status['reasked_requests']} asked again, received {tally['received']} B, "
         f"wasted {tally['wasted_by_cause']}"
     )
-    missing = issue.transfer_bytes - (n - 2) * PIECE
+    missing = issue.transfer_bytes - (n - 1) * PIECE
     assert status["reasked_requests"] > 0, status  # the silence was seen, and asked again
     assert result["bytes_by_origin"] == {}, result
     assert tally["received"] == tally["needed"] == missing, tally
