@@ -23,7 +23,7 @@ some task waited for a CPU, `/proc/pressure/cpu`) and its niced work are printed
 beside it: a loop that is late while its thread uses little CPU waited for one
 (`--watchdog-ms N` prints the supernodes' loop thread's stacks and scheduler state
 while their loop is N ms late: at N = 80 on 28 November it was runnable, R, in every
-sample of every stall, using 11% of the stalls' time: waiting for a CPU, not blocked).
+sample of every stall, on a CPU 7-11% of the stalls' time: waiting for one, not blocked).
 
     # N = 10, 20, 40; F = 20 MiB; u = 1 MB/s; u_s = 2 MB/s; policies stripes, libtorrent
     .venv/bin/python bench/swarm.py
