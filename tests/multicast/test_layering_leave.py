@@ -106,3 +106,24 @@ def test_a_window_with_no_packet_at_all_judges_nothing() -> None:
         layers.handle_packets(ch, 100)
     effects = layers.handle_timer(now=3.0)
     assert len(effects) == 5 and all(isinstance(e, LeaveChannel) for e in effects)
+
+
+@pytest.mark.parametrize("carries", [1, 2, 4])
+def test_a_probe_its_own_window_could_not_confirm_is_left(carries: int) -> None:
+    """The sender alternating full rate and 60% every 0.85 s (a sender short of CPU,
+    as at 17:41 when it ran at 34-48 of its 50 Mbit/s over 78-96 s): joins come on
+    full-rate windows, but a probe whose own window had the sender slow is left, so
+    no window ends with the receiver above its link at the full rate. On the code
+    before such a probe was kept (1-2 windows here; in the 17:41 run 25 of 38
+    receivers, all at 78-96 s)."""
+    config = LayeringConfig(window_s=0.5, settle_s=0.3)
+    layers = LayerCore(config, (100_000.0,) * 10)
+    log, windows = shaped_link_trace(
+        layers,
+        carries_pps=100.0 * carries,
+        queue_packets=19.0,
+        until=60.0,
+        sent_share=lambda t: 1.0 if t % 1.7 < 0.85 else 0.6,
+    )
+    assert kept_above([(n, w) for _, n, w in log], windows, carries) == 0, log
+    assert layers.unconfirmed_probes > 0
