@@ -248,3 +248,33 @@ async def test_a_peer_destroyed_before_its_connection_came_leaves_no_listener_be
     assert got["own"] == "Cannot read properties of null (reading 'removeListener')", got
     assert got["bounded"] is None, got
     assert got["left"] == 1, got  # webtorrent's own no-op 'error' listener, added at destroy
+
+
+async def test_writes_are_joined_into_messages_of_at_most_32_kib_in_order(
+    make_stack: StackFactory,
+    phone_factory: Any,
+) -> None:
+    # the wire writes a block's 13-byte header and its 16 KiB apart, and each write was
+    # a data-channel message of its own (its own packets, its own event at the peer)
+    phone = await _phone(make_stack, phone_factory)
+    got = await phone.evaluate(
+        """(async () => {
+          const { joinWrites, MESSAGE_BYTES } = await import('./js/swarm-load.js');
+          const w = (n, v) => new Uint8Array(n).fill(v);
+          const writes = [w(13, 1), w(16384, 2), w(9, 3), w(13, 4), w(16384, 5),
+                          w(40000, 6), w(9, 7)];
+          const messages = joinWrites(writes);
+          const flat = (xs) => xs.flatMap((x) => Array.from(x));
+          return {
+            max: MESSAGE_BYTES,
+            sizes: messages.map((m) => m.length),
+            same: JSON.stringify(flat(writes)) === JSON.stringify(flat(messages)),
+          };
+        })()""",
+        what="the joined writes",
+    )
+    assert got["max"] == 32768
+    # in order while they fit 32 KiB (header, block, a have, the next header), then the
+    # next block; a write longer than that alone; the rest
+    assert got["sizes"] == [13 + 16384 + 9 + 13, 16384, 40000, 9], got
+    assert got["same"], got

@@ -177,3 +177,68 @@ export function detachedOnDestroy(torrent, conn, add) {
   };
   return added;
 }
+
+/** A data-channel message made of several writes is at most this long (a block and
+ * its header, with the small messages written beside them; far under the 64 KiB a
+ * libdatachannel peer takes by default). */
+export const MESSAGE_BYTES = 32 * 1024;
+
+/** Writes (Uint8Arrays) joined into messages of at most `max` bytes, in order; a
+ * write longer than `max` is a message of its own (pure). */
+export function joinWrites(chunks, max = MESSAGE_BYTES) {
+  const out = [];
+  let run = [];
+  let size = 0;
+  const flush = () => {
+    if (!run.length) return;
+    if (run.length === 1) out.push(run[0]);
+    else {
+      const joined = new Uint8Array(size);
+      let at = 0;
+      for (const c of run) {
+        joined.set(c, at);
+        at += c.length;
+      }
+      out.push(joined);
+    }
+    run = [];
+    size = 0;
+  };
+  for (const c of chunks) {
+    if (size + c.length > max) flush();
+    run.push(c);
+    size += c.length;
+  }
+  flush();
+  return out;
+}
+
+/**
+ * The writes a WebRTC connection (simple-peer, a streamx Duplex) has queued go out
+ * as one data-channel message (joinWrites), not one each: the wire protocol writes a
+ * block's 13-byte header and its 16 KiB as two writes, and every message is its own
+ * SCTP/DTLS/UDP packet train and its own event on the receiving page's main thread.
+ * The byte stream is the same (the BitTorrent wire protocol does not see message
+ * boundaries; webtorrent and libtorrent read data channels as streams).
+ */
+export function joinedSends(conn, counts = { writes: 0, messages: 0 }) {
+  if (conn?.joinedSends || typeof conn?._write !== "function" || !conn._writableState) return false;
+  const write = conn._write.bind(conn);
+  // streamx's own _write: the first queued write and the rest of the queue to _writev
+  conn._write = (data, cb) => conn._writableState.autoBatch(data, cb);
+  conn._writev = (chunks, cb) => {
+    const messages = joinWrites(chunks);
+    counts.writes += chunks.length;
+    counts.messages += messages.length;
+    for (let i = 0; i < messages.length - 1; i++) write(messages[i], () => {});
+    write(messages[messages.length - 1], cb);
+  };
+  conn.joinedSends = true;
+  return true;
+}
+
+/** The connection (simple-peer) under a peer's wire, or null (a web seed's). */
+export function connOf(torrent, wire) {
+  for (const peer of torrent._peers?.values() ?? []) if (peer.wire === wire) return peer.conn ?? null;
+  return null;
+}

@@ -50,7 +50,7 @@ import { StoredPieces } from "./store.js";
 import { emptyByteTally, hotswapPeers, SwarmBytes } from "./swarm-bytes.js";
 import { SwarmPeers } from "./swarm-peers.js";
 import { SwarmWebSeeds } from "./swarm-web-seeds.js";
-import { boundPeers, coalesceUpdates, MAX_PEERS, MAX_PEERS_IN, orderedRarestPick } from "./swarm-load.js";
+import { boundPeers, coalesceUpdates, connOf, joinedSends, MAX_PEERS, MAX_PEERS_IN, orderedRarestPick } from "./swarm-load.js";
 import { fetchCheckedTorrent } from "./torrent.js";
 
 // the pure rules, for the page's tests and the bench, from here as before
@@ -180,7 +180,7 @@ export class SwarmFetch {
       bytes: this.tally,
       // what the swarm cost here (swarm-load.js): webtorrent's request passes asked
       // for and run, peers refused at the cap, reads of stored pieces for peers
-      load: { ...this.updates, ...this.peerBound, piece_reads: this.pieceReads },
+      load: { ...this.updates, ...this.peerBound, piece_reads: this.pieceReads, ...this.sends },
     };
   }
 
@@ -371,11 +371,16 @@ export class SwarmFetch {
     // the CPU a crowd costs (swarm-load.js): one request pass per idle callback, and
     // at most MAX_PEERS looked for, MAX_PEERS_IN taken
     this.updates = coalesceUpdates(torrent);
+    this.sends = { writes: 0, messages: 0 }; // the peers' writes and the messages they went in
     this.peerBound = boundPeers(torrent, MAX_PEERS, MAX_PEERS_IN);
     let fail;
     const failed = new Promise((_, reject) => (fail = reject));
     failed.catch(() => {});
-    torrent.on("wire", (wire) => this.onWire(wire));
+    torrent.on("wire", (wire) => {
+      // a peer's queued writes go out as one data-channel message (swarm-load.js)
+      if (wire.type !== "webSeed") joinedSends(connOf(torrent, wire), this.sends);
+      this.onWire(wire);
+    });
     // webtorrent's hotswap, kept to peers and with a cancel to the slow one (swarm-bytes.js)
     torrent._hotswap = (wire, index) => hotswapPeers(torrent, wire, index);
     torrent.on("hotswap", (slow, fast, index) => this.onHotswap(slow, fast, index));
