@@ -1228,6 +1228,14 @@ impl Receiver {
                         read |= n > 0;
                         for i in 0..n {
                             let (mut data, arrived, drops) = batch.datagram(i);
+                            // the socket's drop count, kept per socket: the tunnel's
+                            // (TUNNEL_CHANNEL) is one count for all the channels it
+                            // carries, reported on the base channel below
+                            if let Some(drops) = drops {
+                                let counts = self.counts.entry(socket_channel).or_default();
+                                counts.drops_new += drops.wrapping_sub(counts.drops_seen) as u64;
+                                counts.drops_seen = drops;
+                            }
                             let mut channel = socket_channel;
                             if socket_channel == TUNNEL_CHANNEL {
                                 match unwrap_multicast_data(data) {
@@ -1262,11 +1270,6 @@ impl Receiver {
                             }
                             if self.first_arrival.is_none() {
                                 self.first_arrival = arrived;
-                            }
-                            let counts = self.counts.entry(channel).or_default();
-                            if let Some(drops) = drops {
-                                counts.drops_new += drops.wrapping_sub(counts.drops_seen) as u64;
-                                counts.drops_seen = drops;
                             }
                             if drop_probability > 0.0 && self.next_random() < drop_probability {
                                 emulated += 1;
@@ -1353,6 +1356,16 @@ impl Receiver {
             reported.sort_unstable();
             reported.dedup();
         }
+        // the tunnel socket's drops (SO_RXQ_OVFL on the gateway's socket: a reader
+        // starved of CPU overflows it as it would its channel sockets) count as the
+        // base (lowest) channel's own drops: which channel's datagrams they were the
+        // kernel does not say, and the base channel is always joined
+        let mut tunnel_drops = 0u64;
+        if tunnel_fd.is_some() && !reported.is_empty() {
+            if let Some(counts) = self.counts.get_mut(&TUNNEL_CHANNEL) {
+                tunnel_drops = std::mem::take(&mut counts.drops_new);
+            }
+        }
         let mut per_channel: Vec<(u32, u64, u64)> = reported
             .iter()
             .map(|&channel| {
@@ -1364,6 +1377,9 @@ impl Receiver {
             })
             .collect();
         per_channel.sort_unstable();
+        if let Some(base) = per_channel.first_mut() {
+            base.2 += tunnel_drops;
+        }
         Ok((per_channel, object_packets, emulated, woken, ended))
     }
 

@@ -33,6 +33,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pressrun.multicast import amt
+from pressrun.multicast.net import (
+    RECEIVE_BUFFER_BYTES,
+    _big_receive_buffer,
+    enable_drop_counts,
+)
 
 log = logging.getLogger("pressrun.multicast.gateway")
 
@@ -186,8 +191,10 @@ class GatewayCore:
 # --- the adapter: the gateway's UDP socket ----------------------------------------------
 
 #: the gateway socket's receive buffer: the carousel's datagrams queue here while the
-#: receive loop decodes (as the native channel sockets' buffers do)
-TUNNEL_BUFFER_BYTES = 8 * 1024 * 1024
+#: receive loop decodes, as large as the native channel sockets' (SO_RCVBUFFORCE as
+#: root: plain SO_RCVBUF is capped at net.core.rmem_max, 208 KiB by default, about
+#: 0.2 s of a 12 Mb/s carousel for a reader starved of CPU)
+TUNNEL_BUFFER_BYTES = RECEIVE_BUFFER_BYTES
 #: an unanswered relay is given up after this long and the next one named is tried
 RELAY_ANSWER_S = 7.0
 
@@ -234,7 +241,11 @@ class AmtGateway:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             with contextlib.suppress(OSError):
-                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, TUNNEL_BUFFER_BYTES)
+                _big_receive_buffer(self.sock, TUNNEL_BUFFER_BYTES)  # as the channels'
+            # the binding reads the socket's drop count (SO_RXQ_OVFL) with each
+            # datagram and reports it as the base channel's own socket drops: the
+            # carousel's datagrams all queue here, so a full queue loses them here
+            enable_drop_counts(self.sock)
             self.sock.bind(bind)
             self.sock.setblocking(False)
         except OSError:
