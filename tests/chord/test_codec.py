@@ -105,3 +105,12 @@ def test_a_pieces_report_and_its_bounds() -> None:
             assert name in str(err)
         else:
             raise AssertionError(f"{name}={bad!r} accepted")
+
+
+def test_a_report_may_name_every_leecher_of_a_large_swarm() -> None:
+    # A peer with an upload slot free names every connected downloading peer it would
+    # serve: at N = 80 on the loopback bench, up to 79. The bound was 64, and such a
+    # report got 400, which the peer's ring client takes for a silent supernode.
+    ids = [f"peer{i:03d}" for i in range(79)]
+    base = {"peer_id": "aa", "address": "127.0.0.1:5001", "unchoked": ids}
+    assert parse_pieces_query(base, num_pieces=8).unchoked == tuple(ids)

@@ -14,7 +14,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from pressrun.chord.aio import Supernode, bringing_per_peer
-from pressrun.chord.codec import id_hex, node_json, request_json
+from pressrun.chord.codec import MAX_SERVED_IDS, id_hex, node_json, request_json
 from pressrun.chord.config import ChordConfig
 from pressrun.chord.events import GetState, Request
 from pressrun.chord.ids import NodeRef
@@ -123,7 +123,7 @@ async def test_ring_of_supernodes_balanced_answers_and_survives_a_crash(tracker:
                 }
             ]
             # the peers a reporter unchokes must be a short list of short strings
-            for bad in ("aa", [1], ["x" * 65], ["a"] * 65):
+            for bad in ("aa", [1], ["x" * 65], ["a"] * (MAX_SERVED_IDS + 1)):
                 garbled = {**q, "unchoked": bad}
                 async with http.post(f"http://{owner_of_3}/chord/v1/pieces", json=garbled) as r:
                     assert r.status == 400 and "unchoked" in (await r.json())["error"], bad
