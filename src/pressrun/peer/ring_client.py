@@ -51,7 +51,10 @@ once cost 75 rounds and 190 requests per peer at N = 40 (docs/chord.md).
 A supernode that does not answer within ``timeout_s`` (``lookup_timeout_s`` for a
 batch of lookups) is dropped from the cache; the next round asks another supernode to
 look the keys up again (the ring has routed around the dead one, and its successor
-rebuilds what it answered for from these reports). On leaving, one last report says
+rebuilds what it answered for from these reports). One that did not answer a report
+(a timeout, an answer that was not 200) is left out of the owners guessed and named
+``failed`` in lookups until it answers again or for ``failed_forget_s``
+(`FAILED_FORGET_S`), at most `MAX_FAILED` of them. On leaving, one last report says
 ``left`` so no supernode picks this peer again. One HTTP session (keep-alive) for all.
 """
 
@@ -92,6 +95,19 @@ MAX_WANTS = 8
 #: doubled with every further ``wait`` up to ``reask_s``; at once when the number of
 #: its connected holders changes (none, one)
 _WAIT_REASK_S = 1.0
+#: a supernode found silent (a report not answered in time, or answered with a status
+#: other than 200) is left out of the owners this client guesses, and named ``failed``
+#: in its lookups, until it answers again or for this long: the tracker stops listing
+#: a supernode it has not heard from for 30 s (its TTL) and the ring routes around a
+#: dead one within seconds, so by then a dead one is gone from both and the claim adds
+#: nothing; a live one that answered late once (a loaded host) or refused one report is
+#: asked again. Kept for good before: its keys went to its successor for the peer's
+#: whole life, and every lookup the peer asked made the supernodes check the claim
+#: through the ring again (chord.aio ``failed_recheck_s``)
+FAILED_FORGET_S = 30.0
+#: supernodes found silent kept at most, the oldest claim forgotten first (a supernode
+#: reads at most 64 of a lookup's ``failed``; the stats' record keeps the first 64)
+MAX_FAILED = 64
 
 
 @dataclass(slots=True)
@@ -107,6 +123,8 @@ class RingClientStats:
     connects: int = 0
     lookups: int = 0
     supernode_failures: int = 0
+    #: the supernodes found silent at some time (a record for the reports, at most
+    #: MAX_FAILED; those left out now: `RingClient._failed`)
     failed_supernodes: set[str] = field(default_factory=set)
 
 
@@ -142,6 +160,7 @@ class RingClient:
         view_refresh_s: float = 10.0,
         timeout_s: float = 3.0,
         lookup_timeout_s: float = 6.0,
+        failed_forget_s: float = FAILED_FORGET_S,
         max_wants: int = MAX_WANTS,
         seed: int | None = None,
     ) -> None:
@@ -171,6 +190,7 @@ class RingClient:
         self.view_refresh_s = view_refresh_s
         self.timeout_s = timeout_s
         self.lookup_timeout_s = lookup_timeout_s
+        self.failed_forget_s = failed_forget_s
         self.max_wants = max_wants
         self.rng = random.Random(seed)
         self.stats = RingClientStats()
@@ -179,6 +199,8 @@ class RingClient:
         self._ids: dict[int, str] = {}  # listed supernode id -> address
         #: pieces whose owner by the list answered ``not_mine``: looked up in the ring
         self._misplaced: set[int] = set()
+        #: supernodes found silent -> when (monotonic), oldest first: `_silent`
+        self._failed: dict[str, float] = {}
         self._view_at: float | None = None
         self._owner: dict[int, str] = {}  # piece -> supernode address
         self._reported: dict[int, str] = {}  # held piece -> the supernode told of it
@@ -338,10 +360,10 @@ class RingClient:
         if have is None:
             return
         unowned = [p for p in range(self.num_pieces) if p not in self._owner]
-        self._guess_owners(unowned)
+        self._guess_owners(unowned, now)
         unowned = [p for p in unowned if p not in self._owner]
         if unowned:
-            await self._resolve(unowned)
+            await self._resolve(unowned, now)
         # (asked about: the pieces no connected peer holds, and those one holds: the
         # ring names who takes those first)
         lonely = set(self._lonely())
@@ -414,9 +436,28 @@ class RingClient:
         lonely = self._ask_at.get(piece, (0.0, False))[1]
         self._ask_at[piece] = (now + delay, lonely)
 
-    def _guess_owners(self, pieces: list[int]) -> None:
-        # the Chord successor among the listed supernodes that did not fail us
-        live = sorted(i for i, a in self._ids.items() if a not in self.stats.failed_supernodes)
+    def _found_silent(self, sn: str, now: float) -> None:
+        """``sn`` did not answer a report at ``now``: left out until it answers again
+        or for ``failed_forget_s`` (`FAILED_FORGET_S`), at most `MAX_FAILED` kept."""
+        self.stats.supernode_failures += 1
+        if len(self.stats.failed_supernodes) < MAX_FAILED:
+            self.stats.failed_supernodes.add(sn)
+        self._failed.pop(sn, None)  # (to the end: the newest claim)
+        self._failed[sn] = now
+        while len(self._failed) > MAX_FAILED:
+            del self._failed[next(iter(self._failed))]
+
+    def _silent(self, now: float) -> set[str]:
+        """The supernodes found silent less than ``failed_forget_s`` before ``now``
+        that have not answered since (the older claims are forgotten)."""
+        for sn in [a for a, at in self._failed.items() if now - at >= self.failed_forget_s]:
+            del self._failed[sn]
+        return set(self._failed)
+
+    def _guess_owners(self, pieces: list[int], now: float) -> None:
+        # the Chord successor among the listed supernodes not found silent lately
+        silent = self._silent(now)
+        live = sorted(i for i, a in self._ids.items() if a not in silent)
         if not live:
             return
         for p in pieces:
@@ -455,7 +496,7 @@ class RingClient:
         self._reported = {p: o for p, o in self._reported.items() if o != owner}
         self._last_report.pop(owner, None)
 
-    async def _resolve(self, pieces: list[int]) -> None:
+    async def _resolve(self, pieces: list[int], now: float) -> None:
         # any listed supernode can look keys up; two of them, in random order, so a
         # round stays short while the ring routes around a dead one (next round: others)
         order = self._supernodes[:]
@@ -464,7 +505,7 @@ class RingClient:
         body = {
             "keys": [id_hex(self._keys[p]) for p in pieces],
             # (a supernode's kept answers naming these are looked up again)
-            "failed": sorted(self.stats.failed_supernodes),
+            "failed": sorted(self._silent(now)),
         }
         for sn in order:
             # (a batch of lookups through the ring takes longer than one answer)
@@ -473,6 +514,7 @@ class RingClient:
             if not isinstance(owners, dict):
                 self._view_at = None  # read the ring's list again next round
                 continue
+            self._failed.pop(sn, None)  # it answers again
             self.stats.lookups += 1
             for p in pieces:
                 node = owners.get(id_hex(self._keys[p]))
@@ -507,11 +549,11 @@ class RingClient:
         doc = await self._post(owner, "pieces", body)
         if doc is None:
             # dead or unreachable: its pieces are looked up again next round
-            self.stats.supernode_failures += 1
-            self.stats.failed_supernodes.add(owner)
+            self._found_silent(owner, now)
             self._forget(owner)
             self._view_at = None
             return False
+        self._failed.pop(owner, None)  # it answers again
         self._last_report[owner] = now
         not_mine = {p for p in doc.get("not_mine", []) if isinstance(p, int)}
         for p in not_mine:
