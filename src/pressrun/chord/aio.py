@@ -455,10 +455,10 @@ class Supernode:
         up again (the ring routes around it before this supernode noticed): one of its
         keys first, and if the ring still names it, the other answers naming it stand,
         for every asker, for ``failed_recheck_s``; if not, every key it was kept for is
-        looked up. A client keeps the supernodes it found silent for good, so each such
-        client's every question looked all their keys up again: on a starved host at N
-        = 80 (answers late, 5 unanswered requests a peer), 1,792 lookups through the
-        ring for 1,018 client requests.
+        looked up. A client names a supernode it found silent until it answers again
+        or for 30 s (``peer.ring_client.FAILED_FORGET_S``), so many questions name it:
+        before this check, on a starved host at N = 80 (answers late, 5 unanswered
+        requests a peer), 1,792 lookups through the ring for 1,018 client requests.
         """
         node = self.node
         if node is None or node.phase is not Phase.ON_RING:
