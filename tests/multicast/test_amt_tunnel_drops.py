@@ -15,7 +15,7 @@ import pressrun_flute
 
 from pressrun.multicast import amt
 from pressrun.multicast.gateway import AmtGateway
-from pressrun.multicast.net import RECEIVE_BUFFER_BYTES, _big_receive_buffer
+from pressrun.multicast.net import RECEIVE_BUFFER_BYTES, big_receive_buffer
 
 SOURCE = ("10.35.1.1", 40000)
 GROUPS = (("232.9.9.1", 5001), ("232.9.9.2", 5002))
@@ -72,7 +72,7 @@ def test_the_tunnel_socket_has_a_channel_sockets_buffer() -> None:
     gateway = AmtGateway([("127.0.0.1", 9)], bind=("127.0.0.1", 0))
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as channel:
-            _big_receive_buffer(channel, RECEIVE_BUFFER_BYTES)  # as receiver_socket does
+            big_receive_buffer(channel, RECEIVE_BUFFER_BYTES)  # as receiver_socket does
             want = channel.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
         assert gateway.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) >= want
     finally:

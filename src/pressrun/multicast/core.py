@@ -485,7 +485,7 @@ class LayerCore:
                 # the own socket cannot keep up: another channel would only add drops
                 self.overflow_windows += 1
                 return []
-            if expected < SENT_SHARE_FOR_JOIN * nominal:
+            if slow:
                 # the sender sent under its announced rate: the link carried what came,
                 # which says nothing of whether it carries one channel more at full rate
                 self.slow_sender_windows += 1

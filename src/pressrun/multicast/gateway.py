@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pressrun.multicast import amt
 from pressrun.multicast.net import (
     RECEIVE_BUFFER_BYTES,
-    _big_receive_buffer,
+    big_receive_buffer,
     enable_drop_counts,
 )
 
@@ -241,7 +241,7 @@ class AmtGateway:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             with contextlib.suppress(OSError):
-                _big_receive_buffer(self.sock, TUNNEL_BUFFER_BYTES)  # as the channels'
+                big_receive_buffer(self.sock, TUNNEL_BUFFER_BYTES)  # as the channels'
             # the binding reads the socket's drop count (SO_RXQ_OVFL) with each
             # datagram and reports it as the base channel's own socket drops: the
             # carousel's datagrams all queue here, so a full queue loses them here

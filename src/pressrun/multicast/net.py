@@ -91,7 +91,7 @@ def _join(sock: socket.socket, group: str, interface: str, source: str | None) -
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _membership(group, interface))
 
 
-def _big_receive_buffer(sock: socket.socket, size: int = RECEIVE_BUFFER_BYTES) -> None:
+def big_receive_buffer(sock: socket.socket, size: int = RECEIVE_BUFFER_BYTES) -> None:
     """Ask for ``size`` bytes of receive buffer (RECEIVE_BUFFER_BYTES): a receiver
     that loses the CPU for a moment then finds its packets queued rather than
     dropped. As root, SO_RCVBUFFORCE passes the net.core.rmem_max cap (208 KiB by
@@ -152,7 +152,7 @@ def receiver_socket(
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        _big_receive_buffer(sock, receive_buffer_bytes)
+        big_receive_buffer(sock, receive_buffer_bytes)
         sock.bind((group, port))
         _join(sock, group, interface, source)
         sock.setblocking(False)

@@ -157,9 +157,8 @@ def origins_have_room(
     is full needs nothing more) or its peers are slow (`peers_slow`: the best they
     ever gave it, ``best_peers_bps``, is under `ROOM_SHARE` of the origins' rate
     shared among the swarm's ``leechers``; a slow peer is an addition, not a wait;
-    before, a reader
-    whose one peer was a slow seed counted it as full and took everything from it,
-    tests/peer/test_origin_room.py).
+    before, a reader whose one peer was a slow seed counted it as full and took
+    everything from it, tests/peer/test_origin_room.py).
     With no measure yet (``fetch_bps`` 0: no piece from them so far) and no reference
     either (a peer that has had nothing from its peers yet and has no upload limit),
     yes: it finds out by fetching one (`probing`); with a reference and no measure,
