@@ -247,17 +247,24 @@ def shaped_link_trace(
     until: float,
     stall_s: float = 0.0,
     sent_share: Callable[[float], float] = lambda _t: 1.0,
+    leave_latency_s: float = 0.0,
 ) -> tuple[list[tuple[float, int, int]], int]:
     """Drive ``layers`` as `receive_carousel` does behind a link that carries
     ``carries_pps`` of the channels' 100 packets/s each through a queue of
     ``queue_packets`` (what exceeds the link fills the queue, then is dropped), with
     every change taking ``stall_s`` to apply (the adapter blocked in the join or
     leave; the link gets the new channels only then), and the sender sending
-    ``sent_share(t)`` of its announced rate at time t. Returns the ``(time applied,
-    channels, windows ended)`` log and the windows ended by ``until``."""
+    ``sent_share(t)`` of its announced rate at time t. A channel left keeps coming
+    down the link for ``leave_latency_s`` after the leave returned (the network's
+    leave latency: an IGMP querier asks the port twice, 1 s apart, before it stops
+    forwarding), filling the queue though the receiver no longer counts it. Returns
+    the ``(time applied, channels, windows ended)`` log and the windows ended by
+    ``until``."""
     started = layers.start(now=0.0)
     layers.handle_applied(now=0.0)
-    on_link = len(started)  # the channels the link carries now
+    on_link = len(started)  # the channels the receiver holds and counts
+    load = on_link  # the channels the link carries (a left one until its latency ends)
+    load_until: float | None = None
     log = [(0.0, on_link, 0)]
     now, queue, step = 0.0, 0.0, 0.01
     while now < until:
@@ -265,14 +272,16 @@ def shaped_link_trace(
         assert deadline is not None
         # a deadline that passed while the adapter was blocked is called at once
         while now < deadline - 1e-9:
+            if load_until is not None and now >= load_until - 1e-9:
+                load, load_until = on_link, None
             dt = min(step, deadline - now)
             rate = 100.0 * sent_share(now)
-            queue += rate * dt * on_link - carries_pps * dt
+            queue += rate * dt * load - carries_pps * dt
             dropped = max(0.0, queue - queue_packets)
             queue = min(max(queue, 0.0), queue_packets)
             for ch in layers.joined[:on_link]:
                 sent = rate * dt
-                arrived = sent - dropped / on_link
+                arrived = sent - dropped / load
                 # thousandths, so that rounding loses nothing
                 layers.handle_packets(ch.index, round(arrived * 1000))
                 layers.handle_sequence(
@@ -284,10 +293,15 @@ def shaped_link_trace(
             # blocked in the join or leave: the link keeps the old channels meanwhile
             # (their packets wait in the sockets; what was counted is reset below)
             for _ in range(round(stall_s / step)):
-                queue += 100.0 * step * on_link - carries_pps * step
+                queue += 100.0 * step * load - carries_pps * step
                 queue = min(max(queue, 0.0), queue_packets)
             now += stall_s
-            on_link = len(layers.joined)
+            held = len(layers.joined)
+            if held < on_link and leave_latency_s > 0:
+                load, load_until = max(load, on_link), now + leave_latency_s
+            else:
+                load = max(held, load if load_until is not None else 0)
+            on_link = held
             layers.handle_applied(now=now)
             log.append((now, on_link, layers.windows_ended))
     return log, layers.windows_ended

@@ -159,6 +159,12 @@ class LayeringConfig:
         added).
     max_channels: at most this many channels at once (None: every channel). None.
     start_channels: channels joined at the start. 1.
+    leave_latency_s: how long a channel left keeps coming down the link: the network
+        forwards a group until its querier has asked the port and heard no member
+        (IGMP's last-member query time, RFC 2236 / RFC 3376: 2 queries 1 s apart;
+        MLD's is the same). The window after a leave starts this long plus
+        ``settle_s`` after the leave returned: before, the channels kept still share
+        the link with the one left, and their loss is not theirs. 2.0.
     """
 
     window_s: float = 0.5
@@ -167,12 +173,13 @@ class LayeringConfig:
     leave_above_loss: float = 0.25
     max_channels: int | None = None
     start_channels: int = 1
+    leave_latency_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.start_channels < 1:
             raise ValueError("start_channels must be at least 1")
-        if not self.window_s > 0 or self.settle_s < 0:
-            raise ValueError("window_s must be positive and settle_s not negative")
+        if not self.window_s > 0 or self.settle_s < 0 or self.leave_latency_s < 0:
+            raise ValueError("window_s must be positive, settle_s and leave_latency_s not negative")
         if not 0 <= self.join_below_loss < self.leave_above_loss <= 1:
             raise ValueError("need 0 <= join_below_loss < leave_above_loss <= 1")
         if self.max_channels is not None and self.max_channels < 1:

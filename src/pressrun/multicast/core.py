@@ -278,6 +278,9 @@ class LayerCore:
     _window_start: float | None = None
     #: when the last change of the channels held has settled (the window starts then)
     _settling_until: float | None = None
+    #: how long the last change takes to settle: ``settle_s``, after a leave plus
+    #: the network's leave latency
+    _settle_for: float = 0.0
     _backoff_s: dict[int, float] = field(default_factory=dict)
     _retry_at: dict[int, float] = field(default_factory=dict)
     most_joined: int = 0
@@ -320,11 +323,19 @@ class LayerCore:
         self._changed(now)
         return effects
 
-    def _changed(self, now: float) -> None:
+    def _changed(self, now: float, *, left: bool = False) -> None:
         """The channels held changed at ``now``: the next window starts once that has
-        settled (at once when ``settle_s`` is 0)."""
-        if self.config.settle_s > 0:
-            self._settling_until = now + self.config.settle_s
+        settled (at once when ``settle_s`` is 0). After a leave (``left``) it also
+        waits out the network's leave latency: the channel left still comes down the
+        link meanwhile and takes its share of it, so a window then would judge the
+        channels kept on a load they do not make (flash-crowd-50 at 297117b, 28 Nov
+        18:12: 9 of 10 dsl-20 readers lost their 4th channel, which the link carries,
+        in the window after each 5th-channel probe's leave)."""
+        self._settle_for = self.config.settle_s
+        if left:
+            self._settle_for += self.config.leave_latency_s
+        if self._settle_for > 0:
+            self._settling_until = now + self._settle_for
         self._window_start = now
 
     def handle_applied(self, *, now: float) -> None:
@@ -342,7 +353,7 @@ class LayerCore:
         if self._window_start is None:
             raise LocalProtocolError("LayerCore.start first")
         if self._settling_until is not None:
-            self._settling_until = now + self.config.settle_s
+            self._settling_until = now + self._settle_for
         self._window_start = max(self._window_start, now)
         self._reset_counts()
 
@@ -456,7 +467,7 @@ class LayerCore:
             self.joined.pop()
             self._retry_at[probe] = now + self._backoff_s.get(probe, 2 * self.config.window_s)
             self.unconfirmed_probes += 1
-            self._changed(now)
+            self._changed(now, left=True)
             return [LeaveChannel(probe, min(1.0, max(0.0, lost / expected)))]
         if arrived == 0:
             # not one packet on any channel: a sender that paused (or a receive loop
@@ -478,7 +489,7 @@ class LayerCore:
                 self._backoff_s[last.index] = backoff
                 self._retry_at[last.index] = now + backoff
                 effects.append(LeaveChannel(last.index, loss))
-            self._changed(now)
+            self._changed(now, left=True)
             return effects
         if loss < self.config.join_below_loss and len(self.joined) < self.limit:
             if overflowed:
