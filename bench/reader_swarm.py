@@ -129,6 +129,9 @@ class Half:
     profile_top: list[tuple[str, float]] = field(default_factory=list)
     #: the readers' notices saying a peer was disconnected as silent
     silent_disconnects: int = 0
+    #: readers whose page loaded more than once: their row is the later page's (a
+    #: resume of what the first page stored), not the crowd's download
+    reloaded: list[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -336,6 +339,11 @@ async def run_half(
             half.profile_top = list((await profiles.stop()).items())[:40]
             # every reader's console (and the URLs of answers >= 400), kept with --keep
             (root / "consoles.json").write_text(json.dumps(fleet.console, indent=1))
+            half.reloaded = sorted(
+                n
+                for n, lines in fleet.console.items()
+                if sum(line.startswith("load: ") for line in lines) > 1
+            )
             half.wall_s = loop.time() - started
             meter.stop()
             half.host_busy_cores = meter.busy_cores()
@@ -401,6 +409,11 @@ def print_half(half: Half) -> None:
         f"{half.ratio_without_desktops():.3f}; the readers' own tally: "
         f"{half.readers_own_ratio():.3f}"
     )
+    if half.reloaded:
+        print(
+            f"NOT A VALID MEDIAN: readers {half.reloaded} loaded their page again; their "
+            "rows are the later page's resume of what the first one stored"
+        )
     secs = half.seconds()
     if secs and med is not None:
         print(
@@ -562,6 +575,7 @@ async def main(args: argparse.Namespace) -> int:
         ratio_ok = with_peers.ratio() <= 0.25
         med_p, med_o = with_peers.median_s(), alone.median_s()
         time_ok = med_p is not None and med_o is not None and med_p <= med_o
+        time_ok &= not with_peers.reloaded and not alone.reloaded
         ok &= ratio_ok and time_ok
         print(
             f"{line}; with peers ratio {with_peers.ratio():.3f} (target <= 0.25: "
