@@ -9,6 +9,7 @@ origins (owed, in the uploader policy's plan), or nobody at all yet.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,19 @@ from pressrun.peer.uploader import HOLD_PRIORITY, MAX_PRIORITY
 #: the origins have room for this peer when its last piece from them came at least
 #: this share of the rate it can take pieces at (`origins_have_room`)
 ROOM_SHARE = 0.5
+
+#: the peers' rate (`peers_slow`) is what they gave over the last this long at least:
+#: the rate now dips between two pieces, and their best rate ever was a one-off burst
+#: (`make emulate SCENARIO=small`: a swarm client's peers filled its link for a second
+#: at its start, then gave it 80-170 kB/s; judged by that burst they were never slow,
+#: and it waited 5 s on one peer for its last pieces, 7.64 s against 1.74 s)
+PEERS_WINDOW_S = 2.0
+#: ... and at most this long (the counter reads kept: `CounterRate`)
+PEERS_WINDOW_MAX_S = 10.0
+#: the origins' rate is the best their fetches got over the last this long (the
+#: feed's measure of one piece is low while the reader's own link is full of its
+#: peers' pieces, and it is not measured again while nothing is owed)
+ORIGINS_MEMORY_S = 5.0
 
 _NOT_YET = lt.peer_info.handshake | lt.peer_info.connecting
 
@@ -154,9 +168,9 @@ def origins_have_room(
     ``reference_bps``, the rate it takes pieces at otherwise (the fastest it downloaded
     from peers, or what it uploads: a peer of this swarm gives at most that), while its
     peers give it less than that share now (``download_bps``: a peer whose download
-    is full needs nothing more) or its peers are slow (`peers_slow`: the best they
-    ever gave it, ``best_peers_bps``, is under `ROOM_SHARE` of the origins' rate
-    shared among the swarm's ``leechers``; a slow peer is an addition, not a wait;
+    is full needs nothing more) or its peers are slow (`peers_slow`: what they give
+    it, ``best_peers_bps``, is under `ROOM_SHARE` of the origins' rate shared among
+    the swarm's ``leechers``; a slow peer is an addition, not a wait;
     before, a reader whose one peer was a slow seed counted it as full and took
     everything from it, tests/peer/test_origin_room.py).
     With no measure yet (``fetch_bps`` 0: no piece from them so far) and no reference
@@ -183,7 +197,9 @@ def origins_have_room(
 
 
 def peers_slow(fetch_bps: int, best_peers_bps: int | None, *, leechers: int = 1) -> bool:
-    """The best its peers ever gave it (``best_peers_bps``; None: not known) is under
+    """What its peers give it (``best_peers_bps``, their rate over a recent window,
+    `peers_window_s`: `SwarmStatus` passes it, or the best they gave it so far until
+    such a window is known; None: nothing from them yet, not known) is under
     `ROOM_SHARE` of the origins' rate as shared (`origins_share_bps`: what they give it
     now, divided among the swarm's ``leechers``): the origins' room rule turned round.
     (Merely faster than the peers was not enough: in a twenty-peer loopback swarm whose
@@ -208,6 +224,75 @@ def origins_share_bps(fetch_bps: int, leechers: int) -> float:
     not known to the peer, the balancer sends a crowd to the swarm because the
     origins are busy.)"""
     return fetch_bps / max(1, leechers)
+
+
+def peers_window_s(piece_bytes: int, fetch_bps: int, leechers: int) -> float:
+    """How long the peers' rate is judged over: the time the origins' share at
+    `ROOM_SHARE` (`origins_share_bps`) takes for two pieces, between `PEERS_WINDOW_S`
+    and `PEERS_WINDOW_MAX_S`. Peers slow over that window have not delivered in the
+    time the origins would have: a deadline, not a dip between two pieces (at the
+    loopback bench's 40 peers sharing a 2 MB/s origin, 10 s: two 128 KiB pieces at
+    25 kB/s)."""
+    threshold = ROOM_SHARE * origins_share_bps(fetch_bps, leechers)
+    if threshold <= 0:
+        return PEERS_WINDOW_MAX_S
+    return min(PEERS_WINDOW_MAX_S, max(PEERS_WINDOW_S, 2 * piece_bytes / threshold))
+
+
+class CounterRate:
+    """A byte counter read now and then (the bytes from peers), and its rate over a
+    recent window. Pure: reads come with ``now``; kept for ``keep_s`` (one read at or
+    before that span's start stays, so a window of ``keep_s`` is covered)."""
+
+    def __init__(self, keep_s: float = PEERS_WINDOW_MAX_S) -> None:
+        self.keep_s = keep_s
+        self._reads: deque[tuple[float, int]] = deque()
+
+    def add(self, now: float, total: int) -> None:
+        """A read of the counter (a total below the last one: the counter started
+        again, a new session; what came before is forgotten)."""
+        if self._reads and total < self._reads[-1][1]:
+            self._reads.clear()
+        self._reads.append((now, total))
+        while len(self._reads) > 2 and self._reads[1][0] <= now - self.keep_s:
+            self._reads.popleft()
+
+    def rate_over(self, window_s: float) -> int | None:
+        """Bytes/s from the last read at or before ``window_s`` before the last read,
+        to the last read. None while not known: no read that old, or the counter was
+        still 0 then (the first byte came less than a window ago: at a swarm's start
+        nothing from peers yet is not slow, and a first piece is no rate)."""
+        if len(self._reads) < 2:
+            return None
+        t1, b1 = self._reads[-1]
+        start = None
+        for t, b in self._reads:
+            if t > t1 - window_s:
+                break
+            start = (t, b)
+        if start is None or start[1] <= 0 or t1 <= start[0]:
+            return None
+        return int((b1 - start[1]) / (t1 - start[0]))
+
+
+class BestRecent:
+    """The best of a measure over the last ``memory_s`` (the origins' rate as the
+    feed measured it, piece by piece). Pure: values come with ``now``."""
+
+    def __init__(self, memory_s: float = ORIGINS_MEMORY_S) -> None:
+        self.memory_s = memory_s
+        self._values: deque[tuple[float, int]] = deque()
+
+    def add(self, now: float, value: int) -> None:
+        """A value seen now (repeats of the last one are not kept again)."""
+        if not self._values or self._values[-1][1] != value:
+            self._values.append((now, value))
+        while self._values and self._values[0][0] < now - self.memory_s:
+            self._values.popleft()
+
+    def best(self, now: float, current: int) -> int:
+        """The best value seen within the memory, and ``current`` at least."""
+        return max([current, *(v for t, v in self._values if t >= now - self.memory_s)])
 
 
 def probing(fetch_bps: int) -> bool:

@@ -21,12 +21,15 @@ from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.events import Progress
 from pressrun.peer.feed import PARALLEL_WITH_ROOM, OwedPieceFeed
 from pressrun.peer.sources import (
+    BestRecent,
+    CounterRate,
     MissingPieces,
     PeerInfoTally,
     classify_missing,
     origin_fill,
     origins_have_room,
     peers_slow,
+    peers_window_s,
     probing,
     shared_out,
 )
@@ -131,6 +134,12 @@ class SwarmStatus:
         self.missing = manifest.num_pieces
         #: the origins have room and give more than its peers now (`_fill`)
         self._beyond_peers = False
+        #: the bytes from peers (not web seeds), read at each status read: their rate
+        #: over a window, not their best burst (`sources.peers_window_s`)
+        self.peers_bytes = CounterRate()
+        #: the origins' rate as the feed measured it lately (`sources.ORIGINS_MEMORY_S`)
+        self.origins_rate = BestRecent()
+        self._now: float | None = None  # the last status read's
 
     def read(self, st: Any, *, now: float, planning: bool) -> Progress:
         """Take a status read (``planning``: ask the policy for its plan, the peer is
@@ -151,6 +160,10 @@ class SwarmStatus:
         self.peak_download_bps = max(self.peak_download_bps, self.download_bps)
         self.tracker_leechers = int(st.num_incomplete)
         self.upload_use.add(now, int(st.total_payload_upload))
+        # (libtorrent's payload counter counts its own web-seed connections too)
+        self.peers_bytes.add(now, max(0, int(st.total_payload_download) - self.tally.web_bytes))
+        self.origins_rate.add(now, self._feed.fetch_bps)
+        self._now = now
         self.missing = max(0, self.manifest.num_pieces - int(st.num_pieces))
         have_bits = tuple(bool(b) for b in st.pieces)
         if have_bits != self.have_bits:
@@ -245,7 +258,7 @@ class SwarmStatus:
         if not self.policy.fetches_owed_pieces:
             return ()
         reference = max(self.peak_download_bps, self.upload_limit_bps or self.peak_upload_bps)
-        fetch_bps = self._feed.fetch_bps
+        fetch_bps = self.origins_bps()
         # the pieces its peers hold too, while its peers are slow against the origins
         # (or nobody knows yet): a slow peer is an addition, not a wait; where its
         # peers have been about as fast (the loopback bench, a flash crowd) they give
@@ -259,8 +272,16 @@ class SwarmStatus:
         # And nothing from its peers yet is not "slow", it is not known: at a swarm's
         # start every peer has had nothing (the origins' probe answers for a reader
         # whose one peer is slow: `probing`).
+        # What its peers give it over a recent window, not the best they ever gave it:
+        # a swarm client of the small emulation had its link filled by its peers for
+        # its first second, then 80-170 kB/s from them; against that burst they were
+        # never slow, and it waited 5 s on one peer for its last 4 pieces while the
+        # origins had room (7.64 s against the origin client's 1.74 s). And the
+        # origins' best lately, not their last piece's rate: that piece came while its
+        # peers filled its link (253 kB/s against 1.9 MB/s a second before), and
+        # nothing measures them again while nothing is owed.
         leechers = self.swarm_leechers()
-        best_peers = self.peak_download_bps or None
+        best_peers = self.peers_bps(fetch_bps, leechers)
         beyond = probing(fetch_bps) or peers_slow(fetch_bps, best_peers, leechers=leechers)
         room = origins_have_room(
             fetch_bps, reference, self.download_bps, best_peers_bps=best_peers, leechers=leechers
@@ -274,6 +295,25 @@ class SwarmStatus:
             leecher_ids=self.tally.leecher_ids,
             have=[bool(b) for b in have] if beyond else (),
         )
+
+    def origins_bps(self) -> int:
+        """The origins' rate for this peer: the best the feed measured over the last
+        `sources.ORIGINS_MEMORY_S` (its last measure before any status read)."""
+        if self._now is None:
+            return self._feed.fetch_bps
+        return self.origins_rate.best(self._now, self._feed.fetch_bps)
+
+    def peers_bps(self, fetch_bps: int, leechers: int) -> int | None:
+        """What its peers give it: their rate over `sources.peers_window_s` (two
+        pieces at the origins' share); until such a window is known, the best rate
+        libtorrent reported; None while nothing came from them (not known, not slow)."""
+        if not self.peak_download_bps:
+            return None
+        rate = None
+        if self._now is not None:  # (no status read yet: no window either)
+            window = peers_window_s(self.manifest.piece_size_bytes, fetch_bps, leechers)
+            rate = self.peers_bytes.rate_over(window)
+        return self.peak_download_bps if rate is None else rate
 
     def swarm_leechers(self) -> int:
         """The swarm's downloading peers, this one included: the tracker's last count,
