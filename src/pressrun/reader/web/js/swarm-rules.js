@@ -56,21 +56,36 @@ export class WebSeedRule {
     this.on = true;
     this.since = null;
     this.starvedSince = null;
-    this.floor = 0; // while held back: 0.9 x the web seeds' rate before
+    this.floor = 0; // while held back: 0.9 x the web seeds' rate before, shared
+    this.minRate = minPeerRate; // while held back: minPeerRate, shared
   }
 
-  step(now, { starved, lastPeerPayloadAt, peerRate = null, webSeedRate = null }) {
+  /**
+   * `leechers`: the downloading peers of the swarm this reader sees, itself included
+   * (at least 1). The peers' floor (minPeerRate) and the web seeds' rate are shared
+   * among them, as the desktop's rule shares the origins' rate (peer/sources.py
+   * origins_share_bps): a rule every reader of a crowd follows alike is judged as if
+   * all followed it. Against the whole rate, a crowd of 20 on a 2-core host, whose
+   * peers gave each reader about 250 kB/s (20 MB in 80 s), stayed under the 256 KiB/s
+   * floor and took what its peers held from the origins (bench/reader_swarm.py at
+   * 2dbd9e3: readers 12-20 took 3.8-6.9 MB each of pieces a connected peer held).
+   */
+  step(now, { starved, lastPeerPayloadAt, peerRate = null, webSeedRate = null, leechers = 1 }) {
     this.since ??= now;
     if (starved) this.starvedSince ??= now;
     else this.starvedSince = null;
+    const shared = Math.max(1, leechers);
     const starvedLong = this.starvedSince !== null && now - this.starvedSince >= this.starvedS;
     const stalled = now - lastPeerPayloadAt >= this.stallS;
-    const delivering = peerRate !== null && peerRate >= this.minPeerRate;
+    const minRate = this.on ? this.minPeerRate / shared : this.minRate;
+    const delivering = peerRate !== null && peerRate >= minRate;
     const held = now - this.since >= Math.max(this.holdS, this.stallS);
     if (this.on && delivering && !starved && !stalled && held) {
       this.on = false;
       this.since = now;
-      this.floor = (webSeedRate ?? 0) * 0.9; // a little under, so noise alone does not bring them back
+      this.minRate = minRate;
+      // a little under, so noise alone does not bring them back
+      this.floor = ((webSeedRate ?? 0) * 0.9) / shared;
     } else if (!this.on) {
       const slower = peerRate !== null && peerRate + (webSeedRate ?? 0) < this.floor;
       if (starvedLong || stalled || !delivering || slower) {
@@ -80,6 +95,55 @@ export class WebSeedRule {
     }
     return this.on;
   }
+}
+
+const idHashes = new Map(); // peer id -> fnv1a (peer ids come from the network: bounded)
+
+/** The 32-bit FNV-1a hash of a string (pure; remembered for up to 1024 ids). */
+function fnv1a(text) {
+  const known = idHashes.get(text);
+  if (known !== undefined) return known;
+  let h = 0x811c9dc5;
+  for (let k = 0; k < text.length; k++) h = Math.imul(h ^ text.charCodeAt(k), 0x01000193);
+  if (idHashes.size >= 1024) idHashes.clear();
+  idHashes.set(text, h >>> 0);
+  return h >>> 0;
+}
+
+/** A peer's weight for piece `index` (pure): its id's hash mixed with the index. */
+function pieceWeight(idHash, index) {
+  let h = (idHash ^ Math.imul(index + 1, 0x9e3779b1)) >>> 0;
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
+}
+
+/** The reader's (WebTorrent's) peer id prefix, "-WW", as webtorrent's hex peer ids
+ * begin: readers follow the same piece owners; a desktop peer (libtorrent, "-LT")
+ * fills from the origins by its own rule. */
+export const READER_PEER_ID_HEX = "2d5757";
+
+/**
+ * Whether this reader (`selfId`) is the one of `ids` (itself and the connected
+ * readers that lack piece `index` too) that takes the piece from the web seeds while
+ * no peer holds it (pure): the highest weight (rendezvous hashing of the peer ids and
+ * the piece), ties to the smaller id. Every reader computes the same from the same
+ * ids, so a piece the swarm lacks enters it once, from one reader, and the others
+ * take it from that reader.
+ *
+ * Why: each reader took every piece no connected peer held from the web seeds, and
+ * the readers of a crowd took the same pieces at the same time: at N = 10 (bench/
+ * reader_swarm.py, 2dbd9e3) the readers' 52.2 MB from the origins were 51 MB of pieces
+ * no connected peer held, 2.6 copies of the issue, where one enters the swarm.
+ */
+export function ownsPiece(selfId, ids, index) {
+  const mine = pieceWeight(fnv1a(selfId), index);
+  for (const id of ids) {
+    if (id === selfId) continue;
+    const theirs = pieceWeight(fnv1a(id), index);
+    if (theirs > mine || (theirs === mine && id < selfId)) return false;
+  }
+  return true;
 }
 
 /**

@@ -5,6 +5,8 @@
 // puts them on SwarmFetch's prototype, so `this` is the SwarmFetch and they read and
 // write its fields as before.
 
+import { ownsPiece, READER_PEER_ID_HEX } from "./swarm-rules.js";
+
 const WEB_SEED_RETRY_S = 10; // a piece a web seed failed is offered again after this (webconn.js)
 
 const nowS = () => performance.now() / 1000; // swarm.js's clock
@@ -20,6 +22,18 @@ export class SwarmWebSeeds {
       if (peers.some((w) => w.peerPieces.get(i))) return false;
     }
     return true;
+  }
+
+  /** The swarm's downloading peers as this reader sees them, itself included: 1 +
+   * the connected peers that lack a piece (WebSeedRule's `leechers`). */
+  leechers() {
+    const t = this.torrent;
+    const n = t.pieces.length;
+    const lacking = (w) => {
+      for (let i = 0; i < n; i++) if (!w.peerPieces?.get(i)) return true;
+      return false;
+    };
+    return 1 + t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && lacking(w)).length;
   }
 
   /** A web seed that fails a request (down, or refusing) leaves this swarm: a dead
@@ -46,8 +60,11 @@ export class SwarmWebSeeds {
 
   /**
    * What the web seeds offer (WebSeedRule): only the pieces this reader lacks that no
-   * connected peer that does not choke it holds; with `all`, every piece it lacks
-   * once none of those is left unasked (the web seeds then never idle while a piece
+   * connected peer that does not choke it holds and that are this reader's own among
+   * the connected readers lacking them too (ownsPiece: each such piece goes to one
+   * reader, the others take it from that one); with `all`, then the others' of those
+   * once its own are all asked, then every piece it lacks once none of those is left
+   * unasked (the web seeds then never idle while a piece
    * is missing). A web seed's wire (webconn.js) stands for an origin that has every
    * piece; webtorrent asks a wire only for pieces in its `peerPieces`, so that
    * bitfield is the offer. A piece whose request failed is offered again after
@@ -70,19 +87,40 @@ export class SwarmWebSeeds {
     if (!seeds.length) return;
     const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.peerChoking);
     const lacked = (i) => !t.bitfield.get(i) && !peers.some((w) => w.peerPieces.get(i));
+    // a piece no peer holds is this reader's to take from the web seeds when it is
+    // the piece's owner among itself and the connected readers that lack it too
+    // (ownsPiece); the others take it from the owner once it has it
+    const selfId = t.client?.peerId;
+    const readers = t.wires.filter(
+      (w) => w.type !== "webSeed" && !w.destroyed && typeof w.peerId === "string" && w.peerId.startsWith(READER_PEER_ID_HEX),
+    );
+    const mine = (i) =>
+      typeof selfId !== "string" ||
+      ownsPiece(
+        selfId,
+        readers.filter((w) => !w.peerPieces?.get(i)).map((w) => w.peerId),
+        i,
+      );
+    const failedEverywhere = (i) => seeds.every((seed) => (seed.failedUntil?.get(i) ?? 0) > now);
     const asked = (i) => (t._reservations?.[i] ?? []).some((w) => w) || !t.pieces[i] || t.pieces[i].missing === 0;
     // a piece a peer was asked blocks of (a request out): the peer gives them soon, or
     // the silent-peer rule asks them again; a web seed given it then fetches from the
     // first block not reserved to the piece's end (webconn.js), the peer's blocks too
     const peerAsked = (i) => (t._reservations?.[i] ?? []).some((w) => w && w.type !== "webSeed" && !w.destroyed);
-    let everything = all;
+    // with `all`: this reader's own pieces no peer holds, then (once those are all
+    // asked) every piece no peer holds, then (once those are) every piece
+    let widen = all;
+    for (let i = 0; widen && i < t.pieces.length; i++) {
+      if (lacked(i) && !asked(i) && !failedEverywhere(i) && mine(i)) widen = false;
+    }
+    let everything = widen;
     for (let i = 0; everything && i < t.pieces.length; i++) {
-      if (lacked(i) && !asked(i) && !seeds.every((seed) => (seed.failedUntil?.get(i) ?? 0) > now)) everything = false;
+      if (lacked(i) && !asked(i) && !failedEverywhere(i)) everything = false;
     }
     let more = false;
     for (let i = 0; i < t.pieces.length; i++) {
       if (t.bitfield.get(i)) continue;
-      const offer = (everything || lacked(i)) && !peerAsked(i);
+      const offer = (everything || (lacked(i) && (widen || mine(i)))) && !peerAsked(i);
       for (const seed of seeds) {
         const give = offer && !((seed.failedUntil?.get(i) ?? 0) > now);
         if (seed.peerPieces.get(i) === give) continue;

@@ -474,7 +474,8 @@ export class SwarmFetch {
         const webSeedRate = windowRate(seedSamples, now, this.receivedFromWebSeeds, windowS);
         this.webSeedRate = webSeedRate;
         const starved = this.starved();
-        this.webSeedsAll = rule.step(now, { starved, lastPeerPayloadAt: this.lastPeerPayloadAt, peerRate, webSeedRate });
+        const leechers = this.leechers();
+        this.webSeedsAll = rule.step(now, { starved, lastPeerPayloadAt: this.lastPeerPayloadAt, peerRate, webSeedRate, leechers });
         if (this.webSeedsOn) this.offerWebSeedPieces(this.webSeedsAll, now);
         applyUploadCap(wt, this.cfg);
         this.onChange();
