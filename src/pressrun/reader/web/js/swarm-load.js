@@ -128,10 +128,17 @@ export function orderedRarestPick(torrent) {
  * Bound the reader's peers: the tracker is asked for offers (numwant) only while the
  * reader has fewer than `maxPeers`, and a peer offered or answering once it has
  * `maxPeersIn` is refused before its connection is made (as webtorrent refuses a
- * duplicate). Returns the counters {refused} for the page.
+ * duplicate). An offer relayed by a WebSocket tracker from a peer already connected,
+ * or while the reader has `maxPeersIn`, is dropped before webtorrent's tracker client
+ * builds a connection for it (refuseOffers). Returns the counters {refused,
+ * offers_refused} for the page.
  */
 export function boundPeers(torrent, maxPeers = MAX_PEERS, maxPeersIn = MAX_PEERS_IN) {
-  const counts = { refused: 0 };
+  const counts = { refused: 0, offers_refused: 0 };
+  // the tracker clients exist once the torrent's discovery started (webtorrent starts
+  // it just before 'ready'); an offer can only come after their socket opened
+  if (torrent.discovery) refuseOffers(torrent, counts, maxPeersIn);
+  else torrent.once?.("ready", () => refuseOffers(torrent, counts, maxPeersIn));
   const own = torrent._getAnnounceOpts;
   torrent._getAnnounceOpts = () => ({ ...(own?.() ?? {}), numwant: announceWant(peerCount(torrent), maxPeers) });
   const addPeer = torrent.addPeer.bind(torrent);
@@ -149,6 +156,46 @@ export function boundPeers(torrent, maxPeers = MAX_PEERS, maxPeersIn = MAX_PEERS
     return detachedOnDestroy(torrent, peer, () => addPeer(peer, source));
   };
   return counts;
+}
+
+/** A peer id as the tracker protocol sends it (20 bytes as a latin-1 string) in hex,
+ * as webtorrent keys its peers (pure). */
+export function peerIdHex(binary) {
+  let out = "";
+  for (let k = 0; k < binary.length; k++) out += (binary.charCodeAt(k) & 0xff).toString(16).padStart(2, "0");
+  return out;
+}
+
+/**
+ * Drop the offers a WebSocket tracker relays to this reader that it would refuse
+ * anyway: from a peer already connected or connecting (webtorrent's duplicate), or
+ * while it has `maxPeersIn` peers (boundPeers' cap). The rest of the tracker's message
+ * (interval, counts, an answer) is handled as before.
+ *
+ * Why: bittorrent-tracker's websocket client builds a peer (simple-peer: an
+ * RTCPeerConnection, its ICE agent and the answer's SDP) for every offer relayed,
+ * before webtorrent's addPeer drops a duplicate or boundPeers one past the cap: a
+ * connection built and torn down on a page already at its peers, the CPU a crowd on
+ * two cores has least of (bench/reader_swarm.py N = 20 at 2dbd9e3: 44 peers refused
+ * at the cap after their connection was made).
+ */
+export function refuseOffers(torrent, counts, maxPeersIn = MAX_PEERS_IN) {
+  for (const tracker of torrent.discovery?.tracker?._trackers ?? []) {
+    if (typeof tracker._onAnnounceResponse !== "function" || tracker.offersRefused) continue;
+    const own = tracker._onAnnounceResponse.bind(tracker);
+    tracker._onAnnounceResponse = (data) => {
+      if (data?.offer && typeof data.peer_id === "string" && !torrent.destroyed) {
+        const known = torrent._peers?.has(peerIdHex(data.peer_id));
+        if (known || !roomForPeer(peerCount(torrent), maxPeersIn)) {
+          counts.offers_refused += 1;
+          const { offer, offer_id, ...rest } = data; // eslint-disable-line no-unused-vars
+          return own(rest);
+        }
+      }
+      return own(data);
+    };
+    tracker.offersRefused = true;
+  }
 }
 
 /**
