@@ -423,6 +423,60 @@ impl FastObject {
         })
     }
 
+    /// Take the source symbols that lie whole inside ``ranges`` (byte ranges of the
+    /// object, start and length; sorted or not, they may overlap) from ``file``, as if
+    /// they had arrived: the bytes a receiver already holds and checked (pieces from
+    /// the swarm, before it left it for the carousel). A block of K source symbols
+    /// then needs only the K less those from the network. The number taken, and
+    /// `Taken::Completed` when they completed the object.
+    fn take_known(&mut self, file: &File, ranges: &[(u64, u64)]) -> std::io::Result<(u64, Taken)> {
+        use std::os::unix::fs::FileExt;
+        let (symbol, length) = (self.symbol as u64, self.length as u64);
+        let mut merged: Vec<(u64, u64)> = ranges
+            .iter()
+            .filter(|&&(_, n)| n > 0)
+            .map(|&(start, n)| (start.min(length), start.saturating_add(n).min(length)))
+            .collect();
+        merged.sort_unstable();
+        let mut spans: Vec<(u64, u64)> = Vec::new();
+        for (start, end) in merged {
+            match spans.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => spans.push((start, end)),
+            }
+        }
+        let mut taken = 0u64;
+        let mut outcome = Taken::Kept;
+        let mut buffer = Vec::new();
+        for (start, end) in spans {
+            // the symbols wholly inside [start, end); the object's last may be short
+            let mut g = start.div_ceil(symbol);
+            while g * symbol < end {
+                let at = g * symbol;
+                let stop = (at + symbol).min(length);
+                if stop > end {
+                    break;
+                }
+                let Some(sbn) = self.blocks.iter().rposition(|b| (b.first as u64) <= g) else {
+                    break;
+                };
+                let esi = g - self.blocks[sbn].first as u64;
+                buffer.resize((stop - at) as usize, 0);
+                file.read_exact_at(&mut buffer, at)?;
+                let id = PayloadID { sbn: sbn as u32, esi: esi as u32, source_block_length: None };
+                match self.push(&id, &buffer) {
+                    Taken::Kept => taken += 1,
+                    done @ (Taken::Completed(..) | Taken::WriteFailed) => {
+                        return Ok((taken + 1, done));
+                    }
+                    other => outcome = other,
+                }
+                g += 1;
+            }
+        }
+        Ok((taken, outcome))
+    }
+
     /// Take one symbol of this object.
     fn push(&mut self, id: &PayloadID, payload: &[u8]) -> Taken {
         if self.complete {
@@ -638,6 +692,11 @@ pub struct FastObjects {
     /// MAX_DECODE_RECORDS over all objects
     record: bool,
     retired_records: Vec<DecodeRecord>,
+    /// bytes this receiver holds already of one object (`set_known`): its TOI, the
+    /// file they are in and their (start, length) ranges; taken when it comes
+    known: Option<(u128, PathBuf, Vec<(u64, u64)>)>,
+    /// source symbols taken from `known` instead of the network
+    pub known_symbols: u64,
 }
 
 impl FastObjects {
@@ -655,7 +714,17 @@ impl FastObjects {
             retired_write_cpu_s: 0.0,
             record,
             retired_records: Vec::new(),
+            known: None,
+            known_symbols: 0,
         }
+    }
+
+    /// The bytes of object ``toi`` this receiver holds already: ``ranges`` (start,
+    /// length) of ``path``, at the same offsets as in the object. When the object's
+    /// first packet comes, every source symbol wholly inside them is taken from the
+    /// file as if it had arrived (`FastObject::take_known`).
+    pub fn set_known(&mut self, toi: u128, path: PathBuf, ranges: Vec<(u64, u64)>) {
+        self.known = Some((toi, path, ranges));
     }
 
     /// Offer an object packet (TOI above 0) parsed as ``alc``.
@@ -708,7 +777,20 @@ impl FastObjects {
                             }
                         }
                         self.objects.push(object);
-                        self.objects.len() - 1
+                        let index = self.objects.len() - 1;
+                        if let Some((_, path, ranges)) = self.known.take_if(|k| k.0 == toi) {
+                            // a file that cannot be read gives nothing: the network
+                            // brings every symbol, as without it
+                            let taken = File::open(&path)
+                                .and_then(|file| self.objects[index].take_known(&file, &ranges));
+                            if let Ok((count, done)) = taken {
+                                self.known_symbols += count;
+                                if matches!(done, Taken::Completed(..) | Taken::WriteFailed) {
+                                    return done;
+                                }
+                            }
+                        }
+                        index
                     }
                 }
             }

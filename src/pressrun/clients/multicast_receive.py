@@ -72,6 +72,8 @@ async def receive_multicast(
         "drop_probability": f.config.multicast_receive_drop,
         "on_progress": _multicast_progress(f, m),
         "should_stop": stop.is_set,
+        # the pieces held already (from the swarm, checked): the carousel brings the rest
+        "known": (path, [m.piece_span(i) for i in kept]) if kept else None,
     }
     try:
         result = await f.loop.run_in_executor(

@@ -39,7 +39,7 @@ import random
 import selectors
 import socket
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -105,6 +105,9 @@ class ReceiveResult:
     plan: CarouselPlan | None = None
     packets_received: int = 0  # packets on the joined channels (after emulated loss)
     object_packets: int = 0  # packets of the object pushed until it completed
+    #: source symbols taken from the bytes the receiver held already (``known``),
+    #: not from the network
+    known_symbols: int = 0
     dropped: int = 0  # packets dropped by the receive-path loss emulation
     seconds: float = 0.0  # from the first join to the end
     #: from the arrival of the first data packet to that of the packet that completed
@@ -140,10 +143,11 @@ class ReceiveResult:
 
     @property
     def efficiency(self) -> float | None:
-        """Source symbols / object packets received until complete (1.0 is ideal)."""
+        """Source symbols / object packets received until complete (1.0 is ideal); the
+        source symbols the receiver held already (``known_symbols``) are not counted."""
         if not self.completed or self.plan is None or not self.object_packets:
             return None
-        return self.plan.source_symbols / self.object_packets
+        return max(0, self.plan.source_symbols - self.known_symbols) / self.object_packets
 
 
 class _Channels:
@@ -235,6 +239,7 @@ def receive_carousel(
     control_source: str | None = None,
     gateway: AmtGateway | None = None,
     announcement_wait_s: float | None = None,
+    known: tuple[Path, Sequence[tuple[int, int]]] | None = None,
 ) -> ReceiveResult:
     """Receive ``issue_id`` from its carousel into ``work_dir`` (blocking; see the
     module docstring). ``trusted_keys``: hex Ed25519 keys whose announcements count.
@@ -244,7 +249,13 @@ def receive_carousel(
     source-specific (232/8) control group. ``gateway``: receive through an AMT relay
     (the module docstring; the caller closes it). ``announcement_wait_s``: end when
     no announcement of the issue was accepted that long after the start (the client
-    then tries a relay)."""
+    then tries a relay). ``known``: a file and the (start, length) byte ranges of it
+    the receiver holds already and checked, at the object's offsets (pieces from the
+    swarm): the decoder takes their source symbols as if they had arrived, so each
+    block needs only the rest from the network. Without it the carousel brings the
+    whole object whatever the receiver holds (flash-crowd-50 at 297117b: readers that
+    left the swarm with 23-48% of the file took as long on the carousel as readers
+    with nothing)."""
     import pressrun_flute  # the native binding: only when a carousel is used
 
     if not 0 <= drop_probability < 1:
@@ -338,7 +349,7 @@ def receive_carousel(
                         layers.handle_sequence(index, received=0, expected=0, socket_drops=drops)
                 if ended:
                     _ended(result, flute, issue_id)
-                    return _finish(result, plan, layers, gate, joined_at)
+                    return _finish(result, plan, layers, gate, joined_at, flute)
                 if on_progress is not None and plan is not None:
                     on_progress(result.object_packets, plan.source_symbols)
             if gateway is not None:
@@ -348,7 +359,7 @@ def receive_carousel(
                     gateway.poll(now=at)
                 if gateway.failed is not None:
                     result.reason = f"AMT: {gateway.failed}"
-                    return _finish(result, plan, layers, gate, joined_at)
+                    return _finish(result, plan, layers, gate, joined_at, flute)
             if control_ready:
                 if datagrams is not None:
                     arrived = iter(datagrams)
@@ -358,7 +369,7 @@ def receive_carousel(
                 stop = _control(arrived, gate, presence, manifest_sha256, plan)
                 if isinstance(stop, str):
                     result.reason = stop
-                    return _finish(result, plan, layers, gate, joined_at)
+                    return _finish(result, plan, layers, gate, joined_at, flute)
                 if stop is not None and layers is not None and plan is not None:
                     if stop.channels == plan.channels and stop.sent_packets:
                         layers.handle_sent(stop.sent_packets, now=time.perf_counter())
@@ -368,10 +379,12 @@ def receive_carousel(
                             "the carousel's channels are any-source; an AMT relay carries "
                             "source-specific (232/8) channels only"
                         )
-                        return _finish(result, plan, layers, gate, joined_at)
+                        return _finish(result, plan, layers, gate, joined_at, flute)
                     plan = stop
                     result.plan = plan
                     flute = pressrun_flute.Receiver(work_dir, max_cache_bytes=cache_bytes_for(plan))
+                    if known is not None and known[1]:
+                        flute.set_known(plan.toi, known[0], [(a, n) for a, n in known[1]])
                     channels = _Channels(
                         plan,
                         interface,
@@ -421,7 +434,7 @@ def receive_carousel(
                         result.change_apply_max_s = max(result.change_apply_max_s, applied - now)
                         result.channel_log.append((applied - joined_at, channels.count))
                         result.channel_log_windows.append(layers.windows_ended)
-        return _finish(result, plan, layers, gate, joined_at)
+        return _finish(result, plan, layers, gate, joined_at, flute)
     finally:
         # the binding's Receiver is unsendable: drop it here, in its own thread, even
         # when an exception's traceback (which keeps this frame) goes to another one
@@ -503,9 +516,12 @@ def _finish(
     layers: LayerCore | None,
     gate: AnnouncementGate,
     joined_at: float,
+    flute: FluteReceiver | None = None,
 ) -> ReceiveResult:
     result.plan = plan
     result.seconds = time.perf_counter() - joined_at
+    if flute is not None:
+        result.known_symbols = flute.known_symbols
     if layers is not None:
         result.most_channels = layers.most_joined
         result.final_channels = len(layers.joined)
