@@ -194,7 +194,7 @@ async def test_a_reader_stops_offering_at_max_peers_and_refuses_past_max_peers_i
     assert got["max"] == [8, 12]
     assert got["own"]["taken"] == 14, got  # webtorrent's own: every one
     assert got["bounded"]["taken"] == 12, got
-    assert got["counts"] == {"refused": 2}, got
+    assert got["counts"] == {"refused": 2, "offers_refused": 0}, got
     # offers asked for: 5 while 3 or more are missing, then what is missing, none at 8
     assert got["bounded"]["wants"][:10] == [5, 5, 5, 5, 4, 3, 2, 1, 0, 0], got
     assert set(got["bounded"]["wants"][8:]) == {0}, got
