@@ -114,3 +114,36 @@ async def test_the_peers_floor_and_the_web_seeds_rate_are_shared_among_the_leech
         "crowd": [True, False, False, True],
         "alone": [True, True, True, True],
     }, got
+
+
+async def test_a_reader_joining_peers_that_hold_pieces_takes_only_its_own_in_its_first_window(
+    make_stack: StackFactory,
+    phone_factory: Any,
+) -> None:
+    # the web seeds are on for a reader's first window (2 s: its peers not judged yet);
+    # while connected peers hold pieces it lacks they take only its own pieces no peer
+    # holds (`widen` false), and beyond those once it is starved, or the window is
+    # over and its peers do not deliver. Before, every piece (N = 10 at 43e5b73: each
+    # reader joining the crowd took 1.6-5.2 MB from the origins)
+    stack = await make_stack()
+    phone = await phone_factory(stack.reader_url)
+    await phone.open()
+    got = await phone.evaluate(
+        """async () => {
+          const { WebSeedRule } = await import('./js/swarm.js');
+          const r = new WebSeedRule({ starvedS: 1, stallS: 2, holdS: 1, minPeerRate: 1000 });
+          return [
+            [0.0, false, null],  // peers hold pieces it lacks: its own only
+            [0.5, true, null],   // starved: beyond its own
+            [1.0, false, null],  // its own only again
+            [2.0, false, 500],   // the window over, the peers under the floor: beyond
+          ].map(([now, starved, peerRate]) => {
+            const on = r.step(now, {
+              starved, lastPeerPayloadAt: now, peerRate, webSeedRate: 4000, leechers: 1,
+            });
+            return [on, r.widen];
+          });
+        }""",
+        what="the web seed rule's first window",
+    )
+    assert got == [[True, False], [True, True], [True, False], [True, True]], got

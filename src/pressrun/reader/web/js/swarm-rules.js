@@ -58,6 +58,8 @@ export class WebSeedRule {
     this.starvedSince = null;
     this.floor = 0; // while held back: 0.9 x the web seeds' rate before, shared
     this.minRate = minPeerRate; // while held back: minPeerRate, shared
+    this.starting = true; // the first window: the peers not judged yet
+    this.widen = true; // on, and beyond the reader's own pieces no peer holds
   }
 
   /**
@@ -80,6 +82,7 @@ export class WebSeedRule {
     const minRate = this.on ? this.minPeerRate / shared : this.minRate;
     const delivering = peerRate !== null && peerRate >= minRate;
     const held = now - this.since >= Math.max(this.holdS, this.stallS);
+    this.starting &&= !held;
     if (this.on && delivering && !starved && !stalled && held) {
       this.on = false;
       this.since = now;
@@ -93,6 +96,13 @@ export class WebSeedRule {
         this.since = now;
       }
     }
+    // `widen`: in the first window, while connected peers hold pieces the reader
+    // lacks, its web seeds take only its own pieces no peer holds (ownsPiece), not the
+    // others' nor the peers' pieces: a reader joining a crowd that holds the issue
+    // took 1.6-5.2 MB from the origins in its first window (bench/reader_swarm.py
+    // N = 10 at 43e5b73, readers 2-10). Starved, stalled, or once the peers are
+    // judged (after the window), as `on`
+    this.widen = this.on && (!this.starting || starved || stalled);
     return this.on;
   }
 }

@@ -476,7 +476,7 @@ export class SwarmFetch {
         const starved = this.starved();
         const leechers = this.leechers();
         this.webSeedsAll = rule.step(now, { starved, lastPeerPayloadAt: this.lastPeerPayloadAt, peerRate, webSeedRate, leechers });
-        if (this.webSeedsOn) this.offerWebSeedPieces(this.webSeedsAll, now);
+        if (this.webSeedsOn) this.offerWebSeedPieces(this.webSeedsAll && rule.widen, now);
         applyUploadCap(wt, this.cfg);
         this.onChange();
       }
