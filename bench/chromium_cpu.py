@@ -81,6 +81,11 @@ def _threads_cpu(pids: dict[int, tuple[str, float]]) -> dict[tuple[int, int], tu
     return out
 
 
+def chromium_cpu_now() -> float:
+    """The CPU seconds this process's Chromium processes have used so far (those alive)."""
+    return sum(cpu for _, cpu in _descendants_cpu(os.getpid()).values())
+
+
 class CpuMeter:
     """The host's mean busy cores and this bench's Chromium CPU seconds over a span
     (sampled every 2 s: a Chromium process that ends takes its count with it)."""
