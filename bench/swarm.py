@@ -177,6 +177,7 @@ async def one_run(
                         "knobs": ring_knobs(args, swarm.manifest.size_bytes, u_s),
                         "watchdog_ms": getattr(args, "watchdog_ms", 0),
                     },
+                    own_session=own_sessions(args),
                 )
             first = 0
             for i, count in enumerate(swarm_procs.split(n, args.peers_per_proc)):
@@ -197,6 +198,7 @@ async def one_run(
                             "args": {k: v for k, v in vars(args).items() if _plain(v)},
                             "trace": trace is not None,
                         },
+                        own_session=own_sessions(args),
                     )
                 )
                 first += count
@@ -294,6 +296,11 @@ async def one_run(
                 "loads": loads,
                 "refused": refused,
             }
+
+
+def own_sessions(args: argparse.Namespace) -> bool:
+    """``--worker-sessions own``: each worker process in a session of its own."""
+    return getattr(args, "worker_sessions", "shared") == "own"
 
 
 def _plain(v: object) -> bool:
@@ -487,6 +494,13 @@ async def main() -> None:
     p.add_argument("--supernodes", type=int, default=5, help="policy chord: supernodes on the ring")
     add_ring_arguments(p)
     p.add_argument("--runs", type=int, default=1, help="runs per N (medians printed)")
+    p.add_argument(
+        "--worker-sessions",
+        choices=("own", "shared"),
+        default="shared",
+        help="each worker process in a session of its own (own: with the kernel's "
+        "autogroup scheduling, a scheduling group of its own) or all in the bench's",
+    )
     p.add_argument(
         "--peers-per-proc",
         type=int,

@@ -286,9 +286,13 @@ def load_bench(name: str) -> ModuleType:
 class Worker:
     """One child process of the harness (a role and its spec)."""
 
-    def __init__(self, name: str, spec: dict[str, Any]) -> None:
+    def __init__(self, name: str, spec: dict[str, Any], *, own_session: bool = False) -> None:
         self.name = name
         self.spec = spec
+        # a session of its own (setsid): with the kernel's autogroup scheduling on, its
+        # own scheduling group, sharing the CPU with the other processes' groups as a
+        # host of its own would not share it at all (`own_sessions`)
+        self.own_session = own_session
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
@@ -299,6 +303,7 @@ class Worker:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             limit=1 << 30,  # (a traced worker's events come in one line)
+            start_new_session=self.own_session,
         )
         await self.send(self.spec)
         msg = await self.receive()
