@@ -24,7 +24,7 @@ pytestmark = [browser_only, pytest.mark.asyncio(loop_scope="module")]
 #: four readers' views of one swarm: 12 pieces no one holds, every reader connected
 #: to the three others (webtorrent's hex peer ids, "-WW" first) and to a desktop peer
 #: ("-LT", which fills from the origins by its own rule)
-_OFFERS = """async () => {
+_OFFERS = """async (choking) => {
   const { SwarmFetch } = await import('./js/swarm.js');
   const PIECES = 12;
   const bits = (held) => {
@@ -36,12 +36,15 @@ _OFFERS = """async () => {
   const ids = ['-WW3021-aaaaaaaaaaaa', '-WW3021-bbbbbbbbbbbb', '-WW3021-cccccccccccc',
                '-WW3021-dddddddddddd'].map(hex);
   const desktop = hex('-LT2110-eeeeeeeeeeee');
+  const metered = hex('-WW3021-ffffffffffff'); // a reader that chokes everyone
   const offered = ids.map((self) => {
     const seed = {
       type: 'webSeed', destroyed: false, peerPieces: bits([]), failedUntil: new Map(),
     };
-    const peers = [...ids.filter((id) => id !== self), desktop].map((peerId) => ({
-      type: 'webrtc', destroyed: false, peerChoking: false, peerId, peerPieces: bits([]),
+    const others = [...ids.filter((id) => id !== self), desktop, ...(choking ? [metered] : [])];
+    const peers = others.map((peerId) => ({
+      type: 'webrtc', destroyed: false, peerChoking: peerId === metered, peerId,
+      peerPieces: bits([]),
     }));
     const torrent = {
       client: { peerId: self },
@@ -70,7 +73,7 @@ async def test_a_piece_no_peer_holds_is_offered_to_one_reader_of_those_connected
     stack = await make_stack()
     phone = await phone_factory(stack.reader_url)
     await phone.open()
-    got = await phone.evaluate(_OFFERS, what="four readers' web seed offers")
+    got = await phone.evaluate(_OFFERS, False, what="four readers' web seed offers")
     offered = got["offered"]
     every = sorted(i for mine in offered for i in mine)
     assert every == list(range(got["pieces"])), offered
@@ -147,3 +150,18 @@ async def test_a_reader_joining_peers_that_hold_pieces_takes_only_its_own_in_its
         what="the web seed rule's first window",
     )
     assert got == [[True, False], [True, True], [True, False], [True, True]], got
+
+
+async def test_a_reader_that_chokes_owns_no_piece(
+    make_stack: StackFactory,
+    phone_factory: Any,
+) -> None:
+    # a fifth reader, connected to the four, chokes them (a metered one uploads
+    # nothing): owner of a piece, it would hold it from them for good. It is no owner:
+    # every piece is still offered to one of the four
+    stack = await make_stack()
+    phone = await phone_factory(stack.reader_url)
+    await phone.open()
+    got = await phone.evaluate(_OFFERS, True, what="the offers beside a choking reader")
+    every = sorted(i for mine in got["offered"] for i in mine)
+    assert every == list(range(got["pieces"])), got["offered"]

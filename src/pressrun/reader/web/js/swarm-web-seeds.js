@@ -89,11 +89,11 @@ export class SwarmWebSeeds {
     const lacked = (i) => !t.bitfield.get(i) && !peers.some((w) => w.peerPieces.get(i));
     // a piece no peer holds is this reader's to take from the web seeds when it is
     // the piece's owner among itself and the connected readers that lack it too
-    // (ownsPiece); the others take it from the owner once it has it
+    // (ownsPiece); the others take it from the owner once it has it. A reader that
+    // chokes this one is no owner (a metered one sends nothing: it would hold the
+    // piece from this reader for good)
     const selfId = t.client?.peerId;
-    const readers = t.wires.filter(
-      (w) => w.type !== "webSeed" && !w.destroyed && typeof w.peerId === "string" && w.peerId.startsWith(READER_PEER_ID_HEX),
-    );
+    const readers = peers.filter((w) => typeof w.peerId === "string" && w.peerId.startsWith(READER_PEER_ID_HEX));
     const mine = (i) =>
       typeof selfId !== "string" ||
       ownsPiece(
