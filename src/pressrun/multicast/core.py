@@ -36,10 +36,7 @@ returned), not from the decision: a join that blocked for seconds would otherwis
 be judged on its first packets, before the link's queue filled. So a join probe is
 judged on a window of its own packets only, and a probe the link cannot carry is left
 ``settle_s + window_s`` after the join returned (0.8 s by default), not on a window
-of a fixed clock that happens to start after settling (up to a window later). After a
-leave the settling also waits out the network's leave latency (``leave_latency_s``,
-2 s: an IGMP querier forwards a group left until its last-member queries have gone
-unanswered), in which the channel left still takes its share of the link. Over a
+of a fixed clock that happens to start after settling (up to a window later). Over a
 window:
 
 - from the channel's sequence numbers (an LCT header extension the sender numbers
@@ -301,11 +298,6 @@ class LayerCore:
     empty_windows: int = 0
     #: joins left because their first window had the sender under its rate
     unconfirmed_probes: int = 0
-    #: windows whose sequence numbers moved on under `SENT_SHARE_FOR_JOIN` of the
-    #: announced rate while the sender's own counters said it sent at that share or
-    #: more: the receiver read behind (its backlog in its own socket), not a slow
-    #: sender; no join on them, and a probe is judged on its loss
-    behind_windows: int = 0
     #: the channel last joined while its first window after settling is to come
     _probe: int | None = None
     #: measuring windows ended since the start (settlings not counted): a channel
@@ -381,16 +373,6 @@ class LayerCore:
 
     def _rate(self, index: int) -> float:
         return min(self.packets_per_s[index], self.sent_rates.get(index, math.inf))
-
-    def _sender_short(self) -> bool | None:
-        """Whether the sender's own counters (the announcements') say it sent the
-        channels held under `SENT_SHARE_FOR_JOIN` of their announced rate; None when
-        they do not say (no counters yet for every channel held)."""
-        if not all(ch.index in self.sent_rates for ch in self.joined):
-            return None
-        announced = sum(self.packets_per_s[ch.index] for ch in self.joined)
-        sent = sum(self._rate(ch.index) for ch in self.joined)
-        return sent < SENT_SHARE_FOR_JOIN * announced
 
     def handle_packets(self, index: int, count: int) -> None:
         """Count ``count`` packets received on channel ``index``."""
@@ -475,22 +457,8 @@ class LayerCore:
         # what the held channels would have sent at their announced rates
         nominal = (now - start) * sum(self.packets_per_s[ch.index] for ch in self.joined)
         slow = arrived == 0 or expected < SENT_SHARE_FOR_JOIN * nominal
-        # the numbers moved on slowly while the sender's counters say it sent at full
-        # rate: this receiver read behind (its backlog waits in its own socket, which
-        # the link carried), so the window's gaps still judge the path (flash-crowd-50
-        # at 49b8d26, 28 Nov 19:30: fibre-50 readers on a saturated host left 4-8
-        # probes each at 0% loss as unconfirmed and ended on 4-9 of 10 channels)
-        behind = slow and arrived > 0 and self._sender_short() is False
-        if behind:
-            self.behind_windows += 1
         probe, self._probe = self._probe, None
-        if (
-            probe is not None
-            and slow
-            and not behind
-            and len(self.joined) > 1
-            and self.joined[-1].index == probe
-        ):
+        if probe is not None and slow and len(self.joined) > 1 and self.joined[-1].index == probe:
             # the join's own window could not show the link carries it at full rate
             # (the sender was short): undone, tried again after the current wait, not
             # a doubled one (no loss was seen); kept, it would be above the link when
