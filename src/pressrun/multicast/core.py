@@ -36,7 +36,10 @@ returned), not from the decision: a join that blocked for seconds would otherwis
 be judged on its first packets, before the link's queue filled. So a join probe is
 judged on a window of its own packets only, and a probe the link cannot carry is left
 ``settle_s + window_s`` after the join returned (0.8 s by default), not on a window
-of a fixed clock that happens to start after settling (up to a window later). Over a
+of a fixed clock that happens to start after settling (up to a window later). After a
+leave the settling also waits out the network's leave latency (``leave_latency_s``,
+2 s: an IGMP querier forwards a group left until its last-member queries have gone
+unanswered), in which the channel left still takes its share of the link. Over a
 window:
 
 - from the channel's sequence numbers (an LCT header extension the sender numbers
