@@ -8,6 +8,9 @@
 import { ownsPiece, READER_PEER_ID_HEX } from "./swarm-rules.js";
 
 const WEB_SEED_RETRY_S = 10; // a piece a web seed failed is offered again after this (webconn.js)
+/** A piece no peer holds that this reader has waited on for its owner (another reader,
+ * ownsPiece) this long, in its own running time, is its own too (offerWebSeedPieces). */
+export const OWNER_WAIT_S = 8;
 
 const nowS = () => performance.now() / 1000; // swarm.js's clock
 
@@ -62,7 +65,8 @@ export class SwarmWebSeeds {
    * What the web seeds offer (WebSeedRule): only the pieces this reader lacks that no
    * connected peer that does not choke it holds and that are this reader's own among
    * the connected readers lacking them too (ownsPiece: each such piece goes to one
-   * reader, the others take it from that one); with `all`, then the others' of those
+   * reader, the others take it from that one, or from the web seeds once they have
+   * waited OWNER_WAIT_S for it); with `all`, then the others' of those
    * once its own are all asked, then every piece it lacks once none of those is left
    * unasked (the web seeds then never idle while a piece
    * is missing). A web seed's wire (webconn.js) stands for an origin that has every
@@ -94,13 +98,37 @@ export class SwarmWebSeeds {
     // piece from this reader for good)
     const selfId = t.client?.peerId;
     const readers = peers.filter((w) => typeof w.peerId === "string" && w.peerId.startsWith(READER_PEER_ID_HEX));
-    const mine = (i) =>
+    const owned = (i) =>
       typeof selfId !== "string" ||
       ownsPiece(
         selfId,
         readers.filter((w) => !w.peerPieces?.get(i)).map((w) => w.peerId),
         i,
       );
+    // An owner connected, unchoking and slow (a page without CPU, or whose web seeds
+    // failed) stays the owner: its wire is neither destroyed nor choking. Held back
+    // (its peers deliver other pieces) this reader took such a piece only once it was
+    // starved or stalled; now a piece it has waited on OWNER_WAIT_S for its owner is
+    // its own too. The wait is counted in the reader's running time, at most 1 s a
+    // call (a page the host left without CPU did not wait on its peers), and only
+    // while the piece is lacked and another reader's: a peer holding it, or the
+    // reader having it, ends the wait (indexes only: bounded by the piece count)
+    if (this.ownerWait?.torrent !== t) this.ownerWait = { torrent: t, at: now, waited: new Map() };
+    const waited = this.ownerWait.waited;
+    const tick = Math.min(1, Math.max(0, now - this.ownerWait.at));
+    this.ownerWait.at = now;
+    const own = new Array(t.pieces.length).fill(false); // lacked and this reader's
+    for (let i = 0; i < t.pieces.length; i++) {
+      if (!lacked(i) || owned(i)) {
+        waited.delete(i);
+        own[i] = lacked(i);
+      } else {
+        const w = (waited.get(i) ?? 0) + tick;
+        waited.set(i, w);
+        own[i] = w >= OWNER_WAIT_S;
+      }
+    }
+    const mine = (i) => own[i];
     const failedEverywhere = (i) => seeds.every((seed) => (seed.failedUntil?.get(i) ?? 0) > now);
     const asked = (i) => (t._reservations?.[i] ?? []).some((w) => w) || !t.pieces[i] || t.pieces[i].missing === 0;
     // a piece a peer was asked blocks of (a request out): the peer gives them soon, or
