@@ -107,11 +107,13 @@ class SwarmStack:
         data: bytes | None = None,
         release_at: str | None = None,
         http_tracker: bool = False,
+        trackers: list[str] | None = None,
     ) -> Issue:
         """Publish an issue: ``data`` or random bytes (encrypted for these subscribers'
         keys, if given; embargoed until ``release_at``, UTC text, if given; the torrent
         naming the tracker's HTTP announce beside its WebSocket with ``http_tracker``,
-        as a desktop prefetcher needs)."""
+        as a desktop prefetcher needs; naming exactly ``trackers`` if given, ``[]``: none,
+        as the benches and the emulation publish, the directive naming the tracker)."""
         import aiohttp
 
         from pressrun.content.publish import publish
@@ -134,7 +136,13 @@ class SwarmStack:
             title=f"Swarm issue {issue_id}",
             key_path=self.key,
             content_dir=self.content,
-            trackers=[self.announce_url, self.ws_url] if http_tracker else [self.ws_url],
+            trackers=(
+                trackers
+                if trackers is not None
+                else [self.announce_url, self.ws_url]
+                if http_tracker
+                else [self.ws_url]
+            ),
             piece_size=PIECE,
             encrypt_for=directory,
             release_at=release_at,
@@ -217,9 +225,10 @@ class SwarmStack:
                 await asyncio.sleep(0.1)
         raise AssertionError(f"the balancer never sent {issue.issue_id} to the swarm")
 
-    async def desktop_seed(self, issue: Issue) -> Any:
+    async def desktop_seed(self, issue: Issue, *, tracker: str | None = None) -> Any:
         """``pressrun seed --until-stopped`` of the bundle (the desktop peer, libtorrent
-        with WebRTC), once the tracker lists it in the issue's swarm."""
+        with WebRTC), once the tracker lists it in the issue's swarm (``tracker``: its
+        ``--tracker``, the announce URL a directive names, else the torrent's)."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -232,6 +241,7 @@ class SwarmStack:
             "--until-stopped",
             "--listen",
             "127.0.0.1:0",
+            *(["--tracker", tracker] if tracker is not None else []),
             str(issue.bundle / issue.file_name),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,

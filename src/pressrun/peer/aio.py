@@ -80,6 +80,7 @@ from pressrun.peer.status import SwarmStatus
 from pressrun.peer.timeline import SwarmTimeline
 from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, make_uploader_policy
 from pressrun.peer.verify import FinalVerification, missing_spans
+from pressrun.tracker.websocket_urls import webtorrent_tracker_url
 
 __all__ = [
     "SwarmError",
@@ -203,7 +204,14 @@ class SwarmPeer(RingLink):
 
     @property
     def websocket_trackers(self) -> list[str]:
-        """The torrent's ``ws://``/``wss://`` trackers (WebRTC peers, browser readers)."""
+        """The torrent's ``ws://``/``wss://`` trackers (WebRTC peers, browser readers);
+        for a torrent that names no tracker at all (published without ``--tracker``, as
+        the benches and the emulation do), the directive's tracker's WebSocket twin,
+        where the balancer sends browsers: without it the desktop never met a reader
+        (issue 26). A torrent naming only HTTP trackers (``--no-webtorrent``) gets none."""
+        if not self._meta.trackers and self.tracker_url is not None:
+            twin = webtorrent_tracker_url(self.tracker_url)
+            return [] if twin is None else [twin]
         return [t for t in self._meta.trackers if t.startswith(WEBSOCKET_SCHEMES)]
 
     # --- lifecycle ----------------------------------------------------------
