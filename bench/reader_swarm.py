@@ -161,6 +161,24 @@ class Half:
     def verified(self) -> int:
         return sum(o.verified for o in self.outcomes)
 
+    def from_desktops(self) -> int:
+        """Bytes the readers received from desktop peers (libtorrent, "-PR"), by their
+        own swarm tally."""
+        return sum(desktop_bytes(o) for o in self.outcomes)
+
+
+#: a desktop peer's id prefix ("-PR0100-": pressrun.peer.session.PEER_ID_PREFIX) in
+#: hex, as the reader's tally names its sources ("peer <id's first 12 bytes in hex>")
+DESKTOP_SOURCE = "peer " + b"-PR".hex()
+
+
+def desktop_bytes(outcome: ReaderOutcome) -> int:
+    """What one reader received from desktop peers (its swarm tally, by source)."""
+    by_source = ((outcome.swarm or {}).get("bytes") or {}).get("by_source") or {}
+    return sum(
+        int(v.get("received") or 0) for k, v in by_source.items() if k.startswith(DESKTOP_SOURCE)
+    )
+
 
 def _s(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f} s"
@@ -420,14 +438,23 @@ def print_half(half: Half) -> None:
             f"reader download time (the app's seconds): median {med:.1f} s, min "
             f"{min(secs):.1f}, max {max(secs):.1f}"
         )
-    print(f"{'reader':>6} {'mode':>7} {'s':>6} {'origins MB':>11} {'peers MB':>9}  ok")
+    if half.peers:
+        print(
+            f"readers' bytes from desktop peers (libtorrent, their tally): "
+            f"{half.from_desktops() / MB:.1f} MB"
+        )
+    print(
+        f"{'reader':>6} {'mode':>7} {'s':>6} {'origins MB':>11} {'peers MB':>9} "
+        f"{'desktops MB':>12}  ok"
+    )
     for o in half.outcomes:
         if o.seconds is None:
-            print(f"{o.number:>6} {'-':>7} {'-':>6} {'-':>11} {'-':>9}  no: {o.error}")
+            print(f"{o.number:>6} {'-':>7} {'-':>6} {'-':>11} {'-':>9} {'-':>12}  no: {o.error}")
         else:
             print(
                 f"{o.number:>6} {o.mode:>7} {o.seconds:>6.1f} {o.bytes_from_origins / MB:>11.1f} "
-                f"{o.bytes_from_peers / MB:>9.1f}  {'yes' if o.verified else 'NO'}"
+                f"{o.bytes_from_peers / MB:>9.1f} {desktop_bytes(o) / MB:>12.1f}  "
+                f"{'yes' if o.verified else 'NO'}"
             )
             if half.peers and o.mode == "origin" and o.notices:
                 # why a reader with the peer path on took the origin path
@@ -721,7 +748,8 @@ async def main(args: argparse.Namespace) -> int:
             f"{line}; with peers ratio {with_peers.ratio():.3f} (target <= 0.25: "
             f"{'met' if ratio_ok else 'NOT MET'}), median {_s(med_p)} (target <= origin-only: "
             f"{'met' if time_ok else 'NOT MET'}); readers from peers "
-            f"{sum(o.bytes_from_peers for o in with_peers.outcomes) / MB:.1f} MB"
+            f"{sum(o.bytes_from_peers for o in with_peers.outcomes) / MB:.1f} MB (from desktop "
+            f"peers {with_peers.from_desktops() / MB:.1f} MB)"
         )
         unfinished = sum(o.seconds is None for o in with_peers.outcomes)
         if unfinished:
@@ -746,6 +774,7 @@ async def main(args: argparse.Namespace) -> int:
                         "ratio_without_desktops": h.ratio_without_desktops(),
                         "readers_own_ratio": h.readers_own_ratio(),
                         "median_s": h.median_s(),
+                        "bytes_from_desktops": h.from_desktops(),
                         "outcomes": [asdict(o) for o in h.outcomes],
                     }
                     for h in halves

@@ -32,7 +32,10 @@ export function emptyByteTally() {
     // reader held at the time of the ask, and for a piece no such peer held
     web_seed_asked_peer_held: 0,
     web_seed_asked_lacked: 0,
-    by_source: {}, // "web seed <url>" | "peer <id>" -> {received, wasted}
+    // "web seed <url>" | "peer <id>" -> {received, wasted}; <id>: the peer id's first
+    // 12 bytes in hex, its client prefix ("-PR0100-": a desktop, libtorrent; "-WW...":
+    // a reader, webtorrent) and 4 bytes of the rest, so peers are told apart
+    by_source: {},
   };
 }
 
@@ -170,7 +173,7 @@ export class SwarmBytes {
     const waste = requested ? had : length;
     tally.received += length;
     tally.needed += length - waste;
-    const name = (wire.tallyName ??= wire.type === "webSeed" ? `web seed ${this.webSeedName(wire)}` : `peer ${String(wire.peerId).slice(0, 12)}`);
+    const name = (wire.tallyName ??= wire.type === "webSeed" ? `web seed ${this.webSeedName(wire)}` : `peer ${String(wire.peerId).slice(0, 24)}`);
     let source = tally.by_source[name];
     if (source === undefined) {
       const full = Object.keys(tally.by_source).length >= MAX_SOURCES;
