@@ -129,7 +129,7 @@ function pieceWeight(idHash, index) {
 }
 
 /** The reader's (WebTorrent's) peer id prefix, "-WW", as webtorrent's hex peer ids
- * begin: readers follow the same piece owners; a desktop peer (libtorrent, "-LT")
+ * begin: readers follow the same piece owners; a desktop peer (libtorrent, "-PR")
  * fills from the origins by its own rule. */
 export const READER_PEER_ID_HEX = "2d5757";
 
