@@ -7,8 +7,8 @@ swarm of newcomers, mostly the origins' web seeds. `watch_for_carousel` listens 
 control group (signed announcements, the checks of `pressrun.multicast.control`) and
 returns the issue's carousel plan once an announcement the client trusts names it with
 the manifest the client verified; :mod:`.swarm_handoff` then leaves the swarm for it
-when the swarm has brought less than ``ClientConfig.carousel_switch_below`` of the
-file. Blocking, for a thread of its own (like the receive loop).
+once the carousel would bring the file sooner than the swarm's peers the rest
+(:mod:`.carousel_switch`). Blocking, for a thread of its own (like the receive loop).
 """
 
 from __future__ import annotations

@@ -103,17 +103,18 @@ class ClientConfig:
         while in the swarm, listening on and announced as this reachable address
         (docs/chord.md); None: none. Never with the mobile profile.
     carousel_control_group: in swarm mode, watch the publisher's signed control
-        channel at this ``GROUP:PORT`` (None: do not): when a carousel of the issue
-        starts while the swarm has brought less than ``carousel_switch_below`` of the
-        file, the client leaves the swarm and takes the file from the carousel (the
-        balancer starts one at peak demand: a newcomer sent to the swarm just before
-        the peak then does not take the file from the origins' web seeds). The swarm
-        is the carousel's fallback.
+        channel at this ``GROUP:PORT`` (None: do not): while a carousel of the issue
+        is on the air, the client leaves the swarm for it once the carousel would
+        bring the whole file sooner than the swarm's peers the rest, both from rates
+        the client measured (`pressrun.clients.carousel_switch`; the balancer starts
+        a carousel at peak demand: a newcomer sent to the swarm just before the peak
+        then does not take the file from the origins' web seeds). The swarm is the
+        carousel's fallback.
     carousel_control_source: the sender's address, which a source-specific (232/8)
         ``carousel_control_group`` and its channels are joined by (None: any-source
         groups only; a 232/8 group cannot be joined without it).
-    carousel_switch_below: see carousel_control_group. 0.5: past half of the file
-        the swarm finishes sooner than a carousel starting from nothing.
+    carousel_rate_window_s: see carousel_control_group: the swarm's rates are
+        measured over the last this many seconds. 4 s (eight status reports).
     uploader_policy: in swarm mode, the peer's uploader policy by name
         (`pressrun.peer.uploader`: ``libtorrent``, ``stripes``, ``chord``); None: the
         peer's default. With a policy that asks the issue's Chord ring, the peer
@@ -148,7 +149,7 @@ class ClientConfig:
     supernode_host: str | None = None
     carousel_control_group: str | None = None
     carousel_control_source: str | None = None
-    carousel_switch_below: float = 0.5
+    carousel_rate_window_s: float = 4.0
     uploader_policy: str | None = None
 
     def __post_init__(self) -> None:
@@ -180,8 +181,8 @@ class ClientConfig:
             raise ValueError("amt must be auto, always or never")
         if not (self.amt_native_wait_s > 0 and math.isfinite(self.amt_native_wait_s)):
             raise ValueError("amt_native_wait_s must be a positive number")
-        if not 0 <= self.carousel_switch_below <= 1:
-            raise ValueError("carousel_switch_below must be in [0, 1]")
+        if not (self.carousel_rate_window_s > 0 and math.isfinite(self.carousel_rate_window_s)):
+            raise ValueError("carousel_rate_window_s must be a positive number")
         if self.failed_ttl_s < 0 or self.retry_backoff_s < 0 or self.retry_backoff_max_s < 0:
             raise ValueError("failed_ttl_s and the backoffs must not be negative")
         if not (self.give_up_after_s >= 0 and math.isfinite(self.give_up_after_s)):

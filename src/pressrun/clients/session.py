@@ -39,6 +39,7 @@ from pressrun.security import BodyTooLarge, read_body_limited
 if TYPE_CHECKING:
     import nacl.public
 
+    from pressrun.clients.carousel_switch import SwarmRates
     from pressrun.peer.aio import SwarmPeer
     from pressrun.peer.results import SwarmProgress
 
@@ -133,11 +134,15 @@ class FetchState:
     swarm_note: str | None = None
     #: the swarm's latest progress report (while a swarm fetch runs)
     swarm_progress: SwarmProgress | None = None
+    #: the swarm's measured rates (while a swarm fetch runs; `carousel_switch`)
+    swarm_rates: SwarmRates | None = None
     #: the client left the swarm for the issue's carousel (`ClientConfig.
     #: carousel_control_group`), and what the swarm had brought by then
     left_for_carousel: bool = False
     left_swarm_web_seed_bytes: int = 0
     left_swarm_peer_bytes: int = 0
+    #: the comparison that made it leave (`CarouselChoice.describe`)
+    carousel_choice: str | None = None
     #: the swarm's uploader policy (set when a swarm fetch starts) and its peer of
     #: each swarm session (their `SwarmPeer.ring_stats`: what the Chord ring answered)
     uploader_policy: str | None = None

@@ -8,10 +8,11 @@ fails, the pieces it holds (each checked against the manifest) are kept and the 
 comes from origin sections.
 
 With ``ClientConfig.carousel_control_group`` set, the client watches the publisher's
-control channel meanwhile (:mod:`.carousel_watch`): when the balancer starts the
-issue's carousel (peak demand) while the swarm has brought less than
-``carousel_switch_below`` of the file, it leaves the swarm for the carousel, keeping
-the pieces it has.
+control channel meanwhile (:mod:`.carousel_watch`): once the balancer has started the
+issue's carousel (peak demand), it compares at every swarm progress report the
+carousel's time for the file with the swarm's peers' time for the rest, both from
+rates it measured (:mod:`.carousel_switch`), and leaves the swarm for the carousel
+when that is sooner, keeping the pieces it has.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import yarl
 
+from pressrun.clients.carousel_switch import SwarmRates, carousel_choice
 from pressrun.clients.codec import DirectiveSwarm
 from pressrun.clients.session import DirectiveUnavailable, FetchState, describe, still_good
 from pressrun.content.manifest import Manifest
@@ -88,6 +90,7 @@ async def fetch_swarm(
     peer_config = profile_config(name, metered=f.config.metered, **overrides)
     ring = await _supernode(f, m, swarm)
     f.swarm_progress = None
+    f.swarm_rates = SwarmRates(started_at=f.now(), window_s=f.config.carousel_rate_window_s)
     policy = f.config.uploader_policy or DEFAULT_UPLOADER_POLICY
     f.uploader_policy = policy
     fetching = asyncio.ensure_future(
@@ -106,7 +109,9 @@ async def fetch_swarm(
     )
     carousel: CarouselPlan | None = None
     try:
-        carousel = await _carousel_meanwhile(f, m, fetching, manifest_sha256)
+        carousel = await _carousel_meanwhile(
+            f, m, fetching, manifest_sha256, peer_config.status_interval_s
+        )
         if carousel is None:
             result = await fetching
     except Exception as err:  # any swarm failure falls back to origins
@@ -127,7 +132,10 @@ async def fetch_swarm(
             f.left_swarm_web_seed_bytes += got.bytes_from_web_seeds
             f.left_swarm_peer_bytes += max(0, got.downloaded_bytes - got.bytes_from_web_seeds)
         done = 0 if got is None else got.done_bytes
-        f.swarm_note = f"left for the carousel with {done / max(1, m.size_bytes):.0%} of the file"
+        f.swarm_note = (
+            f"left for the carousel with {done / max(1, m.size_bytes):.0%} of the file"
+            + (f": {f.carousel_choice}" if f.carousel_choice else "")
+        )
         f.notice(f"the issue's carousel started: {f.swarm_note}", level=logging.INFO)
         good = await asyncio.to_thread(still_good, m, path, range(m.num_pieces))
         return sorted(set(good) | set(kept)), None, carousel
@@ -144,14 +152,19 @@ async def fetch_swarm(
 
 
 async def _carousel_meanwhile(
-    f: FetchState, m: Manifest, fetching: asyncio.Future[Any], manifest_sha256: str | None
+    f: FetchState,
+    m: Manifest,
+    fetching: asyncio.Future[Any],
+    manifest_sha256: str | None,
+    check_every_s: float = 0.5,
 ) -> CarouselPlan | None:
-    """While the swarm fetch runs, watch the control channel (when configured); the
-    issue's carousel when one starts while the swarm has brought less than
-    ``carousel_switch_below`` of the file, else None once the fetch is done (or the
-    carousel came too late to pay)."""
+    """While the swarm fetch runs, watch the control channel (when configured); once
+    the issue's carousel is on the air, compare every ``check_every_s`` (the swarm's
+    status reports) the carousel's time for the file with the swarm peers' time for
+    the rest (`carousel_choice`): the carousel's plan as soon as it is sooner, None
+    when the swarm fetch ends first."""
     group_text = f.config.carousel_control_group
-    if group_text is None or manifest_sha256 is None or f.config.carousel_switch_below <= 0:
+    if group_text is None or manifest_sha256 is None:
         await asyncio.wait({fetching})
         return None
     from pressrun.clients.carousel_watch import watch_for_carousel
@@ -184,8 +197,14 @@ async def _carousel_meanwhile(
             # source) leaves the swarm fetch running, not failed
             f.notice(f"cannot watch the control channel ({describe(err)}); staying in the swarm")
             plan = None
-        if plan is not None and _swarm_fraction(f) < f.config.carousel_switch_below:
-            return plan
+        while plan is not None and f.swarm_rates is not None:
+            choice = carousel_choice(f.swarm_rates, plan, now=f.now())
+            if choice.leave:
+                f.carousel_choice = choice.describe()
+                return plan
+            done, _ = await asyncio.wait({fetching}, timeout=check_every_s)
+            if fetching in done:
+                return None
         await asyncio.wait({fetching})
         return None
     finally:
@@ -196,14 +215,6 @@ async def _carousel_meanwhile(
 def _latest_progress(f: FetchState) -> SwarmProgress | None:
     """The swarm fetch's latest progress report (set from its callback)."""
     return f.swarm_progress
-
-
-def _swarm_fraction(f: FetchState) -> float:
-    """The share of the wanted bytes the swarm has brought so far."""
-    got = _latest_progress(f)
-    if got is None or got.wanted_bytes <= 0:
-        return 0.0
-    return got.done_bytes / got.wanted_bytes
 
 
 def torrent_urls(directive_url: str, origin_urls: Iterable[str], issue_id: str) -> list[str]:
@@ -278,5 +289,13 @@ def ring_figures(f: FetchState) -> dict[str, Any] | None:
 
 def _swarm_progress(f: FetchState, progress: SwarmProgress) -> None:
     f.swarm_progress = progress
+    if f.swarm_rates is not None:
+        f.swarm_rates.handle_progress(
+            done_bytes=progress.done_bytes,
+            wanted_bytes=progress.wanted_bytes,
+            downloaded_bytes=progress.downloaded_bytes,
+            web_seed_bytes=progress.bytes_from_web_seeds,
+            now=f.now(),
+        )
     if f.progress is not None:
         f.progress.advanced(progress.done_bytes, "swarm")

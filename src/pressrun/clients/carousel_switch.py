@@ -1,0 +1,167 @@
+"""Whether a swarm client leaves the swarm for the issue's carousel: the two times
+for the rest of the file, from rates this client measured.
+
+A client the balancer sent to the swarm watches the control channel
+(:mod:`.carousel_watch`); when the issue's carousel is on the air it compares, at
+every swarm progress report, how long each would take to bring what is missing, and
+leaves when the carousel is sooner:
+
+- **the swarm**: the bytes still wanted over the rate the swarm's *peers* delivered
+  over the last ``window_s`` (bytes from the origins' web seeds are left out: the
+  balancer starts a carousel at peak demand to spare the origins, so the swarm's
+  time is what its peers alone would take; a swarm fed by the web seeds is left).
+  A swarm that has brought nothing from peers within the window never beats a
+  carousel already on the air.
+- **the carousel**: the whole object at the rate this client's link can be expected
+  to take from it, plus the layering's climb to that many channels. The object is
+  counted whole whatever the client holds: the carousel feeds the decoder the pieces
+  held, but a block completes only with its own symbols and a swarm's pieces are
+  spread over the blocks, so the block held least (near none) sets the time
+  (flash-crowd-50 at 2181bec, 28 Nov: readers that left with 41-47% of the file took
+  as many packets as readers with nothing). The rate is the carousel's, at most all
+  its channels, at least one channel (a receiver holds one channel whatever its
+  link), and otherwise the best rate this client's link has shown it carries (the
+  swarm's peers and web seeds together over a window): the only measure of the link
+  a client has before joining. A fast link in a slow swarm is underrated, so such a
+  client stays where it is no slower than it has been.
+
+Measured in flash-crowd-50 at 2181bec (docs/results/2026-11-28-emulation-multicast-
+twin.md): the lossy-10 clients that left with 41-47% of the file had been taking
+8.8 Mbit/s from peers and took 50-52 s on the carousel; the swarm had their other
+27 MB in about 25 s. The rule before (leave below half of the file, a constant that
+assumed a carousel about twice the swarm's rate) sent them; the carousel-to-swarm
+rate ratio measured for them was 0.8-1.7.
+
+Pure: `SwarmRates` takes ``now`` with each report and reads no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from pressrun.multicast.config import LayeringConfig
+from pressrun.multicast.events import CarouselPlan
+
+__all__ = ["CarouselChoice", "SwarmRates", "carousel_choice"]
+
+#: samples kept at most (reports come every 0.5 s; a window of 4 s needs 9)
+MAX_SAMPLES = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    at: float
+    peer_bytes: int
+    all_bytes: int
+
+
+@dataclass(slots=True)
+class SwarmRates:
+    """The swarm's rates as its progress reports show them (a bounded window).
+
+    window_s: rates are measured over the last this many seconds (or since the swarm
+        started, when that is shorter). 4 s: eight of the peer's status reports.
+    min_span_s: the link's best rate counts only windows at least this long (a
+        report's burst is not the link). 1 s.
+    """
+
+    started_at: float
+    window_s: float = 4.0
+    min_span_s: float = 1.0
+    done_bytes: int = 0
+    wanted_bytes: int = 0
+    #: the best rate (bytes/s) peers and web seeds together delivered over a window
+    best_link_bytes_per_s: float = 0.0
+    _samples: deque[_Sample] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+
+    def __post_init__(self) -> None:
+        if not (self.window_s > 0 and 0 <= self.min_span_s <= self.window_s):
+            raise ValueError("need window_s > 0 and 0 <= min_span_s <= window_s")
+        self._samples.append(_Sample(self.started_at, 0, 0))
+
+    def handle_progress(
+        self,
+        *,
+        done_bytes: int,
+        wanted_bytes: int,
+        downloaded_bytes: int,
+        web_seed_bytes: int,
+        now: float,
+    ) -> None:
+        """A swarm progress report at ``now``: the bytes done and wanted, and the
+        payload downloaded in all and from the web seeds (the rest from peers)."""
+        self.done_bytes = max(0, done_bytes)
+        self.wanted_bytes = max(0, wanted_bytes)
+        all_bytes = max(0, downloaded_bytes)
+        sample = _Sample(now, max(0, all_bytes - max(0, web_seed_bytes)), all_bytes)
+        self._samples.append(sample)
+        self._forget(now)
+        first = self._samples[0]
+        span = now - first.at
+        if span >= self.min_span_s:
+            rate = (all_bytes - first.all_bytes) / span
+            self.best_link_bytes_per_s = max(self.best_link_bytes_per_s, rate)
+
+    def _forget(self, now: float) -> None:
+        # keep one sample at or before the window's start, so the window is spanned
+        while len(self._samples) > 1 and self._samples[1].at <= now - self.window_s:
+            self._samples.popleft()
+
+    def peer_bytes_per_s(self, *, now: float) -> float:
+        """Bytes/s the peers delivered over the window up to ``now`` (time since the
+        last report counts: a swarm that stopped reporting has slowed)."""
+        self._forget(now)
+        first, last = self._samples[0], self._samples[-1]
+        span = now - first.at
+        if span <= 0:
+            return 0.0
+        return max(0, last.peer_bytes - first.peer_bytes) / span
+
+
+@dataclass(frozen=True, slots=True)
+class CarouselChoice:
+    """The comparison at one report: leave when ``carousel_s`` < ``swarm_s``."""
+
+    leave: bool
+    swarm_s: float  # the rest from the swarm's peers (inf: they bring nothing)
+    carousel_s: float  # the whole object from the carousel at the expected rate
+    carousel_bytes_per_s: float  # the rate expected from the carousel
+
+    def describe(self) -> str:
+        """One line for the client's notice."""
+        swarm = "never" if math.isinf(self.swarm_s) else f"{self.swarm_s:.0f} s"
+        return (
+            f"the carousel in about {self.carousel_s:.0f} s "
+            f"({8 * self.carousel_bytes_per_s / 1e6:.1f} Mbit/s), the swarm's peers {swarm}"
+        )
+
+
+def carousel_choice(
+    rates: SwarmRates,
+    plan: CarouselPlan,
+    *,
+    layering: LayeringConfig | None = None,
+    now: float,
+) -> CarouselChoice:
+    """Compare the swarm's time for the rest with the carousel's for the object
+    (module docstring); ``layering``: the receiver's (its climb: one channel per
+    ``settle_s + window_s``)."""
+    layering = layering or LayeringConfig()
+    channel_rates = [ch.rate_bps / 8 for ch in plan.channels if ch.rate_bps > 0]
+    rest = max(0, rates.wanted_bytes - rates.done_bytes)
+    peer = rates.peer_bytes_per_s(now=now)
+    swarm_s = rest / peer if peer > 0 else math.inf
+    if not channel_rates or plan.size_bytes <= 0:
+        return CarouselChoice(False, swarm_s, math.inf, 0.0)
+    one, every = channel_rates[0], sum(channel_rates)
+    expected = min(every, max(one, rates.best_link_bytes_per_s))
+    # channels joined one at a time, each after a settling and a window; the climb
+    # to k channels takes (k - 1) steps and brings about half of what k would
+    held = 1
+    while held < len(channel_rates) and sum(channel_rates[:held]) < expected:
+        held += 1
+    climb_s = (held - 1) * (layering.settle_s + layering.window_s)
+    carousel_s = plan.size_bytes / expected + climb_s / 2
+    return CarouselChoice(carousel_s < swarm_s, swarm_s, carousel_s, expected)

@@ -1,0 +1,219 @@
+"""When a swarm client leaves the swarm for the issue's carousel: the carousel's time
+for the file against the swarm peers' time for the rest, from measured rates
+(`pressrun.clients.carousel_switch`), and the watch that applies it
+(`swarm_handoff._carousel_meanwhile`), driven with a stepped clock.
+
+The figures are flash-crowd-50's at 2181bec (28 Nov, run 5): a 50 MB issue, a
+carousel of 10 channels of 5 Mbit/s, lossy-10 readers taking 8.8 Mbit/s from peers
+with 41-47% of the file when it started."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from pressrun.clients import carousel_watch
+from pressrun.clients.carousel_switch import SwarmRates, carousel_choice
+from pressrun.clients.config import ClientConfig
+from pressrun.clients.swarm_handoff import _carousel_meanwhile, _swarm_progress
+from pressrun.multicast.events import CarouselPlan, ChannelSpec
+from pressrun.peer.events import PeerPhase
+from pressrun.peer.results import SwarmProgress
+
+MB = 1_000_000
+SIZE = 50 * MB
+#: 8.8 Mbit/s, what the lossy-10 leavers took from peers
+PEERS_BPS = 1.1 * MB
+
+
+def plan(channels: int = 10, rate_bps: float = 5e6) -> CarouselPlan:
+    specs = tuple(
+        ChannelSpec(f"239.255.74.{53 + c}", 5500 + c, 7, rate_bps, rate_bps / 8 / 1384)
+        for c in range(channels)
+    )
+    return CarouselPlan("i-47", "ab" * 32, SIZE, 1, "raptorq", 1320, 37_896, 76.0, specs)
+
+
+def rates_after(
+    seconds: float, *, peer_bps: float, web_bps: float = 0.0, done_from: int = 0
+) -> SwarmRates:
+    """A swarm that delivered at these rates for ``seconds``, reported every 0.5 s."""
+    rates = SwarmRates(started_at=0.0)
+    t = 0.0
+    while t < seconds:
+        t += 0.5
+        peer, web = int(peer_bps * t), int(web_bps * t)
+        rates.handle_progress(
+            done_bytes=done_from + peer + web,
+            wanted_bytes=SIZE,
+            downloaded_bytes=peer + web,
+            web_seed_bytes=web,
+            now=t,
+        )
+    return rates
+
+
+def test_a_swarm_leaver_of_run_5_stays_where_its_peers_finish_sooner() -> None:
+    # 46% in 21 s at 8.8 Mbit/s from peers: the rest (27 MB) in about 25 s; the
+    # carousel at what the link has shown (8.8 Mbit/s, 2 channels) takes the whole
+    # 50 MB, about 46 s, whatever pieces are held (the least-held block decides)
+    rates = rates_after(21.0, peer_bps=PEERS_BPS, done_from=int(0.46 * SIZE) - int(PEERS_BPS * 21))
+    choice = carousel_choice(rates, plan(), now=21.0)
+    assert not choice.leave
+    assert choice.swarm_s == pytest.approx(27 * MB / PEERS_BPS, rel=0.02)
+    assert choice.carousel_s == pytest.approx(SIZE / PEERS_BPS + 0.4, rel=0.02)
+
+
+def test_a_swarm_that_brought_nothing_is_left_for_the_carousel_on_the_air() -> None:
+    rates = rates_after(5.0, peer_bps=0.0)
+    choice = carousel_choice(rates, plan(), now=5.0)
+    assert choice.leave and math.isinf(choice.swarm_s)
+    # one channel at least (a receiver holds one whatever its link): 80 s for 50 MB
+    assert choice.carousel_s == pytest.approx(SIZE / 625_000, rel=0.01)
+
+
+def test_a_swarm_fed_by_the_web_seeds_is_left_whatever_it_holds() -> None:
+    # 90% done but every byte from the origins: the carousel spares them
+    rates = rates_after(10.0, peer_bps=0.0, web_bps=2 * MB, done_from=int(0.5 * SIZE))
+    choice = carousel_choice(rates, plan(), now=10.0)
+    assert choice.leave
+    # the link has shown 16 Mbit/s: 4 channels, 25 s for the file
+    assert choice.carousel_bytes_per_s == pytest.approx(2 * MB, rel=0.01)
+
+
+def test_the_carousel_rate_is_at_most_every_channel() -> None:
+    rates = rates_after(6.0, peer_bps=20 * MB)
+    choice = carousel_choice(rates, plan(channels=4), now=6.0)
+    assert choice.carousel_bytes_per_s == pytest.approx(4 * 5e6 / 8)
+
+
+def test_peers_that_stop_reporting_slow_the_swarm_down() -> None:
+    rates = rates_after(6.0, peer_bps=PEERS_BPS)
+    assert rates.peer_bytes_per_s(now=6.0) == pytest.approx(PEERS_BPS, rel=0.01)
+    # no report for 8 s: nothing came in the window
+    assert rates.peer_bytes_per_s(now=14.0) == 0.0
+
+
+def test_the_samples_kept_are_bounded() -> None:
+    rates = rates_after(600.0, peer_bps=PEERS_BPS)
+    assert len(rates._samples) <= 64
+
+
+# -- the watch in the swarm hand-off, as the client runs it
+
+
+@dataclass
+class _Fetch:
+    """What `_carousel_meanwhile` and `_swarm_progress` use of a `FetchState`."""
+
+    loop: asyncio.AbstractEventLoop
+    config: ClientConfig = field(
+        default_factory=lambda: ClientConfig(carousel_control_group="239.255.70.1:5400")
+    )
+    clock: float = 0.0
+    progress: Any = None
+    swarm_progress: SwarmProgress | None = None
+    swarm_rates: SwarmRates | None = None
+    carousel_choice: str | None = None
+    notices: list[str] = field(default_factory=list)
+
+    def now(self) -> float:
+        return self.clock
+
+    def notice(self, text: str, **_: Any) -> None:
+        self.notices.append(text)
+
+
+@dataclass
+class _Manifest:
+    issue_id: str = "i-47"
+    publisher_key: str = "00" * 32
+
+
+def _report(f: _Fetch, t: float, *, peer: int, web: int = 0, done_from: int = 0) -> None:
+    f.clock = t
+    progress = SwarmProgress(
+        phase=PeerPhase.DOWNLOADING,
+        done_bytes=done_from + peer + web,
+        wanted_bytes=SIZE,
+        uploaded_bytes=0,
+        downloaded_bytes=peer + web,
+        bytes_from_web_seeds=web,
+        connected_peers=3,
+    )
+    _swarm_progress(f, progress)  # type: ignore[arg-type]
+
+
+async def _watch(
+    monkeypatch: pytest.MonkeyPatch, feed: Any, *, fetch_ends_after_s: float
+) -> tuple[CarouselPlan | None, _Fetch]:
+    """Run the watch with a carousel on the air from the start; ``feed(f)`` reports
+    the swarm's progress meanwhile (a coroutine); the swarm fetch ends after
+    ``fetch_ends_after_s`` unless left."""
+    monkeypatch.setattr(carousel_watch, "watch_for_carousel", lambda *a, **k: plan())
+    f = _Fetch(loop=asyncio.get_running_loop())
+    f.swarm_rates = SwarmRates(started_at=0.0)
+    fetching: asyncio.Future[Any] = asyncio.ensure_future(asyncio.sleep(fetch_ends_after_s))
+    feeding = asyncio.ensure_future(feed(f))
+    try:
+        got = await _carousel_meanwhile(f, _Manifest(), fetching, "ab" * 32)  # type: ignore[arg-type]
+    finally:
+        fetching.cancel()
+        feeding.cancel()
+    return got, f
+
+
+def test_the_hand_off_keeps_a_leaver_of_run_5_in_the_swarm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 46% of the file, 8.8 Mbit/s from peers when the carousel starts: the rule before
+    # (leave below half of the file) sent it to the carousel, where it took 50 s more
+    async def feed(f: _Fetch) -> None:
+        base = int(0.46 * SIZE) - int(PEERS_BPS * 21)
+        for step in range(1, 60):
+            t = 21.0 + 0.5 * (step - 8)
+            _report(f, t, peer=int(PEERS_BPS * t), done_from=base)
+            await asyncio.sleep(0.01)
+
+    got, f = asyncio.run(_watch(monkeypatch, feed, fetch_ends_after_s=0.6))
+    assert got is None
+    assert f.carousel_choice is None
+
+
+def test_the_hand_off_leaves_a_swarm_fed_by_the_origins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 60% of the file, all of the last seconds from the web seeds: the rule before
+    # kept it in the swarm (past half of the file) on the origins the carousel spares
+    async def feed(f: _Fetch) -> None:
+        for step in range(1, 60):
+            t = 0.5 * step
+            _report(f, t, peer=0, web=int(2 * MB * t), done_from=int(0.55 * SIZE))
+            await asyncio.sleep(0.01)
+
+    got, f = asyncio.run(_watch(monkeypatch, feed, fetch_ends_after_s=1.5))
+    assert got is not None and got.issue_id == "i-47"
+    assert f.carousel_choice is not None and "peers never" in f.carousel_choice
+
+
+def test_the_hand_off_judges_again_when_the_peers_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # past half of the file with fast peers: it stays; the peers then stop, and the
+    # carousel still on the air is taken (the rule before judged once, at the start)
+    async def feed(f: _Fetch) -> None:
+        peer = 0
+        for step in range(1, 200):
+            t = 0.5 * step
+            if t <= 4.0:
+                peer = int(3 * MB * t)
+            _report(f, t, peer=peer, done_from=int(0.5 * SIZE))
+            await asyncio.sleep(0.02)
+
+    got, f = asyncio.run(_watch(monkeypatch, feed, fetch_ends_after_s=3.0))
+    assert got is not None
+    assert f.carousel_choice is not None
