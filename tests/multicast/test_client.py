@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,12 +48,24 @@ async def _fetch(pub: Published, sender: Any) -> Any:
 
 
 async def test_get_in_multicast_mode(
-    published: Callable[[int], Published], sender_factory: Any
+    published: Callable[[int], Published], sender_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import pressrun.clients.aio
+
+    # the object's pieces and whole SHA-256 are checked on the one read that makes it
+    # the partial file: the final check does not read it again
+    final_checks: list[Path] = []
+    check_file = pressrun.clients.aio.check_file
+    monkeypatch.setattr(
+        pressrun.clients.aio,
+        "check_file",
+        lambda m, path, **kw: final_checks.append(path) or check_file(m, path, **kw),
+    )
     pub = published(SIZE)
     sender = await sender_factory(pub, CarouselConfig(channels=2, rate_bps=20e6))
     await sender.start_carousel(ISSUE, sender.config.carousel)
     result = await _fetch(pub, sender)
+    assert final_checks == []
     assert result.mode == "multicast"
     assert result.bytes_from_multicast == SIZE
     assert sum(result.bytes_by_origin.values()) == 0

@@ -143,6 +143,10 @@ class FetchState:
     left_swarm_peer_bytes: int = 0
     #: the comparison that made it leave (`CarouselChoice.describe`)
     carousel_choice: str | None = None
+    #: the partial file's whole SHA-256 as read when it was last written in one go
+    #: (the carousel's object, `multicast_receive`): the final check then need not
+    #: read it again
+    checked_sha256: str | None = None
     #: the swarm's uploader policy (set when a swarm fetch starts) and its peer of
     #: each swarm session (their `SwarmPeer.ring_stats`: what the Chord ring answered)
     uploader_policy: str | None = None
