@@ -369,3 +369,25 @@ def test_a_forged_or_absurd_report_is_held_to_what_is_credible() -> None:
     # a report without the new fields keeps what it said
     report(44.0, 30_000_000)
     assert d.holders["x"].unused_upload_bps == 700_000 and d.holders["x"].missing == 80
+
+
+def test_a_bringer_asking_again_about_its_own_piece_is_told_to_bring_it_in() -> None:
+    # The answer handing x pieces 0 and 1 to bring in was lost (x's request timed out
+    # on a loaded host after the supernode had answered it: 24 supernode failures in
+    # an emulated flash crowd). x asks about them again with its allowance taken by
+    # those very pieces: before, `wait`, and for bring_in_s (30 s) nobody brought them
+    # in while every other asker was pointed at x
+    d = PieceDirectory(rng=random.Random(1), max_bringing_per_peer=2, bring_in_s=30.0)
+    assert d.choose_uploader(0, peer_id="x", address="x:1", now=0.0).bring_in
+    assert d.choose_uploader(1, peer_id="x", address="x:1", now=0.0).bring_in
+    for p in (0, 1):
+        again = d.choose_uploader(p, peer_id="x", address="x:1", now=2.0)
+        assert again.bring_in and again.peer_id == "x" and not again.wait
+    # still two at a time: a third piece waits
+    assert d.choose_uploader(2, peer_id="x", address="x:1", now=2.0).wait
+    # the others are still pointed at x (the reservation stands from its first hand-out)
+    other = d.choose_uploader(0, peer_id="y", address="y:1", now=3.0)
+    assert not other.bring_in and other.peer_id == "x"
+    # and it lapses bring_in_s after it was first handed out, asked again or not
+    late = d.choose_uploader(0, peer_id="y", address="y:1", now=30.5)
+    assert late.bring_in and late.peer_id == "y"

@@ -108,3 +108,27 @@ def test_the_upload_left_unused_over_the_last_two_seconds() -> None:
     for t in (3.5, 4.0, 4.5, 5.0):
         use.add(t, 2_600_000)  # then nothing: the window forgets the busy seconds
     assert use.unused_bps(1_000_000) == 1_000_000
+
+
+def test_a_piece_the_ring_gave_an_uploader_for_is_not_held_off() -> None:
+    # Piece 2 has one connected holder, and the ring answered it with an uploader
+    # outside the first receivers: it knows two holders or more (the tree has grown
+    # already, maybe at peers this one is not connected to yet). Before, the peer held
+    # it off (priority 0) for up to hold_s anyway, until a second holder showed among
+    # its own connections; piece 3, which the ring said nothing of, still waits.
+    policy = ChordPolicy()
+    policy.set_ring_answers({0}, first={1}, given={2})
+    v = SwarmView(
+        peer_id="aa",
+        info_hash="12" * 20,
+        have=(False,) * 6,
+        connected_peers=3,
+        holders=(0, 1, 1, 1, 2, 2),
+    )
+    plan = policy.plan(v, now=1.0)
+    assert plan is not None
+    assert plan.piece_priorities == (
+        MAX_PRIORITY, MAX_PRIORITY, MIN_PRIORITY, 0, MIN_PRIORITY, MIN_PRIORITY,
+    )  # fmt: skip
+    policy.ring_lost()
+    assert policy.given == frozenset()

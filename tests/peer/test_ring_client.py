@@ -297,3 +297,81 @@ async def test_a_piece_one_connected_peer_holds_is_asked_about_at_once() -> None
     assert far in first, first  # (before: the first eight of the 159 nobody holds)
     # the pieces nobody holds keep a window of eight beside it
     assert len([p for p in first if p != far]) == 8, first
+
+
+async def test_leaving_does_not_wait_for_the_supernodes_answers() -> None:
+    # The peer's leave (the tracker's `stopped`, its resume data, the torrent's
+    # removal) waited for the ring's answers to its `left` report first, up to 2 s on a
+    # loaded host, in every `chord` client's download time (a client's download ends
+    # once its peer left). Now `leave` sends the reports and returns; `close`, after
+    # the rest of the leave, lets them finish.
+    loop = asyncio.get_running_loop()
+    lefts: list[float] = []
+
+    async def ring(request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "num_pieces": 4,
+                "piece_keys": [f"{k:040x}" for k in range(4)],
+                "supernodes": [{"id": "f" * 40, "address": request.host}],
+            }
+        )
+
+    async def pieces(request: web.Request) -> web.Response:
+        if (await request.json()).get("left"):
+            await asyncio.sleep(1.5)  # a supernode on a loaded host
+            lefts.append(loop.time())
+        return web.json_response({"uploaders": []})
+
+    app = web.Application()
+    app.router.add_get("/v1/ring/{info_hash}", ring)
+    app.router.add_post("/chord/v1/pieces", pieces)
+    async with served(app) as base:
+        c = ring_client(Pieces(4), base, interval_s=0.1, min_gap_s=0.05)
+        c.start()
+        async with asyncio.timeout(5):
+            while not c._owner:  # the ring's view was read: it knows its supernode
+                await asyncio.sleep(0.02)
+        started = loop.time()
+        await c.leave()
+        assert loop.time() - started < 0.5  # (before: 1.5 s, the supernode's answer)
+        assert not lefts
+        await c.close()
+        assert len(lefts) == 1  # the report was made, and answered before the close
+
+
+async def test_an_uploader_named_outside_the_first_receivers_reaches_the_policy() -> None:
+    # piece 1 (one connected holder) is answered with an uploader, not `first`: the
+    # policy hears it (`ChordPolicy.given`: no hold on it); piece 2 is named `first`
+    async def ring(request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "num_pieces": 4,
+                "piece_keys": [f"{k:040x}" for k in range(4)],
+                "supernodes": [{"id": "f" * 40, "address": request.host}],
+            }
+        )
+
+    async def pieces(request: web.Request) -> web.Response:
+        doc = await request.json()
+        answers = {1: {"address": "127.0.0.1:9"}, 2: {"address": "127.0.0.1:9", "first": True}}
+        return web.json_response(
+            {"uploaders": [{"piece": p, **answers[p]} for p in doc["want"] if p in answers]}
+        )
+
+    app = web.Application()
+    app.router.add_get("/v1/ring/{info_hash}", ring)
+    app.router.add_post("/chord/v1/pieces", pieces)
+    policy = ChordPolicy()
+    status = Pieces(4)
+    status.lonely = {1, 2}
+    async with served(app) as base:
+        c = ring_client(status, base, policy=policy, interval_s=0.1, min_gap_s=0.05)
+        c.start()
+        try:
+            async with asyncio.timeout(5):
+                while not policy.ring_ready:
+                    await asyncio.sleep(0.02)
+        finally:
+            await c.close()
+    assert policy.given == {1} and policy.first == {2}

@@ -349,8 +349,15 @@ class PieceDirectory:
             return Uploader(piece, best.peer_id, best.address, bring_in=False)
         bringer = self._bringing.get(piece)
         if bringer is not None and now - bringer[1] <= self.bring_in_s:
+            if bringer[0] == peer_id:
+                # its own piece, asked about again: still its to bring in (the answer
+                # that handed it out may never have reached it, a request timed out on
+                # a loaded host; with its allowance full of such pieces it was told
+                # `wait`, and nobody brought them in for ``bring_in_s`` while every
+                # other asker was pointed at it). The reservation keeps its time.
+                return Uploader(piece, peer_id, address, bring_in=True)
             b = self.holders.get(bringer[0])
-            if b is not None and not b.left and b.peer_id != peer_id:
+            if b is not None and not b.left:
                 if self.first_receivers is not None:
                     return self._one_source(piece, b, peer_id, now, fetching=True)
                 return Uploader(piece, b.peer_id, b.address, bring_in=False)

@@ -71,21 +71,27 @@ class ChordPolicy(UploaderPolicy):
         self.ring_absent = False
         self.bring_in: frozenset[int] = frozenset()
         self.first: frozenset[int] = frozenset()
+        self.given: frozenset[int] = frozenset()
 
-    def set_ring_answers(self, bring_in: Iterable[int], first: Iterable[int] = ()) -> None:
-        """The pieces the ring made this peer responsible for bringing in, and those
-        it named this peer a first receiver of."""
+    def set_ring_answers(
+        self, bring_in: Iterable[int], first: Iterable[int] = (), given: Iterable[int] = ()
+    ) -> None:
+        """The pieces the ring made this peer responsible for bringing in, those it
+        named this peer a first receiver of, and those it named an uploader for
+        outside the first receivers (``given``: the ring knows two holders or more,
+        so the piece is no tree's to wait for)."""
         self.ring_ready = True
         self.ring_absent = False
         self.bring_in = frozenset(bring_in)
         self.first = frozenset(first)
+        self.given = frozenset(given)
 
     def ring_lost(self) -> None:
         """No ring (the tracker lists none) or no supernode answers any more: back
         to `stripes`, at once."""
         self.ring_ready = False
         self.ring_absent = True
-        self.bring_in = self.first = frozenset()
+        self.bring_in = self.first = self.given = frozenset()
 
     def waiting_on(self, absent: Iterable[int]) -> list[int]:
         """Of the pieces no connected peer holds, those the ring answers for: all of
@@ -145,6 +151,12 @@ class ChordPolicy(UploaderPolicy):
         if holders == 1:
             if piece in self.first:
                 return MAX_PRIORITY
+            if piece in self.given:
+                # the ring named an uploader for it, not first receivers: it knows a
+                # second holder (maybe one this peer is not connected to yet). Held
+                # off until that connection showed the piece, a peer waited up to
+                # ``hold_s`` for a tree that has grown already
+                return MIN_PRIORITY
             held_off = now - self._lonely_since[piece] < self.hold_s
             return HOLD_PRIORITY if held_off else MIN_PRIORITY
         return MIN_PRIORITY

@@ -80,6 +80,9 @@ log = logging.getLogger(__name__)
 
 #: how long `RingClient.close` waits for the rounds to end after cancelling them
 CLOSE_WAIT_S = 5.0
+#: how long the ``left`` reports of `RingClient.leave` may take (the leave waited
+#: for them as long before it went on; now `close` does, after the rest of the leave)
+LEFT_WAIT_S = 2.0
 
 #: supernodes asked to look keys up in one round
 _RESOLVE_TRIES = 2
@@ -212,10 +215,14 @@ class RingClient:
         self._rare: set[int] = set()
         self._bring_in: set[int] = set()
         self._first: set[int] = set()
+        #: pieces the ring named an uploader for outside the first receivers
+        self._given: set[int] = set()
         self._connected: set[str] = set()
         self._wake = asyncio.Event()
         self._http: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
+        #: the ``left`` reports `leave` sent (`close` waits for them)
+        self._leaving: asyncio.Task[Any] | None = None
 
     def start(self) -> None:
         """Start the rounds (in the running loop)."""
@@ -227,8 +234,12 @@ class RingClient:
         self._wake.set()
 
     async def close(self) -> None:
-        """Stop the rounds and close the HTTP session."""
+        """Stop the rounds, let the ``left`` reports `leave` sent finish (at most
+        `LEFT_WAIT_S`) and close the HTTP session."""
         await self._stop_rounds()
+        if self._leaving is not None:
+            with contextlib.suppress(Exception):
+                await self._leaving
         http, self._http = self._http, None
         if http is not None:
             await http.close()
@@ -248,10 +259,15 @@ class RingClient:
 
     async def leave(self) -> None:
         """Stop the rounds (the torrent is removed next: they would read a gone
-        handle) and tell every supernode this peer knows that it left (best effort,
-        short)."""
+        handle) and start telling every supernode this peer knows that it left (best
+        effort): the answers are not waited for here, `close` waits for them at most
+        `LEFT_WAIT_S`. The peer's leave goes on meanwhile (the tracker's ``stopped``,
+        the resume data, the torrent's removal), and a client's download ends only
+        once its peer has left: waiting for the supernodes first put up to 2 s of
+        their answers on a loaded host into every `chord` client's download time,
+        which `stripes` never paid."""
         await self._stop_rounds()
-        if self._http is None:
+        if self._http is None or self._leaving is not None:
             return
         owners = set(self._owner.values())
         up, down = self._totals()
@@ -262,9 +278,13 @@ class RingClient:
             "downloaded": down,
             "left": True,
         }
-        await asyncio.gather(
-            *(self._post(o, "pieces", body) for o in owners), return_exceptions=True
-        )
+        if owners:
+            self._leaving = asyncio.get_running_loop().create_task(
+                asyncio.wait(
+                    [asyncio.ensure_future(self._post(o, "pieces", body)) for o in owners],
+                    timeout=LEFT_WAIT_S,
+                )
+            )
 
     # --- the loop ----------------------------------------------------------------
 
@@ -392,6 +412,7 @@ class RingClient:
                 by_owner[owner] = ([], [])  # still here, with these totals
         self._bring_in = {p for p in self._bring_in if not have[p]}
         self._first = {p for p in self._first if not have[p]}
+        self._given = {p for p in self._given if not have[p]}
         # The owners that may hand this peer pieces to bring in (it asks them about
         # pieces no connected peer holds) are asked one after the other, in random
         # order, each told what the ones before handed out (``bringing``): asked at
@@ -412,7 +433,7 @@ class RingClient:
 
         first, second = await asyncio.gather(in_turn(), at_once())
         if any(first) or any(second):
-            self.policy.set_ring_answers(self._bring_in, self._first)
+            self.policy.set_ring_answers(self._bring_in, self._first, self._given)
             self._on_answers()
 
     def _askable(self, piece: int, lonely: bool, now: float) -> bool:
@@ -572,6 +593,7 @@ class RingClient:
                 # nobody to upload it yet: ask again soon, not at once
                 self.stats.waits += 1
                 self._answered(piece, now, wait=True)
+                self._given.discard(piece)
                 continue
             self._answered(piece, now, wait=False)
             if ans.get("bring_in") is True:
@@ -582,6 +604,8 @@ class RingClient:
             if ans.get("first") is True:
                 self._first.add(piece)
                 self.stats.first += 1
+            else:
+                self._given.add(piece)
             self.stats.uploaders += 1
             if addr != self.address and addr not in self._connected:
                 host, _, port = addr.rpartition(":")
