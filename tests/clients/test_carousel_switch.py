@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,13 +149,35 @@ def _report(f: _Fetch, t: float, *, peer: int, web: int = 0, done_from: int = 0)
     _swarm_progress(f, progress)  # type: ignore[arg-type]
 
 
+def _announced(*, every_s: float = 0.1, ttl_s: float = 5.0, for_s: float = math.inf) -> Any:
+    """A stand-in for `watch_for_carousel`: the carousel announced every ``every_s``
+    for ``for_s`` (each announcement good for ``ttl_s``), then silence."""
+
+    def watch(*_: Any, should_stop: Any, on_plan: Any = None, **__: Any) -> Any:
+        if on_plan is None:  # the first announcement is enough (the code before)
+            return plan()
+        waited = 0.0
+        while not should_stop():
+            if waited < for_s:
+                on_plan(plan(), ttl_s)
+            time.sleep(every_s)
+            waited += every_s
+        return None
+
+    return watch
+
+
 async def _watch(
-    monkeypatch: pytest.MonkeyPatch, feed: Any, *, fetch_ends_after_s: float
+    monkeypatch: pytest.MonkeyPatch,
+    feed: Any,
+    *,
+    fetch_ends_after_s: float,
+    watch: Any = None,
 ) -> tuple[CarouselPlan | None, _Fetch]:
-    """Run the watch with a carousel on the air from the start; ``feed(f)`` reports
-    the swarm's progress meanwhile (a coroutine); the swarm fetch ends after
-    ``fetch_ends_after_s`` unless left."""
-    monkeypatch.setattr(carousel_watch, "watch_for_carousel", lambda *a, **k: plan())
+    """Run the watch with a carousel on the air from the start (``watch``: how it is
+    announced); ``feed(f)`` reports the swarm's progress meanwhile (a coroutine); the
+    swarm fetch ends after ``fetch_ends_after_s`` unless left."""
+    monkeypatch.setattr(carousel_watch, "watch_for_carousel", watch or _announced())
     f = _Fetch(loop=asyncio.get_running_loop())
     f.swarm_rates = SwarmRates(started_at=0.0)
     fetching: asyncio.Future[Any] = asyncio.ensure_future(asyncio.sleep(fetch_ends_after_s))
@@ -217,3 +240,29 @@ def test_the_hand_off_judges_again_when_the_peers_stop(
     got, f = asyncio.run(_watch(monkeypatch, feed, fetch_ends_after_s=3.0))
     assert got is not None
     assert f.carousel_choice is not None
+
+
+def test_the_hand_off_takes_no_carousel_whose_announcements_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # past half of the file with fast peers: it stays; the carousel is announced for
+    # 0.2 s (each announcement good for 0.3 s by the stepped clock's measure) and the
+    # peers stop later: a carousel no longer on the air is not left for
+    async def feed(f: _Fetch) -> None:
+        peer = 0
+        for step in range(1, 200):
+            t = 0.5 * step
+            if t <= 4.0:
+                peer = int(3 * MB * t)
+            _report(f, t, peer=peer, done_from=int(0.5 * SIZE))
+            await asyncio.sleep(0.02)
+
+    got, _ = asyncio.run(
+        _watch(
+            monkeypatch,
+            feed,
+            fetch_ends_after_s=1.5,
+            watch=_announced(every_s=0.05, ttl_s=0.3, for_s=0.2),
+        )
+    )
+    assert got is None

@@ -37,11 +37,15 @@ def watch_for_carousel(
     trusted_keys: Collection[str],
     should_stop: Callable[[], bool],
     source: str | None = None,
+    on_plan: Callable[[CarouselPlan, float], None] | None = None,
 ) -> CarouselPlan | None:
     """The issue's carousel plan from the first trusted announcement naming it with
     this manifest; None once ``should_stop()`` says so. ``trusted_keys``: hex Ed25519
     publisher keys; ``source``: the sender's address, which a source-specific (232/8)
-    control group is joined by (ValueError for one without it)."""
+    control group is joined by (ValueError for one without it). With ``on_plan`` it
+    goes on until ``should_stop()``, calling ``on_plan(plan, expires_in_s)`` for every
+    such announcement (``expires_in_s``: until the announcement expires by the
+    sender's clock, what the plan is good for), and returns None."""
     gate = AnnouncementGate(trusted_keys)
     sock = receiver_socket(*control_group, interface, source=source)
     selector = selectors.DefaultSelector()
@@ -61,7 +65,9 @@ def watch_for_carousel(
                     continue
                 plan = ann.plan_for(issue_id)
                 if plan is not None and plan.manifest_sha256 == manifest_sha256:
-                    return plan
+                    if on_plan is None:
+                        return plan
+                    on_plan(plan, ann.expires_at - wall_clock())
         return None
     finally:
         selector.close()

@@ -158,17 +158,29 @@ async def _carousel_meanwhile(
     manifest_sha256: str | None,
     check_every_s: float = 0.5,
 ) -> CarouselPlan | None:
-    """While the swarm fetch runs, watch the control channel (when configured); once
-    the issue's carousel is on the air, compare every ``check_every_s`` (the swarm's
-    status reports) the carousel's time for the file with the swarm peers' time for
-    the rest (`carousel_choice`): the carousel's plan as soon as it is sooner, None
-    when the swarm fetch ends first."""
+    """While the swarm fetch runs, watch the control channel (when configured); while
+    the issue's carousel is on the air (named in an announcement that has not
+    expired), compare every ``check_every_s`` (the swarm's status reports) the
+    carousel's time for the file with the swarm peers' time for the rest
+    (`carousel_choice`): the carousel's plan as soon as it is sooner, None when the
+    swarm fetch ends first."""
     group_text = f.config.carousel_control_group
     if group_text is None or manifest_sha256 is None:
         await asyncio.wait({fetching})
         return None
     from pressrun.clients.carousel_watch import watch_for_carousel
     from pressrun.multicast.net import parse_group
+
+    # the latest plan announced and until when (loop time) it is good
+    on_air: list[tuple[CarouselPlan, float]] = []
+
+    def seen(plan: CarouselPlan, expires_in_s: float) -> None:
+        # an expiry is at most a minute ahead, whatever the clocks say
+        on_air[:] = [(plan, f.now() + min(60.0, max(0.0, expires_in_s)))]
+
+    def announced(plan: CarouselPlan, expires_in_s: float) -> None:
+        # called in the watch's thread
+        f.loop.call_soon_threadsafe(seen, plan, expires_in_s)
 
     stop = threading.Event()
     # a thread of its own (the loop's default pool is shared with the file checks)
@@ -184,28 +196,30 @@ async def _carousel_meanwhile(
             trusted_keys={m.publisher_key},
             should_stop=stop.is_set,
             source=f.config.carousel_control_source,
+            on_plan=announced,
         ),
     )
     try:
-        done, _ = await asyncio.wait({fetching, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if fetching in done:
-            return None
-        try:
-            plan = watcher.result()
-        except (OSError, ValueError) as err:
-            # the watch is an extra: a group it cannot join (a 232/8 one without its
-            # source) leaves the swarm fetch running, not failed
-            f.notice(f"cannot watch the control channel ({describe(err)}); staying in the swarm")
-            plan = None
-        while plan is not None and f.swarm_rates is not None:
-            choice = carousel_choice(f.swarm_rates, plan, now=f.now())
-            if choice.leave:
-                f.carousel_choice = choice.describe()
-                return plan
-            done, _ = await asyncio.wait({fetching}, timeout=check_every_s)
-            if fetching in done:
-                return None
-        await asyncio.wait({fetching})
+        while not fetching.done():
+            if on_air and f.swarm_rates is not None and f.now() <= on_air[0][1]:
+                plan = on_air[0][0]
+                choice = carousel_choice(f.swarm_rates, plan, now=f.now())
+                if choice.leave:
+                    f.carousel_choice = choice.describe()
+                    return plan
+            waits: set[asyncio.Future[Any]] = {fetching}
+            if not watcher.done():
+                waits.add(watcher)
+            await asyncio.wait(waits, timeout=check_every_s, return_when=asyncio.FIRST_COMPLETED)
+            if watcher.done() and not fetching.done():
+                # the watch is an extra: a group it cannot join (a 232/8 one without its
+                # source) leaves the swarm fetch running, not failed
+                err = watcher.exception()
+                if err is not None:
+                    f.notice(
+                        f"cannot watch the control channel ({describe(err)}); staying in the swarm"
+                    )
+                await asyncio.wait({fetching})
         return None
     finally:
         stop.set()
