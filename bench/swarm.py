@@ -51,6 +51,7 @@ from types import ModuleType
 from typing import Any
 
 import pressrun.peer.aio as peer_aio
+import pressrun.peer.core as peer_core
 from pressrun.chord.aio import MAX_BRINGERS
 from pressrun.content.publish import DEFAULT_PIECE_SIZE
 from pressrun.peer.chord_policy import ChordPolicy
@@ -298,9 +299,22 @@ async def one_run(
             }
 
 
+#: where the harness's processes run (``--worker-sessions``): ``own``, each worker and
+#: the supernodes' process in a session of its own. With the kernel's autogroup
+#: scheduling (on here: /proc/sys/kernel/sched_autogroup_enabled) a session is a
+#: scheduling group, and the CPU is shared between groups first: with ``shared`` every
+#: event loop of the bench queued behind the whole bench's threads (83 a worker of 20
+#: peers), as no peer on a host of its own does, and at N = 80 every run was refused
+#: for the loops' lag (373-1,338 ms at p99) while the same runs with ``own`` were clean
+#: (170-195 ms) at the same CPU (docs/results/2026-11-28-swarm-limit.md, sections 10,
+#: 12 and 13). It changes who waits, not how much CPU the peers take, nor the refusal.
+DEFAULT_WORKER_SESSIONS = "own"
+
+
 def own_sessions(args: argparse.Namespace) -> bool:
-    """``--worker-sessions own``: each worker process in a session of its own."""
-    return getattr(args, "worker_sessions", "shared") == "own"
+    """``--worker-sessions own`` (the default): each worker process in a session of its
+    own (`DEFAULT_WORKER_SESSIONS`)."""
+    return getattr(args, "worker_sessions", DEFAULT_WORKER_SESSIONS) == "own"
 
 
 def _plain(v: object) -> bool:
@@ -335,9 +349,17 @@ def _load() -> str:
 
 
 def set_chord_peer_knobs(args: argparse.Namespace) -> None:
-    """``--upload-slots``, ``--sole-upload-slots``: every chord peer's (to measure one)."""
+    """``--upload-slots``, ``--sole-upload-slots``: every chord peer's (to measure one);
+    ``--first-piece-status-ms``: every peer's status poll until its first piece
+    (`pressrun.peer.core.FIRST_PIECE_STATUS_INTERVAL_S`; 0: the status interval, the
+    peer before 28 Nov evening)."""
     ChordPolicy.upload_slots = args.upload_slots or None
     ChordPolicy.sole_upload_slots = args.sole_upload_slots or None
+    ms = getattr(args, "first_piece_status_ms", None)
+    if ms is not None:
+        peer_core.FIRST_PIECE_STATUS_INTERVAL_S = (
+            ms / 1000 if ms > 0 else PeerConfig().status_interval_s
+        )
 
 
 def bringing_per_peer(args: argparse.Namespace) -> int | None:
@@ -371,6 +393,13 @@ def add_ring_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="policy chord: peers a chord peer unchokes at most (0: the session's)",
+    )
+    p.add_argument(
+        "--first-piece-status-ms",
+        type=float,
+        default=peer_core.FIRST_PIECE_STATUS_INTERVAL_S * 1000,
+        help="every peer's status poll until its first piece, ms (0: the status interval, "
+        "as before 28 Nov evening)",
     )
     p.add_argument(
         "--sole-upload-slots",
@@ -497,9 +526,10 @@ async def main() -> None:
     p.add_argument(
         "--worker-sessions",
         choices=("own", "shared"),
-        default="shared",
-        help="each worker process in a session of its own (own: with the kernel's "
-        "autogroup scheduling, a scheduling group of its own) or all in the bench's",
+        default=DEFAULT_WORKER_SESSIONS,
+        help="each worker process in a session of its own (own, the default: with the "
+        "kernel's autogroup scheduling, a scheduling group of its own, as a host of its "
+        "own) or all in the bench's (shared, the bench before 28 Nov)",
     )
     p.add_argument(
         "--peers-per-proc",

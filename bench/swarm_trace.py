@@ -667,6 +667,12 @@ async def main() -> None:
     p.add_argument("--peer-upload-mbps", type=float, default=8.0, help="u per peer (Mbit/s)")
     p.add_argument("--origin-mbps", type=float, default=16.0, help="u_s (Mbit/s)")
     p.add_argument("--peers-per-proc", type=int, default=20, help="peers per worker process")
+    p.add_argument(
+        "--worker-sessions",
+        choices=("own", "shared"),
+        default=bench_swarm.DEFAULT_WORKER_SESSIONS,
+        help="as bench/swarm.py's",
+    )
     bench_swarm.add_ring_arguments(p)
     a = p.parse_args()
     bench_swarm.set_chord_peer_knobs(a)
@@ -688,9 +694,11 @@ async def main() -> None:
         order_askers=a.order_askers,
         fair_bringing=a.fair_bringing,
         peers_per_proc=a.peers_per_proc,
+        worker_sessions=a.worker_sessions,
         lt=a.lt,
         upload_slots=a.upload_slots,
         sole_upload_slots=a.sole_upload_slots,
+        first_piece_status_ms=a.first_piece_status_ms,
     )
     bench_swarm_args_upload_bps.append(args.peer_upload_mbps * 1e6 / 8)
     SIZES.update(
