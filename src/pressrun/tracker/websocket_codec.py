@@ -182,12 +182,26 @@ def parse_frame(text: str, config: RelayConfig) -> WsAnnounce | WsAnswer:
             # a browser that does not know the size yet sends no left: a leecher
             left=_count(msg.get("left"), "left", 1),
             numwant=min(_count(numwant, "numwant", len(offers)), config.max_offers_per_announce),
-            key=str(key)[:64] if isinstance(key, str | int) and not isinstance(key, bool) else None,
+            key=_key(key),
             offers=tuple(offers),
         )
     except FrameError as err:
         err.info_hash = info_hash
         raise
+
+
+def _key(key: object) -> str | None:
+    """BEP 7's key as the HTTP codec keeps it (`pressrun.tracker.codec`: the hex of its
+    bytes), so a desktop peer announcing on both trackers with the same key (libtorrent
+    sends the same hex digits on both) is one client session to the accounting. Kept as
+    the string, it never matched the HTTP one, and every announce on the other channel
+    counted the session's whole totals again (a desktop that sent about 21 MB had
+    252.7 MB uploaded in its record: bench/reader_swarm.py, 28 Nov, session 19). None
+    for no key, another type or more than 64 bytes (the HTTP codec refuses those)."""
+    if isinstance(key, bool) or not isinstance(key, str | int):
+        return None
+    raw = str(key).encode()
+    return raw.hex() if 0 < len(raw) <= 64 else None
 
 
 def failure(reason: str, info_hash: bytes | None) -> dict[str, Any]:
