@@ -51,6 +51,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,13 +194,16 @@ async def desktop_get(
     max_seed_s: float,
     running: list[asyncio.subprocess.Process],
     log_path: Path,
+    after: Callable[[], Awaitable[None]] | None = None,
 ) -> Desktop:
-    """A desktop peer arriving after ``delay_s``: ``pressrun get --json``, which seeds
-    after its download until its fair-exit rule or ``max_seed_s`` and then prints its
-    outcome; the process is put in ``running`` (to be stopped when the crowd is over:
-    then it has no outcome). Its log (INFO: the directives, the swarm's notices) goes to
-    ``log_path``."""
+    """A desktop peer arriving after ``delay_s`` (and then ``after()``, if given):
+    ``pressrun get --json``, which seeds after its download until its fair-exit rule or
+    ``max_seed_s`` and then prints its outcome; the process is put in ``running`` (to be
+    stopped when the crowd is over: then it has no outcome). Its log (INFO: the
+    directives, the swarm's notices) goes to ``log_path``."""
     await asyncio.sleep(delay_s)
+    if after is not None:
+        await after()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -331,6 +335,16 @@ async def run_half(
                     number, reader.url, ISSUE, want_sha, timeout_s=args.timeout_s
                 )
 
+            async def readers_loaded() -> None:
+                # --desktops-after-readers: until every reader's page fired its load
+                # event (the app starts then), at most 60 s
+                deadline = loop.time() + 60.0
+                while loop.time() < deadline and not all(
+                    any(line.startswith("load: ") for line in fleet.console.get(n, []))
+                    for n in range(1, half.readers + 1)
+                ):
+                    await asyncio.sleep(0.2)
+
             meter = CpuMeter()
             meter.start()
             profiles = PageProfiles(fleet, args.profile if half.peers else 0, root)
@@ -349,6 +363,7 @@ async def run_half(
                         args.desktop_max_seed_s,
                         running,
                         root / f"desktop-{i + 1}.log",
+                        readers_loaded if args.desktops_after_readers else None,
                     )
                     for i in range(args.desktops)
                 )
@@ -858,6 +873,15 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--offers-rounds", type=int, default=3, help="--offers-cpu: rounds of each (3)"
+    )
+    parser.add_argument(
+        "--desktops-after-readers",
+        action="store_true",
+        help="the desktop peers arrive once every reader's page has loaded (at most 60 s), "
+        "not at --arrive-s: on this 2-core host the pages' apps come up 4-28 s after they "
+        "open, so at --arrive-s the desktops are the first peers, and at N = 20 on 28 Nov "
+        "(session 19) both left by their not_needed rule 0.4 s before the first reader "
+        "announced (both halves alike; off by default)",
     )
     parser.add_argument("--seed", type=int, default=26, help="arrival times' seed (26)")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the figures as JSON")
