@@ -87,7 +87,7 @@ def test_a_swarm_fed_by_the_web_seeds_is_left_whatever_it_holds() -> None:
 
 
 def test_the_carousel_rate_is_at_most_every_channel() -> None:
-    rates = rates_after(6.0, peer_bps=20 * MB)
+    rates = rates_after(6.0, peer_bps=3 * MB)  # 24 Mbit/s shown, 4 channels carry 20
     choice = carousel_choice(rates, plan(channels=4), now=6.0)
     assert choice.carousel_bytes_per_s == pytest.approx(4 * 5e6 / 8)
 
@@ -135,11 +135,19 @@ class _Manifest:
     publisher_key: str = "00" * 32
 
 
-def _report(f: _Fetch, t: float, *, peer: int, web: int = 0, done_from: int = 0) -> None:
+def _report(
+    f: _Fetch,
+    t: float,
+    *,
+    peer: int,
+    web: int = 0,
+    done_from: int = 0,
+    phase: PeerPhase = PeerPhase.DOWNLOADING,
+) -> None:
     f.clock = t
     progress = SwarmProgress(
-        phase=PeerPhase.DOWNLOADING,
-        done_bytes=done_from + peer + web,
+        phase=phase,
+        done_bytes=min(SIZE, done_from + peer + web),
         wanted_bytes=SIZE,
         uploaded_bytes=0,
         downloaded_bytes=peer + web,
@@ -215,7 +223,7 @@ def test_the_hand_off_leaves_a_swarm_fed_by_the_origins(
     async def feed(f: _Fetch) -> None:
         for step in range(1, 60):
             t = 0.5 * step
-            _report(f, t, peer=0, web=int(2 * MB * t), done_from=int(0.55 * SIZE))
+            _report(f, t, peer=0, web=int(0.2 * MB * t), done_from=int(0.55 * SIZE))
             await asyncio.sleep(0.01)
 
     got, f = asyncio.run(_watch(monkeypatch, feed, fetch_ends_after_s=1.5))
@@ -266,3 +274,32 @@ def test_the_hand_off_takes_no_carousel_whose_announcements_stopped(
         )
     )
     assert got is None
+
+
+def test_a_swarm_that_has_the_file_is_never_left() -> None:
+    rates = rates_after(10.0, peer_bps=PEERS_BPS, done_from=SIZE - int(PEERS_BPS * 10))
+    # done: the peers then bring nothing, as nothing is missing
+    rates.handle_progress(
+        done_bytes=SIZE,
+        wanted_bytes=SIZE,
+        downloaded_bytes=int(PEERS_BPS * 10),
+        web_seed_bytes=0,
+        now=20.0,
+        downloading=False,
+    )
+    choice = carousel_choice(rates, plan(), now=20.0)
+    assert not choice.leave and choice.swarm_s == 0.0
+
+
+def test_the_hand_off_leaves_no_seeding_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the swarm brought the file and seeds when the carousel starts; on 38201e5 it
+    # "left" (its peers brought nothing more) and stopped seeding (flash-crowd-50 at
+    # 67bd461: six swarm clients)
+    async def feed(f: _Fetch) -> None:
+        for step in range(1, 60):
+            t = 0.5 * step
+            _report(f, t, peer=SIZE, phase=PeerPhase.SEEDING)
+            await asyncio.sleep(0.01)
+
+    got, f = asyncio.run(_watch(monkeypatch, feed, fetch_ends_after_s=0.6))
+    assert got is None and f.carousel_choice is None

@@ -72,6 +72,8 @@ class SwarmRates:
     min_span_s: float = 1.0
     done_bytes: int = 0
     wanted_bytes: int = 0
+    #: the swarm fetch is still downloading (not checking its copy, seeding or gone)
+    downloading: bool = True
     #: the best rate (bytes/s) peers and web seeds together delivered over a window
     best_link_bytes_per_s: float = 0.0
     _samples: deque[_Sample] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
@@ -89,9 +91,13 @@ class SwarmRates:
         downloaded_bytes: int,
         web_seed_bytes: int,
         now: float,
+        downloading: bool = True,
     ) -> None:
-        """A swarm progress report at ``now``: the bytes done and wanted, and the
-        payload downloaded in all and from the web seeds (the rest from peers)."""
+        """A swarm progress report at ``now``: the bytes done and wanted, the payload
+        downloaded in all and from the web seeds (the rest from peers), and whether
+        the fetch is still downloading (a fetch that has the file and seeds is never
+        left: its peers bring nothing because nothing is missing)."""
+        self.downloading = downloading
         self.done_bytes = max(0, done_bytes)
         self.wanted_bytes = max(0, wanted_bytes)
         all_bytes = max(0, downloaded_bytes)
@@ -151,6 +157,11 @@ def carousel_choice(
     layering = layering or LayeringConfig()
     channel_rates = [ch.rate_bps / 8 for ch in plan.channels if ch.rate_bps > 0]
     rest = max(0, rates.wanted_bytes - rates.done_bytes)
+    if rest == 0 or not rates.downloading:
+        # the swarm has the file (it checks its copy or seeds): nothing to leave for
+        # (flash-crowd-50 at 67bd461, 28 Nov 22:49: six swarm clients "left" while
+        # seeding, their peers bringing nothing, and stopped seeding)
+        return CarouselChoice(False, 0.0, math.inf, 0.0)
     peer = rates.peer_bytes_per_s(now=now)
     swarm_s = rest / peer if peer > 0 else math.inf
     if not channel_rates or plan.size_bytes <= 0:

@@ -302,6 +302,8 @@ def ring_figures(f: FetchState) -> dict[str, Any] | None:
 
 
 def _swarm_progress(f: FetchState, progress: SwarmProgress) -> None:
+    from pressrun.peer.events import PeerPhase
+
     f.swarm_progress = progress
     if f.swarm_rates is not None:
         f.swarm_rates.handle_progress(
@@ -310,6 +312,7 @@ def _swarm_progress(f: FetchState, progress: SwarmProgress) -> None:
             downloaded_bytes=progress.downloaded_bytes,
             web_seed_bytes=progress.bytes_from_web_seeds,
             now=f.now(),
+            downloading=progress.phase is PeerPhase.DOWNLOADING,
         )
     if f.progress is not None:
         f.progress.advanced(progress.done_bytes, "swarm")
