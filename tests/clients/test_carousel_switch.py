@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pressrun.clients import carousel_watch
-from pressrun.clients.carousel_switch import SwarmRates, carousel_choice
+from pressrun.clients.carousel_switch import SenderRates, SwarmRates, carousel_choice
 from pressrun.clients.config import ClientConfig
 from pressrun.clients.swarm_handoff import _carousel_meanwhile, _swarm_progress
 from pressrun.multicast.events import CarouselPlan, ChannelSpec
@@ -31,12 +31,23 @@ SIZE = 50 * MB
 PEERS_BPS = 1.1 * MB
 
 
-def plan(channels: int = 10, rate_bps: float = 5e6) -> CarouselPlan:
+def plan(channels: int = 10, rate_bps: float = 5e6, sent: tuple[int, ...] = ()) -> CarouselPlan:
     specs = tuple(
         ChannelSpec(f"239.255.74.{53 + c}", 5500 + c, 7, rate_bps, rate_bps / 8 / 1384)
         for c in range(channels)
     )
-    return CarouselPlan("i-47", "ab" * 32, SIZE, 1, "raptorq", 1320, 37_896, 76.0, specs)
+    return CarouselPlan("i-47", "ab" * 32, SIZE, 1, "raptorq", 1320, 37_896, 76.0, specs, sent)
+
+
+def sender_at(share: float, seconds: float = 4.0, channels: int = 10) -> SenderRates:
+    """A sender whose announcements (every 0.5 s) count packets at ``share`` of the plan."""
+    sender = SenderRates()
+    pps = plan(channels).channels[0].packets_per_s
+    t = 0.0
+    while t <= seconds:
+        sender.handle_plan(plan(channels, sent=(int(share * pps * t),) * channels), now=t)
+        t += 0.5
+    return sender
 
 
 def rates_after(
@@ -303,3 +314,25 @@ def test_the_hand_off_leaves_no_seeding_client(monkeypatch: pytest.MonkeyPatch) 
 
     got, f = asyncio.run(_watch(monkeypatch, feed, fetch_ends_after_s=0.6))
     assert got is None and f.carousel_choice is None
+
+
+def test_a_slow_sender_makes_the_carousel_slower() -> None:
+    # a lossy-10 reader of the run at 67bd461 (client 12): 42% of the file, its peers'
+    # rate fallen to about 4.4 Mbit/s (the rest in 52 s), its link shown at 10 Mbit/s:
+    # the carousel at its plan (2 channels, about 41 s) is sooner; with the sender at
+    # 60% of its plan (30 of 50 Mbit/s, as in run 5) it is not (about 67 s)
+    rates = rates_after(20.0, peer_bps=0.55 * MB, web_bps=0.0, done_from=10 * MB)
+    rates.best_link_bytes_per_s = 1.25 * MB
+    full = carousel_choice(rates, plan(), sender=sender_at(1.0), now=20.0)
+    slow = carousel_choice(rates, plan(), sender=sender_at(0.6), now=20.0)
+    assert full.leave and full.carousel_s == pytest.approx(40.4, abs=0.5)
+    assert not slow.leave and slow.carousel_bytes_per_s == pytest.approx(0.75 * MB, rel=0.01)
+    assert slow.carousel_s > slow.swarm_s
+
+
+def test_the_sender_counters_are_forgotten_when_they_restart() -> None:
+    sender = sender_at(0.5)
+    assert sender.shares(plan()) == pytest.approx((0.5,) * 10, rel=0.01)
+    # a restarted sender counts from 0 again: nothing measured yet
+    sender.handle_plan(plan(sent=(10,) * 10), now=5.0)
+    assert sender.shares(plan()) == (1.0,) * 10

@@ -18,12 +18,15 @@ leaves when the carousel is sooner:
   held, but a block completes only with its own symbols and a swarm's pieces are
   spread over the blocks, so the block held least (near none) sets the time
   (flash-crowd-50 at 2181bec, 28 Nov: readers that left with 41-47% of the file took
-  as many packets as readers with nothing). The rate is the carousel's, at most all
-  its channels, at least one channel (a receiver holds one channel whatever its
-  link), and otherwise the best rate this client's link has shown it carries (the
-  swarm's peers and web seeds together over a window): the only measure of the link
-  a client has before joining. A fast link in a slow swarm is underrated, so such a
-  client stays where it is no slower than it has been.
+  as many packets as readers with nothing). The channels counted are those the
+  link carries at their planned rates (the layering joins only on windows at the
+  planned rate), by the best rate this client's link has shown (the swarm's peers
+  and web seeds together over a window: the only measure of the link a client has
+  before joining), one at least (a receiver holds one whatever its link); each
+  brings what the sender's announcements show it sending (their packets-sent
+  counters; a sender short of CPU sends under its plan), and all of them together
+  at most what the link has shown. A fast link in a slow swarm is underrated, so
+  such a client stays where it is no slower than it has been.
 
 Measured in flash-crowd-50 at 2181bec (docs/results/2026-11-28-emulation-multicast-
 twin.md): the lossy-10 clients that left with 41-47% of the file had been taking
@@ -44,7 +47,7 @@ from dataclasses import dataclass, field
 from pressrun.multicast.config import LayeringConfig
 from pressrun.multicast.events import CarouselPlan
 
-__all__ = ["CarouselChoice", "SwarmRates", "carousel_choice"]
+__all__ = ["CarouselChoice", "SenderRates", "SwarmRates", "carousel_choice"]
 
 #: samples kept at most (reports come every 0.5 s; a window of 4 s needs 9)
 MAX_SAMPLES = 64
@@ -126,6 +129,51 @@ class SwarmRates:
         return max(0, last.peer_bytes - first.peer_bytes) / span
 
 
+@dataclass(slots=True)
+class SenderRates:
+    """How fast the sender really sends each channel, from the packets-sent counters
+    of its announcements (`CarouselPlan.sent_packets`) over the last ``window_s``: a
+    sender short of CPU sends under its plan (flash-crowd-50: 30-47 of 50 Mbit/s),
+    and the carousel then takes longer than its channels' rates say.
+
+    min_span_s: counters closer together than this say nothing yet. 1 s.
+    """
+
+    window_s: float = 4.0
+    min_span_s: float = 1.0
+    _samples: deque[tuple[float, tuple[int, ...]]] = field(
+        default_factory=lambda: deque(maxlen=MAX_SAMPLES)
+    )
+
+    def handle_plan(self, plan: CarouselPlan, *, now: float) -> None:
+        """An announcement of the carousel arrived at ``now``."""
+        counts = tuple(plan.sent_packets)
+        if len(counts) != len(plan.channels):
+            return
+        if self._samples and (
+            len(self._samples[-1][1]) != len(counts)
+            or any(b < a for a, b in zip(self._samples[-1][1], counts, strict=True))
+        ):
+            self._samples.clear()  # another plan, or the sender restarted
+        self._samples.append((now, counts))
+        while len(self._samples) > 1 and self._samples[1][0] <= now - self.window_s:
+            self._samples.popleft()
+
+    def shares(self, plan: CarouselPlan) -> tuple[float, ...]:
+        """Each channel's measured rate as a share of its planned one (at most 1; 1
+        where not measured yet)."""
+        ones = tuple(1.0 for _ in plan.channels)
+        if len(self._samples) < 2:
+            return ones
+        (t0, first), (t1, last) = self._samples[0], self._samples[-1]
+        if t1 - t0 < self.min_span_s or len(last) != len(plan.channels):
+            return ones
+        return tuple(
+            min(1.0, (b - a) / (t1 - t0) / ch.packets_per_s) if ch.packets_per_s > 0 else 1.0
+            for a, b, ch in zip(first, last, plan.channels, strict=True)
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class CarouselChoice:
     """The comparison at one report: leave when ``carousel_s`` < ``swarm_s``."""
@@ -149,13 +197,17 @@ def carousel_choice(
     plan: CarouselPlan,
     *,
     layering: LayeringConfig | None = None,
+    sender: SenderRates | None = None,
     now: float,
 ) -> CarouselChoice:
     """Compare the swarm's time for the rest with the carousel's for the object
     (module docstring); ``layering``: the receiver's (its climb: one channel per
-    ``settle_s + window_s``)."""
+    ``settle_s + window_s``); ``sender``: the rates the sender's announcements show
+    (each channel at most its planned rate)."""
     layering = layering or LayeringConfig()
-    channel_rates = [ch.rate_bps / 8 for ch in plan.channels if ch.rate_bps > 0]
+    shares = sender.shares(plan) if sender is not None else tuple(1.0 for _ in plan.channels)
+    planned = [max(0.0, ch.rate_bps / 8) for ch in plan.channels]
+    sent = [rate * share for rate, share in zip(planned, shares, strict=True)]
     rest = max(0, rates.wanted_bytes - rates.done_bytes)
     if rest == 0 or not rates.downloading:
         # the swarm has the file (it checks its copy or seeds): nothing to leave for
@@ -164,15 +216,18 @@ def carousel_choice(
         return CarouselChoice(False, 0.0, math.inf, 0.0)
     peer = rates.peer_bytes_per_s(now=now)
     swarm_s = rest / peer if peer > 0 else math.inf
-    if not channel_rates or plan.size_bytes <= 0:
+    if not planned or sum(sent) <= 0 or plan.size_bytes <= 0:
         return CarouselChoice(False, swarm_s, math.inf, 0.0)
-    one, every = channel_rates[0], sum(channel_rates)
-    expected = min(every, max(one, rates.best_link_bytes_per_s))
-    # channels joined one at a time, each after a settling and a window; the climb
-    # to k channels takes (k - 1) steps and brings about half of what k would
+    # the channels the link carries at their planned rates (the layering joins only
+    # on windows at the planned rate), one at least; they bring what the sender sends
+    # on them, at most what the link has shown
+    link = rates.best_link_bytes_per_s
     held = 1
-    while held < len(channel_rates) and sum(channel_rates[:held]) < expected:
+    while held < len(planned) and sum(planned[:held]) < link:
         held += 1
+    expected = max(sent[0], min(link, sum(sent[:held])))
+    # channels joined one at a time, each after a settling and a window; the climb
+    # to them takes (held - 1) steps and brings about half of what they would
     climb_s = (held - 1) * (layering.settle_s + layering.window_s)
     carousel_s = plan.size_bytes / expected + climb_s / 2
     return CarouselChoice(carousel_s < swarm_s, swarm_s, carousel_s, expected)

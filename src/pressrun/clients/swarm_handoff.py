@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import yarl
 
-from pressrun.clients.carousel_switch import SwarmRates, carousel_choice
+from pressrun.clients.carousel_switch import SenderRates, SwarmRates, carousel_choice
 from pressrun.clients.codec import DirectiveSwarm
 from pressrun.clients.session import DirectiveUnavailable, FetchState, describe, still_good
 from pressrun.content.manifest import Manifest
@@ -174,9 +174,12 @@ async def _carousel_meanwhile(
     # the latest plan announced and until when (loop time) it is good
     on_air: list[tuple[CarouselPlan, float]] = []
 
+    sender = SenderRates(window_s=f.config.carousel_rate_window_s)
+
     def seen(plan: CarouselPlan, expires_in_s: float) -> None:
         # an expiry is at most a minute ahead, whatever the clocks say
         on_air[:] = [(plan, f.now() + min(60.0, max(0.0, expires_in_s)))]
+        sender.handle_plan(plan, now=f.now())
 
     def announced(plan: CarouselPlan, expires_in_s: float) -> None:
         # called in the watch's thread
@@ -203,7 +206,7 @@ async def _carousel_meanwhile(
         while not fetching.done():
             if on_air and f.swarm_rates is not None and f.now() <= on_air[0][1]:
                 plan = on_air[0][0]
-                choice = carousel_choice(f.swarm_rates, plan, now=f.now())
+                choice = carousel_choice(f.swarm_rates, plan, sender=sender, now=f.now())
                 if choice.leave:
                     f.carousel_choice = choice.describe()
                     return plan
