@@ -51,7 +51,6 @@ from types import ModuleType
 from typing import Any
 
 import pressrun.peer.aio as peer_aio
-import pressrun.peer.core as peer_core
 from pressrun.chord.aio import MAX_BRINGERS
 from pressrun.content.publish import DEFAULT_PIECE_SIZE
 from pressrun.peer.chord_policy import ChordPolicy
@@ -349,17 +348,9 @@ def _load() -> str:
 
 
 def set_chord_peer_knobs(args: argparse.Namespace) -> None:
-    """``--upload-slots``, ``--sole-upload-slots``: every chord peer's (to measure one);
-    ``--first-piece-status-ms``: every peer's status poll until its first piece
-    (`pressrun.peer.core.FIRST_PIECE_STATUS_INTERVAL_S`; 0: the status interval, the
-    peer before 28 Nov evening)."""
+    """``--upload-slots``, ``--sole-upload-slots``: every chord peer's (to measure one)."""
     ChordPolicy.upload_slots = args.upload_slots or None
     ChordPolicy.sole_upload_slots = args.sole_upload_slots or None
-    ms = getattr(args, "first_piece_status_ms", None)
-    if ms is not None:
-        peer_core.FIRST_PIECE_STATUS_INTERVAL_S = (
-            ms / 1000 if ms > 0 else PeerConfig().status_interval_s
-        )
 
 
 def bringing_per_peer(args: argparse.Namespace) -> int | None:
@@ -393,13 +384,6 @@ def add_ring_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="policy chord: peers a chord peer unchokes at most (0: the session's)",
-    )
-    p.add_argument(
-        "--first-piece-status-ms",
-        type=float,
-        default=peer_core.FIRST_PIECE_STATUS_INTERVAL_S * 1000,
-        help="every peer's status poll until its first piece, ms (0: the status interval, "
-        "as before 28 Nov evening)",
     )
     p.add_argument(
         "--sole-upload-slots",

@@ -698,7 +698,6 @@ async def main() -> None:
         lt=a.lt,
         upload_slots=a.upload_slots,
         sole_upload_slots=a.sole_upload_slots,
-        first_piece_status_ms=a.first_piece_status_ms,
     )
     bench_swarm_args_upload_bps.append(args.peer_upload_mbps * 1e6 / 8)
     SIZES.update(

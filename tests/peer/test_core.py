@@ -413,9 +413,6 @@ def test_a_disabled_web_seed_is_put_back_after_a_delay() -> None:
 def test_status_polls_and_resume_saves_are_timed() -> None:
     cfg = desktop_profile(status_interval_s=0.5, resume_save_interval_s=2.0)
     core = PeerCore(cfg, now=0.0)
-    # (a peer holding a piece: until its first one it polls at libtorrent's tick,
-    # tests/peer/test_core_first_piece.py)
-    core.handle_progress(progress(pieces=1), now=0.0)
     assert of(core.handle_timer(now=0.0), PollStatus)
     assert not of(core.handle_timer(now=0.2), PollStatus)
     assert of(core.handle_timer(now=0.5), PollStatus)

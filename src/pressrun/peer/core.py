@@ -46,15 +46,6 @@ Policy (docs/swarm.md):
   loopback bench (docs/chord.md): the last holder of a piece leaving by the ratio rule
   sent every peer that lacked it back to the origins at once, and the completions came
   in waves.
-- **Status polls at libtorrent's tick while the peer holds nothing**: a downloading
-  peer that holds no piece has nothing to upload, and what it can do about it changes
-  only at a status poll: a piece that a connected peer alone holds is asked about
-  (the ring names its first receivers), a piece held off is taken once it has a
-  second holder, its own first piece is reported. Polled every ``status_interval_s``
-  (0.5 s), each of those waited up to half a second, at every level of a piece's
-  tree in a swarm's first seconds, while every peer's upload was idle. Until its
-  first piece a peer polls every `FIRST_PIECE_STATUS_INTERVAL_S` (libtorrent's own
-  tick, 100 ms: it sees nothing sooner); afterwards at ``status_interval_s``.
 - **Stall detector**: while downloading, no growth of the payload received or of the
   verified bytes for
   ``stall_after_s`` emits `Stalled` once (again only after progress resumes); the
@@ -97,11 +88,6 @@ from pressrun.peer.events import (
     Stalled,
     SwarmCounts,
 )
-
-#: the status poll's interval while a downloading peer holds no piece (module
-#: docstring): libtorrent's tick (``tick_interval``, `pressrun.peer.session`), so a
-#: change around the peer is acted on at the tick it is known
-FIRST_PIECE_STATUS_INTERVAL_S = 0.1
 
 
 class LocalProtocolError(Exception):
@@ -340,7 +326,7 @@ class PeerCore:
         cfg = self.config
         effects: list[Effect] = []
         if now >= self._next_status_at:
-            self._next_status_at = max(self._next_status_at + self._status_interval_s(), now)
+            self._next_status_at = max(self._next_status_at + cfg.status_interval_s, now)
             effects.append(PollStatus())
         if now >= self._next_counts_at:
             self._next_counts_at = max(self._next_counts_at + cfg.counts_interval_s, now)
@@ -367,14 +353,6 @@ class PeerCore:
         return effects
 
     # --- internals ----------------------------------------------------------
-
-    def _status_interval_s(self) -> float:
-        # at libtorrent's tick while downloading with no piece held (module docstring)
-        interval = self.config.status_interval_s
-        p = self.progress
-        if self.phase is PeerPhase.DOWNLOADING and (p is None or p.pieces_have <= 0):
-            return min(interval, FIRST_PIECE_STATUS_INTERVAL_S)
-        return interval
 
     def _swarm_size(self, progress: Progress) -> int:
         counted = self.counts.seeds + self.counts.leechers if self.counts else 0
