@@ -15,6 +15,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from pressrun import __version__
 
@@ -68,8 +69,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `pressrun` console script."""
+    """Parse ``argv`` and run the command; its exit status (what tests call)."""
     return run(build_parser().parse_args(argv))
+
+
+def console_main() -> NoReturn:
+    """Entry point of the `pressrun` console script: `main`, then the process's end.
+
+    A process whose swarm session had WebRTC peers ends by ``os._exit`` with the
+    command's status (`pressrun.peer.watchdog.end_process`): libdatachannel's threads
+    can hold the interpreter's teardown, and the exit watchdog would turn a verified
+    download into status 1."""
+    code = main()
+    from pressrun.peer import watchdog  # no libtorrent import
+
+    watchdog.end_process(code)
+    sys.exit(code)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,4 +102,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -320,9 +320,8 @@ COPY deps/ /opt/pressrun/site/
 COPY bin/ /usr/local/bin/
 WORKDIR /var/lib/pressrun
 """
-PRESSRUN_COMMAND = (
-    "#!/usr/bin/python3\nimport sys\nfrom pressrun.cli import main\nsys.exit(main())\n"
-)
+#: the image's ``pressrun``: the console script's own entry point (pyproject.toml)
+PRESSRUN_COMMAND = "#!/usr/bin/python3\nfrom pressrun.cli import console_main\nconsole_main()\n"
 
 
 def _docker_build(engine: Engine, context: Path, image: str, *build_args: str) -> None:
