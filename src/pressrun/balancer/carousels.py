@@ -17,6 +17,10 @@ balancer
    balancer included (one balancer owns a sender's carousels);
 4. answers ``multicast`` (``carousels``) for exactly the wanted issues the sender runs.
 
+A balancer that does not hold the lease (several balancers) first lets an issue whose
+carousel it answered and the sender no longer runs leave multicast
+(`DemandPolicy.leave_stopped_carousels`): the holder stopped it.
+
 A start or stop that fails is tried again at a later round, after a wait that doubles
 from one interval up to ``max_retry_s`` (`CarouselReconciler`, pure); a sender that
 does not answer its list leaves every issue answered in swarm or origin mode until it
@@ -183,12 +187,17 @@ async def reconcile_carousels(
             )
         carousels.clear()
         return
+    ordering = is_leader is None or is_leader()
+    if not ordering:
+        # a carousel answered last round that the sender no longer runs was stopped
+        # by the balancer that orders them: leave multicast with it
+        policy.leave_stopped_carousels(tuple(carousels), running, now=now())
     # a carousel running for a demand still above the leave threshold stays wanted,
     # whichever balancer saw the total cross the enter threshold (several balancers)
     policy.adopt_carousels(running, now=now())
     wanted = policy.carousels_wanted()
     orders = reconciler.orders(wanted, running, now=now())
-    if is_leader is not None and not is_leader():
+    if not ordering:
         orders = CarouselOrders((), ())  # another balancer orders
     for issue_id in orders.start:
         if await _order(client.start, "start", issue_id, reconciler, now):

@@ -489,6 +489,40 @@ class DemandPolicy:
                 state.mode_since = now
                 state.changes += 1
 
+    def leave_stopped_carousels(
+        self, answered: Collection[str], running: Collection[str], *, now: float
+    ) -> None:
+        """For a balancer that does not order the carousels (another holds the lease):
+        an issue in multicast whose carousel it answered (``answered``: last round's
+        wanted issues the sender ran) and which the sender no longer runs was stopped
+        by the balancer that orders them. It leaves multicast now, to the mode below
+        (swarm if it has a swarm and the total is at or above ``leave_downloaders``,
+        else origin), dwell or not: the carousel is gone whatever this instance's
+        demand says. Kept in multicast, it went on wanting a carousel for nobody,
+        which it would start if it took the lease: flash crowd at 28 Nov 23:07, the
+        holder stopped the carousel at 301 s (its total under the leave threshold)
+        and the other balancer, its own unshared residue of a rate and then the
+        stopped carousel's readers asking again keeping its total above it, stayed
+        in multicast until 701 s (398 s with no carousel). An issue wanted and never
+        answered (its start still coming) is left alone. The step up is not held:
+        a total at the enter threshold puts it back in multicast at the next
+        `review` or request, as ever."""
+        for issue_id in answered:
+            if issue_id in running:
+                continue
+            state = self._issues.get(issue_id)
+            if state is None or state.mode is not DeliveryMode.MULTICAST:
+                continue
+            downloaders = self._total_rate_at(state, now) * self.config.typical_download_s
+            below = (
+                DeliveryMode.SWARM
+                if issue_id in self.swarms and downloaders >= self.config.leave_downloaders
+                else DeliveryMode.ORIGIN
+            )
+            state.mode = below
+            state.mode_since = now
+            state.changes += 1
+
     def carousels_wanted(self) -> frozenset[str]:
         """The issues in multicast mode: their carousels should run."""
         return frozenset(
