@@ -283,10 +283,12 @@ async def _run_locked(f: FetchState) -> FetchResult:
                 )
             os.fsync(fd)
             if f.checked_sha256 == m.sha256 and len(plan.verified) == m.num_pieces:
-                # the carousel's object became this file, every piece and its whole
-                # SHA-256 checked on that read, nothing written since
+                # the carousel's object became this file, or the swarm peer's final
+                # check read it: every piece and its whole SHA-256 and size checked on
+                # that read, nothing written since
                 break
             check = await asyncio.to_thread(check_file, m, path)
+            f.checked_sha256 = None  # sections written after this check are not in it
             if check.matches(m):
                 break
             if not check.bad_pieces:

@@ -144,8 +144,9 @@ class FetchState:
     #: the comparison that made it leave (`CarouselChoice.describe`)
     carousel_choice: str | None = None
     #: the partial file's whole SHA-256 as read when it was last written in one go
-    #: (the carousel's object, `multicast_receive`): the final check then need not
-    #: read it again
+    #: (the carousel's object, `multicast_receive`) or as the swarm peer's final
+    #: check read it (a completed swarm fetch, `swarm_handoff`): the final check then
+    #: need not read it again
     checked_sha256: str | None = None
     #: the swarm's uploader policy (set when a swarm fetch starts) and its peer of
     #: each swarm session (their `SwarmPeer.ring_stats`: what the Chord ring answered)
