@@ -97,6 +97,54 @@ def test_a_swarm_fed_by_the_web_seeds_is_left_whatever_it_holds() -> None:
     assert choice.carousel_bytes_per_s == pytest.approx(2 * MB, rel=0.01)
 
 
+def stalled_swarm(held: float, *, stall_after_s: float | None = 20.0) -> SwarmRates:
+    """A swarm that brought ``held`` of the file (the web seeds 1 MB/s for its first
+    5 s, then the peers at 8.8 Mbit/s) and nothing since t = 45 (its stall rule ends it
+    at 45 + ``stall_after_s``)."""
+    rates = SwarmRates(started_at=0.0, stall_after_s=stall_after_s)
+    web_bytes = 5 * MB
+    peer_end = int(held * SIZE) - web_bytes
+    t = 0.0
+    while t < 50.0:
+        t += 0.5
+        web = int(min(t, 5.0) * MB)
+        peer = 0 if t <= 5.0 else min(peer_end, int((t - 5.0) / 40.0 * peer_end))
+        rates.handle_progress(
+            done_bytes=web + peer,
+            wanted_bytes=SIZE,
+            downloaded_bytes=web + peer,
+            web_seed_bytes=web,
+            now=t,
+        )
+    return rates
+
+
+def test_a_stalled_swarm_with_most_of_the_file_takes_the_rest_from_the_origins() -> None:
+    # 98% held, the peers silent for 5 s: the stall rule ends the swarm in 15 s and the
+    # origins (1 MB/s, as their web seeds delivered) bring the last 1 MB in 1 s more;
+    # the carousel would take the whole 50 MB at what the link has shown (~45 s)
+    choice = carousel_choice(stalled_swarm(0.98), plan(), now=50.0)
+    assert math.isinf(choice.swarm_s)
+    assert choice.origins_s == pytest.approx(15.0 + 1.0, rel=0.02)
+    assert choice.carousel_s > 40.0
+    assert not choice.leave, choice.describe()
+    assert "the origins 16 s" in choice.describe()
+    # with a fifth of the file the origins' fallback is the slower (15 + 40 s): it leaves
+    choice = carousel_choice(stalled_swarm(0.2), plan(), now=50.0)
+    assert choice.origins_s == pytest.approx(55.0, rel=0.02)
+    assert choice.leave and choice.carousel_s < choice.origins_s
+    # the stall rule not known: the origins are not counted (the rule as before)
+    choice = carousel_choice(stalled_swarm(0.98, stall_after_s=None), plan(), now=50.0)
+    assert choice.leave and math.isinf(choice.origins_s)
+
+
+def test_the_origins_are_not_counted_while_the_peers_bring_some() -> None:
+    # peers at 8.8 Mbit/s reset the stall rule's clock: the swarm's time decides
+    rates = rates_after(21.0, peer_bps=PEERS_BPS, web_bps=0.5 * MB)
+    rates.stall_after_s = 20.0
+    assert math.isinf(carousel_choice(rates, plan(), now=21.0).origins_s)
+
+
 def test_the_carousel_rate_is_at_most_every_channel() -> None:
     rates = rates_after(6.0, peer_bps=3 * MB)  # 24 Mbit/s shown, 4 channels carry 20
     choice = carousel_choice(rates, plan(channels=4), now=6.0)

@@ -11,7 +11,7 @@ leaves when the carousel is sooner:
   balancer starts a carousel at peak demand to spare the origins, so the swarm's
   time is what its peers alone would take; a swarm fed by the web seeds is left).
   A swarm that has brought nothing from peers within the window never beats a
-  carousel already on the air.
+  carousel already on the air (the origins' fallback, below, may).
 - **the carousel**: the whole object at the rate this client's link can be expected
   to take from it, plus the layering's climb to that many channels. The object is
   counted whole whatever the client holds: the carousel feeds the decoder the pieces
@@ -27,6 +27,14 @@ leaves when the carousel is sooner:
   counters; a sender short of CPU sends under its plan), and all of them together
   at most what the link has shown. A fast link in a slow swarm is underrated, so
   such a client stays where it is no slower than it has been.
+- **the origins**, while the swarm's peers bring nothing: a swarm with no progress
+  for its ``stall_after_s`` ends and the rest comes from origin sections ("stalled,
+  the rest from origins"), so the rest takes what is left of that wait plus the rest
+  at the best rate the origins' web seeds delivered to this client over a window.
+  The client leaves only when the carousel is sooner than that too: a client holding
+  most of the file takes the few missing pieces (only their bytes) from the origins
+  rather than the whole object from the carousel. Not counted (infinite) when the
+  origins never delivered over a window or the stall rule is not known.
 
 Measured in flash-crowd-50 at 2181bec (docs/results/2026-11-28-emulation-multicast-
 twin.md): the lossy-10 clients that left with 41-47% of the file had been taking
@@ -79,12 +87,20 @@ class SwarmRates:
     downloading: bool = True
     #: the best rate (bytes/s) peers and web seeds together delivered over a window
     best_link_bytes_per_s: float = 0.0
+    #: the swarm's stall rule: no progress for this long, the rest from origins (None:
+    #: not known, the origins' time is not counted)
+    stall_after_s: float | None = None
+    #: the best rate (bytes/s) the origins' web seeds delivered over a window
+    best_web_seed_bytes_per_s: float = 0.0
+    #: when the done or downloaded bytes last grew (the stall rule's clock)
+    last_progress_at: float = field(default=-math.inf)
     _samples: deque[_Sample] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
 
     def __post_init__(self) -> None:
         if not (self.window_s > 0 and 0 <= self.min_span_s <= self.window_s):
             raise ValueError("need window_s > 0 and 0 <= min_span_s <= window_s")
         self._samples.append(_Sample(self.started_at, 0, 0))
+        self.last_progress_at = self.started_at
 
     def handle_progress(
         self,
@@ -101,9 +117,11 @@ class SwarmRates:
         the fetch is still downloading (a fetch that has the file and seeds is never
         left: its peers bring nothing because nothing is missing)."""
         self.downloading = downloading
+        all_bytes = max(0, downloaded_bytes)
+        if max(0, done_bytes) > self.done_bytes or all_bytes > self._samples[-1].all_bytes:
+            self.last_progress_at = now
         self.done_bytes = max(0, done_bytes)
         self.wanted_bytes = max(0, wanted_bytes)
-        all_bytes = max(0, downloaded_bytes)
         sample = _Sample(now, max(0, all_bytes - max(0, web_seed_bytes)), all_bytes)
         self._samples.append(sample)
         self._forget(now)
@@ -112,6 +130,8 @@ class SwarmRates:
         if span >= self.min_span_s:
             rate = (all_bytes - first.all_bytes) / span
             self.best_link_bytes_per_s = max(self.best_link_bytes_per_s, rate)
+            web = (all_bytes - sample.peer_bytes) - (first.all_bytes - first.peer_bytes)
+            self.best_web_seed_bytes_per_s = max(self.best_web_seed_bytes_per_s, web / span)
 
     def _forget(self, now: float) -> None:
         # keep one sample at or before the window's start, so the window is spanned
@@ -127,6 +147,15 @@ class SwarmRates:
         if span <= 0:
             return 0.0
         return max(0, last.peer_bytes - first.peer_bytes) / span
+
+    def origins_s(self, rest_bytes: int, *, now: float) -> float:
+        """How long the origins' fallback would take to bring ``rest_bytes`` if the
+        swarm brings nothing more: what is left of the stall rule's wait, then the rest
+        at the best rate the web seeds delivered (inf: either is not known)."""
+        if self.stall_after_s is None or self.best_web_seed_bytes_per_s <= 0:
+            return math.inf
+        wait_s = max(0.0, self.last_progress_at + self.stall_after_s - now)
+        return wait_s + rest_bytes / self.best_web_seed_bytes_per_s
 
 
 @dataclass(slots=True)
@@ -176,19 +205,25 @@ class SenderRates:
 
 @dataclass(frozen=True, slots=True)
 class CarouselChoice:
-    """The comparison at one report: leave when ``carousel_s`` < ``swarm_s``."""
+    """The comparison at one report: leave when ``carousel_s`` < ``swarm_s`` and,
+    while the swarm's peers bring nothing, ``carousel_s`` < ``origins_s``."""
 
     leave: bool
     swarm_s: float  # the rest from the swarm's peers (inf: they bring nothing)
     carousel_s: float  # the whole object from the carousel at the expected rate
     carousel_bytes_per_s: float  # the rate expected from the carousel
+    #: the rest from the origins after the swarm's stall rule (inf: not counted, the
+    #: peers still bring some, or no origin rate measured)
+    origins_s: float = math.inf
 
     def describe(self) -> str:
         """One line for the client's notice."""
         swarm = "never" if math.isinf(self.swarm_s) else f"{self.swarm_s:.0f} s"
+        origins = "" if math.isinf(self.origins_s) else f", the origins {self.origins_s:.0f} s"
         return (
             f"the carousel in about {self.carousel_s:.0f} s "
             f"({8 * self.carousel_bytes_per_s / 1e6:.1f} Mbit/s), the swarm's peers {swarm}"
+            + origins
         )
 
 
@@ -230,4 +265,8 @@ def carousel_choice(
     # to them takes (held - 1) steps and brings about half of what they would
     climb_s = (held - 1) * (layering.settle_s + layering.window_s)
     carousel_s = plan.size_bytes / expected + climb_s / 2
-    return CarouselChoice(carousel_s < swarm_s, swarm_s, carousel_s, expected)
+    # peers that bring nothing leave the swarm to its stall rule: the rest from the
+    # origins (while they bring some, the stall rule does not end the swarm)
+    origins_s = rates.origins_s(rest, now=now) if peer <= 0 else math.inf
+    leave = carousel_s < swarm_s and carousel_s < origins_s
+    return CarouselChoice(leave, swarm_s, carousel_s, expected, origins_s)

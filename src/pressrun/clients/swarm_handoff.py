@@ -90,7 +90,11 @@ async def fetch_swarm(
     peer_config = profile_config(name, metered=f.config.metered, **overrides)
     ring = await _supernode(f, m, swarm)
     f.swarm_progress = None
-    f.swarm_rates = SwarmRates(started_at=f.now(), window_s=f.config.carousel_rate_window_s)
+    f.swarm_rates = SwarmRates(
+        started_at=f.now(),
+        window_s=f.config.carousel_rate_window_s,
+        stall_after_s=peer_config.stall_after_s,
+    )
     policy = f.config.uploader_policy or DEFAULT_UPLOADER_POLICY
     f.uploader_policy = policy
     fetching = asyncio.ensure_future(
