@@ -74,13 +74,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def console_main() -> NoReturn:
-    """Entry point of the `pressrun` console script: `main`, then the process's end.
+    """Entry point of the `pressrun` console script: `main`, then `end`."""
+    end(main())
 
-    A process whose swarm session had WebRTC peers ends by ``os._exit`` with the
-    command's status (`pressrun.peer.watchdog.end_process`): libdatachannel's threads
-    can hold the interpreter's teardown, and the exit watchdog would turn a verified
-    download into status 1."""
-    code = main()
+
+def end(code: int) -> NoReturn:
+    """End the process with ``code``, as the console script and the emulation's held
+    clients (`pressrun.emulate.held`) do: a process whose swarm session had WebRTC
+    peers ends by ``os._exit`` (`pressrun.peer.watchdog.end_process`), since
+    libdatachannel's threads can hold the interpreter's teardown and the exit watchdog
+    would turn a verified download into status 1."""
     from pressrun.peer import watchdog  # no libtorrent import
 
     watchdog.end_process(code)

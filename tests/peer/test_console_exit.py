@@ -5,7 +5,10 @@ In the emulated flash crowd of 28 Nov (ed919de) six desktops printed a verified 
 and then hung 8 s at interpreter exit (libdatachannel's threads, no Python frame); the
 exit watchdog ended them with status 1 and the run counted them failed. The test
 replays that with a teardown that does not end (an object whose finalizer sleeps) and
-runs the installed console script's entry point as pip's generated script does.
+runs the installed console script's entry point as pip's generated script does, and the
+emulation's held client (`pressrun.emulate.held`, which runs the command in its own
+process: the run of 28 Nov 23:45 lost 57 desktops that way after the console script's
+fix).
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+from pressrun.emulate.held import go_path
 
 SCRIPT = """
 import importlib.metadata, sys, time
@@ -35,6 +41,29 @@ def command(argv=None):
 pressrun.cli.main = command
 (entry,) = importlib.metadata.entry_points(group="console_scripts", name="pressrun")
 sys.exit(entry.load()())
+"""
+
+HELD = """
+import runpy, sys, time
+import pressrun.cli
+from pressrun.peer import watchdog
+
+class HoldsTheExit:
+    def __del__(self) -> None:
+        time.sleep(30)
+
+HOLD = HoldsTheExit()
+
+def command(args):
+    watchdog.set_close_bound(2.0)
+    watchdog.note_webrtc()
+    watchdog.bounded_exit()
+    print('{"verified": true}', flush=True)
+    return 0
+
+pressrun.cli.run = command  # what held runs once released
+sys.argv = ["held", "--release-dir", RELEASE, "--name", "1", "--", "keys", "new", "--out", OUT]
+runpy.run_module("pressrun.emulate.held", run_name="__main__")
 """
 
 
@@ -60,3 +89,17 @@ def test_the_commands_own_failure_status_is_kept() -> None:
     code, _, seconds = _run(3)
     assert code == 3
     assert seconds < 2.0
+
+
+def test_a_held_emulation_client_ends_as_the_console_script_does(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    release.mkdir()
+    go_path(release, "1").touch()  # released at once
+    script = HELD.replace("RELEASE", repr(str(release))).replace("OUT", repr(str(tmp_path / "key")))
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == '{"verified": true}', done.stderr
+    assert done.returncode == 0  # before: 1, the watchdog's thread dump after 2 s
+    assert time.monotonic() - started < 2.0 + 5.0  # held's imports (libtorrent, FLUTE) included

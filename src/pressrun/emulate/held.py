@@ -4,7 +4,8 @@
 entrypoint shaped the link) parses ``pressrun ARGS`` and imports everything the command
 may need (the client, libtorrent, the FLUTE receiver), writes ``DIR/N.ready``, and
 waits until the host creates ``DIR/N.go``; then it writes ``DIR/N.started`` (JSON:
-``ready`` and ``released``, on the monotonic clock) and runs the command in this process.
+``ready`` and ``released``, on the monotonic clock) and runs the command in this process,
+which ends as the ``pressrun`` console script ends (`pressrun.cli.end`).
 
 Why: starting a container and a Python client costs a few CPU seconds (namespaces,
 cgroup, the overlay mount, the ``tc`` commands, the imports). On a host of a few cores a
@@ -87,4 +88,6 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from pressrun.cli import end
+
+    end(main(sys.argv[1:]))
