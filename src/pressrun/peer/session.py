@@ -27,6 +27,15 @@ the loop run `WEBSOCKET_CLOSE_GRACE_S` before the destructor. A tracker that sto
 answering mid-close (frozen, or its network gone) would still hold the destructor; the
 command-line peers bound it with a watchdog that does not need the GIL
 (`pressrun.peer.watchdog`), so ``pressrun get``/``seed`` always end.
+
+That bound ends the process with status 1, download and all, and a session that had
+WebRTC peers has held its destructor past it mid-download: in the emulated flash crowd
+of 29 Nov (01:15, stripes, e982b92) a desktop left the swarm at 182 of 382 pieces, its
+destructor ran past 8 s in ``_drop``, and the client was counted failed. A process that
+ends itself (`pressrun.peer.watchdog.process_ends_itself`: the console script's
+``os._exit``) therefore keeps such a session, paused and holding no torrent (the
+peer's leave removed it after flushing its disk cache), until that end, instead of
+destroying it: at most `KEPT_SESSIONS_MAX`, the rest destroyed as before.
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from typing import Any
 import libtorrent as lt
 
 from pressrun.peer.config import PeerConfig
-from pressrun.peer.watchdog import bounded
+from pressrun.peer.watchdog import bounded, process_ends_itself
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +71,11 @@ WEB_SEED_REQUEST_BYTES = 256 * 1024
 #: destroying it: the tracker's close frame comes back in milliseconds on a LAN, and a
 #: tracker in this process needs the loop to send it (module docstring)
 WEBSOCKET_CLOSE_GRACE_S = 0.5
+#: sessions kept (paused, no torrent) until the process ends itself (module docstring)
+KEPT_SESSIONS_MAX = 4
+#: the kept sessions with their alert pipes (libtorrent may still write to the pipe:
+#: its descriptors stay open, so no other file can take their numbers)
+_kept: list[tuple[Any, tuple[int, int]]] = []
 
 
 def new_peer_id() -> bytes:
@@ -192,7 +206,8 @@ class AlertSession:
     async def close(self) -> None:
         """Release the session: pause it (its tracker connections close, a WebSocket's
         handshake with the loop running), then destroy it in a thread (its destructor
-        announces ``stopped`` to HTTP trackers, at most ``stop_tracker_timeout``)."""
+        announces ``stopped`` to HTTP trackers, at most ``stop_tracker_timeout``), or keep
+        it until the process ends itself (`_keep`, module docstring)."""
         ses, self.session = self.session, None
         if ses is not None:
             ses.pause()
@@ -201,6 +216,8 @@ class AlertSession:
                 await asyncio.sleep(WEBSOCKET_CLOSE_GRACE_S)
         if self._pipe is not None:
             self._loop.remove_reader(self._pipe[0])
+        if ses is not None and self._keep(ses):
+            return
         if ses is not None:
             holder = [ses]
             del ses  # the holder has the last reference (`_drop`)
@@ -210,3 +227,15 @@ class AlertSession:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._pipe = None
+
+    def _keep(self, ses: Any) -> bool:
+        """Keep ``ses`` until the process ends itself, instead of destroying it, when it
+        had WebRTC peers, holds no torrent and fewer than `KEPT_SESSIONS_MAX` are kept."""
+        if not (self.websocket and process_ends_itself()) or len(_kept) >= KEPT_SESSIONS_MAX:
+            return False
+        if self._pipe is None or ses.get_torrents():
+            return False  # a torrent not removed by a leave: its files may be open
+        _kept.append((ses, self._pipe))
+        self._pipe = None
+        log.debug("peer: session with WebRTC peers kept until the process ends")
+        return True

@@ -90,6 +90,13 @@ def note_webrtc() -> None:
     _webrtc = True
 
 
+def process_ends_itself() -> bool:
+    """The command-line peer ends this process with `end_process` (the bound is set and
+    a session had WebRTC peers): a session it no longer uses may be left to that end
+    (`pressrun.peer.session.AlertSession.close`) instead of being destroyed."""
+    return _bound_s is not None and _webrtc
+
+
 def bounded_exit() -> None:
     """Arm the watchdog for the interpreter's exit when the bound is set and a session
     had WebRTC peers (else a no-op): a normal exit ends the process first."""

@@ -1,0 +1,113 @@
+"""A session that had WebRTC peers is not destroyed by a process that ends itself.
+
+In the emulated flash crowd of 29 Nov (01:15, stripes, e982b92) a desktop left the
+swarm at 182 of 382 pieces; the libtorrent session's destructor (`session._drop`, run
+holding the GIL) went past the command line's 8 s bound and the watchdog ended the
+process with status 1, its download with it. The command-line peer ends its process
+itself (``os._exit``, `pressrun.peer.watchdog.end_process`), so such a session is kept,
+paused and holding no torrent, until then. These tests use real libtorrent sessions on
+127.0.0.1; the destructor is replaced by one that records it ran, since the hang itself
+(libdatachannel's threads under a saturated host) cannot be called up on demand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import libtorrent as lt
+import pytest
+
+from pressrun.peer import session, watchdog
+from pressrun.peer.config import PeerConfig
+from pressrun.peer.session import KEPT_SESSIONS_MAX, AlertSession, session_settings
+
+
+@pytest.fixture
+def destroyed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """The sessions `session._drop` destroyed; the watchdog's state and the kept list
+    are this test's own."""
+    gone: list[Any] = []
+
+    def drop(holder: list[Any]) -> None:
+        gone.extend(holder)
+        holder.clear()
+
+    monkeypatch.setattr(session, "_drop", drop)
+    monkeypatch.setattr(session, "_kept", [])
+    monkeypatch.setattr(watchdog, "_bound_s", None)
+    monkeypatch.setattr(watchdog, "_webrtc", False)
+    yield gone
+    for ses, pipe in session._kept:
+        ses.pause()
+        for fd in pipe:
+            os.close(fd)
+
+
+def new_session(*, websocket: bool) -> AlertSession:
+    settings = session_settings(PeerConfig(), listen_interfaces="127.0.0.1:0")
+    alerts = AlertSession(
+        settings,
+        loop=asyncio.get_running_loop(),
+        on_alert=lambda alert: None,
+        after_alerts=lambda: None,
+    )
+    alerts.websocket = websocket
+    return alerts
+
+
+def ends_itself() -> None:
+    """What ``pressrun get``/``seed`` set when a session has a WebSocket tracker."""
+    watchdog.set_close_bound(watchdog.COMMAND_LINE_BOUND_S)
+    watchdog.note_webrtc()
+
+
+async def test_a_webrtc_session_of_a_process_that_ends_itself_is_kept(
+    destroyed: list[Any],
+) -> None:
+    ends_itself()
+    alerts = new_session(websocket=True)
+    ses = alerts.session
+    await alerts.close()
+    # on the code before, _drop ran the destructor that held the client past its bound
+    assert destroyed == []
+    assert [s for s, _ in session._kept] == [ses]
+    assert ses.is_paused()
+    assert alerts.session is None
+    (_, (r, w)) = session._kept[0]
+    os.fstat(r), os.fstat(w)  # libtorrent's alert pipe stays open: no file takes its numbers
+
+
+async def test_other_sessions_are_destroyed_as_before(destroyed: list[Any]) -> None:
+    # a process that does not end itself (a library, a test, the services)
+    alerts = new_session(websocket=True)
+    await alerts.close()
+    assert len(destroyed) == 1 and session._kept == []
+    # a process that does, but a session without WebRTC peers
+    ends_itself()
+    alerts = new_session(websocket=False)
+    await alerts.close()
+    assert len(destroyed) == 2 and session._kept == []
+
+
+async def test_a_session_still_holding_a_torrent_is_destroyed(
+    destroyed: list[Any], tmp_path: Any
+) -> None:
+    ends_itself()
+    alerts = new_session(websocket=True)
+    params = lt.add_torrent_params()
+    params.info_hashes = lt.info_hash_t(lt.sha1_hash(b"\x01" * 20))
+    params.save_path = str(tmp_path)
+    alerts.session.add_torrent(params)
+    await alerts.close()
+    assert len(destroyed) == 1 and session._kept == []
+
+
+async def test_at_most_the_bound_of_sessions_is_kept(destroyed: list[Any]) -> None:
+    ends_itself()
+    for _ in range(KEPT_SESSIONS_MAX + 2):
+        await new_session(websocket=True).close()
+    assert len(session._kept) == KEPT_SESSIONS_MAX
+    assert len(destroyed) == 2
