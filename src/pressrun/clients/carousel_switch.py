@@ -7,11 +7,14 @@ every swarm progress report, how long each would take to bring what is missing, 
 leaves when the carousel is sooner:
 
 - **the swarm**: the bytes still wanted over the rate the swarm's *peers* delivered
-  over the last ``window_s`` (bytes from the origins' web seeds are left out: the
-  balancer starts a carousel at peak demand to spare the origins, so the swarm's
-  time is what its peers alone would take; a swarm fed by the web seeds is left).
-  A swarm that has brought nothing from peers within the window never beats a
-  carousel already on the air (the origins' fallback, below, may).
+  over the last ``window_s`` of its reports (bytes from the origins' web seeds are
+  left out: the balancer starts a carousel at peak demand to spare the origins, so
+  the swarm's time is what its peers alone would take; a swarm fed by the web seeds
+  is left). The seconds since the last report are not counted: the peer reports on
+  its own timer whatever arrives, so a late report is this client's process not
+  running, not the swarm slowing (`SwarmRates.peer_bytes_per_s`). A swarm that has
+  brought nothing from peers within the window never beats a carousel already on
+  the air (the origins' fallback, below, may).
 - **the carousel**: the whole object at the rate this client's link can be expected
   to take from it, plus the layering's climb to that many channels. The object is
   counted whole whatever the client holds: the carousel feeds the decoder the pieces
@@ -138,12 +141,22 @@ class SwarmRates:
         while len(self._samples) > 1 and self._samples[1].at <= now - self.window_s:
             self._samples.popleft()
 
-    def peer_bytes_per_s(self, *, now: float) -> float:
-        """Bytes/s the peers delivered over the window up to ``now`` (time since the
-        last report counts: a swarm that stopped reporting has slowed)."""
-        self._forget(now)
-        first, last = self._samples[0], self._samples[-1]
-        span = now - first.at
+    def peer_bytes_per_s(self) -> float:
+        """Bytes/s the peers delivered over the window ending at the last report.
+
+        The time since the last report does not count: the peer reads its status on
+        its own timer (every ``status_interval_s``) whether or not anything arrived,
+        so peers that stop show as reports with nothing new, and a report that is late
+        means this client's own process did not run. In the emulated 150-client flash
+        crowd at e982b92 (29 Nov 01:25, load 39-96) 17 of 54 swarm clients had 3-10 s
+        between two of their once-a-second progress lines; counting such seconds as
+        nothing delivered read a mobile-6 client taking 0.7 MB/s from its peers, 88%
+        held, as 109 s from the rest (its reports either side: about 8 s). It left,
+        and the carousel took 65 s more."""
+        last = self._samples[-1]
+        self._forget(last.at)
+        first = self._samples[0]
+        span = last.at - first.at
         if span <= 0:
             return 0.0
         return max(0, last.peer_bytes - first.peer_bytes) / span
@@ -249,7 +262,7 @@ def carousel_choice(
         # (flash-crowd-50 at 67bd461, 28 Nov 22:49: six swarm clients "left" while
         # seeding, their peers bringing nothing, and stopped seeding)
         return CarouselChoice(False, 0.0, math.inf, 0.0)
-    peer = rates.peer_bytes_per_s(now=now)
+    peer = rates.peer_bytes_per_s()
     swarm_s = rest / peer if peer > 0 else math.inf
     if not planned or sum(sent) <= 0 or plan.size_bytes <= 0:
         return CarouselChoice(False, swarm_s, math.inf, 0.0)
