@@ -114,7 +114,8 @@ class ClientConfig:
         ``carousel_control_group`` and its channels are joined by (None: any-source
         groups only; a 232/8 group cannot be joined without it).
     carousel_rate_window_s: see carousel_control_group: the swarm's rates are
-        measured over the last this many seconds. 4 s (eight status reports).
+        measured over the last this many seconds of its status reports. 4 s (eight
+        status reports).
     uploader_policy: in swarm mode, the peer's uploader policy by name
         (`pressrun.peer.uploader`: ``libtorrent``, ``stripes``, ``chord``); None: the
         peer's default. With a policy that asks the issue's Chord ring, the peer
