@@ -114,6 +114,36 @@ def test_a_round_now_only_for_a_change_the_ring_waits_on() -> None:
     assert c._urgent(2.0)
 
 
+def test_a_new_piece_of_one_connected_holder_is_asked_about_with_the_other_window_full() -> None:
+    # The pieces one connected peer holds have a window of their own in a round
+    # (`_window`), but whether a nudge was worth a round now counted the pieces waiting
+    # on an answer over both windows: once a peer had asked about eight pieces nobody
+    # connected held (its first round), a piece a neighbour had just brought in was
+    # asked about only at the next regular round, up to ``interval_s`` (2 s) later,
+    # while its holder's upload waited on the ring naming its first receivers.
+    pieces = Pieces(160)
+    pieces.unheld = set(range(160))
+    c = client(pieces)
+    for p in range(8):  # the first round: eight pieces nobody connected holds, `wait`
+        c._may_ask(p, False, 0.0)
+        c._answered(p, 0.0, wait=True)
+    assert not c._urgent(0.5)
+    pieces.unheld.discard(100)  # a neighbour brought piece 100 in: one connected holder
+    pieces.lonely = {100}
+    assert c._urgent(0.6)  # (before: not until the 8 waits were over, or the next round)
+    # with eight pieces of one holder asked about and waiting, a ninth waits its turn
+    lonely = set(range(100, 108))
+    for p in lonely:
+        c._may_ask(p, True, 0.6)
+        c._answered(p, 0.6, wait=True)
+    pieces.unheld -= lonely
+    pieces.lonely = lonely
+    assert not c._urgent(0.7)
+    pieces.unheld.discard(120)
+    pieces.lonely = lonely | {120}
+    assert not c._urgent(0.8)
+
+
 @contextlib.asynccontextmanager
 async def ringless_tracker() -> AsyncIterator[tuple[str, list[float]]]:
     """A real tracker front on loopback that has no ring for the issue (404): its base

@@ -329,11 +329,18 @@ class RingClient:
         lacked = [p for p in rare if not have[p]]
         if any(p in self._ask_at and self._askable(p, p in lonely, now) for p in lacked):
             return True
-        # a piece never asked about: at once only while the window has room for it
+        # a piece never asked about: at once only while its window has room for it
         # (with the window full of pieces answered ``wait``, every nudge would
-        # otherwise be urgent and the rounds would run every ``min_gap_s``)
-        pending = sum(1 for p in lacked if p in self._ask_at)
-        return pending < self.max_wants and any(p not in self._ask_at for p in lacked)
+        # otherwise be urgent and the rounds would run every ``min_gap_s``). Each of
+        # `_window`'s two windows on its own: counted over both, a peer whose first
+        # round asked about eight pieces nobody connected held asked about a piece a
+        # neighbour had just brought in only at its next regular round
+        for one_holder in (True, False):
+            side = [p for p in lacked if (p in lonely) == one_holder]
+            pending = sum(1 for p in side if p in self._ask_at)
+            if pending < self.max_wants and any(p not in self._ask_at for p in side):
+                return True
+        return False
 
     def _window(self, wanted: Collection[int], lonely: Collection[int], now: float) -> set[int]:
         """The pieces to ask about this round: of ``wanted`` (lacked, with at most one
