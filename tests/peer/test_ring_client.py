@@ -405,3 +405,60 @@ async def test_an_uploader_named_outside_the_first_receivers_reaches_the_policy(
         finally:
             await c.close()
     assert policy.given == {1} and policy.first == {2}
+
+
+async def test_a_peer_that_becomes_a_seed_tells_every_supernode_at_once() -> None:
+    # A supernode gives a seed's pieces to every asker, not through first receivers
+    # (`PieceDirectory.choose_uploader`), and knows a seed by its report's `missing`
+    # of 0. The supernode of the last piece hears it with that piece; the others
+    # heard it at their keepalive only, up to 10 s later.
+    loop = asyncio.get_running_loop()
+    told: dict[str, list[tuple[float, int | None]]] = {"a": [], "b": []}
+    hosts: dict[str, str] = {}
+
+    def supernode(name: str) -> web.Application:
+        async def pieces(request: web.Request) -> web.Response:
+            told[name].append((loop.time(), (await request.json()).get("missing")))
+            return web.json_response({"uploaders": []})
+
+        async def ring(request: web.Request) -> web.Response:
+            # pieces 0 and 1 are a's keys, 2 and 3 b's (Chord successors)
+            return web.json_response(
+                {
+                    "num_pieces": 4,
+                    "piece_keys": [f"{k:040x}" for k in range(4)],
+                    "supernodes": [
+                        {"id": f"{1:040x}", "address": hosts["a"]},
+                        {"id": f"{3:040x}", "address": hosts["b"]},
+                    ],
+                }
+            )
+
+        app = web.Application()
+        app.router.add_get("/v1/ring/{info_hash}", ring)
+        app.router.add_post("/chord/v1/pieces", pieces)
+        return app
+
+    status = Pieces(4)
+    status.have = [True, True, True, False]
+    status.unheld = {3}
+    async with served(supernode("a")) as a, served(supernode("b")) as b:
+        hosts.update(a=a.removeprefix("http://"), b=b.removeprefix("http://"))
+        c = ring_client(status, a, interval_s=2.0, min_gap_s=0.05)
+        c._missing = lambda: status.have.count(False)
+        c.start()
+        try:
+            async with asyncio.timeout(5):
+                while not (told["a"] and told["b"]):
+                    await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)
+            status.have[3], status.unheld = True, set()  # its last piece (b's key)
+            done_at = loop.time()
+            c.nudge()
+            async with asyncio.timeout(5):
+                while not all(any(m == 0 for _, m in told[s]) for s in "ab"):
+                    await asyncio.sleep(0.02)
+        finally:
+            await c.close()
+    heard_a = min(t for t, m in told["a"] if m == 0)
+    assert heard_a - done_at < 1.0  # (before: at a's keepalive, 10 s after its last report)

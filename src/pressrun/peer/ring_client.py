@@ -223,6 +223,8 @@ class RingClient:
         self._task: asyncio.Task[None] | None = None
         #: the ``left`` reports `leave` sent (`close` waits for them)
         self._leaving: asyncio.Task[Any] | None = None
+        #: the supernodes told that this peer lacks nothing (since it last lacked a piece)
+        self._told_done: set[str] = set()
 
     def start(self) -> None:
         """Start the rounds (in the running loop)."""
@@ -326,6 +328,8 @@ class RingClient:
         self._rare = rare
         if any(have[p] and p not in self._reported for p in watched):
             return True
+        if self._seed(have) and any(o not in self._told_done for o in self._last_report):
+            return True  # a seed now: every supernode hears it at once (`_round`)
         lacked = [p for p in rare if not have[p]]
         if any(p in self._ask_at and self._askable(p, p in lonely, now) for p in lacked):
             return True
@@ -414,6 +418,14 @@ class RingClient:
         for owner in list(by_owner):
             if owner not in due and now - self._last_report.get(owner, -1e9) < self.interval_s:
                 del by_owner[owner]
+        if self._seed(have):
+            # a seed now: every supernode it reports to hears it at once, not at its
+            # keepalive (a seed's pieces go to every asker, not through first
+            # receivers: `pressrun.chord.directory.PieceDirectory.choose_uploader`)
+            for owner in self._last_report:
+                if owner not in self._told_done:
+                    by_owner.setdefault(owner, ([], []))
+                    due.add(owner)
         for owner, t in self._last_report.items():
             if owner not in by_owner and now - t >= self.keepalive_s:
                 by_owner[owner] = ([], [])  # still here, with these totals
@@ -442,6 +454,10 @@ class RingClient:
         if any(first) or any(second):
             self.policy.set_ring_answers(self._bring_in, self._first, self._given)
             self._on_answers()
+
+    def _seed(self, have: Sequence[bool]) -> bool:
+        # it holds every piece, and says so in its reports (``missing``: 0)
+        return all(have) and self._missing() == 0
 
     def _askable(self, piece: int, lonely: bool, now: float) -> bool:
         # asked again once its answer is old, or at once when it got or lost its one
@@ -583,6 +599,10 @@ class RingClient:
             return False
         self._failed.pop(owner, None)  # it answers again
         self._last_report[owner] = now
+        if body.get("missing") == 0:
+            self._told_done.add(owner)
+        else:
+            self._told_done.discard(owner)
         not_mine = {p for p in doc.get("not_mine", []) if isinstance(p, int)}
         for p in not_mine:
             self._owner.pop(p, None)
