@@ -411,9 +411,24 @@ async function resumeUnfinished() {
   for (const id of await unfinishedPrefetches()) startDownload(id);
 }
 
+/** Waits before the service worker's registration is tried again (ms): a busy device's
+ * Chromium refuses a worker it could not start in time ("ServiceWorker cannot be
+ * started"), and the next attempt starts it; the reader is told only once every
+ * attempt has failed. An insecure origin (SecurityError) is not tried again. */
+const SW_RETRY_MS = [2000, 4000];
+
 async function registerServiceWorker() {
   if (!("serviceWorker" in navigator)) return;
-  const registration = await navigator.serviceWorker.register("sw.js", { type: "module", scope: "./" });
+  let registration;
+  for (let attempt = 0; !registration; attempt++) {
+    try {
+      registration = await navigator.serviceWorker.register("sw.js", { type: "module", scope: "./" });
+    } catch (err) {
+      if (attempt >= SW_RETRY_MS.length || err?.name === "SecurityError") throw err;
+      console.warn(`service worker not registered (${err.message}): trying again`);
+      await new Promise((resolve) => setTimeout(resolve, SW_RETRY_MS[attempt]));
+    }
+  }
   // Periodic Background Sync, where the browser offers it (an installed app in
   // Chromium): the service worker checks for new issues while the app is closed.
   if ("periodicSync" in registration) {
