@@ -100,6 +100,17 @@ class Desktop:
     bytes_from_peers: int = 0
     mode: str = "-"
     error: str | None = None
+    #: the process's CPU seconds (user + system, /proc/<pid>/stat, last seen alive)
+    cpu_s: float = 0.0
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """A live process's user + system CPU seconds (/proc/<pid>/stat), or None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -130,6 +141,8 @@ class Half:
     profile_top: list[tuple[str, float]] = field(default_factory=list)
     #: the readers' notices saying a peer was disconnected as silent
     silent_disconnects: int = 0
+    #: --trace: each page's swarm samples (page index in opening order -> samples)
+    trace: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     #: readers whose page loaded more than once: their row is the later page's (a
     #: resume of what the first page stored), not the crowd's download
     reloaded: list[int] = field(default_factory=list)
@@ -181,6 +194,102 @@ def desktop_bytes(outcome: ReaderOutcome) -> int:
     )
 
 
+#: one page's swarm figures for the trace (--trace): bytes received by source kind
+#: (web seeds, readers "-WW", desktops "-PR"), the web seeds' mode and offer, the peers
+_TRACE = """(issue) => {
+  const s = window.pressrun?.swarm?.()?.[issue];
+  if (!s) return null;
+  let ws = 0, ww = 0, pr = 0;
+  for (const [k, v] of Object.entries(s.bytes?.by_source ?? {})) {
+    if (k.startsWith('web seed')) ws += v.received;
+    else if (k.startsWith('peer 2d5052')) pr += v.received;
+    else ww += v.received;
+  }
+  return {t: performance.now() / 1000, state: s.state, all: s.web_seeds_all_pieces,
+    offered: s.web_seed_offered, peers: s.peers, unchoking: s.peers_unchoking,
+    desktops: s.desktop_peers, desktops_unchoking: s.desktop_peers_unchoking,
+    requests: s.peer_requests, ws, ww, pr, up: s.uploaded_bytes};
+}"""
+
+
+class SwarmTrace:
+    """--trace S: every S seconds, each open page's swarm figures (_TRACE), with the
+    bench's clock (``at``, seconds from the crowd's start): where a reader's time went
+    (which sources sent it bytes, when the web seeds offered what, desktops connected)."""
+
+    def __init__(self, fleet: BrowserReaders, every_s: float) -> None:
+        self.fleet, self.every_s = fleet, every_s
+        self.samples: dict[int, list[dict[str, Any]]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    async def _follow(self, index: int, page: Any, start: float) -> None:
+        # one loop per page: a page still loading (its evaluate waits) holds up no other
+        loop = asyncio.get_running_loop()
+        while True:
+            at = loop.time() - start
+            with contextlib.suppress(Exception):
+                doc = await asyncio.wait_for(page.evaluate(_TRACE, ISSUE), 5.0)
+                if doc is not None:
+                    self.samples.setdefault(index, []).append({"at": round(at, 2), **doc})
+            await asyncio.sleep(max(0.0, self.every_s - (loop.time() - start - at)))
+
+    async def _watch(self) -> None:
+        start = asyncio.get_running_loop().time()
+        followed: dict[int, asyncio.Task[None]] = {}
+        try:
+            while True:
+                for k, context in enumerate(list(self.fleet._contexts), 1):
+                    if k not in followed and context.pages:
+                        page = context.pages[0]
+                        followed[k] = asyncio.create_task(self._follow(k, page, start))
+                await asyncio.sleep(0.2)
+        finally:
+            for task in followed.values():
+                task.cancel()
+
+    def start(self) -> None:
+        if self.every_s > 0:
+            self.task = asyncio.get_running_loop().create_task(self._watch())
+
+    async def stop(self) -> dict[int, list[dict[str, Any]]]:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        return self.samples
+
+
+def print_trace(half: Half, bin_s: float = 5.0) -> None:
+    """Per page (opening order), per bin_s of the crowd: MB from web seeds / readers /
+    desktops, the web seeds' mode (A: every piece, h: held back, -: not downloading)
+    and the missing pieces they offer, desktops connected (unchoking), requests out to
+    peers; each bin's last sample against the bin before."""
+    if not half.trace:
+        return
+    print(
+        f"trace (per {bin_s:g} s of the crowd: web seeds/readers/desktops MB, web seeds' "
+        "mode and pieces offered, D desktops connected (unchoking), r requests to peers):"
+    )
+    for index, samples in sorted(half.trace.items()):
+        last_of: dict[int, dict[str, Any]] = {}
+        for sample in samples:
+            last_of[int(sample["at"] // bin_s)] = sample
+        cells = []
+        before = {"ws": 0, "ww": 0, "pr": 0}
+        for k in sorted(last_of):
+            x = last_of[k]
+            mode = "-" if x["state"] != "downloading" else ("A" if x["all"] else "h")
+            cells.append(
+                f"{k * bin_s:.0f}s {(x['ws'] - before['ws']) / MB:.1f}/"
+                f"{(x['ww'] - before['ww']) / MB:.1f}/{(x['pr'] - before['pr']) / MB:.1f} "
+                f"{mode}{x['offered']} D{x['desktops']}({x['desktops_unchoking']}) r{x['requests']}"
+            )
+            before = {key: x[key] for key in before}
+            if x["state"] != "downloading" and k > min(last_of):
+                break
+        print(f"  page {index}: " + " | ".join(cells))
+
+
 def _s(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f} s"
 
@@ -227,12 +336,23 @@ async def desktop_get(
         env={**_environ(), "PRESSRUN_STUN": ""},
     )
     running.append(proc)
-    out, err = await proc.communicate()
+    cpu = [0.0]
+
+    async def watch_cpu() -> None:
+        while proc.returncode is None:
+            cpu[0] = process_cpu_s(proc.pid) or cpu[0]
+            await asyncio.sleep(0.5)
+
+    watcher = asyncio.get_running_loop().create_task(watch_cpu())
+    try:
+        out, err = await proc.communicate()
+    finally:
+        watcher.cancel()
     log_path.write_bytes(err)
     if proc.returncode != 0:
         tail = (err or out).decode(errors="replace").strip().splitlines()[-1:]
         why = tail[0] if tail else f"exit {proc.returncode} (stopped while seeding?)"
-        return Desktop(number, False, error=why)
+        return Desktop(number, False, error=why, cpu_s=cpu[0])
     doc: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
     return Desktop(
         number,
@@ -241,7 +361,63 @@ async def desktop_get(
         bytes_from_origins=int(doc.get("bytes_from_origins") or 0),
         bytes_from_peers=int(doc.get("bytes_from_peers") or 0),
         mode=str(doc.get("mode") or "-"),
+        cpu_s=cpu[0],
     )
+
+
+async def seeding_desktop(
+    content: Path, tracker: str, log_path: Path
+) -> asyncio.subprocess.Process:
+    """--seeding-desktops: a desktop peer that holds the issue before the crowd comes
+    and seeds it until the half ends (``pressrun seed --until-stopped``, libtorrent with
+    WebRTC through the tracker's WebSocket twin, no STUN server), as a reader's desktop
+    seeding in the background; started once its copy is checked (its log says so, at
+    most 20 s: "verified"). The caller stops it."""
+    bundle = content / ISSUE
+    name = json.loads((bundle / "manifest.json").read_text())["manifest"]["file_name"]
+    log = log_path.open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pressrun.cli",
+        "--log-level",
+        "INFO",
+        "seed",
+        "--torrent",
+        str(bundle / f"{ISSUE}.torrent"),
+        "--manifest",
+        str(bundle / "manifest.json"),
+        "--until-stopped",
+        "--listen",
+        "127.0.0.1:0",
+        "--tracker",
+        f"{tracker}/announce",
+        str(bundle / name),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=log,
+        env={**_environ(), "PRESSRUN_STUN": ""},
+    )
+    log.close()
+    deadline = asyncio.get_running_loop().time() + 20.0
+    while asyncio.get_running_loop().time() < deadline and proc.returncode is None:
+        if b" verified" in log_path.read_bytes():
+            break
+        await asyncio.sleep(0.2)
+    return proc
+
+
+async def stop_process(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM, then SIGKILL after 5 s (libtorrent's WebRTC threads can hang an exit)."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 5.0)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
 
 
 def _environ() -> dict[str, str]:
@@ -264,6 +440,7 @@ async def run_half(
     content = root / "content"
     content.mkdir(parents=True)
     services: list[ServiceProcess] = []
+    seeders: list[asyncio.subprocess.Process] = []
     reader: Any = None
     half.load_before = loadavg()
     try:
@@ -298,6 +475,9 @@ async def run_half(
             log_path=root / "tracker.log",
         )
         services.append(tracker)
+        for i in range(args.seeding_desktops):
+            log = root / f"seeder-{i + 1}.log"
+            seeders.append(await seeding_desktop(content, tracker.url, log))
         b_args = balancer_args({o.name: o.url for o in origins}, tracker.url)
         b_args[b_args.index("--swarm-enter-downloaders") + 1] = f"{args.swarm_enter:g}"
         b_args[b_args.index("--swarm-leave-downloaders") + 1] = f"{args.swarm_enter / 2:g}"
@@ -349,6 +529,8 @@ async def run_half(
             meter.start()
             profiles = PageProfiles(fleet, args.profile if half.peers else 0, root)
             profiles.start()
+            tracer = SwarmTrace(fleet, args.trace_s if half.peers else 0.0)
+            tracer.start()
             started = loop.time()
             running: list[asyncio.subprocess.Process] = []
             readers = asyncio.gather(*(phone(n) for n in range(1, half.readers + 1)))
@@ -370,6 +552,9 @@ async def run_half(
             )
             half.outcomes = list(await readers)
             half.profile_top = list((await profiles.stop()).items())[:40]
+            half.trace = await tracer.stop()
+            if half.trace:
+                (root / "trace.json").write_text(json.dumps(half.trace))
             # every reader's console (and the URLs of answers >= 400), kept with --keep
             (root / "consoles.json").write_text(json.dumps(fleet.console, indent=1))
             half.reloaded = sorted(
@@ -414,6 +599,8 @@ async def run_half(
         half.load_after = loadavg()
         if reader is not None:
             await reader.stop()
+        for seeder in seeders:
+            await stop_process(seeder)
         for service in reversed(services):
             await service.stop()
 
@@ -475,6 +662,7 @@ def print_half(half: Half) -> None:
                 # why a reader with the peer path on took the origin path
                 print(f"{'':>6} the app said: {' | '.join(o.notices)[:300]}")
     print_bytes(half)
+    print_trace(half)
     loads = [o.swarm["load"] for o in half.outcomes if o.swarm and "load" in o.swarm]
     if loads:
         # the swarm's own cost counters (swarm-load.js), summed over the readers
@@ -489,10 +677,10 @@ def print_half(half: Half) -> None:
             print(
                 f"desktop {d.number}: {d.mode}, {d.seconds:.1f} s, "
                 f"{d.bytes_from_origins / MB:.1f} MB from origins, "
-                f"{d.bytes_from_peers / MB:.1f} MB from peers"
+                f"{d.bytes_from_peers / MB:.1f} MB from peers; {d.cpu_s:.1f} CPU s"
             )
         else:
-            print(f"desktop {d.number}: failed: {d.error}")
+            print(f"desktop {d.number}: failed: {d.error} ({d.cpu_s:.1f} CPU s)")
 
 
 def print_bytes(half: Half) -> None:
@@ -882,6 +1070,22 @@ if __name__ == "__main__":
         "open, so at --arrive-s the desktops are the first peers, and at N = 20 on 28 Nov "
         "(session 19) both left by their not_needed rule 0.4 s before the first reader "
         "announced (both halves alike; off by default)",
+    )
+    parser.add_argument(
+        "--seeding-desktops",
+        type=int,
+        default=0,
+        metavar="K",
+        help="K desktop peers that hold the issue from the start and seed it until the "
+        "half ends (pressrun seed --until-stopped), beside --desktops (default 0)",
+    )
+    parser.add_argument(
+        "--trace-s",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="sample each page's swarm figures every S seconds in the peers half "
+        "(trace.json in the work dir; a per-page timeline is printed; default 0: off)",
     )
     parser.add_argument("--seed", type=int, default=26, help="arrival times' seed (26)")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the figures as JSON")

@@ -15,8 +15,35 @@ const nowS = () => performance.now() / 1000; // swarm.js's clock
 const BLOCK = 1 << 14; // webtorrent's block: a peer is asked block by block, from a block's start
 const blockKey = (index, offset) => `${index}:${offset}`; // a held block (watchHeld)
 
+/**
+ * Whether peer `wire` is silent: its requests were asked again (reaskSilentPeers) and
+ * it has sent nothing since. Until it sends again it is asked for nothing (webtorrent
+ * gave its re-asked blocks back to it, the first wire with room, so they waited on it
+ * again) and holds nothing for the web seeds' rule (swarm-web-seeds.js: its pieces are
+ * lacked, it owns none, the reader is starved without it).
+ *
+ * Why: a desktop peer gone without closing its connection (its process killed or hung,
+ * a laptop asleep or off the Wi-Fi) stays a connected, unchoking peer holding every
+ * piece until the silent-peer rule disconnects it (3 x its timeout, 9 s at the least)
+ * or WebRTC's consent check fails. Held back (the other readers deliver), the readers'
+ * web seeds were offered nothing, since a peer held every piece, and the pieces asked
+ * of it waited on it: three readers of a 10 MB issue whose desktop seed was killed
+ * mid-download ended at 10.9-12.2 s, each after disconnecting it; now at 2.8-8.7 s,
+ * none (tests/reader/test_swarm_silent_desktop_browser.py).
+ */
+export function silentPeer(wire) {
+  return wire.reaskedAt !== undefined && wire.type !== "webSeed";
+}
+
 /** SwarmFetch's methods about its peers' wires (installed by swarm.js). */
 export class SwarmPeers {
+  /** webtorrent's request pass asks a silent peer (silentPeer) for nothing. */
+  askNoSilentPeer(torrent) {
+    const updateWire = torrent._updateWire?.bind(torrent);
+    if (typeof updateWire !== "function") return;
+    torrent._updateWire = (wire) => (silentPeer(wire) ? false : updateWire(wire));
+  }
+
   onWire(wire) {
     this.watchHeld(wire); // before watchBytes: a web seed's ask reaches it trimmed
     this.watchBytes(wire);
@@ -134,7 +161,9 @@ export class SwarmPeers {
     const received = this.receivedFromPeers + this.receivedFromWebSeeds;
     for (const wire of this.torrent.wires) {
       if (wire.type === "webSeed" || wire.destroyed) continue;
-      if (wire.requests.length === 0) {
+      if (wire.requests.length === 0 && !silentPeer(wire)) {
+        // (a silent peer is asked for nothing: its silence goes on counting until it
+        // sends, and the disconnect below comes as it did with its requests held)
         wire.silentS = 0;
         continue;
       }

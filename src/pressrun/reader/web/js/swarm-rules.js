@@ -132,6 +132,8 @@ function pieceWeight(idHash, index) {
  * begin: readers follow the same piece owners; a desktop peer (libtorrent, "-PR")
  * fills from the origins by its own rule. */
 export const READER_PEER_ID_HEX = "2d5757";
+/** A desktop peer's (pressrun's libtorrent, "-PR") peer id prefix, in hex. */
+export const DESKTOP_PEER_ID_HEX = "2d5052";
 
 /**
  * Whether this reader (`selfId`) is the one of `ids` (itself and the connected

@@ -5,6 +5,7 @@
 // puts them on SwarmFetch's prototype, so `this` is the SwarmFetch and they read and
 // write its fields as before.
 
+import { silentPeer } from "./swarm-peers.js";
 import { ownsPiece, READER_PEER_ID_HEX } from "./swarm-rules.js";
 
 const WEB_SEED_RETRY_S = 10; // a piece a web seed failed is offered again after this (webconn.js)
@@ -16,10 +17,11 @@ const nowS = () => performance.now() / 1000; // swarm.js's clock
 
 /** SwarmFetch's methods about its web seeds (installed by swarm.js). */
 export class SwarmWebSeeds {
-  /** Whether no connected peer holds a piece this reader lacks. */
+  /** Whether no connected peer (a silent one not counted: silentPeer) holds a piece
+   * this reader lacks. */
   starved() {
     const t = this.torrent;
-    const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed);
+    const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !silentPeer(w));
     for (let i = 0; i < t.pieces.length; i++) {
       if (t.bitfield.get(i)) continue;
       if (peers.some((w) => w.peerPieces.get(i))) return false;
@@ -89,7 +91,10 @@ export class SwarmWebSeeds {
     const t = this.torrent;
     const seeds = t.wires.filter((w) => w.type === "webSeed" && !w.destroyed && w.peerPieces);
     if (!seeds.length) return;
-    const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.peerChoking);
+    // a silent peer (silentPeer: asked again, nothing since) holds nothing here: a
+    // desktop gone without closing its connection held every piece, and the web seeds
+    // were offered none while the pieces asked of it waited
+    const peers = t.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.peerChoking && !silentPeer(w));
     const lacked = (i) => !t.bitfield.get(i) && !peers.some((w) => w.peerPieces.get(i));
     // a piece no peer holds is this reader's to take from the web seeds when it is
     // the piece's owner among itself and the connected readers that lack it too
@@ -134,7 +139,7 @@ export class SwarmWebSeeds {
     // a piece a peer was asked blocks of (a request out): the peer gives them soon, or
     // the silent-peer rule asks them again; a web seed given it then fetches from the
     // first block not reserved to the piece's end (webconn.js), the peer's blocks too
-    const peerAsked = (i) => (t._reservations?.[i] ?? []).some((w) => w && w.type !== "webSeed" && !w.destroyed);
+    const peerAsked = (i) => (t._reservations?.[i] ?? []).some((w) => w && w.type !== "webSeed" && !w.destroyed && !silentPeer(w));
     // with `all`: this reader's own pieces no peer holds, then (once those are all
     // asked) every piece no peer holds, then (once those are) every piece
     let widen = all;

@@ -45,10 +45,10 @@
 
 import { pieceOk } from "./manifest.js";
 import { mixIn } from "./mixin.js";
-import { answerTime, leaveRule, silentPeerStep, uploadCapFor, WebSeedRule, windowRate } from "./swarm-rules.js";
+import { answerTime, DESKTOP_PEER_ID_HEX, leaveRule, silentPeerStep, uploadCapFor, WebSeedRule, windowRate } from "./swarm-rules.js";
 import { StoredPieces } from "./store.js";
 import { emptyByteTally, hotswapPeers, SwarmBytes } from "./swarm-bytes.js";
-import { SwarmPeers } from "./swarm-peers.js";
+import { silentPeer, SwarmPeers } from "./swarm-peers.js";
 import { SwarmWebSeeds } from "./swarm-web-seeds.js";
 import { boundPeers, coalesceUpdates, connOf, joinedSends, MAX_PEERS, MAX_PEERS_IN, orderedRarestPick } from "./swarm-load.js";
 import { fetchCheckedTorrent } from "./torrent.js";
@@ -164,6 +164,14 @@ export class SwarmFetch {
       peers_unchoking: this.torrent?.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.peerChoking).length ?? 0,
       peers_unchoked: this.torrent?.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.amChoking).length ?? 0,
       peers_seen: this.peersSeen.size,
+      // of those, desktop peers (libtorrent, "-PR" ids), connected and unchoking this reader
+      desktop_peers: this.desktopWires().length,
+      desktop_peers_unchoking: this.desktopWires().filter((w) => !w.peerChoking).length,
+      // connected peers silent since their requests were asked again (swarm-peers.js silentPeer)
+      peers_silent: this.torrent?.wires.filter((w) => !w.destroyed && silentPeer(w)).length ?? 0,
+      // missing pieces the web seeds offer now (offerWebSeedPieces), and requests out to peers
+      web_seed_offered: this.webSeedOffered(),
+      peer_requests: this.torrent?.wires.reduce((n, w) => n + (w.type !== "webSeed" && !w.destroyed ? w.requests.length : 0), 0) ?? 0,
       bytes_from_peers: this.fromPeers,
       bytes_from_web_seeds: this.fromWebSeeds,
       bytes_received_from_peers: this.receivedFromPeers,
@@ -182,6 +190,23 @@ export class SwarmFetch {
       // for and run, peers refused at the cap, reads of stored pieces for peers
       load: { ...this.updates, ...this.peerBound, piece_reads: this.pieceReads, ...this.sends },
     };
+  }
+
+  /** The connected desktop peers' wires (libtorrent, DESKTOP_PEER_ID_HEX). */
+  desktopWires() {
+    return (this.torrent?.wires ?? []).filter(
+      (w) => w.type !== "webSeed" && !w.destroyed && typeof w.peerId === "string" && w.peerId.startsWith(DESKTOP_PEER_ID_HEX),
+    );
+  }
+
+  /** The missing pieces some web seed offers now (its wire's bitfield, offerWebSeedPieces). */
+  webSeedOffered() {
+    const t = this.torrent;
+    if (!t?.pieces) return 0;
+    const seeds = t.wires.filter((w) => w.type === "webSeed" && !w.destroyed && w.peerPieces);
+    let n = 0;
+    for (let i = 0; i < t.pieces.length; i++) if (!t.bitfield.get(i) && seeds.some((w) => w.peerPieces.get(i))) n++;
+    return n;
   }
 
   // -- the store webtorrent reads and writes (abstract-chunk-store)
@@ -373,6 +398,7 @@ export class SwarmFetch {
     this.updates = coalesceUpdates(torrent);
     this.sends = { writes: 0, messages: 0 }; // the peers' writes and the messages they went in
     this.peerBound = boundPeers(torrent, MAX_PEERS, MAX_PEERS_IN);
+    this.askNoSilentPeer(torrent); // a peer silent past its timeout is asked for nothing (swarm-peers.js)
     let fail;
     const failed = new Promise((_, reject) => (fail = reject));
     failed.catch(() => {});
