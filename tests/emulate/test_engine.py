@@ -4,24 +4,37 @@ KeyboardInterrupt), and the starter's death by SIGKILL (the watchdog stops the d
 once the last user's lock is gone); and a user of an engine someone else started keeps
 it while the starter leaves. Each test starts a real ``dockerd`` on a data root of its
 own (nothing else shares it) and checks that neither it nor any process of its
-(containerd, the watchdog) is left. Runs as root where docker.io is installed; skips
+(containerd, the watchdog) is left; and a run's teardown leaves no shim of a container
+the engine no longer has. Runs as root where docker.io is installed; skips
 otherwise."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pressrun.emulate.engine import _socket_dir, engine_session, why_no_engine
+from pressrun.emulate.engine import (
+    SHIM,
+    SHIM_NAMESPACE,
+    SHIM_SOCKETS,
+    Engine,
+    _socket_dir,
+    engine_session,
+    shims_of,
+    why_no_engine,
+)
+from pressrun.emulate.project import ComposeProject, teardown
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -160,3 +173,63 @@ def test_the_engine_stays_up_for_a_user_when_its_starter_is_killed(cache: Path) 
         if starter.poll() is None:
             starter.kill()
             starter.wait()
+
+
+def sleeper_image(engine: Engine, folder: Path) -> str:
+    """An image of /bin/sleep and the libraries it loads (imported, nothing pulled)."""
+    libs = subprocess.run(["ldd", "/bin/sleep"], capture_output=True, text=True, check=True)
+    files = ["/bin/sleep", *(w for w in libs.stdout.split() if w.startswith("/"))]
+    tar = folder / "sleeper.tar"
+    with tarfile.open(tar, "w") as out:
+        for name in files:
+            out.add(os.path.realpath(name), arcname=name.lstrip("/"))
+    engine.docker("import", str(tar), "pressrun-test-sleeper:1")
+    return "pressrun-test-sleeper:1"
+
+
+def start_shim(bundle: Path, address: Path, cid: str) -> None:
+    """A runc shim started as containerd starts one (``start``: it forks the shim and
+    prints its socket) for a container its containerd does not have: what a teardown
+    on a loaded host left (its task gone, the shim never told to shut down)."""
+    bundle.mkdir(parents=True)
+    (bundle / "config.json").write_text("{}")
+    os.mkfifo(bundle / "log")
+    subprocess.run(
+        [SHIM, "-namespace", SHIM_NAMESPACE, "-id", cid, "-address", str(address), "start"],
+        cwd=bundle, env={**os.environ, "TTRPC_ADDRESS": f"{address}.ttrpc"},
+        stdin=subprocess.DEVNULL, capture_output=True, check=True, timeout=30,
+    )  # fmt: skip
+
+
+def test_the_teardown_ends_the_shims_of_removed_containers(cache: Path, tmp_path: Path) -> None:
+    """A run's containers are removed with their shims: a shim whose container the
+    engine no longer has is ended, a running container's and another engine's stay."""
+    project = "pressrun-emu-1-shims"
+    with engine_session(cache) as engine:
+        address = engine.containerd_address
+        assert address is not None
+        image = sleeper_image(engine, tmp_path)
+        run = ["run", "-d", "--network", "none", image, "/bin/sleep", "300"]
+        label = f"pressrun.emulate.project={project}"
+        mine = [engine.docker(*run[:2], "--label", label, *run[2:]).strip()]
+        bystander = engine.docker(*run).strip()  # another run's, on the same engine
+        start_shim(tmp_path / "ours", address, "a" * 64)
+        elsewhere = tmp_path / "another-engine" / "containerd.sock"
+        start_shim(tmp_path / "theirs", elsewhere, "b" * 64)
+        theirs = shims_of(elsewhere)
+        try:
+            assert set(theirs) == {"b" * 64}
+            assert set(shims_of(address)) == {"a" * 64, bystander, *mine}
+            took = teardown(engine, ComposeProject(engine, tmp_path, project, {}), tmp_path / "log")
+            deadline = time.perf_counter() + 10
+            while set(shims_of(address)) != {bystander} and time.perf_counter() < deadline:
+                time.sleep(0.2)
+            assert set(shims_of(address)) == {bystander}, took
+            assert shims_of(elsewhere) == theirs  # not our engine's: left alone
+            assert engine.docker("ps", "-q", "--no-trunc").split() == [bystander]
+        finally:
+            for pid in theirs.values():
+                os.kill(pid, signal.SIGKILL)
+            for where, cid in ((elsewhere, "b" * 64), (address, "a" * 64)):  # their sockets
+                key = hashlib.sha256(f"{where}/{SHIM_NAMESPACE}/{cid}".encode()).hexdigest()
+                (SHIM_SOCKETS / key).unlink(missing_ok=True)

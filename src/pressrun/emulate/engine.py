@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -57,6 +58,13 @@ NEIGHBOUR_SYSCTL = Path("/proc/sys/net/ipv4/neigh/default")
 RUN_ROOT = Path("/run/pressrun-emulate")
 #: the limits as they were before the first of our engines started
 NEIGHBOUR_SAVED = RUN_ROOT / "neighbour-limits.json"
+#: containerd's runc shim: one process per container, started with ``-namespace``,
+#: ``-id <container>`` and ``-address <its containerd's socket>``
+SHIM = "containerd-shim-runc-v2"
+#: docker's containers' containerd namespace (its plugins have one of their own)
+SHIM_NAMESPACE = "moby"
+#: where the shims (containerd 1.6) keep their sockets: sha256 of address/namespace/id
+SHIM_SOCKETS = Path("/run/containerd/s")
 
 
 class EngineUnavailable(RuntimeError):
@@ -78,6 +86,16 @@ class Engine:
     env: dict[str, str] = field(default_factory=dict)
     #: our engine's socket folder (None for a ``DOCKER_HOST`` engine)
     run_dir: Path | None = None
+
+    @property
+    def containerd_address(self) -> Path | None:
+        """The socket of the containerd our engine runs (None for a ``DOCKER_HOST``
+        engine: its shims are not ours to end)."""
+        return (
+            None
+            if self.run_dir is None
+            else self.run_dir / "exec" / "containerd" / "containerd.sock"
+        )
 
     @property
     def cgroup(self) -> Path | None:
@@ -396,3 +414,77 @@ def engine_session(cache_dir: Path) -> Iterator[Engine]:
         yield engine
     finally:
         engine.stop()
+
+
+def shims_of(address: Path) -> dict[str, int]:
+    """The shims of docker's containers whose containerd is the one at ``address``: each
+    container id and its shim's pid (another engine's or the host's are left out)."""
+    found: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if not argv[0].endswith(SHIM):
+            continue
+        flags = dict(itertools.pairwise(argv))  # each flag and its value
+        ours = flags.get("-address") == str(address) and "-id" in flags
+        if ours and flags.get("-namespace") == SHIM_NAMESPACE:
+            found[flags["-id"]] = int(entry.name)
+    return found
+
+
+def end_orphan_shims(engine: Engine, timeout_s: float = 60.0) -> list[str]:
+    """End the shims of our engine whose container the engine no longer has; the ids.
+
+    ``docker rm -f`` of a run's containers on a loaded host drops docker's record even
+    when containerd's calls to a shim time out (dockerd.log: "cleanup: failed to delete
+    container from containerd: cannot delete running task", "failed to delete shim:
+    close wait error: context deadline exceeded"): the task stays in containerd, or
+    containerd forgot it but the shim never got its shutdown, and the shim (13 MB)
+    outlives the run, the engine and the runs after it. containerd deletes what it
+    still has (``ctr tasks delete -f``, ``ctr containers delete``), SIGKILL ends the
+    rest. Safe beside another run on the same engine: the shims are listed before the
+    containers, and a container is docker's before its shim starts."""
+    address = engine.containerd_address
+    if address is None:
+        return []
+    shims = shims_of(address)
+    if not shims:
+        return []
+    try:
+        known = set(engine.docker("ps", "-aq", "--no-trunc", timeout_s=timeout_s).split())
+    except DockerCommandError as err:
+        log.warning("left the engine's shims as they are (its containers unknown): %s", err)
+        return []
+    orphans = {cid: pid for cid, pid in shims.items() if cid not in known}
+    if not orphans:
+        return []
+    if shutil.which("ctr") is not None:
+        ctr = ["ctr", "--address", str(address), "--namespace", SHIM_NAMESPACE]
+        for args in (["tasks", "delete", "--force"], ["containers", "delete"]):
+            with contextlib.suppress(DockerCommandError):
+                engine.run([*ctr, *args, *orphans], check=False, timeout_s=timeout_s)
+    for cid, pid in orphans.items():
+        _kill_shim(pid, cid)
+        key = hashlib.sha256(f"{address}/{SHIM_NAMESPACE}/{cid}".encode()).hexdigest()
+        with contextlib.suppress(OSError):
+            (SHIM_SOCKETS / key).unlink()
+    return sorted(orphans)
+
+
+def _kill_shim(pid: int, cid: str) -> None:
+    """SIGKILL the shim ``pid`` of container ``cid`` (if it is still that shim), its
+    children (the container's first process, if it lives) first."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        if f"\0{cid}\0".encode() not in (proc / "cmdline").read_bytes():
+            return  # it ended, and the pid is another process's now
+        children = (proc / "task" / str(pid) / "children").read_text().split()
+    except OSError:
+        return
+    for child in [*map(int, children), pid]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, signal.SIGKILL)

@@ -58,7 +58,7 @@ from pressrun.emulate.embargo import (
     wrap_buckets,
 )
 from pressrun.emulate.embargo import client_args as embargo_client_args
-from pressrun.emulate.engine import DockerCommandError, Engine
+from pressrun.emulate.engine import DockerCommandError, Engine, end_orphan_shims
 from pressrun.emulate.held import go_path
 from pressrun.emulate.held_clients import plans_of, read_started, start_held, wait_clients
 from pressrun.emulate.issue import (
@@ -432,6 +432,9 @@ async def run_scenario(
     stale = await asyncio.to_thread(remove_stale_projects, engine)
     if stale:
         report(f"removed what earlier runs left on the engine: {', '.join(stale)}")
+    shims = await asyncio.to_thread(end_orphan_shims, engine)
+    if shims:
+        report(f"ended {len(shims)} shim(s) of containers earlier runs removed")
     report(f"publishing a {scenario.issue_mb:g} MB issue into {folder / 'content'}")
     issue = await asyncio.to_thread(
         publish_issue, folder, scenario.issue_mb, scenario.seed,
