@@ -233,7 +233,8 @@ def _remove_containers(engine: Engine, name: str) -> None:
     for label in (f"pressrun.emulate.project={name}", f"com.docker.compose.project={name}"):
         ids += engine.docker("ps", "-aq", "--filter", f"label={label}", check=False).split()
     if ids:
-        engine.run(["docker", "rm", "-f", "-v", *ids], check=False, timeout_s=300)
+        done = engine.run(["docker", "rm", "-f", "-v", *ids], check=False, timeout_s=300)
+        _warn_failed(done, f"some containers of {name} stay")
 
 
 def _remove_networks_and_volumes(engine: Engine, name: str) -> None:
@@ -244,10 +245,20 @@ def _remove_networks_and_volumes(engine: Engine, name: str) -> None:
         fmt = "{{range .Containers}}{{.Name}} {{end}}"
         for member in engine.docker("network", "inspect", "-f", fmt, net, check=False).split():
             engine.run(["docker", "network", "disconnect", "-f", net, member], check=False)
-        engine.run(["docker", "network", "rm", net], check=False)
+        done = engine.run(["docker", "network", "rm", net], check=False)
+        _warn_failed(done, f"a network of {name} stays")
     volumes = engine.docker("volume", "ls", "-q", "--filter", label, check=False).split()
     if volumes:
-        engine.run(["docker", "volume", "rm", "-f", *volumes], check=False)
+        done = engine.run(["docker", "volume", "rm", "-f", *volumes], check=False)
+        _warn_failed(done, f"some volumes of {name} stay")
+
+
+def _warn_failed(done: subprocess.CompletedProcess[str], what: str) -> None:
+    """A warning with the engine's words when a removal failed (the next run's start
+    removes what stayed: `remove_stale_projects`)."""
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        log.warning("%s: %s", what, " | ".join(lines[-4:]))
 
 
 def project_name(variant: str) -> str:
