@@ -208,6 +208,22 @@ class Phone:
         await self.evaluate("window.pressrun.ready", what="the app's start")
         return self.page
 
+    async def reload(self, *, what: str = "the app's start after a reload") -> None:
+        """Reload the page and wait for the app's start: its module sets
+        ``window.pressrun`` after its imports, which on a busy host comes after the
+        load event ``reload`` waits for (the suite run at c9387fa, 02:44: "Cannot read
+        properties of undefined (reading 'subscriberPublicKey')" right after a reload)."""
+        await bounded("a reload", self.page.reload(), timeout_s=STEP_TIMEOUT_S)
+        await bounded(
+            what,
+            self.page.wait_for_function(
+                "() => window.pressrun !== undefined", timeout=1000 * STEP_TIMEOUT_S
+            ),
+            timeout_s=STEP_TIMEOUT_S + 5,
+            console=self.console,
+        )
+        await self.evaluate("window.pressrun.ready", what=what)
+
     async def evaluate(
         self, expression: str, arg: Any = None, *, what: str, timeout_s: float = STEP_TIMEOUT_S
     ) -> Any:

@@ -76,8 +76,7 @@ async def test_subscriber_downloads_reads_and_reads_offline(
     # offline: the service worker serves the app, OPFS the issue
     await phone.evaluate("navigator.serviceWorker.ready", what="the service worker's start")
     await phone.context.set_offline(True)
-    await page.reload()
-    await phone.evaluate("window.pressrun.ready", what="the app's start offline")
+    await phone.reload(what="the app's start offline")
     await page.locator(f"li[data-issue='{ISSUE}'] button.open").tap()
     await page.wait_for_selector("#page[data-page='2']")  # where it was left
     await phone.screenshot("reading-offline")
@@ -254,7 +253,7 @@ async def test_callers_asking_for_the_key_at_once_get_one_key_and_it_stays(
     )
     assert len(set(keys)) == 1, keys
     assert await phone.subscriber_key() == keys[0]
-    await phone.page.reload()
+    await phone.reload()
     assert await phone.subscriber_key() == keys[0]
 
 

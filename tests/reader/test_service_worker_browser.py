@@ -45,6 +45,7 @@ async def test_a_worker_refused_once_is_registered_and_the_reader_told_nothing(
     phone: Phone = await phone_factory(stack.reader_url)
     asked = await refuse_worker(phone, 1)
     await phone.open()
+    await phone.evaluate("window.pressrun.serviceWorkerReady", what="the registration")
     scope = await phone.evaluate(
         "navigator.serviceWorker.ready.then((r) => r.scope)", what="the worker", timeout_s=30
     )
@@ -60,8 +61,9 @@ async def test_a_worker_never_registered_is_told_once(
     stack = await make_stack(origins=("origin-a",))
     phone: Phone = await phone_factory(stack.reader_url)
     asked = await refuse_worker(phone, None)
-    page = await phone.open()
-    await page.locator("#notices .notice").first.wait_for(timeout=30_000)
+    await phone.open()
+    # the app's start does not wait for the registration's attempts (6 s)
+    await phone.evaluate("window.pressrun.serviceWorkerReady", what="the registration")
     told = [n for n in await phone.notices() if n.startswith(OFFLINE)]
     assert len(told) == 1, told
     assert len(asked) == 3  # the first attempt and two more

@@ -23,7 +23,8 @@ Endpoints (docs/reader.md):
 
 Every answer has ``Cache-Control: no-cache``: the service worker keeps the offline
 copy; the browser's HTTP cache only revalidates (ETag / Last-Modified). Text files go
-out compressed when the browser accepts it (`COMPRESSED_SUFFIXES`), ranges as they are. Every answer
+out compressed when the browser accepts it (`COMPRESSED_SUFFIXES`); ranges and
+conditional requests get them as they are. Every answer
 also carries the security headers (`security_headers`): a Content-Security-Policy
 that allows only the app's own files (no inline script but the import map, by hash;
 WebAssembly for libsodium and pdf.js; no framing), ``X-Content-Type-Options:
@@ -67,6 +68,15 @@ VENDOR_FILES = {
 #: slow link waits for every module of the app's start before the library shows
 COMPRESSED_SUFFIXES = frozenset(
     {".js", ".mjs", ".css", ".html", ".json", ".webmanifest", ".svg", ".map", ".txt"}
+)
+#: a request with one of these headers gets the file uncompressed (`ReaderService._file`)
+UNCOMPRESSED_WHEN = (
+    "Range",
+    "If-None-Match",
+    "If-Modified-Since",
+    "If-Match",
+    "If-Unmodified-Since",
+    "If-Range",
 )
 #: URL folder under /vendor/ -> folder under node_modules (pdf.js loads these lazily)
 VENDOR_DIRS = {
@@ -389,11 +399,19 @@ class ReaderService:
     @staticmethod
     def _file(path: Path, request: web.Request) -> web.FileResponse:
         """A file of the app or of an npm package; text compressed (gzip or deflate, as
-        the browser accepts) unless a range of it is asked for."""
+        the browser accepts) when the whole file is sent: not for a range, a HEAD or a
+        conditional request (`UNCOMPRESSED_WHEN`), whose answer may be a 304, a 206 or
+        a 412, which aiohttp would follow with a compressed empty body: bytes after a
+        304 that broke the next answer on the connection (the suite run at c9387fa:
+        the app never started again after a reload)."""
         response = web.FileResponse(
             path, headers={"Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
         )
-        if path.suffix in COMPRESSED_SUFFIXES and "Range" not in request.headers:
+        if (
+            path.suffix in COMPRESSED_SUFFIXES
+            and request.method == "GET"
+            and not any(name in request.headers for name in UNCOMPRESSED_WHEN)
+        ):
             response.enable_compression()
         return response
 

@@ -5,7 +5,7 @@
 // window.pressrun exposes the app's state for the tests and the benchmark: `ready`
 // (a promise), `results` (finished downloads by issue), `errors` (by issue),
 // `notices`, `openTimesMs` (open -> page 1 drawn, per opening), `viewerReady` (pdf.js's
-// worker is up), `swarm()` (each issue's swarm figures: peers, bytes from peers and
+// worker is up), `serviceWorkerReady` (its registration done or told), `swarm()` (each issue's swarm figures: peers, bytes from peers and
 // from web seeds, uploaded, bans, state and the rule it left by).
 
 import { allRecords, deleteRecord, getRecord, getSetting, putSetting, updateIssue } from "./db.js";
@@ -480,7 +480,9 @@ async function boot() {
   })().catch((err) =>
     notice("Issues cannot be shown in this browser (its PDF viewer did not start).", { kind: "error", detail: err.message, key: "viewer" }),
   );
-  await registerServiceWorker().catch((err) =>
+  // the service worker beside the rest: a registration tried again (SW_RETRY_MS) must
+  // not hold back the downloads and the check for new issues
+  hooks.serviceWorkerReady = registerServiceWorker().catch((err) =>
     notice("This browser will not open the app offline (no service worker): read online, or open it over https.", {
       kind: "error",
       detail: err.message,
