@@ -78,6 +78,9 @@ from pressrun.reader.sample import write_sample_pdf
 
 ISSUE = "bench-reader-swarm"
 MB = 1_000_000
+#: a desktop peer's command line (``pressrun get`` / ``pressrun seed`` follow), its
+#: log at INFO: the directives and the swarm's notices
+PRESSRUN_INFO = (sys.executable, "-m", "pressrun.cli", "--log-level", "INFO")
 
 
 def peer_path() -> type | None:
@@ -314,11 +317,7 @@ async def desktop_get(
     if after is not None:
         await after()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pressrun.cli",
-        "--log-level",
-        "INFO",
+        *PRESSRUN_INFO,
         "get",
         ISSUE,
         "--balancer",
@@ -377,11 +376,7 @@ async def seeding_desktop(
     name = json.loads((bundle / "manifest.json").read_text())["manifest"]["file_name"]
     log = log_path.open("wb")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pressrun.cli",
-        "--log-level",
-        "INFO",
+        *PRESSRUN_INFO,
         "seed",
         "--torrent",
         str(bundle / f"{ISSUE}.torrent"),
