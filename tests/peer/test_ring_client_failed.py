@@ -12,7 +12,8 @@ from aiohttp import web
 
 from fronts import served
 from pressrun.peer.chord_policy import ChordPolicy
-from pressrun.peer.ring_client import FAILED_FORGET_S, MAX_FAILED, RingClient
+from pressrun.peer.ring_client import RingClient
+from pressrun.peer.ring_pacing import FAILED_FORGET_S, MAX_FAILED
 
 #: supernode A answers for keys up to 0x10.., B for those up to 0x80..
 ID_A, ID_B = 0x10 << 152, 0x80 << 152

@@ -456,7 +456,7 @@ class Supernode:
         keys first, and if the ring still names it, the other answers naming it stand,
         for every asker, for ``failed_recheck_s``; if not, every key it was kept for is
         looked up. A client names a supernode it found silent until it answers again
-        or for 30 s (``peer.ring_client.FAILED_FORGET_S``), so many questions name it:
+        or for 30 s (``peer.ring_pacing.FAILED_FORGET_S``), so many questions name it:
         before this check, on a starved host at N = 80 (answers late, 5 unanswered
         requests a peer), 1,792 lookups through the ring for 1,018 client requests.
         """

@@ -64,7 +64,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import zlib
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +74,13 @@ from pressrun.chord.codec import CodecError, id_hex, parse_id, parse_node
 from pressrun.chord.pieces import successor_of
 from pressrun.chord.post import post_json
 from pressrun.peer.chord_policy import ChordPolicy
+from pressrun.peer.ring_pacing import (
+    FAILED_FORGET_S,
+    MAX_FAILED,
+    MAX_WANTS,
+    AskPacing,
+    SilentSupernodes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,31 +92,6 @@ LEFT_WAIT_S = 2.0
 
 #: supernodes asked to look keys up in one round
 _RESOLVE_TRIES = 2
-#: pieces asked about in one round at most, of those no connected peer holds and
-#: again of those one holds (the first of the askable ones in this peer's own order,
-#: `_window`): every peer asked about every piece it lacked that no connected peer
-#: held, so the answers grew with pieces x peers, nearly all ``wait`` (47,283 answers
-#: at N = 40, 160 pieces; docs/chord.md). A supernode hands a peer at most
-#: `pressrun.chord.directory.MAX_BRING_AHEAD` pieces to bring in at once, and names
-#: two first receivers of a piece: a window of that size loses neither.
-MAX_WANTS = 8
-#: a piece answered ``wait`` (nobody to upload it yet) is asked again after this long,
-#: doubled with every further ``wait`` up to ``reask_s``; at once when the number of
-#: its connected holders changes (none, one)
-_WAIT_REASK_S = 1.0
-#: a supernode found silent (a report not answered in time, or answered with a status
-#: other than 200) is left out of the owners this client guesses, and named ``failed``
-#: in its lookups, until it answers again or for this long: the tracker stops listing
-#: a supernode it has not heard from for 30 s (its TTL) and the ring routes around a
-#: dead one within seconds, so by then a dead one is gone from both and the claim adds
-#: nothing; a live one that answered late once (a loaded host) or refused one report is
-#: asked again. Kept for good before: its keys went to its successor for the peer's
-#: whole life, and every lookup the peer asked made the supernodes check the claim
-#: through the ring again (chord.aio ``failed_recheck_s``)
-FAILED_FORGET_S = 30.0
-#: supernodes found silent kept at most, the oldest claim forgotten first (a supernode
-#: reads at most 64 of a lookup's ``failed``; the stats' record keeps the first 64)
-MAX_FAILED = 64
 
 
 @dataclass(slots=True)
@@ -188,13 +169,10 @@ class RingClient:
         self._on_answers = on_answers
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
-        self.reask_s = reask_s
         self.keepalive_s = keepalive_s
         self.view_refresh_s = view_refresh_s
         self.timeout_s = timeout_s
         self.lookup_timeout_s = lookup_timeout_s
-        self.failed_forget_s = failed_forget_s
-        self.max_wants = max_wants
         self.rng = random.Random(seed)
         self.stats = RingClientStats()
         self._keys: list[int] = []
@@ -202,15 +180,16 @@ class RingClient:
         self._ids: dict[int, str] = {}  # listed supernode id -> address
         #: pieces whose owner by the list answered ``not_mine``: looked up in the ring
         self._misplaced: set[int] = set()
-        #: supernodes found silent -> when (monotonic), oldest first: `_silent`
-        self._failed: dict[str, float] = {}
+        #: supernodes found silent lately: `_silent`
+        self._failed = SilentSupernodes(forget_s=failed_forget_s)
         self._view_at: float | None = None
         self._owner: dict[int, str] = {}  # piece -> supernode address
         self._reported: dict[int, str] = {}  # held piece -> the supernode told of it
         self._last_report: dict[str, float] = {}  # supernode -> when last told anything
-        #: piece -> (when it may be asked again, whether it had one connected holder)
-        self._ask_at: dict[int, tuple[float, bool]] = {}
-        self._waits: dict[int, int] = {}  # piece -> the ``wait`` answers in a row
+        #: when each piece may be asked about again, and which a round asks about
+        self._pacing = AskPacing(
+            peer_id=peer_id, num_pieces=num_pieces, reask_s=reask_s, max_wants=max_wants
+        )
         #: the pieces it lacked with at most one connected holder when last looked at
         self._rare: set[int] = set()
         self._bring_in: set[int] = set()
@@ -331,50 +310,7 @@ class RingClient:
         if self._seed(have) and any(o not in self._told_done for o in self._last_report):
             return True  # a seed now: every supernode hears it at once (`_round`)
         lacked = [p for p in rare if not have[p]]
-        if any(p in self._ask_at and self._askable(p, p in lonely, now) for p in lacked):
-            return True
-        # a piece never asked about: at once only while its window has room for it
-        # (with the window full of pieces answered ``wait``, every nudge would
-        # otherwise be urgent and the rounds would run every ``min_gap_s``). Each of
-        # `_window`'s two windows on its own: counted over both, a peer whose first
-        # round asked about eight pieces nobody connected held asked about a piece a
-        # neighbour had just brought in only at its next regular round
-        for one_holder in (True, False):
-            side = [p for p in lacked if (p in lonely) == one_holder]
-            pending = sum(1 for p in side if p in self._ask_at)
-            if pending < self.max_wants and any(p not in self._ask_at for p in side):
-                return True
-        return False
-
-    def _window(self, wanted: Collection[int], lonely: Collection[int], now: float) -> set[int]:
-        """The pieces to ask about this round: of ``wanted`` (lacked, with at most one
-        connected holder), those that may be asked now, in this peer's own order (from
-        its place among the pieces, set by its id, round to the start), so the peers of
-        a crowd ask about different pieces first: at most ``max_wants`` of those one
-        connected peer holds, and at most ``max_wants`` of those none holds.
-
-        The two are windows of their own. A piece one connected peer holds is held off
-        (`ChordPolicy`: priority 0) until the ring names this peer a first receiver or
-        the piece has a second holder, and its source's upload waits on the naming; the
-        pieces nobody holds get ``wait`` or a piece to bring in. In one window in the
-        peer's order, a piece just brought in was asked about only once the rotation
-        reached it: on the loopback bench at N = 20 the first pieces brought in (0.8 to
-        1.5 s) had their first receivers named 1 to 3 s later, after up to 28 ``wait``
-        answers to the askers whose windows held it (docs/results/2026-11-28-swarm-limit.md)."""
-        if not wanted:
-            return set()
-        start = zlib.crc32(self.peer_id.encode()) % self.num_pieces
-        order = sorted(wanted, key=lambda p: (p - start) % self.num_pieces)
-        chosen: set[int] = set()
-        for one_holder in (True, False):
-            taken = 0
-            for p in order:
-                if taken >= self.max_wants:
-                    break
-                if (p in lonely) == one_holder and self._may_ask(p, one_holder, now):
-                    chosen.add(p)
-                    taken += 1
-        return chosen
+        return self._pacing.worth_a_round(lacked, lonely, now)
 
     async def _round(self) -> None:
         now = asyncio.get_running_loop().time()
@@ -400,7 +336,8 @@ class RingClient:
         lonely = set(self._lonely())
         watched = self._rare | self._bring_in | self._first
         unheld = self._rare = {*self._unheld(), *lonely}
-        asking = self._window([p for p in unheld if not have[p] and p in self._owner], lonely, now)
+        wanted = [p for p in unheld if not have[p] and p in self._owner]
+        asking = self._pacing.window(wanted, lonely, now)
         up, down = self._totals()
         by_owner: dict[str, tuple[list[int], list[int]]] = {}
         due: set[str] = set()  # owners told now: asked, or told of a watched piece
@@ -459,26 +396,11 @@ class RingClient:
         # it holds every piece, and says so in its reports (``missing``: 0)
         return all(have) and self._missing() == 0
 
-    def _askable(self, piece: int, lonely: bool, now: float) -> bool:
-        # asked again once its answer is old, or at once when it got or lost its one
-        # connected holder (the ring's answer for it changes: a bringer, first receivers)
-        at, was_lonely = self._ask_at.get(piece, (-1e9, lonely))
-        return now >= at or was_lonely != lonely
-
     def _may_ask(self, piece: int, lonely: bool, now: float) -> bool:
-        if not self._askable(piece, lonely, now):
-            return False
-        at, was_lonely = self._ask_at.get(piece, (-1e9, lonely))
-        if was_lonely != lonely:
-            self._waits.pop(piece, None)
-        self._ask_at[piece] = (at, lonely)
-        return True
+        return self._pacing.may_ask(piece, lonely, now)
 
     def _answered(self, piece: int, now: float, *, wait: bool) -> None:
-        waits = self._waits[piece] = self._waits.get(piece, 0) + 1 if wait else 0
-        delay = min(_WAIT_REASK_S * 2 ** (waits - 1), self.reask_s) if wait else self.reask_s
-        lonely = self._ask_at.get(piece, (0.0, False))[1]
-        self._ask_at[piece] = (now + delay, lonely)
+        self._pacing.answered(piece, now, wait=wait)
 
     def _found_silent(self, sn: str, now: float) -> None:
         """``sn`` did not answer a report at ``now``: left out until it answers again
@@ -486,17 +408,10 @@ class RingClient:
         self.stats.supernode_failures += 1
         if len(self.stats.failed_supernodes) < MAX_FAILED:
             self.stats.failed_supernodes.add(sn)
-        self._failed.pop(sn, None)  # (to the end: the newest claim)
-        self._failed[sn] = now
-        while len(self._failed) > MAX_FAILED:
-            del self._failed[next(iter(self._failed))]
+        self._failed.found(sn, now)
 
     def _silent(self, now: float) -> set[str]:
-        """The supernodes found silent less than ``failed_forget_s`` before ``now``
-        that have not answered since (the older claims are forgotten)."""
-        for sn in [a for a, at in self._failed.items() if now - at >= self.failed_forget_s]:
-            del self._failed[sn]
-        return set(self._failed)
+        return self._failed.at(now)
 
     def _guess_owners(self, pieces: list[int], now: float) -> None:
         # the Chord successor among the listed supernodes not found silent lately
@@ -558,7 +473,7 @@ class RingClient:
             if not isinstance(owners, dict):
                 self._view_at = None  # read the ring's list again next round
                 continue
-            self._failed.pop(sn, None)  # it answers again
+            self._failed.answers(sn)
             self.stats.lookups += 1
             for p in pieces:
                 node = owners.get(id_hex(self._keys[p]))
@@ -597,7 +512,7 @@ class RingClient:
             self._forget(owner)
             self._view_at = None
             return False
-        self._failed.pop(owner, None)  # it answers again
+        self._failed.answers(owner)
         self._last_report[owner] = now
         if body.get("missing") == 0:
             self._told_done.add(owner)
