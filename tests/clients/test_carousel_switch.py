@@ -320,21 +320,23 @@ def test_the_hand_off_leaves_a_swarm_fed_by_the_origins(
     assert f.carousel_choice is not None and "peers never" in f.carousel_choice
 
 
+async def _peers_stop_at_4_s(f: _Fetch) -> None:
+    """Half of the file held, peers at 3 MB/s for 4 s, then nothing from them."""
+    peer = 0
+    for step in range(1, 200):
+        t = 0.5 * step
+        if t <= 4.0:
+            peer = int(3 * MB * t)
+        _report(f, t, peer=peer, done_from=int(0.5 * SIZE))
+        await asyncio.sleep(0.02)
+
+
 def test_the_hand_off_judges_again_when_the_peers_stop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # past half of the file with fast peers: it stays; the peers then stop, and the
     # carousel still on the air is taken (the rule before judged once, at the start)
-    async def feed(f: _Fetch) -> None:
-        peer = 0
-        for step in range(1, 200):
-            t = 0.5 * step
-            if t <= 4.0:
-                peer = int(3 * MB * t)
-            _report(f, t, peer=peer, done_from=int(0.5 * SIZE))
-            await asyncio.sleep(0.02)
-
-    got, f = asyncio.run(_watch(monkeypatch, feed, fetch_ends_after_s=3.0))
+    got, f = asyncio.run(_watch(monkeypatch, _peers_stop_at_4_s, fetch_ends_after_s=3.0))
     assert got is not None
     assert f.carousel_choice is not None
 
@@ -345,19 +347,10 @@ def test_the_hand_off_takes_no_carousel_whose_announcements_stopped(
     # past half of the file with fast peers: it stays; the carousel is announced for
     # 0.2 s (each announcement good for 0.3 s by the stepped clock's measure) and the
     # peers stop later: a carousel no longer on the air is not left for
-    async def feed(f: _Fetch) -> None:
-        peer = 0
-        for step in range(1, 200):
-            t = 0.5 * step
-            if t <= 4.0:
-                peer = int(3 * MB * t)
-            _report(f, t, peer=peer, done_from=int(0.5 * SIZE))
-            await asyncio.sleep(0.02)
-
     got, _ = asyncio.run(
         _watch(
             monkeypatch,
-            feed,
+            _peers_stop_at_4_s,
             fetch_ends_after_s=1.5,
             watch=_announced(every_s=0.05, ttl_s=0.3, for_s=0.2),
         )

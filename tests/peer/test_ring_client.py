@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
@@ -244,12 +244,11 @@ async def test_leaving_stops_the_rounds_before_the_torrent_goes() -> None:
         await c.close()
 
 
-@contextlib.asynccontextmanager
-async def waiting_ring(num_pieces: int) -> AsyncIterator[tuple[str, list[list[int]]]]:
-    """A tracker front listing one supernode, which is this same loopback server and
-    answers ``wait`` for every piece asked about: its base URL, and the ``want`` list
-    of every question it got."""
-    wants: list[list[int]] = []
+def one_supernode_ring(
+    num_pieces: int,
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The tracker front's ``GET /v1/ring/<info_hash>``: ``num_pieces`` pieces and one
+    supernode, the loopback server that answers it."""
 
     async def ring(request: web.Request) -> web.Response:
         return web.json_response(
@@ -259,6 +258,18 @@ async def waiting_ring(num_pieces: int) -> AsyncIterator[tuple[str, list[list[in
                 "supernodes": [{"id": "f" * 40, "address": request.host}],
             }
         )
+
+    return ring
+
+
+@contextlib.asynccontextmanager
+async def waiting_ring(num_pieces: int) -> AsyncIterator[tuple[str, list[list[int]]]]:
+    """A tracker front listing one supernode, which is this same loopback server and
+    answers ``wait`` for every piece asked about: its base URL, and the ``want`` list
+    of every question it got."""
+    wants: list[list[int]] = []
+
+    ring = one_supernode_ring(num_pieces)
 
     async def pieces(request: web.Request) -> web.Response:
         doc = await request.json()
@@ -338,14 +349,7 @@ async def test_leaving_does_not_wait_for_the_supernodes_answers() -> None:
     loop = asyncio.get_running_loop()
     lefts: list[float] = []
 
-    async def ring(request: web.Request) -> web.Response:
-        return web.json_response(
-            {
-                "num_pieces": 4,
-                "piece_keys": [f"{k:040x}" for k in range(4)],
-                "supernodes": [{"id": "f" * 40, "address": request.host}],
-            }
-        )
+    ring = one_supernode_ring(4)
 
     async def pieces(request: web.Request) -> web.Response:
         if (await request.json()).get("left"):
@@ -373,14 +377,7 @@ async def test_leaving_does_not_wait_for_the_supernodes_answers() -> None:
 async def test_an_uploader_named_outside_the_first_receivers_reaches_the_policy() -> None:
     # piece 1 (one connected holder) is answered with an uploader, not `first`: the
     # policy hears it (`ChordPolicy.given`: no hold on it); piece 2 is named `first`
-    async def ring(request: web.Request) -> web.Response:
-        return web.json_response(
-            {
-                "num_pieces": 4,
-                "piece_keys": [f"{k:040x}" for k in range(4)],
-                "supernodes": [{"id": "f" * 40, "address": request.host}],
-            }
-        )
+    ring = one_supernode_ring(4)
 
     async def pieces(request: web.Request) -> web.Response:
         doc = await request.json()
