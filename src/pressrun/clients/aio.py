@@ -15,7 +15,9 @@
    next (:mod:`.swarm_handoff`): the origins are web seeds, the peer seeds by the
    fair-exit rules and leaves (a swarm client watching the control channel moves to
    the issue's carousel when the balancer starts one while little of the file has
-   come, the swarm then its fallback); whatever either leaves missing (each piece checked
+   come, the swarm then its fallback; a copy the carousel completed seeds the
+   directive's swarm afterwards, `swarm_handoff.seed_after_carousel`); whatever
+   either leaves missing (each piece checked
    against the manifest) comes from origin sections, Range requests from the origins
    the balancer names (:mod:`.sections`, the directive's ``fallbacks: ["origin"]``);
 5. hash the whole file against the manifest (an encrypted issue: then decrypt it,
@@ -54,7 +56,12 @@ from pressrun.clients.multicast_receive import receive_multicast
 from pressrun.clients.sections import download_sections
 from pressrun.clients.session import FetchError, FetchState, Progress, still_good
 from pressrun.clients.subscription import NotReadable, content_key_for, decrypt_partial
-from pressrun.clients.swarm_handoff import fetch_swarm, ring_figures
+from pressrun.clients.swarm_handoff import (
+    fetch_swarm,
+    ring_figures,
+    seed_after_carousel,
+    seeds_after_carousel,
+)
 from pressrun.content.codec import valid_issue_id
 from pressrun.content.manifest import Manifest, check_file, file_sha256
 from pressrun.security import client_connector
@@ -271,6 +278,20 @@ async def _run_locked(f: FetchState) -> FetchResult:
             if plan.state is PlanState.DOWNLOADING:  # the swarm is the carousel's fallback
                 kept, swarm_result, _ = await fetch_swarm(f, m, path, directive.swarm, kept)
                 plan = _replan(f, m, kept)
+    seeded_s: float | None = None
+    if (
+        directive is not None
+        and swarm_result is None
+        and f.multicast_bytes > 0
+        and plan.state is PlanState.COMPLETE
+        and directive.swarm is not None
+        and seeds_after_carousel(f.config, directive.swarm)
+    ):
+        # the carousel's copy seeds the swarm for the readers it cannot reach (its
+        # whole time is seeding: the copy was complete and verified before it)
+        since = f.now()
+        swarm_result = await seed_after_carousel(f, m, path, directive.swarm)
+        seeded_s = f.now() - since
     f.save(plan, m)
     fd = os.open(path, os.O_RDWR)
     try:
@@ -346,7 +367,9 @@ async def _run_locked(f: FetchState) -> FetchResult:
         multicast_note=f.multicast_note,
         swarm_note=f.swarm_note,
         seeding_s=(
-            0.0
+            seeded_s
+            if seeded_s is not None
+            else 0.0
             if swarm_result is None or swarm_result.seeding_s is None
             else swarm_result.seeding_s
         ),

@@ -38,10 +38,19 @@ from pressrun.content.manifest import Manifest
 
 if TYPE_CHECKING:
     from pressrun.chord.host import SupernodeHost
+    from pressrun.clients.config import ClientConfig
     from pressrun.multicast.events import CarouselPlan
+    from pressrun.peer.config import PeerConfig
     from pressrun.peer.results import SwarmProgress, SwarmResult
 
-__all__ = ["MAX_TORRENT_BYTES", "fetch_swarm", "ring_figures", "torrent_urls"]
+__all__ = [
+    "MAX_TORRENT_BYTES",
+    "fetch_swarm",
+    "ring_figures",
+    "seed_after_carousel",
+    "seeds_after_carousel",
+    "torrent_urls",
+]
 
 #: a .torrent is about 20 bytes per piece; 32 MiB is far beyond any real one
 MAX_TORRENT_BYTES = 32 * 1024 * 1024
@@ -61,33 +70,16 @@ async def fetch_swarm(
     and the carousel it was left for (None: not left; watched only with
     ``manifest_sha256``, the verified manifest's digest, and a control group)."""
     from pressrun.peer.aio import fetch_via_swarm  # libtorrent: only when needed
-    from pressrun.peer.config import profile_config
     from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY
 
     f.swarm_tried = True
-    torrent: bytes | None = None
-    reasons: list[str] = []
-    # the directive's torrent, else the same file on every other origin the balancer
-    # named (each origin publishes it; fetch_via_swarm checks it against the manifest)
-    for url in torrent_urls(swarm.torrent_url, f.origin_urls.values(), m.issue_id):
-        try:
-            torrent = await f.get_small(url, MAX_TORRENT_BYTES)
-            break
-        except DirectiveUnavailable as err:
-            reasons.append(err.reason)
+    torrent, reason = await _torrent(f, m, swarm)
     if torrent is None:
-        f.swarm_note = f"cannot get the torrent ({'; '.join(reasons)})"
+        f.swarm_note = f"cannot get the torrent ({reason})"
         f.notice(f"swarm: {f.swarm_note}; using origins")
         return kept, None, None
     web_seeds = [f"{url}/content/{m.issue_id}/{m.file_name}" for url in f.origin_urls.values()]
-    # WebRTC peers' STUN server (libtorrent's WebTorrent; docs/tracker.md): none unless set
-    overrides: dict[str, object] = {"stun_server": os.environ.get("PRESSRUN_STUN", "")}
-    if f.config.swarm_stall_after_s is not None:
-        overrides["stall_after_s"] = f.config.swarm_stall_after_s
-    if f.config.swarm_max_seed_s is not None:
-        overrides["max_seed_time_s"] = f.config.swarm_max_seed_s
-    name = f.config.profile if f.config.profile in ("desktop", "mobile") else "desktop"
-    peer_config = profile_config(name, metered=f.config.metered, **overrides)
+    peer_config = _peer_config(f)
     ring = await _supernode(f, m, swarm)
     f.swarm_progress = None
     f.swarm_rates = SwarmRates(
@@ -159,6 +151,77 @@ async def fetch_swarm(
         level=logging.INFO,
     )
     return have, result, None
+
+
+async def _torrent(f: FetchState, m: Manifest, swarm: DirectiveSwarm) -> tuple[bytes | None, str]:
+    """The issue's torrent: the directive's, else the same file on every other origin
+    the balancer named (each origin publishes it; fetch_via_swarm checks it against
+    the manifest); None and the reasons when none answered."""
+    reasons: list[str] = []
+    for url in torrent_urls(swarm.torrent_url, f.origin_urls.values(), m.issue_id):
+        try:
+            return await f.get_small(url, MAX_TORRENT_BYTES), ""
+        except DirectiveUnavailable as err:
+            reasons.append(err.reason)
+    return None, "; ".join(reasons)
+
+
+def _peer_config(f: FetchState, **extra: object) -> PeerConfig:
+    """The peer's configuration: the profile's, with the client's swarm settings and
+    ``extra`` over it."""
+    from pressrun.peer.config import profile_config
+
+    # WebRTC peers' STUN server (libtorrent's WebTorrent; docs/tracker.md): none unless set
+    overrides: dict[str, object] = {"stun_server": os.environ.get("PRESSRUN_STUN", "")}
+    if f.config.swarm_stall_after_s is not None:
+        overrides["stall_after_s"] = f.config.swarm_stall_after_s
+    if f.config.swarm_max_seed_s is not None:
+        overrides["max_seed_time_s"] = f.config.swarm_max_seed_s
+    overrides.update(extra)
+    name = f.config.profile if f.config.profile in ("desktop", "mobile") else "desktop"
+    return profile_config(name, metered=f.config.metered, **overrides)
+
+
+def seeds_after_carousel(config: ClientConfig, swarm: DirectiveSwarm | None) -> bool:
+    """Whether a client whose copy came whole from the carousel seeds the issue's
+    swarm afterwards: when its directive named a swarm and it may seed (not metered,
+    a seeding time other than 0). The swarm's readers that cannot take the carousel
+    (browsers, links without multicast) then take the pieces from it, not from the
+    origins' web seeds."""
+    return swarm is not None and not config.metered and config.swarm_max_seed_s != 0
+
+
+async def seed_after_carousel(
+    f: FetchState, m: Manifest, path: Path, swarm: DirectiveSwarm
+) -> SwarmResult | None:
+    """Seed the issue's swarm with the complete copy at ``path`` (from the carousel,
+    every piece verified) by the peer's fair-exit rules, the copy counting as
+    downloaded (as `pressrun seed` counts it: it seeds one copy back, or until the
+    tracker's counts say it is not needed, or for the profile's seeding time at most).
+    No web seeds: a seed has every piece. The result (None when the torrent or the
+    swarm failed: the copy is kept, seeding is an extra)."""
+    from pressrun.peer.aio import fetch_via_swarm
+    from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY
+
+    torrent, reason = await _torrent(f, m, swarm)
+    if torrent is None:
+        f.notice(f"swarm: not seeding the carousel's copy: cannot get the torrent ({reason})")
+        return None
+    policy = f.config.uploader_policy or DEFAULT_UPLOADER_POLICY
+    try:
+        return await fetch_via_swarm(
+            torrent=torrent,
+            manifest=m,
+            partial_dir=path.parent,
+            config=_peer_config(f, ratio_basis_bytes=m.size_bytes),
+            tracker_url=swarm.tracker_url,
+            listen_interfaces=await _listen_interfaces(policy, swarm.tracker_url),
+            uploader_policy=policy,
+            on_peer=f.swarm_peers.append,
+        )
+    except Exception as err:  # the copy is whole and verified: seeding is an extra
+        f.notice(f"swarm: seeding the carousel's copy failed ({describe(err)})")
+        return None
 
 
 async def _carousel_meanwhile(

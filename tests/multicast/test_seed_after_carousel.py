@@ -1,0 +1,135 @@
+"""A carousel reader seeds the issue's swarm afterwards (issue 28): the balancer
+answers ``multicast`` with the swarm beside the carousel; the client takes the whole
+file from the carousel, then joins the swarm as a seed, and a swarm peer that the
+carousel does not reach (its only other source a 0.1 Mbit/s web seed) takes the
+issue from it.
+
+In flash-crowd-50 (session 20, run 7) the 35 carousel readers left at once while the
+10 phones of the WebRTC swarm were a third of the way through; the phones took
+156 MB from the origins' web seeds, half of the run's origin egress."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pressrun.balancer.demand import DemandConfig, DemandPolicy, swarm_info_for
+from pressrun.balancer.events import MulticastInfo
+from pressrun.clients.config import DESKTOP
+from pressrun.clients.swarm_handoff import seeds_after_carousel
+from pressrun.multicast.config import CarouselConfig
+from pressrun.origin import OriginConfig, start_origin
+
+from .conftest import ISSUE, Published, fetch_through_balancer
+
+SIZE = 2_000_000 + 123
+#: one request is D = 3 downloaders: multicast from the first request on
+PEAK_AT_ONCE = DemandConfig(
+    enter_downloaders=1000.0,
+    leave_downloaders=0.0,
+    min_dwell_s=0.0,
+    multicast_enter_downloaders=1.0,
+    multicast_leave_downloaders=0.5,
+)
+CLIENT = replace(
+    DESKTOP,
+    stall_timeout_s=3.0,
+    retry_backoff_s=0.05,
+    multicast_deadline_s=15.0,
+    multicast_interface="127.0.0.1",
+    swarm_max_seed_s=30.0,
+)
+
+
+def test_who_seeds_after_the_carousel() -> None:
+    from pressrun.clients.codec import DirectiveSwarm
+
+    swarm = DirectiveSwarm("http://o/t.torrent", "http://t/announce", "00" * 20)
+    assert seeds_after_carousel(CLIENT, swarm)
+    assert not seeds_after_carousel(CLIENT, None)  # no swarm named
+    assert not seeds_after_carousel(replace(CLIENT, metered=True), swarm)
+    assert not seeds_after_carousel(replace(CLIENT, swarm_max_seed_s=0.0), swarm)
+
+
+async def test_a_carousel_reader_seeds_the_swarm_for_a_peer_the_carousel_misses(
+    tmp_path: Path,
+    published: Callable[[int], Published],
+    sender_factory: Any,
+) -> None:
+    pytest.importorskip("libtorrent")
+    from pressrun.content.bundle import read_manifest
+    from pressrun.peer.aio import SwarmPeer
+    from pressrun.peer.config import desktop_profile
+    from pressrun.peer.loopback import OPERATOR_TOKEN
+    from pressrun.security import ServiceSecurity
+    from pressrun.tracker.aio import TrackerService
+    from pressrun.tracker.config import TrackerConfig
+    from pressrun.tracker.core import TrackerCore
+    from pressrun.tracker.sqlite_store import SqliteStore
+
+    pub = published(SIZE)
+    sender = await sender_factory(pub, CarouselConfig(channels=2, rate_bps=20e6))
+    await sender.start_carousel(ISSUE, sender.config.carousel)
+    tconfig = TrackerConfig(interval_s=2, min_interval_s=1)
+    tracker = TrackerService(
+        TrackerCore(tconfig, random.Random(7)),
+        SqliteStore(tmp_path / "tracker.db", flush_interval_s=0.05),
+        security=ServiceSecurity(operator_token=OPERATOR_TOKEN),
+    )
+    port = await tracker.start("127.0.0.1", 0)
+    tracker_url = f"http://127.0.0.1:{port}/announce"
+    # the reader's origin (the balancer's, for the manifest and the torrent), and a
+    # 0.1 Mbit/s one: the other peer's only source but the seed (2 MB: 160 s)
+    origin = await start_origin(
+        OriginConfig(content_dir=pub.content, name="origin-a", stats_interval_s=0.2)
+    )
+    slow = await start_origin(
+        OriginConfig(content_dir=pub.content, name="origin-slow", egress_cap_mbps=0.1)
+    )
+    torrent = (pub.content / ISSUE / f"{ISSUE}.torrent").read_bytes()
+    manifest = read_manifest(pub.content / ISSUE / "manifest.json")
+    other = SwarmPeer(
+        torrent=torrent,
+        manifest=manifest,
+        partial_dir=tmp_path / "other" / ".partial" / ISSUE,
+        config=desktop_profile(max_seed_time_s=1.0),
+        tracker_url=tracker_url,
+        web_seeds=[f"{slow.url}/content/{ISSUE}/{ISSUE}.pdf"],
+        listen_interfaces="127.0.0.1:0",
+    )
+    try:
+        await other.start()
+        info_hash = json.loads(pub.manifest_json)["manifest"]["info_hash"]
+        group = "{}:{}".format(*sender.config.control_group)
+        policy = DemandPolicy(
+            PEAK_AT_ONCE,
+            {ISSUE: swarm_info_for(origin.url, tracker_url, ISSUE, info_hash)},
+            {ISSUE: MulticastInfo(group, "127.0.0.1")},
+        )
+        reader, got = await asyncio.gather(
+            fetch_through_balancer(ISSUE, origin, policy, CLIENT, publisher=pub),
+            asyncio.wait_for(other.downloaded(), 60.0),
+        )
+        assert got
+        result = await other.stop()
+    finally:
+        await other.close()
+        await slow.stop()
+        await tracker.close()
+    assert reader.mode == "multicast" and reader.bytes_from_multicast == SIZE
+    assert sum(reader.bytes_by_origin.values()) == 0
+    assert hashlib.sha256(reader.path.read_bytes()).digest() == hashlib.sha256(pub.data).digest()
+    # it seeded, and left by a fair rule; the seeding is not its download
+    assert reader.leave_rule is not None
+    assert reader.seeding_s > 0 and reader.download_s < reader.seconds
+    # the other peer took the issue from it, a few web seed bytes at most
+    assert result.completed
+    assert result.bytes_from_peers >= SIZE * 0.9, result
