@@ -133,3 +133,63 @@ async def test_a_carousel_reader_seeds_the_swarm_for_a_peer_the_carousel_misses(
     # the other peer took the issue from it, a few web seed bytes at most
     assert result.completed
     assert result.bytes_from_peers >= SIZE * 0.9, result
+
+
+async def test_a_swarm_leaver_seeds_the_carousel_copy_without_fetching_it_again(
+    tmp_path: Path,
+    published: Callable[[int], Published],
+    sender_factory: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sent to the swarm (a 2 Mbit/s web seed its only source), the client leaves for
+    the carousel with part of the file, the carousel completes it, and it seeds: its
+    seeding session downloads nothing. The swarm session's resume data, saved when it
+    left, lists only the pieces it held then; a seed started on it took the carousel's
+    pieces again from the web seed."""
+    pytest.importorskip("libtorrent")
+    import pressrun.clients.aio
+    from pressrun.multicast.net import free_udp_port
+    from pressrun.peer.results import SwarmResult
+
+    pub = published(SIZE)
+    sender = await sender_factory(pub, CarouselConfig(channels=2, rate_bps=20e6))
+    origin = await start_origin(
+        OriginConfig(
+            content_dir=pub.content, name="origin-a", stats_interval_s=0.2, egress_cap_mbps=2.0
+        )
+    )
+
+    async def carousel_later() -> None:
+        # the swarm has part of the file (0.25 MB/s: 8 s for all of it) and has saved
+        # its resume data (every 2 s while pieces arrive) when the carousel starts
+        await asyncio.sleep(4.0)
+        await sender.start_carousel(ISSUE, sender.config.carousel)
+
+    later = asyncio.ensure_future(carousel_later())
+    info_hash = json.loads(pub.manifest_json)["manifest"]["info_hash"]
+    # no tracker answers there: the swarm is the web seed alone
+    tracker = f"http://127.0.0.1:{free_udp_port()}/announce"
+    swarm_first = DemandConfig(enter_downloaders=1.0, leave_downloaders=0.0, min_dwell_s=0.0)
+    policy = DemandPolicy(
+        swarm_first, {ISSUE: swarm_info_for(origin.url, tracker, ISSUE, info_hash)}
+    )
+    seeded: list[SwarmResult | None] = []
+    seed = pressrun.clients.aio.seed_after_carousel
+
+    async def recorded(*args: Any, **kwargs: Any) -> SwarmResult | None:
+        seeded.append(await seed(*args, **kwargs))
+        return seeded[-1]
+
+    monkeypatch.setattr(pressrun.clients.aio, "seed_after_carousel", recorded)
+    group = "{}:{}".format(*sender.config.control_group)
+    config = replace(CLIENT, carousel_control_group=group, swarm_max_seed_s=1.0)
+    result = await fetch_through_balancer(ISSUE, origin, policy, config, publisher=pub)
+    await later
+    assert hashlib.sha256(result.path.read_bytes()).digest() == hashlib.sha256(pub.data).digest()
+    assert result.left_swarm_for_carousel and result.mode == "multicast"
+    note = result.swarm_note or ""
+    assert note.startswith("left for the carousel with") and " 0% " not in note, note
+    assert len(seeded) == 1 and seeded[0] is not None
+    assert seeded[0].completed
+    assert seeded[0].downloaded_bytes == 0 and seeded[0].bytes_from_web_seeds == 0
+    assert result.leave_rule is not None and result.seeding_s > 0

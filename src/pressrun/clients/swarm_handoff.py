@@ -133,6 +133,7 @@ async def fetch_swarm(
             + (f": {f.carousel_choice}" if f.carousel_choice else "")
         )
         f.notice(f"the issue's carousel started: {f.swarm_note}", level=logging.INFO)
+        _forget_swarm_resume(m, path)  # the carousel writes the file from now on
         good = await asyncio.to_thread(still_good, m, path, range(m.num_pieces))
         return sorted(set(good) | set(kept)), None, carousel
     if result.completed:
@@ -207,6 +208,9 @@ async def seed_after_carousel(
     if torrent is None:
         f.notice(f"swarm: not seeding the carousel's copy: cannot get the torrent ({reason})")
         return None
+    # resume data of an earlier swarm session (left for the carousel, or a run before)
+    # lists the pieces held then: the peer would fetch the carousel's pieces again
+    _forget_swarm_resume(m, path)
     policy = f.config.uploader_policy or DEFAULT_UPLOADER_POLICY
     try:
         return await fetch_via_swarm(
@@ -222,6 +226,14 @@ async def seed_after_carousel(
     except Exception as err:  # the copy is whole and verified: seeding is an extra
         f.notice(f"swarm: seeding the carousel's copy failed ({describe(err)})")
         return None
+
+
+def _forget_swarm_resume(m: Manifest, path: Path) -> None:
+    """Remove the swarm's resume data beside ``path``: the file changed (or is about
+    to) under it, so the next swarm session rechecks the file."""
+    from pressrun.peer.resume import resume_path_for
+
+    resume_path_for(path.parent, m.file_name).unlink(missing_ok=True)
 
 
 async def _carousel_meanwhile(
