@@ -16,6 +16,21 @@ of 128 KiB on a 20 Mbit/s link) took 3.1 s where the origin client, one request 
 the whole file, took 2.0 s. Where the origins are busy (no room: their egress shared
 among many fetches, the loopback bench) a second request would only split this
 peer's share of it, and a piece would arrive later: one at a time.
+
+**No piece is fetched twice.** A piece on its way from the origins is held at
+priority 0 in libtorrent (`HOLD_PRIORITY`: it asks no peer and no web seed for it),
+as long as `HOLD_MARGIN` other missing pieces stay wanted (a torrent whose missing
+pieces are all at 0 is "finished" and drops its seeds), and gets its priority back
+when the fetch ends (a plan applied meanwhile is followed: its priority is the one
+put back). The feed takes no piece libtorrent holds already and none it is fetching
+(its download queue), except, once nothing else is owed (``take_busy``: the origins
+have room and its peers are slow), one that the origins would deliver whole before
+its peers deliver the rest (`sources.sooner_from_origins`; never one a web seed is
+fetching): then what libtorrent had received of it is the only part fetched twice,
+against waiting on a slow peer's queue. Before, the second swarm client of `make emulate
+SCENARIO=small` received 0.2-0.9 MB of its 4 MB twice: the feed picked a piece
+libtorrent was not fetching, and libtorrent then asked its peer for the same piece
+(a loopback pair staggered like those clients, `tests/peer/test_feed_twice.py`).
 """
 
 from __future__ import annotations
@@ -26,9 +41,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
+import libtorrent as lt
 
 from pressrun.content.codec import Manifest
 from pressrun.content.manifest import piece_ok
+from pressrun.peer.sources import ConnectionRates, sooner_from_origins
+from pressrun.peer.uploader import HOLD_MARGIN, HOLD_PRIORITY
 from pressrun.security import BodyTooLarge, client_connector, read_body_limited
 
 log = logging.getLogger(__name__)
@@ -93,13 +111,28 @@ class OwedPieceFeed:
         #: (read at the next status poll) may still name them; after ``_ADDED_HOLD_S``
         #: a piece libtorrent did not keep is fetched again
         self._added: dict[int, float] = {}
+        #: pieces on their way, held at priority 0 in libtorrent, with the priority
+        #: each gets back when its fetch ends (module docstring)
+        self._held: dict[int, int] = {}
+        #: what each connection gives this peer (``take_busy``)
+        self._rates = ConnectionRates()
+        self._connection_rates: dict[tuple[str, int], int | None] = {}
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def set_owed(self, owed: tuple[int, ...]) -> None:
-        """The pieces owed now (in order); wakes the feed."""
+        """The pieces owed now (in order); wakes the feed. (Called right after the
+        status poll applied the policy's plan, which sets every piece's priority: the
+        pieces on their way are held again here, at once.)"""
         self.owed = owed
+        self._hold_again()
+        handle = self._handle()
+        if owed and handle is not None and self._task is not None:
+            # (the connections' rates, known once counted for a second: `take_busy`)
+            self._connection_rates = self._rates.update(
+                asyncio.get_running_loop().time(), handle.get_peer_info()
+            )
         self._wake.set()
 
     def cancel(self) -> None:
@@ -125,6 +158,7 @@ class OwedPieceFeed:
                         url = self.web_seeds[turn % len(self.web_seeds)]
                         turn += 1
                         self._in_flight.add(piece)
+                        self._hold(piece)
                         fetches.add(asyncio.create_task(self._feed_one(http, url, piece)))
                     waker = asyncio.create_task(self._wake.wait())
                     try:
@@ -156,6 +190,7 @@ class OwedPieceFeed:
                 self._added[piece] = asyncio.get_running_loop().time()
         finally:
             self._in_flight.discard(piece)
+            self._release(piece)
 
     def _received(self, size: int) -> None:
         self.received_bytes += size
@@ -164,18 +199,73 @@ class OwedPieceFeed:
         handle = self._handle()
         if handle is None:
             return None
-        # not a piece libtorrent is already fetching (from a peer or a web seed)
-        busy = {int(q["piece_index"]) for q in handle.get_download_queue()}
+        have = handle.status(lt.torrent_handle.query_pieces).pieces
         recent = asyncio.get_running_loop().time() - _ADDED_HOLD_S
         free = [
-            p for p in self.owed if p not in self._in_flight and self._added.get(p, -1e9) < recent
+            p
+            for p in self.owed
+            if p not in self._in_flight
+            and self._added.get(p, -1e9) < recent
+            and not (p < len(have) and have[p])  # (owed as of the last status poll)
         ]
+        if not free:
+            return None
+        # not a piece libtorrent is fetching (from a peer or a web seed)
+        queue = handle.get_download_queue()
+        busy = {int(q["piece_index"]) for q in queue}
         for piece in free:
             if piece not in busy:
                 return piece
-        if self.take_busy and free:
-            return free[0]
+        if self.take_busy:
+            return sooner_from_origins(
+                queue,
+                set(free),
+                self._connection_rates,
+                piece_bytes=self.manifest.piece_size_bytes,
+                origins_bps=self.fetch_bps,
+            )
         return None
+
+    def _hold(self, piece: int) -> None:
+        """Keep libtorrent from asking anyone else for ``piece`` while the feed fetches
+        it: priority 0, while `HOLD_MARGIN` other missing pieces stay wanted."""
+        handle = self._handle()
+        if handle is None:
+            return
+        priorities = handle.get_piece_priorities()
+        if priorities[piece] == HOLD_PRIORITY:
+            return  # the plan holds it already; nothing to put back
+        if _wanted_without(handle, priorities, piece) < HOLD_MARGIN:
+            return
+        self._held[piece] = int(priorities[piece])
+        handle.piece_priority(piece, HOLD_PRIORITY)
+
+    def _hold_again(self) -> None:
+        """A plan applied since set every priority: hold the pieces on their way again
+        (the plan's priority for each is the one put back), or let one go when too few
+        other pieces would stay wanted."""
+        handle = self._handle()
+        if handle is None or not self._held:
+            return
+        priorities = handle.get_piece_priorities()
+        for piece in list(self._held):
+            now = int(priorities[piece])
+            if now == HOLD_PRIORITY:
+                continue
+            if _wanted_without(handle, priorities, piece) < HOLD_MARGIN:
+                del self._held[piece]  # libtorrent may fetch it too now: its plan says so
+                continue
+            self._held[piece] = now
+            handle.piece_priority(piece, HOLD_PRIORITY)
+            priorities[piece] = HOLD_PRIORITY
+
+    def _release(self, piece: int) -> None:
+        """The fetch of ``piece`` ended: its priority back (after `add_piece`, libtorrent
+        holds its blocks and asks nobody for them; after a failure it may fetch it)."""
+        priority = self._held.pop(piece, None)
+        handle = self._handle()
+        if priority is not None and handle is not None:
+            handle.piece_priority(piece, priority)
 
     async def _fetch_piece(self, http: aiohttp.ClientSession, url: str, piece: int) -> bytes | None:
         """The piece from one origin, verified; None (logged) otherwise. A range answer
@@ -211,3 +301,13 @@ class OwedPieceFeed:
         came = sum(n for t, n in self._arrivals if t >= began)
         self.fetch_bps = int(came / max(took, 1e-3))
         return data
+
+
+def _wanted_without(handle: Any, priorities: list[int], piece: int) -> int:
+    """The missing pieces libtorrent still wants (priority above 0), ``piece`` left out."""
+    have = handle.status(lt.torrent_handle.query_pieces).pieces
+    return sum(
+        1
+        for i, (p, h) in enumerate(zip(priorities, have, strict=False))
+        if p != HOLD_PRIORITY and not h and i != piece
+    )

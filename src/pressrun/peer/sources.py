@@ -341,3 +341,94 @@ def origin_fill(
         *shared_out(first, peer_id, leecher_ids),
         *shared_out(rest, peer_id, leecher_ids),
     )
+
+
+#: libtorrent's block states in its download queue: received (being written, or on disk)
+_BLOCK_RECEIVED = (2, 3)
+#: a connection's rate is known once its bytes were counted over at least this long
+#: (libtorrent's own per-peer rate is a moving average over seconds: a fast peer just
+#: connected read 47 kB/s while it sent 2.5 MB/s, and its pieces were taken again)
+CONNECTION_RATE_AFTER_S = 1.0
+
+
+class ConnectionRates:
+    """Each connection's download rate from it, from its byte counter read now and
+    then (``get_peer_info``'s ``total_download``): the bytes since it was first seen,
+    over that time, once that is at least `CONNECTION_RATE_AFTER_S`. Pure: reads come
+    with ``now``; connections no longer listed are forgotten (bounded by the peers
+    connected)."""
+
+    def __init__(self) -> None:
+        self._first: dict[tuple[str, int], tuple[float, int]] = {}
+
+    def update(self, now: float, peers: Sequence[Any]) -> dict[tuple[str, int], int | None]:
+        """The known rates (bytes/s) by (address, port), a web seed's None (the
+        origins: a piece it is fetching is never taken again); a connection seen for
+        less than `CONNECTION_RATE_AFTER_S` is left out (not known)."""
+        rates: dict[tuple[str, int], int | None] = {}
+        seen: dict[tuple[str, int], tuple[float, int]] = {}
+        for pi in peers:
+            key = (str(pi.ip[0]), int(pi.ip[1]))
+            if pi.connection_type != lt.peer_info.standard_bittorrent:
+                rates[key] = None
+                continue
+            total = int(pi.total_download)
+            first = self._first.get(key)
+            if first is None or total < first[1]:
+                first = (now, total)  # new, or a new connection from the same address
+            seen[key] = first
+            if now - first[0] >= CONNECTION_RATE_AFTER_S:
+                rates[key] = int((total - first[1]) / (now - first[0]))
+        self._first = seen
+        return rates
+
+
+def sooner_from_origins(
+    queue: Sequence[Any],
+    free: set[int],
+    rates: dict[tuple[str, int], int | None],
+    *,
+    piece_bytes: int,
+    origins_bps: int,
+) -> int | None:
+    """Of the ``free`` pieces in libtorrent's download queue (``get_download_queue``),
+    the one the origins would deliver whole (``piece_bytes`` at ``origins_bps``)
+    soonest before its peers deliver the rest (the bytes of its blocks not received
+    yet, at the known rates of the peers its blocks are asked of, ``rates``:
+    `ConnectionRates`); None if the peers are sooner for every one, a rate is not
+    known yet, or ``origins_bps`` is not known. A piece a web seed is fetching is
+    never taken: the origins would send it twice. libtorrent does not take back
+    requests it sent: a peer sends a taken piece anyway, so a piece the peers would
+    bring sooner is only fetched twice (the small emulation's second swarm client
+    took three pieces its fast peer had already sent, `take_busy` before this rule)."""
+    if origins_bps <= 0:
+        return None
+    from_origins = piece_bytes / origins_bps
+    best: tuple[float, int] | None = None
+    for entry in queue:
+        piece = int(entry["piece_index"])
+        if piece not in free:
+            continue
+        left = 0
+        peers: set[tuple[str, int]] = set()
+        known = True
+        for block in entry["blocks"]:
+            if int(block["state"]) in _BLOCK_RECEIVED:
+                continue
+            left += int(block["block_size"]) - int(block["bytes_progress"])
+            at = block.get("peer")
+            if not (isinstance(at, tuple) and len(at) == 2) or int(at[1]) == 0:
+                continue  # not asked of anyone yet
+            key = (str(at[0]), int(at[1]))
+            if key not in rates or rates[key] is None:
+                known = False  # a web seed's, or a rate not known yet
+                break
+            peers.add(key)
+        if not known or left <= 0:
+            continue
+        rate = sum(rates[k] or 0 for k in peers)
+        from_peers = left / rate if rate > 0 else float("inf")
+        gain = from_peers - from_origins
+        if gain > 0 and (best is None or gain > best[0]):
+            best = (gain, piece)
+    return None if best is None else best[1]

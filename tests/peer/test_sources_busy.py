@@ -1,0 +1,85 @@
+"""Which piece libtorrent is fetching from a peer the feed may take once nothing else is
+owed (`sources.sooner_from_origins`, `sources.ConnectionRates`): only one the origins
+would deliver whole before its peers deliver the rest, never one a web seed fetches.
+
+On the code before (``take_busy``: the first piece libtorrent was fetching), the small
+emulation's second swarm client and a loopback pair staggered like it took pieces a fast
+peer had queued: the peer sent them all the same (libtorrent does not take back a
+request it sent), and 3 to 5 of 31 pieces came twice."""
+
+import types
+
+import libtorrent as lt
+
+from pressrun.peer.sources import CONNECTION_RATE_AFTER_S, ConnectionRates, sooner_from_origins
+
+PIECE = 131_072
+BLOCK = 16_384
+FAST = ("10.0.0.2", 6881)
+SLOW = ("10.0.0.3", 6881)
+WEB = ("10.0.0.9", 80)
+
+
+def _peer(at: tuple[str, int], total: int, *, web: bool = False) -> types.SimpleNamespace:
+    kind = lt.peer_info.web_seed if web else lt.peer_info.standard_bittorrent
+    return types.SimpleNamespace(ip=at, total_download=total, connection_type=kind)
+
+
+def _asked_of(piece: int, at: tuple[str, int], received_blocks: int = 0) -> dict[str, object]:
+    # a piece of 8 blocks, all asked of ``at``, the first ``received_blocks`` received
+    blocks = [
+        {
+            "state": 3 if i < received_blocks else 1,
+            "bytes_progress": BLOCK if i < received_blocks else 0,
+            "block_size": BLOCK,
+            "peer": at,
+        }
+        for i in range(PIECE // BLOCK)
+    ]
+    return {"piece_index": piece, "blocks": blocks}
+
+
+def test_a_piece_a_fast_peer_brings_sooner_is_not_taken() -> None:
+    # the peer gives 2.5 MB/s, the origins 1 MB/s: the rest of the piece is sooner from it
+    rates: dict[tuple[str, int], int | None] = {FAST: 2_500_000}
+    queue = [_asked_of(7, FAST)]
+    assert sooner_from_origins(queue, {7}, rates, piece_bytes=PIECE, origins_bps=1_000_000) is None
+
+
+def test_a_piece_a_slow_seed_holds_up_is_taken_the_latest_first() -> None:
+    # a phone's 256 KiB/s against 1 MB/s origins: the origins bring a whole piece in
+    # 0.13 s, the seed the rest of piece 3 in 0.5 s and of piece 4 (half received) in
+    # 0.25 s: piece 3 is taken first
+    rates: dict[tuple[str, int], int | None] = {SLOW: 256 * 1024}
+    queue = [_asked_of(4, SLOW, received_blocks=4), _asked_of(3, SLOW)]
+    got = sooner_from_origins(queue, {3, 4}, rates, piece_bytes=PIECE, origins_bps=1_000_000)
+    assert got == 3
+    # only pieces still owed (``free``): not one in flight or just added
+    assert sooner_from_origins(queue, {9}, rates, piece_bytes=PIECE, origins_bps=1_000_000) is None
+    # the origins' rate not measured yet: nothing is taken
+    assert sooner_from_origins(queue, {3, 4}, rates, piece_bytes=PIECE, origins_bps=0) is None
+
+
+def test_a_piece_a_web_seed_fetches_is_never_taken() -> None:
+    # the origins would send it twice, whatever the rates
+    rates: dict[tuple[str, int], int | None] = {WEB: None, SLOW: 1}
+    queue = [_asked_of(2, WEB), _asked_of(5, SLOW)]
+    assert sooner_from_origins(queue, {2, 5}, rates, piece_bytes=PIECE, origins_bps=10**6) == 5
+    assert sooner_from_origins(queue, {2}, rates, piece_bytes=PIECE, origins_bps=10**6) is None
+
+
+def test_a_connection_rate_is_known_after_a_second_of_counting() -> None:
+    # libtorrent's own per-peer rate is a moving average: a fast peer just connected
+    # read 47 kB/s while it sent 2.5 MB/s. Counted here from its byte counter.
+    rates = ConnectionRates()
+    assert rates.update(10.0, [_peer(FAST, 0), _peer(WEB, 0, web=True)]) == {WEB: None}
+    # not known before CONNECTION_RATE_AFTER_S, so not taken from (unknown is not slow)
+    assert FAST not in rates.update(10.5, [_peer(FAST, 1_250_000)])
+    queue = [_asked_of(1, FAST)]
+    known = rates.update(10.0 + CONNECTION_RATE_AFTER_S, [_peer(FAST, 2_500_000)])
+    assert known == {FAST: 2_500_000}
+    assert sooner_from_origins(queue, {1}, {}, piece_bytes=PIECE, origins_bps=10**6) is None
+    # a connection gone is forgotten; one back from the same address starts again
+    assert rates.update(12.0, []) == {}
+    assert rates.update(12.5, [_peer(FAST, 100)]) == {}
+    assert rates.update(13.5, [_peer(FAST, 2_100)]) == {FAST: 2_000}
