@@ -26,6 +26,7 @@ from pressrun.emulate.balancer_kill import (
     mode_change_demand,
 )
 from pressrun.emulate.demand_series import demand_lines, demand_summary
+from pressrun.emulate.egress_causes import causes_line, origin_egress_by_cause
 from pressrun.emulate.embargo import (
     NO_EMBARGO,
     release_comparison,
@@ -234,6 +235,7 @@ def summarize(
             "ring_by_policy": ring_by_policy(rows),
             "origin_egress_bytes": egress,
             "origin_egress_total_bytes": sum(egress.values()),
+            "origin_egress_by_cause": origin_egress_by_cause(every, sum(egress.values())),
             "bytes_from_origins": sum(row["bytes_from_origins"] for row in rows),
             "bytes_from_peers": sum(row["bytes_from_peers"] for row in rows),
             "bytes_from_multicast": sum(row["bytes_from_multicast"] for row in rows),
@@ -509,6 +511,8 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
             )
         if len(v.get("by_kind", {})) > 1:
             console.print(kinds_line(name, v["by_kind"]))
+        if v.get("origin_egress_by_cause"):
+            console.print(causes_line(name, v["origin_egress_by_cause"]))
         if v.get("release"):
             console.print(release_line(name, v["release"]))
         if v.get("channels", {}).get("receivers"):
