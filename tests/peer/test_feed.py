@@ -62,17 +62,24 @@ class _Origin:
 
 class _Handle:
     """The torrent handle's calls the feed makes: the pieces held (``have``, and those
-    added), the piece priorities (libtorrent's default 4), nothing in flight."""
+    added), the piece priorities (libtorrent's default 4), libtorrent's download queue
+    (``queue``: none by default)."""
 
-    def __init__(self, pieces: int = 6, have: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        pieces: int = 6,
+        have: frozenset[int] = frozenset(),
+        queue: list[dict[str, object]] | None = None,
+    ) -> None:
+        self.queue = queue or []
         self.added: dict[int, bytes] = {}
         self.have = set(have)
         self.priorities = [4] * pieces
         #: every priority set, in order: (piece, priority)
         self.priority_calls: list[tuple[int, int]] = []
 
-    def get_download_queue(self) -> list[dict[str, int]]:
-        return []
+    def get_download_queue(self) -> list[dict[str, object]]:
+        return [q for q in self.queue if q["piece_index"] not in self.added]
 
     def get_peer_info(self) -> list[object]:
         return []
@@ -109,9 +116,11 @@ async def origin() -> AsyncIterator[tuple[_Origin, str]]:
         await runner.cleanup()
 
 
-async def _feed_all(o: _Origin, url: str, parallel: int, handle: _Handle | None = None) -> _Handle:
+async def _feed_all(
+    o: _Origin, url: str, parallel: int, handle: _Handle | None = None, wanted: int = 6
+) -> _Handle:
     handle = handle or _Handle()
-    wanted = 6 - len(handle.have)
+    wanted -= len(handle.have)
     feed = OwedPieceFeed(
         manifest=_manifest(o.data),
         web_seeds=[url],
@@ -188,3 +197,37 @@ async def test_the_feed_fetches_no_piece_libtorrent_holds_already(
     handle = await _feed_all(o, url, PARALLEL_WITH_ROOM, _Handle(have=frozenset({2, 4})))
     assert sorted(o.served) == [0, 1, 3, 5]
     assert sorted(handle.added) == [0, 1, 3, 5]
+
+
+def _partial(piece: int, states: list[int], peer: tuple[str, int]) -> dict[str, object]:
+    # a piece in libtorrent's download queue: its blocks' states (0 asked of nobody,
+    # 1 asked of ``peer``, 3 received)
+    blocks = [
+        {
+            "state": st,
+            "bytes_progress": 4096 if st == 3 else 0,
+            "block_size": 4096,
+            "peer": peer if st == 1 else ("0.0.0.0", 0),
+        }
+        for st in states
+    ]
+    return {"piece_index": piece, "blocks": blocks}
+
+
+async def test_a_partial_piece_whose_peer_left_is_fetched(
+    origin: tuple[_Origin, str],
+) -> None:
+    # Piece 3's peer left after two of its four blocks: libtorrent keeps the partial
+    # piece in its download queue and asks nobody for the rest. On the code before
+    # the feed took it for one libtorrent was fetching and never fetched it (a swarm
+    # client of the small emulation whose seeds left waited 1.6 s on its last piece,
+    # until libtorrent's web seeds came back). Piece 4 is asked of a connected peer:
+    # not taken.
+    o, url = origin
+    queue = [
+        _partial(3, [3, 3, 0, 0], ("0.0.0.0", 0)),
+        _partial(4, [3, 1, 1, 0], ("10.0.0.2", 6881)),
+    ]
+    await _feed_all(o, url, PARALLEL_WITH_ROOM, _Handle(queue=queue), wanted=5)
+    await asyncio.sleep(ORIGIN_DELAY_S)  # (nothing more comes)
+    assert sorted(o.served) == [0, 1, 2, 3, 5]

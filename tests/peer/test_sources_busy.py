@@ -8,10 +8,16 @@ peer had queued: the peer sent them all the same (libtorrent does not take back 
 request it sent), and 3 to 5 of 31 pieces came twice."""
 
 import types
+from typing import Any
 
 import libtorrent as lt
 
-from pressrun.peer.sources import CONNECTION_RATE_AFTER_S, ConnectionRates, sooner_from_origins
+from pressrun.peer.sources import (
+    CONNECTION_RATE_AFTER_S,
+    ConnectionRates,
+    fetching,
+    sooner_from_origins,
+)
 
 PIECE = 131_072
 BLOCK = 16_384
@@ -25,7 +31,7 @@ def _peer(at: tuple[str, int], total: int, *, web: bool = False) -> types.Simple
     return types.SimpleNamespace(ip=at, total_download=total, connection_type=kind)
 
 
-def _asked_of(piece: int, at: tuple[str, int], received_blocks: int = 0) -> dict[str, object]:
+def _asked_of(piece: int, at: tuple[str, int], received_blocks: int = 0) -> dict[str, Any]:
     # a piece of 8 blocks, all asked of ``at``, the first ``received_blocks`` received
     blocks = [
         {
@@ -83,3 +89,12 @@ def test_a_connection_rate_is_known_after_a_second_of_counting() -> None:
     assert rates.update(12.0, []) == {}
     assert rates.update(12.5, [_peer(FAST, 100)]) == {}
     assert rates.update(13.5, [_peer(FAST, 2_100)]) == {FAST: 2_000}
+
+
+def test_a_piece_is_being_fetched_while_a_block_is_asked_of_someone() -> None:
+    asked = _asked_of(1, FAST, received_blocks=3)
+    received = _asked_of(2, FAST, received_blocks=8)  # all in: being written, checked
+    orphan = _asked_of(3, FAST, received_blocks=3)
+    for block in orphan["blocks"][3:]:
+        block.update(state=0, peer=("0.0.0.0", 0))  # its peer left: asked of nobody
+    assert fetching([asked, received, orphan]) == {1, 2}

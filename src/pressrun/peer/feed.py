@@ -23,14 +23,16 @@ as long as `HOLD_MARGIN` other missing pieces stay wanted (a torrent whose missi
 pieces are all at 0 is "finished" and drops its seeds), and gets its priority back
 when the fetch ends (a plan applied meanwhile is followed: its priority is the one
 put back). The feed takes no piece libtorrent holds already and none it is fetching
-(its download queue), except, once nothing else is owed (``take_busy``: the origins
-have room and its peers are slow), one that the origins would deliver whole before
-its peers deliver the rest (`sources.sooner_from_origins`; never one a web seed is
-fetching): then what libtorrent had received of it is the only part fetched twice,
-against waiting on a slow peer's queue. Before, the second swarm client of `make emulate
-SCENARIO=small` received 0.2-0.9 MB of its 4 MB twice: the feed picked a piece
-libtorrent was not fetching, and libtorrent then asked its peer for the same piece
-(a loopback pair staggered like those clients, `tests/peer/test_feed_twice.py`).
+(a block of it asked of a peer or web seed, `sources.fetching`: a partial piece whose
+peer left is asked of nobody, and is taken), except, once nothing else is owed
+(``take_busy``: the origins have room and its peers are slow), one that the origins
+would deliver whole before its peers deliver the rest (`sources.sooner_from_origins`;
+never one a web seed is fetching): then what libtorrent had received of it is the
+only part fetched twice, against waiting on a slow peer's queue. Before, the second
+swarm client of `make emulate SCENARIO=small` received 0.2-0.9 MB of its 4 MB twice:
+the feed picked a piece libtorrent was not fetching, and libtorrent then asked its
+peer for the same piece (a loopback pair staggered like those clients,
+`tests/peer/test_feed_twice.py`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import libtorrent as lt
 
 from pressrun.content.codec import Manifest
 from pressrun.content.manifest import piece_ok
-from pressrun.peer.sources import ConnectionRates, sooner_from_origins
+from pressrun.peer.sources import ConnectionRates, fetching, sooner_from_origins
 from pressrun.peer.uploader import HOLD_MARGIN, HOLD_PRIORITY
 from pressrun.security import BodyTooLarge, client_connector, read_body_limited
 
@@ -212,7 +214,7 @@ class OwedPieceFeed:
             return None
         # not a piece libtorrent is fetching (from a peer or a web seed)
         queue = handle.get_download_queue()
-        busy = {int(q["piece_index"]) for q in queue}
+        busy = fetching(queue)
         for piece in free:
             if piece not in busy:
                 return piece
