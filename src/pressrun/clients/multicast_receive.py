@@ -117,6 +117,10 @@ async def receive_multicast(
             + (f", efficiency {result.efficiency:.3f}" if result.efficiency else "")
             + f", layering timer late at most {1000 * result.timer_late_max_s:.0f} ms"
             + f", channel changes applied within {1000 * result.change_apply_max_s:.0f} ms"
+            # how far behind its channels it read when a window ended, and the probes
+            # left because their window was still unread a window after it was due
+            + f", read behind at most {1000 * result.read_behind_max_s:.0f} ms"
+            + f", {result.late_probes} probes left unread"
             + f", {result.windows_ended} windows ended"
             + f", channels left in {1000 * result.close_s:.0f} ms"
             + f", pieces checked in {check_s:.2f} s"

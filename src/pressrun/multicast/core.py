@@ -39,7 +39,16 @@ judged on a window of its own packets only, and a probe the link cannot carry is
 of a fixed clock that happens to start after settling (up to a window later). After a
 leave the settling also waits out the network's leave latency (``leave_latency_s``,
 2 s: an IGMP querier forwards a group left until its last-member queries have gone
-unanswered), in which the channel left still takes its share of the link. Over a
+unanswered), in which the channel left still takes its share of the link. The
+settling and the windows are in *arrival* time: the adapter says, with each timer
+call, up to when it has read what arrived (``read_up_to``: the arrival of the oldest
+packet still waiting in its sockets), and a settling or window ends only once the
+receiver has read to its end. A receiver reading behind its channels (short of CPU,
+or back from a join that blocked while the old channels' packets queued) so judges
+each window on the packets that arrived in it, not on older ones read late; it joins
+nothing while it reads more than a window behind, and a probe whose window is still
+unread a window after it was due is left (tried again after the current wait): the
+receiver is never above its link for longer because its evidence came late. Over a
 window:
 
 - from the channel's sequence numbers (an LCT header extension the sender numbers
@@ -306,6 +315,17 @@ class LayerCore:
     #: measuring windows ended since the start (settlings not counted): a channel
     #: joined and left with one window ended in between was judged on that one window
     windows_ended: int = 0
+    #: when the probe's window was due to end had the receiver read as packets came
+    #: (the join's return + settling + one window)
+    _probe_due: float | None = None
+    #: joins left because their window's packets were still unread a window after it
+    #: was due (a receiver reading behind its channels)
+    late_probes: int = 0
+    #: windows in which a join was held back because the receiver read more than a
+    #: window behind its channels
+    behind_windows: int = 0
+    #: how far behind its channels the receiver read at a window's end, at most (s)
+    behind_max_s: float = 0.0
 
     @property
     def limit(self) -> int:
@@ -341,10 +361,13 @@ class LayerCore:
             self._settling_until = now + self._settle_for
         self._window_start = now
 
-    def handle_applied(self, *, now: float) -> None:
+    def handle_applied(self, *, now: float, read_up_to: float | None = None) -> None:
         """The effects of the last `start` or `handle_timer` (the joins and leaves)
         took effect at ``now``: the settling, and the window after it, start from
-        then, and nothing counted before counts. Call it only after effects. A join
+        then, and nothing counted before counts. Call it only after effects.
+        ``read_up_to`` as in `handle_timer`: a receiver that was not reading while the
+        change blocked has the old channels' packets of that time still to read, and
+        with no settling (``settle_s`` 0) the window waits until they are. A join
         is a system call that may block: in flash-crowd-50 at bdd9429 (28 Nov) 9 of
         the 10 receivers kept above their link past a window had a join return
         1.5-3.0 s after its decision, and none of the other 25 (IP_ADD_MEMBERSHIP
@@ -355,9 +378,11 @@ class LayerCore:
         queue filled, and kept."""
         if self._window_start is None:
             raise LocalProtocolError("LayerCore.start first")
-        if self._settling_until is not None:
+        if self._settling_until is not None or (read_up_to is not None and read_up_to < now):
             self._settling_until = now + self._settle_for
         self._window_start = max(self._window_start, now)
+        if self._probe_due is not None:
+            self._probe_due = now + self._settle_for + self.config.window_s
         self._reset_counts()
 
     def handle_sent(self, sent_packets: Sequence[int], *, now: float) -> None:
@@ -410,7 +435,8 @@ class LayerCore:
 
     def next_deadline(self) -> float | None:
         """The end of the current settling (the window starts then) or of the current
-        measuring window."""
+        measuring window, in arrival time: `handle_timer` acts once the receiver has
+        read what arrived by then."""
         if self._window_start is None:
             return None
         if self._settling_until is not None:
@@ -421,24 +447,41 @@ class LayerCore:
         for ch in self.joined:
             ch.received = ch.seq_received = ch.seq_expected = ch.socket_drops = 0
 
-    def handle_timer(self, *, now: float) -> list[LayerEffect]:
+    def handle_timer(self, *, now: float, read_up_to: float | None = None) -> list[LayerEffect]:
         """At the settling's end: start the window (nothing is judged). At a window's
         end: measure the path loss, join or leave a channel. Called early (before
-        `next_deadline`) it does nothing."""
+        `next_deadline`) it does nothing.
+
+        ``read_up_to``: every packet that arrived on the channels held before it has
+        been read and counted (the arrival of the oldest packet still waiting in the
+        receiver's sockets; None: nothing waits, as ``now``). The settling and the
+        windows are in arrival time: a window counts the packets that arrived in it,
+        so a receiver reading behind its channels (short of CPU, or back from a join
+        that blocked while the packets queued) judges a window only once it has read
+        to its end; before, the packets that arrived before a join were counted in
+        the join's window, and the probe was kept. While it waits, a probe whose
+        window is a window overdue is left: a receiver never stays above its link
+        because its evidence comes late."""
         if self._window_start is None:
             raise LocalProtocolError("LayerCore.start first")
         deadline = self.next_deadline()
         assert deadline is not None
         if now < deadline:
             return []
+        read = now if read_up_to is None else min(now, read_up_to)
+        if read < deadline:
+            return self._evidence_late(now)
         if self._settling_until is not None:
             # settled: what arrived meanwhile is the change's transient, not counted
             self._settling_until = None
-            self._window_start = now
+            self._window_start = read
             self._reset_counts()
             return []
-        start, self._window_start = self._window_start, now
+        start, self._window_start = self._window_start, read
         self.windows_ended += 1
+        behind = now - read
+        self.behind_max_s = max(self.behind_max_s, behind)
+        now = read  # the window judged is the one that arrived
         expected = 0.0
         lost = 0.0
         overflowed = False
@@ -460,7 +503,7 @@ class LayerCore:
         # what the held channels would have sent at their announced rates
         nominal = (now - start) * sum(self.packets_per_s[ch.index] for ch in self.joined)
         slow = arrived == 0 or expected < SENT_SHARE_FOR_JOIN * nominal
-        probe, self._probe = self._probe, None
+        probe, self._probe, self._probe_due = self._probe, None, None
         if probe is not None and slow and len(self.joined) > 1 and self.joined[-1].index == probe:
             # the join's own window could not show the link carries it at full rate
             # (the sender was short): undone, tried again after the current wait, not
@@ -471,7 +514,8 @@ class LayerCore:
             self._retry_at[probe] = now + self._backoff_s.get(probe, 2 * self.config.window_s)
             self.unconfirmed_probes += 1
             self._changed(now, left=True)
-            return [LeaveChannel(probe, min(1.0, max(0.0, lost / expected)))]
+            loss = min(1.0, max(0.0, lost / expected))
+            return [LeaveChannel(probe, loss, why="the sender under its rate in its window")]
         if arrived == 0:
             # not one packet on any channel: a sender that paused (or a receive loop
             # that read nothing), not congestion, which drops a share, not all; judged
@@ -504,14 +548,40 @@ class LayerCore:
                 # which says nothing of whether it carries one channel more at full rate
                 self.slow_sender_windows += 1
                 return []
+            if behind > self.config.window_s:
+                # reading more than a window behind: a probe's window would be read
+                # later than it is due, and left for that (`_evidence_late`)
+                self.behind_windows += 1
+                return []
             index = len(self.joined)
             if now >= self._retry_at.get(index, 0.0):
                 self.joined.append(_Joined(index))
                 self.most_joined = max(self.most_joined, len(self.joined))
                 self._probe = index
                 self._changed(now)
+                self._probe_due = now + self._settle_for + self.config.window_s
                 return [JoinChannel(index)]
         return []
+
+    def _evidence_late(self, now: float) -> list[LayerEffect]:
+        """`handle_timer` at ``now`` while what arrived by the deadline is still unread:
+        nothing is judged, but a probe whose window was due a window ago or more is
+        left (tried again after the current wait, not a doubled one: no loss was
+        seen). Judged that late, it would have held the link above what it carries
+        for as long as the receiver read behind (flash-crowd-50 at 21f36b4, 29 Nov
+        02:17: six receivers whose joins returned 2.9 s after the decision read the
+        old channels' packets of those seconds in the probe's window)."""
+        probe, due = self._probe, self._probe_due
+        if probe is None or due is None or now < due + self.config.window_s:
+            return []
+        if len(self.joined) < 2 or self.joined[-1].index != probe:
+            return []
+        self.joined.pop()
+        self._probe = self._probe_due = None
+        self._retry_at[probe] = now + self._backoff_s.get(probe, 2 * self.config.window_s)
+        self.late_probes += 1
+        self._changed(now, left=True)
+        return [LeaveChannel(probe, 0.0, why="its window read late")]
 
 
 class AnnouncementGate:

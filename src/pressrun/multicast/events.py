@@ -106,10 +106,12 @@ class JoinChannel:
 
 @dataclass(frozen=True, slots=True)
 class LeaveChannel:
-    """Effect of the layering core: leave channel ``index`` of the plan."""
+    """Effect of the layering core: leave channel ``index`` of the plan, at the path
+    loss ``loss`` of the window that decided it, for the reason ``why``."""
 
     index: int
     loss: float
+    why: str = "path loss"
 
 
 LayerEffect = JoinChannel | LeaveChannel

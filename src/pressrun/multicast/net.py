@@ -121,6 +121,29 @@ def enable_arrival_times(sock: socket.socket) -> bool:
     return True
 
 
+#: room for the control messages a peeked datagram carries (its arrival stamp, a
+#: struct timespec, and the socket's drop count)
+_PEEK_CONTROL_BYTES = socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4)
+
+
+def oldest_waiting_arrival(sock: socket.socket) -> float | None:
+    """The arrival (the kernel's stamp, Unix seconds) of the oldest datagram waiting
+    in ``sock``'s receive queue, peeked, not read; None when none waits or the socket
+    does not stamp them (`enable_arrival_times`). Everything that arrived before it
+    has been read."""
+    try:
+        _, ancdata, _, _ = sock.recvmsg(
+            1, _PEEK_CONTROL_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT
+        )
+    except (BlockingIOError, InterruptedError):
+        return None
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack("@qq", data[:16])
+            return int(seconds) + int(nanoseconds) / 1e9
+    return None
+
+
 #: Linux's SO_RXQ_OVFL: each datagram then comes with the count of datagrams the
 #: socket dropped so far because its receive queue was full (the kernel's sk_drops)
 SO_RXQ_OVFL = 40

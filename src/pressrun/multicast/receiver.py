@@ -55,6 +55,7 @@ from pressrun.multicast.net import (
     enable_arrival_times,
     enable_drop_counts,
     leave_and_close,
+    oldest_waiting_arrival,
     receiver_socket,
 )
 
@@ -138,6 +139,13 @@ class ReceiveResult:
     #: how long the joins and leaves took to return after the decision, at most (the
     #: settling is timed from their return)
     change_apply_max_s: float = 0.0
+    #: how far behind its channels the receive loop read at a window's end, at most
+    #: (the window is judged on what arrived in it: `LayerCore.handle_timer`)
+    read_behind_max_s: float = 0.0
+    #: joins left because their window was still unread a window after it was due
+    late_probes: int = 0
+    #: windows in which a join was held back because the loop read over a window behind
+    behind_windows: int = 0
     verdicts: dict[str, int] = field(default_factory=dict)
     #: the AMT relay it came through (``HOST:PORT``), None when native
     relay: str | None = None
@@ -224,6 +232,21 @@ class _Channels:
         for index in list(self.sockets) + sorted(self.tunnelled):
             self.leave(index)
 
+    def read_up_to(self) -> float | None:
+        """Up to when (``time.perf_counter``) every datagram that arrived on the
+        joined channels has been read: the kernel's arrival stamp of the oldest one
+        still waiting in their sockets (`LayerCore.handle_timer`'s ``read_up_to``);
+        None when none waits, or through a relay (whose socket is not stamped)."""
+        oldest: float | None = None
+        for sock in self.sockets.values():
+            arrived = oldest_waiting_arrival(sock)
+            if arrived is not None and (oldest is None or arrived < oldest):
+                oldest = arrived
+        if oldest is None:
+            return None
+        # the stamp is the wall clock's: as the same instant on the monotonic clock
+        return time.perf_counter() - max(0.0, wall_clock() - oldest)
+
 
 def receive_carousel(
     issue_id: str,
@@ -287,6 +310,7 @@ def receive_carousel(
     layers: LayerCore | None = None
     flute: FluteReceiver | None = None
     joined_at = started
+    timer_at: float | None = None  # the layering deadline last called at
     try:
         while True:
             now = time.perf_counter()
@@ -315,7 +339,12 @@ def receive_carousel(
                 # the binding reads the channels without the GIL until the object
                 # ends, an announcement waits, or the window ends (at most 0.2 s, so
                 # should_stop is asked often enough)
-                wake = min(deadline, layers.next_deadline() or deadline)
+                wake = layers.next_deadline() or deadline
+                if wake <= now:
+                    # the layering's deadline passed but what arrived by then is still
+                    # in the sockets: read on for a batch's time, then look again
+                    wake = now + BATCH_WAIT_S
+                wake = min(deadline, wake)
                 if gateway_at is not None:
                     wake = min(wake, gateway_at)
                 try:
@@ -413,18 +442,24 @@ def receive_carousel(
                 now = time.perf_counter()
                 step = layers.next_deadline()
                 if step is not None and now >= step:
-                    result.timer_late_max_s = max(result.timer_late_max_s, now - step)
+                    if step != timer_at:  # its first call (it is called again while
+                        # what arrived by then is still unread)
+                        timer_at = step
+                        result.timer_late_max_s = max(result.timer_late_max_s, now - step)
                     _feed_sequences(flute, layers)
-                    effects = layers.handle_timer(now=now)
+                    effects = layers.handle_timer(now=now, read_up_to=channels.read_up_to())
                     for effect in effects:
                         if isinstance(effect, JoinChannel):
                             channels.join(effect.index)
                         else:
-                            log.info(
-                                "path loss %.0f%%: leaving channel %d",
-                                100 * effect.loss,
-                                effect.index,
-                            )
+                            if effect.why == "path loss":
+                                log.info(
+                                    "path loss %.0f%%: leaving channel %d",
+                                    100 * effect.loss,
+                                    effect.index,
+                                )
+                            else:
+                                log.info("%s: leaving channel %d", effect.why, effect.index)
                             channels.leave(effect.index)
                             flute.forget_channel(effect.index)
                     if effects:
@@ -434,7 +469,9 @@ def receive_carousel(
                         applied = time.perf_counter()
                         if applied - now > JOIN_SLOW_S:
                             log.info("a channel change took %.2f s to apply", applied - now)
-                        layers.handle_applied(now=applied)
+                        # the old channels' packets that queued meanwhile are read
+                        # before the window (`read_up_to`)
+                        layers.handle_applied(now=applied, read_up_to=channels.read_up_to())
                         result.change_apply_max_s = max(result.change_apply_max_s, applied - now)
                         result.channel_log.append((applied - joined_at, channels.count))
                         result.channel_log_windows.append(layers.windows_ended)
@@ -535,6 +572,9 @@ def _finish(
         result.socket_drops = layers.socket_drops
         result.overflow_windows = layers.overflow_windows
         result.windows_ended = layers.windows_ended
+        result.read_behind_max_s = layers.behind_max_s
+        result.late_probes = layers.late_probes
+        result.behind_windows = layers.behind_windows
     result.verdicts = {v.value: n for v, n in gate.counts.items()}
     return result
 
