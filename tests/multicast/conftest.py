@@ -21,7 +21,7 @@ from pressrun.clients.config import ClientConfig
 from pressrun.content.keys import generate_keypair, load_public_key, load_signing_key
 from pressrun.content.publish import publish
 from pressrun.multicast.config import CarouselConfig
-from pressrun.multicast.core import LayerCore
+from pressrun.multicast.layering import LayerCore
 from pressrun.multicast.net import free_udp_port
 from pressrun.origin import RunningOrigin
 

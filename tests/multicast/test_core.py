@@ -15,7 +15,6 @@ from pressrun.multicast.core import (
     AnnouncementClock,
     AnnouncementGate,
     CarouselSchedule,
-    LayerCore,
     LocalProtocolError,
     channel_cycles,
 )
@@ -25,6 +24,7 @@ from pressrun.multicast.events import (
     JoinChannel,
     LeaveChannel,
 )
+from pressrun.multicast.layering import LayerCore
 
 
 def _pass(blocks: int, k: int, repair: int) -> tuple[list[int], list[int]]:

@@ -29,8 +29,8 @@ import pytest
 
 from pressrun.emulate.fleet import kept_above
 from pressrun.multicast.config import LayeringConfig
-from pressrun.multicast.core import LayerCore
 from pressrun.multicast.events import LeaveChannel
+from pressrun.multicast.layering import LayerCore
 
 #: each channel's packets per second (counted in thousandths, so that splitting a
 #: step's packets between reads loses nothing)

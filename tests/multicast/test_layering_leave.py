@@ -13,8 +13,8 @@ import pytest
 
 from pressrun.emulate.fleet import kept_above
 from pressrun.multicast.config import LayeringConfig
-from pressrun.multicast.core import LayerCore
 from pressrun.multicast.events import LeaveChannel
+from pressrun.multicast.layering import LayerCore
 
 from .conftest import shaped_link_trace
 

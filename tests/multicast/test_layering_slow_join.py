@@ -25,7 +25,8 @@ import pytest
 
 from pressrun.emulate.fleet import kept_above
 from pressrun.multicast.config import CarouselConfig, LayeringConfig
-from pressrun.multicast.core import LayerCore, LocalProtocolError
+from pressrun.multicast.core import LocalProtocolError
+from pressrun.multicast.layering import LayerCore
 
 from .conftest import Shelf, receive_issue, shaped_link_trace
 

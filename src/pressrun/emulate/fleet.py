@@ -164,7 +164,7 @@ def channels_against_links(
     their most, and for longer than one measuring window after settling.
 
     That last check counts the layering core's own windows
-    (`pressrun.multicast.core.LayerCore`): after a join the core waits ``settle_s``,
+    (`pressrun.multicast.layering.LayerCore`): after a join the core waits ``settle_s``,
     then measures one window of ``window_s`` and leaves a channel the link cannot
     carry at that window's end. A receiver is over when a stretch above its link
     outlived that window (`windows_kept_above` at least 1: a window ended and the

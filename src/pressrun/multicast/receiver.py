@@ -48,8 +48,9 @@ from typing import TYPE_CHECKING
 from pressrun.content.codec import Manifest, piece_ok
 from pressrun.multicast.config import LayeringConfig
 from pressrun.multicast.control import check_datagram
-from pressrun.multicast.core import AnnouncementGate, CarouselPresence, LayerCore
+from pressrun.multicast.core import AnnouncementGate, CarouselPresence
 from pressrun.multicast.events import AnnouncementVerdict, CarouselPlan, JoinChannel
+from pressrun.multicast.layering import LayerCore
 from pressrun.multicast.net import (
     RECEIVE_BUFFER_BYTES,
     enable_arrival_times,
