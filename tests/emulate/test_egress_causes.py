@@ -62,3 +62,41 @@ def test_no_client_with_nothing_from_the_origins_is_listed_and_other_is_never_ne
     # the origins' counters sampled a little short of the clients' own
     short = origin_egress_by_cause([row(1, "desktop", "origin", 0, MB)], MB - 5)
     assert short["bytes"]["other"] == 0
+
+
+def test_the_browsers_web_seed_bytes_are_summed_by_offer_and_rule() -> None:
+    a = row(51, "browser", "swarm", 6 * MB, 0)
+    a["web_seed_bytes_by_offer"] = {"owner": 2 * MB, "every_piece": 4 * MB}
+    a["web_seed_bytes_by_rule"] = {"held": 2 * MB, "stalled": 4 * MB}
+    b = row(52, "browser", "swarm", 3 * MB, 0)
+    b["web_seed_bytes_by_offer"] = {"owner": MB, "waited_owner": 2 * MB}
+    b["web_seed_bytes_by_rule"] = {"held": 3 * MB}
+    c = row(53, "browser", "swarm", 0, 0)  # an older reader: no maps
+    d = row(2, "desktop", "swarm", 40 * MB, 0)
+    d["web_seed_bytes_by_offer"] = {"owner": MB}  # a desktop's never count here
+    out = origin_egress_by_cause([a, b, c, d], 49 * MB)
+    assert out["browser_web_seeds_by_offer"] == {
+        "every_piece": 4 * MB,
+        "owner": 3 * MB,
+        "waited_owner": 2 * MB,
+    }
+    assert out["browser_web_seeds_by_rule"] == {"held": 5 * MB, "stalled": 4 * MB}
+    assert causes_line("emulation", out).endswith(
+        "; the browsers' web seeds by offer: every piece 4.0, owner 3.0, waited owner 2.0"
+        "; the browsers' web seeds by rule: held 5.0, stalled 4.0"
+    )
+
+
+def test_a_browser_readers_outcome_carries_its_web_seed_split() -> None:
+    from pressrun.emulate.browser_reader import outcome_doc
+
+    result = {
+        "status": "complete",
+        "seconds": 40.0,
+        "bytes_from_web_seeds": 3_000,
+        "web_seed_bytes_by_offer": {"owner": 1_000, "every_piece": 2_000.0, "bad": "x"},
+        "web_seed_bytes_by_rule": "not a map",
+    }
+    doc = outcome_doc(result, sha256="ab", want_sha256="ab", seeding_s=0.0, record=None)
+    assert doc["web_seed_bytes_by_offer"] == {"owner": 1_000, "every_piece": 2_000}
+    assert doc["web_seed_bytes_by_rule"] == {}

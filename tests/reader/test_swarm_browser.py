@@ -877,6 +877,19 @@ async def test_web_seeds_offer_what_no_peer_holds_while_such_a_piece_is_left(
             torrent._reservations[3] = [null]; // answered: 3 is unasked again
             seed.failedUntil.set(3, 110); // ... but the web seed failed it until 110
             out.allFailed = offer(true);
+            // why each piece is offered, with the rule's state (swarm.js counts a web
+            // seed's bytes of a piece under them once it is verified)
+            seed.failedUntil.clear();
+            torrent._reservations[3] = [null];
+            const self = { torrent };
+            const tagged = (all, state) => {
+              self.webSeedRuleState = state;
+              SwarmFetch.prototype.offerWebSeedPieces.call(self, all, 100);
+              return Object.fromEntries(self.offerTags);
+            };
+            out.tagsHeld = tagged(false, 'held');
+            torrent._reservations[3] = [seed]; // 3 asked of the web seed: every piece
+            out.tagsEvery = tagged(true, 'stalled');
             return out;
         }""",
         what="the web seeds' offer",
@@ -887,6 +900,13 @@ async def test_web_seeds_offer_what_no_peer_holds_while_such_a_piece_is_left(
         "allAsked": [True, True, True],
         "heldAsked": [False, False, True],
         "allFailed": [True, True, False],
+        # held back: 3 alone, no peer holding it and this reader its owner
+        "tagsHeld": {"3": ["owner", "held"]},
+        "tagsEvery": {
+            "1": ["every_piece", "stalled"],
+            "2": ["every_piece", "stalled"],
+            "3": ["owner", "stalled"],
+        },
     }, got
 
 
@@ -1030,6 +1050,7 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
             const { fetchCheckedTorrent, infoBytes } = await import('./js/torrent.js');
             const { windowRate } = await import('./js/swarm.js');
             const r = new WebSeedRule({ starvedS: 1, stallS: 2, holdS: 1, minPeerRate: 1000 });
+            const whys = []; // why the web seeds are on ("held": off) after each step
             // every piece from the first step, before any window: nothing waits for
             // peers; only what no peer holds once the peers deliver; every piece again
             // when the reader is slower than the web seeds alone made it, starved,
@@ -1049,8 +1070,11 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
               [12.0, false, 12.0, 900, 3000], // peers under the floor: every piece
               [13.0, false, 13.0, 2000, 100], // held back (floor 90)
               [13.5, false, 13.5, 900, 5000], // peers under the floor again: every piece
-            ].map(([now, starved, at, peerRate, webSeedRate]) =>
-              r.step(now, { starved, lastPeerPayloadAt: at, peerRate, webSeedRate }));
+            ].map(([now, starved, at, peerRate, webSeedRate]) => {
+              const on = r.step(now, { starved, lastPeerPayloadAt: at, peerRate, webSeedRate });
+              whys.push(r.why);
+              return on;
+            });
             const { uploadCapFor } = await import('./js/swarm.js');
             const cfg = { upload_limit_bytes_per_s: 262144, unmetered_upload_limit_bytes_per_s: 0 };
             const caps = [
@@ -1109,7 +1133,7 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
             const answers = [];
             let a = null;
             for (const gap of [1, 0.2, 0.2, 4, 0.5]) answers.push((a = answerTime(a, gap)));
-            return { seeds, caps, window, rules, rewritten, refused, text, silent,
+            return { seeds, whys, caps, window, rules, rewritten, refused, text, silent,
                      answers: answers.map((x) => Math.round(x * 1000) / 1000) };
         }""",
         [
@@ -1121,6 +1145,9 @@ async def test_the_pure_rules_and_the_torrent_check_in_the_page(
     )
     T, F = True, False
     assert got["seeds"] == [T, T, F, F, T, T, F, F, T, F, T, T, F, T]
+    assert got["whys"] == ["start", "start", "held", "held", "slower", "slower", "held",
+                           "held", "starved", "held", "stalled", "stalled", "held",
+                           "slow_peers"]  # fmt: skip
     # no cap on a link the browser says is Wi-Fi or Ethernet (without Data Saver), the
     # mobile profile's 256 KiB/s elsewhere
     assert got["caps"] == [0, 0, 262144, 262144, 262144, 1000000]

@@ -114,6 +114,18 @@ def chromium_args(reader_url: str) -> list[str]:
     ]
 
 
+def _byte_map(value: object) -> dict[str, int]:
+    """A ``{name: bytes}`` object from the page, its numbers as ints (anything else:
+    empty; at most 16 names, the page's maps have 4-6)."""
+    if not isinstance(value, dict):
+        return {}
+    out: dict[str, int] = {}
+    for k, v in list(value.items())[:16]:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[str(k)[:32]] = int(v)
+    return out
+
+
 def outcome_doc(
     result: dict[str, Any],
     *,
@@ -148,6 +160,10 @@ def outcome_doc(
         "bytes_from_origins": sum(by_origin.values()) + web_seeds,
         "bytes_by_origin": by_origin,
         "bytes_from_web_seeds": web_seeds,
+        # the web seeds' bytes by why the app offered the piece to them, and by the
+        # web-seed rule's state then (swarm.js; egress_causes sums them)
+        "web_seed_bytes_by_offer": _byte_map(result.get("web_seed_bytes_by_offer")),
+        "web_seed_bytes_by_rule": _byte_map(result.get("web_seed_bytes_by_rule")),
         "bytes_from_peers": peers,
         "bytes_from_multicast": 0,
         "peers_seen": result.get("peers_seen"),

@@ -46,6 +46,18 @@ def _int(row: Mapping[str, Any], key: str) -> int:
     return int(value) if isinstance(value, (int, float)) else 0
 
 
+def _summed(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, int]:
+    """The ``{name: bytes}`` maps under ``key`` summed over ``rows`` (missing: none)."""
+    out: dict[str, int] = {}
+    for row in rows:
+        value = row.get(key)
+        if isinstance(value, Mapping):
+            for name, b in value.items():
+                if isinstance(b, int):
+                    out[str(name)] = out.get(str(name), 0) + b
+    return dict(sorted(out.items()))
+
+
 def origin_egress_by_cause(
     rows: Sequence[Mapping[str, Any]], origin_egress_total: int
 ) -> dict[str, Any]:
@@ -69,9 +81,14 @@ def origin_egress_by_cause(
     clients = sum(_int(row, "bytes_from_origins") for row in rows)
     out["other"] = max(0, origin_egress_total - clients)
     top = sorted(rows, key=lambda r: _int(r, "bytes_from_origins"), reverse=True)[:TOP]
+    browsers = [row for row in rows if row.get("kind") == "browser"]
     return {
         "bytes": out,
         "total_bytes": origin_egress_total,
+        # the browser readers' web-seed bytes by why the app offered each piece to the
+        # web seeds and by its web-seed rule's state then (swarm-web-seeds.js)
+        "browser_web_seeds_by_offer": _summed(browsers, "web_seed_bytes_by_offer"),
+        "browser_web_seeds_by_rule": _summed(browsers, "web_seed_bytes_by_rule"),
         "top_clients": [
             {
                 "client": row.get("client"),
@@ -93,6 +110,13 @@ def causes_line(name: str, causes: Mapping[str, Any]) -> str:
     parts = [
         f"{cause.replace('_', ' ')} {b / 1e6:.1f}" for cause, b in causes["bytes"].items() if b > 0
     ]
-    return f"{name}: origin egress {causes['total_bytes'] / 1e6:.1f} MB by cause: " + (
+    line = f"{name}: origin egress {causes['total_bytes'] / 1e6:.1f} MB by cause: " + (
         ", ".join(parts) or "none"
     )
+    for what in ("offer", "rule"):
+        split = causes.get(f"browser_web_seeds_by_{what}") or {}
+        if split:
+            line += f"; the browsers' web seeds by {what}: " + ", ".join(
+                f"{k.replace('_', ' ')} {b / 1e6:.1f}" for k, b in split.items()
+            )
+    return line

@@ -88,6 +88,9 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
                 "bytes_from_origins": doc.get("bytes_from_origins", 0),
                 "bytes_by_origin": doc.get("bytes_by_origin", {}),
                 "bytes_from_web_seeds": doc.get("bytes_from_web_seeds", 0),
+                # a browser reader's web-seed bytes by the app's offer and rule state
+                "web_seed_bytes_by_offer": doc.get("web_seed_bytes_by_offer"),
+                "web_seed_bytes_by_rule": doc.get("web_seed_bytes_by_rule"),
                 "bytes_from_peers": doc.get("bytes_from_peers", 0),
                 "bytes_from_multicast": doc.get("bytes_from_multicast", 0),
                 # the wall time the issue was readable (the release minute, issue 35)

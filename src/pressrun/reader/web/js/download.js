@@ -275,6 +275,8 @@ export class Download {
       bytes_by_origin: this.bytesByOrigin,
       bytes_from_peers: swarm?.fromPeers ?? 0,
       bytes_from_web_seeds: swarm?.fromWebSeeds ?? 0,
+      web_seed_bytes_by_offer: swarm?.webSeedBytesByOffer ?? {},
+      web_seed_bytes_by_rule: swarm?.webSeedBytesByRule ?? {},
       peers_seen: swarm?.peersSeen.size ?? 0,
       banned_peers: swarm?.bans.length ?? 0,
       handoffs: this.handoffs,

@@ -60,6 +60,9 @@ export class WebSeedRule {
     this.minRate = minPeerRate; // while held back: minPeerRate, shared
     this.starting = true; // the first window: the peers not judged yet
     this.widen = true; // on, and beyond the reader's own pieces no peer holds
+    // why the web seeds are on: "start", "starved", "stalled", "slow_peers" (the peers
+    // under the floor) or "slower" (slower than the web seeds alone); "held" while off
+    this.why = "start";
   }
 
   /**
@@ -89,11 +92,13 @@ export class WebSeedRule {
       this.minRate = minRate;
       // a little under, so noise alone does not bring them back
       this.floor = ((webSeedRate ?? 0) * 0.9) / shared;
+      this.why = "held";
     } else if (!this.on) {
       const slower = peerRate !== null && peerRate + (webSeedRate ?? 0) < this.floor;
       if (starvedLong || stalled || !delivering || slower) {
         this.on = true;
         this.since = now;
+        this.why = starvedLong ? "starved" : stalled ? "stalled" : !delivering ? "slow_peers" : "slower";
       }
     }
     // `widen`: in the first window, while connected peers hold pieces the reader

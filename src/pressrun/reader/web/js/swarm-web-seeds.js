@@ -123,6 +123,7 @@ export class SwarmWebSeeds {
     const tick = Math.min(1, Math.max(0, now - this.ownerWait.at));
     this.ownerWait.at = now;
     const own = new Array(t.pieces.length).fill(false); // lacked and this reader's
+    const ownerWaited = new Array(t.pieces.length).fill(false); // ... after OWNER_WAIT_S
     for (let i = 0; i < t.pieces.length; i++) {
       if (!lacked(i) || owned(i)) {
         waited.delete(i);
@@ -130,7 +131,7 @@ export class SwarmWebSeeds {
       } else {
         const w = (waited.get(i) ?? 0) + tick;
         waited.set(i, w);
-        own[i] = w >= OWNER_WAIT_S;
+        own[i] = ownerWaited[i] = w >= OWNER_WAIT_S;
       }
     }
     const mine = (i) => own[i];
@@ -150,10 +151,20 @@ export class SwarmWebSeeds {
     for (let i = 0; everything && i < t.pieces.length; i++) {
       if (lacked(i) && !asked(i) && !failedEverywhere(i)) everything = false;
     }
+    // why each piece offered now is offered (offerTag: counted in the web seeds' bytes
+    // of the piece once it is verified, swarm.js put): "owner" (no connected peer holds
+    // it, this reader its owner), "waited_owner" (another reader's, waited on for
+    // OWNER_WAIT_S), "unheld" (another reader's no peer holds, once this reader's own
+    // were all asked), "every_piece" (once every piece no peer holds was asked); with
+    // the rule's state when offered (webSeedRuleState: "held", or why they are on)
+    this.offerTags ??= new Map(); // piece -> [offer, rule]; indexes only: bounded
+    const rule = this.webSeedRuleState ?? "unknown";
+    const why = (i) => (lacked(i) && mine(i) ? (ownerWaited[i] ? "waited_owner" : "owner") : lacked(i) && widen ? "unheld" : "every_piece");
     let more = false;
     for (let i = 0; i < t.pieces.length; i++) {
       if (t.bitfield.get(i)) continue;
       const offer = (everything || (lacked(i) && (widen || mine(i)))) && !peerAsked(i);
+      if (offer) this.offerTags.set(i, [why(i), rule]);
       for (const seed of seeds) {
         const give = offer && !((seed.failedUntil?.get(i) ?? 0) > now);
         if (seed.peerPieces.get(i) === give) continue;

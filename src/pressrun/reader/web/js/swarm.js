@@ -140,6 +140,10 @@ export class SwarmFetch {
     this.peersSeen = new Set();
     this.fromPeers = 0; // bytes of pieces stored, sent by peers
     this.fromWebSeeds = 0; // bytes of pieces stored, sent by the origins as web seeds
+    // ... by why the piece was offered to them and the web-seed rule's state then
+    // (offerWebSeedPieces' offerTags): which rule sends a reader's bytes to the origins
+    this.webSeedBytesByOffer = {};
+    this.webSeedBytesByRule = {};
     this.receivedFromPeers = 0; // every byte peers sent (refused pieces too)
     this.receivedFromWebSeeds = 0; // every byte the web seeds sent
     this.uploaded = 0;
@@ -174,6 +178,8 @@ export class SwarmFetch {
       peer_requests: this.torrent?.wires.reduce((n, w) => n + (w.type !== "webSeed" && !w.destroyed ? w.requests.length : 0), 0) ?? 0,
       bytes_from_peers: this.fromPeers,
       bytes_from_web_seeds: this.fromWebSeeds,
+      web_seed_bytes_by_offer: this.webSeedBytesByOffer,
+      web_seed_bytes_by_rule: this.webSeedBytesByRule,
       bytes_received_from_peers: this.receivedFromPeers,
       uploaded_bytes: this.uploaded,
       bad_pieces: this.badPieces,
@@ -248,9 +254,14 @@ export class SwarmFetch {
     const kept = this.decrypt === null ? bytes : await this.decrypt(index, bytes);
     if (this.state === "left") throw new Error("left the swarm");
     this.verifiedCount += 1;
+    const [offer, rule] = this.offerTags?.get(index) ?? ["before_offer", "start"]; // webtorrent's web seed offers every piece until the first offer
+    this.offerTags?.delete(index);
     for (const [wire, n] of who) {
-      if (wire.type === "webSeed") this.fromWebSeeds += n;
-      else this.fromPeers += n;
+      if (wire.type === "webSeed") {
+        this.fromWebSeeds += n;
+        this.webSeedBytesByOffer[offer] = (this.webSeedBytesByOffer[offer] ?? 0) + n;
+        this.webSeedBytesByRule[rule] = (this.webSeedBytesByRule[rule] ?? 0) + n;
+      } else this.fromPeers += n;
     }
     this.remember(index, bytes); // what peers ask for most is what was just verified
     await new Promise((resolve, reject) => {
@@ -502,6 +513,7 @@ export class SwarmFetch {
         const starved = this.starved();
         const leechers = this.leechers();
         this.webSeedsAll = rule.step(now, { starved, lastPeerPayloadAt: this.lastPeerPayloadAt, peerRate, webSeedRate, leechers });
+        this.webSeedRuleState = rule.why;
         if (this.webSeedsOn) this.offerWebSeedPieces(this.webSeedsAll && rule.widen, now);
         applyUploadCap(wt, this.cfg);
         this.onChange();
