@@ -193,3 +193,50 @@ async def test_a_swarm_leaver_seeds_the_carousel_copy_without_fetching_it_again(
     assert seeded[0].completed
     assert seeded[0].downloaded_bytes == 0 and seeded[0].bytes_from_web_seeds == 0
     assert result.leave_rule is not None and result.seeding_s > 0
+
+
+async def test_a_client_that_leaves_with_nothing_does_not_check_the_file_first(
+    published: Callable[[int], Published],
+    sender_factory: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With nothing in its last swarm report (a 0.1 Mbit/s web seed: no 64 KiB piece
+    within a second), the client leaves for the carousel without reading the partial
+    file back piece by piece (in flash-crowd-50, 13 of the 17 leavers had 0% and each
+    hashed the 50 MB sparse file on a saturated host before joining the carousel); its
+    note says how long the swarm took to close."""
+    pytest.importorskip("libtorrent")
+    import pressrun.clients.swarm_handoff
+    from pressrun.multicast.net import free_udp_port
+
+    checked: list[int] = []
+    real = pressrun.clients.swarm_handoff.still_good
+
+    def counting(m: Any, path: Path, indices: Any) -> list[int]:
+        indices = list(indices)
+        checked.append(len(indices))
+        return real(m, path, indices)
+
+    monkeypatch.setattr(pressrun.clients.swarm_handoff, "still_good", counting)
+    pub = published(SIZE)
+    sender = await sender_factory(pub, CarouselConfig(channels=2, rate_bps=20e6))
+    await sender.start_carousel(ISSUE, sender.config.carousel)
+    origin = await start_origin(
+        OriginConfig(
+            content_dir=pub.content, name="origin-a", stats_interval_s=0.2, egress_cap_mbps=0.1
+        )
+    )
+    info_hash = json.loads(pub.manifest_json)["manifest"]["info_hash"]
+    tracker = f"http://127.0.0.1:{free_udp_port()}/announce"
+    swarm_first = DemandConfig(enter_downloaders=1.0, leave_downloaders=0.0, min_dwell_s=0.0)
+    policy = DemandPolicy(
+        swarm_first, {ISSUE: swarm_info_for(origin.url, tracker, ISSUE, info_hash)}
+    )
+    group = "{}:{}".format(*sender.config.control_group)
+    config = replace(CLIENT, carousel_control_group=group, swarm_max_seed_s=0.0)
+    result = await fetch_through_balancer(ISSUE, origin, policy, config, publisher=pub)
+    assert hashlib.sha256(result.path.read_bytes()).digest() == hashlib.sha256(pub.data).digest()
+    note = result.swarm_note or ""
+    assert result.left_swarm_for_carousel and note.startswith("left for the carousel with 0%")
+    assert "; the swarm closed in " in note and "pieces checked" not in note, note
+    assert checked == [], checked

@@ -104,10 +104,12 @@ async def fetch_swarm(
         )
     )
     carousel: CarouselPlan | None = None
+    left_at = 0.0
     try:
         carousel = await _carousel_meanwhile(
             f, m, fetching, manifest_sha256, peer_config.status_interval_s
         )
+        left_at = f.now()
         if carousel is None:
             result = await fetching
     except Exception as err:  # any swarm failure falls back to origins
@@ -128,14 +130,21 @@ async def fetch_swarm(
             f.left_swarm_web_seed_bytes += got.bytes_from_web_seeds
             f.left_swarm_peer_bytes += max(0, got.downloaded_bytes - got.bytes_from_web_seeds)
         done = 0 if got is None else got.done_bytes
+        closed_s = f.now() - left_at
+        _forget_swarm_resume(m, path)  # the carousel writes the file from now on
+        # the pieces the swarm verified, read back: none when its last report had none
+        # (a piece verified after it is only taken again from the carousel), so a
+        # client that leaves with nothing does not hash the whole sparse file first
+        checked = f.now()
+        held = await asyncio.to_thread(still_good, m, path, range(m.num_pieces)) if done > 0 else []
         f.swarm_note = (
             f"left for the carousel with {done / max(1, m.size_bytes):.0%} of the file"
             + (f": {f.carousel_choice}" if f.carousel_choice else "")
+            + f"; the swarm closed in {closed_s:.1f} s"
+            + (f", its pieces checked in {f.now() - checked:.1f} s" if done > 0 else "")
         )
         f.notice(f"the issue's carousel started: {f.swarm_note}", level=logging.INFO)
-        _forget_swarm_resume(m, path)  # the carousel writes the file from now on
-        good = await asyncio.to_thread(still_good, m, path, range(m.num_pieces))
-        return sorted(set(good) | set(kept)), None, carousel
+        return sorted(set(held) | set(kept)), None, carousel
     if result.completed:
         if result.path == path:
             # the peer's final check (`pressrun.peer.verify.FinalVerification`) read this
