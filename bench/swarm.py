@@ -250,6 +250,7 @@ async def one_run(
                     "sn_requests": float(sn_done.get("sn_requests", 0)),
                     "sn_rpcs_in": float(sn_done.get("sn_rpcs_in", 0)),
                     "sn_uploader_answers": float(sn_done.get("sn_uploader_answers", 0)),
+                    "ring_settle_s": float(sn_done.get("ring_settle_s", 0.0)),
                 }
                 if any(d["ring"] for d in done)
                 else {}
@@ -426,7 +427,8 @@ def print_run_line(policy: str, n: int, k: int, r: dict[str, Any]) -> None:
         f"{r.get('ring_lookups_per_peer', 0):.1f} lookup batches and "
         f"{r.get('ring_failures_per_peer', 0):.1f} unanswered requests per peer; "
         f"supernodes: {r.get('sn_requests', 0):.0f} client requests, "
-        f"{r['sn_lookups']:.0f} ring lookups, {r.get('sn_rpcs_in', 0):.0f} Chord RPCs in"
+        f"{r['sn_lookups']:.0f} ring lookups, {r.get('sn_rpcs_in', 0):.0f} Chord RPCs in, "
+        f"ring settled {r.get('ring_settle_s', 0.0):.1f} s before the start"
         if "ring_requests_per_peer" in r
         else ""
     )

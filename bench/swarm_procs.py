@@ -363,6 +363,32 @@ async def _sleep_until(t: float) -> None:
     await asyncio.sleep(max(0.0, t - time.monotonic()))
 
 
+#: how long the supernodes' worker waits for its ring to settle at most (a few of the
+#: ring's stabilisation intervals, `pressrun.chord.config.ChordConfig`)
+RING_SETTLE_S = 10.0
+
+
+async def ring_settled(sns: list[Any], *, limit_s: float = RING_SETTLE_S) -> float:
+    """Wait until every piece key has exactly one supernode answering for it (at most
+    ``limit_s``); the seconds waited. A supernode that has just joined answers for no
+    key until its predecessor notifies it, at that one's next stabilisation (up to
+    ``stabilize_interval_s``, 2 s): the crowd started right after the last join, and
+    for its first two seconds a fifth of the pieces (32 of 160 with five supernodes)
+    were answered ``not_mine`` and that supernode's eight bringer slots stayed empty,
+    so 8 of 40 peers were handed nothing to bring in and got their first piece 1-4 s
+    late (docs/results/2026-11-28-swarm-limit.md, section 14). An issue's ring is up
+    before its crowd comes (beside the origins, the desktops that seed it): the bench
+    measures the swarm on a settled ring, as a crowd meets it."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while loop.time() - start < limit_s:
+        keys = sns[0].keys if sns else []
+        if all(sum(1 for sn in sns if sn.node.answers_for(k)) == 1 for k in keys):
+            break
+        await asyncio.sleep(0.05)
+    return loop.time() - start
+
+
 async def run_supernodes(spec: dict[str, Any]) -> None:
     """``--role supernodes``: the ring's supernodes until told to stop; their stats."""
     from pressrun.chord.aio import Supernode
@@ -379,6 +405,7 @@ async def run_supernodes(spec: dict[str, Any]) -> None:
         sns.append(sn)
         await sn.start()
         await sn.wait_on_ring()
+    settle_s = await ring_settled(sns)
     _send({"ready": True})
     go = await _receive()
     await _sleep_until(go["go"])
@@ -398,6 +425,7 @@ async def run_supernodes(spec: dict[str, Any]) -> None:
             "sn_uploader_answers": sum(sn.stats.uploader_answers for sn in sns),
             "sn_requests": sum(sn.stats.client_requests for sn in sns),
             "sn_rpcs_in": sum(sn.stats.requests_in for sn in sns),
+            "ring_settle_s": settle_s,
         }
     )
 

@@ -154,6 +154,9 @@ def _install() -> None:
                 wait=[a["piece"] for a in ans if a.get("wait")],
                 up=[a["piece"] for a in ans if not a.get("bring_in") and not a.get("wait")],
                 first=[a["piece"] for a in ans if a.get("first")],
+                # (the supernode, and the pieces it said it does not answer for)
+                sn=sn,
+                not_mine=list(doc.get("not_mine", [])) if doc else [],
             )
         return doc
 
