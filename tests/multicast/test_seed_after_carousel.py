@@ -127,8 +127,9 @@ async def test_a_carousel_reader_seeds_the_swarm_for_a_peer_the_carousel_misses(
     assert reader.mode == "multicast" and reader.bytes_from_multicast == SIZE
     assert sum(reader.bytes_by_origin.values()) == 0
     assert hashlib.sha256(reader.path.read_bytes()).digest() == hashlib.sha256(pub.data).digest()
-    # it seeded, and left by a fair rule; the seeding is not its download
-    assert reader.leave_rule is not None
+    # it seeded, and left by a fair rule; the seeding is not its download; the swarm's
+    # uploader policy is reported, as for any client that used the swarm
+    assert reader.leave_rule is not None and reader.uploader_policy is not None
     assert reader.seeding_s > 0 and reader.download_s < reader.seconds
     # the other peer took the issue from it, a few web seed bytes at most
     assert result.completed

@@ -221,6 +221,7 @@ async def seed_after_carousel(
     # lists the pieces held then: the peer would fetch the carousel's pieces again
     _forget_swarm_resume(m, path)
     policy = f.config.uploader_policy or DEFAULT_UPLOADER_POLICY
+    f.uploader_policy = policy  # the swarm is used: its policy is reported, as its ring
     try:
         return await fetch_via_swarm(
             torrent=torrent,
