@@ -160,10 +160,15 @@ async def test_a_swarm_leaver_seeds_the_carousel_copy_without_fetching_it_again(
         )
     )
 
+    resume = pub.root / "library" / ".partial" / ISSUE / f"{ISSUE}.pdf.swarm-resume"
+
     async def carousel_later() -> None:
-        # the swarm has part of the file (0.25 MB/s: 8 s for all of it) and has saved
-        # its resume data (every 2 s while pieces arrive) when the carousel starts
-        await asyncio.sleep(4.0)
+        # the carousel starts once the swarm has part of the file (0.25 MB/s: 8 s for
+        # all of it) and has saved its resume data (every 2 s while pieces arrive)
+        for _ in range(300):
+            if resume.exists():
+                break
+            await asyncio.sleep(0.1)
         await sender.start_carousel(ISSUE, sender.config.carousel)
 
     later = asyncio.ensure_future(carousel_later())
