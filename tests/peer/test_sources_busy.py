@@ -76,19 +76,41 @@ def test_a_piece_a_web_seed_fetches_is_never_taken() -> None:
 
 def test_a_connection_rate_is_known_after_a_second_of_counting() -> None:
     # libtorrent's own per-peer rate is a moving average: a fast peer just connected
-    # read 47 kB/s while it sent 2.5 MB/s. Counted here from its byte counter.
+    # read 47 kB/s while it sent 2.5 MB/s. Counted here from its byte counter, read at
+    # each status poll (0.5 s).
     rates = ConnectionRates()
     assert rates.update(10.0, [_peer(FAST, 0), _peer(WEB, 0, web=True)]) == {WEB: None}
-    # not known before CONNECTION_RATE_AFTER_S, so not taken from (unknown is not slow)
+    # not known before CONNECTION_RATE_AFTER_S of counting from a first byte (unknown
+    # is not slow: nothing is taken from it)
     assert FAST not in rates.update(10.5, [_peer(FAST, 1_250_000)])
-    queue = [_asked_of(1, FAST)]
-    known = rates.update(10.0 + CONNECTION_RATE_AFTER_S, [_peer(FAST, 2_500_000)])
-    assert known == {FAST: 2_500_000}
-    assert sooner_from_origins(queue, {1}, {}, piece_bytes=PIECE, origins_bps=10**6) is None
+    assert FAST not in rates.update(11.0, [_peer(FAST, 2_500_000)])
+    assert (
+        sooner_from_origins([_asked_of(1, FAST)], {1}, {}, piece_bytes=PIECE, origins_bps=1) is None
+    )
+    assert rates.update(10.5 + CONNECTION_RATE_AFTER_S, [_peer(FAST, 3_750_000)]) == {
+        FAST: 2_500_000
+    }
+
+
+def test_a_connection_rate_is_its_recent_one() -> None:
+    # The small emulation's last swarm client: its peers' first burst, then much less.
+    # Judged since the connection began, the burst made them look sooner than the
+    # origins for seconds; over the last two seconds they are not.
+    rates = ConnectionRates()
+    total = 0
+    for i in range(3):  # 1 MB/s for a second
+        rates.update(10.0 + i * 0.5, [_peer(SLOW, total)])
+        total += 500_000
+    for i in range(3, 9):  # then 50 kB/s for three seconds
+        known = rates.update(10.0 + i * 0.5, [_peer(SLOW, total)])
+        total += 25_000
+    assert known == {SLOW: 50_000}
+    queue = [_asked_of(6, SLOW)]
+    assert sooner_from_origins(queue, {6}, known, piece_bytes=PIECE, origins_bps=500_000) == 6
     # a connection gone is forgotten; one back from the same address starts again
-    assert rates.update(12.0, []) == {}
-    assert rates.update(12.5, [_peer(FAST, 100)]) == {}
-    assert rates.update(13.5, [_peer(FAST, 2_100)]) == {FAST: 2_000}
+    assert rates.update(15.0, []) == {}
+    assert rates.update(15.5, [_peer(SLOW, 100)]) == {}
+    assert rates.update(16.5, [_peer(SLOW, 2_100)]) == {SLOW: 2_000}
 
 
 def test_a_piece_is_being_fetched_while_a_block_is_asked_of_someone() -> None:
