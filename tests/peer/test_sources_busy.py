@@ -2,10 +2,11 @@
 owed (`sources.sooner_from_origins`, `sources.ConnectionRates`): only one the origins
 would deliver whole before its peers deliver the rest, never one a web seed fetches.
 
-On the code before (``take_busy``: the first piece libtorrent was fetching), the small
-emulation's second swarm client and a loopback pair staggered like it took pieces a fast
-peer had queued: the peer sent them all the same (libtorrent does not take back a
-request it sent), and 3 to 5 of 31 pieces came twice."""
+On the code before (``take_busy``: the first piece libtorrent was fetching), a
+loopback pair staggered like the small emulation's first two swarm clients
+(`test_feed_twice.py`) took pieces the fast peer had queued: the peer sent them all the
+same (libtorrent does not take back a request it sent), and 3 of the second's 31
+pieces came twice, with the feed's other pieces held from libtorrent."""
 
 import types
 from typing import Any

@@ -420,8 +420,9 @@ def sooner_from_origins(
     known yet, or ``origins_bps`` is not known. A piece a web seed is fetching is
     never taken: the origins would send it twice. libtorrent does not take back
     requests it sent: a peer sends a taken piece anyway, so a piece the peers would
-    bring sooner is only fetched twice (the small emulation's second swarm client
-    took three pieces its fast peer had already sent, `take_busy` before this rule)."""
+    bring sooner is only fetched twice (a loopback pair staggered like the small
+    emulation's first two swarm clients: the second took three pieces its fast peer
+    had already sent, `take_busy` before this rule)."""
     if origins_bps <= 0:
         return None
     from_origins = piece_bytes / origins_bps
