@@ -86,7 +86,8 @@ class _Handle:
 
     def status(self, flags: int = 0) -> types.SimpleNamespace:
         held = self.have | set(self.added)
-        return types.SimpleNamespace(pieces=[i in held for i in range(len(self.priorities))])
+        pieces = [i in held for i in range(len(self.priorities))]
+        return types.SimpleNamespace(pieces=pieces, download_payload_rate=0)
 
     def get_piece_priorities(self) -> list[int]:
         return list(self.priorities)
@@ -117,7 +118,12 @@ async def origin() -> AsyncIterator[tuple[_Origin, str]]:
 
 
 async def _feed_all(
-    o: _Origin, url: str, parallel: int, handle: _Handle | None = None, wanted: int = 6
+    o: _Origin,
+    url: str,
+    parallel: int,
+    handle: _Handle | None = None,
+    wanted: int = 6,
+    fetch_bps: int = 0,
 ) -> _Handle:
     handle = handle or _Handle()
     wanted -= len(handle.have)
@@ -129,6 +135,7 @@ async def _feed_all(
         running=lambda: len(handle.added) < wanted,
     )
     feed.parallel = parallel
+    feed.fetch_bps = fetch_bps  # (0: no piece from the origins yet)
     feed.start()
     feed.set_owed((0, 1, 2, 3, 4, 5))
     async with asyncio.timeout(10):
@@ -174,7 +181,7 @@ async def test_a_piece_on_its_way_is_held_from_libtorrent_and_given_back(
     # at priority 0 in libtorrent (it asks nobody else for it) until its fetch ends,
     # then back at its priority; on the code before, no priority was ever set.
     o, url = origin
-    handle = await _feed_all(o, url, PARALLEL_WITH_ROOM)
+    handle = await _feed_all(o, url, PARALLEL_WITH_ROOM, fetch_bps=1_000_000)
     assert sorted(handle.added) == [0, 1, 2, 3, 4, 5]
     calls = handle.priority_calls
     held = [piece for piece, priority in calls if priority == 0]
@@ -186,6 +193,12 @@ async def test_a_piece_on_its_way_is_held_from_libtorrent_and_given_back(
         hold, back = calls.index((piece, 0)), calls.index((piece, 4))
         assert hold < back
     assert handle.priorities == [4] * 6  # every priority given back
+    # before the origins answered (they may not answer at all: a stopped origin, and
+    # the rest from a seed that libtorrent drops once the torrent looks "finished"),
+    # nothing is held: pieces 0 and 1 go first, then 2 once the origins have answered
+    o.served.clear()
+    handle = await _feed_all(o, url, PARALLEL_WITH_ROOM)
+    assert [piece for piece, priority in handle.priority_calls if priority == 0] == [2]
 
 
 async def test_the_feed_fetches_no_piece_libtorrent_holds_already(

@@ -19,8 +19,9 @@ peer's share of it, and a piece would arrive later: one at a time.
 
 **No piece is fetched twice.** A piece on its way from the origins is held at
 priority 0 in libtorrent (`HOLD_PRIORITY`: it asks no peer and no web seed for it),
-as long as `HOLD_MARGIN` other missing pieces stay wanted (a torrent whose missing
-pieces are all at 0 is "finished" and drops its seeds), and gets its priority back
+once the origins have answered and as long as `HOLD_MARGIN` other missing pieces stay
+wanted that libtorrent would not bring in first (a torrent whose missing pieces are
+all at 0 is "finished" and drops its seeds: `OwedPieceFeed._hold`), and gets its priority back
 when the fetch ends (a plan applied meanwhile is followed: its priority is the one
 put back). The feed takes no piece libtorrent holds already and none it is fetching
 (a block of it asked of a peer or web seed, `sources.fetching`: a partial piece whose
@@ -185,6 +186,7 @@ class OwedPieceFeed:
             data = await self._fetch_piece(http, url, piece)
             handle = self._handle()
             if data is None:
+                self._release(piece)  # libtorrent may fetch it meanwhile
                 await asyncio.sleep(self.retry_s)
             elif handle is not None:
                 handle.add_piece(piece, data, 0)
@@ -230,14 +232,26 @@ class OwedPieceFeed:
 
     def _hold(self, piece: int) -> None:
         """Keep libtorrent from asking anyone else for ``piece`` while the feed fetches
-        it: priority 0, while `HOLD_MARGIN` other missing pieces stay wanted."""
+        it: priority 0, once the origins have answered (`fetch_bps`: not while they may
+        not answer at all) and while `HOLD_MARGIN` other missing pieces stay wanted that
+        libtorrent would not bring in before the origins bring this one (twice its
+        time, at its download rate now): a torrent whose missing pieces are all at 0 is
+        "finished" and libtorrent drops its seeds at once, so a reader whose one seed
+        had sent the rest while the feed tried a stopped origin was left with no peer
+        (`tests/peer/test_cli.py`)."""
         handle = self._handle()
-        if handle is None:
+        if handle is None or self.fetch_bps <= 0:
             return
         priorities = handle.get_piece_priorities()
         if priorities[piece] == HOLD_PRIORITY:
             return  # the plan holds it already; nothing to put back
-        if _wanted_without(handle, priorities, piece) < HOLD_MARGIN:
+        st = handle.status(lt.torrent_handle.query_pieces)
+        others = _wanted_without(st.pieces, priorities, piece)
+        if others < HOLD_MARGIN:
+            return
+        rate = int(st.download_payload_rate)
+        piece_bytes = self.manifest.piece_size_bytes
+        if rate > 0 and others * piece_bytes / rate < 2 * piece_bytes / self.fetch_bps:
             return
         self._held[piece] = int(priorities[piece])
         handle.piece_priority(piece, HOLD_PRIORITY)
@@ -254,7 +268,8 @@ class OwedPieceFeed:
             now = int(priorities[piece])
             if now == HOLD_PRIORITY:
                 continue
-            if _wanted_without(handle, priorities, piece) < HOLD_MARGIN:
+            have = handle.status(lt.torrent_handle.query_pieces).pieces
+            if _wanted_without(have, priorities, piece) < HOLD_MARGIN:
                 del self._held[piece]  # libtorrent may fetch it too now: its plan says so
                 continue
             self._held[piece] = now
@@ -305,9 +320,8 @@ class OwedPieceFeed:
         return data
 
 
-def _wanted_without(handle: Any, priorities: list[int], piece: int) -> int:
+def _wanted_without(have: Sequence[bool], priorities: list[int], piece: int) -> int:
     """The missing pieces libtorrent still wants (priority above 0), ``piece`` left out."""
-    have = handle.status(lt.torrent_handle.query_pieces).pieces
     return sum(
         1
         for i, (p, h) in enumerate(zip(priorities, have, strict=False))
