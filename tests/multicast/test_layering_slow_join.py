@@ -85,22 +85,23 @@ async def test_receive_carousel_settles_from_the_join_s_return(
     than settle_s + window_s after that join returned, and the log times the join
     at its return. Before the fix the window began as the join returned (its
     settling had passed during the block) and the next join came 0.5 s after it."""
-    from pressrun.multicast import receiver
+    from pressrun.multicast.channels import ChannelSockets
 
     shelf.publish("slow-join", 2_000_000)
     sender = await senders(shelf, CarouselConfig(channels=3, rate_bps=3e6))
     await sender.start_carousel("slow-join", sender.config.carousel)
     joins: list[tuple[int, float, float]] = []  # (channel, called, returned)
-    join = receiver._Channels.join
+    join = ChannelSockets.open_channel
 
-    def slow_join(self: Any, index: int) -> None:
+    def slow_join(self: Any, index: int) -> Any:
         called = time.perf_counter()
         if index == 1:
             time.sleep(1.0)
-        join(self, index)
+        sock = join(self, index)
         joins.append((index, called, time.perf_counter()))
+        return sock
 
-    monkeypatch.setattr(receiver._Channels, "join", slow_join)
+    monkeypatch.setattr(ChannelSockets, "open_channel", slow_join)
     config = LayeringConfig(window_s=0.5, settle_s=0.3)
     result = await receive_issue(
         shelf, sender.config.control_group, "slow-join", tmp_path / "rx", layering=config

@@ -46,19 +46,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pressrun.content.codec import Manifest, piece_ok
+from pressrun.multicast.channels import ChannelSockets
 from pressrun.multicast.config import LayeringConfig
 from pressrun.multicast.control import check_datagram
 from pressrun.multicast.core import AnnouncementGate, CarouselPresence
-from pressrun.multicast.events import AnnouncementVerdict, CarouselPlan, JoinChannel
+from pressrun.multicast.events import AnnouncementVerdict, CarouselPlan, LeaveChannel
 from pressrun.multicast.layering import LayerCore
-from pressrun.multicast.net import (
-    RECEIVE_BUFFER_BYTES,
-    enable_arrival_times,
-    enable_drop_counts,
-    leave_and_close,
-    oldest_waiting_arrival,
-    receiver_socket,
-)
+from pressrun.multicast.net import RECEIVE_BUFFER_BYTES, leave_and_close, receiver_socket
 
 if TYPE_CHECKING:
     from pressrun_flute import Receiver as FluteReceiver
@@ -163,92 +157,6 @@ class ReceiveResult:
         return max(0, self.plan.source_symbols - self.known_symbols) / self.object_packets
 
 
-class _Channels:
-    """The sockets of the joined channels (the binding reads them), or, through an
-    AMT ``gateway``, the channels joined through the relay (the binding maps their
-    (group, port) to the channel)."""
-
-    def __init__(
-        self,
-        plan: CarouselPlan,
-        interface: str,
-        receive_buffer_bytes: int = RECEIVE_BUFFER_BYTES,
-        gateway: tuple[AmtGateway, FluteReceiver] | None = None,
-    ):
-        self.plan = plan
-        self.interface = interface
-        self.receive_buffer_bytes = receive_buffer_bytes
-        self.sockets: dict[int, socket.socket] = {}
-        self.gateway = gateway
-        self.tunnelled: set[int] = set()
-
-    @property
-    def count(self) -> int:
-        return len(self.sockets) + len(self.tunnelled)
-
-    def _tunnel(self, index: int, join: bool) -> None:
-        assert self.gateway is not None and self.plan.source is not None
-        gateway, flute = self.gateway
-        ch = self.plan.channels[index]
-        if join:
-            self.tunnelled.add(index)
-            gateway.join(self.plan.source, ch.group)
-        else:
-            self.tunnelled.discard(index)
-            gateway.leave(self.plan.source, ch.group)
-        chans = self.plan.channels
-        flute.set_tunnel_channels([(chans[i].group, chans[i].port, i) for i in self.tunnelled])
-        log.info("%s channel %d (%s:%d) through the relay", "joined" if join else "left", index,
-                 ch.group, ch.port)  # fmt: skip
-
-    def join(self, index: int) -> None:
-        if self.gateway is not None:
-            self._tunnel(index, True)
-            return
-        ch = self.plan.channels[index]
-        sock = receiver_socket(
-            ch.group,
-            ch.port,
-            self.interface,
-            receive_buffer_bytes=self.receive_buffer_bytes,
-            source=self.plan.source,
-        )
-        enable_arrival_times(sock)
-        enable_drop_counts(sock)  # the binding reads SO_RXQ_OVFL with each datagram
-        self.sockets[index] = sock
-        log.info("joined channel %d (%s:%d)", index, ch.group, ch.port)
-
-    def leave(self, index: int) -> None:
-        if self.gateway is not None:
-            if index in self.tunnelled:
-                self._tunnel(index, False)
-            return
-        sock = self.sockets.pop(index, None)
-        if sock is None:
-            return
-        ch = self.plan.channels[index]
-        leave_and_close(sock, ch.group, self.interface, self.plan.source)
-
-    def close(self) -> None:
-        for index in list(self.sockets) + sorted(self.tunnelled):
-            self.leave(index)
-
-    def read_up_to(self) -> float | None:
-        """Up to when (``time.perf_counter``) every datagram that arrived on the
-        joined channels has been read: the kernel's arrival stamp of the oldest one
-        still waiting in their sockets (`LayerCore.handle_timer`'s ``read_up_to``);
-        None when none waits, or through a relay (whose socket is not stamped)."""
-        oldest: float | None = None
-        for sock in self.sockets.values():
-            arrived = oldest_waiting_arrival(sock)
-            if arrived is not None and (oldest is None or arrived < oldest):
-                oldest = arrived
-        if oldest is None:
-            return None
-        # the stamp is the wall clock's: as the same instant on the monotonic clock
-        return time.perf_counter() - max(0.0, wall_clock() - oldest)
-
-
 def receive_carousel(
     issue_id: str,
     manifest_sha256: str,
@@ -307,11 +215,12 @@ def receive_carousel(
         gateway.start(now=started)
     buffer = bytearray(MAX_DATAGRAM)
     plan: CarouselPlan | None = None
-    channels: _Channels | None = None
+    channels: ChannelSockets | None = None
     layers: LayerCore | None = None
     flute: FluteReceiver | None = None
     joined_at = started
     timer_at: float | None = None  # the layering deadline last called at
+    change_at: float | None = None  # when the joins and leaves under way were decided
     try:
         while True:
             now = time.perf_counter()
@@ -341,9 +250,10 @@ def receive_carousel(
                 # ends, an announcement waits, or the window ends (at most 0.2 s, so
                 # should_stop is asked often enough)
                 wake = layers.next_deadline() or deadline
-                if wake <= now:
+                if wake <= now or change_at is not None:
                     # the layering's deadline passed but what arrived by then is still
-                    # in the sockets: read on for a batch's time, then look again
+                    # in the sockets, or a join or leave is under way: read on for a
+                    # batch's time, then look again
                     wake = now + BATCH_WAIT_S
                 wake = min(deadline, wake)
                 if gateway_at is not None:
@@ -419,7 +329,7 @@ def receive_carousel(
                     flute = pressrun_flute.Receiver(work_dir, max_cache_bytes=cache_bytes_for(plan))
                     if known is not None and known[1]:
                         flute.set_known(plan.toi, known[0], [(a, n) for a, n in known[1]])
-                    channels = _Channels(
+                    channels = ChannelSockets(
                         plan,
                         interface,
                         receive_buffer_bytes,
@@ -441,41 +351,42 @@ def receive_carousel(
                     result.channel_log_windows.append(layers.windows_ended)
             if layers is not None and channels is not None and flute is not None:
                 now = time.perf_counter()
-                step = layers.next_deadline()
-                if step is not None and now >= step:
-                    if step != timer_at:  # its first call (it is called again while
-                        # what arrived by then is still unread)
-                        timer_at = step
-                        result.timer_late_max_s = max(result.timer_late_max_s, now - step)
-                    _feed_sequences(flute, layers)
-                    effects = layers.handle_timer(now=now, read_up_to=channels.read_up_to())
-                    for effect in effects:
-                        if isinstance(effect, JoinChannel):
-                            channels.join(effect.index)
-                        else:
-                            if effect.why == "path loss":
-                                log.info(
-                                    "path loss %.0f%%: leaving channel %d",
-                                    100 * effect.loss,
-                                    effect.index,
-                                )
-                            else:
-                                log.info("%s: leaving channel %d", effect.why, effect.index)
-                            channels.leave(effect.index)
-                            flute.forget_channel(effect.index)
-                    if effects:
-                        # the change took effect when the join or leave returned, which
-                        # may be seconds after the decision (the kernel's lock): the
-                        # settling starts then, and the log says when the link got it
-                        applied = time.perf_counter()
-                        if applied - now > JOIN_SLOW_S:
-                            log.info("a channel change took %.2f s to apply", applied - now)
-                        # the old channels' packets that queued meanwhile are read
-                        # before the window (`read_up_to`)
-                        layers.handle_applied(now=applied, read_up_to=channels.read_up_to())
-                        result.change_apply_max_s = max(result.change_apply_max_s, applied - now)
-                        result.channel_log.append((applied - joined_at, channels.count))
-                        result.channel_log_windows.append(layers.windows_ended)
+                if change_at is None:
+                    step = layers.next_deadline()
+                    if step is not None and now >= step:
+                        if step != timer_at:  # its first call (it is called again while
+                            # what arrived by then is still unread)
+                            timer_at = step
+                            result.timer_late_max_s = max(result.timer_late_max_s, now - step)
+                        _feed_sequences(flute, layers)
+                        effects = layers.handle_timer(now=now, read_up_to=channels.read_up_to())
+                        for effect in effects:
+                            if isinstance(effect, LeaveChannel):
+                                if effect.why == "path loss":
+                                    log.info(
+                                        "path loss %.0f%%: leaving channel %d",
+                                        100 * effect.loss,
+                                        effect.index,
+                                    )
+                                else:
+                                    log.info("%s: leaving channel %d", effect.why, effect.index)
+                                flute.forget_channel(effect.index)
+                        if effects:
+                            # the joins and leaves run beside the reading (`ChannelSockets`)
+                            channels.change(effects)
+                            change_at = now
+                if change_at is not None and not channels.changing:
+                    # the change took effect when the join or leave returned, which may
+                    # be seconds after the decision (the kernel's lock): the settling
+                    # starts then, and the log says when the link got it
+                    applied = time.perf_counter()
+                    if applied - change_at > JOIN_SLOW_S:
+                        log.info("a channel change took %.2f s to apply", applied - change_at)
+                    layers.handle_applied(now=applied, read_up_to=channels.read_up_to())
+                    result.change_apply_max_s = max(result.change_apply_max_s, applied - change_at)
+                    result.channel_log.append((applied - joined_at, channels.count))
+                    result.channel_log_windows.append(layers.windows_ended)
+                    change_at = None
         return _finish(result, plan, layers, gate, joined_at, flute)
     finally:
         # the binding's Receiver is unsendable: drop it here, in its own thread, even
