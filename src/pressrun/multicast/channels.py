@@ -68,8 +68,11 @@ class ChannelSockets:
         self.gateway = gateway
         self.tunnelled: set[int] = set()
         self._changer: ThreadPoolExecutor | None = None
-        #: joins (their socket) and leaves (None) started by `change`, not yet seen done
-        self._pending: list[tuple[int, Future[socket.socket | None]]] = []
+        #: joins (their socket) and leaves (None) started by `change`, not yet seen
+        #: done, each with when it returned (``time.perf_counter``)
+        self._pending: list[tuple[int, Future[tuple[socket.socket | None, float]]]] = []
+        #: when the last changes `changing` saw done returned (the last of them)
+        self.applied_at: float | None = None
 
     @property
     def count(self) -> int:
@@ -106,13 +109,17 @@ class ChannelSockets:
         log.info("joined channel %d (%s:%d)", index, ch.group, ch.port)
         return sock
 
-    def _opened(self, index: int) -> socket.socket | None:
-        return self.open_channel(index)
+    def _opened(self, index: int) -> tuple[socket.socket | None, float]:
+        sock = self.open_channel(index)
+        return sock, time.perf_counter()
 
-    def _close_channel(self, index: int, sock: socket.socket) -> socket.socket | None:
+    def _closed(self, index: int, sock: socket.socket) -> tuple[socket.socket | None, float]:
+        self._close_channel(index, sock)
+        return None, time.perf_counter()
+
+    def _close_channel(self, index: int, sock: socket.socket) -> None:
         ch = self.plan.channels[index]
         leave_and_close(sock, ch.group, self.interface, self.plan.source)
-        return None
 
     def join(self, index: int) -> None:
         """Join channel ``index`` in this thread (the start's joins)."""
@@ -148,21 +155,23 @@ class ChannelSockets:
                 continue
             sock = self.sockets.pop(effect.index, None)
             if sock is not None:
-                leaving = self._changer.submit(self._close_channel, effect.index, sock)
+                leaving = self._changer.submit(self._closed, effect.index, sock)
                 self._pending.append((effect.index, leaving))
 
     @property
     def changing(self) -> bool:
         """Whether the joins and leaves `change` started have not all returned. Once
-        they have, the channels joined are read from then on (a join that failed
-        raises its error here)."""
+        they have, the channels joined are read from then on, and `applied_at` says
+        when the last returned (a join that failed raises its error here). Through a
+        relay nothing is under way after `change`."""
         if not self._pending:
             return False
         if not all(future.done() for _, future in self._pending):
             return True
         pending, self._pending = self._pending, []
         for index, future in pending:
-            sock = future.result()
+            sock, returned = future.result()
+            self.applied_at = max(self.applied_at or returned, returned)
             if sock is not None:
                 self.sockets[index] = sock
         return False
@@ -195,11 +204,11 @@ class ChannelSockets:
 
 
 def _close_when_opened(
-    channels: ChannelSockets, index: int, future: Future[socket.socket | None]
+    channels: ChannelSockets, index: int, future: Future[tuple[socket.socket | None, float]]
 ) -> None:
     """A join still under way at the end returned: close what it opened."""
     if future.cancelled() or future.exception() is not None:
         return
-    sock = future.result()
+    sock, _ = future.result()
     if sock is not None:
         channels._close_channel(index, sock)

@@ -379,7 +379,8 @@ def receive_carousel(
                     # the change took effect when the join or leave returned, which may
                     # be seconds after the decision (the kernel's lock): the settling
                     # starts then, and the log says when the link got it
-                    applied = time.perf_counter()
+                    applied = channels.applied_at or time.perf_counter()
+                    channels.applied_at = None
                     if applied - change_at > JOIN_SLOW_S:
                         log.info("a channel change took %.2f s to apply", applied - change_at)
                     layers.handle_applied(now=applied, read_up_to=channels.read_up_to())
