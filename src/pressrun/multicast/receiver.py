@@ -381,6 +381,7 @@ def receive_carousel(
                     # starts then, and the log says when the link got it
                     applied = channels.applied_at or time.perf_counter()
                     channels.applied_at = None
+                    _feed_sequences(flute, layers)  # read before: not the next window's
                     if applied - change_at > JOIN_SLOW_S:
                         log.info("a channel change took %.2f s to apply", applied - change_at)
                     layers.handle_applied(now=applied, read_up_to=channels.read_up_to())
