@@ -10,8 +10,10 @@ the channel's first packets arrived, while the link's queue was still filling: t
 probe measured under the leave threshold, was kept a window (or another channel was
 joined on it) and left only at the next.
 
-Pure: the core driven with an explicit ``now`` behind a simulated shaped link; one
-test goes through `receive_carousel` with a real sender on 127.0.0.1."""
+Pure: the core driven with an explicit ``now`` behind a simulated shaped link; two
+tests go through `receive_carousel` with a real sender on 127.0.0.1, the second
+showing the loop reads on while a join blocks (the joins and leaves run in a thread
+of their own since session 21: the kernel's lock held them 9-13 s on 29 Nov)."""
 
 from __future__ import annotations
 
@@ -85,23 +87,10 @@ async def test_receive_carousel_settles_from_the_join_s_return(
     than settle_s + window_s after that join returned, and the log times the join
     at its return. Before the fix the window began as the join returned (its
     settling had passed during the block) and the next join came 0.5 s after it."""
-    from pressrun.multicast.channels import ChannelSockets
-
     shelf.publish("slow-join", 2_000_000)
     sender = await senders(shelf, CarouselConfig(channels=3, rate_bps=3e6))
     await sender.start_carousel("slow-join", sender.config.carousel)
-    joins: list[tuple[int, float, float]] = []  # (channel, called, returned)
-    join = ChannelSockets.open_channel
-
-    def slow_join(self: Any, index: int) -> Any:
-        called = time.perf_counter()
-        if index == 1:
-            time.sleep(1.0)
-        sock = join(self, index)
-        joins.append((index, called, time.perf_counter()))
-        return sock
-
-    monkeypatch.setattr(ChannelSockets, "open_channel", slow_join)
+    joins = _second_join_blocks_1_s(monkeypatch)
     config = LayeringConfig(window_s=0.5, settle_s=0.3)
     result = await receive_issue(
         shelf, sender.config.control_group, "slow-join", tmp_path / "rx", layering=config
@@ -118,3 +107,61 @@ async def test_receive_carousel_settles_from_the_join_s_return(
     gap = entries[at + 1] - returned
     assert gap >= config.settle_s + config.window_s - 0.02, (result.channel_log, returned)
     assert result.change_apply_max_s >= 1.0
+
+
+async def test_the_loop_reads_on_while_a_join_blocks(
+    shelf: Shelf, senders: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real carousel on 127.0.0.1: the second channel's join blocks 1 s (as the
+    kernel's network lock held them 2.9-13 s on the emulation's host). The receive
+    loop reads the first channel on meanwhile, so when the join returns the adapter
+    tells the core (`handle_applied`'s ``read_up_to``) that it has read about to
+    then. Before, the join blocked the reading thread: that second's packets waited
+    in the socket (overflowing it when the block was long) and were read after the
+    change, in the probe's settling and window."""
+    shelf.publish("read-up-to", 2_000_000)
+    sender = await senders(shelf, CarouselConfig(channels=3, rate_bps=3e6))
+    await sender.start_carousel("read-up-to", sender.config.carousel)
+    calls = _second_join_blocks_1_s(monkeypatch)
+    told: list[tuple[float, float | None]] = []  # (applied, read_up_to)
+    applied = LayerCore.handle_applied
+
+    def record(self: LayerCore, *, now: float, read_up_to: float | None = None) -> None:
+        told.append((now, read_up_to))
+        applied(self, now=now, read_up_to=read_up_to)
+
+    monkeypatch.setattr(LayerCore, "handle_applied", record)
+    result = await receive_issue(
+        shelf,
+        sender.config.control_group,
+        "read-up-to",
+        tmp_path / "rx",
+        layering=LayeringConfig(window_s=0.5, settle_s=0.3),
+    )
+    assert result.completed, result.reason
+    _, called, returned = next(c for c in calls if c[0] == 1)
+    at, read_up_to = next(t for t in told if t[0] >= returned)
+    assert at - returned < 0.05
+    # nothing unread, or only what arrived in the loop's last batch wait: not the
+    # second the join blocked
+    assert read_up_to is None or read_up_to >= returned - 0.1, (told, called, returned)
+    assert returned - called >= 1.0 and result.socket_drops == 0
+
+
+def _second_join_blocks_1_s(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, float, float]]:
+    """Make channel 1's join block 1 s; the joins made, as (channel, called, returned)."""
+    from pressrun.multicast.channels import ChannelSockets
+
+    joins: list[tuple[int, float, float]] = []
+    join = ChannelSockets.open_channel
+
+    def slow_join(self: Any, index: int) -> Any:
+        called = time.perf_counter()
+        if index == 1:
+            time.sleep(1.0)
+        sock = join(self, index)
+        joins.append((index, called, time.perf_counter()))
+        return sock
+
+    monkeypatch.setattr(ChannelSockets, "open_channel", slow_join)
+    return joins
