@@ -54,7 +54,9 @@ print(json.dumps({"completed": result.completed, "exact": ok, "reason": result.r
                   "losses": result.losses, "socket_drops": result.socket_drops,
                   "overflow_windows": result.overflow_windows,
                   "windows": result.channel_log_windows, "windows_ended": result.windows_ended,
-                  "timer_late_max_s": result.timer_late_max_s}))
+                  "timer_late_max_s": result.timer_late_max_s,
+                  "change_apply_max_s": result.change_apply_max_s,
+                  "read_behind_max_s": result.read_behind_max_s}))
 """
 
 #: the layering's defaults (LayeringConfig): settle 0.3 s, windows of 0.5 s
@@ -220,10 +222,15 @@ def test_a_6_mbit_link_ends_on_the_one_channel_it_carries(
     # ended with it kept (the emulation report's check, fleet.kept_above)
     log = [(int(n), w) for (_, n), w in zip(out["log"], out["windows"], strict=True)]
     assert kept_above(log, out["windows_ended"], 1) == 0, (*facts, out["windows"])
-    # in seconds: settling + one window, plus the receiver's timer lateness (a few
-    # ms on a quiet host, up to a few hundred at load 30-40)
+    # in seconds: settling + one window, plus what the receiver measured it waited
+    # for: its timer's lateness (a few ms on a quiet host, up to a few hundred at load
+    # 30-40), how far behind its channels it read at a window's end (the window is
+    # judged once what arrived in it is read) and the leave's own system call (the log
+    # stamps its return). CI at cf70e0e, 3 test workers: 0.822 s, 12 ms over the
+    # first two alone
     longest = _longest_above(out["log"], 1, out["seconds"])
-    assert longest <= SETTLE_S + WINDOW_S + 2 * out["timer_late_max_s"] + 0.01, (longest, *facts)
+    waited = 2 * out["timer_late_max_s"] + out["read_behind_max_s"] + out["change_apply_max_s"]
+    assert longest <= SETTLE_S + WINDOW_S + waited + 0.01, (longest, *facts, waited)
 
 
 def test_a_50_mbit_link_joins_every_channel(
