@@ -4,9 +4,10 @@ multicast on 127.0.0.1), with a random control group and channel groups per test
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,22 +15,45 @@ import pytest
 
 from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
 from pressrun.balancer.config import BalancerConfig
-from pressrun.balancer.demand import DemandPolicy
+from pressrun.balancer.demand import DemandConfig, DemandPolicy, swarm_info_for
 from pressrun.balancer.events import OriginSpec
 from pressrun.clients.aio import FetchResult, fetch_issue
-from pressrun.clients.config import ClientConfig
+from pressrun.clients.config import DESKTOP, ClientConfig
 from pressrun.content.keys import generate_keypair, load_public_key, load_signing_key
 from pressrun.content.publish import publish
 from pressrun.multicast.config import CarouselConfig
 from pressrun.multicast.layering import LayerCore
 from pressrun.multicast.net import free_udp_port
-from pressrun.origin import RunningOrigin
+from pressrun.origin import OriginConfig, RunningOrigin, start_origin
 
 pytest.importorskip("pressrun_flute", reason="the FLUTE binding is built by `make setup`")
 
 ISSUE = "weekly-2026-47"
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+#: one request is D = 3 downloaders: multicast from the first request on
+PEAK_AT_ONCE = DemandConfig(
+    enter_downloaders=1000.0,
+    leave_downloaders=0.0,
+    min_dwell_s=0.0,
+    multicast_enter_downloaders=1.0,
+    multicast_leave_downloaders=0.5,
+)
+
+
+def multicast_client(deadline_s: float = 15.0, **changes: Any) -> ClientConfig:
+    """A desktop client for these tests: quick retries, the carousel on 127.0.0.1,
+    ``deadline_s`` for the carousel, ``changes`` over it."""
+    return replace(
+        DESKTOP,
+        stall_timeout_s=3.0,
+        retry_backoff_s=0.05,
+        multicast_deadline_s=deadline_s,
+        multicast_interface="127.0.0.1",
+        **changes,
+    )
 
 
 def random_groups(rng: random.Random) -> tuple[tuple[str, int], str]:
@@ -85,6 +109,34 @@ async def fetch_through_balancer(
     finally:
         await balancer.stop()
         await origin.stop()
+
+
+async def leave_swarm_for_carousel(
+    pub: Published, sender: Any, client: ClientConfig, *, web_seed_mbps: float
+) -> FetchResult:
+    """Fetch through a balancer that answers ``swarm`` from the first request while
+    ``sender`` runs the issue's carousel: the swarm's only source is the origin's web
+    seed capped at ``web_seed_mbps`` (no tracker answers there: no peers), and the
+    client (``client``, told the carousel's control group, never seeding) leaves the
+    swarm for the carousel."""
+    await sender.start_carousel(ISSUE, sender.config.carousel)
+    origin = await start_origin(
+        OriginConfig(
+            content_dir=pub.content,
+            name="origin-a",
+            stats_interval_s=0.2,
+            egress_cap_mbps=web_seed_mbps,
+        )
+    )
+    info_hash = json.loads(pub.manifest_json)["manifest"]["info_hash"]
+    tracker = f"http://127.0.0.1:{free_udp_port()}/announce"
+    swarm_first = DemandConfig(enter_downloaders=1.0, leave_downloaders=0.0, min_dwell_s=0.0)
+    policy = DemandPolicy(
+        swarm_first, {ISSUE: swarm_info_for(origin.url, tracker, ISSUE, info_hash)}
+    )
+    group = "{}:{}".format(*sender.config.control_group)
+    config = replace(client, carousel_control_group=group, swarm_max_seed_s=0.0)
+    return await fetch_through_balancer(ISSUE, origin, policy, config, publisher=pub)
 
 
 @pytest.fixture

@@ -27,31 +27,17 @@ import pytest
 from pressrun.balancer.demand import DemandConfig, DemandPolicy
 from pressrun.balancer.events import MulticastInfo
 from pressrun.clients.codec import DirectiveMulticast
-from pressrun.clients.config import DESKTOP
 from pressrun.clients.multicast_receive import relays_for
 from pressrun.multicast import amt, driad
 from pressrun.multicast.config import CarouselConfig
 from pressrun.multicast.net import free_udp_port
 from pressrun.origin import OriginConfig, start_origin
 
-from .conftest import Shelf, fetch_through_balancer
+from .conftest import PEAK_AT_ONCE, Shelf, fetch_through_balancer, multicast_client
 
 ISSUE = "weekly-amt-get"
 SIZE = 1_200_000 + 77
-PEAK_AT_ONCE = DemandConfig(
-    enter_downloaders=1000.0,
-    leave_downloaders=0.0,
-    min_dwell_s=0.0,
-    multicast_enter_downloaders=1.0,
-    multicast_leave_downloaders=0.5,
-)
-CLIENT = replace(
-    DESKTOP,
-    stall_timeout_s=3.0,
-    retry_backoff_s=0.05,
-    multicast_deadline_s=20.0,
-    multicast_interface="127.0.0.1",
-)
+CLIENT = multicast_client(20.0)
 root = pytest.mark.skipif(os.geteuid() != 0, reason="the relay's raw socket needs root")
 
 

@@ -6,36 +6,27 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pressrun.balancer.demand import DemandConfig, DemandPolicy
+from pressrun.balancer.demand import DemandPolicy
 from pressrun.balancer.events import MulticastInfo
-from pressrun.clients.config import DESKTOP
 from pressrun.multicast.config import CarouselConfig
 from pressrun.origin import OriginConfig, start_origin
 
-from .conftest import ISSUE, Published, fetch_through_balancer
+from .conftest import (
+    ISSUE,
+    PEAK_AT_ONCE,
+    Published,
+    fetch_through_balancer,
+    leave_swarm_for_carousel,
+    multicast_client,
+)
 
 SIZE = 2_000_000 + 123
-#: one request is D = 3 downloaders: multicast from the first request on
-PEAK_AT_ONCE = DemandConfig(
-    enter_downloaders=1000.0,
-    leave_downloaders=0.0,
-    min_dwell_s=0.0,
-    multicast_enter_downloaders=1.0,
-    multicast_leave_downloaders=0.5,
-)
-CLIENT = replace(
-    DESKTOP,
-    stall_timeout_s=3.0,
-    retry_backoff_s=0.05,
-    multicast_deadline_s=15.0,
-    multicast_interface="127.0.0.1",
-)
+CLIENT = multicast_client()
 
 
 async def _fetch(pub: Published, sender: Any) -> Any:
@@ -141,30 +132,10 @@ async def test_a_swarm_client_leaves_for_the_carousel_when_one_runs(
     the issue's carousel on the control channel early in its download, leaves the swarm
     and ends with the carousel's file, the swarm's verified pieces kept."""
     pytest.importorskip("libtorrent")
-    import json
-
-    from pressrun.balancer.demand import swarm_info_for
-    from pressrun.multicast.net import free_udp_port
-
     pub = published(SIZE)
     sender = await sender_factory(pub, CarouselConfig(channels=2, rate_bps=20e6))
-    await sender.start_carousel(ISSUE, sender.config.carousel)
     # 4 Mbit/s: the web seed alone would take 4 s for the file
-    origin = await start_origin(
-        OriginConfig(
-            content_dir=pub.content, name="origin-a", stats_interval_s=0.2, egress_cap_mbps=4.0
-        )
-    )
-    info_hash = json.loads(pub.manifest_json)["manifest"]["info_hash"]
-    # no tracker answers there: the swarm is the web seed alone
-    tracker = f"http://127.0.0.1:{free_udp_port()}/announce"
-    swarm_first = DemandConfig(enter_downloaders=1.0, leave_downloaders=0.0, min_dwell_s=0.0)
-    policy = DemandPolicy(
-        swarm_first, {ISSUE: swarm_info_for(origin.url, tracker, ISSUE, info_hash)}
-    )
-    group = "{}:{}".format(*sender.config.control_group)
-    config = replace(CLIENT, carousel_control_group=group, swarm_max_seed_s=0.0)
-    result = await fetch_through_balancer(ISSUE, origin, policy, config, publisher=pub)
+    result = await leave_swarm_for_carousel(pub, sender, CLIENT, web_seed_mbps=4.0)
     assert hashlib.sha256(result.path.read_bytes()).digest() == hashlib.sha256(pub.data).digest()
     assert result.left_swarm_for_carousel and result.mode == "multicast"
     assert result.swarm_note is not None and result.swarm_note.startswith("left for the carousel")

@@ -132,6 +132,27 @@ def reader_trace(
     return log, layers.windows_ended, leaves
 
 
+def _stalled_changes(
+    carries: int, read_pps: float, *, tell_read_up_to: bool = True
+) -> tuple[LayeringConfig, LayerCore, tuple[list[tuple[float, int, int]], int, list[LeaveChannel]]]:
+    """The layering (windows of 0.5 s, settling 0.3 s) on the ``carries`` channels its
+    link carries with a fifth of one more (a queue of 19 packets), every join and leave
+    blocking for 2.9 s, a loop reading ``read_pps``, for 60 s: `reader_trace`'s
+    answer."""
+    config = LayeringConfig(window_s=0.5, settle_s=0.3, start_channels=carries)
+    layers = LayerCore(config, (RATE * 1000,) * 10)
+    trace = reader_trace(
+        layers,
+        carries_pps=RATE * (carries + 0.2),
+        queue_packets=19.0,
+        read_pps=read_pps,
+        until=60.0,
+        stall_s=2.9,
+        tell_read_up_to=tell_read_up_to,
+    )
+    return config, layers, trace
+
+
 @pytest.mark.parametrize(
     ("carries", "read_pps"),
     [(1, 150.0), (1, 400.0), (4, 600.0), (4, 1500.0)],
@@ -147,16 +168,7 @@ def test_a_probe_after_a_join_that_blocked_is_never_kept_past_its_window(
     the settling and two windows from the join's return (its window, read at most
     a window late). A loop that reads fast enough to catch up judges the probe on
     its window's path loss."""
-    config = LayeringConfig(window_s=0.5, settle_s=0.3, start_channels=carries)
-    layers = LayerCore(config, (RATE * 1000,) * 10)
-    log, windows, leaves = reader_trace(
-        layers,
-        carries_pps=RATE * (carries + 0.2),
-        queue_packets=19.0,
-        read_pps=read_pps,
-        until=60.0,
-        stall_s=2.9,
-    )
+    config, layers, (log, windows, leaves) = _stalled_changes(carries, read_pps)
     above = [(t, next_t) for (t, n, _), (next_t, _, _) in itertools.pairwise(log) if n > carries]
     assert len(above) >= 3, log  # probed, backed off, probed again
     assert kept_above([(n, w) for _, n, w in log], windows, carries) == 0, log
@@ -182,17 +194,7 @@ def test_the_same_probes_told_nothing_of_the_backlog_were_kept(
     loss, and the probe is kept past it, as in the run. (A loop slower than that
     reads fewer numbers than the channels send in the window, and the probe is left
     as unconfirmed, the slow-sender rule.)"""
-    config = LayeringConfig(window_s=0.5, settle_s=0.3, start_channels=carries)
-    layers = LayerCore(config, (RATE * 1000,) * 10)
-    log, windows, _ = reader_trace(
-        layers,
-        carries_pps=RATE * (carries + 0.2),
-        queue_packets=19.0,
-        read_pps=read_pps,
-        until=60.0,
-        stall_s=2.9,
-        tell_read_up_to=False,
-    )
+    _, _, (log, windows, _) = _stalled_changes(carries, read_pps, tell_read_up_to=False)
     assert kept_above([(n, w) for _, n, w in log], windows, carries) >= 1, log
 
 

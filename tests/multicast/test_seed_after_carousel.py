@@ -23,30 +23,21 @@ import pytest
 
 from pressrun.balancer.demand import DemandConfig, DemandPolicy, swarm_info_for
 from pressrun.balancer.events import MulticastInfo
-from pressrun.clients.config import DESKTOP
 from pressrun.clients.swarm_handoff import seeds_after_carousel
 from pressrun.multicast.config import CarouselConfig
 from pressrun.origin import OriginConfig, start_origin
 
-from .conftest import ISSUE, Published, fetch_through_balancer
+from .conftest import (
+    ISSUE,
+    PEAK_AT_ONCE,
+    Published,
+    fetch_through_balancer,
+    leave_swarm_for_carousel,
+    multicast_client,
+)
 
 SIZE = 2_000_000 + 123
-#: one request is D = 3 downloaders: multicast from the first request on
-PEAK_AT_ONCE = DemandConfig(
-    enter_downloaders=1000.0,
-    leave_downloaders=0.0,
-    min_dwell_s=0.0,
-    multicast_enter_downloaders=1.0,
-    multicast_leave_downloaders=0.5,
-)
-CLIENT = replace(
-    DESKTOP,
-    stall_timeout_s=3.0,
-    retry_backoff_s=0.05,
-    multicast_deadline_s=15.0,
-    multicast_interface="127.0.0.1",
-    swarm_max_seed_s=30.0,
-)
+CLIENT = multicast_client(swarm_max_seed_s=30.0)
 
 
 def test_who_seeds_after_the_carousel() -> None:
@@ -213,7 +204,6 @@ async def test_a_client_that_leaves_with_nothing_does_not_check_the_file_first(
     note says how long the swarm took to close."""
     pytest.importorskip("libtorrent")
     import pressrun.clients.swarm_handoff
-    from pressrun.multicast.net import free_udp_port
 
     checked: list[int] = []
     real = pressrun.clients.swarm_handoff.still_good
@@ -226,21 +216,7 @@ async def test_a_client_that_leaves_with_nothing_does_not_check_the_file_first(
     monkeypatch.setattr(pressrun.clients.swarm_handoff, "still_good", counting)
     pub = published(SIZE)
     sender = await sender_factory(pub, CarouselConfig(channels=2, rate_bps=20e6))
-    await sender.start_carousel(ISSUE, sender.config.carousel)
-    origin = await start_origin(
-        OriginConfig(
-            content_dir=pub.content, name="origin-a", stats_interval_s=0.2, egress_cap_mbps=0.1
-        )
-    )
-    info_hash = json.loads(pub.manifest_json)["manifest"]["info_hash"]
-    tracker = f"http://127.0.0.1:{free_udp_port()}/announce"
-    swarm_first = DemandConfig(enter_downloaders=1.0, leave_downloaders=0.0, min_dwell_s=0.0)
-    policy = DemandPolicy(
-        swarm_first, {ISSUE: swarm_info_for(origin.url, tracker, ISSUE, info_hash)}
-    )
-    group = "{}:{}".format(*sender.config.control_group)
-    config = replace(CLIENT, carousel_control_group=group, swarm_max_seed_s=0.0)
-    result = await fetch_through_balancer(ISSUE, origin, policy, config, publisher=pub)
+    result = await leave_swarm_for_carousel(pub, sender, CLIENT, web_seed_mbps=0.1)
     assert hashlib.sha256(result.path.read_bytes()).digest() == hashlib.sha256(pub.data).digest()
     note = result.swarm_note or ""
     assert result.left_swarm_for_carousel and note.startswith("left for the carousel with 0%")
