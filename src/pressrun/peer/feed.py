@@ -264,11 +264,11 @@ class OwedPieceFeed:
         if handle is None or not self._held:
             return
         priorities = handle.get_piece_priorities()
+        have = handle.status(lt.torrent_handle.query_pieces).pieces
         for piece in list(self._held):
             now = int(priorities[piece])
             if now == HOLD_PRIORITY:
                 continue
-            have = handle.status(lt.torrent_handle.query_pieces).pieces
             if _wanted_without(have, priorities, piece) < HOLD_MARGIN:
                 del self._held[piece]  # libtorrent may fetch it too now: its plan says so
                 continue
