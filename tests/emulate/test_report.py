@@ -4,7 +4,7 @@ policy and, for the `chord` ones, what the Chord ring answered them (their own
 
 from __future__ import annotations
 
-from pressrun.emulate.report import cpu_summary, policies_line, ring_by_policy
+from pressrun.emulate.report import policies_line, ring_by_policy
 
 
 def _ring(uploaders: int, bring_in: int, failed: list[str]) -> dict[str, object]:
@@ -34,15 +34,3 @@ def test_ring_answers_summed_per_policy_with_the_dead_supernodes() -> None:
     assert "chord 3 clients (3 on the ring: 60 uploaders named, 10 / 20 / 30 per client" in line
     assert "found dead: 198.18.21.11:7000" in line
     assert line.endswith("stripes 1 clients")
-
-
-def test_cpu_over_the_run_in_cores() -> None:
-    # samples 2 s apart: 2 cores (4 CPU-seconds each step), 3 of them busy, the
-    # containers 2 of those
-    series = [(0.0, 100.0, 400.0, 50.0), (2.0, 103.0, 404.0, 52.0), (4.0, 106.0, 408.0, 54.0)]
-    cpu = cpu_summary(series)
-    assert cpu["cores"] == 2 and cpu["busy_cores"] == 1.5 and cpu["containers_cores"] == 1.0
-    assert cpu["series"][1] == [2.0, 103.0, 404.0, 52.0]
-    # not counted (an engine of DOCKER_HOST's): the containers' share stays unknown
-    assert cpu_summary([(0.0, 1.0, 2.0, None), (2.0, 2.0, 6.0, None)])["containers_cores"] is None
-    assert cpu_summary([])["busy_cores"] is None

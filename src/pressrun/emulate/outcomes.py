@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from pressrun.emulate.cpu_use import CpuUse
 from pressrun.emulate.scenario import ClientPlan
 
 
@@ -59,8 +60,8 @@ class VariantResult:
     #: seconds from the services up to the sender's issue prepared (encoded for its
     #: carousel at publish time; None without a sender)
     prepared_s: float | None = None
-    #: the host's CPU during the run: [(t, busy_s, all_s, containers_s)] (`sample_cpu`)
-    cpu: list[tuple[float, float, float, float | None]] = field(default_factory=list)
+    #: the host's CPU during the run, by component (`pressrun.emulate.cpu_use`)
+    cpu: CpuUse = field(default_factory=CpuUse)
     #: where egress, sender and directives come from: "prometheus" (the deployment's,
     #: what an operator's dashboard shows) or "probes (why not Prometheus)"
     series_source: str = "probes"

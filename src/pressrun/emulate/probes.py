@@ -1,16 +1,14 @@
 """What the host reads from the running services over HTTP: the balancer ready, the
 origins' egress, the sender's bytes and the directives by mode once a second, and each
 tracker instance's view of the swarm and of its Chord ring; and, beside them, the
-host's CPU and how much of it the engine's containers took (`sample_cpu`)."""
+host's CPU (`pressrun.emulate.cpu_use`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-import os
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -26,34 +24,6 @@ from pressrun.emulate.project import (
 )
 
 SAMPLE_INTERVAL_S = 1.0
-CPU_SAMPLE_INTERVAL_S = 2.0
-
-
-def read_cpu(cgroup: Path | None) -> tuple[float, float, float | None]:
-    """The host's CPU seconds so far, all cores: busy (user, nice, system, irq, softirq,
-    steal) and in all (idle and iowait too), from /proc/stat; and the CPU seconds of
-    the containers under ``cgroup`` (cgroup v1 ``cpuacct.usage``; None: not readable)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    tick = os.sysconf("SC_CLK_TCK")
-    user, nice, system, idle, iowait, irq, softirq, steal = fields
-    busy = (user + nice + system + irq + softirq + steal) / tick
-    containers: float | None = None
-    if cgroup is not None:
-        with contextlib.suppress(OSError, ValueError):
-            containers = int((cgroup / "cpuacct.usage").read_text()) / 1e9
-    return busy, busy + (idle + iowait) / tick, containers
-
-
-async def sample_cpu(
-    series: list[tuple[float, float, float, float | None]], t0: float, cgroup: Path | None
-) -> None:
-    """Every `CPU_SAMPLE_INTERVAL_S`, `read_cpu` as ``(t, busy_s, all_s, containers_s)``
-    (until cancelled): how busy the host was, and how much the emulation took."""
-    loop = asyncio.get_running_loop()
-    while True:
-        with contextlib.suppress(OSError, ValueError):
-            series.append((loop.time() - t0, *read_cpu(cgroup)))
-        await asyncio.sleep(CPU_SAMPLE_INTERVAL_S)
 
 
 async def _poll(

@@ -25,6 +25,14 @@ from pressrun.emulate.balancer_kill import (
     mode_change_clients,
     mode_change_demand,
 )
+from pressrun.emulate.cpu_use import (
+    AMT_READERS,
+    MODE_COMPONENTS,
+    NO_RESULT,
+    PHONES,
+    components_line,
+    cpu_summary,
+)
 from pressrun.emulate.demand_series import demand_lines, demand_summary
 from pressrun.emulate.egress_causes import causes_line, origin_egress_by_cause
 from pressrun.emulate.embargo import (
@@ -44,7 +52,7 @@ from pressrun.emulate.issue import PublishedIssue
 from pressrun.emulate.link import parse_rate_bps
 from pressrun.emulate.outcomes import VariantResult
 from pressrun.emulate.probes import trackers_agree
-from pressrun.emulate.scenario import DESKTOP, EmulationScenario
+from pressrun.emulate.scenario import AMT, BROWSER, DESKTOP, EmulationScenario
 
 #: the compose file's carousel channel rate when a scenario does not set one
 DEFAULT_CHANNEL_MBPS = 40.0
@@ -136,23 +144,18 @@ def ring_by_policy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def cpu_summary(series: Sequence[tuple[float, float, float, float | None]]) -> dict[str, Any]:
-    """The host's CPU over the run, in cores: how many it has, how many were busy on
-    average, how many the emulation's containers took (None: not counted), and the
-    samples (``[t, busy_s, all_s, containers_s]``, cumulative seconds)."""
-    out: dict[str, Any] = {"cores": None, "busy_cores": None, "containers_cores": None}
-    if len(series) >= 2:
-        (t0, busy0, all0, c0), (t1, busy1, all1, c1) = series[0], series[-1]
-        dt = t1 - t0
-        if dt > 0:
-            out["cores"] = round((all1 - all0) / dt, 1)
-            out["busy_cores"] = round((busy1 - busy0) / dt, 2)
-            if c0 is not None and c1 is not None:
-                out["containers_cores"] = round((c1 - c0) / dt, 2)
-    out["series"] = [
-        [round(t, 1), round(b, 2), round(a, 2), None if c is None else round(c, 2)]
-        for t, b, a, c in series
-    ]
+def client_components(r: VariantResult) -> dict[str, str]:
+    """Each client container's component in the CPU split: the phones, the AMT readers,
+    and the desktop clients by the mode they ended in."""
+    out = {}
+    for o in r.clients:
+        mode = None if o.doc is None else o.doc.get("mode")
+        if o.plan.kind == BROWSER:
+            out[o.container] = PHONES
+        elif o.plan.kind == AMT:
+            out[o.container] = AMT_READERS
+        else:
+            out[o.container] = MODE_COMPONENTS.get(str(mode), NO_RESULT)
     return out
 
 
@@ -248,7 +251,7 @@ def summarize(
             "sender_series": r.sender,
             "wall_s": round(r.wall_s, 1),
             "prepared_s": None if r.prepared_s is None else round(r.prepared_s, 1),
-            "cpu": cpu_summary(r.cpu),
+            "cpu": cpu_summary(r.cpu, client_components(r)),
             "faults": r.faults,
             "balancers": {
                 "mode_change_clients": mode_change_clients(rows),
@@ -512,6 +515,8 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
                 f"{cpu['cores']:g} cores busy on average"
                 + (f", the emulation's containers {took:g}" if took is not None else "")
             )
+            if cpu.get("by_component"):
+                console.print(components_line(name, cpu))
         if len(v.get("by_kind", {})) > 1:
             console.print(kinds_line(name, v["by_kind"]))
         if v.get("origin_egress_by_cause"):

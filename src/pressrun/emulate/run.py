@@ -50,6 +50,7 @@ from pressrun.emulate.collect import (
     wall_clock,
 )
 from pressrun.emulate.container_kill import container_pid, kill_container_process
+from pressrun.emulate.cpu_use import sample_cpu
 from pressrun.emulate.embargo import (
     KEYS_MOUNT,
     NO_EMBARGO,
@@ -71,7 +72,6 @@ from pressrun.emulate.issue import (
 from pressrun.emulate.outcomes import ClientOutcome, VariantResult
 from pressrun.emulate.probes import (
     SAMPLE_INTERVAL_S,
-    sample_cpu,
     sample_egress,
     supernode_states,
     tracker_views,
@@ -327,7 +327,16 @@ async def run_variant(
                 addresses, egress, t0, sender_url, result.sender, balancer_url, result.directives
             )
         )
-        cpu_sampler = asyncio.create_task(sample_cpu(result.cpu, t0, engine.cgroup))
+        # the CPU by component: the containers' ids (all exist by now) and the engine's
+        # processes (their command lines name its socket folder)
+        cpu_sampler = asyncio.create_task(
+            sample_cpu(
+                result.cpu, t0, engine.cgroup,
+                lambda: engine.docker("ps", "--no-trunc", "--format", "{{.ID}} {{.Names}}"),
+                str(Path(engine.host.removeprefix("unix://")).parent)
+                if engine.cgroup is not None else None,
+            )
+        )  # fmt: skip
         # the one-balancer twin leaves out the faults of the balancer it does not run
         faults = [f for f in scenario.faults if not (single and f.service == SECOND_BALANCER)]
         report(
