@@ -14,6 +14,7 @@ from pressrun.emulate.cpu_use import (
     OTHER_SERVICES,
     UNATTRIBUTED,
     CpuUse,
+    busiest_window,
     component_of,
     components_line,
     container_ids,
@@ -117,3 +118,19 @@ def test_one_sample_reads_the_cgroups_and_processes(tmp_path: Path) -> None:
     mine = [k for k in use.processes.last if k.startswith(f"{P}_client_1\0")]
     assert len(mine) == 1 and mine[0].split("\0")[2] == str(os.getpid())
     assert {k.split("\0")[0] for k in use.host.last} == {ENGINE, ORCHESTRATOR}
+
+
+def test_the_busiest_window_split_by_component() -> None:
+    # samples 10 s apart; the host busy 0.5, 1.9, 1.9, 0.4 cores in the four steps
+    busy = [0.0, 5.0, 24.0, 43.0, 47.0]
+    use = CpuUse(series=[(10.0 * k, b, 20.0 * k, b / 2) for k, b in enumerate(busy)])
+    # a carousel reader from sample 0 on; the sender read only from sample 1 on
+    use.history[f"{P}_client_1"] = [(0, 0.0), (1, 1.0), (2, 11.0), (3, 16.0), (4, 16.5)]
+    use.history[f"{P}_multicast_1"] = [(1, 3.0), (2, 4.0), (3, 9.0)]  # gone after 3
+    peak = busiest_window(use, CLIENTS, window_s=20.0)
+    assert peak is not None
+    assert (peak["from_s"], peak["to_s"], peak["busy_cores"]) == (10.0, 30.0, 1.9)
+    assert peak["containers_cores"] == 0.95
+    assert peak["by_component"] == {"carousel readers": 0.75, "sender": 0.3}
+    # a run shorter than the window has none
+    assert busiest_window(use, CLIENTS, window_s=100.0) is None

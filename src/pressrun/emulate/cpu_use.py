@@ -38,6 +38,8 @@ CPU_SAMPLE_INTERVAL_S = 2.0
 #: the engine's processes are looked for again every this many samples (a shim is
 #: started with each container; most before the first client)
 ENGINE_RESCAN_SAMPLES = 15
+#: the busiest stretch of the run the report splits by component too (seconds)
+PEAK_WINDOW_S = 30.0
 #: a compose service -> the component its CPU counts under
 SERVICE_COMPONENTS = {
     "multicast": "sender",
@@ -133,6 +135,8 @@ class CpuUse:
     #: ENGINE or ORCHESTRATOR + "\0pid\0start" -> seconds
     host: Counters = field(default_factory=Counters)
     samples: int = 0
+    #: container name -> [(sample index, its cgroup's seconds)], for the busiest window
+    history: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
 
 
 def container_ids(docker_ps: str) -> dict[str, str]:
@@ -176,9 +180,9 @@ def sample_once(
         for cid, name in ids.items():
             group = cgroup / cid
             with contextlib.suppress(OSError, ValueError):
-                use.containers.see(
-                    name, int((group / "cpuacct.usage").read_text()) / 1e9, born_in_run=False
-                )
+                seconds = int((group / "cpuacct.usage").read_text()) / 1e9
+                use.containers.see(name, seconds, born_in_run=False)
+                use.history.setdefault(name, []).append((use.samples - 1, seconds))
                 for member in (group / "cgroup.procs").read_text().split():
                     _see_process(use.processes, name, int(member), born_in_run=not first)
     for pid in engine_pids:
@@ -260,6 +264,7 @@ def cpu_summary(
                 out["containers_cores"] = round((c1 - c0) / dt, 2)
             if use.containers.last or use.host.last:
                 out.update(_by_component(use, dt, clients or {}))
+                out["busiest"] = busiest_window(use, clients or {})
     out["series"] = [
         [round(t, 1), round(b, 2), round(a, 2), None if c is None else round(c, 2)]
         for t, b, a, c in series
@@ -315,6 +320,56 @@ def _by_component(use: CpuUse, dt: float, clients: Mapping[str, str]) -> dict[st
     }
 
 
+def busiest_window(
+    use: CpuUse, clients: Mapping[str, str], window_s: float = PEAK_WINDOW_S
+) -> dict[str, Any] | None:
+    """The ``window_s`` of the run in which the host was busiest (from sample to sample)
+    and, in it, the busy cores, the containers' and theirs by component (None: the run
+    was shorter, or its containers were not told apart)."""
+    series = use.series
+    best: tuple[float, int, int] | None = None
+    j = 0
+    for i in range(len(series)):
+        j = max(j, i + 1)
+        while j < len(series) and series[j][0] - series[i][0] < window_s:
+            j += 1
+        if j >= len(series):
+            break
+        dt = series[j][0] - series[i][0]
+        busy = (series[j][1] - series[i][1]) / dt
+        if best is None or busy > best[0]:
+            best = (busy, i, j)
+    if best is None or not use.history:
+        return None
+    busy, i, j = best
+    dt = series[j][0] - series[i][0]
+    cores: dict[str, float] = {}
+    for name, seen in use.history.items():
+        part = component_of(name, clients)
+        cores[part] = cores.get(part, 0.0) + (_at(seen, j) - _at(seen, i)) / dt
+    c_i, c_j = series[i][3], series[j][3]
+    return {
+        "from_s": round(series[i][0], 1),
+        "to_s": round(series[j][0], 1),
+        "busy_cores": round(busy, 2),
+        "containers_cores": None if c_i is None or c_j is None else round((c_j - c_i) / dt, 2),
+        "by_component": {
+            part: round(c, 3) for part, c in sorted(cores.items(), key=lambda kv: -kv[1])
+        },
+    }
+
+
+def _at(seen: list[tuple[int, float]], k: int) -> float:
+    """A container's cumulative seconds at sample ``k``: the last read at or before it
+    (the first read, before it was read at all)."""
+    value = seen[0][1]
+    for index, seconds in seen:
+        if index > k:
+            break
+        value = seconds
+    return value
+
+
 def components_line(name: str, cpu: Mapping[str, Any]) -> str:
     """The console's line of where the CPU went (`cpu_summary`'s ``by_component``)."""
     parts = []
@@ -323,8 +378,17 @@ def components_line(name: str, cpu: Mapping[str, Any]) -> str:
             continue
         each = f" ({entry['clients']} x {entry['cpu_s_each']:g} s)" if "clients" in entry else ""
         parts.append(f"{part} {entry['cores']:.2f}{each}")
-    return (
+    line = (
         f"{name}: CPU by component, cores of {cpu['cores']:g}: "
         + "; ".join(parts)
         + f" (softirq within these: {cpu['softirq_cores']:.2f})"
     )
+    peak = cpu.get("busiest")
+    if peak:
+        line += (
+            f"; the busiest {peak['to_s'] - peak['from_s']:.0f} s ({peak['from_s']:g}-"
+            f"{peak['to_s']:g} s): {peak['busy_cores']:g} busy, the containers "
+            f"{peak['containers_cores']}: "
+            + "; ".join(f"{p} {c:.2f}" for p, c in peak["by_component"].items() if c >= 0.005)
+        )
+    return line
