@@ -167,3 +167,23 @@ async def test_an_issue_id_that_is_a_path_names_no_file(tmp_path: Path) -> None:
             trusted_keys=None,
         )
     assert not (tmp_path / "a" / "lib").exists() and not (tmp_path / "escape.lock").exists()
+
+
+def test_an_install_while_the_peer_seeds_leaves_the_seeded_file(tmp_path: Path) -> None:
+    """The copy goes into the library before its seeding (a swarm peer seeds for up to
+    30 min): the seeded file stays in ``.partial`` and the library's names the same
+    bytes; the partial folder goes after the seeding, or, after a crash in between, at
+    the next run's recovery."""
+    data = random.Random(8).randbytes(3 * PIECE + 9)
+    manifest_json, _ = signed_manifest(tmp_path, data, "mag-1.pdf")
+    lib = Library(tmp_path / "lib")
+    lib.ensure()
+    seeded = partial_download(lib, data, "mag-1.pdf", manifest_json)
+    final = lib.install("mag-1", "mag-1.pdf", manifest_json, seeding=True)
+    assert final.read_bytes() == data and lib.installed_manifest("mag-1") == manifest_json
+    assert seeded.read_bytes() == data  # still where the peer reads it
+    assert final.stat().st_ino == seeded.stat().st_ino  # a link: no second copy on disk
+    verify_issue(final.parent)
+    # the process ends while seeding: the next run removes the leftover partial
+    assert lib.recover() == ["mag-1: removed the leftover partial download"]
+    assert not seeded.exists() and final.read_bytes() == data

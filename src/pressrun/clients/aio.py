@@ -22,7 +22,10 @@
    the balancer names (:mod:`.sections`, the directive's ``fallbacks: ["origin"]``);
 5. hash the whole file against the manifest (an encrypted issue: then decrypt it,
    every piece authenticated, beside it) and move it (the plaintext), with the
-   manifest, into ``LIBRARY/<id>/`` in one swap (:mod:`.library`).
+   manifest, into ``LIBRARY/<id>/`` in one swap (:mod:`.install`, :mod:`.library`).
+   A copy that seeds (a swarm peer's, a carousel copy's) is installed as soon as it
+   is verified, before the seeding (`install.InstallFirst`): the reader does not
+   wait for the fair-exit rules.
 
 Before step 2 the run takes the issue's lock in the library and recovers what a crash
 left there (`Library.recover`); after step 2, an issue already in the library with
@@ -50,12 +53,13 @@ from pressrun.clients.codec import DirectiveMulticast
 from pressrun.clients.config import ClientConfig, parse_balancer_urls
 from pressrun.clients.core import DownloadPlan
 from pressrun.clients.events import PlanState
+from pressrun.clients.install import InstallFirst, install_copy
 from pressrun.clients.library import Library, LibraryError
 from pressrun.clients.manifest_fetch import fetch_manifest
 from pressrun.clients.multicast_receive import receive_multicast
 from pressrun.clients.sections import download_sections
 from pressrun.clients.session import FetchError, FetchState, Progress, still_good
-from pressrun.clients.subscription import NotReadable, content_key_for, decrypt_partial
+from pressrun.clients.subscription import NotReadable, content_key_for
 from pressrun.clients.swarm_handoff import (
     fetch_swarm,
     ring_figures,
@@ -68,6 +72,8 @@ from pressrun.security import client_connector
 
 if TYPE_CHECKING:
     import nacl.public
+
+    from pressrun.peer.results import SwarmResult
 
 __all__ = ["FetchError", "FetchResult", "Progress", "fetch_issue"]
 
@@ -100,6 +106,10 @@ class FetchResult:
     multicast_note: str | None = None
     swarm_note: str | None = None  # why the swarm left pieces to the origins, if it did
     seeding_s: float = 0.0  # in swarm mode, the seeding after the download (in `seconds`)
+    #: seconds from the start until the issue was in the library, ready to read (the
+    #: reader's wait): less than `seconds` when the copy was installed before its
+    #: seeding; None: `seconds`
+    ready_s: float | None = None
     #: sent to the swarm, it left it for the issue's carousel when that started
     left_swarm_for_carousel: bool = False
     #: the swarm's uploader policy (None: the swarm was not used) and, for a policy
@@ -203,7 +213,9 @@ async def _run_locked(f: FetchState) -> FetchResult:
         )
     there = await _already_there(f, m, manifest_json)
     if there is not None:
-        return dataclasses.replace(there, seconds=f.now() - started_at)
+        return dataclasses.replace(
+            there, seconds=f.now() - started_at, ready_s=f.now() - started_at
+        )
     content_key: bytes | None = None
     if m.encryption is not None:
         try:
@@ -246,6 +258,7 @@ async def _run_locked(f: FetchState) -> FetchResult:
         f.progress.started(m.issue_id, m.size_bytes, f.verified_bytes)
     swarm_result = None
     directive = f.last_directive
+    first = InstallFirst(f, m, manifest_json, content_key, path, started_at)
     if (
         directive is not None
         and directive.multicast is not None
@@ -260,7 +273,7 @@ async def _run_locked(f: FetchState) -> FetchResult:
     ):
         digest = hashlib.sha256(manifest_json).hexdigest()
         kept, swarm_result, carousel = await fetch_swarm(
-            f, m, path, directive.swarm, kept, manifest_sha256=digest
+            f, m, path, directive.swarm, kept, manifest_sha256=digest, on_verified=first.on_verified
         )
         plan = _replan(f, m, kept)
         group = f.config.carousel_control_group
@@ -276,7 +289,9 @@ async def _run_locked(f: FetchState) -> FetchResult:
             )
             plan = _replan(f, m, kept)
             if plan.state is PlanState.DOWNLOADING:  # the swarm is the carousel's fallback
-                kept, swarm_result, _ = await fetch_swarm(f, m, path, directive.swarm, kept)
+                kept, swarm_result, _ = await fetch_swarm(
+                    f, m, path, directive.swarm, kept, on_verified=first.on_verified
+                )
                 plan = _replan(f, m, kept)
     seeded_s: float | None = None
     if (
@@ -288,11 +303,19 @@ async def _run_locked(f: FetchState) -> FetchResult:
         and seeds_after_carousel(f.config, directive.swarm)
     ):
         # the carousel's copy seeds the swarm for the readers it cannot reach (its
-        # whole time is seeding: the copy was complete and verified before it)
+        # whole time is seeding: the copy was complete and verified before it), once
+        # it is in the library
+        await first.now()
         since = f.now()
         swarm_result = await seed_after_carousel(f, m, path, directive.swarm)
         seeded_s = f.now() - since
     f.save(plan, m)
+    final = await first.installed()
+    if final is not None:  # installed before the seeding, which has ended now
+        f.library.discard_partial(m.issue_id)
+        return _result(
+            f, m, plan, final, started_at, resumed, first.ready_s, swarm_result, seeded_s
+        )
     fd = os.open(path, os.O_RDWR)
     try:
         for _ in range(MAX_PASSES):
@@ -324,21 +347,29 @@ async def _run_locked(f: FetchState) -> FetchResult:
             raise FetchError(f"{m.issue_id}: the file kept failing its final check")
     finally:
         os.close(fd)
-    file_name = m.file_name
-    if m.encryption is not None and content_key is not None:
-        try:
-            plain = await asyncio.to_thread(decrypt_partial, m, content_key, path)
-        except NotReadable as err:
-            raise FetchError(str(err)) from None
-        file_name = plain.name
-    try:
-        final = f.library.install(m.issue_id, file_name, manifest_json)
-    except (OSError, LibraryError) as err:
-        raise FetchError(f"cannot move {file_name} into the library: {err}") from None
+    final = await install_copy(f, m, manifest_json, content_key, path)
+    return _result(f, m, plan, final, started_at, resumed, None, swarm_result, seeded_s)
+
+
+def _result(
+    f: FetchState,
+    m: Manifest,
+    plan: DownloadPlan,
+    final: Path,
+    started_at: float,
+    resumed: int,
+    ready_s: float | None,
+    swarm_result: SwarmResult | None,
+    seeded_s: float | None,
+) -> FetchResult:
+    """The finished download's result (``ready_s`` None: installed just now)."""
+    directive = f.last_directive
+    seconds = f.now() - started_at
     return FetchResult(
         issue_id=m.issue_id,
         path=final,
-        seconds=f.now() - started_at,
+        seconds=seconds,
+        ready_s=seconds if ready_s is None else ready_s,
         size_bytes=m.size_bytes if m.encryption is None else m.encryption.plain_size_bytes,
         bytes_by_origin=dict(f.bytes_by_origin),
         handoffs=plan.handoffs,

@@ -315,12 +315,15 @@ def result_document(result: Any) -> dict[str, Any]:
     origins in all, the SHA-256 of the file as it lies in the library, and
     ``opened_at``: the wall-clock time (Unix seconds) the issue was readable in the
     library (with ``--prefetch``, when it was opened at the release: the emulation's
-    release minute compares it with the release time, issue 35)."""
+    release minute compares it with the release time, issue 35; a copy installed
+    before its seeding: ``ready_s`` after the start, not when the seeding ended)."""
     import dataclasses
     import hashlib
     import time
 
-    opened_at = time.time()  # noqa: TID251 (compared with the release's wall-clock time)
+    # compared with the release's wall-clock time
+    seeded_after = 0.0 if result.ready_s is None else max(0.0, result.seconds - result.ready_s)
+    opened_at = time.time() - seeded_after  # noqa: TID251
     doc = dataclasses.asdict(result)
     doc["opened_at"] = round(opened_at, 3)
     doc["path"] = str(result.path)

@@ -176,10 +176,17 @@ class Library:
         plain = m.file_name if m.encryption is None else m.encryption.plain_file_name
         return None if plain == LEGACY_MANIFEST_FILE else data
 
-    def install(self, issue_id: str, file_name: str, manifest_json: bytes) -> Path:
+    def install(
+        self, issue_id: str, file_name: str, manifest_json: bytes, *, seeding: bool = False
+    ) -> Path:
         """Move a verified partial file into ``LIBRARY/<issue_id>/`` with its manifest:
         a complete staging folder swapped in (an older copy of the issue is replaced in
         the same step). Returns the file's final path.
+
+        ``seeding``: the peer still seeds the partial file, so it stays where it is
+        (the library gets a hard link to it, a copy where links are impossible) and so
+        does the partial folder, until `discard_partial` after the seeding (a crash in
+        between leaves a partial download of the installed copy: `recover` removes it).
 
         On an error the verified file goes back into ``.partial`` (a retry finds it)
         and an older copy stays as it was."""
@@ -193,7 +200,10 @@ class Library:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.rename(partial, staging / file_name)
+            if seeding:
+                _link_or_copy(partial, staging / file_name)
+            else:
+                os.rename(partial, staging / file_name)
             write_atomic(staging / MANIFEST_FILE, manifest_json)  # fsyncs staging too
             self.swaps.swap_in(staging, issue_id)
         except BaseException:
@@ -201,7 +211,8 @@ class Library:
                 self._put_back(issue_id, staging)
                 shutil.rmtree(staging, ignore_errors=True)
             raise
-        self.discard_partial(issue_id)
+        if not seeding:
+            self.discard_partial(issue_id)
         return self.issue_dir(issue_id) / file_name
 
     def _put_back(self, issue_id: str, staging: Path) -> None:
@@ -259,3 +270,18 @@ class Library:
             with contextlib.suppress(OSError):
                 fsync_dir(self.root)
         return done
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """``target`` names the bytes of ``source``, which stays: a hard link (no second
+    copy on disk; the seeding peer only reads the file), or a copy, fsynced, where the
+    file system has no links."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -24,7 +24,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,11 +64,14 @@ async def fetch_swarm(
     kept: list[int],
     *,
     manifest_sha256: str | None = None,
+    on_verified: Callable[[Path], None] | None = None,
 ) -> tuple[list[int], SwarmResult | None, CarouselPlan | None]:
     """Fetch from the swarm into the partial file; the pieces verified after it
     (all of them when it completed), its result (None when it never ran or was left)
     and the carousel it was left for (None: not left; watched only with
-    ``manifest_sha256``, the verified manifest's digest, and a control group)."""
+    ``manifest_sha256``, the verified manifest's digest, and a control group).
+    ``on_verified`` is called with the file's path once the peer's final check
+    passed, before it seeds (the client installs the copy then: `install.InstallFirst`)."""
     from pressrun.peer.aio import fetch_via_swarm  # libtorrent: only when needed
     from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY
 
@@ -100,6 +103,7 @@ async def fetch_swarm(
             listen_interfaces=await _listen_interfaces(policy, swarm.tracker_url),
             uploader_policy=policy,
             on_progress=functools.partial(_swarm_progress, f),
+            on_verified=on_verified,
             on_peer=f.swarm_peers.append,
         )
     )
