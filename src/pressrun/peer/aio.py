@@ -163,7 +163,7 @@ class SwarmPeer(RingLink):
         )
         self._peer_id = ""
         self._ring: RingClient | None = None  # the `chord` policy's link to the ring
-        self._timeline = SwarmTimeline(manifest.issue_id)
+        self._timeline = SwarmTimeline(manifest.issue_id, lambda i: manifest.piece_span(i)[1])
         self._policy_name = uploader_policy
         self._status = SwarmStatus(
             manifest=manifest,
@@ -249,7 +249,10 @@ class SwarmPeer(RingLink):
         self._left = loop.create_future()
         self._started_at = loop.time()
         self._timeline.start(
-            self._started_at, policy=self._policy_name, web_seeds=len(self.web_seeds)
+            self._started_at,
+            policy=self._policy_name,
+            web_seeds=len(self.web_seeds),
+            peer_id=bytes.fromhex(self._peer_id),
         )
         self.core = PeerCore(
             self.config,
@@ -456,8 +459,17 @@ class SwarmPeer(RingLink):
             return
         if self.core is None:  # opened, not started: nothing else is ours yet
             return
+        # (the most frequent alerts first: a block written or asked for, the timeline's)
+        if isinstance(a, lt.block_finished_alert | lt.block_downloading_alert):
+            asked = isinstance(a, lt.block_downloading_alert)
+            self._timeline.block(
+                a.piece_index, a.block_index, a.endpoint, a.pid.to_bytes(), asked=asked
+            )
+            return
         now = self._loop.time()
-        if isinstance(a, lt.torrent_finished_alert):
+        if isinstance(a, lt.piece_finished_alert):
+            self._timeline.piece_done(now, a.piece_index)
+        elif isinstance(a, lt.torrent_finished_alert):
             if self._status.lift_holds():
                 # "finished" with pieces on hold (priority 0; a piece completed between
                 # two plans): those are wanted again, the download goes on
@@ -481,6 +493,7 @@ class SwarmPeer(RingLink):
             self._leave.removed()
         elif isinstance(a, lt.hash_failed_alert):
             log.info("piece %d failed libtorrent's hash check", a.piece_index)
+            self._timeline.piece_failed(a.piece_index)
 
     def _on_status(self, st: Any, now: float) -> None:
         assert self.core is not None
@@ -488,15 +501,7 @@ class SwarmPeer(RingLink):
         progress = self._status.read(st, now=now, planning=downloading)
         if downloading:
             self._timeline.status(
-                now,
-                progress,
-                feed_bytes=self._feed.session_bytes,
-                web_bytes=self._status.tally.web_bytes,
-                owed=len(self._feed.owed),
-                parallel=self._feed.parallel,
-                fetch_bps=self._feed.fetch_bps,
-                download_bps=self._status.download_bps,
-                ring=lambda: self.ring_stats,
+                now, progress, feed=self._feed, status=self._status, ring=lambda: self.ring_stats
             )
         self._apply(self.core.handle_progress(progress, now=now))
         if st.is_seeding and self.core.phase is PeerPhase.DOWNLOADING:
@@ -529,13 +534,7 @@ class SwarmPeer(RingLink):
         assert self.core is not None and self._loop is not None
         now = self._loop.time()
         self._verified_at = now
-        p = self._status.last_progress
-        self._timeline.verified(
-            now,
-            web_bytes=self._status.tally.web_bytes,
-            feed_bytes=self._feed.session_bytes,
-            down_bytes=p.downloaded_bytes if p else 0,
-        )
+        self._timeline.verified(now, feed=self._feed, status=self._status)
         if self._downloaded is not None and not self._downloaded.done():
             self._downloaded.set_result(True)
         self._refresh_totals()  # the rules must see the totals of now, not of the last poll

@@ -4,10 +4,15 @@
 reads to break a swarm client's download down: when the torrent was added (``start``,
 with the monotonic clock, which an emulation's held client records at its release too,
 so the balancer's directive, the manifest and the torrent before it are the difference),
-the tracker's first answer, the first connected peer, the first piece, and once a second
-while downloading the bytes from the origins (libtorrent's web seeds and the peer's own
-origin feed) against the bytes from peers, the pieces owed to the origins, and the ring's
-answers so far. ``pressrun emulate`` keeps every client's log (docs/emulation.md).
+the tracker's first answer, the first connected peer, the first piece, the first piece
+from a peer (not the origins), and once a second while downloading the bytes from the
+origins (libtorrent's web seeds and the peer's own origin feed) against the bytes from
+peers, the pieces owed to the origins, and the ring's answers so far. At the copy's
+verification, one line per source (`PieceSources`): the origins' feed, each web seed
+and each peer (its address and peer id, which its own log's ``start`` line names), with
+the pieces and bytes it gave and when its first and last piece came: which peer a slow
+download waited on, and from when. ``pressrun emulate`` keeps every client's log
+(docs/emulation.md).
 
 Nothing here decides anything: it reads what `pressrun.peer.aio.SwarmPeer` hands it.
 """
@@ -15,40 +20,203 @@ Nothing here decides anything: it reads what `pressrun.peer.aio.SwarmPeer` hands
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pressrun.peer.feed import OwedPieceFeed
+    from pressrun.peer.status import SwarmStatus
 
 log = logging.getLogger(__name__)
 
 #: seconds between two progress lines while downloading
 EVERY_S = 1.0
+#: libtorrent's block, what a peer sends in one message (its ``default_block_size``)
+BLOCK_BYTES = 16 * 1024
+#: sources named one by one (the later ones are counted together as `OTHER`): the
+#: log stays a screenful whatever the peers that come and go
+MAX_SOURCES = 16
+#: the source of a piece the peer's own origin feed handed to libtorrent
+#: (``add_piece``: libtorrent reports its blocks as from 0.0.0.0, port 0)
+FEED = "feed"
+#: the sources past `MAX_SOURCES`
+OTHER = "other"
+
+
+@dataclass
+class SourceCount:
+    """What one source gave: pieces (each counted to the source of most of its bytes),
+    bytes (of verified pieces, block by block), and when its first and last piece
+    was verified (monotonic)."""
+
+    peer_id: str = ""
+    pieces: int = 0
+    bytes: int = 0
+    first_at: float | None = None
+    last_at: float | None = None
+
+
+class PieceSources:
+    """Where each piece came from, from libtorrent's block and piece alerts. Pure:
+    times come with the calls. ``piece_bytes(i)`` is piece ``i``'s length.
+
+    A piece's source is known once it passed the hash check and its blocks were
+    reported, in either order (libtorrent reports a block once it is written, which
+    may come after the piece's hash check: at their pass, 8 of 31 pieces fed to a
+    loopback peer had a block reported). The blocks of the piece that completes the
+    torrent are never reported (libtorrent drops its piece picker at once, and with it
+    the report of the writes still under way): such a piece is counted to the peer it
+    was last asked of, or to the feed if nobody was asked (a block asked of a peer or
+    web seed is reported when asked, ``block_downloading_alert``; a piece the feed
+    hands over is asked of nobody). State is bounded: the torrent's pieces, and
+    `MAX_SOURCES` named sources."""
+
+    def __init__(self, piece_bytes: Callable[[int], int], *, max_sources: int = MAX_SOURCES):
+        self._piece_bytes = piece_bytes
+        self.max_sources = max_sources
+        #: each source's peer id (as text); the feed's and `OTHER`'s too
+        self.peer_ids: dict[str, str] = {}
+        self._named = 0  # sources in `peer_ids` but the feed and `OTHER`
+        #: the bytes of each piece by source, the source each was last asked of, and
+        #: when each piece passed
+        self._blocks: dict[int, dict[str, int]] = {}
+        self._asked: dict[int, str] = {}
+        self._passed: dict[int, float] = {}
+
+    def block(
+        self,
+        piece: int,
+        block: int,
+        endpoint: tuple[str, int],
+        peer_id: bytes,
+        *,
+        asked: bool = False,
+    ) -> None:
+        """A block of ``piece`` came from ``endpoint`` (libtorrent's
+        ``block_finished_alert``), or was asked of it (``asked``,
+        ``block_downloading_alert``)."""
+        key = self._source(endpoint, peer_id)
+        if asked:
+            self._asked[piece] = key
+            return
+        start = block * BLOCK_BYTES
+        size = max(0, min(BLOCK_BYTES, self._piece_bytes(piece) - start))
+        blocks = self._blocks.setdefault(piece, {})
+        blocks[key] = blocks.get(key, 0) + size
+
+    def _source(self, endpoint: tuple[str, int], peer_id: bytes) -> str:
+        address, port = str(endpoint[0]), int(endpoint[1])
+        key = FEED if port == 0 else f"{address}:{port}"
+        if key not in self.peer_ids:
+            if key != FEED and self._named >= self.max_sources:
+                key = OTHER
+            elif key != FEED:
+                self._named += 1
+            self.peer_ids.setdefault(key, _peer_id_text(peer_id))
+        return key
+
+    def piece_done(self, now: float, piece: int) -> None:
+        """``piece`` passed libtorrent's hash check."""
+        self._passed.setdefault(piece, now)
+
+    def piece_failed(self, piece: int) -> None:
+        """``piece`` failed the hash check: its blocks are not counted."""
+        self._blocks.pop(piece, None)
+        self._passed.pop(piece, None)
+
+    def _bytes_of(self, piece: int) -> dict[str, int]:
+        # (a passed piece none of whose blocks was reported: the class docstring)
+        blocks = self._blocks.get(piece)
+        if blocks or piece not in self._passed:
+            return blocks or {}
+        key = self._asked.get(piece, FEED)
+        self.peer_ids.setdefault(key, "")
+        return {key: self._piece_bytes(piece)}
+
+    def source_of(self, piece: int) -> str | None:
+        """The source of most of ``piece``'s bytes (None: none reported yet)."""
+        blocks = self._bytes_of(piece)
+        return max(blocks, key=lambda k: blocks[k]) if blocks else None
+
+    def counts(self) -> dict[str, SourceCount]:
+        """What each source gave of the pieces passed: each piece counted to the source
+        of most of its bytes, the bytes to each block's source."""
+        out: dict[str, SourceCount] = {}
+        for piece, at in self._passed.items():
+            for key, size in self._bytes_of(piece).items():
+                out.setdefault(key, SourceCount(peer_id=self.peer_ids[key])).bytes += size
+            source = self.source_of(piece)
+            if source is None:
+                continue
+            count = out[source]
+            count.pieces += 1
+            count.first_at = at if count.first_at is None else min(count.first_at, at)
+            count.last_at = at if count.last_at is None else max(count.last_at, at)
+        return out
+
+    def first_from_peer(self, web: Collection[tuple[str, int]]) -> tuple[float, str] | None:
+        """When the first piece from a peer passed, and that peer's key: not the feed,
+        not a web seed (``web``: the web-seed connections' addresses)."""
+        best: tuple[float, str] | None = None
+        for piece, at in self._passed.items():
+            source = self.source_of(piece)
+            if source is None or self.kind(source, web) != "peer":
+                continue
+            if best is None or at < best[0]:
+                best = (at, source)
+        return best
+
+    @staticmethod
+    def kind(key: str, web: Collection[tuple[str, int]]) -> str:
+        """``feed``, ``web seed`` or ``peer`` (`OTHER` counts as peers)."""
+        if key == FEED:
+            return "feed"
+        address, _, port = key.rpartition(":")
+        if address and port.isdigit() and (address, int(port)) in web:
+            return "web seed"
+        return "peer"
+
+
+def _peer_id_text(peer_id: bytes) -> str:
+    # (BitTorrent peer ids are mostly printable: "-PR0100-" and 12 hex characters)
+    if peer_id and all(32 < b < 127 for b in peer_id):
+        return peer_id.decode("ascii")
+    return peer_id.hex()
 
 
 class SwarmTimeline:
-    """One peer's timeline lines; ``now`` is the event loop's (monotonic) clock."""
+    """One peer's timeline lines; ``now`` is the event loop's (monotonic) clock;
+    ``piece_bytes(i)`` is piece ``i``'s length (`PieceSources`)."""
 
-    def __init__(self, issue_id: str, *, every_s: float = EVERY_S) -> None:
+    def __init__(
+        self, issue_id: str, piece_bytes: Callable[[int], int], *, every_s: float = EVERY_S
+    ) -> None:
         self.issue_id = issue_id
         self.every_s = every_s
         self.started_at: float | None = None
+        self.sources = PieceSources(piece_bytes)
         self._next_line = 0.0
         self._tracker_answered = False
         self._peer_seen = False
         self._piece_seen = False
+        self._peer_piece_seen = False
 
     def _since(self, now: float) -> float:
         return now - (self.started_at if self.started_at is not None else now)
 
-    def start(self, now: float, *, policy: str, web_seeds: int) -> None:
-        """The torrent was added: the download's clock starts."""
+    def start(self, now: float, *, policy: str, web_seeds: int, peer_id: bytes = b"") -> None:
+        """The torrent was added: the download's clock starts (``peer_id``: this
+        peer's, as other peers' logs name it in their sources)."""
         self.started_at = now
         self._next_line = now
         log.info(
-            "%s: timeline start (monotonic %.3f): policy %s, %d web seed(s)",
+            "%s: timeline start (monotonic %.3f): policy %s, %d web seed(s)%s",
             self.issue_id,
             now,
             policy,
             web_seeds,
+            f", peer id {_peer_id_text(peer_id)}" if peer_id else "",
         )
 
     def tracker_reply(self, now: float, *, peers: int | None, error: str | None) -> None:
@@ -65,17 +233,27 @@ class SwarmTimeline:
                 "?" if peers is None else peers,
             )
 
+    def block(
+        self, piece: int, block: int, endpoint: tuple[str, int], peer_id: bytes, *, asked: bool
+    ) -> None:
+        """A block arrived, or was asked for (`PieceSources.block`)."""
+        self.sources.block(piece, block, endpoint, peer_id, asked=asked)
+
+    def piece_done(self, now: float, piece: int) -> None:
+        """A piece passed the hash check (`PieceSources.piece_done`)."""
+        self.sources.piece_done(now, piece)
+
+    def piece_failed(self, piece: int) -> None:
+        """A piece failed the hash check (`PieceSources.piece_failed`)."""
+        self.sources.piece_failed(piece)
+
     def status(
         self,
         now: float,
         progress: Any,
         *,
-        feed_bytes: int,
-        web_bytes: int,
-        owed: int,
-        parallel: int,
-        fetch_bps: int,
-        download_bps: int,
+        feed: OwedPieceFeed,
+        status: SwarmStatus,
         ring: Callable[[], Any],
     ) -> None:
         """A status read while downloading: the first peer and piece at once, a
@@ -89,9 +267,13 @@ class SwarmTimeline:
         if not self._piece_seen and progress.pieces_have > 0:
             self._piece_seen = True
             log.info("%s: +%.2f s first piece", self.issue_id, t)
+        self._first_from_peer(status.tally.web_endpoints)
         if now < self._next_line:
             return
-        self._next_line = now + self.every_s
+        # (a whole step on from the last line's due time: status reads come every half
+        # second from the start, and "now + every_s" fell a few ms after the read due
+        # then, a line every 1.5 s; half a step on at least after a late read)
+        self._next_line = max(self._next_line + self.every_s, now + self.every_s / 2)
         stats = ring()
         ring_text = (
             ""
@@ -99,6 +281,8 @@ class SwarmTimeline:
             else f"; ring rounds {stats.rounds}, bring-in {stats.bring_in}, "
             f"first {stats.first}, wait {stats.waits}"
         )
+        web_bytes = status.tally.web_bytes
+        feed_bytes = feed.session_bytes
         from_peers = max(0, progress.downloaded_bytes - feed_bytes - web_bytes)
         log.info(
             "%s: +%.2f s %d/%d pieces; from the origins %d B (web seeds %d, feed %d), "
@@ -113,19 +297,63 @@ class SwarmTimeline:
             feed_bytes,
             from_peers,
             progress.connected_peers,
-            owed,
-            parallel,
-            fetch_bps,
-            download_bps,
+            len(feed.owed),
+            feed.parallel,
+            feed.fetch_bps,
+            status.download_bps,
             ring_text,
         )
 
-    def verified(self, now: float, *, web_bytes: int, feed_bytes: int, down_bytes: int) -> None:
-        """The copy was verified: the download's end."""
+    def _first_from_peer(self, web: Collection[tuple[str, int]]) -> None:
+        # (told at the status read after it: the web seeds' addresses are known from
+        # the peer infos read there, and a web seed's piece is not a peer's)
+        if self._peer_piece_seen:
+            return
+        first = self.sources.first_from_peer(web)
+        if first is None:
+            return
+        self._peer_piece_seen = True
+        at, key = first
+        log.info(
+            "%s: +%.2f s first piece from a peer: %s (%s)",
+            self.issue_id,
+            self._since(at),
+            key,
+            self.sources.peer_ids[key],
+        )
+
+    def verified(self, now: float, *, feed: OwedPieceFeed, status: SwarmStatus) -> None:
+        """The copy was verified: the download's end, and where its pieces came from."""
+        p = status.last_progress
+        web_bytes, feed_bytes = status.tally.web_bytes, feed.session_bytes
+        web = status.tally.web_endpoints
+        self._first_from_peer(web)
         log.info(
             "%s: +%.2f s verified; from the origins %d B, from peers %d B",
             self.issue_id,
             self._since(now),
             web_bytes + feed_bytes,
-            max(0, down_bytes - web_bytes - feed_bytes),
+            max(0, (p.downloaded_bytes if p else 0) - web_bytes - feed_bytes),
         )
+        order = {"feed": 0, "web seed": 1, "peer": 2}
+        counts = self.sources.counts()
+        for key in sorted(
+            counts, key=lambda k: (order[self.sources.kind(k, web)], -counts[k].bytes, k)
+        ):
+            c = counts[key]
+            kind = self.sources.kind(key, web)
+            who = (
+                "the origins' feed"
+                if kind == "feed"
+                else "other peers"
+                if key == OTHER
+                else f"{kind} {key} ({c.peer_id})"
+            )
+            when = (
+                ""
+                if c.first_at is None or c.last_at is None
+                else f", verified +{self._since(c.first_at):.2f} to +{self._since(c.last_at):.2f} s"
+            )
+            log.info(
+                "%s: source %s: %d piece(s), %d B%s", self.issue_id, who, c.pieces, c.bytes, when
+            )
