@@ -5,8 +5,8 @@ In `make emulate SCENARIO=small` of 29 Nov the last swarm client used about 0.4 
 link for three seconds (2.45x the origin client's time), and its log said only how many
 bytes had come from the origins and from peers: not which peer it waited on, nor from
 when. Now the log names the first piece from a peer and, at the end, each source (the
-origins' feed, each web seed, each peer by address and peer id) with its pieces, bytes
-and the time of its first and last piece.
+pieces the client handed over itself, each web seed, each peer by address and peer id,
+what was on disk) with its pieces, bytes and the time of its first and last piece.
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ import pytest
 
 from pressrun.peer.config import desktop_profile
 from pressrun.peer.loopback import loopback_swarm
-from pressrun.peer.timeline import BLOCK_BYTES, FEED, OTHER, PieceSources, SwarmTimeline
+from pressrun.peer.timeline import (
+    ADDED,
+    BLOCK_BYTES,
+    ON_DISK,
+    OTHER,
+    PieceSources,
+    SwarmTimeline,
+)
 
 PIECE = 128 * 1024
 SIZE = 4_000_000  # the small scenario's issue: 31 pieces, the last one 67,456 B
@@ -42,6 +49,7 @@ def _whole(sources: PieceSources, piece: int, endpoint: tuple[str, int], pid: by
 
 def test_each_piece_is_counted_to_the_source_of_most_of_its_bytes() -> None:
     sources = PieceSources(_piece_bytes)
+    sources.checked()  # (the torrent's check at its start ended: nothing on disk)
     _whole(sources, 0, ("0.0.0.0", 0), bytes(20))  # add_piece: the feed
     _whole(sources, 1, PEER_A, ID_A)
     # piece 2: five blocks from A, three from B
@@ -58,12 +66,12 @@ def test_each_piece_is_counted_to_the_source_of_most_of_its_bytes() -> None:
     b = counts["172.18.0.6:40312"]
     assert (b.pieces, b.bytes, b.peer_id) == (0, 3 * BLOCK_BYTES, "07")  # (not printable: hex)
     assert counts["172.18.0.2:8001"].bytes == SIZE - 30 * PIECE
-    assert counts[FEED].pieces == 1
+    assert counts[ADDED].pieces == 1
     # a web seed is told from a peer by the web-seed connections' addresses
     web = {ORIGIN}
     assert sources.kind("172.18.0.2:8001", web) == "web seed"
     assert sources.kind("172.18.0.5:6881", web) == "peer"
-    assert sources.kind(FEED, web) == "feed"
+    assert sources.kind(ADDED, web) == "added"
     assert sources.first_from_peer(web) == (1.5, "172.18.0.5:6881")
 
 
@@ -71,6 +79,7 @@ def test_a_piece_is_counted_whether_its_blocks_or_its_pass_came_first() -> None:
     # libtorrent reports a block once written, which may be after the piece's hash
     # check: of 31 pieces fed to a loopback peer, 8 had a block reported at their pass
     sources = PieceSources(_piece_bytes)
+    sources.checked()  # (the torrent's check at its start ended: nothing on disk)
     sources.piece_done(1.0, 5)
     assert sources.first_from_peer(set()) is None
     _whole(sources, 5, PEER_A, ID_A)
@@ -81,6 +90,7 @@ def test_a_piece_is_counted_whether_its_blocks_or_its_pass_came_first() -> None:
 def test_the_piece_that_completes_the_torrent_is_counted_to_whom_it_was_asked_of() -> None:
     # (its blocks are never reported: libtorrent drops its piece picker at once)
     sources = PieceSources(_piece_bytes)
+    sources.checked()  # (the torrent's check at its start ended: nothing on disk)
     sources.block(30, 0, PEER_A, ID_A, asked=True)
     sources.piece_done(3.0, 30)
     sources.piece_done(3.1, 7)  # asked of nobody: the feed's add_piece
@@ -89,11 +99,12 @@ def test_the_piece_that_completes_the_torrent_is_counted_to_whom_it_was_asked_of
         1,
         SIZE - 30 * PIECE,
     )
-    assert (counts[FEED].pieces, counts[FEED].bytes) == (1, PIECE)
+    assert (counts[ADDED].pieces, counts[ADDED].bytes) == (1, PIECE)
 
 
 def test_a_failed_piece_counts_nothing() -> None:
     sources = PieceSources(_piece_bytes)
+    sources.checked()  # (the torrent's check at its start ended: nothing on disk)
     _whole(sources, 4, PEER_A, ID_A)
     sources.piece_failed(4)
     _whole(sources, 4, PEER_B, b"\x07")  # fetched again, from B
@@ -103,14 +114,29 @@ def test_a_failed_piece_counts_nothing() -> None:
     assert (counts["172.18.0.6:40312"].pieces, counts["172.18.0.6:40312"].bytes) == (1, PIECE)
 
 
+def test_pieces_found_on_disk_at_the_start_came_from_nobody() -> None:
+    # (a carousel copy that seeds the swarm: libtorrent's check at the torrent's start
+    # passes every piece, and asked of nobody they looked like add_piece's)
+    sources = PieceSources(_piece_bytes)
+    for piece in range(31):
+        sources.piece_done(0.01, piece)
+    sources.checked()
+    counts = sources.counts()
+    assert list(counts) == [ON_DISK]
+    assert (counts[ON_DISK].pieces, counts[ON_DISK].bytes) == (31, SIZE)
+    assert sources.kind(ON_DISK, set()) == "on disk"
+    assert sources.first_from_peer(set()) is None
+
+
 def test_the_sources_named_are_bounded() -> None:
     # (a source is network input: peers come and go; past the bound they are summed)
     sources = PieceSources(_piece_bytes, max_sources=3)
+    sources.checked()
     for n in range(10):
         _whole(sources, n, (f"10.0.0.{n}", 6881), ID_A)
         sources.piece_done(float(n), n)
     counts = sources.counts()
-    assert len(sources.peer_ids) == len(counts) == 4
+    assert len(counts) == 4
     assert counts[OTHER].pieces == 7  # 3 named, the 7 after them summed
     assert sum(c.bytes for c in counts.values()) == 10 * PIECE
 
@@ -170,8 +196,14 @@ async def test_a_swarm_clients_log_names_its_sources(
     # every piece of both copies is counted once, every byte of them once
     assert sum(int(n) for _, n, _ in sources) == 2 * 31
     assert sum(int(b) for _, _, b in sources) == 2 * SIZE
-    assert any(who == "the origins' feed" for who, _, _ in sources)
+    assert any(who.startswith("add_piece (its feed") for who, _, _ in sources)
     # the second names its peer, the first, by its peer id, and says when it began
     from_peer = [who for who, _, _ in sources if who.startswith("peer 127.0.0.1:")]
     assert from_peer and ids[0] in from_peer[0]
     assert any(re.search(r"first piece from a peer: 127\.0\.0\.1:\d+ \(-PR0100-", t) for t in text)
+    # and each names its last pieces: from whom, when asked for, when passed
+    last = [t for t in text if ": last pieces: " in t]
+    assert len(last) == 2
+    assert all(
+        re.search(r"\d+ \((added|peer 127\.0\.0\.1:\d+)\) asked \+[\d.]+, passed", t) for t in last
+    )

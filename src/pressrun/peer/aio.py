@@ -459,16 +459,15 @@ class SwarmPeer(RingLink):
             return
         if self.core is None:  # opened, not started: nothing else is ours yet
             return
+        now = self._loop.time()
         # (the most frequent alerts first: a block written or asked for, the timeline's)
         if isinstance(a, lt.block_finished_alert | lt.block_downloading_alert):
-            asked = isinstance(a, lt.block_downloading_alert)
-            self._timeline.block(
-                a.piece_index, a.block_index, a.endpoint, a.pid.to_bytes(), asked=asked
-            )
+            self._timeline.block(a, now, asked=isinstance(a, lt.block_downloading_alert))
             return
-        now = self._loop.time()
         if isinstance(a, lt.piece_finished_alert):
             self._timeline.piece_done(now, a.piece_index)
+        elif isinstance(a, lt.torrent_checked_alert):
+            self._timeline.checked()
         elif isinstance(a, lt.torrent_finished_alert):
             if self._status.lift_holds():
                 # "finished" with pieces on hold (priority 0; a piece completed between

@@ -108,6 +108,8 @@ class OwedPieceFeed:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._in_flight: set[int] = set()
+        #: when the last fetch of each piece began (the timeline's last pieces)
+        self.started_at: dict[int, float] = {}
         #: (when, bytes) of the pieces that arrived lately (`fetch_bps`)
         self._arrivals: list[tuple[float, int]] = []
         #: pieces handed to libtorrent, and when: not fetched again while the owed list
@@ -161,6 +163,7 @@ class OwedPieceFeed:
                         url = self.web_seeds[turn % len(self.web_seeds)]
                         turn += 1
                         self._in_flight.add(piece)
+                        self.started_at[piece] = asyncio.get_running_loop().time()
                         self._hold(piece)
                         fetches.add(asyncio.create_task(self._feed_one(http, url, piece)))
                     waker = asyncio.create_task(self._wake.wait())

@@ -8,9 +8,11 @@ the tracker's first answer, the first connected peer, the first piece, the first
 from a peer (not the origins), and once a second while downloading the bytes from the
 origins (libtorrent's web seeds and the peer's own origin feed) against the bytes from
 peers, the pieces owed to the origins, and the ring's answers so far. At the copy's
-verification, one line per source (`PieceSources`): the origins' feed, each web seed
-and each peer (its address and peer id, which its own log's ``start`` line names), with
-the pieces and bytes it gave and when its first and last piece came: which peer a slow
+verification, one line per source (`PieceSources`): the pieces this client handed to
+libtorrent itself (its feed from the origins, or its carousel copy), each web seed and
+each peer (its address and peer id, which its own log's ``start`` line names), and the
+pieces found on disk at the start, with the pieces and bytes of each and when its
+first and last piece passed libtorrent's check: which peer a slow
 download waited on, and from when. ``pressrun emulate`` keeps every client's log
 (docs/emulation.md).
 
@@ -37,11 +39,18 @@ BLOCK_BYTES = 16 * 1024
 #: sources named one by one (the later ones are counted together as `OTHER`): the
 #: log stays a screenful whatever the peers that come and go
 MAX_SOURCES = 16
-#: the source of a piece the peer's own origin feed handed to libtorrent
-#: (``add_piece``: libtorrent reports its blocks as from 0.0.0.0, port 0)
-FEED = "feed"
+#: the source of a piece this client handed to libtorrent itself (``add_piece``: its
+#: feed from the origins, or its carousel copy; libtorrent reports its blocks as from
+#: 0.0.0.0, port 0)
+ADDED = "add_piece"
+#: the source of a piece found on disk by the check at the torrent's start (resume, a
+#: carousel copy that seeds)
+ON_DISK = "on disk"
 #: the sources past `MAX_SOURCES`
 OTHER = "other"
+#: the last pieces named one by one at the end (when each was first asked for, when
+#: it passed, from whom): a download's tail is where a slow source shows
+LAST_PIECES = 4
 
 
 @dataclass
@@ -67,22 +76,26 @@ class PieceSources:
     loopback peer had a block reported). The blocks of the piece that completes the
     torrent are never reported (libtorrent drops its piece picker at once, and with it
     the report of the writes still under way): such a piece is counted to the peer it
-    was last asked of, or to the feed if nobody was asked (a block asked of a peer or
-    web seed is reported when asked, ``block_downloading_alert``; a piece the feed
-    hands over is asked of nobody). State is bounded: the torrent's pieces, and
-    `MAX_SOURCES` named sources."""
+    was last asked of, or to `ADDED` if nobody was asked (a block asked of a peer or
+    web seed is reported when asked, ``block_downloading_alert``; a piece handed over
+    with ``add_piece`` is asked of nobody). A piece that passed before the torrent's
+    check at its start ended (`checked`) was found on disk (`ON_DISK`). State is
+    bounded: the torrent's pieces, and `MAX_SOURCES` named sources."""
 
     def __init__(self, piece_bytes: Callable[[int], int], *, max_sources: int = MAX_SOURCES):
         self._piece_bytes = piece_bytes
         self.max_sources = max_sources
-        #: each source's peer id (as text); the feed's and `OTHER`'s too
-        self.peer_ids: dict[str, str] = {}
-        self._named = 0  # sources in `peer_ids` but the feed and `OTHER`
+        #: each source's peer id (as text); `ADDED`'s, `ON_DISK`'s and `OTHER`'s too
+        self.peer_ids: dict[str, str] = {ON_DISK: ""}
+        self._named = 0  # sources in `peer_ids` but `ADDED`, `ON_DISK` and `OTHER`
+        self._checking = True  # the torrent's check at its start has not ended
         #: the bytes of each piece by source, the source each was last asked of, and
         #: when each piece passed
         self._blocks: dict[int, dict[str, int]] = {}
         self._asked: dict[int, str] = {}
         self._passed: dict[int, float] = {}
+        #: when each piece was first asked of a peer or web seed
+        self.asked_at: dict[int, float] = {}
 
     def block(
         self,
@@ -91,14 +104,16 @@ class PieceSources:
         endpoint: tuple[str, int],
         peer_id: bytes,
         *,
+        now: float = 0.0,
         asked: bool = False,
     ) -> None:
         """A block of ``piece`` came from ``endpoint`` (libtorrent's
         ``block_finished_alert``), or was asked of it (``asked``,
-        ``block_downloading_alert``)."""
+        ``block_downloading_alert``) at ``now``."""
         key = self._source(endpoint, peer_id)
         if asked:
             self._asked[piece] = key
+            self.asked_at.setdefault(piece, now)
             return
         start = block * BLOCK_BYTES
         size = max(0, min(BLOCK_BYTES, self._piece_bytes(piece) - start))
@@ -107,18 +122,25 @@ class PieceSources:
 
     def _source(self, endpoint: tuple[str, int], peer_id: bytes) -> str:
         address, port = str(endpoint[0]), int(endpoint[1])
-        key = FEED if port == 0 else f"{address}:{port}"
+        key = ADDED if port == 0 else f"{address}:{port}"
         if key not in self.peer_ids:
-            if key != FEED and self._named >= self.max_sources:
+            if key != ADDED and self._named >= self.max_sources:
                 key = OTHER
-            elif key != FEED:
+            elif key != ADDED:
                 self._named += 1
             self.peer_ids.setdefault(key, _peer_id_text(peer_id))
         return key
 
     def piece_done(self, now: float, piece: int) -> None:
         """``piece`` passed libtorrent's hash check."""
+        if self._checking:
+            self._blocks[piece] = {ON_DISK: self._piece_bytes(piece)}
         self._passed.setdefault(piece, now)
+
+    def checked(self) -> None:
+        """The torrent's check at its start ended (``torrent_checked_alert``): a piece
+        that passes from now on came from somewhere."""
+        self._checking = False
 
     def piece_failed(self, piece: int) -> None:
         """``piece`` failed the hash check: its blocks are not counted."""
@@ -130,7 +152,7 @@ class PieceSources:
         blocks = self._blocks.get(piece)
         if blocks or piece not in self._passed:
             return blocks or {}
-        key = self._asked.get(piece, FEED)
+        key = self._asked.get(piece, ADDED)
         self.peer_ids.setdefault(key, "")
         return {key: self._piece_bytes(piece)}
 
@@ -155,9 +177,14 @@ class PieceSources:
             count.last_at = at if count.last_at is None else max(count.last_at, at)
         return out
 
+    def last_passed(self, n: int) -> list[tuple[int, float]]:
+        """The last ``n`` pieces to pass, and when, oldest first."""
+        return sorted(self._passed.items(), key=lambda item: item[1])[-n:]
+
     def first_from_peer(self, web: Collection[tuple[str, int]]) -> tuple[float, str] | None:
-        """When the first piece from a peer passed, and that peer's key: not the feed,
-        not a web seed (``web``: the web-seed connections' addresses)."""
+        """When the first piece from a peer passed, and that peer's key: not one this
+        client added or found on disk, not a web seed (``web``: the web-seed
+        connections' addresses)."""
         best: tuple[float, str] | None = None
         for piece, at in self._passed.items():
             source = self.source_of(piece)
@@ -169,13 +196,19 @@ class PieceSources:
 
     @staticmethod
     def kind(key: str, web: Collection[tuple[str, int]]) -> str:
-        """``feed``, ``web seed`` or ``peer`` (`OTHER` counts as peers)."""
-        if key == FEED:
-            return "feed"
+        """``added``, ``on disk``, ``web seed`` or ``peer`` (`OTHER` counts as peers)."""
+        if key in (ADDED, ON_DISK):
+            return "added" if key == ADDED else "on disk"
         address, _, port = key.rpartition(":")
         if address and port.isdigit() and (address, int(port)) in web:
             return "web seed"
         return "peer"
+
+
+_LABELS = {
+    "added": "add_piece (its feed from the origins, or its carousel copy)",
+    "on disk": "on disk at the start",
+}
 
 
 def _peer_id_text(peer_id: bytes) -> str:
@@ -233,11 +266,21 @@ class SwarmTimeline:
                 "?" if peers is None else peers,
             )
 
-    def block(
-        self, piece: int, block: int, endpoint: tuple[str, int], peer_id: bytes, *, asked: bool
-    ) -> None:
-        """A block arrived, or was asked for (`PieceSources.block`)."""
-        self.sources.block(piece, block, endpoint, peer_id, asked=asked)
+    def block(self, alert: Any, now: float, *, asked: bool) -> None:
+        """A block arrived, or was asked for (`PieceSources.block`): libtorrent's
+        ``block_finished_alert`` or ``block_downloading_alert``."""
+        self.sources.block(
+            int(alert.piece_index),
+            int(alert.block_index),
+            alert.endpoint,
+            alert.pid.to_bytes(),
+            now=now,
+            asked=asked,
+        )
+
+    def checked(self) -> None:
+        """The torrent's check at its start ended (`PieceSources.checked`)."""
+        self.sources.checked()
 
     def piece_done(self, now: float, piece: int) -> None:
         """A piece passed the hash check (`PieceSources.piece_done`)."""
@@ -335,20 +378,15 @@ class SwarmTimeline:
             web_bytes + feed_bytes,
             max(0, (p.downloaded_bytes if p else 0) - web_bytes - feed_bytes),
         )
-        order = {"feed": 0, "web seed": 1, "peer": 2}
+        order = {"on disk": 0, "added": 1, "web seed": 2, "peer": 3}
         counts = self.sources.counts()
         for key in sorted(
             counts, key=lambda k: (order[self.sources.kind(k, web)], -counts[k].bytes, k)
         ):
             c = counts[key]
             kind = self.sources.kind(key, web)
-            who = (
-                "the origins' feed"
-                if kind == "feed"
-                else "other peers"
-                if key == OTHER
-                else f"{kind} {key} ({c.peer_id})"
-            )
+            named = "other peers" if key == OTHER else f"{kind} {key} ({c.peer_id})"
+            who = _LABELS.get(kind, named)
             when = (
                 ""
                 if c.first_at is None or c.last_at is None
@@ -357,3 +395,19 @@ class SwarmTimeline:
             log.info(
                 "%s: source %s: %d piece(s), %d B%s", self.issue_id, who, c.pieces, c.bytes, when
             )
+        self._last_pieces(feed.started_at, web)
+
+    def _last_pieces(self, fed_at: dict[int, float], web: Collection[tuple[str, int]]) -> None:
+        # the download's tail: each of the last pieces, whom it came from, when it was
+        # first asked for (of a peer or web seed; from the origins by the feed) and when
+        # it passed
+        parts = []
+        for piece, at in self.sources.last_passed(LAST_PIECES):
+            source = self.sources.source_of(piece) or "?"
+            kind = self.sources.kind(source, web)
+            asked = fed_at.get(piece) if kind == "added" else self.sources.asked_at.get(piece)
+            asked_text = "" if asked is None else f" asked +{self._since(asked):.2f},"
+            who = kind if kind in _LABELS else f"{kind} {source}"
+            parts.append(f"{piece} ({who}){asked_text} passed +{self._since(at):.2f}")
+        if parts:
+            log.info("%s: last pieces: %s", self.issue_id, "; ".join(parts))
