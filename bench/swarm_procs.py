@@ -370,9 +370,11 @@ RING_SETTLE_S = 10.0
 
 async def ring_settled(sns: list[Any], *, limit_s: float = RING_SETTLE_S) -> float:
     """Wait until every piece key has exactly one supernode answering for it (at most
-    ``limit_s``); the seconds waited. A supernode that has just joined answers for no
-    key until its predecessor notifies it, at that one's next stabilisation (up to
-    ``stabilize_interval_s``, 2 s): the crowd started right after the last join, and
+    ``limit_s``); the seconds waited. A supernode that had just joined answered for
+    no key until its predecessor notified it, at that one's next stabilisation (up to
+    ``stabilize_interval_s``, 2 s; since 29 Nov the core takes its predecessor from the
+    lookup of its own id and the wait is a message's time): the crowd started right
+    after the last join, and
     for its first two seconds a fifth of the pieces (32 of 160 with five supernodes)
     were answered ``not_mine`` and that supernode's eight bringer slots stayed empty,
     so 8 of 40 peers were handed nothing to bring in and got their first piece 1-4 s

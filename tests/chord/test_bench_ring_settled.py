@@ -1,8 +1,9 @@
 """bench/swarm.py's supernodes' worker starts the crowd on a settled ring
-(`bench/swarm_procs.ring_settled`): a supernode that has just joined answers for no
-piece key until its predecessor notifies it (up to ``stabilize_interval_s`` later), and
+(`bench/swarm_procs.ring_settled`): a supernode that had just joined answered for no
+piece key until its predecessor notified it (up to ``stabilize_interval_s`` later), and
 the bench's crowd started inside that window (docs/results/2026-11-28-swarm-limit.md,
-section 14)."""
+section 14). The core now takes its predecessor from its join's lookup
+(tests/chord/test_core.py); the bench still waits for one owner a key."""
 
 from __future__ import annotations
 

@@ -134,6 +134,38 @@ def test_graceful_leave_hands_over_to_the_successor() -> None:
     assert any(isinstance(e, Send) for e in stranger)
 
 
+def test_a_node_that_joins_answers_for_its_keys_at_once() -> None:
+    # no stabilisation in the test's time (every minute): the joined node learns its
+    # predecessor from the lookup of its own id, the successor gives those keys up on
+    # its notify, and every key has exactly one node answering for it. Before, the
+    # joined node answered for none until its predecessor's next stabilisation (up to
+    # 2 s with the defaults: five supernodes answered for 32, 32, 32, 32 and 0 of 160
+    # piece keys right after the last joined)
+    loop = EventLoop()
+    net = RingNetwork(loop)
+    cfg = ChordConfig(
+        successor_list_size=3,
+        stabilize_interval_s=60.0,
+        fix_fingers_interval_s=60.0,
+        check_predecessor_interval_s=60.0,
+    )
+    nodes = build_stable_ring(
+        [ref(i * 100) for i in range(1, 6)], cfg, now=0.0, rng=random.Random(1)
+    )
+    for n in nodes:
+        net.add(n)
+    new = ChordNode(ref(250), cfg, now=0.0, rng=random.Random(2))
+    net.add(new)
+    net.apply(new, new.join([nodes[0].me], now=0.0))
+    loop.run(0.5)
+    assert new.phase is Phase.ON_RING and new.successor == ref(300)
+    assert new.predecessor == ref(200) and nodes[2].predecessor == ref(250)
+    everyone = [*nodes, new]
+    for key in (201, 249, 250, 251, 300, 301, 50, 550):
+        owners = [n.me.id for n in everyone if n.answers_for(key)]
+        assert owners == [true_successor(net.live_ids(), key)], key
+
+
 def test_a_converged_ring_answers_every_lookup_correctly() -> None:
     rng = random.Random(3)
     refs = [NodeRef(rng.randrange(RING), f"n{i}") for i in range(300)]

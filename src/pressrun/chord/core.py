@@ -12,7 +12,9 @@ applications" (SIGCOMM 2001; IEEE/ACM ToN 11(1), 2003), sections IV.C-IV.E:
   successors in turn and the first that answers is the result. A node that does not
   answer after the retries is routed around: the next candidate of the last answer;
 - join: look up the node's own id through a bootstrap node, take the result as
-  successor (predecessor unknown);
+  successor and the node that answered `Found` (the id lies between it and its
+  successor) as predecessor, and notify the successor (both answer for their keys at
+  once: the paper leaves the predecessor unknown until that node stabilises);
 - stabilize (every ``stabilize_interval_s``): ask the successor for its predecessor p
   and successor list; if p lies between us and the successor, p becomes the
   successor; refresh our successor list from the successor's; notify the successor;
@@ -320,6 +322,7 @@ class ChordNode:
             # the successor itself is the last node the lookup reaches
             return self._lookup_done(lid, lk, rep.sender, now)
         if isinstance(body, Found):
+            lk.finder = rep.sender
             lk.found(self.table.filter(body.successors))
             return self._verify_next(lid, lk, now)
         if isinstance(body, Closer) and lk.take_closer(rep.sender, body, self.table.filter):
@@ -389,8 +392,24 @@ class ChordNode:
                 return []  # (a rejoin that found only us: still alone)
             self.phase = Phase.ON_RING
             self.table.successors = [succ]
-            self.table.predecessor = None
-            return [Joined(succ), *self._send(succ, Notify(), Purpose.FIRE_AND_FORGET, now)]
+            # The node that answered the lookup of our own id has it between itself
+            # and its successor: it is our predecessor, and we answer for the keys
+            # between it and us at once (the successor, notified now, gives them up
+            # at once). Left unknown until that node's next stabilisation notified
+            # us, a supernode that had just joined answered for no key for up to
+            # ``stabilize_interval_s``: a fifth of a 160-piece issue's keys `not_mine`
+            # with five supernodes (docs/chord.md). A node that joined between it and
+            # us meanwhile notifies us at its next stabilisation, as in Chord.
+            pred = lk.finder
+            if pred is not None and (
+                pred.id == self.me.id or not in_open(self.me.id, pred.id, succ.id)
+            ):
+                pred = None
+            self.table.predecessor = pred
+            out: list[Effect] = [Joined(succ)]
+            if pred is not None:
+                out.append(PredecessorChanged(pred))
+            return [*out, *self._send(succ, Notify(), Purpose.FIRE_AND_FORGET, now)]
         if lk.kind is LookupKind.FINGER:
             self._finger_lookup = None
             self._next_finger = self.table.set_fingers_from(lk.finger, succ)

@@ -102,6 +102,8 @@ class Lookup:
     asked: set[int] = field(default_factory=set)
     dead: set[int] = field(default_factory=set)
     closers: list[tuple[NodeRef, Closer]] = field(default_factory=list)
+    #: the node that answered `Found`: the key lies between it and its successor
+    finder: NodeRef | None = None
     hops: int = 0
     timeouts: int = 0
 
