@@ -17,7 +17,9 @@ from pressrun.emulate.fleet import (
     channels_line,
     kinds_line,
     longest_above,
+    same_clients_in_twin,
     twin_comparison,
+    twin_lines,
     windows_kept_above,
 )
 from pressrun.emulate.scenario import BROWSER, DESKTOP, parse_scenario
@@ -144,6 +146,38 @@ def test_the_run_against_its_unicast_twin() -> None:
     assert twin["swarm_clients"]["at_most_twin"] is True
     assert twin["origin_egress_ratio"] == 0.04 and twin["origin_egress_at_most_5pct"] is True
     assert twin_comparison({"emulation": variants["emulation"]}) is None
+    assert twin["carousel_readers_in_twin"]["clients"] == 0  # no per-client rows
+
+
+def test_the_carousel_readers_against_the_same_clients_in_the_twin() -> None:
+    def row(client: int, link: str, mode: str, s: float | None) -> dict[str, Any]:
+        return {"client": client, "kind": "desktop", "link": link, "mode": mode, "download_s": s}
+
+    run = [row(1, "fibre", "multicast", 20.0), row(2, "fibre", "multicast", 18.0),
+           row(3, "mobile", "multicast", 90.0), row(4, "dsl", "swarm", 30.0),
+           row(5, "dsl", "multicast", None),  # not verified: left out
+           {**row(6, "fibre", "multicast", 5.0), "kind": "browser"}]  # fmt: skip
+    twin = [row(1, "fibre", "origin", 15.0), row(2, "fibre", "origin", 19.0),
+            row(3, "mobile", "origin", 70.0), row(4, "dsl", "origin", 22.0),
+            row(5, "dsl", "origin", 23.0)]  # fmt: skip
+    same = same_clients_in_twin(run, twin)
+    assert same["clients"] == 3 and same["faster_than_twin"] == 1
+    assert (same["median_s"], same["twin_median_s"]) == (20.0, 19.0)
+    assert same["by_link"] == {"fibre": [2, 20.0, 19.0], "mobile": [1, 90.0, 70.0]}
+    summary = {
+        "all_clients": {"median_s": 25.0, "twin_median_s": 22.0},
+        "carousel_readers": {"median_s": 20.0},
+        "swarm_clients": {"median_s": 30.0},
+        "carousel_readers_in_twin": same,
+    }
+    lines = twin_lines(summary)
+    assert lines[0].startswith("download median against the unicast-only twin's (22.0 s)")
+    assert lines[1] == (
+        "the 3 carousel readers: median 20.0 s, the same clients in the twin 19.0 s "
+        "(1 faster than there); by link fibre 2: 20.0 s against 19.0 s; mobile 1: 90.0 s "
+        "against 70.0 s"
+    )
+    assert twin_lines(None) == []
 
 
 BROWSERS = """

@@ -18,7 +18,8 @@ How it is counted, every `CPU_SAMPLE_INTERVAL_S`:
   last sample interval before it exited (2 s at most) is counted in the engine's total
   only (``containers not attributed``);
 - the engine's processes: those whose command line names the engine's socket folder
-  (dockerd, containerd, the shims), and this process with its waited-for children.
+  (dockerd, containerd, the shims) with the children they waited for (``runc`` for
+  each exec and healthcheck), and this process with its docker commands.
 """
 
 from __future__ import annotations
@@ -185,8 +186,8 @@ def sample_once(
                 use.history.setdefault(name, []).append((use.samples - 1, seconds))
                 for member in (group / "cgroup.procs").read_text().split():
                     _see_process(use.processes, name, int(member), born_in_run=not first)
-    for pid in engine_pids:
-        _see_process(use.host, ENGINE, pid, born_in_run=not first)
+    for pid in engine_pids:  # with the runc processes each shim waited for
+        _see_process(use.host, ENGINE, pid, born_in_run=not first, children=True)
     # with its docker commands, waited for by it
     _see_process(use.host, ORCHESTRATOR, os.getpid(), born_in_run=False, children=True)
 

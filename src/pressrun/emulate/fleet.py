@@ -258,11 +258,78 @@ def twin_comparison(variants: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]
     ratio = run["origin_egress_total_bytes"] / twin_egress if twin_egress else None
     return {
         "carousel_readers": against(by_mode.get("multicast", {}).get("median")),
+        "carousel_readers_in_twin": same_clients_in_twin(
+            run.get("per_client", []), twin.get("per_client", [])
+        ),
         "swarm_clients": against(by_mode.get("swarm", {}).get("median")),
         "all_clients": against(run["download_s"]["median"]),
         "origin_egress_ratio": None if ratio is None else round(ratio, 4),
         "origin_egress_at_most_5pct": None if ratio is None else ratio <= 0.05,
     }
+
+
+def same_clients_in_twin(
+    run: Sequence[Mapping[str, Any]], twin: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The carousel readers against the same clients in the twin (the same plan: link
+    and arrival): the readers' median download time and theirs in the twin, overall and
+    per link (``[readers, median, twin's median]``), and how many were faster. The
+    twin's median over all its clients weighs the links as the whole crowd does, the
+    readers' as the balancer sent them (all of one link, none of another)."""
+    twin_s = {
+        r["client"]: r["download_s"]
+        for r in twin
+        if r.get("kind") == "desktop" and r.get("download_s") is not None
+    }
+    pairs = [
+        (str(r.get("link")), float(r["download_s"]), float(twin_s[r["client"]]))
+        for r in run
+        if r.get("kind") == "desktop"
+        and r.get("mode") == "multicast"
+        and r.get("download_s") is not None
+        and r.get("client") in twin_s
+    ]
+
+    def median(values: Sequence[float]) -> float | None:
+        v = sorted(values)
+        return None if not v else round(v[len(v) // 2], 1)
+
+    links: dict[str, list[tuple[float, float]]] = {}
+    for link, mine, theirs in pairs:
+        links.setdefault(link, []).append((mine, theirs))
+    return {
+        "clients": len(pairs),
+        "median_s": median([p[1] for p in pairs]),
+        "twin_median_s": median([p[2] for p in pairs]),
+        "faster_than_twin": sum(1 for p in pairs if p[1] < p[2]),
+        "by_link": {
+            link: [len(xs), median([x[0] for x in xs]), median([x[1] for x in xs])]
+            for link, xs in sorted(links.items())
+        },
+    }
+
+
+def twin_lines(twin: Mapping[str, Any] | None) -> list[str]:
+    """The console's lines of `twin_comparison` (none without a twin)."""
+    if twin is None:
+        return []
+    lines = [
+        "download median against the unicast-only twin's "
+        f"({twin['all_clients']['twin_median_s']} s): carousel readers "
+        f"{twin['carousel_readers']['median_s']} s, swarm clients "
+        f"{twin['swarm_clients']['median_s']} s, all {twin['all_clients']['median_s']} s"
+    ]
+    same = twin.get("carousel_readers_in_twin") or {}
+    if same.get("clients"):
+        lines.append(
+            f"the {same['clients']} carousel readers: median {same['median_s']} s, the "
+            f"same clients in the twin {same['twin_median_s']} s "
+            f"({same['faster_than_twin']} faster than there); by link "
+            + "; ".join(
+                f"{link} {n}: {a} s against {b} s" for link, (n, a, b) in same["by_link"].items()
+            )
+        )
+    return lines
 
 
 def kinds_line(name: str, kinds: Mapping[str, Any]) -> str:

@@ -47,6 +47,7 @@ from pressrun.emulate.fleet import (
     channels_line,
     kinds_line,
     twin_comparison,
+    twin_lines,
 )
 from pressrun.emulate.issue import PublishedIssue
 from pressrun.emulate.link import parse_rate_bps
@@ -545,14 +546,8 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
             f"with the embargo, {release['no_embargo_origin_bytes_from_release'] / 1e6:.0f} MB "
             f"in the flash crowd without it ({release['ratio']:.1%})"
         )
-    twin = summary.get("twin_comparison")
-    if twin is not None:
-        console.print(
-            "download median against the unicast-only twin's "
-            f"({twin['all_clients']['twin_median_s']} s): carousel readers "
-            f"{twin['carousel_readers']['median_s']} s, swarm clients "
-            f"{twin['swarm_clients']['median_s']} s, all {twin['all_clients']['median_s']} s"
-        )
+    for line in twin_lines(summary.get("twin_comparison")):
+        console.print(line)
     console.print(f"report: {out / 'summary.json'}, {out / 'egress.png'}, {out / 'clients.png'}")
 
 
