@@ -4,9 +4,14 @@ line an operator judges a host-bound run by."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from pathlib import Path
 
+import pytest
+
+from pressrun.emulate import cpu_use
 from pressrun.emulate.cpu_use import (
     ENGINE,
     HOST_OTHER,
@@ -15,6 +20,7 @@ from pressrun.emulate.cpu_use import (
     UNATTRIBUTED,
     CpuUse,
     busiest_window,
+    chromium_label,
     component_of,
     components_line,
     container_ids,
@@ -84,8 +90,14 @@ def test_the_split_by_component_adds_up_to_the_busy_cores() -> None:
     cpu = cpu_summary(use, CLIENTS)
     by = cpu["by_component"]
     assert by["carousel readers"] == {"cores": 0.6, "clients": 2, "cpu_s_each": 3.0}
-    assert by["phones (headless Chromium)"] == {"cores": 0.3, "clients": 1, "cpu_s_each": 3.0}
-    assert by["sender"] == {"cores": 0.2}
+    # the phone's cgroup took 3 s, its processes 2 + 1: nothing short-lived
+    assert by["phones (headless Chromium)"] == {
+        "cores": 0.3,
+        "clients": 1,
+        "cpu_s_each": 3.0,
+        "short_lived_cores": 0.0,
+    }
+    assert by["sender"] == {"cores": 0.2}  # no process seen: none split off
     assert by[UNATTRIBUTED] == {"cores": 0.1}
     assert by[ENGINE] == {"cores": 0.2} and by[ORCHESTRATOR] == {"cores": 0.1}
     # busy 18 s: containers 12, engine 2, this process 1: the rest 3
@@ -134,3 +146,53 @@ def test_the_busiest_window_split_by_component() -> None:
     assert peak["by_component"] == {"carousel readers": 0.75, "sender": 0.3}
     # a run shorter than the window has none
     assert busiest_window(use, CLIENTS, window_s=100.0) is None
+
+
+def test_chromium_processes_by_type() -> None:
+    def cmd(*args: str) -> bytes:
+        return "\0".join(["/usr/lib/chromium/chromium", *args, ""]).encode()
+
+    assert chromium_label("chromium", cmd("--headless", "--no-sandbox")) == "chromium browser"
+    assert chromium_label("chromium", cmd("--type=renderer", "--lang=en")) == "chromium renderer"
+    utility = cmd("--type=utility", "--utility-sub-type=network.mojom.NetworkService")
+    assert chromium_label("chromium", utility) == "chromium utility NetworkService"
+
+
+def test_a_services_short_lived_processes(tmp_path: Path) -> None:
+    # the sender's cgroup took 2.0 s, its one long-lived process (this one) much less:
+    # the rest was processes gone between samples (its healthchecks)
+    group = tmp_path / "abc"
+    group.mkdir()
+    (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    use = CpuUse()
+    ids = {"abc": f"{P}_multicast_1"}
+    for t, usage in ((0.0, 1_000_000_000), (2.0, 3_000_000_000)):
+        (group / "cpuacct.usage").write_text(f"{usage}\n")
+        sample_once(use, t, tmp_path, ids, [])
+    by = cpu_summary(use, {})["by_component"]
+    assert by["sender"]["cores"] == 1.0
+    assert 0.9 <= by["sender"]["short_lived_cores"] <= 1.0
+
+
+def test_the_sampler_names_the_containers_from_docker_ps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "abc").mkdir()
+    (tmp_path / "abc" / "cpuacct.usage").write_text("5\n")
+    (tmp_path / "abc" / "cgroup.procs").write_text("")
+    monkeypatch.setattr(cpu_use, "CPU_SAMPLE_INTERVAL_S", 0.01)
+    use = CpuUse()
+
+    async def run() -> None:
+        task = asyncio.create_task(
+            cpu_use.sample_cpu(use, 0.0, tmp_path, lambda: f"abc {P}_origin-a_1\n", "/nowhere")
+        )
+        while use.samples < 3:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    assert set(use.containers.last) == {f"{P}_origin-a_1"}
+    assert {k.split("\0")[0] for k in use.host.last} == {ORCHESTRATOR}  # no engine found

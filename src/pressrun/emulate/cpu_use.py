@@ -13,10 +13,13 @@ How it is counted, every `CPU_SAMPLE_INTERVAL_S`:
 - each container: its cgroup v1 ``cpuacct.usage`` under the engine's cgroup (the
   container's id from ``docker ps`` at the first sample: every service and client
   container exists by then), and each of its processes' ``utime + stime`` by process
-  name (``comm``), so a phone's Chromium, its Playwright driver and its Python are told
-  apart. A container's cgroup goes with the container, so what a client did in the
-  last sample interval before it exited (2 s at most) is counted in the engine's total
-  only (``containers not attributed``);
+  name (``comm``; a Chromium process with its ``--type``), so a phone's renderer, its
+  GPU process, its Playwright driver and its Python are told apart. What the cgroup
+  took beyond the processes seen is ``short_lived_cores`` (processes that lived less
+  than a sample interval: a service's healthcheck, a client's ``tc``). A container's
+  cgroup goes with the container, so what a client did in the last sample interval
+  before it exited (2 s at most) is counted in the engine's total only (``containers
+  not attributed``);
 - the engine's processes: those whose command line names the engine's socket folder
   (dockerd, containerd, the shims) with the children they waited for (``runc`` for
   each exec and healthcheck), and this process with its docker commands.
@@ -28,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,6 +141,8 @@ class CpuUse:
     samples: int = 0
     #: container name -> [(sample index, its cgroup's seconds)], for the busiest window
     history: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    #: "pid\0start" -> a Chromium process's name with its type (`chromium_label`)
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def container_ids(docker_ps: str) -> dict[str, str]:
@@ -185,7 +190,10 @@ def sample_once(
                 use.containers.see(name, seconds, born_in_run=False)
                 use.history.setdefault(name, []).append((use.samples - 1, seconds))
                 for member in (group / "cgroup.procs").read_text().split():
-                    _see_process(use.processes, name, int(member), born_in_run=not first)
+                    _see_process(
+                        use.processes, name, int(member), born_in_run=not first,
+                        labels=use.labels,
+                    )  # fmt: skip
     for pid in engine_pids:  # with the runc processes each shim waited for
         _see_process(use.host, ENGINE, pid, born_in_run=not first, children=True)
     # with its docker commands, waited for by it
@@ -193,12 +201,37 @@ def sample_once(
 
 
 def _see_process(
-    counters: Counters, owner: str, pid: int, *, born_in_run: bool, children: bool = False
+    counters: Counters,
+    owner: str,
+    pid: int,
+    *,
+    born_in_run: bool,
+    children: bool = False,
+    labels: dict[str, str] | None = None,
 ) -> None:
     with contextlib.suppress(OSError, ValueError, IndexError):
         stat = Path(f"/proc/{pid}/stat").read_text()
         name, start, seconds = process_cpu(stat, children=children)
+        if labels is not None and name.startswith("chrom"):
+            # a phone's Chromium by process type: the page's renderer, the GPU
+            # process, the network service ... (read once per process)
+            ident = f"{pid}\0{start}"
+            if ident not in labels:
+                labels[ident] = chromium_label(name, Path(f"/proc/{pid}/cmdline").read_bytes())
+            name = labels[ident]
         counters.see(f"{owner}\0{name}\0{pid}\0{start}", seconds, born_in_run=born_in_run)
+
+
+def chromium_label(name: str, cmdline: bytes) -> str:
+    """A Chromium process's name with its ``--type`` (and a utility's sub-type): the
+    browser process has none."""
+    kind, sub = "browser", ""
+    for arg in cmdline.decode(errors="replace").split("\0"):
+        if arg.startswith("--type="):
+            kind = arg.removeprefix("--type=")
+        elif arg.startswith("--utility-sub-type="):
+            sub = arg.removeprefix("--utility-sub-type=").rsplit(".", 1)[-1]
+    return f"{name} {kind}" + (f" {sub}" if sub else "")
 
 
 async def sample_cpu(
@@ -242,7 +275,7 @@ def component_of(container: str, clients: Mapping[str, str]) -> str:
 
 
 def cpu_summary(
-    use: CpuUse | list[tuple[float, float, float, float | None]],
+    use: CpuUse | Sequence[tuple[float, float, float, float | None]],
     clients: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The host's CPU over the run, in cores: how many it has, how many were busy on
@@ -287,6 +320,12 @@ def _by_component(use: CpuUse, dt: float, clients: Mapping[str, str]) -> dict[st
         part = component_of(name, clients)
         names = by_process.setdefault(part, {})
         names[comm] = names.get(comm, 0.0) + use.processes.used(key)
+    # what a component's cgroup took beyond its processes seen: processes that lived
+    # less than a sample interval (a service's healthcheck, a client's tc at its start)
+    short_lived = {
+        part: max(0.0, seconds.get(part, 0.0) - sum(names.values()))
+        for part, names in by_process.items()
+    }
     for key in use.host.last:
         owner = key.split("\0")[0]
         seconds[owner] = seconds.get(owner, 0.0) + use.host.used(key)
@@ -304,6 +343,11 @@ def _by_component(use: CpuUse, dt: float, clients: Mapping[str, str]) -> dict[st
                 **(
                     {"clients": counted[part], "cpu_s_each": round(s / counted[part], 1)}
                     if part in counted
+                    else {}
+                ),
+                **(
+                    {"short_lived_cores": round(short_lived[part] / dt, 3)}
+                    if part in short_lived
                     else {}
                 ),
             }
