@@ -66,6 +66,11 @@ class PeerInfoTally:
         self.sole_pieces = 0
         self._per_connection: dict[tuple[str, int], int] = {}
 
+    @property
+    def web_endpoints(self) -> frozenset[tuple[str, int]]:
+        """The (address, port) of every web-seed connection seen (the origins')."""
+        return frozenset(self._per_connection)
+
     def update(
         self,
         peers: Sequence[Any],
