@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pressrun.demo.readers import BrowserReaders
-from pressrun.emulate.probes import read_cpu
+from pressrun.emulate.cpu_use import read_cpu
 
 
 def loadavg() -> str:
