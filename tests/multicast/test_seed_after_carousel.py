@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import random
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -23,9 +24,12 @@ import pytest
 
 from pressrun.balancer.demand import DemandConfig, DemandPolicy, swarm_info_for
 from pressrun.balancer.events import MulticastInfo
+from pressrun.clients.aio import FetchResult
+from pressrun.clients.config import ClientConfig
 from pressrun.clients.swarm_handoff import seeds_after_carousel
 from pressrun.multicast.config import CarouselConfig
-from pressrun.origin import OriginConfig, start_origin
+from pressrun.origin import OriginConfig, RunningOrigin, start_origin
+from pressrun.peer.results import SwarmProgress, SwarmResult
 
 from .conftest import (
     ISSUE,
@@ -38,6 +42,62 @@ from .conftest import (
 
 SIZE = 2_000_000 + 123
 CLIENT = multicast_client(swarm_max_seed_s=30.0)
+
+
+async def read_beside_a_peer(
+    tmp_path: Path,
+    pub: Published,
+    sender: Any,
+    origin: RunningOrigin,
+    client: ClientConfig,
+    **peer: Any,
+) -> tuple[FetchResult, SwarmResult]:
+    """A tracker on 127.0.0.1, and a swarm peer (``peer``: `SwarmPeer`'s arguments
+    beside the torrent, the manifest, a folder and the tracker) downloading while a
+    reader (``client``) fetches through a balancer over ``origin`` that answers
+    ``multicast`` with the swarm beside ``sender``'s carousel: the reader's result and
+    the peer's, once both ended (the peer's once it has the file)."""
+    from pressrun.content.bundle import read_manifest
+    from pressrun.peer.aio import SwarmPeer
+    from pressrun.peer.loopback import OPERATOR_TOKEN
+    from pressrun.security import ServiceSecurity
+    from pressrun.tracker.aio import TrackerService
+    from pressrun.tracker.config import TrackerConfig
+    from pressrun.tracker.core import TrackerCore
+    from pressrun.tracker.sqlite_store import SqliteStore
+
+    tracker = TrackerService(
+        TrackerCore(TrackerConfig(interval_s=2, min_interval_s=1), random.Random(7)),
+        SqliteStore(tmp_path / "tracker.db", flush_interval_s=0.05),
+        security=ServiceSecurity(operator_token=OPERATOR_TOKEN),
+    )
+    tracker_url = f"http://127.0.0.1:{await tracker.start('127.0.0.1', 0)}/announce"
+    other = SwarmPeer(
+        torrent=(pub.content / ISSUE / f"{ISSUE}.torrent").read_bytes(),
+        manifest=read_manifest(pub.content / ISSUE / "manifest.json"),
+        partial_dir=tmp_path / "other" / ".partial" / ISSUE,
+        tracker_url=tracker_url,
+        listen_interfaces="127.0.0.1:0",
+        **peer,
+    )
+    try:
+        await other.start()
+        info_hash = json.loads(pub.manifest_json)["manifest"]["info_hash"]
+        group = "{}:{}".format(*sender.config.control_group)
+        policy = DemandPolicy(
+            PEAK_AT_ONCE,
+            {ISSUE: swarm_info_for(origin.url, tracker_url, ISSUE, info_hash)},
+            {ISSUE: MulticastInfo(group, "127.0.0.1")},
+        )
+        reader, got = await asyncio.gather(
+            fetch_through_balancer(ISSUE, origin, policy, client, publisher=pub),
+            asyncio.wait_for(other.downloaded(), 90.0),
+        )
+        assert got
+        return reader, await other.stop()
+    finally:
+        await other.close()
+        await tracker.close()
 
 
 def test_who_seeds_after_the_carousel() -> None:
@@ -56,27 +116,11 @@ async def test_a_carousel_reader_seeds_the_swarm_for_a_peer_the_carousel_misses(
     sender_factory: Any,
 ) -> None:
     pytest.importorskip("libtorrent")
-    from pressrun.content.bundle import read_manifest
-    from pressrun.peer.aio import SwarmPeer
     from pressrun.peer.config import desktop_profile
-    from pressrun.peer.loopback import OPERATOR_TOKEN
-    from pressrun.security import ServiceSecurity
-    from pressrun.tracker.aio import TrackerService
-    from pressrun.tracker.config import TrackerConfig
-    from pressrun.tracker.core import TrackerCore
-    from pressrun.tracker.sqlite_store import SqliteStore
 
     pub = published(SIZE)
     sender = await sender_factory(pub, CarouselConfig(channels=2, rate_bps=20e6))
     await sender.start_carousel(ISSUE, sender.config.carousel)
-    tconfig = TrackerConfig(interval_s=2, min_interval_s=1)
-    tracker = TrackerService(
-        TrackerCore(tconfig, random.Random(7)),
-        SqliteStore(tmp_path / "tracker.db", flush_interval_s=0.05),
-        security=ServiceSecurity(operator_token=OPERATOR_TOKEN),
-    )
-    port = await tracker.start("127.0.0.1", 0)
-    tracker_url = f"http://127.0.0.1:{port}/announce"
     # the reader's origin (the balancer's, for the manifest and the torrent), and a
     # 0.1 Mbit/s one: the other peer's only source but the seed (2 MB: 160 s)
     origin = await start_origin(
@@ -85,36 +129,18 @@ async def test_a_carousel_reader_seeds_the_swarm_for_a_peer_the_carousel_misses(
     slow = await start_origin(
         OriginConfig(content_dir=pub.content, name="origin-slow", egress_cap_mbps=0.1)
     )
-    torrent = (pub.content / ISSUE / f"{ISSUE}.torrent").read_bytes()
-    manifest = read_manifest(pub.content / ISSUE / "manifest.json")
-    other = SwarmPeer(
-        torrent=torrent,
-        manifest=manifest,
-        partial_dir=tmp_path / "other" / ".partial" / ISSUE,
-        config=desktop_profile(max_seed_time_s=1.0),
-        tracker_url=tracker_url,
-        web_seeds=[f"{slow.url}/content/{ISSUE}/{ISSUE}.pdf"],
-        listen_interfaces="127.0.0.1:0",
-    )
     try:
-        await other.start()
-        info_hash = json.loads(pub.manifest_json)["manifest"]["info_hash"]
-        group = "{}:{}".format(*sender.config.control_group)
-        policy = DemandPolicy(
-            PEAK_AT_ONCE,
-            {ISSUE: swarm_info_for(origin.url, tracker_url, ISSUE, info_hash)},
-            {ISSUE: MulticastInfo(group, "127.0.0.1")},
+        reader, result = await read_beside_a_peer(
+            tmp_path,
+            pub,
+            sender,
+            origin,
+            CLIENT,
+            config=desktop_profile(max_seed_time_s=1.0),
+            web_seeds=[f"{slow.url}/content/{ISSUE}/{ISSUE}.pdf"],
         )
-        reader, got = await asyncio.gather(
-            fetch_through_balancer(ISSUE, origin, policy, CLIENT, publisher=pub),
-            asyncio.wait_for(other.downloaded(), 60.0),
-        )
-        assert got
-        result = await other.stop()
     finally:
-        await other.close()
         await slow.stop()
-        await tracker.close()
     assert reader.mode == "multicast" and reader.bytes_from_multicast == SIZE
     assert sum(reader.bytes_by_origin.values()) == 0
     assert hashlib.sha256(reader.path.read_bytes()).digest() == hashlib.sha256(pub.data).digest()
@@ -141,7 +167,6 @@ async def test_a_swarm_leaver_seeds_the_carousel_copy_without_fetching_it_again(
     pytest.importorskip("libtorrent")
     import pressrun.clients.aio
     from pressrun.multicast.net import free_udp_port
-    from pressrun.peer.results import SwarmResult
 
     pub = published(SIZE)
     sender = await sender_factory(pub, CarouselConfig(channels=2, rate_bps=20e6))
@@ -222,3 +247,85 @@ async def test_a_client_that_leaves_with_nothing_does_not_check_the_file_first(
     assert result.left_swarm_for_carousel and note.startswith("left for the carousel with 0%")
     assert "; the swarm closed in " in note and "pieces checked" not in note, note
     assert checked == [], checked
+
+
+async def test_a_carousel_reader_offers_what_it_holds_while_it_receives(
+    tmp_path: Path,
+    published: Callable[[int], Published],
+    sender_factory: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reader resuming with half of the file, told ``multicast``, joins the swarm as
+    it starts receiving a slow carousel (2 channels of 0.5 Mbit/s: the other half
+    takes about 10 s) and offers the half it holds (`carousel_share`): a peer with no
+    other source has pieces from it before the reader's carousel completed; then the
+    same session seeds the rest and the peer completes. Before, the reader joined the
+    swarm only once its copy was complete, and the peer had nothing until then."""
+    pytest.importorskip("libtorrent")
+    import pressrun.clients.multicast_receive as receive_module
+    from pressrun.clients.codec import ResumeState
+    from pressrun.clients.library import Library
+    from pressrun.content.bundle import read_manifest
+    from pressrun.peer.config import desktop_profile
+
+    pub = published(SIZE)
+    m = read_manifest(pub.content / ISSUE / "manifest.json")
+    half = m.num_pieces // 2
+    library = Library(pub.root / "library")
+    partial = library.prepare_partial(ISSUE, m.file_name, SIZE, pub.manifest_json, True)
+    with open(partial, "r+b") as f:
+        f.write(pub.data[: half * m.piece_size_bytes])
+    library.save_state(
+        ResumeState(
+            issue_id=ISSUE,
+            file_name=m.file_name,
+            sha256=m.sha256,
+            size_bytes=SIZE,
+            piece_size_bytes=m.piece_size_bytes,
+            verified=frozenset(range(half)),
+        )
+    )
+    sender = await sender_factory(pub, CarouselConfig(channels=2, rate_bps=0.5e6))
+    await sender.start_carousel(ISSUE, sender.config.carousel)
+    # when the reader's carousel ended (its receive thread returned)
+    received_at: list[float] = []
+    receive = receive_module.receive_native_or_tunnelled
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return receive(*args, **kwargs)
+        finally:
+            received_at.append(time.monotonic())
+
+    monkeypatch.setattr(receive_module, "receive_native_or_tunnelled", timed)
+    progress: list[tuple[float, int]] = []
+
+    def seen(p: SwarmProgress) -> None:
+        progress.append((time.monotonic(), p.done_bytes))
+
+    origin = await start_origin(
+        OriginConfig(content_dir=pub.content, name="origin-a", stats_interval_s=0.2)
+    )
+    reader, result = await read_beside_a_peer(
+        tmp_path,
+        pub,
+        sender,
+        origin,
+        replace(CLIENT, multicast_deadline_s=60.0),
+        config=desktop_profile(max_seed_time_s=1.0, stall_after_s=60.0),
+        on_progress=seen,
+    )
+    assert hashlib.sha256(reader.path.read_bytes()).digest() == hashlib.sha256(pub.data).digest()
+    assert reader.mode == "multicast" and reader.resumed_bytes > 0
+    assert reader.bytes_from_multicast > 0 and len(received_at) == 1
+    # the peer had pieces from the reader before the reader's carousel completed
+    before = [done for at, done in progress if at < received_at[0]]
+    assert before and max(before) > 0, (progress, received_at)
+    note = reader.multicast_note or ""
+    assert f"shared while receiving: {half} pieces offered" in note, note
+    # it took nothing from the swarm; the rest came from the same reader's seeding
+    # (the peer has no other source)
+    assert reader.bytes_from_peers == 0 and reader.bytes_from_web_seeds == 0
+    assert result.completed and result.bytes_from_web_seeds == 0
+    assert result.bytes_from_peers >= SIZE * 0.9, result
+    assert reader.leave_rule is not None and reader.seeding_s > 0

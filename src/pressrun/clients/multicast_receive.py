@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pressrun.clients.carousel_share import CarouselShare
 from pressrun.clients.codec import DirectiveMulticast
 from pressrun.clients.config import ClientConfig
 from pressrun.clients.session import FetchState, describe
@@ -49,7 +50,6 @@ async def receive_multicast(
     after it: all of them when the carousel delivered a good file, else the ones
     that checked out, the rest left to the swarm or origin sections."""
     from pressrun.multicast.net import parse_group
-    from pressrun.multicast.receiver import copy_verified_pieces
 
     try:
         group = parse_group(multicast.control_group)
@@ -59,6 +59,37 @@ async def receive_multicast(
     interface = f.config.multicast_interface or multicast.interface or "0.0.0.0"
     work = path.parent / "multicast"
     work.mkdir(exist_ok=True)
+    # a reader that may seed joins the swarm now and offers what it holds and decodes
+    # (`carousel_share`); the seeding after the carousel takes it over
+    swarm = f.last_directive.swarm if f.last_directive is not None else None
+    share = CarouselShare.start(f, m, path, swarm, work, kept)
+    try:
+        have = await _receive(
+            f, m, manifest_json, path, multicast, kept, group, interface, work, share
+        )
+    finally:
+        if share is not None and f.carousel_share is not share:
+            await share.close()
+    return have
+
+
+async def _receive(
+    f: FetchState,
+    m: Manifest,
+    manifest_json: bytes,
+    path: Path,
+    multicast: DirectiveMulticast,
+    kept: list[int],
+    group: tuple[str, int],
+    interface: str,
+    work: Path,
+    share: CarouselShare | None,
+) -> list[int]:
+    """`receive_multicast`'s receive, check and note; ``share`` (when sharing) is
+    stopped before the decoder's folder goes and handed to the seeding
+    (``f.carousel_share``) when the copy is complete."""
+    from pressrun.multicast.receiver import copy_verified_pieces
+
     # a thread of its own, not the loop's small default pool: many clients of one
     # process (the demo) each receive at once
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pressrun-multicast")
@@ -103,6 +134,8 @@ async def receive_multicast(
     finally:
         stop.set()
         executor.shutdown(wait=False)
+        if share is not None:  # it reads the decoder's folder: stopped before it goes
+            await share.stop_watching()
         shutil.rmtree(work, ignore_errors=True)
     have = sorted(set(kept) | set(good))
     before = set(kept)
@@ -132,7 +165,10 @@ async def receive_multicast(
                 f"{t:.2f}:{n}:{w}"
                 for (t, n), w in zip(result.channel_log, result.channel_log_windows, strict=True)
             )
+            + ("" if share is None else f"; {share.describe()}")
         )
+        if share is not None and share.sharing and f.multicast_bytes > 0:
+            f.carousel_share = share  # `swarm_handoff.seed_after_carousel` seeds with it
         return have
     why = (
         result.reason

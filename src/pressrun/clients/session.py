@@ -39,6 +39,7 @@ from pressrun.security import BodyTooLarge, read_body_limited
 if TYPE_CHECKING:
     import nacl.public
 
+    from pressrun.clients.carousel_share import CarouselShare
     from pressrun.clients.carousel_switch import SwarmRates
     from pressrun.peer.aio import SwarmPeer
     from pressrun.peer.results import SwarmProgress
@@ -143,6 +144,9 @@ class FetchState:
     left_swarm_peer_bytes: int = 0
     #: the comparison that made it leave (`CarouselChoice.describe`)
     carousel_choice: str | None = None
+    #: the carousel reader's sharing peer, joined while it received and handed to
+    #: the seeding after the carousel (`carousel_share`, `swarm_handoff`)
+    carousel_share: CarouselShare | None = None
     #: the partial file's whole SHA-256 as read when it was last written in one go
     #: (the carousel's object, `multicast_receive`) or as the swarm peer's final
     #: check read it (a completed swarm fetch, `swarm_handoff`): the final check then

@@ -213,10 +213,20 @@ async def seed_after_carousel(
     downloaded (as `pressrun seed` counts it: it seeds one copy back, or until the
     tracker's counts say it is not needed, or for the profile's seeding time at most).
     No web seeds: a seed has every piece. The result (None when the torrent or the
-    swarm failed: the copy is kept, seeding is an extra)."""
+    swarm failed: the copy is kept, seeding is an extra). A reader that joined the
+    swarm while it received (``f.carousel_share``, `carousel_share`) seeds in that
+    session, its connections and its upload while receiving carried over."""
     from pressrun.peer.aio import fetch_via_swarm
     from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY
 
+    share, f.carousel_share = f.carousel_share, None
+    if share is not None:
+        f.uploader_policy = f.config.uploader_policy or DEFAULT_UPLOADER_POLICY
+        try:
+            return await share.seed()
+        except Exception as err:  # the copy is whole and verified: seeding is an extra
+            f.notice(f"swarm: seeding the carousel's copy failed ({describe(err)})")
+            return None
     torrent, reason = await _torrent(f, m, swarm)
     if torrent is None:
         f.notice(f"swarm: not seeding the carousel's copy: cannot get the torrent ({reason})")

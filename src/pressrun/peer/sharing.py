@@ -1,0 +1,172 @@
+"""A peer that uploads the pieces it is handed before it has the file, then seeds.
+
+A carousel reader that may seed (`pressrun.clients.carousel_share`) joins the issue's
+swarm while it still receives the carousel: a `SharingPeer` is a `SwarmPeer` whose
+torrent is added with every piece at priority 0 and no web seeds (it downloads
+nothing: the carousel is its source) and which is handed each piece the client has
+verified against the manifest (`offer`: libtorrent's ``add_piece``, which writes the
+piece to the peer's own file and checks it against the torrent's hash, and from then
+on offers it to the swarm). Once every piece is in, `seed` turns the same session and
+torrent (its connections and its all-time upload) into the ordinary peer: the core
+starts, the peer's final check reads the file against the manifest, and it seeds by
+the fair-exit rules (`SwarmPeer.finished`).
+
+Until `seed`, the peer's core does not run: no status polls, no stall rule, no web
+seeds, no ring; libtorrent uploads to the peers that ask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import libtorrent as lt
+
+from pressrun.peer.aio import SwarmPeer
+from pressrun.peer.results import SwarmError, SwarmResult
+from pressrun.peer.watchdog import note_webrtc
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SharingPeer"]
+
+#: how long `seed` waits for libtorrent to have written and checked the pieces handed
+#: to it before it gives up on seeding (a 50 MB issue takes well under a second)
+PIECES_IN_WAIT_S = 30.0
+#: libtorrent's default piece priority: every piece wanted
+WANTED = 4
+#: seconds before it connects again to a peer that closed its connection (libtorrent's
+#: `min_reconnect_time`, 60 by default; `share`)
+RECONNECT_S = 2
+#: how long `seed` waits for the tracker to answer the "completed" announce
+COMPLETED_WAIT_S = 5.0
+
+
+class SharingPeer(SwarmPeer):
+    """`SwarmPeer` that shares the pieces it is handed before it seeds (the module
+    docstring). ``await share()``, then `offer` each verified piece, then ``await
+    seed()`` (the `SwarmResult` once it left by a rule), ``await close()`` always."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: pieces handed to libtorrent (`offer`)
+        self.offered: set[int] = set()
+        self._sharing = False
+        #: the tracker's answer to the announce after the last piece (`seed`)
+        self._completed: asyncio.Future[None] | None = None
+
+    @property
+    def sharing(self) -> bool:
+        """The torrent is in the session and takes pieces (`share` ran, `seed` not yet)."""
+        return self._sharing
+
+    async def share(self) -> int:
+        """Open the session and add the torrent, every piece at priority 0 and no web
+        seed: it announces and takes connections, uploads what it is handed and
+        downloads nothing. The listening port."""
+        port = await self.open()
+        assert self._alerts is not None
+        self.partial_dir.mkdir(parents=True, exist_ok=True)
+        atp = self._add_params()
+        atp.url_seeds = []
+        atp.piece_priorities = [0] * self.manifest.num_pieces
+        self._alerts.websocket = bool(self.websocket_trackers)
+        if self._alerts.websocket:
+            note_webrtc()  # the command line's exit is bounded then
+        # At priority 0 the torrent is "finished" and tells its peers it is upload-only.
+        # A libtorrent peer that took every piece this one had closes the connection
+        # ("uninteresting upload-only peer"), and this one would close it too
+        # (`close_redundant_connections`); each side then waits `min_reconnect_time`
+        # (60 s by default) before connecting again, long after this one has more (its
+        # next pieces, or all of them as it seeds). So it keeps its connections, and
+        # comes back to a peer that closed one after `RECONNECT_S`.
+        self._alerts.session.apply_settings(
+            {"close_redundant_connections": False, "min_reconnect_time": RECONNECT_S}
+        )
+        self._handle = self._alerts.session.add_torrent(atp)
+        # the torrent's own web seeds come with it: nothing is asked of them at
+        # priority 0, and none is wanted once it seeds (a seed has every piece)
+        for url in self._handle.url_seeds():
+            self._handle.remove_url_seed(url)
+        self._sharing = True
+        self._alerts.drain()
+        return port
+
+    def offer(self, index: int, data: bytes) -> None:
+        """Hand libtorrent piece ``index`` (verified by the caller against the
+        manifest): it writes and hashes it and offers it from then on."""
+        if not self._sharing or index in self.offered or self._handle is None:
+            return
+        self._handle.add_piece(index, data, 0)
+        self.offered.add(index)
+
+    @property
+    def held(self) -> int:
+        """Pieces libtorrent has written and checked."""
+        return 0 if self._handle is None else int(self._handle.status().num_pieces)
+
+    @property
+    def uploaded_bytes(self) -> int:
+        """Payload uploaded by this torrent so far."""
+        return 0 if self._handle is None else int(self._handle.status().all_time_upload)
+
+    async def seed(self) -> SwarmResult:
+        """With every piece handed over: wait until libtorrent holds them all, want
+        every piece (it is then a seed, and downloads nothing), start the core, check
+        the copy against the manifest and seed by the fair-exit rules. Returns once
+        a rule let it go; `SwarmError` when the pieces never all came in."""
+        if not self._sharing or self._handle is None:
+            raise SwarmError("the peer is not sharing")
+        n = self.manifest.num_pieces
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PIECES_IN_WAIT_S
+        while self.held < n:
+            if loop.time() >= deadline:
+                raise SwarmError(f"libtorrent took {self.held} of {n} pieces handed to it")
+            await asyncio.sleep(0.05)
+        # every piece wanted and held: a seed, which announces "completed". The
+        # tracker has counted this peer as a leecher while it shared; counts read
+        # before it knows better show no seed while this one seeds, which the core
+        # takes for a tracker that lost its peers and holds `not_needed` back for
+        # `not_needed_settle_s` (60 s): wait for the tracker's answer first
+        self._completed = loop.create_future()
+        self._handle.prioritize_pieces([WANTED] * n)
+        self._alerts_session().apply_settings({"close_redundant_connections": True})
+        # now, not after the back-off of a tracker that failed before
+        self._handle.force_reannounce(0, -1, lt.reannounce_flags_t.ignore_min_interval)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._completed), COMPLETED_WAIT_S)
+        self._sharing = False
+        # start() finds the torrent in the session (the same handle: libtorrent returns
+        # the torrent already there); its first status read sees a seed and runs the
+        # final check
+        await self.start()
+        if not await self.downloaded():
+            return await self.stop()
+        return await self.finished()
+
+    def _alerts_session(self) -> Any:
+        assert self._alerts is not None
+        return self._alerts.session
+
+    def _on_alert(self, a: Any) -> None:
+        done = self._completed
+        if (
+            done is not None
+            and not done.done()
+            and isinstance(a, lt.tracker_reply_alert | lt.tracker_error_alert)
+            and str(a.tracker_url()).startswith(("http://", "https://"))
+        ):
+            done.set_result(None)  # answered, or it will not (the counts' rule copes)
+        if self._sharing and isinstance(a, lt.hash_failed_alert):
+            # a piece the manifest verified that the torrent's hash refuses (a torrent
+            # not made from the manifest's file): not offered, and not handed again
+            log.warning(
+                "%s: piece %d handed over failed libtorrent's check",
+                self.manifest.issue_id,
+                a.piece_index,
+            )
+            return
+        super()._on_alert(a)
