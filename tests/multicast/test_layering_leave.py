@@ -9,6 +9,8 @@ announced rate. Pure: the core behind a simulated shaped link."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from pressrun.emulate.fleet import kept_above
@@ -22,15 +24,21 @@ from .conftest import shaped_link_trace
 @pytest.mark.parametrize("carries", [1, 2, 4, 6])
 def test_a_link_that_carries_k_channels_of_ten_settles_on_k(carries: int) -> None:
     """Ten channels of 100 packets/s, a link of k x 100 (its queue hides a probe's
-    excess for 0.19 s): every probe of a (k+1)-th channel is left by the first window
-    after it settled, and the receiver holds k at the end."""
+    excess for 0.19 s): the first climb at most doubles the channels a join until a
+    window shows loss, then every probe of a (k+1)-th channel is left by the first
+    window after it settled, and the receiver holds k at the end."""
     config = LayeringConfig(window_s=0.5, settle_s=0.3)
     layers = LayerCore(config, (100_000.0,) * 10)
     log, windows = shaped_link_trace(
         layers, carries_pps=100.0 * carries, queue_packets=19.0, until=60.0
     )
     held = [n for _, n, _ in log]
-    assert max(held) == carries + 1, log  # it probed
+    first_fall = next(i for i, (a, b) in enumerate(itertools.pairwise(held)) if b < a)
+    climb = held[: first_fall + 1]
+    assert all(a < b <= 2 * a for a, b in itertools.pairwise(climb)), log
+    assert climb[-1] > carries and climb[-2] <= carries, log  # climbed to the link, once over
+    assert held[first_fall + 1] == carries, log  # what the loss said the link carried
+    assert max(held[first_fall + 1 :]) == carries + 1, log  # then it probed one at a time
     assert len(layers.joined) in (carries, carries + 1), log
     if len(layers.joined) == carries + 1:  # a probe not judged yet at the end
         assert log[-1][0] > 60.0 - config.settle_s - config.window_s - 1e-9, log

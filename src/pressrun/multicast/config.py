@@ -165,6 +165,12 @@ class LayeringConfig:
         MLD's is the same). The window after a leave starts this long plus
         ``settle_s`` after the leave returned: before, the channels kept still share
         the link with the one left, and their loss is not theirs. 2.0.
+    climb_doubling: until the first window with path loss at or above
+        ``join_below_loss``, a join adds the next channels whose rate together is at
+        most the rate held (the rate held doubles a step, as TCP's slow start; the
+        first loss ends it), then one channel a join (RLM). A fibre-50 reader of
+        10 x 5 Mbit/s held its 10 channels 9.0 s into a 15.1 s receive one channel a
+        window (docs/multicast.md, "A plan for mixed links"). True.
     """
 
     window_s: float = 0.5
@@ -174,6 +180,7 @@ class LayeringConfig:
     max_channels: int | None = None
     start_channels: int = 1
     leave_latency_s: float = 2.0
+    climb_doubling: bool = True
 
     def __post_init__(self) -> None:
         if self.start_channels < 1:

@@ -46,10 +46,15 @@ a fixed 25% let a 20 Mbit/s reader keep 5 channels of 5 Mbit/s for good (flash-c
 with 10 channels, 28 Nov 17:14: 4 of 10 dsl-20 readers ended on 5 or 6). A loss above
 1 / (2k) says the link carries less than k - 1/2 channels, so the last one goes; the
 link carried about k (1 - loss) channels, so that many are kept (rounded, at least
-one) and the others left at once, not one per window. The threshold is never above
+one) and the others left at once, not one per window. With channels of unequal rates
+(the announcement gives each channel's) the same rules are in rate: the threshold is
+the share of the rate held that half the last channel is, and the channels kept are
+those whose cumulative rate is nearest the rate the link carried (interpolated within
+a channel, rounded). The threshold is never above
 ``leave_above_loss`` nor under 2 x ``join_below_loss`` (a random loss that stops
 joins does not also make the receiver leave). Path loss below ``join_below_loss`` adds
-the next channel, but never while the own socket overflowed in the window (more
+the next channel (during the first climb, more: below), but never while the own
+socket overflowed in the window (more
 channels would only overflow it more), and never on a window in which the sender sent
 under `SENT_SHARE_FOR_JOIN` (90%) of its announced rate on the channels held: a slow
 sender is not congestion (no leave), but a link that carried a slow sender's channels
@@ -57,6 +62,18 @@ has not shown it carries one more at full rate. For the same reason a join whose
 first window after settling had the sender under that share is left again (tried
 after the current wait, not a doubled one): a window cannot confirm a probe at a rate
 the sender did not send.
+
+**The first climb doubles** (``LayeringConfig.climb_doubling``). Until the first window
+with path loss at or above ``join_below_loss``, or the first join undone (a slow
+sender's window, evidence read late), a join adds the next channels whose rate
+together is at most the rate held: the rate held doubles a step (1, 2, 4, 8, 10 of ten
+equal channels), as TCP's slow start does a window, and the join is judged, left or
+undone as one probe. The first loss ends it: the channels the loss says the link did
+not carry go at once (above), and from then on a join adds one channel (RLM). One
+channel a step, a fibre-50 reader of 10 x 5 Mbit/s held its 10 channels 9.0 s into a
+15.1 s receive (flash-crowd-50-desktops at 369aaf6, 29 Nov 06:28); the price is one
+overshoot of at most the rate held, for one window after settling, on a link that
+carries less than twice what the receiver held.
 """
 
 from __future__ import annotations
@@ -125,7 +142,8 @@ class LayerCore:
     empty_windows: int = 0
     #: joins left because their first window had the sender under its rate
     unconfirmed_probes: int = 0
-    #: the channel last joined while its first window after settling is to come
+    #: the first channel of the last join (the channels joined with it follow it)
+    #: while its first window after settling is to come
     _probe: int | None = None
     #: measuring windows ended since the start (settlings not counted): a channel
     #: joined and left with one window ended in between was judged on that one window
@@ -141,6 +159,11 @@ class LayerCore:
     behind_windows: int = 0
     #: how far behind its channels the receiver read at a window's end, at most (s)
     behind_max_s: float = 0.0
+    #: still in the first climb: no window has shown path loss at or above
+    #: ``join_below_loss`` yet, so a join may add several channels (`_step`)
+    climbing: bool = True
+    #: joins that added more than one channel
+    multi_joins: int = 0
 
     @property
     def limit(self) -> int:
@@ -243,10 +266,63 @@ class LayerCore:
 
     def leave_threshold(self, held: int) -> float:
         """The path loss above which a receiver holding ``held`` channels leaves
-        (module docstring): 1 / (2 held), at most ``leave_above_loss`` and at least
-        2 x ``join_below_loss``."""
+        (module docstring): the share of their rate that half the last channel is
+        (1 / (2 held) with channels of one rate), at most ``leave_above_loss`` and at
+        least 2 x ``join_below_loss``."""
         floor = min(self.config.leave_above_loss, 2 * self.config.join_below_loss)
-        return min(self.config.leave_above_loss, max(floor, 1.0 / (2 * max(1, held))))
+        held = min(max(1, held), len(self.packets_per_s))
+        half_last = self.packets_per_s[held - 1] / (2 * sum(self.packets_per_s[:held]))
+        if len(set(self.packets_per_s[:held])) == 1:
+            half_last = 1.0 / (2 * held)  # the same, without the sum's rounding
+        return min(self.config.leave_above_loss, max(floor, half_last))
+
+    def _channels_carried(self, held: int, loss: float) -> float:
+        """How many of the first ``held`` channels (fractional, in plan order) a link
+        that lost ``loss`` of their packets carried: held x (1 - loss) with channels
+        of one rate; else where the rate it carried falls among their cumulative
+        rates."""
+        if len(set(self.packets_per_s[:held])) == 1:
+            return held * (1.0 - loss)
+        carried = (1.0 - loss) * sum(self.packets_per_s[:held])
+        whole = 0
+        while whole < held and carried >= self.packets_per_s[whole]:
+            carried -= self.packets_per_s[whole]
+            whole += 1
+        return whole + (carried / self.packets_per_s[whole] if whole < held else 0.0)
+
+    def _step(self, now: float) -> list[int]:
+        """The channels the next join adds: the next one, and while climbing
+        (`climbing`) the ones after it as long as the step's rate stays within the
+        rate held (the rate at most doubles), each only once its retry time passed."""
+        held = len(self.joined)
+        first = held
+        if first >= self.limit or now < self._retry_at.get(first, 0.0):
+            return []
+        step = [first]
+        if not (self.climbing and self.config.climb_doubling):
+            return step
+        budget = sum(self.packets_per_s[ch.index] for ch in self.joined)
+        added = self.packets_per_s[first]
+        for index in range(first + 1, self.limit):
+            added += self.packets_per_s[index]
+            if added > budget * (1 + 1e-9) or now < self._retry_at.get(index, 0.0):
+                break
+            step.append(index)
+        return step
+
+    def _undo_step(self, probe: int, now: float, loss: float, why: str) -> list[LayerEffect]:
+        """Leave the channels of the last join (``probe`` and those joined with it),
+        to be tried again after the current wait, not a doubled one: no loss was seen
+        that says the link does not carry them. A step undone ends the first climb:
+        the next tries are one channel each."""
+        self.climbing = False
+        effects: list[LayerEffect] = []
+        while len(self.joined) > max(1, probe):
+            index = self.joined.pop().index
+            self._retry_at[index] = now + self._backoff_s.get(index, 2 * self.config.window_s)
+            effects.append(LeaveChannel(index, loss, why=why))
+        self._changed(now, left=True)
+        return effects
 
     def next_deadline(self) -> float | None:
         """The end of the current settling (the window starts then) or of the current
@@ -319,18 +395,15 @@ class LayerCore:
         nominal = (now - start) * sum(self.packets_per_s[ch.index] for ch in self.joined)
         slow = arrived == 0 or expected < SENT_SHARE_FOR_JOIN * nominal
         probe, self._probe, self._probe_due = self._probe, None, None
-        if probe is not None and slow and len(self.joined) > 1 and self.joined[-1].index == probe:
+        if probe is not None and slow and len(self.joined) > max(1, probe):
             # the join's own window could not show the link carries it at full rate
             # (the sender was short): undone, tried again after the current wait, not
             # a doubled one (no loss was seen); kept, it would be above the link when
             # the sender caught up (flash-crowd-50, 28 Nov 17:41: every stretch above
             # a link past a window came at 78-96 s, the sender at 34-48 of 50 Mbit/s)
-            self.joined.pop()
-            self._retry_at[probe] = now + self._backoff_s.get(probe, 2 * self.config.window_s)
             self.unconfirmed_probes += 1
-            self._changed(now, left=True)
             loss = min(1.0, max(0.0, lost / expected))
-            return [LeaveChannel(probe, loss, why="the sender under its rate in its window")]
+            return self._undo_step(probe, now, loss, "the sender under its rate in its window")
         if arrived == 0:
             # not one packet on any channel: a sender that paused (or a receive loop
             # that read nothing), not congestion, which drops a share, not all; judged
@@ -340,10 +413,12 @@ class LayerCore:
             return []
         loss = min(1.0, max(0.0, lost / expected))
         self.losses.append(loss)
+        if loss >= self.config.join_below_loss:
+            self.climbing = False  # from here on, one channel a join (RLM)
         held = len(self.joined)
         if loss > self.leave_threshold(held) and held > 1:
             # the link carried about held x (1 - loss) channels: keep that many
-            keep = min(held - 1, max(1, round(held * (1.0 - loss))))
+            keep = min(held - 1, max(1, round(self._channels_carried(held, loss))))
             effects: list[LayerEffect] = []
             while len(self.joined) > keep:
                 last = self.joined.pop()
@@ -368,14 +443,15 @@ class LayerCore:
                 # later than it is due, and left for that (`_evidence_late`)
                 self.behind_windows += 1
                 return []
-            index = len(self.joined)
-            if now >= self._retry_at.get(index, 0.0):
-                self.joined.append(_Joined(index))
+            step = self._step(now)
+            if step:
+                self.joined.extend(_Joined(index) for index in step)
                 self.most_joined = max(self.most_joined, len(self.joined))
-                self._probe = index
+                self.multi_joins += len(step) > 1
+                self._probe = step[0]
                 self._changed(now)
                 self._probe_due = now + self._settle_for + self.config.window_s
-                return [JoinChannel(index)]
+                return [JoinChannel(index) for index in step]
         return []
 
     def _evidence_late(self, now: float) -> list[LayerEffect]:
@@ -389,11 +465,8 @@ class LayerCore:
         probe, due = self._probe, self._probe_due
         if probe is None or due is None or now < due + self.config.window_s:
             return []
-        if len(self.joined) < 2 or self.joined[-1].index != probe:
+        if len(self.joined) <= max(1, probe):
             return []
-        self.joined.pop()
         self._probe = self._probe_due = None
-        self._retry_at[probe] = now + self._backoff_s.get(probe, 2 * self.config.window_s)
         self.late_probes += 1
-        self._changed(now, left=True)
-        return [LeaveChannel(probe, 0.0, why="its window read late")]
+        return self._undo_step(probe, now, 0.0, "its window read late")
