@@ -86,6 +86,25 @@ def chromium_cpu_now() -> float:
     return sum(cpu for _, cpu in _descendants_cpu(os.getpid()).values())
 
 
+def chromium_threads_now() -> dict[tuple[int, int], tuple[str, float]]:
+    """("kind/thread name", CPU seconds so far) of each thread of this process's
+    Chromium processes (those alive): two readings apart, threads_spent."""
+    return _threads_cpu(_descendants_cpu(os.getpid()))
+
+
+def threads_spent(
+    before: dict[tuple[int, int], tuple[str, float]],
+    after: dict[tuple[int, int], tuple[str, float]],
+    top: int = 10,
+) -> dict[str, float]:
+    """The CPU seconds each "kind/thread name" spent between two chromium_threads_now
+    readings, the ``top`` busiest (a thread that ended meanwhile is not counted)."""
+    out: dict[str, float] = {}
+    for key, (name, cpu) in after.items():
+        out[name] = out.get(name, 0.0) + cpu - before.get(key, (name, 0.0))[1]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1])[:top])
+
+
 class CpuMeter:
     """The host's mean busy cores and this bench's Chromium CPU seconds over a span
     (sampled every 2 s: a Chromium process that ends takes its count with it)."""

@@ -59,7 +59,14 @@ from typing import Any
 import aiohttp
 
 # a sibling script: python puts bench/ first on the path when this one runs
-from chromium_cpu import CpuMeter, PageProfiles, chromium_cpu_now, loadavg
+from chromium_cpu import (
+    CpuMeter,
+    PageProfiles,
+    chromium_cpu_now,
+    chromium_threads_now,
+    loadavg,
+    threads_spent,
+)
 from pressrun.content.keys import generate_keypair
 from pressrun.content.publish import publish
 from pressrun.demo.processes import ServiceProcess
@@ -149,6 +156,12 @@ class Half:
     #: readers whose page loaded more than once: their row is the later page's (a
     #: resume of what the first page stored), not the crowd's download
     reloaded: list[int] = field(default_factory=list)
+    #: --idle-s: Chromium's CPU seconds over that long once the crowd is done, the
+    #: pages left open (sharing, in the peers half): what an open page costs a second
+    idle_cpu_s: float | None = None
+    idle_s: float = 0.0
+    #: ... by "kind/thread name", the busiest
+    idle_threads: dict[str, float] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -177,6 +190,11 @@ class Half:
 
     def verified(self) -> int:
         return sum(o.verified for o in self.outcomes)
+
+    def cpu_s_per_mb(self) -> float:
+        """Chromium's CPU seconds over the crowd per MB the readers stored (N x size):
+        what a MB costs a phone, its uploads in the peers half included."""
+        return self.chromium_cpu_s / (self.readers * self.size_bytes / MB)
 
     def from_desktops(self) -> int:
         """Bytes the readers received from desktop peers (libtorrent, "-PR"), by their
@@ -564,6 +582,16 @@ async def run_half(
             half.chromium_by_kind = meter.chromium_by_kind()
             half.chromium_threads = meter.chromium_threads()
             half.loop_lag_max_s = meter.loop_lag_max_s
+            if args.idle_s > 0:
+                # the pages stay open (sharing, in the peers half): their CPU a second
+                before = await asyncio.to_thread(chromium_cpu_now)
+                threads = await asyncio.to_thread(chromium_threads_now)
+                await asyncio.sleep(args.idle_s)
+                half.idle_cpu_s = await asyncio.to_thread(chromium_cpu_now) - before
+                half.idle_threads = threads_spent(
+                    threads, await asyncio.to_thread(chromium_threads_now)
+                )
+                half.idle_s = args.idle_s
             half.silent_disconnects = sum(
                 "answers no request" in text for o in half.outcomes for text in o.notices
             )
@@ -617,6 +645,18 @@ def print_half(half: Half) -> None:
         "Chromium's busiest threads (CPU s): "
         + ", ".join(f"{k} {v:.1f}" for k, v in half.chromium_threads.items())
     )
+    print(
+        f"Chromium CPU s per MB stored: {half.cpu_s_per_mb():.3f} "
+        f"({half.chromium_cpu_s:.1f} s / {half.readers} x {half.size_bytes / MB:.1f} MB)"
+    )
+    if half.idle_cpu_s is not None:
+        print(
+            f"the pages left open {half.idle_s:.0f} s after the crowd (sharing, in the peers "
+            f"half): Chromium {half.idle_cpu_s:.2f} CPU s, "
+            f"{half.idle_cpu_s / half.idle_s / half.readers * 1000:.1f} CPU ms a page a "
+            "second; its busiest threads (CPU s): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in half.idle_threads.items())
+        )
     print(
         f"origin bytes / (N x size): {half.ratio():.3f} (origins' counters, all: "
         f"{half.origin_bytes / MB:.1f} MB); without the desktop peers' "
@@ -973,6 +1013,7 @@ async def main(args: argparse.Namespace) -> int:
                         "readers_own_ratio": h.readers_own_ratio(),
                         "median_s": h.median_s(),
                         "bytes_from_desktops": h.from_desktops(),
+                        "cpu_s_per_mb": h.cpu_s_per_mb(),
                         "outcomes": [asdict(o) for o in h.outcomes],
                     }
                     for h in halves
@@ -1081,6 +1122,15 @@ if __name__ == "__main__":
         metavar="S",
         help="sample each page's swarm figures every S seconds in the peers half "
         "(trace.json in the work dir; a per-page timeline is printed; default 0: off)",
+    )
+    parser.add_argument(
+        "--idle-s",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="once the crowd is done, Chromium's CPU over S more seconds with the pages "
+        "open (sharing, in the peers half; with --desktops 0 nobody asks them for a piece): "
+        "what an open page costs a second (default 0: not measured)",
     )
     parser.add_argument("--seed", type=int, default=26, help="arrival times' seed (26)")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the figures as JSON")
