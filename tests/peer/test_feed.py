@@ -244,3 +244,32 @@ async def test_a_partial_piece_whose_peer_left_is_fetched(
     await _feed_all(o, url, PARALLEL_WITH_ROOM, _Handle(queue=queue), wanted=5)
     await asyncio.sleep(ORIGIN_DELAY_S)  # (nothing more comes)
     assert sorted(o.served) == [0, 1, 2, 3, 5]
+
+
+async def test_a_piece_queued_on_a_connection_slower_than_the_origins_half_share_is_fetched() -> (
+    None
+):
+    # The small emulation's last swarm client (test_sources_window.py): its peers were
+    # not slow in all, but pieces queued on two connections took 2.5-3.7 s, the feed
+    # idle. With the origins' half share known (``late_bps``), a piece whose connection
+    # brings the rest later than a whole piece from the origins at that rate is taken;
+    # one on a connection that brings it sooner is left to it. On the code before
+    # (no ``late_bps``: only ``take_busy``, all its peers slow) neither was taken.
+    slow, fast = ("10.0.0.3", 6881), ("10.0.0.2", 6881)
+    queue = [_partial(4, [1, 1, 1, 1], slow), _partial(5, [1, 1, 1, 1], fast)]
+    handle = _Handle(have=frozenset({0, 1, 2, 3}), queue=queue)
+    data = bytes(6 * PIECE)
+    feed = OwedPieceFeed(
+        manifest=_manifest(data),
+        web_seeds=["http://origin.invalid/issue.pdf"],
+        retry_s=1.0,
+        handle=lambda: handle,
+        running=lambda: True,
+    )
+    feed.set_owed((4, 5))
+    feed._connection_rates = {slow: 10_000, fast: 1_000_000}
+    assert feed._next_owed() is None  # (neither take_busy nor late_bps: the code before)
+    feed.late_bps = 210_000
+    assert feed._next_owed() == 4
+    feed.set_owed((5,))
+    assert feed._next_owed() is None

@@ -219,3 +219,38 @@ def test_best_recent_forgets_after_its_memory() -> None:
     assert best.best(6.5, 253_000) == 253_000  # 1.9 MB/s was 5.5 s ago
     best.add(7.0, 253_000)
     assert len(best._values) == 1
+
+
+def test_a_small_swarms_queued_piece_is_judged_at_the_origins_half_share() -> None:
+    # `make emulate SCENARIO=small` at 9ce2950 (29 Nov 06:48, load 3.3), the last swarm
+    # client: 16 of 31 pieces in its first second, then its peers gave it 290-360 kB/s
+    # in all, while pieces 20, 9 and 14, queued on two connections at +0.87-1.04 s,
+    # passed only at +3.62-3.72 s; the feed sat idle with 6-11 pieces owed, every one
+    # queued on a peer (3.76 s against the origin client's 1.69 s). Over all its peers
+    # they were not slow: 300 kB/s against half the origins' 1.68 MB/s shared among 4
+    # downloading peers, 210 kB/s. That deadline now holds for each connection too: a
+    # piece whose connection brings the rest later than a whole piece from the origins
+    # at 210 kB/s is fetched from them (`OwedPieceFeed.late_bps`).
+    status = _status()
+    t = 0.0
+    while t <= 3.0 + 1e-9:
+        from_peers = int(1_270_000 * t) if t <= 1.0 else 1_270_000 + int(300_000 * (t - 1.0))
+        rate_now = int(1_200_000 * t) if t <= 1.0 else 285_000
+        fetch = 0 if t < 0.5 else 1_680_000
+        _read(status, t, from_peers=from_peers, rate_now=rate_now, fetch_bps=fetch, leechers=4)
+        t += 0.5
+    assert not status._feed.take_busy  # (the peers, all of them, are not slow)
+    assert status._feed.late_bps == 210_000
+
+
+def test_a_forty_peer_swarms_queued_piece_waits_for_its_connection() -> None:
+    # at N = 40 the same deadline is 25 kB/s: a piece queued on a connection is
+    # fetched from the origins only if the rest of it comes later than a whole piece
+    # at 25 kB/s (5.2 s); while its peers fill half its download, not at all (no room)
+    status = _status(upload_limit_bps=1_000_000)
+    _forty_peer_swarm(status, gap_from=12.0, until=12.0)
+    assert status._feed.late_bps == 0
+    status = _status(upload_limit_bps=1_000_000)
+    _forty_peer_swarm(status, gap_from=12.0, until=16.0)
+    assert status._feed.late_bps == 25_000
+    assert not status._feed.take_busy

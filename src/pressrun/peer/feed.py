@@ -29,7 +29,11 @@ peer left is asked of nobody, and is taken), except, once nothing else is owed
 (``take_busy``: the origins have room and its peers are slow), one that the origins
 would deliver whole before its peers deliver the rest (`sources.sooner_from_origins`;
 never one a web seed is fetching): then what libtorrent had received of it is the
-only part fetched twice, against waiting on a slow peer's queue. Before, the second
+only part fetched twice, against waiting on a slow peer's queue. While the origins
+have room and its peers are not slow in all, the same holds for a connection slow
+on its own, with the origins' rate shared among the swarm's downloading peers, at
+`sources.ROOM_SHARE` (``late_bps``: the deadline `sources.peers_slow` sets all its
+peers, applied to each connection). Before, the second
 swarm client of `make emulate SCENARIO=small` received 0.2-0.9 MB of its 4 MB twice:
 the feed picked a piece libtorrent was not fetching, and libtorrent then asked its
 peer for the same piece (a loopback pair staggered like those clients,
@@ -105,6 +109,16 @@ class OwedPieceFeed:
         #: than the peers: the end of a download whose one peer is slow waited on the
         #: pieces libtorrent had queued on that peer; `add_piece` ends those requests)
         self.take_busy = False
+        #: ... and, while the origins have room, one libtorrent has queued on a
+        #: connection whose rest of it comes later than a whole piece from the origins
+        #: at this rate (bytes/s; 0: none): their rate shared among the swarm's
+        #: downloading peers, at `sources.ROOM_SHARE` (the status poll sets it: the
+        #: deadline `sources.peers_slow` judges all its peers by, applied to each
+        #: connection). Judged only over all its peers, a swarm client of the small
+        #: emulation whose peers gave 290-360 kB/s in all waited 2.5-3.7 s on pieces
+        #: queued on two connections that brought nearly nothing (3.76 and 4.01 s against
+        #: the origin client's 1.69 s), the feed idle with 6-11 pieces owed
+        self.late_bps = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._in_flight: set[int] = set()
@@ -223,13 +237,13 @@ class OwedPieceFeed:
         for piece in free:
             if piece not in busy:
                 return piece
-        if self.take_busy:
+        if self.take_busy or self.late_bps > 0:
             return sooner_from_origins(
                 queue,
                 set(free),
                 self._connection_rates,
                 piece_bytes=self.manifest.piece_size_bytes,
-                origins_bps=self.fetch_bps,
+                origins_bps=self.fetch_bps if self.take_busy else self.late_bps,
             )
         return None
 

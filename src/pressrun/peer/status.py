@@ -21,6 +21,7 @@ from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.events import Progress
 from pressrun.peer.feed import PARALLEL_WITH_ROOM, OwedPieceFeed
 from pressrun.peer.sources import (
+    ROOM_SHARE,
     BestRecent,
     CounterRate,
     MissingPieces,
@@ -28,6 +29,7 @@ from pressrun.peer.sources import (
     classify_missing,
     origin_fill,
     origins_have_room,
+    origins_share_bps,
     peers_slow,
     peers_window_s,
     probing,
@@ -134,6 +136,9 @@ class SwarmStatus:
         self.missing = manifest.num_pieces
         #: the origins have room and give more than its peers now (`_fill`)
         self._beyond_peers = False
+        #: the origins have room: the rate a connection's queued piece is judged
+        #: against (`OwedPieceFeed.late_bps`; 0: none)
+        self._late_bps = 0
         #: the bytes from peers (not web seeds), read at each status read: their rate
         #: over a window, not their best burst (`sources.peers_window_s`)
         self.peers_bytes = CounterRate()
@@ -229,6 +234,7 @@ class SwarmStatus:
         measured = not probing(self._feed.fetch_bps)
         self._feed.parallel = PARALLEL_WITH_ROOM if fill and measured else 1
         self._feed.take_busy = measured and self._beyond_peers
+        self._feed.late_bps = self._late_bps if measured else 0
         if fill:
             # the origins have room: what no peer can give it yet comes from them now
             owed = (*owed, *fill)
@@ -255,6 +261,7 @@ class SwarmStatus:
         # with no plan: `stripes` alone among seeds has none, and a reader whose one
         # peer was a slow seed took every piece from it)
         self._beyond_peers = False
+        self._late_bps = 0
         if not self.policy.fetches_owed_pieces:
             return ()
         reference = max(self.peak_download_bps, self.upload_limit_bps or self.peak_upload_bps)
@@ -287,6 +294,8 @@ class SwarmStatus:
             fetch_bps, reference, self.download_bps, best_peers_bps=best_peers, leechers=leechers
         )
         self._beyond_peers = beyond and room
+        if room:
+            self._late_bps = int(ROOM_SHARE * origins_share_bps(fetch_bps, leechers))
         return origin_fill(
             missing,
             plan,
