@@ -242,6 +242,29 @@ def test_a_source_that_serves_no_asker_gets_its_receivers_named_after_first_s() 
     assert d2.choose_uploader(7, peer_id="y", address="y:1", now=10.5).first
 
 
+def test_a_receiver_its_source_chokes_gives_its_place_to_one_it_serves() -> None:
+    # named while the bringer fetched (it served everyone then); once it holds the
+    # piece and says it chokes that receiver, an asker it serves takes the place
+    d = PieceDirectory(rng=random.Random(1), first_receivers=1, bring_in_s=10.0)
+    assert d.choose_uploader(7, peer_id="b", address="b:1", now=0.0).bring_in
+    assert d.choose_uploader(7, peer_id="x", address="x:1", now=0.5).first
+    d.handle_report(
+        peer_id="b", address="b:1", have=[7], uploaded_bytes=0, downloaded_bytes=0, now=1.0,
+        unchoked=["y"],
+    )  # fmt: skip
+    assert d.choose_uploader(7, peer_id="w", address="w:1", now=1.2).wait  # (choked too)
+    assert d.choose_uploader(7, peer_id="y", address="y:1", now=1.5).first
+    assert d.choose_uploader(7, peer_id="x", address="x:1", now=1.6).wait
+    # a receiver the source chokes now stays named until an asker it serves comes
+    d.handle_report(
+        peer_id="b", address="b:1", have=[7], uploaded_bytes=0, downloaded_bytes=0, now=2.0,
+        unchoked=["q"],
+    )  # fmt: skip
+    assert d.choose_uploader(7, peer_id="y", address="y:1", now=2.1).first  # (still named)
+    assert d.choose_uploader(7, peer_id="q", address="q:1", now=2.2).first
+    assert d.choose_uploader(7, peer_id="y", address="y:1", now=2.3).wait
+
+
 P = 256 * 1024  # piece bytes
 FILE = 80 * P
 

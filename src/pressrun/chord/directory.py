@@ -423,6 +423,14 @@ class PieceDirectory:
         # (with ``order_askers``: and among those that go first, `_goes_first`; a
         # better asker, critical or with more upload to spare, is asking too)
         served = served and self._goes_first(self.holders[peer_id], now)
+        if served and not fetching and source.unchoked is not None and peer_id not in named:
+            # the source holds the piece and chokes a receiver named before (while it
+            # fetched, or by the fallback): an asker it serves takes that one's place
+            # (the one replaced keeps the piece at the top priority; it was choked
+            # and would wait for the source's next rechoke, every 15 s)
+            choked = [p for p in named if p not in source.unchoked]
+            if len(named) >= self.first_receivers and choked:
+                del named[choked[0]]
         if not served:
             since = self._single_since.setdefault(piece, now)
             served = now - since > self.first_s and not named
