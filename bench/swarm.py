@@ -51,7 +51,7 @@ from types import ModuleType
 from typing import Any
 
 import pressrun.peer.aio as peer_aio
-from pressrun.chord.aio import MAX_BRINGERS
+from pressrun.chord.aio import MAX_BRINGERS, ORIGIN_FETCH_S
 from pressrun.content.publish import DEFAULT_PIECE_SIZE
 from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.config import PeerConfig
@@ -126,6 +126,8 @@ def ring_knobs(args: argparse.Namespace, size_bytes: int, u_s: float) -> dict[st
         "fair_bringing": bool(args.fair_bringing),
         "file_bytes": size_bytes,
         "origin_bps": int(u_s),
+        "bring_ahead_s": float(getattr(args, "bring_ahead_s", 2.0)),
+        "origin_fetch_s": float(getattr(args, "origin_fetch_s", ORIGIN_FETCH_S)),
     }
 
 
@@ -373,6 +375,20 @@ def add_ring_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="policy chord: pieces a bringer brings (0: 128 KiB worth)",
+    )
+    p.add_argument(
+        "--bring-ahead-s",
+        type=float,
+        default=2.0,
+        help="policy chord: a bringer brings in what it fetches in this long at its "
+        "last origin rate (0: one piece at a time; default 2)",
+    )
+    p.add_argument(
+        "--origin-fetch-s",
+        type=float,
+        default=ORIGIN_FETCH_S,
+        help="policy chord: fetches from the origins at once are what they complete in "
+        f"this long (0: no limit; default {ORIGIN_FETCH_S})",
     )
     p.add_argument(
         "--first-receivers",

@@ -7,6 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pressrun.chord.aio import fetches_at_once
 from pressrun.chord.directory import MAX_BRING_AHEAD, PieceDirectory
 from pressrun.chord.ids import RING, node_id_for
 from pressrun.chord.pieces import (
@@ -263,6 +264,27 @@ def test_a_receiver_its_source_chokes_gives_its_place_to_one_it_serves() -> None
     assert d.choose_uploader(7, peer_id="y", address="y:1", now=2.1).first  # (still named)
     assert d.choose_uploader(7, peer_id="q", address="q:1", now=2.2).first
     assert d.choose_uploader(7, peer_id="y", address="y:1", now=2.3).wait
+
+
+def test_fetches_at_once_are_what_the_origins_complete_in_a_second() -> None:
+    # the loopback bench: 2 MB/s, 160 pieces of 128 KiB, five supernodes: 15.3 pieces
+    # a second, four fetches a supernode (twenty in the ring; forty peers each fetched
+    # one at once before)
+    assert fetches_at_once(2_000_000, 160, 160 * 128 * 1024, 5, fetch_s=1.0) == 4
+    assert fetches_at_once(2_000_000, 160, 160 * 128 * 1024, 1, fetch_s=1.0) == 16
+    assert fetches_at_once(1_000, 160, 160 * 128 * 1024, 5, fetch_s=1.0) == 1  # at least one
+    # unknown origins' rate (`pressrun serve origin`'s supernodes), or off: no limit
+    assert fetches_at_once(0, 160, 160 * 128 * 1024, 5, fetch_s=1.0) is None
+    assert fetches_at_once(2_000_000, 160, 160 * 128 * 1024, 5, fetch_s=0.0) is None
+    d = PieceDirectory(rng=random.Random(1), max_fetching=2, bring_in_s=10.0)
+    got = [d.choose_uploader(k, peer_id=p, address=f"{p}:1", now=0.0) for k, p in enumerate("abc")]
+    assert [u.bring_in for u in got] == [True, True, False] and got[2].wait
+    # a piece reported frees its place: the next asker brings the next one in
+    d.handle_report(
+        peer_id="a", address="a:1", have=[0], uploaded_bytes=0, downloaded_bytes=0, now=1.0
+    )
+    assert d.choose_uploader(2, peer_id="c", address="c:1", now=1.1).bring_in
+    assert d.choose_uploader(3, peer_id="d", address="d:1", now=1.2).wait
 
 
 P = 256 * 1024  # piece bytes

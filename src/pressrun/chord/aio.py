@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 from collections import deque
 from collections.abc import Collection
@@ -107,6 +108,35 @@ BRINGING_BYTES = 128 * 1024
 MAX_BRINGERS = 8
 
 
+#: with it above 0, a piece brought in from the origins should be whole within about
+#: this long: the origins' egress, where a supernode is told it (``origin_bps``), is
+#: split among at most that long's worth of pieces at once (`fetches_at_once`). Off:
+#: at 1 s on the loopback bench at N = 40 the first pieces came 0.4 s sooner and the
+#: download rates spread wider, the last copy no sooner (1.18x, three runs against
+#: two; docs/results/2026-11-28-swarm-limit.md, section 15)
+ORIGIN_FETCH_S = 0.0
+
+
+def fetches_at_once(
+    origin_bps: int, num_pieces: int, file_bytes: int, supernodes: int, *, fetch_s: float
+) -> int | None:
+    """Pieces one supernode hands out to be brought in at once: its share of the pieces
+    the origins complete in ``fetch_s`` (``origin_bps`` over the piece size, over the
+    supernodes: the tracker places each at an equal share of the keys), at least one;
+    None (no limit) where the origins' rate or the piece size is unknown, or
+    ``fetch_s`` is 0 (`ORIGIN_FETCH_S`, the default: off).
+
+    The origins share their egress among every fetch at once and a piece is of use to
+    the swarm only once whole: on the loopback bench at N = 40 (2 MB/s, 128 KiB pieces)
+    forty fetches, one a peer, each completed 1.5 to 2.9 s after the start and the
+    swarm had nothing to trade until then (docs/results/2026-11-28-swarm-limit.md,
+    section 15)."""
+    if origin_bps <= 0 or num_pieces < 1 or file_bytes < 1 or fetch_s <= 0:
+        return None
+    ring = origin_bps * fetch_s * num_pieces / file_bytes
+    return max(1, math.ceil(ring / max(1, supernodes)))
+
+
 def bringing_per_peer(num_pieces: int, file_bytes: int) -> int:
     """Pieces a bringer brings in at a time: `BRINGING_BYTES` worth, at least one (one
     when the piece size is unknown)."""
@@ -138,6 +168,8 @@ class Supernode:
         order_askers: bool = True,
         file_bytes: int = 0,
         origin_bps: int = 0,
+        bring_ahead_s: float = 2.0,
+        origin_fetch_s: float = ORIGIN_FETCH_S,
         seed: int | None = None,
     ) -> None:
         self.tracker_base = tracker_base.rstrip("/")
@@ -163,7 +195,14 @@ class Supernode:
         # order_askers: critical askers first, those that leave when done last, the
         # most upload to spare first (`PieceDirectory.asker_pass`); file_bytes (0:
         # unknown, no "leaves when done") and origin_bps (the origins' upload, 0:
-        # unknown) for it
+        # unknown) for it; bring_ahead_s: a bringer may bring in as many pieces as it
+        # fetched in that long at its last piece's origin rate (PieceDirectory);
+        # origin_fetch_s: with origin_bps, the pieces handed out to be brought in at
+        # once are what the origins complete in that long (`fetches_at_once`; 0, the
+        # default: no such limit)
+        self.file_bytes = file_bytes
+        self.origin_bps = origin_bps
+        self.origin_fetch_s = origin_fetch_s
         self.directory = PieceDirectory(
             rng=random.Random(self.rng.getrandbits(64)),
             bring_in_s=bring_in_s,
@@ -179,6 +218,7 @@ class Supernode:
             num_pieces=num_pieces,
             file_bytes=file_bytes,
             origin_bps=origin_bps,
+            bring_ahead_s=bring_ahead_s,
         )
         self.stats = SupernodeStats()
         self.node: ChordNode | None = None
@@ -290,6 +330,13 @@ class Supernode:
         if set(self.members) != {n.id for n in nodes}:
             self._ring_changed()
         self.members = {n.id: n for n in nodes}
+        self.directory.max_fetching = fetches_at_once(
+            self.origin_bps,
+            self.num_pieces,
+            self.file_bytes,
+            len(self.members),
+            fetch_s=self.origin_fetch_s,
+        )
         return me, nodes
 
     async def _heartbeats(self) -> None:
