@@ -11,10 +11,17 @@
 // "NotSupportedError"}} when this browser has no sync access handles (store.js then
 // writes from the window).
 
+let issuesFolder = null; // the "issues" folder's handle (a promise), looked up once
+
 async function issueDir(issueId) {
-  const root = await navigator.storage.getDirectory();
-  const issues = await root.getDirectoryHandle("issues", { create: true });
-  return issues.getDirectoryHandle(issueId, { create: true });
+  if (issuesFolder === null) {
+    const lookup = navigator.storage.getDirectory().then((root) => root.getDirectoryHandle("issues", { create: true }));
+    issuesFolder = lookup;
+    lookup.catch(() => {
+      if (issuesFolder === lookup) issuesFolder = null; // asked again next time
+    });
+  }
+  return (await issuesFolder).getDirectoryHandle(issueId, { create: true });
 }
 
 async function writeRun(issueId, first, chunks) {

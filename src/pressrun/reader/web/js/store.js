@@ -16,9 +16,19 @@
 const RUN_RE = /^r(\d+)_(\d+)$/;
 const TEMP_RE = /^t\d+_\d+$/;
 
-async function issuesRoot() {
-  const root = await navigator.storage.getDirectory();
-  return root.getDirectoryHandle("issues", { create: true });
+let issuesFolder = null; // the "issues" folder's handle (a promise), looked up once
+
+/** The "issues" folder (made on first use). Looked up once a page, not once a run:
+ * a swarm download stores each of its scattered pieces as a run of its own. */
+function issuesRoot() {
+  if (issuesFolder === null) {
+    const lookup = navigator.storage.getDirectory().then((root) => root.getDirectoryHandle("issues", { create: true }));
+    issuesFolder = lookup;
+    lookup.catch(() => {
+      if (issuesFolder === lookup) issuesFolder = null; // asked again next time
+    });
+  }
+  return issuesFolder;
 }
 
 async function issueDir(issueId, create) {
