@@ -115,9 +115,9 @@ class OwedPieceFeed:
         #: downloading peers, at `sources.ROOM_SHARE` (the status poll sets it: the
         #: deadline `sources.peers_slow` judges all its peers by, applied to each
         #: connection). Judged only over all its peers, a swarm client of the small
-        #: emulation whose peers gave 290-360 kB/s in all waited 2.5-3.7 s on pieces
-        #: queued on two connections that brought nearly nothing (3.76 and 4.01 s against
-        #: the origin client's 1.69 s), the feed idle with 6-11 pieces owed
+        #: emulation whose peers gave 285-360 kB/s in all waited 2.6-2.8 s on three
+        #: pieces queued on two connections while its feed sat idle with 6-11 pieces
+        #: owed (3.76 s against the origin client's 1.69 s)
         self.late_bps = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
