@@ -194,10 +194,53 @@ async def test_a_reader_stops_offering_at_max_peers_and_refuses_past_max_peers_i
     assert got["max"] == [8, 12]
     assert got["own"]["taken"] == 14, got  # webtorrent's own: every one
     assert got["bounded"]["taken"] == 12, got
-    assert got["counts"] == {"refused": 2, "offers_refused": 0}, got
+    assert got["counts"] == {"refused": 2, "offers_refused": 0, "offers": 30}, got
     # offers asked for: 5 while 3 or more are missing, then what is missing, none at 8
     assert got["bounded"]["wants"][:10] == [5, 5, 5, 5, 4, 3, 2, 1, 0, 0], got
     assert set(got["bounded"]["wants"][8:]) == {0}, got
+
+
+async def test_offers_still_out_count_as_peers_coming(
+    make_stack: StackFactory,
+    phone_factory: Any,
+) -> None:
+    # webtorrent's tracker client makes the offers an announce asks for (5 at most),
+    # each a WebRTC connection kept 50 s until it is answered; an announce asked for 5
+    # new ones whatever was still out. A reader with few peers at a busy tracker's
+    # 2 s announces had up to 125 connections open for offers nobody answered (at
+    # bench/reader_swarm.py's 2 readers: 2.5 made a second each). Now the offers out
+    # count as peers coming: 5 new ones while 3 or fewer are out, then what is missing
+    # up to MAX_PEERS (8), and again as they are answered or dropped
+    phone = await _phone(make_stack, phone_factory)
+    got = await _in_page(
+        phone,
+        8,
+        """
+        const counts = load.boundPeers(torrent);
+        // a WebSocket tracker's offers out, by offer id (bittorrent-tracker's peers)
+        const out = {};
+        const real = torrent.discovery.tracker;
+        torrent.discovery.tracker = { _trackers: [{ peers: out }] };
+        try {
+          const numwant = () => torrent._getAnnounceOpts().numwant;
+          const wants = [numwant()];
+          for (let k = 0; k < 9; k++) {
+            out[`offer-${k}`] = {};
+            wants.push(numwant());
+          }
+          delete out['offer-0'];
+          delete out['offer-1'];
+          wants.push(numwant());
+          return { wants, pending: load.pendingOffers(torrent), made: counts.offers };
+        } finally {
+          torrent.discovery.tracker = real;
+        }
+        """,
+        "the offers out",
+    )
+    assert got["wants"] == [5, 5, 5, 5, 4, 3, 2, 1, 0, 0, 1], got
+    assert got["pending"] == 7, got
+    assert got["made"] == 31, got
 
 
 async def test_a_peer_destroyed_before_its_connection_came_leaves_no_listener_behind(

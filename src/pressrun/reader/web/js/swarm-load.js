@@ -15,8 +15,9 @@
 // - a WebTorrent tracker client sends 5 new WebRTC offers at every announce (each an
 //   RTCPeerConnection that gathers its candidates, kept 50 s when nobody answers),
 //   whatever it is connected to, and answers every offer relayed to it. Here the
-//   reader asks for more peers only while it has fewer than `maxPeers`, and refuses
-//   a new connection once it has `maxPeersIn` (webtorrent's own bound is 55).
+//   reader asks for more peers only while it has fewer than `maxPeers`, its offers
+//   still out counted as peers coming, and refuses a new connection once it has
+//   `maxPeersIn` (webtorrent's own bound is 55).
 
 /** Peers a reader looks for (offers sent while it has fewer connected or connecting). */
 export const MAX_PEERS = 8;
@@ -38,6 +39,17 @@ export function announceWant(peers, maxPeers = MAX_PEERS) {
 /** Whether a new peer connection may be taken (pure): fewer than `maxPeersIn` now. */
 export function roomForPeer(peers, maxPeersIn = MAX_PEERS_IN) {
   return peers < maxPeersIn;
+}
+
+/**
+ * The offers the torrent's WebSocket trackers have out, not answered yet: each is a
+ * WebRTC connection (bittorrent-tracker's `peers`, by offer id) kept until it is
+ * answered or for 50 s.
+ */
+export function pendingOffers(torrent) {
+  let n = 0;
+  for (const tracker of torrent.discovery?.tracker?._trackers ?? []) n += Object.keys(tracker.peers ?? {}).length;
+  return n;
 }
 
 /** The torrent's peers that are not web seeds, connected or connecting. */
@@ -130,17 +142,26 @@ export function orderedRarestPick(torrent) {
  * `maxPeersIn` is refused before its connection is made (as webtorrent refuses a
  * duplicate). An offer relayed by a WebSocket tracker from a peer already connected,
  * or while the reader has `maxPeersIn`, is dropped before webtorrent's tracker client
- * builds a connection for it (refuseOffers). Returns the counters {refused,
- * offers_refused} for the page.
+ * builds a connection for it (refuseOffers). The offers the reader has out and not
+ * answered count as peers coming (pendingOffers). Returns the counters {refused,
+ * offers_refused, offers (made)} for the page.
  */
 export function boundPeers(torrent, maxPeers = MAX_PEERS, maxPeersIn = MAX_PEERS_IN) {
-  const counts = { refused: 0, offers_refused: 0 };
+  const counts = { refused: 0, offers_refused: 0, offers: 0 };
   // the tracker clients exist once the torrent's discovery started (webtorrent starts
   // it just before 'ready'); an offer can only come after their socket opened
   if (torrent.discovery) refuseOffers(torrent, counts, maxPeersIn);
   else torrent.once?.("ready", () => refuseOffers(torrent, counts, maxPeersIn));
+  // the offers still out count as peers coming: new ones only for what they leave
+  // missing (webtorrent's tracker client makes 5 at every announce and keeps each
+  // unanswered one 50 s, so a reader with few peers, at the 2 s announces of a busy
+  // tracker, had up to 125 WebRTC connections open for offers nobody answered)
   const own = torrent._getAnnounceOpts;
-  torrent._getAnnounceOpts = () => ({ ...(own?.() ?? {}), numwant: announceWant(peerCount(torrent), maxPeers) });
+  torrent._getAnnounceOpts = () => {
+    const numwant = announceWant(peerCount(torrent) + pendingOffers(torrent), maxPeers);
+    counts.offers += numwant;
+    return { ...(own?.() ?? {}), numwant };
+  };
   const addPeer = torrent.addPeer.bind(torrent);
   torrent.addPeer = (peer, source) => {
     if (typeof peer !== "string" && !roomForPeer(peerCount(torrent), maxPeersIn)) {
