@@ -16,6 +16,7 @@ import logging
 import re
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,6 +142,47 @@ def test_the_sources_named_are_bounded() -> None:
     assert sum(c.bytes for c in counts.values()) == 10 * PIECE
 
 
+def _feed_and_status(plan: tuple[int, ...] | None = None) -> tuple[Any, Any]:
+    # what the timeline reads of the feed and of the status
+    feed = types.SimpleNamespace(
+        session_bytes=0, owed=(), parallel=1, fetch_bps=0, queued_elsewhere=0, started_at={}
+    )
+    status = types.SimpleNamespace(
+        tally=types.SimpleNamespace(web_bytes=0, web_endpoints=frozenset()),
+        download_bps=0,
+        last_plan=plan,
+        last_progress=None,
+    )
+    return feed, status
+
+
+def test_the_last_pieces_say_when_the_policy_held_them_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # (the `chord` policy holds a piece one connected peer holds off, priority 0, for
+    # up to 4 s: a piece asked of a peer before it was held waits out the hold)
+    timeline = SwarmTimeline("issue", _piece_bytes)
+    caplog.set_level(logging.INFO, logger="pressrun.peer.timeline")
+    progress = types.SimpleNamespace(
+        connected_peers=1, pieces_have=0, pieces_total=31, downloaded_bytes=0
+    )
+    timeline.start(10.0, policy="chord", web_seeds=3)
+    timeline.checked()
+    timeline.sources.block(3, 0, PEER_A, ID_A, now=10.2, asked=True)
+    held = tuple(0 if i == 3 else 1 for i in range(31))
+    for now, plan in ((10.5, None), (11.0, held), (11.5, held), (13.0, None)):
+        feed, status = _feed_and_status(plan)
+        timeline.status(now, progress, feed=feed, status=status, ring=lambda: None)
+    _whole(timeline.sources, 3, PEER_A, ID_A)
+    timeline.piece_done(13.2, 3)
+    timeline.verified(13.3, feed=feed, status=status)
+    last = [r.getMessage() for r in caplog.records if ": last pieces: " in r.getMessage()]
+    assert last == [
+        "issue: last pieces: 3 (peer 172.18.0.5:6881) asked +0.20, held off +1.00 to +3.00,"
+        " passed +3.20"
+    ]
+
+
 def test_a_progress_line_every_second_from_the_start(caplog: pytest.LogCaptureFixture) -> None:
     # status reads every 0.5 s from the start: a line at +0, +1, +2 (it was every 1.5 s:
     # the next line was due a few ms after the read of +1.0)
@@ -148,10 +190,7 @@ def test_a_progress_line_every_second_from_the_start(caplog: pytest.LogCaptureFi
     progress = types.SimpleNamespace(
         connected_peers=0, pieces_have=0, pieces_total=31, downloaded_bytes=0
     )
-    feed = types.SimpleNamespace(session_bytes=0, owed=(), parallel=1, fetch_bps=0)
-    status = types.SimpleNamespace(
-        tally=types.SimpleNamespace(web_bytes=0, web_endpoints=frozenset()), download_bps=0
-    )
+    feed, status = _feed_and_status()
     caplog.set_level(logging.INFO, logger="pressrun.peer.timeline")
     timeline.start(100.0, policy="chord", web_seeds=3, peer_id=ID_A)
     for step in range(5):

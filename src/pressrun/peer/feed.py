@@ -119,6 +119,9 @@ class OwedPieceFeed:
         #: pieces queued on two connections while its feed sat idle with 6-11 pieces
         #: owed (3.76 s against the origin client's 1.69 s)
         self.late_bps = 0
+        #: of the owed pieces free to fetch at the last pick, how many it passed over as
+        #: queued in libtorrent on a peer or web seed (the timeline's progress lines)
+        self.queued_elsewhere = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._in_flight: set[int] = set()
@@ -234,6 +237,7 @@ class OwedPieceFeed:
         # not a piece libtorrent is fetching (from a peer or a web seed)
         queue = handle.get_download_queue()
         busy = fetching(queue)
+        self.queued_elsewhere = sum(1 for p in free if p in busy)
         for piece in free:
             if piece not in busy:
                 return piece

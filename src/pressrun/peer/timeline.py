@@ -26,6 +26,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pressrun.peer.uploader import HOLD_PRIORITY
+
 if TYPE_CHECKING:
     from pressrun.peer.feed import OwedPieceFeed
     from pressrun.peer.status import SwarmStatus
@@ -234,6 +236,8 @@ class SwarmTimeline:
         self._peer_seen = False
         self._piece_seen = False
         self._peer_piece_seen = False
+        #: pieces the policy's plan held off: since when, until when (None: still)
+        self._held: dict[int, tuple[float, float | None]] = {}
 
     def _since(self, now: float) -> float:
         return now - (self.started_at if self.started_at is not None else now)
@@ -311,6 +315,7 @@ class SwarmTimeline:
             self._piece_seen = True
             log.info("%s: +%.2f s first piece", self.issue_id, t)
         self._first_from_peer(status.tally.web_endpoints)
+        self._holds(now, status.last_plan)
         if now < self._next_line:
             return
         # (a whole step on from the last line's due time: status reads come every half
@@ -329,8 +334,8 @@ class SwarmTimeline:
         from_peers = max(0, progress.downloaded_bytes - feed_bytes - web_bytes)
         log.info(
             "%s: +%.2f s %d/%d pieces; from the origins %d B (web seeds %d, feed %d), "
-            "from peers %d B; %d peer(s); owed %d, %d in flight at most, feed %d B/s, "
-            "peers %d B/s%s",
+            "from peers %d B; %d peer(s); owed %d (%d queued on a peer), %d in flight at "
+            "most, feed %d B/s, peers %d B/s%s",
             self.issue_id,
             t,
             progress.pieces_have,
@@ -341,11 +346,22 @@ class SwarmTimeline:
             from_peers,
             progress.connected_peers,
             len(feed.owed),
+            feed.queued_elsewhere,
             feed.parallel,
             feed.fetch_bps,
             status.download_bps,
             ring_text,
         )
+
+    def _holds(self, now: float, plan: tuple[int, ...] | None) -> None:
+        # when the uploader policy's plan held each piece off (priority 0, the `chord`
+        # policy's hold on a piece one connected peer holds), for the last pieces line
+        held = {i for i, p in enumerate(plan or ()) if p == HOLD_PRIORITY}
+        for piece in held - set(self._held):
+            self._held[piece] = (now, None)
+        for piece, (since, until) in self._held.items():
+            if until is None and piece not in held:
+                self._held[piece] = (since, now)
 
     def _first_from_peer(self, web: Collection[tuple[str, int]]) -> None:
         # (told at the status read after it: the web seeds' addresses are known from
@@ -408,6 +424,13 @@ class SwarmTimeline:
             asked = fed_at.get(piece) if kind == "added" else self.sources.asked_at.get(piece)
             asked_text = "" if asked is None else f" asked +{self._since(asked):.2f},"
             who = kind if kind in _LABELS else f"{kind} {source}"
-            parts.append(f"{piece} ({who}){asked_text} passed +{self._since(at):.2f}")
+            hold = self._held.get(piece)
+            held_text = (
+                ""
+                if hold is None
+                else f" held off +{self._since(hold[0]):.2f} to "
+                + ("the end," if hold[1] is None else f"+{self._since(hold[1]):.2f},")
+            )
+            parts.append(f"{piece} ({who}){asked_text}{held_text} passed +{self._since(at):.2f}")
         if parts:
             log.info("%s: last pieces: %s", self.issue_id, "; ".join(parts))
