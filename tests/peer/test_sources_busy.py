@@ -18,6 +18,7 @@ from pressrun.peer.sources import (
     ConnectionRates,
     fetching,
     sooner_from_origins,
+    stranded,
 )
 
 PIECE = 131_072
@@ -121,3 +122,13 @@ def test_a_piece_is_being_fetched_while_a_block_is_asked_of_someone() -> None:
     for block in orphan["blocks"][3:]:
         block.update(state=0, peer=("0.0.0.0", 0))  # its peer left: asked of nobody
     assert fetching([asked, received, orphan]) == {1, 2}
+
+
+def test_a_partial_piece_asked_of_nobody_is_stranded() -> None:
+    # (libtorrent leaves it for its end game: `sources.stranded`)
+    half = _asked_of(1, FAST, received_blocks=4)
+    for block in half["blocks"][4:]:
+        block.update(state=0, peer=("0.0.0.0", 0))
+    asked = _asked_of(2, FAST, received_blocks=4)  # the rest asked of a peer
+    whole = _asked_of(3, FAST, received_blocks=8)  # being written and checked
+    assert stranded([half, asked, whole]) == {1}

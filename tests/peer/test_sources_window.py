@@ -35,20 +35,22 @@ class _Handle:
 
     def __init__(self) -> None:
         self.availability = [1, 0, 0, 1, 2, 2]
+        self.queue: list[object] = []  # libtorrent's download queue
 
     def piece_availability(self) -> list[int]:
         return self.availability
 
     def get_download_queue(self) -> list[object]:
-        return []
+        return self.queue
 
     def get_peer_info(self) -> list[object]:
         return []
 
 
-def _status(*, upload_limit_bps: int = 0) -> SwarmStatus:
+def _status(*, upload_limit_bps: int = 0, queue: list[object] | None = None) -> SwarmStatus:
     manifest = types.SimpleNamespace(num_pieces=6, info_hash="12" * 20, piece_size_bytes=PIECE)
     handle = _Handle()
+    handle.queue = queue or []
     policy = ChordPolicy()
     policy.set_ring_answers(bring_in=[0])
     feed = OwedPieceFeed(
@@ -232,6 +234,14 @@ def test_a_small_swarms_queued_piece_is_judged_at_the_origins_half_share() -> No
     # piece whose connection brings the rest later than a whole piece from the origins
     # at 210 kB/s is fetched from them (`OwedPieceFeed.late_bps`).
     status = _status()
+    _last_arrival(status)
+    assert not status._feed.take_busy  # (the peers, all of them, are not slow)
+    assert status._feed.late_bps == 210_000
+
+
+def _last_arrival(status: SwarmStatus) -> None:
+    # the last swarm client's reads: 16 of 31 pieces in its first second (1.27 MB from
+    # its peers), then 300 kB/s from them; the origins at 1.68 MB/s, 4 downloading
     t = 0.0
     while t <= 3.0 + 1e-9:
         from_peers = int(1_270_000 * t) if t <= 1.0 else 1_270_000 + int(300_000 * (t - 1.0))
@@ -239,8 +249,31 @@ def test_a_small_swarms_queued_piece_is_judged_at_the_origins_half_share() -> No
         fetch = 0 if t < 0.5 else 1_680_000
         _read(status, t, from_peers=from_peers, rate_now=rate_now, fetch_bps=fetch, leechers=4)
         t += 0.5
-    assert not status._feed.take_busy  # (the peers, all of them, are not slow)
-    assert status._feed.late_bps == 210_000
+
+
+def _stranded_piece(piece: int) -> dict[str, object]:
+    # half of it received, the rest asked of nobody: libtorrent left it (a hold of it
+    # by the `chord` policy once half was asked; `sources.stranded`)
+    blocks = [
+        {"state": 3 if i < 4 else 0, "bytes_progress": 0, "block_size": 16_384, "peer": None}
+        for i in range(8)
+    ]
+    return {"piece_index": piece, "blocks": blocks}
+
+
+def test_a_partial_piece_libtorrent_asks_nobody_for_is_owed_while_the_origins_have_room() -> None:
+    # On a loopback pair a piece held at priority 0 with half its blocks asked, and
+    # given its priority back, stayed half received for 6 s while libtorrent fetched 9
+    # other pieces. Piece 4, which two connected peers hold, is not owed to the origins
+    # (its peers are not slow in all) unless it is stranded so: then it is, first. On
+    # the code before it was not owed either way.
+    status = _status()
+    _last_arrival(status)
+    assert 4 not in status._feed.owed
+    status = _status(queue=[_stranded_piece(4)])
+    _last_arrival(status)
+    assert 4 in status._feed.owed
+    assert 5 not in status._feed.owed
 
 
 def test_a_forty_peer_swarms_queued_piece_waits_for_its_connection() -> None:

@@ -34,6 +34,7 @@ from pressrun.peer.sources import (
     peers_window_s,
     probing,
     shared_out,
+    stranded,
 )
 from pressrun.peer.uploader import (
     HOLD_PRIORITY,
@@ -294,6 +295,7 @@ class SwarmStatus:
             fetch_bps, reference, self.download_bps, best_peers_bps=best_peers, leechers=leechers
         )
         self._beyond_peers = beyond and room
+        handle = self._handle()
         if room:
             self._late_bps = int(ROOM_SHARE * origins_share_bps(fetch_bps, leechers))
         return origin_fill(
@@ -303,6 +305,8 @@ class SwarmStatus:
             peer_id=self._peer_id(),
             leecher_ids=self.tally.leecher_ids,
             have=[bool(b) for b in have] if beyond else (),
+            # (read only while the origins have room: nothing is owed otherwise)
+            stranded=stranded(handle.get_download_queue()) if room and handle else (),
         )
 
     def origins_bps(self) -> int:
