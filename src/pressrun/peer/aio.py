@@ -533,10 +533,10 @@ class SwarmPeer(RingLink):
         assert self.core is not None and self._loop is not None
         now = self._loop.time()
         self._verified_at = now
-        self._timeline.verified(now, feed=self._feed, status=self._status)
         if self._downloaded is not None and not self._downloaded.done():
             self._downloaded.set_result(True)
         self._refresh_totals()  # the rules must see the totals of now, not of the last poll
+        self._timeline.verified(now, feed=self._feed, status=self._status)  # (totals of now)
         self._apply(self.core.handle_verified(now=now))
         self._rearm()
 
