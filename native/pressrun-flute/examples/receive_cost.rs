@@ -13,7 +13,8 @@
 //! channel's source symbols), ROUNDS receptions of the object in this process (5).
 //! Prints, per reception, us per packet for the whole (parse + decoder), the RaptorQ
 //! decode's share and of it the crate's `decode` calls alone, the file writes' share,
-//! and the thread's minor page faults.
+//! the share of bringing in the object's buffer (fresh memory) and the thread's minor
+//! page faults.
 //! With RECEIVE_COST_FRESH_THREAD set, each reception runs on a new thread (as a
 //! receiver's first object does: fresh memory), else all on the main thread. With
 //! RECEIVE_COST_THRASH=BYTES, that much other memory is written between rounds
@@ -120,7 +121,7 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     // a batch buffer as the receive loop's recvmmsg fills it
         println!("K max {k_max}, join at {join:.2} of the cycle, {} packets a pass", packets.len());
-    println!("round  us/packet  decode  (crate's)  writes  rest  packets  decodes  minflt  bit-exact");
+    println!("round  us/packet  decode  (crate's)  writes  memory  rest  packets  decodes  minflt  bit-exact");
     let fresh_thread = std::env::var_os("RECEIVE_COST_FRESH_THREAD").is_some();
     // bytes of other memory written between rounds (untimed), as the other work
     // of a shared host evicts the caches while the receive loop sleeps 20 ms
@@ -170,18 +171,20 @@ fn main() {
             let (decodes, decode_s) = objects.decode_cost();
             let write_s = objects.write_cost();
             let crate_s = objects.crate_decode_cpu_s();
+            let memory_s = objects.memory_cost();
             let path = done.unwrap();
             let exact = std::fs::read(&path).unwrap() == *content;
             std::fs::remove_file(&path).ok();
             let us = |s: f64| s * 1e6 / n as f64;
             println!(
-                "{:>5}  {:>9.2}  {:>6.2}  {:>9.2}  {:>6.2}  {:>4.2}  {n:>7}  {decodes:>7}  {faults:>6}  {exact}",
+                "{:>5}  {:>9.2}  {:>6.2}  {:>9.2}  {:>6.2}  {:>6.2}  {:>4.2}  {n:>7}  {decodes:>7}  {faults:>6}  {exact}",
                 round + 1,
                 us(cpu),
                 us(decode_s),
                 us(crate_s),
                 us(write_s),
-                us(cpu - decode_s - write_s)
+                us(memory_s),
+                us(cpu - decode_s - write_s - memory_s)
             );
         };
         if fresh_thread {

@@ -7,9 +7,11 @@
 //! their pages one by one (glibc's per-thread arena grows and shrinks its heap). Here
 //! (docs/multicast.md, "Receiver CPU"):
 //!
-//! - the object is one buffer of its transfer length in transparent huge pages (one
-//!   page fault per 2 MB); a source symbol is copied straight to its place in it, so
-//!   a block whose source symbols all arrived needs no decoding and no further copy;
+//! - the object is one buffer of its transfer length (transparent huge pages while
+//!   they come cheap, else 4 kB pages; brought in 256 kB at a time as the symbols
+//!   first reach them, `Mapping::touch`); a source symbol is copied straight to its
+//!   place in it, so a block whose source symbols all arrived needs no decoding and
+//!   no further copy;
 //! - a repair symbol is copied into the slot of a source symbol that has not come
 //!   (a receiver joined after the source symbols fills the buffer with repair
 //!   symbols instead of thousands of small allocations in fresh 4 kB pages), or,
@@ -48,9 +50,22 @@ fn decode_extra(k: usize) -> usize {
 /// Repair symbols kept per block beyond its source symbols (the decode from K
 /// fails with probability about 0.01, from K + 2 about 1e-6).
 const REPAIR_MARGIN: usize = DECODE_EXTRA + 16;
+/// Bytes of a memory page.
+const PAGE: usize = 4096;
 /// Bytes of a 2 MB transparent huge page: a completed block's pages of the object's
-/// buffer are given back in whole pages of this size.
+/// buffer are given back in whole pages of this size (a part of a huge page given
+/// back would split it).
 const HUGE_PAGE: usize = 2 << 20;
+/// Bytes of the object's buffer brought in at once (`Mapping::touch`): 64 pages in one
+/// system call.
+const POPULATE_BYTES: usize = 256 << 10;
+/// Thread CPU seconds past which bringing in one piece of the buffer in huge pages
+/// (`Mapping::touch`; a piece that faults a fresh 2 MB page) means huge pages come
+/// dear: the rest of the buffer is then taken in 4 kB pages. A huge page costs
+/// 0.08 ms on this VM when the guest's memory behind it is backed and 2.5-5 ms when
+/// the host must back it first; 2 MB in 4 kB pages costs 0.7-1 ms either way
+/// (docs/results/2026-11-28-multicast-receive-cpu.md, session 22).
+const HUGE_PAGE_DEAR_S: f64 = 1e-3;
 /// Objects followed at once (a carousel's receiver sees one; strangers' TOIs evict
 /// the oldest).
 const MAX_OBJECTS: usize = 4;
@@ -79,16 +94,35 @@ fn thread_cpu_s() -> f64 {
 struct Mapping {
     ptr: *mut u8,
     len: usize,
+    /// the POPULATE_BYTES pieces of the mapping brought in so far (`touch`)
+    brought: Bits,
+    /// whether the kernel takes MADV_POPULATE_WRITE (Linux 5.14 and later); without it
+    /// the pages come by faults as the symbols are written, uncounted
+    populate: bool,
+    /// whether the mapping still asks for transparent huge pages (MADV_HUGEPAGE):
+    /// until a piece brought in them costs more than HUGE_PAGE_DEAR_S
+    huge: bool,
+    /// thread CPU seconds spent bringing pages in (`touch`)
+    cpu_s: f64,
 }
 
 impl Mapping {
-    /// ``len`` bytes of anonymous memory in transparent huge pages where the
-    /// kernel has them (MADV_HUGEPAGE): one fault per 2 MB instead of one per 4 kB,
-    /// which in this VM costs 5-10 us a page under load, more than the rest of a
-    /// packet's work.
+    /// ``len`` bytes of anonymous memory, in transparent huge pages where the kernel
+    /// has them (MADV_HUGEPAGE) until they come dear (`touch`): on this VM a huge
+    /// page costs a tenth of 4 kB pages when the guest's memory behind it is backed,
+    /// and 3-5 times as much when it is not, as for most first objects of a process
+    /// (the host backs the guest's free 2 MB blocks lazily; docs/results/
+    /// 2026-11-28-multicast-receive-cpu.md, session 22).
     fn new(len: usize) -> std::io::Result<Self> {
         if len == 0 {
-            return Ok(Self { ptr: std::ptr::null_mut(), len: 0 });
+            return Ok(Self {
+                ptr: std::ptr::null_mut(),
+                len: 0,
+                brought: Bits::default(),
+                populate: false,
+                huge: false,
+                cpu_s: 0.0,
+            });
         }
         // SAFETY: a fresh private anonymous mapping of len bytes
         let ptr = unsafe {
@@ -105,8 +139,57 @@ impl Mapping {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: the range is the mapping just made; a refusal only costs speed
-        unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) };
-        Ok(Self { ptr: ptr.cast(), len })
+        let huge = unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) } == 0;
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+            brought: Bits::default(),
+            populate: true,
+            huge,
+            cpu_s: 0.0,
+        })
+    }
+
+    /// Bring in the pages of ``start..end`` before they are written: each
+    /// POPULATE_BYTES piece of the mapping the range reaches that is not in yet is
+    /// populated with one MADV_POPULATE_WRITE (a huge page, or 64 small ones in one
+    /// system call instead of a fault each), its thread CPU counted in `cpu_s`:
+    /// fresh memory, the receive path's largest cost beyond the bare loop and the
+    /// decode for a receiver's first object on this VM (docs/multicast.md, "Receiver
+    /// CPU"), told apart from the loop's own work. A piece that cost more than
+    /// HUGE_PAGE_DEAR_S while huge pages were asked for turns them off for the rest
+    /// (MADV_NOHUGEPAGE: the pages already in stay as they are).
+    fn touch(&mut self, start: usize, end: usize) {
+        let end = end.min(self.len);
+        if !self.populate || end <= start {
+            return;
+        }
+        for piece in start / POPULATE_BYTES..=(end - 1) / POPULATE_BYTES {
+            if !self.brought.insert(piece) {
+                continue;
+            }
+            let lo = piece * POPULATE_BYTES;
+            // the mapping's last page is whole (mmap rounds its length up)
+            let hi = ((piece + 1) * POPULATE_BYTES).min(self.len.next_multiple_of(PAGE));
+            let cpu0 = thread_cpu_s();
+            // SAFETY: whole pages of the mapping (it starts on a page); populating
+            // only faults them in
+            let done = unsafe {
+                libc::madvise(self.ptr.add(lo).cast(), hi - lo, libc::MADV_POPULATE_WRITE)
+            };
+            let cpu = thread_cpu_s() - cpu0;
+            self.cpu_s += cpu;
+            if done != 0 {
+                // an older kernel (EINVAL): the writes fault the pages in as before
+                self.populate = false;
+                return;
+            }
+            if self.huge && cpu > HUGE_PAGE_DEAR_S {
+                self.huge = false;
+                // SAFETY: the whole mapping; a refusal only costs speed
+                unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_NOHUGEPAGE) };
+            }
+        }
     }
 
     fn bytes(&self) -> &[u8] {
@@ -125,7 +208,7 @@ impl Mapping {
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 
-    /// Give back the whole huge pages inside ``start..end`` (MADV_DONTNEED: they
+    /// Give back the whole 2 MB pages inside ``start..end`` (MADV_DONTNEED: they
     /// read as zeros if touched again); a partial page at either end is kept.
     fn release(&mut self, start: usize, end: usize) {
         let base = self.ptr as usize;
@@ -179,8 +262,9 @@ struct Block {
     /// the repair ESI held in each source symbol's slot of the object's buffer (0:
     /// none; a repair ESI is at least K): a repair symbol goes to the slot of a
     /// source symbol that has not come, so a receiver that joined after the source
-    /// symbols keeps its repair symbols in the buffer's huge pages instead of
-    /// thousands of small allocations (fresh 4 kB pages: 0.6 us a packet on this VM)
+    /// symbols keeps its repair symbols in the buffer, brought in 256 kB at a time,
+    /// instead of thousands of small allocations (fresh 4 kB pages faulted one by
+    /// one from the allocator's arena: 0.6 us a packet on this VM)
     slot_repair: Vec<u32>,
     /// the next slot to look at for a free one
     free_slot: usize,
@@ -274,6 +358,9 @@ pub struct FastObject {
     records: Vec<DecodeRecord>,
     /// thread CPU seconds of writing completed blocks to the file
     write_cpu_s: f64,
+    /// thread CPU seconds of bringing in the object's buffer (`Mapping::touch`), of
+    /// its buffer once gone
+    memory_cpu_s: f64,
 }
 
 /// What became of a packet offered to `FastObjects::push`.
@@ -415,12 +502,25 @@ impl FastObject {
                 record_room,
                 records: Vec::new(),
                 write_cpu_s: 0.0,
+                memory_cpu_s: 0.0,
             }),
             Err(err) => {
                 std::fs::remove_file(&path).ok();
                 Err(err)
             }
         })
+    }
+
+    /// The object's buffer goes (the object is over); its page CPU is kept.
+    fn drop_image(&mut self) {
+        if let Some(image) = self.image.take() {
+            self.memory_cpu_s += image.cpu_s;
+        }
+    }
+
+    /// Thread CPU seconds spent bringing in the object's buffer so far.
+    fn memory_cost(&self) -> f64 {
+        self.memory_cpu_s + self.image.as_ref().map_or(0.0, |image| image.cpu_s)
     }
 
     /// Take the source symbols that lie whole inside ``ranges`` (byte ranges of the
@@ -500,6 +600,7 @@ impl FastObject {
                 let at = (block.first + esi) * symbol;
                 let n = payload.len().min(length.saturating_sub(at));
                 if let Some(image) = self.image.as_mut() {
+                    image.touch(at, at + n);
                     let bytes = image.bytes_mut();
                     // a repair symbol in this slot moves out first (a cycle came round)
                     if let Some(held) = block.slot_repair.get_mut(esi).filter(|r| **r != 0) {
@@ -525,6 +626,7 @@ impl FastObject {
                 match (free_slot(block, symbol, length), self.image.as_mut()) {
                     (Some(slot), Some(image)) => {
                         let at = (block.first + slot) * symbol;
+                        image.touch(at, at + symbol);
                         let place = &mut image.bytes_mut()[at..at + symbol];
                         place[..payload.len()].copy_from_slice(payload);
                         place[payload.len()..].fill(0);
@@ -564,7 +666,7 @@ impl FastObject {
                 Err(_) => {
                     // the file cannot take it: the object is over, its file goes
                     self.complete = true;
-                    self.image = None;
+                    self.drop_image();
                     self.file = None;
                     self.blocks.clear();
                     std::fs::remove_file(&self.path).ok();
@@ -574,7 +676,7 @@ impl FastObject {
             self.left -= 1;
             if self.left == 0 {
                 self.complete = true;
-                self.image = None;
+                self.drop_image();
                 self.file = None;
                 self.blocks.clear();
                 return Taken::Completed(self.path.clone(), self.length);
@@ -688,6 +790,7 @@ pub struct FastObjects {
     retired_decode_cpu_s: f64,
     retired_crate_decode_cpu_s: f64,
     retired_write_cpu_s: f64,
+    retired_memory_cpu_s: f64,
     /// keep what each block decode was given (`redecode`), at most
     /// MAX_DECODE_RECORDS over all objects
     record: bool,
@@ -712,6 +815,7 @@ impl FastObjects {
             retired_decode_cpu_s: 0.0,
             retired_crate_decode_cpu_s: 0.0,
             retired_write_cpu_s: 0.0,
+            retired_memory_cpu_s: 0.0,
             record,
             retired_records: Vec::new(),
             known: None,
@@ -770,6 +874,7 @@ impl FastObjects {
                             self.retired_decode_cpu_s += gone.decode_cpu_s;
                             self.retired_crate_decode_cpu_s += gone.crate_decode_cpu_s;
                             self.retired_write_cpu_s += gone.write_cpu_s;
+                            self.retired_memory_cpu_s += gone.memory_cost();
                             if gone.complete {
                                 self.retired_records.append(&mut gone.records);
                             } else {
@@ -885,6 +990,12 @@ impl FastObjects {
     /// objects, evicted ones included).
     pub fn write_cost(&self) -> f64 {
         self.objects.iter().map(|o| o.write_cpu_s).sum::<f64>() + self.retired_write_cpu_s
+    }
+
+    /// Thread CPU seconds spent bringing in the objects' buffers so far (fresh
+    /// memory, `Mapping::touch`; all objects, evicted ones included).
+    pub fn memory_cost(&self) -> f64 {
+        self.objects.iter().map(FastObject::memory_cost).sum::<f64>() + self.retired_memory_cpu_s
     }
 }
 

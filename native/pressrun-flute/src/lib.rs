@@ -1177,6 +1177,16 @@ impl Receiver {
         self.fast.write_cost()
     }
 
+    /// The receive thread's CPU seconds spent bringing in the objects' buffers (fresh
+    /// memory, populated 256 kB at a time as the symbols first reach it): what a
+    /// receiver pays for memory beyond the loop's own work (docs/multicast.md,
+    /// "Receiver CPU"); 0 where the kernel cannot populate (before Linux 5.14: the
+    /// pages are faulted in by the writes instead, uncounted).
+    #[getter]
+    fn memory_cpu_s(&self) -> f64 {
+        self.fast.memory_cost()
+    }
+
     /// The bytes of object ``toi`` this receiver holds already (pieces it took from
     /// the swarm and checked): ``ranges`` of (start, length) in the file ``path``, at
     /// the same offsets as in the object. When the object's first packet comes, the
