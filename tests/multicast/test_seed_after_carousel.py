@@ -329,3 +329,44 @@ async def test_a_carousel_reader_offers_what_it_holds_while_it_receives(
     assert result.completed and result.bytes_from_web_seeds == 0
     assert result.bytes_from_peers >= SIZE * 0.9, result
     assert reader.leave_rule is not None and reader.seeding_s > 0
+
+
+async def test_a_sharing_peer_joins_the_webrtc_trackers_once_it_has_a_piece(
+    tmp_path: Path, published: Callable[[int], Published]
+) -> None:
+    """The sharing session announces to the directive's tracker at once, and to its
+    WebTorrent twin (where the browsers are) only once it has a piece to give: every
+    offer that tracker relays costs the browser that answers it a WebRTC connection."""
+    pytest.importorskip("libtorrent")
+    from pressrun.content.bundle import read_manifest
+    from pressrun.peer.config import desktop_profile
+    from pressrun.peer.sharing import SharingPeer
+
+    pub = published(SIZE)
+    m = read_manifest(pub.content / ISSUE / "manifest.json")
+    peer = SharingPeer(
+        torrent=(pub.content / ISSUE / f"{ISSUE}.torrent").read_bytes(),
+        manifest=m,
+        partial_dir=tmp_path / "share",
+        config=desktop_profile(ratio_basis_bytes=SIZE),
+        tracker_url="http://127.0.0.1:9/announce",
+        listen_interfaces="127.0.0.1:0",
+    )
+    try:
+        await peer.share()
+        assert peer.websocket_trackers == ["ws://127.0.0.1:9/webtorrent"]
+        assert _trackers(peer) == ["http://127.0.0.1:9/announce"]
+        offset, length = m.piece_span(3)
+        peer.offer(3, pub.data[offset : offset + length])
+        assert _trackers(peer) == ["http://127.0.0.1:9/announce", "ws://127.0.0.1:9/webtorrent"]
+        for _ in range(100):  # libtorrent writes and checks it on its own threads
+            if peer.held == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert peer.held == 1 and peer.offered == {3}
+    finally:
+        await peer.close()
+
+
+def _trackers(peer: Any) -> list[str]:
+    return [str(t["url"]) for t in peer._handle.trackers()]

@@ -56,6 +56,8 @@ class SharingPeer(SwarmPeer):
         self._sharing = False
         #: the tracker's answer to the announce after the last piece (`seed`)
         self._completed: asyncio.Future[None] | None = None
+        #: the WebTorrent trackers it joins once it has a piece (`share`, `offer`)
+        self._webrtc_pending: list[str] = []
 
     @property
     def sharing(self) -> bool:
@@ -72,9 +74,17 @@ class SharingPeer(SwarmPeer):
         atp = self._add_params()
         atp.url_seeds = []
         atp.piece_priorities = [0] * self.manifest.num_pieces
-        self._alerts.websocket = bool(self.websocket_trackers)
-        if self._alerts.websocket:
-            note_webrtc()  # the command line's exit is bounded then
+        # WebRTC peers (the phones' browsers) only once it has a piece (`offer`): each
+        # offer a WebTorrent tracker relays costs the browser that answers it an
+        # RTCPeerConnection (7-11 ms of Chromium's CPU, docs/reader.md), for a peer
+        # that would have nothing to give it
+        self._webrtc_pending = self.websocket_trackers
+        atp.trackers = (
+            [self.tracker_url]
+            if self.tracker_url is not None
+            else [t for t in self._meta.trackers if t not in self._webrtc_pending]
+        )
+        atp.flags |= lt.torrent_flags.override_trackers
         # At priority 0 the torrent is "finished" and tells its peers it is upload-only.
         # A libtorrent peer that took every piece this one had closes the connection
         # ("uninteresting upload-only peer"), and this one would close it too
@@ -101,6 +111,18 @@ class SharingPeer(SwarmPeer):
             return
         self._handle.add_piece(index, data, 0)
         self.offered.add(index)
+        if self._webrtc_pending:
+            self._join_webrtc()
+
+    def _join_webrtc(self) -> None:
+        """Announce to the WebTorrent trackers too (it has a piece to give now)."""
+        assert self._handle is not None and self._alerts is not None
+        for url in self._webrtc_pending:
+            self._handle.add_tracker({"url": url, "tier": 0})
+        self._webrtc_pending = []
+        self._alerts.websocket = True
+        note_webrtc()  # the command line's exit is bounded then
+        self._handle.force_reannounce(0, -1, lt.reannounce_flags_t.ignore_min_interval)
 
     @property
     def held(self) -> int:
