@@ -271,5 +271,33 @@ async def test_a_piece_queued_on_a_connection_slower_than_the_origins_half_share
     assert feed._next_owed() is None  # (neither take_busy nor late_bps: the code before)
     feed.late_bps = 210_000
     assert feed._next_owed() == 4
+    handle.queue = [queue[1]]  # (only the piece its fast connection brings sooner)
     feed.set_owed((5,))
+    assert feed._next_owed() is None
+
+
+async def test_a_piece_it_lacks_queued_on_a_late_connection_is_fetched_though_not_owed() -> None:
+    # `make emulate SCENARIO=small` at f61cd5b (29 Nov 07:38, run 3, client 5: 2.11x the
+    # origin client): from +2.0 s nothing was owed (its one missing piece was held by a
+    # connected peer, and its peers were not slow in all), the feed's origins gave
+    # 1.9 MB/s, and piece 19, queued at +0.83 s on a peer that brought 32 kB of it,
+    # passed at +3.55 s. ``late_bps`` judged only the owed pieces, so never this one:
+    # on the code before nothing was taken. A piece queued on a connection that brings
+    # it sooner is still left to it, and without ``late_bps`` (no room) nothing is.
+    slow, fast = ("10.0.0.3", 6881), ("10.0.0.2", 6881)
+    queue = [_partial(4, [3, 1, 1, 1], slow), _partial(5, [1, 1, 1, 1], fast)]
+    handle = _Handle(have=frozenset({0, 1, 2, 3}), queue=queue)
+    feed = OwedPieceFeed(
+        manifest=_manifest(bytes(6 * PIECE)),
+        web_seeds=["http://origin.invalid/issue.pdf"],
+        retry_s=1.0,
+        handle=lambda: handle,
+        running=lambda: True,
+    )
+    feed.set_owed(())
+    feed._connection_rates = {slow: 2_000, fast: 1_000_000}
+    assert feed._next_owed() is None  # (no room: no late_bps)
+    feed.late_bps = 200_000
+    assert feed._next_owed() == 4
+    feed._connection_rates = {slow: 1_000_000, fast: 1_000_000}
     assert feed._next_owed() is None

@@ -132,3 +132,23 @@ def test_a_partial_piece_asked_of_nobody_is_stranded() -> None:
     asked = _asked_of(2, FAST, received_blocks=4)  # the rest asked of a peer
     whole = _asked_of(3, FAST, received_blocks=8)  # being written and checked
     assert stranded([half, asked, whole]) == {1}
+
+
+def test_a_piece_queued_behind_others_on_its_connection_waits_for_all_of_them() -> None:
+    # `make emulate SCENARIO=small` at f61cd5b (29 Nov 07:37, runs 1 and 2, client 6:
+    # 2.25x and 2.27x the origin client): pieces queued on a peer at +0.6-1.0 s passed
+    # at +3.7-3.8 s, its connections giving 300-350 kB/s, while the feed's origins gave
+    # 180-210 kB/s and it fetched one piece a second. Judged by its own bytes a piece
+    # looked 0.4 s away on its connection (sooner than 0.6 s from the origins); but
+    # the connection sends what was asked of it before, five pieces here: 1.9 s. On
+    # the code before nothing was taken.
+    rates: dict[tuple[str, int], int | None] = {SLOW: 340_000, FAST: 2_500_000}
+    queue = [_asked_of(p, SLOW) for p in (3, 4, 5, 6, 7)] + [_asked_of(8, FAST)]
+    got = sooner_from_origins(queue, {3, 8}, rates, piece_bytes=PIECE, origins_bps=200_000)
+    assert got == 3
+    # alone on its connection, its own bytes come sooner than the origins'
+    got = sooner_from_origins(queue[:1], {3}, rates, piece_bytes=PIECE, origins_bps=200_000)
+    assert got is None
+    # a fast connection's queue of five pieces still comes sooner
+    queue = [_asked_of(p, FAST) for p in (3, 4, 5, 6, 7)]
+    assert sooner_from_origins(queue, {3}, rates, piece_bytes=PIECE, origins_bps=200_000) is None
