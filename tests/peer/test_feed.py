@@ -294,9 +294,14 @@ async def test_a_piece_it_lacks_queued_on_a_late_connection_is_fetched_though_no
         handle=lambda: handle,
         running=lambda: True,
     )
-    feed.set_owed(())
     feed._connection_rates = {slow: 2_000, fast: 1_000_000}
+    feed.set_owed((4,))
     assert feed._next_owed() is None  # (no room: no late_bps)
+    assert feed.queued_elsewhere == 1
+    feed.set_owed(())
+    assert feed._next_owed() is None
+    # (the timeline's "owed 0 (7 queued on a peer)" was the last pick's count, stale)
+    assert feed.queued_elsewhere == 0
     feed.late_bps = 200_000
     assert feed._next_owed() == 4
     feed._connection_rates = {slow: 1_000_000, fast: 1_000_000}

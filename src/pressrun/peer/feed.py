@@ -237,6 +237,7 @@ class OwedPieceFeed:
             and not (p < len(have) and have[p])  # (owed as of the last status poll)
         ]
         if not free and self.late_bps <= 0:
+            self.queued_elsewhere = 0  # (not the last pick's: the timeline's lines)
             return None
         # not a piece libtorrent is fetching (from a peer or a web seed)
         queue = handle.get_download_queue()
