@@ -311,7 +311,7 @@ async def test_a_carousel_reader_offers_what_it_holds_while_it_receives(
         pub,
         sender,
         origin,
-        replace(CLIENT, multicast_deadline_s=60.0),
+        replace(CLIENT, multicast_deadline_s=60.0, carousel_share=True),
         config=desktop_profile(max_seed_time_s=1.0, stall_after_s=60.0),
         on_progress=seen,
     )

@@ -1,7 +1,9 @@
 """A carousel reader in the issue's swarm while it receives (issue 28).
 
-A reader that may seed (`swarm_handoff.seeds_after_carousel`: the directive names a
-swarm, the link is not metered, the seeding time is not 0) joins the directive's
+A reader that shares while it receives (``ClientConfig.carousel_share``, ``pressrun
+get --share-while-receiving``; off by default, why there) and may seed
+(`swarm_handoff.seeds_after_carousel`: the directive names a swarm, the link is not
+metered, the seeding time is not 0) joins the directive's
 swarm as soon as it starts receiving the carousel, not once the copy is complete: a
 `pressrun.peer.sharing.SharingPeer` in a folder of its own beside the partial file
 (``share/``), every piece at priority 0 and no web seeds, so it downloads nothing (the
@@ -173,8 +175,13 @@ class CarouselShare:
         kept: list[int],
     ) -> CarouselShare | None:
         """Join the swarm beside the carousel (in a task of its own) when this client
-        may seed; None when it may not (metered, ``--max-seed-s 0``, no swarm)."""
-        if swarm is None or not seeds_after_carousel(f.config, swarm):
+        shares while it receives (``ClientConfig.carousel_share``) and may seed; None
+        otherwise (not asked, metered, ``--max-seed-s 0``, no swarm)."""
+        if (
+            swarm is None
+            or not f.config.carousel_share
+            or not seeds_after_carousel(f.config, swarm)
+        ):
             return None
         share = cls(f, m, path, swarm, work_dir, list(kept))
         share._task = f.loop.create_task(share._run())

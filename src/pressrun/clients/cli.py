@@ -98,6 +98,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "a piece ends it sooner)",
     )
     p.add_argument(
+        "--share-while-receiving",
+        action="store_true",
+        help="multicast mode: join the issue's swarm while the carousel delivers and "
+        "offer the pieces already held (default: only a complete copy seeds)",
+    )
+    p.add_argument(
         "--multicast-deadline-s",
         type=float,
         default=None,
@@ -380,6 +386,8 @@ def run_get(args: argparse.Namespace) -> int:
         )
         if args.max_seed_s is not None:
             config = dataclasses.replace(config, swarm_max_seed_s=args.max_seed_s)
+        if args.share_while_receiving:
+            config = dataclasses.replace(config, carousel_share=True)
         if args.amt != "auto" or args.amt_relay or args.amt_dns:
             from pressrun.multicast.gateway import parse_relay
 
