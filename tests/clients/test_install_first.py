@@ -17,10 +17,7 @@ import pytest
 
 pytest.importorskip("libtorrent")
 
-from pressrun.balancer.aio import BalancerServiceConfig, start_balancer
-from pressrun.balancer.config import BalancerConfig
-from pressrun.balancer.demand import DemandConfig
-from pressrun.balancer.events import OriginSpec
+from integration.test_swarm_path import swarm_balancer
 from pressrun.clients.aio import fetch_issue
 from pressrun.clients.cli import result_document
 from pressrun.clients.config import DESKTOP
@@ -75,16 +72,8 @@ async def test_the_copy_is_in_the_library_while_the_peer_seeds(
     async with loopback_swarm(
         tmp_path, size_bytes=SIZE, origin_cap_mbps=(40.0,), piece_size=PIECE, tracker_interval_s=2
     ) as swarm:
-        balancer = await start_balancer(
-            BalancerServiceConfig(
-                origins=tuple(OriginSpec(o.name, o.url) for o in swarm.origins),
-                balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=0.7),
-                tracker_url=swarm.tracker_url,
-                demand=DemandConfig(enter_downloaders=0.5, leave_downloaders=0.1, min_dwell_s=0),
-            )
-        )
+        balancer = await swarm_balancer(swarm, swarm.tracker_url)
         try:
-            await balancer.wait_until_up(timeout_s=5.0)
             async with aiohttp.ClientSession() as http:
                 # a leecher that never connects: the tracker's counts keep the seed
                 # needed (no `not_needed`), and no byte goes up (no `ratio`), so the
@@ -102,15 +91,6 @@ async def test_the_copy_is_in_the_library_while_the_peer_seeds(
                 )
                 async with http.get(f"{swarm.tracker_url}?{query}") as resp:
                     assert resp.status == 200
-                # the first directive makes the balancer learn the issue's swarm
-                url = f"{balancer.url}/v1/issues/{swarm.issue_id}/directive"
-                async with http.get(url) as resp:
-                    assert resp.status == 200
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 5
-            while swarm.issue_id not in balancer.service.swarms:
-                assert loop.time() < deadline
-                await asyncio.sleep(0.02)
             result = await asyncio.wait_for(
                 fetch_issue(
                     swarm.issue_id,
