@@ -59,7 +59,8 @@ async def receive_multicast(
     interface = f.config.multicast_interface or multicast.interface or "0.0.0.0"
     work = path.parent / "multicast"
     work.mkdir(exist_ok=True)
-    # a reader that may seed joins the swarm now and offers what it holds and decodes
+    # a reader that shares while it receives (opt-in, `ClientConfig.carousel_share`)
+    # and may seed joins the swarm now and offers what it holds and decodes
     # (`carousel_share`); the seeding after the carousel takes it over
     swarm = f.last_directive.swarm if f.last_directive is not None else None
     share = CarouselShare.start(f, m, path, swarm, work, kept)
