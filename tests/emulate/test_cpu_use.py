@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -182,10 +183,13 @@ def test_the_sampler_names_the_containers_from_docker_ps(
     (tmp_path / "abc" / "cgroup.procs").write_text("")
     monkeypatch.setattr(cpu_use, "CPU_SAMPLE_INTERVAL_S", 0.01)
     use = CpuUse()
+    # an engine socket folder no process on the host names (the official CI at 5c620c6
+    # had a process naming "/nowhere", counted as the engine)
+    run_dir = f"/run/pressrun-test-no-engine-{uuid.uuid4().hex}"
 
     async def run() -> None:
         task = asyncio.create_task(
-            cpu_use.sample_cpu(use, 0.0, tmp_path, lambda: f"abc {P}_origin-a_1\n", "/nowhere")
+            cpu_use.sample_cpu(use, 0.0, tmp_path, lambda: f"abc {P}_origin-a_1\n", run_dir)
         )
         while use.samples < 3:
             await asyncio.sleep(0.01)
