@@ -9,11 +9,18 @@ runs the installed console script's entry point as pip's generated script does, 
 emulation's held client (`pressrun.emulate.held`, which runs the command in its own
 process: the run of 28 Nov 23:45 lost 57 desktops that way after the console script's
 fix).
+
+The time each test bounds runs from the moment the command returned (the child writes
+``time.monotonic()``, the system-wide clock, to stderr then) to the moment the parent
+sees the process end: the interpreter's start and the imports before the command
+(libtorrent and FLUTE in the held client) are no part of it. Counted from the process's
+start, the held client's 7 s bound took 24.8 s once beside an emulation at load 118.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -37,6 +44,7 @@ def command(argv=None):
     watchdog.note_webrtc()  # a session of the process had a WebSocket tracker
     watchdog.bounded_exit()
     print('{"verified": true}', flush=True)
+    print(f"returned at {time.monotonic():.6f}", file=sys.stderr, flush=True)
     return STATUS
 
 pressrun.cli.main = command
@@ -60,6 +68,7 @@ def command(args):
     watchdog.note_webrtc()
     watchdog.bounded_exit()
     print('{"verified": true}', flush=True)
+    print(f"returned at {time.monotonic():.6f}", file=sys.stderr, flush=True)
     return 0
 
 pressrun.cli.run = command  # what held runs once released
@@ -68,28 +77,42 @@ runpy.run_module("pressrun.emulate.held", run_name="__main__")
 """
 
 
+#: the process ends within this of its command's return: the close bound (2 s, after
+#: which the watchdog would end it with status 1) and 3 s for a loaded host to run the
+#: exit and wake the parent; the teardown that does not end holds it 30 s
+EXIT_BOUND_S = 2.0 + 3.0
+
+
+def _exit_seconds(stderr: str) -> float:
+    """Seconds from the command's return (the child's ``returned at`` line, on the
+    monotonic clock) to now, when the parent has seen the process end."""
+    ended = time.monotonic()
+    found = re.findall(r"^returned at (\d+\.\d+)$", stderr, flags=re.MULTILINE)
+    assert found, f"the command did not return: {stderr[-2000:]}"
+    return ended - float(found[-1])
+
+
 def _run(status: int) -> tuple[int, str, float]:
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT.replace("STATUS", str(status))],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    return done.returncode, done.stdout, time.monotonic() - started
+    return done.returncode, done.stdout, _exit_seconds(done.stderr)
 
 
 def test_a_verified_download_ends_with_status_0_not_the_watchdogs_1() -> None:
     code, out, seconds = _run(0)
     assert out.strip() == '{"verified": true}'
     assert code == 0  # before: 1, the watchdog's thread dump after 2 s
-    assert seconds < 2.0
+    assert seconds < EXIT_BOUND_S
 
 
 def test_the_commands_own_failure_status_is_kept() -> None:
     code, _, seconds = _run(3)
     assert code == 3
-    assert seconds < 2.0
+    assert seconds < EXIT_BOUND_S
 
 
 def test_a_held_emulation_client_ends_as_the_console_script_does(tmp_path: Path) -> None:
@@ -97,13 +120,12 @@ def test_a_held_emulation_client_ends_as_the_console_script_does(tmp_path: Path)
     release.mkdir()
     go_path(release, "1").touch()  # released at once
     script = HELD.replace("RELEASE", repr(str(release))).replace("OUT", repr(str(tmp_path / "key")))
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
     )
     assert done.stdout.strip() == '{"verified": true}', done.stderr
     assert done.returncode == 0  # before: 1, the watchdog's thread dump after 2 s
-    assert time.monotonic() - started < 2.0 + 5.0  # held's imports (libtorrent, FLUTE) included
+    assert _exit_seconds(done.stderr) < EXIT_BOUND_S  # held's imports not included
 
 
 GET_SLOW_OUTPUT = """
