@@ -142,14 +142,37 @@ async def docker_async(engine: Engine, *args: str, timeout_s: float = 300.0) -> 
     return out.decode(errors="replace")
 
 
+#: the bridge's query response interval, set with the querier (centiseconds: the
+#: kernel's default, 10 s). For that long after a Linux bridge becomes the querier it
+#: does not count one as present (its other-querier delay timer, armed by
+#: ``mcast_querier 1``) and floods every multicast group to every port, joined or not
+QUERY_RESPONSE_CS = 1000
+#: how long after `bridge_querier` the bridge forwards a group only to the ports that
+#: joined it: the first client starts no sooner (`pressrun.emulate.run`). The small
+#: scenario's carousel starts 8-9 s after its first client; with the querier set just
+#: before that client, its first 1-2 s of 16 Mbit/s went to every client's link (a
+#: port that joined nothing received the group for 9 s after the querier went on, on a
+#: bridge of namespaces: tests/emulate/test_bridge_querier.py), and the swarm clients
+#: downloading then took 2.1-3.5x the origin client's time (issue 29)
+QUERIER_SETTLE_S = QUERY_RESPONSE_CS / 100
+
+
 def bridge_querier(engine: Engine, project: ComposeProject) -> None:
     """Make the project's bridge the IGMP querier, so it forwards each multicast group
     only to the ports that joined it instead of flooding every client's access link
-    (FIELD-NOTES.md, "Network namespaces"). The bridge is the emulation's own."""
-    bridge = project.bridge(project.network)
+    (FIELD-NOTES.md, "Network namespaces"), from `QUERIER_SETTLE_S` on. The bridge is
+    the emulation's own."""
+    make_querier(project.bridge(project.network))
+
+
+def make_querier(bridge: str, *, netns: str | None = None) -> None:
+    """Make ``bridge`` (in the network namespace ``netns``; None: the host's) the IGMP
+    querier with snooping on and a `QUERY_RESPONSE_CS` response interval; a failure is
+    logged, not raised (the run goes on, its links flooded)."""
+    where = ["ip", "-n", netns] if netns else ["ip"]
     done = subprocess.run(
         [
-            "ip",
+            *where,
             "link",
             "set",
             "dev",
@@ -162,6 +185,8 @@ def bridge_querier(engine: Engine, project: ComposeProject) -> None:
             "1",
             "mcast_query_use_ifaddr",
             "1",
+            "mcast_query_response_interval",
+            str(QUERY_RESPONSE_CS),
         ],
         capture_output=True,
         text=True,

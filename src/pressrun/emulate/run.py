@@ -82,6 +82,7 @@ from pressrun.emulate.probes import (
 )
 from pressrun.emulate.project import (
     ORIGINS,
+    QUERIER_SETTLE_S,
     SENDER_PORT,
     SUPERNODES,
     ComposeProject,
@@ -207,6 +208,10 @@ async def run_variant(
         report(f"[{variant}] starting the services on {subnet} (docker-compose up)")
         scale = ("--scale", f"{SECOND_BALANCER}=0") if single else ()
         await asyncio.to_thread(project.compose, "up", "-d", "--no-build", *scale, timeout_s=300)
+        # the bridge the querier now, while the services start: it floods every
+        # multicast group to every port for its first `QUERIER_SETTLE_S` (below)
+        await asyncio.to_thread(bridge_querier, engine, project)
+        querier_settled = loop.time() + QUERIER_SETTLE_S
         amt_hosts: list[str] = []
         if amt_subnet is not None:
             amt_hosts = await asyncio.to_thread(amt_network, engine, project, amt_subnet)
@@ -291,7 +296,6 @@ async def run_variant(
         joining = [n for n, s in result.supernodes_at_start.items() if s.get("phase") != "on_ring"]
         if joining:
             report(f"[{variant}] not on the Chord ring after 60 s: {', '.join(joining)}")
-        await asyncio.to_thread(bridge_querier, engine, project)
         prepared: asyncio.Task[float] | None = None
         if env.get("PRESSRUN_MULTICAST_SENDER", "x"):
             # the sender encodes the issue once it sees it published: a carousel start
@@ -311,6 +315,9 @@ async def run_variant(
                 f"[{variant}] the sender prepared the issue's carousel "
                 f"({result.prepared_s:.0f} s after the services were up)"
             )
+        # (no client before the bridge forwards a group only to its members: a carousel
+        # started in the querier's first seconds went to every client's link)
+        await asyncio.sleep(max(0.0, querier_settled - loop.time()))
         t0 = loop.time()
         result.t0_wall = wall_clock()
         if scenario.embargo is not None:
