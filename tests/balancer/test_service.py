@@ -417,7 +417,9 @@ async def test_swarm_mode_once_demand_passes_the_threshold(
         for _ in range(3):
             doc, _ = await get_json(http, base)
             modes.append(doc["mode"])
-            assert doc["swarm"] is None and doc["fallbacks"] == []
+            assert doc["fallbacks"] == []
+            # once known, an origin directive names the swarm its copy is to seed
+            assert doc["swarm"] is None or doc["swarm"]["tracker_url"] == tracker
         assert modes == ["origin"] * 3
         # the first request started reading the manifest: the swarm is known soon
         await wait_for(lambda: ISSUE in running.service.swarms)

@@ -56,12 +56,26 @@ def test_swarm_directive() -> None:
     assert decode_directive(json.dumps(DIRECTIVE).encode()).swarm is None
 
 
+def test_an_origin_directive_names_the_swarm_its_copy_seeds() -> None:
+    # not a swarm to download from (the reader stays on the origins): one to seed
+    d = decode_directive(json.dumps({**DIRECTIVE, "swarm": SWARM}).encode())
+    assert d.mode == "origin" and d.swarm is None
+    assert d.seed_swarm == DirectiveSwarm(SWARM["torrent_url"], SWARM["tracker_url"], "ab" * 20)
+    assert decode_directive(json.dumps(DIRECTIVE).encode()).seed_swarm is None
+    swarm_mode = {**DIRECTIVE, "mode": "swarm", "swarm": SWARM, "fallbacks": ["origin"]}
+    assert decode_directive(json.dumps(swarm_mode).encode()).seed_swarm is None
+
+
+BAD_SWARMS = ["x", {**SWARM, "info_hash": None}, {**SWARM, "torrent_url": "file:///etc/passwd"}]
+
+
 @pytest.mark.parametrize(
-    "swarm",
-    [None, "x", {**SWARM, "info_hash": None}, {**SWARM, "torrent_url": "file:///etc/passwd"}],
+    ("mode", "swarm"),
+    # an origin directive may have none (the protocol page's), a swarm one must
+    [("swarm", None)] + [(mode, bad) for mode in ("swarm", "origin") for bad in BAD_SWARMS],
 )
-def test_malformed_swarm_directives(swarm: object) -> None:
-    doc = {**DIRECTIVE, "mode": "swarm", "swarm": swarm}
+def test_malformed_swarm_directives(mode: str, swarm: object) -> None:
+    doc = {**DIRECTIVE, "mode": mode, "swarm": swarm}
     with pytest.raises(DirectiveFormatError):
         decode_directive(json.dumps(doc).encode())
 

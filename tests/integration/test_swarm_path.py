@@ -57,15 +57,21 @@ class Recorder:
         self.notices.append(text)
 
 
-async def swarm_balancer(swarm: LoopbackSwarm, tracker_url: str) -> RunningBalancer:
+SWARM_AT_ONCE = DemandConfig(enter_downloaders=0.5, leave_downloaders=0.1, min_dwell_s=0)
+
+
+async def swarm_balancer(
+    swarm: LoopbackSwarm, tracker_url: str, demand: DemandConfig = SWARM_AT_ONCE
+) -> RunningBalancer:
     """A balancer in front of the swarm's origins that answers swarm from the first
-    request on whose manifest it has read (threshold below one request's worth)."""
+    request on whose manifest it has read (threshold below one request's worth; or
+    by ``demand``), once it knows the issue's swarm."""
     running = await start_balancer(
         BalancerServiceConfig(
             origins=tuple(OriginSpec(o.name, o.url) for o in swarm.origins),
             balancer=BalancerConfig(poll_interval_s=0.2, stale_after_s=0.7),
             tracker_url=tracker_url,
-            demand=DemandConfig(enter_downloaders=0.5, leave_downloaders=0.1, min_dwell_s=0),
+            demand=demand,
         )
     )
     await running.wait_until_up(timeout_s=5.0)

@@ -141,7 +141,9 @@ def browser_decision(
     origins as web seeds (``<origin>/content/<issue>/<file>``), so a piece no peer has
     still comes. Without a WebSocket route or the file name it stays on the origins."""
     swarm = decision.swarm
-    if decision.mode is DeliveryMode.ORIGIN or swarm is None:
+    if decision.mode is DeliveryMode.ORIGIN:
+        return _ORIGIN_MODE  # the swarm an origin copy seeds: the web reader does not
+    if swarm is None:
         return decision
     ws = webtorrent_tracker_url(swarm.tracker_url)
     if ws is None or swarm.file_name is None:

@@ -63,6 +63,8 @@ any more leaves multicast and its carousel is stopped.
 An issue with no `SwarmInfo` (no torrent known: `swarms` has no entry for it) stays
 `origin` below the multicast level. `swarm_info_for` builds the `SwarmInfo` from the
 protocol's URLs: torrent at ``<origin>/content/<issue>/<issue>.torrent`` (docs/protocols.md).
+An `origin` answer names the issue's swarm too when one is known: the origin reader's
+copy seeds it (`pressrun.clients.origin_seed`).
 
 **Several balancers** (issue 30). Balancer instances on one Redis share demand: each
 publishes its own per-issue rates (`local_rates`) and hears the sum of the others'
@@ -444,7 +446,9 @@ class DemandPolicy:
                 return ModeDecision(DeliveryMode.MULTICAST, swarm, carousel)
         if state.mode is not DeliveryMode.ORIGIN and swarm is not None:
             return ModeDecision(DeliveryMode.SWARM, swarm)
-        return _ORIGIN
+        # an origin reader's copy seeds the issue's swarm afterwards (and offers its
+        # pieces while it downloads: clients/origin_seed.py), so the swarm is named
+        return _ORIGIN if swarm is None else ModeDecision(DeliveryMode.ORIGIN, swarm)
 
     def review(self, *, now: float) -> None:
         """Re-evaluate every issue's mode without counting a request (demand decays

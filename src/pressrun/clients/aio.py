@@ -23,9 +23,10 @@
 5. hash the whole file against the manifest (an encrypted issue: then decrypt it,
    every piece authenticated, beside it) and move it (the plaintext), with the
    manifest, into ``LIBRARY/<id>/`` in one swap (:mod:`.install`, :mod:`.library`).
-   A copy that seeds (a swarm peer's, a carousel copy's) is installed as soon as it
-   is verified, before the seeding (`install.InstallFirst`): the reader does not
-   wait for the fair-exit rules.
+   A copy that seeds (a swarm peer's, a carousel copy's, an origin copy whose
+   directive named the issue's swarm: :mod:`.origin_seed`, in the swarm while it
+   downloads) is installed as soon as it is verified, before the seeding
+   (`install.InstallFirst`): the reader does not wait for the fair-exit rules.
 
 Before step 2 the run takes the issue's lock in the library and recovers what a crash
 left there (`Library.recover`); after step 2, an issue already in the library with
@@ -57,6 +58,7 @@ from pressrun.clients.install import InstallFirst, install_copy
 from pressrun.clients.library import Library, LibraryError
 from pressrun.clients.manifest_fetch import fetch_manifest
 from pressrun.clients.multicast_receive import receive_multicast
+from pressrun.clients.origin_seed import OriginShare
 from pressrun.clients.sections import download_sections
 from pressrun.clients.session import FetchError, FetchState, Progress, still_good
 from pressrun.clients.subscription import NotReadable, content_key_for
@@ -317,6 +319,7 @@ async def _run_locked(f: FetchState) -> FetchResult:
             f, m, plan, final, started_at, resumed, first.ready_s, swarm_result, seeded_s
         )
     fd = os.open(path, os.O_RDWR)
+    share = OriginShare.join(f, m, path, plan)  # the origin copy in the swarm (origin_seed)
     try:
         for _ in range(MAX_PASSES):
             await download_sections(f, plan, m, fd)
@@ -345,8 +348,19 @@ async def _run_locked(f: FetchState) -> FetchResult:
             f.save(plan, m)
         else:
             raise FetchError(f"{m.issue_id}: the file kept failing its final check")
+    except BaseException:
+        if share is not None:
+            await share.close()
+        raise
     finally:
         os.close(fd)
+    if share is not None:  # installed, then it seeds the issue's swarm
+        f.checked_sha256 = m.sha256  # the loop above ends on a checked file
+        seeded_s = await share.seed_installed(first)
+        final = await first.installed()
+        if final is not None:
+            f.library.discard_partial(m.issue_id)
+            return _result(f, m, plan, final, started_at, resumed, first.ready_s, None, seeded_s)
     final = await install_copy(f, m, manifest_json, content_key, path)
     return _result(f, m, plan, final, started_at, resumed, None, swarm_result, seeded_s)
 

@@ -59,7 +59,9 @@ class DirectiveMulticast:
 @dataclass(frozen=True, slots=True)
 class ClientDirective:
     """What the client uses of a directive: the mode and the origins, best first;
-    ``swarm`` for a ``swarm`` directive (None otherwise)."""
+    ``swarm`` for a ``swarm`` directive (None otherwise); ``seed_swarm``: the
+    issue's swarm an ``origin`` directive names, which the copy from the origins
+    seeds (`pressrun.clients.origin_seed`; None otherwise)."""
 
     issue_id: str
     mode: str
@@ -67,6 +69,7 @@ class ClientDirective:
     expires_in_s: float
     swarm: DirectiveSwarm | None = None
     multicast: DirectiveMulticast | None = None
+    seed_swarm: DirectiveSwarm | None = None
 
 
 def decode_directive(data: bytes) -> ClientDirective:
@@ -98,18 +101,11 @@ def decode_directive(data: bytes) -> ClientDirective:
     swarm: DirectiveSwarm | None = None
     # a multicast directive may carry the swarm too: its first fallback
     if mode == "swarm" or (mode == "multicast" and doc.get("swarm") is not None):
-        raw = doc.get("swarm")
-        if not isinstance(raw, dict):
-            raise DirectiveFormatError("a swarm directive lacks its swarm object")
-        fields = [raw.get(k) for k in ("torrent_url", "tracker_url", "info_hash")]
-        if not all(isinstance(v, str) and v for v in fields):
-            raise DirectiveFormatError(
-                "the directive's swarm lacks torrent_url, tracker_url or info_hash"
-            )
-        torrent_url, tracker_url, info_hash = (str(v) for v in fields)
-        if not torrent_url.startswith(("http://", "https://")):
-            raise DirectiveFormatError(f"the swarm's torrent_url is not http(s): {torrent_url!r}")
-        swarm = DirectiveSwarm(torrent_url, tracker_url, info_hash)
+        swarm = _decode_swarm(doc.get("swarm"))
+    # an origin directive may name the issue's swarm: the origin copy seeds it
+    seed_swarm = (
+        _decode_swarm(doc["swarm"]) if mode == "origin" and doc.get("swarm") is not None else None
+    )
     multicast: DirectiveMulticast | None = None
     if mode == "multicast":
         raw = doc.get("multicast")
@@ -124,7 +120,24 @@ def decode_directive(data: bytes) -> ClientDirective:
         if not isinstance(relays, list) or not all(isinstance(r, str) for r in relays):
             raise DirectiveFormatError("the directive's multicast.relays is not a list of strings")
         multicast = DirectiveMulticast(raw["control_group"], interface, source, tuple(relays))
-    return ClientDirective(issue_id, mode, tuple(parsed), float(expires), swarm, multicast)
+    return ClientDirective(
+        issue_id, mode, tuple(parsed), float(expires), swarm, multicast, seed_swarm
+    )
+
+
+def _decode_swarm(raw: object) -> DirectiveSwarm:
+    """A directive's ``swarm`` object; DirectiveFormatError when malformed."""
+    if not isinstance(raw, dict):
+        raise DirectiveFormatError("a swarm directive lacks its swarm object")
+    fields = [raw.get(k) for k in ("torrent_url", "tracker_url", "info_hash")]
+    if not all(isinstance(v, str) and v for v in fields):
+        raise DirectiveFormatError(
+            "the directive's swarm lacks torrent_url, tracker_url or info_hash"
+        )
+    torrent_url, tracker_url, info_hash = (str(v) for v in fields)
+    if not torrent_url.startswith(("http://", "https://")):
+        raise DirectiveFormatError(f"the swarm's torrent_url is not http(s): {torrent_url!r}")
+    return DirectiveSwarm(torrent_url, tracker_url, info_hash)
 
 
 def decode_error(data: bytes) -> str | None:
