@@ -84,7 +84,9 @@ def test_channel_cycles_misuse() -> None:
 
 
 def test_repair_sizing_gives_each_channel_its_share() -> None:
-    config = CarouselConfig(channels=3, cycle_overhead=0.25, symbol_bytes=1000)
+    config = CarouselConfig(
+        channels=3, cycle_overhead=0.25, symbol_bytes=1000, max_source_block_symbols=1024
+    )
     size = 2_500_000  # 2500 symbols: 3 blocks of 834 at most 1024
     repair = config.repair_symbols_per_block(size)
     assert repair == -(-834 * 3 * 1.25 // 1) - 834

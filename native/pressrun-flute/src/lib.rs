@@ -204,21 +204,36 @@ impl EncodedObject {
 }
 
 /// The object's FEC Object Transmission Information from the binding's arguments.
+///
+/// RaptorQ's repair symbols per block may pass 65535 (the crate's constructor takes a
+/// u16, its `Oti` keeps a u32): a block's ESIs are 24 bits (RFC 6330 section 3.2), so
+/// K + repair symbols below 2^24. A carousel of one large block on 10 channels
+/// precomputes K x 10 x 1.35 symbols of it (docs/multicast.md, "Source blocks").
 fn object_oti(
     fec: &str,
     encoding_symbol_length: u16,
     max_source_block_length: u16,
-    repair_symbols_per_block: u16,
+    repair_symbols_per_block: u32,
 ) -> PyResult<Oti> {
     match fec {
-        "raptorq" => Oti::new_raptorq(
-            encoding_symbol_length,
-            max_source_block_length,
-            repair_symbols_per_block,
-            1,
-            4,
-        )
-        .map_err(|e| flute_err("RaptorQ parameters", e)),
+        "raptorq" => {
+            if max_source_block_length as u64 + repair_symbols_per_block as u64 >= 1 << 24 {
+                return Err(PyValueError::new_err(format!(
+                    "{max_source_block_length} source and {repair_symbols_per_block} repair \
+                     symbols a block: RaptorQ's ESIs are 24 bits"
+                )));
+            }
+            let mut oti = Oti::new_raptorq(
+                encoding_symbol_length,
+                max_source_block_length,
+                repair_symbols_per_block.min(u16::MAX as u32) as u16,
+                1,
+                4,
+            )
+            .map_err(|e| flute_err("RaptorQ parameters", e))?;
+            oti.max_number_of_parity_symbols = repair_symbols_per_block;
+            Ok(oti)
+        }
         "none" => {
             if repair_symbols_per_block != 0 {
                 return Err(PyValueError::new_err(
@@ -290,7 +305,7 @@ fn encode_object(
     fec: &str,
     encoding_symbol_length: u16,
     max_source_block_length: u16,
-    repair_symbols_per_block: u16,
+    repair_symbols_per_block: u32,
     fdt_duration_s: u64,
     compute_md5: bool,
     fdt_instance_id: u32,
@@ -350,7 +365,7 @@ fn encode_object(
         packets.push(PyBytes::new(py, &pkt).unbind());
     }
     for k in block_source_symbols.iter_mut() {
-        *k = k.saturating_sub(repair_symbols_per_block as u32);
+        *k = k.saturating_sub(repair_symbols_per_block);
     }
     if fdt_packets.is_empty() || (packets.is_empty() && transfer_length > 0) {
         return Err(PyValueError::new_err(format!(
@@ -428,7 +443,7 @@ fn encode_fdt(
     fec: &str,
     encoding_symbol_length: u16,
     max_source_block_length: u16,
-    repair_symbols_per_block: u16,
+    repair_symbols_per_block: u32,
     fdt_instance_id: u32,
     fdt_duration_s: u64,
 ) -> PyResult<Vec<Py<PyBytes>>> {

@@ -14,6 +14,15 @@ MAX_SOURCE_BLOCKS = {"raptorq": 255, "none": 65535}
 #: the largest source block the schemes take (RFC 6330's K'max for RaptorQ; the
 #: 16-bit field of Compact No-Code)
 MAX_BLOCK_SYMBOLS = {"raptorq": 56403, "none": 65535}
+#: the source block a carousel's object is split into at most, by default
+#: (`CarouselConfig.max_source_block_symbols`): with RaptorQ the largest K, so an issue
+#: up to 74 MB (1320-byte symbols) is one block and the pieces a reader held from the
+#: swarm save their share of its receive (docs/multicast.md, "Source blocks"); with
+#: no-code, blocks of 1024 symbols as third-party receivers were checked with
+DEFAULT_BLOCK_SYMBOLS = {"raptorq": MAX_BLOCK_SYMBOLS["raptorq"], "none": 1024}
+#: the largest encoding symbol ID of a RaptorQ block (RFC 6330 section 3.2: 24 bits):
+#: its source and repair symbols together are at most this plus one
+MAX_ESI = (1 << 24) - 1
 #: the environment variable the sender (and the balancer) read its API token from
 TOKEN_ENV = "PRESSRUN_MULTICAST_TOKEN"
 
@@ -76,11 +85,18 @@ class CarouselConfig:
         an AMT tunnel (RFC 7450: outer IP, UDP and its 2-byte header), which leaves 86
         bytes of a 1500-byte path for another encapsulation (IPsec, VXLAN). 1400
         filled a 1500-byte frame on a LAN but not a tunnel.
-    max_source_block_symbols: source symbols per block at most (RFC 6330's K). 1024:
-        blocks of 1.4 MB, decoded as soon as about K symbols of a block arrive, and far
-        under the receiver's cache (FIELD-NOTES trap 1). An issue too large for 255
-        blocks of this size (345 MB with RaptorQ and 1320-byte symbols) gets larger
-        blocks (`source_block_symbols`): 2 GB makes blocks of 6,016 symbols (8.4 MB).
+    max_source_block_symbols: source symbols per block at most (RFC 6330's K); None:
+        the scheme's default (`DEFAULT_BLOCK_SYMBOLS`). RaptorQ: 56,403, the largest K,
+        so an issue up to 74 MB is one block: an object completes with its last
+        block and every block gets symbols at the same rate, so with blocks of 1024
+        symbols the pieces a reader held from the swarm left some block with almost
+        none and saved nothing (a third held: 0.92 of the packets of a reader holding
+        nothing, 0.69 with one block; bench/multicast_blocks.py). The price, for a
+        50 MB issue on 10 channels: the sender's pass 2.4 s instead of 2.0, the
+        decode at the end about 0.2 s of CPU instead of 37 decodes of 2-3 ms, its
+        memory about 8 x the block while it runs (docs/multicast.md, "Source
+        blocks"). No-code: 1024. An issue too large for 255 blocks of this size gets
+        larger blocks (`source_block_symbols`).
     cycle_overhead: with RaptorQ, each channel's cycle carries K x (1 + this) distinct
         symbols, so a receiver on one channel with loss p completes in one cycle while
         p < overhead / (1 + overhead) (0.35: up to 25% loss). 0.35.
@@ -92,7 +108,7 @@ class CarouselConfig:
     channels: int = 4
     rate_bps: float = 5e6
     symbol_bytes: int = 1320
-    max_source_block_symbols: int = 1024
+    max_source_block_symbols: int | None = None
     cycle_overhead: float = 0.35
     fdt_every_packets: int = 500
 
@@ -105,12 +121,25 @@ class CarouselConfig:
             raise ValueError("rate_bps must be a positive number")
         if not 64 <= self.symbol_bytes <= 8192 or self.symbol_bytes % 4:
             raise ValueError("symbol_bytes must be a multiple of 4 in 64..8192")
-        if not 4 <= self.max_source_block_symbols <= 8192:
-            raise ValueError("max_source_block_symbols must be 4..8192")
+        if self.max_source_block_symbols is not None and not (
+            4 <= self.max_source_block_symbols <= MAX_BLOCK_SYMBOLS[self.fec]
+        ):
+            raise ValueError(
+                f"max_source_block_symbols must be 4..{MAX_BLOCK_SYMBOLS[self.fec]} "
+                f"with fec {self.fec}"
+            )
         if not 0 <= self.cycle_overhead <= 2:
             raise ValueError("cycle_overhead must be 0..2")
         if self.fdt_every_packets < 10:
             raise ValueError("fdt_every_packets must be at least 10")
+
+    @property
+    def block_symbols_cap(self) -> int:
+        """``max_source_block_symbols``, or the FEC scheme's default
+        (`DEFAULT_BLOCK_SYMBOLS`) when not given."""
+        if self.max_source_block_symbols is not None:
+            return self.max_source_block_symbols
+        return DEFAULT_BLOCK_SYMBOLS[self.fec]
 
     def source_block_symbols(self, size_bytes: int) -> int:
         """The largest source block (symbols) an object of ``size_bytes`` is split
@@ -126,7 +155,7 @@ class CarouselConfig:
                 f"{size_bytes} bytes is more than fec {self.fec} carries with "
                 f"{self.symbol_bytes}-byte symbols ({limit} bytes): use larger symbols"
             )
-        return max(self.max_source_block_symbols, needed)
+        return max(self.block_symbols_cap, needed)
 
     def repair_symbols_per_block(self, size_bytes: int) -> int:
         """Repair symbols to encode per block of an object of ``size_bytes`` so every
@@ -139,7 +168,7 @@ class CarouselConfig:
         blocks = math.ceil(kt / self.source_block_symbols(size_bytes))
         k = math.ceil(kt / blocks)
         total = math.ceil(k * self.channels * (1 + self.cycle_overhead))
-        return min(65535, max(0, total - k))
+        return min(MAX_ESI - k, max(0, total - k))
 
 
 @dataclass(frozen=True, slots=True)

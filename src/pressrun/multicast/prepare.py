@@ -26,7 +26,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -329,15 +329,24 @@ def prepare_pass(
         repair_symbols_per_block=config.repair_symbols_per_block(len(data)),
         fdt_duration_s=fdt_duration_s,
     )
-    cycles = channel_cycles(
-        fec=config.fec,
-        sbns=encoded.sbns,
-        esis=encoded.esis,
-        channels=config.channels,
-        fdt_packets=len(encoded.fdt_packets),
-        fdt_every_packets=config.fdt_every_packets,
-    )
-    packets = pressrun_flute.PacketBuffer([*encoded.fdt_packets, *encoded.packets])
+    # each getter of the binding's lists makes a new list: taken once
+    sbns, esis, object_packets = encoded.sbns, encoded.esis, encoded.packets
+    fdt_packets = len(encoded.fdt_packets)
+    order = pass_order(config.fec, sbns, esis, encoded.block_source_symbols)
+    cycles = [
+        # the cycles over the packets in that order, as indices into the pass (the
+        # encoder's order)
+        tuple(p if p < fdt_packets else fdt_packets + order[p - fdt_packets] for p in cycle)
+        for cycle in channel_cycles(
+            fec=config.fec,
+            sbns=[sbns[i] for i in order],
+            esis=[esis[i] for i in order],
+            channels=config.channels,
+            fdt_packets=fdt_packets,
+            fdt_every_packets=config.fdt_every_packets,
+        )
+    ]
+    packets = pressrun_flute.PacketBuffer([*encoded.fdt_packets, *object_packets])
     return PreparedIssue(
         issue_id=issue_id,
         manifest_sha256=manifest_sha256,
@@ -347,16 +356,49 @@ def prepare_pass(
         tsi=tsi,
         toi=encoded.toi,
         packets=packets,
-        fdt_packets=len(encoded.fdt_packets),
-        object_packets=len(encoded.packets),
+        fdt_packets=fdt_packets,
+        object_packets=len(object_packets),
         cycles=cycles,
-        mean_packet_bytes=sum(len(p) for p in encoded.packets) / max(1, len(encoded.packets)),
+        mean_packet_bytes=sum(len(p) for p in object_packets) / max(1, len(object_packets)),
         symbol_bytes=encoded.encoding_symbol_length,
         source_symbols=encoded.source_symbols,
         encode_s=time.perf_counter() - began,
         content_md5=encoded.content_md5,
         fdt=FdtRenewal(encoded.fdt_instance_id, built_at),
     )
+
+
+def pass_order(
+    fec: str, sbns: Sequence[int], esis: Sequence[int], block_source_symbols: Sequence[int]
+) -> list[int]:
+    """The order in which the channels' cycles take the encoder's object packets
+    (indices into them; `channel_cycles` keeps it within a block on each channel).
+
+    With RaptorQ each block's source and repair symbols are interleaved evenly (the
+    source symbol i of K at i / K of the block's run, repair symbol j of R at j / R),
+    so every stretch of a channel's cycle carries the block's symbols in the pass's
+    proportion:
+    K / (K + R) of them source symbols, 7% with 10 channels. A reader that held
+    pieces from the swarm (the receiver takes them as known source symbols) wastes a
+    held source symbol only in that proportion, wherever in the cycle it joins; with
+    the encoder's order (a block's source symbols first) a reader joining as the
+    carousel starts, as the readers leaving the swarm at a crowd's peak do, got only
+    source symbols for the first 7% of the cycle, a third of them held already
+    (docs/multicast.md, "Source blocks"). With ``none`` the encoder's order."""
+    if fec != "raptorq":
+        return list(range(len(esis)))
+    repairs: dict[int, int] = {}
+    for sbn, esi in zip(sbns, esis, strict=True):
+        if esi >= block_source_symbols[sbn]:
+            repairs[sbn] = repairs.get(sbn, 0) + 1
+
+    def place(i: int) -> tuple[int, float, int]:
+        sbn, esi = sbns[i], esis[i]
+        k = block_source_symbols[sbn]
+        at = (esi + 0.5) / k if esi < k else (esi - k + 0.5) / repairs[sbn]
+        return sbn, at, esi
+
+    return sorted(range(len(esis)), key=place)
 
 
 def renew_fdt(prepared: PreparedIssue, *, fdt_duration_s: int, built_at: float) -> bool:
