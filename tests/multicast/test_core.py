@@ -451,33 +451,31 @@ def test_layering_judges_a_probe_on_a_fresh_window_after_it_settled() -> None:
     assert len(above) >= 3  # probed, backed off, probed again
     for joined, left in above:
         assert left - joined == pytest.approx(config.settle_s + config.window_s)
-    # the first join: the start settles too, then one window
-    assert log[1][0] == pytest.approx(config.settle_s + config.window_s)
+    # the first join: a start on one channel has no settling, one window
+    assert log[1][0] == pytest.approx(config.window_s)
 
 
 def test_layering_window_restarts_at_settling_after_a_join() -> None:
     """After a join at t the next timer is the settling's end (t + settle_s), which
     measures nothing and starts the window; the verdict comes at t + settle_s +
-    window_s, counting only what arrived after settling."""
+    window_s, counting only what arrived after settling. (A start on one channel has
+    no settling: its window is the first.)"""
     layers = LayerCore(LayeringConfig(window_s=0.5, settle_s=0.3), (100.0,) * 3)
     layers.start(now=0.0)
-    assert layers.next_deadline() == pytest.approx(0.3)
-    layers.handle_packets(0, 5)  # the join's first packets: not counted
-    assert layers.handle_timer(now=0.3) == []
-    assert layers.losses == []
-    assert layers.next_deadline() == pytest.approx(0.8)
+    assert layers.next_deadline() == pytest.approx(0.5)
     layers.handle_packets(0, 50)
-    assert layers.handle_timer(now=0.8) == [JoinChannel(1)]
-    assert layers.next_deadline() == pytest.approx(1.1)
+    assert layers.handle_timer(now=0.5) == [JoinChannel(1)]
+    assert layers.next_deadline() == pytest.approx(0.8)
     for ch in (0, 1):  # packets queued before the join took effect: not counted
         layers.handle_packets(ch, 40)
-    assert layers.handle_timer(now=1.1) == []
-    assert layers.next_deadline() == pytest.approx(1.6)
+    assert layers.handle_timer(now=0.8) == []
+    assert layers.losses == [0.0]
+    assert layers.next_deadline() == pytest.approx(1.3)
     layers.handle_packets(0, 50)
     layers.handle_packets(1, 20)  # 30 of 100 lost
-    assert layers.handle_timer(now=1.6) == [LeaveChannel(1, pytest.approx(0.3))]
+    assert layers.handle_timer(now=1.3) == [LeaveChannel(1, pytest.approx(0.3))]
     assert layers.losses == [0.0, pytest.approx(0.3)]
     # after the leave the remaining channel settles again before it is judged, once
     # the network's leave latency (2 s: the channel left comes down the link until
     # then) has passed too
-    assert layers.next_deadline() == pytest.approx(1.6 + 2.0 + 0.3)
+    assert layers.next_deadline() == pytest.approx(1.3 + 2.0 + 0.3)

@@ -232,11 +232,10 @@ def test_settling_waits_for_the_packets_queued_while_a_change_blocked() -> None:
     config = LayeringConfig(window_s=0.5, settle_s=0.3)
     layers = LayerCore(config, (100.0,) * 3)
     layers.start(now=0.0)
-    layers.handle_applied(now=0.0)
-    assert layers.handle_timer(now=0.3) == []
+    layers.handle_applied(now=0.0)  # a start on one channel: no settling
     layers.handle_sequence(0, received=50, expected=50)
     layers.handle_packets(0, 50)
-    assert [type(e).__name__ for e in layers.handle_timer(now=0.8)] == ["JoinChannel"]
+    assert [type(e).__name__ for e in layers.handle_timer(now=0.5)] == ["JoinChannel"]
     layers.handle_applied(now=3.7, read_up_to=0.8)  # read nothing while it blocked
     assert layers.next_deadline() == pytest.approx(4.0)
     # 4.1 s: read up to what arrived at 3.2 s; the backlog (no loss) is not counted
@@ -261,10 +260,9 @@ def test_a_probe_whose_window_stays_unread_is_left_a_window_after_it_was_due() -
     config = LayeringConfig(window_s=0.5, settle_s=0.3)
     layers = LayerCore(config, (100.0,) * 3)
     layers.start(now=0.0)
-    layers.handle_applied(now=0.0)
-    layers.handle_timer(now=0.3)
+    layers.handle_applied(now=0.0)  # a start on one channel: no settling
     layers.handle_sequence(0, received=50, expected=50)
-    assert layers.handle_timer(now=0.8)  # joins channel 1
+    assert layers.handle_timer(now=0.5)  # joins channel 1
     layers.handle_applied(now=1.0)
     assert layers.handle_timer(now=1.3, read_up_to=0.9) == []
     assert layers.handle_timer(now=1.79, read_up_to=1.0) == []  # not yet a window overdue

@@ -65,10 +65,9 @@ def test_applied_restarts_settling_and_forgets_what_was_counted() -> None:
     blocked) are not in any window."""
     layers = LayerCore(LayeringConfig(window_s=0.5, settle_s=0.3), (100.0,) * 3)
     layers.start(now=0.0)
-    layers.handle_applied(now=0.0)
-    layers.handle_timer(now=0.3)
+    layers.handle_applied(now=0.0)  # a start on one channel: no settling
     layers.handle_packets(0, 50)
-    assert [type(e).__name__ for e in layers.handle_timer(now=0.8)] == ["JoinChannel"]
+    assert [type(e).__name__ for e in layers.handle_timer(now=0.5)] == ["JoinChannel"]
     layers.handle_packets(0, 10)  # counted while the join blocked
     layers.handle_applied(now=3.7)
     assert layers.next_deadline() == pytest.approx(4.0)

@@ -74,6 +74,20 @@ channel a step, a fibre-50 reader of 10 x 5 Mbit/s held its 10 channels 9.0 s in
 15.1 s receive (flash-crowd-50-desktops at 369aaf6, 29 Nov 06:28); the price is one
 overshoot of at most the rate held, for one window after settling, on a link that
 carries less than twice what the receiver held.
+
+**The start.** A receiver starts on one channel, or, when its link has been seen to
+carry more (the adapter's ``link_bps``: a reader that leaves the swarm for the
+carousel knows the best rate the swarm's peers and web seeds brought it over a
+window), on the channels whose rates together are at most that rate
+(`LayerCore.channels_within`; the climb goes on from there, doubling until the first
+loss). The start takes effect when its first packet arrives (the adapter calls
+`LayerCore.handle_applied` with that packet's arrival stamp), and a start on one
+channel has no settling: nothing of the receiver's was queued before it, and the
+window can only decide whether to probe a second channel, which settles as every join
+does. So the first step takes one window (0.5 s) after the first packet, not settling
+and a window after the join returned (0.8 s); and a first packet that comes late (a
+join the network carries out late) no longer leaves the first window empty or partial
+(a partial one looked like a slow sender, and no join came of it).
 """
 
 from __future__ import annotations
@@ -171,18 +185,44 @@ class LayerCore:
         cap = self.config.max_channels or len(self.packets_per_s)
         return min(cap, len(self.packets_per_s))
 
-    def start(self, *, now: float) -> list[LayerEffect]:
-        """Join the first ``start_channels`` channels."""
+    def start(self, *, now: float, channels: int | None = None) -> list[LayerEffect]:
+        """Join the first ``start_channels`` channels, or the first ``channels`` (at
+        least one, at most `limit`): as many as the receiver's link has been seen to
+        carry (`channels_within`; the module docstring, "The start").
+
+        A start on one channel has no settling: its first window begins when
+        `handle_applied` says the start took effect (the adapter: at its first
+        packet's arrival). Nothing of the receiver's was queued before it to drain,
+        and with one channel held the window can only decide whether to probe a
+        second (that probe settles as every join does)."""
         if self._window_start is not None:
             raise LocalProtocolError("LayerCore.start called twice")
+        if channels is not None and channels < 1:
+            raise LocalProtocolError("a start joins one channel at least")
         self._window_start = now
         effects: list[LayerEffect] = []
-        for index in range(min(self.config.start_channels, self.limit)):
+        wanted = self.config.start_channels if channels is None else channels
+        for index in range(min(wanted, self.limit)):
             self.joined.append(_Joined(index))
             effects.append(JoinChannel(index))
         self.most_joined = len(self.joined)
         self._changed(now)
+        if len(self.joined) == 1:
+            self._settle_for = 0.0
+            self._settling_until = None
         return effects
+
+    def channels_within(self, rate: float) -> int:
+        """How many channels, in plan order, a link seen to carry ``rate`` (packets/s,
+        as `packets_per_s`) takes whole: the most whose rates together are at most
+        it, one at least, at most `limit`."""
+        if not rate >= 0:
+            raise LocalProtocolError("a rate is a number, not negative")
+        held, total = 0, 0.0
+        while held < self.limit and total + self.packets_per_s[held] <= rate * (1 + 1e-9):
+            total += self.packets_per_s[held]
+            held += 1
+        return max(1, held)
 
     def _changed(self, now: float, *, left: bool = False) -> None:
         """The channels held changed at ``now``: the next window starts once that has

@@ -127,6 +127,10 @@ class ReceiveResult:
     socket_drops: int = 0
     #: windows in which a join was held back because the own socket overflowed
     overflow_windows: int = 0
+    #: the start's first packet's arrival (at the earliest when the start's joins
+    #: returned), in seconds after the first join began: the layering's first window
+    #: or settling starts there (`LayerCore.start`); None if none came
+    first_packet_s: float | None = None
     #: how late the layering's timer calls came after their deadline, at most (the
     #: receive loop's wake-up: a probe is held settle_s + window_s plus the lateness of
     #: its two timer calls; the emulation's report allows exactly that)
@@ -176,6 +180,7 @@ def receive_carousel(
     gateway: AmtGateway | None = None,
     announcement_wait_s: float | None = None,
     known: tuple[Path, Sequence[tuple[int, int]]] | None = None,
+    link_bps: float | None = None,
 ) -> ReceiveResult:
     """Receive ``issue_id`` from its carousel into ``work_dir`` (blocking; see the
     module docstring). ``trusted_keys``: hex Ed25519 keys whose announcements count.
@@ -191,11 +196,16 @@ def receive_carousel(
     block needs only the rest from the network. Without it the carousel brings the
     whole object whatever the receiver holds (flash-crowd-50 at 297117b: readers that
     left the swarm with 23-48% of the file took as long on the carousel as readers
-    with nothing)."""
+    with nothing). ``link_bps``: the rate (payload bits/s) the receiver's link has been
+    seen to carry (a swarm's best rate over a window): the layering starts on the
+    channels whose rates together are at most that (`LayerCore.channels_within`),
+    not on one."""
     import pressrun_flute  # the native binding: only when a carousel is used
 
     if not 0 <= drop_probability < 1:
         raise ValueError("drop_probability must be in [0, 1)")
+    if link_bps is not None and not link_bps >= 0:
+        raise ValueError("link_bps must be a rate, not negative")
     seed_once: int | None = seed if seed is not None else random.getrandbits(63)
     started = time.perf_counter()
     deadline = started + deadline_s
@@ -221,6 +231,9 @@ def receive_carousel(
     joined_at = started
     timer_at: float | None = None  # the layering deadline last called at
     change_at: float | None = None  # when the joins and leaves under way were decided
+    # when the start's joins returned, while their first packet is still to come: the
+    # start takes effect (`LayerCore.handle_applied`) at that packet's arrival
+    starting: float | None = None
     try:
         while True:
             now = time.perf_counter()
@@ -249,7 +262,7 @@ def receive_carousel(
                 # the binding reads the channels without the GIL until the object
                 # ends, an announcement waits, or the window ends (at most 0.2 s, so
                 # should_stop is asked often enough)
-                wake = layers.next_deadline() or deadline
+                wake = (None if starting is not None else layers.next_deadline()) or deadline
                 if wake <= now or change_at is not None:
                     # the layering's deadline passed but what arrived by then is still
                     # in the sockets, or a join or leave is under way: read on for a
@@ -286,6 +299,9 @@ def receive_carousel(
                     control_ready = bool(datagrams)
                 result.object_packets += pushed
                 result.dropped += emulated
+                if starting is not None and any(c or d for _, c, d in per_channel):
+                    _started(result, layers, flute, joined_at, starting)
+                    starting = None
                 for index, count, drops in per_channel:
                     result.packets_received += count
                     layers.handle_packets(index, count)
@@ -342,14 +358,21 @@ def receive_carousel(
                     joined_at = time.perf_counter()
                     if plan.sent_packets:
                         layers.handle_sent(plan.sent_packets, now=joined_at)
-                    for effect in layers.start(now=joined_at):
+                    first = plan.channels[0]
+                    start = None
+                    if link_bps and first.rate_bps > 0:
+                        rate = link_bps * first.packets_per_s / first.rate_bps
+                        start = layers.channels_within(rate)
+                    for effect in layers.start(now=joined_at, channels=start):
                         channels.join(effect.index)
-                    # the settling is timed from when the joins returned (a join can
-                    # block for seconds: `LayerCore.handle_applied`)
-                    layers.handle_applied(now=time.perf_counter())
+                    # the start takes effect at its first packet's arrival (a join
+                    # can block for seconds, and the network may forward the group
+                    # later still): `_started`, then the settling and windows
+                    starting = time.perf_counter()
                     result.channel_log.append((0.0, channels.count))
                     result.channel_log_windows.append(layers.windows_ended)
-            if layers is not None and channels is not None and flute is not None:
+            started_up = starting is None
+            if layers is not None and channels is not None and flute is not None and started_up:
                 now = time.perf_counter()
                 if change_at is None:
                     step = layers.next_deadline()
@@ -404,6 +427,29 @@ def receive_carousel(
             selector.unregister(gateway.sock)
         selector.close()
         result.close_s = time.perf_counter() - closing
+
+
+def _started(
+    result: ReceiveResult,
+    layers: LayerCore,
+    flute: FluteReceiver,
+    joined_at: float,
+    returned: float,
+) -> None:
+    """The start's first packet was read: the start took effect at its arrival (the
+    kernel's stamp; through an AMT relay, whose socket is not stamped, now), or when
+    the start's joins ``returned`` if that is later (several channels: the first
+    packet may come while the last join blocks), and the layering's first settling or
+    window begins there (`LayerCore.start`). Call it before the packets of that read
+    are counted."""
+    now = time.perf_counter()
+    at = now
+    if flute.first_arrival is not None:
+        at = now - max(0.0, wall_clock() - flute.first_arrival)
+    at = min(now, max(at, returned))
+    layers.handle_applied(now=at)
+    result.first_packet_s = at - joined_at
+    log.info("the first packet came %.0f ms after the first join", 1000 * result.first_packet_s)
 
 
 def _ended(result: ReceiveResult, flute: FluteReceiver, issue_id: str) -> None:
