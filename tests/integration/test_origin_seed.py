@@ -2,7 +2,8 @@
 on 127.0.0.1 with real libtorrent: a loopback swarm (tracker, one origin capped at
 8 Mbit/s, a published issue), a balancer that answers ``origin`` (demand below the
 swarm's threshold) naming the issue's swarm, a reader fetching through it, and a swarm
-peer that joins once the reader holds a third of the file.
+peer that joins once the reader holds a third of the file; and the same with the
+issue's Chord ring, where the reader reports what it holds to the supernodes.
 
 Before, an origin-mode copy never joined the swarm: in flash-crowd-50-desktops the
 second reader (in the swarm 7.5 s after the first, which held 19 MB then) took its
@@ -14,16 +15,19 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 from pressrun.balancer.demand import DemandConfig
-from pressrun.clients.aio import fetch_issue
+from pressrun.clients.aio import FetchResult, fetch_issue
 from pressrun.clients.codec import decode_directive
 from pressrun.clients.config import DESKTOP
-from pressrun.peer.loopback import loopback_swarm
+from pressrun.peer.loopback import LoopbackSwarm, loopback_swarm
+from pressrun.peer.results import SwarmResult
 
+from .test_chord_ring import ring_state, start_supernode
 from .test_swarm_path import swarm_balancer
 
 PIECE = 64 * 1024
@@ -58,59 +62,123 @@ class Watch:
         self.notices.append(text)
 
 
-async def test_an_origin_readers_copy_serves_the_next_readers_pieces(tmp_path: Path) -> None:
-    pytest.importorskip("libtorrent")
+async def read_then_next(
+    swarm: LoopbackSwarm, library: Path
+) -> tuple[Watch, FetchResult, SwarmResult, int]:
+    """Through a balancer that answers ``origin``, a reader fetches the issue into
+    ``library``; a swarm peer (the `chord` policy) joins once the reader holds a third
+    of the file, its web seed the origin the reader downloads from. The reader's
+    progress, its result, the peer's, and the bytes the origins sent."""
     from pressrun.peer.config import desktop_profile
 
-    async with loopback_swarm(
-        tmp_path, size_bytes=SIZE, origin_cap_mbps=(8.0,), piece_size=PIECE, tracker_interval_s=2
-    ) as swarm:
-        balancer = await swarm_balancer(swarm, swarm.tracker_url, NEVER_SWARM)
-        try:
-            url = f"{balancer.url}/v1/issues/{swarm.issue_id}/directive"
-            async with aiohttp.ClientSession() as http, http.get(url) as resp:
-                directive = decode_directive(await resp.read())
-            # an origin directive names the swarm the copy is to seed, and is not one
-            # that sends the reader there
-            assert directive.mode == "origin" and directive.swarm is None
-            assert directive.seed_swarm is not None
-            assert directive.seed_swarm.tracker_url == swarm.tracker_url
+    balancer = await swarm_balancer(swarm, swarm.tracker_url, NEVER_SWARM)
+    try:
+        url = f"{balancer.url}/v1/issues/{swarm.issue_id}/directive"
+        async with aiohttp.ClientSession() as http, http.get(url) as resp:
+            directive = decode_directive(await resp.read())
+        # an origin directive names the swarm the copy is to seed, and is not one
+        # that sends the reader there
+        assert directive.mode == "origin" and directive.swarm is None
+        assert directive.seed_swarm is not None
+        assert directive.seed_swarm.tracker_url == swarm.tracker_url
 
-            watch = Watch(SIZE // 3)
-            reading = asyncio.ensure_future(
-                fetch_issue(
-                    swarm.issue_id,
-                    balancer_url=balancer.url,
-                    library=tmp_path / "lib",
-                    config=READER,
-                    trusted_keys={swarm.manifest.publisher_key_bytes},
-                    progress=watch,
-                )
+        watch = Watch(SIZE // 3)
+        reading = asyncio.ensure_future(
+            fetch_issue(
+                swarm.issue_id,
+                balancer_url=balancer.url,
+                library=library,
+                config=READER,
+                trusted_keys={swarm.manifest.publisher_key_bytes},
+                progress=watch,
             )
-            # the next reader joins the swarm once the first holds a third of the file;
-            # its web seed is the origin the first reader is downloading from
-            await asyncio.wait_for(watch.reached.wait(), 30.0)
-            peer = swarm.new_peer(1, desktop_profile(max_seed_time_s=1.0))
-            try:
-                await peer.start()
-                assert await asyncio.wait_for(peer.downloaded(), 60.0)
-                other = await peer.stop()
-            finally:
-                await peer.close()
-            reader = await asyncio.wait_for(reading, 60.0)
+        )
+        await asyncio.wait_for(watch.reached.wait(), 30.0)
+        peer = swarm.new_peer(1, desktop_profile(max_seed_time_s=1.0), uploader_policy="chord")
+        try:
+            await peer.start()
+            assert await asyncio.wait_for(peer.downloaded(), 60.0)
+            other = await peer.stop()
         finally:
-            await balancer.stop()
-        sent = swarm.origin_bytes_sent()
+            await peer.close()
+        reader = await asyncio.wait_for(reading, 60.0)
+    finally:
+        await balancer.stop()
+    return watch, reader, other, swarm.origin_bytes_sent()
 
+
+def check(
+    swarm: LoopbackSwarm,
+    library: Path,
+    watch: Watch,
+    reader: FetchResult,
+    other: SwarmResult,
+    sent: int,
+) -> None:
     # the reader: all of it from the origins, installed before its seeding
     assert reader.mode == "origin" and sum(reader.bytes_by_origin.values()) == SIZE
-    path = tmp_path / "lib" / swarm.issue_id / swarm.manifest.file_name
+    path = library / swarm.issue_id / swarm.manifest.file_name
     assert path.read_bytes() == swarm.data
     assert reader.seeding_s > 0 and reader.ready_s is not None
     assert reader.ready_s < reader.seconds
-    # the next reader took pieces from it (0 before: nobody else was in the swarm) ...
+    # the next reader took pieces from it ...
     assert other.completed
     assert other.bytes_from_peers >= SIZE // 4, other
     # ... and the origin sent that much less: the reader's copy and the rest
     assert sent <= SIZE + (SIZE - other.bytes_from_peers) + 8 * PIECE, (sent, other)
     assert any("the origin copy in the swarm" in n for n in watch.notices), watch.notices
+
+
+async def test_an_origin_readers_copy_serves_the_next_readers_pieces(tmp_path: Path) -> None:
+    """No ring (the `chord` policy is `stripes` then): before, 0 bytes from the reader
+    (nobody else was in the swarm) and 12.6 MB from the origin."""
+    pytest.importorskip("libtorrent")
+    async with loopback_swarm(
+        tmp_path, size_bytes=SIZE, origin_cap_mbps=(8.0,), piece_size=PIECE, tracker_interval_s=2
+    ) as swarm:
+        got = await read_then_next(swarm, tmp_path / "lib")
+    check(swarm, tmp_path / "lib", *got)
+
+
+async def test_on_the_ring_the_next_reader_is_named_the_origin_readers_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the issue's Chord ring (two supernode processes) and the reader's upload
+    slower than the origin, as in flash-crowd-50-desktops (20 Mbit/s up against the
+    origins' 6 MB/s): unless the reader reports its pieces to the ring, the next
+    reader holds off each piece only it has (the tree rule) and takes it from the
+    origin meanwhile (without the reports, 5 runs on 29 Nov: 0.31-0.66 MB from the
+    reader, the origin 12.0-12.4 MB; with them 2.56-3.69 MB, 8.9-10.0 MB)."""
+    pytest.importorskip("libtorrent")
+    import pressrun.clients.carousel_share
+
+    real = pressrun.clients.carousel_share._peer_config
+
+    def slower_upload(f: Any, **extra: Any) -> Any:
+        return real(f, upload_limit_bps=600_000, **extra)
+
+    monkeypatch.setattr(pressrun.clients.carousel_share, "_peer_config", slower_upload)
+    async with loopback_swarm(
+        tmp_path, size_bytes=SIZE, origin_cap_mbps=(8.0,), piece_size=PIECE, tracker_interval_s=2
+    ) as swarm:
+        assert swarm.tracker is not None
+        swarm.tracker.ring.expected_supernodes = 2
+        torrent = tmp_path / "issue.torrent"
+        torrent.write_bytes(swarm.torrent)
+        procs = [await start_supernode(swarm.tracker_base, torrent) for _ in range(2)]
+        try:
+            async with aiohttp.ClientSession() as http:
+                for _ in range(300):  # the ring forms: its arcs cover every piece once
+                    states = [await ring_state(http, address) for _, address in procs]
+                    if all(s["phase"] == "on_ring" for s in states) and (
+                        sum(int(str(s["pieces"])) for s in states) == swarm.manifest.num_pieces
+                    ):
+                        break
+                    await asyncio.sleep(0.2)
+            got = await read_then_next(swarm, tmp_path / "lib")
+        finally:
+            for proc, _ in procs:
+                if proc.returncode is None:
+                    proc.terminate()
+                    await proc.wait()
+    check(swarm, tmp_path / "lib", *got)

@@ -135,7 +135,7 @@ class RingClient:
         download_bps: Callable[[], int] = lambda: 0,
         bring_bps: Callable[[], int] = lambda: 0,
         missing: Callable[[], int | None] = lambda: None,
-        unchoked: Callable[[], Sequence[str]] = tuple,
+        unchoked: Callable[[], Sequence[str] | None] = tuple,
         on_answers: Callable[[], None] = lambda: None,
         interval_s: float = 2.0,
         min_gap_s: float = 0.25,
@@ -496,8 +496,11 @@ class RingClient:
             "upload_bps": self._upload_bps(),
             "download_bps": self._download_bps(),
             "bring_bps": self._bring_bps(),
-            "unchoked": list(self._unchoked()),
         }
+        # (None: it serves any asker, e.g. a sharing peer with slots to spare; said so
+        # by leaving ``unchoked`` out, `pressrun.chord.directory`)
+        if (unchoked := self._unchoked()) is not None:
+            body["unchoked"] = list(unchoked)
         # (the order of the askers: the upload it left unused lately, its missing pieces)
         for name, said in (
             ("unused_upload_bps", self._unused_upload_bps),
