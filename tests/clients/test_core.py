@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -253,6 +254,58 @@ def test_retry_after_sets_not_before() -> None:
     p = plan()
     p.handle_directive_failed("503", now=5.0, retry_after_s=2.0)
     assert p.not_before == 7.0 == p.next_deadline()
+
+
+def test_clients_refused_together_come_back_spread_out() -> None:
+    """Twenty downloads refused by the same 503 (Retry-After 1 s) at the same moment
+    ask again over half a second, each after the full Retry-After. In step, a balancer
+    that admits a few after each status of its origins admitted the same early ones
+    every time: in the security soak test on a CPU-starved host (29 Nov), six clients
+    started within 0.1 s were refused "full" together once a second for 19 s and gave
+    up while about 20 others a second were admitted. Before, every one asked again at
+    exactly 11.0 s."""
+    config = replace(DESKTOP, retry_jitter=0.5)
+    plans = [
+        DownloadPlan(
+            size_bytes=4 * PIECE,
+            piece_size_bytes=PIECE,
+            config=config,
+            now=0.0,
+            rng=random.Random(seed),
+        )
+        for seed in range(20)
+    ]
+    for rounds in range(1, 4):
+        for p in plans:
+            p.handle_directive_failed("every origin is full", now=10.0 * rounds, retry_after_s=1.0)
+        again = sorted(p.not_before for p in plans)
+        assert all(10.0 * rounds + 1.0 <= t <= 10.0 * rounds + 1.5 for t in again)
+        assert again[-1] - again[0] > 0.3
+        assert len(set(again)) == len(again)
+
+
+def test_unassigned_sections_counts_what_start_section_would_make() -> None:
+    p = plan(size=5 * PIECE, config=replace(DESKTOP, section_bytes=2 * PIECE))
+    assert p.unassigned_sections() == 3  # pieces 0-1, 2-3, 4
+    first = start(p)
+    assert p.unassigned_sections() == 2
+    start(p)
+    start(p)
+    assert p.unassigned_sections() == 0
+    p.handle_section_failed(first.section_id, "reset", now=1.0)  # 0-1 back to the plan
+    assert p.unassigned_sections() == 1
+
+
+def test_a_backoff_is_jittered_by_its_draw_within_retry_jitter() -> None:
+    config = replace(DESKTOP, retry_backoff_s=0.25, retry_backoff_max_s=4.0, retry_jitter=0.5)
+    assert config.backoff_s(1, spread=0.0) == 0.25
+    assert config.backoff_s(1, spread=1.0) == 0.375
+    assert config.backoff_s(3, retry_after_s=2.0, spread=0.5) == 2.5
+    assert replace(config, retry_jitter=0.0).backoff_s(3, retry_after_s=2.0, spread=0.9) == 2.0
+    with pytest.raises(ValueError, match="spread"):
+        config.backoff_s(1, spread=1.5)
+    with pytest.raises(ValueError, match="retry_jitter"):
+        replace(config, retry_jitter=-0.1)
 
 
 # ----------------------------------------------------------------- properties

@@ -248,6 +248,7 @@ async def _run_locked(f: FetchState) -> FetchResult:
         config=f.config,
         verified=kept,
         now=f.now(),
+        rng=f.rng,
     )
     f.verified_bytes = plan.verified_bytes
     resumed = f.verified_bytes
@@ -432,6 +433,7 @@ def _replan(f: FetchState, m: Manifest, kept: list[int]) -> DownloadPlan:
         config=f.config,
         verified=kept,
         now=f.now(),
+        rng=f.rng,
     )
     f.verified_bytes = plan.verified_bytes
     f.advanced(None)

@@ -69,6 +69,14 @@ class ClientConfig:
     retry_backoff_s: the wait after a failure, doubled per failure in a row, up to
         ``retry_backoff_max_s`` (:meth:`backoff_s`); a 503's Retry-After, when longer,
         is waited instead.
+    retry_jitter: that wait is lengthened by a random share of itself, up to this
+        (0.5: up to half again; 0: none), drawn per retry: clients refused together
+        come back spread out, not in step (:meth:`backoff_s`). A Retry-After is
+        still waited in full. In step, a balancer that admits a few clients after
+        each status of its origins admits the same early ones every time: in the
+        security soak test on a CPU-starved host (29 Nov), six clients started
+        within 0.1 s were refused "full" together once a second for 19 s and gave
+        up, while the balancer admitted about 20 others a second.
     metered: the connection costs money per byte (mobile); a later swarm mode uses it
         to upload nothing. The origin mode ignores it.
     steal_after_s: a worker with nothing left to assign takes over the back half of
@@ -141,6 +149,7 @@ class ClientConfig:
     failed_ttl_s: float = 30.0
     retry_backoff_s: float = 0.25
     retry_backoff_max_s: float = 4.0
+    retry_jitter: float = 0.5
     metered: bool = False
     steal_after_s: float | None = 4.0
     steal_min_elapsed_s: float = 1.0
@@ -193,6 +202,8 @@ class ClientConfig:
             raise ValueError("carousel_rate_window_s must be a positive number")
         if self.failed_ttl_s < 0 or self.retry_backoff_s < 0 or self.retry_backoff_max_s < 0:
             raise ValueError("failed_ttl_s and the backoffs must not be negative")
+        if not 0 <= self.retry_jitter <= 1:
+            raise ValueError("retry_jitter must be in [0, 1]")
         if not (self.give_up_after_s >= 0 and math.isfinite(self.give_up_after_s)):
             raise ValueError("give_up_after_s must be a number >= 0")
         if self.uploader_policy is not None:
@@ -208,15 +219,21 @@ class ClientConfig:
                 "a mobile profile never runs a supernode (it uses the ring only as a client)"
             )
 
-    def backoff_s(self, failures_in_a_row: int, retry_after_s: float | None = None) -> float:
+    def backoff_s(
+        self, failures_in_a_row: int, retry_after_s: float | None = None, spread: float = 0.0
+    ) -> float:
         """The wait before the next attempt after ``failures_in_a_row`` failures:
         ``retry_backoff_s`` doubled per failure, capped at ``retry_backoff_max_s``; a
-        server's Retry-After when it asks for longer."""
+        server's Retry-After when it asks for longer; lengthened by ``spread`` (a
+        uniform draw in [0, 1) from the caller's ``random.Random``) times
+        ``retry_jitter`` of itself."""
+        if not 0 <= spread <= 1:
+            raise ValueError(f"spread must be in [0, 1], got {spread!r}")
         n = max(1, failures_in_a_row)
         wait = min(self.retry_backoff_max_s, self.retry_backoff_s * 2.0 ** min(n - 1, 30))
         if retry_after_s is not None and retry_after_s > wait:
-            return retry_after_s
-        return wait
+            wait = retry_after_s
+        return wait * (1.0 + self.retry_jitter * spread)
 
     def gives_up(self, failures_in_a_row: int, without_progress_s: float) -> bool:
         """Whether a download gives up: ``max_attempts_without_progress`` failures in

@@ -39,11 +39,14 @@ events. State:
 - failures in a row without a verified piece in between are counted; at
   ``max_attempts_without_progress``, once ``give_up_after_s`` passed without progress,
   the plan gives up with a one-line reason. Each failure also pushes the next attempt
-  back (``not_before``) by an exponential backoff (a Retry-After when longer).
+  back (``not_before``) by an exponential backoff (a Retry-After when longer),
+  lengthened at random by up to ``retry_jitter`` of itself so that clients refused
+  together do not come back in step.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Sequence
 
 from pressrun.clients.config import ClientConfig
@@ -81,13 +84,17 @@ class DownloadPlan:
         config: ClientConfig,
         verified: Iterable[int] = (),
         now: float,
+        rng: random.Random | None = None,
     ) -> None:
+        """``rng`` draws each retry's jitter (`ClientConfig.retry_jitter`: clients
+        refused together come back spread out); None: no jitter (exact times)."""
         if size_bytes < 1 or piece_size_bytes < 1:
             raise LocalProtocolError("size_bytes and piece_size_bytes must be positive")
         self.size_bytes = size_bytes
         self.piece_size_bytes = piece_size_bytes
         self.num_pieces = -(-size_bytes // piece_size_bytes)
         self.config = config
+        self._rng = rng
         self.section_size_bytes = config.section_size_for(size_bytes, piece_size_bytes)
         self._section_pieces = self.section_size_bytes // piece_size_bytes
         self.verified: set[int] = set()
@@ -149,6 +156,18 @@ class DownloadPlan:
         return any(
             i not in self.verified and i not in self._in_flight for i in range(self.num_pieces)
         )
+
+    def unassigned_sections(self) -> int:
+        """How many sections `start_section` would make of the pieces neither verified
+        nor in flight (each run of them cut into sections of the section size)."""
+        sections = run = 0
+        for i in range(self.num_pieces + 1):
+            if i < self.num_pieces and i not in self.verified and i not in self._in_flight:
+                run += 1
+            elif run:
+                sections += -(-run // self._section_pieces)
+                run = 0
+        return sections
 
     def failed_origins(self, *, now: float) -> frozenset[str]:
         """The origins to name in ``failed=`` now (failed less than ``failed_ttl_s`` ago)."""
@@ -459,10 +478,7 @@ class DownloadPlan:
         """
         if no_origin_left:
             self._failed_until.clear()
-        events = self._count_failure(reason, now=now)
-        if retry_after_s is not None:
-            self.not_before = max(self.not_before, now + retry_after_s)
-        return events
+        return self._count_failure(reason, now=now, retry_after_s=retry_after_s)
 
     def handle_start_reserved(self, *, retry_after_s: float, now: float) -> None:
         """The balancer reserved a start for this download ``retry_after_s`` from now
@@ -505,10 +521,13 @@ class DownloadPlan:
         self._failed_until[origin] = max(until, self._failed_until.get(origin, until))
         return OriginFailed(origin, reason, until)
 
-    def _count_failure(self, reason: str, *, now: float) -> list[Event]:
+    def _count_failure(
+        self, reason: str, *, now: float, retry_after_s: float | None = None
+    ) -> list[Event]:
         self.failures_in_a_row += 1
         self.failures_total += 1
-        backoff = self.config.backoff_s(self.failures_in_a_row)
+        spread = 0.0 if self._rng is None else self._rng.random()
+        backoff = self.config.backoff_s(self.failures_in_a_row, retry_after_s, spread)
         self.not_before = max(self.not_before, now + backoff)
         if self.state is PlanState.DOWNLOADING and self.config.gives_up(
             self.failures_in_a_row, now - self._progress_at

@@ -24,8 +24,8 @@ MAX_MANIFEST_BYTES = 32 * 1024 * 1024
 async def fetch_manifest(f: FetchState) -> tuple[Manifest, bytes]:
     """The verified manifest and its bytes, from the first origin that serves a good
     one. An unreachable or slow balancer, an origin that fails, and a bad or truncated
-    manifest are all retried (another origin first, with backoff, a Retry-After
-    honoured) until the client's give-up rule (:meth:`ClientConfig.gives_up`)."""
+    manifest are all retried (another origin first, with a jittered backoff, a
+    Retry-After honoured) until the client's give-up rule (:meth:`ClientConfig.gives_up`)."""
     failed: dict[str, str] = {}
     failures = 0
     started = f.now()
@@ -59,7 +59,7 @@ async def fetch_manifest(f: FetchState) -> tuple[Manifest, bytes]:
                 f"could not get a good manifest of {f.issue_id} after {failures} "
                 f"attempts; the last: {rejected or last}"
             ) from None
-        await asyncio.sleep(f.config.backoff_s(failures, retry_after))
+        await asyncio.sleep(f.retry_wait_s(failures, retry_after))
 
 
 class _BadManifest(Exception):

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import random
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,6 +167,14 @@ class FetchState:
     #: set whenever the plan reports events (a piece verified, a section ended): an
     #: idle worker wakes on it instead of polling (`wait_changed`)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    #: draws the jitter of this download's retries (`ClientConfig.retry_jitter`),
+    #: seeded per download by the system's randomness: clients refused together come
+    #: back spread out
+    rng: random.Random = field(default_factory=random.Random)
+
+    def retry_wait_s(self, failures_in_a_row: int, retry_after_s: float | None) -> float:
+        """The wait before the next attempt, jittered (`ClientConfig.backoff_s`)."""
+        return self.config.backoff_s(failures_in_a_row, retry_after_s, self.rng.random())
 
     def now(self) -> float:
         return self.loop.time()
