@@ -75,6 +75,16 @@ WEB_SEED_REQUEST_BYTES = 256 * 1024
 #: destroying it: the tracker's close frame comes back in milliseconds on a LAN, and a
 #: tracker in this process needs the loop to send it (module docstring)
 WEBSOCKET_CLOSE_GRACE_S = 0.5
+#: libtorrent's choker round (``unchoke_interval``), seconds: a downloading peer gives its
+#: unchoke slots to the peers that sent it the most in the last round, and between
+#: rounds a free slot goes only to a peer that *becomes* interested. libtorrent's 15 s is
+#: most of an issue's download (20-25 s on the loopback bench), so the slots taken in a
+#: swarm's first second were kept for most of it. At 3 s on the bench (N = 40, `chord`)
+#: the end game downloaded 18-22 MB twice against 24-27 MB and the last copy came as
+#: soon (1.17-1.19x against 1.18-1.19x); with the ring's fetches at once held to a
+#: second's worth (`pressrun.chord.aio.ORIGIN_FETCH_S`) 1.17x against 1.19x at the
+#: median (docs/chord.md "Benches", docs/results/2026-11-28-swarm-limit.md section 17)
+UNCHOKE_INTERVAL_S = 3
 #: sessions kept (paused, no torrent) until the process ends itself (module docstring)
 KEPT_SESSIONS_MAX = 4
 #: the kept sessions with their alert pipes (libtorrent may still write to the pipe:
@@ -115,6 +125,7 @@ def session_settings(
         # N = 40: 1.57x against 1.47x); `chord` gained at N = 40 (1.63x against 1.98x)
         # and lost at N = 20 (1.83x against 1.42x). docs/swarm.md, docs/chord.md
         "unchoke_slots_limit": 8,
+        "unchoke_interval": UNCHOKE_INTERVAL_S,
         # the rate limits' quota handed out every 100 ms, not libtorrent's 500 ms (its
         # reference: "around 100 means higher resolution bandwidth quota
         # distribution"): with 500 ms a connection that missed a tick waited half a
