@@ -693,6 +693,8 @@ async def main() -> None:
         share_factor=2.0,
         max_bringers=a.max_bringers,
         bringing_per_peer=a.bringing_per_peer,
+        bring_ahead_s=a.bring_ahead_s,
+        origin_fetch_s=a.origin_fetch_s,
         first_receivers=a.first_receivers,
         order_askers=a.order_askers,
         fair_bringing=a.fair_bringing,

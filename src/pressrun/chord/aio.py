@@ -108,13 +108,17 @@ BRINGING_BYTES = 128 * 1024
 MAX_BRINGERS = 8
 
 
-#: with it above 0, a piece brought in from the origins should be whole within about
-#: this long: the origins' egress, where a supernode is told it (``origin_bps``), is
-#: split among at most that long's worth of pieces at once (`fetches_at_once`). Off:
-#: at 1 s on the loopback bench at N = 40 the first pieces came 0.4 s sooner and the
-#: download rates spread wider, the last copy no sooner (1.18x, three runs against
-#: two; docs/results/2026-11-28-swarm-limit.md, section 15)
-ORIGIN_FETCH_S = 0.0
+#: a piece brought in from the origins should be whole within about this long: the
+#: origins' egress, where a supernode is told it (``origin_bps``; the bench tells it,
+#: `SupernodeHost` does not yet), is split among at most that long's worth of pieces at
+#: once (`fetches_at_once`; 0: no limit). On the loopback bench at N = 40 (twenty at
+#: once) the first pieces came 0.4-0.6 s sooner; with libtorrent's 15 s choker round the
+#: download rates then spread wider and the last copy came no sooner (1.18x; section
+#: 15), with the peers' 3 s round (`pressrun.peer.session.UNCHOKE_INTERVAL_S`) it came
+#: 0.4 s sooner (1.17x against 1.19x, five runs against three); at 0.5 s (ten at once)
+#: the peers' feeds took the origins' idle room for pieces of their own, 1.08-1.09
+#: copies (docs/results/2026-11-28-swarm-limit.md, section 17)
+ORIGIN_FETCH_S = 1.0
 
 
 def fetches_at_once(
@@ -124,7 +128,7 @@ def fetches_at_once(
     the origins complete in ``fetch_s`` (``origin_bps`` over the piece size, over the
     supernodes: the tracker places each at an equal share of the keys), at least one;
     None (no limit) where the origins' rate or the piece size is unknown, or
-    ``fetch_s`` is 0 (`ORIGIN_FETCH_S`, the default: off).
+    ``fetch_s`` is 0.
 
     The origins share their egress among every fetch at once and a piece is of use to
     the swarm only once whole: on the loopback bench at N = 40 (2 MB/s, 128 KiB pieces)
@@ -198,8 +202,8 @@ class Supernode:
         # unknown) for it; bring_ahead_s: a bringer may bring in as many pieces as it
         # fetched in that long at its last piece's origin rate (PieceDirectory);
         # origin_fetch_s: with origin_bps, the pieces handed out to be brought in at
-        # once are what the origins complete in that long (`fetches_at_once`; 0, the
-        # default: no such limit)
+        # once are what the origins complete in that long (`fetches_at_once`; 0: no
+        # such limit)
         self.file_bytes = file_bytes
         self.origin_bps = origin_bps
         self.origin_fetch_s = origin_fetch_s

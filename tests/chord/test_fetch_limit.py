@@ -1,0 +1,53 @@
+"""A supernode told the origins' rate holds the pieces it hands out to be brought in to
+what the origins complete in `ORIGIN_FETCH_S`, by default.
+
+The origins share their egress among every fetch at once, and a piece is of use to the
+swarm only once whole: on the loopback bench at N = 40 forty first fetches, one a peer,
+completed 1.4 to 2.9 s after the start and nobody had anything to trade until then.
+Held to what the origins complete in a second (twenty at once there), the first pieces
+came at 0.9 s; with the choker's round at 3 s (`pressrun.peer.session`) the download
+rates no longer spread wider from there (docs/results/2026-11-28-swarm-limit.md,
+section 17). A real supernode on a real tracker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pressrun.chord.aio import ORIGIN_FETCH_S, Supernode, fetches_at_once
+from pressrun.peer.loopback import loopback_swarm
+
+
+async def test_a_supernode_told_the_origins_rate_holds_its_fetches_at_once(
+    tmp_path: Path,
+) -> None:
+    async with loopback_swarm(
+        tmp_path, size_bytes=2 << 20, origin_cap_mbps=(16.0,), piece_size=64 * 1024
+    ) as swarm:
+        assert swarm.tracker is not None
+        swarm.tracker.ring.expected_supernodes = 1
+        pieces = swarm.manifest.num_pieces
+        # 100 kB/s for 32 pieces of 64 KiB: 1.5 pieces a second
+        sn = Supernode(
+            tracker_base=swarm.tracker_base,
+            info_hash=swarm.manifest.info_hash,
+            num_pieces=pieces,
+            file_bytes=2 << 20,
+            origin_bps=100_000,
+            seed=1,
+        )
+        try:
+            await sn.start()
+            await sn.wait_on_ring()
+            limit = fetches_at_once(100_000, pieces, 2 << 20, 1, fetch_s=ORIGIN_FETCH_S)
+            # on the code before (no limit by default) this was None: every asker a bringer
+            assert limit is not None
+            assert sn.directory.max_fetching == limit
+            answers = [
+                sn.directory.choose_uploader(k, peer_id=f"p{k}", address=f"p{k}:1", now=0.0)
+                for k in range(limit + 2)
+            ]
+            assert [a.bring_in for a in answers] == [True] * limit + [False, False]
+            assert answers[-1].wait
+        finally:
+            await sn.close()
