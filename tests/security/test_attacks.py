@@ -379,9 +379,10 @@ async def test_balancer_cuts_an_endless_stats_and_manifest(hostile: str) -> None
     )
     try:
         rec = running.core.origins["evil"]
-        for _ in range(200):
-            if rec.polling is False and rec.down_reason != "not polled yet":
-                break
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20.0  # its first poll ended (a deadline, not a count)
+        while rec.polling or rec.down_reason == "not polled yet":
+            assert loop.time() < deadline, rec.down_reason
             await asyncio.sleep(0.05)
         assert "more than" in rec.down_reason and "/stats" in rec.down_reason
         with pytest.raises(ManifestUnavailable, match=r"more than \d+ bytes"):

@@ -51,11 +51,21 @@ async def test_stalled_connections_do_not_fill_the_origins(tmp_path: Path) -> No
         await balancer.wait_until_up(2, timeout_s=5.0)
         for o in origins:
             socks += await stall(o.port, f"/content/{ISSUE}/weekly-1.pdf", STALLED)
-        for _ in range(50):  # stalled (polled: a loaded host may take longer)
-            await asyncio.sleep(0.1)
-            if all(o.service.meter.stalled_transfers == STALLED for o in origins):
-                break
-        await asyncio.sleep(0.6)  # and polled by the balancer since (every 0.2 s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30.0  # a loaded host may take long: a deadline, not a count
+        while not all(o.service.meter.stalled_transfers == STALLED for o in origins):
+            assert loop.time() < deadline, [o.service.meter.stalled_transfers for o in origins]
+            await asyncio.sleep(0.05)
+        # and polled by the balancer since: two statuses of each origin received after
+        # that (the second was asked for after the first arrived, so after the stall)
+        records = [balancer.core.origins[o.name] for o in origins]
+        seen = [[r.last_status_at] for r in records]
+        while not all(len(set(s)) >= 3 for s in seen):
+            assert loop.time() < deadline, seen
+            await asyncio.sleep(0.02)
+            for r, s in zip(records, seen, strict=True):
+                if r.last_status_at != s[-1]:
+                    s.append(r.last_status_at)
         statuses = []
         async with aiohttp.ClientSession() as http:
             for _ in range(20):
