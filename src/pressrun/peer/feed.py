@@ -36,8 +36,11 @@ on its own, with the origins' rate shared among the swarm's downloading peers, a
 peers, applied to each connection), for any piece it lacks that libtorrent queued on
 a connection, owed or not: the last swarm arrival of `make emulate SCENARIO=small` at
 f61cd5b (2.11x the origin client) had nothing owed and its last piece queued on a
-peer that brought 32 kB of it in 2.7 s while the origins gave its feed 1.9 MB/s.
-Before, the second
+peer that brought 32 kB of it in 2.7 s while the origins gave its feed 1.9 MB/s
+(that connection stalled in the emulation's carousel flood, fixed in 2f4756f: the
+small scenario's slow last arrivals were all downloading when its bridge sent the
+carousel's first seconds down every client's link; docs/results/2026-11-29-small-
+scenario-querier.md). Before, the second
 swarm client of `make emulate SCENARIO=small` received 0.2-0.9 MB of its 4 MB twice:
 the feed picked a piece libtorrent was not fetching, and libtorrent then asked its
 peer for the same piece (a loopback pair staggered like those clients,
