@@ -1,17 +1,18 @@
 """The pieces a reader held when it left the swarm for the carousel shorten its
-receive in proportion (issue 28, session 23; docs/multicast.md, "Source blocks").
+receive in proportion when the issue is one source block (issue 28, session 23;
+docs/multicast.md, "Source blocks").
 
 The receiver takes held pieces as known source symbols (test_known_pieces.py), but an
 object completes with its last block, and the carousel gives every block symbols at
 the same rate: with blocks of 1024 symbols (a 50 MB issue in 37 blocks of about 10
 pieces of 128 KiB) a random third of the pieces left some block with almost none, and
-that block needed about K symbols from the network. In flash-crowd-50-desktops
-(369aaf6, docs/results/2026-11-29-multicast-plan-grain.md) readers that left the
-swarm with up to 16.4 MB received as long as readers holding nothing. Now an issue up
-to 74 MB is one block (`CarouselConfig.max_source_block_symbols` 56403, RFC 6330's
-largest), and each channel's cycle mixes a block's source and repair symbols evenly
-(`prepare.pass_order`), so the held source symbols that come again are wasted only in
-the pass's proportion wherever a reader joins."""
+that block needed about K symbols from the network. `CarouselConfig.
+max_source_block_symbols` now takes up to 56,403 (RFC 6330's largest K; it stopped at
+8192), so an issue up to 74 MB can be one block, and each channel's cycle mixes a
+block's source and repair symbols evenly (`prepare.pass_order`), so the held source
+symbols that come again are wasted only in the pass's proportion wherever a reader
+joins. The default stays 1024: one block was slower in the emulated crowd (its decode
+and memory at the end of every receive)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,12 @@ from typing import Any
 
 import pytest
 
-from pressrun.multicast.config import MAX_ESI, CarouselConfig, LayeringConfig
+from pressrun.multicast.config import (
+    MAX_BLOCK_SYMBOLS,
+    MAX_ESI,
+    CarouselConfig,
+    LayeringConfig,
+)
 from pressrun.multicast.core import channel_cycles
 from pressrun.multicast.prepare import pass_order
 
@@ -35,24 +41,28 @@ PIECE = 131072
 async def test_a_third_of_the_pieces_held_saves_a_third_of_the_packets(
     shelf: Shelf, senders: Callable[..., Any], tmp_path: Path
 ) -> None:
-    """An 8 MB issue (6,061 symbols, 62 pieces of 128 KiB) on a carousel of 10
-    channels, all joined at once (real UDP on 127.0.0.1, the Rust binding's receive
+    """An 8 MB issue (6,061 symbols, 62 pieces of 128 KiB) in one block on a carousel
+    of 10 channels, all joined at once (real UDP on 127.0.0.1, the Rust binding's receive
     loop): a receiver holding a random third of the pieces completes in at most 0.72
     of the object packets of one holding nothing. Why 0.72: it needs the symbols of
     the two thirds it lacks (0.675 of K: a symbol across a piece's edge is not
     held), plus the held source symbols that come again, which are the held share
     (a third) of the carousel's source share (K / (K + R) = 1 / 13.5 with 10
     channels), 2.5% of the packets: 0.675 / 0.975 = 0.692, and the decode's 20
-    symbols beyond K are on both sides. On the code before (6 blocks of about 10
-    pieces, each channel's source symbols first) the ratio was 0.9 or more: the
-    block held least of needed almost K symbols."""
+    symbols beyond K are on both sides. In blocks of 1024 (6 blocks of about 10
+    pieces; on the code before, blocks stopped at 8192 and each channel sent its
+    source symbols first) the ratio was 0.845: the block held least of needed almost
+    K symbols."""
     data = shelf.publish("held-third", 8_000_000)
     pieces = -(-len(data) // PIECE)
     held = sorted(random.Random(3).sample(range(pieces), pieces // 3))
     partial = tmp_path / "partial"
     partial.write_bytes(data)
     ranges = [(i * PIECE, min(len(data), (i + 1) * PIECE) - i * PIECE) for i in held]
-    sender = await senders(shelf, CarouselConfig(channels=10, rate_bps=4e6))
+    one_block = CarouselConfig(
+        channels=10, rate_bps=4e6, max_source_block_symbols=MAX_BLOCK_SYMBOLS["raptorq"]
+    )
+    sender = await senders(shelf, one_block)
     await sender.start_carousel("held-third", sender.config.carousel)
     every = LayeringConfig(start_channels=10)
     results = []
@@ -106,16 +116,16 @@ def test_each_stretch_of_a_cycle_carries_the_pass_s_share_of_source_symbols() ->
 
 
 def test_one_block_of_up_to_56403_symbols_with_its_repair_symbols() -> None:
-    """RaptorQ blocks up to RFC 6330's largest K: a 50 MB issue is one block of
-    37,879 symbols, and 10 channels x 1.35 of it are 473,487 repair symbols, past the
-    16 bits the crate's constructor takes (the binding sets the crate's 32-bit field;
-    ESIs are 24 bits). Past that the block grows as before; ``none`` keeps its own
-    limit."""
-    config = CarouselConfig(channels=10)
+    """RaptorQ blocks up to RFC 6330's largest K: a 50 MB issue in one block of 37,879
+    symbols, and 10 channels x 1.35 of it are 473,487 repair symbols, past the 16 bits
+    the crate's constructor takes (the binding sets the crate's 32-bit field; ESIs are
+    24 bits). The default stays 1024; ``none`` keeps its own limit."""
+    config = CarouselConfig(channels=10, max_source_block_symbols=MAX_BLOCK_SYMBOLS["raptorq"])
     size = 50_000_000
     k = -(-size // config.symbol_bytes)
     assert config.source_block_symbols(size) >= k
     assert config.repair_symbols_per_block(size) == -(-k * 10 * 135 // 100) - k
+    assert CarouselConfig().source_block_symbols(size) == 1024
     for bad in (3, 56404):
         with pytest.raises(ValueError, match="max_source_block_symbols"):
             CarouselConfig(max_source_block_symbols=bad)

@@ -18,15 +18,10 @@ leaves when the carousel is sooner:
 - **the carousel**: the whole object at the rate this client's link can be expected
   to take from it, plus the layering's climb to that many channels. The object is
   counted whole whatever the client holds: the carousel feeds the decoder the pieces
-  held, but a block completes only with its own symbols, so with many blocks the
-  block held least (near none) sets the time (flash-crowd-50 at 2181bec, 28 Nov:
-  readers that left with 41-47% of the file in blocks of 1024 symbols took as many
-  packets as readers with nothing). An issue up to 74 MB is now one block
-  (`CarouselConfig.max_source_block_symbols`, docs/multicast.md "Source blocks"),
-  and there the pieces held shorten the receive in proportion; the announcement
-  does not say how many blocks a carousel's object has, so the time counted here is
-  the whole object's, an upper bound: such a client leaves later than it could,
-  never for a carousel slower than its swarm. The channels counted are those the
+  held, but a block completes only with its own symbols and a swarm's pieces are
+  spread over the blocks, so the block held least (near none) sets the time
+  (flash-crowd-50 at 2181bec, 28 Nov: readers that left with 41-47% of the file took
+  as many packets as readers with nothing). The channels counted are those the
   link carries at their planned rates (the layering joins only on windows at the
   planned rate), by the best rate this client's link has shown (the swarm's peers
   and web seeds together over a window: the only measure of the link a client has

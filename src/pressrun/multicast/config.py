@@ -14,12 +14,6 @@ MAX_SOURCE_BLOCKS = {"raptorq": 255, "none": 65535}
 #: the largest source block the schemes take (RFC 6330's K'max for RaptorQ; the
 #: 16-bit field of Compact No-Code)
 MAX_BLOCK_SYMBOLS = {"raptorq": 56403, "none": 65535}
-#: the source block a carousel's object is split into at most, by default
-#: (`CarouselConfig.max_source_block_symbols`): with RaptorQ the largest K, so an issue
-#: up to 74 MB (1320-byte symbols) is one block and the pieces a reader held from the
-#: swarm save their share of its receive (docs/multicast.md, "Source blocks"); with
-#: no-code, blocks of 1024 symbols as third-party receivers were checked with
-DEFAULT_BLOCK_SYMBOLS = {"raptorq": MAX_BLOCK_SYMBOLS["raptorq"], "none": 1024}
 #: the largest encoding symbol ID of a RaptorQ block (RFC 6330 section 3.2: 24 bits):
 #: its source and repair symbols together are at most this plus one
 MAX_ESI = (1 << 24) - 1
@@ -85,18 +79,20 @@ class CarouselConfig:
         an AMT tunnel (RFC 7450: outer IP, UDP and its 2-byte header), which leaves 86
         bytes of a 1500-byte path for another encapsulation (IPsec, VXLAN). 1400
         filled a 1500-byte frame on a LAN but not a tunnel.
-    max_source_block_symbols: source symbols per block at most (RFC 6330's K); None:
-        the scheme's default (`DEFAULT_BLOCK_SYMBOLS`). RaptorQ: 56,403, the largest K,
-        so an issue up to 74 MB is one block: an object completes with its last
-        block and every block gets symbols at the same rate, so with blocks of 1024
-        symbols the pieces a reader held from the swarm left some block with almost
-        none and saved nothing (a third held: 0.92 of the packets of a reader holding
-        nothing, 0.69 with one block; bench/multicast_blocks.py). The price, for a
-        50 MB issue on 10 channels: the sender's pass 2.4 s instead of 2.0, the
-        decode at the end about 0.2 s of CPU instead of 37 decodes of 2-3 ms, its
-        memory about 8 x the block while it runs (docs/multicast.md, "Source
-        blocks"). No-code: 1024. An issue too large for 255 blocks of this size gets
-        larger blocks (`source_block_symbols`).
+    max_source_block_symbols: source symbols per block at most (RFC 6330's K), up to
+        the scheme's largest (`MAX_BLOCK_SYMBOLS`). 1024: blocks of 1.35 MB. An object
+        completes with its last block and every block gets symbols at the same rate,
+        so the pieces a reader held from the swarm count only as far as the block it
+        holds least of: with a third held, 0.92 of the packets of a reader holding
+        nothing in blocks of 1024, 0.69 in one block of up to 56,403 symbols (74 MB;
+        bench/multicast_blocks.py). One block was measured in flash-crowd-50-desktops
+        and made the carousel readers slower there (33.7 s against 30.5 s at the
+        commit before, the twin 25.4 and 27.1 s): its decode, about 8 x the block in
+        fresh memory and the block's write all come at the end of the receive, 0.4
+        CPU-seconds more a reader when the crowd's readers finish on a host with 2
+        cores busy, and the readers that began in the swarm held 0-13% of the issue
+        (docs/multicast.md, "Source blocks"). An issue too large for 255 blocks of
+        this size gets larger blocks (`source_block_symbols`).
     cycle_overhead: with RaptorQ, each channel's cycle carries K x (1 + this) distinct
         symbols, so a receiver on one channel with loss p completes in one cycle while
         p < overhead / (1 + overhead) (0.35: up to 25% loss). 0.35.
@@ -108,7 +104,7 @@ class CarouselConfig:
     channels: int = 4
     rate_bps: float = 5e6
     symbol_bytes: int = 1320
-    max_source_block_symbols: int | None = None
+    max_source_block_symbols: int = 1024
     cycle_overhead: float = 0.35
     fdt_every_packets: int = 500
 
@@ -121,9 +117,7 @@ class CarouselConfig:
             raise ValueError("rate_bps must be a positive number")
         if not 64 <= self.symbol_bytes <= 8192 or self.symbol_bytes % 4:
             raise ValueError("symbol_bytes must be a multiple of 4 in 64..8192")
-        if self.max_source_block_symbols is not None and not (
-            4 <= self.max_source_block_symbols <= MAX_BLOCK_SYMBOLS[self.fec]
-        ):
+        if not 4 <= self.max_source_block_symbols <= MAX_BLOCK_SYMBOLS[self.fec]:
             raise ValueError(
                 f"max_source_block_symbols must be 4..{MAX_BLOCK_SYMBOLS[self.fec]} "
                 f"with fec {self.fec}"
@@ -132,14 +126,6 @@ class CarouselConfig:
             raise ValueError("cycle_overhead must be 0..2")
         if self.fdt_every_packets < 10:
             raise ValueError("fdt_every_packets must be at least 10")
-
-    @property
-    def block_symbols_cap(self) -> int:
-        """``max_source_block_symbols``, or the FEC scheme's default
-        (`DEFAULT_BLOCK_SYMBOLS`) when not given."""
-        if self.max_source_block_symbols is not None:
-            return self.max_source_block_symbols
-        return DEFAULT_BLOCK_SYMBOLS[self.fec]
 
     def source_block_symbols(self, size_bytes: int) -> int:
         """The largest source block (symbols) an object of ``size_bytes`` is split
@@ -155,7 +141,7 @@ class CarouselConfig:
                 f"{size_bytes} bytes is more than fec {self.fec} carries with "
                 f"{self.symbol_bytes}-byte symbols ({limit} bytes): use larger symbols"
             )
-        return max(self.block_symbols_cap, needed)
+        return max(self.max_source_block_symbols, needed)
 
     def repair_symbols_per_block(self, size_bytes: int) -> int:
         """Repair symbols to encode per block of an object of ``size_bytes`` so every
