@@ -135,10 +135,12 @@ def test_one_block_of_up_to_56403_symbols_with_its_repair_symbols() -> None:
 def test_the_binding_encodes_more_than_65535_repair_symbols_a_block() -> None:
     """The binding takes repair symbols per block past 16 bits (ESIs up to 2^24 - 1)
     and refuses a block whose ESIs would not fit."""
+    from functools import partial
+
     import pressrun_flute
 
-    encoded = pressrun_flute.encode_object(
-        bytes(range(256)) * 100,
+    encode = partial(
+        pressrun_flute.encode_object,
         content_location="file:///held/issue.pdf",
         content_type="application/octet-stream",
         tsi=1,
@@ -146,19 +148,9 @@ def test_the_binding_encodes_more_than_65535_repair_symbols_a_block() -> None:
         fec="raptorq",
         encoding_symbol_length=1320,
         max_source_block_length=56403,
-        repair_symbols_per_block=70_000,
     )
+    encoded = encode(bytes(range(256)) * 100, repair_symbols_per_block=70_000)
     assert encoded.block_source_symbols == [20]
     assert len(encoded.packets) == 70_020 and max(encoded.esis) == 70_019
     with pytest.raises(ValueError, match="24 bits"):
-        pressrun_flute.encode_object(
-            b"x" * 2000,
-            content_location="file:///held/issue.pdf",
-            content_type="application/octet-stream",
-            tsi=1,
-            toi=7,
-            fec="raptorq",
-            encoding_symbol_length=1320,
-            max_source_block_length=56403,
-            repair_symbols_per_block=MAX_ESI,
-        )
+        encode(b"x" * 2000, repair_symbols_per_block=MAX_ESI)
