@@ -40,9 +40,9 @@ against the number of receivers. Real UDP multicast on 127.0.0.1, one process.
    data, against which the 2x target is judged (a path at most 2x the bare loop
    needs the crate's decode alone under the bare loop). Also the whole
    `receive_carousel` (control channel, layering, Python) per packet. The first run
-   joins as the carousel starts (every source symbol, no decode; ``--first-join-s``
-   later: a process's first object decoded, as a reader joining a running carousel
-   has it), the others mid-cycle.
+   joins as the carousel starts (a process's first object; each channel's cycle mixes
+   source and repair symbols, so it decodes too, `prepare.pass_order`;
+   ``--first-join-s`` later), the others mid-cycle.
 
 5. **Mixed links** (``--mixed-links``; root, ``ip``, ``tc``): channel plans against
    receivers behind 6 and 50 Mbit/s links (two network namespaces joined by veth,
@@ -440,10 +440,9 @@ async def bench_receiver_cpu(root: Path, args: argparse.Namespace) -> None:
     try:
         plan = await sender.start_carousel(ISSUE, sender.config.carousel)
         print("receiver CPU: an 8 MiB issue, 4 channels of 5 Mbit/s, one receiver")
-        # the first run joins that long after the carousel started: 0, as the cycle
-        # starts (it gets every source symbol), or past the channels' source symbols
-        # (about 0.7 s), a process's first object decoded, as a reader that joins a
-        # running carousel (`pressrun get`, one object a process) has it
+        # the first run (a process's first object, as a reader that joins a carousel,
+        # `pressrun get`, one object a process, has it) joins that long after the
+        # carousel started
         await asyncio.sleep(args.first_join_s)
         for run in range(args.runs):
             work = Path(tempfile.mkdtemp(dir=root))
@@ -667,8 +666,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--first-join-s",
         type=float,
         default=0.0,
-        help="receiver CPU: the first run joins this long after the carousel starts "
-        "(default 0: every source symbol, no decode; 3: a first object decoded)",
+        help="receiver CPU: the first run joins this long after the carousel starts (default 0)",
     )
     p.add_argument("--mixed-links", action="store_true", help="channel plans on shaped links")
     return p.parse_args(argv)
