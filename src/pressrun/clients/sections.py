@@ -35,7 +35,8 @@ STEAL_CHECK_S = 0.25
 class _Asking:
     """`now`: how many of a download's workers are asking the balancer for a directive for a
     new section now: a worker asks only while the pieces left to assign make more
-    sections than that, so the directives a download asks for are the ones it uses.
+    sections than that (one, while the download is being refused), so the directives a
+    download asks for are the ones it uses.
     Before, two workers whose sections ended together both asked for the last one, and
     one directive in five went unused (every 65 kB download of the security soak test:
     5 directives, 4 transfers): the balancer counts each as a transfer on its way
@@ -80,7 +81,11 @@ async def _worker(
         if delay > 0:
             await asyncio.sleep(delay)
             continue
-        if not stealing and asking.now >= plan.unassigned_sections():
+        # a download being refused (failures since its last verified piece) asks with
+        # one worker at a time: its workers, woken together, asked the same balancer
+        # the same question at the same instant, and each refusal counted twice
+        wanted = plan.unassigned_sections() if plan.failures_in_a_row == 0 else 1
+        if not stealing and asking.now >= wanted:
             # the sections left are being asked for by the other workers
             await f.wait_changed(STEAL_CHECK_S)
             continue
