@@ -1,13 +1,14 @@
-"""A supernode told the origins' rate holds the pieces it hands out to be brought in to
-what the origins complete in `ORIGIN_FETCH_S`, by default.
+"""A supernode told the origins' rate and ``origin_fetch_s`` holds the pieces it hands out
+to be brought in to what the origins complete in that long (off by default:
+`ORIGIN_FETCH_S`).
 
 The origins share their egress among every fetch at once, and a piece is of use to the
 swarm only once whole: on the loopback bench at N = 40 forty first fetches, one a peer,
 completed 1.4 to 2.9 s after the start and nobody had anything to trade until then.
 Held to what the origins complete in a second (twenty at once there), the first pieces
-came at 0.9 s; with the choker's round at 3 s (`pressrun.peer.session`) the download
-rates no longer spread wider from there (docs/results/2026-11-28-swarm-limit.md,
-section 17). A real supernode on a real tracker.
+came at 0.9 s; where that left ten or fewer at once the peers' feeds took the origins'
+idle room and copies went up (docs/results/2026-11-28-swarm-limit.md, section 17). A
+real supernode on a real tracker.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pressrun.chord.aio import ORIGIN_FETCH_S, Supernode, fetches_at_once
 from pressrun.peer.loopback import loopback_swarm
 
 
-async def test_a_supernode_told_the_origins_rate_holds_its_fetches_at_once(
+async def test_a_supernode_told_the_origins_rate_and_a_fetch_time_holds_its_fetches(
     tmp_path: Path,
 ) -> None:
     async with loopback_swarm(
@@ -34,14 +35,16 @@ async def test_a_supernode_told_the_origins_rate_holds_its_fetches_at_once(
             num_pieces=pieces,
             file_bytes=2 << 20,
             origin_bps=100_000,
+            origin_fetch_s=1.0,
             seed=1,
         )
         try:
             await sn.start()
             await sn.wait_on_ring()
-            limit = fetches_at_once(100_000, pieces, 2 << 20, 1, fetch_s=ORIGIN_FETCH_S)
-            # on the code before (no limit by default) this was None: every asker a bringer
-            assert limit is not None
+            # 1.5 pieces a second over one supernode: two at once (none by default)
+            assert fetches_at_once(100_000, pieces, 2 << 20, 1, fetch_s=ORIGIN_FETCH_S) is None
+            limit = fetches_at_once(100_000, pieces, 2 << 20, 1, fetch_s=1.0)
+            assert limit == 2
             assert sn.directory.max_fetching == limit
             answers = [
                 sn.directory.choose_uploader(k, peer_id=f"p{k}", address=f"p{k}:1", now=0.0)

@@ -108,17 +108,17 @@ BRINGING_BYTES = 128 * 1024
 MAX_BRINGERS = 8
 
 
-#: a piece brought in from the origins should be whole within about this long: the
-#: origins' egress, where a supernode is told it (``origin_bps``; the bench tells it,
-#: `SupernodeHost` does not yet), is split among at most that long's worth of pieces at
-#: once (`fetches_at_once`; 0: no limit). On the loopback bench at N = 40 (twenty at
-#: once) the first pieces came 0.4-0.6 s sooner; with libtorrent's 15 s choker round the
-#: download rates then spread wider and the last copy came no sooner (1.18x; section
-#: 15), with the peers' 3 s round (`pressrun.peer.session.UNCHOKE_INTERVAL_S`) it came
-#: 0.4 s sooner (1.17x against 1.19x, five runs against three); at 0.5 s (ten at once)
-#: the peers' feeds took the origins' idle room for pieces of their own, 1.08-1.09
-#: copies (docs/results/2026-11-28-swarm-limit.md, section 17)
-ORIGIN_FETCH_S = 1.0
+#: with it above 0, a piece brought in from the origins should be whole within about
+#: this long: the origins' egress, where a supernode is told it (``origin_bps``; the
+#: bench tells it, `SupernodeHost` does not), is split among at most that long's worth
+#: of pieces at once (`fetches_at_once`). Off: on the loopback bench at N = 40 (twenty
+#: at once at 1 s) the first pieces came 0.4-0.6 s sooner, and with the peers' 3 s
+#: choker round the last copy 0.4 s sooner (1.17x against 1.19x), but where it leaves
+#: ten or fewer at once the peers' feeds take the origins' idle room for pieces of
+#: their own: N = 40 at 0.5 s 1.08-1.09 copies (traced), N = 80 at half the rates (1 s:
+#: ten at once; not traced) 1.76, 1.01 and 1.36 copies against the target's 1.05
+#: (docs/results/2026-11-28-swarm-limit.md, section 17)
+ORIGIN_FETCH_S = 0.0
 
 
 def fetches_at_once(

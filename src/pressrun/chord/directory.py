@@ -46,9 +46,9 @@ brought in and not reported yet. The origins' egress is shared by every fetch at
 and a piece is of use to the swarm only once whole: forty fetches of 128 KiB sharing
 2 MB/s (the loopback bench at N = 40) each completed 1.5 to 2.9 s after the start, and
 nobody had anything to upload until then; `pressrun.chord.aio.fetches_at_once` holds
-them to what the origins complete in ``origin_fetch_s`` where told the origins' rate
-(1 s: the first pieces came sooner, and with the peers' 3 s choker round the last copy
-too; docs/chord.md).
+them to what the origins complete in ``origin_fetch_s`` where told to (off by default:
+the first pieces came sooner, but with ten fetches at once or fewer the peers' feeds
+took the origins' idle room and sent copies up; docs/chord.md).
 
 **Bringing is shared out** (``fair_bringing``): the askers say how many pieces they
 have brought in from the origins so far (``brought``); an asker that has brought in two
