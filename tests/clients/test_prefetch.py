@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nacl.public
 import pytest
+from aiohttp import web
 
 from pressrun.balancer.prefetch import PrefetchConfig, PrefetchPacer
 from pressrun.clients.aio import FetchError, fetch_issue
@@ -217,3 +218,63 @@ def test_a_malformed_grant_is_no_grant() -> None:
     for bad in ("20", True, -1, float("nan"), float("inf"), None, [1]):
         assert _seconds({"renew_s": bad}, "renew_s") is None
     assert _seconds(["not", "a", "dict"], "renew_s") is None
+
+
+async def test_prefetchers_deferred_together_ask_again_spread_out(tmp_path: Path) -> None:
+    """Eight prefetchers deferred together by a balancer (429, Retry-After 1 s, no
+    origin named) each ask again after at least the full second and at most half again
+    (`ClientConfig.retry_jitter`, 0.5), not at the same instant: in step, a balancer
+    that admits a few after each status admits the same early ones every time (the
+    security soak test, docs/results/2026-11-29-soak-retries.md). Before, each asked
+    again exactly 1.0 s later, all eight within a few ms."""
+    loop = asyncio.get_running_loop()
+    asked: dict[str, list[float]] = {}
+
+    async def prefetch(request: web.Request) -> web.Response:
+        client = request.query["client"]
+        asked.setdefault(client, []).append(loop.time())
+        if len(asked[client]) == 1:
+            return web.json_response({"retry_after_s": 1.0}, status=429)
+        return web.json_response({"error": "unknown issue"}, status=404)  # ends it
+
+    app = web.Application()
+    app.router.add_get("/v1/issues/{issue}/prefetch", prefetch)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    config = replace(FAST, retry_jitter=0.5)
+    try:
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    prefetch_issue(
+                        ISSUE,
+                        balancer_url=f"http://127.0.0.1:{port}",
+                        library=tmp_path / f"library-{i}",
+                        config=config,
+                        trusted_keys=None,
+                        trust_on_first_use=True,
+                        client_id=f"prefetcher-{i}",
+                    )
+                    for i in range(8)
+                ),
+                return_exceptions=True,
+            ),
+            10,
+        )
+    finally:
+        await runner.cleanup()
+    for outcome in outcomes:
+        assert isinstance(outcome, FetchError) and "no origin holds" in str(outcome), outcome
+    assert len(asked) == 8 and all(len(times) == 2 for times in asked.values()), asked
+    first = [times[0] for times in asked.values()]
+    again = [times[1] for times in asked.values()]
+    assert max(first) - min(first) < 0.2  # refused together
+    waits = [b - a for a, b in zip(first, again, strict=True)]
+    # at least Retry-After; at most half again, plus a loaded host's 0.2 s for the ask
+    assert all(1.0 <= w <= 1.5 + 0.2 for w in waits), waits
+    # not back in step: eight draws of up to 0.5 s all within 0.1 s has odds ~1e-4
+    assert max(waits) - min(waits) > 0.1, waits
+    assert max(again) - min(again) > 0.1, again

@@ -210,8 +210,11 @@ class _Prefetcher:
                 wait = _seconds(doc, "retry_after_s")
                 if status == 429 and isinstance(doc, dict) and origins and wait is not None:
                     # no room now: a grant of rate 0 until then (the caller reads the
-                    # manifest, learns the release and waits no later than it)
-                    log.info("%s: prefetch deferred for %.0f s: %s", f.issue_id, wait, doc)
+                    # manifest, learns the release and waits no later than it); the
+                    # wait jittered, as every one below, so that prefetchers deferred
+                    # together do not ask again together (`ClientConfig.retry_jitter`)
+                    wait = f.retry_wait_s(1, wait)
+                    log.info("%s: prefetch deferred for %.1f s: %s", f.issue_id, wait, doc)
                     return _Grant(0.0, f.now() + wait, origins)
                 if status == 404:
                     raise FetchError(
@@ -219,8 +222,8 @@ class _Prefetcher:
                         "prefetch); run it again once the issue is published"
                     )
                 if status == 429:  # deferred, naming no origin: wait and ask again
-                    wait = 20.0 if wait is None else wait
-                    log.info("%s: prefetch deferred for %.0f s: %s", f.issue_id, wait, doc)
+                    wait = f.retry_wait_s(1, 20.0 if wait is None else wait)
+                    log.info("%s: prefetch deferred for %.1f s: %s", f.issue_id, wait, doc)
                     await asyncio.sleep(wait)
                     break
                 f.notice(f"balancer {base} answered the prefetch with HTTP {status}")
@@ -230,7 +233,7 @@ class _Prefetcher:
                     raise FetchError(
                         f"no balancer answered the prefetch of {f.issue_id} after {failures} rounds"
                     )
-                await asyncio.sleep(f.config.backoff_s(failures, None))
+                await asyncio.sleep(f.retry_wait_s(failures, None))
 
     # -- the whole prefetch
 
@@ -379,7 +382,7 @@ class _Prefetcher:
                     if f.config.gives_up(failures, 0.0):
                         grant.renew_at = f.now()  # a new grant: a new list of origins
                         failures = 0
-                    await asyncio.sleep(f.config.backoff_s(failures, None))
+                    await asyncio.sleep(f.retry_wait_s(failures, None))
                     continue
                 failures = 0
                 await asyncio.to_thread(os.pwrite, fd, data, offset)
