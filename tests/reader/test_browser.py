@@ -348,3 +348,38 @@ async def test_wifi_only_waits_on_cellular_and_goes_on_over_wifi(
     result = await phone.wait_for_download()
     assert result["resumed_pieces"] == 0
     assert await phone.stored_sha256() == hashlib.sha256(stack.data).hexdigest()
+
+
+async def test_readers_refused_together_ask_again_spread_out(
+    make_stack: StackFactory,
+    phone_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    """Eight downloads told Retry-After 1 s at the same moment each wait at least the
+    full second and at most half again (config.json's retry_jitter, 0.5, as
+    ClientConfig.backoff_s), not all the same: in step, a balancer that admits a few
+    after each status admits the same early ones every time (the security soak test,
+    docs/results/2026-11-29-soak-retries.md). Before, each waited exactly 1.0 s."""
+    stack = await make_stack(origins=("origin-a",))
+    phone: Phone = await phone_factory(stack.reader_url)
+    await phone.open()
+    jitter, waits = await phone.evaluate(
+        """async () => {
+            const { Download } = await import('./js/download.js');
+            const config = await (await fetch('./config.json', { cache: 'no-store' })).json();
+            const make = () => new Download({ issueId: 'x', config });
+            const downloads = Array.from({ length: 8 }, make);
+            const waits = await Promise.all(downloads.map(async (d) => {
+                d.failuresInRow = 1;
+                const began = performance.now();
+                await d.backoff(1);
+                return (performance.now() - began) / 1000;
+            }));
+            return [config.download.retry_jitter, waits];
+        }""",
+        what="eight backoffs of Retry-After 1 s",
+    )
+    assert jitter == 0.5
+    # at least Retry-After; at most half again, plus a loaded host's 0.2 s for the timer
+    assert all(1.0 <= w <= 1.5 + 0.2 for w in waits), waits
+    # not in step: eight draws of up to 0.5 s all within 0.1 s has odds ~1e-4
+    assert max(waits) - min(waits) > 0.1, waits

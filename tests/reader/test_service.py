@@ -47,6 +47,7 @@ async def test_serves_the_app_its_config_and_vendor_files(reader: RunningReader)
         assert doc["publisher_keys"] == [KEY]
         assert doc["download"]["concurrency"] == DESKTOP.concurrency
         assert doc["download"]["failed_ttl_s"] == DESKTOP.failed_ttl_s
+        assert doc["download"]["retry_jitter"] == DESKTOP.retry_jitter == 0.5
         async with http.get(reader.url + "/sw.js") as resp:
             sw = await resp.text()
             assert resp.headers["Content-Type"].startswith("text/javascript")

@@ -305,6 +305,7 @@ class ReaderService:
                 "failed_ttl_s": d.failed_ttl_s,
                 "retry_backoff_s": d.retry_backoff_s,
                 "retry_backoff_max_s": d.retry_backoff_max_s,
+                "retry_jitter": d.retry_jitter,
             },
             "swarm": self.config.swarm.app_config(),
         }

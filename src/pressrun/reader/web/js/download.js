@@ -131,10 +131,19 @@ export class Download {
     this.notice(`origin ${name} failed: ${reason}; moving on`);
   }
 
+  /**
+   * The wait before the next attempt: the balancer's Retry-After, or the backoff
+   * doubling per failure in a row; lengthened at random by up to retry_jitter of
+   * itself (config.json, 0.5: up to half again), as ClientConfig.backoff_s does, so
+   * that readers refused together do not ask again together (in step, a balancer
+   * admitting a few after each status of its origins admits the same early ones
+   * every time: docs/results/2026-11-29-soak-retries.md).
+   */
   async backoff(retryAfterS = null) {
     const n = Math.max(0, this.failuresInRow - 1);
     const s = retryAfterS ?? Math.min(this.cfg.retry_backoff_s * 2 ** n, this.cfg.retry_backoff_max_s);
-    await sleep(s * 1000, this.signal);
+    const jitter = this.cfg.retry_jitter ?? 0;
+    await sleep(s * (1 + jitter * Math.random()) * 1000, this.signal);
   }
 
   giveUpIfStuck() {
