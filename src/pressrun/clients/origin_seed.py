@@ -122,7 +122,9 @@ class OriginShare(CarouselShare):
         from pressrun.peer.ring_client import RingClient
         from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, make_uploader_policy
 
-        policy = make_uploader_policy(self.f.config.uploader_policy or DEFAULT_UPLOADER_POLICY)
+        name = self.f.config.uploader_policy or DEFAULT_UPLOADER_POLICY
+        self.f.uploader_policy = name  # the swarm is used: its policy is reported, as its ring
+        policy = make_uploader_policy(name)
         if not isinstance(policy, ChordPolicy) or peer.listen_port is None:
             return None
         tracker = yarl.URL(self.swarm.tracker_url)
