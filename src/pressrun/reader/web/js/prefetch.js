@@ -413,7 +413,10 @@ class Prefetch {
           this.status.rate_bytes_per_s = rate;
           return { rate, renewAt: performance.now() + renew * 1000, origins, swarm: swarmOf(doc) };
         }
-        const wait = seconds(doc, "retry_after_s") ?? 20;
+        // lengthened at random by up to retry_jitter of itself, as a download's waits
+        // (download.js backoff): prefetchers deferred together do not ask again together
+        const jitter = 1 + (this.config.download?.retry_jitter ?? 0) * Math.random();
+        const wait = (seconds(doc, "retry_after_s") ?? 20) * jitter;
         if (resp.status === 429 && origins.length) {
           this.status.deferrals += 1;
           this.status.rate_bytes_per_s = 0;
