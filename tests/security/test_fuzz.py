@@ -16,6 +16,7 @@ import json
 from typing import Any
 from urllib.parse import quote_from_bytes
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -308,6 +309,20 @@ def test_subscription_keys_paths_and_headers(
     ):
         with contextlib.suppress(RequestError):
             call()
+
+
+def test_digits_that_are_not_ascii_are_refused_not_raised() -> None:
+    # '²' is str.isdigit() but no int(): the fresh-clone CI at 58bd751 (29 Nov 10:58-11:07)
+    # drew it for a subscription's version and parse_issue_version raised ValueError
+    # (a 500) where it answers 400; the ring's claimed ports and the group's port the same
+    from pressrun.chord.ids import seen_address
+    from pressrun.multicast.net import parse_group
+
+    with pytest.raises(RequestError, match="not an integer"):
+        parse_issue_version("0", "\u00b2")
+    assert seen_address("127.0.0.1", "host:\u00b2") is None
+    with pytest.raises(ValueError, match="is not GROUP:PORT"):
+        parse_group("239.255.1.2:\u00b2")
 
 
 @FUZZ

@@ -590,7 +590,8 @@ class PieceDirectory:
             h.left = h.left or bool(left)
         merged = 0
         for key, pids in pieces.items():
-            if not (isinstance(key, str) and key.isdigit() and isinstance(pids, list)):
+            digits = isinstance(key, str) and key.isascii() and key.isdigit()
+            if not (digits and isinstance(pids, list)):
                 continue
             known = {p for p in pids if isinstance(p, str) and p in self.holders}
             if known:

@@ -82,7 +82,7 @@ def seen_address(remote: str | None, claimed: str) -> str | None:
     """``remote:port``, the port from ``claimed`` (``host:port``); None when either is
     not what it must be (a source that is no IP address, a port that is no port)."""
     port = claimed.rsplit(":", 1)[1] if ":" in claimed else ""
-    if remote is None or not port.isdigit() or not 0 < int(port) < 65536:
+    if remote is None or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         return None
     try:
         ip = ipaddress.ip_address(remote)

@@ -209,7 +209,7 @@ def parse_relay(text: str) -> Address:
         address = str(ipaddress.IPv4Address(host))
     except ipaddress.AddressValueError:
         raise ValueError(f"{text!r} is not an AMT relay (IPv4 HOST or HOST:PORT)") from None
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
         raise ValueError(f"{text!r}: the port must be 1..65535")
     return address, int(port_text)
 

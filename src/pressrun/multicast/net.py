@@ -29,7 +29,7 @@ def parse_group(text: str) -> tuple[str, int]:
     """``"239.255.1.2:5000"`` -> ``("239.255.1.2", 5000)``; ValueError when the
     address is not IPv4 multicast or the port not 1..65535."""
     host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit():
+    if not sep or not (port_text.isascii() and port_text.isdigit()):
         raise ValueError(f"{text!r} is not GROUP:PORT (e.g. 239.255.70.1:5400)")
     try:
         address = ipaddress.IPv4Address(host)

@@ -554,7 +554,7 @@ class RingClient:
             self.stats.uploaders += 1
             if addr != self.address and addr not in self._connected:
                 host, _, port = addr.rpartition(":")
-                if port.isdigit():
+                if port.isascii() and port.isdigit():
                     self._connected.add(addr)
                     self.stats.connects += 1
                     self._connect(host, int(port))

@@ -128,7 +128,7 @@ def parse_issue_version(issue_id: str, version: str) -> tuple[str, int]:
     """Validate the ``<issue_id>/versions/<version>`` of a URL."""
     if not valid_issue_id(issue_id):
         raise RequestError(400, "bad_request", f"{issue_id[:80]!r} is not an issue id")
-    if not version.isdigit() or not 1 <= int(version) < 1 << 63:
+    if not (version.isascii() and version.isdigit()) or not 1 <= int(version) < 1 << 63:
         raise RequestError(400, "bad_request", f"version {version[:40]!r} is not an integer >= 1")
     return issue_id, int(version)
 
