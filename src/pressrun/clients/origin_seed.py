@@ -116,10 +116,9 @@ class OriginShare(CarouselShare):
     def _ring_client(self, peer: SharingPeer) -> RingClient | None:
         """The sharing session's reports to the ring (started), or None when the
         uploader policy asks no ring or the session has no address yet."""
-        import yarl
-
         from pressrun.peer.chord_policy import ChordPolicy
         from pressrun.peer.ring_client import RingClient
+        from pressrun.peer.ring_link import ring_endpoint
         from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, make_uploader_policy
 
         name = self.f.config.uploader_policy or DEFAULT_UPLOADER_POLICY
@@ -127,19 +126,18 @@ class OriginShare(CarouselShare):
         policy = make_uploader_policy(name)
         if not isinstance(policy, ChordPolicy) or peer.listen_port is None:
             return None
-        tracker = yarl.URL(self.swarm.tracker_url)
         # the address it listens on (`swarm_handoff._listen_interfaces`: the one the
         # tracker is reached from, with a ring), as a swarm peer's ring client says
-        host = peer.listen_interfaces.rsplit(":", 1)[0].strip("[]")
-        if host in ("0.0.0.0", "::", ""):
-            host = tracker.host or "127.0.0.1"
+        base, address = ring_endpoint(
+            self.swarm.tracker_url, peer.listen_interfaces, peer.listen_port
+        )
         n = self.m.num_pieces
         ring = RingClient(
-            tracker_base=str(tracker.origin()),
+            tracker_base=base,
             info_hash=self.m.info_hash,
             num_pieces=n,
             peer_id=peer._peer_id,
-            address=f"{host}:{peer.listen_port}",
+            address=address,
             policy=policy,
             have=lambda: [i in peer.offered for i in range(n)],
             unheld=tuple,  # it asks the ring for nothing: the origins are its source

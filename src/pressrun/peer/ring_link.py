@@ -24,6 +24,17 @@ if TYPE_CHECKING:
     from pressrun.peer.uploader import UploaderPolicy
 
 
+def ring_endpoint(tracker_url: str, listen_interfaces: str, port: int) -> tuple[str, str]:
+    """The ring's base URL (the tracker's origin: the ring's address is the tracker's)
+    and the ``host:port`` a peer listening on ``listen_interfaces`` at ``port`` reports
+    to it: the interface's host, or the tracker's host when it listens on every one."""
+    tracker = yarl.URL(tracker_url)
+    host = listen_interfaces.rsplit(":", 1)[0].strip("[]")
+    if host in ("0.0.0.0", "::", ""):
+        host = tracker.host or "127.0.0.1"
+    return str(tracker.origin()), f"{host}:{port}"
+
+
 class RingLink:
     """`SwarmPeer`'s ring client: started by `_start_ring`, read by `ring_stats`."""
 
@@ -53,16 +64,13 @@ class RingLink:
         # (pressrun.peer.ring_client); the ring's address is the tracker's.
         if not isinstance(self.policy, ChordPolicy) or self.tracker_url is None:
             return
-        base = str(yarl.URL(self.tracker_url).origin())
-        host = self.listen_interfaces.rsplit(":", 1)[0].strip("[]")
-        if host in ("0.0.0.0", "::", ""):
-            host = str(yarl.URL(self.tracker_url).host or "127.0.0.1")
+        base, address = ring_endpoint(self.tracker_url, self.listen_interfaces, port)
         self._ring = RingClient(
             tracker_base=base,
             info_hash=self.manifest.info_hash,
             num_pieces=self.manifest.num_pieces,
             peer_id=self._peer_id,
-            address=f"{host}:{port}",
+            address=address,
             policy=self.policy,
             have=lambda: self._status.have_bits,
             unheld=lambda: self._status.unheld,
