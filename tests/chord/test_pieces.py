@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pressrun.chord.aio import fetches_at_once
-from pressrun.chord.directory import MAX_BRING_AHEAD, PieceDirectory
+from pressrun.chord.directory import MAX_BRING_AHEAD, ORIGINS_HELD_S, PieceDirectory
 from pressrun.chord.ids import RING, node_id_for
 from pressrun.chord.pieces import (
     piece_keys,
@@ -285,6 +285,26 @@ def test_fetches_at_once_are_what_the_origins_complete_in_a_second() -> None:
     )
     assert d.choose_uploader(2, peer_id="c", address="c:1", now=1.1).bring_in
     assert d.choose_uploader(3, peer_id="d", address="d:1", now=1.2).wait
+
+
+def test_the_origins_are_the_rings_while_its_fetch_limit_binds() -> None:
+    # the limit kept "c" from a piece at 0.0: every answer says the origins are held
+    # (a peer told so fetches nothing from them on its own) for `ORIGINS_HELD_S`,
+    # and again whenever the limit keeps an asker waiting; a directory with no limit
+    # never says it (the small emulation's origins have room for the peers' feeds)
+    d = PieceDirectory(rng=random.Random(1), max_fetching=2, bring_in_s=10.0)
+    assert not d.origins_held(0.0)
+    for k, p in enumerate("ab"):
+        assert d.choose_uploader(k, peer_id=p, address=f"{p}:1", now=0.0).bring_in
+    assert d.choose_uploader(2, peer_id="c", address="c:1", now=0.0).wait
+    assert d.origins_held(0.0) and d.origins_held(ORIGINS_HELD_S)
+    assert not d.origins_held(ORIGINS_HELD_S + 0.1)  # nobody kept waiting since
+    assert d.choose_uploader(3, peer_id="d", address="d:1", now=3.0).wait
+    assert d.origins_held(3.0 + ORIGINS_HELD_S)
+    free = PieceDirectory(rng=random.Random(1), bring_in_s=10.0)
+    for k, p in enumerate("abcdef"):
+        free.choose_uploader(k, peer_id=p, address=f"{p}:1", now=0.0)
+    assert not free.origins_held(0.0)
 
 
 P = 256 * 1024  # piece bytes

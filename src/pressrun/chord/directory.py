@@ -46,9 +46,11 @@ brought in and not reported yet. The origins' egress is shared by every fetch at
 and a piece is of use to the swarm only once whole: forty fetches of 128 KiB sharing
 2 MB/s (the loopback bench at N = 40) each completed 1.5 to 2.9 s after the start, and
 nobody had anything to upload until then; `pressrun.chord.aio.fetches_at_once` holds
-them to what the origins complete in ``origin_fetch_s`` where told to (off by default:
-the first pieces came sooner, but with ten fetches at once or fewer the peers' feeds
-took the origins' idle room and sent copies up; docs/chord.md).
+them to what the origins complete in ``origin_fetch_s`` where told to. While that
+limit binds, the origins' egress is the ring's, and every answer says so
+(`origins_held`): with ten fetches at once or fewer each fetch came fast, and the
+peers' feeds took that for the origins' room and fetched pieces of their own, origin
+copies 1.08-1.76 (docs/chord.md).
 
 **Bringing is shared out** (``fair_bringing``): the askers say how many pieces they
 have brought in from the origins so far (``brought``); an asker that has brought in two
@@ -88,6 +90,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 
+from pressrun.chord.handoff import adopt_handoff, export_directory
 from pressrun.chord.holders import Holder, SwarmSample, Uploader, credited_bps, lower_median
 from pressrun.chord.ids import host_of
 
@@ -101,6 +104,11 @@ _RATE_CHECK_S = (1.0, 4.0)
 
 #: a holder's uploaded total shows its upload rate over intervals at least this long
 _MEASURE_MIN_S = 1.0
+
+#: how long the fetch limit holds the origins for the ring after it last bound
+#: (`PieceDirectory.origins_held`): a peer's regular round, so a peer that asks every
+#: round hears it again before it lapses
+ORIGINS_HELD_S = 2.0
 
 #: holders one supernode keeps at most, and at most from one host (a NAT's readers
 #: share an address; the loopback benches run up to 80 peers on 127.0.0.1)
@@ -169,6 +177,8 @@ class PieceDirectory:
         #: (a new holder at the bounds: at most one a second)
         self._sweep_at = float("-inf")
         self._forced_at = float("-inf")
+        #: when the fetch limit last kept an asker from a piece (`origins_held`)
+        self._limit_bound_at = float("-inf")
 
     # --- who may report, and forgetting (module docstring) -------------------------
 
@@ -385,7 +395,9 @@ class PieceDirectory:
         )
         if self.max_fetching is not None:
             fetching = sum(1 for _, t in self._bringing.values() if now - t <= self.bring_in_s)
-            busy = busy or fetching >= self.max_fetching
+            if fetching >= self.max_fetching:
+                busy = True
+                self._limit_bound_at = now  # (`origins_held`)
         if (
             busy
             or max(here, bringing) >= self._bring_allowance(asker)
@@ -397,6 +409,16 @@ class PieceDirectory:
             return Uploader(piece, "", "", bring_in=False, wait=True)
         self._bringing[piece] = (peer_id, now)
         return Uploader(piece, peer_id, address, bring_in=True)
+
+    def origins_held(self, now: float) -> bool:
+        """The origins' egress is the ring's now: this supernode holds its pieces to
+        be brought in to what the origins complete at once (``max_fetching``), and
+        that limit kept an asker from a piece within the last `ORIGINS_HELD_S`. Every
+        answer says it (``origins_held``), and a peer told so counts no room at the
+        origins for fetches of its own (`pressrun.peer.status`): with ten fetches at
+        once, each fetch came fast, the peers' feeds took that for room and fetched
+        pieces nobody had handed them, 1.08-1.76 origin copies (docs/chord.md)."""
+        return self.max_fetching is not None and now - self._limit_bound_at <= ORIGINS_HELD_S
 
     def _bring_allowance(self, asker: Holder) -> int:
         # ``max_bringing_per_peer`` pieces at a time, or as many as the asker fetched
@@ -540,61 +562,11 @@ class PieceDirectory:
         return fewest is not None and asker.brought >= fewest + 2
 
     def export(self, pieces: Iterable[int], *, now: float) -> dict[str, object]:
-        """What this directory knows of ``pieces`` (a graceful leave's handoff): the
-        fresh holders, each with the seconds since its last report (another process's
-        clock means nothing here)."""
-        self._sweep(now, force=True)
-        wanted = set(pieces)
-        out_pieces = {str(p): sorted(self.pieces[p]) for p in wanted if p in self.pieces}
-        ids = {pid for pids in out_pieces.values() for pid in pids}
-        return {
-            "pieces": out_pieces,
-            "holders": {
-                pid: [
-                    h.address,
-                    h.uploaded_bytes,
-                    h.downloaded_bytes,
-                    round(max(0.0, now - h.reported_at), 3),
-                    h.left,
-                ]
-                for pid, h in self.holders.items()
-                if pid in ids
-            },
-        }
+        """What this directory knows of ``pieces`` (a graceful leave's handoff:
+        `pressrun.chord.handoff.export_directory`)."""
+        return export_directory(self, pieces, now=now)
 
     def adopt(self, handoff: object, *, now: float) -> int:
-        """Merge a handoff from `export` (ignores what it cannot read, and holders
-        beyond the bounds or silent for the TTL); pieces merged."""
-        self._sweep(now)
-        if not isinstance(handoff, dict):
-            return 0
-        holders, pieces = handoff.get("holders"), handoff.get("pieces")
-        if not isinstance(holders, dict) or not isinstance(pieces, dict):
-            return 0
-        for pid, row in holders.items():
-            if not isinstance(pid, str) or not isinstance(row, list) or len(row) != 5:
-                continue
-            addr, up, down, age, left = row
-            if not (isinstance(addr, str) and isinstance(up, int) and isinstance(down, int)):
-                continue
-            if not isinstance(age, int | float) or not 0 <= age <= self.holder_ttl_s:
-                continue
-            h = self.holders.get(pid)
-            if h is None:
-                if len(pid) > 64 or len(addr) > 255 or self._full(host_of(addr)):
-                    continue
-                h = self._new_holder(pid, addr, now - float(age))
-            h.uploaded_bytes = max(h.uploaded_bytes, up)
-            h.downloaded_bytes = max(h.downloaded_bytes, down)
-            h.reported_at = max(h.reported_at, now - float(age))
-            h.left = h.left or bool(left)
-        merged = 0
-        for key, pids in pieces.items():
-            digits = isinstance(key, str) and key.isascii() and key.isdigit()
-            if not (digits and isinstance(pids, list)):
-                continue
-            known = {p for p in pids if isinstance(p, str) and p in self.holders}
-            if known:
-                self.pieces.setdefault(int(key), set()).update(known)
-                merged += 1
-        return merged
+        """Merge a handoff from `export` (`pressrun.chord.handoff.adopt_handoff`);
+        pieces merged."""
+        return adopt_handoff(self, handoff, now=now)

@@ -182,7 +182,10 @@ class SupernodeRoutes:
                 )
         self.sn.stats.uploader_answers += len(answers)
         not_mine = sorted({*q.have, *q.want} - mine)
-        return web.json_response({"uploaders": answers, "not_mine": not_mine})
+        # (the origins' egress is the ring's while its fetch limit binds: a peer told
+        # so fetches nothing from them on its own, `PieceDirectory.origins_held`)
+        held = self.sn.directory.origins_held(now)
+        return web.json_response({"uploaders": answers, "not_mine": not_mine, "origins_held": held})
 
     async def state(self, request: web.Request) -> web.Response:
         """``GET /chord/v1/state``: the node, its neighbours and the counters."""

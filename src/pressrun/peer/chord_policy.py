@@ -59,10 +59,16 @@ class ChordPolicy(UploaderPolicy):
     upload_slots: int | None = None
     sole_upload_slots: int | None = None
 
-    def __init__(self, *, hold_s: float = 4.0, ring_wait_s: float = 3.0) -> None:
+    def __init__(
+        self, *, hold_s: float = 4.0, ring_wait_s: float = 3.0, origins_held_s: float = 2.5
+    ) -> None:
         self._fallback = StripesPolicy()
         self.hold_s = hold_s
         self.ring_wait_s = ring_wait_s
+        #: how long a supernode's ``origins_held`` stands (a little more than the
+        #: ring client's regular round, which hears it again)
+        self.origins_held_s = origins_held_s
+        self._origins_held_at = float("-inf")
         self._lonely_since: dict[int, float] = {}
         self._first_plan_at: float | None = None
         self._now = 0.0
@@ -92,6 +98,17 @@ class ChordPolicy(UploaderPolicy):
         self.ring_ready = False
         self.ring_absent = True
         self.bring_in = self.first = self.given = frozenset()
+
+    def hold_origins(self, now: float) -> None:
+        """A supernode said the origins' egress is the ring's now (its fetch limit
+        binds: `pressrun.chord.directory.PieceDirectory.origins_held`)."""
+        self._origins_held_at = now
+
+    def origins_held(self, now: float) -> bool:
+        """The ring holds the origins' egress for the pieces it hands out: whatever
+        rate this peer's own fetches got, the origins have no room for pieces of its
+        own (`pressrun.peer.status`)."""
+        return not self.ring_absent and now - self._origins_held_at <= self.origins_held_s
 
     def waiting_on(self, absent: Iterable[int]) -> list[int]:
         """Of the pieces no connected peer holds, those the ring answers for: all of

@@ -517,6 +517,8 @@ class RingClient:
             return False
         self._failed.answers(owner)
         self._last_report[owner] = now
+        if doc.get("origins_held") is True:
+            self.policy.hold_origins(now)  # (its fetch limit binds: no room of our own)
         if body.get("missing") == 0:
             self._told_done.add(owner)
         else:

@@ -294,6 +294,12 @@ class SwarmStatus:
         room = origins_have_room(
             fetch_bps, reference, self.download_bps, best_peers_bps=best_peers, leechers=leechers
         )
+        # ... and none while the ring holds the origins' egress for the pieces it hands
+        # out (its fetch limit binds): each of its few fetches at once comes fast, and
+        # taken for room, the peers' feeds fetched pieces of their own in it (1.08-1.76
+        # origin copies on the bench; `ChordPolicy.origins_held`)
+        if room and self._ring_holds_origins():
+            room = False
         self._beyond_peers = beyond and room
         handle = self._handle()
         if room:
@@ -307,6 +313,13 @@ class SwarmStatus:
             have=[bool(b) for b in have] if beyond else (),
             # (read only while the origins have room: nothing is owed otherwise)
             stranded=stranded(handle.get_download_queue()) if room and handle else (),
+        )
+
+    def _ring_holds_origins(self) -> bool:
+        return (
+            isinstance(self.policy, ChordPolicy)
+            and self._now is not None
+            and self.policy.origins_held(self._now)
         )
 
     def origins_bps(self) -> int:
