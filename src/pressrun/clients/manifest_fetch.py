@@ -5,6 +5,14 @@ yet failed (a bad or truncated one fails that origin, and another is asked), and
 checked against the trusted publisher keys (given, else the library's
 ``trusted-publishers``; with neither, an error, unless trust on first use was asked
 for: then the key is recorded there and a warning printed).
+
+The directive asked for here is the download's own (a ``crowd`` request, no
+``class=small``): it is the one the balancer's demand counts, it sends the reader to
+the swarm or the carousel (past full origins too), and the download follows its mode
+(docs/balancer.md, "Request classes"). A download that resumes tells it, in that first
+request, the bytes its partial copy lists as verified (``have=``, ``size=``): the
+balancer counts what it lacks, not a whole transfer (before, only its later section
+requests said so, and under full origins its first was refused like a new reader's).
 """
 
 from __future__ import annotations
@@ -30,10 +38,11 @@ async def fetch_manifest(f: FetchState) -> tuple[Manifest, bytes]:
     failures = 0
     started = f.now()
     rejected: str | None = None  # the last manifest an origin served that was refused
+    have, size = _resumed(f)
     while True:
         retry_after: float | None = None
         try:
-            directive = await f.directive(frozenset(failed))
+            directive = await f.directive(frozenset(failed), have=have, size=size)
         except DirectiveUnavailable as err:
             last = err.reason
             retry_after = err.retry_after_s
@@ -60,6 +69,22 @@ async def fetch_manifest(f: FetchState) -> tuple[Manifest, bytes]:
                 f"attempts; the last: {rejected or last}"
             ) from None
         await asyncio.sleep(f.retry_wait_s(failures, retry_after))
+
+
+def _resumed(f: FetchState) -> tuple[int | None, int | None]:
+    """``(have, size)`` of the partial download the library holds for this issue (its
+    state file's verified pieces, not checked again yet: a hint), ``(None, None)``
+    without one. The manifest fetched may be a newer version; the next request then
+    tells what the plan holds."""
+    state = f.library.load_state(f.issue_id)
+    if state is None or state.issue_id != f.issue_id:
+        return None, None
+    size, piece = state.size_bytes, state.piece_size_bytes
+    if size <= 0 or piece <= 0:
+        return None, None
+    pieces = -(-size // piece)
+    have = sum(min(piece, size - i * piece) for i in state.verified if 0 <= i < pieces)
+    return have, size
 
 
 class _BadManifest(Exception):
