@@ -407,3 +407,25 @@ def test_the_sender_counters_are_forgotten_when_they_restart() -> None:
     # a restarted sender counts from 0 again: nothing measured yet
     sender.handle_plan(plan(sent=(10,) * 10), now=5.0)
     assert sender.shares(plan()) == (1.0,) * 10
+
+
+@pytest.mark.parametrize(
+    ("link_mbps", "climb_s"),
+    [(20.0, 0.0), (16.0, 0.8), (50.0, 0.0), (8.8, 0.5), (0.0, 0.0)],
+)
+def test_the_climb_is_budgeted_from_the_channels_the_link_has_shown(
+    link_mbps: float, climb_s: float
+) -> None:
+    """A leaver starts on the whole channels its link has shown it carries
+    (`LayerCore.channels_within`) and climbs from there, doubling (`layering.climb_s`):
+    a link shown at 20 Mbit/s starts on the 4 channels it carries and climbs none;
+    at 16 Mbit/s on 3, one step to 4 (settling and a window); at 8.8 Mbit/s on 1, one
+    step to 2 (a window: a one-channel start has no settling). Half the climb is
+    counted, as it brings about half of what its channels would. Budgeted from one
+    channel a join (before): 1.2, 1.2, 3.6, 0.4 and 0 s."""
+    rates = rates_after(5.0, peer_bps=0.0)
+    rates.best_link_bytes_per_s = link_mbps * 1e6 / 8
+    choice = carousel_choice(rates, plan(), now=5.0)
+    expected = max(625_000.0, min(rates.best_link_bytes_per_s, 6.25 * MB))
+    assert choice.carousel_bytes_per_s == pytest.approx(expected)
+    assert choice.carousel_s == pytest.approx(SIZE / expected + climb_s / 2)

@@ -164,7 +164,11 @@ def test_layering_leaves_when_loss_climbs_and_backs_off() -> None:
     layers.handle_packets(0, 100)
     assert layers.handle_timer(now=4.0) == []
     layers.handle_packets(0, 250)
-    assert layers.handle_timer(now=6.5) == [JoinChannel(1)]
+    # the channel waits twice what a failed probe costs the link (window 1 s + leave
+    # latency 2 s) from its leave: 8 s
+    assert layers.handle_timer(now=6.5) == []
+    layers.handle_packets(0, 200)
+    assert layers.handle_timer(now=8.5) == [JoinChannel(1)]
 
 
 def test_layering_keeps_channels_at_moderate_loss() -> None:

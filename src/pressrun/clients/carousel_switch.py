@@ -16,7 +16,8 @@ leaves when the carousel is sooner:
   brought nothing from peers within the window never beats a carousel already on
   the air (the origins' fallback, below, may).
 - **the carousel**: the whole object at the rate this client's link can be expected
-  to take from it, plus the layering's climb to that many channels. The object is
+  to take from it, plus the layering's climb to that many channels from the whole
+  channels the link has shown (where the receiver starts). The object is
   counted whole whatever the client holds: the carousel feeds the decoder the pieces
   held, but a block completes only with its own symbols and a swarm's pieces are
   spread over the blocks, so the block held least (near none) sets the time
@@ -57,6 +58,7 @@ from dataclasses import dataclass, field
 
 from pressrun.multicast.config import LayeringConfig
 from pressrun.multicast.events import CarouselPlan
+from pressrun.multicast.layering import channels_within, climb_s
 
 __all__ = ["CarouselChoice", "SenderRates", "SwarmRates", "carousel_choice"]
 
@@ -249,9 +251,9 @@ def carousel_choice(
     now: float,
 ) -> CarouselChoice:
     """Compare the swarm's time for the rest with the carousel's for the object
-    (module docstring); ``layering``: the receiver's (its climb: one channel per
-    ``settle_s + window_s``); ``sender``: the rates the sender's announcements show
-    (each channel at most its planned rate)."""
+    (module docstring); ``layering``: the receiver's (its climb, `layering.climb_s`,
+    from the channels the link has shown it carries); ``sender``: the rates the
+    sender's announcements show (each channel at most its planned rate)."""
     layering = layering or LayeringConfig()
     shares = sender.shares(plan) if sender is not None else tuple(1.0 for _ in plan.channels)
     planned = [max(0.0, ch.rate_bps / 8) for ch in plan.channels]
@@ -274,10 +276,13 @@ def carousel_choice(
     while held < len(planned) and sum(planned[:held]) < link:
         held += 1
     expected = max(sent[0], min(link, sum(sent[:held])))
-    # channels joined one at a time, each after a settling and a window; the climb
-    # to them takes (held - 1) steps and brings about half of what they would
-    climb_s = (held - 1) * (layering.settle_s + layering.window_s)
-    carousel_s = plan.size_bytes / expected + climb_s / 2
+    # the receiver starts on the whole channels the link has shown it carries (the
+    # layering's start, `multicast_receive._link_shown_bps`) and climbs from there as
+    # the layering does (doubling); the climb brings about half of what its channels
+    # would. Budgeted from one channel, a dsl-20 leaver whose swarm had shown its
+    # 20 Mbit/s was charged three steps (1.2 s) it does not take
+    start = channels_within(planned, link)
+    carousel_s = plan.size_bytes / expected + climb_s(layering, planned, start, held) / 2
     # peers that bring nothing leave the swarm to its stall rule: the rest from the
     # origins (while they bring some, the stall rule does not end the swarm)
     origins_s = rates.origins_s(rest, now=now) if peer <= 0 else math.inf

@@ -64,16 +64,40 @@ after the current wait, not a doubled one): a window cannot confirm a probe at a
 the sender did not send.
 
 **The first climb doubles** (``LayeringConfig.climb_doubling``). Until the first window
-with path loss at or above ``join_below_loss``, or the first join undone (a slow
-sender's window, evidence read late), a join adds the next channels whose rate
-together is at most the rate held: the rate held doubles a step (1, 2, 4, 8, 10 of ten
-equal channels), as TCP's slow start does a window, and the join is judged, left or
-undone as one probe. The first loss ends it: the channels the loss says the link did
-not carry go at once (above), and from then on a join adds one channel (RLM). One
-channel a step, a fibre-50 reader of 10 x 5 Mbit/s held its 10 channels 9.0 s into a
-15.1 s receive (flash-crowd-50-desktops at 369aaf6, 29 Nov 06:28); the price is one
-overshoot of at most the rate held, for one window after settling, on a link that
-carries less than twice what the receiver held.
+with path loss at or above ``join_below_loss``, or the first join undone because its
+evidence was read late, a join adds the next channels whose rate together is at most
+the rate held: the rate held doubles a step (1, 2, 4, 8, 10 of ten equal channels), as
+TCP's slow start does a window, and the join is judged, left or undone as one probe.
+The first loss ends it: the channels the loss says the link did not carry go at once
+(above), and from then on a join adds one channel (RLM). One channel a step, a
+fibre-50 reader of 10 x 5 Mbit/s held its 10 channels 9.0 s into a 15.1 s receive
+(flash-crowd-50-desktops at 369aaf6, 29 Nov 06:28); the price is one overshoot of at
+most the rate held, for one window after settling, on a link that carries less than
+twice what the receiver held. A step undone because the sender sent under its rate in
+its window does not end the climb: that window showed nothing of the link (no loss),
+and the step is tried again, doubling, after the current wait. Ending it there cost
+every fibre-50 reader of flash-crowd-50-desktops at 6cc57a5 (29 Nov 10:08, the host
+saturated as 22 readers started together, the sender at 45 of its 50 Mbit/s for a
+second) its doubling: they held their 10 channels 11.4 s after the first join at the
+median, against 3.05-3.44 s in the three runs on record without such a window. A
+receiver whose evidence came late (`_evidence_late`) is short of CPU itself: doubling
+its channels would double its packets, so that undo still ends the climb.
+
+**A channel the link was measured not to carry waits.** A leave on path loss measured
+the link (it carried about the rate held x (1 - loss)); each channel left is tried
+again only after its wait, which doubles at each such leave (RLM's join timer
+backoff) and starts at twice what one failed probe costs the link
+(`LayerCore.probe_cost_s`: settling, a window and the network's leave latency, 2.8 s
+by default; before, a wait started at 2 x ``window_s``, 1 s), so that probes of a link
+whose rate has not changed hold it above its rate a third of the time at most, then a
+fifth, a ninth. The climb's overshoot was not where a reader's link lost most: in the
+four flash-crowd-50-desktops runs on record (29 Nov) a dsl-20 reader held more than
+its 4 channels for 2.8 s in the overshoot and 8.5 s in its later probes of a fifth
+channel, lossy-10 2.8 s and 11.3 s, mobile-6 2.8 s and 14.2 s (its link carries one
+channel, each probe of a second lost 36-42%). The doubling itself has no measure of
+the link before its first loss: 4 channels on a 20 Mbit/s link lose nothing in the
+window that decides the next step (their 3% excess fills the link's queue for
+seconds before it drops), so that step goes to 8.
 
 **The start.** A receiver starts on one channel, or, when its link has been seen to
 carry more (the adapter's ``link_bps``: a reader that leaves the swarm for the
@@ -216,13 +240,14 @@ class LayerCore:
         """How many channels, in plan order, a link seen to carry ``rate`` (packets/s,
         as `packets_per_s`) takes whole: the most whose rates together are at most
         it, one at least, at most `limit`."""
-        if not rate >= 0:
-            raise LocalProtocolError("a rate is a number, not negative")
-        held, total = 0, 0.0
-        while held < self.limit and total + self.packets_per_s[held] <= rate * (1 + 1e-9):
-            total += self.packets_per_s[held]
-            held += 1
-        return max(1, held)
+        return channels_within(self.packets_per_s, rate, self.limit)
+
+    @property
+    def probe_cost_s(self) -> float:
+        """How long one failed probe holds the link above what it carries: its
+        settling and window, then the network's leave latency after the leave."""
+        c = self.config
+        return c.settle_s + c.window_s + c.leave_latency_s
 
     def _changed(self, now: float, *, left: bool = False) -> None:
         """The channels held changed at ``now``: the next window starts once that has
@@ -338,24 +363,25 @@ class LayerCore:
         first = held
         if first >= self.limit or now < self._retry_at.get(first, 0.0):
             return []
+        doubling = self.climbing and self.config.climb_doubling
+        count = step_size(self.packets_per_s, held, self.limit, doubling=doubling)
         step = [first]
-        if not (self.climbing and self.config.climb_doubling):
-            return step
-        budget = sum(self.packets_per_s[ch.index] for ch in self.joined)
-        added = self.packets_per_s[first]
-        for index in range(first + 1, self.limit):
-            added += self.packets_per_s[index]
-            if added > budget * (1 + 1e-9) or now < self._retry_at.get(index, 0.0):
+        for index in range(first + 1, first + count):
+            if now < self._retry_at.get(index, 0.0):
                 break
             step.append(index)
         return step
 
-    def _undo_step(self, probe: int, now: float, loss: float, why: str) -> list[LayerEffect]:
+    def _undo_step(
+        self, probe: int, now: float, loss: float, why: str, *, ends_climb: bool
+    ) -> list[LayerEffect]:
         """Leave the channels of the last join (``probe`` and those joined with it),
         to be tried again after the current wait, not a doubled one: no loss was seen
-        that says the link does not carry them. A step undone ends the first climb:
-        the next tries are one channel each."""
-        self.climbing = False
+        that says the link does not carry them. ``ends_climb``: the next tries are one
+        channel each (evidence read late: the receiver is short of CPU); a slow
+        sender's window leaves the climb as it was (the module docstring)."""
+        if ends_climb:
+            self.climbing = False
         effects: list[LayerEffect] = []
         while len(self.joined) > max(1, probe):
             index = self.joined.pop().index
@@ -443,7 +469,9 @@ class LayerCore:
             # a link past a window came at 78-96 s, the sender at 34-48 of 50 Mbit/s)
             self.unconfirmed_probes += 1
             loss = min(1.0, max(0.0, lost / expected))
-            return self._undo_step(probe, now, loss, "the sender under its rate in its window")
+            return self._undo_step(
+                probe, now, loss, "the sender under its rate in its window", ends_climb=False
+            )
         if arrived == 0:
             # not one packet on any channel: a sender that paused (or a receive loop
             # that read nothing), not congestion, which drops a share, not all; judged
@@ -462,7 +490,9 @@ class LayerCore:
             effects: list[LayerEffect] = []
             while len(self.joined) > keep:
                 last = self.joined.pop()
-                backoff = self._backoff_s.get(last.index, 2 * self.config.window_s) * 2
+                # the link was measured not to carry it: its wait starts at twice a
+                # failed probe's cost and doubles at each such leave (module docstring)
+                backoff = self._backoff_s.get(last.index, self.probe_cost_s) * 2
                 self._backoff_s[last.index] = backoff
                 self._retry_at[last.index] = now + backoff
                 effects.append(LeaveChannel(last.index, loss))
@@ -509,4 +539,48 @@ class LayerCore:
             return []
         self._probe = self._probe_due = None
         self.late_probes += 1
-        return self._undo_step(probe, now, 0.0, "its window read late")
+        return self._undo_step(probe, now, 0.0, "its window read late", ends_climb=True)
+
+
+def channels_within(rates: Sequence[float], rate: float, limit: int | None = None) -> int:
+    """How many channels of ``rates`` (in plan order, any one unit) a link seen to
+    carry ``rate`` (the same unit) takes whole: the most whose rates together are at
+    most it, one at least, at most ``limit`` (None: all of them)."""
+    if not rate >= 0:
+        raise LocalProtocolError("a rate is a number, not negative")
+    top = len(rates) if limit is None else min(limit, len(rates))
+    held, total = 0, 0.0
+    while held < top and total + rates[held] <= rate * (1 + 1e-9):
+        total += rates[held]
+        held += 1
+    return max(1, held)
+
+
+def step_size(rates: Sequence[float], held: int, limit: int, *, doubling: bool) -> int:
+    """How many channels the next join adds to the first ``held`` of ``rates``: one;
+    while ``doubling``, the next ones as long as their rates together are at most the
+    rate held (the rate held at most doubles); never past ``limit``."""
+    if held >= limit:
+        return 0
+    if not doubling:
+        return 1
+    budget = sum(rates[:held])
+    added, count = rates[held], 1
+    while held + count < limit and added + rates[held + count] <= budget * (1 + 1e-9):
+        added += rates[held + count]
+        count += 1
+    return count
+
+
+def climb_s(config: LayeringConfig, rates: Sequence[float], start: int, target: int) -> float:
+    """How long the first climb takes, with no loss and no wait, from ``start``
+    channels of ``rates`` to ``target`` (at most all of them): a window for the step
+    from a one-channel start (it has no settling), settling and a window for every
+    other step (`LayerCore`)."""
+    target = min(target, len(rates))
+    held, seconds = max(1, start), 0.0
+    while held < target:
+        one = held == 1 and seconds == 0.0 and start <= 1
+        seconds += config.window_s if one else config.settle_s + config.window_s
+        held += step_size(rates, held, len(rates), doubling=config.climb_doubling)
+    return seconds
