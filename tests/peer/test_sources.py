@@ -70,6 +70,7 @@ class _Info:
         self.pid = _Pid(pid)
         self.ip = ("127.0.0.1", 8000)
         self.total_download = 0
+        self.payload_down_speed = 0
 
 
 def test_a_seed_counts_the_pieces_only_it_holds_among_downloading_peers() -> None:
@@ -226,10 +227,18 @@ def test_busy_origins_or_a_full_download_leave_the_pieces_to_the_ring() -> None:
     assert status._feed.owed == ()
     assert (owed, coming) == (2, 2)
     assert status._feed.parallel == 1  # one at a time: a second would split its share
-    # roomy origins, but its peers fill its download already (and have been as fast)
+    # roomy origins, but its peers fill its download already (and have been as fast):
+    # nothing its peers hold, nor the piece it holds off (its one holder gives it);
+    # what nobody connected holds, while a request to the origins gives at least half
+    # what a connection to a peer gives (`sources.unheld_room`: a piece nobody
+    # connected holds is in no download, full or not)
     status, st = _status_with_ring_answers(fetch_bps=2_000_000)
     status.download_bps = status.peak_download_bps = 1_500_000
     status.upload_limit_bps = 0
+    status.tally.connection_bps = 1_500_000  # (one peer gives it all)
+    status._sources(st)
+    assert set(status._feed.owed) == {1, 2}
+    status.tally.connection_bps = 4_000_001  # (a request gives less than half of one)
     status._sources(st)
     assert status._feed.owed == ()
     # no measure of the origins yet, nor any reference: one piece at a time from

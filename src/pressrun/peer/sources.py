@@ -23,10 +23,14 @@ from pressrun.peer.uploader import HOLD_PRIORITY, MAX_PRIORITY
 ROOM_SHARE = 0.5
 
 #: the peers' rate (`peers_slow`) is what they gave over the last this long at least:
-#: the rate now dips between two pieces, and their best rate ever was a one-off burst
-#: (`make emulate SCENARIO=small`: a swarm client's peers filled its link for a second
-#: at its start, then gave it 80-170 kB/s; judged by that burst they were never slow,
-#: and it waited 5 s on one peer for its last pieces, 7.64 s against 1.74 s)
+#: the rate now dips between two pieces, and their best rate ever may be a one-off
+#: burst (a peer's first second, when its peers' uploads were free). Written against
+#: `make emulate SCENARIO=small`, whose swarm client had its link filled for a second,
+#: then 80-170 kB/s from its peers, and waited 5 s on one peer (7.64 s against 1.74 s):
+#: that fall was the emulation's bridge flooding the carousel down every client link
+#: (fixed in 2f4756f, docs/results/2026-11-29-small-scenario-querier.md). The rule stays
+#: for what it says: a burst is not a rate, and it only adds the origins while they
+#: have room
 PEERS_WINDOW_S = 2.0
 #: ... and at most this long (the counter reads kept: `CounterRate`)
 PEERS_WINDOW_MAX_S = 10.0
@@ -64,6 +68,10 @@ class PeerInfoTally:
         #: pieces no connected BitTorrent peer holds while one of them downloads (only
         #: counted with ``count_sole``: a seed's last-holder rule, `PeerCore`)
         self.sole_pieces = 0
+        #: what one connection to a peer gives it now (bytes/s): the payload rate of the
+        #: connected peers sending to it, over how many send (libtorrent's per-peer
+        #: rates); 0 while none sends (`unheld_room`)
+        self.connection_bps = 0
         self._per_connection: dict[tuple[str, int], int] = {}
 
     @property
@@ -89,11 +97,14 @@ class PeerInfoTally:
         unchoked: list[str] = []
         uninterested: list[str] = []
         held: list[bool] | None = None
+        sending: list[int] = []
         for pi in peers:
             if pi.connection_type == lt.peer_info.standard_bittorrent:
                 # (a connection still in its handshake has no peer id yet)
                 if pi.flags & _NOT_YET:
                     continue
+                if int(pi.payload_down_speed) > 0:
+                    sending.append(int(pi.payload_down_speed))
                 if not pi.flags & lt.peer_info.seed:
                     leechers.append(pi.pid.to_bytes().hex())
                     if not pi.flags & lt.peer_info.choked:
@@ -123,6 +134,7 @@ class PeerInfoTally:
         else:
             self.served_ids = self.unchoked_ids
         self.sole_pieces = held.count(False) if leechers and held is not None else 0
+        self.connection_bps = sum(sending) // len(sending) if sending else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +224,39 @@ def origins_have_room(
         or share == 0
         or peers_slow(fetch_bps, best_peers_bps, leechers=leechers)
     )
+
+
+def unheld_room(fetch_bps: int, connection_bps: int, upload_limit_bps: int = 0) -> bool:
+    """Whether the origins have room for the pieces no connected peer holds (and the
+    partial pieces libtorrent asks nobody for): a request to them (``fetch_bps``, the
+    feed's measure) gives at least `ROOM_SHARE` of what one connection to a peer gives
+    it now (``connection_bps``: `PeerInfoTally.connection_bps`), or of this peer's
+    upload limit where it has one (``upload_limit_bps``: a peer of its swarm gives at
+    most that; the loopback bench's 1 MB/s, against which its origins' 2 MB/s shared
+    by 20 to 40 fetches is no room, as in `origins_have_room`). Not while the origins
+    were never measured (`probing`: `origins_have_room` says whether to probe).
+
+    Like for like: the feed's measure is one or two requests, while `origins_have_room`
+    judges it against every connection of its peers together. Where the reader's own
+    link is the bottleneck (the emulated flash crowd: readers on 6-50 Mbit/s, origins
+    of 500 Mbit/s in all, 20-45% used while the swarm ran) one request shares that link
+    with 15-30 peer connections and gets about what one of them gets (80-130 kB/s
+    against 1.7 MB/s from 21 peers), so the origins had no room once its peers gave
+    anything. And nothing measured them again: a
+    `chord` reader the ring handed nothing to bring in owes nothing, so the first piece
+    it fetched, on a new connection, decided for the whole download; at 2241ab3 (29
+    November, session 23's pair) 7 of 24 such readers stopped fetching within 6 s
+    with under 0.5 MB from the origins, their one measure 44-290 kB/s, while a
+    `stripes` reader's own stripe kept its feed measuring (2.8-12 MB from the origins
+    in the same seconds; the `chord` readers that started at 70-72 s were 53-115
+    pieces of 382 in at 10 s, the `stripes` ones 131-148). Pieces a connected peer
+    holds stay the ones `origins_have_room` judges (its peers give them; the `chord`
+    policy's hold on a piece one connected peer holds is the ring's tree): fetched
+    for every reader that lacks them, the origins would send the swarm a copy each.
+    """
+    if probing(fetch_bps):
+        return False
+    return fetch_bps >= ROOM_SHARE * max(connection_bps, upload_limit_bps)
 
 
 def peers_slow(fetch_bps: int, best_peers_bps: int | None, *, leechers: int = 1) -> bool:
@@ -330,9 +375,12 @@ def origin_fill(
     leecher_ids: Sequence[str],
     have: Sequence[bool] = (),
     stranded: Collection[int] = (),
+    unheld: bool = False,
 ) -> tuple[int, ...]:
     """Whatever the policy, a peer takes from the origins what its peers cannot give
-    it yet, while the origins have room (``room``: `origins_have_room`): first the
+    it yet, while the origins have room (``room``: `origins_have_room`; with
+    ``unheld`` alone, `unheld_room`: the pieces no connected peer holds and the
+    ``stranded`` ones, nothing else): first the
     pieces no connected peer holds that are not already owed, those it holds off
     (the `chord` policy's hold on a piece one connected peer holds, priority 0 in the
     ``plan``) and the partial pieces libtorrent asks nobody for (``stranded``,
@@ -343,8 +391,11 @@ def origin_fill(
     Each part in this peer's own order (`shared_out`: the peers doing the same start
     on different pieces). None while the origins have no room: then a piece enters
     the swarm once, from the peer the policy gave it to."""
+    owed = set(missing.owed)
     if not room:
-        return ()
+        if not unheld:
+            return ()
+        return shared_out(sorted({*missing.absent, *stranded} - owed), peer_id, leecher_ids)
     held_off = (
         [
             i
@@ -354,7 +405,6 @@ def origin_fill(
         if plan is not None
         else []
     )
-    owed = set(missing.owed)
     first = sorted({*missing.absent, *held_off, *stranded} - owed)
     rest = sorted({i for i, held in enumerate(have) if not held} - owed - set(first))
     return (
@@ -378,8 +428,10 @@ class ConnectionRates:
     then (``get_peer_info``'s ``total_download``, a `CounterRate` each): over the last
     `PEERS_WINDOW_S`, or over `CONNECTION_RATE_AFTER_S` at least while it is younger
     (not since it was first seen: a peer's first burst does not speak for it seconds
-    later; the small emulation's last swarm client had 220 kB/s a connection over its
-    first 1.4 s and 73 kB/s over the next 1.5 s). Pure: reads come with ``now``;
+    later). Written against the small emulation's last swarm client, 220 kB/s a
+    connection over its first 1.4 s and 73 kB/s over the next 1.5 s, a fall the
+    emulation's bridge caused (the carousel flooded down its link: fixed in 2f4756f,
+    docs/results/2026-11-29-small-scenario-querier.md). Pure: reads come with ``now``;
     connections no longer listed are forgotten (bounded by the peers connected)."""
 
     def __init__(self) -> None:
@@ -430,10 +482,11 @@ def stranded(queue: Sequence[Any]) -> set[int]:
     every one received. libtorrent leaves such a piece for its end game: on a loopback
     pair, a piece whose priority went to 0 with 4 of its 8 blocks asked (the `chord`
     policy holds a piece one connected peer holds off for up to 4 s), and back once
-    they came, stayed at 4 of 8 for 6 s while libtorrent fetched 9 other pieces. The
-    small emulation's last swarm arrivals had pieces first asked of a peer 2.4-3.7 s
-    before they passed, at the end of their downloads. A partial piece whose peer left
-    is one too (`fetching`)."""
+    they came, stayed at 4 of 8 for 6 s while libtorrent fetched 9 other pieces. A
+    partial piece whose peer left is one too (`fetching`). (The small emulation's last
+    swarm arrivals, for which this was written, had pieces first asked of a peer
+    2.4-3.7 s before they passed: their own links were flooded by the emulation's bridge,
+    fixed in 2f4756f; the loopback pair above is the rule's reason.)"""
     out: set[int] = set()
     for entry in queue:
         states = [int(b["state"]) for b in entry["blocks"]]
@@ -461,7 +514,10 @@ def sooner_from_origins(
     connection's requests go out, and a piece's own bytes alone made a piece behind
     several others on the same connection look a fraction of a second away (the small
     emulation at f61cd5b: pieces queued on a peer at +0.6-1.0 s, passed +3.7-3.8 s, its
-    connections 300-350 kB/s, passed over against the origins' 180-210 kB/s).
+    connections 300-350 kB/s, passed over against the origins' 180-210 kB/s; those
+    waits were the emulation's bridge flooding the carousel down that client's link,
+    fixed in 2f4756f, docs/results/2026-11-29-small-scenario-querier.md, while the
+    arithmetic holds for any connection with several pieces asked of it).
     A piece a web seed is fetching is
     never taken: the origins would send it twice. libtorrent does not take back
     requests it sent: a peer sends a taken piece anyway, so a piece the peers would

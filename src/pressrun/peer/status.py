@@ -35,6 +35,7 @@ from pressrun.peer.sources import (
     probing,
     shared_out,
     stranded,
+    unheld_room,
 )
 from pressrun.peer.uploader import (
     HOLD_PRIORITY,
@@ -298,8 +299,11 @@ class SwarmStatus:
         # out (its fetch limit binds): each of its few fetches at once comes fast, and
         # taken for room, the peers' feeds fetched pieces of their own in it (1.08-1.76
         # origin copies on the bench; `ChordPolicy.origins_held`)
-        if room and self._ring_holds_origins():
-            room = False
+        # (what no connected peer holds: while a request to them gives what a connection
+        # to a peer gives, `sources.unheld_room`)
+        unheld = unheld_room(fetch_bps, self.tally.connection_bps, self.upload_limit_bps)
+        if self._ring_holds_origins():
+            room = unheld = False
         self._beyond_peers = beyond and room
         handle = self._handle()
         if room:
@@ -312,7 +316,8 @@ class SwarmStatus:
             leecher_ids=self.tally.leecher_ids,
             have=[bool(b) for b in have] if beyond else (),
             # (read only while the origins have room: nothing is owed otherwise)
-            stranded=stranded(handle.get_download_queue()) if room and handle else (),
+            stranded=stranded(handle.get_download_queue()) if (room or unheld) and handle else (),
+            unheld=unheld,
         )
 
     def _ring_holds_origins(self) -> bool:

@@ -1,0 +1,188 @@
+"""Whatever the policy, a peer takes from the origins what its peers cannot give it yet
+while the origins have room (issue 29): a piece no connected peer holds comes from them
+while one request to them gives what one connection to a peer gives now
+(`sources.unheld_room`), not only while it beats all its peers together.
+
+The figures are those of the emulated flash crowd at 2241ab3 (session 23's policy
+pair, /work/runs/s23-pair/chord): a `chord` reader on a 20 Mbit/s link that started at
+71 s got its first piece from the origins at 130 kB/s on a new connection, then 1.0-1.7
+MB/s from 21 peers (about 80 kB/s a connection); the ring handed it nothing to bring
+in, so it owed nothing, fetched one more piece and nothing after (0.26 MB from the
+origins in all, 54.4 s against 34.2 s for the same client with `stripes`).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import libtorrent as lt
+import pytest
+
+from pressrun.peer.chord_policy import ChordPolicy
+from pressrun.peer.feed import OwedPieceFeed
+from pressrun.peer.sources import (
+    MissingPieces,
+    PeerInfoTally,
+    origin_fill,
+    origins_have_room,
+    unheld_room,
+)
+from pressrun.peer.status import SwarmStatus
+from pressrun.peer.stripes_policy import StripesPolicy
+from pressrun.peer.uploader import HOLD_PRIORITY, MIN_PRIORITY, SwarmView, UploaderPolicy
+
+PIECE = 131_072
+_HAVE = (True, False, False, False, False, False)
+#: 21 peers sending, 80 kB/s each (1.68 MB/s together)
+_SENDING = 21
+_CONNECTION_BPS = 80_000
+_FIRST_FETCH_BPS = 130_000
+
+
+def _peer(i: int, *, down_bps: int) -> Any:
+    return types.SimpleNamespace(
+        connection_type=lt.peer_info.standard_bittorrent,
+        flags=0,
+        pid=types.SimpleNamespace(to_bytes=lambda i=i: bytes([i]) * 20),
+        payload_down_speed=down_bps,
+        ip=(f"198.18.20.{i}", 6881),
+        total_download=0,
+        pieces=[False] * 6,
+    )
+
+
+class _Handle:
+    """Six pieces, piece 0 held; nobody connected holds 1, 2 or 3, two hold 4 and 5
+    (no web-seed connection); 21 connected peers send, 3 do not."""
+
+    def piece_availability(self) -> list[int]:
+        return [2, 0, 0, 0, 2, 2]
+
+    def get_download_queue(self) -> list[object]:
+        return []
+
+    def get_peer_info(self) -> list[object]:
+        return [_peer(i, down_bps=_CONNECTION_BPS) for i in range(_SENDING)] + [
+            _peer(100 + i, down_bps=0) for i in range(3)
+        ]
+
+
+def _crowd_reader(policy: UploaderPolicy) -> SwarmStatus:
+    manifest = types.SimpleNamespace(num_pieces=6, info_hash="12" * 20, piece_size_bytes=PIECE)
+    handle = _Handle()
+    feed = OwedPieceFeed(
+        manifest=manifest,  # type: ignore[arg-type]
+        web_seeds=["http://origin-a"],
+        retry_s=1.0,
+        handle=lambda: handle,
+        running=lambda: True,
+    )
+    status = SwarmStatus(
+        manifest=manifest,  # type: ignore[arg-type]
+        policy=policy,
+        feed=feed,
+        handle=lambda: handle,
+        peer_id=lambda: "ab" * 20,
+        on_pieces_changed=lambda: None,
+    )
+    view = SwarmView(
+        peer_id="ab" * 20,
+        info_hash="12" * 20,
+        have=_HAVE,
+        connected_peers=24,
+        leecher_ids=tuple(f"{i:040x}" for i in range(24)),
+        holders=tuple(handle.piece_availability()),
+    )
+    plan = policy.plan(view, now=0.0)
+    status.last_plan = plan.piece_priorities if plan is not None else None
+    # its one piece from the origins came at 130 kB/s (a new connection, at the
+    # busiest moment), and nothing measured them again
+    feed.fetch_bps = _FIRST_FETCH_BPS
+    for k, now in enumerate((10.0, 11.0, 12.0)):
+        st: Any = types.SimpleNamespace(
+            pieces=list(_HAVE),
+            is_seeding=False,
+            upload_payload_rate=600_000,
+            download_payload_rate=_SENDING * _CONNECTION_BPS,
+            num_incomplete=25,
+            total_payload_upload=k * 600_000,
+            total_payload_download=(k + 10) * _SENDING * _CONNECTION_BPS,
+            num_pieces=1,
+            total_wanted_done=PIECE,
+            total_wanted=6 * PIECE,
+            all_time_upload=0,
+            all_time_download=0,
+            num_peers=24,
+        )
+        status.read(st, now=now, planning=False)
+    return status
+
+
+def _chord() -> ChordPolicy:
+    policy = ChordPolicy()
+    policy.set_ring_answers(bring_in=())  # the ring answered: nothing to bring in
+    return policy
+
+
+@pytest.mark.parametrize("policy", [_chord, StripesPolicy], ids=["chord", "stripes"])
+def test_a_crowd_reader_takes_what_nobody_connected_holds_from_the_origins(
+    policy: type[UploaderPolicy],
+) -> None:
+    # On the code before, nothing was owed: the origins' 130 kB/s was under half its
+    # peers' 1.68 MB/s together, so they "had no room", and nothing measured them again
+    status = _crowd_reader(policy())
+    assert status.tally.connection_bps == _CONNECTION_BPS
+    owed = set(status._feed.owed)
+    assert {1, 2, 3} <= owed, owed
+    # (pieces its peers hold stay theirs: the origins beat no peer in all)
+    assert not {4, 5} & owed, owed
+
+
+def test_one_request_is_judged_against_one_connection() -> None:
+    assert unheld_room(_FIRST_FETCH_BPS, _CONNECTION_BPS)
+    # the rule for every piece, against its peers together, says no
+    assert not origins_have_room(_FIRST_FETCH_BPS, _SENDING * _CONNECTION_BPS, 1_000_000)
+    # a request slower than half a connection: no room
+    assert not unheld_room(39_000, _CONNECTION_BPS)
+    # nobody sends to it: whatever the origins give is room
+    assert unheld_room(10_000, 0)
+    # not measured yet: the probe is `origins_have_room`'s to decide
+    assert not unheld_room(0, 0)
+
+
+def test_the_loopback_bench_origins_stay_without_room() -> None:
+    # the bench: 2 MB/s of origins shared by 20 to 40 fetches (50-100 kB/s each), each
+    # peer's upload capped at 1 MB/s: no room, however little a connection gives now
+    for fetch_bps in (50_000, 100_000, 400_000):
+        assert not unheld_room(fetch_bps, 60_000, upload_limit_bps=1_000_000)
+    # a lone fetch at 1.6 MB/s: room, as `origins_have_room` says too
+    assert unheld_room(1_600_000, 60_000, upload_limit_bps=1_000_000)
+
+
+def test_unheld_fill_is_what_nobody_connected_holds_and_the_stranded_pieces() -> None:
+    missing = MissingPieces(tradable=3, lonely=(4,), owed=(1,), absent=(2, 3))
+    plan = [MIN_PRIORITY, 7, MIN_PRIORITY, MIN_PRIORITY, HOLD_PRIORITY, MIN_PRIORITY]
+    fill = origin_fill(
+        missing,
+        plan,
+        room=False,
+        unheld=True,
+        peer_id="ab" * 20,
+        leecher_ids=(),
+        have=[True, False, False, False, False, False],
+        stranded={5},
+    )
+    # not the owed piece (the feed has it), not the held-off one (its one holder gives
+    # it; the ring's tree), not the others its peers hold
+    assert sorted(fill) == [2, 3, 5]
+    nothing = origin_fill(missing, plan, room=False, peer_id="ab" * 20, leecher_ids=())
+    assert nothing == ()
+
+
+def test_a_connection_rate_is_that_of_the_connections_sending() -> None:
+    tally = PeerInfoTally()
+    tally.update([_peer(1, down_bps=90_000), _peer(2, down_bps=30_000), _peer(3, down_bps=0)])
+    assert tally.connection_bps == 60_000
+    tally.update([_peer(3, down_bps=0)])
+    assert tally.connection_bps == 0
