@@ -466,6 +466,7 @@ class SwarmPeer(RingLink):
             return
         if isinstance(a, lt.piece_finished_alert):
             self._timeline.piece_done(now, a.piece_index)
+            self._status.piece_finished(int(a.piece_index))  # (the ring hears it now)
         elif isinstance(a, lt.torrent_checked_alert):
             self._timeline.checked()
         elif isinstance(a, lt.torrent_finished_alert):

@@ -337,6 +337,9 @@ class RingClient:
         watched = self._rare | self._bring_in | self._first
         unheld = self._rare = {*self._unheld(), *lonely}
         wanted = [p for p in unheld if not have[p] and p in self._owner]
+        if any(have[p] and p not in self._reported for p in self._bring_in):
+            # a piece it brought in, reported now: ask for the next in the same request
+            self._pacing.ask_again([p for p in wanted if p not in lonely], now)
         asking = self._pacing.window(wanted, lonely, now)
         up, down = self._totals()
         by_owner: dict[str, tuple[list[int], list[int]]] = {}

@@ -79,6 +79,18 @@ class AskPacing:
         lonely = self._ask_at.get(piece, (0.0, False))[1]
         self._ask_at[piece] = (now + delay, lonely)
 
+    def ask_again(self, pieces: Collection[int], now: float) -> None:
+        """``pieces`` (answered ``wait``) may be asked about at once: this peer just
+        brought a piece in, and its report frees its place among what the supernodes
+        hand out to be brought in. Asked only after the ``wait`` answers' 1-3 s, the
+        next piece waited for some asker's next question: on the loopback bench at
+        N = 40 with the supernodes' fetch limit at ten at once, the origins had no fetch
+        in flight at 1.0 s, the first ten done at 0.24-0.82 s and the next handed out
+        at 1.03-1.07 s (docs/results/2026-11-28-swarm-limit.md, section 18)."""
+        for p in pieces:
+            if self._waits.get(p, 0) > 0 and p in self._ask_at:
+                self._ask_at[p] = (min(now, self._ask_at[p][0]), self._ask_at[p][1])
+
     def worth_a_round(self, lacked: Collection[int], lonely: Collection[int], now: float) -> bool:
         """Whether a piece of ``lacked`` (those it lacks with at most one connected
         holder; ``lonely``: those with one) may be asked about now: one asked before

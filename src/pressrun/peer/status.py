@@ -210,6 +210,17 @@ class SwarmStatus:
         self.last_progress = progress
         return progress
 
+    def piece_finished(self, piece: int) -> None:
+        """libtorrent has ``piece`` now (its finished alert): held at once for the ring
+        client, not at the next status read (up to ``status_interval_s`` later: a piece
+        brought in frees its bringer's place among the supernode's fetches only once
+        reported, and the origins' fetches at once waited on it)."""
+        bits = self.have_bits
+        if bits is None or not 0 <= piece < len(bits) or bits[piece]:
+            return
+        self.have_bits = (*bits[:piece], True, *bits[piece + 1 :])
+        self._on_pieces_changed()
+
     def _sources(self, st: Any) -> tuple[int | None, int, int]:
         # (tradable, owed, coming): pieces this peer lacks that some connected
         # BitTorrent peer holds; pieces of top priority in the policy's plan that it
