@@ -351,9 +351,11 @@ def _load() -> str:
 
 
 def set_chord_peer_knobs(args: argparse.Namespace) -> None:
-    """``--upload-slots``, ``--sole-upload-slots``: every chord peer's (to measure one)."""
+    """``--upload-slots``, ``--sole-upload-slots``, ``--hold-unheld``: every chord
+    peer's (to measure one)."""
     ChordPolicy.upload_slots = args.upload_slots or None
     ChordPolicy.sole_upload_slots = args.sole_upload_slots or None
+    ChordPolicy.hold_unheld = bool(getattr(args, "hold_unheld", 0))
 
 
 def bringing_per_peer(args: argparse.Namespace) -> int | None:
@@ -407,6 +409,13 @@ def add_ring_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="policy chord: the same while it holds a piece no connected peer holds",
+    )
+    p.add_argument(
+        "--hold-unheld",
+        type=int,
+        default=0,
+        help="policy chord: 1 a peer holds off the pieces nobody connected holds that "
+        "the ring gave it nothing for (but three)",
     )
     p.add_argument(
         "--fair-bringing",

@@ -295,6 +295,7 @@ async def main() -> None:
         lt=a.lt,
         upload_slots=a.upload_slots,
         sole_upload_slots=a.sole_upload_slots,
+        hold_unheld=a.hold_unheld,
     )
     bench_swarm_args_upload_bps.append(args.peer_upload_mbps * 1e6 / 8)
     SIZES.update(

@@ -33,10 +33,12 @@ not.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 
 from pressrun.peer.stripes_policy import StripesPolicy
 from pressrun.peer.uploader import (
+    HOLD_MARGIN,
     HOLD_PRIORITY,
     MAX_PRIORITY,
     MIN_PRIORITY,
@@ -58,6 +60,10 @@ class ChordPolicy(UploaderPolicy):
     #: and while it holds a piece no connected peer holds (its first receivers')
     upload_slots: int | None = None
     sole_upload_slots: int | None = None
+    #: hold off (priority 0) the pieces no connected peer holds that the ring gave this
+    #: peer nothing for, but `HOLD_MARGIN` of them in its own order (`_hold_unheld`);
+    #: off: measured on the bench (`bench/swarm.py --hold-unheld 1`)
+    hold_unheld: bool = False
 
     def __init__(
         self, *, hold_s: float = 4.0, ring_wait_s: float = 3.0, origins_held_s: float = 2.5
@@ -143,16 +149,43 @@ class ChordPolicy(UploaderPolicy):
         pairs = list(zip(view.have, holders, strict=True))
         lonely = {i for i, (held, n) in enumerate(pairs) if n == 1 and not held}
         self._lonely_since = {i: self._lonely_since.get(i, now) for i in lonely}
+        priorities = [
+            self._priority(i, n, now) if not held else MIN_PRIORITY
+            for i, (held, n) in enumerate(pairs)
+        ]
+        if self.hold_unheld:
+            self._hold_unheld(priorities, pairs, view.peer_id)
         return PiecePlan.checked(
-            [
-                self._priority(i, n, now) if not held else MIN_PRIORITY
-                for i, (held, n) in enumerate(pairs)
-            ],
+            priorities,
             view.have,
             # (no deadline on a first receiver's piece: libtorrent requests a piece past
             # its deadline from every holder it has, so its bytes came twice; docs/chord.md)
             upload_slots=self._upload_slots(pairs),
         )
+
+    def _hold_unheld(
+        self, priorities: list[int], pairs: list[tuple[bool, int]], peer_id: str
+    ) -> None:
+        # A piece nobody connected holds, at priority 1, makes this peer interested in
+        # its first holder the moment that one's HAVE comes: at a swarm's start every
+        # peer was, the bringer unchoked the first eight, its named first receivers
+        # waited for its next tick (the others held the piece off at their next plan).
+        # Held off, only the ring's named receivers (and those given an uploader) want
+        # it; `HOLD_MARGIN` such pieces stay wanted, from this peer's own place among
+        # them (a torrent with nothing wanted is "finished" and drops its seeds).
+        unheld = [
+            i
+            for i, (held, n) in enumerate(pairs)
+            if not held and n == 0 and priorities[i] == MIN_PRIORITY
+            and i not in self.first and i not in self.given
+        ]  # fmt: skip
+        wanted = sum(1 for p, (held, _) in zip(priorities, pairs, strict=True) if p and not held)
+        keep = max(0, HOLD_MARGIN - (wanted - len(unheld)))
+        if not unheld:
+            return
+        at = zlib.crc32(peer_id.encode()) % len(unheld)
+        for i in (unheld[at:] + unheld[:at])[keep:]:
+            priorities[i] = HOLD_PRIORITY
 
     def _upload_slots(self, pairs: list[tuple[bool, int]]) -> int | None:
         sole = any(held and n == 0 for held, n in pairs)
