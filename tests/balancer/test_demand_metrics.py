@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pressrun.balancer.demand import DemandConfig, DemandPolicy, swarm_info_for
+from pressrun.balancer.demand_burst import burst_downloaders
 from pressrun.balancer.demand_metrics import DemandCollector
 from pressrun.balancer.events import MulticastInfo
 
@@ -33,7 +34,9 @@ def test_the_policy_s_demand_mode_and_thresholds_are_scraped() -> None:
     )
     carousels: dict[str, MulticastInfo] = {}
     policy = DemandPolicy(cfg, {"w-47": SWARM}, carousels)
-    for i in range(10):  # 10 requests at t = 0..0.9 from 10 addresses: D about 29
+    # 10 requests at t = 0..0.9 from 10 addresses: the EWMA's D about 29, the burst
+    # term's (10 - 1.5 sqrt(10)) / 3 s x 30 s = 52.6
+    for i in range(10):
         policy.decide("w-47", now=i / 10, address=f"10.0.0.{i}")
     policy.decide("w-47", now=1.0, address="10.0.0.1")  # the same client: not counted
     policy.set_remote_rates({"w-47": 0.5}, now=1.0)  # the other balancers: +15
@@ -50,7 +53,11 @@ def test_the_policy_s_demand_mode_and_thresholds_are_scraped() -> None:
         ("pressrun_balancer_demand_requests_per_second", (("issue", "w-47"), ("source", "others")))
     ]
     assert others == pytest.approx(0.5)
-    assert d == pytest.approx((local + others) * 30.0) and 40.0 < d < 50.0
+    recent = got[("pressrun_balancer_demand_recent_requests", (("issue", "w-47"),))]
+    assert recent == 10.0  # the others' first hearing adds none (no known time)
+    burst = burst_downloaders(recent, window_s=3.0, z=1.5, typical_download_s=30.0)
+    assert 40.0 < (local + others) * 30.0 < 50.0 < burst
+    assert d == pytest.approx(burst)  # the larger
     mode = {
         m: got[("pressrun_balancer_demand_mode", (("issue", "w-47"), ("mode", m)))]
         for m in ("origin", "swarm", "multicast")
@@ -74,6 +81,8 @@ def test_the_policy_s_demand_mode_and_thresholds_are_scraped() -> None:
         "tau_s": 10.0,
         "typical_download_s": 30.0,
         "client_window_s": 30.0,
+        "burst_window_s": 3.0,
+        "burst_z": 1.5,
     }
     # the peak: multicast, the carousel answered, this balancer the leader
     for i in range(40):
@@ -85,7 +94,9 @@ def test_the_policy_s_demand_mode_and_thresholds_are_scraped() -> None:
     assert got[("pressrun_balancer_carousel_answered", (("issue", "w-47"),))] == 1.0
     assert got[("pressrun_balancer_carousel_leader", ())] == 1.0
     since = got[("pressrun_balancer_demand_mode_since_seconds", (("issue", "w-47"),))]
-    assert 3.0 < since < 4.0
+    # from the peak's first request at 1.0: the burst term's 11 requests in 1.1 s read
+    # 60.3 (the EWMA's D reached 60 later in the peak)
+    assert since == pytest.approx(4.0)
 
 
 async def test_a_balancer_with_a_demand_policy_serves_its_families() -> None:

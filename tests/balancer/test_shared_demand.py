@@ -37,6 +37,7 @@ CFG = DemandConfig(
     leave_downloaders=5.0,
     min_dwell_s=0.0,
     client_window_s=0.0,
+    burst_window_s=0.0,  # the EWMA's sharing; the burst term's: test_demand_burst.py
 )
 
 
@@ -285,12 +286,16 @@ async def test_a_crowd_spread_over_two_balancers_moves_at_the_same_total_demand(
     two, two_sender = await run_crowd(origins, redis_url, 2)
     print("first client answered each mode: one balancer", one, "two on Redis", two)
     poll = round(INTERVAL_S / PACE_S)  # clients in one poll interval
-    # each request adds 3 downloaders: swarm (30) at about the 10th, multicast (60) at
-    # about the 20th client, whatever the number of balancers, within one poll
-    assert 8 <= one["swarm"] <= 12
+    # 20 clients a second: the burst term (n requests in 3 s read 10 (n - 1.5 sqrt n))
+    # reads the swarm's 30 at the 7th request (client 6, the warm-ups counted) and
+    # multicast's 60 at the 11th, whatever the number of balancers: within one poll
+    # for the swarm; multicast is answered once the carousel is in the sender's list
+    # (a round later), and over two the others' requests reach the burst term at the
+    # exchange after they were written, up to a poll (29 Nov, load 8-23: 11-12 on one,
+    # 15-18 on two)
+    assert 5 <= one["swarm"] <= 8
     assert one["swarm"] <= two["swarm"] <= one["swarm"] + poll
-    # multicast is answered once the carousel is in the sender's list (a round later)
-    assert one["multicast"] - poll <= two["multicast"] <= one["multicast"] + poll
+    assert one["multicast"] - poll <= two["multicast"] <= one["multicast"] + 2 * poll
     assert one_sender.starts == [ISSUE]
     assert two_sender.starts == [ISSUE], "the carousel was started more than once"
 
@@ -299,8 +304,8 @@ async def test_without_redis_two_balancers_each_see_half_the_crowd(
     origins: list[RunningOrigin],
 ) -> None:
     two, sender = await run_crowd(origins, None, 2)
-    one_like = 10  # about where one balancer crosses (above)
-    assert two["swarm"] >= one_like + 6, two  # each counts only its half
+    one_like = 6  # about where one balancer crosses (above)
+    assert two["swarm"] >= one_like + 5, two  # each counts only its half
     assert len(sender.starts) >= 1
 
 
@@ -439,9 +444,9 @@ async def test_a_balancer_killed_mid_crowd_and_restarted(
         await sender.runner.cleanup()
     print("killed at client 8, back at 16; first answer of each mode:", first)
     poll = round(INTERVAL_S / PACE_S)
-    # one balancer: swarm at about client 10, multicast at about 24 (the test above)
-    assert 8 <= first["swarm"] <= 12 + poll
-    assert 20 <= first["multicast"] <= 24 + 2 * poll
+    # one balancer: swarm at about client 6, multicast at about 12 (the test above)
+    assert 5 <= first["swarm"] <= 8 + poll
+    assert 10 <= first["multicast"] <= 12 + 2 * poll
     assert modes == ["multicast", "multicast"]
     assert sender.starts == [ISSUE], "the carousel was started more than once"
     assert sender.stops == [], "the carousel was stopped mid-crowd"

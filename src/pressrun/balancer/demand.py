@@ -35,6 +35,12 @@ The estimate (per issue):
   directive-expiry window because a client asks once per download (plus a retry on
   failure), not once per expiry window: requests in a window would count arrivals,
   not the clients still downloading.
+- **The burst term** (issue 28, `pressrun.balancer.demand_burst`): the n requests
+  counted in the last ``burst_window_s`` by the same law at their rate's lower bound,
+  max(0, n - ``burst_z`` sqrt(n)) / window x ``typical_download_s``; D is the larger
+  of the two. A steady rate reads what it did, a crowd's start reads its level
+  sooner (9 requests in 3 s read 45, where the EWMA needs about 15), nothing moves
+  down sooner.
 
 The mode, with hysteresis so it does not flap: an issue enters `swarm` when
 D >= ``enter_downloaders`` (T_hi) and goes back to `origin` when D < ``leave_downloaders``
@@ -72,7 +78,10 @@ publishes its own per-issue rates (`local_rates`) and hears the sum of the other
 instance's rate plus the others' (decayed from when they were heard at the same
 ``tau_s``), so the thresholds hold whatever the number of instances, and each
 instance, applying the same thresholds to the same total, takes the same mode within
-one exchange. Without it (no Redis) the remote part is zero: a balancer alone.
+one exchange. The burst term counts the others' requests from the rise of their rate
+between two hearings (each request adds 1 / tau_s to it); a first hearing, or one
+more than ``burst_window_s`` after the last, adds none. Without it (no Redis) the
+remote part is zero: a balancer alone.
 
 Wiring (the balancer service owner): ``BalancerCore(..., mode_policy=DemandPolicy(
 DemandConfig(...), swarms))`` where ``swarms`` maps issue id -> SwarmInfo (a dict the
@@ -88,6 +97,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from pressrun.balancer.core import ModeDecision
+from pressrun.balancer.demand_burst import RecentRequests, burst_downloaders
 from pressrun.balancer.events import DeliveryMode, MulticastInfo, SwarmInfo
 
 _ORIGIN = ModeDecision(DeliveryMode.ORIGIN)
@@ -123,6 +133,10 @@ class DemandConfig:
     count_every_request_from: networks whose every request counts (CIDR strings).
         Loopback by default: the operator's host (the demo's and the tests' clients
         all come from 127.0.0.1). Empty behind a reverse proxy on the same host.
+    burst_window_s: the burst term's window (seconds; 0: none, D is the EWMA's). 3
+        and burst_z 1.5 (the standard deviations of a Poisson count taken off it):
+        docs/results/2026-11-29-demand-burst.md says why.
+    burst_z: see burst_window_s.
     """
 
     tau_s: float = 10.0
@@ -134,6 +148,8 @@ class DemandConfig:
     multicast_leave_downloaders: float = 50.0
     client_window_s: float = 30.0
     max_clients_tracked: int = 100_000
+    burst_window_s: float = 3.0
+    burst_z: float = 1.5
     count_every_request_from: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
 
     def __post_init__(self) -> None:
@@ -162,6 +178,10 @@ class DemandConfig:
             raise ValueError("client_window_s must be >= 0 (0: every request counts)")
         if self.max_clients_tracked < 1:
             raise ValueError("max_clients_tracked must be at least 1")
+        if not (self.burst_window_s >= 0 and math.isfinite(self.burst_window_s)):
+            raise ValueError("burst_window_s must be >= 0 (0: no burst term)")
+        if not (self.burst_z >= 0 and math.isfinite(self.burst_z)):
+            raise ValueError("burst_z must be >= 0")
         for net in self.count_every_request_from:
             try:
                 ipaddress.ip_network(net, strict=False)
@@ -214,6 +234,8 @@ class IssueDemandView:
     mode: DeliveryMode
     mode_since: float | None
     changes: int
+    #: the requests counted in the burst window (here and at the others)
+    recent_requests: float = 0.0
 
 
 #: requests/s under which an issue's demand has faded: not shared with the other
@@ -236,6 +258,11 @@ class _IssueDemand:
     #: the other balancers' rate for the issue when heard, and when (``now``)
     remote_rate_per_s: float = 0.0
     remote_at: float = 0.0
+    #: whether the other balancers' rate has been heard (a first hearing adds nothing
+    #: to the burst term: what it holds came at no known time)
+    remote_heard: bool = False
+    #: the requests of the last burst window, here and (their increments) at the others
+    recent: RecentRequests | None = None
     mode: DeliveryMode = DeliveryMode.ORIGIN
     mode_since: float | None = None
     changes: int = 0
@@ -331,6 +358,30 @@ class DemandPolicy:
             rate += state.remote_rate_per_s * math.exp(-elapsed / self.config.tau_s)
         return rate
 
+    def _count_recent(self, state: _IssueDemand, now: float, count: float) -> None:
+        """Add ``count`` requests at ``now`` to the burst window (if there is one)."""
+        window = self.config.burst_window_s
+        if window <= 0.0:
+            return
+        if state.recent is None:
+            state.recent = RecentRequests(window)
+        state.recent.add(now, count)
+
+    def _downloaders(self, state: _IssueDemand, now: float) -> float:
+        """D: the EWMA's downloaders (this balancer's and the others'), or the burst
+        term's if larger (module docstring)."""
+        cfg = self.config
+        steady = self._total_rate_at(state, now) * cfg.typical_download_s
+        if state.recent is None:
+            return steady
+        burst = burst_downloaders(
+            state.recent.count(now),
+            window_s=cfg.burst_window_s,
+            z=cfg.burst_z,
+            typical_download_s=cfg.typical_download_s,
+        )
+        return max(steady, burst)
+
     def local_rates(self, *, now: float, floor: float = FADED_RATE_PER_S) -> dict[str, float]:
         """This balancer's own request rate per issue now (what it shares with the
         others); rates below ``floor`` (requests/s) are left out."""
@@ -349,8 +400,11 @@ class DemandPolicy:
         for issue_id, state in list(self._issues.items()):
             if issue_id not in rates:
                 state.remote_rate_per_s = 0.0
+                state.remote_at = now
+                state.remote_heard = True
                 if state.last_request_at is None and state.mode is DeliveryMode.ORIGIN:
                     del self._issues[issue_id]  # heard only from others, and gone there
+        tau = self.config.tau_s
         for issue_id, rate in rates.items():
             if not (rate >= 0.0 and math.isfinite(rate)):
                 continue
@@ -359,8 +413,17 @@ class DemandPolicy:
                 if len(self._issues) >= MAX_REMOTE_ISSUES:
                     continue
                 known = self._issues[issue_id] = _IssueDemand()
+            # the others' requests since the last hearing, for the burst term: their
+            # rate's rise over its decay, times tau (each request adds 1 / tau to it).
+            # Only from a hearing within the window: after a gap (Redis not answering)
+            # the rise holds requests of unknown times, not a burst
+            since = now - known.remote_at
+            if known.remote_heard and 0.0 <= since <= self.config.burst_window_s:
+                before = known.remote_rate_per_s * math.exp(-since / tau)
+                self._count_recent(known, now, (rate - before) * tau)
             known.remote_rate_per_s = rate
             known.remote_at = now
+            known.remote_heard = True
 
     def handle_request(self, issue_id: str, *, now: float) -> None:
         """Count one directive request for the issue (decide() does this itself)."""
@@ -369,13 +432,14 @@ class DemandPolicy:
         state.last_request_at = (
             now if state.last_request_at is None else max(now, state.last_request_at)
         )
+        self._count_recent(state, now, 1.0)
 
     def estimate(self, issue_id: str, *, now: float) -> DemandEstimate:
         """The issue's demand now, without counting a request."""
         state = self._issues.get(issue_id, _IssueDemand())
         rate = self._total_rate_at(state, now)
         return DemandEstimate(
-            issue_id, rate, rate * self.config.typical_download_s, state.mode, state.mode_since
+            issue_id, rate, self._downloaders(state, now), state.mode, state.mode_since
         )
 
     def demand_view(self, *, now: float) -> list[IssueDemandView]:
@@ -391,10 +455,11 @@ class DemandPolicy:
                     issue_id,
                     local,
                     total - local,
-                    total * self.config.typical_download_s,
+                    self._downloaders(state, now),
                     state.mode,
                     state.mode_since,
                     state.changes,
+                    0.0 if state.recent is None else state.recent.count(now),
                 )
             )
         return out
@@ -416,7 +481,7 @@ class DemandPolicy:
         return DeliveryMode.ORIGIN if downloaders < cfg.leave_downloaders else DeliveryMode.SWARM
 
     def _update(self, issue_id: str, state: _IssueDemand, now: float) -> None:
-        downloaders = self._total_rate_at(state, now) * self.config.typical_download_s
+        downloaders = self._downloaders(state, now)
         target = self._target(state, downloaders, issue_id in self.swarms)
         # the dwell holds a step down only (the module docstring): a step up is taken
         # at the first request or review that sees D at its level
@@ -487,7 +552,7 @@ class DemandPolicy:
             state = self._issues.get(issue_id)
             if state is None or state.mode is DeliveryMode.MULTICAST:
                 continue
-            downloaders = self._total_rate_at(state, now) * self.config.typical_download_s
+            downloaders = self._downloaders(state, now)
             if downloaders >= self.config.multicast_leave_downloaders:
                 state.mode = DeliveryMode.MULTICAST
                 state.mode_since = now
@@ -517,7 +582,7 @@ class DemandPolicy:
             state = self._issues.get(issue_id)
             if state is None or state.mode is not DeliveryMode.MULTICAST:
                 continue
-            downloaders = self._total_rate_at(state, now) * self.config.typical_download_s
+            downloaders = self._downloaders(state, now)
             below = (
                 DeliveryMode.SWARM
                 if issue_id in self.swarms and downloaders >= self.config.leave_downloaders

@@ -4,7 +4,11 @@ issue, so an operator (and the emulation's report) can tell why a mode came or d
 Families (read when Prometheus scrapes; the policy is not touched per request):
 
 - ``pressrun_balancer_demand_downloaders{issue}``: D, the estimated concurrent
-  downloaders the thresholds are compared with (this balancer's and the others');
+  downloaders the thresholds are compared with (this balancer's and the others'; the
+  EWMA's or the burst term's, the larger);
+- ``pressrun_balancer_demand_recent_requests{issue}``: the requests counted in the
+  burst window (here, and at the others from their rate's rise), what the burst term
+  reads;
 - ``pressrun_balancer_demand_requests_per_second{issue,source}``: the request rate,
   ``source`` = ``local`` (counted here) or ``others`` (heard from the other balancers);
 - ``pressrun_balancer_demand_mode{issue,mode}``: 1 for the issue's current mode, 0 for
@@ -17,7 +21,8 @@ Families (read when Prometheus scrapes; the policy is not touched per request):
   (several balancers; 1 when alone);
 - ``pressrun_balancer_demand_threshold{threshold}``: the policy's settings
   (``swarm_enter``, ``swarm_leave``, ``multicast_enter``, ``multicast_leave``,
-  ``min_dwell_s``, ``tau_s``, ``typical_download_s``, ``client_window_s``);
+  ``min_dwell_s``, ``tau_s``, ``typical_download_s``, ``client_window_s``,
+  ``burst_window_s``, ``burst_z``);
 - ``pressrun_balancer_demand_requests_not_counted_total``: requests answered but not
   counted (the same client within its window).
 
@@ -65,6 +70,11 @@ class DemandCollector(Collector):
             "Estimated concurrent downloaders of the issue (this balancer's and the others')",
             labels=["issue"],
         )
+        recent = GaugeMetricFamily(
+            "pressrun_balancer_demand_recent_requests",
+            "Requests counted in the burst window (here and at the other balancers)",
+            labels=["issue"],
+        )
         rate = GaugeMetricFamily(
             "pressrun_balancer_demand_requests_per_second",
             "The issue's counted request rate: local (here) or others (other balancers)",
@@ -93,6 +103,7 @@ class DemandCollector(Collector):
         for view in policy.demand_view(now=now):
             issue = view.issue_id
             downloaders.add_metric([issue], view.downloaders)
+            recent.add_metric([issue], view.recent_requests)
             rate.add_metric([issue, "local"], view.local_rate_per_s)
             rate.add_metric([issue, "others"], view.remote_rate_per_s)
             for m in DeliveryMode:
@@ -125,6 +136,8 @@ class DemandCollector(Collector):
             "tau_s": cfg.tau_s,
             "typical_download_s": cfg.typical_download_s,
             "client_window_s": cfg.client_window_s,
+            "burst_window_s": cfg.burst_window_s,
+            "burst_z": cfg.burst_z,
         }
         for name, value in settings.items():
             if value is not None:
@@ -134,4 +147,15 @@ class DemandCollector(Collector):
             "Directive requests answered but not counted (the same client in its window)",
         )
         not_counted.add_metric([], policy.requests_not_counted)
-        return [downloaders, rate, mode, since, changes, answered, leader, threshold, not_counted]
+        return [
+            downloaders,
+            recent,
+            rate,
+            mode,
+            since,
+            changes,
+            answered,
+            leader,
+            threshold,
+            not_counted,
+        ]
