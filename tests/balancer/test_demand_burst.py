@@ -5,6 +5,7 @@ several; stepped clock, seeded Poisson arrivals, Hypothesis for D >= the EWMA's.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -24,14 +25,7 @@ FC50D = DemandConfig(
     multicast_enter_downloaders=45.0,
     multicast_leave_downloaders=0.00001,
 )
-EWMA_ONLY = DemandConfig(
-    enter_downloaders=3.15,
-    leave_downloaders=0.00001,
-    min_dwell_s=20.0,
-    multicast_enter_downloaders=45.0,
-    multicast_leave_downloaders=0.00001,
-    burst_window_s=0.0,
-)
+EWMA_ONLY = replace(FC50D, burst_window_s=0.0)  # the estimate before the burst term
 
 #: the directive requests of flash-crowd-50-desktops at c0fe53d (29 Nov 10:22, the
 #: lead's run: each client's start plus its ready time, from summary.json), waves 2
