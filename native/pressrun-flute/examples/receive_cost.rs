@@ -15,6 +15,12 @@
 //! decode's share and of it the crate's `decode` calls alone, the file writes' share,
 //! the share of bringing in the object's buffer (fresh memory) and the thread's minor
 //! page faults.
+//! Each channel's cycle follows the carousel's (`prepare.pass_order` then
+//! `core.channel_cycles`: within a block source and repair symbols interleaved, ESI
+//! mod N per channel, each channel's blocks spread evenly); with
+//! RECEIVE_COST_ENCODER_ORDER set, a block's source symbols first (the encoder's
+//! order, the carousel's before e9163a1), under which a receiver joined on every
+//! channel at the cycle's start gets every source symbol and decodes nothing.
 //! With RECEIVE_COST_FRESH_THREAD set, each reception runs on a new thread (as a
 //! receiver's first object does: fresh memory), else all on the main thread. With
 //! RECEIVE_COST_THRASH=BYTES, that much other memory is written between rounds
@@ -86,13 +92,41 @@ fn encode(content: Vec<u8>, k_max: u16) -> (Vec<Vec<u8>>, Vec<(u32, u32)>) {
     (packets, ids)
 }
 
-/// Each channel's cycle as pressrun.multicast.core.channel_cycles makes it (RaptorQ:
-/// ESI mod N, each block's packets spread evenly over the cycle), FDT left out.
-fn cycles(ids: &[(u32, u32)]) -> Vec<Vec<usize>> {
+/// The pass's order as pressrun.multicast.prepare.pass_order makes it with RaptorQ
+/// (indices into ``ids``): by block, and within a block source symbol i of K at
+/// (i + 0.5) / K, repair symbol j of R at (j + 0.5) / R; the encoder's order with
+/// ``encoder_order``.
+fn pass_order(ids: &[(u32, u32)], k_of: &std::collections::BTreeMap<u32, u32>, encoder_order: bool) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    if encoder_order {
+        return order;
+    }
+    let mut repairs: std::collections::BTreeMap<u32, u32> = Default::default();
+    for &(sbn, esi) in ids {
+        if esi >= k_of[&sbn] {
+            *repairs.entry(sbn).or_default() += 1;
+        }
+    }
+    let place = |i: usize| {
+        let (sbn, esi) = ids[i];
+        let k = k_of[&sbn];
+        let at = if esi < k { (esi as f64 + 0.5) / k as f64 } else { ((esi - k) as f64 + 0.5) / repairs[&sbn] as f64 };
+        (sbn, at, esi)
+    };
+    order.sort_by(|&a, &b| place(a).partial_cmp(&place(b)).unwrap());
+    order
+}
+
+/// Each channel's cycle as pressrun.multicast.core.channel_cycles makes it over the
+/// pass in `pass_order` (RaptorQ: ESI mod N, each block's packets spread evenly over
+/// the cycle), FDT left out.
+fn cycles(ids: &[(u32, u32)], k_of: &std::collections::BTreeMap<u32, u32>, encoder_order: bool) -> Vec<Vec<usize>> {
+    let order = pass_order(ids, k_of, encoder_order);
     (0..CHANNELS)
         .map(|c| {
             let mut by_block: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
-            for (i, &(sbn, esi)) in ids.iter().enumerate() {
+            for &i in &order {
+                let (sbn, esi) = ids[i];
                 if esi as usize % CHANNELS == c {
                     by_block.entry(sbn).or_default().push(i);
                 }
@@ -116,11 +150,27 @@ fn main() {
     let rounds: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(5);
     let content: Vec<u8> = (0..8usize << 20).map(|i| (i as u32).wrapping_mul(2654435761) as u8 ^ (i >> 13) as u8).collect();
     let (packets, ids) = encode(content.clone(), k_max);
-    let cycles = cycles(&ids);
+    // each block's K (RFC 6330 section 4.4.1.2: ZL blocks of KL symbols, then ZS of KS)
+    let kt = content.len().div_ceil(SYMBOL as usize) as u32;
+    let blocks = kt.div_ceil(k_max as u32);
+    let (kl, ks) = (kt.div_ceil(blocks), kt / blocks);
+    let zl = kt - ks * blocks;
+    let k_of: std::collections::BTreeMap<u32, u32> =
+        (0..blocks).map(|sbn| (sbn, if sbn < zl { kl } else { ks })).collect();
+    for (&sbn, &k) in &k_of {
+        // the pass holds ESIs 0..K of every block, then its repair symbols
+        assert_eq!(ids.iter().filter(|&&(b, esi)| b == sbn && esi < k).count(), k as usize);
+    }
+    let encoder_order = std::env::var_os("RECEIVE_COST_ENCODER_ORDER").is_some();
+    let cycles = cycles(&ids, &k_of, encoder_order);
     let dir = std::env::temp_dir().join(format!("receive_cost-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // a batch buffer as the receive loop's recvmmsg fills it
-        println!("K max {k_max}, join at {join:.2} of the cycle, {} packets a pass", packets.len());
+    println!(
+        "K max {k_max}, join at {join:.2} of the cycle, {} packets a pass, {}",
+        packets.len(),
+        if encoder_order { "the encoder's order" } else { "source and repair interleaved (pass_order)" }
+    );
     println!("round  us/packet  decode  (crate's)  writes  memory  rest  packets  decodes  minflt  bit-exact");
     let fresh_thread = std::env::var_os("RECEIVE_COST_FRESH_THREAD").is_some();
     // bytes of other memory written between rounds (untimed), as the other work
