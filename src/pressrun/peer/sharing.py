@@ -13,6 +13,22 @@ the fair-exit rules (`SwarmPeer.finished`).
 
 Until `seed`, the peer's core does not run: no status polls, no stall rule, no web
 seeds, no ring; libtorrent uploads to the peers that ask.
+
+**One piece it lacks stays wanted** (`BAIT_PRIORITY`, the highest piece not held:
+`_want_one`). With every piece at priority 0 the torrent is "finished", and libtorrent
+says so in each connection's extension handshake (``upload_only``, whatever
+``close_redundant_connections`` says); a downloading libtorrent peer closes a
+connection to an upload-only peer it is not interested in ("uninteresting upload-only
+peer"). The `chord` policy holds off each piece only one connected peer has until the
+ring names it a first receiver (`pressrun.peer.chord_policy`), so the next reader
+closed the connection 0.5 s after it opened, every time this one came back
+(`RECONNECT_S`), and its hold started again with each connection: in
+flash-crowd-50-desktops the second reader (fibre-50) took 0.4-0.7 MB of its 50 MB
+from the first reader (origin mode, dsl-20) while that one held 19-40 MB
+(docs/results/2026-11-29-origin-egress.md). Wanting a piece it lacks, it is not
+upload-only, and its connections stay. The wanted piece is one no connected peer holds
+(libtorrent asks nobody for it); should a peer get it, it comes from that peer, one
+piece (its owner hands it over anyway), and the next one nobody holds is wanted.
 """
 
 from __future__ import annotations
@@ -42,6 +58,9 @@ WANTED = 4
 RECONNECT_S = 2
 #: how long `seed` waits for the tracker to answer the "completed" announce
 COMPLETED_WAIT_S = 5.0
+#: the priority of the one piece a sharing peer keeps wanted (the module docstring):
+#: libtorrent's lowest but 0
+BAIT_PRIORITY = 1
 
 
 class SharingPeer(SwarmPeer):
@@ -58,6 +77,8 @@ class SharingPeer(SwarmPeer):
         self._completed: asyncio.Future[None] | None = None
         #: the WebTorrent trackers it joins once it has a piece (`share`, `offer`)
         self._webrtc_pending: list[str] = []
+        #: the one piece it lacks and keeps wanted while it shares (`_want_one`)
+        self.bait: int | None = None
 
     @property
     def sharing(self) -> bool:
@@ -73,7 +94,10 @@ class SharingPeer(SwarmPeer):
         self.partial_dir.mkdir(parents=True, exist_ok=True)
         atp = self._add_params()
         atp.url_seeds = []
-        atp.piece_priorities = [0] * self.manifest.num_pieces
+        # every piece at 0 but the last, wanted (`_want_one`) from the first handshake on
+        n = self.manifest.num_pieces
+        atp.piece_priorities = [0] * (n - 1) + [BAIT_PRIORITY]
+        self.bait = n - 1
         # WebRTC peers (the phones' browsers) only once it has a piece (`offer`): each
         # offer a WebTorrent tracker relays costs the browser that answers it an
         # RTCPeerConnection (7-11 ms of Chromium's CPU, docs/reader.md), for a peer
@@ -111,8 +135,32 @@ class SharingPeer(SwarmPeer):
             return
         self._handle.add_piece(index, data, 0)
         self.offered.add(index)
+        if index == self.bait or self.bait is None:
+            self._want_one()
         if self._webrtc_pending:
             self._join_webrtc()
+
+    def _want_one(self) -> None:
+        """Keep one piece wanted at `BAIT_PRIORITY` (the module docstring): the highest
+        it was neither handed nor holds that no connected peer holds (libtorrent asks
+        nobody for it then); none when every such piece is held by a peer (a piece
+        wanted would be downloaded from it, and the next, one after the other). Its
+        connections opened meanwhile stay: libtorrent says upload-only only in a
+        handshake (``close_redundant_connections`` off: no message later)."""
+        handle = self._handle
+        if handle is None or not self._sharing:
+            return
+        available = handle.piece_availability()
+        for index in range(self.manifest.num_pieces - 1, -1, -1):
+            if index in self.offered or handle.have_piece(index):
+                continue
+            if index < len(available) and available[index] > 0:
+                continue
+            if index != self.bait:
+                handle.piece_priority(index, BAIT_PRIORITY)
+                self.bait = index
+            return
+        self.bait = None
 
     def _join_webrtc(self) -> None:
         """Announce to the WebTorrent trackers too (it has a piece to give now)."""
@@ -182,6 +230,9 @@ class SharingPeer(SwarmPeer):
             and str(a.tracker_url()).startswith(("http://", "https://"))
         ):
             done.set_result(None)  # answered, or it will not (the counts' rule copes)
+        if self._sharing and isinstance(a, lt.piece_finished_alert) and a.piece_index == self.bait:
+            # the wanted piece came from a peer: the next one is wanted
+            self._want_one()
         if self._sharing and isinstance(a, lt.hash_failed_alert):
             # a piece the manifest verified that the torrent's hash refuses (a torrent
             # not made from the manifest's file): not offered, and not handed again
