@@ -56,6 +56,31 @@ def test_a_step_undone_for_a_slow_sender_is_tried_again_doubling() -> None:
     assert log[-1][0] == pytest.approx(undone_at + wait + 2 * (config.settle_s + config.window_s))
 
 
+def test_a_slow_senders_window_with_path_loss_is_judged_by_the_loss() -> None:
+    """A link that carries 2 channels (0.97 x 2); the sender at 80% of its rate in
+    the window that judges the step to 4 (1.6-2.1 s), in which the link lost half:
+    the loss is the link's whatever the sender sent (sequence gaps), so the step is
+    left on path loss (the climb ends, the channels left wait twice a probe's cost),
+    not undone and doubled again 2.8 s later (flash-crowd-50-desktops at 32718c0,
+    29 Nov 12:03: a lossy-10 reader went to 4 twice that way)."""
+    config = LayeringConfig(window_s=0.5, settle_s=0.3)
+    layers = LayerCore(config, (100_000.0,) * 10)
+    log, _ = shaped_link_trace(
+        layers,
+        carries_pps=194.0,
+        queue_packets=19.0,
+        until=12.0,
+        sent_share=lambda t: 0.8 if 1.5 <= t < 2.2 else 1.0,
+        leave_latency_s=2.0,
+    )
+    held = _held(log)
+    assert held[:4] == [1, 2, 4, 2], log
+    assert held[4] == 3, log  # one channel: the climb ended
+    assert layers.unconfirmed_probes == 0 and not layers.climbing
+    probe_cost_s = config.settle_s + config.window_s + config.leave_latency_s
+    assert log[4][0] - log[3][0] >= 2 * probe_cost_s - 1e-6, log
+
+
 def test_an_undo_for_evidence_read_late_still_ends_the_climb() -> None:
     """A receiver whose probe's window was unread a window after it was due is short
     of CPU itself: doubling its channels would double its packets, so its next

@@ -74,8 +74,12 @@ fibre-50 reader of 10 x 5 Mbit/s held its 10 channels 9.0 s into a 15.1 s receiv
 (flash-crowd-50-desktops at 369aaf6, 29 Nov 06:28); the price is one overshoot of at
 most the rate held, for one window after settling, on a link that carries less than
 twice what the receiver held. A step undone because the sender sent under its rate in
-its window does not end the climb: that window showed nothing of the link (no loss),
-and the step is tried again, doubling, after the current wait. Ending it there cost
+its window does not end the climb when that window showed no path loss (nothing of the
+link): the step is tried again, doubling, after the current wait. A window with path
+loss above the leave threshold is judged by the loss whatever the sender's rate (the
+sequence gaps are packets lost after the sender): a lossy-10 reader of the run at
+32718c0 (29 Nov 12:03) whose step to 4 lost 51% in a slow sender's window had it
+undone, and doubled to 4 again 2.8 s later. Ending it there cost
 every fibre-50 reader of flash-crowd-50-desktops at 6cc57a5 (29 Nov 10:08, the host
 saturated as 22 readers started together, the sender at 45 of its 50 Mbit/s for a
 second) its doubling: they held their 10 channels 11.4 s after the first join at the
@@ -461,16 +465,25 @@ class LayerCore:
         nominal = (now - start) * sum(self.packets_per_s[ch.index] for ch in self.joined)
         slow = arrived == 0 or expected < SENT_SHARE_FOR_JOIN * nominal
         probe, self._probe, self._probe_due = self._probe, None, None
-        if probe is not None and slow and len(self.joined) > max(1, probe):
+        loss = min(1.0, max(0.0, lost / expected))
+        # a window whose path loss is above the leave threshold refutes the probe
+        # whatever the sender's rate (gaps are packets lost after the sender): the
+        # loss's rule below, not an undo
+        refuted = arrived > 0 and loss > self.leave_threshold(len(self.joined))
+        if probe is not None and slow and len(self.joined) > max(1, probe) and not refuted:
             # the join's own window could not show the link carries it at full rate
             # (the sender was short): undone, tried again after the current wait, not
             # a doubled one (no loss was seen); kept, it would be above the link when
             # the sender caught up (flash-crowd-50, 28 Nov 17:41: every stretch above
-            # a link past a window came at 78-96 s, the sender at 34-48 of 50 Mbit/s)
+            # a link past a window came at 78-96 s, the sender at 34-48 of 50 Mbit/s).
+            # The climb goes on unless the window showed path loss
             self.unconfirmed_probes += 1
-            loss = min(1.0, max(0.0, lost / expected))
             return self._undo_step(
-                probe, now, loss, "the sender under its rate in its window", ends_climb=False
+                probe,
+                now,
+                loss,
+                "the sender under its rate in its window",
+                ends_climb=loss >= self.config.join_below_loss,
             )
         if arrived == 0:
             # not one packet on any channel: a sender that paused (or a receive loop
@@ -479,7 +492,6 @@ class LayerCore:
             # 17:44: a fibre reader on 10 channels saw one such window and went to 1)
             self.empty_windows += 1
             return []
-        loss = min(1.0, max(0.0, lost / expected))
         self.losses.append(loss)
         if loss >= self.config.join_below_loss:
             self.climbing = False  # from here on, one channel a join (RLM)
