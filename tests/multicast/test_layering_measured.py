@@ -31,22 +31,32 @@ def _held(log: list[tuple[float, int, int]]) -> list[int]:
     return [n for _, n, _ in log]
 
 
+def _slow_sender_at_the_step_to_4(
+    carries_pps: float, **trace: float
+) -> tuple[LayeringConfig, LayerCore, list[tuple[float, int, int]]]:
+    """Ten channels of 100 packets/s (the trace counts thousandths of a packet), the
+    sender at 80% of its rate from 1.5 to 2.2 s: the window that judges the step to
+    4 (1.6-2.1 s)."""
+    config = LayeringConfig(window_s=0.5, settle_s=0.3)
+    layers = LayerCore(config, (100_000.0,) * 10)
+    log, _ = shaped_link_trace(
+        layers,
+        carries_pps=carries_pps,
+        queue_packets=19.0,
+        until=12.0,
+        sent_share=lambda t: 0.8 if 1.5 <= t < 2.2 else 1.0,
+        **trace,
+    )
+    return config, layers, log
+
+
 def test_a_step_undone_for_a_slow_sender_is_tried_again_doubling() -> None:
     """A link that carries all ten channels; the sender at 80% of its rate in the
     window that judges the step to 4 (1.6-2.1 s): the step is undone (no window of
     a slow sender confirms a probe), and once its wait and the leave's settling
     have passed the climb doubles on: 2, 4, 8, 10, not one channel a join (before:
     2, 3, 4, ..., 10, the ten held 5.6 s later)."""
-    config = LayeringConfig(window_s=0.5, settle_s=0.3)
-    # the trace counts thousandths of a packet: 100 packets/s a channel
-    layers = LayerCore(config, (100_000.0,) * 10)
-    log, _ = shaped_link_trace(
-        layers,
-        carries_pps=1000.0,
-        queue_packets=19.0,
-        until=12.0,
-        sent_share=lambda t: 0.8 if 1.5 <= t < 2.2 else 1.0,
-    )
+    config, layers, log = _slow_sender_at_the_step_to_4(1000.0)
     assert _held(log) == [1, 2, 4, 2, 4, 8, 10], log
     assert layers.unconfirmed_probes == 1 and layers.climbing
     undone_at = log[3][0]
@@ -63,16 +73,7 @@ def test_a_slow_senders_window_with_path_loss_is_judged_by_the_loss() -> None:
     left on path loss (the climb ends, the channels left wait twice a probe's cost),
     not undone and doubled again 2.8 s later (flash-crowd-50-desktops at 32718c0,
     29 Nov 12:03: a lossy-10 reader went to 4 twice that way)."""
-    config = LayeringConfig(window_s=0.5, settle_s=0.3)
-    layers = LayerCore(config, (100_000.0,) * 10)
-    log, _ = shaped_link_trace(
-        layers,
-        carries_pps=194.0,
-        queue_packets=19.0,
-        until=12.0,
-        sent_share=lambda t: 0.8 if 1.5 <= t < 2.2 else 1.0,
-        leave_latency_s=2.0,
-    )
+    config, layers, log = _slow_sender_at_the_step_to_4(194.0, leave_latency_s=2.0)
     held = _held(log)
     assert held[:4] == [1, 2, 4, 2], log
     assert held[4] == 3, log  # one channel: the climb ended
