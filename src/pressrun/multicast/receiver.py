@@ -385,14 +385,15 @@ def receive_carousel(
                         effects = layers.handle_timer(now=now, read_up_to=channels.read_up_to())
                         for effect in effects:
                             if isinstance(effect, LeaveChannel):
-                                if effect.why == "path loss":
-                                    log.info(
-                                        "path loss %.0f%%: leaving channel %d",
-                                        100 * effect.loss,
-                                        effect.index,
-                                    )
-                                else:
-                                    log.info("%s: leaving channel %d", effect.why, effect.index)
+                                # an undo's line gives the window's loss too (without
+                                # it, a slow sender's undo was read as path loss)
+                                why = "" if effect.why == "path loss" else f"{effect.why}, "
+                                log.info(
+                                    "%spath loss %.0f%%: leaving channel %d",
+                                    why,
+                                    100 * effect.loss,
+                                    effect.index,
+                                )
                                 flute.forget_channel(effect.index)
                         if effects:
                             # the joins and leaves run beside the reading (`ChannelSockets`)
