@@ -52,6 +52,8 @@ const SHELL = [
   "js/swarm-load.js",
   "js/swarm-peers.js",
   "js/swarm-rules.js",
+  "js/swarm-status.js",
+  "js/swarm-store.js",
   "js/swarm-web-seeds.js",
   "js/torrent.js",
   "js/viewer.js",

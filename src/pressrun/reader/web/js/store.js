@@ -116,7 +116,7 @@ function writeInWorker(issueId, first, chunks, transfer) {
   const id = nextWrite++;
   return new Promise((resolve, reject) => {
     pendingWrites.set(id, { resolve, reject });
-    // copied unless the caller gives them up (transfer): swarm.js still holds its pieces
+    // copied unless the caller gives them up (transfer): swarm-store.js still holds its pieces
     // moved only once the worker has written a run: a worker that cannot write
     // answers NotSupportedError and the window then needs the chunks
     writer.postMessage({ id, issueId, first, chunks }, transfer && writerProven ? ownedBuffers(chunks) : []);
@@ -152,7 +152,7 @@ async function runs(issueId) {
 }
 
 /**
- * The stored pieces of one issue, read back to upload them to peers (swarm.js).
+ * The stored pieces of one issue, read back to upload them to peers (swarm-store.js).
  * `plainPieceBytes`: a piece's size as stored (the manifest's piece size, less the
  * 16-byte tag for an encrypted issue, whose pieces are stored decrypted). The runs
  * are listed once (`load`) and each new one added as it is written (`add`), so a

@@ -258,7 +258,7 @@ async function openWrap(m, e) {
     },
     // The stored (decrypted) piece back to the publisher's ciphertext, to upload it to
     // peers: the nonce and associated data are fixed per piece, so this is the same
-    // ciphertext, byte for byte (swarm.js checks its SHA-256 before it is sent).
+    // ciphertext, byte for byte (swarm-store.js checks its SHA-256 before it is sent).
     encryptPiece(index, plain) {
       const [nonce, ad] = nonceAndData(index);
       return s.crypto_aead_xchacha20poly1305_ietf_encrypt(plain, ad, null, nonce, key);

@@ -349,4 +349,22 @@ export class SwarmPeers {
     }
     this.chokedAll = !allowed;
   }
+
+  /** Pieces held by each connected peer (index -> count; prefetch.js asks the origins
+   * first for a piece nobody here holds). */
+  availability() {
+    const n = this.m.piece_sha256.length;
+    const counts = new Array(n).fill(0);
+    for (const w of this.torrent?.wires ?? []) {
+      if (w.type === "webSeed" || w.destroyed || !w.peerPieces) continue;
+      for (let i = 0; i < n; i++) if (w.peerPieces.get(i)) counts[i] += 1;
+    }
+    return counts;
+  }
+
+  /** When a peer last sent payload (seconds, performance.now()'s clock; 0: never):
+   * prefetch.js's patience with the peers. */
+  get peerPayloadAt() {
+    return this.lastPeerPayloadAt ?? 0;
+  }
 }

@@ -43,12 +43,13 @@
 //   only through the balancer's paced grant, prefetch.js), no connect or stall
 //   timeout (a prefetcher may be alone for a while): it stays until stopped.
 
-import { pieceOk } from "./manifest.js";
 import { mixIn } from "./mixin.js";
-import { answerTime, DESKTOP_PEER_ID_HEX, leaveRule, silentPeerStep, uploadCapFor, WebSeedRule, windowRate } from "./swarm-rules.js";
+import { answerTime, leaveRule, silentPeerStep, uploadCapFor, WebSeedRule, windowRate } from "./swarm-rules.js";
 import { StoredPieces } from "./store.js";
 import { emptyByteTally, hotswapPeers, SwarmBytes } from "./swarm-bytes.js";
-import { silentPeer, SwarmPeers } from "./swarm-peers.js";
+import { SwarmPeers } from "./swarm-peers.js";
+import { SwarmStatus } from "./swarm-status.js";
+import { SwarmPieceStore } from "./swarm-store.js";
 import { SwarmWebSeeds } from "./swarm-web-seeds.js";
 import { boundPeers, coalesceUpdates, connOf, joinedSends, MAX_PEERS, MAX_PEERS_IN, orderedRarestPick } from "./swarm-load.js";
 import { fetchCheckedTorrent } from "./torrent.js";
@@ -62,10 +63,6 @@ export class NoPeers extends Error {}
 export class SwarmStalled extends Error {}
 
 const TAG_BYTES = 16;
-// pieces kept ready for upload (a piece is asked for block by block): with a crowd of
-// peers each asking for another piece, 8 made most blocks a new OPFS read and SHA-256
-const PIECE_CACHE = 48;
-const MAX_RUN = 64; // pieces written as one OPFS file at most
 const TICK_MS = 250;
 
 let client = null;
@@ -160,198 +157,9 @@ export class SwarmFetch {
     this.writer = Promise.resolve();
   }
 
-  status() {
-    return {
-      state: this.state,
-      peers: this.torrent?.wires.filter((w) => w.type !== "webSeed").length ?? 0,
-      // connected peers that let this reader ask them for pieces, and that it lets ask
-      peers_unchoking: this.torrent?.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.peerChoking).length ?? 0,
-      peers_unchoked: this.torrent?.wires.filter((w) => w.type !== "webSeed" && !w.destroyed && !w.amChoking).length ?? 0,
-      peers_seen: this.peersSeen.size,
-      // of those, desktop peers (libtorrent, "-PR" ids), connected and unchoking this reader
-      desktop_peers: this.desktopWires().length,
-      desktop_peers_unchoking: this.desktopWires().filter((w) => !w.peerChoking).length,
-      // connected peers silent since their requests were asked again (swarm-peers.js silentPeer)
-      peers_silent: this.torrent?.wires.filter((w) => !w.destroyed && silentPeer(w)).length ?? 0,
-      // missing pieces the web seeds offer now (offerWebSeedPieces), and requests out to peers
-      web_seed_offered: this.webSeedOffered(),
-      peer_requests: this.torrent?.wires.reduce((n, w) => n + (w.type !== "webSeed" && !w.destroyed ? w.requests.length : 0), 0) ?? 0,
-      bytes_from_peers: this.fromPeers,
-      bytes_from_web_seeds: this.fromWebSeeds,
-      web_seed_bytes_by_offer: this.webSeedBytesByOffer,
-      web_seed_bytes_by_rule: this.webSeedBytesByRule,
-      bytes_received_from_peers: this.receivedFromPeers,
-      uploaded_bytes: this.uploaded,
-      bad_pieces: this.badPieces,
-      reasked_requests: this.reasked,
-      peer_rate_bytes_per_s: this.peerRate ?? null,
-      web_seed_rate_bytes_per_s: this.webSeedRate ?? null,
-      banned: this.bans,
-      web_seeds_on: this.webSeedsOn,
-      web_seeds_all_pieces: this.webSeedsOn && this.webSeedsAll,
-      leave_rule: this.leaveRule,
-      // every byte received, needed or wasted, by source and cause; hotswaps
-      bytes: this.tally,
-      // what the swarm cost here (swarm-load.js): webtorrent's request passes asked
-      // for and run, peers refused at the cap, reads of stored pieces for peers
-      load: { ...this.updates, ...this.peerBound, piece_reads: this.pieceReads, ...this.sends },
-    };
-  }
-
-  /** The connected desktop peers' wires (libtorrent, DESKTOP_PEER_ID_HEX). */
-  desktopWires() {
-    return (this.torrent?.wires ?? []).filter(
-      (w) => w.type !== "webSeed" && !w.destroyed && typeof w.peerId === "string" && w.peerId.startsWith(DESKTOP_PEER_ID_HEX),
-    );
-  }
-
-  /** The missing pieces some web seed offers now (its wire's bitfield, offerWebSeedPieces). */
-  webSeedOffered() {
-    const t = this.torrent;
-    if (!t?.pieces) return 0;
-    const seeds = t.wires.filter((w) => w.type === "webSeed" && !w.destroyed && w.peerPieces);
-    let n = 0;
-    for (let i = 0; i < t.pieces.length; i++) if (!t.bitfield.get(i) && seeds.some((w) => w.peerPieces.get(i))) n++;
-    return n;
-  }
-
-  // -- the store webtorrent reads and writes (abstract-chunk-store)
-
-  storeClass() {
-    const self = this;
-    return class SwarmStore {
-      constructor(chunkLength) {
-        this.chunkLength = chunkLength;
-      }
-      put(index, buf, cb) {
-        self.put(index, buf).then(() => cb?.(null), (err) => cb?.(err));
-      }
-      get(index, opts, cb) {
-        if (typeof opts === "function") [cb, opts] = [opts, null];
-        self.get(index, opts).then((b) => cb(null, b), (err) => cb(err));
-      }
-      close(cb) {
-        queueMicrotask(() => cb?.(null));
-      }
-      destroy(cb) {
-        queueMicrotask(() => cb?.(null));
-      }
-    };
-  }
-
-  /** A piece webtorrent verified (SHA-1): check SHA-256, decrypt, store. */
-  async put(index, buf) {
-    if (this.state === "left") throw new Error("left the swarm");
-    const bytes = new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength).slice();
-    const who = this.contributors.get(index) ?? new Map();
-    this.contributors.delete(index);
-    if (!(await pieceOk(this.m, index, bytes))) {
-      // the torrent's SHA-1 and the manifest's SHA-256 disagree: a publisher error
-      // (the info-hash matched); webtorrent destroys the torrent, origins take over
-      this.failure = `piece ${index} passed the torrent's SHA-1 but not the signed manifest's SHA-256`;
-      throw new Error(this.failure);
-    }
-    const kept = this.decrypt === null ? bytes : await this.decrypt(index, bytes);
-    if (this.state === "left") throw new Error("left the swarm");
-    this.verifiedCount += 1;
-    const [offer, rule] = this.offerTags?.get(index) ?? ["before_offer", "start"]; // webtorrent's web seed offers every piece until the first offer
-    this.offerTags?.delete(index);
-    for (const [wire, n] of who) {
-      if (wire.type === "webSeed") {
-        this.fromWebSeeds += n;
-        this.webSeedBytesByOffer[offer] = (this.webSeedBytesByOffer[offer] ?? 0) + n;
-        this.webSeedBytesByRule[rule] = (this.webSeedBytesByRule[rule] ?? 0) + n;
-      } else this.fromPeers += n;
-    }
-    this.remember(index, bytes); // what peers ask for most is what was just verified
-    await new Promise((resolve, reject) => {
-      this.pending.set(index, { kept, resolve, reject });
-      if (!this.writing) this.writer = this.writeQueued();
-    });
-  }
-
-  /** Write the verified pieces waiting, in runs of consecutive pieces, until none is
-   * left (one writer at a time: `this.writer` is its promise). */
-  async writeQueued() {
-    this.writing = true;
-    try {
-      while (this.pending.size) {
-        const batch = [...this.pending.entries()].sort((a, b) => a[0] - b[0]);
-        this.pending.clear();
-        let run = [];
-        const flush = async () => {
-          if (!run.length) return;
-          const done = run;
-          run = [];
-          try {
-            const first = done[0][0];
-            const handle = await this.download.storeRun(first, done.map(([, p]) => p.kept), "peers");
-            await this.stored.add(first, done.length, handle);
-            for (const [, p] of done) p.resolve();
-          } catch (err) {
-            this.storeError ??= err; // the device is full: the download's own error
-            for (const [, p] of done) p.reject(err);
-          }
-        };
-        for (const entry of batch) {
-          const last = run[run.length - 1];
-          if (last && (entry[0] !== last[0] + 1 || run.length >= MAX_RUN)) await flush();
-          run.push(entry);
-        }
-        await flush();
-      }
-    } finally {
-      this.writing = false;
-    }
-  }
-
-  /**
-   * A read of piece `index` as the publisher made it. webtorrent reads whole pieces
-   * (no offset) to check a sample of the stored pieces against the torrent at start;
-   * a peer's request always names its block's offset, and is served only while
-   * uploading is allowed.
-   */
-  async get(index, opts) {
-    const forPeer = typeof opts?.offset === "number";
-    if (forPeer && !this.uploadAllowed()) throw new Error("not uploading (a metered network, or sharing is off)");
-    let piece = this.cache.get(index);
-    if (piece === undefined) {
-      // a peer asks for a piece block by block, several at once: one read (and one
-      // SHA-256) for them all, not one each (profiled: up to 8 of each piece)
-      let reading = this.reading.get(index);
-      if (reading === undefined) {
-        reading = this.readStored(index).finally(() => this.reading.delete(index));
-        this.reading.set(index, reading);
-      }
-      piece = await reading;
-    }
-    if (!opts) return piece;
-    const offset = opts.offset ?? 0;
-    return piece.subarray(offset, offset + (opts.length ?? piece.length - offset));
-  }
-
-  /** Stored piece `index` as the publisher made it (encrypted again for an encrypted
-   * issue), checked against the manifest, and kept ready for upload. */
-  async readStored(index) {
-    this.pieceReads = (this.pieceReads ?? 0) + 1;
-    const plain = await this.stored.read(index);
-    if (plain === null) throw new Error(`piece ${index} is not stored`);
-    const piece = this.encrypt === null ? plain : this.encrypt(index, plain);
-    if (!(await pieceOk(this.m, index, piece))) throw new Error(`stored piece ${index} does not match the manifest`);
-    this.remember(index, piece);
-    return piece;
-  }
-
-  /** Keep piece `index` (as the publisher made it, verified) ready for upload (LRU). */
-  remember(index, piece) {
-    this.cache.delete(index);
-    this.cache.set(index, piece);
-    if (this.cache.size > PIECE_CACHE) this.cache.delete(this.cache.keys().next().value);
-  }
-
-  // -- the peers (swarm-peers.js), the web seeds (swarm-web-seeds.js) and the byte
-  // accounting (swarm-bytes.js): their methods
-  // are put on this class below
+  // -- its readout (swarm-status.js), the store webtorrent reads and writes
+  // (swarm-store.js), the peers (swarm-peers.js), the web seeds (swarm-web-seeds.js)
+  // and the byte accounting (swarm-bytes.js): their methods are put on this class below
 
   // -- the run
 
@@ -563,39 +371,6 @@ export class SwarmFetch {
     this.onChange();
   }
 
-  /** Pieces held by each connected peer (index -> count; prefetch.js asks the origins
-   * first for a piece nobody here holds). */
-  availability() {
-    const n = this.m.piece_sha256.length;
-    const counts = new Array(n).fill(0);
-    for (const w of this.torrent?.wires ?? []) {
-      if (w.type === "webSeed" || w.destroyed || !w.peerPieces) continue;
-      for (let i = 0; i < n; i++) if (w.peerPieces.get(i)) counts[i] += 1;
-    }
-    return counts;
-  }
-
-  /** When a peer last sent payload (seconds, performance.now()'s clock; 0: never):
-   * prefetch.js's patience with the peers. */
-  get peerPayloadAt() {
-    return this.lastPeerPayloadAt ?? 0;
-  }
-
-  /**
-   * Piece `index` (as the publisher made it, checked against the manifest) came from
-   * elsewhere (an origin, through prefetch.js) and is stored: the torrent takes it as
-   * verified and tells its peers, as webtorrent does for a piece it verified itself.
-   */
-  storedElsewhere(index, bytes) {
-    const t = this.torrent;
-    this.remember(index, bytes);
-    if (t === null || t.destroyed || !t.ready || t.bitfield.get(index)) return;
-    t._markVerified(index);
-    for (const wire of t.wires) wire.have(index);
-    t._checkDone?.();
-    t._update?.();
-  }
-
   /** Stay in the swarm (the page open) until the fair-exit rule lets the reader go. */
   async seed(downloaded) {
     while (this.state === "seeding") {
@@ -645,8 +420,9 @@ export class SwarmFetch {
   }
 }
 
-// the peers', the web seeds' and the byte accounting's methods, in their own modules, are SwarmFetch's
-mixIn(SwarmFetch, SwarmPeers, SwarmWebSeeds, SwarmBytes);
+// the readout's, the store's, the peers', the web seeds' and the byte accounting's
+// methods, in their own modules, are SwarmFetch's
+mixIn(SwarmFetch, SwarmStatus, SwarmPieceStore, SwarmPeers, SwarmWebSeeds, SwarmBytes);
 
 /** The swarm sessions by issue (downloading or seeding), for the page and the tests. */
 export function swarmSessions() {
