@@ -15,9 +15,7 @@ that joined nothing. Skipped where it cannot run (not root, no ``ip``)."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 import subprocess
 import sys
 import time
@@ -26,6 +24,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from netns import add_namespace, delete_namespace, need_root_and
 from pressrun.emulate.project import QUERIER_SETTLE_S, make_querier
 
 pytestmark = pytest.mark.root
@@ -88,20 +87,14 @@ class Bridge:
 
 @pytest.fixture
 def bridge() -> Iterator[Bridge]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create network namespaces")
-    if shutil.which("ip") is None:
-        pytest.skip("needs ip (apt-get install iproute2)")
+    need_root_and("ip", install="apt-get install iproute2")
     tag = f"{random.randrange(1 << 24):06x}"
     names = [f"pr-bq{role}-{tag}" for role in ("h", "s", "m", "o")]
     made: list[str] = []
     subnet = f"198.19.{random.randrange(1, 250)}"
     try:
         for ns in names:
-            try:
-                _ip("netns", "add", ns)
-            except subprocess.CalledProcessError as err:
-                pytest.skip(f"cannot create a network namespace: {err.stderr.decode().strip()}")
+            add_namespace(ns)
             made.append(ns)
         hub = names[0]
         _ip("-n", hub, "link", "add", "br0", "type", "bridge")
@@ -120,7 +113,7 @@ def bridge() -> Iterator[Bridge]:
         yield Bridge(*names)
     finally:
         for ns in made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+            delete_namespace(ns)
 
 
 def _python_in(ns: str, script: str, *args: object) -> subprocess.Popen[str]:

@@ -16,10 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import random
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from netns import add_namespace, delete_namespace, need_root_and
 from pressrun.multicast.config import CarouselConfig
 
 from .conftest import Shelf
@@ -129,20 +128,19 @@ def _run(*args: str) -> str:
 def namespaces() -> Iterator[tuple[str, str, str, str, str]]:
     """(island, reader, the island's veth address, the island's multicast address,
     the reader's veth device)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create network namespaces")
-    for tool in ("ip", "nft", "dumpcap", "tshark"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"needs {tool} (scripts/setup-system.sh: iproute2 nftables tshark)")
+    need_root_and(
+        "ip",
+        "nft",
+        "dumpcap",
+        "tshark",
+        install="scripts/setup-system.sh: iproute2 nftables tshark",
+    )
     tag = f"{random.randrange(1 << 24):06x}"
     island, reader = f"pr-amt-i-{tag}", f"pr-amt-r-{tag}"
     net = random.randrange(1, 250)
     island_ip, reader_ip, mcast_ip = f"10.34.{net}.1", f"10.34.{net}.2", f"10.35.{net}.1"
     veth_i, veth_r = f"vi{tag}", f"vr{tag}"
-    try:
-        _run("ip", "netns", "add", island)
-    except subprocess.CalledProcessError as err:
-        pytest.skip(f"cannot create a network namespace: {err.stderr.strip()}")
+    add_namespace(island)
     try:
         _run("ip", "netns", "add", reader)
         i, r = ["ip", "netns", "exec", island], ["ip", "netns", "exec", reader]
@@ -164,7 +162,7 @@ def namespaces() -> Iterator[tuple[str, str, str, str, str]]:
         yield island, reader, island_ip, mcast_ip, veth_r
     finally:
         for ns in (island, reader):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+            delete_namespace(ns)
 
 
 def _loss(reader: str, relay_port: int, percent: int) -> None:

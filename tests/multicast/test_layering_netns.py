@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from netns import add_namespace, delete_namespace, need_root_and
 from pressrun.emulate.fleet import kept_above
 
 from .conftest import ISSUE, TOKEN, Published
@@ -80,24 +80,16 @@ def link_factory() -> Iterator[Callable[..., Link]]:
     """Make a sender and a receiver namespace joined by veth, the sender's side
     shaped by tbf at ``rate_mbit``; ``loss_percent`` drops that share of the UDP
     packets arriving in the receiver's namespace (nftables)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create network namespaces")
-    for tool in ("ip", "tc", "nft"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"needs {tool} (apt-get install iproute2 nftables)")
+    need_root_and("ip", "tc", "nft", install="apt-get install iproute2 nftables")
     made: list[str] = []
 
     def make(rate_mbit: float, loss_percent: int = 0) -> Link:
         tag = f"{random.randrange(1 << 24):06x}"
         snd, rcv = f"pr-ls-{tag}", f"pr-lr-{tag}"
         subnet = f"10.{random.randrange(64, 250)}.{random.randrange(1, 250)}"
-        try:
-            _run("ip", "netns", "add", snd)
-            made.append(snd)
-            _run("ip", "netns", "add", rcv)
-            made.append(rcv)
-        except subprocess.CalledProcessError as err:
-            pytest.skip(f"cannot create a network namespace: {err.stderr.decode().strip()}")
+        for ns in (snd, rcv):
+            add_namespace(ns)
+            made.append(ns)
         vs, vr = f"vs{tag}", f"vr{tag}"
         _run("ip", "link", "add", vs, "netns", snd, "type", "veth", "peer", "name", vr,
              "netns", rcv)  # fmt: skip
@@ -125,7 +117,7 @@ def link_factory() -> Iterator[Callable[..., Link]]:
 
     yield make
     for ns in made:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+        delete_namespace(ns)
 
 
 def _carousel(

@@ -10,7 +10,6 @@ import json
 import math
 import os
 import random
-import shutil
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from netns import add_namespace, delete_namespace, need_root_and
 
 from .conftest import ISSUE, TOKEN, Published
 
@@ -56,16 +57,9 @@ def _run(*args: str) -> None:
 
 @pytest.fixture
 def namespace() -> Iterator[str]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create a network namespace")
-    for tool in ("ip", "nft"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"needs {tool} (apt-get install iproute2 nftables)")
+    need_root_and("ip", "nft", install="apt-get install iproute2 nftables")
     name = f"pr-mc-{random.randrange(1 << 30):x}"
-    try:
-        _run("ip", "netns", "add", name)
-    except subprocess.CalledProcessError as err:
-        pytest.skip(f"cannot create a network namespace: {err.stderr.decode().strip()}")
+    add_namespace(name)
     try:
         _run("ip", "netns", "exec", name, "ip", "link", "set", "lo", "up")
         _run("ip", "netns", "exec", name, "ip", "link", "set", "lo", "multicast", "on")
@@ -88,7 +82,7 @@ def namespace() -> Iterator[str]:
             pytest.skip(f"nftables does not work here: {err.stderr.decode().strip()}")
         yield name
     finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
+        delete_namespace(name)
 
 
 def test_nftables_ten_percent_loss_in_a_namespace(
