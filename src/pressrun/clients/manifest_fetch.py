@@ -12,7 +12,8 @@ the swarm or the carousel (past full origins too), and the download follows its 
 (docs/balancer.md, "Request classes"). A download that resumes tells it, in that first
 request, the bytes its partial copy lists as verified (``have=``, ``size=``): the
 balancer counts what it lacks, not a whole transfer (before, only its later section
-requests said so, and under full origins its first was refused like a new reader's).
+requests said so: where the origins had room for what it lacked but not for a whole
+transfer, its first request was refused like a new reader's).
 """
 
 from __future__ import annotations
