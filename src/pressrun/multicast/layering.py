@@ -75,33 +75,34 @@ fibre-50 reader of 10 x 5 Mbit/s held its 10 channels 9.0 s into a 15.1 s receiv
 most the rate held, for one window after settling, on a link that carries less than
 twice what the receiver held. A step undone because the sender sent under its rate in
 its window does not end the climb when that window showed no path loss (nothing of the
-link): the step is tried again, doubling, after the current wait. A window with path
-loss above the leave threshold is judged by the loss whatever the sender's rate (the
-sequence gaps are packets lost after the sender): a lossy-10 reader of the run at
-32718c0 (29 Nov 12:03) whose step to 4 lost 51% in a slow sender's window had it
-undone, and doubled to 4 again 2.8 s later. Ending it there cost
+link): the step is tried again, doubling, after the current wait. Ending it there cost
 every fibre-50 reader of flash-crowd-50-desktops at 6cc57a5 (29 Nov 10:08, the host
 saturated as 22 readers started together, the sender at 45 of its 50 Mbit/s for a
 second) its doubling: they held their 10 channels 11.4 s after the first join at the
 median, against 3.05-3.44 s in the three runs on record without such a window. A
-receiver whose evidence came late (`_evidence_late`) is short of CPU itself: doubling
-its channels would double its packets, so that undo still ends the climb.
+window with path loss above the leave threshold is judged by the loss whatever the
+sender's rate (the sequence gaps are packets lost after the sender): a lossy-10 reader
+of the run at 32718c0 (29 Nov 12:03) whose step to 4 lost 51% in a slow sender's
+window had it undone, and doubled to 4 again 2.8 s later. A receiver whose evidence
+came late (`_evidence_late`) is short of CPU itself: doubling its channels would
+double its packets, so that undo still ends the climb.
 
 **A channel the link was measured not to carry waits.** A leave on path loss measured
 the link (it carried about the rate held x (1 - loss)); each channel left is tried
 again only after its wait, which doubles at each such leave (RLM's join timer
 backoff) and starts at twice what one failed probe costs the link
 (`LayerCore.probe_cost_s`: settling, a window and the network's leave latency, 2.8 s
-by default; before, a wait started at 2 x ``window_s``, 1 s), so that probes of a link
-whose rate has not changed hold it above its rate a third of the time at most, then a
-fifth, a ninth. The climb's overshoot was not where a reader's link lost most: in the
-four flash-crowd-50-desktops runs on record (29 Nov) a dsl-20 reader held more than
-its 4 channels for 2.8 s in the overshoot and 8.5 s in its later probes of a fifth
-channel, lossy-10 2.8 s and 11.3 s, mobile-6 2.8 s and 14.2 s (its link carries one
-channel, each probe of a second lost 36-42%). The doubling itself has no measure of
-the link before its first loss: 4 channels on a 20 Mbit/s link lose nothing in the
-window that decides the next step (their 3% excess fills the link's queue for
-seconds before it drops), so that step goes to 8.
+by default; before, a wait started at 2 x ``window_s``, 1 s): a link whose rate has not
+changed is held above it by failed probes 2.8 s in the 6.4 s after the first, then in
+12 s, in 23 s (before: in 3.6 s, 4.8 s, 8.8 s; the wait runs from the leave's
+decision, the leave latency within it). The climb's overshoot was not where a reader's
+link lost most: in the four flash-crowd-50-desktops runs on record (29 Nov) a dsl-20
+reader held more than its 4 channels for 2.8 s in the overshoot and 8.5 s in its later
+probes of a fifth channel, lossy-10 2.8 s and 11.3 s, mobile-6 2.8 s and 14.2 s (its
+link carries one channel, each probe of a second lost 36-42%). The doubling itself has
+no measure of the link before its first loss: 4 channels on a 20 Mbit/s link lose
+nothing in the window that decides the next step (their 3% excess fills the link's
+queue for seconds before it drops), so that step goes to 8.
 
 **The start.** A receiver starts on one channel, or, when its link has been seen to
 carry more (the adapter's ``link_bps``: a reader that leaves the swarm for the
