@@ -230,11 +230,16 @@ def unheld_room(fetch_bps: int, connection_bps: int, upload_limit_bps: int = 0) 
     """Whether the origins have room for the pieces no connected peer holds (and the
     partial pieces libtorrent asks nobody for): a request to them (``fetch_bps``, the
     feed's measure) gives at least `ROOM_SHARE` of what one connection to a peer gives
-    it now (``connection_bps``: `PeerInfoTally.connection_bps`), or of this peer's
-    upload limit where it has one (``upload_limit_bps``: a peer of its swarm gives at
-    most that; the loopback bench's 1 MB/s, against which its origins' 2 MB/s shared
-    by 20 to 40 fetches is no room, as in `origins_have_room`). Not while the origins
-    were never measured (`probing`: `origins_have_room` says whether to probe).
+    it now (``connection_bps``: `PeerInfoTally.connection_bps`). Not while the origins
+    were never measured (`probing`: `origins_have_room` says whether to probe), nor for
+    a peer whose upload is capped (``upload_limit_bps``: it knows what a peer of its
+    swarm gives, and `origins_have_room` judges the origins against that, as it judges
+    whether to probe: the loopback bench's peers, 1 MB/s each, whose origins' 2 MB/s
+    shared by 20 to 40 fetches is no room). Judged against one connection with the
+    cap as the floor, the bench's forty peers took 1.05 and 1.07 origin copies at
+    1a1701a (29 Nov 12:11-12:13, `bench/swarm.py --policy chord --n 40 --runs 2`, load
+    1.8) against 1.00-1.01 before: a fetch that came fast while few others fetched
+    stood as room for pieces the ring's bringers were bringing.
 
     Like for like: the feed's measure is one or two requests, while `origins_have_room`
     judges it against every connection of its peers together. Where the reader's own
@@ -242,21 +247,21 @@ def unheld_room(fetch_bps: int, connection_bps: int, upload_limit_bps: int = 0) 
     of 500 Mbit/s in all, 20-45% used while the swarm ran) one request shares that link
     with 15-30 peer connections and gets about what one of them gets (80-130 kB/s
     against 1.7 MB/s from 21 peers), so the origins had no room once its peers gave
-    anything. And nothing measured them again: a
-    `chord` reader the ring handed nothing to bring in owes nothing, so the first piece
-    it fetched, on a new connection, decided for the whole download; at 2241ab3 (29
-    November, session 23's pair) 7 of 24 such readers stopped fetching within 6 s
-    with under 0.5 MB from the origins, their one measure 44-290 kB/s, while a
-    `stripes` reader's own stripe kept its feed measuring (2.8-12 MB from the origins
-    in the same seconds; the `chord` readers that started at 70-72 s were 53-115
-    pieces of 382 in at 10 s, the `stripes` ones 131-148). Pieces a connected peer
-    holds stay the ones `origins_have_room` judges (its peers give them; the `chord`
-    policy's hold on a piece one connected peer holds is the ring's tree): fetched
-    for every reader that lacks them, the origins would send the swarm a copy each.
+    anything. And nothing measured them again: a `chord` reader the ring handed
+    nothing to bring in owes nothing, so the first piece it fetched, on a new
+    connection, decided for the whole download; at 2241ab3 (29 November, session 23's
+    pair) 7 of 24 such readers stopped fetching within 6 s with under 0.5 MB from the
+    origins, their one measure 44-290 kB/s, while a `stripes` reader's own stripe kept
+    its feed measuring (2.8-12 MB from the origins in the same seconds; the `chord`
+    readers that started at 70-72 s were 53-115 pieces of 382 in at 10 s, the `stripes`
+    ones 131-148). Pieces a connected peer holds stay the ones `origins_have_room`
+    judges (its peers give them; the `chord` policy's hold on a piece one connected peer
+    holds is the ring's tree): fetched for every reader that lacks them, the origins
+    would send the swarm a copy each.
     """
-    if probing(fetch_bps):
+    if probing(fetch_bps) or upload_limit_bps > 0:
         return False
-    return fetch_bps >= ROOM_SHARE * max(connection_bps, upload_limit_bps)
+    return fetch_bps >= ROOM_SHARE * connection_bps
 
 
 def peers_slow(fetch_bps: int, best_peers_bps: int | None, *, leechers: int = 1) -> bool:
@@ -376,11 +381,14 @@ def origin_fill(
     have: Sequence[bool] = (),
     stranded: Collection[int] = (),
     unheld: bool = False,
+    named: Collection[int] = (),
 ) -> tuple[int, ...]:
     """Whatever the policy, a peer takes from the origins what its peers cannot give
     it yet, while the origins have room (``room``: `origins_have_room`; with
     ``unheld`` alone, `unheld_room`: the pieces no connected peer holds and the
-    ``stranded`` ones, nothing else): first the
+    ``stranded`` ones, but those the policy named a source for, ``named``: the ring's
+    first receivers' and given pieces, on their way from a bringer or a holder it
+    connects to; nothing else): first the
     pieces no connected peer holds that are not already owed, those it holds off
     (the `chord` policy's hold on a piece one connected peer holds, priority 0 in the
     ``plan``) and the partial pieces libtorrent asks nobody for (``stranded``,
@@ -395,7 +403,8 @@ def origin_fill(
     if not room:
         if not unheld:
             return ()
-        return shared_out(sorted({*missing.absent, *stranded} - owed), peer_id, leecher_ids)
+        unheld_pieces = sorted({*missing.absent, *stranded} - owed - set(named))
+        return shared_out(unheld_pieces, peer_id, leecher_ids)
     held_off = (
         [
             i

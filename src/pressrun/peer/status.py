@@ -329,6 +329,9 @@ class SwarmStatus:
             # (read only while the origins have room: nothing is owed otherwise)
             stranded=stranded(handle.get_download_queue()) if (room or unheld) and handle else (),
             unheld=unheld,
+            named=self.policy.first | self.policy.given
+            if isinstance(self.policy, ChordPolicy)
+            else (),
         )
 
     def _ring_holds_origins(self) -> bool:
