@@ -309,6 +309,9 @@ class DemandPolicy:
         #: until it has faded (insertion order; bounded by the issues held before)
         self._unheld: dict[str, None] = {}
         self._swept_at = -math.inf
+        #: how many times an issue went to multicast here (the carousel loop wakes on
+        #: a change: `pressrun.balancer.carousels.keep_carousels`)
+        self.multicast_entries = 0
 
     def counts(self, issue_id: str, address: str | None, *, now: float) -> bool:
         """Whether a request for the issue from ``address`` counts as demand now, and
@@ -491,6 +494,8 @@ class DemandPolicy:
             state.mode = target
             state.mode_since = now
             state.changes += 1
+            if target is DeliveryMode.MULTICAST:
+                self.multicast_entries += 1
 
     def decide(self, issue_id: str, *, now: float, address: str | None = None) -> ModeDecision:
         """Count this request (once per client address and window: `counts`) and answer
