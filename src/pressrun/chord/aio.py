@@ -111,14 +111,15 @@ MAX_BRINGERS = 8
 #: with it above 0, a piece brought in from the origins should be whole within about
 #: this long: the origins' egress, where a supernode is told it (``origin_bps``; the
 #: bench tells it, `SupernodeHost` does not), is split among at most that long's worth
-#: of pieces at once (`fetches_at_once`). Off: on the loopback bench at N = 40 (twenty
-#: at once at 1 s) the first pieces came 0.4-0.6 s sooner, and with the peers' 3 s
-#: choker round the last copy 0.4 s sooner (1.17x against 1.19x), but where it leaves
-#: ten or fewer at once the peers' feeds take the origins' idle room for pieces of
-#: their own: N = 40 at 0.5 s 1.08-1.09 copies (traced), N = 80 at half the rates (1 s:
-#: ten at once; not traced) 1.76, 1.01 and 1.36 copies against the target's 1.05
-#: (docs/results/2026-11-28-swarm-limit.md, section 17)
-ORIGIN_FETCH_S = 0.0
+#: of pieces at once (`fetches_at_once`). On the loopback bench at N = 40 (twenty at
+#: once at 1 s) the first pieces came 0.4-0.6 s sooner and the ramp lost 1.5 s of T
+#: instead of 1.7-1.9: 1.16x, 1.17x against 1.18x, 1.18x in one hold (29 Nov). It was
+#: off (b7ccef4) while the peers' feeds took the room it left for pieces of their own
+#: (1.08 copies at N = 40, ten at once); its answers now say ``origins_held`` and the
+#: feeds take none (`pressrun.peer.status`). At 0.5 s (ten at once at N = 40) the ramp
+#: was longer, 1.19-1.20x: a place frees only when the bringer reports its piece
+#: (docs/results/2026-11-28-swarm-limit.md, sections 17 and 18)
+ORIGIN_FETCH_S = 1.0
 
 
 def fetches_at_once(
