@@ -39,8 +39,8 @@ The estimate (per issue):
   counted in the last ``burst_window_s`` by the same law at their rate's lower bound,
   max(0, n - ``burst_z`` sqrt(n)) / window x ``typical_download_s``; D is the larger
   of the two. A steady rate reads what it did, a crowd's start reads its level
-  sooner (9 requests in 3 s read 45, where the EWMA needs about 15), nothing moves
-  down sooner.
+  sooner (9 requests in 3 s read 45, where the EWMA needs about 15), and D is never
+  under the EWMA's.
 
 The mode, with hysteresis so it does not flap: an issue enters `swarm` when
 D >= ``enter_downloaders`` (T_hi) and goes back to `origin` when D < ``leave_downloaders``

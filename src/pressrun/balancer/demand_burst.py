@@ -11,8 +11,9 @@ of n / window_s, so n x typical_download_s / window_s downloaders once it holds 
 typical download. A handful of requests says little about a rate (a Poisson count of
 n has a standard deviation of sqrt(n)), so the term counts the rate's lower bound,
 n - z sqrt(n): `burst_downloaders`. It is never the estimate alone: D is the larger of
-it and the EWMA's (`DemandPolicy`), so it can only take a step up sooner and a step
-down no sooner.
+it and the EWMA's (`DemandPolicy`), so D is never under the EWMA's: a step up comes
+no later, and D falls under a level no sooner (the dwell, which counts from each
+change, ends sooner after a sooner step up).
 
 `RecentRequests` keeps the counts in a ring of `BUCKETS` buckets of window_s / BUCKETS
 seconds: constant memory per issue, whatever the request rate. A count older than the
