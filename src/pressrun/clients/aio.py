@@ -108,10 +108,15 @@ class FetchResult:
     multicast_note: str | None = None
     swarm_note: str | None = None  # why the swarm left pieces to the origins, if it did
     seeding_s: float = 0.0  # in swarm mode, the seeding after the download (in `seconds`)
-    #: seconds from the start until the issue was in the library, ready to read (the
-    #: reader's wait): less than `seconds` when the copy was installed before its
-    #: seeding; None: `seconds`
+    #: seconds from the start until the issue was verified and in the library, ready to
+    #: read (the reader's wait, `download_s`): less than `seconds` when the copy was
+    #: installed before its seeding; None: `seconds`
     ready_s: float | None = None
+    #: the swarm peer's leave after its seeding (in `seconds`, not in `download_s`):
+    #: from the end of the seeding until its session was closed, and each step's
+    #: seconds (`pressrun.peer.leave`); 0.0 / None: no swarm peer left
+    leave_s: float = 0.0
+    leave_steps: dict[str, float] | None = None
     #: sent to the swarm, it left it for the issue's carousel when that started
     left_swarm_for_carousel: bool = False
     #: the swarm's uploader policy (None: the swarm was not used) and, for a policy
@@ -128,9 +133,11 @@ class FetchResult:
 
     @property
     def download_s(self) -> float:
-        """Seconds from the start until the file was verified: `seconds` without the
-        seeding that followed the download in swarm mode."""
-        return max(0.0, self.seconds - self.seeding_s)
+        """Seconds from the start until the verified copy was in the library (`ready_s`,
+        on the fetch's monotonic clock), in every mode: the reader's wait. Nothing
+        after it counts (a seeding, the swarm peer's leave, the session's close): those
+        are in `seconds`, `seeding_s` and `leave_s`."""
+        return self.seconds if self.ready_s is None else self.ready_s
 
     @property
     def bytes_from_origins(self) -> int:
@@ -419,6 +426,10 @@ def _result(
             if swarm_result is None or swarm_result.seeding_s is None
             else swarm_result.seeding_s
         ),
+        leave_s=0.0
+        if swarm_result is None or swarm_result.leave_s is None
+        else swarm_result.leave_s,
+        leave_steps=None if swarm_result is None else swarm_result.leave_steps or None,
         left_swarm_for_carousel=f.left_for_carousel,
         uploader_policy=f.uploader_policy,
         ring=ring_figures(f),

@@ -85,6 +85,10 @@ def client_rows(result: VariantResult, sha256: str) -> list[dict[str, Any]]:
                 "seconds": doc.get("seconds"),
                 "download_s": _download_s(doc),
                 "seeding_s": doc.get("seeding_s"),
+                # a swarm client's leave after its seeding (in `seconds`, not in
+                # `download_s`) and its steps; None: a browser, or an older client
+                "leave_s": doc.get("leave_s"),
+                "leave_steps": doc.get("leave_steps"),
                 "mode": doc.get("mode"),
                 "told": doc.get("told"),  # a phone: its directive's mode (browser_reader)
                 "left_swarm_for_carousel": bool(doc.get("left_swarm_for_carousel")),
@@ -161,8 +165,10 @@ def client_components(r: VariantResult) -> dict[str, str]:
 
 
 def _download_s(doc: dict[str, Any]) -> float | None:
-    """Seconds to the verified file: the client's own figure, else its time without
-    the seeding."""
+    """Seconds to the verified file: the client's own figure (a desktop's: until its
+    verified copy was in the library, ``ready_s``; a browser's: until the app stored
+    and checked it), else, for a document without one, its time without the seeding
+    (which counts the leave after it)."""
     if doc.get("download_s") is not None:
         return float(doc["download_s"])
     if doc.get("seconds") is None:
@@ -231,6 +237,7 @@ def summarize(
             },
             "left_swarm_for_carousel": sum(1 for row in rows if row["left_swarm_for_carousel"]),
             "seeding_s": _spread([row["seeding_s"] for row in rows if row["seeding_s"]]),
+            "leave_s": _spread([row["leave_s"] for row in rows if row["leave_s"]]),
             "start_lag_s": _spread(
                 [row["start_lag_s"] for row in rows if row["start_lag_s"] is not None]
             ),
@@ -453,13 +460,14 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
     table = Table(title=f"emulation {summary['scenario']}: {summary['issue']['id']} "
                   f"({summary['issue']['size_bytes'] / 1e6:.0f} MB)")  # fmt: skip
     for col in ("run", "clients", "verified", "modes", "download s median / max",
-                "seeding s median", "origin egress MB", "from peers MB", "multicast MB",
-                "sender MB"):  # fmt: skip
+                "seeding s median", "leave s median / max", "origin egress MB",
+                "from peers MB", "multicast MB", "sender MB"):  # fmt: skip
         table.add_column(col)
     for name, v in summary["variants"].items():
         modes = ", ".join(f"{m} {n}" for m, n in sorted(v["modes"].items()))
         secs = v["download_s"]
         seeding = v["seeding_s"]["median"]
+        leave = v.get("leave_s") or {"median": None, "max": None}  # (older summaries)
         table.add_row(
             name,
             str(v["clients"]),
@@ -467,6 +475,7 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
             modes,
             "-" if secs["median"] is None else f"{secs['median']:.1f} / {secs['max']:.1f}",
             "-" if seeding is None else f"{seeding:.1f}",
+            "-" if leave["median"] is None else f"{leave['median']:.1f} / {leave['max']:.1f}",
             f"{v['origin_egress_total_bytes'] / 1e6:.0f}",
             f"{v['bytes_from_peers'] / 1e6:.0f}",
             f"{v['bytes_from_multicast'] / 1e6:.0f}",

@@ -45,6 +45,7 @@ later join rechecks.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -345,6 +346,22 @@ class SwarmPeer(RingLink):
         if alerts is not None:
             await alerts.close()
 
+    def left(self, result: SwarmResult) -> SwarmResult:
+        """``result`` (`finished`'s or `stop`'s) with the leave's seconds, once `close`
+        ended: from the end of the seeding until now, and each step's."""
+        leave_s = self._leave.leave_s() if self._loop is not None else None
+        if leave_s is None:
+            return result
+        steps = dict(self._leave.steps)
+        steps["close"] = round(leave_s - sum(steps.values()), 3)
+        log.info(
+            "%s: left the swarm in %.2f s (%s)",
+            self.manifest.issue_id,
+            leave_s,
+            ", ".join(f"{k} {v:.2f}" for k, v in steps.items()),
+        )
+        return dataclasses.replace(result, leave_s=round(leave_s, 3), leave_steps=steps)
+
     def result(self) -> SwarmResult:
         """The outcome so far (final after `finished` / `stop`)."""
         assert self.core is not None
@@ -591,9 +608,11 @@ async def fetch_via_swarm(
         await peer.start()
         ok = await peer.downloaded()
         if not ok:
-            return await peer.stop()
-        if on_verified is not None:
-            on_verified(peer.path)
-        return await peer.finished()
+            result = await peer.stop()
+        else:
+            if on_verified is not None:
+                on_verified(peer.path)
+            result = await peer.finished()
     finally:
         await peer.close()
+    return peer.left(result)

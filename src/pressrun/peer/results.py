@@ -5,7 +5,7 @@ without importing libtorrent."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pressrun.peer.events import LeaveRule, PeerPhase
@@ -49,6 +49,9 @@ class SwarmResult:
         leave and can include a few KiB that were in flight: a peer let go by
         `LeaveRule.RATIO` at 1.0 can show ``ratio`` 0.9997.
     leave_rule: the rule that let the peer go (None if it never left, e.g. an error).
+    leave_s: seconds from the end of its seeding (or its stall) until the peer was out
+        of the swarm and its session closed (None: it never left); ``leave_steps``
+        splits it (`pressrun.peer.leave.LeaveSequence.steps`, and ``close``).
     """
 
     issue_id: str
@@ -67,3 +70,5 @@ class SwarmResult:
     download_s: float | None
     seeding_s: float | None
     listen_port: int | None
+    leave_s: float | None = None
+    leave_steps: dict[str, float] = field(default_factory=dict)
