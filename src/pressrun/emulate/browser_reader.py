@@ -31,7 +31,11 @@ The last line on stdout is one JSON object shaped like ``pressrun get --json``'s
 ``seeding_s``, ``bytes_from_origins`` with ``bytes_by_origin`` and
 ``bytes_from_web_seeds``, ``bytes_from_peers``, ``uploaded_bytes``, ``leave_rule``,
 ``peers_seen``, and ``told``: ``swarm`` when the app started a swarm fetch from its
-directive, else ``origin``), so the emulation's report reads both kinds alike. Exit code 0 when the
+directive, else ``origin``), so the emulation's report reads both kinds alike.
+``download_s`` means what a desktop's does, the reader's wait: the app's own seconds
+from its start to the file stored and checked against the manifest's SHA-256
+(download.js), nothing after it; ``seconds`` adds the sharing after it (``seeding_s``),
+and a page has no ``leave_s`` (its leave is the app's, not timed here). Exit code 0 when the
 issue was stored and verified.
 
 In a container the page is at ``http://reader:8443``, not a secure context, so
