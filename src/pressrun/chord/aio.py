@@ -111,15 +111,15 @@ MAX_BRINGERS = 8
 #: with it above 0, a piece brought in from the origins should be whole within about
 #: this long: the origins' egress, where a supernode is told it (``origin_bps``; the
 #: bench tells it, `SupernodeHost` does not), is split among at most that long's worth
-#: of pieces at once (`fetches_at_once`). On the loopback bench at N = 40 (twenty at
-#: once at 1 s) the first pieces came 0.4-0.6 s sooner and the ramp lost 1.5 s of T
-#: instead of 1.7-1.9: 1.16x, 1.17x against 1.18x, 1.18x in one hold (29 Nov). It was
-#: off (b7ccef4) while the peers' feeds took the room it left for pieces of their own
-#: (1.08 copies at N = 40, ten at once); its answers now say ``origins_held`` and the
-#: feeds take none (`pressrun.peer.status`). At 0.5 s (ten at once at N = 40) the ramp
-#: was longer, 1.19-1.20x: a place frees only when the bringer reports its piece
-#: (docs/results/2026-11-28-swarm-limit.md, sections 17 and 18)
-ORIGIN_FETCH_S = 1.0
+#: of pieces at once (`fetches_at_once`). Off: on the loopback bench at N = 40 (twenty
+#: at once at 1 s) the first pieces came 0.4-0.6 s sooner and the ramp lost 1.5 s of T
+#: instead of 1.7-1.9 (1.16x-1.17x against 1.18x; its answers say ``origins_held`` and
+#: the peers' feeds take none of the room it leaves, `pressrun.peer.status`), but at
+#: N = 80 (ten at once at half the rates) the origins sent 1.31 and 1.00 copies in two
+#: clean runs (1.15 in a refused one; 1.36-1.76 before ``origins_held``), against
+#: 1.00-1.02 without it, and the cause of the 1.31 was not traced (docs/results/
+#: 2026-11-28-swarm-limit.md, sections 17 and 18)
+ORIGIN_FETCH_S = 0.0
 
 
 def fetches_at_once(

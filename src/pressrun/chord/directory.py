@@ -47,7 +47,7 @@ and a piece is of use to the swarm only once whole: forty fetches of 128 KiB sha
 2 MB/s (the loopback bench at N = 40) each completed 1.5 to 2.9 s after the start, and
 nobody had anything to upload until then; `pressrun.chord.aio.fetches_at_once` holds
 them to what the origins complete in ``origin_fetch_s`` where told the origins' rate
-(on by default, 1 s: the first pieces come sooner). While that
+(off by default: origin copies at N = 80, docs/chord.md). While that
 limit binds, the origins' egress is the ring's, and every answer says so
 (`origins_held`): with ten fetches at once or fewer each fetch came fast, and the
 peers' feeds took that for the origins' room and fetched pieces of their own, origin

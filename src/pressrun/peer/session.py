@@ -82,8 +82,9 @@ WEBSOCKET_CLOSE_GRACE_S = 0.5
 #: swarm's first second were kept for most of it. At 3 s on the bench (N = 40, `chord`)
 #: the end game downloaded 18-22 MB twice against 24-27 MB and the last copy came as
 #: soon (1.17-1.19x against 1.18-1.19x; with the ring's fetch limit,
-#: `pressrun.chord.aio.ORIGIN_FETCH_S` at 1 s, 1.17x against 1.19x at the median;
-#: docs/chord.md "Benches", docs/results/2026-11-28-swarm-limit.md sections 17-18)
+#: `pressrun.chord.aio.ORIGIN_FETCH_S` at 1 s, 1.17x against 1.19x at the median, but the
+#: limit is off: origin copies at N = 80; docs/chord.md "Benches",
+#: docs/results/2026-11-28-swarm-limit.md sections 17-18)
 UNCHOKE_INTERVAL_S = 3
 #: sessions kept (paused, no torrent) until the process ends itself (module docstring)
 KEPT_SESSIONS_MAX = 4
