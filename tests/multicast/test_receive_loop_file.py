@@ -10,7 +10,6 @@ import ctypes
 import ctypes.util
 import os
 import random
-import socket
 import subprocess
 from pathlib import Path
 
@@ -18,6 +17,8 @@ import pytest
 
 pytest.importorskip("pressrun_flute")
 import pressrun_flute
+
+from .test_receive_loop import _encode, _receive
 
 FALLOC_FL_KEEP_SIZE = 1
 
@@ -48,47 +49,19 @@ def test_the_objects_file_has_its_blocks_from_the_first_packet(tmp_path: Path) -
     if why_not:
         pytest.skip(why_not)
     data = random.Random(12).randbytes(1_000_000)
-    enc = pressrun_flute.encode_object(
-        data,
-        content_location="file:///weekly.pdf",
-        content_type="application/pdf",
-        tsi=3,
-        toi=2,
-        fec="raptorq",
-        max_source_block_length=256,
-        repair_symbols_per_block=40,
-    )
+    enc = _encode(data, "raptorq", 40)
     rows = list(zip(enc.packets, enc.sbns, enc.esis, strict=True))
-    k0 = enc.block_source_symbols[0]
-    first = [p for p, sbn, esi in rows if sbn == 0 and esi < k0 // 2]
-    rest = [p for p, sbn, esi in rows if not (sbn == 0 and esi < k0 // 2)]
+    half = enc.block_source_symbols[0] // 2
+    first = [p for p, sbn, esi in rows if sbn == 0 and esi < half]
+    rest = [p for p, sbn, esi in rows if not (sbn == 0 and esi < half)]
     receiver = pressrun_flute.Receiver(tmp_path)
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        rx.bind(("127.0.0.1", 0))
-        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-
-        def send(packets: list[bytes]) -> bool:
-            ended = False
-            for start in range(0, len(packets), 200):
-                for pkt in packets[start : start + 200]:
-                    tx.sendto(pkt, rx.getsockname())
-                *_, ended = receiver.receive([(0, rx.fileno())], 0.02, batch_wait_s=0.0)
-                if ended:
-                    break
-            return ended
-
-        assert not send([*enc.fdt_packets, *first])
-        path = tmp_path / "2.object"
-        held = os.stat(path)
-        assert held.st_size == 0
-        assert held.st_blocks * 512 >= len(data)
-        assert send(rest)
-    finally:
-        rx.close()
-        tx.close()
-    events = receiver.take_events()
+    events, _ = _receive(receiver, [*enc.fdt_packets, *first], rounds=1)
+    assert events == []
+    path = tmp_path / "2.object"
+    held = os.stat(path)
+    assert held.st_size == 0
+    assert held.st_blocks * 512 >= len(data)
+    events, _ = _receive(receiver, rest, rounds=1)
     assert [e.kind for e in events] == ["completed"]
     assert events[0].path == path
     assert path.stat().st_size == len(data)
