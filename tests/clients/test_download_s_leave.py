@@ -8,7 +8,6 @@ and ``leave_s``, not in ``download_s`` (before this change ``download_s`` was
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,24 +15,12 @@ import pytest
 
 pytest.importorskip("libtorrent")
 
+from clients.test_install_first import CONFIG, PIECE, SIZE
 from integration.test_swarm_path import swarm_balancer
 from pressrun.clients.aio import fetch_issue
 from pressrun.clients.cli import result_document
-from pressrun.clients.config import DESKTOP
 from pressrun.peer.leave import LEAVE_ANNOUNCE_TIMEOUT_S
 from pressrun.peer.loopback import loopback_swarm
-
-PIECE = 64 * 1024
-SIZE = 1024 * 1024 + 333
-SEED_S = 2.0
-CONFIG = replace(
-    DESKTOP,
-    stall_timeout_s=3.0,
-    retry_backoff_s=0.05,
-    retry_backoff_max_s=0.5,
-    swarm_stall_after_s=5.0,
-    swarm_max_seed_s=SEED_S,
-)
 
 
 async def test_a_slow_leave_is_not_in_download_s(
