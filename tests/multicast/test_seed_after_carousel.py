@@ -82,13 +82,7 @@ async def read_beside_a_peer(
     )
     try:
         await other.start()
-        info_hash = json.loads(pub.manifest_json)["manifest"]["info_hash"]
-        group = "{}:{}".format(*sender.config.control_group)
-        policy = DemandPolicy(
-            PEAK_AT_ONCE,
-            {ISSUE: swarm_info_for(origin.url, tracker_url, ISSUE, info_hash)},
-            {ISSUE: MulticastInfo(group, "127.0.0.1")},
-        )
+        policy = carousel_beside_swarm(pub, origin, sender, tracker_url)
         reader, got = await asyncio.gather(
             fetch_through_balancer(ISSUE, origin, policy, client, publisher=pub),
             asyncio.wait_for(other.downloaded(), 90.0),
@@ -262,42 +256,13 @@ async def test_a_carousel_reader_offers_what_it_holds_while_it_receives(
     same session seeds the rest and the peer completes. Before, the reader joined the
     swarm only once its copy was complete, and the peer had nothing until then."""
     pytest.importorskip("libtorrent")
-    import pressrun.clients.multicast_receive as receive_module
-    from pressrun.clients.codec import ResumeState
-    from pressrun.clients.library import Library
-    from pressrun.content.bundle import read_manifest
     from pressrun.peer.config import desktop_profile
 
     pub = published(SIZE)
-    m = read_manifest(pub.content / ISSUE / "manifest.json")
-    half = m.num_pieces // 2
-    library = Library(pub.root / "library")
-    partial = library.prepare_partial(ISSUE, m.file_name, SIZE, pub.manifest_json, True)
-    with open(partial, "r+b") as f:
-        f.write(pub.data[: half * m.piece_size_bytes])
-    library.save_state(
-        ResumeState(
-            issue_id=ISSUE,
-            file_name=m.file_name,
-            sha256=m.sha256,
-            size_bytes=SIZE,
-            piece_size_bytes=m.piece_size_bytes,
-            verified=frozenset(range(half)),
-        )
-    )
+    half = resume_with_half(pub)
     sender = await sender_factory(pub, CarouselConfig(channels=2, rate_bps=0.5e6))
     await sender.start_carousel(ISSUE, sender.config.carousel)
-    # when the reader's carousel ended (its receive thread returned)
-    received_at: list[float] = []
-    receive = receive_module.receive_native_or_tunnelled
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return receive(*args, **kwargs)
-        finally:
-            received_at.append(time.monotonic())
-
-    monkeypatch.setattr(receive_module, "receive_native_or_tunnelled", timed)
+    received_at = receive_ends(monkeypatch)
     progress: list[tuple[float, int]] = []
 
     def seen(p: SwarmProgress) -> None:
@@ -371,3 +336,61 @@ async def test_a_sharing_peer_joins_the_webrtc_trackers_once_it_has_a_piece(
 
 def _trackers(peer: Any) -> list[str]:
     return [str(t["url"]) for t in peer._handle.trackers()]
+
+
+def resume_with_half(pub: Published) -> int:
+    """Put the first half of ``pub``'s pieces in its library's partial file, verified
+    (a download to resume); the number of pieces held."""
+    from pressrun.clients.codec import ResumeState
+    from pressrun.clients.library import Library
+    from pressrun.content.bundle import read_manifest
+
+    m = read_manifest(pub.content / ISSUE / "manifest.json")
+    half = m.num_pieces // 2
+    library = Library(pub.root / "library")
+    partial = library.prepare_partial(ISSUE, m.file_name, m.size_bytes, pub.manifest_json, True)
+    with open(partial, "r+b") as f:
+        f.write(pub.data[: half * m.piece_size_bytes])
+    library.save_state(
+        ResumeState(
+            issue_id=ISSUE,
+            file_name=m.file_name,
+            sha256=m.sha256,
+            size_bytes=m.size_bytes,
+            piece_size_bytes=m.piece_size_bytes,
+            verified=frozenset(range(half)),
+        )
+    )
+    return half
+
+
+def receive_ends(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The monotonic times at which the client's carousel receives end (each receive
+    thread's return), filled as they do."""
+    import pressrun.clients.multicast_receive as receive_module
+
+    received_at: list[float] = []
+    receive = receive_module.receive_native_or_tunnelled
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return receive(*args, **kwargs)
+        finally:
+            received_at.append(time.monotonic())
+
+    monkeypatch.setattr(receive_module, "receive_native_or_tunnelled", timed)
+    return received_at
+
+
+def carousel_beside_swarm(
+    pub: Published, origin: RunningOrigin, sender: Any, tracker_url: str
+) -> DemandPolicy:
+    """A balancer's policy over ``origin`` that answers ``multicast`` with ``sender``'s
+    carousel and names the issue's swarm at ``tracker_url`` beside it."""
+    info_hash = json.loads(pub.manifest_json)["manifest"]["info_hash"]
+    group = "{}:{}".format(*sender.config.control_group)
+    return DemandPolicy(
+        PEAK_AT_ONCE,
+        {ISSUE: swarm_info_for(origin.url, tracker_url, ISSUE, info_hash)},
+        {ISSUE: MulticastInfo(group, "127.0.0.1")},
+    )

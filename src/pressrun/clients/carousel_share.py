@@ -6,7 +6,8 @@ get --share-while-receiving``; off by default, why there) and may seed
 metered, the seeding time is not 0) joins the directive's
 swarm as soon as it starts receiving the carousel, not once the copy is complete: a
 `pressrun.peer.sharing.SharingPeer` in a folder of its own beside the partial file
-(``share/``), every piece at priority 0 and no web seeds, so it downloads nothing (the
+(``share/``), every piece at priority 0 but one no connected peer holds (not
+upload-only: `pressrun.peer.sharing`) and no web seeds, so it downloads nothing (the
 carousel is its source). It offers
 
 - at once, the pieces it holds already and checked (from the swarm it left for the
@@ -18,6 +19,18 @@ carousel is its source). It offers
   read while its block was being written is tried again, at most `MAX_CHECKS` times);
 - when the carousel completes, every piece the client's check of the whole object
   verified (`finish`, read back from the partial file).
+
+**On the issue's Chord ring** (the `chord` uploader policy) it reports the pieces it
+offered to the supernodes that answer for them, as a swarm peer's ring client does
+(`pressrun.peer.ring_client.RingClient`, fed from the pieces offered, their bytes as
+downloaded, what it uploaded and its fastest upload), names no peers it serves (any
+asker: it downloads nothing, so its upload slots are free), and asks the ring for
+nothing. Without it the ring does not know it holds anything: the next readers' `chord`
+policy holds off each piece only it has (a tree's first receivers, docs/chord.md) and
+their feeds take those from the origins meanwhile, where the ring names them its
+pieces' first receivers once it knows (measured for the origin reader's copy, which
+shares through this class: `pressrun.clients.origin_seed`). The seeding's own ring
+client takes over once the copy is complete (`seed`).
 
 `seed` then hands the same session and torrent to the fair-exit rules
 (`swarm_handoff.seed_after_carousel`): its connections and what it uploaded while
@@ -60,6 +73,7 @@ from pressrun.content.manifest import Manifest
 
 if TYPE_CHECKING:
     from pressrun.peer.results import SwarmResult
+    from pressrun.peer.ring_client import RingClient
     from pressrun.peer.sharing import SharingPeer
 
 log = logging.getLogger("pressrun.clients.carousel_share")
@@ -160,6 +174,11 @@ class CarouselShare:
     uploaded_while_receiving: int = 0
     #: why it stopped sharing before the seeding, if it did
     failed: str | None = None
+    #: its reports to the issue's Chord ring while it shares (None: no ring, or not yet)
+    ring: RingClient | None = None
+    _ring_tried: bool = False
+    _peak_upload_bps: int = 0
+    _upload_seen: tuple[float, int] | None = None
     _task: asyncio.Task[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _checks: dict[int, int] = field(default_factory=dict)
@@ -228,7 +247,9 @@ class CarouselShare:
             log.info("%s: not sharing while receiving: %s", m.issue_id, self.failed)
 
     async def _offer_decoded(self, peer: SharingPeer) -> None:
-        """Offer the pieces the decoder has written since the last look."""
+        """Offer the pieces the decoder has written since the last look, and tell the
+        ring."""
+        before = len(peer.offered)
         objects = await asyncio.to_thread(lambda: sorted(self.work_dir.glob("*.object")))
         for obj in objects:
             try:
@@ -239,6 +260,81 @@ class CarouselShare:
                 continue
             for index, data in found:
                 peer.offer(index, data)
+        self._tell_ring(peer, len(peer.offered) > before)
+
+    def _tell_ring(self, peer: SharingPeer, offered_more: bool) -> None:
+        """At each look: start the ring reports (the first time), note the fastest
+        upload, and run a report soon when it offered more."""
+        if not self._ring_tried:
+            self._ring_tried = True
+            self.ring = self._ring_client(peer)
+        self._look_at_upload(peer)
+        if offered_more and self.ring is not None:
+            self.ring.nudge()
+
+    def _ring_client(self, peer: SharingPeer) -> RingClient | None:
+        """The sharing session's reports to the ring (started), or None when the
+        uploader policy asks no ring or the session has no address yet."""
+        from pressrun.peer.chord_policy import ChordPolicy
+        from pressrun.peer.ring_client import RingClient
+        from pressrun.peer.ring_link import ring_endpoint
+        from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, make_uploader_policy
+
+        name = self.f.config.uploader_policy or DEFAULT_UPLOADER_POLICY
+        self.f.uploader_policy = name  # the swarm is used: its policy is reported, as its ring
+        policy = make_uploader_policy(name)
+        if not isinstance(policy, ChordPolicy) or peer.listen_port is None:
+            return None
+        # the address it listens on (`swarm_handoff._listen_interfaces`: the one the
+        # tracker is reached from, with a ring), as a swarm peer's ring client says
+        base, address = ring_endpoint(
+            self.swarm.tracker_url, peer.listen_interfaces, peer.listen_port
+        )
+        m, n = self.m, self.m.num_pieces
+        ring = RingClient(
+            tracker_base=base,
+            info_hash=m.info_hash,
+            num_pieces=n,
+            peer_id=peer._peer_id,
+            address=address,
+            policy=policy,
+            have=lambda: [i in peer.offered for i in range(n)],
+            unheld=tuple,  # it asks the ring for nothing: its own source brings the rest
+            # (what it holds counts as downloaded: its upload is what it pays back)
+            totals=lambda: (
+                self._uploaded(peer),
+                sum(m.piece_span(i)[1] for i in peer.offered),
+            ),
+            connect=lambda host, port: None,  # (named for nothing it asked)
+            upload_bps=lambda: self._peak_upload_bps,
+            missing=lambda: n - len(peer.offered),
+            # it serves any asker (said by naming none: few ask a peer that
+            # downloads nothing, and its upload slots are free)
+            unchoked=lambda: None,
+        )
+        ring.start()
+        return ring
+
+    def _uploaded(self, peer: SharingPeer) -> int:
+        with contextlib.suppress(Exception):  # (a session closing)
+            return peer.uploaded_bytes
+        return 0
+
+    def _look_at_upload(self, peer: SharingPeer) -> None:
+        """Note its fastest upload so far (over the time since the last look), for the
+        ring's reports."""
+        now, up = self.f.now(), self._uploaded(peer)
+        if self._upload_seen is not None and now > self._upload_seen[0]:
+            rate = (up - self._upload_seen[1]) / (now - self._upload_seen[0])
+            self._peak_upload_bps = max(self._peak_upload_bps, int(rate))
+        self._upload_seen = (now, up)
+
+    async def _close_ring(self) -> None:
+        """Stop the reports (no ``left``: the seeding's own ring client reports the
+        same peer as a seed next, or the supernodes forget it)."""
+        ring, self.ring = self.ring, None
+        if ring is not None:
+            await ring.close()
 
     async def stop_watching(self) -> None:
         """The carousel ended: stop reading the decoder's file (its folder is removed
@@ -294,6 +390,7 @@ class CarouselShare:
         assert self.peer is not None
         try:
             await self.finish(list(range(self.m.num_pieces)))
+            await self._close_ring()  # (the seeding's own ring client takes over)
             return await self.peer.seed()
         finally:
             await self.close()
@@ -301,6 +398,7 @@ class CarouselShare:
     async def close(self) -> None:
         """Leave the swarm (the carousel fell back, or the seeding ended)."""
         await self._end_task()
+        await self._close_ring()
         peer, self.peer = self.peer, None
         if peer is not None:
             await peer.close()

@@ -2,11 +2,11 @@
 
 A carousel reader that may seed (`pressrun.clients.carousel_share`) joins the issue's
 swarm while it still receives the carousel: a `SharingPeer` is a `SwarmPeer` whose
-torrent is added with every piece at priority 0 and no web seeds (it downloads
-nothing: the carousel is its source) and which is handed each piece the client has
-verified against the manifest (`offer`: libtorrent's ``add_piece``, which writes the
-piece to the peer's own file and checks it against the torrent's hash, and from then
-on offers it to the swarm). Once every piece is in, `seed` turns the same session and
+torrent is added with every piece at priority 0 but one (below) and no web seeds (it
+downloads nothing: the carousel is its source) and which is handed each piece the
+client has verified against the manifest (`offer`: libtorrent's ``add_piece``, which
+writes the piece to the peer's own file and checks it against the torrent's hash, and
+from then on offers it to the swarm). Once every piece is in, `seed` turns the same session and
 torrent (its connections and its all-time upload) into the ordinary peer: the core
 starts, the peer's final check reads the file against the manifest, and it seeds by
 the fair-exit rules (`SwarmPeer.finished`).
@@ -86,9 +86,9 @@ class SharingPeer(SwarmPeer):
         return self._sharing
 
     async def share(self) -> int:
-        """Open the session and add the torrent, every piece at priority 0 and no web
-        seed: it announces and takes connections, uploads what it is handed and
-        downloads nothing. The listening port."""
+        """Open the session and add the torrent, every piece at priority 0 but the last
+        (`_want_one`) and no web seed: it announces and takes connections, uploads what
+        it is handed and downloads nothing. The listening port."""
         port = await self.open()
         assert self._alerts is not None
         self.partial_dir.mkdir(parents=True, exist_ok=True)
@@ -135,7 +135,7 @@ class SharingPeer(SwarmPeer):
             return
         self._handle.add_piece(index, data, 0)
         self.offered.add(index)
-        if index == self.bait or self.bait is None:
+        if index == self.bait:
             self._want_one()
         if self._webrtc_pending:
             self._join_webrtc()
@@ -144,23 +144,35 @@ class SharingPeer(SwarmPeer):
         """Keep one piece wanted at `BAIT_PRIORITY` (the module docstring): the highest
         it was neither handed nor holds that no connected peer holds (libtorrent asks
         nobody for it then); none when every such piece is held by a peer (a piece
-        wanted would be downloaded from it, and the next, one after the other). Its
-        connections opened meanwhile stay: libtorrent says upload-only only in a
-        handshake (``close_redundant_connections`` off: no message later)."""
+        wanted would be downloaded from it, and the next, one after the other), and
+        none from then on. Its connections stay either way: libtorrent says
+        upload-only only in a handshake (``close_redundant_connections`` off: no message
+        later); only connections opened after that see it upload-only."""
         handle = self._handle
         if handle is None or not self._sharing:
             return
+        # (two calls into libtorrent's thread, not one a piece)
+        have = handle.status(lt.torrent_handle.query_pieces).pieces
         available = handle.piece_availability()
         for index in range(self.manifest.num_pieces - 1, -1, -1):
-            if index in self.offered or handle.have_piece(index):
+            if index in self.offered or (index < len(have) and have[index]):
                 continue
             if index < len(available) and available[index] > 0:
                 continue
             if index != self.bait:
+                self._unbait(have)
                 handle.piece_priority(index, BAIT_PRIORITY)
                 self.bait = index
             return
+        self._unbait(have)
         self.bait = None
+
+    def _unbait(self, have: Any) -> None:
+        # the piece wanted so far back to 0 if it still lacks it (a peer has it now)
+        bait, handle = self.bait, self._handle
+        held = bait is not None and (bait in self.offered or (bait < len(have) and have[bait]))
+        if bait is not None and handle is not None and not held:
+            handle.piece_priority(bait, 0)
 
     def _join_webrtc(self) -> None:
         """Announce to the WebTorrent trackers too (it has a piece to give now)."""
