@@ -5,42 +5,10 @@ address=)` is called once per directive request; it counts the request (once per
 address and window, below), updates the issue's demand estimate and answers `origin`
 or `swarm` (with the issue's `SwarmInfo`).
 
-**Who counts** (issue 25, finding 7). Directive requests are anonymous and cost nothing
-to send: 40 in 2 s from one address pushed an issue past the multicast threshold and 2
-a second kept it there for 10 minutes, a carousel at full rate for nobody. So a
-request counts only as *one client that may be downloading*: an address (IPv4, or an
-IPv6 /64, what one subscriber line gets) counts at most once per issue within
-``client_window_s`` (30 s, the typical download); its other requests in the window
-(retries, re-asks, a script) are answered but add nothing. A client that asks again and
-again is thus one downloader (rate 1/window x window = 1), which is what it is. The
-pairs remembered are bounded (``max_clients_tracked``, the oldest forgotten first) and
-forgotten after the window. Requests from ``count_every_request_from`` (loopback by
-default: the operator's own host, the demo and the tests, whose clients share
-127.0.0.1) and requests without an address (the simulator) count each, as before.
-What this does not stop: a stranger with many addresses (a botnet) still looks like
-many readers; demand from directives cannot tell them apart. Behind a reverse proxy on
-the balancer's own host every client is 127.0.0.1: take loopback out of
-``count_every_request_from`` there, or each request counts again (docs/balancer.md).
-
-The estimate (per issue):
-
-- **Request rate** r (requests/s), an exponentially weighted moving average with time
-  constant ``tau_s`` over the request arrivals: at each request,
-  ``r <- r * exp(-(t - t_prev) / tau_s) + 1 / tau_s``; read at time t it is decayed the
-  same way. A steady arrival rate lambda gives r -> lambda; a burst of k requests
-  raises r by k / tau_s at once and fades over a few tau_s.
-- **Concurrent downloaders** D, by Little's law: D = r x ``typical_download_s`` (the
-  mean time one client spends downloading an issue over the origin path). We use
-  arrivals x typical download time rather than counting requests in the last
-  directive-expiry window because a client asks once per download (plus a retry on
-  failure), not once per expiry window: requests in a window would count arrivals,
-  not the clients still downloading.
-- **The burst term** (issue 28, `pressrun.balancer.demand_burst`): the n requests
-  counted in the last ``burst_window_s`` by the same law at their rate's lower bound,
-  max(0, n - ``burst_z`` sqrt(n)) / window x ``typical_download_s``; D is the larger
-  of the two. A steady rate reads what it did, a crowd's start reads its level
-  sooner (9 requests in 3 s read 45, where the EWMA needs about 15), and D is never
-  under the EWMA's.
+Who counts is `pressrun.balancer.demand_clients` (once per client address and window);
+the estimate D, from this balancer's request rate, the other balancers' and the burst
+term, is `pressrun.balancer.demand_rates`; the thresholds are
+`pressrun.balancer.demand_config.DemandConfig`. This module holds the mode D calls for.
 
 The mode, with hysteresis so it does not flap: an issue enters `swarm` when
 D >= ``enter_downloaders`` (T_hi) and goes back to `origin` when D < ``leave_downloaders``
@@ -72,16 +40,6 @@ protocol's URLs: torrent at ``<origin>/content/<issue>/<issue>.torrent`` (docs/p
 An `origin` answer names the issue's swarm too when one is known: the origin reader's
 copy seeds it (`pressrun.clients.origin_seed`).
 
-**Several balancers** (issue 30). Balancer instances on one Redis share demand: each
-publishes its own per-issue rates (`local_rates`) and hears the sum of the others'
-(`set_remote_rates`, `pressrun.balancer.shared`); D is then computed from this
-instance's rate plus the others' (decayed from when they were heard at the same
-``tau_s``), so the thresholds hold whatever the number of instances, and each
-instance, applying the same thresholds to the same total, takes the same mode within
-one exchange. The burst term counts the others' requests from the rise of their rate
-between two hearings (each request adds 1 / tau_s to it); a first hearing, or one
-more than ``burst_window_s`` after the last, adds none. Without it (no Redis) the
-remote part is zero: a balancer alone.
 
 Wiring (the balancer service owner): ``BalancerCore(..., mode_policy=DemandPolicy(
 DemandConfig(...), swarms))`` where ``swarms`` maps issue id -> SwarmInfo (a dict the
@@ -90,124 +48,40 @@ service may update as issues are published; the policy reads it at each request)
 
 from __future__ import annotations
 
-import ipaddress
 import math
-from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from pressrun.balancer import demand_rates
 from pressrun.balancer.core import ModeDecision
-from pressrun.balancer.demand_burst import RecentRequests, burst_downloaders
+from pressrun.balancer.demand_clients import ClientCounter, client_key
+from pressrun.balancer.demand_config import DemandConfig
+from pressrun.balancer.demand_rates import (
+    FADED_RATE_PER_S,
+    MAX_REMOTE_ISSUES,
+    IssueDemand,
+    count_request,
+    downloaders_at,
+    rate_at,
+    total_rate_at,
+)
 from pressrun.balancer.events import DeliveryMode, MulticastInfo, SwarmInfo
+
+#: re-exported: callers import them from here
+__all__ = [
+    "FADED_RATE_PER_S",
+    "MAX_REMOTE_ISSUES",
+    "DemandConfig",
+    "DemandEstimate",
+    "DemandPolicy",
+    "IssueDemandView",
+    "client_key",
+    "swarm_info_for",
+]
 
 _ORIGIN = ModeDecision(DeliveryMode.ORIGIN)
 #: the modes' order: from one to a higher one is a step up (taken without the dwell)
 _LEVEL = {DeliveryMode.ORIGIN: 0, DeliveryMode.SWARM: 1, DeliveryMode.MULTICAST: 2}
-
-
-@dataclass(frozen=True, slots=True)
-class DemandConfig:
-    """Thresholds of the demand policy, with documented defaults.
-
-    tau_s: time constant of the request-rate EWMA (seconds). 10 s follows a crowd
-        within seconds and forgets it within about a minute.
-    typical_download_s: mean time a client downloads over the origin path (seconds);
-        D = rate x this (Little's law). 30 s: a 100 MB issue at about 27 Mbit/s.
-    enter_downloaders: T_hi, D at or above which an issue moves to the swarm. 20: the
-        size from which the loopback swarm bench shows the swarm beating the origins'
-        capacity (docs/swarm.md).
-    leave_downloaders: T_lo, D below which it goes back to the origins. 8.
-    min_dwell_s: a mode is left downward only this long after the issue's last
-        change (seconds); a step up is never held (the module docstring). 30.
-    multicast_enter_downloaders: T_mc_hi, D at or above which an issue moves to
-        multicast (None: no multicast level). 100 in ``pressrun serve balancer`` when a
-        multicast sender is given: above the swarm's threshold by the factor the
-        loopback runs show a swarm's origins' share rising again (docs/multicast.md).
-    multicast_leave_downloaders: T_mc_lo, D below which it leaves multicast. 50.
-    client_window_s: a client address (an IPv4 address, an IPv6 /64) counts at most
-        once per issue within this many seconds; 0 counts every request (the rule
-        before issue 25). 30: ``typical_download_s``, so a client that keeps asking
-        counts as the one downloader it is.
-    max_clients_tracked: the most (issue, address) pairs remembered for the window;
-        past it the oldest are forgotten (and may count again). 100,000: about 20 MB.
-    count_every_request_from: networks whose every request counts (CIDR strings).
-        Loopback by default: the operator's host (the demo's and the tests' clients
-        all come from 127.0.0.1). Empty behind a reverse proxy on the same host.
-    burst_window_s: the burst term's window (seconds; 0: none, D is the EWMA's). 3
-        and burst_z 1.5 (the standard deviations of a Poisson count taken off it):
-        docs/results/2026-11-29-demand-burst.md says why.
-    burst_z: see burst_window_s.
-    """
-
-    tau_s: float = 10.0
-    typical_download_s: float = 30.0
-    enter_downloaders: float = 20.0
-    leave_downloaders: float = 8.0
-    min_dwell_s: float = 30.0
-    multicast_enter_downloaders: float | None = None
-    multicast_leave_downloaders: float = 50.0
-    client_window_s: float = 30.0
-    max_clients_tracked: int = 100_000
-    burst_window_s: float = 3.0
-    burst_z: float = 1.5
-    count_every_request_from: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
-
-    def __post_init__(self) -> None:
-        if self.multicast_enter_downloaders is not None and not (
-            self.leave_downloaders
-            <= self.multicast_leave_downloaders
-            < self.multicast_enter_downloaders
-        ):
-            raise ValueError(
-                "need leave_downloaders <= multicast_leave_downloaders < "
-                f"multicast_enter_downloaders, got {self.leave_downloaders}, "
-                f"{self.multicast_leave_downloaders} and {self.multicast_enter_downloaders}"
-            )
-        for name in ("tau_s", "typical_download_s"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                raise ValueError(f"{name} must be a positive number")
-        if not 0 <= self.leave_downloaders < self.enter_downloaders:
-            raise ValueError(
-                "need 0 <= leave_downloaders < enter_downloaders (the hysteresis band), "
-                f"got {self.leave_downloaders} and {self.enter_downloaders}"
-            )
-        if not (self.min_dwell_s >= 0 and math.isfinite(self.min_dwell_s)):
-            raise ValueError("min_dwell_s must be >= 0")
-        if not (self.client_window_s >= 0 and math.isfinite(self.client_window_s)):
-            raise ValueError("client_window_s must be >= 0 (0: every request counts)")
-        if self.max_clients_tracked < 1:
-            raise ValueError("max_clients_tracked must be at least 1")
-        if not (self.burst_window_s >= 0 and math.isfinite(self.burst_window_s)):
-            raise ValueError("burst_window_s must be >= 0 (0: no burst term)")
-        if not (self.burst_z >= 0 and math.isfinite(self.burst_z)):
-            raise ValueError("burst_z must be >= 0")
-        for net in self.count_every_request_from:
-            try:
-                ipaddress.ip_network(net, strict=False)
-            except ValueError:
-                raise ValueError(
-                    f"count_every_request_from: {net!r} is not a network (e.g. 10.0.0.0/8)"
-                ) from None
-
-    def networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-        """`count_every_request_from` parsed."""
-        return tuple(ipaddress.ip_network(n, strict=False) for n in self.count_every_request_from)
-
-
-def client_key(address: str) -> str:
-    """What one client is for counting: an IPv4 address, an IPv6 /64 (one subscriber
-    line's prefix: an attacker has 2^64 addresses in it), or, for anything that does
-    not parse, its first 64 characters."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return address[:64]
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
-    return str(ip)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,34 +112,8 @@ class IssueDemandView:
     recent_requests: float = 0.0
 
 
-#: requests/s under which an issue's demand has faded: not shared with the other
-#: balancers (`DemandPolicy.local_rates`), and forgotten once no origin holds it
-FADED_RATE_PER_S = 1e-4
-
 #: how often `DemandPolicy.decide` looks for faded issues no origin holds (seconds)
 _SWEEP_EVERY_S = 1.0
-
-#: no issue heard of only from other balancers is added past this many issues with
-#: state (their rates come from our own instances, but the bound holds whatever
-#: Redis holds)
-MAX_REMOTE_ISSUES = 10_000
-
-
-@dataclass(slots=True)
-class _IssueDemand:
-    rate_per_s: float = 0.0
-    last_request_at: float | None = None
-    #: the other balancers' rate for the issue when heard, and when (``now``)
-    remote_rate_per_s: float = 0.0
-    remote_at: float = 0.0
-    #: whether the other balancers' rate has been heard (a first hearing adds nothing
-    #: to the burst term: what it holds came at no known time)
-    remote_heard: bool = False
-    #: the requests of the last burst window, here and (their increments) at the others
-    recent: RecentRequests | None = None
-    mode: DeliveryMode = DeliveryMode.ORIGIN
-    mode_since: float | None = None
-    changes: int = 0
 
 
 def swarm_info_for(
@@ -299,12 +147,8 @@ class DemandPolicy:
         self.swarms = swarms
         #: issue id -> its running carousel (the service keeps it up to date)
         self.carousels: Mapping[str, MulticastInfo] = carousels if carousels is not None else {}
-        self._issues: dict[str, _IssueDemand] = {}
-        #: (issue, client key) -> when it last counted, oldest first (``now`` only grows)
-        self._counted: OrderedDict[tuple[str, str], float] = OrderedDict()
-        self._every_request_from = config.networks()
-        #: requests answered but not counted (the same client within its window)
-        self.requests_not_counted = 0
+        self._issues: dict[str, IssueDemand] = {}
+        self._clients = ClientCounter(config)
         #: issues no origin in rotation holds (`forget_issue`) whose demand is kept
         #: until it has faded (insertion order; bounded by the issues held before)
         self._unheld: dict[str, None] = {}
@@ -313,134 +157,43 @@ class DemandPolicy:
         #: a change: `pressrun.balancer.carousels.keep_carousels`)
         self.multicast_entries = 0
 
+    @property
+    def requests_not_counted(self) -> int:
+        """Requests answered but not counted (the same client within its window)."""
+        return self._clients.requests_not_counted
+
     def counts(self, issue_id: str, address: str | None, *, now: float) -> bool:
         """Whether a request for the issue from ``address`` counts as demand now, and
-        remember it if so (once per client and issue within ``client_window_s``)."""
-        window = self.config.client_window_s
-        if address is None or window == 0:
-            return True
-        if self._every_request_from:
-            try:
-                ip = ipaddress.ip_address(address.split("%", 1)[0])
-            except ValueError:
-                ip = None
-            if ip is not None and any(ip in net for net in self._every_request_from):
-                return True
-        counted = self._counted
-        horizon = now - window
-        while counted:
-            oldest_key, oldest_at = next(iter(counted.items()))
-            if oldest_at > horizon:
-                break
-            del counted[oldest_key]
-        pair = (issue_id, client_key(address))
-        if pair in counted:
-            self.requests_not_counted += 1
-            return False
-        counted[pair] = now
-        if len(counted) > self.config.max_clients_tracked:
-            counted.popitem(last=False)
-        return True
+        remember it if so (once per client and issue within ``client_window_s``:
+        `pressrun.balancer.demand_clients`)."""
+        return self._clients.counts(issue_id, address, now=now)
 
     def clients_tracked(self) -> int:
         """How many (issue, client) pairs are remembered (bounded)."""
-        return len(self._counted)
+        return self._clients.clients_tracked()
 
-    def _rate_at(self, state: _IssueDemand, now: float) -> float:
-        """This balancer's own rate for the issue now."""
-        if state.last_request_at is None:
-            return 0.0
-        elapsed = max(0.0, now - state.last_request_at)
-        return state.rate_per_s * math.exp(-elapsed / self.config.tau_s)
-
-    def _total_rate_at(self, state: _IssueDemand, now: float) -> float:
-        """This balancer's rate plus the other balancers' (decayed since heard)."""
-        rate = self._rate_at(state, now)
-        if state.remote_rate_per_s > 0.0:
-            elapsed = max(0.0, now - state.remote_at)
-            rate += state.remote_rate_per_s * math.exp(-elapsed / self.config.tau_s)
-        return rate
-
-    def _count_recent(self, state: _IssueDemand, now: float, count: float) -> None:
-        """Add ``count`` requests at ``now`` to the burst window (if there is one)."""
-        window = self.config.burst_window_s
-        if window <= 0.0:
-            return
-        if state.recent is None:
-            state.recent = RecentRequests(window)
-        state.recent.add(now, count)
-
-    def _downloaders(self, state: _IssueDemand, now: float) -> float:
-        """D: the EWMA's downloaders (this balancer's and the others'), or the burst
-        term's if larger (module docstring)."""
-        cfg = self.config
-        steady = self._total_rate_at(state, now) * cfg.typical_download_s
-        if state.recent is None:
-            return steady
-        burst = burst_downloaders(
-            state.recent.count(now),
-            window_s=cfg.burst_window_s,
-            z=cfg.burst_z,
-            typical_download_s=cfg.typical_download_s,
-        )
-        return max(steady, burst)
+    def _downloaders(self, state: IssueDemand, now: float) -> float:
+        """D for the issue now (`pressrun.balancer.demand_rates.downloaders_at`)."""
+        return downloaders_at(state, now, self.config)
 
     def local_rates(self, *, now: float, floor: float = FADED_RATE_PER_S) -> dict[str, float]:
         """This balancer's own request rate per issue now (what it shares with the
         others); rates below ``floor`` (requests/s) are left out."""
-        out: dict[str, float] = {}
-        for issue_id, state in self._issues.items():
-            rate = self._rate_at(state, now)
-            if rate >= floor:
-                out[issue_id] = rate
-        return out
+        return demand_rates.local_rates(self._issues, now=now, tau_s=self.config.tau_s, floor=floor)
 
     def set_remote_rates(self, rates: Mapping[str, float], *, now: float) -> None:
-        """The other balancers' summed rate per issue, as of ``now``: replaces what
-        was heard before (an issue not named has no remote demand any more). An issue
-        known only from them gets a state (up to `MAX_REMOTE_ISSUES`), so its mode
-        (and carousel) follows the total even here."""
-        for issue_id, state in list(self._issues.items()):
-            if issue_id not in rates:
-                state.remote_rate_per_s = 0.0
-                state.remote_at = now
-                state.remote_heard = True
-                if state.last_request_at is None and state.mode is DeliveryMode.ORIGIN:
-                    del self._issues[issue_id]  # heard only from others, and gone there
-        tau = self.config.tau_s
-        for issue_id, rate in rates.items():
-            if not (rate >= 0.0 and math.isfinite(rate)):
-                continue
-            known = self._issues.get(issue_id)
-            if known is None:
-                if len(self._issues) >= MAX_REMOTE_ISSUES:
-                    continue
-                known = self._issues[issue_id] = _IssueDemand()
-            # the others' requests since the last hearing, for the burst term: their
-            # rate's rise over its decay, times tau (each request adds 1 / tau to it).
-            # Only from a hearing within the window: after a gap (Redis not answering)
-            # the rise holds requests of unknown times, not a burst
-            since = now - known.remote_at
-            if known.remote_heard and 0.0 <= since <= self.config.burst_window_s:
-                before = known.remote_rate_per_s * math.exp(-since / tau)
-                self._count_recent(known, now, (rate - before) * tau)
-            known.remote_rate_per_s = rate
-            known.remote_at = now
-            known.remote_heard = True
+        """The other balancers' summed rate per issue, as of ``now``
+        (`pressrun.balancer.demand_rates.set_remote_rates`)."""
+        demand_rates.set_remote_rates(self._issues, rates, now=now, cfg=self.config)
 
     def handle_request(self, issue_id: str, *, now: float) -> None:
         """Count one directive request for the issue (decide() does this itself)."""
-        state = self._issues.setdefault(issue_id, _IssueDemand())
-        state.rate_per_s = self._rate_at(state, now) + 1.0 / self.config.tau_s
-        state.last_request_at = (
-            now if state.last_request_at is None else max(now, state.last_request_at)
-        )
-        self._count_recent(state, now, 1.0)
+        count_request(self._issues.setdefault(issue_id, IssueDemand()), now, self.config)
 
     def estimate(self, issue_id: str, *, now: float) -> DemandEstimate:
         """The issue's demand now, without counting a request."""
-        state = self._issues.get(issue_id, _IssueDemand())
-        rate = self._total_rate_at(state, now)
+        state = self._issues.get(issue_id, IssueDemand())
+        rate = total_rate_at(state, now, self.config.tau_s)
         return DemandEstimate(
             issue_id, rate, self._downloaders(state, now), state.mode, state.mode_since
         )
@@ -451,8 +204,8 @@ class DemandPolicy:
         policy keeps (those held by an origin, and at most `MAX_REMOTE_ISSUES` others)."""
         out = []
         for issue_id, state in self._issues.items():
-            local = self._rate_at(state, now)
-            total = self._total_rate_at(state, now)
+            local = rate_at(state, now, self.config.tau_s)
+            total = total_rate_at(state, now, self.config.tau_s)
             out.append(
                 IssueDemandView(
                     issue_id,
@@ -467,7 +220,7 @@ class DemandPolicy:
             )
         return out
 
-    def _target(self, state: _IssueDemand, downloaders: float, has_swarm: bool) -> DeliveryMode:
+    def _target(self, state: IssueDemand, downloaders: float, has_swarm: bool) -> DeliveryMode:
         """The mode D calls for from the current one (the hysteresis bands)."""
         cfg = self.config
         mc_enter = cfg.multicast_enter_downloaders
@@ -483,7 +236,7 @@ class DemandPolicy:
             return DeliveryMode.SWARM if downloaders >= cfg.enter_downloaders else current
         return DeliveryMode.ORIGIN if downloaders < cfg.leave_downloaders else DeliveryMode.SWARM
 
-    def _update(self, issue_id: str, state: _IssueDemand, now: float) -> None:
+    def _update(self, issue_id: str, state: IssueDemand, now: float) -> None:
         downloaders = self._downloaders(state, now)
         target = self._target(state, downloaders, issue_id in self.swarms)
         # the dwell holds a step down only (the module docstring): a step up is taken
@@ -507,7 +260,7 @@ class DemandPolicy:
                 self._sweep_unheld(now)
         if self.counts(issue_id, address, now=now):
             self.handle_request(issue_id, now=now)
-        state = self._issues.setdefault(issue_id, _IssueDemand())
+        state = self._issues.setdefault(issue_id, IssueDemand())
         self._update(issue_id, state, now)
         swarm = self.swarms.get(issue_id)
         if state.mode is DeliveryMode.MULTICAST:
@@ -538,7 +291,7 @@ class DemandPolicy:
                 self._update(issue_id, state, now)
                 if state.mode is not DeliveryMode.ORIGIN:
                     continue
-                if self._total_rate_at(state, now) >= FADED_RATE_PER_S:
+                if total_rate_at(state, now, self.config.tau_s) >= FADED_RATE_PER_S:
                     continue
                 del self._issues[issue_id]
             del self._unheld[issue_id]
