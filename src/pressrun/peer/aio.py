@@ -26,7 +26,10 @@ session's alerts and its status; the parts around it have a module each:
 - `pressrun.peer.scrape`: the BEP 48 scrape when the core asks for the swarm's counts;
 - `pressrun.peer.feed`: the owed pieces the peer fetches from the origins itself;
 - `pressrun.peer.verify`: the final manifest check and the pieces kept after a stall;
-- `pressrun.peer.leave`: the leave sequence (ring, tracker, resume data, handover);
+- `pressrun.peer.torrent_params`: the trackers, web seeds and resume data the torrent
+  is added with;
+- `pressrun.peer.leave`: the leave sequence (ring, tracker, resume data, handover) and
+  its seconds;
 - `pressrun.peer.ring_link`: the `chord` policy's ring client, started and fed;
 - `pressrun.peer.resume`: the resume data next to the file.
 
@@ -45,7 +48,6 @@ later join rechecks.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -72,16 +74,16 @@ from pressrun.peer.events import (
 from pressrun.peer.feed import OwedPieceFeed
 from pressrun.peer.leave import LeaveSequence
 from pressrun.peer.results import SwarmError, SwarmProgress, SwarmResult
-from pressrun.peer.resume import read_resume, resume_path_for
+from pressrun.peer.resume import resume_path_for
 from pressrun.peer.ring_client import RingClient
 from pressrun.peer.ring_link import RingLink
 from pressrun.peer.scrape import TrackerScrape
 from pressrun.peer.session import AlertSession, new_peer_id, session_settings
 from pressrun.peer.status import SwarmStatus
 from pressrun.peer.timeline import SwarmTimeline
+from pressrun.peer.torrent_params import add_torrent_params, websocket_trackers
 from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, make_uploader_policy
 from pressrun.peer.verify import FinalVerification, missing_spans
-from pressrun.tracker.websocket_urls import webtorrent_tracker_url
 
 __all__ = [
     "SwarmError",
@@ -93,9 +95,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: tracker URL schemes of the WebTorrent tracker (tracker/websocket.py)
-WEBSOCKET_SCHEMES = ("ws://", "wss://")
 
 
 class SwarmPeer(RingLink):
@@ -205,15 +204,9 @@ class SwarmPeer(RingLink):
 
     @property
     def websocket_trackers(self) -> list[str]:
-        """The torrent's ``ws://``/``wss://`` trackers (WebRTC peers, browser readers);
-        for a torrent that names no tracker at all (published without ``--tracker``, as
-        the benches and the emulation do), the directive's tracker's WebSocket twin,
-        where the balancer sends browsers: without it the desktop never met a reader
-        (issue 26). A torrent naming only HTTP trackers (``--no-webtorrent``) gets none."""
-        if not self._meta.trackers and self.tracker_url is not None:
-            twin = webtorrent_tracker_url(self.tracker_url)
-            return [] if twin is None else [twin]
-        return [t for t in self._meta.trackers if t.startswith(WEBSOCKET_SCHEMES)]
+        """The torrent's WebSocket trackers, or the directive's tracker's twin
+        (`pressrun.peer.torrent_params.websocket_trackers`)."""
+        return websocket_trackers(self._meta, self.tracker_url)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -285,25 +278,14 @@ class SwarmPeer(RingLink):
         return self._loop.time()
 
     def _add_params(self) -> Any:
-        atp, self._feed.fed_bytes = read_resume(self.resume_path)
-        if atp is None:
-            atp = lt.add_torrent_params()
-        atp.ti = self._info
-        atp.save_path = str(self.partial_dir)
-        # Started now, not by libtorrent's queue: its default flags add a torrent
-        # paused and auto-managed, and the session's queue unpauses it on its next
-        # one-second tick, so the first announce (and every connection) waited up to
-        # 1 s: 17 of 20 peers started at once announced 0.7-1.0 s after their start
-        # (docs/results/2026-11-28-swarm-limit.md). One torrent a session needs no queue.
-        atp.flags &= ~(lt.torrent_flags.paused | lt.torrent_flags.auto_managed)
-        if self.tracker_url is not None:
-            # the directive's tracker replaces the torrent's HTTP ones; its WebSocket
-            # trackers stay: that is how browser readers reach this peer (WebRTC)
-            atp.trackers = [self.tracker_url, *self.websocket_trackers]
-        # Only the origins the torrent does not name already: libtorrent keeps a
-        # duplicate as a second web seed, which remove_url_seed() does not remove.
-        in_torrent = set(self._info_web_seeds())
-        atp.url_seeds = [u for u in self.web_seeds if u not in in_torrent]
+        atp, self._feed.fed_bytes = add_torrent_params(
+            info=self._info,
+            meta=self._meta,
+            partial_dir=self.partial_dir,
+            resume_path=self.resume_path,
+            tracker_url=self.tracker_url,
+            web_seeds=self.web_seeds,
+        )
         return atp
 
     async def downloaded(self) -> bool:
@@ -348,19 +330,8 @@ class SwarmPeer(RingLink):
 
     def left(self, result: SwarmResult) -> SwarmResult:
         """``result`` (`finished`'s or `stop`'s) with the leave's seconds, once `close`
-        ended: from the end of the seeding until now, and each step's."""
-        leave_s = self._leave.leave_s() if self._loop is not None else None
-        if leave_s is None:
-            return result
-        steps = dict(self._leave.steps)
-        steps["close"] = round(leave_s - sum(steps.values()), 3)
-        log.info(
-            "%s: left the swarm in %.2f s (%s)",
-            self.manifest.issue_id,
-            leave_s,
-            ", ".join(f"{k} {v:.2f}" for k, v in steps.items()),
-        )
-        return dataclasses.replace(result, leave_s=round(leave_s, 3), leave_steps=steps)
+        ended (`pressrun.peer.leave.LeaveSequence.report`)."""
+        return result if self._loop is None else self._leave.report(result)
 
     def result(self) -> SwarmResult:
         """The outcome so far (final after `finished` / `stop`)."""

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,10 +33,13 @@ import libtorrent as lt
 
 from pressrun.content.codec import Manifest
 from pressrun.peer.events import LeaveRule
+from pressrun.peer.results import SwarmResult
 from pressrun.peer.resume import write_resume
 from pressrun.peer.ring_client import RingClient
 from pressrun.peer.session import AlertSession
 from pressrun.peer.verify import verified_pieces
+
+log = logging.getLogger(__name__)
 
 LEAVE_ANNOUNCE_TIMEOUT_S = 5.0
 #: the leave's waits together, at most (module docstring); each also keeps its own bound
@@ -202,6 +207,22 @@ class LeaveSequence:
     def leave_s(self) -> float | None:
         """Seconds from the start of the leave until now (None: it never left)."""
         return None if self.left_at is None else self._clock() - self.left_at
+
+    def report(self, result: SwarmResult) -> SwarmResult:
+        """``result`` with the leave's seconds (once the session closed): from the end
+        of the seeding until now, and each step's (``close``: what the steps leave)."""
+        leave_s = self.leave_s()
+        if leave_s is None:
+            return result
+        steps = dict(self.steps)
+        steps["close"] = round(leave_s - sum(steps.values()), 3)
+        log.info(
+            "%s: left the swarm in %.2f s (%s)",
+            self.manifest.issue_id,
+            leave_s,
+            ", ".join(f"{k} {v:.2f}" for k, v in steps.items()),
+        )
+        return dataclasses.replace(result, leave_s=round(leave_s, 3), leave_steps=steps)
 
     async def _save_resume(self, *, wait: bool) -> None:
         handle = self._handle()
