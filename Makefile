@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml | system
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-$(NATIVE_STAMP): $(STAMP) $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(NATIVE)/pyproject.toml $(wildcard $(NATIVE)/src/*.rs) $(NATIVE)/pressrun_flute.pyi
+$(NATIVE_STAMP): $(STAMP) $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(NATIVE)/pyproject.toml $(wildcard $(NATIVE)/src/*.rs $(NATIVE)/src/*/*.rs) $(NATIVE)/pressrun_flute.pyi
 	./scripts/check-rust.sh
 	PATH="$$(./scripts/check-rust.sh --dir):$$PATH" CARGO_TARGET_DIR="$(CURDIR)/$(NATIVE)/target" \
 		$(BIN)/pip install -q ./$(NATIVE)
