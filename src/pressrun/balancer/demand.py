@@ -2,7 +2,7 @@
 
 A pure `ModePolicy` (pressrun.balancer.core): `DemandPolicy.decide(issue_id, now=,
 address=)` is called once per directive request; it counts the request (once per client
-address and window, below), updates the issue's demand estimate and answers `origin`
+address and window: `demand_clients`), updates the issue's demand estimate and answers `origin`
 or `swarm` (with the issue's `SwarmInfo`).
 
 Who counts is `pressrun.balancer.demand_clients` (once per client address and window);

@@ -24,7 +24,7 @@ class DemandConfig:
         capacity (docs/swarm.md).
     leave_downloaders: T_lo, D below which it goes back to the origins. 8.
     min_dwell_s: a mode is left downward only this long after the issue's last
-        change (seconds); a step up is never held (the module docstring). 30.
+        change (seconds); a step up is never held (`pressrun.balancer.demand`). 30.
     multicast_enter_downloaders: T_mc_hi, D at or above which an issue moves to
         multicast (None: no multicast level). 100 in ``pressrun serve balancer`` when a
         multicast sender is given: above the swarm's threshold by the factor the
