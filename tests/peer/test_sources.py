@@ -155,31 +155,14 @@ def _status_with_ring_answers(fetch_bps: int) -> tuple[Any, Any]:
     # connected peer (the ring says others bring them: `wait`), 3 held by one
     # connected peer (held off: the chord policy's priority 0), 4 and 5 by two.
     from pressrun.peer.chord_policy import ChordPolicy
-    from pressrun.peer.feed import OwedPieceFeed
-    from pressrun.peer.status import SwarmStatus
     from pressrun.peer.uploader import SwarmView
+    from swarm_status_rig import six_piece_status
 
-    manifest = types.SimpleNamespace(num_pieces=6, info_hash="12" * 20)
     handle = _Handle([1, 0, 0, 1, 2, 2])
     policy = ChordPolicy()
     policy.set_ring_answers(bring_in=[0])
-    feed = OwedPieceFeed(
-        manifest=manifest,  # type: ignore[arg-type]
-        web_seeds=["http://origin"],
-        retry_s=1.0,
-        handle=lambda: handle,
-        running=lambda: True,
-    )
-    feed.fetch_bps = fetch_bps  # its last piece from the origins came at this rate
-    status = SwarmStatus(
-        manifest=manifest,  # type: ignore[arg-type]
-        policy=policy,
-        feed=feed,
-        handle=lambda: handle,
-        peer_id=lambda: "ab" * 20,
-        on_pieces_changed=lambda: None,
-        upload_limit_bps=1_000_000,
-    )
+    status = six_piece_status(handle, policy, upload_limit_bps=1_000_000)
+    status._feed.fetch_bps = fetch_bps  # its last piece from the origins came at this rate
     have = (True, False, False, False, False, False)
     plan = policy.plan(
         SwarmView(

@@ -20,7 +20,6 @@ import libtorrent as lt
 import pytest
 
 from pressrun.peer.chord_policy import ChordPolicy
-from pressrun.peer.feed import OwedPieceFeed
 from pressrun.peer.sources import (
     MissingPieces,
     PeerInfoTally,
@@ -31,8 +30,8 @@ from pressrun.peer.sources import (
 from pressrun.peer.status import SwarmStatus
 from pressrun.peer.stripes_policy import StripesPolicy
 from pressrun.peer.uploader import HOLD_PRIORITY, MIN_PRIORITY, SwarmView, UploaderPolicy
+from swarm_status_rig import PIECE, six_piece_status
 
-PIECE = 131_072
 _HAVE = (True, False, False, False, False, False)
 #: 21 peers sending, 80 kB/s each (1.68 MB/s together)
 _SENDING = 21
@@ -69,23 +68,8 @@ class _Handle:
 
 
 def _crowd_reader(policy: UploaderPolicy) -> SwarmStatus:
-    manifest = types.SimpleNamespace(num_pieces=6, info_hash="12" * 20, piece_size_bytes=PIECE)
     handle = _Handle()
-    feed = OwedPieceFeed(
-        manifest=manifest,  # type: ignore[arg-type]
-        web_seeds=["http://origin-a"],
-        retry_s=1.0,
-        handle=lambda: handle,
-        running=lambda: True,
-    )
-    status = SwarmStatus(
-        manifest=manifest,  # type: ignore[arg-type]
-        policy=policy,
-        feed=feed,
-        handle=lambda: handle,
-        peer_id=lambda: "ab" * 20,
-        on_pieces_changed=lambda: None,
-    )
+    status = six_piece_status(handle, policy, web_seed="http://origin-a")
     view = SwarmView(
         peer_id="ab" * 20,
         info_hash="12" * 20,
@@ -98,7 +82,7 @@ def _crowd_reader(policy: UploaderPolicy) -> SwarmStatus:
     status.last_plan = plan.piece_priorities if plan is not None else None
     # its one piece from the origins came at 130 kB/s (a new connection, at the
     # busiest moment), and nothing measured them again
-    feed.fetch_bps = _FIRST_FETCH_BPS
+    status._feed.fetch_bps = _FIRST_FETCH_BPS
     for k, now in enumerate((10.0, 11.0, 12.0)):
         st: Any = types.SimpleNamespace(
             pieces=list(_HAVE),

@@ -15,7 +15,6 @@ import types
 from typing import Any
 
 from pressrun.peer.chord_policy import ChordPolicy
-from pressrun.peer.feed import OwedPieceFeed
 from pressrun.peer.sources import (
     PEERS_WINDOW_MAX_S,
     PEERS_WINDOW_S,
@@ -25,8 +24,7 @@ from pressrun.peer.sources import (
 )
 from pressrun.peer.status import SwarmStatus
 from pressrun.peer.uploader import SwarmView
-
-PIECE = 131_072
+from swarm_status_rig import PIECE, six_piece_status
 
 
 class _Handle:
@@ -48,27 +46,11 @@ class _Handle:
 
 
 def _status(*, upload_limit_bps: int = 0, queue: list[object] | None = None) -> SwarmStatus:
-    manifest = types.SimpleNamespace(num_pieces=6, info_hash="12" * 20, piece_size_bytes=PIECE)
     handle = _Handle()
     handle.queue = queue or []
     policy = ChordPolicy()
     policy.set_ring_answers(bring_in=[0])
-    feed = OwedPieceFeed(
-        manifest=manifest,  # type: ignore[arg-type]
-        web_seeds=["http://origin"],
-        retry_s=1.0,
-        handle=lambda: handle,
-        running=lambda: True,
-    )
-    status = SwarmStatus(
-        manifest=manifest,  # type: ignore[arg-type]
-        policy=policy,
-        feed=feed,
-        handle=lambda: handle,
-        peer_id=lambda: "ab" * 20,
-        on_pieces_changed=lambda: None,
-        upload_limit_bps=upload_limit_bps,
-    )
+    status = six_piece_status(handle, policy, upload_limit_bps=upload_limit_bps)
     plan = policy.plan(
         SwarmView(
             peer_id="ab" * 20,

@@ -15,11 +15,10 @@ import types
 from typing import Any
 
 from pressrun.peer.chord_policy import ChordPolicy
-from pressrun.peer.feed import OwedPieceFeed
 from pressrun.peer.status import SwarmStatus
 from pressrun.peer.uploader import SwarmView
+from swarm_status_rig import PIECE, six_piece_status
 
-PIECE = 131_072
 _HAVE = (True, False, False, False, False, False)
 
 
@@ -38,26 +37,11 @@ class _Handle:
 
 
 def _bench_peer() -> tuple[SwarmStatus, ChordPolicy]:
-    manifest = types.SimpleNamespace(num_pieces=6, info_hash="12" * 20, piece_size_bytes=PIECE)
     handle = _Handle()
     policy = ChordPolicy()
     policy.set_ring_answers(bring_in=[0])
-    feed = OwedPieceFeed(
-        manifest=manifest,  # type: ignore[arg-type]
-        web_seeds=["http://origin"],
-        retry_s=1.0,
-        handle=lambda: handle,
-        running=lambda: True,
-    )
-    status = SwarmStatus(
-        manifest=manifest,  # type: ignore[arg-type]
-        policy=policy,
-        feed=feed,
-        handle=lambda: handle,
-        peer_id=lambda: "ab" * 20,
-        on_pieces_changed=lambda: None,
-        upload_limit_bps=1_000_000,  # the bench's 1 MB/s a peer
-    )
+    # the bench's 1 MB/s a peer
+    status = six_piece_status(handle, policy, upload_limit_bps=1_000_000)
     view = SwarmView(
         peer_id="ab" * 20,
         info_hash="12" * 20,
