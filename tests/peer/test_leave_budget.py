@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("libtorrent")
 
 from pressrun.peer.events import LeaveRule
-from pressrun.peer.leave import LEAVE_BUDGET_S, LeaveSequence
+from pressrun.peer.leave import LEAVE_BUDGET_S, RING_LEAVE_WAIT_S, LeaveSequence
 
 
 class SilentHandle:
@@ -99,8 +99,10 @@ async def test_a_leave_where_nothing_answers_ends_within_its_budget(tmp_path: Pa
     # within the budget (the code before: 17 s), and the steps say where it went
     assert LEAVE_BUDGET_S - 0.1 <= took <= LEAVE_BUDGET_S + 1.0, took
     assert list(leave.steps) == ["ring", "tracker", "resume", "remove"]
-    assert leave.steps["ring"] == pytest.approx(2.0, abs=0.3)
-    assert leave.steps["tracker"] == pytest.approx(LEAVE_BUDGET_S - 2.0, abs=0.3)
+    # the ring's wait ran to its own bound and the tracker's to the budget's end (lower
+    # bounds: a loaded host makes a wait longer, never shorter)
+    assert leave.steps["ring"] >= RING_LEAVE_WAIT_S - 0.01
+    assert leave.steps["ring"] + leave.steps["tracker"] >= LEAVE_BUDGET_S - 0.01
     assert leave.steps["resume"] < 0.3 and leave.steps["remove"] < 0.3
     assert sum(leave.steps.values()) == pytest.approx(took, abs=0.1)
     left_s = leave.leave_s()
