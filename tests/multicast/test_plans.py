@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
+from pressrun.multicast.net import receiver_socket
 from pressrun.multicast.plans import (
     DERIVED_PORT_BASE,
     DERIVED_PORT_SPAN,
@@ -25,6 +28,9 @@ def test_derived_plans_are_stable_inside_the_range_and_never_share_a_group() -> 
     assert all(g.startswith("239.255.10.") and int(g.rsplit(".", 1)[1]) < 8 for g in a.groups)
     assert a.tsi == derived_tsi("weekly-a") and 0 < a.tsi < 2**31
     assert all(DERIVED_PORT_BASE <= p < DERIVED_PORT_BASE + DERIVED_PORT_SPAN + 2 for p in a.ports)
+    # under every host's ephemeral ports (Linux from 32768, IANA from 49152), which any
+    # socket of the receiver's host may hold without SO_REUSEADDR, even with 16 channels
+    assert DERIVED_PORT_BASE >= 1024 and DERIVED_PORT_BASE + DERIVED_PORT_SPAN + 15 < 32768
     b = planner.plan("weekly-b", 3, tsi=7, taken=a.groups)
     assert set(b.groups).isdisjoint(a.groups) and b.tsi == 7
     with pytest.raises(ValueError, match="no 4 free groups"):
@@ -75,3 +81,25 @@ def test_issue_toi_fits_sixteen_bits() -> None:
     tois = {issue_toi(f"{n:064x}"[::-1]) for n in range(1, 2000)}
     assert all(1 <= toi <= 0xFFFF for toi in tois)
     assert issue_toi("f" * 64) == 0xFFFF
+
+
+def test_a_derived_port_is_never_one_the_receivers_host_may_hold_already() -> None:
+    """A socket bound to an ephemeral port without SO_REUSEADDR (what a host's own
+    outgoing sockets are) refuses a receiver's bind of that port: derived ports stay
+    under the host's ephemeral range (before: 40000-60015, inside Linux's)."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        holder.bind(("0.0.0.0", 0))
+        port = holder.getsockname()[1]
+        with pytest.raises(OSError) as refused:
+            receiver_socket("239.255.10.1", port, "127.0.0.1").close()
+        assert refused.value.errno == errno.EADDRINUSE
+    finally:
+        holder.close()
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ranges.read_text().split()[0]) if ranges.exists() else 32768
+    assert port >= low
+    planner = ChannelPlanner(group_base="239.255.0.0", group_count=4096)
+    for k in range(200):
+        ports = planner.plan(f"issue-{k}", 16, tsi=None, taken=()).ports
+        assert max(ports) < low, (k, ports)

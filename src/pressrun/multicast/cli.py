@@ -98,7 +98,7 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         type=int,
         default=0,
         help="channel c of a carousel uses this port + c (default 0: a port derived from "
-        "the issue id, 40000-59999, + c)",
+        "the issue id, 10000-29999, + c: under the hosts' ephemeral ports)",
     )
     p.add_argument(
         "--state-file",

@@ -39,8 +39,15 @@ from pressrun.durable import write_atomic
 log = logging.getLogger("pressrun.multicast.sender")
 
 #: ports derived from the issue id (without ``--channel-port-base``) are in
-#: ``DERIVED_PORT_BASE .. DERIVED_PORT_BASE + DERIVED_PORT_SPAN + 15``
-DERIVED_PORT_BASE = 40000
+#: ``DERIVED_PORT_BASE .. DERIVED_PORT_BASE + DERIVED_PORT_SPAN + 15``: under the
+#: ports a host hands out for its own outgoing sockets (Linux's ephemeral range
+#: 32768-60999, IANA's and Windows' 49152-65535). A receiver binds the channel's port
+#: with SO_REUSEADDR, and any socket already bound to that port without it (a DNS
+#: query's, a BitTorrent client's UDP socket: ephemeral) refuses the bind with
+#: EADDRINUSE; with 40000-60015 a carousel reader could not join its channel on such
+#: a host (the suite's fresh-clone run of 29 Nov 13:35: "Address already in use" on
+#: port 52019 while other tests ran beside it)
+DERIVED_PORT_BASE = 10000
 DERIVED_PORT_SPAN = 20000
 #: the plans a state file keeps at most (the least recently started go first)
 MAX_REMEMBERED = 4096
