@@ -15,14 +15,19 @@
 //! over a fresh image), then, per K and source share, the median of 7 decodes in us
 //! per received symbol and per block.
 
-use raptorq::{EncodingPacket, ObjectTransmissionInformation, SourceBlockDecoder, SourceBlockEncoder};
+use raptorq::{
+    EncodingPacket, ObjectTransmissionInformation, SourceBlockDecoder, SourceBlockEncoder,
+};
 
 const SYMBOL: usize = 1320;
 const EXTRA: usize = 20;
 
 /// CPU time of this thread, in seconds (the bench counts the receive thread's CPU).
 fn thread_cpu() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a valid timespec for the call to fill
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
@@ -62,18 +67,30 @@ fn copy_pass() -> (f64, usize) {
 }
 
 fn main() {
-    let mut copies: Vec<f64> = (0..7).map(|_| copy_pass()).map(|(s, n)| s / n as f64).collect();
+    let mut copies: Vec<f64> = (0..7)
+        .map(|_| copy_pass())
+        .map(|(s, n)| s / n as f64)
+        .collect();
     copies.sort_by(|a, b| a.partial_cmp(b).unwrap());
     println!(
         "one copy of a {SYMBOL}-byte symbol into a fresh 8 MiB image: {:.3} us/symbol (median of 7)",
         copies[3] * 1e6
     );
-    let ks: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let ks = if ks.is_empty() { vec![256, 512, 908, 1024, 4096] } else { ks };
+    let ks: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let ks = if ks.is_empty() {
+        vec![256, 512, 908, 1024, 4096]
+    } else {
+        ks
+    };
     println!("  K  source share  us/symbol (median of 7)  ms/block  decoded");
     for k in ks {
         let bytes = k * SYMBOL;
-        let data: Vec<u8> = (0..bytes).map(|i| (i as u32).wrapping_mul(2654435761) as u8).collect();
+        let data: Vec<u8> = (0..bytes)
+            .map(|i| (i as u32).wrapping_mul(2654435761) as u8)
+            .collect();
         let config = ObjectTransmissionInformation::new(bytes as u64, SYMBOL as u16, 1, 1, 4);
         let encoder = SourceBlockEncoder::new(0, &config, &data);
         let sources = encoder.source_packets();
@@ -86,8 +103,10 @@ fn main() {
                 .map(|i| sources[i].clone())
                 .collect();
             let need = k + EXTRA - picked.len();
-            let packets: Vec<EncodingPacket> =
-                picked.into_iter().chain(repairs[..need].iter().cloned()).collect();
+            let packets: Vec<EncodingPacket> = picked
+                .into_iter()
+                .chain(repairs[..need].iter().cloned())
+                .collect();
             let mut times = Vec::new();
             let mut ok = true;
             for _ in 0..7 {

@@ -11,7 +11,10 @@
 
 /// CPU time of this thread, in seconds.
 fn thread_cpu() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a valid timespec for the call to fill
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
@@ -22,8 +25,9 @@ fn main() {
     const EXTRA: usize = 20;
     println!("  K  source share  us/symbol (median of 5)  ms/block  decoded");
     for k in [256usize, 908] {
-        let data: Vec<u8> =
-            (0..k * SYMBOL).map(|i| (i as u32).wrapping_mul(2654435761) as u8).collect();
+        let data: Vec<u8> = (0..k * SYMBOL)
+            .map(|i| (i as u32).wrapping_mul(2654435761) as u8)
+            .collect();
         let mut encoder = raptor_code::SourceBlockEncoder::new(&data, k).expect("encoder");
         let k = encoder.nb_source_symbols() as usize;
         for share in [0.2, 0.5, 0.9] {

@@ -34,7 +34,9 @@ mod fast;
 use std::time::{Duration, SystemTime};
 
 use flute::core::{Oti, UDPEndpoint};
-use flute::sender::{CarouselRepeatMode, Config as SenderConfig, ObjectDesc, Sender, TransferConfig};
+use flute::sender::{
+    CarouselRepeatMode, Config as SenderConfig, ObjectDesc, Sender, TransferConfig,
+};
 
 const SYMBOL: u16 = 1320;
 const CHANNELS: usize = 4;
@@ -44,7 +46,10 @@ const OVERHEAD: f64 = 0.35;
 const ROUND: usize = 40;
 
 fn thread_cpu() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a valid timespec for the call to fill
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
@@ -67,16 +72,27 @@ fn encode(content: Vec<u8>, k_max: u16) -> (Vec<Vec<u8>>, Vec<(u32, u32)>) {
     let repair = ((k * CHANNELS) as f64 * (1.0 + OVERHEAD)).ceil() as usize - k;
     let oti = Oti::new_raptorq(SYMBOL, k_max, repair as u16, 1, 4).unwrap();
     let now = SystemTime::now();
-    let config = SenderConfig { toi_initial_value: Some(1), ..Default::default() };
-    let mut sender =
-        Sender::new(UDPEndpoint::new(None, "239.0.0.1".into(), 5000), 1, &Oti::new_no_code(SYMBOL, 64), &config);
+    let config = SenderConfig {
+        toi_initial_value: Some(1),
+        ..Default::default()
+    };
+    let mut sender = Sender::new(
+        UDPEndpoint::new(None, "239.0.0.1".into(), 5000),
+        1,
+        &Oti::new_no_code(SYMBOL, 64),
+        &config,
+    );
     let transfer = TransferConfig {
         oti: Some(oti.clone()),
-        carousel_mode: Some(CarouselRepeatMode::DelayBetweenTransfers(Duration::from_secs(3600))),
+        carousel_mode: Some(CarouselRepeatMode::DelayBetweenTransfers(
+            Duration::from_secs(3600),
+        )),
         ..Default::default()
     };
     let url = url::Url::parse("file:///issue").unwrap();
-    let object = ObjectDesc::create_from_buffer(content, "application/octet-stream", &url, false, transfer).unwrap();
+    let object =
+        ObjectDesc::create_from_buffer(content, "application/octet-stream", &url, false, transfer)
+            .unwrap();
     sender.add_object(0, object).unwrap();
     sender.publish(now).unwrap();
     let (mut packets, mut ids) = (Vec::new(), Vec::new());
@@ -96,7 +112,11 @@ fn encode(content: Vec<u8>, k_max: u16) -> (Vec<Vec<u8>>, Vec<(u32, u32)>) {
 /// (indices into ``ids``): by block, and within a block source symbol i of K at
 /// (i + 0.5) / K, repair symbol j of R at (j + 0.5) / R; the encoder's order with
 /// ``encoder_order``.
-fn pass_order(ids: &[(u32, u32)], k_of: &std::collections::BTreeMap<u32, u32>, encoder_order: bool) -> Vec<usize> {
+fn pass_order(
+    ids: &[(u32, u32)],
+    k_of: &std::collections::BTreeMap<u32, u32>,
+    encoder_order: bool,
+) -> Vec<usize> {
     let mut order: Vec<usize> = (0..ids.len()).collect();
     if encoder_order {
         return order;
@@ -110,7 +130,11 @@ fn pass_order(ids: &[(u32, u32)], k_of: &std::collections::BTreeMap<u32, u32>, e
     let place = |i: usize| {
         let (sbn, esi) = ids[i];
         let k = k_of[&sbn];
-        let at = if esi < k { (esi as f64 + 0.5) / k as f64 } else { ((esi - k) as f64 + 0.5) / repairs[&sbn] as f64 };
+        let at = if esi < k {
+            (esi as f64 + 0.5) / k as f64
+        } else {
+            ((esi - k) as f64 + 0.5) / repairs[&sbn] as f64
+        };
         (sbn, at, esi)
     };
     order.sort_by(|&a, &b| place(a).partial_cmp(&place(b)).unwrap());
@@ -120,7 +144,11 @@ fn pass_order(ids: &[(u32, u32)], k_of: &std::collections::BTreeMap<u32, u32>, e
 /// Each channel's cycle as pressrun.multicast.core.channel_cycles makes it over the
 /// pass in `pass_order` (RaptorQ: ESI mod N, each block's packets spread evenly over
 /// the cycle), FDT left out.
-fn cycles(ids: &[(u32, u32)], k_of: &std::collections::BTreeMap<u32, u32>, encoder_order: bool) -> Vec<Vec<usize>> {
+fn cycles(
+    ids: &[(u32, u32)],
+    k_of: &std::collections::BTreeMap<u32, u32>,
+    encoder_order: bool,
+) -> Vec<Vec<usize>> {
     let order = pass_order(ids, k_of, encoder_order);
     (0..CHANNELS)
         .map(|c| {
@@ -134,7 +162,9 @@ fn cycles(ids: &[(u32, u32)], k_of: &std::collections::BTreeMap<u32, u32>, encod
             let mut ranked: Vec<(f64, u32, usize)> = by_block
                 .iter()
                 .flat_map(|(&sbn, p)| {
-                    p.iter().enumerate().map(move |(r, &i)| ((r as f64 + 0.5) / p.len() as f64, sbn, i))
+                    p.iter()
+                        .enumerate()
+                        .map(move |(r, &i)| ((r as f64 + 0.5) / p.len() as f64, sbn, i))
                 })
                 .collect();
             ranked.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -148,18 +178,24 @@ fn main() {
     let k_max: u16 = args.first().and_then(|a| a.parse().ok()).unwrap_or(1024);
     let join: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(0.3);
     let rounds: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(5);
-    let content: Vec<u8> = (0..8usize << 20).map(|i| (i as u32).wrapping_mul(2654435761) as u8 ^ (i >> 13) as u8).collect();
+    let content: Vec<u8> = (0..8usize << 20)
+        .map(|i| (i as u32).wrapping_mul(2654435761) as u8 ^ (i >> 13) as u8)
+        .collect();
     let (packets, ids) = encode(content.clone(), k_max);
     // each block's K (RFC 6330 section 4.4.1.2: ZL blocks of KL symbols, then ZS of KS)
     let kt = content.len().div_ceil(SYMBOL as usize) as u32;
     let blocks = kt.div_ceil(k_max as u32);
     let (kl, ks) = (kt.div_ceil(blocks), kt / blocks);
     let zl = kt - ks * blocks;
-    let k_of: std::collections::BTreeMap<u32, u32> =
-        (0..blocks).map(|sbn| (sbn, if sbn < zl { kl } else { ks })).collect();
+    let k_of: std::collections::BTreeMap<u32, u32> = (0..blocks)
+        .map(|sbn| (sbn, if sbn < zl { kl } else { ks }))
+        .collect();
     for (&sbn, &k) in &k_of {
         // the pass holds ESIs 0..K of every block, then its repair symbols
-        assert_eq!(ids.iter().filter(|&&(b, esi)| b == sbn && esi < k).count(), k as usize);
+        assert_eq!(
+            ids.iter().filter(|&&(b, esi)| b == sbn && esi < k).count(),
+            k as usize
+        );
     }
     let encoder_order = std::env::var_os("RECEIVE_COST_ENCODER_ORDER").is_some();
     let cycles = cycles(&ids, &k_of, encoder_order);
@@ -169,19 +205,29 @@ fn main() {
     println!(
         "K max {k_max}, join at {join:.2} of the cycle, {} packets a pass, {}",
         packets.len(),
-        if encoder_order { "the encoder's order" } else { "source and repair interleaved (pass_order)" }
+        if encoder_order {
+            "the encoder's order"
+        } else {
+            "source and repair interleaved (pass_order)"
+        }
     );
     println!("round  us/packet  decode  (crate's)  writes  memory  rest  packets  decodes  minflt  bit-exact");
     let fresh_thread = std::env::var_os("RECEIVE_COST_FRESH_THREAD").is_some();
     // bytes of other memory written between rounds (untimed), as the other work
     // of a shared host evicts the caches while the receive loop sleeps 20 ms
-    let thrash: usize = std::env::var("RECEIVE_COST_THRASH").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let thrash: usize = std::env::var("RECEIVE_COST_THRASH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let mut other = vec![0u8; thrash];
     let (packets, cycles, content) = (&packets, &cycles, &content);
     for round in 0..rounds {
         let mut body = || {
             let mut objects = fast::FastObjects::new(dir.clone(), 256 << 20, false);
-            let mut pos: Vec<usize> = cycles.iter().map(|c| (join * c.len() as f64) as usize).collect();
+            let mut pos: Vec<usize> = cycles
+                .iter()
+                .map(|c| (join * c.len() as f64) as usize)
+                .collect();
             let (mut cpu, mut n) = (0.0, 0usize);
             let mut batch = vec![0u8; 64 * 4200];
             let mut lens = [0usize; 64];

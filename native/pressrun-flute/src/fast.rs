@@ -64,7 +64,10 @@ const MAX_DECODE_RECORDS: usize = 64;
 /// decode's share of the receive thread's CPU, which the bench prints beside the
 /// whole (docs/multicast.md, "Receiver CPU").
 fn thread_cpu_s() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a valid timespec for the call to fill
     if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
         return 0.0;
@@ -89,7 +92,9 @@ impl Bits {
     }
 
     fn contains(&self, i: usize) -> bool {
-        self.0.get(i / 64).is_some_and(|w| w & (1u64 << (i % 64)) != 0)
+        self.0
+            .get(i / 64)
+            .is_some_and(|w| w & (1u64 << (i % 64)) != 0)
     }
 }
 
@@ -129,10 +134,14 @@ pub struct FastObjects {
     retired_records: Vec<DecodeRecord>,
     /// bytes this receiver holds already of one object (`set_known`): its TOI, the
     /// file they are in and their (start, length) ranges; taken when it comes
-    known: Option<(u128, PathBuf, Vec<(u64, u64)>)>,
+    known: Option<KnownBytes>,
     /// source symbols taken from `known` instead of the network
     pub known_symbols: u64,
 }
+
+/// What `set_known` names of one object: its TOI, the file holding those bytes and
+/// their (start, length) ranges.
+type KnownBytes = (u128, PathBuf, Vec<(u64, u64)>);
 
 impl FastObjects {
     /// Objects written into ``dir``, each of at most ``max_bytes``; with ``record``,
@@ -166,7 +175,11 @@ impl FastObjects {
     /// Offer an object packet (TOI above 0) parsed as ``alc``.
     pub fn push(&mut self, alc: &AlcPkt, data: &[u8]) -> Taken {
         let (tsi, toi) = (alc.lct.tsi, alc.lct.toi);
-        let index = match self.objects.iter().position(|o| o.tsi == tsi && o.toi == toi) {
+        let index = match self
+            .objects
+            .iter()
+            .position(|o| o.tsi == tsi && o.toi == toi)
+        {
             Some(i) => i,
             None => {
                 if self.declined.contains(&(tsi, toi)) {
@@ -185,8 +198,21 @@ impl FastObjects {
                     let scheme = raptorq_scheme(data, alc);
                     let kept = self.retired_records.len()
                         + self.objects.iter().map(|o| o.records.len()).sum::<usize>();
-                    let room = if self.record { MAX_DECODE_RECORDS.saturating_sub(kept) } else { 0 };
-                    FastObject::new(&self.dir, tsi, toi, oti, length, scheme, self.max_bytes, room)
+                    let room = if self.record {
+                        MAX_DECODE_RECORDS.saturating_sub(kept)
+                    } else {
+                        0
+                    };
+                    FastObject::new(
+                        &self.dir,
+                        tsi,
+                        toi,
+                        oti,
+                        length,
+                        scheme,
+                        self.max_bytes,
+                        room,
+                    )
                 };
                 match made {
                     None => {
@@ -263,7 +289,10 @@ impl FastObjects {
 
     /// Of `decode_cost`'s seconds, the `raptorq` crate's `decode` calls alone.
     pub fn crate_decode_cpu_s(&self) -> f64 {
-        self.objects.iter().map(|o| o.crate_decode_cpu_s).sum::<f64>()
+        self.objects
+            .iter()
+            .map(|o| o.crate_decode_cpu_s)
+            .sum::<f64>()
             + self.retired_crate_decode_cpu_s
     }
 
@@ -276,7 +305,11 @@ impl FastObjects {
     /// Thread CPU seconds spent bringing in the objects' buffers so far (fresh
     /// memory, `Mapping::touch`; all objects, evicted ones included).
     pub fn memory_cost(&self) -> f64 {
-        self.objects.iter().map(FastObject::memory_cost).sum::<f64>() + self.retired_memory_cpu_s
+        self.objects
+            .iter()
+            .map(FastObject::memory_cost)
+            .sum::<f64>()
+            + self.retired_memory_cpu_s
     }
 }
 

@@ -70,9 +70,7 @@ fn with_channel_sequence(packet: &[u8], sequence: u32, out: &mut Vec<u8>) -> boo
 /// The channel sequence number a packet carries (None: none, or not ALC/LCT).
 fn sequence_of(packet: &[u8], lct: &flute::core::lct::LCTHeader) -> Option<u32> {
     match flute::core::lct::get_ext(packet, lct, HET_CHANNEL_SEQUENCE) {
-        Ok(Some(ext)) if ext.len() >= 4 => {
-            Some(u32::from_be_bytes([0, ext[1], ext[2], ext[3]]))
-        }
+        Ok(Some(ext)) if ext.len() >= 4 => Some(u32::from_be_bytes([0, ext[1], ext[2], ext[3]])),
         _ => None,
     }
 }
@@ -87,7 +85,9 @@ fn add_channel_sequence<'py>(
 ) -> PyResult<Bound<'py, PyBytes>> {
     let mut out = Vec::new();
     if !with_channel_sequence(packet, sequence, &mut out) {
-        return Err(PyValueError::new_err("not an LCT packet that can take another extension"));
+        return Err(PyValueError::new_err(
+            "not an LCT packet that can take another extension",
+        ));
     }
     Ok(PyBytes::new(py, &out))
 }
@@ -240,7 +240,10 @@ fn object_oti(
                     "fec 'none' has no repair symbols: repair_symbols_per_block must be 0",
                 ));
             }
-            Ok(Oti::new_no_code(encoding_symbol_length, max_source_block_length))
+            Ok(Oti::new_no_code(
+                encoding_symbol_length,
+                max_source_block_length,
+            ))
         }
         other => Err(PyValueError::new_err(format!(
             "unknown fec {other:?}: use 'raptorq' or 'none'"
@@ -275,7 +278,9 @@ fn object_sender(
 fn carousel_transfer(oti: &Oti) -> TransferConfig {
     TransferConfig {
         oti: Some(oti.clone()),
-        carousel_mode: Some(CarouselRepeatMode::DelayBetweenTransfers(Duration::from_secs(3600))),
+        carousel_mode: Some(CarouselRepeatMode::DelayBetweenTransfers(
+            Duration::from_secs(3600),
+        )),
         ..Default::default()
     }
 }
@@ -312,9 +317,16 @@ fn encode_object(
     sender_current_time: bool,
 ) -> PyResult<EncodedObject> {
     if toi == 0 {
-        return Err(PyValueError::new_err("TOI 0 is the FDT's; give the object a TOI above 0"));
+        return Err(PyValueError::new_err(
+            "TOI 0 is the FDT's; give the object a TOI above 0",
+        ));
     }
-    let oti = object_oti(fec, encoding_symbol_length, max_source_block_length, repair_symbols_per_block)?;
+    let oti = object_oti(
+        fec,
+        encoding_symbol_length,
+        max_source_block_length,
+        repair_symbols_per_block,
+    )?;
     let location = url::Url::parse(content_location).map_err(|e| {
         PyValueError::new_err(format!("content_location {content_location:?}: {e}"))
     })?;
@@ -337,8 +349,12 @@ fn encode_object(
     .map_err(|e| flute_err("object", e))?;
     let transfer_length = object.transfer_length;
     let content_md5 = object.md5.clone();
-    let toi = sender.add_object(0, object).map_err(|e| flute_err("add object", e))?;
-    sender.publish(now).map_err(|e| flute_err("publish FDT", e))?;
+    let toi = sender
+        .add_object(0, object)
+        .map_err(|e| flute_err("add object", e))?;
+    sender
+        .publish(now)
+        .map_err(|e| flute_err("publish FDT", e))?;
 
     let mut fdt_packets = Vec::new();
     let mut packets = Vec::new();
@@ -414,7 +430,10 @@ impl std::io::Seek for ZeroStream {
             std::io::SeekFrom::Current(n) => self.pos as i128 + n as i128,
         };
         if target < 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "before the start"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "before the start",
+            ));
         }
         self.pos = target as u64;
         Ok(self.pos)
@@ -448,26 +467,46 @@ fn encode_fdt(
     fdt_duration_s: u64,
 ) -> PyResult<Vec<Py<PyBytes>>> {
     if toi == 0 {
-        return Err(PyValueError::new_err("TOI 0 is the FDT's; give the object a TOI above 0"));
+        return Err(PyValueError::new_err(
+            "TOI 0 is the FDT's; give the object a TOI above 0",
+        ));
     }
-    let oti = object_oti(fec, encoding_symbol_length, max_source_block_length, repair_symbols_per_block)?;
+    let oti = object_oti(
+        fec,
+        encoding_symbol_length,
+        max_source_block_length,
+        repair_symbols_per_block,
+    )?;
     let location = url::Url::parse(content_location).map_err(|e| {
         PyValueError::new_err(format!("content_location {content_location:?}: {e}"))
     })?;
     let now = SystemTime::now();
-    let mut sender =
-        object_sender(tsi, toi, encoding_symbol_length, fdt_instance_id, fdt_duration_s, true);
+    let mut sender = object_sender(
+        tsi,
+        toi,
+        encoding_symbol_length,
+        fdt_instance_id,
+        fdt_duration_s,
+        true,
+    );
     let object = Box::new(ObjectDesc {
         content_location: location,
-        source: ObjectDataSource::from_stream(Box::new(ZeroStream { len: transfer_length, pos: 0 })),
+        source: ObjectDataSource::from_stream(Box::new(ZeroStream {
+            len: transfer_length,
+            pos: 0,
+        })),
         content_type: content_type.to_owned(),
         content_length: transfer_length,
         transfer_length,
         md5: content_md5,
         config: carousel_transfer(&oti),
     });
-    sender.add_object(0, object).map_err(|e| flute_err("add object", e))?;
-    sender.publish(now).map_err(|e| flute_err("publish FDT", e))?;
+    sender
+        .add_object(0, object)
+        .map_err(|e| flute_err("add object", e))?;
+    sender
+        .publish(now)
+        .map_err(|e| flute_err("publish FDT", e))?;
     let mut fdt_packets = Vec::new();
     // the FDT comes first; stop at the object's first packet
     while let Some(pkt) = sender.read(now) {
@@ -640,7 +679,6 @@ impl ObjectWriter for EventWriter {
         self.md5_check
     }
 }
-
 
 // ---------------------------------------------------------------------------------
 // The receive loop: recvmmsg on the channel sockets, without the GIL.
@@ -817,8 +855,14 @@ struct ChannelCounts {
 
 /// Wait until one of ``fds`` is readable or ``timeout`` passes (poll).
 fn wait_readable(fds: &[i32], timeout: Duration) -> std::io::Result<Vec<bool>> {
-    let mut polls: Vec<libc::pollfd> =
-        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     // SAFETY: `polls` is a valid array of its length
     let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
@@ -849,7 +893,12 @@ type ReceiveReport = (Vec<(u32, u64, u64)>, u64, u64, bool, bool);
 /// discarded; returns how many were read.
 #[pyfunction]
 #[pyo3(signature = (fds, duration_s, batch_wait_s=0.02))]
-fn drain_datagrams(py: Python<'_>, fds: Vec<i32>, duration_s: f64, batch_wait_s: f64) -> PyResult<u64> {
+fn drain_datagrams(
+    py: Python<'_>,
+    fds: Vec<i32>,
+    duration_s: f64,
+    batch_wait_s: f64,
+) -> PyResult<u64> {
     if !(duration_s >= 0.0 && batch_wait_s >= 0.0) {
         return Err(PyValueError::new_err("durations must not be negative"));
     }
@@ -933,14 +982,22 @@ impl Receiver {
         record_decodes: bool,
     ) -> PyResult<Self> {
         if !clock_offset_s.is_finite() {
-            return Err(PyValueError::new_err("clock_offset_s must be a finite number"));
+            return Err(PyValueError::new_err(
+                "clock_offset_s must be a finite number",
+            ));
         }
         if !directory.is_dir() {
-            return Err(PyOSError::new_err(format!("{directory:?} is not a directory")));
+            return Err(PyOSError::new_err(format!(
+                "{directory:?} is not a directory"
+            )));
         }
         let events: EventQueue = Rc::new(RefCell::new(Vec::new()));
         let fast = FastObjects::new(directory.clone(), max_cache_bytes, record_decodes);
-        let writer = Rc::new(EventWriterBuilder { dir: directory, md5_check, events: events.clone() });
+        let writer = Rc::new(EventWriterBuilder {
+            dir: directory,
+            md5_check,
+            events: events.clone(),
+        });
         let config = ReceiverConfig {
             object_max_cache_size: Some(max_cache_bytes),
             object_timeout: object_timeout_s.map(Duration::from_secs_f64),
@@ -1132,7 +1189,10 @@ impl Receiver {
     /// The relay's messages the receive loop read on the tunnel (not Multicast
     /// Data), oldest first.
     fn take_tunnel_messages<'py>(&mut self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
-        std::mem::take(&mut self.tunnel_messages).iter().map(|m| PyBytes::new(py, m)).collect()
+        std::mem::take(&mut self.tunnel_messages)
+            .iter()
+            .map(|m| PyBytes::new(py, m))
+            .collect()
     }
 
     /// Blocks the receive loop's own decoder tried to decode and could not yet
@@ -1290,7 +1350,8 @@ impl Receiver {
                                             None => {
                                                 // another group (the control channel
                                                 // through the tunnel): Python's, whole
-                                                if self.tunnel_messages.len() < MAX_TUNNEL_MESSAGES {
+                                                if self.tunnel_messages.len() < MAX_TUNNEL_MESSAGES
+                                                {
                                                     self.tunnel_messages.push(data.to_vec());
                                                 } else {
                                                     self.rejected += 1;
@@ -1464,7 +1525,9 @@ impl PacketBuffer {
 impl PacketBuffer {
     #[new]
     fn new(packets: Vec<Vec<u8>>) -> Self {
-        Self { packets: RwLock::new(packets) }
+        Self {
+            packets: RwLock::new(packets),
+        }
     }
 
     fn __len__(&self) -> usize {

@@ -176,7 +176,7 @@ impl FastObject {
                 (Fec::NoCode, partition(t, t.div_ceil(b)))
             }
             FECEncodingID::RaptorQ => match raptorq {
-                Some((z, 1, al)) if al > 0 && symbol % al as usize == 0 => {
+                Some((z, 1, al)) if al > 0 && symbol.is_multiple_of(al as usize) => {
                     (Fec::RaptorQ { alignment: al }, partition(t, z as u64))
                 }
                 _ => return None,
@@ -308,7 +308,11 @@ impl FastObject {
                 let esi = g - self.blocks[sbn].first as u64;
                 buffer.resize((stop - at) as usize, 0);
                 file.read_exact_at(&mut buffer, at)?;
-                let id = PayloadID { sbn: sbn as u32, esi: esi as u32, source_block_length: None };
+                let id = PayloadID {
+                    sbn: sbn as u32,
+                    esi: esi as u32,
+                    source_block_length: None,
+                };
                 match self.push(&id, &buffer) {
                     Taken::Kept => taken += 1,
                     done @ (Taken::Completed(..) | Taken::WriteFailed) => {
@@ -479,12 +483,17 @@ impl FastObject {
                 let mut data = Vec::with_capacity(symbol);
                 data.extend_from_slice(&bytes[at..stop]);
                 data.resize(symbol, 0);
-                Some(raptorq::EncodingPacket::new(raptorq::PayloadId::new(sbn as u8, esi), data))
+                Some(raptorq::EncodingPacket::new(
+                    raptorq::PayloadId::new(sbn as u8, esi),
+                    data,
+                ))
             });
             let packets: Vec<raptorq::EncodingPacket> =
                 held.chain(std::mem::take(&mut block.repairs)).collect();
             if self.records.len() < self.record_room {
-                block.given.extend(packets.iter().map(|p| p.payload_id().encoding_symbol_id()));
+                block
+                    .given
+                    .extend(packets.iter().map(|p| p.payload_id().encoding_symbol_id()));
             }
             // the crate's decode call timed alone: the share of the decode that is
             // the crate's, the rest (building the decoder, the copies above) ours

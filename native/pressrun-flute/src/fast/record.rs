@@ -43,8 +43,16 @@ impl FastObjects {
     /// (bench/multicast.py). Blocks of objects not completed are skipped.
     pub fn redecode(&self) -> std::io::Result<Redecode> {
         use std::os::unix::fs::FileExt;
-        let mut out = Redecode { blocks: 0, cpu_s: 0.0, bit_exact: true };
-        let done = self.objects.iter().filter(|o| o.complete).flat_map(|o| &o.records);
+        let mut out = Redecode {
+            blocks: 0,
+            cpu_s: 0.0,
+            bit_exact: true,
+        };
+        let done = self
+            .objects
+            .iter()
+            .filter(|o| o.complete)
+            .flat_map(|o| &o.records);
         for r in self.retired_records.iter().chain(done) {
             let start = r.first * r.symbol;
             let end = ((r.first + r.k) * r.symbol).min(r.length);
@@ -71,7 +79,9 @@ impl FastObjects {
                         )
                     } else {
                         let made = encoder.repair_packets(esi - r.k as u32, 1);
-                        made.into_iter().next().expect("one repair packet asked for")
+                        made.into_iter()
+                            .next()
+                            .expect("one repair packet asked for")
                     }
                 })
                 .collect();
