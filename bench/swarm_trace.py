@@ -54,6 +54,11 @@ EVENTS: list[dict[str, Any]] = []
 _T0: list[float] = []
 PEERS: list[Any] = []
 SAMPLE_S = 0.5  # the upload sampler's period
+#: the ramp's finer view (`_ramp_sample`, block events): every RAMP_SAMPLE_S for the
+#: first RAMP_S seconds, each peer's connections; each block requested, received and
+#: uploaded in that time
+RAMP_S = 3.0
+RAMP_SAMPLE_S = 0.1
 SIZES: dict[str, Any] = {}  # n, u, u_s, size of the run, for the decomposition
 
 
@@ -77,8 +82,11 @@ def _install() -> None:
 
     def traced_settings(*a: Any, **kw: Any) -> dict[str, Any]:
         s = settings(*a, **kw)
-        s["alert_mask"] = int(s["alert_mask"]) | int(
-            lt.alert.category_t.block_progress_notification
+        s["alert_mask"] = (
+            int(s["alert_mask"])
+            | int(lt.alert.category_t.block_progress_notification)
+            # (each block uploaded, in the ramp: `_ramp_block`)
+            | int(lt.alert.category_t.upload_notification)
         )
         return s
 
@@ -89,6 +97,11 @@ def _install() -> None:
     def traced_alert(self: Any, a: Any) -> None:
         if isinstance(a, lt.block_finished_alert):
             self.__dict__.setdefault("_trace_src", {})[a.piece_index] = f"{a.endpoint[1]}"
+            _ramp_block("got", self, a)
+        elif isinstance(a, lt.block_downloading_alert):
+            _ramp_block("req", self, a)
+        elif isinstance(a, lt.block_uploaded_alert):
+            _ramp_block("sent", self, a)
         elif isinstance(a, lt.piece_finished_alert):
             src = self.__dict__.get("_trace_src", {}).get(a.piece_index, "")
             _ev("piece", peer=self._peer_id[-6:], piece=int(a.piece_index), port=src)
@@ -116,6 +129,15 @@ def _install() -> None:
         return port
 
     peer_aio.SwarmPeer.start = traced_start  # type: ignore[method-assign]
+
+    connect = peer_aio.SwarmPeer._connect_peer
+
+    def traced_connect(self: Any, host: str, port: int) -> None:
+        # the ring named an uploader this peer had not connected to through the ring
+        _ev("connect", peer=self._peer_id[-6:], port=port)
+        connect(self, host, port)
+
+    peer_aio.SwarmPeer._connect_peer = traced_connect  # type: ignore[method-assign]
 
     verified = peer_aio.SwarmPeer._verified
 
@@ -149,6 +171,10 @@ def _install() -> None:
                 "ask",
                 peer=_pid(self),
                 dt=dt,
+                # (the uploader each answer named: its peer id's last six digits)
+                src={
+                    str(a["piece"]): str(a.get("peer_id", ""))[-6:] for a in ans if a.get("first")
+                },
                 bring=[a["piece"] for a in ans if a.get("bring_in")],
                 wait=[a["piece"] for a in ans if a.get("wait")],
                 up=[a["piece"] for a in ans if not a.get("bring_in") and not a.get("wait")],
@@ -209,7 +235,70 @@ async def _sample_uploads(go: float, origin: Any) -> None:
         _sample_idle(present, tick)
         if PEERS and not present:
             return
+        if tick * SAMPLE_S < RAMP_S:
+            # the ramp's finer view between this tick and the next
+            for k in range(round(SAMPLE_S / RAMP_SAMPLE_S)):
+                await asyncio.sleep(
+                    max(0.0, go + tick * SAMPLE_S + k * RAMP_SAMPLE_S - time.monotonic())
+                )
+                _ramp_sample([p for p in PEERS if p.core is not None])
         tick += 1
+
+
+def _ramp_block(what: str, peer: Any, a: Any) -> None:
+    # a block requested ("req"), received ("got") or uploaded ("sent") in the ramp:
+    # the peer, the piece and block, the other end (its peer id's last six digits)
+    if not _T0 or asyncio.get_running_loop().time() - _T0[0] > RAMP_S:
+        return
+    _ev(
+        "blk",
+        what=what,
+        peer=peer._peer_id[-6:],
+        piece=int(a.piece_index),
+        block=int(a.block_index),
+        other=a.pid.to_bytes().hex()[-6:],
+    )
+
+
+def _ramp_sample(present: list[Any]) -> None:
+    # each peer's payload uploaded so far and its connections: the other end, and
+    # flags: I (it is interested in the other), C (the other chokes it), i (the other
+    # is interested in it), c (it chokes the other); its requests queued at the other
+    # and the other's at it; its send side's state (libtorrent's write_state: 1 idle,
+    # 2 waiting for the rate limiter, 4 for the network, 16 for the disk), its send
+    # quota and send buffer; the payload rates each way
+    for p in present:
+        if p._handle is None:
+            continue
+        conns = []
+        for pi in p._handle.get_peer_info():
+            if pi.connection_type != lt.peer_info.standard_bittorrent:
+                continue
+            if pi.flags & (lt.peer_info.handshake | lt.peer_info.connecting):
+                conns.append([pi.pid.to_bytes().hex()[-6:], "h"])
+                continue
+            f = pi.flags
+            flags = (
+                ("I" if f & lt.peer_info.interesting else "")
+                + ("C" if f & lt.peer_info.remote_choked else "")
+                + ("i" if f & lt.peer_info.remote_interested else "")
+                + ("c" if f & lt.peer_info.choked else "")
+            )
+            conns.append(
+                [
+                    pi.pid.to_bytes().hex()[-6:],
+                    flags,
+                    int(pi.download_queue_length),
+                    int(pi.upload_queue_length),
+                    int(pi.write_state),
+                    int(pi.send_quota),
+                    int(pi.used_send_buffer),
+                    int(pi.payload_up_speed),
+                    int(pi.payload_down_speed),
+                ]
+            )
+        st = p._handle.status()
+        _ev("conns", peer=p._peer_id[-6:], up=int(st.total_payload_upload), conns=conns)
 
 
 def _sample_idle(present: list[Any], tick: int) -> None:

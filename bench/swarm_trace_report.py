@@ -329,6 +329,7 @@ def summarise(
     print(f"distinct pieces in the swarm at {_at(sorted(held.values()), (2, 4, 6, 8, 10, 12, 15))}")
     _second_holders(events)
     _ramp_report(events)
+    _ramp_detail(events, upload_bps)
     _idle_report(events, upload_bps)
     for k in ("DropWebSeeds", "RestoreWebSeeds", "Stalled"):
         print(f"{k}: {sum(1 for e in events if e['k'] == k)}")
@@ -464,3 +465,124 @@ def _ramp_report(events: list[dict[str, Any]]) -> None:
         )
     early = [h[1] - h[0] for h in held.values() if len(h) > 1 and h[0] < 3.0]
     print(f"  pieces first held before 3 s, their second holder after the first: {_pct(early)}")
+
+
+def _first_at(samples: list[tuple[float, Any]], test: Any) -> float | None:
+    return next((t for t, x in samples if test(x)), None)
+
+
+def _fmt(t: float | None, since: float) -> str:
+    return "-" if t is None else f"{t - since:+.2f}"
+
+
+def _ramp_detail(events: list[dict[str, Any]], upload_bps: float) -> None:
+    """The ramp's finer view (`bench/swarm_trace.py`'s ``conns`` samples every 0.1 s and
+    block events in the first seconds): the swarm's upload and its holders tenth by
+    tenth, and for the first pieces whole at their bringers, each first receiver's
+    steps from its naming to the piece."""
+    conns = [e for e in events if e["k"] == "conns"]
+    if not conns:
+        return
+    pieces = [e for e in events if e["k"] == "piece"]
+    # tenth by tenth: peers holding a piece; the payload the peers uploaded; the
+    # holders' connections with requests queued at them, by the send side's state
+    # (2: waiting for the rate limiter, 4: the network, 16: the disk, 1: idle)
+    by_tenth: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
+    for e in conns:
+        by_tenth[round(e["t"] * 10)].append(e)
+    last_up: dict[str, tuple[float, int]] = {}
+    rows = []
+    n = len({e["peer"] for e in conns})
+    for tenth in sorted(by_tenth):
+        es = by_tenth[tenth]
+        t = tenth / 10
+        holders = len({e["peer"] for e in pieces if e["t"] <= t})
+        rate = 0.0
+        states: collections.Counter[int] = collections.Counter()
+        for e in es:
+            before = last_up.get(e["peer"])
+            if before is not None and e["t"] > before[0]:
+                rate += (e["up"] - before[1]) / (e["t"] - before[0])
+            last_up[e["peer"]] = (e["t"], e["up"])
+            for c in e["conns"]:
+                if len(c) > 3 and c[3] > 0:
+                    states[c[4]] += 1
+        rows.append(
+            f"{t:.1f}:{holders}/{rate / max(1.0, n * upload_bps):.2f}/"
+            + ",".join(f"{k}x{v}" for k, v in sorted(states.items()))
+        )
+    print(
+        "ramp by tenth (s: peers holding a piece / the peers' upload over N u / "
+        "connections with requests queued at a holder, by its send state 1 idle, "
+        "2 rate limiter, 4 network, 16 disk x count):"
+    )
+    for i in range(0, len(rows), 10):
+        print("  " + " ".join(rows[i : i + 10]))
+    # the first pieces whole at their bringers, and each first receiver's steps
+    fed = sorted(
+        (e["t"], e["piece"], e["peer"]) for e in events if e["k"] == "feed_end" and e["ok"]
+    )
+    seen: set[int] = set()
+    first_fed = []
+    for t, piece, peer in fed:
+        if piece not in seen:
+            seen.add(piece)
+            first_fed.append((t, piece, peer))
+    named: dict[tuple[int, str], tuple[float, str]] = {}
+    for e in events:
+        if e["k"] == "ask":
+            for piece in e.get("first", ()):
+                src = e.get("src", {}).get(str(piece), "")
+                named.setdefault((piece, e["peer"]), (e["t"], src))
+    got = {(e["peer"], e["piece"]): e["t"] for e in pieces}
+    blocks = [e for e in events if e["k"] == "blk"]
+    by_peer: dict[str, list[tuple[float, dict[str, list[Any]]]]] = collections.defaultdict(list)
+    for e in conns:
+        by_peer[e["peer"]].append((e["t"], {c[0]: c for c in e["conns"]}))
+    print(
+        "ramp hops (the first pieces whole at their bringers; each named receiver, from its "
+        "naming: connected to the source, interested, unchoked, first request, first block, "
+        "the piece; s):"
+    )
+    for t_fed, piece, bringer in first_fed[:8]:
+        print(f"  piece {piece} whole at {bringer} at {t_fed:.2f} s")
+        for (p, r), (t_named, src) in sorted(named.items(), key=lambda x: x[1][0]):
+            if p != piece or src != bringer:
+                continue
+            samples = by_peer.get(r, [])
+            link = [(t, cs.get(bringer)) for t, cs in samples if t >= t_named - 0.1]
+            conn = _first_at(link, lambda c: c is not None and c[1] != "h")
+            intr = _first_at(link, lambda c: c is not None and c[1] != "h" and "I" in c[1])
+            unch = _first_at(
+                link, lambda c: c is not None and c[1] != "h" and "I" in c[1] and "C" not in c[1]
+            )
+            req = min(
+                (b["t"] for b in blocks if b["what"] == "req" and b["peer"] == r
+                 and b["piece"] == piece),
+                default=None,
+            )  # fmt: skip
+            got0 = min(
+                (b["t"] for b in blocks if b["what"] == "got" and b["peer"] == r
+                 and b["piece"] == piece),
+                default=None,
+            )  # fmt: skip
+            print(
+                f"    {r} named {t_named:.2f}: connected {_fmt(conn, t_named)} interested "
+                f"{_fmt(intr, t_named)} unchoked {_fmt(unch, t_named)} request "
+                f"{_fmt(req, t_named)} block {_fmt(got0, t_named)} piece "
+                f"{_fmt(got.get((r, piece)), t_named)}"
+            )
+        # the bringer's sending meanwhile: its upload and the pieces it sent to whom
+        sent = collections.Counter(
+            (b["piece"], b["other"])
+            for b in blocks
+            if b["what"] == "sent" and b["peer"] == bringer and b["t"] <= t_fed + 1.5
+        )
+        ups = [(t, cs) for t, cs in by_peer.get(bringer, []) if t_fed <= t <= t_fed + 1.0]
+        states = collections.Counter(
+            c[4] for _t, cs in ups for c in cs.values() if len(c) > 3 and c[3] > 0
+        )
+        print(
+            f"    the bringer within 1.5 s: blocks sent (piece, to): {dict(sent)}; its "
+            f"connections with requests queued, by send state, within 1 s: {dict(states)}"
+        )
