@@ -51,6 +51,7 @@ from types import ModuleType
 from typing import Any
 
 import pressrun.peer.aio as peer_aio
+import pressrun.peer.loopback as peer_loopback
 from pressrun.chord.aio import MAX_BRINGERS, ORIGIN_FETCH_S
 from pressrun.content.publish import DEFAULT_PIECE_SIZE
 from pressrun.peer.chord_policy import ChordPolicy
@@ -131,6 +132,24 @@ def ring_knobs(args: argparse.Namespace, size_bytes: int, u_s: float) -> dict[st
     }
 
 
+_ORIGIN_CONFIG = peer_loopback.OriginConfig
+
+
+def set_origin_chunk(chunk_bytes: int) -> None:
+    """A diagnosis knob (``--origin-chunk-kib``): the origins' paced writes of
+    ``chunk_bytes`` (0: `pressrun.origin`'s own, 64 KiB). The egress bucket grants each
+    write in the order asked, so fetches at once finish together when a piece is
+    several writes, one after the other when it is one."""
+    if chunk_bytes <= 0:
+        peer_loopback.OriginConfig = _ORIGIN_CONFIG  # type: ignore[misc]
+        return
+
+    def config(**kw: Any) -> Any:
+        return _ORIGIN_CONFIG(**kw, cap_chunk_bytes=chunk_bytes)
+
+    peer_loopback.OriginConfig = config  # type: ignore[misc,assignment]
+
+
 async def one_run(
     n: int, policy: str, args: argparse.Namespace, *, trace: Any = None
 ) -> dict[str, Any]:
@@ -142,6 +161,7 @@ async def one_run(
     u = args.peer_upload_mbps * 1e6 / 8
     u_s = args.origin_mbps * 1e6 / 8
     caps = tuple([args.origin_mbps / args.origins] * args.origins)
+    set_origin_chunk(int(getattr(args, "origin_chunk_kib", 0)) * 1024)
     with tempfile.TemporaryDirectory(prefix="pressrun-bench-") as tmp:
         async with loopback_swarm(
             Path(tmp),
@@ -416,6 +436,13 @@ def add_ring_arguments(p: argparse.ArgumentParser) -> None:
         default=0,
         help="policy chord: 1 a peer holds off the pieces nobody connected holds that "
         "the ring gave it nothing for (but three)",
+    )
+    p.add_argument(
+        "--origin-chunk-kib",
+        type=int,
+        default=0,
+        help="diagnosis: the origins' paced write (0: the origin's own, 64 KiB); a piece "
+        "request of at most that is granted whole, in the order asked",
     )
     p.add_argument(
         "--fair-bringing",

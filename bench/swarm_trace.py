@@ -385,6 +385,7 @@ async def main() -> None:
         upload_slots=a.upload_slots,
         sole_upload_slots=a.sole_upload_slots,
         hold_unheld=a.hold_unheld,
+        origin_chunk_kib=a.origin_chunk_kib,
     )
     bench_swarm_args_upload_bps.append(args.peer_upload_mbps * 1e6 / 8)
     SIZES.update(
