@@ -41,7 +41,7 @@ HOLD = HoldsTheExit()
 
 def command(argv=None):
     watchdog.set_close_bound(2.0)  # what pressrun get/seed set (8 s there)
-    watchdog.note_webrtc()  # a session of the process had a WebSocket tracker
+    watchdog.NOTE()  # a session had a WebSocket tracker, or was kept (not destroyed)
     watchdog.bounded_exit()
     print('{"verified": true}', flush=True)
     print(f"returned at {time.monotonic():.6f}", file=sys.stderr, flush=True)
@@ -92,9 +92,9 @@ def _exit_seconds(stderr: str) -> float:
     return ended - float(found[-1])
 
 
-def _run(status: int) -> tuple[int, str, float]:
+def _run(status: int, note: str = "note_webrtc") -> tuple[int, str, float]:
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT.replace("STATUS", str(status))],
+        [sys.executable, "-c", SCRIPT.replace("STATUS", str(status)).replace("NOTE", note)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -106,6 +106,15 @@ def test_a_verified_download_ends_with_status_0_not_the_watchdogs_1() -> None:
     code, out, seconds = _run(0)
     assert out.strip() == '{"verified": true}'
     assert code == 0  # before: 1, the watchdog's thread dump after 2 s
+    assert seconds < EXIT_BOUND_S
+
+
+def test_a_process_that_kept_a_session_ends_as_one_with_webrtc_peers() -> None:
+    # A command-line peer keeps its sessions instead of destroying them (issue 29); at
+    # the exit their destructors must not run either (os._exit, status 0).
+    code, out, seconds = _run(0, note="note_kept")
+    assert out.strip() == '{"verified": true}'
+    assert code == 0
     assert seconds < EXIT_BOUND_S
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +17,27 @@ pytest.importorskip("libtorrent")
 
 from pressrun.peer.events import LeaveRule
 from pressrun.peer.leave import LEAVE_BUDGET_S, RING_LEAVE_WAIT_S, LeaveSequence
+from pressrun.peer.results import SwarmResult
+from pressrun.peer.session import REMOVE_WAIT_S, SessionClose
+
+RESULT = SwarmResult(
+    issue_id="issue",
+    path=Path("issue.pdf"),
+    completed=True,
+    stalled=False,
+    have_pieces=(),
+    missing_spans=(),
+    bytes_from_peers=0,
+    bytes_from_web_seeds=0,
+    uploaded_bytes=0,
+    downloaded_bytes=0,
+    ratio=None,
+    ratio_at_leave=None,
+    leave_rule=None,
+    download_s=1.0,
+    seeding_s=1.0,
+    listen_port=None,
+)
 
 
 class SilentHandle:
@@ -71,7 +93,8 @@ async def test_a_leave_where_nothing_answers_ends_within_its_budget(tmp_path: Pa
     handle = SilentHandle()
     ring = HangingRing()
     leave = LeaveSequence(
-        manifest=None,  # type: ignore[arg-type]  # not read unless handing over
+        # (only its issue id is read, in the leave's log line, unless handing over)
+        manifest=SimpleNamespace(issue_id="issue"),  # type: ignore[arg-type]
         path=tmp_path / "issue.pdf",
         resume_path=tmp_path / "issue.resume",
         handle=lambda: handle,
@@ -107,3 +130,35 @@ async def test_a_leave_where_nothing_answers_ends_within_its_budget(tmp_path: Pa
     assert sum(leave.steps.values()) == pytest.approx(took, abs=0.1)
     left_s = leave.leave_s()
     assert left_s is not None and left_s >= took - 0.1
+    # the session's close after it is in the budget too (issue 29): none left, so the
+    # close asks the torrent out and does not wait for it
+    assert leave.remove_wait_s() == 0.0
+    leave.closed(links_s=0.25, session=SessionClose(seconds=0.5, removed=1, unconfirmed=1))
+    assert list(leave.steps)[-2:] == ["links", "session"]
+    assert leave.steps["session"] == 0.5
+    result = leave.report(RESULT)
+    assert list(result.leave_steps) == [*leave.steps, "rest"]
+    assert result.leave_s is not None
+    assert result.leave_s == pytest.approx(sum(result.leave_steps.values()), abs=0.01)
+
+
+def test_a_close_without_a_leave_waits_its_own_bound_and_adds_no_step(tmp_path: Path) -> None:
+    # a fetch cancelled mid-download (a client leaving for the carousel): no leave, so
+    # no budget; the close waits at most REMOVE_WAIT_S and is not a leave's step
+    leave = LeaveSequence(
+        manifest=SimpleNamespace(issue_id="issue"),  # type: ignore[arg-type]
+        path=tmp_path / "issue.pdf",
+        resume_path=tmp_path / "issue.resume",
+        handle=lambda: None,
+        alerts=lambda: None,
+        ring=lambda: None,
+        clock=lambda: 100.0,
+        refresh=lambda: None,
+        handing_over=lambda: False,
+        fed_bytes=lambda: 0,
+    )
+    assert leave.remove_wait_s() == REMOVE_WAIT_S
+    closed = SessionClose(seconds=0.1, removed=1, kept=True)
+    leave.closed(links_s=0.0, session=closed)
+    assert leave.steps == {} and leave.session_close == closed
+    assert leave.report(RESULT) == RESULT

@@ -311,7 +311,10 @@ class SwarmPeer(RingLink):
         return self.result()
 
     async def close(self) -> None:
-        """Release the session (in a thread: its destructor announces ``stopped``)."""
+        """Close the ring's and the scrape's links, then the session: the torrents a
+        leave did not remove are asked out, and the session is kept until a
+        command-line process ends or destroyed in a thread (`AlertSession.close`); the
+        seconds of both are the leave's ``links`` and ``session`` steps."""
         # (the alerts are handled until the session goes: they must not arm the timer
         # again, whose polls would start scrapes and ring reports while it closes)
         self._closing = True
@@ -320,13 +323,16 @@ class SwarmPeer(RingLink):
             self._timer = None
         self._verification.cancel()
         self._feed.cancel()
+        began = self._now() if self._loop is not None else 0.0
         await self._scrape.close()
         if self._ring is not None:
             await self._ring.close()
         alerts, self._alerts = self._alerts, None
         self._handle = None
         if alerts is not None:
-            await alerts.close()
+            links_done = self._now()
+            closed = await alerts.close(remove_wait_s=self._leave.remove_wait_s())
+            self._leave.closed(links_s=links_done - began, session=closed)
 
     def left(self, result: SwarmResult) -> SwarmResult:
         """``result`` (`finished`'s or `stop`'s) with the leave's seconds, once `close`

@@ -37,12 +37,30 @@ ends itself (`pressrun.peer.watchdog.process_ends_itself`: the console script's
 peer's leave removed it after flushing its disk cache), until that end, instead of
 destroying it: at most `KEPT_SESSIONS_MAX`, the rest destroyed as before. A kept
 session's WebSocket closes when the process ends, so its close does not wait the grace.
+
+**The close never runs the destructor in a command-line peer** (issue 29). In the
+flash-crowd pair at 8059ace (29 Nov 14:00, load 112 on 2 cores) a `chord` desktop that
+left its swarm for the carousel 13 s into its download (7 of 382 pieces, the fetch
+cancelled, so no leave had removed the torrent) was ended by the 8 s watchdog: its
+executor thread was in ``_drop`` (the destructor, holding the GIL) and the loop's thread,
+in ``Thread.start`` of that very thread, waited for the GIL it held, not for a thread to
+be started. Measured on 127.0.0.1 (docs/results/2026-11-29-leave.md), the destructor of
+a session with a torrent in it holds the GIL for as long as libtorrent's abort takes
+(its tracker ``stopped``, peer connections, disk jobs), seconds on a starved host. So
+`AlertSession.close` first removes what a leave did not (`remove_torrents`, waiting at
+most ``remove_wait_s`` on the loop, where a timer still runs), and a process that ends
+itself keeps *every* session (paused, its torrents asked out, at most
+`KEPT_SESSIONS_MAX`) instead of destroying it: no destructor, no thread, nothing held,
+whatever the host's load. A library or a test (no close bound) still destroys it in a
+thread, after the removal. The close says what it did (`SessionClose`, in the leave's
+``session`` step) and logs what it waited for when its bound passed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -52,7 +70,7 @@ from typing import Any
 import libtorrent as lt
 
 from pressrun.peer.config import PeerConfig
-from pressrun.peer.watchdog import bounded, process_ends_itself
+from pressrun.peer.watchdog import bounded, note_kept, process_ends_itself
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +104,13 @@ WEBSOCKET_CLOSE_GRACE_S = 0.5
 #: limit is off: origin copies at N = 80; docs/chord.md "Benches",
 #: docs/results/2026-11-28-swarm-limit.md sections 17-18)
 UNCHOKE_INTERVAL_S = 3
-#: sessions kept (paused, no torrent) until the process ends itself (module docstring)
+#: sessions kept (paused, their torrents asked out) until the process ends itself
+#: (module docstring)
 KEPT_SESSIONS_MAX = 4
+#: how long `AlertSession.close` waits for libtorrent to confirm the removal of the
+#: torrents a leave did not remove (a cancelled fetch); a leave's close gets what is
+#: left of its budget instead (`pressrun.peer.leave.LeaveSequence`)
+REMOVE_WAIT_S = 2.0
 #: the kept sessions with their alert pipes (libtorrent may still write to the pipe:
 #: its descriptors stay open, so no other file can take their numbers)
 _kept: list[tuple[Any, tuple[int, int]]] = []
@@ -162,6 +185,26 @@ def _global_class_filter() -> Any:
     return f
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionClose:
+    """What `AlertSession.close` did, in seconds.
+
+    removed / removal_s: the torrents still in the session that it asked libtorrent to
+        remove, and how long it waited for their ``torrent_removed_alert``;
+        ``unconfirmed``: of those, how many had not been confirmed when it stopped
+        waiting (its bound passed).
+    kept: the session was kept until the process ends (no destructor ran);
+        destroy_s: otherwise the destructor's seconds in its thread (None: kept).
+    """
+
+    seconds: float
+    removed: int = 0
+    removal_s: float = 0.0
+    unconfirmed: int = 0
+    kept: bool = False
+    destroy_s: float | None = None
+
+
 def _drop(holder: list[Any]) -> None:
     # ``holder`` has the session's last reference, so the destructor runs here, in this
     # thread (a reference left in the caller's frame would run it later on the loop).
@@ -199,6 +242,13 @@ class AlertSession:
         ses.set_alert_fd(w)
         loop.add_reader(r, self.drain)
         self.session: Any = ses
+        #: the session while `close` waits for its torrents' removal (its alerts are
+        #: still handled then); None otherwise
+        self._closing: Any = None
+        #: the torrents `close` asked out and libtorrent has not confirmed removed yet
+        #: (their info-hashes), and the event set at each confirmation
+        self._removing: set[str] = set()
+        self._removal = asyncio.Event()
         #: a torrent of this session names a ws:// tracker (set by the peer): `close`
         #: then gives the WebSocket close handshake the loop (module docstring)
         self.websocket = False
@@ -210,53 +260,128 @@ class AlertSession:
         with contextlib.suppress(BlockingIOError, InterruptedError):
             while os.read(self._pipe[0], 4096):
                 pass
-        if self.session is None:
+        ses = self.session if self.session is not None else self._closing
+        if ses is None:
             return
-        for alert in self.session.pop_alerts():
+        for alert in ses.pop_alerts():
+            if isinstance(alert, lt.torrent_removed_alert) and self._removing:
+                self._removing.discard(str(alert.info_hashes.get_best()))
+                self._removal.set()
             try:
                 self._on_alert(alert)
             except Exception:  # one odd alert must not kill the peer
                 log.exception("peer: error handling %s", type(alert).__name__)
         self._after_alerts()
 
-    async def close(self) -> None:
-        """Release the session: pause it (its tracker connections close, a WebSocket's
-        handshake with the loop running), then destroy it in a thread (its destructor
-        announces ``stopped`` to HTTP trackers, at most ``stop_tracker_timeout``), or keep
-        it until the process ends itself (`_keep`, module docstring)."""
+    async def close(self, *, remove_wait_s: float = REMOVE_WAIT_S) -> SessionClose:
+        """Release the session (module docstring): pause it (its tracker connections
+        close, a WebSocket's handshake with the loop running), ask libtorrent to remove
+        the torrents still in it and wait for that at most ``remove_wait_s`` on the
+        loop; then keep it until the process ends itself (`_keep`), or destroy it in a
+        thread (its destructor announces ``stopped`` to HTTP trackers, at most
+        ``stop_tracker_timeout``, holding the GIL). A removal not confirmed in time is
+        logged with what it waited for; so is a destructor that took longer than that."""
+        loop = self._loop
+        began = loop.time()
         ses, self.session = self.session, None
-        if ses is not None:
-            ses.pause()
-            if self._keep(ses):
-                return
-            if self.websocket:
-                # (the alert pipe is still read meanwhile: it must not fill)
-                await asyncio.sleep(WEBSOCKET_CLOSE_GRACE_S)
+        if ses is None:
+            self._close_pipe()
+            return SessionClose(seconds=0.0)
+        self._closing = ses
+        ses.pause()
+        removed = await self._remove_torrents(ses, remove_wait_s)
+        removal_s = loop.time() - began
+        unconfirmed = len(self._removing)
+        if unconfirmed:
+            log.warning(
+                "peer: session close: libtorrent had not confirmed the removal of %d of %d "
+                "torrent(s) after %.1f s (its network thread answers the removal; the "
+                "tracker's `stopped` and the disk jobs come after); the session is %s",
+                unconfirmed,
+                removed,
+                removal_s,
+                "kept until the process ends"
+                if self._can_keep()
+                else "destroyed now, its destructor waits for them",
+            )
+        self._removing.clear()
+        if self._keep(ses):
+            self._closing = None
+            return SessionClose(
+                seconds=round(loop.time() - began, 3),
+                removed=removed,
+                removal_s=round(removal_s, 3),
+                unconfirmed=unconfirmed,
+                kept=True,
+            )
+        if self.websocket:
+            # (the alert pipe is still read meanwhile: it must not fill)
+            await asyncio.sleep(WEBSOCKET_CLOSE_GRACE_S)
+        self._closing = None
         if self._pipe is not None:
             self._loop.remove_reader(self._pipe[0])
-        if ses is not None:
-            holder = [ses]
-            del ses  # the holder has the last reference (`_drop`)
-            await asyncio.to_thread(_drop, holder)
+        holder = [ses]
+        del ses  # the holder has the last reference (`_drop`)
+        dropping = loop.time()
+        await asyncio.to_thread(_drop, holder)
+        destroy_s = loop.time() - dropping
+        if destroy_s > remove_wait_s:
+            log.warning(
+                "peer: session close: its destructor took %.1f s holding the GIL (libtorrent's "
+                "abort: tracker `stopped` announces, peer connections, disk jobs)",
+                destroy_s,
+            )
+        self._close_pipe()
+        return SessionClose(
+            seconds=round(loop.time() - began, 3),
+            removed=removed,
+            removal_s=round(removal_s, 3),
+            unconfirmed=unconfirmed,
+            destroy_s=round(destroy_s, 3),
+        )
+
+    async def _remove_torrents(self, ses: Any, wait_s: float) -> int:
+        """Ask libtorrent to remove every torrent still in ``ses`` (a leave removed its
+        own; a cancelled fetch did not) and wait at most ``wait_s`` for the
+        confirmations (`drain` takes them off `_removing`); how many were asked."""
+        handles = [h for h in ses.get_torrents() if h.is_valid()]
+        self._removing = {str(h.info_hashes().get_best()) for h in handles}
+        for handle in handles:
+            ses.remove_torrent(handle)
+        ends = self._loop.time() + wait_s
+        while self._removing and (left := ends - self._loop.time()) > 0:
+            self._removal.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._removal.wait(), left)
+        return len(handles)
+
+    def _close_pipe(self) -> None:
         if self._pipe is not None:
+            with contextlib.suppress(ValueError, RuntimeError):
+                self._loop.remove_reader(self._pipe[0])
             for fd in self._pipe:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._pipe = None
 
+    def _can_keep(self) -> bool:
+        return process_ends_itself() and len(_kept) < KEPT_SESSIONS_MAX and self._pipe is not None
+
     def _keep(self, ses: Any) -> bool:
-        """Keep ``ses`` (paused) until the process ends itself, instead of destroying
-        it, when it had WebRTC peers, holds no torrent and fewer than
-        `KEPT_SESSIONS_MAX` are kept. A kept session's WebSocket closes at that end, so
-        it is not given `WEBSOCKET_CLOSE_GRACE_S` (that is for the destructor): before,
-        every swarm client of `make emulate SCENARIO=small` spent those 0.5 s after its
-        leave, counted in its download time (0.49-0.59 s after the copy was verified)."""
-        if not (self.websocket and process_ends_itself()) or len(_kept) >= KEPT_SESSIONS_MAX:
+        """Keep ``ses`` (paused, its torrents asked out) until the process ends itself,
+        instead of destroying it, when the process does (a command-line peer,
+        `pressrun.peer.watchdog.process_ends_itself`) and fewer than
+        `KEPT_SESSIONS_MAX` are kept (module docstring). A kept session's WebSocket
+        closes at that end, so it is not given `WEBSOCKET_CLOSE_GRACE_S` (that is for
+        the destructor): before, every swarm client of `make emulate SCENARIO=small`
+        spent those 0.5 s after its leave, counted in its download time (0.49-0.59 s
+        after the copy was verified)."""
+        if not self._can_keep():
             return False
-        if self._pipe is None or ses.get_torrents():
-            return False  # a torrent not removed by a leave: its files may be open
+        assert self._pipe is not None
         self._loop.remove_reader(self._pipe[0])
         _kept.append((ses, self._pipe))
         self._pipe = None
-        log.debug("peer: session with WebRTC peers kept until the process ends")
+        note_kept()
+        log.debug("peer: session kept, paused, until the process ends")
         return True

@@ -22,6 +22,12 @@ interpreter exit, with no Python frame. The console script therefore ends such a
 process itself once the command has returned (`end_process`: flush, then ``os._exit``
 with the command's status), so the interpreter's teardown, where those native threads
 hold it, never runs; `bounded_exit` still bounds the last output and the flush.
+
+Since issue 29 a command-line peer never destroys a session at all: it keeps it, paused
+(`note_kept`, `pressrun.peer.session.AlertSession.close`), and ends the same way. The
+destructor held the GIL past the bound mid-download at load 112 (a desktop that left its
+swarm for the carousel, 29 Nov at 8059ace), and the watchdog's status 1 cost a reader
+its download; no destructor, no such hang, however loaded the host.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ BOUND_ENV = "PRESSRUN_CLOSE_BOUND_S"
 
 _bound_s: float | None = None
 _webrtc = False
+_kept = False
 
 
 def set_close_bound(seconds: float | None) -> None:
@@ -90,26 +97,39 @@ def note_webrtc() -> None:
     _webrtc = True
 
 
+def note_kept() -> None:
+    """A session of this process was kept instead of destroyed (`process_ends_itself`):
+    `end_process` ends the process then, so no destructor runs at its exit either."""
+    global _kept
+    _kept = True
+
+
 def process_ends_itself() -> bool:
-    """The command-line peer ends this process with `end_process` (the bound is set and
-    a session had WebRTC peers): a session it no longer uses may be left to that end
-    (`pressrun.peer.session.AlertSession.close`) instead of being destroyed."""
-    return _bound_s is not None and _webrtc
+    """The command-line peer ends this process with `end_process` (the bound is set: only
+    ``pressrun get``/``seed`` set it): a session it no longer uses is left to that end
+    (`pressrun.peer.session.AlertSession.close`, `note_kept`) instead of being
+    destroyed."""
+    return _bound_s is not None
+
+
+def _ends_by_exit() -> bool:
+    return _webrtc or _kept
 
 
 def bounded_exit() -> None:
     """Arm the watchdog for the interpreter's exit when the bound is set and a session
-    had WebRTC peers (else a no-op): a normal exit ends the process first."""
-    if _bound_s is not None and _webrtc:
+    had WebRTC peers or was kept (else a no-op): a normal exit ends the process first."""
+    if _bound_s is not None and _ends_by_exit():
         faulthandler.dump_traceback_later(_bound_s, exit=True)
 
 
 def end_process(code: int) -> None:
-    """End the process now with ``code`` when a session of it had WebRTC peers (else
-    return): logging and the standard streams are flushed, then ``os._exit`` skips the
-    interpreter's teardown, where libdatachannel's threads have held the exit (module
-    docstring). Only the console script calls it: a library or a test must go on."""
-    if not _webrtc:
+    """End the process now with ``code`` when a session of it had WebRTC peers or was
+    kept (else return): logging and the standard streams are flushed, then ``os._exit``
+    skips the interpreter's teardown, where libdatachannel's threads have held the exit
+    and a kept session's destructor would run (module docstring). Only the console
+    script calls it: a library or a test must go on."""
+    if not _ends_by_exit():
         return
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
