@@ -1,5 +1,5 @@
 """Which piece libtorrent is fetching from a peer the feed may take once nothing else is
-owed (`sources.sooner_from_origins`, `sources.ConnectionRates`): only one the origins
+owed (`download_queue.sooner_from_origins`, `download_queue.ConnectionRates`): only one the origins
 would deliver whole before its peers deliver the rest, never one a web seed fetches.
 
 On the code before (``take_busy``: the first piece libtorrent was fetching), a
@@ -13,7 +13,7 @@ from typing import Any
 
 import libtorrent as lt
 
-from pressrun.peer.sources import (
+from pressrun.peer.download_queue import (
     CONNECTION_RATE_AFTER_S,
     ConnectionRates,
     fetching,
@@ -125,7 +125,7 @@ def test_a_piece_is_being_fetched_while_a_block_is_asked_of_someone() -> None:
 
 
 def test_a_partial_piece_asked_of_nobody_is_stranded() -> None:
-    # (libtorrent leaves it for its end game: `sources.stranded`)
+    # (libtorrent leaves it for its end game: `download_queue.stranded`)
     half = _asked_of(1, FAST, received_blocks=4)
     for block in half["blocks"][4:]:
         block.update(state=0, peer=("0.0.0.0", 0))

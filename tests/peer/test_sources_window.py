@@ -235,7 +235,7 @@ def _last_arrival(status: SwarmStatus) -> None:
 
 def _stranded_piece(piece: int) -> dict[str, object]:
     # half of it received, the rest asked of nobody: libtorrent left it (a hold of it
-    # by the `chord` policy once half was asked; `sources.stranded`)
+    # by the `chord` policy once half was asked; `download_queue.stranded`)
     blocks = [
         {"state": 3 if i < 4 else 0, "bytes_progress": 0, "block_size": 16_384, "peer": None}
         for i in range(8)

@@ -24,10 +24,10 @@ wanted that libtorrent would not bring in first (a torrent whose missing pieces 
 all at 0 is "finished" and drops its seeds: `OwedPieceFeed._hold`), and gets its priority back
 when the fetch ends (a plan applied meanwhile is followed: its priority is the one
 put back). The feed takes no piece libtorrent holds already and none it is fetching
-(a block of it asked of a peer or web seed, `sources.fetching`: a partial piece whose
+(a block of it asked of a peer or web seed, `download_queue.fetching`: a partial piece whose
 peer left is asked of nobody, and is taken), except, once nothing else is owed
 (``take_busy``: the origins have room and its peers are slow), one that the origins
-would deliver whole before its peers deliver the rest (`sources.sooner_from_origins`;
+would deliver whole before its peers deliver the rest (`download_queue.sooner_from_origins`;
 never one a web seed is fetching): then what libtorrent had received of it is the
 only part fetched twice, against waiting on a slow peer's queue. While the origins
 have room and its peers are not slow in all, the same holds for a connection slow
@@ -59,7 +59,7 @@ import libtorrent as lt
 
 from pressrun.content.codec import Manifest
 from pressrun.content.manifest import piece_ok
-from pressrun.peer.sources import ConnectionRates, fetching, sooner_from_origins
+from pressrun.peer.download_queue import ConnectionRates, fetching, sooner_from_origins
 from pressrun.peer.uploader import HOLD_MARGIN, HOLD_PRIORITY
 from pressrun.security import BodyTooLarge, client_connector, read_body_limited
 

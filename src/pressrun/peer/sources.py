@@ -38,6 +38,10 @@ PEERS_WINDOW_MAX_S = 10.0
 #: feed's measure of one piece is low while the reader's own link is full of its
 #: peers' pieces, and it is not measured again while nothing is owed)
 ORIGINS_MEMORY_S = 5.0
+#: the pieces no connected peer holds are due from the origins (`unheld_due`) once the
+#: pieces its peers can give would last at most this many times the origins' time for
+#: them
+UNHELD_LEAD = 2.0
 
 _NOT_YET = lt.peer_info.handshake | lt.peer_info.connecting
 
@@ -264,6 +268,35 @@ def unheld_room(fetch_bps: int, connection_bps: int, upload_limit_bps: int = 0) 
     return fetch_bps >= ROOM_SHARE * connection_bps
 
 
+def unheld_due(tradable: int, unheld: int, peers_bps: int | None, fetch_bps: int) -> bool:
+    """Whether the ``unheld`` pieces (no connected peer holds them, `unheld_room`) are
+    due from the origins now: the ``tradable`` ones (a connected peer holds them) would
+    last it, at what its peers give (``peers_bps``, `peers_slow`'s measure), at most
+    `UNHELD_LEAD` times what the origins take for the unheld ones at ``fetch_bps``, so
+    that they come before its peers' pieces run out (the piece size cancels out).
+    Until then a connected peer may get them and give them, and a request to the
+    origins only shares the reader's link with its peers' connections (`unheld_room`
+    judges one request against one connection: where its link is the bottleneck they
+    get about the same). Due while nothing from its peers is known (None or 0) or the
+    origins' rate is not.
+
+    In flash-crowd-50-desktops the rule without this (1a1701a) took 26-28 MB from the
+    origins in three runs (a23629d, 0753977, 3627a2a) after each swarm client's first
+    3 s, against 5.8 MB at 32718c0 before it: 1.5-4.3 MB for each lossy-10 and dsl-20
+    reader, 1 to 8 pieces owed at every progress line for 30 s, while its peers filled
+    its link (about 1.0 of 1.25 MB/s, 2.2 of 2.5) and held 100-300 pieces it lacked;
+    about half of those bytes were partial pieces finished from the origins. Their
+    downloads took no less for it (lossy-10 45.0-49.1 s against 44.8-50.2 s,
+    docs/results/2026-11-29-origin-egress.md). In the flash crowd it was written for
+    (a reader whose peers held few pieces it lacked and many nobody connected held) the
+    unheld pieces are due at once."""
+    if unheld <= 0:
+        return False
+    if not peers_bps or fetch_bps <= 0:
+        return True
+    return tradable * fetch_bps <= UNHELD_LEAD * unheld * peers_bps
+
+
 def peers_slow(fetch_bps: int, best_peers_bps: int | None, *, leechers: int = 1) -> bool:
     """What its peers give it (``best_peers_bps``, their rate over a recent window,
     `peers_window_s`: `SwarmStatus` passes it, or the best they gave it so far until
@@ -382,213 +415,51 @@ def origin_fill(
     stranded: Collection[int] = (),
     unheld: bool = False,
     named: Collection[int] = (),
+    peers_bps: int | None = None,
+    fetch_bps: int = 0,
 ) -> tuple[int, ...]:
     """Whatever the policy, a peer takes from the origins what its peers cannot give
     it yet, while the origins have room (``room``: `origins_have_room`; with
     ``unheld`` alone, `unheld_room`: the pieces no connected peer holds and the
     ``stranded`` ones, but those the policy named a source for, ``named``: the ring's
     first receivers' and given pieces, on their way from a bringer or a holder it
-    connects to; nothing else): first the
-    pieces no connected peer holds that are not already owed, those it holds off
-    (the `chord` policy's hold on a piece one connected peer holds, priority 0 in the
-    ``plan``) and the partial pieces libtorrent asks nobody for (``stranded``,
-    `sources.stranded`), then (with ``have``, the pieces it holds: the caller passes it while
-    the origins give it more than its peers ever did) every other piece it lacks: those its
-    peers hold, which the feed skips while libtorrent is fetching them from a peer
-    (its download queue), so a slow peer is an addition to the origins, not a wait.
-    Each part in this peer's own order (`shared_out`: the peers doing the same start
-    on different pieces). None while the origins have no room: then a piece enters
-    the swarm once, from the peer the policy gave it to."""
+    connects to; nothing else, and those only once due, `unheld_due`, judged with
+    what its peers give, ``peers_bps``, and the origins' rate, ``fetch_bps``): first
+    the pieces no connected peer holds that are not already owed and the partial
+    pieces libtorrent asks nobody for (``stranded``, `download_queue.stranded`), then those it
+    holds off (the `chord` policy's hold on a piece one connected peer holds, priority
+    0 in the ``plan``, until the ring names this peer a first receiver: its holder
+    gives it then, and from the origins it is a second copy in the swarm, so the
+    origins bring what nobody connected holds first), then (with ``have``, the pieces it
+    holds: the caller passes it while the origins give it more than its peers ever did)
+    every other piece it lacks: those its peers hold, which the feed skips while
+    libtorrent is fetching them from a peer (its download queue), so a slow peer is an
+    addition to the origins, not a wait. Each part in this peer's own order
+    (`shared_out`: the peers doing the same start on different pieces). None while the
+    origins have no room: then a piece enters the swarm once, from the peer the policy
+    gave it to."""
     owed = set(missing.owed)
     if not room:
         if not unheld:
             return ()
         unheld_pieces = sorted({*missing.absent, *stranded} - owed - set(named))
+        if not unheld_due(missing.tradable, len(unheld_pieces), peers_bps, fetch_bps):
+            return ()
         return shared_out(unheld_pieces, peer_id, leecher_ids)
-    held_off = (
-        [
+    first = sorted({*missing.absent, *stranded} - owed)
+    held_off = sorted(
+        {
             i
             for i in missing.lonely
             if plan is not None and i < len(plan) and plan[i] == HOLD_PRIORITY
-        ]
-        if plan is not None
-        else []
+        }
+        - owed
+        - set(first)
     )
-    first = sorted({*missing.absent, *held_off, *stranded} - owed)
-    rest = sorted({i for i, held in enumerate(have) if not held} - owed - set(first))
+    taken = {*first, *held_off}
+    rest = sorted({i for i, held in enumerate(have) if not held} - owed - taken)
     return (
         *shared_out(first, peer_id, leecher_ids),
+        *shared_out(held_off, peer_id, leecher_ids),
         *shared_out(rest, peer_id, leecher_ids),
     )
-
-
-#: libtorrent's block states in its download queue: asked of a peer or web seed, and
-#: received (being written, or on disk)
-_BLOCK_REQUESTED = 1
-_BLOCK_RECEIVED = (2, 3)
-#: a connection's rate is known once its bytes were counted over at least this long
-#: (libtorrent's own per-peer rate is a moving average over seconds: a fast peer just
-#: connected read 47 kB/s while it sent 2.5 MB/s, and its pieces were taken again)
-CONNECTION_RATE_AFTER_S = 1.0
-
-
-class ConnectionRates:
-    """Each connection's download rate from it, from its byte counter read now and
-    then (``get_peer_info``'s ``total_download``, a `CounterRate` each): over the last
-    `PEERS_WINDOW_S`, or over `CONNECTION_RATE_AFTER_S` at least while it is younger
-    (not since it was first seen: a peer's first burst does not speak for it seconds
-    later). Written against the small emulation's last swarm client, 220 kB/s a
-    connection over its first 1.4 s and 73 kB/s over the next 1.5 s, a fall the
-    emulation's bridge caused (the carousel flooded down its link: fixed in 2f4756f,
-    docs/results/2026-11-29-small-scenario-querier.md). Pure: reads come with ``now``;
-    connections no longer listed are forgotten (bounded by the peers connected)."""
-
-    def __init__(self) -> None:
-        self._counters: dict[tuple[str, int], CounterRate] = {}
-
-    def update(self, now: float, peers: Sequence[Any]) -> dict[tuple[str, int], int | None]:
-        """The known rates (bytes/s) by (address, port), a web seed's None (the
-        origins: a piece it is fetching is never taken again); a connection not known
-        yet is left out (`CounterRate.rate_over`: no read old enough, or nothing from
-        it then)."""
-        rates: dict[tuple[str, int], int | None] = {}
-        counters: dict[tuple[str, int], CounterRate] = {}
-        for pi in peers:
-            key = (str(pi.ip[0]), int(pi.ip[1]))
-            if pi.connection_type != lt.peer_info.standard_bittorrent:
-                rates[key] = None
-                continue
-            counter = self._counters.get(key) or CounterRate(keep_s=PEERS_WINDOW_S)
-            counter.add(now, int(pi.total_download))  # (a lower total: a new connection)
-            counters[key] = counter
-            rate = counter.rate_over(PEERS_WINDOW_S)
-            if rate is None:
-                rate = counter.rate_over(CONNECTION_RATE_AFTER_S)
-            if rate is not None:
-                rates[key] = rate
-        self._counters = counters
-        return rates
-
-
-def fetching(queue: Sequence[Any]) -> set[int]:
-    """The pieces in libtorrent's download queue (``get_download_queue``) it is
-    fetching: a block asked of a connected peer or web seed, or every block received
-    (being written and checked). A piece whose blocks left are asked of nobody (the
-    peer it asked left: libtorrent keeps the partial piece, with the blocks it got) is
-    not: in the small emulation a swarm client whose seeds left waited 1.6 s on such a
-    last piece, which the feed skipped as busy until libtorrent's web seeds came back."""
-    out: set[int] = set()
-    for entry in queue:
-        states = [int(b["state"]) for b in entry["blocks"]]
-        if _BLOCK_REQUESTED in states or all(st in _BLOCK_RECEIVED for st in states):
-            out.add(int(entry["piece_index"]))
-    return out
-
-
-def stranded(queue: Sequence[Any]) -> set[int]:
-    """The partial pieces in libtorrent's download queue (``get_download_queue``) it
-    asks nobody for: a block of it received, none asked of a peer or web seed, not
-    every one received. libtorrent leaves such a piece for its end game: on a loopback
-    pair, a piece whose priority went to 0 with 4 of its 8 blocks asked (the `chord`
-    policy holds a piece one connected peer holds off for up to 4 s), and back once
-    they came, stayed at 4 of 8 for 6 s while libtorrent fetched 9 other pieces. A
-    partial piece whose peer left is one too (`fetching`). (The small emulation's last
-    swarm arrivals, for which this was written, had pieces first asked of a peer
-    2.4-3.7 s before they passed: their own links were flooded by the emulation's bridge,
-    fixed in 2f4756f; the loopback pair above is the rule's reason.)"""
-    out: set[int] = set()
-    for entry in queue:
-        states = [int(b["state"]) for b in entry["blocks"]]
-        received = [st in _BLOCK_RECEIVED for st in states]
-        if _BLOCK_REQUESTED not in states and any(received) and not all(received):
-            out.add(int(entry["piece_index"]))
-    return out
-
-
-def sooner_from_origins(
-    queue: Sequence[Any],
-    free: set[int],
-    rates: dict[tuple[str, int], int | None],
-    *,
-    piece_bytes: int,
-    origins_bps: int,
-) -> int | None:
-    """Of the ``free`` pieces in libtorrent's download queue (``get_download_queue``),
-    the one the origins would deliver whole (``piece_bytes`` at ``origins_bps``)
-    soonest before its peers deliver the rest; None if the peers are sooner for every
-    one, a rate is not known yet, or ``origins_bps`` is not known. Its peers deliver
-    the rest once each connection one of its blocks is asked of has sent every byte
-    asked of it (its blocks not received yet, of every piece in the queue), at its
-    known rate (``rates``: `ConnectionRates`): the queue does not say in which order a
-    connection's requests go out, and a piece's own bytes alone made a piece behind
-    several others on the same connection look a fraction of a second away (the small
-    emulation at f61cd5b: pieces queued on a peer at +0.6-1.0 s, passed +3.7-3.8 s, its
-    connections 300-350 kB/s, passed over against the origins' 180-210 kB/s; those
-    waits were the emulation's bridge flooding the carousel down that client's link,
-    fixed in 2f4756f, docs/results/2026-11-29-small-scenario-querier.md, while the
-    arithmetic holds for any connection with several pieces asked of it).
-    A piece a web seed is fetching is
-    never taken: the origins would send it twice. libtorrent does not take back
-    requests it sent: a peer sends a taken piece anyway, so a piece the peers would
-    bring sooner is only fetched twice (a loopback pair staggered like the small
-    emulation's first two swarm clients: the second took three pieces its fast peer
-    had already sent, `take_busy` before this rule)."""
-    if origins_bps <= 0:
-        return None
-    from_origins = piece_bytes / origins_bps
-    asked = _asked_bytes(queue)
-    best: tuple[float, int, int] | None = None
-    for entry in queue:
-        piece = int(entry["piece_index"])
-        if piece not in free:
-            continue
-        left = 0
-        peers: set[tuple[str, int]] = set()
-        known = True
-        for block in entry["blocks"]:
-            if int(block["state"]) in _BLOCK_RECEIVED:
-                continue
-            left += int(block["block_size"]) - int(block["bytes_progress"])
-            key = _asked_of(block)
-            if key is None:
-                continue  # not asked of anyone yet
-            if key not in rates or rates[key] is None:
-                known = False  # a web seed's, or a rate not known yet
-                break
-            peers.add(key)
-        if not known or left <= 0:
-            continue
-        # (blocks asked of nobody: no connection brings them)
-        from_peers = max(
-            (asked[k] / rate if (rate := rates[k]) else float("inf") for k in peers),
-            default=float("inf"),
-        )
-        gain = from_peers - from_origins
-        # (of the pieces on the same connections, the one with the most left first)
-        if gain > 0 and (best is None or (gain, left) > best[:2]):
-            best = (gain, left, piece)
-    return None if best is None else best[2]
-
-
-def _asked_of(block: Any) -> tuple[str, int] | None:
-    """The (address, port) of the connection a block of the download queue is asked
-    of (None: asked of nobody)."""
-    at = block.get("peer")
-    if int(block["state"]) != _BLOCK_REQUESTED:
-        return None
-    if not (isinstance(at, tuple) and len(at) == 2) or int(at[1]) == 0:
-        return None
-    return (str(at[0]), int(at[1]))
-
-
-def _asked_bytes(queue: Sequence[Any]) -> dict[tuple[str, int], int]:
-    """The bytes not received yet of every block asked of each connection, over the
-    whole download queue (`sooner_from_origins`)."""
-    out: dict[tuple[str, int], int] = {}
-    for entry in queue:
-        for block in entry["blocks"]:
-            key = _asked_of(block)
-            if key is not None:
-                left = int(block["block_size"]) - int(block["bytes_progress"])
-                out[key] = out.get(key, 0) + left
-    return out

@@ -18,6 +18,7 @@ from typing import Any
 
 from pressrun.content.codec import Manifest
 from pressrun.peer.chord_policy import ChordPolicy
+from pressrun.peer.download_queue import stranded
 from pressrun.peer.events import Progress
 from pressrun.peer.feed import PARALLEL_WITH_ROOM, OwedPieceFeed
 from pressrun.peer.sources import (
@@ -34,7 +35,6 @@ from pressrun.peer.sources import (
     peers_window_s,
     probing,
     shared_out,
-    stranded,
     unheld_room,
 )
 from pressrun.peer.uploader import (
@@ -332,6 +332,9 @@ class SwarmStatus:
             named=self.policy.first | self.policy.given
             if isinstance(self.policy, ChordPolicy)
             else (),
+            # (the unheld pieces once due: `sources.unheld_due`)
+            peers_bps=best_peers,
+            fetch_bps=fetch_bps,
         )
 
     def _ring_holds_origins(self) -> bool:
