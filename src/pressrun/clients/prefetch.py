@@ -24,7 +24,8 @@ client:
    what this one holds is offered to the others, until the release;
 5. waits for the release (asking the wrap again every ``RECHECK_S`` meanwhile, so a
    release moved earlier or later, or revoked, is followed), fetches the wrap at the
-   release, decrypts and moves the plaintext into the library at once.
+   release, decrypts and moves the plaintext into the library at once (``download_s``),
+   leaving the prefetchers' swarm meanwhile (``leave_s``: the copy does not wait for it).
 
 If the release comes before the ciphertext is all there, the rest is fetched at full
 speed the ordinary way (`fetch_issue` resumes from the verified pieces).
@@ -174,6 +175,9 @@ class _Prefetcher:
         self.listen_interfaces = listen_interfaces
         self.swarm: PrefetchSwarm | None = None
         self.swarm_note: str | None = None
+        #: the swarm's leave: its seconds and its steps' (`PrefetchSwarm.close`)
+        self.leave_s = 0.0
+        self.leave_steps: dict[str, float] | None = None
         # the order of the origin fetches among pieces no peer holds: one per prefetcher
         self.rng = random.Random(client_id)
 
@@ -484,10 +488,16 @@ class _Prefetcher:
         """Leave the prefetchers' swarm (if in it); what it sent is logged."""
         swarm, self.swarm = self.swarm, None
         if swarm is not None:
-            await swarm.close()
+            began = self.f.now()
+            steps = await swarm.close()
+            self.leave_s = round(self.f.now() - began, 3)
+            self.leave_steps = steps or None
             log.info(
-                "%s: left the prefetch swarm: %d bytes from peers, %d bytes sent to them",
+                "%s: left the prefetch swarm in %.2f s (%s): %d bytes from peers, "
+                "%d bytes sent to them",
                 self.f.issue_id,
+                self.leave_s,
+                ", ".join(f"{k} {v:.2f}" for k, v in steps.items()),
                 self.bytes_from_peers,
                 swarm.bytes_to_peers,
             )
@@ -546,25 +556,34 @@ class _Prefetcher:
     async def open(self, m: Manifest, manifest_json: bytes, path: Path, key: bytes) -> FetchResult:
         """Decrypt beside the ciphertext and move the plaintext into the library; the
         prefetchers' swarm (seeded until now) is left meanwhile, not before: leaving
-        takes a pause for the stopped announce and the session's end in a thread."""
+        takes a pause for the stopped announce and the session's end in a thread. The
+        copy is in the library (`ready_s`) once decrypted, not once the swarm is left."""
         f = self.f
         leaving = asyncio.ensure_future(self.leave_swarm())
         try:
-            plain = await asyncio.to_thread(decrypt_partial, m, key, path)
-        except NotReadable as err:
-            raise FetchError(str(err)) from None
+            try:
+                plain = await asyncio.to_thread(decrypt_partial, m, key, path)
+            except NotReadable as err:
+                raise FetchError(str(err)) from None
+            try:
+                # linked in, the partial folder kept: libtorrent may still be reading
+                # the ciphertext there until the leave has ended
+                final = f.library.install(m.issue_id, plain.name, manifest_json, seeding=True)
+            except (OSError, LibraryError) as err:
+                raise FetchError(f"cannot move {plain.name} into the library: {err}") from None
+            ready_s = f.now() - self.started_at
         finally:
             await leaving  # out of the swarm before the partial folder goes
-        try:
-            final = f.library.install(m.issue_id, plain.name, manifest_json)
-        except (OSError, LibraryError) as err:
-            raise FetchError(f"cannot move {plain.name} into the library: {err}") from None
+        f.library.discard_partial(m.issue_id)
         enc = m.encryption
         assert enc is not None
         return FetchResult(
             issue_id=m.issue_id,
             path=final,
             seconds=f.now() - self.started_at,
+            ready_s=ready_s,
+            leave_s=self.leave_s,
+            leave_steps=self.leave_steps,
             size_bytes=enc.plain_size_bytes,
             bytes_by_origin=dict(self.bytes_by_origin),
             handoffs=0,

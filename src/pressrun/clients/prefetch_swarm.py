@@ -192,14 +192,24 @@ class PrefetchSwarm:
         it and offers it to the others."""
         self._handle.add_piece(index, data, 0)
 
-    async def close(self) -> None:
-        """Leave the swarm (the partial file stays)."""
+    async def close(self) -> dict[str, float]:
+        """Leave the swarm (the partial file stays). Returns the seconds of its steps
+        (empty when the session was not open): ``stopped``, the torrent paused and
+        `STOP_GRACE_S` for its "stopped" announces; ``close``, the session's end,
+        which waits for the trackers' answers to those (libtorrent's
+        ``stop_tracker_timeout`` at most: a tracker that never answers takes it all)."""
+        steps: dict[str, float] = {}
         if self._alerts is not None:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
             self.refresh()
             # the torrent paused first, with the loop running: libtorrent announces
             # "stopped" now, so the session's destructor (which holds the GIL) has no
             # tracker to wait for (a tracker in this process could not answer it)
             self._handle.pause()
             await asyncio.sleep(STOP_GRACE_S)
+            paused = loop.time()
             alerts, self._alerts, self._handle = self._alerts, None, None
             await alerts.close()
+            steps = {"stopped": round(paused - began, 3), "close": round(loop.time() - paused, 3)}
+        return steps
