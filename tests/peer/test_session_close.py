@@ -5,8 +5,9 @@ In the flash-crowd pair at 8059ace (29 Nov 14:00, load 112 on 2 cores) a desktop
 its swarm for the carousel 13 s into its download: the fetch was cancelled (no leave
 removed the torrent), the session's destructor ran in ``_drop`` holding the GIL, and
 the 8 s watchdog ended the process with status 1, its download with it. Measured on
-127.0.0.1 (docs/results/2026-11-29-leave.md): the destructor holds the GIL for as long
-as libtorrent's abort takes. These tests use real libtorrent sessions in a loopback
+127.0.0.1 (docs/results/2026-11-29-leave.md): the destructor holds the GIL until the
+session's network thread ends, which waits for any name lookup in flight (9.2 s with a
+DNS server that stopped answering). These tests use real libtorrent sessions in a loopback
 swarm (tracker, a capped origin), closed mid-download as that client's was.
 """
 

@@ -44,9 +44,12 @@ left its swarm for the carousel 13 s into its download (7 of 382 pieces, the fet
 cancelled, so no leave had removed the torrent) was ended by the 8 s watchdog: its
 executor thread was in ``_drop`` (the destructor, holding the GIL) and the loop's thread,
 in ``Thread.start`` of that very thread, waited for the GIL it held, not for a thread to
-be started. Measured on 127.0.0.1 (docs/results/2026-11-29-leave.md), the destructor of
-a session with a torrent in it holds the GIL for as long as libtorrent's abort takes
-(its tracker ``stopped``, peer connections, disk jobs), seconds on a starved host. So
+be started. Measured on 127.0.0.1 (docs/results/2026-11-29-leave.md), the destructor
+holds the GIL while it joins the session's network thread, and that thread ends only
+once every name lookup it has in flight returns (asio's resolver thread, in
+``getaddrinfo`` for a web seed's or a tracker's host): with a DNS server that stopped
+answering, 7.2 and 9.2 s (0.1-0.25 s on a CPU-starved host with none), and no removal
+beforehand shortens it. So
 `AlertSession.close` first removes what a leave did not (`remove_torrents`, waiting at
 most ``remove_wait_s`` on the loop, where a timer still runs), and a process that ends
 itself keeps *every* session (paused, its torrents asked out, at most
@@ -327,8 +330,9 @@ class AlertSession:
         destroy_s = loop.time() - dropping
         if destroy_s > remove_wait_s:
             log.warning(
-                "peer: session close: its destructor took %.1f s holding the GIL (libtorrent's "
-                "abort: tracker `stopped` announces, peer connections, disk jobs)",
+                "peer: session close: its destructor took %.1f s holding the GIL (it joins "
+                "libtorrent's network thread: name lookups in flight, tracker `stopped` "
+                "announces, disk jobs)",
                 destroy_s,
             )
         self._close_pipe()
