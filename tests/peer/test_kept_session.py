@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import libtorrent as lt
@@ -29,26 +29,34 @@ from pressrun.peer.config import PeerConfig
 from pressrun.peer.session import KEPT_SESSIONS_MAX, AlertSession, session_settings
 
 
+def own_sessions(
+    monkeypatch: pytest.MonkeyPatch, drop: Callable[[list[Any]], None]
+) -> Iterator[None]:
+    """Within it `session._drop` is ``drop``, and the watchdog's state and the kept
+    list are the test's own; the sessions kept meanwhile are paused after it."""
+    monkeypatch.setattr(session, "_drop", drop)
+    monkeypatch.setattr(session, "_kept", [])
+    monkeypatch.setattr(watchdog, "_bound_s", None)
+    monkeypatch.setattr(watchdog, "_webrtc", False)
+    monkeypatch.setattr(watchdog, "_kept", False)
+    yield
+    for ses, pipe in session._kept:
+        ses.pause()
+        for fd in pipe:
+            os.close(fd)
+
+
 @pytest.fixture
 def destroyed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
-    """The sessions `session._drop` destroyed; the watchdog's state and the kept list
-    are this test's own."""
+    """The sessions `session._drop` destroyed (`own_sessions`)."""
     gone: list[Any] = []
 
     def drop(holder: list[Any]) -> None:
         gone.extend(holder)
         holder.clear()
 
-    monkeypatch.setattr(session, "_drop", drop)
-    monkeypatch.setattr(session, "_kept", [])
-    monkeypatch.setattr(watchdog, "_bound_s", None)
-    monkeypatch.setattr(watchdog, "_webrtc", False)
-    monkeypatch.setattr(watchdog, "_kept", False)
-    yield gone
-    for ses, pipe in session._kept:
-        ses.pause()
-        for fd in pipe:
-            os.close(fd)
+    for _ in own_sessions(monkeypatch, drop):
+        yield gone
 
 
 def new_session(*, websocket: bool) -> AlertSession:

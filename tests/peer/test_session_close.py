@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 
 pytest.importorskip("libtorrent")
 
+from peer.test_kept_session import own_sessions
 from pressrun.peer import session, watchdog
 from pressrun.peer.aio import SwarmPeer
 from pressrun.peer.config import desktop_profile
@@ -45,21 +45,14 @@ def drops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
         seen.append([str(h.info_hashes().get_best()) for h in holder[0].get_torrents()])
         real_drop(holder)
 
-    monkeypatch.setattr(session, "_drop", drop)
-    monkeypatch.setattr(session, "_kept", [])
-    monkeypatch.setattr(watchdog, "_bound_s", None)
-    monkeypatch.setattr(watchdog, "_webrtc", False)
-    monkeypatch.setattr(watchdog, "_kept", False)
-    yield seen
-    for ses, pipe in session._kept:
-        ses.pause()
-        for fd in pipe:
-            os.close(fd)
+    for _ in own_sessions(monkeypatch, drop):
+        yield seen
 
 
-async def downloading_peer(swarm: LoopbackSwarm, index: int) -> SwarmPeer:
+async def downloading_peer(swarm: LoopbackSwarm, index: int) -> tuple[SwarmPeer, Any]:
     """A peer that has some pieces and not all (the origin is capped, the peer's
-    download too): the moment a client leaves its swarm for the carousel."""
+    download too): the moment a client leaves its swarm for the carousel; and its
+    libtorrent session."""
     peer = swarm.new_peer(index, desktop_profile(download_limit_bps=400_000))
     await peer.start()
     async with asyncio.timeout(30):
@@ -70,7 +63,8 @@ async def downloading_peer(swarm: LoopbackSwarm, index: int) -> SwarmPeer:
             await asyncio.sleep(0.05)
     p = peer._status.last_progress
     assert p is not None and p.done_bytes < SIZE, "closed mid-download"
-    return peer
+    assert peer._alerts is not None
+    return peer, peer._alerts.session
 
 
 async def test_a_command_line_peer_closed_mid_download_runs_no_destructor(
@@ -80,10 +74,7 @@ async def test_a_command_line_peer_closed_mid_download_runs_no_destructor(
     async with loopback_swarm(
         tmp_path, size_bytes=SIZE, origin_cap_mbps=(4.0,), piece_size=PIECE
     ) as swarm:
-        peer = await downloading_peer(swarm, 0)
-        alerts = peer._alerts
-        assert alerts is not None
-        ses = alerts.session
+        peer, ses = await downloading_peer(swarm, 0)
         await peer.close()  # what a cancelled fetch's `finally` does
         # on the code before: _drop ran the destructor with the torrent still in the
         # session (the hang at load 112)
@@ -106,7 +97,7 @@ async def test_a_library_destroys_its_session_after_the_removal(
     async with loopback_swarm(
         tmp_path, size_bytes=SIZE, origin_cap_mbps=(4.0,), piece_size=PIECE
     ) as swarm:
-        peer = await downloading_peer(swarm, 0)
+        peer, _ = await downloading_peer(swarm, 0)
         await peer.close()
         # the destructor ran, and found no torrent left to abort
         assert drops == [[]]
@@ -126,10 +117,9 @@ async def test_a_removal_not_confirmed_in_time_is_logged_and_not_waited_for(
     async with loopback_swarm(
         tmp_path, size_bytes=SIZE, origin_cap_mbps=(4.0,), piece_size=PIECE
     ) as swarm:
-        peer = await downloading_peer(swarm, 0)
+        peer, ses = await downloading_peer(swarm, 0)
         alerts = peer._alerts
         assert alerts is not None
-        ses = alerts.session
         with caplog.at_level(logging.WARNING, logger="pressrun.peer.session"):
             closed = await alerts.close(remove_wait_s=0.0)
         assert closed.kept and closed.removed == 1 and closed.unconfirmed == 1
