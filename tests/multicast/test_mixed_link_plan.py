@@ -1,8 +1,13 @@
 """The channel plan for mixed links (`pressrun.multicast.config.mixed_link_plan`):
 channels at most 5/6 of the slowest link, as many as the fastest carries; and
-flash-crowd-50's plan is that rule's for its links (issue 28, session 17). Pure."""
+flash-crowd-50's plan is that rule's for its links (issue 28, session 17); the
+default plan (CLI and docker-compose.yml) is the rule's for links of 6 to 50 Mbit/s
+(session 25). Pure."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +44,34 @@ def test_flash_crowd_50s_plan_is_the_rule_for_its_links() -> None:
     channels, rate = mixed_link_plan(min(downs), max(downs))
     assert int(scenario.env["PRESSRUN_MULTICAST_CHANNELS"]) == channels
     assert float(scenario.env["PRESSRUN_MULTICAST_RATE_MBPS"]) * 1e6 == rate
+
+
+def test_the_default_plan_is_the_rule_for_links_of_6_to_50_mbit() -> None:
+    """`CarouselConfig`'s default (the CLI's) serves the emulation's links, 6 to 50
+    Mbit/s, at their rates: 10 x 5 Mbit/s (4 x 5 held a 50 Mbit/s reader to 20)."""
+    default = CarouselConfig()
+    assert (default.channels, default.rate_bps) == mixed_link_plan(6e6, 50e6) == (10, 5e6)
+
+
+def test_flash_crowd_50_desktops_runs_flash_crowd_50s_plan() -> None:
+    """The desktops' crowd is flash-crowd-50 without its phones: the same links, so the
+    same plan (its readers are compared with flash-crowd-50's runs)."""
+    full, desktops = load_scenario("flash-crowd-50"), load_scenario("flash-crowd-50-desktops")
+    for key in ("PRESSRUN_MULTICAST_CHANNELS", "PRESSRUN_MULTICAST_RATE_MBPS"):
+        assert desktops.env[key] == full.env[key], key
+
+
+def test_the_compose_sender_defaults_to_the_cli_plan() -> None:
+    """docker-compose.yml's sender, without PRESSRUN_MULTICAST_CHANNELS or _RATE_MBPS,
+    runs `CarouselConfig`'s plan (it ran 2 x 40 Mbit/s, the plan that congested every
+    link under 40 Mbit/s, after the CLI's default had left it)."""
+    compose = (Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text()
+
+    def default_of(name: str) -> str:
+        found = re.search(r"\$\{" + name + r":-([0-9.]+)\}", compose)
+        assert found is not None, f"docker-compose.yml gives {name} no default"
+        return found.group(1)
+
+    default = CarouselConfig()
+    assert int(default_of("PRESSRUN_MULTICAST_CHANNELS")) == default.channels
+    assert float(default_of("PRESSRUN_MULTICAST_RATE_MBPS")) * 1e6 == default.rate_bps

@@ -68,12 +68,18 @@ class CarouselConfig:
     fec: ``raptorq`` (RFC 6330: every channel carries different encoding symbols, so k
         channels deliver about k times faster) or ``none`` (RFC 6726 no-code FEC, for
         standard receivers: every channel carries the whole file, phase-shifted).
-    channels: number of channels (group, port, TSI each). 4.
+    channels: number of channels (group, port, TSI each). 10: `mixed_link_plan` for
+        links of 6 to 50 Mbit/s, so a 50 Mbit/s reader takes its link's rate (4 held
+        it to 20 Mbit/s, slower than the origins at a crowd's peak). The price: the
+        sender's pass is channels x (1 + overhead) x the issue in memory (675 MB for
+        50 MB) and it sends channels x rate whoever listens.
     rate_bps: each channel's rate on the wire, bits/s of UDP payload. 5 Mbit/s: the
-        slowest link to serve carries one channel, faster links join more (receiver-
-        driven layering); 2 x 40 Mbit/s congested every link slower than 40 Mbit/s
-        (docs/multicast.md, "A plan for mixed links", bench/multicast.py
-        --mixed-links).
+        slowest link to serve (6 Mbit/s) carries one channel, faster links join more
+        (receiver-driven layering); 2 x 40 Mbit/s congested every link slower than 40
+        Mbit/s. Finer channels fill a 6 Mbit/s link but cost every faster one the
+        longer climb (flash-crowd-50-desktops on 16 x 2 Mbit/s: mobile-6 readers 8.5 s
+        sooner, fibre-50 about 4 s and dsl-20 about 1 s later; docs/multicast.md, "A
+        plan for mixed links").
     symbol_bytes: encoding symbol length (one symbol per packet). 1320: with the LCT
         and FEC headers (36 bytes) and IP/UDP (28) a packet is 1384 bytes, 1414 inside
         an AMT tunnel (RFC 7450: outer IP, UDP and its 2-byte header), which leaves 86
@@ -101,7 +107,7 @@ class CarouselConfig:
     """
 
     fec: str = "raptorq"
-    channels: int = 4
+    channels: int = 10
     rate_bps: float = 5e6
     symbol_bytes: int = 1320
     max_source_block_symbols: int = 1024
