@@ -85,6 +85,17 @@ class LinkPair:
         for command in shaping_commands(shape, device=vr):
             _sh("ip", "netns", "exec", self.rcv, *command)
 
+    def run_receiver(self, script: str, *args: str) -> dict[str, object]:
+        """Run ``script`` (Python printing one JSON line) in the receiver's namespace."""
+        out = subprocess.run(
+            ["ip", "netns", "exec", self.rcv, sys.executable, "-c", script, *args],
+            capture_output=True, text=True, timeout=360,
+        )  # fmt: skip
+        if out.returncode != 0:
+            return {"error": out.stderr[-300:]}
+        result: dict[str, object] = json.loads(out.stdout)
+        return result
+
     def close(self) -> None:
         for ns in (self.snd, self.rcv):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
@@ -109,16 +120,10 @@ def carousel_cell(
         while "control API on " not in (line := sender.stderr.readline()):
             if not line:
                 return {"error": "the sender did not start"}
-        out = subprocess.run(
-            ["ip", "netns", "exec", link.rcv, sys.executable, "-c", RECEIVER, ISSUE, group,
-             "5400", hashlib.sha256(bundle.manifest_json).hexdigest(), bundle.public_hex,
-             link.receiver_ip, str(start)],
-            capture_output=True, text=True, timeout=360,
+        return link.run_receiver(
+            RECEIVER, ISSUE, group, "5400", hashlib.sha256(bundle.manifest_json).hexdigest(),
+            bundle.public_hex, link.receiver_ip, str(start),
         )  # fmt: skip
-        if out.returncode != 0:
-            return {"error": out.stderr[-300:]}
-        result: dict[str, object] = json.loads(out.stdout)
-        return result
     finally:
         sender.terminate()
         sender.wait(timeout=10)
@@ -132,15 +137,7 @@ def tcp_cell(source: Path, link: LinkPair) -> dict[str, object]:
     )  # fmt: skip
     try:
         time.sleep(1.0)
-        out = subprocess.run(
-            ["ip", "netns", "exec", link.rcv, sys.executable, "-c", TCP_RECEIVER,
-             f"http://{link.sender_ip}:8080/{source.name}"],
-            capture_output=True, text=True, timeout=360,
-        )  # fmt: skip
-        if out.returncode != 0:
-            return {"error": out.stderr[-300:]}
-        result: dict[str, object] = json.loads(out.stdout)
-        return result
+        return link.run_receiver(TCP_RECEIVER, f"http://{link.sender_ip}:8080/{source.name}")
     finally:
         server.terminate()
         server.wait(timeout=10)
