@@ -6,7 +6,10 @@
 // fields as before. (DownloadError and describe are download.js's; they are used only
 // when a method runs, so the two modules importing each other is safe.)
 
+import { getRecord } from "./db.js";
 import { DownloadError, describe } from "./download.js";
+import { parseManifest, pieceSpan } from "./manifest.js";
+import { storedPieces } from "./store.js";
 
 class Unavailable extends Error {
   constructor(reason, { retryAfterS = null, refused = false } = {}) {
@@ -44,6 +47,8 @@ export class DownloadDirective {
     const query = [];
     if (failed.length) query.push(`failed=${failed.map(encodeURIComponent).join(",")}`);
     if (this.peerCapable()) query.push("peer=webrtc");
+    const hint = this.copyHint();
+    if (hint !== null) query.push(`have=${hint.have}`, `size=${hint.size}`);
     const url = query.length ? `${base}?${query.join("&")}` : base;
     let resp;
     let body;
@@ -88,6 +93,41 @@ export class DownloadDirective {
     for (const o of origins) this.originUrls.set(o.name, o.url.replace(/\/+$/, ""));
     this.swarmInfo = doc.mode === "swarm" && usableSwarm(doc.swarm) ? doc.swarm : null;
     return origins;
+  }
+
+  /**
+   * What a resumed download tells the balancer of its copy (`have=`, `size=`: the bytes
+   * of the issue's file it holds, the file's size; docs/protocols.md), as a resumed
+   * `pressrun get` does, so that the balancer counts what it lacks, not a whole new
+   * transfer (under full origins a resume was refused like a new reader). Before the
+   * manifest: `storedHint` (`storedCopy`); after it: the pieces stored by now, when the
+   * download resumed some. null: it tells nothing (a download begun from nothing).
+   */
+  copyHint() {
+    if (this.resumedPieces === undefined) return this.storedHint ?? null;
+    if (this.resumedPieces.length === 0) return null;
+    return { have: this.storedBytes, size: this.m.size_bytes };
+  }
+
+  /**
+   * `{have, size}` of the partial copy this device stores of the issue: the pieces in
+   * its folder (store.js) measured in the manifest it stored with them (the issue
+   * record's, as fetched: the file on the origins, ciphertext for an encrypted issue);
+   * a hint, not checked again yet. null without one (nothing stored, no manifest).
+   */
+  async storedCopy() {
+    const record = await getRecord("issues", this.issueId);
+    if (typeof record?.manifest_text !== "string") return null;
+    let m;
+    try {
+      m = parseManifest(record.manifest_text).manifest;
+    } catch {
+      return null;
+    }
+    const n = m.piece_sha256.length;
+    let have = 0;
+    for (const i of await storedPieces(this.issueId)) if (i < n) have += pieceSpan(m, i)[1];
+    return have > 0 && m.size_bytes > 0 ? { have, size: m.size_bytes } : null;
   }
 
   /** A directive, waiting and retrying while there is none; DownloadError when stuck. */

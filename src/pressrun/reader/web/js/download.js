@@ -105,6 +105,7 @@ export class Download {
     this.uploadAllowed = uploadAllowed;
     this.onSwarm = onSwarm;
     this.swarmInfo = null; // the last directive's swarm, when it sends this reader there
+    this.storedHint = null; // {have, size} of the copy stored before this run (copyHint)
     this.swarmFetch = null;
   }
 
@@ -207,6 +208,7 @@ export class Download {
   async run() {
     await this.hooks.waitForNetwork?.(this.signal); // Wi-Fi only: not one byte before
     const started = performance.now();
+    this.storedHint = await this.storedCopy(); // told in the directive requests (have=, size=)
     const { m, text } = await this.manifest();
     this.m = m;
     const n = m.piece_sha256.length;
