@@ -195,8 +195,9 @@ class PrefetchSwarm:
     async def close(self) -> dict[str, float]:
         """Leave the swarm (the partial file stays). Returns the seconds of its steps
         (empty when the session was not open): ``stopped``, the torrent paused and
-        `STOP_GRACE_S` for its "stopped" announces; ``close``, the session's end,
-        which waits for the trackers' answers to those (libtorrent's
+        `STOP_GRACE_S` for its "stopped" announces; ``close``, the session's end
+        (`AlertSession.close`: kept until a command-line process ends; destroyed in a
+        library, its destructor waiting for the trackers' answers to those announces,
         ``stop_tracker_timeout`` at most: a tracker that never answers takes it all)."""
         steps: dict[str, float] = {}
         if self._alerts is not None:
