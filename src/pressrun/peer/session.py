@@ -107,6 +107,19 @@ WEBSOCKET_CLOSE_GRACE_S = 0.5
 #: limit is off: origin copies at N = 80; docs/chord.md "Benches",
 #: docs/results/2026-11-28-swarm-limit.md sections 17-18)
 UNCHOKE_INTERVAL_S = 3
+#: libtorrent's ``send_buffer_low_watermark``: a connection's requested blocks are read
+#: into its send buffer up to the larger of this and half of what it sent in its last
+#: second. libtorrent's 10 KiB holds one 16 KiB block at a time on a connection that
+#: sent nothing yet, and under an upload limit each block waits for the rate limiter's
+#: next quota (``tick_interval``): a fresh connection sent one block a tick, 160 kB/s,
+#: until its second second. On the loopback bench (N = 40, 1 MB/s a peer) a bringer sent
+#: its first piece to its two named receivers in 0.8-1.1 s where its limit takes 0.26 s,
+#: and 98% of the ramp's uploading connections held one block or less. One piece of the
+#: publisher's default size: 1.16x, 1.17x, 1.16x against 1.18x, 1.18x at N = 40, N = 80
+#: 1.20x, N = 20 1.14x (docs/results/2026-11-28-swarm-limit.md, section 20); a fresh
+#: connection's first piece 0.30 s from its request against 0.90
+#: (tests/peer/test_session_send_buffer.py)
+SEND_BUFFER_LOW_WATERMARK = 128 * 1024
 #: sessions kept (paused, their torrents asked out) until the process ends itself
 #: (module docstring)
 KEPT_SESSIONS_MAX = 4
@@ -160,6 +173,8 @@ def session_settings(
         # idle with requests queued 1.3 to 2.1 s of T in the middle, 1.0 s with 100;
         # docs/swarm.md, docs/chord.md "Benches")
         "tick_interval": 100,
+        # a fresh connection's first piece at the upload limit, not a block a tick
+        "send_buffer_low_watermark": SEND_BUFFER_LOW_WATERMARK,
         "aio_threads": 2,
         "hashing_threads": 1,
         "alert_mask": int(_ALERT_MASK),
