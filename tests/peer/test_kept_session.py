@@ -28,6 +28,10 @@ from pressrun.peer import session, watchdog
 from pressrun.peer.config import PeerConfig
 from pressrun.peer.session import KEPT_SESSIONS_MAX, AlertSession, session_settings
 
+#: how long a test lets libtorrent confirm a removal (the code's 2 s is a bound for a
+#: reader; a test asserting that the removal was confirmed must hold on a loaded host)
+LOADED_HOST_WAIT_S = 30.0
+
 
 def own_sessions(
     monkeypatch: pytest.MonkeyPatch, drop: Callable[[list[Any]], None]
@@ -124,7 +128,7 @@ async def test_a_session_still_holding_a_torrent_has_it_removed_and_is_kept(
     params.save_path = str(tmp_path)
     alerts.session.add_torrent(params)
     ses = alerts.session
-    closed = await alerts.close()
+    closed = await alerts.close(remove_wait_s=LOADED_HOST_WAIT_S)
     assert destroyed == [] and [s for s, _ in session._kept] == [ses]
     assert closed.removed == 1 and closed.unconfirmed == 0
     assert ses.get_torrents() == []
