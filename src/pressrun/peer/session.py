@@ -10,8 +10,9 @@ every 100 ms (docs/swarm.md).
 
 Alerts come through ``session.set_alert_fd`` on a pipe watched with
 ``loop.add_reader`` (never ``set_alert_notify`` with a Python callback: it deadlocks
-against calls that hold the GIL). The session is destroyed in a worker thread: its
-destructor blocks while it announces ``stopped``.
+against calls that hold the GIL). A library's session is destroyed in a worker thread:
+its destructor blocks while it announces ``stopped`` (a command-line peer's is kept,
+below).
 
 WebRTC peers (a ``ws://`` tracker in the torrent, libtorrent's WebTorrent) need
 ``announce_to_all_tiers``: ``publish`` writes every tracker in tier 0 and libtorrent
@@ -35,7 +36,8 @@ destructor ran past 8 s in ``_drop``, and the client was counted failed. A proce
 ends itself (`pressrun.peer.watchdog.process_ends_itself`: the console script's
 ``os._exit``) therefore keeps such a session, paused and holding no torrent (the
 peer's leave removed it after flushing its disk cache), until that end, instead of
-destroying it: at most `KEPT_SESSIONS_MAX`, the rest destroyed as before. A kept
+destroying it (since issue 29 every session, below): at most `KEPT_SESSIONS_MAX`, the
+rest destroyed as before. A kept
 session's WebSocket closes when the process ends, so its close does not wait the grace.
 
 **The close never runs the destructor in a command-line peer** (issue 29). In the
@@ -50,7 +52,7 @@ once every name lookup it has in flight returns (asio's resolver thread, in
 ``getaddrinfo`` for a web seed's or a tracker's host): with a DNS server that stopped
 answering, 7.2 and 9.2 s (0.1-0.25 s on a CPU-starved host with none), and no removal
 beforehand shortens it. So
-`AlertSession.close` first removes what a leave did not (`remove_torrents`, waiting at
+`AlertSession.close` first removes what a leave did not (`_remove_torrents`, waiting at
 most ``remove_wait_s`` on the loop, where a timer still runs), and a process that ends
 itself keeps *every* session (paused, its torrents asked out, at most
 `KEPT_SESSIONS_MAX`) instead of destroying it: no destructor, no thread, nothing held,
