@@ -66,6 +66,13 @@ def register_serve(serve_subparsers: argparse._SubParsersAction[Any]) -> None:
         help="with a cap, the size of each paced write in KiB (default 64)",
     )
     p.add_argument(
+        "--cap-turn-kib",
+        type=int,
+        default=256,
+        help="with a cap, the bytes (KiB) a transfer takes of the bucket at once: "
+        "answers up to this size finish in the order asked (default 256)",
+    )
+    p.add_argument(
         "--send-buffer-kib",
         type=int,
         default=None,
@@ -134,6 +141,7 @@ def run_origin(args: argparse.Namespace) -> int:
             shutdown_grace_s=args.shutdown_grace_s,
             sendfile_chunk_bytes=args.sendfile_chunk_kib * 1024,
             cap_chunk_bytes=args.cap_chunk_kib * 1024,
+            cap_turn_bytes=args.cap_turn_kib * 1024,
             send_buffer_bytes=None if args.send_buffer_kib is None else args.send_buffer_kib * 1024,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,

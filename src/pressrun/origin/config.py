@@ -36,6 +36,11 @@ class OriginConfig:
     sendfile_chunk_bytes: without a cap, a transfer is handed to sendfile(2) in chunks
         of this size, so byte counters (and ``/stats``) follow it as it goes.
     cap_chunk_bytes: with a cap, the size of each paced write.
+    cap_turn_bytes: with a cap, a transfer takes this many bytes of the bucket at once
+        (a turn; less at its answer's end) and sends them in paced writes inside it,
+        so concurrent answers of at most this size finish one after another in the
+        order they asked instead of all together, and a longer one takes turns with
+        them (docs/origin.md, "The egress cap").
     cap_burst_s: with a cap, the bucket's depth in seconds of the cap (at least one
         chunk): how far ahead of the average rate a burst may go.
     send_buffer_bytes: SO_SNDBUF of each connection that gets a body; None (default):
@@ -65,6 +70,7 @@ class OriginConfig:
     shutdown_grace_s: float = 5.0
     sendfile_chunk_bytes: int = 1024 * 1024
     cap_chunk_bytes: int = 64 * 1024
+    cap_turn_bytes: int = 256 * 1024
     cap_burst_s: float = 0.05
     send_buffer_bytes: int | None = None
     tls_cert: Path | None = None
@@ -87,6 +93,8 @@ class OriginConfig:
             raise ValueError("shutdown_grace_s must not be negative")
         if self.sendfile_chunk_bytes < 4096 or self.cap_chunk_bytes < 1024:
             raise ValueError("chunk sizes must be at least 4096 (sendfile) / 1024 (cap) bytes")
+        if self.cap_turn_bytes < 1024:
+            raise ValueError("cap_turn_bytes must be at least 1024")
         if self.cap_burst_s < 0:
             raise ValueError("cap_burst_s must not be negative")
         if self.send_buffer_bytes is not None and self.send_buffer_bytes < 4096:

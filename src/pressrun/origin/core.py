@@ -20,6 +20,9 @@ time and the asyncio adapter (:mod:`pressrun.origin.aio`) feeds it ``loop.time()
   bucket: `take` always grants, and answers how long the caller must wait before it
   may send; callers that take in turn are released in turn, so concurrent transfers
   share the rate and the total released by time t never exceeds rate*t + burst.
+  A transfer takes a *turn* of up to ``cap_turn_bytes`` at once and sends its paced
+  writes inside it (`turn_write_release`): an answer of at most one turn finishes
+  before one asked after it starts.
 - `TrafficMeter`: the status agent of 000_9aae53f3113e9bd8.txt (sections 4-5): the
   outbound rate over the last interval, the mean rate per transfer active in it
   (overall and per issue: Algorithm 2's "average bandwidth used for that particular
@@ -278,6 +281,17 @@ def refill_tokens(
     return min(burst_bytes, tokens + elapsed * rate_bytes_per_s), max(last, now)
 
 
+def turn_write_release(turn_released_at: float, left_after_write: int, rate: float) -> float:
+    """When a paced write inside a turn may go: the turn (one `TokenBucket.take` of all
+    its bytes, released at `turn_released_at`, its last byte's time) pays for its bytes
+    in order, so a write that leaves `left_after_write` bytes of the turn to send is
+    paid for that many bytes' time at `rate` before the turn's end. The writes go as
+    each would had it been taken alone right after the one before: the bytes released
+    by time t stay within ``burst + rate*t``, and takes after the turn's wait behind
+    all of it (tests/origin/test_core.py simulates both)."""
+    return turn_released_at - left_after_write / rate
+
+
 # ------------------------------------------------------------------ chunk sizing
 
 #: a sendfile chunk should take about this long: long enough that a fast client gets
@@ -454,8 +468,9 @@ class TrafficMeter:
         self.bytes_sent_by_issue[issue] = self.bytes_sent_by_issue.get(issue, 0) + n
 
     def transfer_paced(self, transfer_id: int, *, now: float) -> None:
-        """The transfer waited `now` for the egress cap (our pacing, not its client):
-        it counts as moving (a long queue on a small cap is load, not a stall)."""
+        """The transfer waits for the egress cap until `now` (our pacing, not its
+        client; the adapter says so as the wait starts): it counts as moving until then
+        (a long queue on a small cap is load, not a stall)."""
         transfer = self._transfers[transfer_id]
         transfer.last_moved_at = max(transfer.last_moved_at, now)
         if transfer.stalled and transfer.ended_at is None:

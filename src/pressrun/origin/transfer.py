@@ -2,7 +2,9 @@
 
 `TransferMixin` is the part of `pressrun.origin.aio.OriginService` that sends the
 bytes of a range once the headers are decided: chunks paced by the egress bucket when
-there is a cap (a small object does not wait behind the bulk transfers' debt), sized
+there is a cap, taken a turn of ``cap_turn_bytes`` at a time so answers of up to a turn
+finish in the order asked (a small object does not wait behind the bulk transfers'
+debt), sized
 by the client's pace (`next_chunk_bytes`) when there is none; our own sendfile(2) loop
 on a plain socket (`TransferMixin._sendfile_direct`, waiting for room only on EAGAIN),
 ``loop.sendfile`` under TLS. A chunk the client has not taken within ``send_timeout_s``
@@ -24,7 +26,13 @@ from typing import Any
 from aiohttp import web
 
 from pressrun.origin.config import OriginConfig
-from pressrun.origin.core import TokenBucket, TrafficMeter, is_small_object, next_chunk_bytes
+from pressrun.origin.core import (
+    TokenBucket,
+    TrafficMeter,
+    is_small_object,
+    next_chunk_bytes,
+    turn_write_release,
+)
 from pressrun.origin.metrics import OriginMetrics
 from pressrun.origin.shared import SharedBucket
 
@@ -127,13 +135,26 @@ class TransferMixin:
             # A small object (a manifest, a cover) takes its bytes from the bucket but
             # does not wait behind the bulk transfers' debt: they pay it back (issue 33).
             small = is_small_object(name, size)
+            # Under a cap the bytes are taken a turn at a time (cap_turn_bytes, one
+            # take), its paced writes going as the turn pays for them: forty piece
+            # fetches at once complete one after another, not all at the end (issue 29)
+            turn_end = position
+            turn_released_at = 0.0
             while position < end:
                 n = min(chunk, end - position)
                 if bucket is not None:
-                    wait_s = bucket.take(n, now=loop.time())
-                    if wait_s > 0 and not small:
-                        await asyncio.sleep(wait_s)
-                        self.meter.transfer_paced(tid, now=loop.time())
+                    now = loop.time()
+                    if position >= turn_end:
+                        turn_end = min(end, position + cfg.cap_turn_bytes)
+                        turn_released_at = now + bucket.take(turn_end - position, now=now)
+                    n = min(n, turn_end - position)
+                    release = turn_write_release(
+                        turn_released_at, turn_end - position - n, bucket.rate_bytes_per_s
+                    )
+                    if release > now and not small:
+                        # waiting for the cap is the origin's pacing, not a stall
+                        self.meter.transfer_paced(tid, now=release)
+                        await asyncio.sleep(release - now)
                 if transport.is_closing():
                     raise ConnectionResetError("client closed the connection")
                 began = loop.time()
