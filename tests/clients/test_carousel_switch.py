@@ -198,7 +198,8 @@ def test_the_samples_kept_are_bounded() -> None:
 
 @dataclass
 class _Fetch:
-    """What `_carousel_meanwhile` and `_swarm_progress` use of a `FetchState`."""
+    """What `_carousel_meanwhile`, `_swarm_progress` and the hand-over
+    (`carousel_handover_aio`, test_swarm_handover.py) use of a `FetchState`."""
 
     loop: asyncio.AbstractEventLoop
     config: ClientConfig = field(
@@ -210,6 +211,12 @@ class _Fetch:
     swarm_rates: SwarmRates | None = None
     carousel_choice: str | None = None
     notices: list[str] = field(default_factory=list)
+    swarm_note: str | None = None
+    left_for_carousel: bool = False
+    left_swarm_web_seed_bytes: int = 0
+    left_swarm_peer_bytes: int = 0
+    multicast_bytes: int = 0
+    checked_sha256: str | None = None
 
     def now(self) -> float:
         return self.clock

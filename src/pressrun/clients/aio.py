@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from pressrun.clients.codec import DirectiveMulticast
 from pressrun.clients.config import ClientConfig, parse_balancer_urls
 from pressrun.clients.core import DownloadPlan
 from pressrun.clients.events import PlanState
@@ -286,23 +285,13 @@ async def _run_locked(f: FetchState) -> FetchResult:
             f, m, path, directive.swarm, kept, manifest_sha256=digest, on_verified=first.on_verified
         )
         plan = _replan(f, m, kept)
-        group = f.config.carousel_control_group
-        if carousel is not None and group is not None and plan.state is PlanState.DOWNLOADING:
-            f.left_for_carousel = True
-            kept = await receive_multicast(
-                f,
-                m,
-                manifest_json,
-                path,
-                DirectiveMulticast(group, source=f.config.carousel_control_source),
-                kept,
+        # a client that left for the carousel received there (`swarm_handoff`); the
+        # swarm is the carousel's fallback
+        if carousel is not None and plan.state is PlanState.DOWNLOADING:
+            kept, swarm_result, _ = await fetch_swarm(
+                f, m, path, directive.swarm, kept, on_verified=first.on_verified
             )
             plan = _replan(f, m, kept)
-            if plan.state is PlanState.DOWNLOADING:  # the swarm is the carousel's fallback
-                kept, swarm_result, _ = await fetch_swarm(
-                    f, m, path, directive.swarm, kept, on_verified=first.on_verified
-                )
-                plan = _replan(f, m, kept)
     seeded_s: float | None = None
     if (
         directive is not None

@@ -19,8 +19,9 @@ import hashlib
 import logging
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,11 +32,12 @@ from pressrun.clients.session import FetchState, describe
 from pressrun.content.manifest import Manifest
 
 if TYPE_CHECKING:
+    from pressrun.multicast.events import CarouselPlan
     from pressrun.multicast.receiver import ReceiveResult
 
 log = logging.getLogger("pressrun.clients.multicast")
 
-__all__ = ["receive_multicast"]
+__all__ = ["receive_carousel_pieces", "receive_multicast"]
 
 
 async def receive_multicast(
@@ -49,13 +51,36 @@ async def receive_multicast(
     """Receive the issue from its carousel (docs/multicast.md); the pieces verified
     after it: all of them when the carousel delivered a good file, else the ones
     that checked out, the rest left to the swarm or origin sections."""
+    digest = hashlib.sha256(manifest_json).hexdigest()
+    good = await receive_carousel_pieces(f, m, digest, path, multicast, kept)
+    before = set(kept)
+    f.multicast_bytes = sum(m.piece_span(i)[1] for i in good if i not in before)
+    return sorted(before | set(good))
+
+
+async def receive_carousel_pieces(
+    f: FetchState,
+    m: Manifest,
+    manifest_sha256: str,
+    path: Path,
+    multicast: DirectiveMulticast,
+    kept: Sequence[int],
+    *,
+    announced: CarouselPlan | None = None,
+    on_running: Callable[[], None] | None = None,
+) -> list[int]:
+    """`receive_multicast`'s receive: the pieces the carousel's copy verified (the
+    caller counts them against what it held). ``kept``: pieces verified already,
+    which the decoder takes as arrived; ``announced``: the issue's plan from an
+    announcement the caller accepted (`carousel_watch`), joined at once;
+    ``on_running``: called (in the loop) when the receive's first packets came."""
     from pressrun.multicast.net import parse_group
 
     try:
         group = parse_group(multicast.control_group)
     except ValueError as err:
         f.notice(f"multicast: bad control group in the directive ({err}); skipping it")
-        return kept
+        return []
     interface = f.config.multicast_interface or multicast.interface or "0.0.0.0"
     work = path.parent / "multicast"
     work.mkdir(exist_ok=True)
@@ -63,30 +88,38 @@ async def receive_multicast(
     # and may seed joins the swarm now and offers what it holds and decodes
     # (`carousel_share`); the seeding after the carousel takes it over
     swarm = f.last_directive.swarm if f.last_directive is not None else None
-    share = CarouselShare.start(f, m, path, swarm, work, kept)
+    share = CarouselShare.start(f, m, path, swarm, work, list(kept))
+    options = _Options(group, interface, work, announced, on_running)
     try:
-        have = await _receive(
-            f, m, manifest_json, path, multicast, kept, group, interface, work, share
-        )
+        good = await _receive(f, m, manifest_sha256, path, multicast, kept, options, share)
     finally:
         if share is not None and f.carousel_share is not share:
             await share.close()
-    return have
+    return good
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """Where and how `_receive` receives."""
+
+    group: tuple[str, int]
+    interface: str
+    work: Path
+    announced: CarouselPlan | None
+    on_running: Callable[[], None] | None
 
 
 async def _receive(
     f: FetchState,
     m: Manifest,
-    manifest_json: bytes,
+    manifest_sha256: str,
     path: Path,
     multicast: DirectiveMulticast,
-    kept: list[int],
-    group: tuple[str, int],
-    interface: str,
-    work: Path,
+    kept: Sequence[int],
+    how: _Options,
     share: CarouselShare | None,
 ) -> list[int]:
-    """`receive_multicast`'s receive, check and note; ``share`` (when sharing) is
+    """`receive_carousel_pieces`' receive, check and note; ``share`` (when sharing) is
     stopped before the decoder's folder goes and handed to the seeding
     (``f.carousel_share``) when the copy is complete."""
     from pressrun.multicast.receiver import copy_verified_pieces
@@ -95,20 +128,22 @@ async def _receive(
     # process (the demo) each receive at once
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pressrun-multicast")
     stop = threading.Event()  # set when this task ends, cancelled or not
+    work = how.work
     options: dict[str, Any] = {
-        "control_group": group,
+        "control_group": how.group,
         "control_source": multicast.source,
-        "interface": interface,
+        "interface": how.interface,
         "trusted_keys": {m.publisher_key},
         "work_dir": work,
         "drop_probability": f.config.multicast_receive_drop,
-        "on_progress": _multicast_progress(f, m),
+        "on_progress": _multicast_progress(f, m, how.on_running),
         "should_stop": stop.is_set,
         # the pieces held already (from the swarm, checked): the carousel brings the rest
         "known": (path, [m.piece_span(i) for i in kept]) if kept else None,
         # what the link has been seen to carry (the swarm's best rate over a window):
         # the layering starts on that many channels' worth, not on one
         "link_bps": _link_shown_bps(f),
+        "announced": how.announced,
     }
     try:
         result = await f.loop.run_in_executor(
@@ -116,7 +151,7 @@ async def _receive(
             functools.partial(
                 receive_native_or_tunnelled,
                 m.issue_id,
-                hashlib.sha256(manifest_json).hexdigest(),
+                manifest_sha256,
                 f.config,
                 multicast,
                 options,
@@ -134,16 +169,15 @@ async def _receive(
         check_s = f.now() - checking
     except (OSError, ImportError) as err:
         f.notice(f"multicast failed ({describe(err)}); trying the fallbacks")
-        return kept
+        return []
     finally:
         stop.set()
         executor.shutdown(wait=False)
         if share is not None:  # it reads the decoder's folder: stopped before it goes
             await share.stop_watching()
         shutil.rmtree(work, ignore_errors=True)
-    have = sorted(set(kept) | set(good))
     before = set(kept)
-    f.multicast_bytes = sum(m.piece_span(i)[1] for i in good if i not in before)
+    have = before | set(good)
     if len(have) == m.num_pieces:
         # the channels it held against its link: at most, and at the end (receiver-
         # driven layering), and the packets its own socket dropped (not path loss)
@@ -176,9 +210,9 @@ async def _receive(
             )
             + ("" if share is None else f"; {share.describe()}")
         )
-        if share is not None and share.sharing and f.multicast_bytes > 0:
+        if share is not None and share.sharing and set(good) - before:
             f.carousel_share = share  # `swarm_handoff.seed_after_carousel` seeds with it
-        return have
+        return good
     why = (
         result.reason
         if result.path is None
@@ -190,7 +224,7 @@ async def _receive(
         + ("the swarm" if f.last_directive and f.last_directive.swarm else "origins"),
         level=logging.INFO,
     )
-    return have
+    return good
 
 
 def _link_shown_bps(f: FetchState) -> float | None:
@@ -207,16 +241,27 @@ def _link_shown_bps(f: FetchState) -> float | None:
     return 8 * rates.best_link_bytes_per_s
 
 
-def _multicast_progress(f: FetchState, m: Manifest) -> Callable[[int, int], None] | None:
-    if f.progress is None:
+def _multicast_progress(
+    f: FetchState, m: Manifest, on_running: Callable[[], None] | None = None
+) -> Callable[[int, int], None] | None:
+    """The receive's ``on_progress``: whole percents to the progress bar, and
+    ``on_running`` called in the loop once the first object packets were counted."""
+    if f.progress is None and on_running is None:
         return None
     progress = f.progress
     loop = f.loop
 
     last = [-1]
+    ran = [on_running is None]
 
     def report(received: int, needed: int) -> None:
-        # called from the receive thread for every batch: pass on whole percents
+        # called from the receive thread for every batch
+        if not ran[0] and received > 0 and on_running is not None:
+            ran[0] = True
+            loop.call_soon_threadsafe(on_running)
+        if progress is None:
+            return
+        # pass on whole percents
         percent = min(100, 100 * received // max(1, needed))
         if percent > last[0]:
             last[0] = percent

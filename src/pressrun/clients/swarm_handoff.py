@@ -9,10 +9,12 @@ comes from origin sections.
 
 With ``ClientConfig.carousel_control_group`` set, the client watches the publisher's
 control channel meanwhile (:mod:`.carousel_watch`): once the balancer has started the
-issue's carousel (peak demand), it compares at every swarm progress report the
-carousel's time for the file with the swarm's peers' time for the rest, both from
-rates it measured (:mod:`.carousel_switch`), and leaves the swarm for the carousel
-when that is sooner, keeping the pieces it has.
+issue's carousel (peak demand), it compares at every announcement and every swarm
+progress report the carousel's time for the file with the swarm's peers' time for the
+rest, both from rates it measured (:mod:`.carousel_switch`), and when the carousel is
+sooner it hands over (:mod:`.carousel_handover`): the receive starts at once with
+the pieces the swarm holds, checked, and the swarm closes once the carousel's first
+packets came.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import yarl
 
+from pressrun.clients.carousel_handover_aio import HandoverRun
 from pressrun.clients.carousel_switch import SenderRates, SwarmRates, carousel_choice
 from pressrun.clients.codec import DirectiveSwarm
 from pressrun.clients.session import DirectiveUnavailable, FetchState, describe, still_good
@@ -69,9 +72,12 @@ async def fetch_swarm(
     """Fetch from the swarm into the partial file; the pieces verified after it
     (all of them when it completed), its result (None when it never ran or was left)
     and the carousel it was left for (None: not left; watched only with
-    ``manifest_sha256``, the verified manifest's digest, and a control group).
-    ``on_verified`` is called with the file's path once the peer's final check
-    passed, before it seeds (the client installs the copy then: `install.InstallFirst`)."""
+    ``manifest_sha256``, the verified manifest's digest, and a control group). A
+    client that left received from the carousel here (`_hand_over`): the pieces are
+    the swarm's and the carousel's, and what is still missing (a carousel that
+    failed) is the caller's to fetch. ``on_verified`` is called with the file's path
+    once the peer's final check passed, before it seeds (the client installs the
+    copy then: `install.InstallFirst`)."""
     from pressrun.peer.aio import fetch_via_swarm  # libtorrent: only when needed
     from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY
 
@@ -108,12 +114,23 @@ async def fetch_swarm(
         )
     )
     carousel: CarouselPlan | None = None
-    left_at = 0.0
+    handover: HandoverRun | None = None
     try:
         carousel = await _carousel_meanwhile(
             f, m, fetching, manifest_sha256, peer_config.status_interval_s
         )
-        left_at = f.now()
+        if carousel is not None and manifest_sha256 is not None:
+            peer = f.swarm_peers[-1] if f.swarm_peers else None
+            closing = ring.close if ring is not None else None
+            handover = HandoverRun(
+                f, m, path, carousel, fetching, manifest_sha256, peer, closing, still_good
+            )
+            await handover.run(kept)
+            if handover.core.ran:
+                _left_note(f, m, path, handover)
+            if handover.core.resume_swarm:
+                carousel = None  # the receive never ran: the swarm goes on
+                f.notice("the carousel's receive did not start; staying in the swarm")
         if carousel is None:
             result = await fetching
     except Exception as err:  # any swarm failure falls back to origins
@@ -128,27 +145,11 @@ async def fetch_swarm(
                 await fetching
         if ring is not None:
             await ring.close()  # leaves the ring gracefully
-    if carousel is not None:
-        got = _latest_progress(f)
-        if got is not None:  # what the swarm brought before the client left it
-            f.left_swarm_web_seed_bytes += got.bytes_from_web_seeds
-            f.left_swarm_peer_bytes += max(0, got.downloaded_bytes - got.bytes_from_web_seeds)
-        done = 0 if got is None else got.done_bytes
-        closed_s = f.now() - left_at
-        _forget_swarm_resume(m, path)  # the carousel writes the file from now on
-        # the pieces the swarm verified, read back: none when its last report had none
-        # (a piece verified after it is only taken again from the carousel), so a
-        # client that leaves with nothing does not hash the whole sparse file first
-        checked = f.now()
-        held = await asyncio.to_thread(still_good, m, path, range(m.num_pieces)) if done > 0 else []
-        f.swarm_note = (
-            f"left for the carousel with {done / max(1, m.size_bytes):.0%} of the file"
-            + (f": {f.carousel_choice}" if f.carousel_choice else "")
-            + f"; the swarm closed in {closed_s:.1f} s"
-            + (f", its pieces checked in {f.now() - checked:.1f} s" if done > 0 else "")
-        )
-        f.notice(f"the issue's carousel started: {f.swarm_note}", level=logging.INFO)
-        return sorted(set(held) | set(kept)), None, carousel
+    if carousel is not None and handover is not None:
+        have = handover.outcome()
+        if handover.core.swarm_completed:  # the swarm's copy came first
+            return have, handover.swarm_result, None
+        return have, None, carousel
     if result.completed:
         if result.path == path:
             # the peer's final check (`pressrun.peer.verify.FinalVerification`) read this
@@ -285,10 +286,16 @@ async def _carousel_meanwhile(
 
     sender = SenderRates(window_s=f.config.carousel_rate_window_s)
 
+    # set by each announcement: the choice is made again at once, not at the next
+    # report (a leaver heard the carousel's first announcement and decided up to a
+    # report's 0.5 s later: flash-crowd-50-desktops at a23629d)
+    heard = asyncio.Event()
+
     def seen(plan: CarouselPlan, expires_in_s: float) -> None:
         # an expiry is at most a minute ahead, whatever the clocks say
         on_air[:] = [(plan, f.now() + min(60.0, max(0.0, expires_in_s)))]
         sender.handle_plan(plan, now=f.now())
+        heard.set()
 
     def announced(plan: CarouselPlan, expires_in_s: float) -> None:
         # called in the watch's thread
@@ -319,10 +326,17 @@ async def _carousel_meanwhile(
                 if choice.leave:
                     f.carousel_choice = choice.describe()
                     return plan
-            waits: set[asyncio.Future[Any]] = {fetching}
+            heard.clear()
+            hearing = asyncio.ensure_future(heard.wait())
+            waits: set[asyncio.Future[Any]] = {fetching, hearing}
             if not watcher.done():
                 waits.add(watcher)
-            await asyncio.wait(waits, timeout=check_every_s, return_when=asyncio.FIRST_COMPLETED)
+            try:
+                await asyncio.wait(
+                    waits, timeout=check_every_s, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                hearing.cancel()
             if watcher.done() and not fetching.done():
                 # the watch is an extra: a group it cannot join (a 232/8 one without its
                 # source) leaves the swarm fetch running, not failed
@@ -336,6 +350,40 @@ async def _carousel_meanwhile(
     finally:
         stop.set()
         executor.shutdown(wait=False)
+
+
+def _left_note(f: FetchState, m: Manifest, path: Path, run: HandoverRun) -> None:
+    """The swarm's note of a client that left for the carousel, and what the swarm
+    had brought it."""
+    at = run.at
+    got = _latest_progress(f)
+    if got is not None:  # what the swarm brought before the client left it
+        f.left_swarm_web_seed_bytes += got.bytes_from_web_seeds
+        f.left_swarm_peer_bytes += max(0, got.downloaded_bytes - got.bytes_from_web_seeds)
+    _forget_swarm_resume(m, path)  # the carousel wrote the file
+    handed = len(run.core.handed)
+    chosen = at["chosen"]
+    f.swarm_note = (
+        f"left for the carousel with {handed / m.num_pieces:.0%} of the file"
+        + (f": {f.carousel_choice}" if f.carousel_choice else "")
+        + f"; {handed} held pieces handed to the receive"
+        + (f" (checked in {run.check_s:.2f} s)" if run.check_s is not None else "")
+        + f", the receive began {at.get('receive', chosen) - chosen:.2f} s after the choice"
+        + (f" and ran {at['running'] - chosen:.2f} s after it" if "running" in at else "")
+        + (
+            f"; the swarm closed in {at['swarm_ended'] - at.get('running', chosen):.1f} s"
+            " beside the receive"
+            if "swarm_ended" in at
+            else ""
+        )
+        + (
+            f", {len(run.core.verified) - handed} of the {run.late_pieces} pieces it"
+            " completed meanwhile kept"
+            if run.late_pieces
+            else ""
+        )
+    )
+    f.notice(f"the issue's carousel started: {f.swarm_note}", level=logging.INFO)
 
 
 def _latest_progress(f: FetchState) -> SwarmProgress | None:

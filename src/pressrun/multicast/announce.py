@@ -45,6 +45,12 @@ class Announcer:
         self.metrics = metrics
         self.publisher_key = publisher_key
         self.clock = clock
+        self._changed = asyncio.Event()
+
+    def carousels_changed(self) -> None:
+        """A carousel started or stopped: the next round goes out now
+        (`AnnouncementClock.handle_changed`)."""
+        self._changed.set()
 
     def announcement(self, seq: int) -> Announcement:
         """The announcement of every running carousel, numbered ``seq`` (one round,
@@ -77,7 +83,18 @@ class Announcer:
         # above what receivers saw from it, so its announcements are not "replayed"
         clock.seq = int(self.clock() * 1000)
         while True:
-            await asyncio.sleep(max(0.0, clock.next_deadline() - loop.time()))
+            wait = clock.next_deadline() - loop.time()
+            if wait > 0 and not self._changed.is_set():
+                # (asyncio.wait, not wait_for: 3.11's wait_for loses a cancel that
+                # comes as the event is set, and the sender's close then waits forever)
+                changed = loop.create_task(self._changed.wait())
+                try:
+                    await asyncio.wait({changed}, timeout=wait)
+                finally:
+                    changed.cancel()
+            if self._changed.is_set():
+                self._changed.clear()
+                clock.handle_changed(now=loop.time())
             seq = clock.handle_timer(now=loop.time())
             if seq is None:
                 continue

@@ -181,6 +181,7 @@ def receive_carousel(
     announcement_wait_s: float | None = None,
     known: tuple[Path, Sequence[tuple[int, int]]] | None = None,
     link_bps: float | None = None,
+    announced: CarouselPlan | None = None,
 ) -> ReceiveResult:
     """Receive ``issue_id`` from its carousel into ``work_dir`` (blocking; see the
     module docstring). ``trusted_keys``: hex Ed25519 keys whose announcements count.
@@ -199,13 +200,20 @@ def receive_carousel(
     with nothing). ``link_bps``: the rate (payload bits/s) the receiver's link has been
     seen to carry (a swarm's best rate over a window): the layering starts on the
     channels whose rates together are at most that (`LayerCore.channels_within`),
-    not on one."""
+    not on one. ``announced``: the issue's plan from an announcement the caller
+    accepted with the same checks and that is still good (a swarm client's watch of
+    the control channel, `pressrun.clients.carousel_watch`): its channels are joined
+    at once, not at the next announcement (up to ``announce_interval_s`` later)."""
     import pressrun_flute  # the native binding: only when a carousel is used
 
     if not 0 <= drop_probability < 1:
         raise ValueError("drop_probability must be in [0, 1)")
     if link_bps is not None and not link_bps >= 0:
         raise ValueError("link_bps must be a rate, not negative")
+    if announced is not None and (
+        announced.issue_id != issue_id or announced.manifest_sha256 != manifest_sha256
+    ):
+        raise ValueError("the announced plan is not this issue's with this manifest")
     seed_once: int | None = seed if seed is not None else random.getrandbits(63)
     started = time.perf_counter()
     deadline = started + deadline_s
@@ -255,6 +263,8 @@ def receive_carousel(
                 wait = min(deadline, gateway_at if gateway_at is not None else deadline) - now
                 if announcement_wait_s is not None:
                     wait = min(wait, started + announcement_wait_s - now)
+                if announced is not None:
+                    wait = 0.0  # the plan is known: its channels are joined now
                 control_ready = bool(selector.select(max(0.0, min(wait, 0.2))))
                 if control_ready and gateway is not None:
                     datagrams = gateway.read(now=time.perf_counter())
@@ -320,13 +330,17 @@ def receive_carousel(
                 if gateway.failed is not None:
                     result.reason = f"AMT: {gateway.failed}"
                     return _finish(result, plan, layers, gate, joined_at, flute)
-            if control_ready:
-                if datagrams is not None:
-                    arrived = iter(datagrams)
+            if control_ready or announced is not None:
+                stop: CarouselPlan | str | None = announced
+                if announced is not None:
+                    announced = None
                 else:
-                    assert control is not None
-                    arrived = _drain(control, buffer)
-                stop = _control(arrived, gate, presence, manifest_sha256, plan)
+                    if datagrams is not None:
+                        arrived = iter(datagrams)
+                    else:
+                        assert control is not None
+                        arrived = _drain(control, buffer)
+                    stop = _control(arrived, gate, presence, manifest_sha256, plan)
                 if isinstance(stop, str):
                     result.reason = stop
                     return _finish(result, plan, layers, gate, joined_at, flute)

@@ -198,12 +198,18 @@ class MulticastSender:
     async def start_carousel(
         self, issue_id: str, carousel: CarouselConfig, *, tsi: int | None = None
     ) -> CarouselPlan:
-        """Encode the issue and start its carousel; the plan (`CarouselRegistry`)."""
-        return await self.carousels.start_carousel(issue_id, carousel, tsi=tsi)
+        """Encode the issue and start its carousel; the plan (`CarouselRegistry`),
+        announced at once."""
+        plan = await self.carousels.start_carousel(issue_id, carousel, tsi=tsi)
+        self.announcer.carousels_changed()
+        return plan
 
     def stop_carousel(self, issue_id: str) -> bool:
-        """Stop an issue's carousel; False if none ran."""
-        return self.carousels.stop_carousel(issue_id)
+        """Stop an issue's carousel (announced at once); False if none ran."""
+        stopped = self.carousels.stop_carousel(issue_id)
+        if stopped:
+            self.announcer.carousels_changed()
+        return stopped
 
     # -- HTTP ---------------------------------------------------------------------------
 

@@ -199,6 +199,14 @@ class SwarmPeer(RingLink):
         """Payload from the origins this session: web-seed connections and the feed."""
         return self._status.tally.web_bytes + self._feed.session_bytes
 
+    def pieces_held(self) -> tuple[int, ...]:
+        """The pieces libtorrent holds and passed its hash check, by its latest status
+        read and the piece-finished alerts since (none before the first read); still
+        readable after `close`. Their bytes may still be on their way to the file: a
+        caller that hands them on reads them back against the manifest."""
+        bits = self._status.have_bits
+        return () if bits is None else tuple(i for i, held in enumerate(bits) if held)
+
     def _info_web_seeds(self) -> list[str]:
         return list(self._meta.web_seeds)
 
