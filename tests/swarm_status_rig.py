@@ -1,11 +1,15 @@
 """A swarm peer's status core (`pressrun.peer.status.SwarmStatus`) with its origin feed
-on a fake libtorrent handle of six pieces, for the tests of the feed's rules
-(tests/peer/test_sources.py, test_sources_window.py, test_sources_unheld.py,
+on a fake libtorrent handle (six pieces unless told), and a connected peer's fake peer
+info, for the tests of the feed's rules (tests/peer/test_sources.py,
+test_sources_window.py, test_sources_unheld.py, test_sources_unheld_due.py,
 test_status_origins_held.py). The tests read and set the feed as ``status._feed``."""
 
 from __future__ import annotations
 
 import types
+from typing import Any
+
+import libtorrent as lt
 
 from pressrun.peer.feed import OwedPieceFeed
 from pressrun.peer.status import SwarmStatus
@@ -21,11 +25,14 @@ def six_piece_status(
     *,
     web_seed: str = "http://origin",
     upload_limit_bps: int = 0,
+    num_pieces: int = 6,
 ) -> SwarmStatus:
-    """The status core of peer ``"ab" * 20`` of a six-piece issue on ``handle`` (what
-    the tests' fake libtorrent handle answers), with ``policy`` and one web seed; an
-    upload limit as the bench's peers have (``upload_limit_bps``) or none."""
-    manifest = types.SimpleNamespace(num_pieces=6, info_hash="12" * 20, piece_size_bytes=PIECE)
+    """The status core of peer ``"ab" * 20`` of a six-piece issue (``num_pieces``) on
+    ``handle`` (what the tests' fake libtorrent handle answers), with ``policy`` and one
+    web seed; an upload limit as the bench's peers have (``upload_limit_bps``) or none."""
+    manifest = types.SimpleNamespace(
+        num_pieces=num_pieces, info_hash="12" * 20, piece_size_bytes=PIECE
+    )
     feed = OwedPieceFeed(
         manifest=manifest,  # type: ignore[arg-type]
         web_seeds=[web_seed],
@@ -41,4 +48,19 @@ def six_piece_status(
         peer_id=lambda: "ab" * 20,
         on_pieces_changed=lambda: None,
         upload_limit_bps=upload_limit_bps,
+    )
+
+
+def connected_peer(i: int, *, down_bps: int, num_pieces: int = 6) -> Any:
+    """A connected BitTorrent peer's peer info (``get_peer_info``), as the tally reads
+    it: a downloading peer with id ``bytes([i]) * 20`` sending ``down_bps`` to this one,
+    holding none of ``num_pieces``."""
+    return types.SimpleNamespace(
+        connection_type=lt.peer_info.standard_bittorrent,
+        flags=0,
+        pid=types.SimpleNamespace(to_bytes=lambda: bytes([i]) * 20),
+        payload_down_speed=down_bps,
+        ip=(f"198.18.20.{i}", 6881),
+        total_download=0,
+        pieces=[False] * num_pieces,
     )

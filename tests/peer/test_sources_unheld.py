@@ -16,7 +16,6 @@ from __future__ import annotations
 import types
 from typing import Any
 
-import libtorrent as lt
 import pytest
 
 from pressrun.peer.chord_policy import ChordPolicy
@@ -30,25 +29,13 @@ from pressrun.peer.sources import (
 from pressrun.peer.status import SwarmStatus
 from pressrun.peer.stripes_policy import StripesPolicy
 from pressrun.peer.uploader import HOLD_PRIORITY, MIN_PRIORITY, SwarmView, UploaderPolicy
-from swarm_status_rig import PIECE, six_piece_status
+from swarm_status_rig import PIECE, connected_peer, six_piece_status
 
 _HAVE = (True, False, False, False, False, False)
 #: 21 peers sending, 80 kB/s each (1.68 MB/s together)
 _SENDING = 21
 _CONNECTION_BPS = 80_000
 _FIRST_FETCH_BPS = 130_000
-
-
-def _peer(i: int, *, down_bps: int) -> Any:
-    return types.SimpleNamespace(
-        connection_type=lt.peer_info.standard_bittorrent,
-        flags=0,
-        pid=types.SimpleNamespace(to_bytes=lambda i=i: bytes([i]) * 20),
-        payload_down_speed=down_bps,
-        ip=(f"198.18.20.{i}", 6881),
-        total_download=0,
-        pieces=[False] * 6,
-    )
 
 
 class _Handle:
@@ -62,8 +49,8 @@ class _Handle:
         return []
 
     def get_peer_info(self) -> list[object]:
-        return [_peer(i, down_bps=_CONNECTION_BPS) for i in range(_SENDING)] + [
-            _peer(100 + i, down_bps=0) for i in range(3)
+        return [connected_peer(i, down_bps=_CONNECTION_BPS) for i in range(_SENDING)] + [
+            connected_peer(100 + i, down_bps=0) for i in range(3)
         ]
 
 
@@ -178,7 +165,13 @@ def test_unheld_fill_is_what_nobody_connected_holds_and_the_stranded_pieces() ->
 
 def test_a_connection_rate_is_that_of_the_connections_sending() -> None:
     tally = PeerInfoTally()
-    tally.update([_peer(1, down_bps=90_000), _peer(2, down_bps=30_000), _peer(3, down_bps=0)])
+    tally.update(
+        [
+            connected_peer(1, down_bps=90_000),
+            connected_peer(2, down_bps=30_000),
+            connected_peer(3, down_bps=0),
+        ]
+    )
     assert tally.connection_bps == 60_000
-    tally.update([_peer(3, down_bps=0)])
+    tally.update([connected_peer(3, down_bps=0)])
     assert tally.connection_bps == 0

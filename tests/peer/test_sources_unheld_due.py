@@ -15,11 +15,9 @@ from __future__ import annotations
 import types
 from typing import Any
 
-import libtorrent as lt
 import pytest
 
 from pressrun.peer.chord_policy import ChordPolicy
-from pressrun.peer.feed import OwedPieceFeed
 from pressrun.peer.sources import (
     UNHELD_LEAD,
     MissingPieces,
@@ -29,7 +27,7 @@ from pressrun.peer.sources import (
 from pressrun.peer.status import SwarmStatus
 from pressrun.peer.stripes_policy import StripesPolicy
 from pressrun.peer.uploader import HOLD_PRIORITY, MIN_PRIORITY, UploaderPolicy
-from swarm_status_rig import PIECE
+from swarm_status_rig import PIECE, connected_peer, six_piece_status
 
 N = 382
 #: nobody connected holds these (the last five)
@@ -37,18 +35,6 @@ UNHELD = tuple(range(377, 382))
 _SENDING = 12
 _CONNECTION_BPS = 85_000  # (12 x 85 kB/s: 1.02 MB/s from its peers)
 _FETCH_BPS = 200_000
-
-
-def _peer(i: int) -> Any:
-    return types.SimpleNamespace(
-        connection_type=lt.peer_info.standard_bittorrent,
-        flags=0,
-        pid=types.SimpleNamespace(to_bytes=lambda i=i: bytes([i]) * 20),
-        payload_down_speed=_CONNECTION_BPS,
-        ip=(f"198.18.20.{i}", 6881),
-        total_download=0,
-        pieces=[False] * N,
-    )
 
 
 class _Handle:
@@ -62,29 +48,15 @@ class _Handle:
         return []
 
     def get_peer_info(self) -> list[object]:
-        return [_peer(i) for i in range(_SENDING)]
+        return [connected_peer(i, down_bps=_CONNECTION_BPS, num_pieces=N) for i in range(_SENDING)]
 
 
 def _reader(policy: UploaderPolicy, held: int) -> SwarmStatus:
     """The lossy-10 reader holding pieces 0 to ``held - 1``, read three times a second
     apart while its peers give it 1.02 MB/s."""
     handle = _Handle()
-    manifest = types.SimpleNamespace(num_pieces=N, info_hash="12" * 20, piece_size_bytes=PIECE)
-    feed = OwedPieceFeed(
-        manifest=manifest,  # type: ignore[arg-type]
-        web_seeds=["http://origin-a"],
-        retry_s=1.0,
-        handle=lambda: handle,
-        running=lambda: True,
-    )
-    status = SwarmStatus(
-        manifest=manifest,  # type: ignore[arg-type]
-        policy=policy,
-        feed=feed,
-        handle=lambda: handle,
-        peer_id=lambda: "ab" * 20,
-        on_pieces_changed=lambda: None,
-    )
+    status = six_piece_status(handle, policy, web_seed="http://origin-a", num_pieces=N)
+    feed = status._feed
     if isinstance(policy, ChordPolicy):
         policy.set_ring_answers(bring_in=())  # the ring answered: nothing to bring in
     feed.fetch_bps = _FETCH_BPS
