@@ -37,6 +37,9 @@ from pressrun.reader.config import ReaderConfig
 
 #: how long one step may wait (Playwright's own default is 30 s; a loaded 2-core host)
 STEP_TIMEOUT_S = 60.0
+#: how soon `Phone.check_for_issues` looks again after a check that found no origin up
+#: (the stack's balancer polls every 0.3 s)
+RECHECK_S = 0.3
 
 ISSUE = "weekly-2026-47"
 PIECE = 64 * 1024
@@ -177,6 +180,17 @@ async def make_stack(tmp_path: Path, sample_pdf: bytes) -> AsyncIterator[StackFa
             await stop()
 
 
+async def origins(response: Any) -> list[dict[str, Any]]:
+    """The origins in a balancer's ``/v1/origins`` answer the page received (none if
+    its body is no longer there to read)."""
+    try:
+        doc = await response.json()
+    except Exception:  # Playwright's error for a body the browser dropped
+        return []
+    found = doc.get("origins", []) if isinstance(doc, dict) else []
+    return [o for o in found if isinstance(o, dict)]
+
+
 class Phone:
     """One Chromium profile at phone size, on the reader's page."""
 
@@ -239,8 +253,35 @@ class Phone:
         )
 
     async def check_for_issues(self) -> None:
-        """What the app does on open and on a periodic sync: look for new issues."""
-        await self.evaluate("window.pressrun.checkForIssues()", what="the check for issues")
+        """What the app does on open and on a periodic sync: look for new issues.
+
+        A check made while the balancer lists no origin up finds nothing, and the app
+        looks again at its next sync; so does this, every `RECHECK_S`, within
+        `STEP_TIMEOUT_S`. The stack's balancer takes an origin out of rotation 1.05 s
+        after its last /stats answer (3.5 polls of 0.3 s), and the origins, the balancer
+        and the reader service share the test's event loop: in the fresh-clone suite at
+        11b23ff beside two busy loops (29 Nov 15:12-15:25, load 3.7-7.0) the only origin
+        of test_quality's stack was out for a moment and the tablet's check found no
+        issue to download (wait_for_download: 60 s, then a timeout)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STEP_TIMEOUT_S
+        listings: list[Any] = []
+
+        def listed(response: Any) -> None:
+            if response.ok and response.url.endswith("/v1/origins"):
+                listings.append(response)
+
+        self.page.on("response", listed)
+        try:
+            while True:
+                listings.clear()
+                await self.evaluate("window.pressrun.checkForIssues()", what="the check for issues")
+                up = [o.get("state") == "up" for r in listings for o in await origins(r)]
+                if not listings or any(up) or loop.time() > deadline:
+                    return
+                await asyncio.sleep(RECHECK_S)
+        finally:
+            self.page.remove_listener("response", listed)
 
     async def wait_for_download(self, issue: str = ISSUE, timeout_s: float = 60.0) -> Any:
         """The app's result for ``issue`` (AssertionError with the app's error if it failed)."""
