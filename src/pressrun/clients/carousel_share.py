@@ -179,6 +179,8 @@ class CarouselShare:
     _ring_tried: bool = False
     _peak_upload_bps: int = 0
     _upload_seen: tuple[float, int] | None = None
+    #: when its first look ran (the sharing lines' clock)
+    _began: float = 0.0
     _task: asyncio.Task[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _checks: dict[int, int] = field(default_factory=dict)
@@ -268,7 +270,10 @@ class CarouselShare:
         if not self._ring_tried:
             self._ring_tried = True
             self.ring = self._ring_client(peer)
+            self._began = self.f.now()
         self._look_at_upload(peer)
+        with contextlib.suppress(Exception):  # (a line in the log: never the sharing's end)
+            peer.note_connections(self.f.now() - self._began)
         if offered_more and self.ring is not None:
             self.ring.nudge()
 

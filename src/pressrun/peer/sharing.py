@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import libtorrent as lt
@@ -61,6 +62,38 @@ COMPLETED_WAIT_S = 5.0
 #: the priority of the one piece a sharing peer keeps wanted (the module docstring):
 #: libtorrent's lowest but 0
 BAIT_PRIORITY = 1
+#: connections named in a sharing line at most (`connections_line`), the busiest first
+MAX_CONNECTIONS_NOTED = 4
+
+
+def connections_line(peers: Sequence[Any], *, limit: int = MAX_CONNECTIONS_NOTED) -> str:
+    """What each connected BitTorrent peer gets from this sharing session, from
+    libtorrent's peer infos (``get_peer_info``): its peer id (the last 12 hex digits),
+    whether this one unchokes it, whether it is interested, the requests it has queued
+    here, what this one sends it (kB/s), the pieces it holds and the round trip; the
+    busiest first, at most ``limit``, the others counted. Written for the second reader
+    of flash-crowd-50-desktops, which got 43-157 of the 110-189 pieces the ring named it
+    from the first reader's sharing session in five runs, the rest from the origins,
+    while the clients' logs said nothing of that connection
+    (docs/results/2026-11-29-origin-egress.md)."""
+    shown = [
+        pi
+        for pi in peers
+        if pi.connection_type == lt.peer_info.standard_bittorrent
+        and not pi.flags & (lt.peer_info.handshake | lt.peer_info.connecting)
+    ]
+    shown.sort(key=lambda pi: (-int(pi.payload_up_speed), -int(pi.upload_queue_length)))
+    parts = [
+        f"{pi.pid.to_bytes().hex()[-12:]} "
+        f"{'choked' if pi.flags & lt.peer_info.choked else 'unchoked'}, "
+        f"{'interested' if pi.flags & lt.peer_info.remote_interested else 'not interested'}, "
+        f"asks {int(pi.upload_queue_length)}, sends {int(pi.payload_up_speed) / 1e3:.0f} kB/s, "
+        f"holds {int(pi.num_pieces)}, rtt {int(pi.rtt)} ms"
+        for pi in shown[:limit]
+    ]
+    if len(shown) > limit:
+        parts.append(f"and {len(shown) - limit} more")
+    return "; ".join(parts) or "no peer connected"
 
 
 class SharingPeer(SwarmPeer):
@@ -183,6 +216,25 @@ class SharingPeer(SwarmPeer):
         self._alerts.websocket = True
         note_webrtc()  # the command line's exit is bounded then
         self._handle.force_reannounce(0, -1, lt.reannounce_flags_t.ignore_min_interval)
+
+    def note_connections(self, now_s: float) -> None:
+        """Log what its connected peers get from it (`connections_line`), with the
+        pieces offered and its upload so far; ``now_s``: seconds since the sharing
+        began. Nothing while it has no torrent or no connection."""
+        handle = self._handle
+        if handle is None or not self._sharing:
+            return
+        peers = handle.get_peer_info()
+        if not peers:
+            return
+        log.info(
+            "%s: sharing +%.1f s: %d pieces offered, %.1f MB uploaded; %s",
+            self.manifest.issue_id,
+            now_s,
+            len(self.offered),
+            self.uploaded_bytes / 1e6,
+            connections_line(peers),
+        )
 
     @property
     def held(self) -> int:
