@@ -137,9 +137,11 @@ _ORIGIN_CONFIG = peer_loopback.OriginConfig
 
 def set_origin_chunk(chunk_bytes: int) -> None:
     """A diagnosis knob (``--origin-chunk-kib``): the origins' paced writes of
-    ``chunk_bytes`` (0: `pressrun.origin`'s own, 64 KiB). The egress bucket grants each
-    write in the order asked, so fetches at once finish together when a piece is
-    several writes, one after the other when it is one."""
+    ``chunk_bytes`` (0: `pressrun.origin`'s own, 64 KiB). Before 575475a the egress
+    bucket granted each write in the order asked, so fetches at once finished together
+    when a piece was several writes, one after the other when it was one; since, a
+    transfer takes a turn of up to 256 KiB at once (``cap_turn_bytes``) and pieces
+    asked together end one after the other whatever the write size."""
     if chunk_bytes <= 0:
         peer_loopback.OriginConfig = _ORIGIN_CONFIG  # type: ignore[misc]
         return
@@ -441,8 +443,8 @@ def add_ring_arguments(p: argparse.ArgumentParser) -> None:
         "--origin-chunk-kib",
         type=int,
         default=0,
-        help="diagnosis: the origins' paced write (0: the origin's own, 64 KiB); a piece "
-        "request of at most that is granted whole, in the order asked",
+        help="diagnosis: the origins' paced write (0: the origin's own, 64 KiB); since "
+        "575475a a piece request is granted whole (a turn), in the order asked, at any size",
     )
     p.add_argument(
         "--fair-bringing",
