@@ -288,7 +288,7 @@ def turn_write_release(turn_released_at: float, left_after_write: int, rate: flo
     paid for that many bytes' time at `rate` before the turn's end. The writes go as
     each would had it been taken alone right after the one before: the bytes released
     by time t stay within ``burst + rate*t``, and takes after the turn's wait behind
-    all of it (tests/origin/test_core.py simulates both)."""
+    all of it (tests/origin/test_bucket_core.py simulates both)."""
     return turn_released_at - left_after_write / rate
 
 
