@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pressrun.content.manifest import SignedManifest
-from pressrun.multicast.receiver import copy_verified_pieces
+from pressrun.multicast.kept_pieces import copy_verified_pieces
 
 from .conftest import Published
 

@@ -122,7 +122,7 @@ async def _receive(
     """`receive_carousel_pieces`' receive, check and note; ``share`` (when sharing) is
     stopped before the decoder's folder goes and handed to the seeding
     (``f.carousel_share``) when the copy is complete."""
-    from pressrun.multicast.receiver import copy_verified_pieces
+    from pressrun.multicast.kept_pieces import copy_verified_pieces
 
     # a thread of its own, not the loop's small default pool: many clients of one
     # process (the demo) each receive at once

@@ -19,7 +19,7 @@ with 150 k packets/s where an asyncio datagram protocol lost 2%. It
    at the deadline, or when the sender's announcements stop naming the carousel.
 
 The decoded file is not trusted here: the caller checks it piece by piece against the
-signed manifest and keeps what verifies.
+signed manifest and keeps what verifies (`pressrun.multicast.kept_pieces`).
 
 ``drop_probability`` drops that share of the packets in the receive path, at random
 (loss emulation for tests and benchmarks where nftables in a namespace is not
@@ -33,9 +33,7 @@ and the control channel's datagrams and the relay's queries come back to Python.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import random
 import selectors
 import socket
@@ -45,7 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pressrun.content.codec import Manifest, piece_ok
 from pressrun.multicast.channels import ChannelSockets
 from pressrun.multicast.config import LayeringConfig
 from pressrun.multicast.control import check_datagram
@@ -559,51 +556,3 @@ def _feed_sequences(flute: FluteReceiver, layers: LayerCore) -> None:
     drops were handed over as the binding read them)."""
     for index, received, expected in flute.take_sequence_counts():
         layers.handle_sequence(index, received=received, expected=expected)
-
-
-@dataclass(frozen=True, slots=True)
-class KeptPieces:
-    """What `copy_verified_pieces` kept of a decoded object."""
-
-    #: the pieces that verified, now in the partial file
-    good: list[int]
-    #: the SHA-256 of the decoded object read whole (None when it was not the
-    #: manifest's size)
-    sha256: str | None
-    #: the decoded file became the partial file (every piece verified): nothing copied
-    moved: bool
-
-
-def copy_verified_pieces(manifest: Manifest, decoded: Path, partial: Path) -> KeptPieces:
-    """Check the decoded object piece by piece against the signed manifest, and its
-    whole SHA-256 on the same read; when every piece verifies, the decoded file takes
-    the partial file's place (a rename: the object is not written a second time),
-    else every piece that verifies is written into the partial file at its offset.
-    A poisoned symbol corrupts the pieces of its source block; the others are kept.
-    On a host short of CPU and disk (flash-crowd-50, 37 readers finishing within
-    seconds of each other) the copy and a third read of the file cost seconds of each
-    reader's download."""
-    good: list[int] = []
-    whole = hashlib.sha256()
-    size = os.path.getsize(decoded)
-    with open(decoded, "rb") as src:
-        for index in range(manifest.num_pieces):
-            offset, length = manifest.piece_span(index)
-            src.seek(offset)
-            data = src.read(length)
-            whole.update(data)
-            if piece_ok(manifest, index, data):
-                good.append(index)
-        if len(good) == manifest.num_pieces and size == manifest.size_bytes:
-            os.fsync(src.fileno())
-            os.replace(decoded, partial)
-            return KeptPieces(good, whole.hexdigest(), True)
-        with open(partial, "r+b") as dst:
-            for index in good:
-                offset, length = manifest.piece_span(index)
-                src.seek(offset)
-                dst.seek(offset)
-                dst.write(src.read(length))
-            dst.flush()
-            os.fsync(dst.fileno())
-    return KeptPieces(good, whole.hexdigest() if size == manifest.size_bytes else None, False)
