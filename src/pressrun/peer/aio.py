@@ -26,6 +26,8 @@ session's alerts and its status; the parts around it have a module each:
 - `pressrun.peer.scrape`: the BEP 48 scrape when the core asks for the swarm's counts;
 - `pressrun.peer.feed`: the owed pieces the peer fetches from the origins itself;
 - `pressrun.peer.verify`: the final manifest check and the pieces kept after a stall;
+- `pressrun.peer.outcome`: the `SwarmResult` and each poll's `SwarmProgress`, built
+  from the peer's state;
 - `pressrun.peer.torrent_params`: the trackers, web seeds and resume data the torrent
   is added with;
 - `pressrun.peer.leave`: the leave sequence (ring, tracker, resume data, handover) and
@@ -58,7 +60,7 @@ import libtorrent as lt
 from pressrun.content.codec import Manifest, parse_torrent
 from pressrun.peer import watchdog
 from pressrun.peer.config import PeerConfig
-from pressrun.peer.core import PeerCore, share_ratio
+from pressrun.peer.core import PeerCore
 from pressrun.peer.events import (
     AskSwarmCounts,
     DropWebSeeds,
@@ -73,6 +75,7 @@ from pressrun.peer.events import (
 )
 from pressrun.peer.feed import OwedPieceFeed
 from pressrun.peer.leave import LeaveSequence
+from pressrun.peer.outcome import swarm_progress, swarm_result
 from pressrun.peer.results import SwarmError, SwarmProgress, SwarmResult
 from pressrun.peer.resume import resume_path_for
 from pressrun.peer.ring_client import RingClient
@@ -83,7 +86,7 @@ from pressrun.peer.status import SwarmStatus
 from pressrun.peer.timeline import SwarmTimeline
 from pressrun.peer.torrent_params import add_torrent_params, websocket_trackers
 from pressrun.peer.uploader import DEFAULT_UPLOADER_POLICY, make_uploader_policy
-from pressrun.peer.verify import FinalVerification, missing_spans
+from pressrun.peer.verify import FinalVerification
 
 __all__ = [
     "SwarmError",
@@ -350,28 +353,16 @@ class SwarmPeer(RingLink):
     def result(self) -> SwarmResult:
         """The outcome so far (final after `finished` / `stop`)."""
         assert self.core is not None
-        p = self._status.last_progress
-        up = p.uploaded_bytes if p else 0
-        down = p.downloaded_bytes if p else 0
-        completed = self.core.phase in (PeerPhase.SEEDING, PeerPhase.LEFT) and (
-            self._verified_at is not None
-        )
-        have = tuple(range(self.manifest.num_pieces)) if completed else self._leave.handover_pieces
-        return SwarmResult(
-            issue_id=self.manifest.issue_id,
-            path=self.path,
-            completed=completed,
-            stalled=self._stalled and not completed,
-            have_pieces=have,
-            missing_spans=() if completed else missing_spans(self.manifest, have),
-            bytes_from_peers=max(0, down - self.bytes_from_web_seeds),
+        return swarm_result(
+            self.manifest,
+            self.path,
+            self.core,
+            self._status.last_progress,
+            stalled=self._stalled,
+            started_at=self._started_at,
+            verified_at=self._verified_at,
+            handover_pieces=self._leave.handover_pieces,
             bytes_from_web_seeds=self.bytes_from_web_seeds,
-            uploaded_bytes=up,
-            downloaded_bytes=down,
-            ratio=share_ratio(up, down),
-            ratio_at_leave=self.core.left.ratio if self.core.left else None,
-            leave_rule=self.core.left.rule if self.core.left else None,
-            download_s=(self._verified_at - self._started_at) if self._verified_at else None,
             seeding_s=self._leave.seeding_s(self._verified_at) if self._loop is not None else None,
             listen_port=self.listen_port,
         )
@@ -511,17 +502,7 @@ class SwarmPeer(RingLink):
             self._apply(self.core.handle_download_finished(now=now))
             self._verification.start()
         if self.on_progress is not None:
-            self.on_progress(
-                SwarmProgress(
-                    phase=self.core.phase,
-                    done_bytes=progress.done_bytes,
-                    wanted_bytes=progress.wanted_bytes,
-                    uploaded_bytes=progress.uploaded_bytes,
-                    downloaded_bytes=progress.downloaded_bytes,
-                    bytes_from_web_seeds=self.bytes_from_web_seeds,
-                    connected_peers=progress.connected_peers,
-                )
-            )
+            self.on_progress(swarm_progress(self.core.phase, progress, self.bytes_from_web_seeds))
 
     def _refresh_totals(self) -> None:
         # A synchronous status read (a download can finish between two polls).
