@@ -354,10 +354,10 @@ async def main() -> None:
     p.add_argument(
         "--worker-sessions",
         choices=("own", "shared"),
-        default=bench_swarm.DEFAULT_WORKER_SESSIONS,
+        default=bench_swarm.swarm_args.DEFAULT_WORKER_SESSIONS,
         help="as bench/swarm.py's",
     )
-    bench_swarm.add_ring_arguments(p)
+    bench_swarm.swarm_args.add_ring_arguments(p)
     a = p.parse_args()
     bench_swarm.set_chord_peer_knobs(a)
     bench_swarm.override_session_settings(a.lt)
