@@ -337,6 +337,44 @@ async def test_a_sharing_peer_joins_the_webrtc_trackers_once_it_has_a_piece(
         await peer.close()
 
 
+async def test_a_piece_offered_as_soon_as_sharing_starts_is_held(
+    tmp_path: Path, published: Callable[[int], Published]
+) -> None:
+    """libtorrent drops a piece handed to ``add_piece`` while it still checks the torrent
+    it just added (``checking_resume_data``: 2 of 20 such pieces on 127.0.0.1, 29 Nov),
+    and a sharing peer hands each piece once: `share` returns only once the check has
+    ended, so a piece offered right after it is held (a carousel sharer's seeding once
+    failed with "libtorrent took 16 of 31 pieces handed to it")."""
+    pytest.importorskip("libtorrent")
+    from pressrun.content.bundle import read_manifest
+    from pressrun.peer.config import desktop_profile
+    from pressrun.peer.sharing import CHECKING, SharingPeer
+
+    pub = published(SIZE)
+    m = read_manifest(pub.content / ISSUE / "manifest.json")
+    offset, length = m.piece_span(3)
+    for k in range(5):
+        peer = SharingPeer(
+            torrent=(pub.content / ISSUE / f"{ISSUE}.torrent").read_bytes(),
+            manifest=m,
+            partial_dir=tmp_path / f"share{k}",
+            config=desktop_profile(ratio_basis_bytes=SIZE),
+            tracker_url="http://127.0.0.1:9/announce",
+            listen_interfaces="127.0.0.1:0",
+        )
+        try:
+            await peer.share()
+            assert peer._handle.status().state not in CHECKING
+            peer.offer(3, pub.data[offset : offset + length])
+            # written and checked on libtorrent's threads; a dropped piece never comes
+            deadline = time.monotonic() + 30.0
+            while peer.held != 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert peer.held == 1, f"sharing peer {k}: the piece offered was dropped"
+        finally:
+            await peer.close()
+
+
 def _trackers(peer: Any) -> list[str]:
     return [str(t["url"]) for t in peer._handle.trackers()]
 
