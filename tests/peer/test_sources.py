@@ -245,8 +245,9 @@ def test_the_origins_have_room_at_half_the_rate_a_peer_takes_pieces_at() -> None
     assert not origins_have_room(499_999, 1_000_000)
     # its peers fill half its download already: nothing from the origins, unless they
     # give it more than its peers ever did (a slow peer is an addition, not a wait)
-    assert origins_have_room(2_000_000, 1_000_000, download_bps=499_999)
-    assert not origins_have_room(2_000_000, 1_000_000, download_bps=500_000)
+    # (their best 1.2 MB/s: not slow)
+    assert origins_have_room(2_000_000, 1_000_000, 499_999, best_peers_bps=1_200_000)
+    assert not origins_have_room(2_000_000, 1_000_000, 500_000, best_peers_bps=1_200_000)
     assert origins_have_room(1_000_000, 256_000, download_bps=256_000, best_peers_bps=256_000)
     assert not origins_have_room(1_000_000, 600_000, download_bps=600_000, best_peers_bps=600_000)
     # the first peer of a small swarm, no upload limit, alone so far: nothing to

@@ -56,9 +56,11 @@ def _bench_peer() -> tuple[SwarmStatus, ChordPolicy]:
     return status, policy
 
 
-def _first_second(status: SwarmStatus) -> None:
+def _first_second(status: SwarmStatus, leechers: int = 2) -> None:
     # its first piece came in 80 ms (1.6 MB/s), nothing from its peers yet (nobody
-    # holds a piece they could trade before 0.8 s), 40 downloading peers
+    # holds a piece they could trade before 0.8 s); ``leechers`` downloading peers
+    # (the tracker's count: the bench's 40, or a swarm just starting whose origins'
+    # share is room by itself, `sources.origins_have_room`)
     status._feed.fetch_bps = 1_638_400
     for now in (0.25, 0.5, 0.75):
         st: Any = types.SimpleNamespace(
@@ -66,7 +68,7 @@ def _first_second(status: SwarmStatus) -> None:
             is_seeding=False,
             upload_payload_rate=0,
             download_payload_rate=0,
-            num_incomplete=40,
+            num_incomplete=leechers,
             total_payload_upload=0,
             total_payload_download=0,
             num_pieces=1,
@@ -81,11 +83,20 @@ def _first_second(status: SwarmStatus) -> None:
 
 def test_a_fast_first_fetch_is_room_where_the_ring_holds_nothing() -> None:
     # the rule as it stands without a fetch limit: the origins gave this peer more
-    # than half its upload rate, its peers nothing yet, so what nobody holds comes
-    # from them (the small emulation's swarm clients)
+    # than half its upload rate, and shared between two downloading peers still do,
+    # its peers nothing yet, so what nobody holds comes from them
     status, _ = _bench_peer()
     _first_second(status)
     assert {1, 2, 3} <= set(status._feed.owed), status._feed.owed
+
+
+def test_a_fast_first_fetch_among_forty_is_no_room() -> None:
+    # among 40 downloading peers the origins' 1.6 MB/s is 41 kB/s each: one fetch that
+    # came first in their queue is no room (issue 29: at N = 80 the bringers of the
+    # first four pieces fetched 7 more at 0.6-0.9 s; `sources.origins_have_room`)
+    status, _ = _bench_peer()
+    _first_second(status, leechers=40)
+    assert not {1, 2, 3} & set(status._feed.owed), status._feed.owed
 
 
 def test_no_room_of_its_own_while_the_ring_holds_the_origins() -> None:
