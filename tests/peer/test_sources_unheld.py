@@ -13,9 +13,6 @@ origins in all, 54.4 s against 34.2 s for the same client with `stripes`).
 
 from __future__ import annotations
 
-import types
-from typing import Any
-
 import pytest
 
 from pressrun.peer.chord_policy import ChordPolicy
@@ -28,8 +25,8 @@ from pressrun.peer.sources import (
 )
 from pressrun.peer.status import SwarmStatus
 from pressrun.peer.stripes_policy import StripesPolicy
-from pressrun.peer.uploader import HOLD_PRIORITY, MIN_PRIORITY, SwarmView, UploaderPolicy
-from swarm_status_rig import PIECE, connected_peer, six_piece_status
+from pressrun.peer.uploader import HOLD_PRIORITY, MIN_PRIORITY, UploaderPolicy
+from swarm_status_rig import connected_peer, plan_among, six_piece_status, torrent_status
 
 _HAVE = (True, False, False, False, False, False)
 #: 21 peers sending, 80 kB/s each (1.68 MB/s together)
@@ -57,34 +54,19 @@ class _Handle:
 def _crowd_reader(policy: UploaderPolicy) -> SwarmStatus:
     handle = _Handle()
     status = six_piece_status(handle, policy, web_seed="http://origin-a")
-    view = SwarmView(
-        peer_id="ab" * 20,
-        info_hash="12" * 20,
-        have=_HAVE,
-        connected_peers=24,
-        leecher_ids=tuple(f"{i:040x}" for i in range(24)),
-        holders=tuple(handle.piece_availability()),
-    )
-    plan = policy.plan(view, now=0.0)
-    status.last_plan = plan.piece_priorities if plan is not None else None
+    plan_among(status, handle, policy, _HAVE, leechers=24)
     # its one piece from the origins came at 130 kB/s (a new connection, at the
     # busiest moment), and nothing measured them again
     status._feed.fetch_bps = _FIRST_FETCH_BPS
     for k, now in enumerate((10.0, 11.0, 12.0)):
-        st: Any = types.SimpleNamespace(
-            pieces=list(_HAVE),
-            is_seeding=False,
-            upload_payload_rate=600_000,
-            download_payload_rate=_SENDING * _CONNECTION_BPS,
-            num_incomplete=25,
-            total_payload_upload=k * 600_000,
-            total_payload_download=(k + 10) * _SENDING * _CONNECTION_BPS,
-            num_pieces=1,
-            total_wanted_done=PIECE,
-            total_wanted=6 * PIECE,
-            all_time_upload=0,
-            all_time_download=0,
-            num_peers=24,
+        st = torrent_status(
+            list(_HAVE),
+            up_bps=600_000,
+            down_bps=_SENDING * _CONNECTION_BPS,
+            leechers=25,
+            uploaded=k * 600_000,
+            downloaded=(k + 10) * _SENDING * _CONNECTION_BPS,
+            peers=24,
         )
         status.read(st, now=now, planning=False)
     return status

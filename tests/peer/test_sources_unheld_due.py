@@ -12,9 +12,6 @@ its feed's origins at 85-340 kB/s, and 1 to 8 pieces owed at every progress line
 
 from __future__ import annotations
 
-import types
-from typing import Any
-
 import pytest
 
 from pressrun.peer.chord_policy import ChordPolicy
@@ -27,7 +24,7 @@ from pressrun.peer.sources import (
 from pressrun.peer.status import SwarmStatus
 from pressrun.peer.stripes_policy import StripesPolicy
 from pressrun.peer.uploader import HOLD_PRIORITY, MIN_PRIORITY, UploaderPolicy
-from swarm_status_rig import PIECE, connected_peer, six_piece_status
+from swarm_status_rig import connected_peer, six_piece_status, torrent_status
 
 N = 382
 #: nobody connected holds these (the last five)
@@ -63,20 +60,14 @@ def _reader(policy: UploaderPolicy, held: int) -> SwarmStatus:
     have = [i < held for i in range(N)]
     rate = _SENDING * _CONNECTION_BPS
     for k, now in enumerate((10.0, 11.0, 12.0)):
-        st: Any = types.SimpleNamespace(
-            pieces=have,
-            is_seeding=False,
-            upload_payload_rate=300_000,
-            download_payload_rate=rate,
-            num_incomplete=14,
-            total_payload_upload=k * 300_000,
-            total_payload_download=(k + 10) * rate,
-            num_pieces=held,
-            total_wanted_done=held * PIECE,
-            total_wanted=N * PIECE,
-            all_time_upload=0,
-            all_time_download=0,
-            num_peers=_SENDING,
+        st = torrent_status(
+            have,
+            up_bps=300_000,
+            down_bps=rate,
+            leechers=14,
+            uploaded=k * 300_000,
+            downloaded=(k + 10) * rate,
+            peers=_SENDING,
         )
         status.read(st, now=now, planning=False)
     return status

@@ -11,9 +11,6 @@ the origins at +2.5 s and waited on one peer for its last pieces. These status r
 replay its timeline (`pressrun.peer.timeline` lines of client 5, run 1, 18:28 UTC).
 """
 
-import types
-from typing import Any
-
 from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.sources import (
     PEERS_WINDOW_MAX_S,
@@ -24,7 +21,7 @@ from pressrun.peer.sources import (
 )
 from pressrun.peer.status import SwarmStatus
 from pressrun.peer.uploader import SwarmView
-from swarm_status_rig import PIECE, six_piece_status
+from swarm_status_rig import PIECE, six_piece_status, torrent_status
 
 
 class _Handle:
@@ -82,20 +79,15 @@ def _read(
     # one status read: libtorrent's counters and rate (its 5 s average), the feed's
     # last measure of the origins, the tracker's count of downloading peers
     status._feed.fetch_bps = fetch_bps
-    st: Any = types.SimpleNamespace(
-        pieces=list(_HAVE),
-        is_seeding=False,
-        upload_payload_rate=0,
-        download_payload_rate=rate_now,
-        num_incomplete=leechers,
-        total_payload_upload=0,
-        total_payload_download=from_peers,
-        num_pieces=1,
-        total_wanted_done=0,
-        total_wanted=6 * PIECE,
-        all_time_upload=0,
-        all_time_download=0,
-        num_peers=2,
+    st = torrent_status(
+        list(_HAVE),
+        up_bps=0,
+        down_bps=rate_now,
+        leechers=leechers,
+        uploaded=0,
+        downloaded=from_peers,
+        peers=2,
+        wanted_done=0,
     )
     status.read(st, now=now, planning=False)
 

@@ -11,13 +11,9 @@ docs/results/2026-11-28-swarm-limit.md, section 17, the trace `h2-D40-1.json`). 
 status reads replay that peer's first second.
 """
 
-import types
-from typing import Any
-
 from pressrun.peer.chord_policy import ChordPolicy
 from pressrun.peer.status import SwarmStatus
-from pressrun.peer.uploader import SwarmView
-from swarm_status_rig import PIECE, six_piece_status
+from swarm_status_rig import plan_among, six_piece_status, torrent_status
 
 _HAVE = (True, False, False, False, False, False)
 
@@ -42,17 +38,7 @@ def _bench_peer() -> tuple[SwarmStatus, ChordPolicy]:
     policy.set_ring_answers(bring_in=[0])
     # the bench's 1 MB/s a peer
     status = six_piece_status(handle, policy, upload_limit_bps=1_000_000)
-    view = SwarmView(
-        peer_id="ab" * 20,
-        info_hash="12" * 20,
-        have=_HAVE,
-        connected_peers=39,
-        leecher_ids=tuple(f"{i:040x}" for i in range(39)),
-        holders=tuple(handle.piece_availability()),
-    )
-    plan = policy.plan(view, now=0.0)
-    assert plan is not None
-    status.last_plan = plan.piece_priorities
+    assert plan_among(status, handle, policy, _HAVE, leechers=39) is not None
     return status, policy
 
 
@@ -63,20 +49,14 @@ def _first_second(status: SwarmStatus, leechers: int = 2) -> None:
     # share is room by itself, `sources.origins_have_room`)
     status._feed.fetch_bps = 1_638_400
     for now in (0.25, 0.5, 0.75):
-        st: Any = types.SimpleNamespace(
-            pieces=list(_HAVE),
-            is_seeding=False,
-            upload_payload_rate=0,
-            download_payload_rate=0,
-            num_incomplete=leechers,
-            total_payload_upload=0,
-            total_payload_download=0,
-            num_pieces=1,
-            total_wanted_done=PIECE,
-            total_wanted=6 * PIECE,
-            all_time_upload=0,
-            all_time_download=0,
-            num_peers=39,
+        st = torrent_status(
+            list(_HAVE),
+            up_bps=0,
+            down_bps=0,
+            leechers=leechers,
+            uploaded=0,
+            downloaded=0,
+            peers=39,
         )
         status.read(st, now=now, planning=False)
 

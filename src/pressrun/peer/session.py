@@ -114,13 +114,9 @@ UNCHOKE_INTERVAL_S = 3
 #: second. libtorrent's 10 KiB holds one 16 KiB block at a time on a connection that
 #: sent nothing yet, and under an upload limit each block waits for the rate limiter's
 #: next quota (``tick_interval``): a fresh connection sent one block a tick, 160 kB/s,
-#: until its second second. On the loopback bench (N = 40, 1 MB/s a peer) a bringer sent
-#: its first piece to its two named receivers in 0.8-1.1 s where its limit takes 0.26 s,
-#: and 98% of the ramp's uploading connections held one block or less. One piece of the
-#: publisher's default size: 1.16x, 1.17x, 1.16x against 1.18x, 1.18x at N = 40, N = 80
-#: 1.20x, N = 20 1.14x (docs/results/2026-11-28-swarm-limit.md, section 20); a fresh
-#: connection's first piece 0.30 s from its request against 0.90
-#: (tests/peer/test_session_send_buffer.py)
+#: until its second second, so a fresh piece's first hop took several times what the
+#: limit allows (the loopback bench's ramp: docs/results/2026-11-28-swarm-limit.md,
+#: section 20; tests/peer/test_session_send_buffer.py)
 SEND_BUFFER_LOW_WATERMARK = 128 * 1024
 #: sessions kept (paused, their torrents asked out) until the process ends itself
 #: (module docstring)
