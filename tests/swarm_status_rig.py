@@ -1,9 +1,10 @@
 """A swarm peer's status core (`pressrun.peer.status.SwarmStatus`) with its origin feed
 on a fake libtorrent handle (six pieces unless told), the policy's plan among N
 leechers (`plan_among`), libtorrent's torrent status as it reads it (`torrent_status`)
-and a connected peer's fake peer info, for the tests of the feed's rules (tests/peer/test_sources.py,
-test_sources_window.py, test_sources_unheld.py, test_sources_unheld_due.py,
-test_status_origins_held.py). The tests read and set the feed as ``status._feed``."""
+and a connected peer's fake peer info, for the tests of the feed's rules
+(tests/peer/test_sources.py, test_sources_window.py, test_sources_unheld.py,
+test_sources_unheld_due.py, test_status_origins_held.py). The tests read and set
+the feed as ``status._feed``."""
 
 from __future__ import annotations
 
