@@ -69,6 +69,9 @@ async def _first_piece_s(tmp: Path, ti: Any, *, watermark: int | None) -> float:
         settings = session_settings(
             PeerConfig(upload_limit_bps=upload_bps), listen_interfaces="127.0.0.1:0"
         )
+        # (the block requests' alerts, which a peer asks for only where its timeline
+        # is logged: `pressrun.peer.session.alert_mask`)
+        settings["alert_mask"] |= int(lt.alert.category_t.block_progress_notification)
         alerts = AlertSession(
             {**settings, **extra}, loop=loop, on_alert=on, after_alerts=lambda: None
         )

@@ -421,13 +421,18 @@ class SwarmPeer(RingLink):
             self._rearm()
 
     def _rearm(self) -> None:
+        # (after every batch of alerts: the timer armed for the same deadline is kept,
+        # not cancelled and made again, a timer handle and two heap operations a batch)
+        deadline = None
+        if self.core is not None and self._loop is not None and not self._closing:
+            deadline = self.core.next_deadline()
         if self._timer is not None:
+            if deadline is not None and self._timer.when() == deadline:
+                return
             self._timer.cancel()
             self._timer = None
-        if self.core is None or self._loop is None or self._closing:
-            return
-        deadline = self.core.next_deadline()
         if deadline is not None:
+            assert self._loop is not None
             self._timer = self._loop.call_at(deadline, self._on_timer)
 
     def _on_timer(self) -> None:

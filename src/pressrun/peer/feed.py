@@ -150,17 +150,26 @@ class OwedPieceFeed:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def set_owed(self, owed: tuple[int, ...]) -> None:
+    def set_owed(
+        self,
+        owed: tuple[int, ...],
+        *,
+        peers: Sequence[Any] | None = None,
+        have: Sequence[bool] | None = None,
+    ) -> None:
         """The pieces owed now (in order); wakes the feed. (Called right after the
         status poll applied the policy's plan, which sets every piece's priority: the
-        pieces on their way are held again here, at once.)"""
+        pieces on their way are held again here, at once.) ``peers``, ``have``: that
+        status read's peer infos and pieces held (None: read here; libtorrent's
+        synchronous reads, `pressrun.peer.status.SwarmStatus.read`)."""
         self.owed = owed
-        self._hold_again()
+        self._hold_again(have)
         handle = self._handle()
         if owed and handle is not None and self._task is not None:
             # (the connections' rates, known once counted for a second: `take_busy`)
             self._connection_rates = self._rates.update(
-                asyncio.get_running_loop().time(), handle.get_peer_info()
+                asyncio.get_running_loop().time(),
+                handle.get_peer_info() if peers is None else peers,
             )
         self._wake.set()
 
@@ -229,6 +238,11 @@ class OwedPieceFeed:
     def _next_owed(self) -> int | None:
         handle = self._handle()
         if handle is None:
+            return None
+        if not self.owed and self.late_bps <= 0:
+            # nothing to pick (what the reads below would find): the feed wakes at
+            # every status read, and most peers owe nothing most of the time
+            self.queued_elsewhere = 0
             return None
         have = handle.status(lt.torrent_handle.query_pieces).pieces
         recent = asyncio.get_running_loop().time() - _ADDED_HOLD_S
@@ -304,15 +318,17 @@ class OwedPieceFeed:
         self._held[piece] = int(priorities[piece])
         handle.piece_priority(piece, HOLD_PRIORITY)
 
-    def _hold_again(self) -> None:
+    def _hold_again(self, have: Sequence[bool] | None = None) -> None:
         """A plan applied since set every priority: hold the pieces on their way again
         (the plan's priority for each is the one put back), or let one go when too few
-        other pieces would stay wanted."""
+        other pieces would stay wanted. ``have``: the pieces held as the status read
+        that applied the plan saw them (None: read here)."""
         handle = self._handle()
         if handle is None or not self._held:
             return
         priorities = handle.get_piece_priorities()
-        have = handle.status(lt.torrent_handle.query_pieces).pieces
+        if have is None:
+            have = handle.status(lt.torrent_handle.query_pieces).pieces
         for piece in list(self._held):
             now = int(priorities[piece])
             if now == HOLD_PRIORITY:

@@ -74,6 +74,7 @@ from typing import Any
 
 import libtorrent as lt
 
+from pressrun.peer import timeline
 from pressrun.peer.config import PeerConfig
 from pressrun.peer.watchdog import bounded, note_kept, process_ends_itself
 
@@ -85,10 +86,14 @@ _ALERT_MASK = (
     | lt.alert.category_t.storage_notification
     | lt.alert.category_t.tracker_notification
     | lt.alert.category_t.piece_progress_notification
-    # (each block's source, for the timeline's pieces by source: pressrun.peer.timeline;
-    # two alerts a 16 KiB block, no measurable CPU on a loopback trio of 50 MB)
-    | lt.alert.category_t.block_progress_notification
 )
+#: each block's source, for the timeline's pieces by source (`pressrun.peer.timeline`,
+#: its only reader): two alerts a 16 KiB block, and the alert pipe written and the
+#: event loop woken for each batch, so asked for only where the timeline's lines are
+#: logged (`alert_mask`). No measurable CPU on a loopback trio of 50 MB; at N = 80 on
+#: the bench, 20 peers a process, about 1,000 alerts a second a process, for lines
+#: nobody logged (docs/results/2026-11-28-swarm-limit.md, section 24)
+_BLOCK_ALERTS = lt.alert.category_t.block_progress_notification
 
 PEER_ID_PREFIX = b"-PR0100-"
 #: one web-seed HTTP request: short requests keep a slow, shared origin's pieces
@@ -135,6 +140,14 @@ def new_peer_id() -> bytes:
     return PEER_ID_PREFIX + secrets.token_hex(6).encode()
 
 
+def alert_mask() -> int:
+    """The alerts a peer's session posts: `_BLOCK_ALERTS` only while the timeline's
+    INFO lines are logged (a client's log; not a bench's or a library's quiet one)."""
+    if timeline.log.isEnabledFor(logging.INFO):
+        return int(_ALERT_MASK | _BLOCK_ALERTS)
+    return int(_ALERT_MASK)
+
+
 def session_settings(
     config: PeerConfig, *, listen_interfaces: str, peer_id: bytes = PEER_ID_PREFIX
 ) -> dict[str, Any]:
@@ -175,7 +188,7 @@ def session_settings(
         "send_buffer_low_watermark": SEND_BUFFER_LOW_WATERMARK,
         "aio_threads": 2,
         "hashing_threads": 1,
-        "alert_mask": int(_ALERT_MASK),
+        "alert_mask": alert_mask(),
         "alert_queue_size": 10000,
         "upload_rate_limit": config.upload_limit_bps,
         "download_rate_limit": config.download_limit_bps,

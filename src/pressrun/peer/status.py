@@ -152,13 +152,20 @@ class SwarmStatus:
         """Take a status read (``planning``: ask the policy for its plan, the peer is
         downloading); the progress for the core, kept as ``last_progress``."""
         handle = self._handle()
+        # (each libtorrent read once a status read: every one is a synchronous call
+        # answered by the session's network thread, and the peer infos and the
+        # availability are converted to Python objects one connection or piece at a
+        # time; read twice each, they and the feed's own reads were a third of a bench
+        # worker's event loop at N = 80: docs/results/2026-11-28-swarm-limit.md, s. 24)
+        peers: list[Any] | None = None
         if handle is not None:
             # (peer_info_alert cannot be read from Python in the 2.1.1 binding: it has
             # no converter for its vector; the synchronous call is fine without
             # set_alert_notify, FIELD-NOTES.md)
             slots = self._upload_slots or self.session_slots
+            peers = handle.get_peer_info()
             self.tally.update(
-                handle.get_peer_info(),
+                peers,
                 count_sole=bool(st.is_seeding),
                 upload_slots=slots,
             )
@@ -176,10 +183,16 @@ class SwarmStatus:
         if have_bits != self.have_bits:
             self._on_pieces_changed()  # report new pieces now (a brought-in one frees a slot)
         self.have_bits = have_bits
+        # (the plan's and the sources' availability: the same read for both)
+        wanted = handle is not None and (planning or not st.is_seeding)
+        availability = handle.piece_availability() if wanted else None
         if planning:
-            self._plan(st, now)  # (the owed pieces below are the plan's of now)
+            # (the owed pieces below are the plan's of now)
+            self._plan(st, now, have=have_bits, availability=availability)
         unheld, lonely = self.unheld, self.lonely
-        tradable, owed, coming = self._sources(st)
+        tradable, owed, coming = self._sources(
+            st, have=have_bits, availability=availability, peers=peers
+        )
         if not self.unheld <= unheld or not self.lonely <= lonely:
             # pieces no connected peer holds any more, or a new piece with one holder:
             # ask the ring
@@ -221,11 +234,20 @@ class SwarmStatus:
         self.have_bits = (*bits[:piece], True, *bits[piece + 1 :])
         self._on_pieces_changed()
 
-    def _sources(self, st: Any) -> tuple[int | None, int, int]:
+    def _sources(
+        self,
+        st: Any,
+        *,
+        have: tuple[bool, ...] | None = None,
+        availability: Any = None,
+        peers: list[Any] | None = None,
+    ) -> tuple[int | None, int, int]:
         # (tradable, owed, coming): pieces this peer lacks that some connected
         # BitTorrent peer holds; pieces of top priority in the policy's plan that it
         # lacks and no connected peer holds (`classify_missing`), with those the ring
-        # said other peers bring; and those alone.
+        # said other peers bring; and those alone. ``have``, ``availability`` and
+        # ``peers``: the status read's pieces held, piece availability and peer infos
+        # (None: read here)
         handle = self._handle()
         if handle is None or st.is_seeding:
             self._feed.parallel = 1
@@ -233,15 +255,18 @@ class SwarmStatus:
             self.unheld = self.lonely = frozenset()
             return None, 0, 0
         plan = self.last_plan
-        availability = handle.piece_availability()
+        if have is None:
+            have = tuple(bool(b) for b in st.pieces)
+        if availability is None:
+            availability = handle.piece_availability()
         web = self.tally.web_connections
-        missing = classify_missing(st.pieces, availability, web, plan)
+        missing = classify_missing(have, availability, web, plan)
         tradable, owed, absent = missing.tradable, missing.owed, missing.absent
         self.unheld = frozenset((*owed, *absent))
         self.lonely = frozenset(missing.lonely)
         # pieces the ring said another peer brings in or holds: coming, not starving
         coming = self.policy.waiting_on(absent) if isinstance(self.policy, ChordPolicy) else []
-        fill = self._fill(missing, plan, st.pieces)
+        fill = self._fill(missing, plan, have)
         # (two requests at a time only while the origins have room, one while it is not
         # known yet: `feed`, `sources.probing`)
         measured = not probing(self._feed.fetch_bps)
@@ -263,7 +288,7 @@ class SwarmStatus:
             # (a peer alone, with no plan, is starved and uses libtorrent's web seeds),
             # from its own place among them: the others starve on the same pieces
             owed = shared_out(absent, self._peer_id(), self.tally.leecher_ids)
-        self._feed.set_owed(owed)
+        self._feed.set_owed(owed, peers=peers, have=have)
         return tradable, len(owed) + len(coming), len(coming)
 
     def _fill(
@@ -384,19 +409,29 @@ class SwarmStatus:
             handle.prioritize_pieces(list(lifted))
         return True
 
-    def _plan(self, st: Any, now: float) -> None:
+    def _plan(
+        self,
+        st: Any,
+        now: float,
+        *,
+        have: tuple[bool, ...] | None = None,
+        availability: Any = None,
+    ) -> None:
+        # (``have``, ``availability``: the status read's; None: read here)
         handle = self._handle()
         if handle is None:
             return
+        if availability is None:
+            availability = handle.piece_availability()
         # (libtorrent's availability counts the web seeds too: they hold every piece)
         web = self.tally.web_connections
         view = SwarmView(
             peer_id=self._peer_id(),
             info_hash=self.manifest.info_hash,
-            have=tuple(bool(b) for b in st.pieces),
+            have=have if have is not None else tuple(bool(b) for b in st.pieces),
             connected_peers=int(st.num_peers),
             leecher_ids=self.tally.leecher_ids,
-            holders=tuple(max(0, int(n) - web) for n in handle.piece_availability()),
+            holders=tuple(max(0, int(n) - web) for n in availability),
         )
         plan = self.policy.plan(view, now=now)
         if plan is not None and plan.piece_priorities != self.last_plan:

@@ -305,7 +305,9 @@ class SwarmTimeline:
     ) -> None:
         """A status read while downloading: the first peer and piece at once, a
         progress line every ``every_s``."""
-        if self.started_at is None:
+        if self.started_at is None or not log.isEnabledFor(logging.INFO):
+            # (nothing here but lines: where they are not logged, the peer's session
+            # does not post the block alerts either, `pressrun.peer.session.alert_mask`)
             return
         t = self._since(now)
         if not self._peer_seen and progress.connected_peers > 0:
@@ -383,6 +385,8 @@ class SwarmTimeline:
 
     def verified(self, now: float, *, feed: OwedPieceFeed, status: SwarmStatus) -> None:
         """The copy was verified: the download's end, and where its pieces came from."""
+        if not log.isEnabledFor(logging.INFO):
+            return
         p = status.last_progress
         web_bytes, feed_bytes = status.tally.web_bytes, feed.session_bytes
         web = status.tally.web_endpoints
