@@ -243,7 +243,7 @@ class TransferMixin:
 
     async def _sendfile_direct(
         self,
-        transport: asyncio.BaseTransport,
+        transport: asyncio.Transport,
         out_fd: int,
         in_fd: int,
         offset: int,
@@ -277,7 +277,7 @@ class TransferMixin:
 
     async def _sendfile_waiting(
         self,
-        transport: asyncio.BaseTransport,
+        transport: asyncio.Transport,
         out_fd: int,
         in_fd: int,
         offset: int,
@@ -294,6 +294,16 @@ class TransferMixin:
         passed). Waking the task for each writable event, a future and a task step
         each, was most of the origin's user-space CPU on whole files: an 8 MB answer
         makes a dozen or more of them.
+
+        The transport's reading is paused for the wait, as ``loop.sendfile`` does: a
+        client's FIN read meanwhile makes the transport close, and its close() removes
+        the writer registered here on the same descriptor (asyncio keeps one reader
+        and one writer per descriptor) without calling it, so the transfer waited for
+        `deadline` (``send_timeout_s``, 60 s) for a client long gone, and then removed
+        a writer of a descriptor number the next connection may hold (a test stack's
+        stop waited for it: the 57-59 s teardowns, docs/results/2026-11-29-teardowns.md).
+        Paused, a client that left shows as an error on the socket, which the
+        writer callback sees; one that only half-closed and reads on is served.
         """
         loop: Any = self._loop  # the selector loop's private writer slot, as loop.sendfile
         done: asyncio.Future[None] = loop.create_future()
@@ -323,6 +333,9 @@ class TransferMixin:
                 done.set_result(None)
             # else a short send filled the buffer: called again when there is room
 
+        paused = transport.is_reading()
+        if paused:
+            transport.pause_reading()
         loop._add_writer(out_fd, on_writable)
         try:
             async with asyncio.timeout_at(deadline):
@@ -331,6 +344,8 @@ class TransferMixin:
             loop._remove_writer(out_fd)
             if not done.done():
                 done.cancel()  # timed out or cancelled: a late callback does nothing
+            if paused:
+                transport.resume_reading()  # nothing if it closed meanwhile
         return sent
 
     async def _sendfile_asyncio(
