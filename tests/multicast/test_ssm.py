@@ -17,8 +17,8 @@ from pressrun.multicast import amt
 from pressrun.multicast.codec import (
     ANNOUNCEMENT_PART_BYTES,
     AnnouncementFormatError,
-    _carousel,
-    _carousel_to_dict,
+    carousel_to_dict,
+    decode_carousel,
 )
 from pressrun.multicast.config import CarouselConfig, is_ssm
 from pressrun.multicast.events import CarouselPlan, ChannelSpec
@@ -79,13 +79,13 @@ def test_the_plan_names_its_source_and_an_ssm_plan_without_one_is_refused() -> N
         (ChannelSpec(group, 5000, 1, 5e6, 473.0),),
         source="192.0.2.1",
     )
-    assert _carousel(_carousel_to_dict(plan)) == plan
+    assert decode_carousel(carousel_to_dict(plan)) == plan
     asm = replace(plan, channels=(ChannelSpec("239.255.1.1", 5000, 1, 5e6, 473.0),), source=None)
-    assert "source" not in _carousel_to_dict(asm)  # any-source plans' bytes as before
+    assert "source" not in carousel_to_dict(asm)  # any-source plans' bytes as before
     with pytest.raises(AnnouncementFormatError, match="names no source"):
-        _carousel(_carousel_to_dict(replace(plan, source=None)))
+        decode_carousel(carousel_to_dict(replace(plan, source=None)))
     with pytest.raises(AnnouncementFormatError, match="not a unicast address"):
-        _carousel(_carousel_to_dict(replace(plan, source="232.1.1.1")))
+        decode_carousel(carousel_to_dict(replace(plan, source="232.1.1.1")))
 
 
 def test_packets_and_announcements_fit_an_amt_tunnel_with_room_to_spare() -> None:

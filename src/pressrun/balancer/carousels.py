@@ -15,7 +15,13 @@ balancer
 3. starts what is wanted and not running (``POST /v1/carousels``) and stops what runs
    and is not wanted (``DELETE /v1/carousels/<issue>``), an orphan of an earlier
    balancer included (one balancer owns a sender's carousels);
-4. answers ``multicast`` (``carousels``) for exactly the wanted issues the sender runs.
+4. answers ``multicast`` (``carousels``) for exactly the wanted issues the sender runs,
+   each with the carousel's plan as the sender's answer gave it (its list, or its
+   answer to the start): the directive carries it (docs/protocols.md), so a reader
+   joins the channels at once instead of waiting for the next announcement. The plan
+   is the sender's own (``GET``/``POST /v1/carousels``) without its packet counters;
+   a plan the balancer cannot read is left out (the reader then waits for the
+   announcement, as before) and logged.
 
 A balancer that does not hold the lease (several balancers) first lets an issue whose
 carousel it answered and the sender no longer runs leave multicast
@@ -39,12 +45,15 @@ import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable, Collection, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import aiohttp
 
 from pressrun.balancer.demand import DemandPolicy
 from pressrun.balancer.events import MulticastInfo
+from pressrun.multicast.codec import AnnouncementFormatError, decode_carousel
+from pressrun.multicast.events import CarouselPlan
 
 log = logging.getLogger("pressrun.balancer.carousels")
 
@@ -109,12 +118,15 @@ class CarouselReconciler:
 
 @dataclass
 class CarouselClient:
-    """Start, stop and list carousels on a multicast sender's token-protected API."""
+    """Start, stop and list carousels on a multicast sender's token-protected API.
+    ``plans``: each carousel's plan from the sender's last answer that gave it (its
+    list, or a start), without packet counters; bounded by the carousels listed."""
 
     http: aiohttp.ClientSession
     url: str
     token: str
     timeout_s: float = 30.0  # starting a carousel encodes the issue first
+    plans: dict[str, CarouselPlan] = field(default_factory=dict)
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
@@ -135,11 +147,33 @@ class CarouselClient:
         carousels = doc.get("carousels") if isinstance(doc, dict) else None
         if not isinstance(carousels, list):
             raise SenderError("the sender's list has no carousels")
-        return {
+        running = {
             c["issue_id"]
             for c in carousels
             if isinstance(c, dict) and isinstance(c.get("issue_id"), str)
         }
+        self.plans = {}
+        for c in carousels:
+            self._note_plan(c)
+        return running
+
+    def _note_plan(self, doc: Any) -> None:
+        """Keep the plan of one carousel the sender showed (the announcement's form,
+        `decode_carousel`); one it cannot read is logged and left out."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("issue_id"), str):
+            return
+        try:
+            plan = decode_carousel(doc)
+        except AnnouncementFormatError as err:
+            self.plans.pop(doc["issue_id"], None)
+            log.warning(
+                "the multicast sender's plan of %s is not readable (%s); directives "
+                "name only its control group",
+                doc["issue_id"][:128],
+                err,
+            )
+            return
+        self.plans[plan.issue_id] = replace(plan, sent_packets=())
 
     async def start(self, issue_id: str) -> None:
         """Start (or keep) the issue's carousel."""
@@ -152,8 +186,13 @@ class CarouselClient:
             ) as resp:
                 if resp.status not in (200, 201):
                     raise SenderError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
+                try:
+                    doc = await resp.json()
+                except ValueError:
+                    doc = None  # started; its plan comes with the next list
         except (aiohttp.ClientError, TimeoutError) as err:
             raise SenderError(str(err) or type(err).__name__) from None
+        self._note_plan(doc)
 
     async def stop(self, issue_id: str) -> None:
         """Stop the issue's carousel (one that is not running counts as stopped)."""
@@ -167,6 +206,7 @@ class CarouselClient:
                     raise SenderError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
         except (aiohttp.ClientError, TimeoutError) as err:
             raise SenderError(str(err) or type(err).__name__) from None
+        self.plans.pop(issue_id, None)
 
 
 async def reconcile_carousels(
@@ -223,7 +263,7 @@ async def reconcile_carousels(
         if issue_id not in confirmed:
             del carousels[issue_id]
     for issue_id in confirmed:
-        carousels[issue_id] = info
+        carousels[issue_id] = replace(info, plan=client.plans.get(issue_id))
 
 
 async def _order(

@@ -26,11 +26,13 @@ from typing import Any
 from pressrun.balancer.events import (
     ClientHint,
     Directive,
+    MulticastInfo,
     NoDirective,
     OriginStatus,
     RequestClass,
     SwarmInfo,
 )
+from pressrun.multicast.codec import carousel_to_dict
 
 #: issue ids and file names (docs/protocols.md, "Issue bundle on disk")
 # (\Z, not $: "$" also matches before a trailing newline)
@@ -243,16 +245,27 @@ def encode_directive(directive: Directive) -> dict[str, Any]:
         "swarm": None if swarm is None else _encode_swarm(swarm),
         "multicast": None
         if directive.multicast is None
-        else {
-            "control_group": directive.multicast.control_group,
-            "interface": directive.multicast.interface,
-            "source": directive.multicast.source,
-            "relays": list(directive.multicast.relays),
-        },
+        else _encode_multicast(directive.multicast),
         "fallbacks": [mode.value for mode in directive.fallbacks],
         "expires_in_s": directive.expires_in_s,
         "algorithm": directive.algorithm,
     }
+
+
+def _encode_multicast(multicast: MulticastInfo) -> dict[str, Any]:
+    """A directive's ``multicast`` object; ``plan`` (the carousel's channels and object,
+    the announcement's form without packet counters) only when the balancer knows it."""
+    doc: dict[str, Any] = {
+        "control_group": multicast.control_group,
+        "interface": multicast.interface,
+        "source": multicast.source,
+        "relays": list(multicast.relays),
+    }
+    if multicast.plan is not None:
+        plan = carousel_to_dict(multicast.plan)
+        plan.pop("sent_packets", None)
+        doc["plan"] = plan
+    return doc
 
 
 def _encode_swarm(swarm: SwarmInfo) -> dict[str, Any]:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from pressrun.multicast.events import CarouselPlan
+
 
 @dataclass(frozen=True, slots=True)
 class OriginSpec:
@@ -93,12 +95,16 @@ class MulticastInfo:
     (``GROUP:PORT``) whose signed announcements name the channels, the interface
     hint to join on, the sender's address (``source``: a source-specific control
     group, 232/8, is joined by it) and the AMT relays (``HOST[:PORT]``, RFC 7450) that
-    readers without a multicast route take the carousel through (docs/multicast.md)."""
+    readers without a multicast route take the carousel through (docs/multicast.md).
+    ``plan``: the carousel's plan as the sender's control API listed it last (its
+    channels, TSI and object, no packet counters); the directive carries it so the
+    reader joins at once, not at the next announcement. None while not known."""
 
     control_group: str
     interface: str | None = None
     source: str | None = None
     relays: tuple[str, ...] = ()
+    plan: CarouselPlan | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -328,8 +328,8 @@ async def _run_locked(f: FetchState) -> FetchResult:
             os.fsync(fd)
             if f.checked_sha256 == m.sha256 and len(plan.verified) == m.num_pieces:
                 # the carousel's object became this file, or the swarm peer's final
-                # check read it: every piece and its whole SHA-256 and size checked on
-                # that read, nothing written since
+                # check read it: every piece and the size checked on that read (the
+                # swarm's also the whole SHA-256), nothing written since
                 break
             check = await asyncio.to_thread(check_file, m, path)
             f.checked_sha256 = None  # sections written after this check are not in it

@@ -20,7 +20,8 @@ from pressrun.multicast.control import check_datagram
 from pressrun.multicast.core import AnnouncementGate
 from pressrun.multicast.events import AnnouncementVerdict, CarouselPlan
 from pressrun.multicast.net import leave_and_close, receiver_socket
-from pressrun.multicast.receiver import MAX_DATAGRAM, wall_clock
+from pressrun.multicast.receiver import MAX_DATAGRAM
+from pressrun.multicast.receiver_control import wall_clock
 
 __all__ = ["watch_for_carousel"]
 

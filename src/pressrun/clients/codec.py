@@ -19,6 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pressrun.multicast.codec import AnnouncementFormatError, decode_carousel
+from pressrun.multicast.events import CarouselPlan
+
 STATE_FORMAT = 1
 
 
@@ -48,12 +51,21 @@ class DirectiveMulticast:
     """The ``multicast`` object of a ``multicast`` directive: where the carousel's
     signed announcements are (``GROUP:PORT``), the interface to join on, the sender's
     address (``source``: a source-specific control group is joined by it) and the AMT
-    relays (``HOST[:PORT]``) a reader without a multicast route takes it through."""
+    relays (``HOST[:PORT]``) a reader without a multicast route takes it through.
+
+    ``plan``: the carousel's plan as the balancer had it from the sender (channels,
+    TSI, object), which the reader joins at once. It is not signed: the first signed
+    announcement confirms or replaces it (`pressrun.multicast.receiver`), and the copy
+    is checked against the signed manifest whatever brought it. ``plan_error``: why a
+    plan the directive carried was not taken (malformed); the reader then waits for
+    the announcement, as without one."""
 
     control_group: str
     interface: str | None = None
     source: str | None = None
     relays: tuple[str, ...] = ()
+    plan: CarouselPlan | None = None
+    plan_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +131,25 @@ def decode_directive(data: bytes) -> ClientDirective:
             raise DirectiveFormatError("the directive's multicast.source is not a string")
         if not isinstance(relays, list) or not all(isinstance(r, str) for r in relays):
             raise DirectiveFormatError("the directive's multicast.relays is not a list of strings")
-        multicast = DirectiveMulticast(raw["control_group"], interface, source, tuple(relays))
+        plan, plan_error = _decode_plan(raw.get("plan"))
+        multicast = DirectiveMulticast(
+            raw["control_group"], interface, source, tuple(relays), plan, plan_error
+        )
     return ClientDirective(
         issue_id, mode, tuple(parsed), float(expires), swarm, multicast, seed_swarm
     )
+
+
+def _decode_plan(raw: object) -> tuple[CarouselPlan | None, str | None]:
+    """A multicast directive's ``plan`` (the announcement's carousel object): the plan,
+    or None and why it is not taken (a malformed plan costs the reader only the wait
+    for the announcement, so it does not fail the directive)."""
+    if raw is None:
+        return None, None
+    try:
+        return decode_carousel(raw), None
+    except AnnouncementFormatError as err:
+        return None, f"the directive's multicast.plan is malformed ({err})"
 
 
 def _decode_swarm(raw: object) -> DirectiveSwarm:

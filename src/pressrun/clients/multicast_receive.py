@@ -21,7 +21,7 @@ import shutil
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +30,9 @@ from pressrun.clients.codec import DirectiveMulticast
 from pressrun.clients.config import ClientConfig
 from pressrun.clients.session import FetchState, describe
 from pressrun.content.manifest import Manifest
+from pressrun.multicast.events import CarouselPlan
 
 if TYPE_CHECKING:
-    from pressrun.multicast.events import CarouselPlan
     from pressrun.multicast.receiver import ReceiveResult
 
 log = logging.getLogger("pressrun.clients.multicast")
@@ -82,6 +82,9 @@ async def receive_carousel_pieces(
         f.notice(f"multicast: bad control group in the directive ({err}); skipping it")
         return []
     interface = f.config.multicast_interface or multicast.interface or "0.0.0.0"
+    provisional = (
+        None if announced is not None else _directive_plan(f, m, manifest_sha256, multicast)
+    )
     work = path.parent / "multicast"
     work.mkdir(exist_ok=True)
     # a reader that shares while it receives (opt-in, `ClientConfig.carousel_share`)
@@ -89,7 +92,7 @@ async def receive_carousel_pieces(
     # (`carousel_share`); the seeding after the carousel takes it over
     swarm = f.last_directive.swarm if f.last_directive is not None else None
     share = CarouselShare.start(f, m, path, swarm, work, list(kept))
-    options = _Options(group, interface, work, announced, on_running)
+    options = _Options(group, interface, work, announced, on_running, provisional)
     try:
         good = await _receive(f, m, manifest_sha256, path, multicast, kept, options, share)
     finally:
@@ -107,6 +110,8 @@ class _Options:
     work: Path
     announced: CarouselPlan | None
     on_running: Callable[[], None] | None
+    #: the directive's plan (not signed: `receive_carousel`'s ``provisional``)
+    provisional: CarouselPlan | None = None
 
 
 async def _receive(
@@ -144,6 +149,7 @@ async def _receive(
         # the layering starts on that many channels' worth, not on one
         "link_bps": _link_shown_bps(f),
         "announced": how.announced,
+        "provisional": how.provisional,
     }
     try:
         result = await f.loop.run_in_executor(
@@ -162,10 +168,11 @@ async def _receive(
         if result.path is not None:
             kept_pieces = await asyncio.to_thread(copy_verified_pieces, m, result.path, path)
             good = kept_pieces.good
-            if kept_pieces.moved and kept_pieces.sha256 == m.sha256:
-                # the file is the decoded object, read whole and matching the manifest:
-                # the final check need not read it again (`aio._run`)
-                f.checked_sha256 = kept_pieces.sha256
+            if kept_pieces.moved:
+                # the file is the decoded object, every piece and the size matching the
+                # signed manifest, which fixes every byte of it: the final check need not
+                # read it again (`aio._run`; no whole-file hash: docs/multicast.md)
+                f.checked_sha256 = m.sha256
         check_s = f.now() - checking
     except (OSError, ImportError) as err:
         f.notice(f"multicast failed ({describe(err)}); trying the fallbacks")
@@ -200,6 +207,9 @@ async def _receive(
             + f", {result.windows_ended} windows ended"
             + f", channels left in {1000 * result.close_s:.0f} ms"
             + f", pieces checked in {check_s:.2f} s"
+            # the directive's plan: joined at once, then confirmed or refused by the
+            # first signed announcement (`receive_carousel`'s ``provisional``)
+            + (f", the directive's plan {result.directive_plan}" if result.directive_plan else "")
             # each change as seconds:channels:windows ended by then (the emulation's
             # report times the channels held above the link, to the hundredth, and
             # counts the layering's windows that ended while they were held)
@@ -225,6 +235,36 @@ async def _receive(
         level=logging.INFO,
     )
     return good
+
+
+def _directive_plan(
+    f: FetchState, m: Manifest, manifest_sha256: str, multicast: DirectiveMulticast
+) -> CarouselPlan | None:
+    """The carousel plan the directive carries, when it is this issue's carousel of the
+    manifest the client verified and of its size; else None, with a notice saying
+    why it was refused (the receive then waits for the signed announcement, as
+    without a plan). What it names is not trusted beyond that: the first signed
+    announcement confirms or replaces it, and the copy is checked piece by piece."""
+    plan = multicast.plan
+    why = multicast.plan_error
+    if plan is not None:
+        if plan.issue_id != m.issue_id:
+            why = f"the directive's carousel plan is of {plan.issue_id!r}, not {m.issue_id!r}"
+        elif plan.manifest_sha256 != manifest_sha256:
+            why = (
+                f"the directive's carousel plan names another manifest of {m.issue_id} "
+                f"({plan.manifest_sha256[:16]}..., the signed one is {manifest_sha256[:16]}...)"
+            )
+        elif plan.size_bytes != m.size_bytes:
+            why = (
+                f"the directive's carousel plan says {plan.size_bytes} bytes, the signed "
+                f"manifest {m.size_bytes}"
+            )
+        else:
+            return replace(plan, sent_packets=())
+    if why is not None:
+        f.notice(f"multicast: {why}; refused, waiting for the carousel's signed announcement")
+    return None
 
 
 def _link_shown_bps(f: FetchState) -> float | None:

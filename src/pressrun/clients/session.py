@@ -148,10 +148,11 @@ class FetchState:
     #: the carousel reader's sharing peer, joined while it received and handed to
     #: the seeding after the carousel (`carousel_share`, `swarm_handoff`)
     carousel_share: CarouselShare | None = None
-    #: the partial file's whole SHA-256 as read when it was last written in one go
-    #: (the carousel's object, `multicast_receive`) or as the swarm peer's final
-    #: check read it (a completed swarm fetch, `swarm_handoff`): the final check then
-    #: need not read it again
+    #: the manifest's whole SHA-256 once the partial file was checked whole: the
+    #: carousel's object that became it (every piece and the size matched the signed
+    #: manifest, `multicast_receive`; docs/multicast.md, "The decoded copy's check")
+    #: or the swarm peer's final check (a completed swarm fetch, `swarm_handoff`):
+    #: the final check then need not read it again
     checked_sha256: str | None = None
     #: the swarm's uploader policy (set when a swarm fetch starts) and its peer of
     #: each swarm session (their `SwarmPeer.ring_stats`: what the Chord ring answered)

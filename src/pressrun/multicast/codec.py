@@ -50,11 +50,12 @@ def announcement_to_dict(ann: Announcement) -> dict[str, Any]:
         "expires_at": ann.expires_at,
         "part": ann.part,
         "parts": ann.parts,
-        "carousels": [_carousel_to_dict(c) for c in ann.carousels],
+        "carousels": [carousel_to_dict(c) for c in ann.carousels],
     }
 
 
-def _carousel_to_dict(c: CarouselPlan) -> dict[str, Any]:
+def carousel_to_dict(c: CarouselPlan) -> dict[str, Any]:
+    """One carousel object of the announcement (a directive's ``multicast.plan`` too)."""
     return {
         "issue_id": c.issue_id,
         "manifest_sha256": c.manifest_sha256,
@@ -91,7 +92,7 @@ def split_announcement(ann: Announcement, max_bytes: int) -> list[Announcement]:
     groups: list[list[CarouselPlan]] = [[]]
     used = 0
     for carousel in ann.carousels:
-        size = len(canonical_json(_carousel_to_dict(carousel))) + 1  # and its comma
+        size = len(canonical_json(carousel_to_dict(carousel))) + 1  # and its comma
         if groups[-1] and used + size > room:
             groups.append([])
             used = 0
@@ -162,7 +163,9 @@ def _channel(d: object) -> ChannelSpec:
     return ChannelSpec(group, port, tsi, _number(d, "rate_bps"), _number(d, "packets_per_s"))
 
 
-def _carousel(d: object) -> CarouselPlan:
+def decode_carousel(d: object) -> CarouselPlan:
+    """One carousel object of an announcement (or of a directive's ``multicast.plan``,
+    docs/protocols.md) as a `CarouselPlan`; AnnouncementFormatError when malformed."""
     if not isinstance(d, dict):
         raise AnnouncementFormatError("a carousel is not an object")
     issue_id = str(_want(d, "issue_id", str))
@@ -250,7 +253,7 @@ def decode_announcement(data: bytes) -> tuple[Announcement, bytes, bytes]:
         seq=seq,
         issued_at=_number(body, "issued_at"),
         expires_at=_number(body, "expires_at"),
-        carousels=tuple(_carousel(c) for c in carousels),
+        carousels=tuple(decode_carousel(c) for c in carousels),
         part=part,
         parts=parts,
     )

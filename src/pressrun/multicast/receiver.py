@@ -38,18 +38,19 @@ import random
 import selectors
 import socket
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pressrun.multicast.channels import ChannelSockets
 from pressrun.multicast.config import LayeringConfig
-from pressrun.multicast.control import check_datagram
 from pressrun.multicast.core import AnnouncementGate, CarouselPresence
-from pressrun.multicast.events import AnnouncementVerdict, CarouselPlan, LeaveChannel
+from pressrun.multicast.events import CarouselPlan, LeaveChannel
 from pressrun.multicast.layering import LayerCore
 from pressrun.multicast.net import RECEIVE_BUFFER_BYTES, leave_and_close, receiver_socket
+from pressrun.multicast.receiver_control import drain, plan_difference, plan_from_control
+from pressrun.multicast.receiver_control import wall_clock as wall_clock  # (re-exported)
 
 if TYPE_CHECKING:
     from pressrun_flute import Receiver as FluteReceiver
@@ -82,11 +83,6 @@ def cache_bytes_for(plan: CarouselPlan) -> int:
     symbols = -(-plan.size_bytes // max(1, plan.symbol_bytes))
     needed = symbols * (plan.symbol_bytes + CACHED_HEADER_BYTES) * 5 // 4
     return max(MAX_CACHE_BYTES, needed)
-
-
-def wall_clock() -> float:
-    """Unix time: announcements carry the sender's Unix times."""
-    return time.time()  # noqa: TID251 (announcement expiry is in Unix time)
 
 
 @dataclass
@@ -148,6 +144,10 @@ class ReceiveResult:
     #: how long leaving the channels and the control group took after the end (the
     #: leaves are system calls that wait for the kernel's network lock)
     close_s: float = 0.0
+    #: what became of a plan given by the balancer's directive (``provisional``):
+    #: "confirmed" (a signed announcement named the same carousel), "unconfirmed"
+    #: (none did before the end), or why it was refused; None without one
+    directive_plan: str | None = None
 
     @property
     def efficiency(self) -> float | None:
@@ -179,6 +179,7 @@ def receive_carousel(
     known: tuple[Path, Sequence[tuple[int, int]]] | None = None,
     link_bps: float | None = None,
     announced: CarouselPlan | None = None,
+    provisional: CarouselPlan | None = None,
 ) -> ReceiveResult:
     """Receive ``issue_id`` from its carousel into ``work_dir`` (blocking; see the
     module docstring). ``trusted_keys``: hex Ed25519 keys whose announcements count.
@@ -200,7 +201,13 @@ def receive_carousel(
     not on one. ``announced``: the issue's plan from an announcement the caller
     accepted with the same checks and that is still good (a swarm client's watch of
     the control channel, `pressrun.clients.carousel_watch`): its channels are joined
-    at once, not at the next announcement (up to ``announce_interval_s`` later)."""
+    at once, not at the next announcement (up to ``announce_interval_s`` later).
+    ``provisional``: the issue's plan from the balancer's directive (not signed; not
+    with ``announced``): its channels are joined at once too, and the first accepted
+    announcement naming the issue confirms it (the same carousel) or refuses it: its
+    channels are left, what came on them is dropped and the announced plan is joined
+    (`ReceiveResult.directive_plan` says which). Until then it counts as no
+    announcement for ``announcement_wait_s`` while nothing arrived on its channels."""
     import pressrun_flute  # the native binding: only when a carousel is used
 
     if not 0 <= drop_probability < 1:
@@ -211,12 +218,22 @@ def receive_carousel(
         announced.issue_id != issue_id or announced.manifest_sha256 != manifest_sha256
     ):
         raise ValueError("the announced plan is not this issue's with this manifest")
+    if provisional is not None:
+        if announced is not None:
+            raise ValueError("a plan is either announced or the directive's, not both")
+        if provisional.issue_id != issue_id or provisional.manifest_sha256 != manifest_sha256:
+            raise ValueError("the directive's plan is not this issue's with this manifest")
+        # joined at once as an announced plan is, until an announcement says otherwise
+        announced = replace(provisional, sent_packets=())
+        result_note: str | None = "unconfirmed"
+    else:
+        result_note = None
     seed_once: int | None = seed if seed is not None else random.getrandbits(63)
     started = time.perf_counter()
     deadline = started + deadline_s
     gate = AnnouncementGate(trusted_keys)
     presence = CarouselPresence(issue_id)
-    result = ReceiveResult(False, None, "deadline")
+    result = ReceiveResult(False, None, "deadline", directive_plan=result_note)
     selector = selectors.DefaultSelector()
     control: socket.socket | None = None
     if gateway is None:
@@ -249,8 +266,10 @@ def receive_carousel(
                 result.reason = "stopped"
                 break
             waited = announcement_wait_s
-            if plan is None and waited is not None and now >= started + waited:
+            unheard = plan is None or (provisional is not None and not result.packets_received)
+            if unheard and waited is not None and now >= started + waited:
                 result.reason = f"no announcement within {waited:g} s"
+                plan = None if provisional is not None else plan  # nothing came on it
                 break
             control_ready = False
             datagrams: list[bytes] | None = None  # the control channel's, through a relay
@@ -336,11 +355,36 @@ def receive_carousel(
                         arrived = iter(datagrams)
                     else:
                         assert control is not None
-                        arrived = _drain(control, buffer)
-                    stop = _control(arrived, gate, presence, manifest_sha256, plan)
+                        arrived = drain(control, buffer)
+                    stop = plan_from_control(arrived, gate, presence, manifest_sha256, plan)
                 if isinstance(stop, str):
                     result.reason = stop
                     return _finish(result, plan, layers, gate, joined_at, flute)
+                if stop is not None and provisional is not None and plan is not None:
+                    differs = plan_difference(provisional, stop)
+                    provisional = None  # judged: an announced plan from here on
+                    if differs is None:
+                        result.directive_plan = "confirmed"
+                        log.info("a signed announcement confirmed the directive's plan")
+                    else:
+                        result.directive_plan = f"refused: {differs}"
+                        log.warning(
+                            "the directive's carousel plan is not the one the signed "
+                            "announcement names (%s); refusing it and joining the announced "
+                            "channels",
+                            differs,
+                        )
+                        # what came on the refused channels is dropped with its decoder
+                        assert channels is not None
+                        channels.close()
+                        channels, layers, flute, plan = None, None, None, None
+                        starting = change_at = timer_at = None
+                        result.plan, result.first_packet_s = None, None
+                        result.object_packets = 0
+                        result.channel_log.clear()
+                        result.channel_log_windows.clear()
+                        announced = stop  # joined at the next turn
+                        continue
                 if stop is not None and layers is not None and plan is not None:
                     if stop.channels == plan.channels and stop.sent_packets:
                         layers.handle_sent(stop.sent_packets, now=time.perf_counter())
@@ -477,52 +521,6 @@ def _ended(result: ReceiveResult, flute: FluteReceiver, issue_id: str) -> None:
         else:
             log.warning("carousel %s: the object ended in %s", issue_id, event.kind)
             result.reason = f"the FLUTE object ended in {event.kind}"
-
-
-def _drain(sock: socket.socket, buffer: bytearray) -> Iterator[bytes]:
-    """The datagrams waiting on ``sock``."""
-    while True:
-        try:
-            n = sock.recv_into(buffer)
-        except BlockingIOError:
-            return
-        yield bytes(buffer[:n])
-
-
-def _control(
-    arrived: Iterator[bytes],
-    gate: AnnouncementGate,
-    presence: CarouselPresence,
-    manifest_sha256: str,
-    current: CarouselPlan | None,
-) -> CarouselPlan | str | None:
-    """The control datagrams that arrived: the issue's plan from the latest accepted
-    announcement, or a reason (str) when the accepted announcements say the carousel
-    is gone (a whole round without it) or now carries another version of the issue."""
-    issue_id = presence.issue_id
-    found: CarouselPlan | None = None
-    for datagram in arrived:
-        ann, verdict, detail = check_datagram(datagram, gate, now_unix=wall_clock())
-        if verdict is not AnnouncementVerdict.ACCEPTED or ann is None:
-            log.warning("ignoring a control announcement (%s): %s", verdict.value, detail)
-            continue
-        named = presence.handle(ann)
-        plan = ann.plan_for(issue_id)
-        if plan is None:
-            if current is not None and named is False:
-                return f"the sender stopped the carousel of {issue_id}"
-            continue
-        if plan.manifest_sha256 != manifest_sha256:
-            if current is not None:
-                return f"the carousel of {issue_id} now carries another version of the issue"
-            log.warning(
-                "the carousel of %s carries another manifest (%s...); not using it",
-                issue_id,
-                plan.manifest_sha256[:16],
-            )
-            continue
-        found = plan  # the latest: its packets-sent counters are fresh
-    return found
 
 
 def _finish(
