@@ -33,6 +33,15 @@ def _socket_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
         tx.close()
 
 
+def _waiting(sock: socket.socket) -> bool:
+    """True while a datagram waits in ``sock``."""
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def _receive(
     receiver: pressrun_flute.Receiver,
     packets: Sequence[bytes],
@@ -48,16 +57,22 @@ def _receive(
             for start in range(0, len(packets), 200):
                 for pkt in packets[start : start + 200]:
                     tx.sendto(pkt, rx.getsockname())
-                _, n, _, _, ended = receiver.receive(
-                    [(0, rx.fileno())],
-                    0.02,
-                    batch_wait_s=0.0,
-                    drop_probability=drop_probability,
-                    seed=7,
-                )
-                pushed += n
-                if ended:
-                    return receiver.take_events(), pushed
+                # read until the socket is empty before the next batch: a call gives
+                # back by its timeout, read or not (a starved host), and the next
+                # batch would overflow what is left
+                while True:
+                    _, n, _, _, ended = receiver.receive(
+                        [(0, rx.fileno())],
+                        0.02,
+                        batch_wait_s=0.0,
+                        drop_probability=drop_probability,
+                        seed=7,
+                    )
+                    pushed += n
+                    if ended:
+                        return receiver.take_events(), pushed
+                    if not _waiting(rx):
+                        break
     return receiver.take_events(), pushed
 
 
