@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pressrun.cli import main
+from pressrun.peer.config import SEED_FLOOR
 from pressrun.sim.swarm_leave import departures
 from pressrun.sim.swarm_model import _Swarm, run_swarm
 from pressrun.sim.swarm_report import compare
@@ -170,8 +171,9 @@ def test_cli_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert summary["leave"] == "last-holder"
     assert [c["choice"] for c in summary["choices"]] == ["ring", "random", "rarest"]
     assert all(0.0 <= c["upload_idle_share"] < 1.0 for c in summary["choices"])
-    for choice in summary["choices"]:  # everyone left, the last ones at the end
-        assert choice["left_by_ratio"] + choice["left_by_not_needed"] == 40
+    for choice in summary["choices"]:  # everyone left, the last ones at the end, but
+        # the floor's SEED_FLOOR (2) seeds: with nobody downloading, not_needed keeps them
+        assert choice["left_by_ratio"] + choice["left_by_not_needed"] == 40 - SEED_FLOOR
         assert choice["last_holder_stayed_s"] >= 0
     for choice in summary["choices"]:
         classes = choice["classes"]  # per class of access link, in the scenario's order
@@ -273,7 +275,8 @@ def test_leave_rules() -> None:
         have_t=np.ones((2, 8), dtype=bool),
         rng=rng,
     )
-    assert crowd.by_not_needed.size == 8  # nobody downloads: nobody is needed
+    # nobody downloads: every seed but the floor (the programs' SEED_FLOOR, 2) is spare
+    assert crowd.by_not_needed.size == 8 - SEED_FLOOR
     # a seed in use is needed (the client's not_needed_busy_share): 10 seeds, 1
     # leecher, 8 may go by the counts; the 4 busy ones are not among them
     ten = np.arange(11) < 10
@@ -307,7 +310,8 @@ def test_leaving_subscribers_upload_no_more(tmp_path: Path) -> None:
     for rule in ("fair", "last-holder"):
         run = run_swarm(sc, "ring", seed=1, blocks_per_piece=4, leave=rule)
         assert np.isfinite(run.done_at_s).all()
-        assert run.left_by_ratio + run.left_by_not_needed == 40  # the last ones at the end
+        # the last ones at the end, but the floor's seeds
+        assert run.left_by_ratio + run.left_by_not_needed == 40 - SEED_FLOOR
         assert (run.left_at_s >= run.done_at_s).all()  # only seeds leave
         assert run.last_done_s >= stay.last_done_s  # leaving takes upload away
     assert not np.isfinite(stay.left_at_s).any()

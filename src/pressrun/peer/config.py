@@ -6,6 +6,10 @@ import math
 from dataclasses import dataclass, replace
 from enum import Enum
 
+#: the seeds the programs' ``not_needed`` never spares (`profile_config`): what the rule
+#: keeps for one leecher (``not_needed_seeds_per_leecher`` 2.0), kept for the next reader
+SEED_FLOOR = 2
+
 
 class ProfileName(Enum):
     """The client profiles of ARCHITECTURE.md."""
@@ -29,6 +33,17 @@ class PeerConfig:
         seeds a little longer for the last leechers (at N = 20 on the loopback bench
         1.45x the fluid bound in 3 of 3 runs against 1.49-1.81x with 1.0,
         docs/swarm.md). 0 disables the rule.
+    not_needed_min_seeds: the seeds ``not_needed`` never spares: a seed leaves by it only
+        if at least this many others stay (the counts' seeds - 1), whatever the
+        leechers. 0 here and in the bare profiles, for a closed swarm (a bench, a
+        loopback test: nobody comes after its peers, and a floor would keep its last
+        seeds for the whole seeding bound); `profile_config`, which the programs run
+        (`pressrun get`, `pressrun seed`, the prefetch), sets `SEED_FLOOR` (2): the
+        readers of an issue arrive over its first hour in waves, and a swarm whose
+        seeds all left in a lull sends the next wave to the origins (docs/swarm.md,
+        "Seeds for the next readers"). With 2.0 seeds per leecher a floor of 2 only
+        binds once nobody downloads. ``ratio``, ``max_seed_time`` and ``metered``
+        are untouched, so the floor's seeds still leave by them.
     not_needed_busy_share: a seed whose payload upload over the last two seconds is at
         least this share of its upload capacity (its limit, else the fastest it
         uploaded) is in use: whatever the counts say, it does not leave by
@@ -91,6 +106,7 @@ class PeerConfig:
     profile: ProfileName = ProfileName.DESKTOP
     share_ratio: float = 1.0
     not_needed_seeds_per_leecher: float = 2.0
+    not_needed_min_seeds: int = 0
     not_needed_busy_share: float = 0.5
     not_needed_settle_s: float = 60.0
     max_seed_time_s: float | None = 1800.0
@@ -118,6 +134,10 @@ class PeerConfig:
             raise ValueError("share_ratio must be a finite number >= 0")
         if not (self.not_needed_seeds_per_leecher >= 0):
             raise ValueError("not_needed_seeds_per_leecher must be >= 0")
+        if isinstance(self.not_needed_min_seeds, bool) or not (
+            isinstance(self.not_needed_min_seeds, int) and self.not_needed_min_seeds >= 0
+        ):
+            raise ValueError("not_needed_min_seeds must be a whole number >= 0")
         if not (0 <= self.not_needed_busy_share <= 1):
             raise ValueError("not_needed_busy_share must be between 0 and 1")
         if not (self.not_needed_settle_s >= 0):
@@ -165,8 +185,12 @@ def mobile_profile(*, metered: bool = False, **overrides: object) -> PeerConfig:
 
 
 def profile_config(name: str, *, metered: bool = False, **overrides: object) -> PeerConfig:
-    """The config of a profile by name (`desktop` or `mobile`)."""
+    """The config of a profile by name (`desktop` or `mobile`) as the programs run it
+    (`pressrun get`, `pressrun seed`, the prefetch): the profile, with `SEED_FLOOR`
+    seeds that ``not_needed`` never spares (`PeerConfig.not_needed_min_seeds`; the bare
+    profiles keep none, for closed swarms)."""
     profile = ProfileName(name)
+    overrides = {"not_needed_min_seeds": SEED_FLOOR, **overrides}
     if profile is ProfileName.MOBILE:
         return mobile_profile(metered=metered, **overrides)
     return desktop_profile(metered=metered, **overrides)

@@ -8,9 +8,10 @@ Policy (docs/swarm.md):
   swarm not everyone can get there (total upload = total download minus what the
   origins sent, so the mean ratio is 1 minus the origins' share), hence two escape
   hatches: the tracker's counts say nobody needs this seed any more
-  (`LeaveRule.NOT_NEEDED`: no leechers, or the other seeds number at least
-  ``not_needed_seeds_per_leecher`` (2.0) per leecher; with 1.0 that would be the
-  tracker's own ``needs_seeds`` false), or it has seeded for ``max_seed_time_s``
+  (`LeaveRule.NOT_NEEDED`: the other seeds number at least
+  ``not_needed_seeds_per_leecher`` (2.0) per leecher and at least
+  ``not_needed_min_seeds``; with 1.0 and no floor that would be the tracker's own
+  ``needs_seeds`` false), or it has seeded for ``max_seed_time_s``
   (`LeaveRule.MAX_SEED_TIME`). A peer that does not seed (mobile on a metered link)
   leaves as soon as its copy is verified (`LeaveRule.METERED`, unless the ratio already
   holds). `fair_to_leave` is the rule; the rules are tried in that order, so the
@@ -21,6 +22,20 @@ Policy (docs/swarm.md):
   every seed left on the same counts: the swarm lost its seeds together and the
   tracker, seeing too few seeds left, refused the last ones' claim
   (``claim_refused``, tests/peer/test_swarm.py, 20 peers).
+- **Seeds for the next readers**: the readers of an issue arrive over its first hour
+  in waves; between two waves the counts show no leecher, and with nobody
+  downloading every seed is spare (share 1), so each seed left on its own next
+  counts, one after the other, and the next wave found no seed and took the issue
+  from the origins (flash-crowd-50-desktops at f1ea13d: the first wave's three seeds
+  all gone 10 s before the second wave, 130 MB from the web seeds; docs/swarm.md).
+  ``not_needed_min_seeds`` (`SEED_FLOOR`, 2, as the programs run: `profile_config`)
+  is a floor the rule never spares: a seed leaves by ``not_needed`` only if at least
+  that many others stay, so seeds leaving one set of counts after another stop at
+  the floor. With 2.0 per leecher it binds only once nobody downloads (one leecher
+  keeps two seeds anyway). The floor's seeds still leave by ``ratio`` (they paid the
+  swarm back), ``max_seed_time`` (the bound the user accepted: 30 min desktop, 5 min
+  mobile) or the user; a metered peer never seeds. A closed swarm (a bench, a
+  loopback test) keeps 0: nobody comes after its peers.
 - **A seed in use is needed**: the counts say how many seeds a swarm has per
   leecher, not whether the leechers can use them: a leecher takes as many seeds at
   once as its downlink is faster than their uplinks. A seed whose payload upload over
@@ -101,29 +116,36 @@ def share_ratio(uploaded_bytes: int, downloaded_bytes: int) -> float | None:
     return uploaded_bytes / downloaded_bytes
 
 
-def not_needed(counts: SwarmCounts, seeds_per_leecher: float) -> bool:
+def seeds_kept(counts: SwarmCounts, seeds_per_leecher: float, min_seeds: int = 0) -> float:
+    """The seeds `not_needed` keeps on these counts: ``seeds_per_leecher`` per leecher,
+    and never fewer than ``min_seeds`` (module docstring, "Seeds for the next readers")."""
+    return max(seeds_per_leecher * counts.leechers, min_seeds)
+
+
+def not_needed(counts: SwarmCounts, seeds_per_leecher: float, min_seeds: int = 0) -> bool:
     """True if the tracker's counts say a (counted) seed is no longer needed.
 
-    No leechers at all, or the other seeds (``seeds - 1``: this peer is one of them)
-    number at least ``seeds_per_leecher`` per leecher. ``seeds_per_leecher`` 0 disables
-    the rule. With 1.0 this is the tracker's ``needs_seeds`` false (docs/tracker.md).
+    The other seeds (``seeds - 1``: this peer is one of them) number at least
+    ``seeds_per_leecher`` per leecher and at least ``min_seeds``; with no floor, no
+    leechers at all is enough. ``seeds_per_leecher`` 0 disables the rule. With 1.0 and
+    no floor this is the tracker's ``needs_seeds`` false (docs/tracker.md).
     """
     if seeds_per_leecher <= 0:
         return False
-    if counts.leechers <= 0:
+    if counts.leechers <= 0 and min_seeds <= 0:
         return True
-    return counts.seeds - 1 >= seeds_per_leecher * counts.leechers
+    return counts.seeds - 1 >= seeds_kept(counts, seeds_per_leecher, min_seeds)
 
 
-def not_needed_share(counts: SwarmCounts, seeds_per_leecher: float) -> float:
+def not_needed_share(counts: SwarmCounts, seeds_per_leecher: float, min_seeds: int = 0) -> float:
     """The share of the seeds that may leave on these counts: the seeds the rule can
-    spare (as many as leave ``seeds_per_leecher`` per leecher behind) over the seeds; 1
-    with no leechers, 0 where `not_needed` is false (module docstring)."""
-    if not not_needed(counts, seeds_per_leecher):
+    spare (as many as leave `seeds_kept` behind) over the seeds; 1 with no leechers and
+    no floor, 0 where `not_needed` is false (module docstring)."""
+    if not not_needed(counts, seeds_per_leecher, min_seeds):
         return 0.0
-    if counts.leechers <= 0:
+    if counts.leechers <= 0 and min_seeds <= 0:
         return 1.0
-    spare = math.floor(counts.seeds - seeds_per_leecher * counts.leechers)
+    spare = math.floor(counts.seeds - seeds_kept(counts, seeds_per_leecher, min_seeds))
     return min(1.0, spare / counts.seeds)
 
 
@@ -153,7 +175,8 @@ def fair_to_leave(
     if (
         counts is not None
         and not busy
-        and draw < not_needed_share(counts, config.not_needed_seeds_per_leecher)
+        and draw
+        < not_needed_share(counts, config.not_needed_seeds_per_leecher, config.not_needed_min_seeds)
     ):
         return LeaveRule.NOT_NEEDED
     if config.max_seed_time_s is not None and seeding_for_s >= config.max_seed_time_s:
@@ -408,8 +431,8 @@ class PeerCore:
             return False
         # a fall from counts that said "needed" to counts that say "not needed"; a
         # swarm whose spare seeds leave (the rule held before) is not one
-        spl = self.config.not_needed_seeds_per_leecher
-        turned = not not_needed(before, spl) and not_needed(counts, spl)
+        spl, floor = self.config.not_needed_seeds_per_leecher, self.config.not_needed_min_seeds
+        turned = not not_needed(before, spl, floor) and not_needed(counts, spl, floor)
         fell = 2 * (counts.seeds + counts.leechers) < before.seeds + before.leechers
         return turned and fell
 

@@ -4,19 +4,23 @@
 subscriber has finished. ``fair``: a finished subscriber leaves as soon as one of the
 real client's fair rules holds (`pressrun.peer.core.fair_to_leave`): it uploaded at
 least what it downloaded (``ratio``), or the other seeds number at least
-``NOT_NEEDED_SEEDS_PER_LEECHER`` per leecher (``not_needed``, the tracker's counts)
-and it is not in use (its upload lately under ``BUSY_SHARE`` of its capacity: the
-client's `PeerConfig.not_needed_busy_share`, `pressrun.peer.core.seed_in_use`);
-the seeding bound (``max_seed_time_s``, 1800 s by default) is longer than any of
-these runs. ``last-holder``: ``fair``, and a subscriber allowed to leave stays while
-it is the last holder of a piece another subscriber still lacks (the real client's
-rule, `PeerCore._last_holder`: the fair rules say a peer *may* leave, not that it must).
-Every uploader choice leaves by the same rule.
+``NOT_NEEDED_SEEDS_PER_LEECHER`` per leecher and at least ``SEED_FLOOR``
+(``not_needed``, the tracker's counts; the floor as the programs run it,
+`pressrun.peer.config.profile_config`: it binds only once nobody downloads, so the
+last ``SEED_FLOOR`` seeds stay to the end) and it is not in use (its upload lately
+under ``BUSY_SHARE`` of its capacity: the client's `PeerConfig.not_needed_busy_share`,
+`pressrun.peer.core.seed_in_use`); the seeding bound (``max_seed_time_s``, 1800 s by
+default) is longer than any of these runs. ``last-holder``: ``fair``, and a
+subscriber allowed to leave stays while it is the last holder of a piece another
+subscriber still lacks (the real client's rule, `PeerCore._last_holder`: the fair
+rules say a peer *may* leave, not that it must). Every uploader choice leaves by the
+same rule.
 
 The tracker's counts are read as one subscriber at a time would see them after the
-ones before it left: at most ``seeds - 2 * leechers`` leave by ``not_needed`` in a step
-(real seeds reading the same stale counts could all go at once). A seed holds every
-piece, so a piece whose last holders all want to leave keeps one of them.
+ones before it left: at most ``seeds - max(2 * leechers, SEED_FLOOR)`` leave by
+``not_needed`` in a step (real seeds reading the same stale counts could all go at
+once). A seed holds every piece, so a piece whose last holders all want to leave keeps
+one of them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
+from pressrun.peer.config import SEED_FLOOR
 
 LEAVE_RULES = ("never", "fair", "last-holder")
 #: `PeerConfig.not_needed_seeds_per_leecher`'s default
@@ -80,9 +86,11 @@ def departures(
     # upload is going nowhere, and the client's falls within its two-second window)
     in_use = busy if busy is not None and leechers.any() else np.zeros_like(seeds)
     rest = np.flatnonzero(seeds & ~ratio & ~in_use)
-    # not_needed, one at a time: the k-th to go still sees seeds - 1 >= 2 * leechers
+    # not_needed, one at a time: the k-th to go still sees seeds - 1 >= 2 * leechers,
+    # and >= the floor
     left_seeds = int(seeds.sum()) - by_ratio.size
-    room = left_seeds - int(np.ceil(NOT_NEEDED_SEEDS_PER_LEECHER * int(leechers.sum())))
+    kept = np.ceil(NOT_NEEDED_SEEDS_PER_LEECHER * int(leechers.sum()))
+    room = left_seeds - max(int(kept), SEED_FLOOR)
     by_not_needed = rng.permutation(rest)[:room] if room > 0 and rest.size else none
     held = none
     if rule == "last-holder":
