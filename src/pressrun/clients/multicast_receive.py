@@ -85,6 +85,19 @@ async def receive_carousel_pieces(
     provisional = (
         None if announced is not None else _directive_plan(f, m, manifest_sha256, multicast)
     )
+    # when the receive starts, for the timeline of a reader's download (the joins are
+    # the receiver's lines): its directive, the manifest and the partial file before it
+    asked = f.first_asked_at
+    log.info(
+        "%s: the carousel's receive starts%s, %s",
+        m.issue_id,
+        "" if asked is None else f" {f.now() - asked:.2f} s after the first directive request",
+        "on the plan accepted"
+        if announced is not None
+        else "on the directive's plan"
+        if provisional is not None
+        else "waiting for an announcement",
+    )
     work = path.parent / "multicast"
     work.mkdir(exist_ok=True)
     # a reader that shares while it receives (opt-in, `ClientConfig.carousel_share`)
