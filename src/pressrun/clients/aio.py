@@ -25,7 +25,8 @@
    manifest, into ``LIBRARY/<id>/`` in one swap (:mod:`.install`, :mod:`.library`).
    A copy that seeds (a swarm peer's, a carousel copy's, an origin copy whose
    directive named the issue's swarm: :mod:`.origin_seed`, in the swarm while it
-   downloads) is installed as soon as it is verified, before the seeding
+   downloads, taking from its peers the pieces they hold: :mod:`.swarm_take`) is
+   installed as soon as it is verified, before the seeding
    (`install.InstallFirst`): the reader does not wait for the fair-exit rules.
 
 Before step 2 the run takes the issue's lock in the library and recovers what a crash
@@ -357,9 +358,31 @@ async def _run_locked(f: FetchState) -> FetchResult:
         final = await first.installed()
         if final is not None:
             f.library.discard_partial(m.issue_id)
-            return _result(f, m, plan, final, started_at, resumed, first.ready_s, None, seeded_s)
+            return _result(
+                f,
+                m,
+                plan,
+                final,
+                started_at,
+                resumed,
+                first.ready_s,
+                None,
+                seeded_s,
+                peer_bytes=share.taken_bytes,
+            )
     final = await install_copy(f, m, manifest_json, content_key, path)
-    return _result(f, m, plan, final, started_at, resumed, None, swarm_result, seeded_s)
+    return _result(
+        f,
+        m,
+        plan,
+        final,
+        started_at,
+        resumed,
+        None,
+        swarm_result,
+        seeded_s,
+        peer_bytes=0 if share is None else share.taken_bytes,
+    )
 
 
 def _result(
@@ -372,8 +395,11 @@ def _result(
     ready_s: float | None,
     swarm_result: SwarmResult | None,
     seeded_s: float | None,
+    *,
+    peer_bytes: int = 0,
 ) -> FetchResult:
-    """The finished download's result (``ready_s`` None: installed just now)."""
+    """The finished download's result (``ready_s`` None: installed just now;
+    ``peer_bytes``: what an origin reader took from the swarm, `origin_seed`)."""
     directive = f.last_directive
     seconds = f.now() - started_at
     return FetchResult(
@@ -395,6 +421,7 @@ def _result(
             else "swarm"
         ),
         bytes_from_peers=f.left_swarm_peer_bytes
+        + peer_bytes
         + (0 if swarm_result is None else swarm_result.bytes_from_peers),
         bytes_from_web_seeds=f.left_swarm_web_seed_bytes
         + (0 if swarm_result is None else swarm_result.bytes_from_web_seeds),

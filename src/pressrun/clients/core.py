@@ -36,6 +36,10 @@ events. State:
 - a new section prefers an origin none of the download's open sections is on, so
   with two sections at once the download has two paths and an idle worker to take
   over from the slower one;
+- pieces may be *in flight from the swarm* (owned by `SWARM`, no section's): an
+  origin reader that shares in the issue's swarm takes from its peers the pieces they
+  hold (`pressrun.clients.swarm_take` decides which, and when they go back);
+  `cut_section` ends an open section short for it as a steal does;
 - failures in a row without a verified piece in between are counted; at
   ``max_attempts_without_progress``, once ``give_up_after_s`` passed without progress,
   the plan gives up with a one-line reason. Each failure also pushes the next attempt
@@ -71,6 +75,9 @@ SLOW_FACTOR = 3.0
 #: the shortest window a rate is measured over (a section that ends quicker counts as
 #: having taken this long)
 MIN_RATE_WINDOW_S = 0.1
+#: the owner, among the pieces in flight, of those asked of the issue's swarm
+#: (sections are numbered from 0)
+SWARM = -1
 
 
 class DownloadPlan:
@@ -273,7 +280,7 @@ class DownloadPlan:
         elapsed = now - started_at
         if elapsed < self.config.steal_min_elapsed_s:
             return None
-        left = sum(self.piece_span(i)[1] for i in self._pending_of(section_id))
+        left = sum(self.piece_span(i)[1] for i in self.pending_of(section_id))
         if done == 0:
             return float("inf")
         return left / (done / elapsed)
@@ -291,7 +298,8 @@ class DownloadPlan:
         rate = done / max(now - started_at, MIN_RATE_WINDOW_S)
         return rate * SLOW_FACTOR < self.best_rate_bytes_per_s
 
-    def _pending_of(self, section_id: int) -> list[int]:
+    def pending_of(self, section_id: int) -> list[int]:
+        """The open section's pieces not verified yet, in order."""
         section = self.sections[section_id]
         return [i for i in section.pieces if self._in_flight.get(i) == section_id]
 
@@ -305,7 +313,7 @@ class DownloadPlan:
         marked = self._slow.get(section.origin)
         if marked is not None and now < marked[1] and self._progress[section_id][0] >= marked[0]:
             return False  # the balancer had nothing better when it started
-        if len(self._pending_of(section_id)) < 2:
+        if len(self.pending_of(section_id)) < 2:
             return False
         return self._relatively_slow(section_id, now=now)
 
@@ -331,7 +339,7 @@ class DownloadPlan:
         if self.config.steal_after_s is None:
             return False
         for section_id in self.sections:
-            if len(self._pending_of(section_id)) < 2:
+            if len(self.pending_of(section_id)) < 2:
                 continue
             left = self._seconds_left(section_id, now=now)
             if left is not None and left > self.config.steal_after_s:
@@ -347,7 +355,7 @@ class DownloadPlan:
         victim: Section | None = None
         worst = self.config.steal_after_s
         for section_id, section in self.sections.items():
-            if len(self._pending_of(section_id)) < 2:
+            if len(self.pending_of(section_id)) < 2:
                 continue  # the piece being received stays with its worker
             left = self._seconds_left(section_id, now=now)
             if left is not None and left > worst:
@@ -358,23 +366,15 @@ class DownloadPlan:
         origin = next((o for o in candidates if o not in failed and o != victim.origin), None)
         if origin is None:
             return None
-        pending = self._pending_of(victim.section_id)
+        pending = self.pending_of(victim.section_id)
         # The victim keeps the first half (it receives pieces in order: the lowest
         # pending piece is the one on the wire); the thief takes the rest, which is a
         # run of consecutive pieces (pending pieces of one section are consecutive).
         cut = pending[(len(pending) + 1) // 2]
         if pending[-1] - cut + 1 != len(pending) - pending.index(cut):
             return None  # not one run (pieces verified out of order): leave it
-        last_offset, last_length = self.piece_span(cut - 1)
-        self.sections[victim.section_id] = Section(
-            section_id=victim.section_id,
-            origin=victim.origin,
-            first_piece=victim.first_piece,
-            end_piece=cut,
-            start_byte=victim.start_byte,
-            end_byte=last_offset + last_length,
-        )
         end = victim.end_piece
+        self.cut_section(victim.section_id, cut)
         stolen = Section(
             section_id=self._next_id,
             origin=origin,
@@ -392,6 +392,81 @@ class DownloadPlan:
         self.handoffs += 1
         self._last_origin = origin
         return SectionStarted(stolen, victim.origin)
+
+    def cut_section(self, section_id: int, cut: int) -> None:
+        """End an open section before piece ``cut`` (its worker stops there:
+        `section_end`); its pieces from ``cut`` on are neither verified nor in flight
+        then. ``cut`` must leave it one piece at least."""
+        section = self._section(section_id)
+        if not section.first_piece < cut <= section.end_piece:
+            raise LocalProtocolError(f"cannot cut section {section_id} at piece {cut}")
+        last_offset, last_length = self.piece_span(cut - 1)
+        self.sections[section_id] = Section(
+            section_id=section_id,
+            origin=section.origin,
+            first_piece=section.first_piece,
+            end_piece=cut,
+            start_byte=section.start_byte,
+            end_byte=last_offset + last_length,
+        )
+        for index in range(cut, section.end_piece):
+            if self._in_flight.get(index) == section_id:
+                del self._in_flight[index]
+
+    # ------------------------------------------------- pieces in flight from the swarm
+
+    @property
+    def swarm_claims(self) -> tuple[int, ...]:
+        """The pieces asked of the swarm and not delivered yet, in order."""
+        return tuple(sorted(i for i, owner in self._in_flight.items() if owner == SWARM))
+
+    def unassigned_runs(self) -> list[tuple[int, int]]:
+        """The runs ``[start, end)`` of pieces neither verified nor in flight, in order."""
+        runs: list[tuple[int, int]] = []
+        for i in range(self.num_pieces):
+            if i in self.verified or i in self._in_flight:
+                continue
+            if runs and runs[-1][1] == i:
+                runs[-1] = (runs[-1][0], i + 1)
+            else:
+                runs.append((i, i + 1))
+        return runs
+
+    def assign_to_swarm(self, indices: Iterable[int]) -> None:
+        """The pieces (neither verified nor in flight) are asked of the swarm."""
+        chosen = sorted(set(indices))
+        for index in chosen:
+            self.piece_span(index)  # (inside the file)
+            if index in self.verified or index in self._in_flight:
+                raise LocalProtocolError(f"piece {index} is verified or in flight already")
+        for index in chosen:
+            self._in_flight[index] = SWARM
+
+    def unassign_swarm(self, indices: Iterable[int]) -> tuple[int, ...]:
+        """The pieces among ``indices`` asked of the swarm go back to the plan; which."""
+        released = tuple(sorted(i for i in set(indices) if self._in_flight.get(i) == SWARM))
+        for index in released:
+            del self._in_flight[index]
+        return released
+
+    def handle_swarm_piece(self, index: int, *, now: float) -> tuple[bool, list[Event]]:
+        """Piece ``index`` came from the swarm, matched its SHA-256 and is on disk.
+        Taken (True) unless it is verified already or a section has it (that section
+        brings it); the events of a verified piece."""
+        self.piece_span(index)  # (inside the file)
+        owner = self._in_flight.get(index)
+        if self.state is not PlanState.DOWNLOADING or index in self.verified:
+            return False, []
+        if owner is not None and owner != SWARM:
+            return False, []
+        self._in_flight.pop(index, None)
+        self.verified.add(index)
+        self.failures_in_a_row = 0
+        self._progress_at = now
+        if self._all_verified():
+            self.state = PlanState.COMPLETE
+            return True, [DownloadComplete()]
+        return True, []
 
     def handle_piece_verified(self, section_id: int, index: int, *, now: float) -> list[Event]:
         """Piece ``index`` of the section arrived, matched its SHA-256 and is on disk."""

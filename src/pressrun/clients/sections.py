@@ -8,7 +8,9 @@ it, or the download stops with the disk's error) and
 recorded in the state file, a bad one fails the origin and ends the section; an error,
 reset, 416 or a stall (no byte for ``stall_timeout_s``) fails the origin and the
 pieces not yet verified go back to the plan. An idle worker takes over the rest of a
-slow section.
+slow section. Pieces asked of the issue's swarm (an origin reader that shares in it:
+`pressrun.clients.swarm_take`) are no section's; a worker with nothing else to do waits
+for them to come or go back.
 """
 
 from __future__ import annotations
@@ -71,6 +73,11 @@ async def _worker(
     while plan.state is PlanState.DOWNLOADING:
         stealing = not plan.has_unassigned()
         if stealing:
+            if plan.swarm_claims and not plan.worth_stealing(now=f.now()):
+                # the rest was asked of the swarm: it comes, or goes back to the plan
+                # (`pressrun.clients.swarm_take`), which wakes this worker
+                await f.wait_changed(STEAL_CHECK_S)
+                continue
             if not plan.sections or f.config.steal_after_s is None:
                 return
             if not plan.worth_stealing(now=f.now()):

@@ -29,6 +29,11 @@ from the first reader (origin mode, dsl-20) while that one held 19-40 MB
 upload-only, and its connections stay. The wanted piece is one no connected peer holds
 (libtorrent asks nobody for it); should a peer get it, it comes from that peer, one
 piece (its owner hands it over anyway), and the next one nobody holds is wanted.
+
+**It may take pieces from its peers** (`take`, an origin reader's session:
+`pressrun.clients.swarm_take`): those are wanted at libtorrent's default priority
+and come from the connected peers that hold them (no web seed); each piece libtorrent
+finishes is told to ``on_piece``, whose owner reads it back against the manifest.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import libtorrent as lt
@@ -119,6 +124,8 @@ class SharingPeer(SwarmPeer):
         self._webrtc_pending: list[str] = []
         #: the one piece it lacks and keeps wanted while it shares (`_want_one`)
         self.bait: int | None = None
+        #: told each piece libtorrent finished while it shares (handed over or taken)
+        self.on_piece: Callable[[int], None] | None = None
 
     @property
     def sharing(self) -> bool:
@@ -194,6 +201,40 @@ class SharingPeer(SwarmPeer):
             self._want_one()
         if self._webrtc_pending:
             self._join_webrtc()
+
+    def take(self, indices: Iterable[int]) -> None:
+        """Download these pieces (connected peers hold them) from its peers, at
+        libtorrent's default priority (the wanted piece keeps its own)."""
+        handle = self._handle
+        if handle is None or not self._sharing:
+            return
+        for index in indices:
+            if index != self.bait:
+                handle.piece_priority(index, WANTED)
+
+    def untake(self, indices: Iterable[int]) -> None:
+        """No longer download these pieces (back to priority 0)."""
+        handle = self._handle
+        if handle is None or not self._sharing:
+            return
+        for index in indices:
+            if index != self.bait and index not in self.offered:
+                handle.piece_priority(index, 0)
+
+    def availability(self) -> list[int]:
+        """How many connected peers hold each piece (libtorrent's count); [] without a
+        torrent."""
+        handle = self._handle
+        return [] if handle is None else [int(n) for n in handle.piece_availability()]
+
+    def asked(self) -> set[int]:
+        """The pieces libtorrent has asked a peer for a block of (its download queue)."""
+        handle = self._handle
+        return (
+            set()
+            if handle is None
+            else {int(p["piece_index"]) for p in handle.get_download_queue()}
+        )
 
     def _want_one(self) -> None:
         """Keep one piece wanted at `BAIT_PRIORITY` (the module docstring): the highest
@@ -316,9 +357,12 @@ class SharingPeer(SwarmPeer):
             and str(a.tracker_url()).startswith(("http://", "https://"))
         ):
             done.set_result(None)  # answered, or it will not (the counts' rule copes)
-        if self._sharing and isinstance(a, lt.piece_finished_alert) and a.piece_index == self.bait:
-            # the wanted piece came from a peer: the next one is wanted
-            self._want_one()
+        if self._sharing and isinstance(a, lt.piece_finished_alert):
+            if a.piece_index == self.bait:
+                # the wanted piece came from a peer: the next one is wanted
+                self._want_one()
+            if self.on_piece is not None:
+                self.on_piece(int(a.piece_index))
         if self._sharing and isinstance(a, lt.hash_failed_alert):
             # a piece the manifest verified that the torrent's hash refuses (a torrent
             # not made from the manifest's file): not offered, and not handed again
