@@ -15,8 +15,9 @@ payload a peer's upload limit u carries, `payload_upload_bps`: libtorrent's limi
 counts its estimate of the TCP/IP headers, so the bound counts them the same way, for
 every policy; docs/swarm.md "The bound's yardstick"), T / T_min, and the origins'
 bytes in copies of the file (their own counters). Beside each run:
-the harness's processes' CPU, their worst event loop lag and the machine's busy CPU; a
-run whose harness was saturated (`swarm_procs.verdict`: a process's loop lag p99 above
+the harness's processes' CPU (and a peer's share of its workers', with the part in
+their event loops: the Python adapters), their worst event loop lag and the machine's
+busy CPU; a run whose harness was saturated (`swarm_procs.verdict`: a process's loop lag p99 above
 250 ms or its loop thread above 0.85 of a core) is printed REFUSED with the reason and
 left out of the medians. The machine's CPU pressure (the share of the run in which
 some task waited for a CPU, `/proc/pressure/cpu`) and its niced work are printed
@@ -310,6 +311,9 @@ async def one_run(
                 **ring_figures,
                 # the harness: every process's CPU summed, the worst loop among them
                 "cpu_process": sum(f["cpu_process"] for f in loads.values()),
+                # a peer's share of its worker processes' CPU, and of their event loop
+                # threads (the Python adapters; the rest is libtorrent's threads)
+                **peer_cpu(loads, n),
                 "cpu_loop": worst["cpu_loop"],
                 "lag_p50_ms": worst["lag_p50_ms"],
                 "lag_p99_ms": worst["lag_p99_ms"],
@@ -320,6 +324,19 @@ async def one_run(
                 "loads": loads,
                 "refused": refused,
             }
+
+
+def peer_cpu(loads: dict[str, dict[str, float]], n: int) -> dict[str, float]:
+    """What one peer cost: the peer workers' CPU (``peers-*`` in ``loads``, each
+    process's `swarm_procs.LoopLoad.figures`) over the ``n`` peers, in cores, and the
+    part of it in their event loop threads (empty where no worker measured itself)."""
+    workers = [f for name, f in loads.items() if name.startswith("peers-")]
+    if not workers or n <= 0:
+        return {}
+    return {
+        "cpu_per_peer": sum(f["cpu_process"] for f in workers) / n,
+        "cpu_loop_per_peer": sum(f["cpu_loop"] for f in workers) / n,
+    }
 
 
 def own_sessions(args: argparse.Namespace) -> bool:
@@ -381,7 +398,14 @@ def _harness(r: dict[str, Any]) -> str:
         f"machine CPU busy {100 * r['machine_busy']:.0f}% of {r['cores']:.0f} cores "
         f"(and niced work {100 * r.get('machine_nice', 0.0):.0f}%) "
         f"(some task waiting for a CPU {100 * r.get('cpu_pressure', 0.0):.0f}% of the time), "
-        f"load {r['load_start']:.2f} -> {r['load_end']:.2f}" + swarm_procs.busy_flag(r)
+        f"load {r['load_start']:.2f} -> {r['load_end']:.2f}"
+        + (
+            f"; a peer {r['cpu_per_peer']:.4f} cores, {r['cpu_loop_per_peer']:.4f} of it "
+            "in its worker's event loop"
+            if "cpu_per_peer" in r
+            else ""
+        )
+        + swarm_procs.busy_flag(r)
     )
 
 
