@@ -169,6 +169,30 @@ async def test_an_issue_id_that_is_a_path_names_no_file(tmp_path: Path) -> None:
     assert not (tmp_path / "a" / "lib").exists() and not (tmp_path / "escape.lock").exists()
 
 
+def test_a_plaintext_installed_while_its_ciphertext_is_seeded_keeps_the_partial_folder(
+    tmp_path: Path,
+) -> None:
+    """An encrypted issue: the peer seeds the ciphertext, the plaintext decrypted beside
+    it moves into the library; the partial folder, with the seeded ciphertext and the
+    download's state, stays until the seeding ends (it was removed at the install, and
+    the state saved after the seeding failed: "cannot record the download state")."""
+    data = random.Random(9).randbytes(3 * PIECE + 7)
+    manifest_json, _ = signed_manifest(tmp_path, data, "mag-1.pdf")
+    lib = Library(tmp_path / "lib")
+    lib.ensure()
+    plain = partial_download(lib, data, "mag-1.pdf", manifest_json)
+    seeded = plain.with_name("mag-1.pdf.enc")
+    seeded.write_bytes(b"ciphertext")
+    final = lib.install("mag-1", "mag-1.pdf", manifest_json, keep_partial=True)
+    assert final.read_bytes() == data and not plain.exists()  # moved, not linked
+    assert seeded.read_bytes() == b"ciphertext"  # still where the peer reads it
+    state = lib.load_state("mag-1")
+    assert state is not None
+    lib.save_state(state)  # the download's state can still be recorded
+    lib.discard_partial("mag-1")  # after the seeding
+    assert not seeded.exists() and final.read_bytes() == data
+
+
 def test_an_install_while_the_peer_seeds_leaves_the_seeded_file(tmp_path: Path) -> None:
     """The copy goes into the library before its seeding (a swarm peer seeds for up to
     30 min): the seeded file stays in ``.partial`` and the library's names the same

@@ -49,8 +49,10 @@ async def install_copy(
             m.issue_id,
             file_name,
             manifest_json,
-            # the seeded file is the ciphertext; a plaintext decrypted beside it moves
+            # the seeded file is the ciphertext; a plaintext decrypted beside it moves,
+            # and the ciphertext stays in the partial folder while it is seeded
             seeding=seeding and file_name == m.file_name,
+            keep_partial=seeding,
         )
     except (OSError, LibraryError) as err:
         raise FetchError(f"cannot move {file_name} into the library: {err}") from None

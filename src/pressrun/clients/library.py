@@ -177,7 +177,13 @@ class Library:
         return None if plain == LEGACY_MANIFEST_FILE else data
 
     def install(
-        self, issue_id: str, file_name: str, manifest_json: bytes, *, seeding: bool = False
+        self,
+        issue_id: str,
+        file_name: str,
+        manifest_json: bytes,
+        *,
+        seeding: bool = False,
+        keep_partial: bool = False,
     ) -> Path:
         """Move a verified partial file into ``LIBRARY/<issue_id>/`` with its manifest:
         a complete staging folder swapped in (an older copy of the issue is replaced in
@@ -187,6 +193,9 @@ class Library:
         (the library gets a hard link to it, a copy where links are impossible) and so
         does the partial folder, until `discard_partial` after the seeding (a crash in
         between leaves a partial download of the installed copy: `recover` removes it).
+        ``keep_partial``: the file moves, but the peer seeds another file of the
+        partial folder (an encrypted issue's ciphertext, its plaintext installed), so
+        the folder stays until `discard_partial` after the seeding, as with ``seeding``.
 
         On an error the verified file goes back into ``.partial`` (a retry finds it)
         and an older copy stays as it was."""
@@ -211,7 +220,7 @@ class Library:
                 self._put_back(issue_id, staging)
                 shutil.rmtree(staging, ignore_errors=True)
             raise
-        if not seeding:
+        if not (seeding or keep_partial):
             self.discard_partial(issue_id)
         return self.issue_dir(issue_id) / file_name
 
