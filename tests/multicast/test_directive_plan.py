@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import logging
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -86,6 +87,9 @@ async def test_the_directive_plan_is_confirmed_by_the_signed_announcement(
     result = await _fetch(pub, "{}:{}".format(*sender.config.control_group), plan)
     _all_from_the_carousel(result, pub)
     assert "the directive's plan confirmed" in result.multicast_note
+    # the reader's timeline: the receive's start after its first directive request
+    started = r"started \d+\.\d\d s after the first directive request"
+    assert re.search(started, result.multicast_note)
 
 
 async def test_a_forged_plan_is_refused_and_the_reader_gets_the_announced_carousel(

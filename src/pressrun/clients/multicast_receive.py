@@ -85,19 +85,10 @@ async def receive_carousel_pieces(
     provisional = (
         None if announced is not None else _directive_plan(f, m, manifest_sha256, multicast)
     )
-    # when the receive starts, for the timeline of a reader's download (the joins are
-    # the receiver's lines): its directive, the manifest and the partial file before it
+    # when the receive starts after the first directive request (the directive, the
+    # manifest and the partial file come before it), for the note: a reader's timeline
     asked = f.first_asked_at
-    log.info(
-        "%s: the carousel's receive starts%s, %s",
-        m.issue_id,
-        "" if asked is None else f" {f.now() - asked:.2f} s after the first directive request",
-        "on the plan accepted"
-        if announced is not None
-        else "on the directive's plan"
-        if provisional is not None
-        else "waiting for an announcement",
-    )
+    started_s = None if asked is None else f.now() - asked
     work = path.parent / "multicast"
     work.mkdir(exist_ok=True)
     # a reader that shares while it receives (opt-in, `ClientConfig.carousel_share`)
@@ -105,7 +96,7 @@ async def receive_carousel_pieces(
     # (`carousel_share`); the seeding after the carousel takes it over
     swarm = f.last_directive.swarm if f.last_directive is not None else None
     share = CarouselShare.start(f, m, path, swarm, work, list(kept))
-    options = _Options(group, interface, work, announced, on_running, provisional)
+    options = _Options(group, interface, work, announced, on_running, provisional, started_s)
     try:
         good = await _receive(f, m, manifest_sha256, path, multicast, kept, options, share)
     finally:
@@ -125,6 +116,8 @@ class _Options:
     on_running: Callable[[], None] | None
     #: the directive's plan (not signed: `receive_carousel`'s ``provisional``)
     provisional: CarouselPlan | None = None
+    #: seconds from the first directive request to the receive's start (None: unknown)
+    started_s: float | None = None
 
 
 async def _receive(
@@ -223,6 +216,11 @@ async def _receive(
             # the directive's plan: joined at once, then confirmed or refused by the
             # first signed announcement (`receive_carousel`'s ``provisional``)
             + (f", the directive's plan {result.directive_plan}" if result.directive_plan else "")
+            + (
+                f", started {how.started_s:.2f} s after the first directive request"
+                if how.started_s is not None
+                else ""
+            )
             # each change as seconds:channels:windows ended by then (the emulation's
             # report times the channels held above the link, to the hundredth, and
             # counts the layering's windows that ended while they were held)
