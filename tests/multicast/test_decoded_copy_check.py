@@ -18,8 +18,7 @@ from pressrun.content.manifest import SignedManifest
 from pressrun.multicast.kept_pieces import copy_verified_pieces
 
 from .conftest import Published
-
-SIZE = 300_000 + 5  # 5 pieces of 64 KiB, the last short
+from .test_kept_pieces import SIZE, _files
 
 
 class _Counting:
@@ -48,21 +47,12 @@ class _Counting:
         return Wrapped()
 
 
-def _decoded(tmp_path: Path, data: bytes) -> tuple[Path, Path]:
-    decoded = tmp_path / "work" / "object"
-    decoded.parent.mkdir()
-    decoded.write_bytes(data)
-    partial = tmp_path / "partial"
-    partial.write_bytes(bytes(SIZE))
-    return decoded, partial
-
-
 def test_a_good_copy_is_hashed_once(
     published: Callable[[int], Published], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pub = published(SIZE)
     m = SignedManifest.from_json_bytes(pub.manifest_json).manifest
-    decoded, partial = _decoded(tmp_path, pub.data)
+    decoded, partial = _files(pub, tmp_path, pub.data)
     counting = _Counting()
     monkeypatch.setattr(hashlib, "sha256", counting)
     kept = copy_verified_pieces(m, decoded, partial)
@@ -81,7 +71,7 @@ def test_a_copy_of_the_wrong_size_is_not_taken_whole(
     pieces are copied; the final check reads the partial file)."""
     pub = published(SIZE)
     m = SignedManifest.from_json_bytes(pub.manifest_json).manifest
-    decoded, partial = _decoded(tmp_path, pub.data + b"tail")
+    decoded, partial = _files(pub, tmp_path, pub.data + b"tail")
     kept = copy_verified_pieces(m, decoded, partial)
     assert kept.good == list(range(m.num_pieces)) and not kept.moved
     assert partial.read_bytes() == pub.data
