@@ -29,7 +29,7 @@ claims late while the origin sections are done. So the swarm is asked for at mos
 (`budget`: over `RATE_WINDOW_S`, after ``steal_min_elapsed_s`` of claims) of a third
 of the best a section of this download showed or more (the test of a slow section,
 `DownloadPlan.should_move`: on a link that limits the reader, a swarm that fills it
-is as fast as the origins could be), for any number from then on. Once nothing is
+is as fast as the origins could be), for any number while it keeps it. Once nothing is
 left to assign (a section worker is idle), a swarm below that third gives back its
 claims beyond ``left * rate / (rate + best)`` (the split at which both would end
 together; the pieces begun are kept first), and one that brought nothing over the
