@@ -12,7 +12,8 @@ star**: the supernode that answers for it names one or two first receivers (the
 answer's ``first``), which take it at the top priority; every other peer holds it off
 (priority 0) until a second holder exists, for at most ``hold_s`` (then it asks the
 one holder like everyone else: a named receiver its source does not serve, a loaded
-machine), and trades common pieces meanwhile. With
+machine), and trades common pieces meanwhile; a peer with one peer to take from has
+none to trade, and holds nothing off (`_one_connected_peer`). With
 every peer asking the one bringer for it (libtorrent's availability makes a
 one-holder piece the rarest, whatever its priority below 7), a bringer's upload went to
 the same one or two pieces for 24 to 38 peers while its other brought pieces had no
@@ -149,8 +150,9 @@ class ChordPolicy(UploaderPolicy):
         pairs = list(zip(view.have, holders, strict=True))
         lonely = {i for i, (held, n) in enumerate(pairs) if n == 1 and not held}
         self._lonely_since = {i: self._lonely_since.get(i, now) for i in lonely}
+        tree = not _one_connected_peer(view.leecher_ids, pairs)
         priorities = [
-            self._priority(i, n, now) if not held else MIN_PRIORITY
+            self._priority(i, n, now, tree=tree) if not held else MIN_PRIORITY
             for i, (held, n) in enumerate(pairs)
         ]
         if self.hold_unheld:
@@ -193,7 +195,7 @@ class ChordPolicy(UploaderPolicy):
             return self.sole_upload_slots
         return self.upload_slots
 
-    def _priority(self, piece: int, holders: int, now: float) -> int:
+    def _priority(self, piece: int, holders: int, now: float, *, tree: bool = True) -> int:
         # (a first receiver's piece whose source does not hold it yet stays low: top
         # priority with no connected holder would make it owed, fetched from the origins)
         if holders == 0:
@@ -207,6 +209,20 @@ class ChordPolicy(UploaderPolicy):
                 # off until that connection showed the piece, a peer waited up to
                 # ``hold_s`` for a tree that has grown already
                 return MIN_PRIORITY
-            held_off = now - self._lonely_since[piece] < self.hold_s
+            held_off = tree and now - self._lonely_since[piece] < self.hold_s
             return HOLD_PRIORITY if held_off else MIN_PRIORITY
         return MIN_PRIORITY
+
+
+def _one_connected_peer(leecher_ids: tuple[str, ...], pairs: list[tuple[bool, int]]) -> bool:
+    """Whether this peer has one peer to take from: no piece it lacks is held by two
+    connected peers, and at most one of them is downloading (one leecher, or one seed,
+    beside peers that hold nothing it lacks). Then a piece that peer holds is no tree's
+    to wait for: holding it off leaves this peer nothing to trade meanwhile, only the
+    origins. In flash-crowd-50-desktops the first swarm client's
+    one peer for its first 7-8 s was the origin reader's sharing copy; holding off its
+    pieces (4 s each, until named a first receiver, eight asked a round) while the ring
+    handed it 87-143 pieces to bring in, it took 41.6-45.0 MB from the origins against
+    24.5-35.8 MB with `stripes`, 8.2-10.6 MB from that copy against 16.7-25.8
+    (docs/results/2026-11-28-emulation-swarm-policy.md, session 26)."""
+    return len(leecher_ids) <= 1 and all(held or n <= 1 for held, n in pairs)
