@@ -153,19 +153,18 @@ def test_a_swarm_that_brings_nothing_gives_its_claims_back_once_nothing_is_left(
     sid = started.section.section_id
     assert take.claim(set(range(10)), now=0.0) == tuple(range(KEEP_PIECES, 10))
     assert p.section_end(sid) == KEEP_PIECES
-    # judged only after steal_min_elapsed_s
-    assert take.take_back(set(), now=0.5) == ()
-    # the section's two pieces come; nothing from the swarm: what it has not begun
-    # goes back (2 and 3 have a block asked)
+    # the section's two pieces come; nothing from the swarm, no rate shown: a worker
+    # is idle, so what it has not begun goes back at once (2 and 3 have a block asked)
     for index in range(KEEP_PIECES):
         p.handle_piece_verified(sid, index, now=0.5)
-    assert take.take_back({2, 3}, now=2.0) == (4, 5, 6, 7, 8, 9)
+    assert take.take_back({2, 3}, now=0.5) == (4, 5, 6, 7, 8, 9)
     assert p.has_unassigned() and p.swarm_claims == (2, 3)
     # for good: held, they are not asked of the swarm again
     again = p.start_section("origin-a", now=2.0)
     assert again is not None and again.section.pieces == range(4, 10)
     assert take.claim(set(range(10)), now=2.0) == ()
     # begun pieces stay until the swarm brought nothing for steal_after_s
+    assert take.take_back({2, 3}, now=0.6) == ()  # (judged after steal_min_elapsed_s)
     assert take.take_back({2, 3}, now=3.0) == ()
     assert take.take_back({2, 3}, now=4.5) == (2, 3)
     assert take.taken_back_total == 8
@@ -193,9 +192,13 @@ def test_a_slow_swarm_gives_back_what_the_origins_would_bring_sooner() -> None:
     for n, index in enumerate(range(32, 36)):
         take.taken(index, now=1.5 + 0.5 * n)
     assert take.budget(now=3.0) == (PROBE_PIECES - 4) * PIECE  # (slow: a few at a time)
-    # 4 left: at the split the swarm would keep 4 * 2 / 12 of a piece: none, the
-    # piece begun too (the origin brings it in a tenth of a second)
-    assert take.take_back({36}, now=3.0) == (36, 37, 38, 39)
+    # 4 left: those not begun go back at once; at the split the swarm would keep
+    # 1 * 2 / 12 of a piece: none, the piece begun too (the origin brings it in a
+    # tenth of a second)
+    assert take.take_back({36}, now=3.0) == (37, 38, 39)
+    assert take.take_back({36}, now=3.0) == ()  # (a worker takes them first)
+    assert p.start_section("origin-a", now=3.0) is not None
+    assert take.take_back({36}, now=3.0) == (36,)
     assert p.swarm_claims == ()
     # not again; still asked for a few others (the rate it shows may change)
     assert take.claim(set(range(40)), now=3.0) == tuple(range(24, 32))

@@ -30,11 +30,11 @@ claims late while the origin sections are done. So the swarm is asked for at mos
 of the best a section of this download showed or more (the test of a slow section,
 `DownloadPlan.should_move`: on a link that limits the reader, a swarm that fills it
 is as fast as the origins could be), for any number while it keeps it. Once nothing is
-left to assign (a section worker is idle), a swarm below that third gives back its
-claims beyond ``left * rate / (rate + best)`` (the split at which both would end
-together; the pieces begun are kept first), and one that brought nothing over the
-window gives back those it has not begun, every claim after ``steal_after_s`` of
-nothing (`take_back`); those never go to the swarm again. A claim no connected peer
+left to assign (a section worker is idle), a swarm that has not shown that third
+gives back at once the claims of which no block was asked, then its claims beyond
+``left * rate / (rate + best)`` (the split at which both would end together; the
+pieces begun are kept first), every claim after ``steal_after_s`` of nothing
+(`take_back`); those never go to the swarm again. A claim no connected peer
 holds any more goes back at once, and every claim when the sharing ends (`release`,
 `release_all`).
 """
@@ -217,16 +217,25 @@ class SwarmTake:
 
     def take_back(self, started: Collection[int], *, now: float) -> tuple[int, ...]:
         """Once nothing is left to assign, what goes back to the origins (for good)
-        because the swarm is slow (module docstring): below a third of the best rate of
-        a section, the claims beyond the split at which both would end together, the
-        pieces begun (``started``: a block asked of a peer) kept first; after a window
-        of nothing, those not begun, and all of them after ``steal_after_s``."""
+        because the swarm is not shown fast (module docstring): at once, the claims not
+        begun (``started``: a block asked of a peer) while it has not shown a third of
+        the best rate of a section; below that third, the begun ones beyond the split at
+        which both would end together; after a window of nothing, all of them after
+        ``steal_after_s``."""
         plan = self.plan
         after = plan.config.steal_after_s
         claims = plan.swarm_claims
         since = self._since
         if after is None or since is None or not claims or plan.has_unassigned():
             return ()
+        known = self.rate(now=now)
+        if known is None or known * SLOW_FACTOR < plan.best_rate_bytes_per_s:
+            # not shown fast (yet): a worker is idle, so what it has not begun goes back
+            # at once (the small scenario's second origin reader at 8194bb7 waited on
+            # the swarm for the last of a 4 MB issue: 2.18 s against 1.72 before)
+            idle = [i for i in claims if i not in started]
+            if idle:
+                return self.release(idle, for_good=True)
         if now - since < plan.config.steal_min_elapsed_s:
             return ()  # (judged on its own claims, not on the rate it showed before)
         rate = self._window_bytes(now) / min(RATE_WINDOW_S, now - since)
