@@ -21,9 +21,9 @@ from aiohttp import web
 from pressrun.balancer.prefetch import PrefetchConfig, PrefetchPacer
 from pressrun.clients.aio import FetchError, fetch_issue
 from pressrun.clients.config import DESKTOP
-from pressrun.clients.core import PrefetchPace
 from pressrun.clients.library import Library
 from pressrun.clients.prefetch import prefetch_issue
+from pressrun.clients.prefetch_pace import PrefetchPace
 from pressrun.content.keys import generate_keypair, load_public_key
 from pressrun.content.publish import publish
 from pressrun.content.release import utc_text

@@ -49,9 +49,9 @@ import nacl.public
 from pressrun.clients.aio import FetchResult, _already_there, fetch_issue, fetch_state
 from pressrun.clients.codec import ResumeState
 from pressrun.clients.config import ClientConfig
-from pressrun.clients.core import PrefetchPace
 from pressrun.clients.library import LibraryError
 from pressrun.clients.manifest_fetch import MAX_MANIFEST_BYTES, _BadManifest, _verified_manifest
+from pressrun.clients.prefetch_pace import PrefetchPace
 from pressrun.clients.prefetch_swarm import PrefetchSwarm, next_origin_piece, swarm_trackers
 from pressrun.clients.session import (
     DirectiveUnavailable,
