@@ -122,6 +122,33 @@ fn object_oti(
 /// expires ``fdt_duration_s`` after ``now``, and its packets carry the Sender Current
 /// Time (EXT_TIME, RFC 6726 section 3.3.2) of ``now``, so a receiver judges the expiry
 /// by the sender's clock, not its own.
+/// The object's OTI and Content-Location, checked: TOI 0 is the FDT's, and the
+/// location must be a URL (`encode_object` and `encode_fdt` describe the same object).
+fn object_plan(
+    toi: u128,
+    fec: &str,
+    encoding_symbol_length: u16,
+    max_source_block_length: u16,
+    repair_symbols_per_block: u32,
+    content_location: &str,
+) -> PyResult<(Oti, url::Url)> {
+    if toi == 0 {
+        return Err(PyValueError::new_err(
+            "TOI 0 is the FDT's; give the object a TOI above 0",
+        ));
+    }
+    let oti = object_oti(
+        fec,
+        encoding_symbol_length,
+        max_source_block_length,
+        repair_symbols_per_block,
+    )?;
+    let location = url::Url::parse(content_location).map_err(|e| {
+        PyValueError::new_err(format!("content_location {content_location:?}: {e}"))
+    })?;
+    Ok((oti, location))
+}
+
 fn object_sender(
     tsi: u64,
     toi: u128,
@@ -183,20 +210,14 @@ pub(crate) fn encode_object(
     fdt_instance_id: u32,
     sender_current_time: bool,
 ) -> PyResult<EncodedObject> {
-    if toi == 0 {
-        return Err(PyValueError::new_err(
-            "TOI 0 is the FDT's; give the object a TOI above 0",
-        ));
-    }
-    let oti = object_oti(
+    let (oti, location) = object_plan(
+        toi,
         fec,
         encoding_symbol_length,
         max_source_block_length,
         repair_symbols_per_block,
+        content_location,
     )?;
-    let location = url::Url::parse(content_location).map_err(|e| {
-        PyValueError::new_err(format!("content_location {content_location:?}: {e}"))
-    })?;
     let now = SystemTime::now();
     let mut sender = object_sender(
         tsi,
@@ -333,20 +354,14 @@ pub(crate) fn encode_fdt(
     fdt_instance_id: u32,
     fdt_duration_s: u64,
 ) -> PyResult<Vec<Py<PyBytes>>> {
-    if toi == 0 {
-        return Err(PyValueError::new_err(
-            "TOI 0 is the FDT's; give the object a TOI above 0",
-        ));
-    }
-    let oti = object_oti(
+    let (oti, location) = object_plan(
+        toi,
         fec,
         encoding_symbol_length,
         max_source_block_length,
         repair_symbols_per_block,
+        content_location,
     )?;
-    let location = url::Url::parse(content_location).map_err(|e| {
-        PyValueError::new_err(format!("content_location {content_location:?}: {e}"))
-    })?;
     let now = SystemTime::now();
     let mut sender = object_sender(
         tsi,
